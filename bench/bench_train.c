@@ -1,0 +1,165 @@
+/* bench_train.c: single-device training speed of pipemem against PyTorch
+ * 1.13 on CPU (Debian's python3-torch), measured in the same run, on the
+ * issue's shape: layers 6, dim 512, heads 8, ctx 256, batch 8, vocab 256,
+ * AdamW, 2 threads each. Also measures OpenBLAS's cblas_sgemm peak in this
+ * process (2048^3, 2 threads, best of 5 after a warm-up) so pipemem's
+ * GFLOP/s is reported as a fraction of it.
+ *
+ * Each trainer runs as a child process (build/pipemem train ... --json and
+ * /usr/bin/python3 bench/torch_train.py), so its peak RSS comes from
+ * wait4()'s rusage. Both report the median step time over the steps; the
+ * FLOPs per step are the model's count (pm_train_step_flops) for both.
+ * pipemem's result is checked (finite loss near ln 256 on random-ish text
+ * after few steps) before any number is printed.
+ *
+ * Usage: bench_train [STEPS]   (default 6; env PM_BIN overrides the binary;
+ *        env PM_BENCH_THREADS the thread count, default 2)
+ * Output (last line, parseable):
+ *   bench_train tokens_per_s=... torch_tokens_per_s=... ratio=... gflops=...
+ *   sgemm_peak_gflops=... peak_fraction=... rss_mib=... torch_rss_mib=... */
+#define _DEFAULT_SOURCE /* wait4 */
+#include <cblas.h>
+#include <libgen.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "pipemem/pm_data.h"
+#include "pipemem/pm_gpt.h"
+#include "pipemem/pm_train.h"
+
+enum { L = 6, C = 512, H = 8, T = 256, B = 8 };
+
+static double sgemm_peak(int threads) {
+    pm_blas_threads(threads);
+    const int n = 2048;
+    float *a = malloc((size_t)n * n * 4), *b = malloc((size_t)n * n * 4),
+          *c = malloc((size_t)n * n * 4);
+    if (!a || !b || !c) return 0;
+    for (size_t i = 0; i < (size_t)n * n; i++) a[i] = b[i] = (float)(i % 7) * 0.01f;
+    double best = 1e30;
+    for (int r = 0; r < 6; r++) {
+        double t0 = pm_now();
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n, 0.0f,
+                    c, n);
+        double dt = pm_now() - t0;
+        if (r > 0 && dt < best) best = dt; /* r = 0 is the warm-up */
+    }
+    free(a);
+    free(b);
+    free(c);
+    return 2.0 * n * n * (double)n / best / 1e9;
+}
+
+/* Runs argv as a child with stdout to a pipe; returns its output (static)
+ * and its peak RSS in KiB, or NULL on failure. */
+static const char *run_child(char *const argv[], long *rss_kib) {
+    static char out[8192];
+    int fd[2];
+    if (pipe(fd)) return NULL;
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(fd[1], 1);
+        close(fd[0]);
+        close(fd[1]);
+        execv(argv[0], argv);
+        _exit(127);
+    }
+    close(fd[1]);
+    size_t n = 0;
+    ssize_t k;
+    while ((k = read(fd[0], out + n, sizeof out - 1 - n)) > 0) n += (size_t)k;
+    out[n] = 0;
+    close(fd[0]);
+    int status;
+    struct rusage ru;
+    if (wait4(pid, &status, 0, &ru) < 0 || !WIFEXITED(status) || WEXITSTATUS(status)) return NULL;
+    *rss_kib = ru.ru_maxrss;
+    return out;
+}
+
+static double json_num(const char *s, const char *key) {
+    char k[64];
+    snprintf(k, sizeof k, "\"%s\":", key);
+    const char *p = s ? strstr(s, k) : NULL;
+    return p ? strtod(p + strlen(k), NULL) : NAN;
+}
+
+int main(int argc, char **argv) {
+    int steps = argc > 1 ? atoi(argv[1]) : 6;
+    const char *thr = getenv("PM_BENCH_THREADS");
+    int threads = thr ? atoi(thr) : 2;
+    char bin[4096], self[4096];
+    snprintf(self, sizeof self, "%s", argv[0]);
+    snprintf(bin, sizeof bin, "%s/../pipemem", dirname(self));
+    if (getenv("PM_BIN")) snprintf(bin, sizeof bin, "%s", getenv("PM_BIN"));
+
+    /* Data: the fortunes corpus if installed, else generated text. */
+    char dir[64];
+    snprintf(dir, sizeof dir, "/tmp/pm_bench_train_%d", (int)getpid());
+    const char *corpus = "/usr/share/games/fortunes/fortunes";
+    char gen[128];
+    if (access(corpus, R_OK)) {
+        snprintf(gen, sizeof gen, "%s.txt", dir);
+        FILE *f = fopen(gen, "w");
+        for (int i = 0; f && i < 20000; i++) fprintf(f, "line %d of the generated corpus\n", i);
+        if (f) fclose(f);
+        corpus = gen;
+    }
+    pm_err err = {{0}};
+    const char *files[] = {corpus};
+    if (pm_data_prepare(files, 1, dir, NULL, &err)) {
+        fprintf(stderr, "bench_train: %s\n", err.msg);
+        return 1;
+    }
+
+    double peak = sgemm_peak(threads);
+    char s_steps[16], s_thr[16];
+    snprintf(s_steps, sizeof s_steps, "%d", steps);
+    snprintf(s_thr, sizeof s_thr, "%d", threads);
+    char *pm_argv[] = {bin, "train", "--data", dir, "--layers", "6", "--dim", "512", "--heads",
+                       "8", "--ctx", "256", "--batch", "8", "--microbatches", "1", "--steps",
+                       s_steps, "--threads", s_thr, "--eval-every", "0", "--eval-batches", "1",
+                       "--json", NULL};
+    long rss = 0, trss = 0;
+    const char *o = run_child(pm_argv, &rss);
+    double tok = json_num(o, "tokens_per_s"), gf = json_num(o, "gflops_per_s");
+    double loss = json_num(o, "final_loss");
+    if (!o || !isfinite(tok) || !isfinite(loss) || loss > 6.0) {
+        fprintf(stderr, "bench_train: pipemem run failed or gave a bad loss: %s\n", o ? o : "");
+        return 1;
+    }
+    char script[4096];
+    snprintf(script, sizeof script, "%s/../../bench/torch_train.py", dirname(bin));
+    if (access(script, R_OK)) snprintf(script, sizeof script, "bench/torch_train.py");
+    char *py_argv[] = {"/usr/bin/python3", script, "--layers", "6", "--dim", "512", "--heads",
+                       "8", "--ctx", "256", "--batch", "8", "--steps", s_steps, "--threads",
+                       s_thr, NULL};
+    const char *po = run_child(py_argv, &trss);
+    double ttok = json_num(po, "tokens_per_s");
+    pm_train_cfg cfg = {.model = {256, T, C, H, L}, .batch = B, .micro = 1};
+    double flops = pm_train_step_flops(&cfg);
+    printf("bench_train shape: layers %d dim %d heads %d ctx %d batch %d, %.1f GFLOP/step, "
+           "%d steps, %d threads\n", L, C, H, T, B, flops / 1e9, steps, threads);
+    printf("  pipemem : %8.0f tokens/s  %6.1f GFLOP/s  peak RSS %6.0f MiB\n", tok, gf,
+           rss / 1024.0);
+    if (po && isfinite(ttok))
+        printf("  pytorch : %8.0f tokens/s  %6.1f GFLOP/s  peak RSS %6.0f MiB\n", ttok,
+               flops * ttok / (B * T) / 1e9, trss / 1024.0);
+    else
+        printf("  pytorch : not run (is python3-torch installed?)\n");
+    printf("  sgemm   : %6.1f GFLOP/s peak (2048^3); pipemem at %.0f%% of it\n", peak,
+           100.0 * gf / peak);
+    printf("bench_train tokens_per_s=%.0f torch_tokens_per_s=%.0f ratio=%.3f gflops=%.1f "
+           "sgemm_peak_gflops=%.1f peak_fraction=%.3f rss_mib=%.0f torch_rss_mib=%.0f\n",
+           tok, ttok, tok / ttok, gf, peak, gf / peak, rss / 1024.0, trss / 1024.0);
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    if (system(cmd)) return 1;
+    return 0;
+}

@@ -1,0 +1,221 @@
+/* pm_gpt.h: the GPT model as a list of layers with split backward passes.
+ *
+ * Architecture (GPT-2 style, no dropout): token embedding + learned position
+ * embedding; L pre-LayerNorm blocks (LN, causal multi-head attention with a
+ * fused QKV projection, output projection, residual; LN, MLP 4C with
+ * tanh-GELU, residual); final LN; output projection (no bias, NOT tied to the
+ * embedding); mean cross-entropy. LayerNorm eps is 1e-5.
+ *
+ * Layers: index 0 = embedding, 1..L = blocks, L+1 = head. A pipeline stage is
+ * any contiguous range of layers. Parameters of layer i are one contiguous
+ * slice of one slab, layers in order with no padding:
+ *   params + pm_gpt_layer_offset(cfg, i)  holds pm_gpt_layer_params(cfg, i)
+ * floats, so a range of layers owns one contiguous slice of parameters,
+ * gradients and optimizer state. Inside a layer the tensors follow
+ * pm_gpt_layer_tensors() (PyTorch names and shapes; Linear weights are stored
+ * (out, in) row-major exactly like torch.nn.Linear.weight).
+ *
+ * Passes of one microbatch (B sequences of T tokens, 1 <= T <= ctx):
+ *   F  pm_gpt_layer_f : forward. Reads the input from a caller buffer, keeps
+ *      what backward needs in `saved` (caller-owned, sizes.saved bytes),
+ *      writes the output to a caller buffer.
+ *   B  pm_gpt_layer_b : gradient of the input; turns `saved` into what W
+ *      needs, which is its prefix saved[0 .. sizes.saved_w): the caller may
+ *      release bytes saved[sizes.saved_w .. sizes.saved) after B.
+ *   W  pm_gpt_layer_w : weight gradients, ADDED into the layer's gradient
+ *      slice (beta = 1), so accumulation order = W call order. After W the
+ *      whole saved buffer may be released.
+ *   BW pm_gpt_layer_bw: B then W in one call; bitwise equal to B;W.
+ * Byte accounting (exact, including internal 64-byte alignment padding):
+ *   kept after F = sizes.saved, after B = sizes.saved_w, after W = 0,
+ *   so released by B (saved - saved_w) + released by W (saved_w) = saved.
+ *   saved_w <= saved for every layer, so one allocation of `saved` bytes
+ *   at F can shrink to its prefix at B and be freed at W. The embedding has
+ *   no input gradient: its F keeps the tokens and reserves a (B,T,C) slot
+ *   where its B copies dout for W (so its saved_w == saved).
+ * Scratch: each pass may use sizes.scratch_{f,b,w} bytes of `scratch`
+ * (caller-owned, contents undefined before and after, may be shared by all
+ * layers of a device; BW needs max(scratch_b, scratch_w)). The passes never
+ * allocate. All pointers must be 4-byte aligned; 64 is better.
+ *
+ * Messages between layers (all caller-owned, contents (B,T,C) floats):
+ *   embedding F: in = int32 tokens (B,T), out = (B,T,C)
+ *   block F:     in = (B,T,C),            out = (B,T,C)
+ *   head F:      in = (B,T,C), targets int32 (B,T) or NULL, out = NULL,
+ *                *loss = mean cross-entropy over the B*T tokens (0 if no targets)
+ *   head B:      dout = NULL, din = (B,T,C), scale multiplies d(loss)
+ *                (pass 1/K when K microbatches make a step's mean loss)
+ *   block B:     dout = (B,T,C) (read only), din = (B,T,C)
+ *   embedding B: dout = (B,T,C) (copied into saved), din = NULL
+ * F copies its input into `saved`; `in` may be freed after F. If `in` equals
+ * pm_gpt_layer_input_slot(), the copy is skipped (a stage can let the
+ * previous layer's F write straight into the next layer's slot). din must
+ * not overlap dout or saved. The head's F keeps softmax probabilities (B,T,V)
+ * at pm_gpt_head_probs() until its B (sampling reads them; the head's B
+ * turns them into logit gradients).
+ *
+ * Usage for one microbatch through one layer:
+ *   pm_gpt_sizes s;  pm_gpt_layer_sizes(&cfg, i, B, T, &s, &err);
+ *   void *saved = malloc(s.saved), *scratch = malloc(max of s.scratch_*);
+ *   pm_gpt_layer_f(&cfg, i, B, T, P + off, x, NULL, y, NULL, saved, scratch);
+ *   pm_gpt_layer_b(&cfg, i, B, T, P + off, dy, dx, 1.0f, saved, scratch);
+ *   pm_gpt_layer_w(&cfg, i, B, T, G + off, saved, scratch);
+ * (off = pm_gpt_layer_offset(&cfg, i); after B, bytes from s.saved_w on are free.)
+ * Whole model, one device: pm_gpt_work_bytes() then pm_gpt_forward_backward().
+ *
+ * Numerics: every matrix product is an OpenBLAS cblas_sgemm (attention
+ * scores and weighted sums per (sequence, head) included); attention
+ * backward is O(T^2) per head; softmax and cross-entropy are fused; no
+ * -ffast-math. Same inputs and BLAS thread count -> bitwise same outputs.
+ *
+ * Initialisation (pm_gpt_init*): N(0, 0.02) for wte, wpe, c_attn, c_fc,
+ * lm_head weights; N(0, 0.02/sqrt(2L)) for attn.c_proj and mlp.c_proj
+ * weights; biases 0; LayerNorm weight 1, bias 0. Random numbers: PCG32
+ * (O'Neill, XSH-RR, multiplier 6364136223846793005) seeded per tensor with
+ * state = seed, stream = layer * 64 + tensor index; normals by Box-Muller in
+ * double from two 32-bit draws, u1 = (a + 1) / 2^32, u2 = b / 2^32,
+ * z = sqrt(-2 ln u1) cos(2 pi u2) (one normal per pair). Each layer's init is
+ * independent of the others, so a stage can initialise only its own layers. */
+#ifndef PM_GPT_H
+#define PM_GPT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "pipemem/pm_util.h"
+
+/* ---- configuration --------------------------------------------------------- */
+
+typedef struct {
+    int32_t vocab;  /* token ids 0 .. vocab-1 */
+    int32_t ctx;    /* maximum sequence length (rows of wpe) */
+    int32_t dim;    /* model width C */
+    int32_t heads;  /* attention heads; must divide dim */
+    int32_t layers; /* transformer blocks L (>= 1) */
+} pm_gpt_config;
+
+/* Checks every field; one line naming the bad field and the fix. */
+pm_status pm_gpt_config_check(const pm_gpt_config *cfg, pm_err *err);
+
+typedef enum { PM_LAYER_EMBED, PM_LAYER_BLOCK, PM_LAYER_HEAD, PM_LAYER_KIND_COUNT } pm_layer_kind;
+extern const char *const pm_layer_kind_names[PM_LAYER_KIND_COUNT]; /* "embed", "block", "head" */
+
+int pm_gpt_num_layers(const pm_gpt_config *cfg); /* L + 2 */
+pm_layer_kind pm_gpt_layer_kind(const pm_gpt_config *cfg, int layer);
+
+/* ---- parameters ------------------------------------------------------------ */
+
+size_t pm_gpt_layer_params(const pm_gpt_config *cfg, int layer); /* floats */
+size_t pm_gpt_layer_offset(const pm_gpt_config *cfg, int layer); /* floats before it */
+size_t pm_gpt_num_params(const pm_gpt_config *cfg);              /* whole slab */
+
+#define PM_GPT_MAX_TENSORS 12
+typedef struct {
+    char name[48];    /* PyTorch name: "wte.weight", "h.0.attn.c_attn.weight", "lm_head.weight" */
+    int ndim;         /* 1 or 2 */
+    int64_t shape[2]; /* PyTorch shape (Linear: out, in); shape[1] = 1 when ndim = 1 */
+    size_t offset;    /* float offset inside the layer's slice */
+    size_t numel;     /* floats */
+    int decay;        /* 1 for block matrices and lm_head (AdamW decays them), else 0 */
+    float init_std;   /* std of the normal init; 0 = constant init_value */
+    float init_value; /* LayerNorm weight 1; biases 0 */
+} pm_gpt_tensor;
+
+/* Fills out[0..n) with the layer's tensors in slab order, returns n.
+ * Block i (layer i, 1-based) is named "h.{i-1}.*" like PyTorch's ModuleList:
+ * ln_1.weight, ln_1.bias, attn.c_attn.weight (3C,C), attn.c_attn.bias,
+ * attn.c_proj.weight (C,C), attn.c_proj.bias, ln_2.weight, ln_2.bias,
+ * mlp.c_fc.weight (4C,C), mlp.c_fc.bias, mlp.c_proj.weight (C,4C),
+ * mlp.c_proj.bias. Embedding: wte.weight (V,C), wpe.weight (ctx,C).
+ * Head: ln_f.weight, ln_f.bias, lm_head.weight (V,C). c_attn rows are
+ * q (all heads), then k, then v; head h uses columns h*C/H .. (h+1)*C/H. */
+int pm_gpt_layer_tensors(const pm_gpt_config *cfg, int layer, pm_gpt_tensor out[PM_GPT_MAX_TENSORS]);
+
+/* Seeded initialisation (see the file comment); layer_params is the layer's
+ * slice, params the whole slab. */
+void pm_gpt_init_layer(const pm_gpt_config *cfg, int layer, uint64_t seed, float *layer_params);
+void pm_gpt_init(const pm_gpt_config *cfg, uint64_t seed, float *params);
+
+/* The PCG32 generator used by init, public so other modules can share it. */
+typedef struct {
+    uint64_t state, inc;
+} pm_gpt_rng;
+void pm_gpt_rng_seed(pm_gpt_rng *r, uint64_t seed, uint64_t stream);
+uint32_t pm_gpt_rng_u32(pm_gpt_rng *r);
+double pm_gpt_rng_uniform(pm_gpt_rng *r); /* [0, 1), 32 bits */
+double pm_gpt_rng_normal(pm_gpt_rng *r);  /* N(0,1), Box-Muller as above */
+
+/* ---- sizes of one microbatch's passes -------------------------------------- */
+
+typedef struct {
+    size_t saved;     /* bytes F keeps alive in `saved` (kept after F) */
+    size_t saved_w;   /* bytes kept after B: the prefix of `saved` W reads */
+    size_t scratch_f; /* transient bytes of `scratch` during F */
+    size_t scratch_b; /* ... during B */
+    size_t scratch_w; /* ... during W (BW: max of b and w) */
+    size_t in;        /* bytes of F's input message (tokens for the embedding) */
+    size_t out;       /* bytes of F's output message (0 for the head) */
+    double flops_f;   /* floating-point operations of F (matmuls 2*M*N*K, as computed) */
+    double flops_b;   /* ... of B */
+    double flops_w;   /* ... of W */
+} pm_gpt_sizes;
+
+/* Exact sizes for `layer` on a microbatch of B sequences of T tokens.
+ * PM_ERR_ARG for a bad config, layer, B < 1 or T outside 1..ctx; on error
+ * *out is zeroed. Pure: allocates nothing. */
+pm_status pm_gpt_layer_sizes(const pm_gpt_config *cfg, int layer, int B, int T, pm_gpt_sizes *out,
+                             pm_err *err);
+
+/* Where F keeps its copy of the input inside `saved` (tokens for the
+ * embedding; (B,T,C) floats otherwise). */
+void *pm_gpt_layer_input_slot(const pm_gpt_config *cfg, int layer, int B, int T, void *saved);
+
+/* The head's softmax probabilities (B,T,V) after its F, before its B. */
+const float *pm_gpt_head_probs(const pm_gpt_config *cfg, int B, int T, const void *saved);
+
+/* ---- passes ------------------------------------------------------------------
+ * lp / lg: the layer's slice of the parameter / gradient slab.
+ * Arguments not used by a layer kind must be NULL (see the file comment).
+ * Bad arguments are bugs: they hit PM_ASSERT. */
+
+void pm_gpt_layer_f(const pm_gpt_config *cfg, int layer, int B, int T, const float *lp,
+                    const void *in, const int32_t *targets, float *out, float *loss, void *saved,
+                    void *scratch);
+void pm_gpt_layer_b(const pm_gpt_config *cfg, int layer, int B, int T, const float *lp,
+                    const float *dout, float *din, float scale, void *saved, void *scratch);
+void pm_gpt_layer_w(const pm_gpt_config *cfg, int layer, int B, int T, float *lg, void *saved,
+                    void *scratch);
+void pm_gpt_layer_bw(const pm_gpt_config *cfg, int layer, int B, int T, const float *lp, float *lg,
+                     const float *dout, float *din, float scale, void *saved, void *scratch);
+
+/* ---- whole model on one device --------------------------------------------- */
+
+/* Bytes of the workspace pm_gpt_forward/_forward_backward need for (B, T):
+ * every layer's saved buffer, two (B,T,C) messages and the largest scratch.
+ * A workspace sized for (B, T) also serves any smaller T. 0 on overflow or a
+ * bad config. */
+size_t pm_gpt_work_bytes(const pm_gpt_config *cfg, int B, int T);
+
+/* Forward of all layers; returns the mean loss (0 if targets is NULL).
+ * Afterwards pm_gpt_work_probs() points at the (B,T,V) probabilities. */
+float pm_gpt_forward(const pm_gpt_config *cfg, int B, int T, const float *params,
+                     const int32_t *tokens, const int32_t *targets, void *work);
+const float *pm_gpt_work_probs(const pm_gpt_config *cfg, int B, int T, const void *work);
+
+/* F of every layer, then BW from the head down (loss gradient times scale),
+ * ADDING into grads (the whole slab). Returns the microbatch's mean loss. */
+float pm_gpt_forward_backward(const pm_gpt_config *cfg, int B, int T, const float *params,
+                              float *grads, const int32_t *tokens, const int32_t *targets,
+                              float scale, void *work);
+
+/* Floating-point operations of one forward+backward of the whole model on
+ * (B, T) (sum of every layer's flops_f + flops_b + flops_w). */
+double pm_gpt_flops(const pm_gpt_config *cfg, int B, int T);
+
+/* ---- BLAS ------------------------------------------------------------------ */
+
+/* Sets OpenBLAS's thread count (process-wide; n < 1 means 1). */
+void pm_blas_threads(int n);
+int pm_blas_threads_get(void);
+
+#endif

@@ -1,0 +1,248 @@
+/* pm_runtime.h: the pipeline runtime. Runs any schedule from the engine for
+ * real: one executor thread per device walks that device's pass list and
+ * runs the model's F / B / W passes of its stages, activations live in a
+ * per-device arena sized before the step, devices talk only through a
+ * transport, and every pass's start and end is measured.
+ *
+ * Three layers, each usable alone:
+ *   pm_tp     transport: non-blocking send/receive of byte buffers between
+ *             devices, addressed by (peer, tag). The threads implementation
+ *             copies every message; an MPI one can replace it behind the
+ *             same operations table without touching the executor.
+ *   pm_arena  activation arena: first-fit over one slab, exact accounting
+ *             of live bytes, never allocates after init.
+ *   pm_pipe   pipeline trainer: placement of layers onto stages, the
+ *             executors, the optimizer step per device, the timeline.
+ *
+ * Exactness contract: weight passes of one stage are interchangeable (same
+ * cost, same bytes), so the runtime runs each stage's W passes in microbatch
+ * order at the positions the schedule lists them (zb-v lists a few out of
+ * order; timing and memory are unchanged). Stages with fused BW passes must
+ * already be in order (checked at init). Then pm_pipe_step
+ * gives bitwise the same loss, gradient norm and parameters as
+ * pm_trainer_step_batch on one device with the same configuration, provided
+ * OpenBLAS runs one thread per call (pm_pipe_init sets pm_blas_threads(1),
+ * a process-wide setting: run the single-device reference the same way). */
+#ifndef PM_RUNTIME_H
+#define PM_RUNTIME_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "pipemem/pm_gpt.h"
+#include "pipemem/pm_sched.h"
+#include "pipemem/pm_train.h"
+#include "pipemem/pm_util.h"
+
+/* ---- transport ------------------------------------------------------------
+ * One endpoint per device. Semantics (the contract an MPI transport keeps):
+ *   - isend/irecv return at once; the request completes later (wait/test).
+ *     The send buffer must stay unchanged until the send completes; the
+ *     receive buffer is written only before the receive completes.
+ *   - Messages between one (sender, receiver) pair with one tag are matched
+ *     in the order sent and posted (non-overtaking); lengths must match
+ *     exactly (a mismatch is PM_ERR_TRANSPORT naming both).
+ *   - A device may send to itself; that goes through the same path.
+ *   - Errors are sticky: after pm_tp_abort (by any device) or any failure,
+ *     every call on every endpoint returns the first error, and every device
+ *     blocked in wait wakes up with it. */
+
+typedef struct pm_tp pm_tp;
+
+typedef struct pm_tp_req {
+    int op;                 /* 0 idle, 1 send, 2 receive */
+    int peer, tag;          /* the other device and the tag */
+    void *buf;              /* receive buffer (borrowed) */
+    size_t len;             /* bytes */
+    int done;               /* 1 once complete (written under the transport's lock) */
+    struct pm_tp_req *next; /* transport-owned link while a receive is pending */
+} pm_tp_req;
+
+typedef struct {
+    const char *name; /* "threads", "mpi" */
+    pm_status (*isend)(pm_tp *tp, int peer, int tag, const void *buf, size_t len, pm_tp_req *r);
+    pm_status (*irecv)(pm_tp *tp, int peer, int tag, void *buf, size_t len, pm_tp_req *r);
+    pm_status (*wait)(pm_tp *tp, pm_tp_req *r);
+    pm_status (*test)(pm_tp *tp, pm_tp_req *r, int *done);
+    void (*abort)(pm_tp *tp, pm_status st, const char *msg);
+    pm_status (*status)(const pm_tp *tp, pm_err *err); /* the sticky error, PM_OK if none */
+} pm_tp_ops;
+
+struct pm_tp {
+    const pm_tp_ops *ops; /* implementation */
+    void *impl;           /* implementation state (shared world for threads) */
+    int dev;              /* this endpoint's device */
+    int ndev;             /* devices */
+};
+
+pm_status pm_tp_isend(pm_tp *tp, int peer, int tag, const void *buf, size_t len, pm_tp_req *r);
+pm_status pm_tp_irecv(pm_tp *tp, int peer, int tag, void *buf, size_t len, pm_tp_req *r);
+pm_status pm_tp_wait(pm_tp *tp, pm_tp_req *r);
+pm_status pm_tp_test(pm_tp *tp, pm_tp_req *r, int *done);
+/* Stops every device: st and msg become the sticky error (the first abort wins). */
+void pm_tp_abort(pm_tp *tp, pm_status st, const char *msg);
+pm_status pm_tp_status(const pm_tp *tp, pm_err *err);
+
+/* Threads transport: ndev endpoints in one process. A send copies the
+ * payload: straight into a matching posted receive, else into a mailbox
+ * buffer the receive copies out of later. Mailbox buffers are kept for reuse
+ * (a free list), so after the first step nothing is allocated. A wait longer
+ * than timeout_s seconds (0 = 300) fails with PM_ERR_TRANSPORT naming the
+ * device, peer and tag instead of hanging. */
+typedef struct pm_tp_threads pm_tp_threads;
+pm_status pm_tp_threads_create(pm_tp_threads **w, int ndev, double timeout_s, pm_err *err);
+pm_tp *pm_tp_threads_endpoint(pm_tp_threads *w, int dev);
+/* Clears a sticky error and drops unmatched messages (between steps only,
+ * when no device is inside the transport). */
+void pm_tp_threads_reset(pm_tp_threads *w);
+void pm_tp_threads_destroy(pm_tp_threads *w);
+
+/* ---- activation arena -----------------------------------------------------
+ * One slab of `cap` bytes. Blocks start on 64-byte boundaries and occupy
+ * their size rounded up to 64; `live` counts requested bytes exactly (what
+ * the model's sizes say), `peak` is the largest `live` seen, `high` the
+ * largest end offset (slab bytes actually touched: live plus alignment and
+ * fragmentation). Blocks are found by offset. First-fit over the gaps
+ * between blocks kept sorted by offset; at most max_blocks at once. With
+ * base == NULL (pm_arena_init_dry) the arena only plans offsets: the runtime
+ * replays a device's pass list on a dry arena to size the real one, and
+ * since the allocation sequence depends only on the list, the real run
+ * reproduces the dry one exactly. */
+typedef struct {
+    size_t off;  /* start, multiple of 64 */
+    size_t size; /* requested bytes (live) */
+} pm_arena_blk;
+
+typedef struct {
+    unsigned char *base; /* (cap) slab, owned; NULL when dry */
+    size_t cap;          /* capacity in bytes */
+    pm_arena_blk *blk;   /* (max_blocks) live blocks sorted by offset; owned */
+    size_t nblk;         /* live blocks */
+    size_t max_blocks;   /* capacity of blk */
+    size_t live;         /* requested bytes alive */
+    size_t peak;         /* max live since the last pm_arena_reset_peak */
+    size_t high;         /* max end offset since init */
+} pm_arena;
+
+#define PM_ARENA_ALIGN 64
+
+pm_status pm_arena_init(pm_arena *a, size_t cap, size_t max_blocks, pm_err *err);
+pm_status pm_arena_init_dry(pm_arena *a, size_t max_blocks, pm_err *err);
+void pm_arena_free(pm_arena *a);
+/* Places `size` bytes (> 0); PM_ERR_MEMLIMIT if no gap fits or max_blocks
+ * are live (the caller names the pass). Never calls malloc. */
+pm_status pm_arena_alloc(pm_arena *a, size_t size, size_t *off);
+/* Shrinks the block at off to its prefix of `size` bytes (<= its size). */
+void pm_arena_shrink(pm_arena *a, size_t off, size_t size);
+void pm_arena_release(pm_arena *a, size_t off);
+static inline void *pm_arena_ptr(const pm_arena *a, size_t off) { return a->base + off; }
+void pm_arena_reset_peak(pm_arena *a);
+
+/* ---- placement --------------------------------------------------------------
+ * Rule: the L+2 layers (embedding, L blocks, head) are cut into S contiguous
+ * non-empty ranges, in order, minimising the largest stage cost, where a
+ * layer's cost is its FLOPs for one microbatch (flops_f + flops_b + flops_w
+ * from pm_gpt_layer_sizes, the work the passes do). Exact (dynamic
+ * programming); on ties later stages take the extra layers (early stages
+ * hold the most microbatches in flight).
+ * first[s] .. first[s+1]-1 are stage s's layers (first has S+1 entries).
+ * Fewer layers than stages is PM_ERR_ARG with the fix. */
+pm_status pm_place_layers(const pm_gpt_config *cfg, int B, int T, int S, int *first,
+                          pm_err *err);
+
+/* Per-stage memory deltas of the model under a placement, in bytes: F keeps
+ * sum(saved), B releases sum(saved - saved_w), W the rest (pm_gpt.h). Times
+ * are the FLOPs of the stage (a prediction before anything is measured). */
+pm_status pm_place_costs(const pm_gpt_config *cfg, int B, int T, const int *first, int S,
+                         pm_cost *c, pm_err *err);
+
+/* ---- the pipeline trainer ---------------------------------------------------- */
+
+typedef enum { PM_FAULT_NONE, PM_FAULT_FAIL, PM_FAULT_NAN, PM_FAULT_COUNT } pm_fault_kind;
+
+typedef struct {
+    double wait_timeout_s;  /* transport wait limit (0 = 300 s) */
+    /* test hooks: fault injection */
+    int fault_kind;         /* pm_fault_kind: FAIL errors out, NAN poisons the pass's output */
+    int fault_dev;          /* device of the failing pass */
+    int64_t fault_pass;     /* index in that device's pass list */
+    int64_t fault_step;     /* step (0-based) the fault fires in */
+    size_t arena_cap;       /* > 0: every device's arena capacity in bytes (overflow tests) */
+} pm_pipe_opts;
+
+/* What one step measured and predicted. Arrays are owned by the pipe, one
+ * value per device, valid until the next step. */
+typedef struct {
+    double loss;             /* mean microbatch loss (double, microbatch order) */
+    double grad_norm;        /* global norm before clipping */
+    double lr;               /* learning rate used */
+    double step_ms;          /* wall time of the whole step (passes + norm + AdamW) */
+    double makespan_ms;      /* measured: max over devices of last pass end - first start */
+    double bubble;           /* measured: 1 - busy / (p * makespan) */
+    double pred_makespan_ms; /* simulator, fed with this step's per-stage mean pass times */
+    double pred_bubble;      /* ... */
+    const size_t *peak;      /* (p) measured peak activation bytes (arena live) */
+    const size_t *pred_peak; /* (p) simulator's peak with the model's byte deltas */
+    const size_t *arena;     /* (p) arena capacity (bytes of slab) */
+} pm_pipe_info;
+
+typedef struct pm_pipe_dev pm_pipe_dev;
+
+typedef struct {
+    pm_train_cfg cfg;     /* copy of the training configuration */
+    pm_sched sched;       /* owned copy of the schedule, W passes in microbatch order */
+    int64_t w_relabeled;  /* W passes that took another microbatch of their stage */
+    pm_pipe_opts opts;    /* copy */
+    int p, S, m;          /* devices, stages, microbatches */
+    int mbsz, T;          /* sequences per microbatch, tokens per sequence */
+    int *first;           /* (S+1) stage s holds layers first[s] .. first[s+1]-1 */
+    pm_gpt_sizes *sz;     /* (L+2) per-layer sizes for one microbatch */
+    pm_cost cost;         /* per stage: model byte deltas; times of the last step (us) */
+    pm_sim pred;          /* simulation with cost (after a step: measured times) */
+    size_t *peak;         /* (p) measured peak bytes of the last step */
+    size_t *pred_peak;    /* (p) predicted peak bytes */
+    size_t *arena_cap;    /* (p) arena capacities */
+    double *t0, *t1;      /* (p, cap) measured pass start / end, us from step start */
+    double *tmid;         /* (p, cap) BW: end of its B part */
+    double *live_after;   /* (p, cap) arena live bytes after each pass */
+    float *loss_mb;       /* (m) last step's microbatch losses */
+    pm_pipe_dev *dev;     /* (p) per-device state; owned */
+    pm_tp_threads *world; /* threads transport */
+    int64_t step;         /* optimizer steps done */
+    pm_status dead;       /* sticky: a failed step leaves the pipe unusable */
+    pm_err dead_err;
+    pm_pipe_info info;    /* last step */
+} pm_pipe;
+
+/* Checks cfg against the schedule (m == cfg->micro, enough layers for S
+ * stages, weight order per stage, validation), places the layers, predicts
+ * every device's peak with the simulator, sizes and allocates every device's
+ * arena, parameters (initialised from cfg->seed, like pm_trainer_init),
+ * gradients, AdamW moments and message buffers. opts may be NULL. On error
+ * *pp is zeroed. */
+pm_status pm_pipe_init(pm_pipe *pp, const pm_train_cfg *cfg, const pm_sched *s,
+                       const pm_pipe_opts *opts, pm_err *err);
+void pm_pipe_free(pm_pipe *pp);
+
+/* One optimizer step on inp, tgt (batch, ctx) int32: microbatch j is rows
+ * j*B/K .. (j+1)*B/K (as pm_trainer_step_batch). Runs p device threads.
+ * A failing pass stops every device; the error names device, stage,
+ * microbatch and pass, and the pipe is dead afterwards (sticky). */
+pm_status pm_pipe_step(pm_pipe *pp, const int32_t *inp, const int32_t *tgt, pm_pipe_info *info,
+                       pm_err *err);
+
+/* Gathers every device's parameters (or AdamW moments m, v) into a whole
+ * slab of pm_gpt_num_params floats. which: 0 params, 1 m, 2 v. */
+void pm_pipe_gather(const pm_pipe *pp, int which, float *out);
+/* Replaces every device's parameters and moments from whole slabs (resume
+ * from a checkpoint); m or v may be NULL for zeros. */
+void pm_pipe_scatter(pm_pipe *pp, const float *params, const float *m, const float *v);
+
+/* The measured timeline of the last step as a pm_sim (times in us, memory
+ * in bytes), for pm_sched_write_svg / pm_sched_write_trace. Caller frees. */
+pm_status pm_pipe_timeline(const pm_pipe *pp, pm_sim *out, pm_err *err);
+pm_status pm_pipe_write_trace(const pm_pipe *pp, FILE *f, pm_err *err);
+pm_status pm_pipe_write_svg(const pm_pipe *pp, FILE *f, const char *title, pm_err *err);
+
+#endif

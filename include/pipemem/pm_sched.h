@@ -1,0 +1,316 @@
+/* pm_sched.h: the schedule engine. Pure computation: no model, no threads.
+ *
+ * A schedule is data: a placement of S stages on p devices, and for each
+ * device the ordered list of passes (F, B, W or fused BW; stage; microbatch)
+ * it runs. Generators build schedules, the validator proves them complete,
+ * ordered and deadlock-free, the simulator replays them with per-stage costs
+ * and memory deltas, and the formats read and write them.
+ *
+ * Definitions follow shared/reference/schedules.md:
+ *   - F(s,j) needs F(s-1,j); B(s,j) needs B(s+1,j) (or BW), the last stage's
+ *     B needs its own F; W(s,j) needs B(s,j) on the same device.
+ *   - A pass starts at max(device free, dependency end + c if the dependency
+ *     ran on another device) and lasts its cost.
+ *   - Peaks are reported as multiples of M, one microbatch's activation
+ *     through the whole model (sum over stages of the F delta). */
+#ifndef PM_SCHED_H
+#define PM_SCHED_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "pipemem/pm_util.h"
+
+/* ---- passes and placements -------------------------------------------- */
+
+typedef enum { PM_PASS_F, PM_PASS_B, PM_PASS_W, PM_PASS_BW, PM_PASS_COUNT } pm_pass_kind;
+extern const char *const pm_pass_names[PM_PASS_COUNT]; /* "F", "B", "W", "BW" */
+
+typedef enum {
+    PM_PLACE_SINGLE, /* S = p, stage s on device s */
+    PM_PLACE_LOOP,   /* S = v*p, stage s on device s mod p */
+    PM_PLACE_V,      /* S = 2p, device i holds stages i and 2p-1-i */
+    PM_PLACE_COUNT
+} pm_place;
+extern const char *const pm_place_names[PM_PLACE_COUNT]; /* "single", "loop", "v" */
+
+typedef struct {
+    int32_t kind;  /* pm_pass_kind */
+    int32_t stage; /* 0 .. S-1 */
+    int32_t mb;    /* microbatch, 0 .. m-1 */
+} pm_pass;
+
+/* ---- the schedule ------------------------------------------------------ */
+
+typedef struct {
+    char kind[32];  /* generator name ("1f1b", "v-half", "file", ...) */
+    pm_place place; /* stage-to-device placement */
+    int p;          /* devices */
+    int m;          /* microbatches */
+    int v;          /* stages per device: 1 single, v loop, 2 V */
+    int S;          /* stages = v*p */
+    int64_t cap;    /* pass capacity per device: 3*m*v */
+    int64_t *len;   /* (p) passes on each device; owned */
+    pm_pass *pass;  /* (p, cap) device d's list is pass[d*cap .. d*cap+len[d]); owned */
+} pm_sched;
+
+/* Allocates an empty schedule (every device's list empty). On error *s is
+ * zeroed and nothing is allocated. */
+pm_status pm_sched_init(pm_sched *s, const char *kind, pm_place place, int p, int m, int v,
+                        pm_err *err);
+void pm_sched_free(pm_sched *s);
+/* Deep copy into an uninitialised dst. */
+pm_status pm_sched_copy(pm_sched *dst, const pm_sched *src, pm_err *err);
+
+/* Appends a pass to device d's list; the capacity is exact by construction,
+ * so overflowing it is a bug (asserted). */
+void pm_sched_push(pm_sched *s, int d, pm_pass_kind kind, int stage, int mb);
+
+static inline pm_pass *pm_sched_dev(const pm_sched *s, int d) { return s->pass + (int64_t)d * s->cap; }
+
+/* Device that holds stage s, and the stage's chunk index on that device
+ * (0 .. v-1: for V, chunk 0 is stage i and chunk 1 is stage 2p-1-i). */
+int pm_sched_stage_device(const pm_sched *s, int stage);
+int pm_sched_stage_chunk(const pm_sched *s, int stage);
+
+/* ---- costs and memory -------------------------------------------------- */
+
+/* What the user gives on the command line: the times and activation deltas
+ * of one microbatch through ONE DEVICE'S SHARE of the model (1/p of the
+ * layers). A placement with v stages per device charges 1/v per pass. */
+typedef struct {
+    double f, b, w; /* time of F, B and W; BW costs b + w */
+    double c;       /* point-to-point latency between devices */
+} pm_costs;
+typedef struct {
+    double f, b, w; /* activation delta of F, B and W; BW = b + w */
+} pm_mem;
+
+#define PM_COSTS_DEFAULT ((pm_costs){1, 1, 1, 0})
+#define PM_MEM_DEFAULT ((pm_mem){1, 0, -1})
+
+/* Per-stage costs, what the simulator consumes. The runtime fills these from
+ * measured pass times and the model's exact byte deltas. */
+typedef struct {
+    double tf, tb, tw; /* time of F, B, W on this stage */
+    double mf, mb, mw; /* memory delta of F, B, W on this stage */
+} pm_stage_cost;
+
+typedef struct {
+    int S;             /* stages */
+    double c;          /* point-to-point latency */
+    pm_stage_cost *st; /* (S); owned */
+} pm_cost;
+
+pm_status pm_cost_init(pm_cost *c, int S, pm_err *err);
+/* Per-stage costs for schedule s from device-share costs: every stage gets
+ * t/v and mem/v. */
+pm_status pm_cost_init_uniform(pm_cost *c, const pm_sched *s, pm_costs t, pm_mem mem,
+                               pm_err *err);
+void pm_cost_free(pm_cost *c);
+/* M: one microbatch's activation through the whole model (sum of mf). */
+double pm_cost_M(const pm_cost *c);
+/* Time and memory delta of one pass. */
+double pm_cost_time(const pm_cost *c, const pm_pass *ps);
+double pm_cost_mem(const pm_cost *c, const pm_pass *ps);
+
+/* ---- simulator --------------------------------------------------------- */
+
+typedef struct {
+    int p;             /* devices */
+    int64_t cap;       /* same layout as the schedule's pass array */
+    double *start;     /* (p, cap) start time of each pass */
+    double *end;       /* (p, cap) end time of each pass */
+    double *mem;       /* (p, cap) device activation after each pass (absolute units) */
+    double *span;      /* (p) end of last pass - start of first */
+    double *busy;      /* (p) sum of pass times */
+    double *peak;      /* (p) peak activation (absolute units) */
+    int64_t *peak_at;  /* (p) index of the pass that first reached the peak */
+    double makespan;   /* max span */
+    double bubble;     /* 1 - sum busy / (p * makespan) */
+    double M;          /* activation of one microbatch through the model */
+} pm_sim;
+
+/* Replays s with costs c (the rule above). On deadlock returns
+ * PM_ERR_DEADLOCK and names the first stuck device, its pass and what it
+ * waits for. On error *out is zeroed. */
+pm_status pm_sim_run(pm_sim *out, const pm_sched *s, const pm_cost *c, pm_err *err);
+void pm_sim_free(pm_sim *sim);
+/* Peak of device d as a multiple of M. */
+static inline double pm_sim_peak_x(const pm_sim *sim, int d) { return sim->peak[d] / sim->M; }
+double pm_sim_peak_max_x(const pm_sim *sim);
+
+/* ---- validator --------------------------------------------------------- */
+
+/* Checks, naming the first offending pass:
+ *   1. every pass names a stage in 0..S-1 and a microbatch in 0..m-1;
+ *   2. each device only runs stages it holds;
+ *   3. each (stage, mb) has F exactly once and either B and W once each or
+ *      BW once;
+ *   4. within a device, dependencies listed on that device come first (F
+ *      before B before W of a (stage, mb); F(s-1) before F(s) when both
+ *      stages are local, and so on);
+ *   5. the schedule does not deadlock under the simulation rule;
+ *   6. if mem_limit > 0 (a multiple of M) and c is given, no device's peak
+ *      exceeds it.
+ * c may be NULL (unit costs and the default memory are used for 5). */
+pm_status pm_sched_validate(const pm_sched *s, const pm_cost *c, double mem_limit, pm_err *err);
+
+/* ---- generators -------------------------------------------------------- */
+
+/* Everything a generator may use. Zero fields take the kind's default. */
+typedef struct {
+    int p;            /* devices */
+    int m;            /* microbatches */
+    int v;            /* chunks per device (interleaved); 0 = kind default */
+    pm_costs t;       /* device-share costs (for generators that squeeze) */
+    pm_mem mem;       /* device-share memory deltas */
+    double mem_limit; /* multiple of M; 0 = kind default or none */
+} pm_sched_req;
+
+typedef struct {
+    const char *name;  /* "1f1b" */
+    const char *about; /* one line for --help and README */
+    pm_place place;
+    /* Smallest m the kind accepts for p devices and v chunks (0 if any). */
+    int (*min_m)(int p, int v);
+    /* Checks req (v fits the kind, m large enough...) and builds. */
+    pm_status (*build)(pm_sched *s, const pm_sched_req *req, pm_err *err);
+} pm_sched_kind;
+
+/* Registry of every named generator, in a stable order. */
+const pm_sched_kind *pm_sched_kinds(int *n);
+const pm_sched_kind *pm_sched_kind_find(const char *name);
+/* Looks the kind up by name, checks p, m and v with clear messages (naming
+ * the minimum m, the chunk counts that fit), and builds. */
+pm_status pm_sched_generate(pm_sched *s, const char *kind, const pm_sched_req *req, pm_err *err);
+
+/* Individual generators (also reachable through the registry). */
+pm_status pm_sched_build_gpipe(pm_sched *s, const pm_sched_req *req, pm_err *err);
+pm_status pm_sched_build_1f1b(pm_sched *s, const pm_sched_req *req, pm_err *err);
+pm_status pm_sched_build_interleaved(pm_sched *s, const pm_sched_req *req, pm_err *err);
+pm_status pm_sched_build_zb_h1(pm_sched *s, const pm_sched_req *req, pm_err *err);
+pm_status pm_sched_build_zb_h2(pm_sched *s, const pm_sched_req *req, pm_err *err);
+pm_status pm_sched_build_zb_v(pm_sched *s, const pm_sched_req *req, pm_err *err);
+pm_status pm_sched_build_v_min(pm_sched *s, const pm_sched_req *req, pm_err *err);
+pm_status pm_sched_build_v_half(pm_sched *s, const pm_sched_req *req, pm_err *err);
+pm_status pm_sched_build_1f1b_v(pm_sched *s, const pm_sched_req *req, pm_err *err);
+
+/* ---- building blocks --------------------------------------------------- */
+
+/* One microbatch's passes on every device with slot offsets, repeated every
+ * T slots. Offsets are in slots; a pass occupies `dur` consecutive slots
+ * (1 for V chunk passes in the papers' units). */
+typedef struct {
+    int dev;    /* device */
+    int chunk;  /* chunk on that device (0 .. v-1) */
+    int kind;   /* pm_pass_kind */
+    int off;    /* start slot */
+    int dur;    /* slots occupied */
+} pm_block_pass;
+
+typedef struct {
+    pm_place place;       /* placement of the stages */
+    int p;                /* devices */
+    int v;                /* chunks per device (2 for V) */
+    int T;                /* interval between microbatches */
+    int n;                /* number of passes */
+    pm_block_pass *pass;  /* (n); owned */
+} pm_block;
+
+typedef struct {
+    int legal;          /* 1 if no device has two passes on one residue mod T */
+    int bad_dev;        /* first collision: device ... */
+    int bad_residue;    /* ... and residue */
+    int bad_pass[2];    /* the two colliding passes (indices into the block's pass[]) */
+    int *lifespan;      /* (p, v) slots from F start to end of the freeing pass */
+    double *bound;      /* (p) memory theorem bound per device, multiple of M */
+} pm_block_info;
+
+/* Text format (documented in README, "Building blocks"). Errors name line and
+ * column. */
+pm_status pm_block_parse(pm_block *b, const char *text, size_t len, pm_err *err);
+pm_status pm_block_write(FILE *f, const pm_block *b);
+void pm_block_free(pm_block *b);
+/* Named V blocks (v-min, v-half, 1f1b-v) for p devices. */
+pm_status pm_block_named(pm_block *b, const char *name, int p, pm_err *err);
+/* Legality, lifespans and the memory bound (mem gives each pass's delta per
+ * device share). */
+pm_status pm_block_analyze(const pm_block *b, pm_mem mem, pm_block_info *info, pm_err *err);
+void pm_block_info_free(pm_block_info *info);
+/* Repeat at interval T for m microbatches, squeeze with real costs, move
+ * warm-up and cool-down passes earlier without raising the steady-state
+ * peak. */
+pm_status pm_sched_from_block(pm_sched *s, const pm_block *b, const pm_sched_req *req,
+                              const char *kind, pm_err *err);
+
+/* ---- formats ----------------------------------------------------------- */
+
+/* PyTorch pipelining action grammar: "2F0" stage 2 forward mb 0; I the
+ * input-gradient pass (our B), W the weight pass, B the fused pass (our BW).
+ * Text: one line per device, actions separated by spaces; CSV: one row per
+ * rank, actions separated by commas (compute actions only). Errors name line
+ * and column. Readers infer p from the rows, S and m from the actions, and
+ * the placement from where the stages sit. */
+pm_status pm_sched_write_text(FILE *f, const pm_sched *s);
+pm_status pm_sched_write_csv(FILE *f, const pm_sched *s);
+pm_status pm_sched_parse_text(pm_sched *s, const char *text, size_t len, pm_err *err);
+pm_status pm_sched_parse_csv(pm_sched *s, const char *text, size_t len, pm_err *err);
+/* Reads a file, telling text from CSV by its content. */
+pm_status pm_sched_load(pm_sched *s, const char *path, pm_err *err);
+
+/* JSON: kind, placement, p, m, v, stages, costs, makespan, bubble, peak
+ * (per device, x M), peak_max, and per device the passes with start/end. */
+pm_status pm_sched_write_json(FILE *f, const pm_sched *s, const pm_cost *c, const pm_sim *sim);
+/* SVG timeline: one row per device, passes coloured by kind, microbatch
+ * numbers, V chunks told apart, a title with bubble rate and peak. */
+pm_status pm_sched_write_svg(FILE *f, const pm_sched *s, const pm_sim *sim, const char *title);
+/* Chrome trace JSON (opens in Perfetto): one track per device. */
+pm_status pm_sched_write_trace(FILE *f, const pm_sched *s, const pm_sim *sim);
+
+/* ---- schedules searched under a memory limit -------------------------- */
+
+/* Zero Bubble's adaptive heuristic on the single placement, real costs,
+ * under req->mem_limit (x M): zb (no limit if 0), zb-1p (default 1.0),
+ * zb-2p (default 2.0). */
+pm_status pm_sched_build_zb_auto(pm_sched *s, const pm_sched_req *req, pm_err *err);
+pm_status pm_sched_build_zb_1p(pm_sched *s, const pm_sched_req *req, pm_err *err);
+pm_status pm_sched_build_zb_2p(pm_sched *s, const pm_sched_req *req, pm_err *err);
+/* V-ZB: the greedy on the V placement, real costs, limit default 1.0. */
+pm_status pm_sched_build_v_zb(pm_sched *s, const pm_sched_req *req, pm_err *err);
+/* auto-v: the adaptive V scheduler; req->mem_limit is required. The best V
+ * schedule (searched building blocks, the fixed V blocks, V-ZB's greedy)
+ * whose peak fits the limit. Below the smallest feasible limit it fails
+ * with PM_ERR_MEMLIMIT and a message naming that limit. */
+pm_status pm_sched_build_auto_v(pm_sched *s, const pm_sched_req *req, pm_err *err);
+/* The smallest limit (x M) auto-v accepts for req's p, m, costs, memory. */
+pm_status pm_sched_auto_v_min_limit(const pm_sched_req *req, double *limit, pm_err *err);
+
+/* Families compared by the search and the curve: the placements. */
+typedef enum { PM_FAMILY_SINGLE, PM_FAMILY_V, PM_FAMILY_LOOP, PM_FAMILY_COUNT } pm_family;
+extern const char *const pm_family_names[PM_FAMILY_COUNT]; /* "single", "v", "loop" */
+
+/* One point of a bubble-versus-memory curve, or a search result. */
+typedef struct {
+    int ok;            /* 1 if some schedule fits the limit */
+    char kind[32];     /* the generator of the best one */
+    double makespan;   /* its simulated makespan */
+    double bubble;     /* its bubble rate */
+    double peak;       /* its peak, x M (max over devices) */
+} pm_search_point;
+
+/* The best schedule over every family whose peak fits req->mem_limit (> 0
+ * required): smallest makespan, ties to the smaller peak. best receives the
+ * schedule (caller frees), *pt its figures and reason (reason_len bytes) a
+ * one-line explanation of the choice. If nothing fits, PM_ERR_MEMLIMIT
+ * naming the smallest feasible limit. */
+pm_status pm_sched_search(pm_sched *best, const pm_sched_req *req, pm_search_point *pt,
+                          char *reason, size_t reason_len, pm_err *err);
+
+/* Bubble-versus-memory curve: for each family f and each of the n limits
+ * (x M), the best schedule of that family fitting limits[k], in
+ * pts[f * n + k] (ok = 0 where none fits). req->mem_limit is ignored. */
+pm_status pm_sched_curve(const pm_sched_req *req, const double *limits, int n,
+                         pm_search_point *pts, pm_err *err);
+
+#endif

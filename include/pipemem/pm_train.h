@@ -1,0 +1,196 @@
+/* pm_train.h: single-device training pieces: AdamW on flat float slabs,
+ * the learning-rate schedule, global gradient-norm clipping.
+ *
+ * Learning rate (step counted from 0, `steps` in all):
+ *   step < warmup:  lr * (step + 1) / warmup                (linear warm-up)
+ *   otherwise:      lo + (lr - lo) * (1 + cos(pi * q)) / 2,  lo = lr * lr_min_frac,
+ *                   q = (step - warmup) / (steps - warmup - 1), clamped to [0, 1]
+ * so the first post-warm-up step runs at lr and the last at the floor lo.
+ *
+ * AdamW (PyTorch's torch.optim.AdamW, t counted from 1):
+ *   g = grad * gscale          (gscale folds in 1/K accumulation and clipping)
+ *   m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2
+ *   p = p (1 - lr wd) - lr (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps)
+ * Weight decay is decoupled and applies to the matrices of the blocks (QKV,
+ * attention output, MLP in and out) and the LM head's matrix; biases,
+ * LayerNorm gains and biases, and both embeddings do not decay.
+ *
+ * Clipping: the global norm is sqrt of the sum of squares over every gradient
+ * element (of the mean-loss gradient); if it exceeds grad_clip every gradient
+ * is scaled by grad_clip / (norm + 1e-6). */
+#ifndef PM_TRAIN_H
+#define PM_TRAIN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "pipemem/pm_data.h"
+#include "pipemem/pm_gpt.h"
+#include "pipemem/pm_util.h"
+
+typedef struct {
+    float lr;           /* peak learning rate */
+    float lr_min_frac;  /* floor of the cosine as a fraction of lr */
+    int warmup;         /* warm-up steps */
+    int steps;          /* total steps the cosine spans */
+    float beta1, beta2; /* Adam moment decays */
+    float eps;          /* Adam denominator epsilon */
+    float weight_decay; /* decoupled decay for matrices */
+    float grad_clip;    /* max global gradient norm; <= 0 disables */
+} pm_optim_cfg;
+
+/* lr 1e-3, floor 10%, warm-up steps/10 (0 under 10 steps), betas 0.9/0.95,
+ * eps 1e-8, weight decay 0.1, clip 1.0. */
+void pm_optim_defaults(pm_optim_cfg *c, int steps);
+
+/* Learning rate of step `step` (0-based). */
+double pm_lr_at(const pm_optim_cfg *c, int64_t step);
+
+/* Sum of squares in double, in index order (add slabs' sums for a global
+ * norm, then sqrt). */
+double pm_sumsq(const float *g, size_t n);
+
+/* Factor to scale gradients by for global norm `norm` under limit `clip`. */
+float pm_clip_scale(double norm, float clip);
+
+typedef struct {
+    float lr;     /* this step's learning rate */
+    float wd;     /* weight decay of this tensor (0 for no decay) */
+    float beta1, beta2, eps;
+    int64_t t;    /* step number, from 1 */
+    float gscale; /* multiplies every gradient before use */
+} pm_adamw_args;
+
+/* One AdamW update of n parameters in place (p, m, v updated; g read). */
+void pm_adamw_update(float *p, const float *g, float *m, float *v, size_t n,
+                     const pm_adamw_args *a);
+
+/* ---- single-device trainer ------------------------------------------------
+ * A step: zero the gradient slab; for each of K microbatches (B/K sequences
+ * of T = ctx tokens, drawn from the train loader in order) run the whole
+ * model's forward+backward with loss scale 1/K, accumulating into the slab;
+ * the step's loss is the mean of the K microbatch losses (double, in order);
+ * then global-norm clipping and AdamW per tensor (decay per pm_gpt_tensor).
+ * Memory, allocated once in init: params, grads, m, v (4 slabs of
+ * pm_gpt_num_params floats, one allocation), the model workspace for one
+ * microbatch (pm_gpt_work_bytes(B/K, ctx)), and one step's inputs and
+ * targets (B, ctx). Nothing is allocated in a step. */
+
+typedef struct {
+    pm_gpt_config model; /* architecture */
+    int batch;           /* sequences per optimizer step B */
+    int micro;           /* microbatches per step K (divides B) */
+    uint64_t seed;       /* initialisation and data positions */
+    pm_optim_cfg opt;    /* optimizer and schedule (opt.steps = total steps) */
+} pm_train_cfg;
+
+/* Exact bytes pm_trainer_init allocates for cfg; 0 (and err) on a bad config
+ * or overflow. */
+size_t pm_train_mem_bytes(const pm_train_cfg *cfg, pm_err *err);
+
+/* Physical memory of this machine in bytes (sysconf), 0 if unknown. */
+size_t pm_mem_physical(void);
+
+typedef struct {
+    pm_train_cfg cfg;   /* copy of the configuration */
+    size_t n_params;    /* floats per slab */
+    float *params;      /* (n_params) owned: one block with grads, m, v */
+    float *grads;       /* (n_params) this step's accumulated gradient */
+    float *m, *v;       /* (n_params) AdamW moments */
+    void *work;         /* model workspace for one microbatch; owned */
+    int32_t *inp, *tgt; /* (B, ctx) one step's tokens; owned */
+    pm_loader train;    /* train windows; tokens borrowed from the caller */
+    int64_t step;       /* optimizer steps completed */
+} pm_trainer;
+
+/* Checks cfg (config, B % K, steps), that pm_train_mem_bytes fits under
+ * mem_limit bytes (0 = this machine's physical memory; PM_ERR_MEMLIMIT
+ * names both figures), that the train tokens hold ctx+1 tokens, then
+ * allocates and initialises the parameters from cfg->seed. `train` is
+ * borrowed for the trainer's life. On error *t is zeroed. */
+pm_status pm_trainer_init(pm_trainer *t, const pm_train_cfg *cfg, const pm_tokens *train,
+                          size_t mem_limit, pm_err *err);
+void pm_trainer_free(pm_trainer *t);
+
+typedef struct {
+    double loss;      /* mean loss of the step's microbatches */
+    double grad_norm; /* global norm before clipping */
+    double lr;        /* learning rate used */
+} pm_step_info;
+
+/* One optimizer step. PM_ERR_NUMERIC (and no update) if the loss or the
+ * gradient norm is not finite. */
+pm_status pm_trainer_step(pm_trainer *t, pm_step_info *info, pm_err *err);
+
+/* The same step on given tokens: inp and tgt are (B, ctx); microbatch k is
+ * rows k*B/K .. (k+1)*B/K. pm_trainer_step = the loader's next B windows
+ * followed by this. */
+pm_status pm_trainer_step_batch(pm_trainer *t, const int32_t *inp, const int32_t *tgt,
+                                pm_step_info *info, pm_err *err);
+
+/* Mean loss over `batches` microbatches of B/K windows of `val`, drawn from
+ * a loader seeded with cfg.seed ^ PM_VAL_SEED and restarted every call, so
+ * each evaluation sees the same text. */
+#define PM_VAL_SEED 0x76616c6964617465ull
+pm_status pm_trainer_eval(pm_trainer *t, const pm_tokens *val, int batches, double *loss,
+                          pm_err *err);
+
+/* Training FLOPs of one step: K * pm_gpt_flops(B/K, ctx) (matmul and
+ * attention products as the model computes them, forward and backward; the
+ * optimizer's few per-parameter operations are not counted). */
+double pm_train_step_flops(const pm_train_cfg *cfg);
+
+/* ---- checkpoints ------------------------------------------------------------
+ * File format, version 1, little-endian, floats IEEE-754 binary32:
+ *   offset size field
+ *        0    8 magic "PMCKPT01"
+ *        8    4 version (u32) = PM_CKPT_VERSION
+ *       12    4 header bytes (u32) = PM_CKPT_HEADER
+ *       16   20 model: vocab, ctx, dim, heads, layers (i32 each)
+ *       36    4 batch (i32)
+ *       40    4 microbatches (i32)
+ *       44    4 total steps (i32)
+ *       48    4 warm-up steps (i32)
+ *       52   28 lr, lr_min_frac, beta1, beta2, eps, weight_decay, grad_clip (f32)
+ *       80    8 steps completed (u64)
+ *       88    8 seed (u64): init and data positions
+ *       96    8 data position: train windows drawn (u64)
+ *      104    8 RNG state (u64): the loader's seed (its generator is
+ *               counter-based, so seed + position is its whole state)
+ *      112    8 parameter count n (u64)
+ *      120    8 reserved, 0
+ *      128  4n parameters, layer slab order (pm_gpt.h)
+ *     +4n   4n AdamW first moments m
+ *     +4n   4n AdamW second moments v
+ *     end-8  8 FNV-1a-64 of every preceding byte
+ * Gradients are not stored: every step starts from zero. Saving writes
+ * FILE.tmp and renames it, so a crash never leaves half a checkpoint. */
+#define PM_CKPT_MAGIC "PMCKPT01"
+#define PM_CKPT_VERSION 1u
+#define PM_CKPT_HEADER 128
+
+pm_status pm_ckpt_save(const pm_trainer *t, const char *path, pm_err *err);
+
+/* The header of a checkpoint, checked for magic, version, size and
+ * checksum (the whole file is read through once). */
+typedef struct {
+    pm_train_cfg cfg;  /* as saved */
+    int64_t step;      /* steps completed */
+    uint64_t data_pos; /* train windows drawn */
+    size_t n_params;   /* floats per slab */
+} pm_ckpt_info;
+pm_status pm_ckpt_info_read(const char *path, pm_ckpt_info *info, pm_err *err);
+
+/* Loads a checkpoint into an initialised trainer. The model config, batch,
+ * microbatches, seed and lr must equal the trainer's (else PM_ERR_ARG naming
+ * the field and both values); the trainer's total steps may differ (the
+ * cosine then spans the new total). On error the trainer's parameters and
+ * moments are unspecified: free it. */
+pm_status pm_ckpt_load(pm_trainer *t, const char *path, pm_err *err);
+
+/* Loads only the parameters (for sampling): *params is malloc'd
+ * (info->n_params floats, caller frees). */
+pm_status pm_ckpt_load_params(const char *path, pm_ckpt_info *info, float **params,
+                              pm_err *err);
+
+#endif

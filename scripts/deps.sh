@@ -1,0 +1,29 @@
+#!/bin/sh
+# Installs the Debian packages pipemem needs, if any are missing.
+# Build: gcc make pkg-config libopenblas-dev libcmocka-dev
+# MPI transport: libopenmpi-dev openmpi-bin
+# Demo corpus: fortunes.   Reference vectors: python3-torch (optional, see README).
+set -eu
+PKGS="gcc make pkg-config libopenblas-dev libcmocka-dev libopenmpi-dev openmpi-bin fortunes"
+missing=""
+for p in $PKGS; do
+    if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+        missing="$missing $p"
+    fi
+done
+[ -z "$missing" ] && exit 0
+if ! command -v apt-get >/dev/null 2>&1; then
+    echo "pipemem: missing packages:$missing, and this system has no apt-get;" \
+         "install their equivalents by hand (OpenBLAS, cmocka, OpenMPI, pkg-config)" >&2
+    exit 1
+fi
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then
+    if command -v sudo >/dev/null 2>&1; then SUDO="sudo"; else
+        echo "pipemem: missing packages:$missing; run as root or install sudo" >&2
+        exit 1
+    fi
+fi
+echo "pipemem: installing Debian packages:$missing"
+$SUDO apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $missing

@@ -1,0 +1,123 @@
+/* cmd_compare.c: `pipemem compare`: every named schedule for one (p, m,
+ * costs, memory) side by side: makespan, bubble rate, peak memory. Kinds
+ * that do not fit the request (m too small, m not a multiple of p for
+ * interleaved) are listed with the reason instead of numbers. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+static const char usage[] =
+    "usage: pipemem compare -p P -m M [--costs F,B,W[,C]] [--mem F,B,W] [--mem-limit X]\n"
+    "                       [--chunks V] [--format table|json|csv] [-o FILE]\n"
+    "\n"
+    "Every named schedule side by side: makespan, bubble rate, peak activation memory\n"
+    "(max over devices and per device, as multiples of M, one microbatch's activation\n"
+    "through the whole model). --chunks sets interleaved's chunks (default 2).\n";
+
+typedef struct {
+    const pm_sched_kind *k;
+    pm_cli_plan pl;
+    pm_status st;
+    pm_err err;
+} row;
+
+static void print_table(FILE *f, const row *r, int n, const pm_sched_req *q) {
+    fprintf(f, "p=%d m=%d costs F=%g B=%g W=%g C=%g  mem F=%g B=%g W=%g\n", q->p, q->m, q->t.f,
+            q->t.b, q->t.w, q->t.c, q->mem.f, q->mem.b, q->mem.w);
+    fprintf(f, "%-12s %12s %8s %9s  %s\n", "schedule", "makespan", "bubble", "peak(xM)",
+            "peak per device (xM)");
+    for (int i = 0; i < n; i++) {
+        if (r[i].st) {
+            fprintf(f, "%-12s %12s %8s %9s  %s\n", r[i].k->name, "-", "-", "-", r[i].err.msg);
+            continue;
+        }
+        const pm_sim *s = &r[i].pl.sim;
+        fprintf(f, "%-12s %12.6g %7.2f%% %9.3f ", r[i].k->name, s->makespan, 100 * s->bubble,
+                pm_sim_peak_max_x(s));
+        for (int d = 0; d < s->p; d++) fprintf(f, " %.3f", pm_sim_peak_x(s, d));
+        fputc('\n', f);
+    }
+}
+
+static void json_str(FILE *f, const char *s) {
+    fputc('"', f);
+    for (; *s; s++) {
+        if (*s == '"' || *s == '\\') fputc('\\', f);
+        if ((unsigned char)*s >= 0x20) fputc(*s, f);
+    }
+    fputc('"', f);
+}
+
+static void print_json(FILE *f, const row *r, int n, const pm_sched_req *q) {
+    fprintf(f, "{\"p\": %d, \"m\": %d, \"costs\": [%.17g, %.17g, %.17g, %.17g], "
+            "\"mem\": [%.17g, %.17g, %.17g], \"schedules\": [", q->p, q->m, q->t.f, q->t.b,
+            q->t.w, q->t.c, q->mem.f, q->mem.b, q->mem.w);
+    for (int i = 0; i < n; i++) {
+        fprintf(f, "%s\n  {\"kind\": ", i ? "," : "");
+        json_str(f, r[i].k->name);
+        if (r[i].st) {
+            fprintf(f, ", \"error\": ");
+            json_str(f, r[i].err.msg);
+            fputc('}', f);
+            continue;
+        }
+        const pm_sim *s = &r[i].pl.sim;
+        fprintf(f, ", \"placement\": \"%s\", \"stages\": %d, \"makespan\": %.17g, "
+                "\"bubble\": %.17g, \"peak_max\": %.17g, \"peak\": [", pm_place_names[r[i].k->place],
+                r[i].pl.s.S, s->makespan, s->bubble, pm_sim_peak_max_x(s));
+        for (int d = 0; d < s->p; d++) fprintf(f, "%s%.17g", d ? ", " : "", pm_sim_peak_x(s, d));
+        fprintf(f, "]}");
+    }
+    fprintf(f, "\n]}\n");
+}
+
+static void print_csv(FILE *f, const row *r, int n) {
+    fprintf(f, "kind,makespan,bubble,peak_max");
+    int p = n ? r[0].pl.s.p : 0;
+    for (int i = 0; i < n; i++) if (!r[i].st) p = r[i].pl.sim.p;
+    for (int d = 0; d < p; d++) fprintf(f, ",peak_%d", d);
+    fputc('\n', f);
+    for (int i = 0; i < n; i++) {
+        if (r[i].st) continue;
+        const pm_sim *s = &r[i].pl.sim;
+        fprintf(f, "%s,%.17g,%.17g,%.17g", r[i].k->name, s->makespan, s->bubble,
+                pm_sim_peak_max_x(s));
+        for (int d = 0; d < s->p; d++) fprintf(f, ",%.17g", pm_sim_peak_x(s, d));
+        fputc('\n', f);
+    }
+}
+
+int pm_cmd_compare(int argc, char **argv) {
+    pm_cli_sched_opts o;
+    int rc = pm_cli_sched_parse(argc, argv, &o, usage);
+    if (rc) return rc == 2 ? 0 : rc;
+    if (o.kind || o.from) return pm_cli_fail("compare: --kind/--from belong to 'schedule'");
+    if (!o.have_p || !o.have_m) return pm_cli_fail("compare: needs -p P and -m M");
+    const char *format = o.format ? o.format : "table";
+    if (strcmp(format, "table") && strcmp(format, "json") && strcmp(format, "csv"))
+        return pm_cli_fail("--format: '%s' is not one of table, json, csv", format);
+    int n;
+    const pm_sched_kind *kinds = pm_sched_kinds(&n);
+    row *r = calloc((size_t)n, sizeof *r);
+    if (!r) return pm_cli_fail("out of memory");
+    for (int i = 0; i < n; i++) {
+        pm_sched_req q = o.req;
+        if (kinds[i].place != PM_PLACE_LOOP) q.v = 0;
+        else if (!q.v) q.v = 2;
+        r[i].k = &kinds[i];
+        r[i].st = pm_cli_plan_make(&r[i].pl, kinds[i].name, &q, &r[i].err);
+    }
+    FILE *f = o.out ? fopen(o.out, "w") : stdout;
+    if (!f) rc = pm_cli_fail("cannot write %s", o.out);
+    else {
+        if (!strcmp(format, "table")) print_table(f, r, n, &o.req);
+        else if (!strcmp(format, "json")) print_json(f, r, n, &o.req);
+        else print_csv(f, r, n);
+        if (ferror(f) | (o.out && fclose(f))) rc = pm_cli_fail("writing %s failed", o.out);
+    }
+    for (int i = 0; i < n; i++) pm_cli_plan_free(&r[i].pl);
+    free(r);
+    return rc;
+}

@@ -1,0 +1,73 @@
+/* cmd_schedule.c: `pipemem schedule`: generate a named schedule or read one
+ * (text or CSV), validate it, simulate it and write it out. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+
+static const char usage[] =
+    "usage: pipemem schedule --kind K -p P -m M [--chunks V] [options]\n"
+    "       pipemem schedule --from FILE [options]\n"
+    "\n"
+    "  --kind K          a named schedule (see `pipemem compare` for the list)\n"
+    "  -p P, -m M        devices and microbatches\n"
+    "  --chunks V        chunks per device (interleaved only)\n"
+    "  --from FILE       read a schedule in PyTorch's action text or CSV format\n"
+    "  --costs F,B,W[,C] times of F, B, W through one device's share of the model,\n"
+    "                    and the point-to-point latency C (default 1,1,1,0)\n"
+    "  --mem F,B,W       activation deltas of F, B, W for one device's share (1,0,-1)\n"
+    "  --mem-limit X     reject the schedule if a device exceeds X times M\n"
+    "  --format F        text (default), csv, json, svg or trace\n"
+    "  -o FILE           write there instead of standard output\n";
+
+/* One summary line per fact, as '#' comments the text reader skips. */
+static void summary(FILE *f, const pm_cli_plan *pl) {
+    fprintf(f, "# %s: p=%d m=%d placement=%s stages=%d\n", pl->s.kind, pl->s.p, pl->s.m,
+            pm_place_names[pl->s.place], pl->s.S);
+    fprintf(f, "# makespan %.6g  bubble %.4f  peak %.4f M (per device:", pl->sim.makespan,
+            pl->sim.bubble, pm_sim_peak_max_x(&pl->sim));
+    for (int d = 0; d < pl->s.p; d++) fprintf(f, " %.4f", pm_sim_peak_x(&pl->sim, d));
+    fprintf(f, ")\n");
+}
+
+int pm_cmd_schedule(int argc, char **argv) {
+    pm_cli_sched_opts o;
+    int rc = pm_cli_sched_parse(argc, argv, &o, usage);
+    if (rc) return rc == 2 ? 0 : rc;
+    if (!o.kind == !o.from) return pm_cli_fail("schedule: give either --kind K or --from FILE");
+    if (o.kind && (!o.have_p || !o.have_m))
+        return pm_cli_fail("schedule: --kind %s needs -p P and -m M", o.kind);
+    const char *format = o.format ? o.format : "text";
+    pm_cli_plan pl = {0};
+    pm_err err;
+    pm_status st;
+    if (o.kind) {
+        st = pm_cli_plan_make(&pl, o.kind, &o.req, &err);
+    } else {
+        st = pm_sched_load(&pl.s, o.from, &err);
+        if (!st) st = pm_cli_plan_adopt(&pl, &o.req, &err);
+    }
+    if (st) {
+        pm_cli_plan_free(&pl);
+        return pm_cli_fail("%s", err.msg);
+    }
+    if (!strcmp(format, "text")) {
+        FILE *f = o.out ? fopen(o.out, "w") : stdout;
+        if (!f) {
+            pm_cli_plan_free(&pl);
+            return pm_cli_fail("cannot write %s", o.out);
+        }
+        summary(f, &pl);
+        rc = pm_sched_write_text(f, &pl.s) != PM_OK || ferror(f);
+        if (o.out && fclose(f)) rc = 1;
+        if (rc) pm_cli_fail("writing %s failed", o.out ? o.out : "standard output");
+    } else {
+        rc = pm_cli_plan_write(&pl, format, o.out);
+    }
+    if (!rc && o.out) {
+        fprintf(stderr, "pipemem: wrote %s: ", o.out);
+        summary(stderr, &pl);
+    }
+    pm_cli_plan_free(&pl);
+    return rc;
+}

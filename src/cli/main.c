@@ -1,0 +1,34 @@
+/* main.c: the pipemem binary: dispatches to one subcommand per file. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+
+static const pm_cli_cmd cmds[] = {
+    {"schedule", pm_cmd_schedule, "generate or read a schedule; validate, simulate, export"},
+    {"compare", pm_cmd_compare, "every schedule side by side: makespan, bubble, peak memory"},
+    {"block", pm_cmd_block, "check a building-block file and build the schedule from it"},
+    {"search", pm_cmd_search, "the fastest schedule of any family under --mem-limit X"},
+    {"curve", pm_cmd_curve, "bubble rate of the best schedule per family against the memory limit"},
+    {"prepare", pm_cmd_prepare, "text files to byte-level token files (train/val split)"},
+    {"train", pm_cmd_train, "train the GPT on a prepared data directory"},
+    {"sample", pm_cmd_sample, "generate text from a checkpoint"},
+};
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: pipemem <command> [options]   (pipemem <command> --help for more)\n\n");
+    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
+        fprintf(f, "  %-10s %s\n", cmds[i].name, cmds[i].summary);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2 || !strcmp(argv[1], "help") || !strcmp(argv[1], "--help") ||
+        !strcmp(argv[1], "-h")) {
+        usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
+        if (!strcmp(argv[1], cmds[i].name)) return cmds[i].run(argc - 1, argv + 1);
+    fprintf(stderr, "pipemem: unknown command '%s' (try 'pipemem help')\n", argv[1]);
+    return 2;
+}

@@ -1,0 +1,78 @@
+/* options.c: parsing of option values shared by the subcommands, each
+ * failure one line naming the option and what it accepts. */
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "cli.h"
+
+int pm_cli_fail(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("pipemem: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    return 1;
+}
+
+int pm_cli_int(const char *opt, const char *val, int lo, int *out) {
+    if (!val) return pm_cli_fail("%s needs a value", opt);
+    char *end;
+    errno = 0;
+    long x = strtol(val, &end, 10);
+    if (errno || end == val || *end || x < lo || x > 1 << 24)
+        return pm_cli_fail("%s: '%s' is not an integer >= %d", opt, val, lo);
+    *out = (int)x;
+    return 0;
+}
+
+int pm_cli_double(const char *opt, const char *val, double *out) {
+    if (!val) return pm_cli_fail("%s needs a value", opt);
+    char *end;
+    errno = 0;
+    double x = strtod(val, &end);
+    if (errno || end == val || *end || !isfinite(x))
+        return pm_cli_fail("%s: '%s' is not a number", opt, val);
+    *out = x;
+    return 0;
+}
+
+/* Parses up to n comma-separated finite numbers; returns how many, or -1. */
+static int parse_list(const char *val, double *x, int n) {
+    int k = 0;
+    const char *q = val;
+    while (k < n) {
+        char *end;
+        errno = 0;
+        x[k] = strtod(q, &end);
+        if (errno || end == q || !isfinite(x[k])) return -1;
+        k++;
+        if (*end == '\0') return k;
+        if (*end != ',') return -1;
+        q = end + 1;
+    }
+    return -1;
+}
+
+int pm_cli_costs(const char *val, pm_costs *out) {
+    double x[4] = {0, 0, 0, 0};
+    int k = val ? parse_list(val, x, 4) : -1;
+    if (k < 3 || x[0] <= 0 || x[1] <= 0 || x[2] < 0 || x[3] < 0)
+        return pm_cli_fail("--costs: '%s' is not F,B,W[,C] (F and B > 0, W and C >= 0)",
+                           val ? val : "");
+    *out = (pm_costs){x[0], x[1], x[2], x[3]};
+    return 0;
+}
+
+int pm_cli_mem(const char *val, pm_mem *out) {
+    double x[3];
+    int k = val ? parse_list(val, x, 3) : -1;
+    if (k != 3 || x[0] <= 0 || fabs(x[0] + x[1] + x[2]) > 1e-9 * fabs(x[0]))
+        return pm_cli_fail("--mem: '%s' is not F,B,W with F > 0 and F+B+W = 0 "
+                           "(what F keeps, B and W release)", val ? val : "");
+    *out = (pm_mem){x[0], x[1], x[2]};
+    return 0;
+}

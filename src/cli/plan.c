@@ -1,0 +1,85 @@
+/* plan.c: what the schedule commands share: their options, and the
+ * generate -> validate -> simulate -> write pipeline. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+int pm_cli_sched_parse(int argc, char **argv, pm_cli_sched_opts *o, const char *usage) {
+    *o = (pm_cli_sched_opts){.req = {.t = PM_COSTS_DEFAULT, .mem = PM_MEM_DEFAULT}};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
+        int bad = 0;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            fputs(usage, stdout);
+            return 2;
+        } else if (!strcmp(a, "--kind")) o->kind = val, bad = !val;
+        else if (!strcmp(a, "--from")) o->from = val, bad = !val;
+        else if (!strcmp(a, "--format")) o->format = val, bad = !val;
+        else if (!strcmp(a, "-o")) o->out = val, bad = !val;
+        else if (!strcmp(a, "-p")) bad = pm_cli_int(a, val, 1, &o->req.p), o->have_p = 1;
+        else if (!strcmp(a, "-m")) bad = pm_cli_int(a, val, 1, &o->req.m), o->have_m = 1;
+        else if (!strcmp(a, "--chunks")) bad = pm_cli_int(a, val, 1, &o->req.v);
+        else if (!strcmp(a, "--costs")) bad = pm_cli_costs(val, &o->req.t);
+        else if (!strcmp(a, "--mem")) bad = pm_cli_mem(val, &o->req.mem);
+        else if (!strcmp(a, "--mem-limit")) {
+            bad = pm_cli_double(a, val, &o->req.mem_limit);
+            if (!bad && o->req.mem_limit <= 0)
+                bad = pm_cli_fail("--mem-limit must be > 0 (a multiple of M)");
+        } else {
+            return pm_cli_fail("unknown option '%s' (see pipemem %s --help)", a, argv[0]);
+        }
+        if (bad) {
+            if (!val) pm_cli_fail("%s needs a value", a);
+            return 1;
+        }
+        i++; /* every option but --help takes a value */
+    }
+    return 0;
+}
+
+void pm_cli_plan_free(pm_cli_plan *pl) {
+    pm_sim_free(&pl->sim);
+    pm_cost_free(&pl->c);
+    pm_sched_free(&pl->s);
+}
+
+pm_status pm_cli_plan_adopt(pm_cli_plan *pl, const pm_sched_req *req, pm_err *err) {
+    pm_status st = pm_cost_init_uniform(&pl->c, &pl->s, req->t, req->mem, err);
+    if (!st) st = pm_sched_validate(&pl->s, &pl->c, req->mem_limit, err);
+    if (!st) st = pm_sim_run(&pl->sim, &pl->s, &pl->c, err);
+    return st;
+}
+
+pm_status pm_cli_plan_make(pm_cli_plan *pl, const char *kind, const pm_sched_req *req,
+                           pm_err *err) {
+    *pl = (pm_cli_plan){0};
+    pm_status st = pm_sched_generate(&pl->s, kind, req, err);
+    if (!st) st = pm_cli_plan_adopt(pl, req, err);
+    if (st) pm_cli_plan_free(pl);
+    return st;
+}
+
+int pm_cli_plan_write(const pm_cli_plan *pl, const char *format, const char *path) {
+    FILE *f = path ? fopen(path, "w") : stdout;
+    if (!f) return pm_cli_fail("cannot write %s", path);
+    pm_status st = PM_OK;
+    char title[160];
+    if (!strcmp(format, "text")) st = pm_sched_write_text(f, &pl->s);
+    else if (!strcmp(format, "csv")) st = pm_sched_write_csv(f, &pl->s);
+    else if (!strcmp(format, "json")) st = pm_sched_write_json(f, &pl->s, &pl->c, &pl->sim);
+    else if (!strcmp(format, "trace")) st = pm_sched_write_trace(f, &pl->s, &pl->sim);
+    else if (!strcmp(format, "svg")) {
+        snprintf(title, sizeof title, "%s  p=%d m=%d  bubble %.1f%%  peak %.2f M", pl->s.kind,
+                 pl->s.p, pl->s.m, 100 * pl->sim.bubble, pm_sim_peak_max_x(&pl->sim));
+        st = pm_sched_write_svg(f, &pl->s, &pl->sim, title);
+    } else {
+        if (path) fclose(f);
+        return pm_cli_fail("--format: '%s' is not one of text, csv, json, svg, trace", format);
+    }
+    int bad = st != PM_OK || ferror(f);
+    if (path && fclose(f)) bad = 1;
+    if (bad) return pm_cli_fail("writing %s failed", path ? path : "standard output");
+    return 0;
+}

@@ -1,0 +1,102 @@
+/* internal.h: private to src/model: the byte layout of every layer kind's
+ * saved buffer and scratch, and the kernels the layers are built from.
+ *
+ * Layout invariant: in every saved buffer, the regions W reads come first
+ * (offsets below `w_end`), the regions only F and B use come after, so B can
+ * release the suffix. Every region starts on a 64-byte boundary; the sizes
+ * pm_gpt_layer_sizes reports are exactly the ends of these layouts. */
+#ifndef PM_MODEL_INTERNAL_H
+#define PM_MODEL_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "pipemem/pm_gpt.h"
+
+#define PM_ALIGN 64
+#define PM_LN_EPS 1e-5f
+
+/* Byte offsets into a layer's saved buffer and scratch for (B, T).
+ * Block (N = B*T rows):
+ *   W prefix: ln1o (N,C) | atty (N,C) | ln2o (N,C) | gelu (N,4C)
+ *             | qkv (N,3C) F: q,k,v; after B: dqkv
+ *             | x1 (N,C)   F: residual after attention; after B: dx1
+ *             | fc (N,4C)  F: MLP pre-activation; after B: its gradient
+ *             | xin (N,C)  F: the block's input; after B: dout
+ *             | lnst (4C)  B: this microbatch's ln_1 dw, db, ln_2 dw, db
+ *   released by B: att (B,H,T,T) probabilities | stats (4,N) mean1 rstd1 mean2 rstd2
+ * Head:
+ *   W prefix: lno (N,C) | probs (N,V) after B: logit gradients | lnst (2C)
+ *   released by B: xin (N,C) | stats (2,N) | tgt (N) int32
+ * Embedding (nothing released by B):
+ *   dout (N,C) written by B | tok (N) int32 */
+typedef struct {
+    size_t ln1o, atty, ln2o, gelu, qkv, x1, fc, xin, lnst; /* block W prefix */
+    size_t att, stats;                                     /* block, released by B */
+    size_t lno, probs, tgt;                                /* head (xin, stats, lnst shared) */
+    size_t dout, tok;                                      /* embedding */
+    size_t w_end; /* end of the W prefix = sizes.saved_w */
+    size_t end;   /* whole buffer = sizes.saved */
+    /* scratch (floats offsets in bytes): block B: big (N,4C) at 0, then
+     * attention work per (b,h): sQ, sK, sV (T,hs) and sP (T,T) after (N,C). */
+    size_t s_att;     /* start of the attention work area */
+    size_t scratch_b; /* bytes */
+} pm_layout;
+
+/* Fills *lay for the layer kind; returns 0 on size overflow. */
+int pm_layout_get(const pm_gpt_config *cfg, pm_layer_kind kind, int B, int T, pm_layout *lay);
+
+/* ---- kernels (kernels.c) ---------------------------------------------------- */
+
+/* out (N,C) = LN(x) * w + b; mean, rstd (N). Two-pass mean and variance. */
+void pm_k_layernorm_f(float *out, float *mean, float *rstd, const float *x, const float *w,
+                      const float *b, size_t N, int C);
+/* LayerNorm backward of rows: dx = res + d/dx given dout (N,C); x, mean,
+ * rstd from F; dw, db (C) accumulated. dx may alias x (read before write per
+ * row); res may be NULL (no residual) or alias dx. */
+void pm_k_layernorm_b(float *dx, const float *res, const float *dout, const float *x,
+                      const float *mean, const float *rstd, const float *w, float *dw, float *db,
+                      size_t N, int C);
+/* Each of the N rows of y (ld ldy, n wide) = bias; bias may be NULL (zeros). */
+void pm_k_fill_rows(float *y, const float *bias, size_t N, int n);
+/* y = x + bias (rows) */
+void pm_k_add_bias_rows(float *y, const float *x, const float *bias, size_t N, int n);
+/* g (n) += column sums of d (N,n), rows in order. */
+void pm_k_colsum_add(float *g, const float *d, size_t N, int n);
+/* out = gelu(x), tanh approximation. */
+void pm_k_gelu_f(float *out, const float *x, size_t n);
+/* out = d * gelu'(x); out may alias d or x. */
+void pm_k_gelu_b(float *out, const float *d, const float *x, size_t n);
+/* Causal softmax in place of the rows of nmat stacked (T,T) score matrices
+ * (entries j > i set to 0). */
+void pm_k_causal_softmax(float *s, size_t nmat, int T);
+/* dS = P * (dP - rowdot(P, dP)) in place over dp, causal rows. */
+void pm_k_softmax_b(float *dp, const float *p, int T);
+/* Softmax over the rows of logits (N,V) in place -> probabilities; returns
+ * the sum over rows of -log p[target] (double) if tgt is not NULL. */
+double pm_k_softmax_xent(float *logits, const int32_t *tgt, size_t N, int V);
+
+/* C (M,N) = alpha * op(A) op(B) + beta * C, row-major, through cblas_sgemm. */
+void pm_k_gemm(int ta, int tb, size_t M, size_t N, size_t K, float alpha, const float *A,
+               size_t lda, const float *Bm, size_t ldb, float beta, float *C, size_t ldc);
+
+/* ---- layer passes (layers.c) ------------------------------------------------ */
+
+void pm_embed_f(const pm_gpt_config *c, int B, int T, const float *lp, const int32_t *tok,
+                float *out, void *saved);
+void pm_embed_b(const pm_gpt_config *c, int B, int T, const float *dout, void *saved);
+void pm_embed_w(const pm_gpt_config *c, int B, int T, float *lg, const void *saved);
+
+void pm_block_f(const pm_gpt_config *c, int B, int T, const float *lp, const float *in,
+                float *out, void *saved);
+void pm_block_b(const pm_gpt_config *c, int B, int T, const float *lp, const float *dout,
+                float *din, void *saved, void *scratch);
+void pm_block_w(const pm_gpt_config *c, int B, int T, float *lg, const void *saved);
+
+float pm_head_f(const pm_gpt_config *c, int B, int T, const float *lp, const float *in,
+                const int32_t *tgt, void *saved);
+void pm_head_b(const pm_gpt_config *c, int B, int T, const float *lp, float *din, float scale,
+               void *saved, void *scratch);
+void pm_head_w(const pm_gpt_config *c, int B, int T, float *lg, const void *saved);
+
+#endif

@@ -1,0 +1,278 @@
+/* layers.c: F, B and W of the three layer kinds (embedding, block, head)
+ * for one microbatch of B sequences of T tokens (N = B*T rows).
+ *
+ * Invariants (see internal.h for the saved layouts):
+ *   - F writes only `saved` (within the layout's end) and `out`; B writes
+ *     `saved`, `din` and scratch; W writes only the layer's gradient slice,
+ *     adding to it, and reads only the W prefix of `saved`.
+ *   - After B, every region W reads lies below w_end; F-only regions that W
+ *     does not need are reused in place for the gradients W does need
+ *     (qkv -> dqkv, x1 -> dx1, fc -> dfc, xin -> dout), so B releases the
+ *     attention probabilities and LayerNorm statistics.
+ *   - B computes this microbatch's LayerNorm weight gradients into `lnst`
+ *     (they need x, which B overwrites); W adds them into the gradients.
+ *   - Weights are (out, in) row-major like torch.nn.Linear, so y = x W^T is
+ *     gemm(NoTrans, Trans) and dx = dy W is gemm(NoTrans, NoTrans). */
+#include <math.h>
+#include <string.h>
+
+#include "model/internal.h"
+
+#define AT(base, off) ((float *)((char *)(base) + (off)))
+#define CAT(base, off) ((const float *)((const char *)(base) + (off)))
+
+enum { LN1W, LN1B, QKVW, QKVB, APW, APB, LN2W, LN2B, FCW, FCB, MPW, MPB }; /* block */
+enum { WTE, WPE };                                                          /* embedding */
+enum { LNFW, LNFB, LMW };                                                   /* head */
+
+/* Float offsets of a layer kind's tensors, straight from the tensor table so
+ * the passes and the checkpoint names can never disagree. */
+static void offsets(const pm_gpt_config *c, pm_layer_kind k, size_t o[PM_GPT_MAX_TENSORS]) {
+    pm_gpt_tensor t[PM_GPT_MAX_TENSORS];
+    int layer = k == PM_LAYER_EMBED ? 0 : k == PM_LAYER_BLOCK ? 1 : c->layers + 1;
+    int n = pm_gpt_layer_tensors(c, layer, t);
+    for (int i = 0; i < n; i++) o[i] = t[i].offset;
+}
+
+static pm_layout layout(const pm_gpt_config *c, pm_layer_kind k, int B, int T) {
+    pm_layout lay;
+    PM_ASSERT(pm_layout_get(c, k, B, T, &lay));
+    return lay;
+}
+
+/* Copies n bytes unless dst == src; partial overlap is a caller bug. */
+static void copy_in(void *dst, const void *src, size_t n) {
+    if (dst == src) return;
+    const char *d = dst, *s = src;
+    PM_ASSERT(d + n <= s || s + n <= d);
+    memcpy(dst, src, n);
+}
+
+/* ---- embedding ------------------------------------------------------------------ */
+
+/* out[b,t] = wte[tok[b,t]] + wpe[t] */
+void pm_embed_f(const pm_gpt_config *c, int B, int T, const float *lp, const int32_t *tok,
+                float *out, void *saved) {
+    pm_layout L = layout(c, PM_LAYER_EMBED, B, T);
+    size_t o[PM_GPT_MAX_TENSORS], N = (size_t)B * (size_t)T, C = (size_t)c->dim;
+    offsets(c, PM_LAYER_EMBED, o);
+    int32_t *ktok = (int32_t *)((char *)saved + L.tok);
+    copy_in(ktok, tok, N * sizeof(int32_t));
+    for (size_t r = 0; r < N; r++) {
+        int32_t id = ktok[r];
+        PM_ASSERT(id >= 0 && id < c->vocab);
+        const float *te = lp + o[WTE] + (size_t)id * C;
+        const float *pe = lp + o[WPE] + (r % (size_t)T) * C;
+        float *y = out + r * C;
+        for (size_t i = 0; i < C; i++) y[i] = te[i] + pe[i];
+    }
+}
+
+/* No input gradient: keep dout for W. */
+void pm_embed_b(const pm_gpt_config *c, int B, int T, const float *dout, void *saved) {
+    pm_layout L = layout(c, PM_LAYER_EMBED, B, T);
+    size_t N = (size_t)B * (size_t)T, C = (size_t)c->dim;
+    copy_in(AT(saved, L.dout), dout, N * C * sizeof(float));
+}
+
+/* dwte[tok[b,t]] += dout[b,t]; dwpe[t] += dout[b,t], rows in order */
+void pm_embed_w(const pm_gpt_config *c, int B, int T, float *lg, const void *saved) {
+    pm_layout L = layout(c, PM_LAYER_EMBED, B, T);
+    size_t o[PM_GPT_MAX_TENSORS], N = (size_t)B * (size_t)T, C = (size_t)c->dim;
+    offsets(c, PM_LAYER_EMBED, o);
+    const int32_t *tok = (const int32_t *)((const char *)saved + L.tok);
+    const float *d = CAT(saved, L.dout);
+    for (size_t r = 0; r < N; r++) {
+        float *gt = lg + o[WTE] + (size_t)tok[r] * C;
+        float *gp = lg + o[WPE] + (r % (size_t)T) * C;
+        const float *dr = d + r * C;
+        for (size_t i = 0; i < C; i++) {
+            gt[i] += dr[i];
+            gp[i] += dr[i];
+        }
+    }
+}
+
+/* ---- attention ------------------------------------------------------------------- */
+
+/* Per (b, h): S = scale Q K^T (T,T), kept as probabilities after the causal
+ * softmax (one call over all B*H matrices, so it can use every thread);
+ * Y = P V written into head h's columns of atty (ld C). Q, K, V are column
+ * slices of qkv (ld 3C). */
+static void attention_f(const pm_gpt_config *c, int B, int T, const float *qkv, float *att,
+                        float *atty) {
+    size_t C = (size_t)c->dim, H = (size_t)c->heads, hs = C / H, Tz = (size_t)T;
+    float scale = 1.0f / sqrtf((float)hs);
+    for (size_t b = 0; b < (size_t)B; b++)
+        for (size_t h = 0; h < H; h++) {
+            const float *q = qkv + b * Tz * 3 * C + h * hs, *k = q + C;
+            pm_k_gemm(0, 1, Tz, Tz, hs, scale, q, 3 * C, k, 3 * C, 0, att + (b * H + h) * Tz * Tz, Tz);
+        }
+    pm_k_causal_softmax(att, (size_t)B * H, T);
+    for (size_t b = 0; b < (size_t)B; b++)
+        for (size_t h = 0; h < H; h++) {
+            const float *v = qkv + b * Tz * 3 * C + 2 * C + h * hs;
+            pm_k_gemm(0, 0, Tz, hs, Tz, 1, att + (b * H + h) * Tz * Tz, Tz, v, 3 * C, 0,
+                      atty + b * Tz * C + h * hs, C);
+        }
+}
+
+/* Backward of attention_f, O(T^2) per head:
+ *   dV = P^T dY;  dP = dY V^T;  dS = P * (dP - rowdot(P, dP))
+ *   dQ = scale dS K;  dK = scale dS^T Q
+ * dq, dk, dv overwrite q, k, v in qkv once the head is done with them. */
+static void attention_b(const pm_gpt_config *c, int B, int T, float *qkv, const float *att,
+                        const float *datty, float *work) {
+    size_t C = (size_t)c->dim, H = (size_t)c->heads, hs = C / H, Tz = (size_t)T;
+    float scale = 1.0f / sqrtf((float)hs);
+    float *sq = work, *sk = sq + Tz * hs, *sv = sk + Tz * hs, *sp = sv + Tz * hs;
+    for (size_t b = 0; b < (size_t)B; b++)
+        for (size_t h = 0; h < H; h++) {
+            float *q = qkv + b * Tz * 3 * C + h * hs, *k = q + C, *v = q + 2 * C;
+            const float *p = att + (b * H + h) * Tz * Tz;
+            const float *dy = datty + b * Tz * C + h * hs;
+            pm_k_gemm(1, 0, Tz, hs, Tz, 1, p, Tz, dy, C, 0, sv, hs);
+            pm_k_gemm(0, 1, Tz, Tz, hs, 1, dy, C, v, 3 * C, 0, sp, Tz);
+            pm_k_softmax_b(sp, p, T);
+            pm_k_gemm(0, 0, Tz, hs, Tz, scale, sp, Tz, k, 3 * C, 0, sq, hs);
+            pm_k_gemm(1, 0, Tz, hs, Tz, scale, sp, Tz, q, 3 * C, 0, sk, hs);
+            for (size_t t = 0; t < Tz; t++) {
+                memcpy(q + t * 3 * C, sq + t * hs, hs * sizeof(float));
+                memcpy(k + t * 3 * C, sk + t * hs, hs * sizeof(float));
+                memcpy(v + t * 3 * C, sv + t * hs, hs * sizeof(float));
+            }
+        }
+}
+
+/* ---- block ----------------------------------------------------------------------- */
+
+/* x1 = x + attn(ln_1(x)) W_ap^T + b_ap;  out = x1 + gelu(ln_2(x1) W_fc^T + b_fc) W_mp^T + b_mp */
+void pm_block_f(const pm_gpt_config *c, int B, int T, const float *lp, const float *in,
+                float *out, void *saved) {
+    pm_layout L = layout(c, PM_LAYER_BLOCK, B, T);
+    size_t o[PM_GPT_MAX_TENSORS], N = (size_t)B * (size_t)T, C = (size_t)c->dim;
+    offsets(c, PM_LAYER_BLOCK, o);
+    float *ln1o = AT(saved, L.ln1o), *atty = AT(saved, L.atty), *ln2o = AT(saved, L.ln2o);
+    float *gelu = AT(saved, L.gelu), *qkv = AT(saved, L.qkv), *x1 = AT(saved, L.x1);
+    float *fc = AT(saved, L.fc), *xin = AT(saved, L.xin), *att = AT(saved, L.att);
+    float *st = AT(saved, L.stats); /* mean1, rstd1, mean2, rstd2: (N) each */
+    copy_in(xin, in, N * C * sizeof(float));
+    pm_k_layernorm_f(ln1o, st, st + N, xin, lp + o[LN1W], lp + o[LN1B], N, (int)C);
+    pm_k_fill_rows(qkv, lp + o[QKVB], N, (int)(3 * C));
+    pm_k_gemm(0, 1, N, 3 * C, C, 1, ln1o, C, lp + o[QKVW], C, 1, qkv, 3 * C);
+    attention_f(c, B, T, qkv, att, atty);
+    pm_k_add_bias_rows(x1, xin, lp + o[APB], N, (int)C);
+    pm_k_gemm(0, 1, N, C, C, 1, atty, C, lp + o[APW], C, 1, x1, C);
+    pm_k_layernorm_f(ln2o, st + 2 * N, st + 3 * N, x1, lp + o[LN2W], lp + o[LN2B], N, (int)C);
+    pm_k_fill_rows(fc, lp + o[FCB], N, (int)(4 * C));
+    pm_k_gemm(0, 1, N, 4 * C, C, 1, ln2o, C, lp + o[FCW], C, 1, fc, 4 * C);
+    pm_k_gelu_f(gelu, fc, N * 4 * C);
+    pm_k_add_bias_rows(out, x1, lp + o[MPB], N, (int)C);
+    pm_k_gemm(0, 1, N, C, 4 * C, 1, gelu, 4 * C, lp + o[MPW], 4 * C, 1, out, C);
+}
+
+void pm_block_b(const pm_gpt_config *c, int B, int T, const float *lp, const float *dout,
+                float *din, void *saved, void *scratch) {
+    pm_layout L = layout(c, PM_LAYER_BLOCK, B, T);
+    size_t o[PM_GPT_MAX_TENSORS], N = (size_t)B * (size_t)T, C = (size_t)c->dim;
+    offsets(c, PM_LAYER_BLOCK, o);
+    float *qkv = AT(saved, L.qkv), *x1 = AT(saved, L.x1), *fc = AT(saved, L.fc);
+    float *xin = AT(saved, L.xin), *att = AT(saved, L.att), *st = AT(saved, L.stats);
+    float *lnst = AT(saved, L.lnst), *a = scratch;
+    PM_ASSERT((char *)din + N * C * sizeof(float) <= (char *)saved ||
+              (char *)saved + L.end <= (char *)din);
+    memset(lnst, 0, 4 * C * sizeof(float));
+    /* out = x1 + gelu(fc) W_mp^T + b_mp: d gelu = dout W_mp; dfc = d gelu * gelu'(fc) */
+    pm_k_gemm(0, 0, N, 4 * C, C, 1, dout, C, lp + o[MPW], 4 * C, 0, a, 4 * C);
+    pm_k_gelu_b(fc, a, fc, N * 4 * C);
+    /* fc = ln2o W_fc^T + b_fc: d ln2o = dfc W_fc; x1 feeds ln_2 and the residual */
+    pm_k_gemm(0, 0, N, C, 4 * C, 1, fc, 4 * C, lp + o[FCW], C, 0, a, C);
+    pm_k_layernorm_b(x1, dout, a, x1, st + 2 * N, st + 3 * N, lp + o[LN2W], lnst + 2 * C,
+                     lnst + 3 * C, N, (int)C);
+    /* x1 = x + atty W_ap^T + b_ap: d atty = dx1 W_ap */
+    pm_k_gemm(0, 0, N, C, C, 1, x1, C, lp + o[APW], C, 0, a, C);
+    attention_b(c, B, T, qkv, att, a, AT(scratch, L.s_att));
+    /* qkv = ln1o W_qkv^T + b_qkv: d ln1o = dqkv W_qkv; x feeds ln_1 and the residual */
+    pm_k_gemm(0, 0, N, C, 3 * C, 1, qkv, 3 * C, lp + o[QKVW], C, 0, a, C);
+    pm_k_layernorm_b(din, x1, a, xin, st, st + N, lp + o[LN1W], lnst, lnst + C, N, (int)C);
+    memcpy(xin, dout, N * C * sizeof(float)); /* x is no longer needed; W needs dout */
+}
+
+/* dW = dY^T X for each linear (gemm(Trans, NoTrans), beta = 1); db += column
+ * sums of dY; LayerNorm gradients from B's lnst. */
+void pm_block_w(const pm_gpt_config *c, int B, int T, float *lg, const void *saved) {
+    pm_layout L = layout(c, PM_LAYER_BLOCK, B, T);
+    size_t o[PM_GPT_MAX_TENSORS], N = (size_t)B * (size_t)T, C = (size_t)c->dim;
+    offsets(c, PM_LAYER_BLOCK, o);
+    const float *ln1o = CAT(saved, L.ln1o), *atty = CAT(saved, L.atty);
+    const float *ln2o = CAT(saved, L.ln2o), *gelu = CAT(saved, L.gelu);
+    const float *dqkv = CAT(saved, L.qkv), *dx1 = CAT(saved, L.x1), *dfc = CAT(saved, L.fc);
+    const float *dy = CAT(saved, L.xin), *lnst = CAT(saved, L.lnst);
+    pm_k_gemm(1, 0, 3 * C, C, N, 1, dqkv, 3 * C, ln1o, C, 1, lg + o[QKVW], C);
+    pm_k_colsum_add(lg + o[QKVB], dqkv, N, (int)(3 * C));
+    pm_k_gemm(1, 0, C, C, N, 1, dx1, C, atty, C, 1, lg + o[APW], C);
+    pm_k_colsum_add(lg + o[APB], dx1, N, (int)C);
+    pm_k_gemm(1, 0, 4 * C, C, N, 1, dfc, 4 * C, ln2o, C, 1, lg + o[FCW], C);
+    pm_k_colsum_add(lg + o[FCB], dfc, N, (int)(4 * C));
+    pm_k_gemm(1, 0, C, 4 * C, N, 1, dy, C, gelu, 4 * C, 1, lg + o[MPW], 4 * C);
+    pm_k_colsum_add(lg + o[MPB], dy, N, (int)C);
+    const int ln[4] = {LN1W, LN1B, LN2W, LN2B};
+    for (int j = 0; j < 4; j++) pm_k_colsum_add(lg + o[ln[j]], lnst + (size_t)j * C, 1, (int)C);
+}
+
+/* ---- head ------------------------------------------------------------------------ */
+
+/* probs = softmax(ln_f(x) W_lm^T); loss = mean over rows of -log probs[target] */
+float pm_head_f(const pm_gpt_config *c, int B, int T, const float *lp, const float *in,
+                const int32_t *tgt, void *saved) {
+    pm_layout L = layout(c, PM_LAYER_HEAD, B, T);
+    size_t o[PM_GPT_MAX_TENSORS], N = (size_t)B * (size_t)T, C = (size_t)c->dim;
+    size_t V = (size_t)c->vocab;
+    offsets(c, PM_LAYER_HEAD, o);
+    float *lno = AT(saved, L.lno), *probs = AT(saved, L.probs), *xin = AT(saved, L.xin);
+    float *st = AT(saved, L.stats);
+    int32_t *kt = (int32_t *)((char *)saved + L.tgt);
+    copy_in(xin, in, N * C * sizeof(float));
+    for (size_t r = 0; r < N; r++) {
+        PM_ASSERT(!tgt || (tgt[r] >= 0 && tgt[r] < c->vocab));
+        kt[r] = tgt ? tgt[r] : -1; /* -1: no targets, B must not run */
+    }
+    pm_k_layernorm_f(lno, st, st + N, xin, lp + o[LNFW], lp + o[LNFB], N, (int)C);
+    pm_k_gemm(0, 1, N, V, C, 1, lno, C, lp + o[LMW], C, 0, probs, V);
+    double sum = pm_k_softmax_xent(probs, tgt ? kt : NULL, N, (int)V);
+    return tgt ? (float)(sum / (double)N) : 0.0f;
+}
+
+/* d logits = (probs - onehot(target)) * scale / N, in place over probs;
+ * d lno = d logits W_lm; din = ln_f backward. */
+void pm_head_b(const pm_gpt_config *c, int B, int T, const float *lp, float *din, float scale,
+               void *saved, void *scratch) {
+    pm_layout L = layout(c, PM_LAYER_HEAD, B, T);
+    size_t o[PM_GPT_MAX_TENSORS], N = (size_t)B * (size_t)T, C = (size_t)c->dim;
+    size_t V = (size_t)c->vocab;
+    offsets(c, PM_LAYER_HEAD, o);
+    float *probs = AT(saved, L.probs), *xin = AT(saved, L.xin), *st = AT(saved, L.stats);
+    float *lnst = AT(saved, L.lnst), *a = scratch;
+    const int32_t *kt = (const int32_t *)((const char *)saved + L.tgt);
+    float f = (float)((double)scale / (double)N);
+    for (size_t r = 0; r < N; r++) {
+        PM_ASSERT(kt[r] >= 0); /* F ran without targets */
+        float *row = probs + r * V;
+        row[kt[r]] -= 1.0f;
+        for (size_t j = 0; j < V; j++) row[j] *= f;
+    }
+    pm_k_gemm(0, 0, N, C, V, 1, probs, V, lp + o[LMW], C, 0, a, C);
+    memset(lnst, 0, 2 * C * sizeof(float));
+    pm_k_layernorm_b(din, NULL, a, xin, st, st + N, lp + o[LNFW], lnst, lnst + C, N, (int)C);
+}
+
+void pm_head_w(const pm_gpt_config *c, int B, int T, float *lg, const void *saved) {
+    pm_layout L = layout(c, PM_LAYER_HEAD, B, T);
+    size_t o[PM_GPT_MAX_TENSORS], N = (size_t)B * (size_t)T, C = (size_t)c->dim;
+    size_t V = (size_t)c->vocab;
+    offsets(c, PM_LAYER_HEAD, o);
+    const float *dlog = CAT(saved, L.probs), *lno = CAT(saved, L.lno), *lnst = CAT(saved, L.lnst);
+    pm_k_gemm(1, 0, V, C, N, 1, dlog, V, lno, C, 1, lg + o[LMW], C);
+    pm_k_colsum_add(lg + o[LNFW], lnst, 1, (int)C);
+    pm_k_colsum_add(lg + o[LNFB], lnst + C, 1, (int)C);
+}

@@ -1,0 +1,369 @@
+/* exec.c: the executor: one device's thread for one step. It walks the
+ * device's pass list and does exactly what each pass says, nothing else.
+ *
+ * Per pass (stage s holding layers a..b-1, microbatch j):
+ *   F   take the input (tokens if s == 0, else the received activation),
+ *       allocate every layer's `saved` in the arena, run the layers' F (each
+ *       writing straight into the next layer's input slot, the last into a
+ *       send buffer), send the output to stage s+1's device (itself at a V
+ *       turn: same path). On the head, check the loss is finite.
+ *   B   take the output gradient (none on the last stage: the loss, scaled
+ *       1/m), run the layers' B from b-1 down to a, shrink each saved to its
+ *       W prefix, send the input gradient to stage s-1's device.
+ *   W   add each layer's weight gradient into the device's gradient slab and
+ *       release its saved. Weight passes of a stage come in microbatch order
+ *       (checked at init), so accumulation order is the single-device one.
+ *   BW  the B part then the W part (bitwise B;W = BW per the model).
+ * Receives are posted ahead: the current pass's and the next one's, into two
+ * receive slots. Sends use two alternating buffers, each waited for before
+ * reuse (the threads transport copies at once; MPI need not).
+ * After the passes: the gradient sum of squares runs as a chain through the
+ * stages in layer order (device of stage 0 starts from 0.0, each stage adds
+ * its slice in index order and passes the running double on), which is
+ * exactly pm_sumsq over the whole slab; the last stage's device sends the
+ * norm to every device; each device steps AdamW on its own layers.
+ *
+ * Errors: a failing pass formats one line naming device, stage, microbatch
+ * and pass, aborts the transport (waking every device) and returns; a device
+ * that sees the abort stops at its next transport call or pass boundary. */
+#include <math.h>
+#include <string.h>
+
+#include "runtime/internal.h"
+
+static int stage_dev(const pm_pipe *pp, int s) { return pm_sched_stage_device(&pp->sched, s); }
+
+static size_t act_bytes(const pm_pipe *pp) {
+    return (size_t)pp->mbsz * (size_t)pp->T * (size_t)pp->cfg.model.dim * sizeof(float);
+}
+
+static void *saved_ptr(pm_pipe_dev *dv, int l, int j) {
+    return pm_arena_ptr(&dv->arena, dv->off[(size_t)l * (size_t)dv->pp->m + (size_t)j]);
+}
+
+/* ---- arena bookkeeping (also replayed dry at init) ------------------------- */
+
+pm_status pm_dev_mem_f(pm_pipe_dev *dv, int s, int j, int *bad) {
+    const pm_pipe *pp = dv->pp;
+    for (int l = pp->first[s]; l < pp->first[s + 1]; l++) {
+        size_t *o = &dv->off[(size_t)l * (size_t)pp->m + (size_t)j];
+        if (pm_arena_alloc(&dv->arena, pp->sz[l].saved, o)) {
+            *bad = l;
+            return PM_ERR_MEMLIMIT;
+        }
+    }
+    return PM_OK;
+}
+
+void pm_dev_mem_b(pm_pipe_dev *dv, int s, int j) {
+    const pm_pipe *pp = dv->pp;
+    for (int l = pp->first[s]; l < pp->first[s + 1]; l++) {
+        size_t o = dv->off[(size_t)l * (size_t)pp->m + (size_t)j];
+        if (pp->sz[l].saved_w) pm_arena_shrink(&dv->arena, o, pp->sz[l].saved_w);
+        else pm_arena_release(&dv->arena, o);
+    }
+}
+
+void pm_dev_mem_w(pm_pipe_dev *dv, int s, int j) {
+    const pm_pipe *pp = dv->pp;
+    for (int l = pp->first[s]; l < pp->first[s + 1]; l++)
+        if (pp->sz[l].saved_w)
+            pm_arena_release(&dv->arena, dv->off[(size_t)l * (size_t)pp->m + (size_t)j]);
+}
+
+/* ---- messages ------------------------------------------------------------------ */
+
+/* Whether pass ps receives a message, and from whom with which tag. */
+static int pass_msg(const pm_pipe *pp, const pm_pass *ps, int *peer, int *tag) {
+    if (ps->kind == PM_PASS_F && ps->stage > 0) {
+        *peer = stage_dev(pp, ps->stage - 1), *tag = pm_tag_f(pp, ps->stage, ps->mb);
+        return 1;
+    }
+    if ((ps->kind == PM_PASS_B || ps->kind == PM_PASS_BW) && ps->stage < pp->S - 1) {
+        *peer = stage_dev(pp, ps->stage + 1), *tag = pm_tag_b(pp, ps->stage, ps->mb);
+        return 1;
+    }
+    return 0;
+}
+
+/* Posts receives in list order into free slots (at most two ahead). */
+static pm_status post_ahead(pm_pipe_dev *dv) {
+    const pm_pipe *pp = dv->pp;
+    const pm_pass *ps = pm_sched_dev(&pp->sched, dv->d);
+    int64_t len = pp->sched.len[dv->d];
+    for (int k = 0; k < 2; k++) {
+        if (dv->rxpass[k] >= 0) continue;
+        int peer = 0, tag = 0;
+        while (dv->scan < len && !pass_msg(pp, &ps[dv->scan], &peer, &tag)) dv->scan++;
+        if (dv->scan >= len) return PM_OK;
+        pm_status st = pm_tp_irecv(dv->tp, peer, tag, dv->rx[k], act_bytes(pp), &dv->rxreq[k]);
+        if (st) return st;
+        dv->rxpass[k] = dv->scan++;
+    }
+    return PM_OK;
+}
+
+/* Waits for pass i's message; returns its slot's buffer. */
+static pm_status take_msg(pm_pipe_dev *dv, int64_t i, float **buf) {
+    for (int k = 0; k < 2; k++)
+        if (dv->rxpass[k] == i) {
+            *buf = dv->rx[k];
+            return pm_tp_wait(dv->tp, &dv->rxreq[k]);
+        }
+    PM_ASSERT(0 && "a pass's receive was not posted");
+    return PM_ERR_TRANSPORT;
+}
+
+static void done_msg(pm_pipe_dev *dv, int64_t i) {
+    for (int k = 0; k < 2; k++)
+        if (dv->rxpass[k] == i) dv->rxpass[k] = -1;
+}
+
+/* The send buffer to fill next (its previous send completed first). */
+static pm_status tx_buf(pm_pipe_dev *dv, float **buf) {
+    *buf = dv->tx[dv->txnext];
+    return pm_tp_wait(dv->tp, &dv->txreq[dv->txnext]);
+}
+
+static pm_status tx_send(pm_pipe_dev *dv, int peer, int tag) {
+    int k = dv->txnext;
+    dv->txnext ^= 1;
+    return pm_tp_isend(dv->tp, peer, tag, dv->tx[k], act_bytes(dv->pp), &dv->txreq[k]);
+}
+
+/* ---- passes ---------------------------------------------------------------------- */
+
+typedef struct {
+    pm_pipe_dev *dv;
+    int64_t i;         /* index in the device's list */
+    const pm_pass *ps; /* the pass */
+    int fault;         /* pm_fault_kind injected into this pass */
+    double t_start;    /* compute start (after the input arrived) */
+    double t_mid;      /* BW: end of the B part */
+} pass_ctx;
+
+static pm_status pass_fail(pass_ctx *x, pm_status st, const char *why) {
+    pm_pipe_dev *dv = x->dv;
+    pm_errf(&dv->err, st, "device %d, stage %d, microbatch %d, pass %s (#%lld on the device): %s",
+            dv->d, x->ps->stage, x->ps->mb, pm_pass_names[x->ps->kind], (long long)x->i, why);
+    pm_tp_abort(dv->tp, st, dv->err.msg);
+    return st;
+}
+
+static pm_status run_f(pass_ctx *x) {
+    pm_pipe_dev *dv = x->dv;
+    pm_pipe *pp = dv->pp;
+    const pm_gpt_config *c = &pp->cfg.model;
+    int s = x->ps->stage, j = x->ps->mb, a = pp->first[s], b = pp->first[s + 1], bad = 0;
+    int head = pm_gpt_num_layers(c) - 1;
+    size_t mtok = (size_t)pp->mbsz * (size_t)pp->T;
+    const void *in = dv->inp + (size_t)j * mtok;
+    float *rx = NULL, *out = NULL, loss = 0;
+    pm_status st = PM_OK;
+    if (s > 0 && (st = take_msg(dv, x->i, &rx))) return st;
+    if (rx) in = rx;
+    if (b - 1 != head && (st = tx_buf(dv, &out))) return st;
+    x->t_start = pm_now();
+    if (pm_dev_mem_f(dv, s, j, &bad)) {
+        char why[256];
+        snprintf(why, sizeof why, "activation arena full: layer %d needs %zu bytes with %zu of "
+                 "%zu live (the arena is sized from the predicted peak)", bad,
+                 pp->sz[bad].saved, dv->arena.live, dv->arena.cap);
+        return pass_fail(x, PM_ERR_MEMLIMIT, why);
+    }
+    for (int l = a; l < b; l++) {
+        void *sv = saved_ptr(dv, l, j);
+        const void *lin = l == a ? in : pm_gpt_layer_input_slot(c, l, pp->mbsz, pp->T, sv);
+        float *lout = l == head ? NULL
+                      : l + 1 < b ? pm_gpt_layer_input_slot(c, l + 1, pp->mbsz, pp->T,
+                                                            saved_ptr(dv, l + 1, j))
+                                  : out;
+        const float *lp = dv->sp[s] + (pm_gpt_layer_offset(c, l) - pm_gpt_layer_offset(c, a));
+        pm_gpt_layer_f(c, l, pp->mbsz, pp->T, lp, lin,
+                       l == head ? dv->tgt + (size_t)j * mtok : NULL, lout,
+                       l == head ? &loss : NULL, sv, dv->scratch);
+    }
+    done_msg(dv, x->i);
+    if (x->fault == PM_FAULT_NAN) {
+        if (out) out[0] = NAN;
+        else loss = NAN;
+    }
+    if (b - 1 == head) {
+        pp->loss_mb[j] = loss;
+        if (!isfinite(loss)) {
+            char why[128];
+            snprintf(why, sizeof why, "the loss is %g; lower the learning rate", (double)loss);
+            return pass_fail(x, PM_ERR_NUMERIC, why);
+        }
+        return PM_OK;
+    }
+    return tx_send(dv, stage_dev(pp, s + 1), pm_tag_f(pp, s + 1, j));
+}
+
+static pm_status run_b(pass_ctx *x) {
+    pm_pipe_dev *dv = x->dv;
+    pm_pipe *pp = dv->pp;
+    const pm_gpt_config *c = &pp->cfg.model;
+    int s = x->ps->stage, j = x->ps->mb, a = pp->first[s], b = pp->first[s + 1];
+    float *dout = NULL, *last = NULL;
+    pm_status st;
+    if (s < pp->S - 1 && (st = take_msg(dv, x->i, &dout))) return st;
+    if (a > 0 && (st = tx_buf(dv, &last))) return st;
+    x->t_start = pm_now();
+    for (int l = b - 1, k = 0; l >= a; l--, k ^= 1) {
+        float *din = l == 0 ? NULL : l == a ? last : dv->bb[k];
+        const float *lp = dv->sp[s] + (pm_gpt_layer_offset(c, l) - pm_gpt_layer_offset(c, a));
+        pm_gpt_layer_b(c, l, pp->mbsz, pp->T, lp, dout, din, 1.0f / (float)pp->m,
+                       saved_ptr(dv, l, j), dv->scratch);
+        dout = din;
+    }
+    done_msg(dv, x->i);
+    pm_dev_mem_b(dv, s, j);
+    if (x->fault == PM_FAULT_NAN && last) last[0] = NAN;
+    return a > 0 ? tx_send(dv, stage_dev(pp, s - 1), pm_tag_b(pp, s - 1, j)) : PM_OK;
+}
+
+static pm_status run_w(pass_ctx *x) {
+    pm_pipe_dev *dv = x->dv;
+    pm_pipe *pp = dv->pp;
+    const pm_gpt_config *c = &pp->cfg.model;
+    int s = x->ps->stage, j = x->ps->mb, a = pp->first[s], b = pp->first[s + 1];
+    if (x->ps->kind == PM_PASS_W) x->t_start = pm_now();
+    for (int l = a; l < b; l++) {
+        float *lg = dv->sg[s] + (pm_gpt_layer_offset(c, l) - pm_gpt_layer_offset(c, a));
+        pm_gpt_layer_w(c, l, pp->mbsz, pp->T, lg, saved_ptr(dv, l, j), dv->scratch);
+    }
+    pm_dev_mem_w(dv, s, j);
+    return PM_OK;
+}
+
+static pm_status run_pass(pass_ctx *x) {
+    pm_pipe_dev *dv = x->dv;
+    pm_status st = post_ahead(dv);
+    if (st) return st;
+    if (x->fault == PM_FAULT_FAIL) {
+        x->t_start = pm_now();
+        return pass_fail(x, PM_ERR_ARG, "injected failure (test hook)");
+    }
+    switch (x->ps->kind) {
+    case PM_PASS_F: return run_f(x);
+    case PM_PASS_B: return run_b(x);
+    case PM_PASS_W: return run_w(x);
+    default:
+        if ((st = run_b(x))) return st;
+        x->t_mid = pm_now();
+        return run_w(x);
+    }
+}
+
+/* ---- after the passes: norm chain and AdamW ----------------------------------- */
+
+static double sumsq_from(double s, const float *g, size_t n) {
+    for (size_t i = 0; i < n; i++) s += (double)g[i] * (double)g[i];
+    return s;
+}
+
+static size_t stage_floats(const pm_pipe *pp, int s) {
+    const pm_gpt_config *c = &pp->cfg.model;
+    int b = pp->first[s + 1];
+    size_t end = b < pm_gpt_num_layers(c) ? pm_gpt_layer_offset(c, b) : pm_gpt_num_params(c);
+    return end - pm_gpt_layer_offset(c, pp->first[s]);
+}
+
+static pm_status norm_chain(pm_pipe_dev *dv) {
+    pm_pipe *pp = dv->pp;
+    pm_status st;
+    for (int s = 0; s < pp->S; s++) {
+        if (stage_dev(pp, s) != dv->d) continue;
+        double acc = 0;
+        pm_tp_req r;
+        if (s > 0) {
+            if ((st = pm_tp_irecv(dv->tp, stage_dev(pp, s - 1), pm_tag_norm(pp, s), &acc,
+                                  sizeof acc, &r)) ||
+                (st = pm_tp_wait(dv->tp, &r)))
+                return st;
+        }
+        dv->nbuf[s] = sumsq_from(acc, dv->sg[s], stage_floats(pp, s));
+        if (s + 1 < pp->S) {
+            st = pm_tp_isend(dv->tp, stage_dev(pp, s + 1), pm_tag_norm(pp, s + 1), &dv->nbuf[s],
+                             sizeof(double), &dv->nreq[s]);
+        } else {
+            dv->nbuf[pp->S] = sqrt(dv->nbuf[s]);
+            for (int d = 0; d < pp->p && !st; d++)
+                st = pm_tp_isend(dv->tp, d, pm_tag_bcast(pp), &dv->nbuf[pp->S], sizeof(double),
+                                 &dv->nreq[pp->S + d]);
+        }
+        if (st) return st;
+    }
+    pm_tp_req r;
+    if ((st = pm_tp_irecv(dv->tp, stage_dev(pp, pp->S - 1), pm_tag_bcast(pp), &dv->norm,
+                          sizeof dv->norm, &r)) ||
+        (st = pm_tp_wait(dv->tp, &r)))
+        return st;
+    for (int k = 0; k < pp->S + pp->p; k++)
+        if ((st = pm_tp_wait(dv->tp, &dv->nreq[k]))) return st;
+    return PM_OK;
+}
+
+/* AdamW on every tensor of the device's layers, as pm_trainer does. */
+static void adamw_dev(pm_pipe_dev *dv) {
+    pm_pipe *pp = dv->pp;
+    const pm_gpt_config *c = &pp->cfg.model;
+    const pm_optim_cfg *o = &pp->cfg.opt;
+    float lr = (float)pm_lr_at(o, pp->step), gscale = pm_clip_scale(dv->norm, o->grad_clip);
+    pm_gpt_tensor tens[PM_GPT_MAX_TENSORS];
+    for (int s = 0; s < pp->S; s++) {
+        if (stage_dev(pp, s) != dv->d) continue;
+        size_t base0 = pm_gpt_layer_offset(c, pp->first[s]);
+        for (int l = pp->first[s]; l < pp->first[s + 1]; l++) {
+            size_t base = pm_gpt_layer_offset(c, l) - base0;
+            int nt = pm_gpt_layer_tensors(c, l, tens);
+            for (int i = 0; i < nt; i++) {
+                size_t off = base + tens[i].offset;
+                pm_adamw_args arg = {lr, tens[i].decay ? o->weight_decay : 0.0f, o->beta1,
+                                     o->beta2, o->eps, pp->step + 1, gscale};
+                pm_adamw_update(dv->sp[s] + off, dv->sg[s] + off, dv->sm[s] + off,
+                                dv->sv[s] + off, tens[i].numel, &arg);
+            }
+        }
+    }
+}
+
+static pm_status dev_step(pm_pipe_dev *dv) {
+    pm_pipe *pp = dv->pp;
+    const pm_pass *ps = pm_sched_dev(&pp->sched, dv->d);
+    int64_t len = pp->sched.len[dv->d], base = (int64_t)dv->d * pp->sched.cap;
+    const pm_pipe_opts *op = &pp->opts;
+    memset(dv->slab + dv->n, 0, dv->n * sizeof(float)); /* gradients */
+    dv->rxpass[0] = dv->rxpass[1] = -1;
+    dv->scan = 0;
+    pm_arena_reset_peak(&dv->arena);
+    pm_status st;
+    for (int64_t i = 0; i < len; i++) {
+        if ((st = pm_tp_status(dv->tp, NULL))) return st;
+        int fault = op->fault_kind && op->fault_step == pp->step && op->fault_dev == dv->d &&
+                            op->fault_pass == i
+                        ? op->fault_kind
+                        : PM_FAULT_NONE;
+        pass_ctx x = {dv, i, &ps[i], fault, 0, NAN};
+        if ((st = run_pass(&x))) return st;
+        double t_end = pm_now();
+        pp->t0[base + i] = (x.t_start - dv->t_base) * 1e6;
+        pp->t1[base + i] = (t_end - dv->t_base) * 1e6;
+        pp->tmid[base + i] = (x.t_mid - dv->t_base) * 1e6;
+        pp->live_after[base + i] = (double)dv->arena.live;
+    }
+    for (int k = 0; k < 2; k++)
+        if ((st = pm_tp_wait(dv->tp, &dv->txreq[k]))) return st;
+    if ((st = norm_chain(dv))) return st;
+    if (!isfinite(dv->norm)) return PM_ERR_NUMERIC; /* every device sees it: no update */
+    adamw_dev(dv);
+    return PM_OK;
+}
+
+void *pm_dev_main(void *arg) {
+    pm_pipe_dev *dv = arg;
+    dv->err.msg[0] = 0;
+    dv->st = dev_step(dv);
+    return NULL;
+}

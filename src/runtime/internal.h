@@ -1,0 +1,56 @@
+/* internal.h: private to src/runtime: one device's state and the pieces the
+ * executor (exec.c) and the pipeline (pipe.c) share. */
+#ifndef PM_RUNTIME_INTERNAL_H
+#define PM_RUNTIME_INTERNAL_H
+
+#include "pipemem/pm_runtime.h"
+
+/* Message tags: activation into stage s for microbatch j, its gradient back
+ * out of stage s+1 into stage s, the gradient-norm chain into stage s, and
+ * the norm broadcast. Unique per step, so matching never depends on timing. */
+static inline int pm_tag_f(const pm_pipe *pp, int s, int j) { return (s * pp->m + j) * 2; }
+static inline int pm_tag_b(const pm_pipe *pp, int s, int j) { return (s * pp->m + j) * 2 + 1; }
+static inline int pm_tag_norm(const pm_pipe *pp, int s) { return 2 * pp->S * pp->m + s; }
+static inline int pm_tag_bcast(const pm_pipe *pp) { return 2 * pp->S * pp->m + pp->S; }
+
+struct pm_pipe_dev {
+    pm_pipe *pp;          /* the pipeline (config, schedule, tables); borrowed */
+    int d;                /* this device */
+    pm_tp *tp;            /* its transport endpoint; borrowed from the world */
+    pm_arena arena;       /* activations (the saved buffers) */
+    size_t *off;          /* (L+2, m) arena offset of layer l's saved for mb j */
+    float *slab;          /* params | grads | m | v of this device's stages; owned */
+    size_t n;             /* floats in each of the four parts */
+    float **sp, **sg;     /* (S) stage s's params / grads (NULL if not held); owned arrays */
+    float **sm, **sv;     /* (S) stage s's AdamW moments */
+    unsigned char *work;  /* scratch and message buffers, one allocation; owned */
+    void *scratch;        /* largest scratch of this device's layers */
+    float *rx[2];         /* (mbsz, T, C) receive slots */
+    float *tx[2];         /* (mbsz, T, C) send buffers, alternating */
+    float *bb[2];         /* (mbsz, T, C) gradients between a stage's layers in B */
+    double *nbuf;         /* (S + 1) gradient-norm messages */
+    pm_tp_req rxreq[2];   /* receive of each slot */
+    int64_t rxpass[2];    /* pass index a slot serves, -1 if free */
+    int64_t scan;         /* next pass whose receive is not posted yet */
+    pm_tp_req txreq[2];   /* send of each tx buffer */
+    int txnext;           /* tx buffer the next send uses */
+    pm_tp_req *nreq;      /* (S + p) norm chain sends, then the broadcast */
+    /* per step */
+    const int32_t *inp, *tgt; /* the step's batch (input data, read only) */
+    double t_base;        /* step start (pm_now) */
+    double norm;          /* global gradient norm, as received */
+    pm_status st;         /* this device's result */
+    pm_err err;
+};
+
+/* Arena bookkeeping of a pass, shared by the dry replay (sizing) and the
+ * executor so both make the same sequence of calls. alloc returns
+ * PM_ERR_MEMLIMIT with the layer that did not fit in *bad. */
+pm_status pm_dev_mem_f(pm_pipe_dev *dv, int s, int j, int *bad);
+void pm_dev_mem_b(pm_pipe_dev *dv, int s, int j);
+void pm_dev_mem_w(pm_pipe_dev *dv, int s, int j);
+
+/* The device thread's body: passes, norm, AdamW. Sets dv->st / dv->err. */
+void *pm_dev_main(void *arg);
+
+#endif

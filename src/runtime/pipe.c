@@ -1,0 +1,480 @@
+/* pipe.c: the pipeline trainer around the executors: checks and placement,
+ * the memory prediction and arena sizing, per-device allocation, one step
+ * (threads, results, measured-versus-predicted timeline), and gathering the
+ * parameters back into one slab.
+ *
+ * Sizing: the simulator is run with the model's exact per-stage byte deltas
+ * (pm_place_costs); its per-device peak is the predicted peak. Each device's
+ * arena is then sized by replaying its pass list on a dry arena with the
+ * executor's own bookkeeping calls (pm_dev_mem_*): the dry run's peak of live
+ * bytes must equal the prediction (checked: a mismatch is a bug), and its
+ * highest end offset (live bytes plus 64-byte rounding and first-fit
+ * fragmentation) is the capacity. The real step makes the same calls in the
+ * same order, so it never needs more. Message buffers (two receive slots,
+ * two send buffers, two between-layer gradient buffers, each one (B,T,C)
+ * activation) and the scratch are allocated per device beside the arena and
+ * are not activation memory.
+ *
+ * State: init -> (step)* -> free. A failed step sets `dead`; later steps
+ * return the same error. */
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/internal.h"
+
+static void dev_free(pm_pipe_dev *dv) {
+    pm_arena_free(&dv->arena);
+    free(dv->off);
+    free(dv->slab);
+    free(dv->sp);
+    free(dv->sg);
+    free(dv->sm);
+    free(dv->sv);
+    free(dv->work);
+    free(dv->nbuf);
+    free(dv->nreq);
+}
+
+void pm_pipe_free(pm_pipe *pp) {
+    if (!pp) return;
+    if (pp->dev)
+        for (int d = 0; d < pp->p; d++) dev_free(&pp->dev[d]);
+    free(pp->dev);
+    pm_tp_threads_destroy(pp->world);
+    pm_sched_free(&pp->sched);
+    pm_cost_free(&pp->cost);
+    pm_sim_free(&pp->pred);
+    free(pp->first);
+    free(pp->sz);
+    free(pp->peak);
+    free(pp->pred_peak);
+    free(pp->arena_cap);
+    free(pp->t0);
+    free(pp->t1);
+    free(pp->tmid);
+    free(pp->live_after);
+    free(pp->loss_mb);
+    *pp = (pm_pipe){0};
+}
+
+/* Weight passes of one stage are interchangeable: same cost, same bytes
+ * released. So where a schedule lists a stage's W passes out of microbatch
+ * order (zb-v's cool-down does), the runtime keeps their positions and hands
+ * them the stage's microbatches in ascending order: timing and memory are
+ * unchanged and gradients accumulate in the single-device order. Stages with
+ * fused BW passes cannot be relabelled (B is not interchangeable). Returns
+ * the number of passes relabelled; the caller validates the result. */
+static int64_t normalize_w(pm_sched *s) {
+    int64_t changed = 0;
+    for (int d = 0; d < s->p; d++) {
+        pm_pass *ps = pm_sched_dev(s, d);
+        for (int st = 0; st < s->S; st++) {
+            int next = 0, has_bw = 0;
+            for (int64_t i = 0; i < s->len[d]; i++)
+                has_bw |= ps[i].stage == st && ps[i].kind == PM_PASS_BW;
+            if (has_bw) continue;
+            /* the W microbatches of this stage, in list order, get 0, 1, ... in turn
+             * only if the stage has exactly one W per microbatch (validated) */
+            for (int64_t i = 0; i < s->len[d]; i++)
+                if (ps[i].stage == st && ps[i].kind == PM_PASS_W) {
+                    if (ps[i].mb != next) changed++;
+                    ps[i].mb = next++;
+                }
+        }
+    }
+    return changed;
+}
+
+/* Every stage's weight passes must run in microbatch order, or gradient
+ * accumulation order (and so the last bits) would differ from one device. */
+static pm_status check_w_order(const pm_sched *s, pm_err *err) {
+    for (int d = 0; d < s->p; d++) {
+        const pm_pass *ps = pm_sched_dev(s, d);
+        for (int64_t i = 0; i < s->len[d]; i++) {
+            if (ps[i].kind != PM_PASS_W && ps[i].kind != PM_PASS_BW) continue;
+            for (int64_t k = i + 1; k < s->len[d]; k++)
+                if ((ps[k].kind == PM_PASS_W || ps[k].kind == PM_PASS_BW) &&
+                    ps[k].stage == ps[i].stage && ps[k].mb < ps[i].mb)
+                    return pm_errf(err, PM_ERR_INVALID,
+                                   "schedule %s: device %d runs the weight pass of stage %d for "
+                                   "microbatch %d (#%lld) after microbatch %d (#%lld); the "
+                                   "runtime accumulates weight gradients in microbatch order "
+                                   "(bitwise equal to one device), so reorder those passes",
+                                   s->kind, d, ps[i].stage, ps[k].mb, (long long)k, ps[i].mb,
+                                   (long long)i);
+        }
+    }
+    return PM_OK;
+}
+
+static pm_status check_cfg(const pm_train_cfg *cfg, const pm_sched *s, pm_err *err) {
+    pm_status st = pm_gpt_config_check(&cfg->model, err);
+    if (st) return st;
+    if (cfg->micro < 1 || cfg->batch < 1 || cfg->batch % cfg->micro)
+        return pm_errf(err, PM_ERR_ARG, "--microbatches %d must divide --batch %d", cfg->micro,
+                       cfg->batch);
+    if (s->m != cfg->micro)
+        return pm_errf(err, PM_ERR_ARG,
+                       "the schedule has %d microbatches but training uses %d; make them equal "
+                       "(--microbatches)", s->m, cfg->micro);
+    if (cfg->opt.steps < 1) return pm_errf(err, PM_ERR_ARG, "steps must be >= 1");
+    return pm_sched_validate(s, NULL, 0, err);
+}
+
+static pm_status nomem(pm_err *err, const char *what) {
+    return pm_errf(err, PM_ERR_NOMEM, "out of memory allocating %s", what);
+}
+
+/* Parameters, gradients and moments of the device's stages, initialised. */
+static pm_status dev_slab(pm_pipe *pp, pm_pipe_dev *dv, pm_err *err) {
+    const pm_gpt_config *c = &pp->cfg.model;
+    size_t S = (size_t)pp->S, n = 0;
+    dv->sp = calloc(S, sizeof(float *));
+    dv->sg = calloc(S, sizeof(float *));
+    dv->sm = calloc(S, sizeof(float *));
+    dv->sv = calloc(S, sizeof(float *));
+    if (!dv->sp || !dv->sg || !dv->sm || !dv->sv) return nomem(err, "stage tables");
+    for (int s = 0; s < pp->S; s++)
+        if (pm_sched_stage_device(&pp->sched, s) == dv->d)
+            for (int l = pp->first[s]; l < pp->first[s + 1]; l++) n += pm_gpt_layer_params(c, l);
+    dv->n = n;
+    dv->slab = calloc(4 * (n ? n : 1), sizeof(float));
+    if (!dv->slab) return nomem(err, "a device's parameters");
+    size_t at = 0;
+    for (int s = 0; s < pp->S; s++) {
+        if (pm_sched_stage_device(&pp->sched, s) != dv->d) continue;
+        dv->sp[s] = dv->slab + at, dv->sg[s] = dv->slab + n + at;
+        dv->sm[s] = dv->slab + 2 * n + at, dv->sv[s] = dv->slab + 3 * n + at;
+        for (int l = pp->first[s]; l < pp->first[s + 1]; l++) {
+            pm_gpt_init_layer(c, l, pp->cfg.seed, dv->slab + at);
+            at += pm_gpt_layer_params(c, l);
+        }
+    }
+    return PM_OK;
+}
+
+/* Replays the device's list on a dry arena (sizing), then makes the real one. */
+static pm_status dev_arena(pm_pipe *pp, pm_pipe_dev *dv, pm_err *err) {
+    size_t nl = (size_t)pm_gpt_num_layers(&pp->cfg.model), maxb = 0;
+    for (int s = 0; s < pp->S; s++)
+        if (pm_sched_stage_device(&pp->sched, s) == dv->d)
+            maxb += (size_t)(pp->first[s + 1] - pp->first[s]) * (size_t)pp->m;
+    dv->off = calloc(nl * (size_t)pp->m, sizeof(size_t));
+    if (!dv->off) return nomem(err, "arena offsets");
+    pm_status st = pm_arena_init_dry(&dv->arena, maxb, err);
+    if (st) return st;
+    const pm_pass *ps = pm_sched_dev(&pp->sched, dv->d);
+    for (int64_t i = 0; i < pp->sched.len[dv->d]; i++) {
+        int bad;
+        if (ps[i].kind == PM_PASS_F) PM_ASSERT(!pm_dev_mem_f(dv, ps[i].stage, ps[i].mb, &bad));
+        if (ps[i].kind == PM_PASS_B || ps[i].kind == PM_PASS_BW)
+            pm_dev_mem_b(dv, ps[i].stage, ps[i].mb);
+        if (ps[i].kind == PM_PASS_W || ps[i].kind == PM_PASS_BW)
+            pm_dev_mem_w(dv, ps[i].stage, ps[i].mb);
+    }
+    size_t peak = dv->arena.peak, high = dv->arena.high, live = dv->arena.live;
+    pm_arena_free(&dv->arena);
+    if (peak != pp->pred_peak[dv->d] || live != 0)
+        return pm_errf(err, PM_ERR_INVALID,
+                       "device %d: replaying the schedule gives a peak of %zu activation bytes "
+                       "(%zu left at the end) but the simulator predicts %zu (a runtime bug)",
+                       dv->d, peak, live, pp->pred_peak[dv->d]);
+    pp->arena_cap[dv->d] = pp->opts.arena_cap ? pp->opts.arena_cap : high;
+    return pm_arena_init(&dv->arena, pp->arena_cap[dv->d], maxb, err);
+}
+
+/* Scratch and message buffers in one allocation. */
+static pm_status dev_work(pm_pipe *pp, pm_pipe_dev *dv, pm_err *err) {
+    size_t scr = 0, act = (size_t)pp->mbsz * (size_t)pp->T * (size_t)pp->cfg.model.dim * 4;
+    for (int s = 0; s < pp->S; s++) {
+        if (pm_sched_stage_device(&pp->sched, s) != dv->d) continue;
+        for (int l = pp->first[s]; l < pp->first[s + 1]; l++) {
+            const pm_gpt_sizes *z = &pp->sz[l];
+            size_t m = z->scratch_f > z->scratch_b ? z->scratch_f : z->scratch_b;
+            if (z->scratch_w > m) m = z->scratch_w;
+            if (m > scr) scr = m;
+        }
+    }
+    scr = (scr + 63) / 64 * 64;
+    act = (act + 63) / 64 * 64;
+    dv->work = aligned_alloc(64, scr + 6 * act);
+    dv->nbuf = calloc((size_t)pp->S + 1, sizeof(double));
+    dv->nreq = calloc((size_t)(pp->S + pp->p), sizeof(pm_tp_req));
+    if (!dv->work || !dv->nbuf || !dv->nreq) return nomem(err, "message buffers");
+    memset(dv->work, 0, scr + 6 * act);
+    dv->scratch = dv->work;
+    for (int k = 0; k < 2; k++) {
+        dv->rx[k] = (float *)(dv->work + scr + (size_t)k * act);
+        dv->tx[k] = (float *)(dv->work + scr + (size_t)(2 + k) * act);
+        dv->bb[k] = (float *)(dv->work + scr + (size_t)(4 + k) * act);
+    }
+    dv->rxpass[0] = dv->rxpass[1] = -1;
+    return PM_OK;
+}
+
+/* Placement, sizes, the byte-delta cost table and the memory prediction. */
+static pm_status plan(pm_pipe *pp, pm_err *err) {
+    const pm_gpt_config *c = &pp->cfg.model;
+    int nl = pm_gpt_num_layers(c);
+    size_t np = (size_t)pp->p, nt = (size_t)pp->p * (size_t)pp->sched.cap;
+    pp->first = malloc(((size_t)pp->S + 1) * sizeof(int));
+    pp->sz = calloc((size_t)nl, sizeof(pm_gpt_sizes));
+    pp->peak = calloc(np, sizeof(size_t));
+    pp->pred_peak = calloc(np, sizeof(size_t));
+    pp->arena_cap = calloc(np, sizeof(size_t));
+    pp->t0 = calloc(nt, sizeof(double));
+    pp->t1 = calloc(nt, sizeof(double));
+    pp->tmid = calloc(nt, sizeof(double));
+    pp->live_after = calloc(nt, sizeof(double));
+    pp->loss_mb = calloc((size_t)pp->m, sizeof(float));
+    if (!pp->first || !pp->sz || !pp->peak || !pp->pred_peak || !pp->arena_cap || !pp->t0 ||
+        !pp->t1 || !pp->tmid || !pp->live_after || !pp->loss_mb)
+        return nomem(err, "the pipeline's tables");
+    pm_status st = pm_place_layers(c, pp->mbsz, pp->T, pp->S, pp->first, err);
+    for (int l = 0; l < nl && !st; l++) st = pm_gpt_layer_sizes(c, l, pp->mbsz, pp->T, &pp->sz[l], err);
+    if (!st) st = pm_place_costs(c, pp->mbsz, pp->T, pp->first, pp->S, &pp->cost, err);
+    if (!st) st = pm_sim_run(&pp->pred, &pp->sched, &pp->cost, err);
+    if (st) return st;
+    for (int d = 0; d < pp->p; d++) pp->pred_peak[d] = (size_t)pp->pred.peak[d];
+    return PM_OK;
+}
+
+pm_status pm_pipe_init(pm_pipe *pp, const pm_train_cfg *cfg, const pm_sched *s,
+                       const pm_pipe_opts *opts, pm_err *err) {
+    *pp = (pm_pipe){0};
+    pm_status st = check_cfg(cfg, s, err);
+    if (st) return st;
+    pp->cfg = *cfg;
+    if (opts) pp->opts = *opts;
+    pp->p = s->p, pp->S = s->S, pp->m = s->m;
+    pp->mbsz = cfg->batch / cfg->micro, pp->T = cfg->model.ctx;
+    if ((st = pm_sched_copy(&pp->sched, s, err))) return st;
+    pp->w_relabeled = normalize_w(&pp->sched);
+    if (pp->w_relabeled && (st = pm_sched_validate(&pp->sched, NULL, 0, err))) {
+        pm_errf(err, st, "schedule %s: running its weight passes in microbatch order breaks "
+                "it (%s)", s->kind, err->msg);
+        goto fail;
+    }
+    if ((st = check_w_order(&pp->sched, err))) goto fail;
+    if ((st = plan(pp, err))) goto fail;
+    if ((st = pm_tp_threads_create(&pp->world, pp->p, pp->opts.wait_timeout_s, err))) goto fail;
+    pp->dev = calloc((size_t)pp->p, sizeof *pp->dev);
+    if (!pp->dev) {
+        st = nomem(err, "devices");
+        goto fail;
+    }
+    for (int d = 0; d < pp->p; d++) {
+        pm_pipe_dev *dv = &pp->dev[d];
+        dv->pp = pp, dv->d = d, dv->tp = pm_tp_threads_endpoint(pp->world, d);
+        if ((st = dev_slab(pp, dv, err)) || (st = dev_arena(pp, dv, err)) ||
+            (st = dev_work(pp, dv, err)))
+            goto fail;
+    }
+    /* concurrent sgemm calls from the device threads, each single-threaded:
+     * deterministic and independent of how many devices run at once */
+    pm_blas_threads(1);
+    return PM_OK;
+fail:
+    pm_pipe_free(pp);
+    return st;
+}
+
+/* ---- one step -------------------------------------------------------------------- */
+
+/* Per-stage mean F, B, W times (us) of the step just run, into pp->cost. */
+static void measured_costs(pm_pipe *pp) {
+    int S = pp->S;
+    for (int s = 0; s < S; s++) {
+        double sum[3] = {0, 0, 0};
+        int n[3] = {0, 0, 0};
+        for (int d = 0; d < pp->p; d++) {
+            const pm_pass *ps = pm_sched_dev(&pp->sched, d);
+            for (int64_t i = 0; i < pp->sched.len[d]; i++) {
+                if (ps[i].stage != s) continue;
+                int64_t k = (int64_t)d * pp->sched.cap + i;
+                double t0 = pp->t0[k], t1 = pp->t1[k], tm = pp->tmid[k];
+                if (ps[i].kind == PM_PASS_BW) {
+                    sum[1] += tm - t0, sum[2] += t1 - tm, n[1]++, n[2]++;
+                } else {
+                    sum[ps[i].kind] += t1 - t0, n[ps[i].kind]++;
+                }
+            }
+        }
+        pm_stage_cost *c = &pp->cost.st[s];
+        c->tf = n[0] ? sum[0] / n[0] : 0;
+        c->tb = n[1] ? sum[1] / n[1] : 0;
+        c->tw = n[2] ? sum[2] / n[2] : 0;
+    }
+    pp->cost.c = 0;
+}
+
+/* Measured makespan and bubble the simulator's way (span per device). */
+static void measured_span(const pm_pipe *pp, double *makespan, double *bubble) {
+    double mk = 0, busy = 0;
+    for (int d = 0; d < pp->p; d++) {
+        int64_t base = (int64_t)d * pp->sched.cap, n = pp->sched.len[d];
+        if (!n) continue;
+        double span = pp->t1[base + n - 1] - pp->t0[base];
+        if (span > mk) mk = span;
+        for (int64_t i = 0; i < n; i++) busy += pp->t1[base + i] - pp->t0[base + i];
+    }
+    *makespan = mk;
+    *bubble = mk > 0 ? 1.0 - busy / (pp->p * mk) : 0;
+}
+
+static pm_status step_fail(pm_pipe *pp, pm_status st, pm_err *err) {
+    pp->dead = st;
+    if (err) *err = pp->dead_err;
+    return st;
+}
+
+static pm_status collect_error(pm_pipe *pp, pm_err *err) {
+    pm_tp *tp0 = pm_tp_threads_endpoint(pp->world, 0);
+    pm_status st = pm_tp_status(tp0, &pp->dead_err);
+    if (st) return step_fail(pp, st, err);
+    for (int d = 0; d < pp->p; d++) {
+        if (pp->dev[d].st == PM_ERR_NUMERIC) {
+            pm_errf(&pp->dead_err, PM_ERR_NUMERIC,
+                    "step %lld: the gradient norm is %g (not finite); no update was made; lower "
+                    "--lr", (long long)pp->step + 1, pp->dev[d].norm);
+            return step_fail(pp, PM_ERR_NUMERIC, err);
+        }
+        if (pp->dev[d].st) {
+            pm_errf(&pp->dead_err, pp->dev[d].st, "device %d: %s", d,
+                    pp->dev[d].err.msg[0] ? pp->dev[d].err.msg : pm_status_str(pp->dev[d].st));
+            return step_fail(pp, pp->dev[d].st, err);
+        }
+    }
+    return PM_OK;
+}
+
+pm_status pm_pipe_step(pm_pipe *pp, const int32_t *inp, const int32_t *tgt, pm_pipe_info *info,
+                       pm_err *err) {
+    if (pp->dead) {
+        if (err) *err = pp->dead_err;
+        return pp->dead;
+    }
+    double t_start = pm_now();
+    pthread_t th[pp->p > 0 ? pp->p : 1];
+    int started = 0;
+    for (int d = 0; d < pp->p; d++) {
+        pm_pipe_dev *dv = &pp->dev[d];
+        dv->inp = inp, dv->tgt = tgt, dv->t_base = t_start, dv->st = PM_OK, dv->norm = 0;
+    }
+    for (; started < pp->p; started++)
+        if (pthread_create(&th[started], NULL, pm_dev_main, &pp->dev[started])) {
+            pm_tp_abort(pm_tp_threads_endpoint(pp->world, 0), PM_ERR_NOMEM,
+                        "could not start a device thread");
+            break;
+        }
+    for (int d = 0; d < started; d++) pthread_join(th[d], NULL);
+    pm_status st = collect_error(pp, err);
+    if (st) return st;
+    double loss = 0;
+    for (int j = 0; j < pp->m; j++) loss += pp->loss_mb[j];
+    loss /= pp->m;
+    pm_pipe_info *in = &pp->info;
+    *in = (pm_pipe_info){.loss = loss, .grad_norm = pp->dev[0].norm,
+                         .lr = pm_lr_at(&pp->cfg.opt, pp->step)};
+    in->step_ms = (pm_now() - t_start) * 1e3;
+    for (int d = 0; d < pp->p; d++) pp->peak[d] = pp->dev[d].arena.peak;
+    in->peak = pp->peak, in->pred_peak = pp->pred_peak, in->arena = pp->arena_cap;
+    double mk, bub;
+    measured_span(pp, &mk, &bub);
+    in->makespan_ms = mk / 1e3, in->bubble = bub;
+    measured_costs(pp);
+    pm_sim_free(&pp->pred);
+    pm_err e2;
+    if (!pm_sim_run(&pp->pred, &pp->sched, &pp->cost, &e2)) {
+        in->pred_makespan_ms = pp->pred.makespan / 1e3;
+        in->pred_bubble = pp->pred.bubble;
+    }
+    pp->step++;
+    if (info) *info = *in;
+    return PM_OK;
+}
+
+/* ---- parameters in and out ------------------------------------------------------- */
+
+static size_t stage_len(const pm_pipe *pp, int s) {
+    const pm_gpt_config *c = &pp->cfg.model;
+    int b = pp->first[s + 1];
+    size_t end = b < pm_gpt_num_layers(c) ? pm_gpt_layer_offset(c, b) : pm_gpt_num_params(c);
+    return end - pm_gpt_layer_offset(c, pp->first[s]);
+}
+
+void pm_pipe_gather(const pm_pipe *pp, int which, float *out) {
+    for (int s = 0; s < pp->S; s++) {
+        const pm_pipe_dev *dv = &pp->dev[pm_sched_stage_device(&pp->sched, s)];
+        const float *src = which == 0 ? dv->sp[s] : which == 1 ? dv->sm[s] : dv->sv[s];
+        memcpy(out + pm_gpt_layer_offset(&pp->cfg.model, pp->first[s]), src,
+               stage_len(pp, s) * sizeof(float));
+    }
+}
+
+void pm_pipe_scatter(pm_pipe *pp, const float *params, const float *m, const float *v) {
+    for (int s = 0; s < pp->S; s++) {
+        pm_pipe_dev *dv = &pp->dev[pm_sched_stage_device(&pp->sched, s)];
+        size_t off = pm_gpt_layer_offset(&pp->cfg.model, pp->first[s]), n = stage_len(pp, s);
+        memcpy(dv->sp[s], params + off, n * sizeof(float));
+        if (m) memcpy(dv->sm[s], m + off, n * sizeof(float));
+        else memset(dv->sm[s], 0, n * sizeof(float));
+        if (v) memcpy(dv->sv[s], v + off, n * sizeof(float));
+        else memset(dv->sv[s], 0, n * sizeof(float));
+    }
+}
+
+/* ---- measured timeline ------------------------------------------------------------ */
+
+pm_status pm_pipe_timeline(const pm_pipe *pp, pm_sim *out, pm_err *err) {
+    *out = (pm_sim){0};
+    size_t n = (size_t)pp->p * (size_t)pp->sched.cap, np = (size_t)pp->p;
+    pm_sim *t = out;
+    *t = (pm_sim){.p = pp->p, .cap = pp->sched.cap};
+    t->start = malloc(n * sizeof(double));
+    t->end = malloc(n * sizeof(double));
+    t->mem = malloc(n * sizeof(double));
+    t->span = calloc(np, sizeof(double));
+    t->busy = calloc(np, sizeof(double));
+    t->peak = calloc(np, sizeof(double));
+    t->peak_at = calloc(np, sizeof(int64_t));
+    if (!t->start || !t->end || !t->mem || !t->span || !t->busy || !t->peak || !t->peak_at) {
+        pm_sim_free(t);
+        return nomem(err, "the timeline");
+    }
+    memcpy(t->start, pp->t0, n * sizeof(double));
+    memcpy(t->end, pp->t1, n * sizeof(double));
+    memcpy(t->mem, pp->live_after, n * sizeof(double));
+    for (int d = 0; d < pp->p; d++) {
+        int64_t base = (int64_t)d * pp->sched.cap, len = pp->sched.len[d];
+        for (int64_t i = 0; i < len; i++) {
+            t->busy[d] += pp->t1[base + i] - pp->t0[base + i];
+            if (pp->live_after[base + i] > t->peak[d])
+                t->peak[d] = pp->live_after[base + i], t->peak_at[d] = i;
+        }
+        if (len) t->span[d] = pp->t1[base + len - 1] - pp->t0[base];
+    }
+    measured_span(pp, &t->makespan, &t->bubble);
+    t->M = pm_cost_M(&pp->cost);
+    return PM_OK;
+}
+
+pm_status pm_pipe_write_trace(const pm_pipe *pp, FILE *f, pm_err *err) {
+    pm_sim t;
+    pm_status st = pm_pipe_timeline(pp, &t, err);
+    if (st) return st;
+    st = pm_sched_write_trace(f, &pp->sched, &t);
+    pm_sim_free(&t);
+    return st ? pm_errf(err, st, "could not write the trace") : PM_OK;
+}
+
+pm_status pm_pipe_write_svg(const pm_pipe *pp, FILE *f, const char *title, pm_err *err) {
+    pm_sim t;
+    pm_status st = pm_pipe_timeline(pp, &t, err);
+    if (st) return st;
+    st = pm_sched_write_svg(f, &pp->sched, &t, title);
+    pm_sim_free(&t);
+    return st ? pm_errf(err, st, "could not write the timeline SVG") : PM_OK;
+}

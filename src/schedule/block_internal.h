@@ -1,0 +1,37 @@
+/* block_internal.h: what block.c shares with construct.c and nothing else:
+ * the stage a block pass stands for, a (stage, kind) -> pass index table and
+ * the dependency rule in slot units. */
+#ifndef PM_BLOCK_INTERNAL_H
+#define PM_BLOCK_INTERNAL_H
+
+#include "pipemem/pm_sched.h"
+
+/* Limits that keep every slot computation inside int64 and every table
+ * small enough to allocate (a fuzzer will try the corners). */
+#define PM_BLOCK_MAX_DEVICES 4096
+#define PM_BLOCK_MAX_CHUNKS 64
+#define PM_BLOCK_MAX_STAGES 65536 /* devices * chunks */
+#define PM_BLOCK_MAX_INTERVAL 65536
+#define PM_BLOCK_MAX_OFFSET (1 << 24)
+
+/* Stage held by chunk `chunk` of device `dev` under the block's placement
+ * (the same mapping as pm_sched_stage_device / _chunk, inverted). */
+int pm_block_stage(const pm_block *b, int dev, int chunk);
+
+/* Fills tab (S*PM_PASS_COUNT ints, caller-allocated) with the index of each
+ * (stage, kind) pass in b->pass, -1 where the block has none. Returns 0 if
+ * two passes claim the same (stage, kind) or a pass is out of range. */
+int pm_block_index(const pm_block *b, int *tab);
+
+/* Index of the pass that frees stage s (BW, or W), and the one that
+ * produces its input gradient (B or BW); -1 if absent. */
+static inline int pm_block_tab(const int *tab, int stage, int kind) {
+    return tab[stage * PM_PASS_COUNT + kind];
+}
+
+/* Checks the block's shape: ranges, one F per stage, B and W or one BW,
+ * and that every pass starts no earlier than its dependencies end (the
+ * rule of pm_sched.h in slot units). On failure err names the pass. */
+pm_status pm_block_check(const pm_block *b, pm_err *err);
+
+#endif

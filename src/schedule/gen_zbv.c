@@ -1,0 +1,83 @@
+/* gen_zbv.c: ZB-V, the fixed zero-bubble pattern on the V placement (S = 2p;
+ * device r holds stage r, "chunk 0", and stage 2p-1-r, "chunk 1").
+ *
+ * Rank r's list, for n = max(2p-1, m) microbatches (the pattern needs at
+ * least 2p-1 to fill rank 0's warm-up; passes of microbatches >= m are then
+ * dropped, which keeps the schedule deadlock-free because a pass only ever
+ * waits on passes of its own microbatch):
+ *   warm-up   2(p-r)-1 x F0;  r x (F1, F0);  p-r x (F1, B1, W1)
+ *   steady    while F1 lags F0 or F0 remain: F0 (if any remain), B0, W0, F1, B1, W1
+ *   cool-down r x (B0, B1), their W held back;  p-r x (B0, W0);
+ *             the held W1, then the held W0.
+ * Every pass kind of a chunk runs its microbatches in increasing order. At
+ * most 2p chunk activations are ever live on a device (2(p-r)-1 + 2r + 1),
+ * i.e. M, and at equal costs every device is busy from its first pass to
+ * its last once m >= 2p. */
+#include "pipemem/pm_sched.h"
+
+typedef struct {
+    pm_sched *s;
+    int r;           /* device */
+    int f[2], b[2];  /* next microbatch of F and B per chunk */
+} zbv_dev;
+
+static int chunk_stage(const zbv_dev *d, int chunk) {
+    return chunk == 0 ? d->r : 2 * d->s->p - 1 - d->r;
+}
+
+static void emit(zbv_dev *d, pm_pass_kind kind, int chunk, int mb) {
+    if (mb < d->s->m) pm_sched_push(d->s, d->r, kind, chunk_stage(d, chunk), mb);
+}
+
+static void fwd(zbv_dev *d, int chunk) { emit(d, PM_PASS_F, chunk, d->f[chunk]++); }
+/* B of the next microbatch, returning it so its W can follow now or later. */
+static int bwd(zbv_dev *d, int chunk) {
+    int mb = d->b[chunk]++;
+    emit(d, PM_PASS_B, chunk, mb);
+    return mb;
+}
+static void wgt(zbv_dev *d, int chunk, int mb) { emit(d, PM_PASS_W, chunk, mb); }
+
+static void build_rank(pm_sched *s, int r, int n) {
+    int p = s->p;
+    zbv_dev d = {.s = s, .r = r};
+    for (int i = 0; i < 2 * (p - r) - 1; i++) fwd(&d, 0);
+    for (int i = 0; i < r; i++) {
+        fwd(&d, 1);
+        fwd(&d, 0);
+    }
+    for (int i = 0; i < p - r; i++) {
+        fwd(&d, 1);
+        wgt(&d, 1, bwd(&d, 1));
+    }
+    while (d.f[1] < d.f[0] || d.f[0] < n) {
+        if (d.f[0] < n) fwd(&d, 0);
+        wgt(&d, 0, bwd(&d, 0));
+        fwd(&d, 1);
+        wgt(&d, 1, bwd(&d, 1));
+    }
+    /* The r held (B0, B1) pairs are the next r microbatches of each chunk. */
+    int held0 = d.b[0], held1 = d.b[1];
+    for (int i = 0; i < r; i++) {
+        bwd(&d, 0);
+        bwd(&d, 1);
+    }
+    for (int i = 0; i < p - r; i++) wgt(&d, 0, bwd(&d, 0));
+    for (int i = 0; i < r; i++) wgt(&d, 1, held1 + i);
+    for (int i = 0; i < r; i++) wgt(&d, 0, held0 + i);
+    PM_ASSERT(d.f[0] == n && d.f[1] == n && d.b[0] == n && d.b[1] == n);
+}
+
+pm_status pm_sched_build_zb_v(pm_sched *s, const pm_sched_req *req, pm_err *err) {
+    *s = (pm_sched){0};
+    if (req->v != 0 && req->v != 2)
+        return pm_errf(err, PM_ERR_ARG,
+                       "zb-v has 2 chunks per device (V placement); --chunks %d only fits "
+                       "interleaved",
+                       req->v);
+    pm_status st = pm_sched_init(s, "zb-v", PM_PLACE_V, req->p, req->m, 2, err);
+    if (st) return st;
+    int n = s->m > 2 * s->p - 1 ? s->m : 2 * s->p - 1;
+    for (int r = 0; r < s->p; r++) build_rank(s, r, n);
+    return PM_OK;
+}

@@ -1,0 +1,135 @@
+/* sched.c: the schedule and cost data model: allocation, placement lookups,
+ * per-stage costs.
+ *
+ * Invariants: 0 <= len[d] <= cap for every device; cap = 3*m*v is enough for
+ * any complete schedule (F, B and W of each of a device's v stages per
+ * microbatch), so pushing past it is a bug. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "pipemem/pm_sched.h"
+
+const char *const pm_pass_names[PM_PASS_COUNT] = {"F", "B", "W", "BW"};
+const char *const pm_place_names[PM_PLACE_COUNT] = {"single", "loop", "v"};
+
+pm_status pm_sched_init(pm_sched *s, const char *kind, pm_place place, int p, int m, int v,
+                        pm_err *err) {
+    *s = (pm_sched){0};
+    if (p < 1) return pm_errf(err, PM_ERR_ARG, "p must be at least 1 (got %d)", p);
+    if (m < 1) return pm_errf(err, PM_ERR_ARG, "m must be at least 1 (got %d)", m);
+    if (v < 1) return pm_errf(err, PM_ERR_ARG, "chunks must be at least 1 (got %d)", v);
+    if (place == PM_PLACE_SINGLE && v != 1)
+        return pm_errf(err, PM_ERR_ARG, "single placement has 1 chunk per device, not %d", v);
+    if (place == PM_PLACE_V && v != 2)
+        return pm_errf(err, PM_ERR_ARG, "V placement has 2 chunks per device, not %d", v);
+    if ((int64_t)p * v > 1 << 20 || (int64_t)m * v > 1 << 24)
+        return pm_errf(err, PM_ERR_ARG, "schedule too large: p=%d m=%d chunks=%d", p, m, v);
+    size_t cap = (size_t)3 * (size_t)m * (size_t)v, total;
+    if (!pm_size_mul(cap, (size_t)p, &total) || total > ((size_t)1 << 31))
+        return pm_errf(err, PM_ERR_ARG, "schedule too large: p=%d m=%d chunks=%d", p, m, v);
+    snprintf(s->kind, sizeof s->kind, "%s", kind ? kind : "custom");
+    s->place = place;
+    s->p = p;
+    s->m = m;
+    s->v = v;
+    s->S = p * v;
+    s->cap = (int64_t)cap;
+    s->len = calloc((size_t)p, sizeof *s->len);
+    s->pass = calloc(total, sizeof *s->pass);
+    if (!s->len || !s->pass) {
+        pm_sched_free(s);
+        return pm_errf(err, PM_ERR_NOMEM, "out of memory for a schedule of %zu passes", total);
+    }
+    return PM_OK;
+}
+
+void pm_sched_free(pm_sched *s) {
+    if (!s) return;
+    free(s->len);
+    free(s->pass);
+    *s = (pm_sched){0};
+}
+
+pm_status pm_sched_copy(pm_sched *dst, const pm_sched *src, pm_err *err) {
+    pm_status st = pm_sched_init(dst, src->kind, src->place, src->p, src->m, src->v, err);
+    if (st) return st;
+    memcpy(dst->len, src->len, (size_t)src->p * sizeof *src->len);
+    memcpy(dst->pass, src->pass, (size_t)src->p * (size_t)src->cap * sizeof *src->pass);
+    return PM_OK;
+}
+
+void pm_sched_push(pm_sched *s, int d, pm_pass_kind kind, int stage, int mb) {
+    PM_ASSERT(d >= 0 && d < s->p);
+    PM_ASSERT(s->len[d] < s->cap);
+    s->pass[(int64_t)d * s->cap + s->len[d]++] = (pm_pass){kind, stage, mb};
+}
+
+int pm_sched_stage_device(const pm_sched *s, int stage) {
+    switch (s->place) {
+    case PM_PLACE_SINGLE: return stage;
+    case PM_PLACE_LOOP: return stage % s->p;
+    case PM_PLACE_V: return stage < s->p ? stage : 2 * s->p - 1 - stage;
+    default: PM_ASSERT(0 && "bad placement"); return -1;
+    }
+}
+
+int pm_sched_stage_chunk(const pm_sched *s, int stage) {
+    switch (s->place) {
+    case PM_PLACE_SINGLE: return 0;
+    case PM_PLACE_LOOP: return stage / s->p;
+    case PM_PLACE_V: return stage < s->p ? 0 : 1;
+    default: PM_ASSERT(0 && "bad placement"); return -1;
+    }
+}
+
+pm_status pm_cost_init(pm_cost *c, int S, pm_err *err) {
+    *c = (pm_cost){0};
+    if (S < 1) return pm_errf(err, PM_ERR_ARG, "a cost table needs at least one stage");
+    c->st = calloc((size_t)S, sizeof *c->st);
+    if (!c->st) return pm_errf(err, PM_ERR_NOMEM, "out of memory for %d stage costs", S);
+    c->S = S;
+    return PM_OK;
+}
+
+pm_status pm_cost_init_uniform(pm_cost *c, const pm_sched *s, pm_costs t, pm_mem mem,
+                               pm_err *err) {
+    pm_status st = pm_cost_init(c, s->S, err);
+    if (st) return st;
+    double k = 1.0 / s->v;
+    c->c = t.c;
+    for (int i = 0; i < s->S; i++)
+        c->st[i] = (pm_stage_cost){t.f * k, t.b * k, t.w * k, mem.f * k, mem.b * k, mem.w * k};
+    return PM_OK;
+}
+
+void pm_cost_free(pm_cost *c) {
+    if (!c) return;
+    free(c->st);
+    *c = (pm_cost){0};
+}
+
+double pm_cost_M(const pm_cost *c) {
+    double M = 0;
+    for (int i = 0; i < c->S; i++) M += c->st[i].mf;
+    return M;
+}
+
+double pm_cost_time(const pm_cost *c, const pm_pass *ps) {
+    const pm_stage_cost *x = &c->st[ps->stage];
+    switch (ps->kind) {
+    case PM_PASS_F: return x->tf;
+    case PM_PASS_B: return x->tb;
+    case PM_PASS_W: return x->tw;
+    default: return x->tb + x->tw;
+    }
+}
+
+double pm_cost_mem(const pm_cost *c, const pm_pass *ps) {
+    const pm_stage_cost *x = &c->st[ps->stage];
+    switch (ps->kind) {
+    case PM_PASS_F: return x->mf;
+    case PM_PASS_B: return x->mb;
+    case PM_PASS_W: return x->mw;
+    default: return x->mb + x->mw;
+    }
+}

@@ -1,0 +1,259 @@
+/* search.c: the best schedule under a memory limit, over every family
+ * (placement), and the bubble-versus-memory curve.
+ *
+ * Candidates (search_internal.h): per family, the fixed kinds of the
+ * registry (their peaks do not depend on the limit), and the memory-aware
+ * generators run at every memory level up to the limit: the Zero Bubble
+ * heuristic (single placement, levels k/p) and, through gen_autov.c, the
+ * searched V blocks and the V-ZB greedy (levels k/2p). A candidate is
+ * admitted for limit l when its simulated peak is at most l; the answer is
+ * the admitted candidate with the smallest makespan (ties: smaller peak).
+ * Since the candidates admitted for l do not depend on anything else, the
+ * answer's makespan never grows with the limit.
+ *
+ * Invariants: a pool entry's figures are those of the schedule that
+ * pm_cand_build rebuilds from it (same generator, same request); the
+ * winner is validated under the limit before it is returned. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pipemem/pm_sched.h"
+#include "search_internal.h"
+
+const char *const pm_family_names[PM_FAMILY_COUNT] = {"single", "v", "loop"};
+_Static_assert(sizeof(pm_family_names) / sizeof(pm_family_names[0]) == PM_FAMILY_COUNT, "");
+
+#define PEAK_TOL 1e-9 /* the validator's tolerance on limit * M */
+
+double pm_search_eval(const pm_sched *s, const pm_sched_req *req, pm_search_point *pt) {
+    *pt = (pm_search_point){0};
+    pm_cost c;
+    pm_sim sim;
+    if (pm_cost_init_uniform(&c, s, req->t, req->mem, NULL)) return INFINITY;
+    pm_status st = pm_sim_run(&sim, s, &c, NULL);
+    pm_cost_free(&c);
+    if (st) return INFINITY;
+    snprintf(pt->kind, sizeof pt->kind, "%s", s->kind);
+    pt->ok = 1;
+    pt->makespan = sim.makespan;
+    pt->bubble = sim.bubble;
+    pt->peak = pm_sim_peak_max_x(&sim);
+    pm_sim_free(&sim);
+    return pt->makespan;
+}
+
+void pm_pool_free(pm_pool *pl) {
+    if (!pl) return;
+    free(pl->c);
+    *pl = (pm_pool){0};
+}
+
+pm_status pm_pool_add(pm_pool *pl, const pm_cand *c, pm_err *err) {
+    if (pl->n == pl->cap) {
+        int cap = pl->cap ? 2 * pl->cap : 64;
+        pm_cand *x = realloc(pl->c, (size_t)cap * sizeof *x);
+        if (!x) return pm_errf(err, PM_ERR_NOMEM, "out of memory for %d search candidates", cap);
+        pl->c = x;
+        pl->cap = cap;
+    }
+    pl->c[pl->n++] = *c;
+    return PM_OK;
+}
+
+pm_status pm_pool_named(pm_pool *pl, const pm_sched_req *req, pm_family fam, const char *kind,
+                        int v, pm_err *err) {
+    pm_sched_req q = *req;
+    q.v = v;
+    q.mem_limit = 0;
+    pm_sched s;
+    if (pm_sched_generate(&s, kind, &q, NULL)) return PM_OK; /* does not fit this (p, m) */
+    pm_cand c = {.src = PM_CAND_NAMED, .fam = fam, .v = v};
+    snprintf(c.kind, sizeof c.kind, "%s", kind);
+    double mk = pm_search_eval(&s, req, &c.pt);
+    pm_sched_free(&s);
+    if (isinf(mk)) return PM_OK;
+    c.bound = c.pt.peak;
+    if (v > 2) snprintf(c.pt.kind, sizeof c.pt.kind, "%s(v=%d)", kind, v);
+    return pm_pool_add(pl, &c, err);
+}
+
+int pm_pool_best(const pm_pool *pl, int fam, double limit) {
+    int best = -1;
+    for (int i = 0; i < pl->n; i++) {
+        const pm_cand *c = &pl->c[i];
+        if (!c->pt.ok || (fam >= 0 && (int)c->fam != fam)) continue;
+        if (c->pt.peak > limit * (1 + PEAK_TOL)) continue;
+        if (best < 0) {
+            best = i;
+            continue;
+        }
+        const pm_search_point *b = &pl->c[best].pt;
+        if (c->pt.makespan < b->makespan * (1 - 1e-12) ||
+            (c->pt.makespan <= b->makespan * (1 + 1e-12) && c->pt.peak < b->peak))
+            best = i;
+    }
+    return best;
+}
+
+pm_status pm_cand_build(pm_sched *s, const pm_cand *c, const pm_sched_req *req, pm_err *err) {
+    pm_sched_req q = *req;
+    switch (c->src) {
+    case PM_CAND_NAMED:
+        q.v = c->v;
+        q.mem_limit = 0;
+        return pm_sched_generate(s, c->kind, &q, err);
+    case PM_CAND_ZB: return pm_sched_zb_greedy(s, req, c->level, c->kind, NULL, err);
+    case PM_CAND_VZB: return pm_sched_vzb_greedy(s, req, c->level, c->kind, NULL, err);
+    default: return pm_autov_block_build(s, c->blk, req, err);
+    }
+}
+
+/* The single placement: fixed kinds, and the heuristic at every level. */
+static pm_status pool_single(pm_pool *pl, const pm_sched_req *req, double max_limit,
+                             pm_err *err) {
+    static const char *const fixed[] = {"gpipe", "1f1b", "zb-h1", "zb-h2", "zb-1p", "zb-2p"};
+    pm_status st = PM_OK;
+    for (size_t i = 0; i < sizeof fixed / sizeof fixed[0] && !st; i++)
+        st = pm_pool_named(pl, req, PM_FAMILY_SINGLE, fixed[i], 0, err);
+    int top = pm_search_levels(max_limit, req->p, 1);
+    int binding = 1;
+    for (int k = 1; k <= top && binding && !st; k++) {
+        pm_sched s;
+        double lv = pm_search_level(k, req->p, 1);
+        if (pm_sched_zb_greedy(&s, req, lv, "zb", &binding, NULL)) continue;
+        pm_cand c = {.src = PM_CAND_ZB, .fam = PM_FAMILY_SINGLE, .kind = "zb", .level = lv,
+                     .bound = lv};
+        double mk = pm_search_eval(&s, req, &c.pt);
+        pm_sched_free(&s);
+        if (!isinf(mk)) st = pm_pool_add(pl, &c, err);
+    }
+    return st;
+}
+
+/* The loop placement: interleaved 1F1B with 2, 3 and 4 chunks. */
+static pm_status pool_loop(pm_pool *pl, const pm_sched_req *req, pm_err *err) {
+    pm_status st = PM_OK;
+    for (int v = 2; v <= 4 && !st; v++)
+        st = pm_pool_named(pl, req, PM_FAMILY_LOOP, "interleaved", v, err);
+    return st;
+}
+
+static pm_status pool_all(pm_pool *pl, const pm_sched_req *req, double max_limit, pm_err *err) {
+    *pl = (pm_pool){0};
+    pm_status st = pool_single(pl, req, max_limit, err);
+    if (!st) st = pool_loop(pl, req, err);
+    if (!st) st = pm_pool_v(pl, req, max_limit, err);
+    if (st) pm_pool_free(pl);
+    return st;
+}
+
+static pm_status check_req(const pm_sched_req *req, pm_err *err) {
+    if (req->p < 1 || req->m < 1)
+        return pm_errf(err, PM_ERR_ARG, "search needs p >= 1 and m >= 1 (got p=%d m=%d)", req->p,
+                       req->m);
+    if (!(req->mem.f > 0))
+        return pm_errf(err, PM_ERR_ARG, "search needs a positive forward memory delta");
+    return PM_OK;
+}
+
+static double min_peak(const pm_pool *pl) {
+    double mn = INFINITY;
+    for (int i = 0; i < pl->n; i++)
+        if (pl->c[i].pt.ok && pl->c[i].pt.peak < mn) mn = pl->c[i].pt.peak;
+    return mn;
+}
+
+static void write_reason(char *reason, size_t n, const pm_pool *pl, int w, double limit) {
+    if (!reason || !n) return;
+    const pm_cand *c = &pl->c[w];
+    int fit = 0, at = 0;
+    for (int i = 0; i < pl->n; i++) fit += pl->c[i].pt.ok && pl->c[i].pt.peak <= limit * (1 + PEAK_TOL);
+    at = snprintf(reason, n, "%s (%s placement) is the fastest of %d schedules within %.4g M: "
+                  "makespan %.6g, bubble %.2f%%, peak %.4g M",
+                  c->pt.kind, pm_family_names[c->fam], fit, limit, c->pt.makespan,
+                  100 * c->pt.bubble, c->pt.peak);
+    for (int f = 0; f < PM_FAMILY_COUNT && at > 0 && (size_t)at < n; f++) {
+        if (f == (int)c->fam) continue;
+        int b = pm_pool_best(pl, f, limit);
+        if (b < 0) at += snprintf(reason + at, n - (size_t)at, "; %s: none fits", pm_family_names[f]);
+        else
+            at += snprintf(reason + at, n - (size_t)at, "; best %s: %s +%.1f%%", pm_family_names[f],
+                           pl->c[b].pt.kind,
+                           100 * (pl->c[b].pt.makespan / c->pt.makespan - 1));
+    }
+}
+
+pm_status pm_sched_search(pm_sched *best, const pm_sched_req *req, pm_search_point *pt,
+                          char *reason, size_t reason_len, pm_err *err) {
+    *best = (pm_sched){0};
+    if (pt) *pt = (pm_search_point){0};
+    pm_status st = check_req(req, err);
+    if (st) return st;
+    double limit = req->mem_limit;
+    if (!(limit > 0))
+        return pm_errf(err, PM_ERR_ARG, "search needs --mem-limit X (a multiple of M, > 0)");
+    pm_pool pl;
+    if ((st = pool_all(&pl, req, limit, err))) return st;
+    for (;;) {
+        int w = pm_pool_best(&pl, -1, limit);
+        if (w < 0) {
+            /* the lowest memory levels are only in a pool built for them */
+            pm_pool low;
+            double mn = min_peak(&pl);
+            if (!pool_all(&low, req, 1.0, NULL)) {
+                double x = min_peak(&low);
+                mn = x < mn ? x : mn;
+                pm_pool_free(&low);
+            }
+            st = pm_errf(err, PM_ERR_MEMLIMIT,
+                         "no schedule fits --mem-limit %.4g M for p=%d m=%d; the smallest "
+                         "feasible limit is %.4g M",
+                         limit, req->p, req->m, mn);
+            break;
+        }
+        pm_cost c;
+        st = pm_cand_build(best, &pl.c[w], req, err);
+        if (!st) st = pm_cost_init_uniform(&c, best, req->t, req->mem, err);
+        if (!st) {
+            st = pm_sched_validate(best, &c, limit, err);
+            pm_cost_free(&c);
+        }
+        if (st == PM_ERR_NOMEM) break;
+        if (st) { /* should not happen: drop the candidate and look again */
+            pm_sched_free(best);
+            pl.c[w].pt.ok = 0;
+            continue;
+        }
+        snprintf(best->kind, sizeof best->kind, "%s", pl.c[w].pt.kind);
+        if (pt) *pt = pl.c[w].pt;
+        write_reason(reason, reason_len, &pl, w, limit);
+        break;
+    }
+    pm_pool_free(&pl);
+    return st;
+}
+
+pm_status pm_sched_curve(const pm_sched_req *req, const double *limits, int n,
+                         pm_search_point *pts, pm_err *err) {
+    pm_status st = check_req(req, err);
+    if (st) return st;
+    if (n < 1) return pm_errf(err, PM_ERR_ARG, "curve needs at least one limit");
+    double top = 0;
+    for (int k = 0; k < n; k++) {
+        if (!(limits[k] > 0) || !isfinite(limits[k]))
+            return pm_errf(err, PM_ERR_ARG, "curve: limit %d is %g; limits must be > 0", k,
+                           limits[k]);
+        top = limits[k] > top ? limits[k] : top;
+    }
+    pm_pool pl;
+    if ((st = pool_all(&pl, req, top, err))) return st;
+    for (int f = 0; f < PM_FAMILY_COUNT; f++)
+        for (int k = 0; k < n; k++) {
+            int w = pm_pool_best(&pl, f, limits[k]);
+            pts[f * n + k] = w < 0 ? (pm_search_point){0} : pl.c[w].pt;
+        }
+    pm_pool_free(&pl);
+    return PM_OK;
+}

@@ -1,0 +1,196 @@
+/* sim.c: the simulator ("squeezing" in the papers): replays a schedule with
+ * per-stage costs and returns when every pass starts and ends, each device's
+ * span and busy time, the makespan, the bubble rate and the activation
+ * memory timeline.
+ *
+ * The rule (shared/reference/schedules.md): each device runs its passes in
+ * list order; a pass starts at max(device free, end of its dependency, plus c
+ * if the dependency ran on another device) and lasts its cost. Times depend
+ * only on the lists, never on the order this code visits devices, so a sweep
+ * that advances every device as far as it can, repeated until nothing moves,
+ * is exact. If a sweep moves nothing while passes remain, no device can
+ * start its next pass: deadlock.
+ *
+ * Invariants: done[] of a (stage, mb) is written once, by the first pass that
+ * completes it; times are never negative; mem[] is the running sum of
+ * deltas in list order, independent of times. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pipemem/pm_sched.h"
+
+void pm_sim_free(pm_sim *sim) {
+    if (!sim) return;
+    free(sim->start);
+    free(sim->end);
+    free(sim->mem);
+    free(sim->span);
+    free(sim->busy);
+    free(sim->peak);
+    free(sim->peak_at);
+    *sim = (pm_sim){0};
+}
+
+static pm_status sim_alloc(pm_sim *sim, const pm_sched *s, pm_err *err) {
+    size_t n = (size_t)s->p * (size_t)s->cap, np = (size_t)s->p;
+    *sim = (pm_sim){.p = s->p, .cap = s->cap};
+    sim->start = malloc(n * sizeof(double));
+    sim->end = malloc(n * sizeof(double));
+    sim->mem = malloc(n * sizeof(double));
+    sim->span = calloc(np, sizeof(double));
+    sim->busy = calloc(np, sizeof(double));
+    sim->peak = calloc(np, sizeof(double));
+    sim->peak_at = calloc(np, sizeof(int64_t));
+    if (!sim->start || !sim->end || !sim->mem || !sim->span || !sim->busy || !sim->peak ||
+        !sim->peak_at) {
+        pm_sim_free(sim);
+        return pm_errf(err, PM_ERR_NOMEM, "out of memory simulating %zu passes", n);
+    }
+    return PM_OK;
+}
+
+/* Checks the ranges the simulator indexes with, so a malformed schedule is
+ * an error, never an out-of-bounds access. */
+static pm_status check_ranges(const pm_sched *s, const pm_cost *c, pm_err *err) {
+    if (c->S != s->S)
+        return pm_errf(err, PM_ERR_ARG, "cost table has %d stages, schedule has %d", c->S, s->S);
+    for (int d = 0; d < s->p; d++) {
+        const pm_pass *ps = pm_sched_dev(s, d);
+        for (int64_t i = 0; i < s->len[d]; i++) {
+            if (ps[i].kind < 0 || ps[i].kind >= PM_PASS_COUNT || ps[i].stage < 0 ||
+                ps[i].stage >= s->S || ps[i].mb < 0 || ps[i].mb >= s->m)
+                return pm_errf(err, PM_ERR_INVALID,
+                               "device %d, pass %lld: stage %d / microbatch %d / kind %d out of "
+                               "range (S = %d, m = %d)",
+                               d, (long long)i, ps[i].stage, ps[i].mb, ps[i].kind, s->S, s->m);
+        }
+    }
+    return PM_OK;
+}
+
+typedef struct {
+    const pm_sched *s;
+    double *fend; /* (S, m) end of F, NAN until it ran */
+    double *bend; /* (S, m) end of B or BW, NAN until it ran */
+} deps;
+
+/* Earliest time pass ps on device d may start as far as its dependency
+ * goes; NAN if the dependency has not run yet. */
+static double ready_time(const deps *g, const pm_pass *ps, int d, double c) {
+    const pm_sched *s = g->s;
+    int dep_stage;
+    const double *done;
+    switch (ps->kind) {
+    case PM_PASS_F:
+        if (ps->stage == 0) return 0;
+        dep_stage = ps->stage - 1, done = g->fend;
+        break;
+    case PM_PASS_W: dep_stage = ps->stage, done = g->bend; break;
+    default: /* B, BW */
+        if (ps->stage == s->S - 1) dep_stage = ps->stage, done = g->fend;
+        else dep_stage = ps->stage + 1, done = g->bend;
+    }
+    double t = done[(int64_t)dep_stage * s->m + ps->mb];
+    if (isnan(t)) return NAN;
+    return t + (pm_sched_stage_device(s, dep_stage) != d ? c : 0);
+}
+
+static const char *waits_for(const pm_pass *ps, int S) {
+    switch (ps->kind) {
+    case PM_PASS_F: return "the forward of the stage before";
+    case PM_PASS_W: return "its own B";
+    default: return ps->stage == S - 1 ? "its own forward" : "the backward of the stage after";
+    }
+}
+
+static pm_status deadlock(const pm_sched *s, const int64_t *pos, pm_err *err) {
+    for (int d = 0; d < s->p; d++) {
+        if (pos[d] >= s->len[d]) continue;
+        const pm_pass *ps = pm_sched_dev(s, d) + pos[d];
+        return pm_errf(err, PM_ERR_DEADLOCK,
+                       "deadlock: device %d is stuck at pass %lld (%d%s%d: stage %d, microbatch "
+                       "%d), waiting for %s, which never runs first",
+                       d, (long long)pos[d], ps->stage, pm_pass_names[ps->kind], ps->mb,
+                       ps->stage, ps->mb, waits_for(ps, s->S));
+    }
+    return PM_OK;
+}
+
+/* Runs as many passes of device d as are ready; returns how many ran. */
+static int64_t advance(pm_sim *sim, const deps *g, const pm_cost *c, int d, int64_t *pos,
+                       double *free_at, double *cur) {
+    const pm_sched *s = g->s;
+    const pm_pass *ps = pm_sched_dev(s, d);
+    int64_t base = (int64_t)d * s->cap, ran = 0;
+    for (; pos[d] < s->len[d]; pos[d]++, ran++) {
+        const pm_pass *x = &ps[pos[d]];
+        double t = ready_time(g, x, d, c->c);
+        if (isnan(t)) break;
+        double st = t > free_at[d] ? t : free_at[d], dur = pm_cost_time(c, x);
+        int64_t k = base + pos[d], key = (int64_t)x->stage * s->m + x->mb;
+        sim->start[k] = st;
+        sim->end[k] = free_at[d] = st + dur;
+        sim->busy[d] += dur;
+        if (x->kind == PM_PASS_F && isnan(g->fend[key])) g->fend[key] = st + dur;
+        if ((x->kind == PM_PASS_B || x->kind == PM_PASS_BW) && isnan(g->bend[key]))
+            g->bend[key] = st + dur;
+        *cur += pm_cost_mem(c, x);
+        sim->mem[k] = *cur;
+        if (*cur > sim->peak[d]) sim->peak[d] = *cur, sim->peak_at[d] = pos[d];
+    }
+    return ran;
+}
+
+static void summarize(pm_sim *sim, const pm_sched *s) {
+    double busy = 0;
+    sim->makespan = 0;
+    for (int d = 0; d < s->p; d++) {
+        int64_t base = (int64_t)d * s->cap, n = s->len[d];
+        sim->span[d] = n ? sim->end[base + n - 1] - sim->start[base] : 0;
+        if (sim->span[d] > sim->makespan) sim->makespan = sim->span[d];
+        busy += sim->busy[d];
+    }
+    sim->bubble = sim->makespan > 0 ? 1.0 - busy / (s->p * sim->makespan) : 0;
+}
+
+pm_status pm_sim_run(pm_sim *out, const pm_sched *s, const pm_cost *c, pm_err *err) {
+    *out = (pm_sim){0};
+    pm_status st = check_ranges(s, c, err);
+    if (st) return st;
+    double M = pm_cost_M(c);
+    if (!(M > 0))
+        return pm_errf(err, PM_ERR_ARG, "the forward memory deltas sum to %g; they must be > 0", M);
+    if ((st = sim_alloc(out, s, err))) return st;
+    size_t nk = (size_t)s->S * (size_t)s->m, np = (size_t)s->p;
+    deps g = {s, malloc(nk * sizeof(double)), malloc(nk * sizeof(double))};
+    int64_t *pos = calloc(np, sizeof *pos);
+    double *free_at = calloc(np, sizeof *free_at), *cur = calloc(np, sizeof *cur);
+    if (!g.fend || !g.bend || !pos || !free_at || !cur) {
+        st = pm_errf(err, PM_ERR_NOMEM, "out of memory simulating the schedule");
+        goto done;
+    }
+    for (size_t i = 0; i < nk; i++) g.fend[i] = g.bend[i] = NAN;
+    out->M = M;
+    for (int64_t moved = 1; moved;) {
+        moved = 0;
+        for (int d = 0; d < s->p; d++) moved += advance(out, &g, c, d, pos, free_at, &cur[d]);
+    }
+    if ((st = deadlock(s, pos, err))) goto done;
+    summarize(out, s);
+done:
+    free(g.fend);
+    free(g.bend);
+    free(pos);
+    free(free_at);
+    free(cur);
+    if (st) pm_sim_free(out);
+    return st;
+}
+
+double pm_sim_peak_max_x(const pm_sim *sim) {
+    double mx = 0;
+    for (int d = 0; d < sim->p; d++)
+        if (sim->peak[d] > mx) mx = sim->peak[d];
+    return mx / sim->M;
+}

@@ -1,0 +1,62 @@
+/* optim.c: the optimizer pieces on flat float slabs: learning-rate schedule
+ * (linear warm-up, cosine decay to a floor), global gradient norm, clipping
+ * factor and the AdamW update. Pure functions: no allocation, no model. Each
+ * element is updated independently, in index order, so the result is the
+ * same whatever range of a slab a device updates. */
+#include "pipemem/pm_train.h"
+
+#include <math.h>
+
+#define PM_PI 3.14159265358979323846
+
+void pm_optim_defaults(pm_optim_cfg *c, int steps) {
+    *c = (pm_optim_cfg){
+        .lr = 1e-3f,
+        .lr_min_frac = 0.1f,
+        .warmup = steps >= 10 ? steps / 10 : 0,
+        .steps = steps,
+        .beta1 = 0.9f,
+        .beta2 = 0.95f,
+        .eps = 1e-8f,
+        .weight_decay = 0.1f,
+        .grad_clip = 1.0f,
+    };
+}
+
+double pm_lr_at(const pm_optim_cfg *c, int64_t step) {
+    double lr = c->lr, lo = (double)c->lr * (double)c->lr_min_frac;
+    if (step < c->warmup) return lr * (double)(step + 1) / (double)c->warmup;
+    int64_t span = (int64_t)c->steps - c->warmup;
+    if (span <= 1) return lr;
+    double prog = (double)(step - c->warmup) / (double)(span - 1);
+    if (prog > 1.0) prog = 1.0;
+    return lo + 0.5 * (lr - lo) * (1.0 + cos(PM_PI * prog));
+}
+
+double pm_sumsq(const float *g, size_t n) {
+    double s = 0.0;
+    for (size_t i = 0; i < n; i++) s += (double)g[i] * (double)g[i];
+    return s;
+}
+
+float pm_clip_scale(double norm, float clip) {
+    if (clip <= 0.0f || !(norm > (double)clip)) return 1.0f;
+    return (float)((double)clip / (norm + 1e-6));
+}
+
+void pm_adamw_update(float *p, const float *g, float *m, float *v, size_t n,
+                     const pm_adamw_args *a) {
+    float b1 = a->beta1, b2 = a->beta2;
+    float bc1 = 1.0f - powf(b1, (float)a->t);
+    float bc2 = 1.0f - powf(b2, (float)a->t);
+    float lr = a->lr, decay = 1.0f - a->lr * a->wd, eps = a->eps, gs = a->gscale;
+    for (size_t i = 0; i < n; i++) {
+        float gi = g[i] * gs;
+        float mi = b1 * m[i] + (1.0f - b1) * gi;
+        float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
+        m[i] = mi;
+        v[i] = vi;
+        float mhat = mi / bc1, vhat = vi / bc2;
+        p[i] = p[i] * decay - lr * mhat / (sqrtf(vhat) + eps);
+    }
+}

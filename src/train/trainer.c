@@ -1,0 +1,167 @@
+/* trainer.c: single-device training: exact memory need, one allocation,
+ * steps of K accumulated microbatches with clipping and AdamW, and
+ * validation loss. Invariant: after init every buffer a step touches exists;
+ * a step allocates nothing and its result depends only on (params, m, v,
+ * loader position, step), which is what a checkpoint stores. */
+#include "pipemem/pm_train.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static int micro_size(const pm_train_cfg *c) { return c->batch / c->micro; }
+
+static pm_status check_cfg(const pm_train_cfg *c, pm_err *err) {
+    pm_status st = pm_gpt_config_check(&c->model, err);
+    if (st) return st;
+    if (c->batch < 1) return pm_errf(err, PM_ERR_ARG, "--batch must be >= 1 (got %d)", c->batch);
+    if (c->micro < 1 || c->batch % c->micro)
+        return pm_errf(err, PM_ERR_ARG,
+                       "--microbatches %d must divide --batch %d (each microbatch holds "
+                       "batch/microbatches sequences)", c->micro, c->batch);
+    if (c->opt.steps < 1)
+        return pm_errf(err, PM_ERR_ARG, "--steps must be >= 1 (got %d)", c->opt.steps);
+    if (c->opt.warmup < 0 || c->opt.warmup > c->opt.steps)
+        return pm_errf(err, PM_ERR_ARG, "warm-up %d must lie in 0..steps (%d)", c->opt.warmup,
+                       c->opt.steps);
+    if (!(c->opt.lr > 0.0f) || !isfinite(c->opt.lr))
+        return pm_errf(err, PM_ERR_ARG, "--lr must be a positive number");
+    return PM_OK;
+}
+
+size_t pm_train_mem_bytes(const pm_train_cfg *cfg, pm_err *err) {
+    if (check_cfg(cfg, err)) return 0;
+    size_t n = pm_gpt_num_params(&cfg->model), slabs, work, tok, total;
+    work = pm_gpt_work_bytes(&cfg->model, micro_size(cfg), cfg->model.ctx);
+    int ok = work && pm_size_mul(n, 4 * sizeof(float), &slabs) &&
+             pm_size_mul((size_t)cfg->batch * 2, (size_t)cfg->model.ctx * sizeof(int32_t),
+                         &tok) &&
+             pm_size_add(slabs, work, &total) && pm_size_add(total, tok, &total);
+    if (!ok) {
+        pm_errf(err, PM_ERR_MEMLIMIT, "model size overflows size_t; use a smaller model");
+        return 0;
+    }
+    return total;
+}
+
+size_t pm_mem_physical(void) {
+    long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
+    if (pages <= 0 || psize <= 0) return 0;
+    return (size_t)pages * (size_t)psize;
+}
+
+pm_status pm_trainer_init(pm_trainer *t, const pm_train_cfg *cfg, const pm_tokens *train,
+                          size_t mem_limit, pm_err *err) {
+    *t = (pm_trainer){0};
+    size_t need = pm_train_mem_bytes(cfg, err);
+    if (!need) return PM_ERR_ARG;
+    if (!mem_limit) mem_limit = pm_mem_physical();
+    if (mem_limit && need > mem_limit)
+        return pm_errf(err, PM_ERR_MEMLIMIT,
+                       "the model needs %.2f GiB (parameters, gradients, AdamW moments and "
+                       "one microbatch's activations) but only %.2f GiB is available; use "
+                       "fewer --layers/--dim or more --microbatches", (double)need / (1 << 30),
+                       (double)mem_limit / (1 << 30));
+    pm_status st = pm_loader_init(&t->train, train, cfg->model.ctx, cfg->seed, "train.bin", err);
+    if (st) return st;
+    pm_loader ld = t->train;
+    t->cfg = *cfg;
+    t->n_params = pm_gpt_num_params(&cfg->model);
+    size_t mb = (size_t)micro_size(cfg), T = (size_t)cfg->model.ctx, B = (size_t)cfg->batch;
+    t->params = malloc(t->n_params * 4 * sizeof(float));
+    t->work = malloc(pm_gpt_work_bytes(&cfg->model, (int)mb, (int)T));
+    t->inp = malloc(B * T * sizeof(int32_t));
+    t->tgt = malloc(B * T * sizeof(int32_t));
+    if (!t->params || !t->work || !t->inp || !t->tgt) {
+        st = pm_errf(err, PM_ERR_NOMEM, "out of memory allocating %.2f GiB for training",
+                     (double)need / (1 << 30));
+        goto fail;
+    }
+    t->grads = t->params + t->n_params;
+    t->m = t->grads + t->n_params;
+    t->v = t->m + t->n_params;
+    pm_gpt_init(&cfg->model, cfg->seed, t->params);
+    memset(t->m, 0, 2 * t->n_params * sizeof(float));
+    t->train = ld;
+    return PM_OK;
+fail:
+    pm_trainer_free(t);
+    return st;
+}
+
+void pm_trainer_free(pm_trainer *t) {
+    if (!t) return;
+    free(t->params);
+    free(t->work);
+    free(t->inp);
+    free(t->tgt);
+    *t = (pm_trainer){0};
+}
+
+/* AdamW over every tensor of every layer, decay per the model's table. */
+static void adamw_all(pm_trainer *t, float lr, float gscale) {
+    const pm_gpt_config *c = &t->cfg.model;
+    const pm_optim_cfg *o = &t->cfg.opt;
+    pm_gpt_tensor tens[PM_GPT_MAX_TENSORS];
+    for (int l = 0; l < pm_gpt_num_layers(c); l++) {
+        size_t base = pm_gpt_layer_offset(c, l);
+        int nt = pm_gpt_layer_tensors(c, l, tens);
+        for (int i = 0; i < nt; i++) {
+            size_t off = base + tens[i].offset;
+            pm_adamw_args a = {lr, tens[i].decay ? o->weight_decay : 0.0f, o->beta1, o->beta2,
+                               o->eps, t->step + 1, gscale};
+            pm_adamw_update(t->params + off, t->grads + off, t->m + off, t->v + off,
+                            tens[i].numel, &a);
+        }
+    }
+}
+
+pm_status pm_trainer_step_batch(pm_trainer *t, const int32_t *inp, const int32_t *tgt,
+                                pm_step_info *info, pm_err *err) {
+    const pm_train_cfg *c = &t->cfg;
+    int mb = micro_size(c), T = c->model.ctx, K = c->micro;
+    size_t mtok = (size_t)mb * (size_t)T;
+    memset(t->grads, 0, t->n_params * sizeof(float));
+    double loss = 0.0;
+    for (int k = 0; k < K; k++)
+        loss += pm_gpt_forward_backward(&c->model, mb, T, t->params, t->grads,
+                                        inp + (size_t)k * mtok, tgt + (size_t)k * mtok,
+                                        1.0f / (float)K, t->work);
+    loss /= K;
+    double norm = sqrt(pm_sumsq(t->grads, t->n_params));
+    if (!isfinite(loss) || !isfinite(norm))
+        return pm_errf(err, PM_ERR_NUMERIC,
+                       "step %lld: loss %g, gradient norm %g is not finite; lower --lr",
+                       (long long)t->step + 1, loss, norm);
+    double lr = pm_lr_at(&c->opt, t->step);
+    adamw_all(t, (float)lr, pm_clip_scale(norm, c->opt.grad_clip));
+    t->step++;
+    if (info) *info = (pm_step_info){loss, norm, lr};
+    return PM_OK;
+}
+
+pm_status pm_trainer_step(pm_trainer *t, pm_step_info *info, pm_err *err) {
+    pm_loader_next(&t->train, t->cfg.batch, t->inp, t->tgt);
+    return pm_trainer_step_batch(t, t->inp, t->tgt, info, err);
+}
+
+pm_status pm_trainer_eval(pm_trainer *t, const pm_tokens *val, int batches, double *loss,
+                          pm_err *err) {
+    const pm_train_cfg *c = &t->cfg;
+    pm_loader ld;
+    pm_status st = pm_loader_init(&ld, val, c->model.ctx, c->seed ^ PM_VAL_SEED, "val.bin", err);
+    if (st) return st;
+    int mb = micro_size(c);
+    double sum = 0.0;
+    for (int i = 0; i < batches; i++) {
+        pm_loader_next(&ld, mb, t->inp, t->tgt);
+        sum += pm_gpt_forward(&c->model, mb, c->model.ctx, t->params, t->inp, t->tgt, t->work);
+    }
+    *loss = batches > 0 ? sum / batches : 0.0;
+    return PM_OK;
+}
+
+double pm_train_step_flops(const pm_train_cfg *cfg) {
+    return (double)cfg->micro * pm_gpt_flops(&cfg->model, micro_size(cfg), cfg->model.ctx);
+}

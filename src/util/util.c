@@ -1,0 +1,96 @@
+/* util.c: status names, error formatting, checked size arithmetic, clock and
+ * whole-file reads shared by every module. */
+#include "pipemem/pm_util.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static const char *const status_names[] = {
+    "ok", "out of memory", "i/o error", "bad format", "bad argument",
+    "invalid schedule", "deadlock", "over memory limit", "numeric error",
+    "transport error",
+};
+_Static_assert(sizeof(status_names) / sizeof(status_names[0]) == PM_STATUS_COUNT,
+               "one name per pm_status");
+
+const char *pm_status_str(pm_status st) {
+    if ((int)st < 0 || st >= PM_STATUS_COUNT) return "unknown status";
+    return status_names[st];
+}
+
+pm_status pm_errf(pm_err *err, pm_status st, const char *fmt, ...) {
+    if (err) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+        va_end(ap);
+    }
+    return st;
+}
+
+void pm_abort(const char *file, int line, const char *cond) {
+    fflush(stdout);
+    fprintf(stderr, "pipemem: internal error at %s:%d: assertion '%s' failed\n", file, line,
+            cond);
+    abort();
+}
+
+int pm_size_mul(size_t a, size_t b, size_t *out) {
+    if (a && b > (size_t)-1 / a) return 0;
+    *out = a * b;
+    return 1;
+}
+
+int pm_size_add(size_t a, size_t b, size_t *out) {
+    if (b > (size_t)-1 - a) return 0;
+    *out = a + b;
+    return 1;
+}
+
+double pm_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+pm_status pm_read_file(const char *path, char **out, size_t *len, pm_err *err) {
+    *out = NULL;
+    *len = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f) return pm_errf(err, PM_ERR_IO, "%s: %s", path, strerror(errno));
+    size_t cap = 4096, n = 0;
+    char *buf = malloc(cap);
+    if (!buf) {
+        fclose(f);
+        return pm_errf(err, PM_ERR_NOMEM, "%s: out of memory reading the file", path);
+    }
+    for (;;) {
+        if (n + 1 >= cap) {
+            char *nb = realloc(buf, cap * 2);
+            if (!nb) {
+                free(buf);
+                fclose(f);
+                return pm_errf(err, PM_ERR_NOMEM, "%s: out of memory reading the file", path);
+            }
+            buf = nb;
+            cap *= 2;
+        }
+        size_t got = fread(buf + n, 1, cap - 1 - n, f);
+        n += got;
+        if (got == 0) break;
+    }
+    int bad = ferror(f);
+    fclose(f);
+    if (bad) {
+        free(buf);
+        return pm_errf(err, PM_ERR_IO, "%s: read error", path);
+    }
+    buf[n] = '\0';
+    *out = buf;
+    *len = n;
+    return PM_OK;
+}

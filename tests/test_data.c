@@ -1,0 +1,205 @@
+/* test_data.c: tokenizer/token files, prepare's split, the loader's
+ * determinism and resumability, and every bad-input error. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "pipemem/pm_data.h"
+
+static char tmpdir[256];
+
+static int setup(void **state) {
+    (void)state;
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/pm_test_data_%d", (int)getpid());
+    return 0;
+}
+
+static int teardown(void **state) {
+    (void)state;
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+static void write_text(const char *path, const char *text, size_t n) {
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(text, 1, n, f), n);
+    fclose(f);
+}
+
+static void test_fnv_known_values(void **state) {
+    (void)state;
+    /* Published FNV-1a-64 test vectors. */
+    assert_true(pm_fnv1a64(PM_FNV_OFFSET, "", 0) == 0xcbf29ce484222325ull);
+    assert_true(pm_fnv1a64(PM_FNV_OFFSET, "a", 1) == 0xaf63dc4c8601ec8cull);
+    assert_true(pm_fnv1a64(PM_FNV_OFFSET, "foobar", 6) == 0x85944171f73967e8ull);
+}
+
+static void test_prepare_split_and_roundtrip(void **state) {
+    (void)state;
+    char in1[300], in2[300], dir[300], p[400];
+    snprintf(dir, sizeof dir, "%s/d", tmpdir);
+    assert_int_equal(system("true"), 0);
+    char mk[400];
+    snprintf(mk, sizeof mk, "mkdir -p %s", tmpdir);
+    assert_int_equal(system(mk), 0);
+    snprintf(in1, sizeof in1, "%s/a.txt", tmpdir);
+    snprintf(in2, sizeof in2, "%s/b.txt", tmpdir);
+    char text[100];
+    for (int i = 0; i < 100; i++) text[i] = (char)(i * 7 + 3); /* all 100 bytes differ */
+    write_text(in1, text, 60);
+    write_text(in2, text + 60, 40);
+    const char *files[] = {in1, in2};
+    pm_err err = {{0}};
+    pm_prepare_stats st;
+    assert_int_equal(pm_data_prepare(files, 2, dir, &st, &err), PM_OK);
+    assert_int_equal(st.total, 100);
+    assert_int_equal(st.n_train, 90);
+    assert_int_equal(st.n_val, 10);
+    pm_tokens tr, va;
+    snprintf(p, sizeof p, "%s/train.bin", dir);
+    assert_int_equal(pm_tokens_read(&tr, p, &err), PM_OK);
+    snprintf(p, sizeof p, "%s/val.bin", dir);
+    assert_int_equal(pm_tokens_read(&va, p, &err), PM_OK);
+    assert_int_equal(tr.n, 90);
+    assert_int_equal(va.n, 10);
+    /* Byte-level: the train file is the first 90 bytes, val the last 10. */
+    assert_memory_equal(tr.tok, text, 90);
+    assert_memory_equal(va.tok, text + 90, 10);
+    pm_tokens_free(&tr);
+    pm_tokens_free(&va);
+    pm_tokens_free(&va); /* safe twice */
+}
+
+static void test_prepare_empty_text(void **state) {
+    (void)state;
+    char mk[400], in[300], dir[300];
+    snprintf(mk, sizeof mk, "mkdir -p %s", tmpdir);
+    assert_int_equal(system(mk), 0);
+    snprintf(in, sizeof in, "%s/empty.txt", tmpdir);
+    snprintf(dir, sizeof dir, "%s/e", tmpdir);
+    write_text(in, "", 0);
+    const char *files[] = {in};
+    pm_err err = {{0}};
+    assert_int_equal(pm_data_prepare(files, 1, dir, NULL, &err), PM_ERR_ARG);
+    assert_non_null(strstr(err.msg, "no bytes"));
+    assert_null(strchr(err.msg, '\n'));
+    snprintf(in, sizeof in, "%s/missing.txt", tmpdir);
+    const char *missing[] = {in};
+    assert_int_equal(pm_data_prepare(missing, 1, dir, NULL, &err), PM_ERR_IO);
+    assert_non_null(strstr(err.msg, "missing.txt"));
+}
+
+/* Writes a valid token file, then damages it in place by `how`. */
+static void damaged(const char *path, int how) {
+    uint8_t tok[50];
+    for (int i = 0; i < 50; i++) tok[i] = (uint8_t)i;
+    pm_err err = {{0}};
+    assert_int_equal(pm_tokens_write(path, tok, 50, &err), PM_OK);
+    FILE *f = fopen(path, "r+b");
+    assert_non_null(f);
+    if (how == 0) { /* version 2 */
+        fseek(f, 8, SEEK_SET);
+        fputc(2, f);
+    } else if (how == 1) { /* flip a token byte */
+        fseek(f, PM_TOK_HEADER + 17, SEEK_SET);
+        fputc(200, f);
+    } else if (how == 2) { /* wrong magic */
+        fseek(f, 0, SEEK_SET);
+        fputc('X', f);
+    }
+    fclose(f);
+    if (how == 3) assert_int_equal(truncate(path, PM_TOK_HEADER + 20), 0);
+}
+
+static void test_token_file_errors(void **state) {
+    (void)state;
+    char mk[400], p[300];
+    snprintf(mk, sizeof mk, "mkdir -p %s", tmpdir);
+    assert_int_equal(system(mk), 0);
+    snprintf(p, sizeof p, "%s/t.bin", tmpdir);
+    const char *want[] = {"version 2", "checksum", "not a pipemem token file", "truncated"};
+    for (int how = 0; how < 4; how++) {
+        damaged(p, how);
+        pm_tokens t;
+        pm_err err = {{0}};
+        assert_int_equal(pm_tokens_read(&t, p, &err), PM_ERR_FORMAT);
+        assert_non_null(strstr(err.msg, want[how]));
+        assert_non_null(strstr(err.msg, "t.bin"));
+        assert_null(t.tok);
+    }
+}
+
+static void test_loader_deterministic_resumable(void **state) {
+    (void)state;
+    uint8_t tok[1000];
+    for (int i = 0; i < 1000; i++) tok[i] = (uint8_t)(i % 251);
+    pm_tokens t = {tok, 1000};
+    pm_loader a, b, c;
+    pm_err err = {{0}};
+    enum { T = 16, B = 3 };
+    assert_int_equal(pm_loader_init(&a, &t, T, 42, "x", &err), PM_OK);
+    assert_int_equal(pm_loader_init(&b, &t, T, 42, "x", &err), PM_OK);
+    assert_int_equal(pm_loader_init(&c, &t, T, 43, "x", &err), PM_OK);
+    int32_t ia[4][B * T], ta[4][B * T], ib[B * T], tb[B * T];
+    for (int s = 0; s < 4; s++) pm_loader_next(&a, B, ia[s], ta[s]);
+    /* Same seed: same batches. Resume from a saved counter: same tail. */
+    pm_loader_next(&b, B, ib, tb);
+    assert_memory_equal(ib, ia[0], sizeof ib);
+    pm_loader r;
+    assert_int_equal(pm_loader_init(&r, &t, T, 42, "x", &err), PM_OK);
+    r.next = 2 * B;
+    pm_loader_next(&r, B, ib, tb);
+    assert_memory_equal(ib, ia[2], sizeof ib);
+    assert_memory_equal(tb, ta[2], sizeof tb);
+    /* Targets are inputs shifted by one within each window. */
+    for (int bb = 0; bb < B; bb++)
+        for (int i = 0; i + 1 < T; i++) assert_int_equal(ta[1][bb * T + i], ia[1][bb * T + i + 1]);
+    /* Another seed gives other positions (over 12 windows, not all equal). */
+    int diff = 0;
+    for (uint64_t i = 0; i < 12; i++) diff += pm_loader_pos(&a, i) != pm_loader_pos(&c, i);
+    assert_true(diff > 0);
+    /* Every window lies inside the data, and all starts are reachable. */
+    pm_tokens small = {tok, T + 3};
+    pm_loader s;
+    assert_int_equal(pm_loader_init(&s, &small, T, 7, "x", &err), PM_OK);
+    int seen[3] = {0, 0, 0};
+    for (uint64_t i = 0; i < 200; i++) {
+        size_t p = pm_loader_pos(&s, i);
+        assert_true(p + T + 1 <= small.n);
+        seen[p]++;
+    }
+    assert_true(seen[0] && seen[1] && seen[2]);
+}
+
+static void test_loader_context_too_large(void **state) {
+    (void)state;
+    uint8_t tok[10] = {0};
+    pm_tokens t = {tok, 10};
+    pm_loader ld;
+    pm_err err = {{0}};
+    assert_int_equal(pm_loader_init(&ld, &t, 10, 1, "data/val.bin", &err), PM_ERR_ARG);
+    assert_non_null(strstr(err.msg, "data/val.bin"));
+    assert_non_null(strstr(err.msg, "--ctx"));
+    assert_int_equal(pm_loader_init(&ld, &t, 9, 1, "data/val.bin", &err), PM_OK);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_fnv_known_values),
+        cmocka_unit_test(test_prepare_split_and_roundtrip),
+        cmocka_unit_test(test_prepare_empty_text),
+        cmocka_unit_test(test_token_file_errors),
+        cmocka_unit_test(test_loader_deterministic_resumable),
+        cmocka_unit_test(test_loader_context_too_large),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

@@ -1,0 +1,369 @@
+/* test_generators.c: every named generator against the facts of
+ * shared/reference/schedules.md. Each expected value is computed here from
+ * the reference's formula (or from counting the outstanding forwards a
+ * schedule's definition allows), never copied from the code's output.
+ *
+ * Units: costs are per device share (PM_COSTS_DEFAULT = 1,1,1,0), memory F
+ * = +1, B = 0, W = -1 per device share, so one stage of a single-placement
+ * schedule holds M/p and peaks read directly as multiples of M. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "pipemem/pm_sched.h"
+
+#define EPS 1e-9
+
+static int imin(int a, int b) { return a < b ? a : b; }
+
+/* The fixed-pattern and building-block kinds of issue 2, in registry order.
+ * The searched kinds (zb-1p, v-zb, auto-v, ...) take a memory limit and are
+ * tested with their generators. */
+static const char *const named[] = {"gpipe", "1f1b",   "interleaved", "zb-h1", "zb-h2",
+                                    "zb-v",  "v-min", "v-half",      "1f1b-v"};
+#define N_NAMED (sizeof named / sizeof named[0])
+
+/* Builds kind through the registry and fails the test with its message. */
+static void gen(pm_sched *s, const char *kind, int p, int m, int v) {
+    pm_err err = {{0}};
+    pm_sched_req req = {.p = p, .m = m, .v = v};
+    pm_status st = pm_sched_generate(s, kind, &req, &err);
+    if (st) fail_msg("%s p=%d m=%d v=%d: %s", kind, p, m, v, err.msg);
+}
+
+/* Validates (no memory limit) and simulates with device-share costs t. */
+static void gen_sim(pm_sched *s, pm_sim *sim, const char *kind, int p, int m, int v,
+                    pm_costs t) {
+    pm_err err = {{0}};
+    pm_cost c;
+    gen(s, kind, p, m, v);
+    pm_status st = pm_sched_validate(s, NULL, 0, &err);
+    if (st) fail_msg("%s p=%d m=%d v=%d invalid: %s", kind, p, m, v, err.msg);
+    assert_int_equal(pm_cost_init_uniform(&c, s, t, PM_MEM_DEFAULT, NULL), PM_OK);
+    st = pm_sim_run(sim, s, &c, &err);
+    if (st) fail_msg("%s p=%d m=%d v=%d: %s", kind, p, m, v, err.msg);
+    pm_cost_free(&c);
+}
+
+static void expect_near(double got, double want, const char *what, const char *kind, int p,
+                        int m) {
+    if (fabs(got - want) > EPS * (1 + fabs(want)))
+        fail_msg("%s p=%d m=%d: %s is %.12g, expected %.12g", kind, p, m, what, got, want);
+}
+
+/* The nine kinds of issue 2 appear in this order (other kinds may sit
+ * between or after them); names are unique and each entry is complete. */
+static void test_registry_order_and_lookup(void **state) {
+    (void)state;
+    int n = 0;
+    const pm_sched_kind *k = pm_sched_kinds(&n);
+    assert_true(n >= 9);
+    for (int i = 0; i < n; i++) {
+        assert_non_null(k[i].about);
+        assert_true(strlen(k[i].about) > 10);
+        assert_non_null(k[i].min_m);
+        assert_non_null(k[i].build);
+        assert_ptr_equal(pm_sched_kind_find(k[i].name), &k[i]); /* first match is itself */
+    }
+    const pm_sched_kind *prev = NULL;
+    for (size_t i = 0; i < N_NAMED; i++) {
+        const pm_sched_kind *e = pm_sched_kind_find(named[i]);
+        if (!e) fail_msg("kind %s missing from the registry", named[i]);
+        assert_true(prev == NULL || e > prev);
+        prev = e;
+    }
+    assert_null(pm_sched_kind_find("2f2b"));
+    assert_null(pm_sched_kind_find(NULL));
+    assert_int_equal(pm_sched_kind_find("interleaved")->place, PM_PLACE_LOOP);
+    assert_int_equal(pm_sched_kind_find("zb-v")->place, PM_PLACE_V);
+    assert_int_equal(pm_sched_kind_find("zb-h2")->place, PM_PLACE_SINGLE);
+}
+
+/* 1F1B: makespan (m+p-1)(T_F+T_B+T_W) at c = 0, bubble (p-1)/(m+p-1) and
+ * rank r holding min(p-r, m) stage activations (p-r once m >= p), for m
+ * below, at and above p and for unequal costs. */
+static void test_1f1b_facts(void **state) {
+    (void)state;
+    static const pm_costs costs[] = {{1, 1, 1, 0}, {2, 3, 1, 0}, {1, 0.5, 2, 0}};
+    static const int ps[] = {1, 2, 3, 4, 8};
+    for (size_t ci = 0; ci < 3; ci++)
+        for (size_t pi = 0; pi < 5; pi++) {
+            int p = ps[pi];
+            int ms[] = {1, p > 1 ? p - 1 : 1, p, p + 1, 2 * p, 3 * p + 2};
+            for (size_t mi = 0; mi < 6; mi++) {
+                int m = ms[mi];
+                pm_costs t = costs[ci];
+                pm_sched s;
+                pm_sim sim;
+                gen_sim(&s, &sim, "1f1b", p, m, 0, t);
+                expect_near(sim.makespan, (m + p - 1) * (t.f + t.b + t.w), "makespan", "1f1b",
+                            p, m);
+                expect_near(sim.bubble, (double)(p - 1) / (m + p - 1), "bubble", "1f1b", p, m);
+                for (int r = 0; r < p; r++)
+                    expect_near(pm_sim_peak_x(&sim, r), (double)imin(p - r, m) / p, "peak",
+                                "1f1b", p, m);
+                if (m >= p) expect_near(pm_sim_peak_x(&sim, 0), 1.0, "device 0 peak", "1f1b", p, m);
+                pm_sim_free(&sim);
+                pm_sched_free(&s);
+            }
+        }
+}
+
+/* GPipe: every device holds all m stage activations (m/p M); makespan
+ * (m+p-1)(T_F+T_B+T_W) at c = 0, like 1F1B, since only memory differs. */
+static void test_gpipe_facts(void **state) {
+    (void)state;
+    pm_costs t = {2, 3, 1, 0};
+    for (int p = 1; p <= 6; p++)
+        for (int m = 1; m <= 2 * p + 1; m++) {
+            pm_sched s;
+            pm_sim sim;
+            gen_sim(&s, &sim, "gpipe", p, m, 0, t);
+            for (int r = 0; r < p; r++)
+                expect_near(pm_sim_peak_x(&sim, r), (double)m / p, "peak", "gpipe", p, m);
+            expect_near(sim.makespan, (m + p - 1) * (t.f + t.b + t.w), "makespan", "gpipe", p, m);
+            pm_sim_free(&sim);
+            pm_sched_free(&s);
+        }
+}
+
+/* ZB-H1: makespan m(T_F+T_B+T_W) + (p-1)(T_F+T_B-T_W) at c = 0.
+ * The schedule's assumptions: T_W <= T_F (a deferred W fits in the slot of
+ * the forward it trails, so it never delays a B coming back) and m >= p
+ * (the warm-up is not truncated). The cost sets all satisfy them, one at the
+ * edge T_W = T_F. Peak: every rank holds at most p stages (p-r-1 warm-up,
+ * then r steps whose W is deferred), so M on every device once m >= p and
+ * 1F1B's max, min(p, m)/p M, for any m. */
+static void test_zb_h1_facts(void **state) {
+    (void)state;
+    static const pm_costs costs[] = {{1, 1, 1, 0}, {2, 3, 1, 0}, {3, 2, 1, 0}, {1, 3, 0.5, 0},
+                                     {2, 1, 1.5, 0}};
+    for (size_t ci = 0; ci < sizeof costs / sizeof costs[0]; ci++)
+        for (int p = 2; p <= 8; p += 2)
+            for (int m = p; m <= 3 * p + 1; m += p / 2 + 1) {
+                pm_costs t = costs[ci];
+                pm_sched s;
+                pm_sim sim;
+                gen_sim(&s, &sim, "zb-h1", p, m, 0, t);
+                double want = m * (t.f + t.b + t.w) + (p - 1) * (t.f + t.b - t.w);
+                expect_near(sim.makespan, want, "makespan", "zb-h1", p, m);
+                for (int r = 0; r < p; r++)
+                    expect_near(pm_sim_peak_x(&sim, r), 1.0, "peak", "zb-h1", p, m);
+                pm_sim_free(&sim);
+                pm_sched_free(&s);
+            }
+    for (int p = 1; p <= 6; p++)
+        for (int m = 1; m < 2 * p; m++) {
+            pm_sched s;
+            pm_sim sim;
+            gen_sim(&s, &sim, "zb-h1", p, m, 0, PM_COSTS_DEFAULT);
+            expect_near(pm_sim_peak_max_x(&sim), (double)imin(p, m) / p, "peak max", "zb-h1", p,
+                        m);
+            pm_sim_free(&sim);
+            pm_sched_free(&s);
+        }
+}
+
+/* ZB-H2: makespan m(T_F+T_B+T_W) + (p-1)(T_F+T_B+2c-2T_W), zero bubble at
+ * equal costs and c = 0. Assumptions: T_W <= T_F (as ZB-H1), 2c <= T_F+T_B
+ * (the steady state absorbs a round trip between neighbours) and
+ * m >= 2p-1 (rank 0's warm-up of 2(p-1) forwards plus one is complete).
+ * The sets include c > 0, and both edges T_W = T_F and 2c = T_F+T_B. Peak on
+ * device 0: min(2(p-1)+1, m) stages, i.e. (2p-1)/p M once m >= 2p-1. */
+static void test_zb_h2_facts(void **state) {
+    (void)state;
+    static const pm_costs costs[] = {{1, 1, 1, 0},   {2, 3, 1, 0},   {1, 1, 1, 0.5},
+                                     {1, 1, 1, 1},   {2, 3, 1, 2.5}, {1, 2, 1, 1.5},
+                                     {3, 1, 1, 0.3}, {2, 1, 1.5, 0.25}};
+    for (size_t ci = 0; ci < sizeof costs / sizeof costs[0]; ci++)
+        for (int p = 2; p <= 8; p += 3)
+            for (int m = 2 * p - 1; m <= 4 * p; m += p) {
+                pm_costs t = costs[ci];
+                pm_sched s;
+                pm_sim sim;
+                gen_sim(&s, &sim, "zb-h2", p, m, 0, t);
+                double want = m * (t.f + t.b + t.w) + (p - 1) * (t.f + t.b + 2 * t.c - 2 * t.w);
+                expect_near(sim.makespan, want, "makespan", "zb-h2", p, m);
+                if (t.f == t.b && t.b == t.w && t.c == 0)
+                    expect_near(sim.bubble, 0, "bubble", "zb-h2", p, m);
+                pm_sim_free(&sim);
+                pm_sched_free(&s);
+            }
+    for (int p = 1; p <= 8; p++)
+        for (int m = 1; m <= 3 * p; m++) {
+            pm_sched s;
+            pm_sim sim;
+            gen_sim(&s, &sim, "zb-h2", p, m, 0, PM_COSTS_DEFAULT);
+            expect_near(pm_sim_peak_x(&sim, 0), (double)imin(2 * p - 1, m) / p, "device 0 peak",
+                        "zb-h2", p, m);
+            pm_sim_free(&sim);
+            pm_sched_free(&s);
+        }
+}
+
+/* ZB-V: zero bubble for m >= 2p at equal costs and c = 0, and every device
+ * peaks at exactly M (2p chunk activations of M/(2p) each). */
+static void test_zb_v_facts(void **state) {
+    (void)state;
+    for (int p = 2; p <= 8; p++) {
+        int ms[] = {2 * p, 2 * p + 1, 3 * p, 4 * p + 3};
+        for (size_t mi = 0; mi < 4; mi++) {
+            int m = ms[mi];
+            pm_sched s;
+            pm_sim sim;
+            gen_sim(&s, &sim, "zb-v", p, m, 0, PM_COSTS_DEFAULT);
+            assert_int_equal(s.place, PM_PLACE_V);
+            expect_near(sim.bubble, 0, "bubble", "zb-v", p, m);
+            /* Zero bubble means each device's span is its own work. */
+            expect_near(sim.makespan, m * 3.0, "makespan", "zb-v", p, m);
+            for (int r = 0; r < p; r++)
+                expect_near(pm_sim_peak_x(&sim, r), 1.0, "peak", "zb-v", p, m);
+            pm_sim_free(&sim);
+            pm_sched_free(&s);
+        }
+    }
+}
+
+/* Interleaved 1F1B: Megatron's (Narayanan et al. 2021) bubble time is
+ * (p-1)(T_F+T_B+T_W)/v at c = 0, so makespan m(T_F+T_B+T_W) + that, which
+ * is below 1F1B's. Rank r holds min(2(p-r-1) + (v-1)p + 1, m v) chunk
+ * activations of M/(p v): its warm-up plus the one forward before each
+ * backward, so device 0 is above 1F1B's M once m > p (at m = p the cap
+ * makes both hold every forward, M). */
+static void test_interleaved_facts(void **state) {
+    (void)state;
+    static const pm_costs costs[] = {{1, 1, 1, 0}, {2, 3, 1, 0}};
+    for (size_t ci = 0; ci < 2; ci++)
+        for (int p = 1; p <= 6; p++)
+            for (int v = 2; v <= 4; v++)
+                for (int m = p; m <= 4 * p; m += p) {
+                    pm_costs t = costs[ci];
+                    pm_sched s, s1;
+                    pm_sim sim, sim1;
+                    gen_sim(&s, &sim, "interleaved", p, m, v, t);
+                    gen_sim(&s1, &sim1, "1f1b", p, m, 0, t);
+                    assert_int_equal(s.S, p * v);
+                    double work = t.f + t.b + t.w;
+                    expect_near(sim.makespan, m * work + (p - 1) * work / v, "makespan",
+                                "interleaved", p, m);
+                    if (p > 1) assert_true(sim.bubble < sim1.bubble);
+                    for (int r = 0; r < p; r++) {
+                        int live = imin(2 * (p - r - 1) + (v - 1) * p + 1, m * v);
+                        expect_near(pm_sim_peak_x(&sim, r), (double)live / (p * v), "peak",
+                                    "interleaved", p, m);
+                    }
+                    /* Above 1F1B's unless m = p caps the warm-up at every forward. */
+                    if (p > 1 && m > p)
+                        assert_true(pm_sim_peak_x(&sim, 0) > pm_sim_peak_x(&sim1, 0) + EPS);
+                    pm_sim_free(&sim);
+                    pm_sim_free(&sim1);
+                    pm_sched_free(&s);
+                    pm_sched_free(&s1);
+                }
+}
+
+/* Every kind, p = 1..8, m from its minimum up: the output validates (the
+ * validator is independent of the simulator), holds F and a backward for
+ * every (stage, mb), and simulates with unequal costs and latency. */
+static void test_every_kind_validates(void **state) {
+    (void)state;
+    pm_costs t = {2, 3, 1, 0.5};
+    for (size_t i = 0; i < N_NAMED; i++)
+        for (int p = 1; p <= 8; p++) {
+            const pm_sched_kind *k = pm_sched_kind_find(named[i]);
+            int v = k->place == PM_PLACE_LOOP ? 2 + p % 2 : 0;
+            int lo = k->min_m(p, v ? v : (k->place == PM_PLACE_SINGLE ? 1 : 2));
+            if (lo < 1) lo = 1;
+            int step = k->place == PM_PLACE_LOOP ? p : 1;
+            for (int m = lo; m <= lo + 2 * p + 2; m += step) {
+                pm_sched s;
+                pm_sim sim;
+                gen_sim(&s, &sim, k->name, p, m, v, t);
+                assert_int_equal(s.p, p);
+                assert_int_equal(s.m, m);
+                assert_int_equal(s.place, k->place);
+                assert_string_equal(s.kind, k->name);
+                pm_sim_free(&sim);
+                pm_sched_free(&s);
+            }
+        }
+}
+
+/* One device: nothing to wait for, so every kind (interleaved with all its
+ * chunks on device 0) runs back to back: makespan m(T_F+T_B+T_W), bubble 0. */
+static void test_one_device(void **state) {
+    (void)state;
+    pm_costs t = {2, 3, 1, 0.7};
+    for (size_t i = 0; i < N_NAMED; i++)
+        for (int m = 1; m <= 5; m++) {
+            pm_sched s;
+            pm_sim sim;
+            gen_sim(&s, &sim, named[i], 1, m, 0, t);
+            expect_near(sim.makespan, m * (t.f + t.b + t.w), "makespan", named[i], 1, m);
+            expect_near(sim.bubble, 0, "bubble", named[i], 1, m);
+            pm_sim_free(&sim);
+            pm_sched_free(&s);
+        }
+}
+
+/* Requests that do not fit get one line naming the value and the fix. */
+static void expect_gen_error(const char *kind, int p, int m, int v, const char *needle) {
+    pm_sched s;
+    pm_err err = {{0}};
+    pm_sched_req req = {.p = p, .m = m, .v = v};
+    pm_status st = pm_sched_generate(&s, kind, &req, &err);
+    if (st != PM_ERR_ARG) fail_msg("%s p=%d m=%d v=%d: status %d, expected PM_ERR_ARG", kind, p, m, v, st);
+    if (!strstr(err.msg, needle)) fail_msg("message '%s' lacks '%s'", err.msg, needle);
+    assert_null(strchr(err.msg, '\n'));
+    assert_null(s.pass);
+    assert_null(s.len);
+}
+
+static void test_generate_errors(void **state) {
+    (void)state;
+    expect_gen_error("2f2b", 4, 8, 0, "unknown schedule kind '2f2b'");
+    expect_gen_error("2f2b", 4, 8, 0, "1f1b-v");
+    expect_gen_error("1f1b", 0, 8, 0, "p must be at least 1 (got 0)");
+    expect_gen_error("zb-v", -3, 8, 0, "got -3");
+    expect_gen_error("1f1b", 4, 0, 0, "1f1b needs m >= 1 for p = 4 (got 0)");
+    expect_gen_error("1f1b", 4, 8, 3, "1f1b has 1 chunk per device; --chunks 3 only fits interleaved");
+    expect_gen_error("zb-h2", 4, 8, 2, "zb-h2 has 1 chunk per device");
+    expect_gen_error("zb-v", 4, 8, 3, "--chunks 3 only fits interleaved");
+    expect_gen_error("zb-v", 4, 8, 1, "single-placement");
+    expect_gen_error("interleaved", 4, 8, 1, "interleaved needs --chunks >= 2 (got 1)");
+    expect_gen_error("interleaved", 4, 2, 2, "interleaved needs m >= 4 for p = 4 (got 2)");
+    expect_gen_error("interleaved", 4, 6, 2, "multiple of p = 4 (got m = 6); try m = 4 or 8");
+    expect_gen_error("gpipe", 2, 4, -1, "--chunks must be at least 1");
+    /* Defaults: 0 chunks is the kind's own count. */
+    pm_sched s;
+    gen(&s, "interleaved", 2, 4, 0);
+    assert_int_equal(s.v, 2);
+    pm_sched_free(&s);
+    gen(&s, "zb-v", 2, 4, 2);
+    assert_int_equal(s.v, 2);
+    pm_sched_free(&s);
+    gen(&s, "1f1b", 2, 4, 1);
+    assert_int_equal(s.v, 1);
+    pm_sched_free(&s);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_registry_order_and_lookup),
+        cmocka_unit_test(test_1f1b_facts),
+        cmocka_unit_test(test_gpipe_facts),
+        cmocka_unit_test(test_zb_h1_facts),
+        cmocka_unit_test(test_zb_h2_facts),
+        cmocka_unit_test(test_zb_v_facts),
+        cmocka_unit_test(test_interleaved_facts),
+        cmocka_unit_test(test_every_kind_validates),
+        cmocka_unit_test(test_one_device),
+        cmocka_unit_test(test_generate_errors),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

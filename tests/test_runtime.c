@@ -1,0 +1,510 @@
+/* test_runtime.c: the pipeline runtime.
+ *   transport: order per (peer, tag) both ways, copy semantics, length
+ *     mismatch is a sticky error, abort wakes a blocked device;
+ *   arena: exact live/peak accounting, first fit reuse, overflow;
+ *   placement: contiguous cover, optimal against brute force, too few layers;
+ *   pipeline: for every generated schedule kind and P in 1, 2, 4, 8, two steps
+ *     give losses, gradient norms and parameters bitwise equal to the
+ *     single-device trainer (pm_trainer_step_batch) with the same config;
+ *     measured peak activation bytes equal the simulator's prediction on
+ *     every device, and 1F1B's device 0 holds min(p, m) stage-0 microbatches
+ *     (independent of the simulator); a schedule read back from CSV trains
+ *     identically; weight passes out of microbatch order are refused;
+ *     injected failures (error, NaN, arena overflow) stop every device with
+ *     one message naming device, stage, microbatch and pass, and stay sticky. */
+#include <math.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "pipemem/pm_runtime.h"
+
+/* ---- transport --------------------------------------------------------------- */
+
+static void test_tp_order_and_copy(void **state) {
+    (void)state;
+    pm_tp_threads *w;
+    pm_err err;
+    assert_int_equal(pm_tp_threads_create(&w, 2, 5, &err), PM_OK);
+    pm_tp *a = pm_tp_threads_endpoint(w, 0), *b = pm_tp_threads_endpoint(w, 1);
+    int32_t v, got[3] = {0};
+    pm_tp_req sr[4], rr[4];
+    /* sent before the receives are posted: buffered copies, in order */
+    for (int i = 0; i < 3; i++) {
+        v = 10 + i;
+        assert_int_equal(pm_tp_isend(a, 1, 7, &v, sizeof v, &sr[i]), PM_OK);
+        v = -1; /* the copy was taken at isend: changing v must not matter */
+    }
+    /* a different tag does not overtake or get matched */
+    int32_t other = 99, o_got = 0;
+    assert_int_equal(pm_tp_isend(a, 1, 8, &other, sizeof other, &sr[3]), PM_OK);
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(pm_tp_irecv(b, 0, 7, &got[i], sizeof got[i], &rr[i]), PM_OK);
+        assert_int_equal(pm_tp_wait(b, &rr[i]), PM_OK);
+    }
+    assert_int_equal(got[0], 10);
+    assert_int_equal(got[1], 11);
+    assert_int_equal(got[2], 12);
+    /* posted first, then sent: copied straight in, also in order */
+    int32_t late[2] = {0, 0};
+    assert_int_equal(pm_tp_irecv(b, 0, 9, &late[0], sizeof late[0], &rr[0]), PM_OK);
+    assert_int_equal(pm_tp_irecv(b, 0, 9, &late[1], sizeof late[1], &rr[1]), PM_OK);
+    int done = 1;
+    assert_int_equal(pm_tp_test(b, &rr[0], &done), PM_OK);
+    assert_int_equal(done, 0);
+    v = 1;
+    assert_int_equal(pm_tp_isend(a, 1, 9, &v, sizeof v, &sr[0]), PM_OK);
+    v = 2;
+    assert_int_equal(pm_tp_isend(a, 1, 9, &v, sizeof v, &sr[1]), PM_OK);
+    assert_int_equal(pm_tp_wait(b, &rr[0]), PM_OK);
+    assert_int_equal(pm_tp_wait(b, &rr[1]), PM_OK);
+    assert_int_equal(late[0], 1);
+    assert_int_equal(late[1], 2);
+    assert_int_equal(pm_tp_irecv(b, 0, 8, &o_got, sizeof o_got, &rr[2]), PM_OK);
+    assert_int_equal(pm_tp_wait(b, &rr[2]), PM_OK);
+    assert_int_equal(o_got, 99);
+    /* a device sends to itself through the same path */
+    v = 5;
+    int32_t self = 0;
+    assert_int_equal(pm_tp_isend(a, 0, 1, &v, sizeof v, &sr[0]), PM_OK);
+    assert_int_equal(pm_tp_irecv(a, 0, 1, &self, sizeof self, &rr[0]), PM_OK);
+    assert_int_equal(pm_tp_wait(a, &rr[0]), PM_OK);
+    assert_int_equal(self, 5);
+    /* a length mismatch fails the whole world, stickily */
+    int64_t big = 0;
+    assert_int_equal(pm_tp_isend(a, 1, 3, &v, sizeof v, &sr[0]), PM_OK);
+    assert_int_equal(pm_tp_irecv(b, 0, 3, &big, sizeof big, &rr[0]), PM_ERR_TRANSPORT);
+    assert_int_equal(pm_tp_isend(a, 1, 4, &v, sizeof v, &sr[0]), PM_ERR_TRANSPORT);
+    assert_int_equal(pm_tp_status(a, &err), PM_ERR_TRANSPORT);
+    assert_non_null(strstr(err.msg, "posted a receive of 8 bytes"));
+    pm_tp_threads_destroy(w);
+}
+
+typedef struct {
+    pm_tp *tp;
+    pm_status st;
+} waiter;
+
+static void *wait_forever(void *arg) {
+    waiter *x = arg;
+    int32_t v;
+    pm_tp_req r;
+    x->st = pm_tp_irecv(x->tp, 0, 42, &v, sizeof v, &r);
+    if (!x->st) x->st = pm_tp_wait(x->tp, &r);
+    return NULL;
+}
+
+static void test_tp_abort_wakes(void **state) {
+    (void)state;
+    pm_tp_threads *w;
+    pm_err err;
+    assert_int_equal(pm_tp_threads_create(&w, 3, 30, &err), PM_OK);
+    waiter x[2] = {{pm_tp_threads_endpoint(w, 1), PM_OK}, {pm_tp_threads_endpoint(w, 2), PM_OK}};
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++) assert_int_equal(pthread_create(&th[i], NULL, wait_forever, &x[i]), 0);
+    pm_tp_abort(pm_tp_threads_endpoint(w, 0), PM_ERR_NUMERIC, "device 0 failed");
+    pm_tp_abort(pm_tp_threads_endpoint(w, 1), PM_ERR_ARG, "second abort loses");
+    for (int i = 0; i < 2; i++) {
+        pthread_join(th[i], NULL);
+        assert_int_equal(x[i].st, PM_ERR_NUMERIC);
+    }
+    assert_int_equal(pm_tp_status(pm_tp_threads_endpoint(w, 2), &err), PM_ERR_NUMERIC);
+    assert_string_equal(err.msg, "device 0 failed");
+    pm_tp_threads_reset(w);
+    assert_int_equal(pm_tp_status(pm_tp_threads_endpoint(w, 2), &err), PM_OK);
+    pm_tp_threads_destroy(w);
+}
+
+/* ---- arena ---------------------------------------------------------------------- */
+
+static void test_arena(void **state) {
+    (void)state;
+    pm_arena a;
+    pm_err err;
+    assert_int_equal(pm_arena_init(&a, 1024, 8, &err), PM_OK);
+    size_t o1, o2, o3, o4;
+    assert_int_equal(pm_arena_alloc(&a, 100, &o1), PM_OK); /* footprint 128 */
+    assert_int_equal(pm_arena_alloc(&a, 64, &o2), PM_OK);
+    assert_int_equal(o1, 0);
+    assert_int_equal(o2, 128);
+    assert_int_equal(a.live, 164);
+    pm_arena_shrink(&a, o1, 10); /* footprint 64: a 64-byte gap opens */
+    assert_int_equal(a.live, 74);
+    assert_int_equal(a.peak, 164);
+    assert_int_equal(pm_arena_alloc(&a, 64, &o3), PM_OK);
+    assert_int_equal(o3, 64); /* first fit: the gap */
+    assert_int_equal(pm_arena_alloc(&a, 2000, &o4), PM_ERR_MEMLIMIT);
+    assert_int_equal(pm_arena_alloc(&a, 832, &o4), PM_OK); /* exactly the rest */
+    assert_int_equal(o4, 192);
+    assert_int_equal(a.high, 1024);
+    char *p = pm_arena_ptr(&a, o4);
+    memset(p, 1, 832); /* inside the slab (ASan checks) */
+    pm_arena_release(&a, o2);
+    pm_arena_release(&a, o1);
+    pm_arena_release(&a, o3);
+    pm_arena_release(&a, o4);
+    assert_int_equal(a.live, 0);
+    assert_int_equal(a.peak, 10 + 64 + 64 + 832);
+    pm_arena_free(&a);
+    pm_arena_free(&a); /* twice is safe */
+}
+
+/* ---- placement ---------------------------------------------------------------- */
+
+static double lcost(const pm_gpt_config *c, int l) {
+    pm_gpt_sizes s;
+    assert_int_equal(pm_gpt_layer_sizes(c, l, 1, 8, &s, NULL), PM_OK);
+    return s.flops_f + s.flops_b + s.flops_w;
+}
+
+/* Smallest max stage cost over every way to cut n layers into S ranges. */
+static double brute(const double *c, int n, int S, int from) {
+    if (S == 1) {
+        double t = 0;
+        for (int i = from; i < n; i++) t += c[i];
+        return t;
+    }
+    double best = INFINITY, here = 0;
+    for (int cut = from + 1; cut <= n - (S - 1); cut++) {
+        here += c[cut - 1];
+        double rest = brute(c, n, S - 1, cut), m = here > rest ? here : rest;
+        if (m < best) best = m;
+    }
+    return best;
+}
+
+static void test_placement(void **state) {
+    (void)state;
+    pm_gpt_config c = {64, 8, 16, 2, 5};
+    int n = pm_gpt_num_layers(&c);
+    double cost[16];
+    for (int l = 0; l < n; l++) cost[l] = lcost(&c, l);
+    for (int S = 1; S <= n; S++) {
+        int first[16];
+        pm_err err;
+        assert_int_equal(pm_place_layers(&c, 1, 8, S, first, &err), PM_OK);
+        assert_int_equal(first[0], 0);
+        assert_int_equal(first[S], n);
+        double mx = 0;
+        for (int s = 0; s < S; s++) {
+            assert_true(first[s + 1] > first[s]);
+            double t = 0;
+            for (int l = first[s]; l < first[s + 1]; l++) t += cost[l];
+            if (t > mx) mx = t;
+        }
+        assert_true(mx == brute(cost, n, S, 0));
+    }
+    int first[16];
+    pm_err err;
+    assert_int_equal(pm_place_layers(&c, 1, 8, n + 1, first, &err), PM_ERR_ARG);
+    assert_non_null(strstr(err.msg, "--layers"));
+}
+
+/* ---- pipeline ----------------------------------------------------------------- */
+
+#define NSTEPS 2
+#define TINY_M 8
+static uint8_t text[3000];
+
+static pm_train_cfg tiny(int layers) {
+    pm_train_cfg c = {.model = {64, 8, 16, 2, layers}, .batch = TINY_M, .micro = TINY_M,
+                      .seed = 11};
+    pm_optim_defaults(&c.opt, 4);
+    c.opt.lr = 1e-2f;
+    c.opt.grad_clip = 0.5f; /* small, so clipping is exercised */
+    return c;
+}
+
+typedef struct {
+    double loss[NSTEPS], norm[NSTEPS];
+    float *params; /* malloc'd */
+} run_result;
+
+static void batch_of(int step, int32_t *inp, int32_t *tgt, const pm_train_cfg *c) {
+    int T = c->model.ctx;
+    for (int b = 0; b < c->batch; b++)
+        for (int t = 0; t < T; t++) {
+            size_t at = (size_t)((step * 7 + b * 13 + t) % (int)(sizeof text - 1));
+            inp[b * T + t] = text[at] % 64;
+            tgt[b * T + t] = text[at + 1] % 64;
+        }
+}
+
+static void reference(const pm_train_cfg *c, run_result *r) {
+    pm_tokens toks = {text, sizeof text};
+    pm_trainer t;
+    pm_err err;
+    pm_blas_threads(1);
+    assert_int_equal(pm_trainer_init(&t, c, &toks, 0, &err), PM_OK);
+    int32_t inp[TINY_M * 8], tgt[TINY_M * 8];
+    for (int s = 0; s < NSTEPS; s++) {
+        pm_step_info si;
+        batch_of(s, inp, tgt, c);
+        assert_int_equal(pm_trainer_step_batch(&t, inp, tgt, &si, &err), PM_OK);
+        r->loss[s] = si.loss, r->norm[s] = si.grad_norm;
+    }
+    r->params = malloc(t.n_params * sizeof(float));
+    memcpy(r->params, t.params, t.n_params * sizeof(float));
+    pm_trainer_free(&t);
+}
+
+/* Trains NSTEPS on schedule s; checks memory on every step. */
+static void run_pipe(const pm_train_cfg *c, const pm_sched *s, run_result *r) {
+    pm_pipe pp;
+    pm_err err = {{0}};
+    pm_status st = pm_pipe_init(&pp, c, s, NULL, &err);
+    if (st) fail_msg("%s p=%d: %s", s->kind, s->p, err.msg);
+    int32_t inp[TINY_M * 8], tgt[TINY_M * 8];
+    for (int k = 0; k < NSTEPS; k++) {
+        pm_pipe_info in;
+        batch_of(k, inp, tgt, c);
+        st = pm_pipe_step(&pp, inp, tgt, &in, &err);
+        if (st) fail_msg("%s p=%d step %d: %s", s->kind, s->p, k, err.msg);
+        r->loss[k] = in.loss, r->norm[k] = in.grad_norm;
+        for (int d = 0; d < pp.p; d++) {
+            if (in.peak[d] != in.pred_peak[d])
+                fail_msg("%s p=%d device %d: measured peak %zu != predicted %zu", s->kind, s->p,
+                         d, in.peak[d], in.pred_peak[d]);
+            assert_true(in.peak[d] > 0 && in.peak[d] <= in.arena[d]);
+        }
+        assert_true(in.makespan_ms > 0 && in.pred_makespan_ms > 0);
+        assert_true(in.bubble >= 0 && in.bubble < 1);
+    }
+    if (!strcmp(s->kind, "1f1b")) {
+        /* 1F1B's device 0 holds min(p, m) forwards of stage 0 at its peak */
+        double mf0 = pp.cost.st[0].mf;
+        int held = s->p < s->m ? s->p : s->m;
+        assert_true((double)pp.peak[0] == held * mf0);
+    }
+    size_t n = pm_gpt_num_params(&c->model);
+    r->params = malloc(n * sizeof(float));
+    pm_pipe_gather(&pp, 0, r->params);
+    pm_pipe_free(&pp);
+}
+
+static void expect_same(const pm_train_cfg *c, const run_result *ref, const run_result *got,
+                        const char *what) {
+    for (int k = 0; k < NSTEPS; k++) {
+        if (memcmp(&ref->loss[k], &got->loss[k], sizeof(double)))
+            fail_msg("%s: step %d loss %.9g != reference %.9g", what, k, got->loss[k],
+                     ref->loss[k]);
+        if (memcmp(&ref->norm[k], &got->norm[k], sizeof(double)))
+            fail_msg("%s: step %d grad norm %.17g != reference %.17g", what, k, got->norm[k],
+                     ref->norm[k]);
+    }
+    size_t n = pm_gpt_num_params(&c->model);
+    for (size_t i = 0; i < n; i++)
+        if (memcmp(&ref->params[i], &got->params[i], sizeof(float)))
+            fail_msg("%s: parameter %zu is %.9g, reference %.9g", what, i, got->params[i],
+                     ref->params[i]);
+}
+
+static void gen(pm_sched *s, const char *kind, int p, int m) {
+    pm_sched_req req = {.p = p, .m = m, .t = PM_COSTS_DEFAULT, .mem = PM_MEM_DEFAULT};
+    if (!strcmp(kind, "auto-v")) req.mem_limit = 1.0;
+    if (!strcmp(kind, "interleaved")) req.v = 2;
+    pm_err err;
+    if (pm_sched_generate(s, kind, &req, &err)) fail_msg("%s p=%d m=%d: %s", kind, p, m, err.msg);
+}
+
+/* Every kind at each P in ps against one single-device reference. */
+static int exact_for(int layers, const int *ps, int nps) {
+    pm_train_cfg c = tiny(layers);
+    run_result ref;
+    reference(&c, &ref);
+    /* the reference must move: otherwise equality would prove little */
+    assert_true(ref.loss[1] < ref.loss[0]);
+    int nk, runs = 0;
+    const pm_sched_kind *kinds = pm_sched_kinds(&nk);
+    for (int k = 0; k < nk; k++)
+        for (int pi = 0; pi < nps; pi++) {
+            pm_sched s;
+            gen(&s, kinds[k].name, ps[pi], TINY_M);
+            run_result got;
+            run_pipe(&c, &s, &got);
+            char what[96];
+            snprintf(what, sizeof what, "%s p=%d", kinds[k].name, ps[pi]);
+            expect_same(&c, &ref, &got, what);
+            free(got.params);
+            pm_sched_free(&s);
+            runs++;
+        }
+    free(ref.params);
+    return runs;
+}
+
+static void test_exact_every_schedule(void **state) {
+    (void)state;
+    int small[] = {1, 2, 4}, eight[] = {8};
+    int nk;
+    pm_sched_kinds(&nk);
+    assert_true(nk >= 9);
+    /* 8 layers: enough for 2p = 8 stages at p = 4; 16 for p = 8 */
+    assert_int_equal(exact_for(6, small, 3), 3 * nk);
+    assert_int_equal(exact_for(14, eight, 1), nk);
+}
+
+static void test_csv_schedule(void **state) {
+    (void)state;
+    pm_train_cfg c = tiny(4);
+    pm_sched s, back;
+    gen(&s, "v-half", 2, TINY_M);
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    assert_non_null(f);
+    assert_int_equal(pm_sched_write_csv(f, &s), PM_OK);
+    fclose(f);
+    pm_err err;
+    assert_int_equal(pm_sched_parse_csv(&back, buf, len, &err), PM_OK);
+    free(buf);
+    run_result a, b;
+    run_pipe(&c, &s, &a);
+    run_pipe(&c, &back, &b);
+    expect_same(&c, &a, &b, "v-half from CSV");
+    free(a.params);
+    free(b.params);
+    pm_sched_free(&s);
+    pm_sched_free(&back);
+}
+
+static void test_w_order_refused(void **state) {
+    (void)state;
+    pm_train_cfg c = tiny(1);
+    c.batch = c.micro = 2;
+    pm_sched s;
+    pm_err err;
+    assert_int_equal(pm_sched_init(&s, "test", PM_PLACE_SINGLE, 1, 2, 1, &err), PM_OK);
+    pm_sched_push(&s, 0, PM_PASS_F, 0, 0);
+    pm_sched_push(&s, 0, PM_PASS_F, 0, 1);
+    pm_sched_push(&s, 0, PM_PASS_B, 0, 0);
+    pm_sched_push(&s, 0, PM_PASS_B, 0, 1);
+    pm_sched_push(&s, 0, PM_PASS_W, 0, 1);
+    pm_sched_push(&s, 0, PM_PASS_W, 0, 0);
+    pm_pipe pp;
+    /* split W passes of a stage are interchangeable: relabelled into order */
+    assert_int_equal(pm_pipe_init(&pp, &c, &s, NULL, &err), PM_OK);
+    assert_int_equal(pp.w_relabeled, 2);
+    assert_int_equal(pm_sched_dev(&pp.sched, 0)[4].mb, 0);
+    pm_pipe_free(&pp);
+    pm_sched_free(&s);
+    /* fused BW passes out of order cannot be: refused */
+    assert_int_equal(pm_sched_init(&s, "test", PM_PLACE_SINGLE, 1, 2, 1, &err), PM_OK);
+    pm_sched_push(&s, 0, PM_PASS_F, 0, 0);
+    pm_sched_push(&s, 0, PM_PASS_F, 0, 1);
+    pm_sched_push(&s, 0, PM_PASS_BW, 0, 1);
+    pm_sched_push(&s, 0, PM_PASS_BW, 0, 0);
+    assert_int_equal(pm_pipe_init(&pp, &c, &s, NULL, &err), PM_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "microbatch order"));
+    pm_sched_free(&s);
+    /* too many stages for the layers */
+    gen(&s, "v-half", 4, TINY_M);
+    c = tiny(2);
+    assert_int_equal(pm_pipe_init(&pp, &c, &s, NULL, &err), PM_ERR_ARG);
+    assert_non_null(strstr(err.msg, "layers"));
+    pm_sched_free(&s);
+}
+
+/* Runs one step with a fault; returns the status and the message. */
+static pm_status faulty(const char *kind, int p, pm_pipe_opts *o, pm_err *err) {
+    pm_train_cfg c = tiny(6);
+    pm_sched s;
+    gen(&s, kind, p, TINY_M);
+    pm_pipe pp;
+    pm_status st = pm_pipe_init(&pp, &c, &s, o, err);
+    assert_int_equal(st, PM_OK);
+    int32_t inp[TINY_M * 8], tgt[TINY_M * 8];
+    batch_of(0, inp, tgt, &c);
+    st = pm_pipe_step(&pp, inp, tgt, NULL, err);
+    /* sticky: the pipe refuses further steps with the same error */
+    pm_err again;
+    assert_int_equal(pm_pipe_step(&pp, inp, tgt, NULL, &again), st);
+    if (st) assert_string_equal(again.msg, err->msg);
+    pm_pipe_free(&pp);
+    pm_sched_free(&s);
+    return st;
+}
+
+static void test_faults(void **state) {
+    (void)state;
+    pm_err err;
+    /* an error in the middle of device 2's list */
+    pm_pipe_opts o = {.fault_kind = PM_FAULT_FAIL, .fault_dev = 2, .fault_pass = 5, .wait_timeout_s = 20};
+    assert_int_equal(faulty("1f1b", 4, &o, &err), PM_ERR_ARG);
+    assert_non_null(strstr(err.msg, "device 2, stage 2, microbatch"));
+    assert_non_null(strstr(err.msg, "injected"));
+    /* NaN in stage 0's first output reaches the head: the loss check fires
+     * on the last stage's device (device 0 under the V placement) */
+    o = (pm_pipe_opts){.fault_kind = PM_FAULT_NAN, .fault_dev = 0, .fault_pass = 0, .wait_timeout_s = 20};
+    assert_int_equal(faulty("v-half", 2, &o, &err), PM_ERR_NUMERIC);
+    assert_non_null(strstr(err.msg, "device 0, stage 3, microbatch 0, pass F"));
+    assert_non_null(strstr(err.msg, "loss"));
+    /* an arena too small for the schedule */
+    o = (pm_pipe_opts){.arena_cap = 4096, .wait_timeout_s = 20};
+    assert_int_equal(faulty("zb-h1", 2, &o, &err), PM_ERR_MEMLIMIT);
+    assert_non_null(strstr(err.msg, "arena full"));
+    assert_non_null(strstr(err.msg, "pass F"));
+}
+
+static void test_timeline_outputs(void **state) {
+    (void)state;
+    pm_train_cfg c = tiny(4);
+    pm_sched s;
+    gen(&s, "zb-h1", 2, TINY_M);
+    pm_pipe pp;
+    pm_err err;
+    assert_int_equal(pm_pipe_init(&pp, &c, &s, NULL, &err), PM_OK);
+    int32_t inp[TINY_M * 8], tgt[TINY_M * 8];
+    batch_of(0, inp, tgt, &c);
+    assert_int_equal(pm_pipe_step(&pp, inp, tgt, NULL, &err), PM_OK);
+    pm_sim t;
+    assert_int_equal(pm_pipe_timeline(&pp, &t, &err), PM_OK);
+    /* each device's passes run in list order without overlap */
+    for (int d = 0; d < 2; d++)
+        for (int64_t i = 1; i < s.len[d]; i++) {
+            int64_t k = d * s.cap + i;
+            assert_true(t.start[k] >= t.end[k - 1] && t.end[k] >= t.start[k]);
+        }
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    assert_int_equal(pm_pipe_write_trace(&pp, f, &err), PM_OK);
+    assert_int_equal(pm_pipe_write_svg(&pp, f, "zb-h1 measured", &err), PM_OK);
+    fclose(f);
+    assert_non_null(strstr(buf, "traceEvents"));
+    assert_non_null(strstr(buf, "<svg"));
+    free(buf);
+    pm_sim_free(&t);
+    pm_pipe_free(&pp);
+    pm_sched_free(&s);
+}
+
+static int setup(void **state) {
+    (void)state;
+    const char *s = "pipelines keep every device busy; memory is the knob. ";
+    size_t L = strlen(s);
+    for (size_t i = 0; i < sizeof text; i++) text[i] = (uint8_t)s[(i * 7 + i / L) % L];
+    return 0;
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_tp_order_and_copy),
+        cmocka_unit_test(test_tp_abort_wakes),
+        cmocka_unit_test(test_arena),
+        cmocka_unit_test(test_placement),
+        cmocka_unit_test(test_exact_every_schedule),
+        cmocka_unit_test(test_csv_schedule),
+        cmocka_unit_test(test_w_order_refused),
+        cmocka_unit_test(test_faults),
+        cmocka_unit_test(test_timeline_outputs),
+    };
+    return cmocka_run_group_tests(tests, setup, NULL);
+}

@@ -1,0 +1,290 @@
+/* test_search.c: schedules searched under a memory limit (issue 3): the Zero
+ * Bubble heuristic (zb, zb-1p, zb-2p), V-ZB, auto-v, the search and the
+ * curve.
+ *
+ * The facts and where they come from (shared/reference/schedules.md):
+ *   - at unit costs ZB-1p and ZB-2p equal ZB-H1 and ZB-H2 (makespans
+ *     3m + p - 1 and, once the warm-up is full, 3m);
+ *   - with unequal costs and c > 0 the heuristic beats the handcrafted ones;
+ *   - V-ZB has no bubble for m >= 2p at unit costs, at 1F1B's memory (M);
+ *   - auto-v never does worse than V-Min, V-Half or V-ZB at their own peaks
+ *     and never slows down as the limit grows; below V-Min's peak
+ *     floor((p+4)/3)/p it refuses, naming that limit;
+ *   - every schedule these generators return stays within its limit on
+ *     every device and passes the validator. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "pipemem/pm_sched.h"
+
+static const pm_costs UNIT = {1, 1, 1, 0};
+static const pm_costs REAL = {4959, 5217, 3519, 213}; /* measured, unequal, c > 0 */
+static const pm_costs SKEW = {1, 2, 1, 0.3};
+
+static pm_sched_req req_of(int p, int m, pm_costs t, double limit) {
+    return (pm_sched_req){.p = p, .m = m, .t = t, .mem = PM_MEM_DEFAULT, .mem_limit = limit};
+}
+
+typedef struct {
+    double makespan, bubble, peak; /* peak: max over devices, x M */
+} figs;
+
+/* Generates kind, validates it under q->mem_limit (when > 0) and simulates
+ * it. Returns the generator's status; a broken schedule fails the test. */
+static pm_status gen(const char *kind, const pm_sched_req *q, figs *f, pm_err *err) {
+    pm_sched s;
+    pm_status st = pm_sched_generate(&s, kind, q, err);
+    if (st) return st;
+    pm_cost c;
+    pm_sim sim;
+    pm_err e2;
+    assert_int_equal(pm_cost_init_uniform(&c, &s, q->t, q->mem, &e2), PM_OK);
+    st = pm_sched_validate(&s, &c, q->mem_limit, &e2);
+    if (st) fail_msg("%s p=%d m=%d limit %g: %s", kind, q->p, q->m, q->mem_limit, e2.msg);
+    assert_int_equal(pm_sim_run(&sim, &s, &c, &e2), PM_OK);
+    *f = (figs){sim.makespan, sim.bubble, pm_sim_peak_max_x(&sim)};
+    if (q->mem_limit > 0)
+        for (int d = 0; d < s.p; d++)
+            if (sim.peak[d] > q->mem_limit * sim.M * (1 + 1e-9))
+                fail_msg("%s p=%d m=%d: device %d peaks at %g M over the limit %g", kind, q->p,
+                         q->m, d, pm_sim_peak_x(&sim, d), q->mem_limit);
+    pm_sim_free(&sim);
+    pm_cost_free(&c);
+    pm_sched_free(&s);
+    return PM_OK;
+}
+
+static figs must(const char *kind, pm_sched_req q) {
+    figs f;
+    pm_err e;
+    if (gen(kind, &q, &f, &e)) fail_msg("%s p=%d m=%d limit %g: %s", kind, q.p, q.m, q.mem_limit, e.msg);
+    return f;
+}
+
+static void zb_equals_h_at_unit_costs(void **state) {
+    (void)state;
+    static const int ps[] = {2, 3, 4, 6, 8};
+    for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) {
+        int p = ps[i];
+        for (int m = 1; m <= 3 * p; m += (m < p ? p - 1 : p)) {
+            pm_sched_req q = req_of(p, m, UNIT, 0);
+            figs h1 = must("zb-h1", q), z1 = must("zb-1p", q);
+            figs h2 = must("zb-h2", q), z2 = must("zb-2p", q);
+            assert_float_equal(z1.makespan, h1.makespan, 1e-9);
+            assert_float_equal(z2.makespan, h2.makespan, 1e-9);
+            assert_true(z1.peak <= 1.0 + 1e-9 && z2.peak <= 2.0 + 1e-9);
+            if (m >= p) assert_float_equal(z1.makespan, 3.0 * m + p - 1, 1e-9);
+            if (m >= 2 * p - 1) assert_float_equal(z2.makespan, 3.0 * m, 1e-9);
+        }
+    }
+}
+
+static void zb_beats_h_with_real_costs(void **state) {
+    (void)state;
+    const pm_costs *cs[] = {&SKEW, &REAL};
+    for (int ci = 0; ci < 2; ci++)
+        for (int p = 4; p <= 8; p += 4) {
+            /* ZB-1p: strictly better where the warm-up is the bottleneck
+             * (m = p), never worse anywhere */
+            for (int m = p; m <= 3 * p; m += p) {
+                pm_sched_req q = req_of(p, m, *cs[ci], 0);
+                figs h1 = must("zb-h1", q), z1 = must("zb-1p", q);
+                figs h2 = must("zb-h2", q), z2 = must("zb-2p", q);
+                assert_true(z1.makespan <= h1.makespan * (1 + 1e-12));
+                assert_true(z2.makespan <= h2.makespan * (1 + 1e-12));
+                if (m == p) assert_true(z1.makespan < h1.makespan * (1 - 1e-6));
+                if (m >= 2 * p) assert_true(z2.makespan < h2.makespan * (1 - 1e-6));
+            }
+        }
+}
+
+static void vzb_zero_bubble_at_unit_costs(void **state) {
+    (void)state;
+    for (int p = 2; p <= 8; p++)
+        for (int m = 2 * p; m <= 3 * p; m += p) {
+            figs f = must("v-zb", req_of(p, m, UNIT, 0));
+            if (!(f.bubble < 1e-9)) fail_msg("v-zb p=%d m=%d: bubble %g", p, m, f.bubble);
+            assert_true(f.peak <= 1.0 + 1e-9);
+            /* and with real costs it is at least as good as the fixed ZB-V */
+            pm_sched_req q = req_of(p, m, REAL, 0);
+            assert_true(must("v-zb", q).makespan <= must("zb-v", q).makespan * (1 + 1e-12));
+        }
+}
+
+static void autov_monotone_in_limit(void **state) {
+    (void)state;
+    for (int p = 4; p <= 6; p += 2) {
+        double prev = INFINITY;
+        for (double lim = 0.4; lim <= 2.0 + 1e-9; lim += 0.2) {
+            figs f;
+            pm_err e;
+            pm_sched_req q = req_of(p, 2 * p, REAL, lim);
+            pm_status st = gen("auto-v", &q, &f, &e);
+            if (st == PM_ERR_MEMLIMIT) {
+                assert_true(isinf(prev)); /* only below the floor, never above a success */
+                continue;
+            }
+            assert_int_equal(st, PM_OK);
+            if (f.makespan > prev * (1 + 1e-12))
+                fail_msg("auto-v p=%d: makespan %g at %g M > %g at a smaller limit", p,
+                         f.makespan, lim, prev);
+            prev = f.makespan;
+        }
+        assert_false(isinf(prev));
+    }
+}
+
+static void autov_never_worse_than_fixed_blocks(void **state) {
+    (void)state;
+    static const char *const fixed[] = {"v-min", "v-half", "v-zb"};
+    for (int p = 3; p <= 7; p += 2)
+        for (size_t k = 0; k < 3; k++) {
+            pm_sched_req q = req_of(p, 3 * p, REAL, 0);
+            figs a = must(fixed[k], q);
+            q.mem_limit = a.peak;
+            figs b = must("auto-v", q);
+            if (b.makespan > a.makespan * (1 + 1e-12))
+                fail_msg("auto-v p=%d at %s's peak %g: %g > %g", p, fixed[k], a.peak,
+                         b.makespan, a.makespan);
+        }
+}
+
+/* Every limit-taking kind, over (p, m, limit, memory model): either a
+ * schedule within the limit on every device (gen checks), or a refusal
+ * that says the limit is the problem. */
+static void limit_respected_everywhere(void **state) {
+    (void)state;
+    static const char *const kinds[] = {"zb", "zb-1p", "zb-2p", "v-zb", "auto-v"};
+    static const double limits[] = {0.3, 0.55, 0.8, 1.0, 1.35, 2.0};
+    const pm_mem mems[] = {PM_MEM_DEFAULT, {2, -0.5, -1.5}};
+    static const int ps[] = {2, 3, 5};
+    int built = 0;
+    for (size_t pi = 0; pi < 3; pi++)
+        for (int mi = 0; mi < 2; mi++)
+            for (size_t li = 0; li < sizeof limits / sizeof limits[0]; li++)
+                for (int mm = 0; mm < 2; mm++)
+                    for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
+                        int p = ps[pi], m = mi ? 2 * p + 1 : p;
+                        pm_sched_req q = req_of(p, m, SKEW, limits[li]);
+                        q.mem = mems[mm];
+                        figs f;
+                        pm_err e;
+                        pm_status st = gen(kinds[k], &q, &f, &e);
+                        if (st && st != PM_ERR_MEMLIMIT)
+                            fail_msg("%s p=%d m=%d limit %g: %s", kinds[k], p, m, limits[li],
+                                     e.msg);
+                        built += st == PM_OK;
+                    }
+    assert_true(built > 250); /* most combinations must succeed */
+}
+
+static void search_within_limit_and_best(void **state) {
+    (void)state;
+    int n;
+    const pm_sched_kind *k = pm_sched_kinds(&n);
+    for (double lim = 0.5; lim <= 2.0; lim += 0.5) {
+        pm_sched_req q = req_of(6, 12, REAL, lim);
+        pm_sched s;
+        pm_search_point pt;
+        pm_err e;
+        char why[512];
+        assert_int_equal(pm_sched_search(&s, &q, &pt, why, sizeof why, &e), PM_OK);
+        assert_non_null(strstr(why, "within"));
+        pm_cost c;
+        assert_int_equal(pm_cost_init_uniform(&c, &s, q.t, q.mem, &e), PM_OK);
+        assert_int_equal(pm_sched_validate(&s, &c, lim, &e), PM_OK);
+        pm_cost_free(&c);
+        pm_sched_free(&s);
+        /* no named kind that fits the limit is faster */
+        for (int i = 0; i < n; i++) {
+            pm_sched_req r = q;
+            r.mem_limit = 0;
+            if (k[i].place == PM_PLACE_LOOP) r.v = 2;
+            if (!strcmp(k[i].name, "auto-v") || !strcmp(k[i].name, "zb")) r.mem_limit = lim;
+            figs f;
+            if (gen(k[i].name, &r, &f, &e)) continue;
+            if (f.peak <= lim * (1 + 1e-9) && f.makespan < pt.makespan * (1 - 1e-12))
+                fail_msg("search at %g M: %s (%g) beats the answer %s (%g)", lim, k[i].name,
+                         f.makespan, pt.kind, pt.makespan);
+        }
+    }
+}
+
+static void infeasible_limits_name_the_minimum(void **state) {
+    (void)state;
+    for (int p = 3; p <= 9; p += 3) {
+        pm_sched_req q = req_of(p, 2 * p, REAL, 0.2);
+        double want = (double)((p + 4) / 3) / p, got;
+        pm_err e;
+        assert_int_equal(pm_sched_auto_v_min_limit(&q, &got, &e), PM_OK);
+        assert_float_equal(got, want, 1e-9);
+        pm_sched s;
+        assert_int_equal(pm_sched_generate(&s, "auto-v", &q, &e), PM_ERR_MEMLIMIT);
+        char num[32];
+        snprintf(num, sizeof num, "%.4g M", want);
+        if (!strstr(e.msg, num)) fail_msg("'%s' does not name %s", e.msg, num);
+        /* at the minimum itself it works */
+        q.mem_limit = want;
+        assert_true(must("auto-v", q).peak <= want + 1e-9);
+    }
+    /* the search: nothing below one stage activation (1/p M) */
+    pm_sched_req q = req_of(8, 16, REAL, 0.05);
+    pm_sched s;
+    pm_err e;
+    char why[256];
+    assert_int_equal(pm_sched_search(&s, &q, NULL, why, sizeof why, &e), PM_ERR_MEMLIMIT);
+    assert_non_null(strstr(e.msg, "0.125 M"));
+    q.mem_limit = 0;
+    assert_int_equal(pm_sched_generate(&s, "auto-v", &q, &e), PM_ERR_ARG);
+    assert_non_null(strstr(e.msg, "--mem-limit"));
+}
+
+static void curve_per_family_monotone(void **state) {
+    (void)state;
+    enum { N = 36 };
+    double lim[N];
+    pm_search_point pt[PM_FAMILY_COUNT * N];
+    for (int k = 0; k < N; k++) lim[k] = 0.25 + 0.05 * k;
+    pm_sched_req q = req_of(6, 18, REAL, 0);
+    pm_err e;
+    assert_int_equal(pm_sched_curve(&q, lim, N, pt, &e), PM_OK);
+    for (int f = 0; f < PM_FAMILY_COUNT; f++) {
+        double prev = INFINITY;
+        for (int k = 0; k < N; k++) {
+            const pm_search_point *x = &pt[f * N + k];
+            if (!x->ok) {
+                assert_true(isinf(prev)); /* a family never stops fitting */
+                continue;
+            }
+            assert_true(x->peak <= lim[k] + 1e-9);
+            assert_true(x->bubble <= prev + 1e-12);
+            prev = x->bubble;
+        }
+    }
+    /* the V family fits from V-Min's peak, floor((6+4)/3)/6 = 0.5 M */
+    assert_false(pt[PM_FAMILY_V * N + 4].ok);  /* 0.45 */
+    assert_true(pt[PM_FAMILY_V * N + 5].ok);   /* 0.50 */
+    /* memory buys speed: at 1F1B's memory the V family beats V-Min's point */
+    assert_true(pt[PM_FAMILY_V * N + 15].bubble < pt[PM_FAMILY_V * N + 5].bubble);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(zb_equals_h_at_unit_costs),
+        cmocka_unit_test(zb_beats_h_with_real_costs),
+        cmocka_unit_test(vzb_zero_bubble_at_unit_costs),
+        cmocka_unit_test(autov_monotone_in_limit),
+        cmocka_unit_test(autov_never_worse_than_fixed_blocks),
+        cmocka_unit_test(limit_respected_everywhere),
+        cmocka_unit_test(search_within_limit_and_best),
+        cmocka_unit_test(infeasible_limits_name_the_minimum),
+        cmocka_unit_test(curve_per_family_monotone),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

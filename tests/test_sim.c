@@ -1,0 +1,161 @@
+/* test_sim.c: the simulator against schedules built by hand and timed by
+ * hand, independent of the generators. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "pipemem/pm_sched.h"
+
+/* 1F1B, p = 2, m = 3, fused BW: warm-up 1 F on device 0. */
+static void build_1f1b_p2m3(pm_sched *s) {
+    assert_int_equal(pm_sched_init(s, "hand", PM_PLACE_SINGLE, 2, 3, 1, NULL), PM_OK);
+    static const int d0[][2] = {{PM_PASS_F, 0}, {PM_PASS_F, 1}, {PM_PASS_BW, 0},
+                                {PM_PASS_F, 2}, {PM_PASS_BW, 1}, {PM_PASS_BW, 2}};
+    static const int d1[][2] = {{PM_PASS_F, 0}, {PM_PASS_BW, 0}, {PM_PASS_F, 1},
+                                {PM_PASS_BW, 1}, {PM_PASS_F, 2}, {PM_PASS_BW, 2}};
+    for (int i = 0; i < 6; i++) pm_sched_push(s, 0, d0[i][0], 0, d0[i][1]);
+    for (int i = 0; i < 6; i++) pm_sched_push(s, 1, d1[i][0], 1, d1[i][1]);
+}
+
+static void test_1f1b_hand_timed(void **state) {
+    (void)state;
+    pm_sched s;
+    pm_cost c;
+    pm_sim sim;
+    pm_err err;
+    build_1f1b_p2m3(&s);
+    assert_int_equal(pm_cost_init_uniform(&c, &s, PM_COSTS_DEFAULT, PM_MEM_DEFAULT, NULL), PM_OK);
+    assert_int_equal(pm_sim_run(&sim, &s, &c, &err), PM_OK);
+    /* Device 0: F0 [0,1] F1 [1,2] BW0 [4,6] F2 [6,7] BW1 [7,9] BW2 [10,12]. */
+    static const double st0[] = {0, 1, 4, 6, 7, 10}, en1[] = {2, 4, 5, 7, 8, 10};
+    for (int i = 0; i < 6; i++) {
+        assert_true(sim.start[i] == st0[i]);
+        assert_true(sim.end[s.cap + i] == en1[i]);
+    }
+    assert_true(sim.makespan == 12); /* (m + p - 1)(F + B + W) */
+    assert_true(sim.span[1] == 9);
+    assert_true(fabs(sim.bubble - 0.25) < 1e-12); /* (p-1)/(m+p-1) */
+    assert_true(sim.M == 2);
+    assert_true(pm_sim_peak_x(&sim, 0) == 1.0);
+    assert_true(pm_sim_peak_x(&sim, 1) == 0.5);
+    assert_int_equal(sim.peak_at[0], 1);
+    assert_true(sim.mem[5] == 0); /* everything released at the end */
+    pm_sim_free(&sim);
+    pm_cost_free(&c);
+    pm_sched_free(&s);
+}
+
+static void test_latency_on_cross_device_edges_only(void **state) {
+    (void)state;
+    pm_sched s;
+    pm_cost c;
+    pm_sim sim;
+    build_1f1b_p2m3(&s);
+    pm_costs t = {1, 1, 1, 0.5};
+    assert_int_equal(pm_cost_init_uniform(&c, &s, t, PM_MEM_DEFAULT, NULL), PM_OK);
+    assert_int_equal(pm_sim_run(&sim, &s, &c, NULL), PM_OK);
+    /* dev1 F0 waits 1 + 0.5; its BW0 follows on the same device at once. */
+    assert_true(sim.start[s.cap + 0] == 1.5);
+    assert_true(sim.start[s.cap + 1] == 2.5);
+    /* dev0 BW0 waits for dev1's BW0 (ends 4.5) + 0.5. */
+    assert_true(sim.start[2] == 5.0);
+    pm_sim_free(&sim);
+    pm_cost_free(&c);
+    pm_sched_free(&s);
+}
+
+static void test_split_backward_and_per_stage_costs(void **state) {
+    (void)state;
+    pm_sched s;
+    pm_cost c;
+    pm_sim sim;
+    /* One device, two microbatches: F0 F1 B0 B1 W0 W1 with F=1, B=2, W=3. */
+    assert_int_equal(pm_sched_init(&s, "hand", PM_PLACE_SINGLE, 1, 2, 1, NULL), PM_OK);
+    pm_sched_push(&s, 0, PM_PASS_F, 0, 0);
+    pm_sched_push(&s, 0, PM_PASS_F, 0, 1);
+    pm_sched_push(&s, 0, PM_PASS_B, 0, 0);
+    pm_sched_push(&s, 0, PM_PASS_B, 0, 1);
+    pm_sched_push(&s, 0, PM_PASS_W, 0, 0);
+    pm_sched_push(&s, 0, PM_PASS_W, 0, 1);
+    assert_int_equal(pm_cost_init_uniform(&c, &s, (pm_costs){1, 2, 3, 0}, (pm_mem){4, -1, -3},
+                                          NULL), PM_OK);
+    assert_int_equal(pm_sim_run(&sim, &s, &c, NULL), PM_OK);
+    assert_true(sim.makespan == 12);
+    assert_true(sim.bubble == 0);
+    assert_true(sim.peak[0] == 8 && pm_sim_peak_x(&sim, 0) == 2.0);
+    assert_true(sim.mem[3] == 6 && sim.mem[4] == 3);
+    pm_sim_free(&sim);
+    pm_cost_free(&c);
+    pm_sched_free(&s);
+}
+
+static void test_deadlock_named(void **state) {
+    (void)state;
+    pm_sched s;
+    pm_cost c;
+    pm_sim sim;
+    pm_err err = {{0}};
+    /* Device 1 wants BW of microbatch 1 before running its F: stuck. */
+    assert_int_equal(pm_sched_init(&s, "hand", PM_PLACE_SINGLE, 2, 1, 1, NULL), PM_OK);
+    pm_sched_push(&s, 0, PM_PASS_F, 0, 0);
+    pm_sched_push(&s, 0, PM_PASS_BW, 0, 0);
+    pm_sched_push(&s, 1, PM_PASS_BW, 1, 0);
+    pm_sched_push(&s, 1, PM_PASS_F, 1, 0);
+    assert_int_equal(pm_cost_init_uniform(&c, &s, PM_COSTS_DEFAULT, PM_MEM_DEFAULT, NULL), PM_OK);
+    assert_int_equal(pm_sim_run(&sim, &s, &c, &err), PM_ERR_DEADLOCK);
+    assert_non_null(strstr(err.msg, "device 0 is stuck at pass 1"));
+    assert_null(sim.start);
+    pm_cost_free(&c);
+    pm_sched_free(&s);
+}
+
+static void test_out_of_range_rejected(void **state) {
+    (void)state;
+    pm_sched s;
+    pm_cost c;
+    pm_sim sim;
+    pm_err err = {{0}};
+    assert_int_equal(pm_sched_init(&s, "hand", PM_PLACE_SINGLE, 1, 1, 1, NULL), PM_OK);
+    pm_sched_push(&s, 0, PM_PASS_F, 0, 3);
+    assert_int_equal(pm_cost_init_uniform(&c, &s, PM_COSTS_DEFAULT, PM_MEM_DEFAULT, NULL), PM_OK);
+    assert_int_equal(pm_sim_run(&sim, &s, &c, &err), PM_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "microbatch 3"));
+    pm_cost_free(&c);
+    pm_sched_free(&s);
+}
+
+static void test_placements(void **state) {
+    (void)state;
+    pm_sched s;
+    assert_int_equal(pm_sched_init(&s, "v", PM_PLACE_V, 4, 1, 2, NULL), PM_OK);
+    assert_int_equal(s.S, 8);
+    assert_int_equal(pm_sched_stage_device(&s, 3), 3);
+    assert_int_equal(pm_sched_stage_device(&s, 4), 3);
+    assert_int_equal(pm_sched_stage_device(&s, 7), 0);
+    assert_int_equal(pm_sched_stage_chunk(&s, 7), 1);
+    pm_sched_free(&s);
+    assert_int_equal(pm_sched_init(&s, "loop", PM_PLACE_LOOP, 4, 1, 3, NULL), PM_OK);
+    assert_int_equal(pm_sched_stage_device(&s, 9), 1);
+    assert_int_equal(pm_sched_stage_chunk(&s, 9), 2);
+    pm_sched_free(&s);
+    pm_err err;
+    assert_int_equal(pm_sched_init(&s, "v", PM_PLACE_V, 4, 1, 3, &err), PM_ERR_ARG);
+    assert_int_equal(pm_sched_init(&s, "x", PM_PLACE_SINGLE, 0, 1, 1, &err), PM_ERR_ARG);
+    assert_non_null(strstr(err.msg, "p must be at least 1"));
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_1f1b_hand_timed),
+        cmocka_unit_test(test_latency_on_cross_device_edges_only),
+        cmocka_unit_test(test_split_backward_and_per_stage_costs),
+        cmocka_unit_test(test_deadlock_named),
+        cmocka_unit_test(test_out_of_range_rejected),
+        cmocka_unit_test(test_placements),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

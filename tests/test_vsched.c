@@ -1,0 +1,323 @@
+/* test_vsched.c: the V schedules built from blocks (v-min, v-half, 1f1b-v)
+ * and the generic constructor: the papers' peak formulas for every p from
+ * 2 to 32, bubbles below 1F1B's, validity, the memory theorem, and the
+ * constructor's promise that moving warm-up and cool-down passes never
+ * lengthens the plain repetition's makespan nor raises its peaks. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "pipemem/pm_sched.h"
+
+typedef pm_status (*builder)(pm_sched *, const pm_sched_req *, pm_err *);
+
+typedef struct {
+    pm_sched s;
+    pm_cost c;
+    pm_sim sim;
+} built;
+
+/* Builds, validates and simulates; fails the test with the message. */
+static void build(built *x, builder fn, int p, int m, pm_costs t, pm_mem mem) {
+    pm_sched_req req = {.p = p, .m = m, .t = t, .mem = mem};
+    pm_err err;
+    if (fn(&x->s, &req, &err)) fail_msg("p=%d m=%d: %s", p, m, err.msg);
+    assert_int_equal(pm_cost_init_uniform(&x->c, &x->s, t, mem, NULL), PM_OK);
+    if (pm_sched_validate(&x->s, &x->c, 0, &err)) fail_msg("p=%d m=%d: %s", p, m, err.msg);
+    if (pm_sim_run(&x->sim, &x->s, &x->c, &err)) fail_msg("p=%d m=%d: %s", p, m, err.msg);
+}
+
+static void unbuild(built *x) {
+    pm_sim_free(&x->sim);
+    pm_cost_free(&x->c);
+    pm_sched_free(&x->s);
+}
+
+static double bubble_1f1b(int p, int m) { return (double)(p - 1) / (m + p - 1); }
+
+/* V-Min: peak floor((p+4)/3) * M/p; V-Half: floor((p+2)/2) * M/p, on the
+ * device that peaks highest, for every p from 2 to 32 at m = 3p, and at a
+ * larger m for a few p (the steady state repeats, so the peak must not
+ * grow with m). Bubbles below 1F1B's (p-1)/(m+p-1) at m = 3p. */
+static void check_formula(builder fn, int add, int div) {
+    for (int p = 2; p <= 32; p++) {
+        built x;
+        int m = 3 * p;
+        build(&x, fn, p, m, PM_COSTS_DEFAULT, PM_MEM_DEFAULT);
+        double want = (double)((p + add) / div) / p;
+        if (fabs(pm_sim_peak_max_x(&x.sim) - want) > 1e-9)
+            fail_msg("%s p=%d m=%d: peak %.6f M, formula %.6f M", x.s.kind, p, m,
+                     pm_sim_peak_max_x(&x.sim), want);
+        if (!(x.sim.bubble < bubble_1f1b(p, m)))
+            fail_msg("%s p=%d m=%d: bubble %.4f not below 1F1B's %.4f", x.s.kind, p, m,
+                     x.sim.bubble, bubble_1f1b(p, m));
+        unbuild(&x);
+    }
+    static const int ps[] = {2, 5, 12, 16};
+    for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) {
+        built x;
+        int p = ps[i], m = 8 * p;
+        build(&x, fn, p, m, PM_COSTS_DEFAULT, PM_MEM_DEFAULT);
+        double want = (double)((p + add) / div) / p;
+        assert_true(fabs(pm_sim_peak_max_x(&x.sim) - want) < 1e-9);
+        unbuild(&x);
+    }
+}
+
+static void test_v_min_peak_formula(void **state) {
+    (void)state;
+    check_formula(pm_sched_build_v_min, 4, 3);
+}
+
+static void test_v_half_peak_formula(void **state) {
+    (void)state;
+    check_formula(pm_sched_build_v_half, 2, 2);
+}
+
+/* 1F1B-V (fused BW on the V): valid, peak below 1F1B's M on every device
+ * and at most about 2/3 of it for larger p. */
+static void test_1f1b_v(void **state) {
+    (void)state;
+    for (int p = 2; p <= 24; p++) {
+        built x;
+        build(&x, pm_sched_build_1f1b_v, p, 3 * p, PM_COSTS_DEFAULT, PM_MEM_DEFAULT);
+        double pk = pm_sim_peak_max_x(&x.sim);
+        /* At p = 2 no legal block of interval 6 beats M: device 0's chunk 0
+         * lives from slot 0 through the whole F and BW chain (4 + 4*2
+         * slots), and fitting F0, F1, BW1, BW0 into 6 residues on both
+         * devices delays the chain past slot 12, so 3 intervals plus 1 for
+         * chunk 1: 4 activations of M/4. */
+        if (!(p == 2 ? pk <= 1.0 : pk < 1.0))
+            fail_msg("1f1b-v p=%d: peak %.4f M not below 1F1B's 1.0", p, pk);
+        if (p >= 8 && !(pk <= 0.75)) fail_msg("1f1b-v p=%d: peak %.4f M, expected about 2/3", p, pk);
+        for (int d = 0; d < p; d++)
+            for (int64_t i = 0; i < x.s.len[d]; i++) {
+                assert_true(pm_sched_dev(&x.s, d)[i].kind != PM_PASS_B);
+                assert_true(pm_sched_dev(&x.s, d)[i].kind != PM_PASS_W);
+            }
+        unbuild(&x);
+    }
+}
+
+/* The memory theorem: each device's simulated peak is at most the block's
+ * bound sum ceil(l/T) m_s, for every named block, with default memory and
+ * with a B that releases part of the activation. */
+static void test_theorem_bound_holds(void **state) {
+    (void)state;
+    static const char *names[] = {"v-min", "v-half", "1f1b-v"};
+    static const builder fns[] = {pm_sched_build_v_min, pm_sched_build_v_half,
+                                  pm_sched_build_1f1b_v};
+    pm_mem mems[] = {PM_MEM_DEFAULT, {2, -0.5, -1.5}};
+    for (int k = 0; k < 3; k++)
+        for (int p = 2; p <= 20; p += 3)
+            for (int q = 0; q < 2; q++) {
+                pm_block b;
+                pm_block_info in;
+                assert_int_equal(pm_block_named(&b, names[k], p, NULL), PM_OK);
+                assert_int_equal(pm_block_analyze(&b, mems[q], &in, NULL), PM_OK);
+                built x;
+                build(&x, fns[k], p, 4 * p, PM_COSTS_DEFAULT, mems[q]);
+                for (int d = 0; d < p; d++)
+                    if (pm_sim_peak_x(&x.sim, d) > in.bound[d] + 1e-9)
+                        fail_msg("%s p=%d device %d: peak %.4f M over the bound %.4f M",
+                                 names[k], p, d, pm_sim_peak_x(&x.sim, d), in.bound[d]);
+                unbuild(&x);
+                pm_block_info_free(&in);
+                pm_block_free(&b);
+            }
+}
+
+/* The plain repetition, built here independently of construct.c: each
+ * device's passes of microbatch k at offset + k*T, sorted by slot. */
+static void plain_repetition(pm_sched *s, const pm_block *b, int m) {
+    assert_int_equal(pm_sched_init(s, "plain", b->place, b->p, m, b->v, NULL), PM_OK);
+    for (int d = 0; d < b->p; d++) {
+        int64_t last = -1;
+        for (;;) { /* next smallest slot on device d after `last` */
+            int64_t best = INT64_MAX;
+            int bi = -1, bk = -1;
+            for (int i = 0; i < b->n; i++) {
+                if (b->pass[i].dev != d) continue;
+                for (int k = 0; k < m; k++) {
+                    int64_t t = b->pass[i].off + (int64_t)k * b->T;
+                    if (t > last && t < best) best = t, bi = i, bk = k;
+                }
+            }
+            if (bi < 0) break;
+            const pm_block_pass *x = &b->pass[bi];
+            int stage = b->place == PM_PLACE_V ? (x->chunk == 0 ? d : 2 * b->p - 1 - d)
+                                               : x->chunk * b->p + d;
+            pm_sched_push(s, d, (pm_pass_kind)x->kind, stage, bk);
+            last = best;
+        }
+    }
+}
+
+/* Step 4 of the construction keeps only improvements: the built schedule's
+ * makespan is at most the plain repetition's, and no device's peak rises,
+ * at equal and at unequal costs. */
+static void test_reorder_never_worse(void **state) {
+    (void)state;
+    static const char *names[] = {"v-min", "v-half", "1f1b-v"};
+    static const builder fns[] = {pm_sched_build_v_min, pm_sched_build_v_half,
+                                  pm_sched_build_1f1b_v};
+    pm_costs costs[] = {PM_COSTS_DEFAULT, {4959, 5217, 3519, 213}, {1, 2, 0.5, 0.1}};
+    int strictly_better = 0;
+    for (int k = 0; k < 3; k++)
+        for (int p = 2; p <= 10; p += 4)
+            for (int q = 0; q < 3; q++) {
+                int m = 2 * p + 1;
+                pm_block b;
+                assert_int_equal(pm_block_named(&b, names[k], p, NULL), PM_OK);
+                pm_sched plain;
+                plain_repetition(&plain, &b, m);
+                pm_cost pc;
+                pm_sim ps;
+                pm_err err;
+                assert_int_equal(pm_cost_init_uniform(&pc, &plain, costs[q], PM_MEM_DEFAULT, NULL), PM_OK);
+                if (pm_sim_run(&ps, &plain, &pc, &err)) fail_msg("plain %s: %s", names[k], err.msg);
+                built x;
+                build(&x, fns[k], p, m, costs[q], PM_MEM_DEFAULT);
+                if (x.sim.makespan > ps.makespan * (1 + 1e-12))
+                    fail_msg("%s p=%d costs %d: makespan %g over the plain repetition's %g",
+                             names[k], p, q, x.sim.makespan, ps.makespan);
+                strictly_better += x.sim.makespan < ps.makespan * (1 - 1e-9);
+                for (int d = 0; d < p; d++) assert_true(x.sim.peak[d] <= ps.peak[d] + 1e-9);
+                unbuild(&x);
+                pm_sim_free(&ps);
+                pm_cost_free(&pc);
+                pm_sched_free(&plain);
+                pm_block_free(&b);
+            }
+    assert_true(strictly_better > 0); /* step 4 does something */
+}
+
+/* Unequal costs change the timing, never the order's peaks; every pass
+ * kind of a stage runs its microbatches in increasing order (gradients
+ * accumulate in microbatch order); a device is never busier than its work. */
+static void test_unequal_costs(void **state) {
+    (void)state;
+    pm_costs t = {4959, 5217, 3519, 213};
+    for (int p = 3; p <= 12; p += 3) {
+        int m = 3 * p;
+        built x;
+        build(&x, pm_sched_build_v_half, p, m, t, PM_MEM_DEFAULT);
+        assert_true(fabs(pm_sim_peak_max_x(&x.sim) - (double)((p + 2) / 2) / p) < 1e-9);
+        assert_true(x.sim.makespan >= m * (t.f + t.b + t.w) - 1e-6);
+        int *next = calloc((size_t)x.s.S * PM_PASS_COUNT, sizeof *next);
+        for (int d = 0; d < p; d++)
+            for (int64_t i = 0; i < x.s.len[d]; i++) {
+                const pm_pass *ps = &pm_sched_dev(&x.s, d)[i];
+                assert_int_equal(ps->mb, next[ps->stage * PM_PASS_COUNT + ps->kind]++);
+            }
+        free(next);
+        unbuild(&x);
+    }
+}
+
+/* Few microbatches (m < p) still give complete, valid schedules. */
+static void test_small_m(void **state) {
+    (void)state;
+    static const builder fns[] = {pm_sched_build_v_min, pm_sched_build_v_half,
+                                  pm_sched_build_1f1b_v};
+    for (int k = 0; k < 3; k++)
+        for (int p = 1; p <= 6; p++)
+            for (int m = 1; m <= 3; m++) {
+                built x;
+                build(&x, fns[k], p, m, PM_COSTS_DEFAULT, PM_MEM_DEFAULT);
+                unbuild(&x);
+            }
+}
+
+static void test_from_block_rejects(void **state) {
+    (void)state;
+    pm_block b;
+    pm_sched s;
+    pm_err err;
+    assert_int_equal(pm_block_named(&b, "v-min", 4, NULL), PM_OK);
+    pm_sched_req req = {.p = 5, .m = 8};
+    assert_int_equal(pm_sched_from_block(&s, &b, &req, "x", &err), PM_ERR_ARG);
+    assert_non_null(strstr(err.msg, "4 devices"));
+    req = (pm_sched_req){.p = 4, .m = 0};
+    assert_int_equal(pm_sched_from_block(&s, &b, &req, "x", &err), PM_ERR_ARG);
+    pm_block_free(&b);
+    pm_sched_req bad = {.p = 3, .m = 4, .v = 3};
+    assert_int_equal(pm_sched_build_v_half(&s, &bad, &err), PM_ERR_ARG);
+}
+
+/* 1F1B as a building block on the single placement, in the papers' units
+ * (F = 2 slots, BW = 4, T = 6): device i's F at 2i, BW at 6p-4-4i. Its
+ * residues are {2i, 2i+1} and {2i+2 .. 2i+5} mod 6, so it is legal for
+ * every p; the lifespan is 6(p-i), so the bound is (p-i) stage
+ * activations, 1F1B's peak; and repeated it is 1F1B's order (p-i F, then
+ * BW and F alternating), so the constructor must reproduce 1F1B's
+ * makespan (m+p-1)(F+B+W) at equal costs and c = 0, and match the 1F1B
+ * generator's makespan at any costs. */
+static void test_1f1b_as_a_block(void **state) {
+    (void)state;
+    for (int p = 1; p <= 8; p++) {
+        pm_block b = {.place = PM_PLACE_SINGLE, .p = p, .v = 1, .T = 6, .n = 2 * p};
+        b.pass = calloc((size_t)(2 * p), sizeof *b.pass);
+        for (int i = 0; i < p; i++) {
+            b.pass[2 * i] = (pm_block_pass){i, 0, PM_PASS_F, 2 * i, 2};
+            b.pass[2 * i + 1] = (pm_block_pass){i, 0, PM_PASS_BW, 6 * p - 4 - 4 * i, 4};
+        }
+        pm_block_info in;
+        pm_err err;
+        assert_int_equal(pm_block_analyze(&b, PM_MEM_DEFAULT, &in, &err), PM_OK);
+        assert_true(in.legal);
+        for (int i = 0; i < p; i++) {
+            assert_int_equal(in.lifespan[i], 6 * (p - i));
+            assert_true(fabs(in.bound[i] - (double)(p - i) / p) < 1e-12);
+        }
+        pm_block_info_free(&in);
+        pm_costs costs[] = {PM_COSTS_DEFAULT, {3, 5, 2, 0.5}};
+        for (int q = 0; q < 2; q++)
+            for (int m = 1; m <= 3 * p + 1; m += p + 1) {
+                pm_sched_req req = {.p = p, .m = m, .t = costs[q], .mem = PM_MEM_DEFAULT};
+                pm_sched s, ref;
+                pm_cost c;
+                pm_sim sim, rsim;
+                if (pm_sched_from_block(&s, &b, &req, "1f1b-block", &err)) fail_msg("%s", err.msg);
+                assert_int_equal(pm_sched_build_1f1b(&ref, &req, &err), PM_OK);
+                assert_int_equal(pm_cost_init_uniform(&c, &s, costs[q], PM_MEM_DEFAULT, NULL), PM_OK);
+                assert_int_equal(pm_sched_validate(&s, &c, 0, &err), PM_OK);
+                assert_int_equal(pm_sim_run(&sim, &s, &c, &err), PM_OK);
+                assert_int_equal(pm_sim_run(&rsim, &ref, &c, &err), PM_OK);
+                if (q == 0) assert_true(sim.makespan == (m + p - 1) * 3.0);
+                if (fabs(sim.makespan - rsim.makespan) > 1e-9)
+                    fail_msg("p=%d m=%d costs %d: block 1F1B %g, 1f1b generator %g", p, m, q,
+                             sim.makespan, rsim.makespan);
+                for (int d = 0; d < p; d++) {
+                    int live = m < p - d ? m : p - d; /* 1F1B: min(m, p-r) activations */
+                    assert_true(fabs(pm_sim_peak_x(&sim, d) - (double)live / p) < 1e-12);
+                }
+                pm_sim_free(&sim);
+                pm_sim_free(&rsim);
+                pm_cost_free(&c);
+                pm_sched_free(&s);
+                pm_sched_free(&ref);
+            }
+        pm_block_free(&b);
+    }
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_v_min_peak_formula),
+        cmocka_unit_test(test_v_half_peak_formula),
+        cmocka_unit_test(test_1f1b_v),
+        cmocka_unit_test(test_theorem_bound_holds),
+        cmocka_unit_test(test_reorder_never_worse),
+        cmocka_unit_test(test_unequal_costs),
+        cmocka_unit_test(test_small_m),
+        cmocka_unit_test(test_from_block_rejects),
+        cmocka_unit_test(test_1f1b_as_a_block),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
