@@ -17,7 +17,9 @@
  *     1F1B's, next to the papers' values (V-Half floor((p+2)/2)/p, V-Min
  *     floor((p+4)/3)/p, V-ZB 1; '-' where the papers give none). The papers
  *     assume identical layers; here the embedding and head differ from the
- *     blocks, so stages are not identical and ratios move a little.
+ *     blocks, so stages are not identical and ratios move a little. Beside
+ *     it, the arena (slab) bytes as a ratio to 1F1B's: live bytes plus what
+ *     a fixed placement loses to holes (see pm_runtime.h).
  *
  * Usage: bench_pp [--quick]   (--quick: a smaller model for (a))
  * Output lines:
@@ -33,6 +35,7 @@
 typedef struct {
     double makespan, step, pred; /* ms, means over timed steps */
     double peak_max;             /* bytes */
+    double arena_max;            /* bytes of the largest arena */
     int ok;
 } result;
 
@@ -81,6 +84,7 @@ static int run(const pm_train_cfg *c, const pm_sched *s, int steps, result *r, f
                 rc = 1;
             }
             if ((double)in.peak[d] > r->peak_max) r->peak_max = (double)in.peak[d];
+            if ((double)in.arena[d] > r->arena_max) r->arena_max = (double)in.arena[d];
         }
         if (k == 0) {
             if (params) pm_pipe_gather(&pp, 0, params);
@@ -161,7 +165,6 @@ static int bench_time(int quick) {
     if (base < 0 || !res[base].ok) return 1;
     for (int r = 0; r < TIME_ROUNDS && !rc; r++) {
         batch(&c, r, inp, tgt);
-        double loss0 = 0;
         for (int k = 0; k < nk; k++) {
             if (!res[k].ok) continue;
             pm_pipe_info in;
@@ -171,13 +174,9 @@ static int bench_time(int quick) {
                 rc = 1;
                 break;
             }
-            pm_pipe_gather(&pp[k], 0, k == base ? ref : got);
-            if (k == base) loss0 = in.loss;
-            /* kinds before 1F1B in the registry are checked against it below */
             if (r > 0 && (!res[k].makespan || in.makespan_ms < res[k].makespan))
                 res[k].makespan = in.makespan_ms, res[k].pred = in.pred_makespan_ms,
                 res[k].step = in.step_ms;
-            (void)loss0;
         }
         /* exactness: everybody equals 1F1B after this round */
         pm_pipe_gather(&pp[base], 0, ref);
@@ -226,7 +225,7 @@ static int bench_mem(int p) {
     pm_optim_defaults(&c.opt, 10);
     int nk, rc = 0;
     const pm_sched_kind *kinds = pm_sched_kinds(&nk);
-    double base = 0;
+    double base = 0, base_arena = 0;
     for (int i = -1; i < nk; i++) {
         const char *kind = i < 0 ? "1f1b" : kinds[i].name;
         if (i >= 0 && !strcmp(kind, "1f1b")) continue;
@@ -242,13 +241,14 @@ static int bench_mem(int p) {
             pm_sched_free(&s);
             continue;
         }
-        if (i < 0) base = r.peak_max;
+        if (i < 0) base = r.peak_max, base_arena = r.arena_max;
         double pr = paper_ratio(kind, p);
         char paper[32];
         if (isnan(pr)) snprintf(paper, sizeof paper, "-");
         else snprintf(paper, sizeof paper, "%.3f", pr);
         printf("bench_pp mem kind=%s p=%d m=%d peak_bytes=%.0f peer=1f1b peak_ratio=%.3f "
-               "paper=%s\n", kind, p, m, r.peak_max, r.peak_max / base, paper);
+               "paper=%s arena_bytes=%.0f arena_ratio=%.3f\n", kind, p, m, r.peak_max,
+               r.peak_max / base, paper, r.arena_max, r.arena_max / base_arena);
         pm_sched_free(&s);
     }
     return rc;

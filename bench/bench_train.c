@@ -91,6 +91,9 @@ static double json_num(const char *s, const char *key) {
 }
 
 int main(int argc, char **argv) {
+    /* Both trainers and the sgemm peak use the same OpenBLAS kernels: the
+     * children inherit OPENBLAS_CORETYPE if this sets it (blasenv.c). */
+    pm_blas_reexec_if_generic(argv);
     int steps = argc > 1 ? atoi(argv[1]) : 6;
     const char *thr = getenv("PM_BENCH_THREADS");
     int threads = thr ? atoi(thr) : 2;
@@ -145,7 +148,8 @@ int main(int argc, char **argv) {
     pm_train_cfg cfg = {.model = {256, T, C, H, L}, .batch = B, .micro = 1};
     double flops = pm_train_step_flops(&cfg);
     printf("bench_train shape: layers %d dim %d heads %d ctx %d batch %d, %.1f GFLOP/step, "
-           "%d steps, %d threads\n", L, C, H, T, B, flops / 1e9, steps, threads);
+           "%d steps, %d threads, OpenBLAS kernels %s\n", L, C, H, T, B, flops / 1e9, steps,
+           threads, openblas_get_corename());
     printf("  pipemem : %8.0f tokens/s  %6.1f GFLOP/s  peak RSS %6.0f MiB\n", tok, gf,
            rss / 1024.0);
     if (po && isfinite(ttok))

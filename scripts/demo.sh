@@ -4,7 +4,7 @@
 # SVG timelines of 1f1b, zb-h1, v-half and v-min written to out/demo/.
 set -eu
 cd "$(dirname "$0")/.."
-BIN=build/pipemem
+BIN=${PM_BIN:-build/pipemem}
 OUT=${PM_DEMO_OUT:-out/demo}
 COSTS=4959,5217,3519,213   # F, B, W, C in microseconds, unequal as in real models
 mkdir -p "$OUT"

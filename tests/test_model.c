@@ -29,8 +29,11 @@
 #include "pipemem/pm_gpt.h"
 
 /* small model: T < ctx, heads > 1, vocab not a power of two */
-static const pm_gpt_config CFG = {.vocab = 11, .ctx = 6, .dim = 8, .heads = 2, .layers = 2};
-enum { BB = 2, TT = 5 };
+static const pm_gpt_config SMALL = {.vocab = 11, .ctx = 6, .dim = 8, .heads = 2, .layers = 2};
+/* the shape the layer helpers use: SMALL with B = 2, T = 5, except in
+ * test_gradcheck_long, which restores it */
+static pm_gpt_config CFG = SMALL;
+static int BB = 2, TT = 5;
 
 /* ---- helpers ----------------------------------------------------------------- */
 
@@ -283,7 +286,8 @@ static double ref_objective(const lt *t, const double *lp, const double *x) {
 /* The reference indexes head tensors through layer L+1's table, block
  * tensors through layer 1's: offsets inside a layer do not depend on i. */
 
-static void grad_check(int layer) {
+/* Checks every `stride`-th parameter and input element. */
+static void grad_check_stride(int layer, size_t stride) {
     lt t;
     lt_init(&t, layer, 11 + (uint64_t)layer);
     lt_f(&t);
@@ -294,6 +298,10 @@ static void grad_check(int layer) {
     const double eps = 1e-4;
     double *num = xmalloc(t.np * 8);
     for (size_t i = 0; i < t.np; i++) {
+        if (i % stride) {
+            num[i] = t.lg[i]; /* not checked */
+            continue;
+        }
         double v = lp[i];
         lp[i] = v + eps;
         double jp = ref_objective(&t, lp, x);
@@ -312,6 +320,10 @@ static void grad_check(int layer) {
     if (lt_kind(&t) != PM_LAYER_EMBED) {
         double *dx = xmalloc(t.nx * 8);
         for (size_t i = 0; i < t.nx; i++) {
+            if (i % stride) {
+                dx[i] = t.din[i];
+                continue;
+            }
             double v = x[i];
             x[i] = v + eps;
             double jp = ref_objective(&t, lp, x);
@@ -329,10 +341,41 @@ static void grad_check(int layer) {
     lt_free(&t);
 }
 
+static void grad_check(int layer) { grad_check_stride(layer, 1); }
+
 static void test_gradcheck_embed(void **s) { (void)s; grad_check(0); }
 static void test_gradcheck_block(void **s) { (void)s; grad_check(1); }
 static void test_gradcheck_block_last(void **s) { (void)s; grad_check(CFG.layers); }
 static void test_gradcheck_head(void **s) { (void)s; grad_check(CFG.layers + 1); }
+
+/* T >= 128 takes attention's row-blocked path (causal work skipped): check
+ * a block's forward and a sample of its gradients there, T odd-sized so the
+ * blocks are unequal. */
+static void test_gradcheck_long(void **s) {
+    (void)s;
+    CFG = (pm_gpt_config){.vocab = 11, .ctx = 131, .dim = 8, .heads = 2, .layers = 1};
+    BB = 1;
+    TT = 131;
+    lt t;
+    lt_init(&t, 1, 3);
+    lt_f(&t);
+    double *lp = xmalloc(t.np * 8), *x = xmalloc(t.nx * 8), *out = xmalloc(t.nx * 8);
+    for (size_t i = 0; i < t.np; i++) lp[i] = t.lp[i];
+    for (size_t i = 0; i < t.nx; i++) x[i] = t.x[i];
+    ref_block((ref_ctx){&CFG, BB, TT}, lp, x, out);
+    check_close("long block out", t.out, out, t.nx, 1e-5, 0);
+    free(lp), free(x), free(out);
+    lt_free(&t);
+    grad_check_stride(1, 7);
+}
+
+static int restore_small(void **s) {
+    (void)s;
+    CFG = SMALL;
+    BB = 2;
+    TT = 5;
+    return 0;
+}
 
 /* ---- forward against the reference ---------------------------------------------- */
 
@@ -672,7 +715,8 @@ static void test_whole_model(void **s) {
     size_t np = pm_gpt_num_params(c), nx = (size_t)BB * TT * c->dim;
     float *p = xmalloc(np * 4), *g = calloc(np, 4), *g2 = calloc(np, 4);
     random_params(c, p, 61);
-    int32_t tok[BB * TT], tgt[BB * TT];
+    int32_t tok[64], tgt[64];
+    PM_ASSERT(BB * TT <= 64);
     for (int i = 0; i < BB * TT; i++) tok[i] = (i * 5) % 11, tgt[i] = (i * 7 + 2) % 11;
     void *w = xmalloc(pm_gpt_work_bytes(c, BB, TT));
     float loss = pm_gpt_forward_backward(c, BB, TT, p, g, tok, tgt, 0.25f, w);
@@ -778,6 +822,13 @@ static void test_config_errors(void **s) {
     assert_non_null(strstr(err.msg, "layer 4"));
     assert_int_equal(pm_gpt_layer_sizes(&c, 1, 0, 8, &z, &err), PM_ERR_ARG);
     assert_int_equal(pm_gpt_work_bytes(&c, 1, 65), 0);
+    /* sizes that would overflow size_t are refused, not wrapped */
+    pm_gpt_config huge = {.vocab = 1 << 24, .ctx = 1 << 20, .dim = 1 << 20, .heads = 1, .layers = 1};
+    assert_int_equal(pm_gpt_config_check(&huge, &err), PM_ERR_ARG);
+    assert_non_null(strstr(err.msg, "parameters"));
+    pm_gpt_config wide = {.vocab = 256, .ctx = 1 << 20, .dim = 1024, .heads = 1, .layers = 1};
+    assert_int_equal(pm_gpt_layer_sizes(&wide, 1, 1 << 30, 1 << 20, &z, &err), PM_ERR_ARG);
+    assert_non_null(strstr(err.msg, "overflows"));
 }
 
 int main(void) {
@@ -790,6 +841,7 @@ int main(void) {
         cmocka_unit_test(test_gradcheck_block),
         cmocka_unit_test(test_gradcheck_block_last),
         cmocka_unit_test(test_gradcheck_head),
+        cmocka_unit_test_teardown(test_gradcheck_long, restore_small),
         cmocka_unit_test(test_b_then_w_equals_bw),
         cmocka_unit_test(test_w_accumulates),
         cmocka_unit_test(test_sizes_accounting),

@@ -1,7 +1,9 @@
 /* test_runtime.c: the pipeline runtime.
  *   transport: order per (peer, tag) both ways, copy semantics, length
  *     mismatch is a sticky error, abort wakes a blocked device;
- *   arena: exact live/peak accounting, first fit reuse, overflow;
+ *   arena: exact live/peak accounting, first fit reuse, overflow; the offline
+ *     plan never overlaps two blocks alive at once, replays, and a wrong
+ *     plan is refused;
  *   placement: contiguous cover, optimal against brute force, too few layers;
  *   pipeline: for every generated schedule kind and P in 1, 2, 4, 8, two steps
  *     give losses, gradient norms and parameters bitwise equal to the
@@ -154,6 +156,85 @@ static void test_arena(void **state) {
     assert_int_equal(a.peak, 10 + 64 + 64 + 832);
     pm_arena_free(&a);
     pm_arena_free(&a); /* twice is safe */
+}
+
+/* Random lives: the plan never puts two blocks alive at once on the same
+ * bytes (prefix over [alloc, free), suffix over [alloc, shrink)), and a
+ * planned arena replays the lives without an error. */
+static size_t r64(size_t n) { return (n + 63) / 64 * 64; }
+
+static void test_arena_plan(void **state) {
+    (void)state;
+    enum { N = 80 };
+    pm_arena_life l[N];
+    uint64_t x = 12345;
+    int64_t t = 0;
+    /* events: allocate in order, shrink/release at random later times */
+    for (int i = 0; i < N; i++) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        size_t size = 64 + (x >> 33) % 5000, w = 1 + (x >> 20) % size;
+        l[i] = (pm_arena_life){size, w, t++, -1, -1};
+    }
+    /* shrink and free times after every alloc, interleaved pseudo-randomly */
+    int64_t ev[2 * N];
+    int ne = 0;
+    for (int i = 0; i < N; i++) ev[ne++] = i, ev[ne++] = N + i;
+    for (int i = ne - 1; i > 0; i--) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        int j = (int)((x >> 33) % (uint64_t)(i + 1));
+        int64_t tmp = ev[i];
+        ev[i] = ev[j], ev[j] = tmp;
+    }
+    /* a shrink must precede its free: fix order by swapping labels */
+    int seen[N] = {0};
+    for (int e = 0; e < ne; e++) {
+        int b = (int)(ev[e] % N);
+        if (!seen[b]++) l[b].t_shrink = t++;
+        else l[b].t_free = t++;
+    }
+    size_t off[N], cap;
+    pm_err err;
+    assert_int_equal(pm_arena_plan(l, N, off, &cap, &err), PM_OK);
+    for (int i = 0; i < N; i++) {
+        assert_true(off[i] % 64 == 0 && off[i] + r64(l[i].size) <= cap);
+        for (int j = 0; j < i; j++) {
+            /* rectangles: (lo, hi, t0, t1) */
+            size_t a[2][4] = {{off[i], off[i] + r64(l[i].size_w), (size_t)l[i].t_alloc, (size_t)l[i].t_free},
+                              {off[i] + r64(l[i].size_w), off[i] + r64(l[i].size), (size_t)l[i].t_alloc, (size_t)l[i].t_shrink}};
+            size_t b[2][4] = {{off[j], off[j] + r64(l[j].size_w), (size_t)l[j].t_alloc, (size_t)l[j].t_free},
+                              {off[j] + r64(l[j].size_w), off[j] + r64(l[j].size), (size_t)l[j].t_alloc, (size_t)l[j].t_shrink}};
+            for (int u = 0; u < 2; u++)
+                for (int v = 0; v < 2; v++) {
+                    int tover = a[u][2] < b[v][3] && b[v][2] < a[u][3];
+                    int sover = a[u][0] < b[v][1] && b[v][0] < a[u][1];
+                    if (tover && sover) fail_msg("blocks %d and %d overlap", i, j);
+                }
+        }
+    }
+    /* replay on a planned arena: every allocation lands, nothing overlaps */
+    pm_arena a;
+    assert_int_equal(pm_arena_init(&a, cap, N, &err), PM_OK);
+    assert_int_equal(pm_arena_use_plan(&a, off, N, &err), PM_OK);
+    size_t at[N];
+    int k = 0;
+    for (int64_t now = 0; now < t; now++) {
+        for (int i = 0; i < N; i++) {
+            if (l[i].t_alloc == now) {
+                assert_int_equal(pm_arena_alloc(&a, l[i].size, &at[i]), PM_OK);
+                assert_int_equal(at[i], off[k++]);
+            }
+            if (l[i].t_shrink == now) pm_arena_shrink(&a, at[i], l[i].size_w);
+            if (l[i].t_free == now) pm_arena_release(&a, at[i]);
+        }
+    }
+    assert_int_equal(a.live, 0);
+    /* a plan pointing into a live block is refused, not obeyed */
+    pm_arena_begin(&a);
+    size_t bad[2] = {0, 0}, o;
+    assert_int_equal(pm_arena_use_plan(&a, bad, 2, &err), PM_OK);
+    assert_int_equal(pm_arena_alloc(&a, 64, &o), PM_OK);
+    assert_int_equal(pm_arena_alloc(&a, 64, &o), PM_ERR_MEMLIMIT);
+    pm_arena_free(&a);
 }
 
 /* ---- placement ---------------------------------------------------------------- */
@@ -499,6 +580,7 @@ int main(void) {
         cmocka_unit_test(test_tp_order_and_copy),
         cmocka_unit_test(test_tp_abort_wakes),
         cmocka_unit_test(test_arena),
+        cmocka_unit_test(test_arena_plan),
         cmocka_unit_test(test_placement),
         cmocka_unit_test(test_exact_every_schedule),
         cmocka_unit_test(test_csv_schedule),

@@ -155,7 +155,8 @@ typedef struct {
     size_t scratch_w; /* ... during W (BW: max of b and w) */
     size_t in;        /* bytes of F's input message (tokens for the embedding) */
     size_t out;       /* bytes of F's output message (0 for the head) */
-    double flops_f;   /* floating-point operations of F (matmuls 2*M*N*K, as computed) */
+    double flops_f;   /* floating-point operations of F: matmuls only, 2*M*N*K each, as
+                       * computed (causal attention skips the row blocks' upper right) */
     double flops_b;   /* ... of B */
     double flops_w;   /* ... of W */
 } pm_gpt_sizes;
@@ -214,8 +215,17 @@ double pm_gpt_flops(const pm_gpt_config *cfg, int B, int T);
 
 /* ---- BLAS ------------------------------------------------------------------ */
 
-/* Sets OpenBLAS's thread count (process-wide; n < 1 means 1). */
+/* Sets OpenBLAS's thread count (process-wide) and the number of threads the
+ * model's own elementwise kernels (LayerNorm, GELU, softmax, bias sums) use
+ * when called from the calling thread (per thread; default 1). n < 1 means
+ * 1. Results are bitwise the same for any n. */
 void pm_blas_threads(int n);
-int pm_blas_threads_get(void);
+int pm_blas_threads_get(void); /* OpenBLAS's current thread count */
+
+/* The OpenBLAS kernel in use ("Cooperlake", "Haswell", ...). OpenBLAS 0.3.21
+ * does not know some newer CPUs and falls back to "Prescott" (SSE3, ~5x
+ * slower sgemm); OPENBLAS_CORETYPE=<name> in the environment at process
+ * start overrides the choice (it cannot be changed from inside). */
+const char *pm_blas_core(void);
 
 #endif

@@ -135,10 +135,27 @@ pm_status pm_trainer_step_batch(pm_trainer *t, const int32_t *inp, const int32_t
 pm_status pm_trainer_eval(pm_trainer *t, const pm_tokens *val, int batches, double *loss,
                           pm_err *err);
 
-/* Training FLOPs of one step: K * pm_gpt_flops(B/K, ctx) (matmul and
- * attention products as the model computes them, forward and backward; the
- * optimizer's few per-parameter operations are not counted). */
+/* Training FLOPs of one step: K * pm_gpt_flops(B/K, ctx), the matrix
+ * products as the model computes them (2*M*N*K each). With N = (B/K)*T
+ * tokens per microbatch, per block: F 24 N C^2 + 4 (B/K) T^2 C (QKV, proj,
+ * MLP; full T x T scores and weighted sums), B 24 N C^2 + 8 (B/K) T^2 C,
+ * W 24 N C^2; the head 2 N C V in each of F, B, W; the embedding 0. The
+ * optimizer's few operations per parameter are not counted. */
 double pm_train_step_flops(const pm_train_cfg *cfg);
+
+/* ---- BLAS kernels -------------------------------------------------------------
+ * OpenBLAS picks its kernels from the CPU model when it loads; on a CPU it
+ * does not know it falls back to slow generic (Prescott) kernels. */
+
+/* The OPENBLAS_CORETYPE this CPU should use ("SkylakeX", "Haswell") if
+ * OpenBLAS fell back to Prescott on a CPU with AVX-512 or AVX2 and the user
+ * did not set OPENBLAS_CORETYPE; else NULL. */
+const char *pm_blas_better_coretype(void);
+
+/* Call first in main(): if pm_blas_better_coretype() names a core type,
+ * sets OPENBLAS_CORETYPE and re-executes the program (/proc/self/exe) with
+ * the same argv; returns only when nothing needs doing or exec failed. */
+void pm_blas_reexec_if_generic(char **argv);
 
 /* ---- checkpoints ------------------------------------------------------------
  * File format, version 1, little-endian, floats IEEE-754 binary32:

@@ -103,7 +103,18 @@ static void print_svg(FILE *f, const pm_sched_req *q, const double *lim, int n,
     double x0 = lim[0], x1 = lim[n - 1] > lim[0] ? lim[n - 1] : lim[0] + 1, ymax = 0;
     for (int i = 0; i < PM_FAMILY_COUNT * n; i++)
         if (pt[i].ok && pt[i].bubble > ymax) ymax = pt[i].bubble;
-    ymax = ymax > 0 ? ceil(ymax * 100 / 5) * 5 / 100 : 0.05;
+    /* a round y step (1, 2, 5, 10 or 20 %) giving at most 8 ticks */
+    static const double ysteps[] = {0.01, 0.02, 0.05, 0.10, 0.20};
+    double ystep = 0.20;
+    for (int i = 0; i < 5; i++)
+        if (ymax / ysteps[i] <= 8) {
+            ystep = ysteps[i];
+            break;
+        }
+    int ny = ymax > 0 ? (int)ceil(ymax / ystep - 1e-9) : 1;
+    ymax = ny * ystep;
+    /* x ticks on multiples of 0.25 (or 0.05 for a narrow range) */
+    double xstep = x1 - x0 > 1 ? 0.25 : x1 - x0 > 0.3 ? 0.1 : 0.05;
 #define PX(x) (L + ((x) - x0) / (x1 - x0) * (W - L - R))
 #define PY(y) (Tp + (1 - (y) / ymax) * (H - Tp - B))
     fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
@@ -112,14 +123,13 @@ static void print_svg(FILE *f, const pm_sched_req *q, const double *lim, int n,
     fprintf(f, "<text x=\"%.0f\" y=\"22\" font-size=\"15\" text-anchor=\"middle\">bubble rate "
             "against activation memory limit  p=%d m=%d costs %g,%g,%g,%g</text>\n", W / 2,
             q->p, q->m, q->t.f, q->t.b, q->t.w, q->t.c);
-    for (int i = 0; i <= 5; i++) { /* y grid and ticks */
-        double y = ymax * i / 5;
+    for (int i = 0; i <= ny; i++) { /* y grid and ticks */
+        double y = ystep * i;
         fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>"
-                "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%.1f%%</text>\n", L, PY(y),
+                "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%.0f%%</text>\n", L, PY(y),
                 W - R, PY(y), L - 6, PY(y) + 4, 100 * y);
     }
-    for (int i = 0; i <= 8; i++) { /* x grid and ticks */
-        double x = x0 + (x1 - x0) * i / 8;
+    for (double x = ceil(x0 / xstep - 1e-9) * xstep; x <= x1 + 1e-9; x += xstep) {
         fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>"
                 "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%.2f</text>\n", PX(x), Tp,
                 PX(x), H - B, PX(x), H - B + 16, x);

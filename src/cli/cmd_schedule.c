@@ -64,10 +64,10 @@ int pm_cmd_schedule(int argc, char **argv) {
     } else {
         rc = pm_cli_plan_write(&pl, format, o.out);
     }
-    if (!rc && o.out) {
-        fprintf(stderr, "pipemem: wrote %s: ", o.out);
-        summary(stderr, &pl);
-    }
+    if (!rc && o.out)
+        fprintf(stderr, "pipemem: wrote %s (%s p=%d m=%d: makespan %.6g, bubble %.2f%%, peak %.3f M)\n",
+                o.out, pl.s.kind, pl.s.p, pl.s.m, pl.sim.makespan, 100 * pl.sim.bubble,
+                pm_sim_peak_max_x(&pl.sim));
     pm_cli_plan_free(&pl);
     return rc;
 }

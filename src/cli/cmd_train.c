@@ -20,6 +20,7 @@ typedef struct {
     const char *data, *save, *resume;
     int layers, dim, heads, ctx, batch, micro, steps, threads, eval_every, eval_batches;
     int warmup; /* -1: the default steps/10 */
+    int stop_after; /* stop after this step as if interrupted (0: run to --steps) */
     int json;
     double lr;
     uint64_t seed;
@@ -30,11 +31,14 @@ static void train_usage(FILE *f) {
             "usage: pipemem train --data DIR [--layers L] [--dim C] [--heads H] [--ctx T]\n"
             "         [--batch B] [--microbatches K] [--steps N] [--lr X] [--warmup N]\n"
             "         [--threads N] [--eval-every N] [--eval-batches N] [--save FILE]\n"
-            "         [--resume FILE] [--seed S] [--json]\n"
+            "         [--resume FILE] [--seed S] [--stop-after N] [--json]\n"
             "  Trains the GPT on DIR/train.bin (made by 'pipemem prepare'); B sequences of T\n"
             "  tokens per step, split into K microbatches whose gradients accumulate.\n"
             "  Defaults: L 4, C 128, H 4, T 64, B 8, K 1, N 100, lr 1e-3, warm-up N/10,\n"
             "  threads = cores, eval every N/5 steps on 4 batches, seed 1.\n"
+            "  --save writes the checkpoint at every evaluation and at the end; --resume\n"
+            "  with the same options continues bitwise as if never stopped. --stop-after N\n"
+            "  ends the run after step N (an interruption on purpose).\n"
             "  example: pipemem train --data data --layers 2 --dim 64 --heads 4 --ctx 32 "
             "--steps 50\n");
 }
@@ -53,7 +57,7 @@ static int parse(int argc, char **argv, train_opts *o) {
                 {"--batch", &o->batch, 1},       {"--microbatches", &o->micro, 1},
                 {"--steps", &o->steps, 1},       {"--threads", &o->threads, 1},
                 {"--eval-every", &o->eval_every, 0}, {"--eval-batches", &o->eval_batches, 1},
-                {"--warmup", &o->warmup, 0}};
+                {"--warmup", &o->warmup, 0},     {"--stop-after", &o->stop_after, 1}};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         size_t k, nints = sizeof ints / sizeof ints[0];
@@ -121,7 +125,9 @@ static int run(const train_opts *o, pm_trainer *t, const pm_tokens *val, double 
     double spent = 0.0; /* seconds in steps so far, for the ETA */
     *ntimes = 0;
     *final_loss = NAN;
-    while (t->step < t->cfg.opt.steps) {
+    int64_t last = o->stop_after && o->stop_after < t->cfg.opt.steps ? o->stop_after
+                                                                     : t->cfg.opt.steps;
+    while (t->step < last) {
         pm_step_info si;
         double t0 = pm_now();
         if (pm_trainer_step(t, &si, &err)) return pm_cli_fail("%s", err.msg);
@@ -137,6 +143,7 @@ static int run(const train_opts *o, pm_trainer *t, const pm_tokens *val, double 
                 return pm_cli_fail("%s", err.msg);
             fprintf(stderr, "%sstep %lld  val loss %.4f\n", tty ? "\n" : "", (long long)t->step,
                     vl);
+            if (o->save && pm_ckpt_save(t, o->save, &err)) return pm_cli_fail("%s", err.msg);
         }
     }
     if (tty) fputc('\n', stderr);

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "pipemem/pm_train.h"
 
 static const pm_cli_cmd cmds[] = {
     {"schedule", pm_cmd_schedule, "generate or read a schedule; validate, simulate, export"},
@@ -22,6 +23,7 @@ static void usage(FILE *f) {
 }
 
 int main(int argc, char **argv) {
+    pm_blas_reexec_if_generic(argv); /* OpenBLAS on a CPU it does not know: see blasenv.c */
     if (argc < 2 || !strcmp(argv[1], "help") || !strcmp(argv[1], "--help") ||
         !strcmp(argv[1], "-h")) {
         usage(argc < 2 ? stderr : stdout);

@@ -65,16 +65,12 @@ int pm_cli_plan_write(const pm_cli_plan *pl, const char *format, const char *pat
     FILE *f = path ? fopen(path, "w") : stdout;
     if (!f) return pm_cli_fail("cannot write %s", path);
     pm_status st = PM_OK;
-    char title[160];
     if (!strcmp(format, "text")) st = pm_sched_write_text(f, &pl->s);
     else if (!strcmp(format, "csv")) st = pm_sched_write_csv(f, &pl->s);
     else if (!strcmp(format, "json")) st = pm_sched_write_json(f, &pl->s, &pl->c, &pl->sim);
     else if (!strcmp(format, "trace")) st = pm_sched_write_trace(f, &pl->s, &pl->sim);
-    else if (!strcmp(format, "svg")) {
-        snprintf(title, sizeof title, "%s  p=%d m=%d  bubble %.1f%%  peak %.2f M", pl->s.kind,
-                 pl->s.p, pl->s.m, 100 * pl->sim.bubble, pm_sim_peak_max_x(&pl->sim));
-        st = pm_sched_write_svg(f, &pl->s, &pl->sim, title);
-    } else {
+    else if (!strcmp(format, "svg")) st = pm_sched_write_svg(f, &pl->s, &pl->sim, NULL);
+    else {
         if (path) fclose(f);
         return pm_cli_fail("--format: '%s' is not one of text, csv, json, svg, trace", format);
     }

@@ -42,6 +42,14 @@ pm_status pm_gpt_config_check(const pm_gpt_config *cfg, pm_err *err) {
         return pm_errf(err, PM_ERR_ARG,
                        "model config: too large (dim <= 2^20, vocab <= 2^24, ctx <= 2^20, "
                        "layers <= 65536)");
+    /* size_t parameter arithmetic stays far from overflow below 2^40 floats */
+    double C = cfg->dim, n = (cfg->vocab + cfg->ctx) * C + cfg->layers * (12 * C * C + 13 * C) +
+                            2 * C + cfg->vocab * C;
+    if (n > 1099511627776.0)
+        return pm_errf(err, PM_ERR_ARG,
+                       "model config: %.3g parameters (%.3g GiB as floats) is beyond 2^40; use "
+                       "a smaller dim or fewer layers",
+                       n, n * 4 / 1073741824.0);
     return PM_OK;
 }
 
@@ -205,7 +213,11 @@ int pm_layout_get(const pm_gpt_config *cfg, pm_layer_kind kind, int B, int T, pm
     memset(lay, 0, sizeof *lay);
     size_t N = (size_t)B * (size_t)T, C = (size_t)cfg->dim, V = (size_t)cfg->vocab;
     size_t H = (size_t)cfg->heads, hs = C / H, Tz = (size_t)T, f = sizeof(float);
-    size_t cur = 0, sc = 0;
+    size_t cur = 0, sc = 0, big;
+    /* every element count below is at most 16 * N * max(C, V, H*T) */
+    size_t widest = C > V ? C : V;
+    widest = widest > H * Tz ? widest : H * Tz;
+    if (!pm_size_mul(N, widest, &big) || !pm_size_mul(big, 64, &big)) return 0;
     int ok = 1;
     switch (kind) {
     case PM_LAYER_EMBED:
@@ -226,11 +238,9 @@ int pm_layout_get(const pm_gpt_config *cfg, pm_layer_kind kind, int B, int T, pm
         ok = ok && region(&sc, NULL, N * C, f);
         lay->s_att = sc;
         ok = ok && region(&sc, NULL, 3 * Tz * hs + Tz * Tz, f);
-        {
-            size_t big = 0;
-            ok = ok && region(&big, NULL, N * 4 * C, f);
-            lay->scratch_b = big > sc ? big : sc;
-        }
+        big = 0;
+        ok = ok && region(&big, NULL, N * 4 * C, f);
+        lay->scratch_b = big > sc ? big : sc;
         break;
     default:
         ok = region(&cur, &lay->lno, N * C, f) && region(&cur, &lay->probs, N * V, f) &&
@@ -265,15 +275,18 @@ pm_status pm_gpt_layer_sizes(const pm_gpt_config *cfg, int layer, int B, int T, 
                        "layer %d: activation size overflows for B=%d, T=%d; use a smaller "
                        "microbatch",
                        layer, B, T);
-    double N = (double)B * T, C = cfg->dim, V = cfg->vocab, Td = T;
+    double N = (double)B * T, C = cfg->dim, V = cfg->vocab, P = (double)pm_att_pairs(T);
+    PM_ASSERT(lay.w_end <= lay.end); /* B releases end - w_end >= 0, W the rest */
     out->saved = lay.end;
     out->saved_w = lay.w_end;
     out->scratch_b = lay.scratch_b;
     out->in = (size_t)(N * (k == PM_LAYER_EMBED ? sizeof(int32_t) : C * sizeof(float)));
     out->out = k == PM_LAYER_HEAD ? 0 : (size_t)(N * C * sizeof(float));
     if (k == PM_LAYER_BLOCK) {
-        out->flops_f = 24 * N * C * C + 4 * B * Td * Td * C;
-        out->flops_b = 24 * N * C * C + 8 * B * Td * Td * C;
+        /* attention: 2 (F) or 4 (B) products of P score entries by C/H
+         * columns per head, over B * H heads */
+        out->flops_f = 24 * N * C * C + 4 * B * P * C;
+        out->flops_b = 24 * N * C * C + 8 * B * P * C;
         out->flops_w = 24 * N * C * C;
     } else if (k == PM_LAYER_HEAD) {
         out->flops_f = out->flops_b = out->flops_w = 2 * N * C * V;
@@ -399,8 +412,7 @@ static int work_get(const pm_gpt_config *cfg, int B, int T, work_layout *wl) {
     return 1;
 }
 
-static char *work_saved(const pm_gpt_config *cfg, const work_layout *wl, char *w, int layer) {
-    (void)cfg;
+static char *work_saved(const work_layout *wl, char *w, int layer) {
     return layer == 0 ? w : w + wl->embed + (size_t)(layer - 1) * wl->block;
 }
 
@@ -419,10 +431,10 @@ static float forward_all(const pm_gpt_config *cfg, int B, int T, const float *pa
     float loss = 0;
     for (int i = 0; i < n; i++) {
         const float *lp = params + pm_gpt_layer_offset(cfg, i);
-        void *saved = work_saved(cfg, wl, w, i);
+        void *saved = work_saved(wl, w, i);
         const void *in = i == 0 ? (const void *)tokens : pm_gpt_layer_input_slot(cfg, i, B, T, saved);
         float *out =
-            i + 1 < n ? pm_gpt_layer_input_slot(cfg, i + 1, B, T, work_saved(cfg, wl, w, i + 1))
+            i + 1 < n ? pm_gpt_layer_input_slot(cfg, i + 1, B, T, work_saved(wl, w, i + 1))
                       : NULL;
         pm_gpt_layer_f(cfg, i, B, T, lp, in, i == n - 1 ? targets : NULL, out, &loss, saved,
                        w + wl->scratch);
@@ -440,7 +452,7 @@ float pm_gpt_forward(const pm_gpt_config *cfg, int B, int T, const float *params
 const float *pm_gpt_work_probs(const pm_gpt_config *cfg, int B, int T, const void *work) {
     work_layout wl;
     PM_ASSERT(work_get(cfg, B, T, &wl));
-    return pm_gpt_head_probs(cfg, B, T, work_saved(cfg, &wl, (char *)work, cfg->layers + 1));
+    return pm_gpt_head_probs(cfg, B, T, work_saved(&wl, (char *)work, cfg->layers + 1));
 }
 
 float pm_gpt_forward_backward(const pm_gpt_config *cfg, int B, int T, const float *params,
@@ -454,7 +466,7 @@ float pm_gpt_forward_backward(const pm_gpt_config *cfg, int B, int T, const floa
     for (int i = pm_gpt_num_layers(cfg) - 1; i >= 0; i--) {
         size_t po = pm_gpt_layer_offset(cfg, i);
         pm_gpt_layer_bw(cfg, i, B, T, params + po, grads + po, dout, i == 0 ? NULL : din, scale,
-                        work_saved(cfg, &wl, w, i), w + wl.scratch);
+                        work_saved(&wl, w, i), w + wl.scratch);
         /* this layer's din is the next lower layer's dout */
         float *t = dout ? dout : spare;
         dout = din;

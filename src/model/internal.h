@@ -37,8 +37,10 @@ typedef struct {
     size_t dout, tok;                                      /* embedding */
     size_t w_end; /* end of the W prefix = sizes.saved_w */
     size_t end;   /* whole buffer = sizes.saved */
-    /* scratch (floats offsets in bytes): block B: big (N,4C) at 0, then
-     * attention work per (b,h): sQ, sK, sV (T,hs) and sP (T,T) after (N,C). */
+    /* Scratch of B (byte offsets). Block: an (N,4C) MLP gradient at 0, later
+     * reused for each (N,C) gradient; from s_att (after the first (N,C)) the
+     * attention backward's per-(b,h) work: dQ, dK, dV (T,hs) and dP (T,T).
+     * Head: one (N,C) gradient. F and W need no scratch. */
     size_t s_att;     /* start of the attention work area */
     size_t scratch_b; /* bytes */
 } pm_layout;
@@ -81,6 +83,12 @@ void pm_k_gemm(int ta, int tb, size_t M, size_t N, size_t K, float alpha, const 
                size_t lda, const float *Bm, size_t ldb, float beta, float *C, size_t ldc);
 
 /* ---- layer passes (layers.c) ------------------------------------------------ */
+
+/* Causal attention's row blocks for sequence length T, and the number of
+ * score entries computed per (sequence, head): sum over blocks of
+ * rows * (block end). */
+int pm_att_blocks(int T);
+size_t pm_att_pairs(int T);
 
 void pm_embed_f(const pm_gpt_config *c, int B, int T, const float *lp, const int32_t *tok,
                 float *out, void *saved);

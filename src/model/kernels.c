@@ -36,6 +36,8 @@ void pm_blas_threads(int n) {
 
 int pm_blas_threads_get(void) { return openblas_get_num_threads(); }
 
+const char *pm_blas_core(void) { return openblas_get_corename(); }
+
 typedef void (*range_fn)(const void *arg, size_t lo, size_t hi);
 typedef struct {
     range_fn fn;

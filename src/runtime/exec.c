@@ -337,7 +337,7 @@ static pm_status dev_step(pm_pipe_dev *dv) {
     memset(dv->slab + dv->n, 0, dv->n * sizeof(float)); /* gradients */
     dv->rxpass[0] = dv->rxpass[1] = -1;
     dv->scan = 0;
-    pm_arena_reset_peak(&dv->arena);
+    pm_arena_begin(&dv->arena);
     pm_status st;
     for (int64_t i = 0; i < len; i++) {
         if ((st = pm_tp_status(dv->tp, NULL))) return st;

@@ -7,10 +7,12 @@
  * (pm_place_costs); its per-device peak is the predicted peak. Each device's
  * arena is then sized by replaying its pass list on a dry arena with the
  * executor's own bookkeeping calls (pm_dev_mem_*): the dry run's peak of live
- * bytes must equal the prediction (checked: a mismatch is a bug), and its
- * highest end offset (live bytes plus 64-byte rounding and first-fit
- * fragmentation) is the capacity. The real step makes the same calls in the
- * same order, so it never needs more. Message buffers (two receive slots,
+ * bytes must equal the prediction (checked: a mismatch is a bug). The dry
+ * run also logs every block's life; the offline planner (pm_arena_plan)
+ * places them, a second dry replay proves the plan, and the capacity is the
+ * smaller of the plan's slab and first fit's highest end offset (live bytes
+ * plus 64-byte rounding and fragmentation). The real step makes the same
+ * calls in the same order, so it never needs more. Message buffers (two receive slots,
  * two send buffers, two between-layer gradient buffers, each one (B,T,C)
  * activation) and the scratch are allocated per device beside the arena and
  * are not activation memory.
@@ -51,6 +53,7 @@ void pm_pipe_free(pm_pipe *pp) {
     free(pp->peak);
     free(pp->pred_peak);
     free(pp->arena_cap);
+    free(pp->arena_ff);
     free(pp->t0);
     free(pp->t1);
     free(pp->tmid);
@@ -155,34 +158,71 @@ static pm_status dev_slab(pm_pipe *pp, pm_pipe_dev *dv, pm_err *err) {
     return PM_OK;
 }
 
-/* Replays the device's list on a dry arena (sizing), then makes the real one. */
-static pm_status dev_arena(pm_pipe *pp, pm_pipe_dev *dv, pm_err *err) {
-    size_t nl = (size_t)pm_gpt_num_layers(&pp->cfg.model), maxb = 0;
-    for (int s = 0; s < pp->S; s++)
-        if (pm_sched_stage_device(&pp->sched, s) == dv->d)
-            maxb += (size_t)(pp->first[s + 1] - pp->first[s]) * (size_t)pp->m;
-    dv->off = calloc(nl * (size_t)pp->m, sizeof(size_t));
-    if (!dv->off) return nomem(err, "arena offsets");
-    pm_status st = pm_arena_init_dry(&dv->arena, maxb, err);
-    if (st) return st;
+/* Replays the device's list on dv->arena (dry, first fit or a plan). */
+static pm_status replay(pm_pipe *pp, pm_pipe_dev *dv) {
     const pm_pass *ps = pm_sched_dev(&pp->sched, dv->d);
     for (int64_t i = 0; i < pp->sched.len[dv->d]; i++) {
         int bad;
-        if (ps[i].kind == PM_PASS_F) PM_ASSERT(!pm_dev_mem_f(dv, ps[i].stage, ps[i].mb, &bad));
+        if (ps[i].kind == PM_PASS_F && pm_dev_mem_f(dv, ps[i].stage, ps[i].mb, &bad))
+            return PM_ERR_MEMLIMIT;
         if (ps[i].kind == PM_PASS_B || ps[i].kind == PM_PASS_BW)
             pm_dev_mem_b(dv, ps[i].stage, ps[i].mb);
         if (ps[i].kind == PM_PASS_W || ps[i].kind == PM_PASS_BW)
             pm_dev_mem_w(dv, ps[i].stage, ps[i].mb);
     }
-    size_t peak = dv->arena.peak, high = dv->arena.high, live = dv->arena.live;
+    return PM_OK;
+}
+
+/* Sizes the device's arena: a dry first-fit replay logs every block's life
+ * and must peak at the prediction; the planner places the same blocks
+ * offline; a second dry replay proves the plan; the smaller slab wins. */
+static pm_status dev_arena(pm_pipe *pp, pm_pipe_dev *dv, pm_err *err) {
+    size_t nl = (size_t)pm_gpt_num_layers(&pp->cfg.model), maxb = 0, nlog = 0;
+    for (int s = 0; s < pp->S; s++)
+        if (pm_sched_stage_device(&pp->sched, s) == dv->d)
+            maxb += (size_t)(pp->first[s + 1] - pp->first[s]) * (size_t)pp->m;
+    nlog = maxb; /* every (layer, mb) of the device is allocated once per step */
+    dv->off = calloc(nl * (size_t)pp->m, sizeof(size_t));
+    size_t *plan = malloc((nlog ? nlog : 1) * sizeof *plan);
+    pm_status st = PM_OK;
+    if (!dv->off || !plan) {
+        free(plan);
+        return nomem(err, "arena offsets");
+    }
+    if ((st = pm_arena_init_dry(&dv->arena, maxb, nlog, err))) goto done;
+    PM_ASSERT(!replay(pp, dv));
+    size_t peak = dv->arena.peak, ff = dv->arena.high, live = dv->arena.live, cap = 0;
+    if (peak != pp->pred_peak[dv->d] || live != 0) {
+        st = pm_errf(err, PM_ERR_INVALID,
+                     "device %d: replaying the schedule gives a peak of %zu activation bytes "
+                     "(%zu left at the end) but the simulator predicts %zu (a runtime bug)",
+                     dv->d, peak, live, pp->pred_peak[dv->d]);
+        goto done;
+    }
+    if ((st = pm_arena_plan(dv->arena.log, dv->arena.nlog, plan, &cap, err))) goto done;
+    size_t nplan = dv->arena.nlog;
     pm_arena_free(&dv->arena);
-    if (peak != pp->pred_peak[dv->d] || live != 0)
-        return pm_errf(err, PM_ERR_INVALID,
-                       "device %d: replaying the schedule gives a peak of %zu activation bytes "
-                       "(%zu left at the end) but the simulator predicts %zu (a runtime bug)",
-                       dv->d, peak, live, pp->pred_peak[dv->d]);
-    pp->arena_cap[dv->d] = pp->opts.arena_cap ? pp->opts.arena_cap : high;
-    return pm_arena_init(&dv->arena, pp->arena_cap[dv->d], maxb, err);
+    int use_plan = cap < ff;
+    if (use_plan) {
+        if ((st = pm_arena_init_dry(&dv->arena, maxb, nlog, err)) ||
+            (st = pm_arena_use_plan(&dv->arena, plan, nplan, err)))
+            goto done;
+        dv->arena.cap = cap;
+        if (replay(pp, dv) || dv->arena.high > cap) {
+            st = pm_errf(err, PM_ERR_INVALID, "device %d: the arena plan (%zu bytes, first fit "
+                         "%zu) does not replay: stopped at allocation %zu (a runtime bug)", dv->d,
+                         cap, ff, dv->arena.next);
+            goto done;
+        }
+        pm_arena_free(&dv->arena);
+    }
+    pp->arena_cap[dv->d] = pp->opts.arena_cap ? pp->opts.arena_cap : use_plan ? cap : ff;
+    pp->arena_ff[dv->d] = ff;
+    if ((st = pm_arena_init(&dv->arena, pp->arena_cap[dv->d], maxb, err))) goto done;
+    if (use_plan) st = pm_arena_use_plan(&dv->arena, plan, nplan, err);
+done:
+    free(plan);
+    return st;
 }
 
 /* Scratch and message buffers in one allocation. */
@@ -224,12 +264,13 @@ static pm_status plan(pm_pipe *pp, pm_err *err) {
     pp->peak = calloc(np, sizeof(size_t));
     pp->pred_peak = calloc(np, sizeof(size_t));
     pp->arena_cap = calloc(np, sizeof(size_t));
+    pp->arena_ff = calloc(np, sizeof(size_t));
     pp->t0 = calloc(nt, sizeof(double));
     pp->t1 = calloc(nt, sizeof(double));
     pp->tmid = calloc(nt, sizeof(double));
     pp->live_after = calloc(nt, sizeof(double));
     pp->loss_mb = calloc((size_t)pp->m, sizeof(float));
-    if (!pp->first || !pp->sz || !pp->peak || !pp->pred_peak || !pp->arena_cap || !pp->t0 ||
+    if (!pp->first || !pp->sz || !pp->peak || !pp->pred_peak || !pp->arena_cap || !pp->arena_ff || !pp->t0 ||
         !pp->t1 || !pp->tmid || !pp->live_after || !pp->loss_mb)
         return nomem(err, "the pipeline's tables");
     pm_status st = pm_place_layers(c, pp->mbsz, pp->T, pp->S, pp->first, err);

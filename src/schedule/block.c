@@ -22,7 +22,7 @@
  *
  * Header lines come first, each once, in any order. Then one line per pass:
  * device (0..p-1), chunk on that device (0..chunks-1), kind (F, B, W or BW,
- * any case), start offset in slots (0..16777216) and optionally how many
+ * any case), start offset in slots (0..1048576) and optionally how many
  * consecutive slots the pass occupies (1..T; default 1, and 2 for BW). In
  * the papers' units every pass of a V chunk is 1 slot and BW is 2. Tokens
  * are separated by spaces or tabs; CRLF line ends are accepted.
@@ -217,13 +217,13 @@ static int cmp_arrival(const void *a, const void *b) {
  * an empty queue the queue length repeats after one interval when arrivals
  * do not outnumber free residues, so simulating from slot X and reading the
  * services of the arrivals of [X+2T, X+3T) gives the steady state. */
-static pm_status fill_w_dev(pm_block *b, int d, const int *tab, unsigned char *occ,
-                            arrival *arr, int64_t *served, pm_err *err) {
+static pm_status fill_w_dev(pm_block *b, int d, const int *mine, int nmine, const int *tab,
+                            unsigned char *occ, arrival *arr, int64_t *served, pm_err *err) {
     int T = b->T, na = 0, nfree = 0;
     memset(occ, 0, (size_t)T);
-    for (int i = 0; i < b->n; i++) {
+    for (int q = 0; q < nmine; q++) {
+        int i = mine[q];
         const pm_block_pass *x = &b->pass[i];
-        if (x->dev != d) continue;
         for (int k = 0; k < x->dur; k++) occ[(x->off + k) % T] = 1;
         if (x->kind == PM_PASS_B &&
             tab[pm_block_stage(b, d, x->chunk) * PM_PASS_COUNT + PM_PASS_W] < 0)
@@ -274,15 +274,19 @@ static pm_status fill_w_dev(pm_block *b, int d, const int *tab, unsigned char *o
     return PM_OK;
 }
 
-/* Fills every missing W (the pass array has room for 3 passes per stage). */
+/* Fills every missing W (the pass array has room for 3 passes per stage).
+ * The passes are grouped by device first (counting sort) so the work is
+ * linear in the block, not devices x passes. */
 static pm_status fill_w(pm_block *b, pm_err *err) {
-    int S = b->p * b->v;
+    int S = b->p * b->v, n0 = b->n;
     int *tab = malloc((size_t)S * PM_PASS_COUNT * sizeof *tab);
+    int *first = calloc((size_t)b->p + 1, sizeof *first);
+    int *byd = malloc((size_t)(n0 ? n0 : 1) * sizeof *byd);
     unsigned char *occ = malloc((size_t)b->T);
     arrival *arr = malloc((size_t)b->v * sizeof *arr);
     int64_t *served = malloc((size_t)b->v * sizeof *served);
     pm_status st = PM_OK;
-    if (!tab || !occ || !arr || !served) {
+    if (!tab || !first || !byd || !occ || !arr || !served) {
         st = pm_errf(err, PM_ERR_NOMEM, "out of memory filling W passes");
         goto done;
     }
@@ -290,8 +294,16 @@ static pm_status fill_w(pm_block *b, pm_err *err) {
         st = pm_errf(err, PM_ERR_FORMAT, "block lists a (device, chunk, pass) twice");
         goto done;
     }
-    for (int d = 0; d < b->p && !st; d++) st = fill_w_dev(b, d, tab, occ, arr, served, err);
+    for (int i = 0; i < n0; i++) first[b->pass[i].dev + 1]++;
+    for (int d = 0; d < b->p; d++) first[d + 1] += first[d];
+    for (int i = 0, *at = first; i < n0; i++) byd[at[b->pass[i].dev]++] = i;
+    for (int d = b->p; d > 0; d--) first[d] = first[d - 1]; /* undo the bumps */
+    first[0] = 0;
+    for (int d = 0; d < b->p && !st; d++)
+        st = fill_w_dev(b, d, byd + first[d], first[d + 1] - first[d], tab, occ, arr, served, err);
 done:
+    free(first);
+    free(byd);
     free(tab);
     free(occ);
     free(arr);

@@ -12,7 +12,7 @@
 #define PM_BLOCK_MAX_CHUNKS 64
 #define PM_BLOCK_MAX_STAGES 65536 /* devices * chunks */
 #define PM_BLOCK_MAX_INTERVAL 65536
-#define PM_BLOCK_MAX_OFFSET (1 << 24)
+#define PM_BLOCK_MAX_OFFSET (1 << 20)
 
 /* Stage held by chunk `chunk` of device `dev` under the block's placement
  * (the same mapping as pm_sched_stage_device / _chunk, inverted). */

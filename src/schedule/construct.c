@@ -36,7 +36,7 @@
 
 #include "block_internal.h"
 
-#define MAX_CELLS ((int64_t)1 << 27) /* p * L slot cells: 1.5 GB would be a bug */
+#define MAX_CELLS ((int64_t)1 << 25) /* p * L slot cells (12 bytes each) */
 
 typedef struct {
     const pm_block *b;
@@ -214,7 +214,9 @@ static void reorder(cons *c, int skip_w, int cool_only) {
             c->slot[id] < from)
             from = c->slot[id];
     for (int64_t t = from; t < c->L; t++) {
-        if (!cool_only && t >= c->warm_end && t <= c->cool_start) continue; /* steady */
+        /* Round 1 runs first, when every pass still sits at its original
+         * slot, so the steady slots hold only passes that never move. */
+        if (!cool_only && t >= c->warm_end && t <= c->cool_start) continue;
         for (int d = 0; d < c->p; d++) {
             int32_t id = c->occ[(int64_t)d * c->L + t];
             if (id < 0 || c->slot[id] != t || !movable(c, id)) continue;

@@ -17,17 +17,25 @@
  * memory theorem bounds device i by (ceil(l0/6) + ceil(l1/6)) chunk
  * activations, i.e. that many times M/(2p).
  *
- * Of the legal blocks, for each bound level we keep the one with the
- * smallest unit-cost width (max over devices of the slots from its first
- * pass to its last: at unit costs the makespan is (m-1)*6 plus that), and
- * only if it is narrower than every block of a lower level (a Pareto
- * front). Each kept block whose bound fits is built by the generic
- * constructor (repeat, squeeze with real costs, reorder warm-up and
- * cool-down under the peak), joined by the fixed V kinds (v-min, v-half,
- * zb-v, 1f1b-v, v-zb at its default 1.0 M) and the V-ZB greedy on a grid
- * of memory levels (search_internal.h), and the fastest
- * whose simulated peak fits wins. The set considered for a limit only
- * grows with the limit, so the answer's makespan never grows with it. */
+ * The split K runs over a grid of at most 9 devices (every ceil(p/8)-th).
+ * Every legal block is ranked by an estimate: the squeezed makespan, with
+ * the real costs, of its plain repetition for min(m, p + 8) microbatches
+ * (the constructor's first candidate, computed in one sweep over the slots
+ * without building a schedule). Per bound level the best-ranked block is
+ * kept, and only if it beats every block of a lower level (a Pareto front
+ * of memory against estimated time). Each kept block whose bound fits is
+ * built by the generic constructor (repeat, squeeze with real costs,
+ * reorder warm-up and cool-down under the peak) and joins the fixed V kinds
+ * (v-min, v-half, zb-v, 1f1b-v, v-zb at its default 1.0 M) and the V-ZB
+ * greedy on a grid of memory levels from V-Min's peak up
+ * (search_internal.h); the fastest whose simulated peak fits wins. Nothing
+ * in a level's choice depends on the limit asked, so the set considered
+ * only grows with the limit, and the answer's makespan never grows with it.
+ *
+ * Invariants: a legal block's offsets are distinct mod T on every device and
+ * every pass starts after its dependency's slot (steps and gaps are >= 1),
+ * so slot order is a topological order; a pool candidate's figures are
+ * those of the schedule pm_autov_block_build rebuilds from its parameters. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,7 +44,7 @@
 #include "pipemem/pm_sched.h"
 #include "search_internal.h"
 
-enum { T = 6, NSTEP = 2 };
+enum { T = 6 }; /* the interval: six one-slot passes per device */
 
 /* blk[]: 0..3 steps a, b, c, d below K; 4..7 from K up; 8 K; 9..11 e1..e3 */
 typedef struct {
@@ -82,8 +90,8 @@ static int first_free(int from, unsigned mask) {
 }
 
 /* W offsets of device i into the two free residues; returns the device's
- * theorem bound in chunk activations and its width in *width. */
-static int place_w(offs *o, int i, int *width) {
+ * theorem bound in chunk activations. */
+static int place_w(offs *o, int i) {
     int x[4] = {o->f0[i], o->f1[i], o->b1[i], o->b0[i]};
     unsigned free = 0x3f;
     for (int k = 0; k < 4; k++) free &= ~(1u << (x[k] % T));
@@ -94,21 +102,17 @@ static int place_w(offs *o, int i, int *width) {
     o->w1[i] = first1 ? wa : wb;
     o->w0[i] = first1 ? wb : wa;
     int l0 = o->w0[i] + 1 - o->f0[i], l1 = o->w1[i] + 1 - o->f1[i];
-    int last = o->w0[i] > o->w1[i] ? o->w0[i] : o->w1[i];
-    last = o->b0[i] > last ? o->b0[i] : last;
-    *width = last + 1 - o->f0[i];
     return (l0 + T - 1) / T + (l1 + T - 1) / T;
 }
 
-/* Bound (chunk activations, max over devices) and width of a legal block. */
-static int finish(offs *o, int *width) {
-    int bound = 0, wd = 0;
+/* Places every W of a legal block; returns its bound in chunk activations
+ * (max over devices). */
+static int finish(offs *o) {
+    int bound = 0;
     for (int i = 0; i < o->p; i++) {
-        int w, u = place_w(o, i, &w);
+        int u = place_w(o, i);
         bound = u > bound ? u : bound;
-        wd = w > wd ? w : wd;
     }
-    *width = wd;
     return bound;
 }
 
@@ -192,7 +196,7 @@ static double estimate(const offs *o, est_ws *w, double cut) {
 }
 
 static void consider(offs *o, const int *blk, level_best *lv, int nlv, est_ws *w) {
-    int width, u = finish(o, &width);
+    int u = finish(o);
     if (u >= nlv) return;
     double est = estimate(o, w, lv[u].est);
     if (est < lv[u].est) {
@@ -209,42 +213,61 @@ static int legal_upto(const offs *o, int parts) {
     return 1;
 }
 
-/* Steps below K (lo) and from K (hi) of one chain, enumerated together:
- * code 0..3 -> (lo, hi) in {1,2}^2; with K = p only lo == hi. */
+/* Steps below K (lo) and from K (hi) of one chain: code 0..3 gives (lo,
+ * hi) in {1,2}^2; with K = p there is no hi, so only codes 0 and 3. */
 static void set_steps(int *blk, int chain, int code) {
     blk[chain] = 1 + (code & 1);
     blk[4 + chain] = 1 + (code >> 1);
 }
 
-/* Every legal block: the best width per bound level into lv. */
+typedef struct {
+    offs *o;
+    level_best *lv;
+    int nlv;
+    est_ws *w;
+    int blk[PM_CAND_BLK];
+    int codes[4], ncodes; /* the step codes this K allows */
+} search_ctx;
+
+/* The backward-up chain B0, then the finished block. */
+static void enum_b0(search_ctx *x) {
+    for (int c = 0; c < x->ncodes; c++)
+        for (int e3 = 0; e3 < T; e3++) {
+            set_steps(x->blk, 3, x->codes[c]);
+            x->blk[11] = e3;
+            chain_b0(x->o, x->blk);
+            if (legal_upto(x->o, 4)) consider(x->o, x->blk, x->lv, x->nlv, x->w);
+        }
+}
+
+/* The backward-down chain B1; pruned as soon as two offsets collide. */
+static void enum_b1(search_ctx *x) {
+    for (int c = 0; c < x->ncodes; c++)
+        for (int e2 = 0; e2 < T; e2++) {
+            set_steps(x->blk, 2, x->codes[c]);
+            x->blk[10] = e2;
+            chain_b1(x->o, x->blk);
+            if (legal_upto(x->o, 3)) enum_b0(x);
+        }
+}
+
+/* Every legal block: the best-estimated one per bound level into lv. The
+ * forward chains come first so collisions prune early. */
 static void enumerate(offs *o, level_best *lv, int nlv, est_ws *w) {
-    int p = o->p, blk[PM_CAND_BLK] = {0};
-    int kstep = (p + 7) / 8; /* split devices on a grid: at most 8 + 1 */
+    int p = o->p, kstep = (p + 7) / 8; /* K on a grid: at most 9 values */
+    search_ctx x = {.o = o, .lv = lv, .nlv = nlv, .w = w};
     for (int K = 1; K <= p; K = K < p && K + kstep > p ? p : K + kstep) {
-        blk[8] = K;
-        int codes = K == p ? 2 : 4; /* K = p: hi unused, keep lo == hi */
-        for (int ca = 0; ca < codes; ca++)
-            for (int cb = 0; cb < codes; cb++)
+        x.blk[8] = K;
+        x.ncodes = K == p ? 2 : 4;
+        for (int c = 0; c < 4; c++) x.codes[c] = K == p ? 3 * c : c;
+        for (int ca = 0; ca < x.ncodes; ca++)
+            for (int cb = 0; cb < x.ncodes; cb++)
                 for (int e1 = 0; e1 < T; e1++) {
-                    set_steps(blk, 0, K == p ? ca * 3 : ca);
-                    set_steps(blk, 1, K == p ? cb * 3 : cb);
-                    blk[9] = e1;
-                    chain_f(o, blk);
-                    if (!legal_upto(o, 2)) continue;
-                    for (int cc = 0; cc < codes; cc++)
-                        for (int e2 = 0; e2 < T; e2++) {
-                            set_steps(blk, 2, K == p ? cc * 3 : cc);
-                            blk[10] = e2;
-                            chain_b1(o, blk);
-                            if (!legal_upto(o, 3)) continue;
-                            for (int cd = 0; cd < codes; cd++)
-                                for (int e3 = 0; e3 < T; e3++) {
-                                    set_steps(blk, 3, K == p ? cd * 3 : cd);
-                                    blk[11] = e3;
-                                    chain_b0(o, blk);
-                                    if (legal_upto(o, 4)) consider(o, blk, lv, nlv, w);
-                                }
-                        }
+                    set_steps(x.blk, 0, x.codes[ca]);
+                    set_steps(x.blk, 1, x.codes[cb]);
+                    x.blk[9] = e1;
+                    chain_f(o, x.blk);
+                    if (legal_upto(o, 2)) enum_b1(&x);
                 }
     }
 }
@@ -272,8 +295,7 @@ static pm_status make_block(pm_block *b, const int *blk, int p, pm_err *err) {
     chain_f(&o, blk);
     chain_b1(&o, blk);
     chain_b0(&o, blk);
-    int width;
-    finish(&o, &width);
+    finish(&o);
     b->pass = malloc(6 * (size_t)p * sizeof *b->pass);
     if (!b->pass) {
         offs_free(&o);
@@ -317,7 +339,7 @@ static pm_status pool_blocks(pm_pool *pl, const pm_sched_req *req, double max_li
     level_best *lv = malloc((size_t)nlv * sizeof *lv);
     /* the estimate ranks blocks; 2p + 8 microbatches show warm-up, steady
      * state and cool-down, and the winners are then built at full m */
-    est_ws w = {.req = req, .m = m < 2 * p + 8 ? m : 2 * p + 8};
+    est_ws w = {.req = req, .m = m < p + 8 ? m : p + 8};
     m = w.m;
     w.end = malloc(6 * (size_t)p * (size_t)m * sizeof(double));
     w.free_at = malloc((size_t)p * sizeof(double));

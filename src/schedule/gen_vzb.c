@@ -18,9 +18,11 @@
  *     free memory when the next pass would not fit.
  *   end: every remaining W.
  * Variants: whether a W may overrun the wait before an F / before a lane-0
- * B when the gap exceeds the bubble budget, and a second pass that feeds
- * each device's measured bubble back as its budget ("approved bubble"),
- * repeated while it helps. The shortest makespan wins.
+ * B when the gap exceeds the bubble budget; under 1F1B's memory, whether
+ * the warm-up's memory reservation (2 + 2i forwards on device i, sized for
+ * M) is scaled down to the limit; and a second pass that feeds each
+ * device's measured bubble back as its budget ("approved bubble"), repeated
+ * while it helps. The shortest makespan wins.
  *
  * Invariants: a pass is placed only after its dependency (the lists are a
  * topological order: no deadlock) and no device's running memory exceeds
@@ -41,6 +43,7 @@ typedef struct {
     double t[3], dm[3]; /* time and memory delta of one chunk pass */
     double c, cap;      /* latency; absolute memory limit per device */
     int fill_f, fill_b; /* variant flags */
+    double share;       /* warm-up reservation scale: 1, or the limit's share of M */
     const double *approved; /* (p) bubble budget from a previous pass, or NULL */
     double max_approved;
     int *cnt;           /* (p, 4) F lane 0, F lane 1, B lane 0, B lane 1 placed */
@@ -163,7 +166,7 @@ static void warmup(vzb_state *g) {
     for (int i = p - 1; i >= 0 && !g->bad; i--) {
         if (i < p - 1) {
             double back = *tfp(g, 1, i + 1, 0) + g->c;
-            while (!g->bad && fits(g, g->mem[i] + g->dm[CF] * (2 + 2 * i)) &&
+            while (!g->bad && fits(g, g->mem[i] + g->dm[CF] * ceil((2 + 2 * i) * g->share)) &&
                    g->cur[i] + g->t[CF] <= back && *count(g, i, CF, 0) < m - i &&
                    *count(g, 0, CF, 0) < m)
                 for (int j = 0; j <= i; j++) put(g, CF, 0, j);
@@ -346,9 +349,12 @@ pm_status pm_sched_vzb_greedy(pm_sched *s, const pm_sched_req *req, double limit
         return st;
     }
     double best = INFINITY;
-    for (int v = 0; v < 4; v++) {
+    /* under 1F1B's memory the warm-up reservation can also be scaled down */
+    double M = req->p * req->mem.f, share = x.g.cap / M < 1 ? x.g.cap / M : 1;
+    for (int v = 0; v < (share < 1 ? 8 : 4); v++) {
         vzb_state *g = &x.g;
-        g->fill_b = v & 1, g->fill_f = v >> 1, g->approved = NULL;
+        g->fill_b = v & 1, g->fill_f = (v >> 1) & 1, g->approved = NULL;
+        g->share = v >> 2 ? share : 1;
         for (int it = 0; it < 3; it++) {
             double mk = run_once(g, x.order);
             if (mk < best) best = mk, keep(s, &x.work);

@@ -226,7 +226,7 @@ static void zb_state_free(zb_state *g) {
 /* Builds the best of the eight variants into s under `limit` (x M; <= 0:
  * no limit). */
 pm_status pm_sched_zb_greedy(pm_sched *s, const pm_sched_req *req, double limit,
-                             const char *kind, int *binding, pm_err *err) {
+                             const char *kind, int with_h, int *binding, pm_err *err) {
     *s = (pm_sched){0};
     if (req->v != 0 && req->v != 1)
         return pm_errf(err, PM_ERR_ARG,
@@ -265,7 +265,7 @@ pm_status pm_sched_zb_greedy(pm_sched *s, const pm_sched_req *req, double limit,
     }
     /* The handcrafted ZB-H1 and ZB-H2 are two more variants: where they fit
      * the limit, the heuristic never returns anything slower. */
-    for (int h = 0; h < 2 && !st; h++) {
+    for (int h = 0; h < 2 && with_h && !st; h++) {
         pm_sched hs;
         pm_search_point pt;
         if ((h ? pm_sched_build_zb_h2 : pm_sched_build_zb_h1)(&hs, req, NULL)) continue;
@@ -294,15 +294,15 @@ done:
 }
 
 pm_status pm_sched_build_zb_auto(pm_sched *s, const pm_sched_req *req, pm_err *err) {
-    return pm_sched_zb_greedy(s, req, req->mem_limit, "zb", NULL, err);
+    return pm_sched_zb_greedy(s, req, req->mem_limit, "zb", 1, NULL, err);
 }
 
 pm_status pm_sched_build_zb_1p(pm_sched *s, const pm_sched_req *req, pm_err *err) {
-    return pm_sched_zb_greedy(s, req, req->mem_limit > 0 ? req->mem_limit : 1.0, "zb-1p", NULL,
+    return pm_sched_zb_greedy(s, req, req->mem_limit > 0 ? req->mem_limit : 1.0, "zb-1p", 1, NULL,
                               err);
 }
 
 pm_status pm_sched_build_zb_2p(pm_sched *s, const pm_sched_req *req, pm_err *err) {
-    return pm_sched_zb_greedy(s, req, req->mem_limit > 0 ? req->mem_limit : 2.0, "zb-2p", NULL,
+    return pm_sched_zb_greedy(s, req, req->mem_limit > 0 ? req->mem_limit : 2.0, "zb-2p", 1, NULL,
                               err);
 }

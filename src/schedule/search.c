@@ -104,7 +104,7 @@ pm_status pm_cand_build(pm_sched *s, const pm_cand *c, const pm_sched_req *req, 
         q.v = c->v;
         q.mem_limit = 0;
         return pm_sched_generate(s, c->kind, &q, err);
-    case PM_CAND_ZB: return pm_sched_zb_greedy(s, req, c->level, c->kind, NULL, err);
+    case PM_CAND_ZB: return pm_sched_zb_greedy(s, req, c->level, c->kind, 0, NULL, err);
     case PM_CAND_VZB: return pm_sched_vzb_greedy(s, req, c->level, c->kind, NULL, err);
     default: return pm_autov_block_build(s, c->blk, req, err);
     }
@@ -117,12 +117,13 @@ static pm_status pool_single(pm_pool *pl, const pm_sched_req *req, double max_li
     pm_status st = PM_OK;
     for (size_t i = 0; i < sizeof fixed / sizeof fixed[0] && !st; i++)
         st = pm_pool_named(pl, req, PM_FAMILY_SINGLE, fixed[i], 0, err);
+    /* the levels run the heuristic alone: ZB-H1/H2 are in the pool above */
     int top = pm_search_levels(max_limit, req->p, 1);
     int binding = 1;
     for (int k = 1; k <= top && binding && !st; k++) {
         pm_sched s;
         double lv = pm_search_level(k, req->p, 1);
-        if (pm_sched_zb_greedy(&s, req, lv, "zb", &binding, NULL)) continue;
+        if (pm_sched_zb_greedy(&s, req, lv, "zb", 0, &binding, NULL)) continue;
         pm_cand c = {.src = PM_CAND_ZB, .fam = PM_FAMILY_SINGLE, .kind = "zb", .level = lv,
                      .bound = lv};
         double mk = pm_search_eval(&s, req, &c.pt);

@@ -19,9 +19,10 @@
 pm_status pm_sched_vzb_greedy(pm_sched *s, const pm_sched_req *req, double limit,
                               const char *kind, int *binding, pm_err *err);
 
-/* The Zero Bubble heuristic at `limit` (x M; <= 0 no limit), likewise. */
+/* The Zero Bubble heuristic at `limit` (x M; <= 0 no limit), likewise;
+ * with_h adds ZB-H1 and ZB-H2 as two more variants where they fit. */
 pm_status pm_sched_zb_greedy(pm_sched *s, const pm_sched_req *req, double limit,
-                             const char *kind, int *binding, pm_err *err);
+                             const char *kind, int with_h, int *binding, pm_err *err);
 
 /* Simulates s with req's device-share costs into *pt (ok = 1); returns
  * pt->makespan, or INFINITY (ok = 0) if s does not simulate. */

@@ -1,0 +1,352 @@
+/* cmd_train_pp.c: `pipemem train --pp P ...`: the same training as
+ * `pipemem train` (same data, loader, optimizer, checkpoints, bitwise the
+ * same losses), run by the pipeline runtime on P device threads under a
+ * schedule: generated (--schedule KIND [--chunks V] [--mem-limit X]), read
+ * from a file (--schedule-file FILE: text or CSV in PyTorch's action
+ * grammar), or `--schedule auto --mem-limit X`: one profiling step of zb-h1
+ * measures the F, B, W times, the model gives the exact memory deltas, and
+ * pm_sched_search picks the fastest schedule under the limit.
+ *
+ * A host pm_trainer holds the loader, validation and checkpoint state: the
+ * batches come from its loader, evaluation and --save gather the devices'
+ * parameters and moments into it, --resume scatters them out.
+ *
+ * Per step the runtime reports measured makespan and bubble and the
+ * simulator's prediction from the same step's per-stage pass times; the
+ * --json summary gives their means over the steps after the first (cold)
+ * one, and the peak activation bytes per device, measured and predicted.
+ * --trace FILE and --timeline FILE.svg write the last step's measured
+ * timeline. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "pipemem/pm_data.h"
+#include "pipemem/pm_runtime.h"
+#include "pipemem/pm_train.h"
+
+typedef struct {
+    const char *data, *save, *resume, *kind, *sched_file, *trace, *svg;
+    int layers, dim, heads, ctx, batch, micro, steps, eval_every, eval_batches, warmup, json;
+    int pp, chunks;
+    double lr, mem_limit;
+    uint64_t seed;
+} pp_opts;
+
+static void pp_usage(FILE *f) {
+    fprintf(f,
+            "usage: pipemem train --pp P --data DIR [--schedule KIND | --schedule-file FILE]\n"
+            "         [--chunks V] [--mem-limit X] [--trace FILE] [--timeline FILE.svg]\n"
+            "         [the model, batch and optimizer options of 'pipemem train']\n"
+            "  Trains on P device threads, one schedule (default 1f1b). KIND is any kind of\n"
+            "  'pipemem schedule --help' or 'auto' (needs --mem-limit X, in units of M).\n"
+            "  --microbatches K is the schedule's m. BLAS runs 1 thread per device.\n"
+            "  example: pipemem train --data data --pp 2 --schedule v-half --layers 4 "
+            "--microbatches 8 --batch 8\n");
+}
+
+static int pp_parse(int argc, char **argv, pp_opts *o) {
+    *o = (pp_opts){.layers = 4, .dim = 128, .heads = 4, .ctx = 64, .batch = 8, .micro = 1,
+                   .steps = 100, .eval_every = -1, .eval_batches = 4, .warmup = -1, .lr = 1e-3,
+                   .seed = 1, .pp = 1, .kind = "1f1b"};
+    struct {
+        const char *name;
+        int *dst;
+        int lo;
+    } ints[] = {{"--layers", &o->layers, 1}, {"--dim", &o->dim, 1}, {"--heads", &o->heads, 1},
+                {"--ctx", &o->ctx, 1}, {"--batch", &o->batch, 1},
+                {"--microbatches", &o->micro, 1}, {"--steps", &o->steps, 1},
+                {"--eval-every", &o->eval_every, 0}, {"--eval-batches", &o->eval_batches, 1},
+                {"--warmup", &o->warmup, 0}, {"--pp", &o->pp, 1}, {"--chunks", &o->chunks, 1},
+                {"--threads", NULL, 1}};
+    struct {
+        const char *name;
+        const char **dst;
+    } strs[] = {{"--data", &o->data}, {"--save", &o->save}, {"--resume", &o->resume},
+                {"--schedule", &o->kind}, {"--schedule-file", &o->sched_file},
+                {"--trace", &o->trace}, {"--timeline", &o->svg}};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        size_t k, ni = sizeof ints / sizeof ints[0], ns = sizeof strs / sizeof strs[0];
+        int dummy;
+        for (k = 0; k < ni && strcmp(a, ints[k].name); k++) continue;
+        if (k < ni) {
+            if (pm_cli_int(a, v, ints[k].lo, ints[k].dst ? ints[k].dst : &dummy)) return 1;
+            i++;
+            continue;
+        }
+        for (k = 0; k < ns && strcmp(a, strs[k].name); k++) continue;
+        if (k < ns) {
+            if (!v) return pm_cli_fail("%s needs a value", a);
+            *strs[k].dst = v;
+            i++;
+        } else if (!strcmp(a, "--lr") || !strcmp(a, "--mem-limit")) {
+            double *d = a[2] == 'l' ? &o->lr : &o->mem_limit;
+            if (pm_cli_double(a, v, d)) return 1;
+            if (*d <= 0) return pm_cli_fail("%s: '%s' must be > 0", a, v);
+            i++;
+        } else if (!strcmp(a, "--seed")) {
+            int s;
+            if (pm_cli_int(a, v, 0, &s)) return 1;
+            o->seed = (uint64_t)s;
+            i++;
+        } else if (!strcmp(a, "--json")) {
+            o->json = 1;
+        } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            pp_usage(stdout);
+            return -1;
+        } else {
+            return pm_cli_fail("train: unknown option '%s' (try 'pipemem train --pp 2 --help')", a);
+        }
+    }
+    if (!o->data) {
+        pp_usage(stderr);
+        return pm_cli_fail("train: --data DIR is required (make it with 'pipemem prepare')");
+    }
+    if (!strcmp(o->kind, "auto") && !(o->mem_limit > 0))
+        return pm_cli_fail("--schedule auto needs --mem-limit X (a multiple of M, e.g. 0.5)");
+    if (o->eval_every < 0) o->eval_every = o->steps >= 5 ? o->steps / 5 : o->steps;
+    return 0;
+}
+
+/* Device-share costs: one zb-h1 step on the real model, per-stage means. */
+static pm_status profile(const pm_train_cfg *cfg, int p, pm_trainer *host, pm_costs *t,
+                         pm_err *err) {
+    pm_sched_req req = {.p = p, .m = cfg->micro, .t = PM_COSTS_DEFAULT, .mem = PM_MEM_DEFAULT};
+    pm_sched s;
+    pm_status st = pm_sched_generate(&s, "zb-h1", &req, err);
+    if (st) return st;
+    pm_pipe pp;
+    if (!(st = pm_pipe_init(&pp, cfg, &s, NULL, err))) {
+        pm_loader ld = host->train; /* a copy: profiling does not consume data */
+        pm_loader_next(&ld, cfg->batch, host->inp, host->tgt);
+        if (!(st = pm_pipe_step(&pp, host->inp, host->tgt, NULL, err))) {
+            *t = (pm_costs){0, 0, 0, 0};
+            for (int k = 0; k < pp.S; k++) {
+                t->f += pp.cost.st[k].tf / pp.S;
+                t->b += pp.cost.st[k].tb / pp.S;
+                t->w += pp.cost.st[k].tw / pp.S;
+            }
+        }
+        pm_pipe_free(&pp);
+    }
+    pm_sched_free(&s);
+    return st;
+}
+
+/* The model's memory deltas as fractions of one microbatch's activation. */
+static pm_mem model_mem(const pm_train_cfg *cfg) {
+    double saved = 0, saved_w = 0;
+    int B = cfg->batch / cfg->micro;
+    for (int l = 0; l < pm_gpt_num_layers(&cfg->model); l++) {
+        pm_gpt_sizes z;
+        if (pm_gpt_layer_sizes(&cfg->model, l, B, cfg->model.ctx, &z, NULL)) continue;
+        saved += (double)z.saved, saved_w += (double)z.saved_w;
+    }
+    return (pm_mem){1.0, -(saved - saved_w) / saved, -saved_w / saved};
+}
+
+static pm_status make_sched(const pp_opts *o, const pm_train_cfg *cfg, pm_trainer *host,
+                            pm_sched *s, pm_err *err) {
+    if (o->sched_file) return pm_sched_load(s, o->sched_file, err);
+    pm_sched_req req = {.p = o->pp, .m = cfg->micro, .v = o->chunks, .t = PM_COSTS_DEFAULT,
+                        .mem = model_mem(cfg), .mem_limit = o->mem_limit};
+    if (strcmp(o->kind, "auto")) return pm_sched_generate(s, o->kind, &req, err);
+    pm_status st = profile(cfg, o->pp, host, &req.t, err);
+    if (st) return st;
+    pm_search_point pt;
+    char why[256];
+    if ((st = pm_sched_search(s, &req, &pt, why, sizeof why, err))) return st;
+    fprintf(stderr, "train: --schedule auto under %.3g M picked %s (%s)\n", o->mem_limit,
+            s->kind, why);
+    return PM_OK;
+}
+
+/* Parameters and moments back into the host trainer (eval, checkpoints). */
+static void to_host(const pm_pipe *pp, pm_trainer *t) {
+    pm_pipe_gather(pp, 0, t->params);
+    pm_pipe_gather(pp, 1, t->m);
+    pm_pipe_gather(pp, 2, t->v);
+    t->step = pp->step;
+}
+
+static void json_sizes(const char *key, const size_t *x, int n) {
+    printf(", \"%s\": [", key);
+    for (int d = 0; d < n; d++) printf("%s%zu", d ? ", " : "", x[d]);
+    printf("]");
+}
+
+typedef struct {
+    double mk, pmk, bub, pbub; /* sums over steps after the first */
+    int n;
+    double *times;             /* wall time of each step (s) */
+    int nt;
+    double final_loss, val_loss;
+} pp_stats;
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static void print_json(const pm_pipe *pp, const pm_trainer *t, pp_stats *ps) {
+    double med = 0;
+    if (ps->nt > 0) {
+        qsort(ps->times, (size_t)ps->nt, sizeof *ps->times, cmp_double);
+        med = ps->nt % 2 ? ps->times[ps->nt / 2]
+                         : 0.5 * (ps->times[ps->nt / 2 - 1] + ps->times[ps->nt / 2]);
+    }
+    const pm_train_cfg *c = &t->cfg;
+    double tok = med > 0 ? (double)c->batch * c->model.ctx / med : 0;
+    double gf = med > 0 ? pm_train_step_flops(c) / med / 1e9 : 0, n = ps->n ? ps->n : 1;
+    char fl[32];
+    if (isfinite(ps->final_loss)) snprintf(fl, sizeof fl, "%.6f", ps->final_loss);
+    else snprintf(fl, sizeof fl, "null");
+    printf("{\"steps\": %lld, \"steps_run\": %d, \"final_loss\": %s, \"val_loss\": %.6f, "
+           "\"median_step_ms\": %.3f, \"tokens_per_s\": %.1f, \"gflops_per_s\": %.2f, "
+           "\"params\": %zu, \"threads\": %d, \"batch\": %d, \"microbatches\": %d, "
+           "\"ctx\": %d, \"schedule\": \"%s\", \"pp\": %d, \"stages\": %d, "
+           "\"measured_bubble\": %.4f, \"predicted_bubble\": %.4f, \"measured_step_ms\": %.3f, "
+           "\"predicted_step_ms\": %.3f", (long long)t->step, ps->nt, fl, ps->val_loss, med * 1e3,
+           tok, gf, t->n_params, 1, c->batch, c->micro, c->model.ctx, pp->sched.kind, pp->p,
+           pp->S, ps->bub / n, ps->pbub / n, ps->mk / n, ps->pmk / n);
+    json_sizes("peak_activation_bytes", pp->peak, pp->p);
+    json_sizes("predicted_peak_activation_bytes", pp->pred_peak, pp->p);
+    json_sizes("arena_bytes", pp->arena_cap, pp->p);
+    printf(", \"stage_layers\": [");
+    for (int s = 0; s < pp->S; s++) printf("%s%d", s ? ", " : "", pp->first[s + 1] - pp->first[s]);
+    printf("]}\n");
+}
+
+static int write_outputs(const pp_opts *o, const pm_pipe *pp) {
+    pm_err err = {{0}};
+    const char *paths[2] = {o->trace, o->svg};
+    for (int k = 0; k < 2; k++) {
+        if (!paths[k]) continue;
+        FILE *f = fopen(paths[k], "w");
+        if (!f) return pm_cli_fail("cannot write %s", paths[k]);
+        char title[128];
+        snprintf(title, sizeof title, "%s p=%d m=%d: measured", pp->sched.kind, pp->p, pp->m);
+        pm_status st = k ? pm_pipe_write_svg(pp, f, title, &err) : pm_pipe_write_trace(pp, f, &err);
+        if (fclose(f) || st) return pm_cli_fail("%s: %s", paths[k], st ? err.msg : "write failed");
+        fprintf(stderr, "wrote %s\n", paths[k]);
+    }
+    return 0;
+}
+
+static int pp_loop(const pp_opts *o, pm_pipe *pp, pm_trainer *t, const pm_tokens *val,
+                   pp_stats *ps) {
+    pm_err err = {{0}};
+    int tty = isatty(2), every = o->steps >= 20 ? o->steps / 20 : 1;
+    double spent = 0;
+    while (pp->step < t->cfg.opt.steps) {
+        pm_pipe_info in;
+        double t0 = pm_now();
+        pm_loader_next(&t->train, t->cfg.batch, t->inp, t->tgt);
+        if (pm_pipe_step(pp, t->inp, t->tgt, &in, &err)) return pm_cli_fail("%s", err.msg);
+        double dt = pm_now() - t0;
+        spent += dt;
+        ps->times[ps->nt++] = dt;
+        ps->final_loss = in.loss;
+        if (ps->nt > 1 || o->steps == 1)
+            ps->mk += in.makespan_ms, ps->pmk += in.pred_makespan_ms, ps->bub += in.bubble,
+                ps->pbub += in.pred_bubble, ps->n++;
+        if (tty || pp->step % every == 0 || pp->step == t->cfg.opt.steps) {
+            double left = spent / ps->nt * (double)(t->cfg.opt.steps - pp->step);
+            fprintf(stderr, "%sstep %lld/%d  loss %.4f  lr %.2e  |g| %.3f  bubble %.3f "
+                    "(predicted %.3f)  ETA %dm%02ds%s", tty ? "\r" : "", (long long)pp->step,
+                    t->cfg.opt.steps, in.loss, in.lr, in.grad_norm, in.bubble, in.pred_bubble,
+                    (int)(left / 60), (int)fmod(left, 60.0), tty ? "   " : "\n");
+        }
+        if (o->eval_every > 0 && pp->step % o->eval_every == 0 && pp->step < t->cfg.opt.steps) {
+            double vl;
+            to_host(pp, t);
+            if (pm_trainer_eval(t, val, o->eval_batches, &vl, &err))
+                return pm_cli_fail("%s", err.msg);
+            fprintf(stderr, "%sstep %lld  val loss %.4f\n", tty ? "\n" : "", (long long)pp->step, vl);
+        }
+    }
+    if (tty) fputc('\n', stderr);
+    to_host(pp, t);
+    if (pm_trainer_eval(t, val, o->eval_batches, &ps->val_loss, &err))
+        return pm_cli_fail("%s", err.msg);
+    fprintf(stderr, "step %lld  val loss %.4f\n", (long long)pp->step, ps->val_loss);
+    for (int d = 0; d < pp->p; d++)
+        fprintf(stderr, "device %d: peak activation %zu bytes (predicted %zu), arena %zu\n", d,
+                pp->peak[d], pp->pred_peak[d], pp->arena_cap[d]);
+    if (o->save) {
+        if (pm_ckpt_save(t, o->save, &err)) return pm_cli_fail("%s", err.msg);
+        fprintf(stderr, "saved %s (step %lld)\n", o->save, (long long)t->step);
+    }
+    return write_outputs(o, pp);
+}
+
+static int load_split(const char *dir, const char *name, pm_tokens *t) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    pm_err err = {{0}};
+    if (pm_tokens_read(t, path, &err)) return pm_cli_fail("%s", err.msg);
+    return 0;
+}
+
+int pm_cmd_train_pp(int argc, char **argv) {
+    pp_opts o;
+    int rc = pp_parse(argc, argv, &o);
+    if (rc) return rc < 0 ? 0 : rc;
+    pm_blas_threads(1);
+    pm_tokens tr = {0}, va = {0};
+    if (load_split(o.data, "train.bin", &tr) || load_split(o.data, "val.bin", &va)) {
+        pm_tokens_free(&tr);
+        return 1;
+    }
+    pm_train_cfg cfg = {.model = {PM_TOK_VOCAB, o.ctx, o.dim, o.heads, o.layers},
+                        .batch = o.batch, .micro = o.micro, .seed = o.seed};
+    pm_optim_defaults(&cfg.opt, o.steps);
+    cfg.opt.lr = (float)o.lr;
+    if (o.warmup >= 0) cfg.opt.warmup = o.warmup < o.steps ? o.warmup : o.steps;
+    pm_err err = {{0}};
+    pm_trainer t;
+    pm_sched s = {0};
+    pm_pipe pp = {0};
+    pp_stats ps = {.final_loss = NAN};
+    rc = 1;
+    if (pm_trainer_init(&t, &cfg, &tr, 0, &err)) {
+        pm_cli_fail("%s", err.msg);
+        goto out_tok;
+    }
+    if (o.resume && pm_ckpt_load(&t, o.resume, &err)) {
+        pm_cli_fail("%s", err.msg);
+        goto out;
+    }
+    if (make_sched(&o, &cfg, &t, &s, &err) || pm_pipe_init(&pp, &cfg, &s, NULL, &err)) {
+        pm_cli_fail("%s", err.msg);
+        goto out;
+    }
+    if (o.resume) {
+        pm_pipe_scatter(&pp, t.params, t.m, t.v);
+        pp.step = t.step;
+    }
+    fprintf(stderr, "train: %zu parameters, %d layers, dim %d, %d heads, ctx %d, batch %d in %d "
+            "microbatches; schedule %s on %d devices, %d stages, %s%s\n", t.n_params, o.layers,
+            o.dim, o.heads, o.ctx, o.batch, o.micro, s.kind, pp.p, pp.S,
+            pm_place_names[s.place], o.resume ? ", resumed" : "");
+    ps.times = malloc(((size_t)o.steps + 1) * sizeof *ps.times);
+    if (!ps.times) {
+        pm_cli_fail("out of memory");
+        goto out;
+    }
+    rc = pp_loop(&o, &pp, &t, &va, &ps);
+    if (!rc && o.json) print_json(&pp, &t, &ps);
+out:
+    free(ps.times);
+    pm_pipe_free(&pp);
+    pm_sched_free(&s);
+    pm_trainer_free(&t);
+out_tok:
+    pm_tokens_free(&tr);
+    pm_tokens_free(&va);
+    return rc;
+}

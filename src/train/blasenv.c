@@ -1,0 +1,36 @@
+/* blasenv.c: makes OpenBLAS use the kernels this CPU can run fastest.
+ *
+ * Debian's OpenBLAS (0.3.21) is built for many CPUs and picks its kernels
+ * at load time from the CPU model. On CPUs newer than the library (here an
+ * AVX-512 Xeon it does not know) it falls back to "Prescott", its SSE3
+ * kernels, and sgemm runs 4-5x below what the same library reaches with its
+ * SkylakeX kernels (measured 32 vs 150 GFLOP/s on one core). The choice can
+ * only be changed through OPENBLAS_CORETYPE before the library loads, so
+ * the fix is to set it and re-execute the program once. A user who sets
+ * OPENBLAS_CORETYPE (to anything) keeps their choice; a CPU OpenBLAS
+ * recognises is left alone. */
+#include "pipemem/pm_train.h"
+
+#include <cblas.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+const char *pm_blas_better_coretype(void) {
+    if (getenv("OPENBLAS_CORETYPE")) return NULL;
+    const char *core = openblas_get_corename();
+    if (!core || strcmp(core, "Prescott") != 0) return NULL;
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f")) return "SkylakeX";
+    if (__builtin_cpu_supports("avx2")) return "Haswell";
+#endif
+    return NULL;
+}
+
+void pm_blas_reexec_if_generic(char **argv) {
+    const char *better = pm_blas_better_coretype();
+    if (!better || setenv("OPENBLAS_CORETYPE", better, 1) != 0) return;
+    execv("/proc/self/exe", argv);
+    unsetenv("OPENBLAS_CORETYPE"); /* exec failed: carry on with what we have */
+}
