@@ -59,10 +59,10 @@ static int generate(pm_sched *s, const char *kind, int p, int m, pm_costs t, pm_
  * params (if not NULL) the parameters after the first step. */
 static int run(const pm_train_cfg *c, const pm_sched *s, int steps, result *r, float *params,
                double *loss0, pm_pipe *keep) {
-    pm_pipe pp;
+    pm_pipe local, *q = keep ? keep : &local; /* a pipe must not move after init */
     pm_err err;
     *r = (result){0};
-    if (pm_pipe_init(&pp, c, s, NULL, &err)) {
+    if (pm_pipe_init(q, c, s, NULL, &err)) {
         fprintf(stderr, "bench_pp: %s: %s\n", s->kind, err.msg);
         return 1;
     }
@@ -72,12 +72,12 @@ static int run(const pm_train_cfg *c, const pm_sched *s, int steps, result *r, f
     for (int k = 0; k < steps && !rc; k++) {
         pm_pipe_info in;
         batch(c, k, inp, tgt);
-        if (pm_pipe_step(&pp, inp, tgt, &in, &err)) {
+        if (pm_pipe_step(q, inp, tgt, &in, &err)) {
             fprintf(stderr, "bench_pp: %s: %s\n", s->kind, err.msg);
             rc = 1;
             break;
         }
-        for (int d = 0; d < pp.p; d++) {
+        for (int d = 0; d < q->p; d++) {
             if (in.peak[d] != in.pred_peak[d]) {
                 fprintf(stderr, "bench_pp: %s device %d: peak %zu != predicted %zu\n", s->kind, d,
                         in.peak[d], in.pred_peak[d]);
@@ -87,7 +87,7 @@ static int run(const pm_train_cfg *c, const pm_sched *s, int steps, result *r, f
             if ((double)in.arena[d] > r->arena_max) r->arena_max = (double)in.arena[d];
         }
         if (k == 0) {
-            if (params) pm_pipe_gather(&pp, 0, params);
+            if (params) pm_pipe_gather(q, 0, params);
             if (loss0) *loss0 = in.loss;
             continue;
         }
@@ -97,8 +97,7 @@ static int run(const pm_train_cfg *c, const pm_sched *s, int steps, result *r, f
     }
     free(inp);
     free(tgt);
-    if (keep && !rc) *keep = pp;
-    else pm_pipe_free(&pp);
+    if (!keep || rc) pm_pipe_free(q);
     r->ok = !rc;
     return rc;
 }
@@ -129,10 +128,10 @@ static int profile(const pm_train_cfg *c, int p, int m, pm_costs *t) {
  * the timed rounds each kind keeps its fastest (makespan and the prediction
  * from that same step). After every round all parameters must equal
  * 1F1B's bitwise. */
-#define TIME_ROUNDS 4
+#define TIME_ROUNDS 6
 static int bench_time(int quick) {
     const int p = 2, m = 8;
-    pm_train_cfg c = {.model = {256, 128, quick ? 128 : 256, quick ? 4 : 8, quick ? 4 : 8},
+    pm_train_cfg c = {.model = {256, 128, quick ? 128 : 384, quick ? 4 : 6, quick ? 4 : 8},
                       .batch = m, .micro = m, .seed = 3};
     pm_optim_defaults(&c.opt, 10);
     pm_costs t;
@@ -255,7 +254,18 @@ static int bench_mem(int p) {
 }
 
 int main(int argc, char **argv) {
+    pm_blas_reexec_if_generic(argv); /* the CPU's fast sgemm kernels (pm_train.h) */
     int quick = argc > 1 && !strcmp(argv[1], "--quick");
+    /* context for the times: device threads share the machine's cores */
+    FILE *la = fopen("/proc/loadavg", "r");
+    char load[64] = "?";
+    if (la) {
+        if (!fgets(load, sizeof load, la)) snprintf(load, sizeof load, "?");
+        fclose(la);
+    }
+    load[strcspn(load, " ")] = 0;
+    printf("bench_pp context loadavg_1min=%s coretype=%s\n", load,
+           getenv("OPENBLAS_CORETYPE") ? getenv("OPENBLAS_CORETYPE") : "default");
     int rc = bench_time(quick);
     rc |= bench_mem(4);
     rc |= bench_mem(8);

@@ -11,7 +11,9 @@
  *     measured peak activation bytes equal the simulator's prediction on
  *     every device, and 1F1B's device 0 holds min(p, m) stage-0 microbatches
  *     (independent of the simulator); a schedule read back from CSV trains
- *     identically; weight passes out of microbatch order are refused;
+ *     identically; gathered parameters and moments scattered into another
+ *     pipe (other schedule and P) continue training exactly; split weight
+ *     passes out of microbatch order are relabelled, fused ones refused;
  *     injected failures (error, NaN, arena overflow) stop every device with
  *     one message naming device, stage, microbatch and pass, and stay sticky. */
 #include <math.h>
@@ -432,6 +434,60 @@ static void test_exact_every_schedule(void **state) {
     assert_int_equal(exact_for(14, eight, 1), nk);
 }
 
+/* Parameters and moments gathered from one pipe and scattered into another
+ * (other schedule, other P) continue training exactly: 2 steps on zb-h1 at
+ * p = 2, then 1 step on v-min at p = 4, equals 3 single-device steps. */
+static void test_gather_scatter_resume(void **state) {
+    (void)state;
+    pm_train_cfg c = tiny(6);
+    size_t n = pm_gpt_num_params(&c.model);
+    pm_tokens toks = {text, sizeof text};
+    pm_trainer t;
+    pm_err err;
+    pm_blas_threads(1);
+    assert_int_equal(pm_trainer_init(&t, &c, &toks, 0, &err), PM_OK);
+    int32_t inp[TINY_M * 8], tgt[TINY_M * 8];
+    double ref_loss = 0;
+    for (int k = 0; k < 3; k++) {
+        pm_step_info si;
+        batch_of(k, inp, tgt, &c);
+        assert_int_equal(pm_trainer_step_batch(&t, inp, tgt, &si, &err), PM_OK);
+        ref_loss = si.loss;
+    }
+    pm_sched s1, s2;
+    gen(&s1, "zb-h1", 2, TINY_M);
+    gen(&s2, "v-min", 4, TINY_M);
+    pm_pipe a, b;
+    assert_int_equal(pm_pipe_init(&a, &c, &s1, NULL, &err), PM_OK);
+    assert_int_equal(pm_pipe_init(&b, &c, &s2, NULL, &err), PM_OK);
+    for (int k = 0; k < 2; k++) {
+        batch_of(k, inp, tgt, &c);
+        assert_int_equal(pm_pipe_step(&a, inp, tgt, NULL, &err), PM_OK);
+    }
+    float *sl = malloc(3 * n * sizeof(float));
+    pm_pipe_gather(&a, 0, sl);
+    pm_pipe_gather(&a, 1, sl + n);
+    pm_pipe_gather(&a, 2, sl + 2 * n);
+    pm_pipe_scatter(&b, sl, sl + n, sl + 2 * n);
+    b.step = a.step;
+    pm_pipe_info in;
+    batch_of(2, inp, tgt, &c);
+    assert_int_equal(pm_pipe_step(&b, inp, tgt, &in, &err), PM_OK);
+    assert_memory_equal(&in.loss, &ref_loss, sizeof(double));
+    pm_pipe_gather(&b, 0, sl);
+    pm_pipe_gather(&b, 1, sl + n);
+    pm_pipe_gather(&b, 2, sl + 2 * n);
+    assert_memory_equal(sl, t.params, n * sizeof(float));
+    assert_memory_equal(sl + n, t.m, n * sizeof(float));
+    assert_memory_equal(sl + 2 * n, t.v, n * sizeof(float));
+    free(sl);
+    pm_pipe_free(&a);
+    pm_pipe_free(&b);
+    pm_sched_free(&s1);
+    pm_sched_free(&s2);
+    pm_trainer_free(&t);
+}
+
 static void test_csv_schedule(void **state) {
     (void)state;
     pm_train_cfg c = tiny(4);
@@ -583,6 +639,7 @@ int main(void) {
         cmocka_unit_test(test_arena_plan),
         cmocka_unit_test(test_placement),
         cmocka_unit_test(test_exact_every_schedule),
+        cmocka_unit_test(test_gather_scatter_resume),
         cmocka_unit_test(test_csv_schedule),
         cmocka_unit_test(test_w_order_refused),
         cmocka_unit_test(test_faults),

@@ -110,9 +110,10 @@ void pm_tp_threads_destroy(pm_tp_threads *w);
  * allocation sequence depends only on its pass list, the runtime replays
  * the list on a dry arena (base NULL, which logs every block's size, W-prefix
  * size and the event times of its alloc, shrink and release), then plans the
- * offsets offline (pm_arena_plan: greedy by size over the blocks' lifetimes,
- * the prefix and the released suffix as two rectangles) and keeps whichever
- * of plan and first fit needs the smaller slab. A planned alloc takes the
+ * offsets offline (pm_arena_plan: greedy lowest offset over the blocks'
+ * lifetimes, several orders, each block notched (prefix and released suffix
+ * as two rectangles) or solid) and keeps whichever of plan and first fit
+ * needs the smaller slab. A planned alloc takes the
  * next offset of the plan and still checks it against the live blocks and
  * the capacity, so a wrong plan is an error, never corruption. */
 typedef struct {
@@ -161,8 +162,9 @@ void pm_arena_release(pm_arena *a, size_t off);
 static inline void *pm_arena_ptr(const pm_arena *a, size_t off) { return a->base + off; }
 /* Starts a step: peak = live, the plan restarts at its first offset. */
 void pm_arena_begin(pm_arena *a);
-/* Offsets for n logged lives (greedy by size, lowest free offset over the
- * blocks alive at the same time); *cap receives the slab size needed. */
+/* Offsets for n logged lives (the best of several greedy placements, each
+ * block at the lowest offset free of the blocks alive at the same time);
+ * *cap receives the slab size needed. */
 pm_status pm_arena_plan(const pm_arena_life *life, size_t n, size_t *off, size_t *cap,
                         pm_err *err);
 /* Adopts a plan (copied) for the allocations of every later step. */
@@ -217,6 +219,7 @@ typedef struct {
 } pm_pipe_info;
 
 typedef struct pm_pipe_dev pm_pipe_dev;
+struct pm_pipe_pool; /* the parked device threads (pipe.c) */
 
 typedef struct {
     pm_train_cfg cfg;     /* copy of the training configuration */
@@ -239,6 +242,7 @@ typedef struct {
     float *loss_mb;       /* (m) last step's microbatch losses */
     pm_pipe_dev *dev;     /* (p) per-device state; owned */
     pm_tp_threads *world; /* threads transport */
+    struct pm_pipe_pool *pool; /* device threads, started in init; owned */
     int64_t step;         /* optimizer steps done */
     pm_status dead;       /* sticky: a failed step leaves the pipe unusable */
     pm_err dead_err;
@@ -249,14 +253,16 @@ typedef struct {
  * stages, weight order per stage, validation), places the layers, predicts
  * every device's peak with the simulator, sizes and allocates every device's
  * arena, parameters (initialised from cfg->seed, like pm_trainer_init),
- * gradients, AdamW moments and message buffers. opts may be NULL. On error
- * *pp is zeroed. */
+ * gradients, AdamW moments and message buffers, and starts the device
+ * threads, which point at *pp: do not move or copy a pipe after init. opts
+ * may be NULL. On error *pp is zeroed. */
 pm_status pm_pipe_init(pm_pipe *pp, const pm_train_cfg *cfg, const pm_sched *s,
                        const pm_pipe_opts *opts, pm_err *err);
 void pm_pipe_free(pm_pipe *pp);
 
 /* One optimizer step on inp, tgt (batch, ctx) int32: microbatch j is rows
- * j*B/K .. (j+1)*B/K (as pm_trainer_step_batch). Runs p device threads.
+ * j*B/K .. (j+1)*B/K (as pm_trainer_step_batch). Runs the p device
+ * threads (started by init, parked between steps).
  * A failing pass stops every device; the error names device, stage,
  * microbatch and pass, and the pipe is dead afterwards (sticky). */
 pm_status pm_pipe_step(pm_pipe *pp, const int32_t *inp, const int32_t *tgt, pm_pipe_info *info,
@@ -266,7 +272,9 @@ pm_status pm_pipe_step(pm_pipe *pp, const int32_t *inp, const int32_t *tgt, pm_p
  * slab of pm_gpt_num_params floats. which: 0 params, 1 m, 2 v. */
 void pm_pipe_gather(const pm_pipe *pp, int which, float *out);
 /* Replaces every device's parameters and moments from whole slabs (resume
- * from a checkpoint); m or v may be NULL for zeros. */
+ * from a checkpoint: also set pp->step to the steps done, which the
+ * learning rate and AdamW's bias correction use); m or v may be NULL for
+ * zeros. */
 void pm_pipe_scatter(pm_pipe *pp, const float *params, const float *m, const float *v);
 
 /* The measured timeline of the last step as a pm_sim (times in us, memory

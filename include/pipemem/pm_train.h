@@ -1,5 +1,7 @@
-/* pm_train.h: single-device training pieces: AdamW on flat float slabs,
- * the learning-rate schedule, global gradient-norm clipping.
+/* pm_train.h: training on one device: AdamW on flat float slabs, the
+ * learning-rate schedule, global gradient-norm clipping, the trainer (steps
+ * of K accumulated microbatches, validation), checkpoints, and the choice of
+ * OpenBLAS kernels. Implemented in src/train/.
  *
  * Learning rate (step counted from 0, `steps` in all):
  *   step < warmup:  lr * (step + 1) / warmup                (linear warm-up)
@@ -10,7 +12,7 @@
  * AdamW (PyTorch's torch.optim.AdamW, t counted from 1):
  *   g = grad * gscale          (gscale folds in 1/K accumulation and clipping)
  *   m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2
- *   p = p (1 - lr wd) - lr (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps)
+ *   p = p (1 - lr wd) - (lr / (1 - b1^t)) m / (sqrt(v) / sqrt(1 - b2^t) + eps)
  * Weight decay is decoupled and applies to the matrices of the blocks (QKV,
  * attention output, MLP in and out) and the LM head's matrix; biases,
  * LayerNorm gains and biases, and both embeddings do not decay.
@@ -62,8 +64,8 @@ typedef struct {
 } pm_adamw_args;
 
 /* One AdamW update of n parameters in place (p, m, v updated; g read). */
-void pm_adamw_update(float *p, const float *g, float *m, float *v, size_t n,
-                     const pm_adamw_args *a);
+void pm_adamw_update(float *restrict p, const float *restrict g, float *restrict m,
+                     float *restrict v, size_t n, const pm_adamw_args *a);
 
 /* ---- single-device trainer ------------------------------------------------
  * A step: zero the gradient slab; for each of K microbatches (B/K sequences

@@ -325,6 +325,14 @@ int pm_cmd_train_pp(int argc, char **argv) {
         pm_cli_fail("%s", err.msg);
         goto out;
     }
+    double M = pm_cost_M(&pp.cost), peak = 0;
+    for (int d = 0; d < pp.p; d++)
+        if ((double)pp.pred_peak[d] > peak) peak = (double)pp.pred_peak[d];
+    fprintf(stderr, "train: predicted peak activation %.3f M (%.0f bytes; M = %.0f bytes)\n",
+            peak / M, peak, M);
+    if (o.mem_limit > 0 && peak / M > o.mem_limit)
+        fprintf(stderr, "train: note: the real layers are not identical, so the peak is above "
+                "--mem-limit %.3g M (the schedule engine assumes equal stages)\n", o.mem_limit);
     if (o.resume) {
         pm_pipe_scatter(&pp, t.params, t.m, t.v);
         pp.step = t.step;

@@ -13,10 +13,12 @@
  * release.
  *
  * Planner (pm_arena_plan): blocks in decreasing order of a key (footprint,
- * footprint x lifetime, lifetime: each tried, the smallest slab kept; ties
- * by allocation order); each goes to the lowest 64-aligned offset where neither
- * of its two rectangles (W prefix over [alloc, release), released suffix
- * over [alloc, shrink)) meets a rectangle of a block already placed. The
+ * footprint x lifetime, lifetime; ties by allocation order); each goes to
+ * the lowest 64-aligned offset where none of its rectangles meets a
+ * rectangle of a block already placed. A block is either notched (W prefix
+ * over [alloc, release), released suffix over [alloc, shrink)) or solid (its
+ * whole footprint until release). All six variants are tried and the
+ * smallest slab kept. The
  * lowest offset is found by sweeping the forbidden offset intervals sorted
  * by their start. */
 #include <stdlib.h>
@@ -184,9 +186,15 @@ typedef struct {
     int64_t lo, hi; /* a forbidden open interval (lo, hi) of block offsets; lo may be < 0 */
 } band;
 
-static int rects_of(const pm_arena_life *l, rect r[2]) {
+/* notched: the W prefix over [alloc, free) and the suffix over [alloc,
+ * shrink); solid: the whole footprint over [alloc, free), which wastes the
+ * suffix after B but keeps equal blocks on equal slots (a suffix hole is
+ * too small for anything but a neighbour's overflow, which misaligns every
+ * later block). */
+static int rects_of(const pm_arena_life *l, int solid, rect r[2]) {
     size_t w = round_up(l->size_w), f = round_up(l->size);
     int n = 0;
+    if (solid) w = f;
     r[n++] = (rect){0, w, l->t_alloc, l->t_free};
     if (f > w && l->t_shrink > l->t_alloc) r[n++] = (rect){w, f, l->t_alloc, l->t_shrink};
     return n;
@@ -220,16 +228,16 @@ static int by_lo(const void *x, const void *y) {
 }
 
 /* One greedy placement in the given order; returns the slab size. */
-static size_t plan_once(const pm_arena_life *life, size_t n, size_t *order, band *bd,
-                        size_t *off) {
+static size_t plan_once(const pm_arena_life *life, size_t n, int solid, size_t *order,
+                        band *bd, size_t *off) {
     size_t cap = 0;
     for (size_t k = 0; k < n; k++) {
         size_t y = order[k], nb = 0;
         rect ry[2], rx[2];
-        int ny = rects_of(&life[y], ry);
+        int ny = rects_of(&life[y], solid, ry);
         for (size_t q = 0; q < k; q++) {
             size_t x = order[q];
-            int nx = rects_of(&life[x], rx);
+            int nx = rects_of(&life[x], solid, rx);
             for (int i = 0; i < nx; i++)
                 for (int j = 0; j < ny; j++)
                     if (rx[i].t0 < ry[j].t1 && ry[j].t0 < rx[i].t1) {
@@ -262,11 +270,11 @@ pm_status pm_arena_plan(const pm_arena_life *life, size_t n, size_t *off, size_t
     }
     *cap = SIZE_MAX;
     g_life = life;
-    for (int k = 0; k < ORDER_COUNT; k++) {
+    for (int k = 0; k < 2 * ORDER_COUNT; k++) {
         for (size_t i = 0; i < n; i++) order[i] = i;
-        g_order = (plan_order)k;
+        g_order = (plan_order)(k % ORDER_COUNT);
         qsort(order, n, sizeof *order, by_key);
-        size_t c = plan_once(life, n, order, bd, tmp);
+        size_t c = plan_once(life, n, k >= ORDER_COUNT, order, bd, tmp);
         if (c < *cap) {
             *cap = c;
             memcpy(off, tmp, n * sizeof *off);

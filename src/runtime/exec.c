@@ -25,7 +25,18 @@
  *
  * Errors: a failing pass formats one line naming device, stage, microbatch
  * and pass, aborts the transport (waking every device) and returns; a device
- * that sees the abort stops at its next transport call or pass boundary. */
+ * that sees the abort stops at its next transport call or pass boundary.
+ *
+ * Device state machine (one step):
+ *   passes --(pass i done, i+1 < len: run_pass)--> passes
+ *   passes --(last pass done: wait sends)--> norm --(norm_chain)--> update
+ *   update --(adamw_dev)--> done
+ *   any    --(a pass fails or the transport is aborted)--> failed
+ * Invariants: at most two receives are posted (rxpass[] names their passes,
+ * in list order); a posted receive's buffer is not touched until its wait
+ * returns; a send buffer is reused only after its send completed; the
+ * device writes only its own gradient slab, arena, message buffers and its
+ * row of the pipe's timing tables (loss_mb: only the head's device). */
 #include <math.h>
 #include <string.h>
 

@@ -18,7 +18,8 @@
  * are not activation memory.
  *
  * State: init -> (step)* -> free. A failed step sets `dead`; later steps
- * return the same error. */
+ * return the same error. The p device threads start in init and park
+ * between steps (no thread is created in a step). */
 #include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -39,8 +40,12 @@ static void dev_free(pm_pipe_dev *dv) {
     free(dv->nreq);
 }
 
+static void pool_free(pm_pipe *pp);
+static pm_status pool_start(pm_pipe *pp, pm_err *err);
+
 void pm_pipe_free(pm_pipe *pp) {
     if (!pp) return;
+    pool_free(pp); /* threads first: they use everything below */
     if (pp->dev)
         for (int d = 0; d < pp->p; d++) dev_free(&pp->dev[d]);
     free(pp->dev);
@@ -313,6 +318,7 @@ pm_status pm_pipe_init(pm_pipe *pp, const pm_train_cfg *cfg, const pm_sched *s,
             (st = dev_work(pp, dv, err)))
             goto fail;
     }
+    if ((st = pool_start(pp, err))) goto fail;
     /* concurrent sgemm calls from the device threads, each single-threaded:
      * deterministic and independent of how many devices run at once */
     pm_blas_threads(1);
@@ -320,6 +326,88 @@ pm_status pm_pipe_init(pm_pipe *pp, const pm_train_cfg *cfg, const pm_sched *s,
 fail:
     pm_pipe_free(pp);
     return st;
+}
+
+/* ---- device threads ------------------------------------------------------------
+ * Started once in init, parked between steps. A step bumps `gen` and waits
+ * until every device has finished it; free sets `quit` and joins.
+ *   parked --(gen changes: pm_dev_main)--> running --(finished++)--> parked
+ *   parked --(quit)--> exit */
+struct pm_pipe_pool {
+    pthread_mutex_t mu;
+    pthread_cond_t go, done;
+    int64_t gen;     /* steps started */
+    int finished;    /* devices done with the current step */
+    int quit;        /* set by free */
+    int started;     /* threads running */
+    pthread_t *th;   /* (p) */
+};
+
+static void *worker(void *arg) {
+    pm_pipe_dev *dv = arg;
+    struct pm_pipe_pool *pl = dv->pp->pool;
+    int64_t seen = 0;
+    for (;;) {
+        pthread_mutex_lock(&pl->mu);
+        while (pl->gen == seen && !pl->quit) pthread_cond_wait(&pl->go, &pl->mu);
+        if (pl->quit) {
+            pthread_mutex_unlock(&pl->mu);
+            return NULL;
+        }
+        seen = pl->gen;
+        pthread_mutex_unlock(&pl->mu);
+        pm_dev_main(dv);
+        pthread_mutex_lock(&pl->mu);
+        pl->finished++;
+        pthread_cond_signal(&pl->done);
+        pthread_mutex_unlock(&pl->mu);
+    }
+}
+
+static void pool_free(pm_pipe *pp) {
+    struct pm_pipe_pool *pl = pp->pool;
+    if (!pl) return;
+    pthread_mutex_lock(&pl->mu);
+    pl->quit = 1;
+    pthread_cond_broadcast(&pl->go);
+    pthread_mutex_unlock(&pl->mu);
+    for (int d = 0; d < pl->started; d++) pthread_join(pl->th[d], NULL);
+    pthread_mutex_destroy(&pl->mu);
+    pthread_cond_destroy(&pl->go);
+    pthread_cond_destroy(&pl->done);
+    free(pl->th);
+    free(pl);
+    pp->pool = NULL;
+}
+
+static pm_status pool_start(pm_pipe *pp, pm_err *err) {
+    struct pm_pipe_pool *pl = calloc(1, sizeof *pl);
+    if (!pl) return nomem(err, "the device threads");
+    pl->th = calloc((size_t)pp->p, sizeof(pthread_t));
+    if (!pl->th) {
+        free(pl);
+        return nomem(err, "the device threads");
+    }
+    pthread_mutex_init(&pl->mu, NULL);
+    pthread_cond_init(&pl->go, NULL);
+    pthread_cond_init(&pl->done, NULL);
+    pp->pool = pl;
+    for (; pl->started < pp->p; pl->started++)
+        if (pthread_create(&pl->th[pl->started], NULL, worker, &pp->dev[pl->started]))
+            return pm_errf(err, PM_ERR_NOMEM, "could not start device thread %d of %d",
+                           pl->started, pp->p);
+    return PM_OK;
+}
+
+/* Runs one step on every device and waits for all of them. */
+static void pool_run(pm_pipe *pp) {
+    struct pm_pipe_pool *pl = pp->pool;
+    pthread_mutex_lock(&pl->mu);
+    pl->finished = 0;
+    pl->gen++;
+    pthread_cond_broadcast(&pl->go);
+    while (pl->finished < pp->p) pthread_cond_wait(&pl->done, &pl->mu);
+    pthread_mutex_unlock(&pl->mu);
 }
 
 /* ---- one step -------------------------------------------------------------------- */
@@ -398,19 +486,11 @@ pm_status pm_pipe_step(pm_pipe *pp, const int32_t *inp, const int32_t *tgt, pm_p
         return pp->dead;
     }
     double t_start = pm_now();
-    pthread_t th[pp->p > 0 ? pp->p : 1];
-    int started = 0;
     for (int d = 0; d < pp->p; d++) {
         pm_pipe_dev *dv = &pp->dev[d];
         dv->inp = inp, dv->tgt = tgt, dv->t_base = t_start, dv->st = PM_OK, dv->norm = 0;
     }
-    for (; started < pp->p; started++)
-        if (pthread_create(&th[started], NULL, pm_dev_main, &pp->dev[started])) {
-            pm_tp_abort(pm_tp_threads_endpoint(pp->world, 0), PM_ERR_NOMEM,
-                        "could not start a device thread");
-            break;
-        }
-    for (int d = 0; d < started; d++) pthread_join(th[d], NULL);
+    pool_run(pp);
     pm_status st = collect_error(pp, err);
     if (st) return st;
     double loss = 0;

@@ -31,6 +31,13 @@ const char *pm_blas_better_coretype(void) {
 void pm_blas_reexec_if_generic(char **argv) {
     const char *better = pm_blas_better_coretype();
     if (!better || setenv("OPENBLAS_CORETYPE", better, 1) != 0) return;
-    execv("/proc/self/exe", argv);
+    /* Exec the resolved path, not /proc/self/exe, so ps and top keep
+     * showing the program's own name. */
+    char path[4096];
+    ssize_t n = readlink("/proc/self/exe", path, sizeof path - 1);
+    if (n > 0) {
+        path[n] = 0;
+        execv(path, argv);
+    }
     unsetenv("OPENBLAS_CORETYPE"); /* exec failed: carry on with what we have */
 }

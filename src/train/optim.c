@@ -44,19 +44,23 @@ float pm_clip_scale(double norm, float clip) {
     return (float)((double)clip / (norm + 1e-6));
 }
 
-void pm_adamw_update(float *p, const float *g, float *m, float *v, size_t n,
-                     const pm_adamw_args *a) {
+void pm_adamw_update(float *restrict p, const float *restrict g, float *restrict m,
+                     float *restrict v, size_t n, const pm_adamw_args *a) {
+    /* PyTorch's arrangement: p -= (lr / bc1) m / (sqrt(v) / sqrt(bc2) + eps),
+     * with the per-step constants hoisted so the loop vectorises (restrict:
+     * the four slabs never overlap). */
     float b1 = a->beta1, b2 = a->beta2;
     float bc1 = 1.0f - powf(b1, (float)a->t);
     float bc2 = 1.0f - powf(b2, (float)a->t);
-    float lr = a->lr, decay = 1.0f - a->lr * a->wd, eps = a->eps, gs = a->gscale;
+    float step = a->lr / bc1, rs2 = 1.0f / sqrtf(bc2);
+    float decay = 1.0f - a->lr * a->wd, eps = a->eps, gs = a->gscale;
+    float c1 = 1.0f - b1, c2 = 1.0f - b2;
     for (size_t i = 0; i < n; i++) {
         float gi = g[i] * gs;
-        float mi = b1 * m[i] + (1.0f - b1) * gi;
-        float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
+        float mi = b1 * m[i] + c1 * gi;
+        float vi = b2 * v[i] + c2 * gi * gi;
         m[i] = mi;
         v[i] = vi;
-        float mhat = mi / bc1, vhat = vi / bc2;
-        p[i] = p[i] * decay - lr * mhat / (sqrtf(vhat) + eps);
+        p[i] = p[i] * decay - step * mi / (sqrtf(vi) * rs2 + eps);
     }
 }
