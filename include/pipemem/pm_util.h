@@ -51,4 +51,23 @@ double pm_now(void);
 /* Reads a whole file into a NUL-terminated malloc'd buffer (caller frees). */
 pm_status pm_read_file(const char *path, char **out, size_t *len, pm_err *err);
 
+/* Little-endian encoding for the binary file formats (token files,
+ * checkpoints), independent of the host's byte order. */
+static inline void pm_put_u32(uint8_t *p, uint32_t x) {
+    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(x >> (8 * i));
+}
+static inline void pm_put_u64(uint8_t *p, uint64_t x) {
+    for (int i = 0; i < 8; i++) p[i] = (uint8_t)(x >> (8 * i));
+}
+static inline uint32_t pm_get_u32(const uint8_t *p) {
+    uint32_t x = 0;
+    for (int i = 0; i < 4; i++) x |= (uint32_t)p[i] << (8 * i);
+    return x;
+}
+static inline uint64_t pm_get_u64(const uint8_t *p) {
+    uint64_t x = 0;
+    for (int i = 0; i < 8; i++) x |= (uint64_t)p[i] << (8 * i);
+    return x;
+}
+
 #endif

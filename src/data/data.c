@@ -26,30 +26,14 @@ uint64_t pm_splitmix64(uint64_t x) {
     return x ^ (x >> 31);
 }
 
-static void put_u32(uint8_t *p, uint32_t x) {
-    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(x >> (8 * i));
-}
-static void put_u64(uint8_t *p, uint64_t x) {
-    for (int i = 0; i < 8; i++) p[i] = (uint8_t)(x >> (8 * i));
-}
-static uint32_t get_u32(const uint8_t *p) {
-    uint32_t x = 0;
-    for (int i = 0; i < 4; i++) x |= (uint32_t)p[i] << (8 * i);
-    return x;
-}
-static uint64_t get_u64(const uint8_t *p) {
-    uint64_t x = 0;
-    for (int i = 0; i < 8; i++) x |= (uint64_t)p[i] << (8 * i);
-    return x;
-}
 
 pm_status pm_tokens_write(const char *path, const uint8_t *tok, size_t n, pm_err *err) {
     uint8_t h[PM_TOK_HEADER];
     memcpy(h, PM_TOK_MAGIC, 8);
-    put_u32(h + 8, PM_TOK_VERSION);
-    put_u32(h + 12, PM_TOK_VOCAB);
-    put_u64(h + 16, (uint64_t)n);
-    put_u64(h + 24, pm_fnv1a64(PM_FNV_OFFSET, tok, n));
+    pm_put_u32(h + 8, PM_TOK_VERSION);
+    pm_put_u32(h + 12, PM_TOK_VOCAB);
+    pm_put_u64(h + 16, (uint64_t)n);
+    pm_put_u64(h + 24, pm_fnv1a64(PM_FNV_OFFSET, tok, n));
     FILE *f = fopen(path, "wb");
     if (!f) return pm_errf(err, PM_ERR_IO, "%s: %s", path, strerror(errno));
     int ok = fwrite(h, 1, sizeof h, f) == sizeof h && fwrite(tok, 1, n, f) == n;
@@ -71,8 +55,8 @@ pm_status pm_tokens_read(pm_tokens *t, const char *path, pm_err *err) {
                      "'pipemem prepare'", path);
         goto done;
     }
-    uint32_t ver = get_u32(h + 8), vocab = get_u32(h + 12);
-    uint64_t n = get_u64(h + 16), sum = get_u64(h + 24);
+    uint32_t ver = pm_get_u32(h + 8), vocab = pm_get_u32(h + 12);
+    uint64_t n = pm_get_u64(h + 16), sum = pm_get_u64(h + 24);
     if (ver != PM_TOK_VERSION) {
         st = pm_errf(err, PM_ERR_FORMAT,
                      "%s: token file version %u, this pipemem reads version %u; rerun "

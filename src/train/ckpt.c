@@ -11,29 +11,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void put_u32(uint8_t *p, uint32_t x) {
-    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(x >> (8 * i));
-}
-static void put_u64(uint8_t *p, uint64_t x) {
-    for (int i = 0; i < 8; i++) p[i] = (uint8_t)(x >> (8 * i));
-}
 static void put_f32(uint8_t *p, float f) {
     uint32_t x;
     memcpy(&x, &f, 4);
-    put_u32(p, x);
-}
-static uint32_t get_u32(const uint8_t *p) {
-    uint32_t x = 0;
-    for (int i = 0; i < 4; i++) x |= (uint32_t)p[i] << (8 * i);
-    return x;
-}
-static uint64_t get_u64(const uint8_t *p) {
-    uint64_t x = 0;
-    for (int i = 0; i < 8; i++) x |= (uint64_t)p[i] << (8 * i);
-    return x;
+    pm_put_u32(p, x);
 }
 static float get_f32(const uint8_t *p) {
-    uint32_t x = get_u32(p);
+    uint32_t x = pm_get_u32(p);
     float f;
     memcpy(&f, &x, 4);
     return f;
@@ -43,25 +27,25 @@ static void encode_header(uint8_t h[PM_CKPT_HEADER], const pm_trainer *t) {
     const pm_train_cfg *c = &t->cfg;
     memset(h, 0, PM_CKPT_HEADER);
     memcpy(h, PM_CKPT_MAGIC, 8);
-    put_u32(h + 8, PM_CKPT_VERSION);
-    put_u32(h + 12, PM_CKPT_HEADER);
+    pm_put_u32(h + 8, PM_CKPT_VERSION);
+    pm_put_u32(h + 12, PM_CKPT_HEADER);
     const int32_t cf[9] = {c->model.vocab, c->model.ctx, c->model.dim, c->model.heads,
                            c->model.layers, c->batch, c->micro, c->opt.steps, c->opt.warmup};
-    for (int i = 0; i < 9; i++) put_u32(h + 16 + 4 * i, (uint32_t)cf[i]);
+    for (int i = 0; i < 9; i++) pm_put_u32(h + 16 + 4 * i, (uint32_t)cf[i]);
     const float of[7] = {c->opt.lr, c->opt.lr_min_frac, c->opt.beta1, c->opt.beta2,
                          c->opt.eps, c->opt.weight_decay, c->opt.grad_clip};
     for (int i = 0; i < 7; i++) put_f32(h + 52 + 4 * i, of[i]);
-    put_u64(h + 80, (uint64_t)t->step);
-    put_u64(h + 88, c->seed);
-    put_u64(h + 96, t->train.next);
-    put_u64(h + 104, t->train.seed);
-    put_u64(h + 112, (uint64_t)t->n_params);
+    pm_put_u64(h + 80, (uint64_t)t->step);
+    pm_put_u64(h + 88, c->seed);
+    pm_put_u64(h + 96, t->train.next);
+    pm_put_u64(h + 104, t->train.seed);
+    pm_put_u64(h + 112, (uint64_t)t->n_params);
 }
 
 static void decode_header(const uint8_t *h, pm_ckpt_info *info) {
     pm_train_cfg *c = &info->cfg;
     int32_t cf[9];
-    for (int i = 0; i < 9; i++) cf[i] = (int32_t)get_u32(h + 16 + 4 * i);
+    for (int i = 0; i < 9; i++) cf[i] = (int32_t)pm_get_u32(h + 16 + 4 * i);
     c->model = (pm_gpt_config){cf[0], cf[1], cf[2], cf[3], cf[4]};
     c->batch = cf[5];
     c->micro = cf[6];
@@ -70,10 +54,10 @@ static void decode_header(const uint8_t *h, pm_ckpt_info *info) {
     float *of[7] = {&c->opt.lr, &c->opt.lr_min_frac, &c->opt.beta1, &c->opt.beta2,
                     &c->opt.eps, &c->opt.weight_decay, &c->opt.grad_clip};
     for (int i = 0; i < 7; i++) *of[i] = get_f32(h + 52 + 4 * i);
-    info->step = (int64_t)get_u64(h + 80);
-    c->seed = get_u64(h + 88);
-    info->data_pos = get_u64(h + 96);
-    info->n_params = (size_t)get_u64(h + 112);
+    info->step = (int64_t)pm_get_u64(h + 80);
+    c->seed = pm_get_u64(h + 88);
+    info->data_pos = pm_get_u64(h + 96);
+    info->n_params = (size_t)pm_get_u64(h + 112);
 }
 
 pm_status pm_ckpt_save(const pm_trainer *t, const char *path, pm_err *err) {
@@ -92,7 +76,7 @@ pm_status pm_ckpt_save(const pm_trainer *t, const char *path, pm_err *err) {
         sum = pm_fnv1a64(sum, slab[s], t->n_params * sizeof(float));
     }
     uint8_t tail[8];
-    put_u64(tail, sum);
+    pm_put_u64(tail, sum);
     ok = ok && fwrite(tail, 1, 8, f) == 8;
     ok = (fclose(f) == 0) && ok;
     if (!ok || rename(tmp, path) != 0) {
@@ -116,12 +100,12 @@ static pm_status open_ckpt(const char *path, FILE **fp, pm_ckpt_info *info, uint
         pm_errf(err, st, "%s: not a pipemem checkpoint (bad magic at offset 0)", path);
         goto fail;
     }
-    if (get_u32(h + 8) != PM_CKPT_VERSION) {
+    if (pm_get_u32(h + 8) != PM_CKPT_VERSION) {
         pm_errf(err, st, "%s: checkpoint version %u at offset 8, this pipemem reads version "
-                "%u", path, get_u32(h + 8), PM_CKPT_VERSION);
+                "%u", path, pm_get_u32(h + 8), PM_CKPT_VERSION);
         goto fail;
     }
-    if (got < sizeof h || get_u32(h + 12) != PM_CKPT_HEADER) {
+    if (got < sizeof h || pm_get_u32(h + 12) != PM_CKPT_HEADER) {
         pm_errf(err, st, "%s: truncated or bad header (%zu of %d bytes)", path, got,
                 PM_CKPT_HEADER);
         goto fail;
@@ -173,7 +157,7 @@ static pm_status finish(FILE *f, uint64_t sum, const char *path, pm_err *err) {
     int ok = fread(tail, 1, 8, f) == 8;
     fclose(f);
     if (!ok) return pm_errf(err, PM_ERR_FORMAT, "%s: truncated before its checksum", path);
-    if (get_u64(tail) != sum)
+    if (pm_get_u64(tail) != sum)
         return pm_errf(err, PM_ERR_FORMAT,
                        "%s: checksum mismatch (the file is corrupted); use another checkpoint",
                        path);
