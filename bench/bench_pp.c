@@ -10,7 +10,8 @@
  *     must equal 1F1B's bitwise (checked before any time is printed). Each
  *     line prints the measured makespan (passes only) and step time as a
  *     ratio to 1F1B's, next to the simulator's predicted ratio, the
- *     prediction coming from the same step's per-stage mean pass times.
+ *     prediction coming from the same step's per-stage mean pass times and
+ *     mean cross-device latency.
  * (b) memory: P = 4 and 8, m = 16, a small GPT (16 blocks, so 2p stages
  *     fit): one step of every kind; the measured peak activation bytes
  *     (max over devices, which equals the prediction: checked) as a ratio to

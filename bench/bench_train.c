@@ -39,6 +39,9 @@ enum { L = 6, C = 512, H = 8, T = 256, B = 8, ROUNDS = 2 };
 
 static double sgemm_peak(int threads) {
     pm_blas_threads(threads);
+    /* pm_blas_threads keeps OpenBLAS single-threaded (the model splits work
+     * itself); the peak is OpenBLAS's own multi-threaded sgemm. */
+    openblas_set_num_threads(threads);
     const int n = 2048;
     float *a = malloc((size_t)n * n * 4), *b = malloc((size_t)n * n * 4),
           *c = malloc((size_t)n * n * 4);

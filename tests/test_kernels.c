@@ -2,9 +2,13 @@
  * formulas: GELU and its derivative over a wide range (the vectorised exp
  * behind them included), LayerNorm on rows with a large common offset
  * (where E[x^2] - E[x]^2 would lose every digit), the fused softmax +
- * cross-entropy on extreme logits, and the causal softmax's mask. */
+ * cross-entropy on extreme logits, and the causal softmax's mask. Then the
+ * compute threads (pool.c): every task of every job runs exactly once,
+ * nested jobs run inline, and split products and GELU ranges give the same
+ * bits whatever the thread count or where a range starts. */
 #include <math.h>
 #include <setjmp.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -118,12 +122,146 @@ static void test_causal_softmax_mask(void **s) {
         }
 }
 
+
+/* ---- compute threads ------------------------------------------------------------ */
+
+static atomic_int hits[64];
+static atomic_int nested_threads_bad;
+
+static void count_task(const void *arg, size_t i, int slot) {
+    (void)arg;
+    if (slot < 0 || slot >= PM_MAX_THREADS) atomic_fetch_add(&nested_threads_bad, 1);
+    atomic_fetch_add(&hits[i], 1);
+}
+
+static void nesting_task(const void *arg, size_t i, int slot) {
+    (void)arg, (void)slot;
+    /* inside a task every kernel sees one thread, and a nested job runs here */
+    if (pm_par_threads() != 1) atomic_fetch_add(&nested_threads_bad, 1);
+    pm_par_run(3, count_task, NULL);
+    atomic_fetch_add(&hits[32 + i], 1);
+}
+
+static void test_pool_each_task_once(void **s) {
+    (void)s;
+    for (int threads = 1; threads <= 4; threads++) {
+        pm_blas_threads(threads);
+        assert_int_equal(pm_blas_threads_get(), threads);
+        for (int job = 0; job < 3000; job++) {
+            size_t n = 1 + (size_t)job % 31;
+            for (int i = 0; i < 64; i++) atomic_store(&hits[i], 0);
+            pm_par_run(n, count_task, NULL);
+            for (size_t i = 0; i < 64; i++) assert_int_equal(atomic_load(&hits[i]), i < n ? 1 : 0);
+        }
+        for (int i = 0; i < 64; i++) atomic_store(&hits[i], 0);
+        pm_par_run(8, nesting_task, NULL);
+        for (int i = 0; i < 3; i++) assert_int_equal(atomic_load(&hits[i]), 8);
+        for (int i = 32; i < 40; i++) assert_int_equal(atomic_load(&hits[i]), 1);
+    }
+    assert_int_equal(atomic_load(&nested_threads_bad), 0);
+    pm_blas_threads(1);
+}
+
+static void mark_piece(void *arg, size_t lo, size_t hi) {
+    atomic_int *marks = arg;
+    for (size_t i = lo; i < hi; i++) atomic_fetch_add(&marks[i], 1);
+    atomic_fetch_add(&marks[1000], 1); /* pieces */
+}
+
+/* pm_gpt_par_for covers [0, n) exactly once, in n/chunk pieces on several
+ * threads and in one piece on one. */
+static void test_par_for_pieces(void **s) {
+    (void)s;
+    static atomic_int marks[1001];
+    for (int threads = 1; threads <= 3; threads++) {
+        pm_blas_threads(threads);
+        for (int i = 0; i < 1001; i++) atomic_store(&marks[i], 0);
+        pm_gpt_par_for(999, 100, mark_piece, marks);
+        for (int i = 0; i < 999; i++) assert_int_equal(atomic_load(&marks[i]), 1);
+        assert_int_equal(atomic_load(&marks[999]), 0);
+        assert_int_equal(atomic_load(&marks[1000]), threads == 1 ? 1 : 10);
+    }
+    pm_blas_threads(1);
+}
+
+typedef struct {
+    float *y;
+    size_t width;
+} post_ctx;
+
+static void scale_rows_post(const void *ctx, size_t r0, size_t r1) {
+    const post_ctx *c = ctx;
+    for (size_t i = r0 * c->width; i < r1 * c->width; i++) c->y[i] *= 0.5f;
+}
+
+/* One product per split kind: rows with bias + residual + post, columns
+ * (wide, nothing fused), transposed A. */
+static void matmuls(float *out, const float *a, const float *b, const float *bias,
+                    const float *res, size_t M, size_t N, size_t K) {
+    post_ctx pc = {out, N};
+    pm_k_matmul(0, 1, M, N, K, 1, a, K, b, K, 0, out, N, bias, res, scale_rows_post, &pc);
+    float *o2 = out + M * N, *o3 = o2 + N * M;
+    pm_k_matmul(0, 0, N, M, K, 1, b, K, a, M, 0, o2, M, NULL, NULL, NULL, NULL);
+    pm_k_matmul(1, 0, M, N, K, 1, a, M, b, N, 0, o3, N, NULL, NULL, NULL, NULL);
+}
+
+static void test_matmul_threads_bitwise(void **s) {
+    (void)s;
+    enum { M = 300, N = 1100, K = 70 }; /* blocks of 128 rows / 144 columns, ragged ends */
+    float *a = malloc(sizeof(float) * M * K * 2), *b = malloc(sizeof(float) * N * K * 2);
+    float *bias = malloc(sizeof(float) * N), *res = malloc(sizeof(float) * M * N);
+    float *o[3];
+    for (int t = 0; t < 3; t++) o[t] = malloc(sizeof(float) * 3 * M * N);
+    assert_true(a && b && bias && res && o[0] && o[1] && o[2]);
+    for (size_t i = 0; i < (size_t)M * K * 2; i++) a[i] = (float)((i * 7919) % 201) / 100.0f - 1;
+    for (size_t i = 0; i < (size_t)N * K * 2; i++) b[i] = (float)((i * 104729) % 199) / 99.0f - 1;
+    for (size_t i = 0; i < N; i++) bias[i] = (float)i / N;
+    for (size_t i = 0; i < (size_t)M * N; i++) res[i] = (float)(i % 13);
+    for (int t = 0; t < 3; t++) {
+        pm_blas_threads(t + 1);
+        matmuls(o[t], a, b, bias, res, M, N, K);
+    }
+    pm_blas_threads(1);
+    assert_memory_equal(o[0], o[1], sizeof(float) * 3 * M * N);
+    assert_memory_equal(o[0], o[2], sizeof(float) * 3 * M * N);
+    /* and the first product is what it says: 0.5 (res + bias + a b^T) */
+    for (size_t r = 0; r < M; r += 37)
+        for (size_t c = 0; c < N; c += 53) {
+            double want = (double)res[r * N + c] + bias[c];
+            for (size_t k = 0; k < K; k++) want += (double)a[r * K + k] * b[c * K + k];
+            assert_true(fabs(o[0][r * N + c] - 0.5 * want) < 1e-4 * (1 + fabs(want)));
+        }
+    free(a), free(b), free(bias), free(res), free(o[0]), free(o[1]), free(o[2]);
+}
+
+/* GELU over any sub-range gives the bits of the whole-array call: the
+ * vector width and tails never change an element's arithmetic. */
+static void test_gelu_ranges_bitwise(void **s) {
+    (void)s;
+    enum { n = 1000 };
+    float x[n], d[n], whole[n], part[n], gw[n], gp[n];
+    for (int i = 0; i < n; i++) x[i] = (float)(i - 500) / 61.0f, d[i] = 1.0f + (float)i / n;
+    pm_k_gelu_f(whole, x, n);
+    pm_k_gelu_b(gw, d, x, n);
+    const size_t cuts[] = {0, 3, 4, 17, 33, 64, 65, 500, 999, n};
+    for (size_t c = 0; c + 1 < sizeof cuts / sizeof cuts[0]; c++) {
+        pm_k_gelu_f_range(part, x, cuts[c], cuts[c + 1]);
+        pm_k_gelu_b_range(gp, d, x, cuts[c], cuts[c + 1]);
+    }
+    assert_memory_equal(whole, part, sizeof whole);
+    assert_memory_equal(gw, gp, sizeof gw);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gelu),
         cmocka_unit_test(test_layernorm_offset),
         cmocka_unit_test(test_softmax_xent_extremes),
         cmocka_unit_test(test_causal_softmax_mask),
+        cmocka_unit_test(test_pool_each_task_once),
+        cmocka_unit_test(test_par_for_pieces),
+        cmocka_unit_test(test_matmul_threads_bitwise),
+        cmocka_unit_test(test_gelu_ranges_bitwise),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

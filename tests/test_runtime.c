@@ -14,7 +14,8 @@
  *     identically; gathered parameters and moments scattered into another
  *     pipe (other schedule and P) continue training exactly; split weight
  *     passes out of microbatch order are relabelled, fused ones refused;
- *     injected failures (error, NaN, arena overflow) stop every device with
+ *     injected failures (error, NaN, a token outside the vocabulary, arena
+ *     overflow) stop every device with
  *     one message naming device, stage, microbatch and pass, and stay sticky. */
 #include <math.h>
 #include <pthread.h>
@@ -583,6 +584,22 @@ static void test_faults(void **state) {
     assert_int_equal(faulty("v-half", 2, &o, &err), PM_ERR_NUMERIC);
     assert_non_null(strstr(err.msg, "device 0, stage 3, microbatch 0, pass F"));
     assert_non_null(strstr(err.msg, "loss"));
+    /* bad input: a token outside the vocabulary in microbatch 3 */
+    {
+        pm_train_cfg c = tiny(6);
+        pm_sched s;
+        gen(&s, "zb-h1", 2, TINY_M);
+        pm_pipe pp;
+        assert_int_equal(pm_pipe_init(&pp, &c, &s, NULL, &err), PM_OK);
+        int32_t inp[TINY_M * 8], tgt[TINY_M * 8];
+        batch_of(0, inp, tgt, &c);
+        inp[3 * 8 + 5] = 64; /* vocab is 64 */
+        assert_int_equal(pm_pipe_step(&pp, inp, tgt, NULL, &err), PM_ERR_ARG);
+        assert_non_null(strstr(err.msg, "device 0, stage 0, microbatch 3, pass F"));
+        assert_non_null(strstr(err.msg, "token id 64 at position 5"));
+        pm_pipe_free(&pp);
+        pm_sched_free(&s);
+    }
     /* an arena too small for the schedule */
     o = (pm_pipe_opts){.arena_cap = 4096, .wait_timeout_s = 20};
     assert_int_equal(faulty("zb-h1", 2, &o, &err), PM_ERR_MEMLIMIT);

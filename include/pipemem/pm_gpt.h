@@ -66,7 +66,21 @@
  * Numerics: every matrix product is an OpenBLAS cblas_sgemm (attention
  * scores and weighted sums per (sequence, head) included); attention
  * backward is O(T^2) per head; softmax and cross-entropy are fused; no
- * -ffast-math. Same inputs and BLAS thread count -> bitwise same outputs.
+ * -ffast-math. Same inputs -> bitwise same outputs, for any thread count.
+ *
+ * Threads: pm_blas_threads(n) gives the CALLING thread n compute threads:
+ * itself plus a pool of n - 1 persistent workers owned by that thread
+ * (created on its first parallel kernel, joined when it changes n or
+ * exits). Every pass this thread runs splits its work into tasks on that
+ * pool: big products by blocks of output rows (or columns), attention by
+ * (sequence, head), elementwise kernels by rows; each task calls a
+ * single-threaded sgemm, since OpenBLAS itself is kept at one thread
+ * process-wide. Pools are per thread, so several device threads in one
+ * process (the pipeline runtime) each drive their own workers with no
+ * shared lock between them. Task boundaries depend only on the shapes,
+ * never on n, which is why results do not depend on n. A thread that never
+ * calls pm_blas_threads computes on itself alone. Passes of one thread must
+ * not be called concurrently from its pool's tasks (they are not).
  *
  * Initialisation (pm_gpt_init*): N(0, 0.02) for wte, wpe, c_attn, c_fc,
  * lm_head weights; N(0, 0.02/sqrt(2L)) for attn.c_proj and mlp.c_proj
@@ -215,12 +229,20 @@ double pm_gpt_flops(const pm_gpt_config *cfg, int B, int T);
 
 /* ---- BLAS ------------------------------------------------------------------ */
 
-/* Sets OpenBLAS's thread count (process-wide) and the number of threads the
- * model's own elementwise kernels (LayerNorm, GELU, softmax, bias sums) use
- * when called from the calling thread (per thread; default 1). n < 1 means
- * 1. Results are bitwise the same for any n. */
+/* Sets the number of compute threads of the calling thread (per thread;
+ * default 1; n < 1 means 1, at most 16) and keeps OpenBLAS at one thread
+ * process-wide (see "Threads" above). Results are bitwise the same for any
+ * n. Cheap when n is unchanged. */
 void pm_blas_threads(int n);
-int pm_blas_threads_get(void); /* OpenBLAS's current thread count */
+int pm_blas_threads_get(void); /* the calling thread's compute threads */
+
+/* Runs fn(arg, lo, hi) over [0, n) cut into pieces of `chunk` items (the
+ * last shorter) on the calling thread's compute threads, returning when all
+ * are done; one thread runs the whole range as one piece. For work whose
+ * result cannot depend on the cut (each item computed alone), such as the
+ * optimizer's update. fn must not call back into the same thread's passes. */
+void pm_gpt_par_for(size_t n, size_t chunk, void (*fn)(void *arg, size_t lo, size_t hi),
+                    void *arg);
 
 /* The OpenBLAS kernel in use ("Cooperlake", "Haswell", ...). OpenBLAS 0.3.21
  * does not know some newer CPUs and falls back to "Prescott" (SSE3, ~5x

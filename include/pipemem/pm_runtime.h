@@ -211,7 +211,8 @@ typedef struct {
     double step_ms;          /* wall time of the whole step (passes + norm + AdamW) */
     double makespan_ms;      /* measured: max over devices of last pass end - first start */
     double bubble;           /* measured: 1 - busy / (p * makespan) */
-    double pred_makespan_ms; /* simulator, fed with this step's per-stage mean pass times */
+    double pred_makespan_ms; /* simulator, fed with this step's per-stage mean pass times
+                              * and mean cross-device latency */
     double pred_bubble;      /* ... */
     const size_t *peak;      /* (p) measured peak activation bytes (arena live) */
     const size_t *pred_peak; /* (p) simulator's peak with the model's byte deltas */
@@ -240,6 +241,7 @@ typedef struct {
     double *tmid;         /* (p, cap) BW: end of its B part */
     double *live_after;   /* (p, cap) arena live bytes after each pass */
     float *loss_mb;       /* (m) last step's microbatch losses */
+    double *dep_end;      /* (2, S, m) scratch: F and B ends, for the latency estimate */
     pm_pipe_dev *dev;     /* (p) per-device state; owned */
     pm_tp_threads *world; /* threads transport */
     struct pm_pipe_pool *pool; /* device threads, started in init; owned */

@@ -237,7 +237,9 @@ int pm_layout_get(const pm_gpt_config *cfg, pm_layer_kind kind, int B, int T, pm
          * after it; the (N,4C) MLP gradient overlaps both. */
         ok = ok && region(&sc, NULL, N * C, f);
         lay->s_att = sc;
-        ok = ok && region(&sc, NULL, 3 * Tz * hs + Tz * Tz, f);
+        ok = ok && region(&lay->att_slot, NULL, 3 * Tz * hs + Tz * Tz, f);
+        for (int slot = 0; ok && slot < PM_MAX_THREADS; slot++)
+            ok = region(&sc, NULL, lay->att_slot, 1);
         big = 0;
         ok = ok && region(&big, NULL, N * 4 * C, f);
         lay->scratch_b = big > sc ? big : sc;

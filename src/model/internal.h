@@ -39,20 +39,43 @@ typedef struct {
     size_t end;   /* whole buffer = sizes.saved */
     /* Scratch of B (byte offsets). Block: an (N,4C) MLP gradient at 0, later
      * reused for each (N,C) gradient; from s_att (after the first (N,C)) the
-     * attention backward's per-(b,h) work: dQ, dK, dV (T,hs) and dP (T,T).
+     * attention backward's per-(b,h) work: dQ, dK, dV (T,hs) and dP (T,T),
+     * one such slot of att_slot bytes per compute thread (PM_MAX_THREADS
+     * slots whatever the thread count, so sizes stay independent of it).
      * Head: one (N,C) gradient. F and W need no scratch. */
     size_t s_att;     /* start of the attention work area */
+    size_t att_slot;  /* bytes of one thread's slot in it */
     size_t scratch_b; /* bytes */
 } pm_layout;
 
 /* Fills *lay for the layer kind; returns 0 on size overflow. */
 int pm_layout_get(const pm_gpt_config *cfg, pm_layer_kind kind, int B, int T, pm_layout *lay);
 
+/* ---- compute threads (pool.c) ----------------------------------------------- */
+
+#define PM_MAX_THREADS 16 /* pm_blas_threads caps n here; scratch has this many slots */
+
+/* One task of a parallel job; slot (0 .. PM_MAX_THREADS-1) names the thread
+ * running it, for per-thread scratch. A task's results must not depend on
+ * its slot. */
+typedef void (*pm_task_fn)(const void *arg, size_t task, int slot);
+
+/* Runs fn(arg, i, slot) for i in 0..ntasks-1 on the calling thread's pool
+ * (set up by pm_blas_threads) and returns when all are done. Tasks may run
+ * in any order and concurrently. Called from inside a task, it runs the
+ * tasks serially on that thread. */
+void pm_par_run(size_t ntasks, pm_task_fn fn, const void *arg);
+/* Threads pm_par_run would use from here (1 inside a task). */
+int pm_par_threads(void);
+
 /* ---- kernels (kernels.c) ---------------------------------------------------- */
 
 /* out (N,C) = LN(x) * w + b; mean, rstd (N). Two-pass mean and variance. */
 void pm_k_layernorm_f(float *out, float *mean, float *rstd, const float *x, const float *w,
                       const float *b, size_t N, int C);
+/* The same on rows [r0, r1) only, on the calling thread (for fusing). */
+void pm_k_layernorm_f_rows(float *out, float *mean, float *rstd, const float *x, const float *w,
+                           const float *b, size_t r0, size_t r1, int C);
 /* LayerNorm backward of rows: dx = res + d/dx given dout (N,C); x, mean,
  * rstd from F; dw, db (C) accumulated. dx may alias x (read before write per
  * row); res may be NULL (no residual) or alias dx. */
@@ -65,8 +88,13 @@ void pm_k_fill_rows(float *y, const float *bias, size_t N, int n);
 void pm_k_add_bias_rows(float *y, const float *x, const float *bias, size_t N, int n);
 /* g (n) += column sums of d (N,n), rows in order. */
 void pm_k_colsum_add(float *g, const float *d, size_t N, int n);
+/* The same for columns [lo, hi) only, on the calling thread. */
+void pm_k_colsum_cols(float *g, const float *d, size_t N, int n, size_t lo, size_t hi);
 /* out = gelu(x), tanh approximation. */
 void pm_k_gelu_f(float *out, const float *x, size_t n);
+/* Elements [lo, hi) only, on the calling thread; lo a multiple of 4. */
+void pm_k_gelu_f_range(float *out, const float *x, size_t lo, size_t hi);
+void pm_k_gelu_b_range(float *out, const float *d, const float *x, size_t lo, size_t hi);
 /* out = d * gelu'(x); out may alias d or x. */
 void pm_k_gelu_b(float *out, const float *d, const float *x, size_t n);
 /* Causal softmax in place of the rows of nmat stacked (T,T) score matrices
@@ -78,9 +106,26 @@ void pm_k_softmax_b(float *dp, const float *p, int T);
  * the sum over rows of -log p[target] (double) if tgt is not NULL. */
 double pm_k_softmax_xent(float *logits, const int32_t *tgt, size_t N, int V);
 
-/* C (M,N) = alpha * op(A) op(B) + beta * C, row-major, through cblas_sgemm. */
+/* C (M,N) = alpha * op(A) op(B) + beta * C, row-major, one cblas_sgemm on
+ * the calling thread. */
 void pm_k_gemm(int ta, int tb, size_t M, size_t N, size_t K, float alpha, const float *A,
                size_t lda, const float *Bm, size_t ldb, float beta, float *C, size_t ldc);
+
+/* Work fused after a row block [r0, r1) of a pm_k_matmul product. */
+typedef void (*pm_rows_fn)(const void *ctx, size_t r0, size_t r1);
+/* pm_k_gemm cut into row blocks of pm_k_matmul_rows(M) rows, or column
+ * blocks of pm_k_matmul_rows(N) columns when N > M and neither bias, res
+ * nor post is given (a function of the shape only, so results do not
+ * depend on the thread count), run as parallel tasks. If bias (N) is not NULL, each block's rows of C are first set to
+ * bias, or res + bias when res (M,N rows, ld N) is not NULL (bias may then be
+ * NULL), and the product is added (beta is ignored). post, if not NULL, runs
+ * on each block right after its product (while it is in cache). */
+void pm_k_matmul(int ta, int tb, size_t M, size_t N, size_t K, float alpha, const float *A,
+                 size_t lda, const float *Bm, size_t ldb, float beta, float *C, size_t ldc,
+                 const float *bias, const float *res, pm_rows_fn post, const void *post_ctx);
+size_t pm_k_matmul_rows(size_t M); /* block size for a dimension of M */
+/* d logits = (probs - onehot(tgt)) * f, in place over the rows of probs (N,V). */
+void pm_k_xent_grad(float *probs, const int32_t *tgt, size_t N, int V, float f);
 
 /* ---- layer passes (layers.c) ------------------------------------------------ */
 

@@ -1,17 +1,21 @@
-/* kernels.c: the arithmetic the layers are built from: the sgemm wrapper
- * (every matrix product goes through OpenBLAS cblas_sgemm), LayerNorm
- * forward/backward, tanh-GELU, causal softmax and its backward, the fused
- * softmax + cross-entropy, bias and column-sum helpers, and the threads.
+/* kernels.c: the arithmetic the layers are built from: the sgemm wrappers
+ * (every matrix product goes through OpenBLAS cblas_sgemm; pm_k_matmul
+ * splits big ones into row or column blocks run as parallel tasks, with
+ * optional fused per-block work), LayerNorm forward/backward, tanh-GELU,
+ * causal softmax and its backward, the fused softmax + cross-entropy, bias
+ * and column-sum helpers. Parallel work runs on the calling thread's pool
+ * (pool.c).
  *
  * Determinism: every element's value comes from a fixed sequence of
  * operations that does not depend on how work is split among threads:
  * row-wise kernels split rows, column sums split columns (each column still
- * summed over rows in order), vector code handles tails with the same vector
+ * summed over rows in order), products split at blocks fixed by the shape,
+ * row reductions use fixed lanes, vector code handles tails with the same
  * arithmetic. So results are bitwise the same for any thread count. Nothing
  * here allocates. Kernels that work in place read a row (or vector) fully
  * before writing it. */
 #include <math.h>
-#include <pthread.h>
+#include <stdatomic.h>
 #include <string.h>
 
 #include <cblas.h>
@@ -19,60 +23,70 @@
 #include "model/internal.h"
 
 /* ---- threads -------------------------------------------------------------------
- * Elementwise work runs on k_threads threads of the calling (device) thread:
- * a fork-join per kernel call with plain pthreads. A call costs tens of
- * microseconds, against milliseconds of work at training sizes; below a
- * grain of work it stays on the calling thread. */
-#define MAX_KTHREADS 16
-#define ROW_GRAIN 16       /* rows per thread at least */
-#define ELEM_GRAIN 16384   /* elements per thread at least */
-static _Thread_local int k_threads = 1;
-
-void pm_blas_threads(int n) {
-    n = n < 1 ? 1 : n;
-    openblas_set_num_threads(n);
-    k_threads = n > MAX_KTHREADS ? MAX_KTHREADS : n;
-}
-
-int pm_blas_threads_get(void) { return openblas_get_num_threads(); }
-
-const char *pm_blas_core(void) { return openblas_get_corename(); }
+ * Every kernel below cuts its work into tasks whose boundaries depend only
+ * on the problem shape (pool.c runs them on the calling thread's pool).
+ * Row-wise kernels cut rows, column sums cut columns (each column still
+ * summed over all rows in order); a one-thread caller runs the whole range
+ * as one piece, which gives the same values since no element depends on
+ * where a piece starts (vector tails use the same arithmetic, and pieces of
+ * elementwise kernels are multiples of the vector width). Matrix products
+ * are different: OpenBLAS's result for an element may depend on the shape
+ * of the call, so pm_k_matmul always cuts the same row blocks, whatever the
+ * thread count. */
+#define ROW_CHUNK 32        /* rows per task of row-wise kernels */
+#define ELEM_CHUNK 16384    /* elements per task (a multiple of the vector width) */
 
 typedef void (*range_fn)(const void *arg, size_t lo, size_t hi);
 typedef struct {
     range_fn fn;
     const void *arg;
-    size_t lo, hi;
+    size_t n, chunk;
 } range_job;
 
-static void *range_run(void *p) {
-    range_job *j = p;
-    j->fn(j->arg, j->lo, j->hi);
-    return NULL;
+static void range_task(const void *p, size_t i, int slot) {
+    (void)slot;
+    const range_job *j = p;
+    size_t lo = i * j->chunk, hi = lo + j->chunk < j->n ? lo + j->chunk : j->n;
+    j->fn(j->arg, lo, hi);
 }
 
-/* fn over [0, n) in up to k_threads contiguous parts of at least `grain`;
- * the caller runs the first part. If a thread cannot start, its part runs
- * here: same results, only slower. */
-static void par_for(size_t n, size_t grain, range_fn fn, const void *arg) {
-    size_t parts = (size_t)k_threads;
-    if (parts > n / grain) parts = n / grain;
+/* fn over [0, n) in pieces of `chunk` (one piece on one thread). */
+static void par_for(size_t n, size_t chunk, range_fn fn, const void *arg) {
+    if (pm_par_threads() == 1 || n <= chunk) {
+        fn(arg, 0, n);
+        return;
+    }
+    range_job j = {fn, arg, n, chunk};
+    pm_par_run((n + chunk - 1) / chunk, range_task, &j);
+}
+
+/* Column reductions (each column summed over all rows, in row order) give
+ * the same bits however the columns are divided, so they take one wide
+ * piece per thread: narrow pieces would make every thread stream all rows
+ * for a few columns each. Piece edges fall on 16-column (64-byte) marks. */
+typedef struct {
+    range_fn fn;
+    const void *arg;
+    size_t n, parts;
+} cols_job;
+
+static void cols_task(const void *p, size_t i, int slot) {
+    (void)slot;
+    const cols_job *j = p;
+    size_t lo = i == 0 ? 0 : j->n * i / j->parts / 16 * 16;
+    size_t hi = i + 1 == j->parts ? j->n : j->n * (i + 1) / j->parts / 16 * 16;
+    if (lo < hi) j->fn(j->arg, lo, hi);
+}
+
+static void par_cols(size_t n, range_fn fn, const void *arg) {
+    size_t parts = (size_t)pm_par_threads();
+    if (parts > n / 64) parts = n / 64;
     if (parts <= 1) {
         fn(arg, 0, n);
         return;
     }
-    pthread_t th[MAX_KTHREADS];
-    range_job job[MAX_KTHREADS];
-    int started[MAX_KTHREADS] = {0};
-    for (size_t p = 0; p < parts; p++) job[p] = (range_job){fn, arg, n * p / parts, n * (p + 1) / parts};
-    for (size_t p = 1; p < parts; p++) started[p] = pthread_create(&th[p], NULL, range_run, &job[p]) == 0;
-    range_run(&job[0]);
-    for (size_t p = 1; p < parts; p++) {
-        if (started[p])
-            pthread_join(th[p], NULL);
-        else
-            range_run(&job[p]);
-    }
+    cols_job j = {fn, arg, n, parts};
+    pm_par_run(parts, cols_task, &j);
 }
 
 void pm_k_gemm(int ta, int tb, size_t M, size_t N, size_t K, float alpha, const float *A,
@@ -81,6 +95,154 @@ void pm_k_gemm(int ta, int tb, size_t M, size_t N, size_t K, float alpha, const 
               ldb <= INT32_MAX && ldc <= INT32_MAX);
     cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
                 (int)M, (int)N, (int)K, alpha, A, (int)lda, Bm, (int)ldb, beta, C, (int)ldc);
+}
+
+/* Block size of pm_k_matmul's split: about a dimension's 1/8, a multiple of
+ * 16, between 128 and 256. Single-threaded sgemm keeps its speed down to
+ * ~256 rows and loses ~10% at 128, ~25% at 64 (measured, SkylakeX kernels);
+ * more tasks than threads let a busy core's share move to the others. */
+size_t pm_k_matmul_rows(size_t M) {
+    size_t r = (M / 8 + 15) / 16 * 16;
+    return r < 128 ? 128 : r > 256 ? 256 : r;
+}
+
+typedef struct {
+    int ta, tb, by_cols; /* by_cols: tasks are column blocks of C, else row blocks */
+    size_t M, N, K, lda, ldb, ldc, blk;
+    float alpha, beta;
+    const float *A, *Bm, *bias, *res;
+    float *C;
+    pm_rows_fn post;
+    const void *post_ctx;
+} matmul_job;
+
+/* rows [r0, r1) of C = res + bias, before their product is added */
+static void matmul_init_rows(const matmul_job *j, size_t r0, size_t r1) {
+    for (size_t r = r0; r < r1; r++) {
+        float *cr = j->C + r * j->ldc;
+        const float *rr = j->res ? j->res + r * j->N : NULL;
+        if (!rr)
+            memcpy(cr, j->bias, j->N * sizeof(float));
+        else if (!j->bias)
+            memcpy(cr, rr, j->N * sizeof(float));
+        else
+            for (size_t e = 0; e < j->N; e++) cr[e] = rr[e] + j->bias[e];
+    }
+}
+
+static void matmul_task(const void *p, size_t i, int slot) {
+    (void)slot;
+    const matmul_job *j = p;
+    size_t lim = j->by_cols ? j->N : j->M;
+    size_t b0 = i * j->blk, b1 = b0 + j->blk < lim ? b0 + j->blk : lim;
+    if (j->by_cols) {
+        /* column c of op(B) is column c of B, or row c of B when transposed */
+        const float *bm = j->tb ? j->Bm + b0 * j->ldb : j->Bm + b0;
+        pm_k_gemm(j->ta, j->tb, j->M, b1 - b0, j->K, j->alpha, j->A, j->lda, bm, j->ldb, j->beta,
+                  j->C + b0, j->ldc);
+        return;
+    }
+    float beta = j->beta;
+    if (j->bias || j->res) {
+        matmul_init_rows(j, b0, b1);
+        beta = 1.0f;
+    }
+    /* row r of op(A) is row r of A, or column r of A when transposed */
+    const float *a = j->ta ? j->A + b0 : j->A + b0 * j->lda;
+    pm_k_gemm(j->ta, j->tb, b1 - b0, j->N, j->K, j->alpha, a, j->lda, j->Bm, j->ldb, beta,
+              j->C + b0 * j->ldc, j->ldc);
+    if (j->post) j->post(j->post_ctx, b0, b1);
+}
+
+/* Rows are split unless C is wider than tall and no per-row work is fused
+ * (W's products: 512 output features by 2048 inputs). */
+void pm_k_matmul(int ta, int tb, size_t M, size_t N, size_t K, float alpha, const float *A,
+                 size_t lda, const float *Bm, size_t ldb, float beta, float *C, size_t ldc,
+                 const float *bias, const float *res, pm_rows_fn post, const void *post_ctx) {
+    int by_cols = N > M && !bias && !res && !post;
+    size_t lim = by_cols ? N : M;
+    matmul_job j = {ta, tb, by_cols, M, N, K, lda, ldb, ldc, pm_k_matmul_rows(lim), alpha, beta,
+                    A, Bm, bias, res, C, post, post_ctx};
+    pm_par_run((lim + j.blk - 1) / j.blk, matmul_task, &j);
+}
+
+/* 4-float vectors (SSE2, the x86-64 baseline) for elementwise loops GCC -O2
+ * leaves scalar; lanes do exactly the scalar arithmetic. */
+typedef float f4 __attribute__((vector_size(16)));
+typedef int32_t i4 __attribute__((vector_size(16)));
+static inline f4 ld4(const float *p) {
+    f4 v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+static inline void st4(float *p, f4 v) { memcpy(p, &v, sizeof v); }
+
+/* Row reductions in 8 fixed lanes (two 4-float accumulators over i mod 8),
+ * lanes then added in a fixed order, then the scalar tail: the order
+ * depends only on n, so results are deterministic, and the dependency
+ * chain is n/8 long instead of n (the sums are also no less accurate). */
+static inline float lanes_total(f4 a, f4 b, float tail) {
+    f4 c = a + b;
+    return ((c[0] + c[1]) + (c[2] + c[3])) + tail;
+}
+
+static float vsum(const float *x, size_t n) {
+    f4 a = {0}, b = {0};
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) a += ld4(x + i), b += ld4(x + i + 4);
+    float t = 0;
+    for (; i < n; i++) t += x[i];
+    return lanes_total(a, b, t);
+}
+
+/* sum of (x - m)^2 */
+static float vsumsq_c(const float *x, float m, size_t n) {
+    f4 a = {0}, b = {0};
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        f4 d0 = ld4(x + i) - m, d1 = ld4(x + i + 4) - m;
+        a += d0 * d0, b += d1 * d1;
+    }
+    float t = 0;
+    for (; i < n; i++) t += (x[i] - m) * (x[i] - m);
+    return lanes_total(a, b, t);
+}
+
+static float vdot(const float *x, const float *y, size_t n) {
+    f4 a = {0}, b = {0};
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) a += ld4(x + i) * ld4(y + i), b += ld4(x + i + 4) * ld4(y + i + 4);
+    float t = 0;
+    for (; i < n; i++) t += x[i] * y[i];
+    return lanes_total(a, b, t);
+}
+
+/* max is exact in any order */
+static float vmax(const float *x, size_t n) {
+    float mx = x[0];
+    size_t i = 1;
+    if (n >= 8) {
+        f4 a = ld4(x), b = ld4(x + 4);
+        for (i = 8; i + 8 <= n; i += 8) {
+            f4 u = ld4(x + i), w = ld4(x + i + 4);
+            i4 ma = u > a, mb = w > b;
+            a = (f4)((ma & (i4)u) | (~ma & (i4)a));
+            b = (f4)((mb & (i4)w) | (~mb & (i4)b));
+        }
+        for (int k = 0; k < 4; k++) {
+            mx = a[k] > mx ? a[k] : mx;
+            mx = b[k] > mx ? b[k] : mx;
+        }
+    }
+    for (; i < n; i++) mx = x[i] > mx ? x[i] : mx;
+    return mx;
+}
+
+/* x[i] *= f */
+static void vscale(float *x, float f, size_t n) {
+    size_t i = 0;
+    for (; i + 4 <= n; i += 4) st4(x + i, ld4(x + i) * f);
+    for (; i < n; i++) x[i] *= f;
 }
 
 /* ---- LayerNorm --------------------------------------------------------------- */
@@ -100,17 +262,13 @@ static void ln_f_rows(const void *arg, size_t lo, size_t hi) {
     for (size_t r = lo; r < hi; r++) {
         const float *xr = a->x + r * C;
         float *o = a->out + r * C;
-        float s = 0;
-        for (size_t i = 0; i < C; i++) s += xr[i];
-        float m = s / (float)C;
+        float m = vsum(xr, C) / (float)C;
         /* two passes: the variance of centred values cannot cancel */
-        float v = 0;
-        for (size_t i = 0; i < C; i++) {
-            float d = xr[i] - m;
-            v += d * d;
-        }
-        float rs = 1.0f / sqrtf(v / (float)C + PM_LN_EPS);
-        for (size_t i = 0; i < C; i++) o[i] = (xr[i] - m) * rs * a->w[i] + a->b[i];
+        float rs = 1.0f / sqrtf(vsumsq_c(xr, m, C) / (float)C + PM_LN_EPS);
+        size_t i = 0;
+        for (; i + 4 <= C; i += 4)
+            st4(o + i, (ld4(xr + i) - m) * rs * ld4(a->w + i) + ld4(a->b + i));
+        for (; i < C; i++) o[i] = (xr[i] - m) * rs * a->w[i] + a->b[i];
         a->mean[r] = m;
         a->rstd[r] = rs;
     }
@@ -119,7 +277,13 @@ static void ln_f_rows(const void *arg, size_t lo, size_t hi) {
 void pm_k_layernorm_f(float *out, float *mean, float *rstd, const float *x, const float *w,
                       const float *b, size_t N, int C) {
     ln_args a = {.out = out, .mean = mean, .rstd = rstd, .x = x, .w = w, .b = b, .N = N, .C = C};
-    par_for(N, ROW_GRAIN, ln_f_rows, &a);
+    par_for(N, ROW_CHUNK, ln_f_rows, &a);
+}
+
+void pm_k_layernorm_f_rows(float *out, float *mean, float *rstd, const float *x, const float *w,
+                           const float *b, size_t r0, size_t r1, int C) {
+    ln_args a = {.out = out, .mean = mean, .rstd = rstd, .x = x, .w = w, .b = b, .N = r1, .C = C};
+    ln_f_rows(&a, r0, r1);
 }
 
 /* Forward: y = xhat * w + b with xhat = (x - mean) * rstd. Backward:
@@ -131,7 +295,14 @@ static void ln_b_cols(const void *arg, size_t lo, size_t hi) {
     for (size_t r = 0; r < a->N; r++) {
         const float *xr = a->x + r * C, *dy = a->dout + r * C;
         float m = a->cmean[r], rs = a->crstd[r];
-        for (size_t i = lo; i < hi; i++) {
+        size_t i = lo;
+        /* 4 columns at a time, the same arithmetic per element as the tail */
+        for (; i + 4 <= hi; i += 4) {
+            f4 d = ld4(dy + i);
+            st4(a->dw + i, ld4(a->dw + i) + d * ((ld4(xr + i) - m) * rs));
+            st4(a->db + i, ld4(a->db + i) + d);
+        }
+        for (; i < hi; i++) {
             a->dw[i] += dy[i] * ((xr[i] - m) * rs);
             a->db[i] += dy[i];
         }
@@ -146,15 +317,28 @@ static void ln_b_rows(const void *arg, size_t lo, size_t hi) {
         const float *rr = a->res ? a->res + r * C : NULL;
         float *o = a->out + r * C;
         float m = a->cmean[r], rs = a->crstd[r];
-        float s1 = 0, s2 = 0;
-        for (size_t i = 0; i < C; i++) {
-            float dxh = dy[i] * a->w[i];
-            s1 += dxh;
-            s2 += dxh * ((xr[i] - m) * rs);
+        /* s1 = mean(dy w), s2 = mean(dy w xhat), in 8 lanes like vsum */
+        f4 a1 = {0}, b1 = {0}, a2 = {0}, b2 = {0};
+        size_t i = 0;
+        for (; i + 8 <= C; i += 8) {
+            f4 d0 = ld4(dy + i) * ld4(a->w + i), d1 = ld4(dy + i + 4) * ld4(a->w + i + 4);
+            a1 += d0, b1 += d1;
+            a2 += d0 * ((ld4(xr + i) - m) * rs), b2 += d1 * ((ld4(xr + i + 4) - m) * rs);
         }
-        s1 /= (float)C;
-        s2 /= (float)C;
-        for (size_t i = 0; i < C; i++) {
+        float t1 = 0, t2 = 0;
+        for (; i < C; i++) {
+            float dxh = dy[i] * a->w[i];
+            t1 += dxh;
+            t2 += dxh * ((xr[i] - m) * rs);
+        }
+        float s1 = lanes_total(a1, b1, t1) / (float)C, s2 = lanes_total(a2, b2, t2) / (float)C;
+        /* dx may alias x and res: each element is read before it is written */
+        for (i = 0; i + 4 <= C; i += 4) {
+            f4 xh = (ld4(xr + i) - m) * rs;
+            f4 v = rs * (ld4(dy + i) * ld4(a->w + i) - s1 - xh * s2);
+            st4(o + i, rr ? ld4(rr + i) + v : v);
+        }
+        for (; i < C; i++) {
             float xh = (xr[i] - m) * rs;
             float v = rs * (dy[i] * a->w[i] - s1 - xh * s2);
             o[i] = rr ? rr[i] + v : v;
@@ -168,8 +352,8 @@ void pm_k_layernorm_b(float *dx, const float *res, const float *dout, const floa
                       size_t N, int C) {
     ln_args a = {.out = dx, .cmean = mean, .crstd = rstd, .x = x, .w = w,
                  .res = res, .dout = dout, .dw = dw, .db = db, .N = N, .C = C};
-    par_for((size_t)C, 64, ln_b_cols, &a);
-    par_for(N, ROW_GRAIN, ln_b_rows, &a);
+    par_cols((size_t)C, ln_b_cols, &a);
+    par_for(N, ROW_CHUNK, ln_b_rows, &a);
 }
 
 /* ---- bias and sums ------------------------------------------------------------ */
@@ -194,7 +378,7 @@ static void fill_rows_range(const void *arg, size_t lo, size_t hi) {
 
 void pm_k_fill_rows(float *y, const float *bias, size_t N, int n) {
     rows_args a = {y, NULL, bias, N, n};
-    par_for(N, ROW_GRAIN, fill_rows_range, &a);
+    par_for(N, ROW_CHUNK, fill_rows_range, &a);
 }
 
 static void add_bias_range(const void *arg, size_t lo, size_t hi) {
@@ -209,7 +393,7 @@ static void add_bias_range(const void *arg, size_t lo, size_t hi) {
 
 void pm_k_add_bias_rows(float *y, const float *x, const float *bias, size_t N, int n) {
     rows_args a = {y, x, bias, N, n};
-    par_for(N, ROW_GRAIN, add_bias_range, &a);
+    par_for(N, ROW_CHUNK, add_bias_range, &a);
 }
 
 /* columns lo..hi of g += sum over rows (in order) of d */
@@ -218,88 +402,74 @@ static void colsum_range(const void *arg, size_t lo, size_t hi) {
     size_t n = (size_t)a->n;
     for (size_t r = 0; r < a->N; r++) {
         const float *dr = a->x + r * n;
-        for (size_t i = lo; i < hi; i++) a->y[i] += dr[i];
+        size_t i = lo;
+        for (; i + 4 <= hi; i += 4) st4(a->y + i, ld4(a->y + i) + ld4(dr + i));
+        for (; i < hi; i++) a->y[i] += dr[i];
     }
+}
+
+void pm_k_colsum_cols(float *g, const float *d, size_t N, int n, size_t lo, size_t hi) {
+    rows_args a = {g, d, NULL, N, n};
+    colsum_range(&a, lo, hi);
 }
 
 void pm_k_colsum_add(float *g, const float *d, size_t N, int n) {
     rows_args a = {g, d, NULL, N, n};
-    /* split only when there are enough rows to pay for a thread */
-    par_for((size_t)n, N >= 256 ? 64 : (size_t)n + 1, colsum_range, &a);
+    if (N < 256) /* not worth a thread */
+        colsum_range(&a, 0, (size_t)n);
+    else
+        par_cols((size_t)n, colsum_range, &a);
 }
 
 /* ---- exp, tanh, GELU ----------------------------------------------------------
  * libm's tanhf is a call per element and dominated whole training steps, so
- * exp is straight-line arithmetic on 4-float vectors (GCC/clang vector
- * extensions; 16 bytes is SSE2, the x86-64 baseline, so no ABI or target
- * flags are involved). Cephes' expf:
- * x = n ln2 + r, |r| <= ln2/2, exp(r) by a degree-6 polynomial (relative
- * error ~1e-7), times 2^n built in the exponent bits. Inputs are clamped to
- * [-87, 88] so 2^n stays a normal float (exp(-87) = 1.6e-38, not 0). Tails
- * shorter than 4 go through the same vector code on a padded copy, so every
- * element gets the same arithmetic wherever it sits. */
-typedef float vf __attribute__((vector_size(16)));
-typedef int32_t vi __attribute__((vector_size(16)));
-#define VW 4 /* floats per vector */
-
-static inline vf sel(vi m, vf a, vf b) { return (vf)((m & (vi)a) | (~m & (vi)b)); }
-
-static inline vf vexp(vf x) {
-    const vf zero = {0};
-    vf lo = zero - 87.0f, hi = zero + 88.0f;
-    x = sel(x < lo, lo, x);
-    x = sel(x > hi, hi, x);
-    vf n = x * 1.44269504088896341f + 12582912.0f; /* round to nearest */
-    n = n - 12582912.0f;
-    vf r = x - n * 0.693359375f + n * 2.12194440e-4f;
-    vf z = r * r;
-    vf p = zero + 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * z + r + 1.0f;
-    vi bits = (__builtin_convertvector(n, vi) + 127) << 23;
-    return p * (vf)bits;
-}
-
-/* tanh u = 1 - 2 / (exp(2u) + 1): absolute error ~1e-7, which is all GELU
- * needs (it uses 1 + tanh and 1 - tanh^2); saturates to +-1 cleanly. */
-static inline vf vtanh(vf u) { return 1.0f - 2.0f / (vexp(2.0f * u) + 1.0f); }
-
+ * exp is straight-line arithmetic on float vectors (GCC/clang vector
+ * extensions; vmath.h). The 4-float version is SSE2, the x86-64 baseline;
+ * on CPUs with AVX-512 the GELU kernels run a 16-float copy of the same
+ * code compiled for that ISA (chosen at run time; the arithmetic per
+ * element is identical, so the bits are too). */
 #define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
 #define GELU_A 0.044715f
 
-static inline vf vgelu(vf v) {
-    vf th = vtanh(GELU_K * (v + GELU_A * v * v * v));
-    return 0.5f * v * (1.0f + th);
-}
+#define VM(name) v4_##name
+#define VM_W 4
+#define VM_ATTR
+#include "model/vmath.h"
+#undef VM
+#undef VM_W
+#undef VM_ATTR
 
-/* d/dx 0.5 x (1 + tanh u), u = k (x + a x^3):
- *   0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) k (1 + 3 a x^2) */
-static inline vf vgelu_grad(vf v) {
-    vf th = vtanh(GELU_K * (v + GELU_A * v * v * v));
-    return 0.5f * (1.0f + th) + 0.5f * v * (1.0f - th * th) * GELU_K * (1.0f + 3.0f * GELU_A * v * v);
-}
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define PM_HAVE_V16 1
+#define VM(name) v16_##name
+#define VM_W 16
+#define VM_ATTR __attribute__((target("avx512f")))
+#include "model/vmath.h"
+#undef VM
+#undef VM_W
+#undef VM_ATTR
 
-static inline vf loadv(const float *p) {
-    vf v;
-    memcpy(&v, p, sizeof v);
-    return v;
+static int use_v16(void) {
+    static atomic_int have = -1; /* -1: not asked yet */
+    int h = atomic_load_explicit(&have, memory_order_relaxed);
+    if (h < 0) {
+        __builtin_cpu_init();
+        h = __builtin_cpu_supports("avx512f") ? 1 : 0;
+        atomic_store_explicit(&have, h, memory_order_relaxed);
+    }
+    return h;
 }
-static inline void storev(float *p, vf v) { memcpy(p, &v, sizeof v); }
+#endif
 
-/* tail helpers: n < VW elements through a zero-padded vector */
-static inline vf load_tail(const float *p, size_t n) {
-    float t[VW] = {0};
-    memcpy(t, p, n * sizeof(float));
-    return loadv(t);
-}
-static inline void store_tail(float *p, vf v, size_t n) {
-    float t[VW];
-    storev(t, v);
-    memcpy(p, t, n * sizeof(float));
+/* p[j] = exp(p[j] - mx) for j < n */
+static void exp_sub(float *p, size_t n, float mx) {
+#ifdef PM_HAVE_V16
+    if (use_v16()) {
+        v16_exp_sub(p, n, mx);
+        return;
+    }
+#endif
+    v4_exp_sub(p, n, mx);
 }
 
 typedef struct {
@@ -309,37 +479,44 @@ typedef struct {
 
 static void gelu_f_range(const void *arg, size_t lo, size_t hi) {
     const gelu_args *a = arg;
-    size_t i = lo;
-    for (; i + VW <= hi; i += VW) storev(a->out + i, vgelu(loadv(a->x + i)));
-    if (i < hi) store_tail(a->out + i, vgelu(load_tail(a->x + i, hi - i)), hi - i);
+#ifdef PM_HAVE_V16
+    if (use_v16()) {
+        v16_gelu_f(a->out, a->x, lo, hi);
+        return;
+    }
+#endif
+    v4_gelu_f(a->out, a->x, lo, hi);
+}
+
+void pm_k_gelu_f_range(float *out, const float *x, size_t lo, size_t hi) {
+    gelu_args a = {out, NULL, x};
+    gelu_f_range(&a, lo, hi);
 }
 
 void pm_k_gelu_f(float *out, const float *x, size_t n) {
     gelu_args a = {out, NULL, x};
-    par_for(n, ELEM_GRAIN, gelu_f_range, &a);
+    par_for(n, ELEM_CHUNK, gelu_f_range, &a);
 }
 
-/* out = d * gelu'(x); out may alias d or x (a vector is read, then written). */
 static void gelu_b_range(const void *arg, size_t lo, size_t hi) {
     const gelu_args *a = arg;
-    size_t i = lo;
-    for (; i + VW <= hi; i += VW)
-        storev(a->out + i, loadv(a->d + i) * vgelu_grad(loadv(a->x + i)));
-    if (i < hi)
-        store_tail(a->out + i, load_tail(a->d + i, hi - i) * vgelu_grad(load_tail(a->x + i, hi - i)),
-                   hi - i);
+#ifdef PM_HAVE_V16
+    if (use_v16()) {
+        v16_gelu_b(a->out, a->d, a->x, lo, hi);
+        return;
+    }
+#endif
+    v4_gelu_b(a->out, a->d, a->x, lo, hi);
+}
+
+void pm_k_gelu_b_range(float *out, const float *d, const float *x, size_t lo, size_t hi) {
+    gelu_args a = {out, d, x};
+    gelu_b_range(&a, lo, hi);
 }
 
 void pm_k_gelu_b(float *out, const float *d, const float *x, size_t n) {
     gelu_args a = {out, d, x};
-    par_for(n, ELEM_GRAIN, gelu_b_range, &a);
-}
-
-/* p[j] = exp(p[j] - mx) for j < n */
-static void exp_sub(float *p, size_t n, float mx) {
-    size_t i = 0;
-    for (; i + VW <= n; i += VW) storev(p + i, vexp(loadv(p + i) - mx));
-    if (i < n) store_tail(p + i, vexp(load_tail(p + i, n - i) - mx), n - i);
+    par_for(n, ELEM_CHUNK, gelu_b_range, &a);
 }
 
 /* ---- softmax ------------------------------------------------------------------ */
@@ -354,50 +531,96 @@ static void causal_softmax_rows(const void *arg, size_t lo, size_t hi) {
     const softmax_args *a = arg;
     size_t T = (size_t)a->T;
     for (size_t r = lo; r < hi; r++) {
-        int i = (int)(r % T);
+        size_t n = r % T + 1; /* entries j <= i */
         float *row = a->s + r * T;
-        float mx = row[0];
-        for (int j = 1; j <= i; j++) mx = row[j] > mx ? row[j] : mx;
-        exp_sub(row, (size_t)i + 1, mx);
-        float sum = 0;
-        for (int j = 0; j <= i; j++) sum += row[j];
-        float inv = 1.0f / sum;
-        for (int j = 0; j <= i; j++) row[j] *= inv;
-        for (size_t j = (size_t)i + 1; j < T; j++) row[j] = 0;
+        exp_sub(row, n, vmax(row, n));
+        vscale(row, 1.0f / vsum(row, n), n);
+        memset(row + n, 0, (T - n) * sizeof(float));
     }
 }
 
 void pm_k_causal_softmax(float *s, size_t nmat, int T) {
     softmax_args a = {s, T};
-    par_for(nmat * (size_t)T, ROW_GRAIN, causal_softmax_rows, &a);
+    par_for(nmat * (size_t)T, ROW_CHUNK, causal_softmax_rows, &a);
 }
 
 /* p = softmax(s) => ds_j = p_j (dp_j - sum_k p_k dp_k) */
 void pm_k_softmax_b(float *dp, const float *p, int T) {
-    for (int i = 0; i < T; i++) {
-        float *d = dp + (size_t)i * (size_t)T;
-        const float *pr = p + (size_t)i * (size_t)T;
-        float dot = 0;
-        for (int j = 0; j <= i; j++) dot += pr[j] * d[j];
-        for (int j = 0; j <= i; j++) d[j] = pr[j] * (d[j] - dot);
-        for (int j = i + 1; j < T; j++) d[j] = 0;
+    for (size_t i = 0; i < (size_t)T; i++) {
+        float *d = dp + i * (size_t)T;
+        const float *pr = p + i * (size_t)T;
+        size_t n = i + 1, j = 0;
+        float dot = vdot(pr, d, n);
+        for (; j + 4 <= n; j += 4) st4(d + j, ld4(pr + j) * (ld4(d + j) - dot));
+        for (; j < n; j++) d[j] = pr[j] * (d[j] - dot);
+        memset(d + n, 0, ((size_t)T - n) * sizeof(float));
     }
 }
 
-double pm_k_softmax_xent(float *logits, const int32_t *tgt, size_t N, int V) {
+/* Rows of the fused softmax + cross-entropy; loss of rows [lo, hi) summed
+ * in order into *part (double). */
+static double xent_rows(float *logits, const int32_t *tgt, size_t lo, size_t hi, int V) {
     double loss = 0;
-    for (size_t r = 0; r < N; r++) {
+    for (size_t r = lo; r < hi; r++) {
         float *row = logits + r * (size_t)V;
-        float mx = row[0];
-        for (int j = 1; j < V; j++) mx = row[j] > mx ? row[j] : mx;
+        float mx = vmax(row, (size_t)V);
         float picked = tgt ? row[tgt[r]] - mx : 0;
         exp_sub(row, (size_t)V, mx);
-        float sum = 0;
-        for (int j = 0; j < V; j++) sum += row[j];
-        float inv = 1.0f / sum;
-        for (int j = 0; j < V; j++) row[j] *= inv;
+        float sum = vsum(row, (size_t)V);
+        vscale(row, 1.0f / sum, (size_t)V);
         /* -log p[t] = log(sum) - (x_t - max) */
         if (tgt) loss += (double)logf(sum) - (double)picked;
     }
     return loss;
+}
+
+#define XENT_PARTS 64 /* loss partial sums: fixed cut of the rows, summed in order */
+typedef struct {
+    float *logits;
+    const int32_t *tgt;
+    size_t N, rows;
+    int V;
+    double *part;
+} xent_args;
+
+static void xent_task(const void *p, size_t i, int slot) {
+    (void)slot;
+    const xent_args *a = p;
+    size_t lo = i * a->rows, hi = lo + a->rows < a->N ? lo + a->rows : a->N;
+    a->part[i] = xent_rows(a->logits, a->tgt, lo, hi, a->V);
+}
+
+double pm_k_softmax_xent(float *logits, const int32_t *tgt, size_t N, int V) {
+    double part[XENT_PARTS];
+    size_t rows = (N + XENT_PARTS - 1) / XENT_PARTS;
+    rows = rows < ROW_CHUNK ? ROW_CHUNK : rows;
+    size_t n = (N + rows - 1) / rows;
+    xent_args a = {logits, tgt, N, rows, V, part};
+    pm_par_run(n, xent_task, &a);
+    double loss = 0;
+    for (size_t i = 0; i < n; i++) loss += part[i];
+    return loss;
+}
+
+typedef struct {
+    float *d;
+    const int32_t *tgt;
+    int V;
+    float f;
+} xgrad_args;
+
+static void xent_grad_rows(const void *p, size_t lo, size_t hi) {
+    const xgrad_args *a = p;
+    size_t V = (size_t)a->V;
+    for (size_t r = lo; r < hi; r++) {
+        PM_ASSERT(a->tgt[r] >= 0); /* F ran without targets */
+        float *row = a->d + r * V;
+        row[a->tgt[r]] -= 1.0f;
+        for (size_t j = 0; j < V; j++) row[j] *= a->f;
+    }
+}
+
+void pm_k_xent_grad(float *probs, const int32_t *tgt, size_t N, int V, float f) {
+    xgrad_args a = {probs, tgt, V, f};
+    par_for(N, ROW_CHUNK, xent_grad_rows, &a);
 }

@@ -12,7 +12,12 @@
  *   - B computes this microbatch's LayerNorm weight gradients into `lnst`
  *     (they need x, which B overwrites); W adds them into the gradients.
  *   - Weights are (out, in) row-major like torch.nn.Linear, so y = x W^T is
- *     gemm(NoTrans, Trans) and dx = dy W is gemm(NoTrans, NoTrans). */
+ *     gemm(NoTrans, Trans) and dx = dy W is gemm(NoTrans, NoTrans).
+ *   - Parallelism: products are pm_k_matmul (row blocks of tokens in F and
+ *     B, of output features in W) with the cheap per-row work fused into
+ *     each block while it is in cache (bias and residual before, LayerNorm,
+ *     GELU or bias-gradient column sums after); attention is one task per
+ *     (sequence, head) with single-threaded sgemms. */
 #include <math.h>
 #include <string.h>
 
@@ -114,33 +119,43 @@ size_t pm_att_pairs(int T) {
 }
 
 /* Per (b, h): S = scale Q K^T (T,T), kept as probabilities after the causal
- * softmax (one call over all B*H matrices, so it can use every thread);
- * Y = P V written into head h's columns of atty (ld C). Q, K, V are column
- * slices of qkv (ld 3C). */
-static void attention_f(const pm_gpt_config *c, int B, int T, const float *qkv, float *att,
-                        float *atty) {
-    size_t C = (size_t)c->dim, H = (size_t)c->heads, hs = C / H, Tz = (size_t)T;
-    size_t nb = (size_t)pm_att_blocks(T);
+ * softmax; Y = P V written into head h's columns of atty (ld C). Q, K, V
+ * are column slices of qkv (ld 3C). One task per (b, h): its sgemms are
+ * small, and running B*H of them side by side scales where splitting each
+ * one across threads does not. */
+typedef struct {
+    const pm_gpt_config *c;
+    int T;
+    float *qkv, *atty, *att, *work;
+    const float *catt, *datty;
+    size_t slot_floats; /* backward: floats per thread's work slot */
+} att_args;
+
+static void attention_f_task(const void *arg, size_t bh, int slot) {
+    (void)slot;
+    const att_args *a = arg;
+    size_t C = (size_t)a->c->dim, H = (size_t)a->c->heads, hs = C / H, Tz = (size_t)a->T;
+    size_t nb = (size_t)pm_att_blocks(a->T), b = bh / H, h = bh % H;
     float scale = 1.0f / sqrtf((float)hs);
-    for (size_t b = 0; b < (size_t)B; b++)
-        for (size_t h = 0; h < H; h++)
-            for (size_t k = 0; k < nb; k++) {
-                size_t r0 = Tz * k / nb, r1 = Tz * (k + 1) / nb;
-                const float *q = qkv + b * Tz * 3 * C + h * hs, *kk = q + C;
-                float *p = att + (b * H + h) * Tz * Tz;
-                pm_k_gemm(0, 1, r1 - r0, r1, hs, scale, q + r0 * 3 * C, 3 * C, kk, 3 * C, 0,
-                          p + r0 * Tz, Tz);
-            }
-    pm_k_causal_softmax(att, (size_t)B * H, T);
-    for (size_t b = 0; b < (size_t)B; b++)
-        for (size_t h = 0; h < H; h++)
-            for (size_t k = 0; k < nb; k++) {
-                size_t r0 = Tz * k / nb, r1 = Tz * (k + 1) / nb;
-                const float *v = qkv + b * Tz * 3 * C + 2 * C + h * hs;
-                const float *p = att + (b * H + h) * Tz * Tz;
-                pm_k_gemm(0, 0, r1 - r0, hs, r1, 1, p + r0 * Tz, Tz, v, 3 * C, 0,
-                          atty + (b * Tz + r0) * C + h * hs, C);
-            }
+    const float *q = a->qkv + b * Tz * 3 * C + h * hs, *kk = q + C, *v = q + 2 * C;
+    float *p = a->att + bh * Tz * Tz;
+    for (size_t k = 0; k < nb; k++) {
+        size_t r0 = Tz * k / nb, r1 = Tz * (k + 1) / nb;
+        pm_k_gemm(0, 1, r1 - r0, r1, hs, scale, q + r0 * 3 * C, 3 * C, kk, 3 * C, 0,
+                  p + r0 * Tz, Tz);
+    }
+    pm_k_causal_softmax(p, 1, a->T); /* inside a task: this thread only */
+    for (size_t k = 0; k < nb; k++) {
+        size_t r0 = Tz * k / nb, r1 = Tz * (k + 1) / nb;
+        pm_k_gemm(0, 0, r1 - r0, hs, r1, 1, p + r0 * Tz, Tz, v, 3 * C, 0,
+                  a->atty + (b * Tz + r0) * C + h * hs, C);
+    }
+}
+
+static void attention_f(const pm_gpt_config *c, int B, int T, float *qkv, float *att,
+                        float *atty) {
+    att_args a = {.c = c, .T = T, .qkv = qkv, .atty = atty, .att = att};
+    pm_par_run((size_t)B * (size_t)c->heads, attention_f_task, &a);
 }
 
 /* Backward of attention_f, O(T^2) per head, by row blocks:
@@ -148,42 +163,90 @@ static void attention_f(const pm_gpt_config *c, int B, int T, const float *qkv, 
  *   dQ = scale dS K;  dK = scale dS^T Q
  * dV and dK sum over row blocks: the last block (which spans every column)
  * goes first with beta = 0, the others add into the prefix they touch.
- * dq, dk, dv overwrite q, k, v in qkv once the head is done with them. */
-static void attention_b(const pm_gpt_config *c, int B, int T, float *qkv, const float *att,
-                        const float *datty, float *work) {
-    size_t C = (size_t)c->dim, H = (size_t)c->heads, hs = C / H, Tz = (size_t)T;
-    size_t nb = (size_t)pm_att_blocks(T);
+ * dq, dk, dv overwrite q, k, v in qkv once the head is done with them.
+ * One task per (b, h), working in its thread's slot of the scratch. */
+static void attention_b_task(const void *arg, size_t bh, int slot) {
+    const att_args *a = arg;
+    size_t C = (size_t)a->c->dim, H = (size_t)a->c->heads, hs = C / H, Tz = (size_t)a->T;
+    size_t nb = (size_t)pm_att_blocks(a->T), b = bh / H, h = bh % H;
     float scale = 1.0f / sqrtf((float)hs);
-    float *sq = work, *sk = sq + Tz * hs, *sv = sk + Tz * hs, *sp = sv + Tz * hs;
-    for (size_t b = 0; b < (size_t)B; b++)
-        for (size_t h = 0; h < H; h++) {
-            float *q = qkv + b * Tz * 3 * C + h * hs, *k = q + C, *v = q + 2 * C;
-            const float *p = att + (b * H + h) * Tz * Tz;
-            const float *dy = datty + b * Tz * C + h * hs;
-            for (size_t kb = nb; kb-- > 0;) {
-                size_t r0 = Tz * kb / nb, r1 = Tz * (kb + 1) / nb;
-                float beta = kb == nb - 1 ? 0.0f : 1.0f;
-                pm_k_gemm(1, 0, r1, hs, r1 - r0, 1, p + r0 * Tz, Tz, dy + r0 * C, C, beta, sv, hs);
-                pm_k_gemm(0, 1, r1 - r0, r1, hs, 1, dy + r0 * C, C, v, 3 * C, 0, sp + r0 * Tz, Tz);
-            }
-            pm_k_softmax_b(sp, p, T);
-            for (size_t kb = nb; kb-- > 0;) {
-                size_t r0 = Tz * kb / nb, r1 = Tz * (kb + 1) / nb;
-                float beta = kb == nb - 1 ? 0.0f : 1.0f;
-                pm_k_gemm(0, 0, r1 - r0, hs, r1, scale, sp + r0 * Tz, Tz, k, 3 * C, 0,
-                          sq + r0 * hs, hs);
-                pm_k_gemm(1, 0, r1, hs, r1 - r0, scale, sp + r0 * Tz, Tz, q + r0 * 3 * C, 3 * C,
-                          beta, sk, hs);
-            }
-            for (size_t t = 0; t < Tz; t++) {
-                memcpy(q + t * 3 * C, sq + t * hs, hs * sizeof(float));
-                memcpy(k + t * 3 * C, sk + t * hs, hs * sizeof(float));
-                memcpy(v + t * 3 * C, sv + t * hs, hs * sizeof(float));
-            }
-        }
+    float *sq = a->work + (size_t)slot * a->slot_floats, *sk = sq + Tz * hs, *sv = sk + Tz * hs,
+          *sp = sv + Tz * hs;
+    float *q = a->qkv + b * Tz * 3 * C + h * hs, *k = q + C, *v = q + 2 * C;
+    const float *p = a->catt + bh * Tz * Tz;
+    const float *dy = a->datty + b * Tz * C + h * hs;
+    for (size_t kb = nb; kb-- > 0;) {
+        size_t r0 = Tz * kb / nb, r1 = Tz * (kb + 1) / nb;
+        float beta = kb == nb - 1 ? 0.0f : 1.0f;
+        pm_k_gemm(1, 0, r1, hs, r1 - r0, 1, p + r0 * Tz, Tz, dy + r0 * C, C, beta, sv, hs);
+        pm_k_gemm(0, 1, r1 - r0, r1, hs, 1, dy + r0 * C, C, v, 3 * C, 0, sp + r0 * Tz, Tz);
+    }
+    pm_k_softmax_b(sp, p, a->T);
+    for (size_t kb = nb; kb-- > 0;) {
+        size_t r0 = Tz * kb / nb, r1 = Tz * (kb + 1) / nb;
+        float beta = kb == nb - 1 ? 0.0f : 1.0f;
+        pm_k_gemm(0, 0, r1 - r0, hs, r1, scale, sp + r0 * Tz, Tz, k, 3 * C, 0, sq + r0 * hs, hs);
+        pm_k_gemm(1, 0, r1, hs, r1 - r0, scale, sp + r0 * Tz, Tz, q + r0 * 3 * C, 3 * C, beta,
+                  sk, hs);
+    }
+    for (size_t t = 0; t < Tz; t++) {
+        memcpy(q + t * 3 * C, sq + t * hs, hs * sizeof(float));
+        memcpy(k + t * 3 * C, sk + t * hs, hs * sizeof(float));
+        memcpy(v + t * 3 * C, sv + t * hs, hs * sizeof(float));
+    }
+}
+
+static void attention_b(const pm_gpt_config *c, int B, int T, float *qkv, const float *att,
+                        const float *datty, float *work, size_t slot_bytes) {
+    att_args a = {.c = c, .T = T, .qkv = qkv, .catt = att, .datty = datty, .work = work,
+                  .slot_floats = slot_bytes / sizeof(float)};
+    pm_par_run((size_t)B * (size_t)c->heads, attention_b_task, &a);
 }
 
 /* ---- block ----------------------------------------------------------------------- */
+
+/* Work fused after a row block of a product (pm_k_matmul's post). */
+typedef struct {
+    float *out, *mean, *rstd;
+    const float *x, *w, *b;
+    int C;
+} ln_post;
+
+static void ln_rows_post(const void *ctx, size_t r0, size_t r1) {
+    const ln_post *l = ctx;
+    pm_k_layernorm_f_rows(l->out, l->mean, l->rstd, l->x, l->w, l->b, r0, r1, l->C);
+}
+
+typedef struct {
+    float *out;
+    const float *d, *x;
+    size_t width; /* floats per row */
+} gelu_post;
+
+static void gelu_f_post(const void *ctx, size_t r0, size_t r1) {
+    const gelu_post *g = ctx;
+    pm_k_gelu_f_range(g->out, g->x, r0 * g->width, r1 * g->width);
+}
+
+static void gelu_b_post(const void *ctx, size_t r0, size_t r1) {
+    const gelu_post *g = ctx;
+    pm_k_gelu_b_range(g->out, g->d, g->x, r0 * g->width, r1 * g->width);
+}
+
+/* W products' rows are output features: their bias gradients are the
+ * column sums of dY over the same features, done while dY's columns are
+ * warm. */
+typedef struct {
+    float *g;
+    const float *d;
+    size_t N;
+    int n;
+} colsum_post;
+
+static void colsum_rows_post(const void *ctx, size_t r0, size_t r1) {
+    const colsum_post *s = ctx;
+    pm_k_colsum_cols(s->g, s->d, s->N, s->n, r0, r1);
+}
 
 /* x1 = x + attn(ln_1(x)) W_ap^T + b_ap;  out = x1 + gelu(ln_2(x1) W_fc^T + b_fc) W_mp^T + b_mp */
 void pm_block_f(const pm_gpt_config *c, int B, int T, const float *lp, const float *in,
@@ -197,17 +260,17 @@ void pm_block_f(const pm_gpt_config *c, int B, int T, const float *lp, const flo
     float *st = AT(saved, L.stats); /* mean1, rstd1, mean2, rstd2: (N) each */
     copy_in(xin, in, N * C * sizeof(float));
     pm_k_layernorm_f(ln1o, st, st + N, xin, lp + o[LN1W], lp + o[LN1B], N, (int)C);
-    pm_k_fill_rows(qkv, lp + o[QKVB], N, (int)(3 * C));
-    pm_k_gemm(0, 1, N, 3 * C, C, 1, ln1o, C, lp + o[QKVW], C, 1, qkv, 3 * C);
+    pm_k_matmul(0, 1, N, 3 * C, C, 1, ln1o, C, lp + o[QKVW], C, 1, qkv, 3 * C, lp + o[QKVB],
+                NULL, NULL, NULL);
     attention_f(c, B, T, qkv, att, atty);
-    pm_k_add_bias_rows(x1, xin, lp + o[APB], N, (int)C);
-    pm_k_gemm(0, 1, N, C, C, 1, atty, C, lp + o[APW], C, 1, x1, C);
-    pm_k_layernorm_f(ln2o, st + 2 * N, st + 3 * N, x1, lp + o[LN2W], lp + o[LN2B], N, (int)C);
-    pm_k_fill_rows(fc, lp + o[FCB], N, (int)(4 * C));
-    pm_k_gemm(0, 1, N, 4 * C, C, 1, ln2o, C, lp + o[FCW], C, 1, fc, 4 * C);
-    pm_k_gelu_f(gelu, fc, N * 4 * C);
-    pm_k_add_bias_rows(out, x1, lp + o[MPB], N, (int)C);
-    pm_k_gemm(0, 1, N, C, 4 * C, 1, gelu, 4 * C, lp + o[MPW], 4 * C, 1, out, C);
+    ln_post ln2 = {ln2o, st + 2 * N, st + 3 * N, x1, lp + o[LN2W], lp + o[LN2B], (int)C};
+    pm_k_matmul(0, 1, N, C, C, 1, atty, C, lp + o[APW], C, 1, x1, C, lp + o[APB], xin,
+                ln_rows_post, &ln2);
+    gelu_post gp = {gelu, NULL, fc, 4 * C};
+    pm_k_matmul(0, 1, N, 4 * C, C, 1, ln2o, C, lp + o[FCW], C, 1, fc, 4 * C, lp + o[FCB], NULL,
+                gelu_f_post, &gp);
+    pm_k_matmul(0, 1, N, C, 4 * C, 1, gelu, 4 * C, lp + o[MPW], 4 * C, 1, out, C, lp + o[MPB],
+                x1, NULL, NULL);
 }
 
 void pm_block_b(const pm_gpt_config *c, int B, int T, const float *lp, const float *dout,
@@ -221,24 +284,29 @@ void pm_block_b(const pm_gpt_config *c, int B, int T, const float *lp, const flo
     PM_ASSERT((char *)din + N * C * sizeof(float) <= (char *)saved ||
               (char *)saved + L.end <= (char *)din);
     memset(lnst, 0, 4 * C * sizeof(float));
-    /* out = x1 + gelu(fc) W_mp^T + b_mp: d gelu = dout W_mp; dfc = d gelu * gelu'(fc) */
-    pm_k_gemm(0, 0, N, 4 * C, C, 1, dout, C, lp + o[MPW], 4 * C, 0, a, 4 * C);
-    pm_k_gelu_b(fc, a, fc, N * 4 * C);
+    /* out = x1 + gelu(fc) W_mp^T + b_mp: d gelu = dout W_mp; dfc = d gelu * gelu'(fc),
+     * fused per row block */
+    gelu_post gp = {fc, a, fc, 4 * C};
+    pm_k_matmul(0, 0, N, 4 * C, C, 1, dout, C, lp + o[MPW], 4 * C, 0, a, 4 * C, NULL, NULL,
+                gelu_b_post, &gp);
     /* fc = ln2o W_fc^T + b_fc: d ln2o = dfc W_fc; x1 feeds ln_2 and the residual */
-    pm_k_gemm(0, 0, N, C, 4 * C, 1, fc, 4 * C, lp + o[FCW], C, 0, a, C);
+    pm_k_matmul(0, 0, N, C, 4 * C, 1, fc, 4 * C, lp + o[FCW], C, 0, a, C, NULL, NULL, NULL,
+                NULL);
     pm_k_layernorm_b(x1, dout, a, x1, st + 2 * N, st + 3 * N, lp + o[LN2W], lnst + 2 * C,
                      lnst + 3 * C, N, (int)C);
     /* x1 = x + atty W_ap^T + b_ap: d atty = dx1 W_ap */
-    pm_k_gemm(0, 0, N, C, C, 1, x1, C, lp + o[APW], C, 0, a, C);
-    attention_b(c, B, T, qkv, att, a, AT(scratch, L.s_att));
+    pm_k_matmul(0, 0, N, C, C, 1, x1, C, lp + o[APW], C, 0, a, C, NULL, NULL, NULL, NULL);
+    attention_b(c, B, T, qkv, att, a, AT(scratch, L.s_att), L.att_slot);
     /* qkv = ln1o W_qkv^T + b_qkv: d ln1o = dqkv W_qkv; x feeds ln_1 and the residual */
-    pm_k_gemm(0, 0, N, C, 3 * C, 1, qkv, 3 * C, lp + o[QKVW], C, 0, a, C);
+    pm_k_matmul(0, 0, N, C, 3 * C, 1, qkv, 3 * C, lp + o[QKVW], C, 0, a, C, NULL, NULL, NULL,
+                NULL);
     pm_k_layernorm_b(din, x1, a, xin, st, st + N, lp + o[LN1W], lnst, lnst + C, N, (int)C);
     memcpy(xin, dout, N * C * sizeof(float)); /* x is no longer needed; W needs dout */
 }
 
 /* dW = dY^T X for each linear (gemm(Trans, NoTrans), beta = 1); db += column
- * sums of dY; LayerNorm gradients from B's lnst. */
+ * sums of dY (fused per block of output features); LayerNorm gradients from
+ * B's lnst. */
 void pm_block_w(const pm_gpt_config *c, int B, int T, float *lg, const void *saved) {
     pm_layout L = layout(c, PM_LAYER_BLOCK, B, T);
     size_t o[PM_GPT_MAX_TENSORS], N = (size_t)B * (size_t)T, C = (size_t)c->dim;
@@ -247,13 +315,18 @@ void pm_block_w(const pm_gpt_config *c, int B, int T, float *lg, const void *sav
     const float *ln2o = CAT(saved, L.ln2o), *gelu = CAT(saved, L.gelu);
     const float *dqkv = CAT(saved, L.qkv), *dx1 = CAT(saved, L.x1), *dfc = CAT(saved, L.fc);
     const float *dy = CAT(saved, L.xin), *lnst = CAT(saved, L.lnst);
-    pm_k_gemm(1, 0, 3 * C, C, N, 1, dqkv, 3 * C, ln1o, C, 1, lg + o[QKVW], C);
-    pm_k_colsum_add(lg + o[QKVB], dqkv, N, (int)(3 * C));
-    pm_k_gemm(1, 0, C, C, N, 1, dx1, C, atty, C, 1, lg + o[APW], C);
-    pm_k_colsum_add(lg + o[APB], dx1, N, (int)C);
-    pm_k_gemm(1, 0, 4 * C, C, N, 1, dfc, 4 * C, ln2o, C, 1, lg + o[FCW], C);
-    pm_k_colsum_add(lg + o[FCB], dfc, N, (int)(4 * C));
-    pm_k_gemm(1, 0, C, 4 * C, N, 1, dy, C, gelu, 4 * C, 1, lg + o[MPW], 4 * C);
+    colsum_post s1 = {lg + o[QKVB], dqkv, N, (int)(3 * C)};
+    pm_k_matmul(1, 0, 3 * C, C, N, 1, dqkv, 3 * C, ln1o, C, 1, lg + o[QKVW], C, NULL, NULL,
+                colsum_rows_post, &s1);
+    colsum_post s2 = {lg + o[APB], dx1, N, (int)C};
+    pm_k_matmul(1, 0, C, C, N, 1, dx1, C, atty, C, 1, lg + o[APW], C, NULL, NULL,
+                colsum_rows_post, &s2);
+    colsum_post s3 = {lg + o[FCB], dfc, N, (int)(4 * C)};
+    pm_k_matmul(1, 0, 4 * C, C, N, 1, dfc, 4 * C, ln2o, C, 1, lg + o[FCW], C, NULL, NULL,
+                colsum_rows_post, &s3);
+    /* 4C columns by C rows: split by columns, so the bias sum runs apart */
+    pm_k_matmul(1, 0, C, 4 * C, N, 1, dy, C, gelu, 4 * C, 1, lg + o[MPW], 4 * C, NULL, NULL,
+                NULL, NULL);
     pm_k_colsum_add(lg + o[MPB], dy, N, (int)C);
     const int ln[4] = {LN1W, LN1B, LN2W, LN2B};
     for (int j = 0; j < 4; j++) pm_k_colsum_add(lg + o[ln[j]], lnst + (size_t)j * C, 1, (int)C);
@@ -277,7 +350,7 @@ float pm_head_f(const pm_gpt_config *c, int B, int T, const float *lp, const flo
         kt[r] = tgt ? tgt[r] : -1; /* -1: no targets, B must not run */
     }
     pm_k_layernorm_f(lno, st, st + N, xin, lp + o[LNFW], lp + o[LNFB], N, (int)C);
-    pm_k_gemm(0, 1, N, V, C, 1, lno, C, lp + o[LMW], C, 0, probs, V);
+    pm_k_matmul(0, 1, N, V, C, 1, lno, C, lp + o[LMW], C, 0, probs, V, NULL, NULL, NULL, NULL);
     double sum = pm_k_softmax_xent(probs, tgt ? kt : NULL, N, (int)V);
     return tgt ? (float)(sum / (double)N) : 0.0f;
 }
@@ -294,13 +367,8 @@ void pm_head_b(const pm_gpt_config *c, int B, int T, const float *lp, float *din
     float *lnst = AT(saved, L.lnst), *a = scratch;
     const int32_t *kt = (const int32_t *)((const char *)saved + L.tgt);
     float f = (float)((double)scale / (double)N);
-    for (size_t r = 0; r < N; r++) {
-        PM_ASSERT(kt[r] >= 0); /* F ran without targets */
-        float *row = probs + r * V;
-        row[kt[r]] -= 1.0f;
-        for (size_t j = 0; j < V; j++) row[j] *= f;
-    }
-    pm_k_gemm(0, 0, N, C, V, 1, probs, V, lp + o[LMW], C, 0, a, C);
+    pm_k_xent_grad(probs, kt, N, (int)V, f);
+    pm_k_matmul(0, 0, N, C, V, 1, probs, V, lp + o[LMW], C, 0, a, C, NULL, NULL, NULL, NULL);
     memset(lnst, 0, 2 * C * sizeof(float));
     pm_k_layernorm_b(din, NULL, a, xin, st, st + N, lp + o[LNFW], lnst, lnst + C, N, (int)C);
 }
@@ -311,7 +379,7 @@ void pm_head_w(const pm_gpt_config *c, int B, int T, float *lg, const void *save
     size_t V = (size_t)c->vocab;
     offsets(c, PM_LAYER_HEAD, o);
     const float *dlog = CAT(saved, L.probs), *lno = CAT(saved, L.lno), *lnst = CAT(saved, L.lnst);
-    pm_k_gemm(1, 0, V, C, N, 1, dlog, V, lno, C, 1, lg + o[LMW], C);
+    pm_k_matmul(1, 0, V, C, N, 1, dlog, V, lno, C, 1, lg + o[LMW], C, NULL, NULL, NULL, NULL);
     pm_k_colsum_add(lg + o[LNFW], lnst, 1, (int)C);
     pm_k_colsum_add(lg + o[LNFB], lnst + C, 1, (int)C);
 }

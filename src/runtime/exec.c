@@ -13,7 +13,9 @@
  *   W   add each layer's weight gradient into the device's gradient slab and
  *       release its saved. Weight passes of a stage come in microbatch order
  *       (checked at init), so accumulation order is the single-device one.
- *   BW  the B part then the W part (bitwise B;W = BW per the model).
+ *   BW  the B part then the W part (bitwise B;W = BW per the model); the
+ *       input gradient leaves at the end of the fused pass, which is when
+ *       the schedule (and the simulator) says it is ready.
  * Receives are posted ahead: the current pass's and the next one's, into two
  * receive slots. Sends use two alternating buffers, each waited for before
  * reuse (the threads transport copies at once; MPI need not).
@@ -161,6 +163,27 @@ static pm_status pass_fail(pass_ctx *x, pm_status st, const char *why) {
     return st;
 }
 
+/* Token ids outside the vocabulary are bad input, not a reason to index
+ * out of bounds: the first one is named. */
+static int bad_token(const int32_t *t, size_t n, int32_t vocab, size_t *at) {
+    for (size_t i = 0; i < n; i++)
+        if (t[i] < 0 || t[i] >= vocab) {
+            *at = i;
+            return 1;
+        }
+    return 0;
+}
+
+static pm_status check_tokens(pass_ctx *x, const int32_t *t, size_t n, const char *what) {
+    size_t at;
+    int32_t vocab = x->dv->pp->cfg.model.vocab;
+    if (!bad_token(t, n, vocab, &at)) return PM_OK;
+    char why[160];
+    snprintf(why, sizeof why, "%s id %d at position %zu of the microbatch is outside the "
+             "vocabulary 0..%d", what, (int)t[at], at, (int)vocab - 1);
+    return pass_fail(x, PM_ERR_ARG, why);
+}
+
 static pm_status run_f(pass_ctx *x) {
     pm_pipe_dev *dv = x->dv;
     pm_pipe *pp = dv->pp;
@@ -173,6 +196,9 @@ static pm_status run_f(pass_ctx *x) {
     pm_status st = PM_OK;
     if (s > 0 && (st = take_msg(dv, x->i, &rx))) return st;
     if (rx) in = rx;
+    if (a == 0 && (st = check_tokens(x, in, mtok, "token"))) return st;
+    if (b - 1 == head && (st = check_tokens(x, dv->tgt + (size_t)j * mtok, mtok, "target")))
+        return st;
     if (b - 1 != head && (st = tx_buf(dv, &out))) return st;
     x->t_start = pm_now();
     if (pm_dev_mem_f(dv, s, j, &bad)) {
@@ -231,7 +257,9 @@ static pm_status run_b(pass_ctx *x) {
     done_msg(dv, x->i);
     pm_dev_mem_b(dv, s, j);
     if (x->fault == PM_FAULT_NAN && last) last[0] = NAN;
-    return a > 0 ? tx_send(dv, stage_dev(pp, s - 1), pm_tag_b(pp, s - 1, j)) : PM_OK;
+    /* a fused BW sends when the whole pass is done (run_pass) */
+    if (a == 0 || x->ps->kind == PM_PASS_BW) return PM_OK;
+    return tx_send(dv, stage_dev(pp, s - 1), pm_tag_b(pp, s - 1, j));
 }
 
 static pm_status run_w(pass_ctx *x) {
@@ -260,10 +288,13 @@ static pm_status run_pass(pass_ctx *x) {
     case PM_PASS_F: return run_f(x);
     case PM_PASS_B: return run_b(x);
     case PM_PASS_W: return run_w(x);
-    default:
+    default: /* BW: B, W, then the input gradient leaves, as the schedule says */
         if ((st = run_b(x))) return st;
         x->t_mid = pm_now();
-        return run_w(x);
+        if ((st = run_w(x))) return st;
+        if (dv->pp->first[x->ps->stage] == 0) return PM_OK;
+        return tx_send(dv, stage_dev(dv->pp, x->ps->stage - 1),
+                       pm_tag_b(dv->pp, x->ps->stage - 1, x->ps->mb));
     }
 }
 

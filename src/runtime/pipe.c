@@ -64,6 +64,7 @@ void pm_pipe_free(pm_pipe *pp) {
     free(pp->tmid);
     free(pp->live_after);
     free(pp->loss_mb);
+    free(pp->dep_end);
     *pp = (pm_pipe){0};
 }
 
@@ -275,8 +276,9 @@ static pm_status plan(pm_pipe *pp, pm_err *err) {
     pp->tmid = calloc(nt, sizeof(double));
     pp->live_after = calloc(nt, sizeof(double));
     pp->loss_mb = calloc((size_t)pp->m, sizeof(float));
+    pp->dep_end = calloc(2 * (size_t)pp->S * (size_t)pp->m, sizeof(double));
     if (!pp->first || !pp->sz || !pp->peak || !pp->pred_peak || !pp->arena_cap || !pp->arena_ff || !pp->t0 ||
-        !pp->t1 || !pp->tmid || !pp->live_after || !pp->loss_mb)
+        !pp->t1 || !pp->tmid || !pp->live_after || !pp->loss_mb || !pp->dep_end)
         return nomem(err, "the pipeline's tables");
     pm_status st = pm_place_layers(c, pp->mbsz, pp->T, pp->S, pp->first, err);
     for (int l = 0; l < nl && !st; l++) st = pm_gpt_layer_sizes(c, l, pp->mbsz, pp->T, &pp->sz[l], err);
@@ -412,7 +414,39 @@ static void pool_run(pm_pipe *pp) {
 
 /* ---- one step -------------------------------------------------------------------- */
 
-/* Per-stage mean F, B, W times (us) of the step just run, into pp->cost. */
+/* The simulator's c: mean time from a dependency's end on another device
+ * to the start of the pass waiting for it, over the passes whose device
+ * was idle when the dependency ended (else the wait is the device's own). */
+static double measured_latency(const pm_pipe *pp) {
+    const pm_sched *s = &pp->sched;
+    double *fend = pp->dep_end, *bend = pp->dep_end + (size_t)s->S * (size_t)s->m, sum = 0;
+    int64_t n = 0;
+    for (int d = 0; d < s->p; d++) {
+        const pm_pass *ps = pm_sched_dev(s, d);
+        for (int64_t i = 0; i < s->len[d]; i++) {
+            int64_t k = (int64_t)d * s->cap + i, key = (int64_t)ps[i].stage * s->m + ps[i].mb;
+            if (ps[i].kind == PM_PASS_F) fend[key] = pp->t1[k];
+            else if (ps[i].kind != PM_PASS_W) bend[key] = pp->t1[k];
+        }
+    }
+    for (int d = 0; d < s->p; d++) {
+        const pm_pass *ps = pm_sched_dev(s, d);
+        for (int64_t i = 0; i < s->len[d]; i++) {
+            int st = ps[i].stage, dep = ps[i].kind == PM_PASS_F ? st - 1 : st + 1;
+            if (ps[i].kind == PM_PASS_W || dep < 0 || dep >= s->S ||
+                pm_sched_stage_device(s, dep) == d)
+                continue;
+            int64_t k = (int64_t)d * s->cap + i, key = (int64_t)dep * s->m + ps[i].mb;
+            double ready = ps[i].kind == PM_PASS_F ? fend[key] : bend[key];
+            if (i > 0 && pp->t1[k - 1] >= ready) continue; /* busy: not a latency */
+            sum += pp->t0[k] - ready, n++;
+        }
+    }
+    return n && sum > 0 ? sum / (double)n : 0;
+}
+
+/* Per-stage mean F, B, W times (us) of the step just run, and the latency,
+ * into pp->cost (its memory deltas stay the model's bytes). */
 static void measured_costs(pm_pipe *pp) {
     int S = pp->S;
     for (int s = 0; s < S; s++) {
@@ -436,7 +470,7 @@ static void measured_costs(pm_pipe *pp) {
         c->tb = n[1] ? sum[1] / n[1] : 0;
         c->tw = n[2] ? sum[2] / n[2] : 0;
     }
-    pp->cost.c = 0;
+    pp->cost.c = measured_latency(pp);
 }
 
 /* Measured makespan and bubble the simulator's way (span per device). */

@@ -4,6 +4,7 @@
  * element is updated independently, in index order, so the result is the
  * same whatever range of a slab a device updates. */
 #include "pipemem/pm_train.h"
+#include "pipemem/pm_gpt.h"
 
 #include <math.h>
 
@@ -44,18 +45,19 @@ float pm_clip_scale(double norm, float clip) {
     return (float)((double)clip / (norm + 1e-6));
 }
 
-void pm_adamw_update(float *restrict p, const float *restrict g, float *restrict m,
-                     float *restrict v, size_t n, const pm_adamw_args *a) {
-    /* PyTorch's arrangement: p -= (lr / bc1) m / (sqrt(v) / sqrt(bc2) + eps),
-     * with the per-step constants hoisted so the loop vectorises (restrict:
-     * the four slabs never overlap). */
-    float b1 = a->beta1, b2 = a->beta2;
-    float bc1 = 1.0f - powf(b1, (float)a->t);
-    float bc2 = 1.0f - powf(b2, (float)a->t);
-    float step = a->lr / bc1, rs2 = 1.0f / sqrtf(bc2);
-    float decay = 1.0f - a->lr * a->wd, eps = a->eps, gs = a->gscale;
-    float c1 = 1.0f - b1, c2 = 1.0f - b2;
-    for (size_t i = 0; i < n; i++) {
+typedef struct {
+    float *p, *m, *v;
+    const float *g;
+    float b1, b2, c1, c2, step, rs2, decay, eps, gs; /* per-step constants */
+} adamw_job;
+
+static void adamw_range(void *arg, size_t lo, size_t hi) {
+    const adamw_job *j = arg;
+    float *restrict p = j->p, *restrict m = j->m, *restrict v = j->v;
+    const float *restrict g = j->g;
+    float b1 = j->b1, b2 = j->b2, c1 = j->c1, c2 = j->c2, step = j->step, rs2 = j->rs2;
+    float decay = j->decay, eps = j->eps, gs = j->gs;
+    for (size_t i = lo; i < hi; i++) {
         float gi = g[i] * gs;
         float mi = b1 * m[i] + c1 * gi;
         float vi = b2 * v[i] + c2 * gi * gi;
@@ -63,4 +65,20 @@ void pm_adamw_update(float *restrict p, const float *restrict g, float *restrict
         v[i] = vi;
         p[i] = p[i] * decay - step * mi / (sqrtf(vi) * rs2 + eps);
     }
+}
+
+void pm_adamw_update(float *restrict p, const float *restrict g, float *restrict m,
+                     float *restrict v, size_t n, const pm_adamw_args *a) {
+    /* PyTorch's arrangement: p -= (lr / bc1) m / (sqrt(v) / sqrt(bc2) + eps),
+     * with the per-step constants hoisted (restrict: the four slabs never
+     * overlap). Elements are independent, so the slab is cut into pieces run
+     * on the calling thread's compute threads (pm_blas_threads): the same
+     * bits for any thread count. */
+    float b1 = a->beta1, b2 = a->beta2;
+    float bc1 = 1.0f - powf(b1, (float)a->t);
+    float bc2 = 1.0f - powf(b2, (float)a->t);
+    adamw_job j = {.p = p, .m = m, .v = v, .g = g, .b1 = b1, .b2 = b2, .c1 = 1.0f - b1,
+                   .c2 = 1.0f - b2, .step = a->lr / bc1, .rs2 = 1.0f / sqrtf(bc2),
+                   .decay = 1.0f - a->lr * a->wd, .eps = a->eps, .gs = a->gscale};
+    pm_gpt_par_for(n, (size_t)1 << 16, adamw_range, &j);
 }
