@@ -207,7 +207,7 @@ static void matmuls(float *out, const float *a, const float *b, const float *bia
 
 static void test_matmul_threads_bitwise(void **s) {
     (void)s;
-    enum { M = 300, N = 1100, K = 70 }; /* blocks of 128 rows / 144 columns, ragged ends */
+    enum { M = 300, N = 1100, K = 70 }; /* blocks of 128 rows / 288 columns, ragged ends */
     float *a = malloc(sizeof(float) * M * K * 2), *b = malloc(sizeof(float) * N * K * 2);
     float *bias = malloc(sizeof(float) * N), *res = malloc(sizeof(float) * M * N);
     float *o[3];

@@ -79,8 +79,10 @@
  * process (the pipeline runtime) each drive their own workers with no
  * shared lock between them. Task boundaries depend only on the shapes,
  * never on n, which is why results do not depend on n. A thread that never
- * calls pm_blas_threads computes on itself alone. Passes of one thread must
- * not be called concurrently from its pool's tasks (they are not).
+ * calls pm_blas_threads computes on itself alone. Any direct cblas call
+ * made after pm_blas_threads runs single-threaded (OpenBLAS is at one
+ * thread); call openblas_set_num_threads yourself if you need otherwise.
+ * Idle workers spin ~0.1-0.3 ms after a kernel, then sleep.
  *
  * Initialisation (pm_gpt_init*): N(0, 0.02) for wte, wpe, c_attn, c_fc,
  * lm_head weights; N(0, 0.02/sqrt(2L)) for attn.c_proj and mlp.c_proj
