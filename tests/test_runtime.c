@@ -362,8 +362,14 @@ static void run_pipe(const pm_train_cfg *c, const pm_sched *s, run_result *r) {
         assert_true(in.bubble >= 0 && in.bubble < 1);
     }
     if (!strcmp(s->kind, "1f1b")) {
-        /* 1F1B's device 0 holds min(p, m) forwards of stage 0 at its peak */
-        double mf0 = pp.cost.st[0].mf;
+        /* 1F1B's device 0 holds min(p, m) forwards of stage 0 at its peak,
+         * each the sum of its layers' saved bytes (from the model itself) */
+        double mf0 = 0;
+        for (int l = pp.first[0]; l < pp.first[1]; l++) {
+            pm_gpt_sizes z;
+            assert_int_equal(pm_gpt_layer_sizes(&c->model, l, pp.mbsz, pp.T, &z, NULL), PM_OK);
+            mf0 += (double)z.saved;
+        }
         int held = s->p < s->m ? s->p : s->m;
         assert_true((double)pp.peak[0] == held * mf0);
     }

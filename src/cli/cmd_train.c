@@ -177,7 +177,17 @@ static void print_json(const train_opts *o, const pm_trainer *t, double *times, 
            t->n_params, o->threads, c->batch, c->micro, c->model.ctx);
 }
 
+/* Pipeline options hand the whole command to the pipeline runtime. */
+static int wants_pipeline(int argc, char **argv) {
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--pp") || !strcmp(argv[i], "--schedule") ||
+            !strcmp(argv[i], "--schedule-file"))
+            return 1;
+    return 0;
+}
+
 int pm_cmd_train(int argc, char **argv) {
+    if (wants_pipeline(argc, argv)) return pm_cmd_train_pp(argc, argv);
     train_opts o;
     int rc = parse(argc, argv, &o);
     if (rc) return rc < 0 ? 0 : rc;
