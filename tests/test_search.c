@@ -274,6 +274,30 @@ static void curve_per_family_monotone(void **state) {
     assert_true(pt[PM_FAMILY_V * N + 15].bubble < pt[PM_FAMILY_V * N + 5].bubble);
 }
 
+/* Between V-Half's memory and 1F1B's, memory must keep buying speed: at
+ * unit costs, p = 4..8, m = 3p, auto-v's bubble falls strictly from 0.625 M
+ * to 0.75 M to 0.875 M, and at 0.875 M it is strictly below V-Half's (whose
+ * peak is at most 0.75 M here, so auto-v may use it). Before the
+ * lane-capped list variant of the V greedy the curve was flat there (p = 5
+ * and 6 gave the same bubble at 0.75 and 0.875 M). */
+static void autov_steep_between_half_and_1f1b(void **state) {
+    (void)state;
+    for (int p = 4; p <= 8; p++) {
+        int m = 3 * p;
+        figs half = must("v-half", req_of(p, m, UNIT, 0));
+        assert_true(half.peak <= 0.75 + 1e-9);
+        figs a = must("auto-v", req_of(p, m, UNIT, 0.625));
+        figs b = must("auto-v", req_of(p, m, UNIT, 0.75));
+        figs c = must("auto-v", req_of(p, m, UNIT, 0.875));
+        if (!(b.bubble < a.bubble - 1e-9 && c.bubble < b.bubble - 1e-9))
+            fail_msg("p=%d m=%d: auto-v bubble %g, %g, %g at 0.625, 0.75, 0.875 M is not "
+                     "strictly falling", p, m, a.bubble, b.bubble, c.bubble);
+        if (!(c.bubble < half.bubble - 1e-9))
+            fail_msg("p=%d m=%d: auto-v at 0.875 M (bubble %g) not below v-half (%g)", p, m,
+                     c.bubble, half.bubble);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(zb_equals_h_at_unit_costs),
@@ -281,6 +305,7 @@ int main(void) {
         cmocka_unit_test(vzb_zero_bubble_at_unit_costs),
         cmocka_unit_test(autov_monotone_in_limit),
         cmocka_unit_test(autov_never_worse_than_fixed_blocks),
+        cmocka_unit_test(autov_steep_between_half_and_1f1b),
         cmocka_unit_test(limit_respected_everywhere),
         cmocka_unit_test(search_within_limit_and_best),
         cmocka_unit_test(infeasible_limits_name_the_minimum),
