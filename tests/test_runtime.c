@@ -16,7 +16,11 @@
  *     passes out of microbatch order are relabelled, fused ones refused;
  *     injected failures (error, NaN, a token outside the vocabulary, arena
  *     overflow) stop every device with
- *     one message naming device, stage, microbatch and pass, and stay sticky. */
+ *     one message naming device, stage, microbatch and pass, and stay sticky;
+ *   CLI (when PM_BIN names the binary): `train --pp 2 --schedule v-half`
+ *     ends with the same losses and a byte-identical checkpoint as the
+ *     single-device `train`, reports the runtime's JSON fields, writes the
+ *     trace and timeline, and refuses too few layers with a clear message. */
 #include <math.h>
 #include <pthread.h>
 #include <setjmp.h>
@@ -26,6 +30,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -646,6 +652,108 @@ static void test_timeline_outputs(void **state) {
     pm_sched_free(&s);
 }
 
+/* ---- CLI: pipemem train --pp (when PM_BIN names the binary) ------------------ */
+
+static int sh_quiet(const char *cmd) {
+    int rc = system(cmd);
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+static void read_all(const char *path, char *buf, size_t n) {
+    FILE *f = fopen(path, "rb");
+    if (!f) fail_msg("cannot read %s", path);
+    size_t k = fread(buf, 1, n - 1, f);
+    buf[k] = 0;
+    fclose(f);
+}
+
+/* The value text after "key": up to the next ',' or '}' outside brackets. */
+static void json_field(const char *json, const char *key, char *out, size_t n) {
+    char pat[64];
+    snprintf(pat, sizeof pat, "\"%s\": ", key);
+    const char *p = strstr(json, pat);
+    if (!p) fail_msg("no %s in %s", key, json);
+    p += strlen(pat);
+    size_t k = 0;
+    int depth = 0;
+    for (; *p && k + 1 < n; p++) {
+        if (*p == '[') depth++;
+        if (*p == ']') depth--;
+        if (depth == 0 && (*p == ',' || *p == '}')) break;
+        out[k++] = *p;
+    }
+    out[k] = 0;
+}
+
+static void test_cli_train_pp(void **state) {
+    (void)state;
+    const char *bin = getenv("PM_BIN");
+    if (!bin) skip();
+    char dir[128], cmd[4096], a[4096], b[4096], c1[4096], fa[256], fb[256];
+    snprintf(dir, sizeof dir, "/tmp/pm_test_runtime_%d", (int)getpid());
+    snprintf(cmd, sizeof cmd, "mkdir -p %s", dir);
+    assert_int_equal(sh_quiet(cmd), 0);
+    snprintf(cmd, sizeof cmd, "%s/t.txt", dir);
+    FILE *f = fopen(cmd, "w");
+    assert_non_null(f);
+    fwrite(text, 1, sizeof text, f);
+    fclose(f);
+    snprintf(cmd, sizeof cmd, "%s prepare %s/t.txt -o %s/d 2>/dev/null", bin, dir, dir);
+    assert_int_equal(sh_quiet(cmd), 0);
+    const char *model = "--layers 2 --dim 16 --heads 2 --ctx 8 --batch 8 --microbatches 8 "
+                        "--steps 4 --eval-every 2 --seed 3";
+    /* one device, the plain trainer, one BLAS thread */
+    snprintf(cmd, sizeof cmd, "%s train --data %s/d %s --threads 1 --save %s/a.ckpt --json "
+             "> %s/a.json 2>/dev/null", bin, dir, model, dir, dir);
+    assert_int_equal(sh_quiet(cmd), 0);
+    /* two devices, V-Half, with trace and timeline */
+    snprintf(cmd, sizeof cmd, "%s train --data %s/d %s --pp 2 --schedule v-half --save "
+             "%s/b.ckpt --trace %s/b.trace --timeline %s/b.svg --json > %s/b.json 2>/dev/null",
+             bin, dir, model, dir, dir, dir, dir);
+    assert_int_equal(sh_quiet(cmd), 0);
+    snprintf(fa, sizeof fa, "%s/a.json", dir);
+    snprintf(fb, sizeof fb, "%s/b.json", dir);
+    read_all(fa, a, sizeof a);
+    read_all(fb, b, sizeof b);
+    const char *same[] = {"final_loss", "val_loss", "steps"};
+    for (int i = 0; i < 3; i++) {
+        char x[256], y[256];
+        json_field(a, same[i], x, sizeof x);
+        json_field(b, same[i], y, sizeof y);
+        if (strcmp(x, y)) fail_msg("%s: %s (one device) != %s (v-half, 2 devices)", same[i], x, y);
+    }
+    const char *keys[] = {"schedule", "pp", "measured_bubble", "predicted_bubble",
+                          "measured_step_ms", "predicted_step_ms", "peak_activation_bytes",
+                          "predicted_peak_activation_bytes"};
+    char pk[256], pp[256], v[256];
+    for (int i = 0; i < 8; i++) json_field(b, keys[i], v, sizeof v);
+    json_field(b, "schedule", v, sizeof v);
+    assert_string_equal(v, "\"v-half\"");
+    json_field(b, "peak_activation_bytes", pk, sizeof pk);
+    json_field(b, "predicted_peak_activation_bytes", pp, sizeof pp);
+    assert_string_equal(pk, pp);
+    assert_non_null(strchr(pk, ',')); /* one value per device */
+    /* the checkpoints are byte for byte the same */
+    snprintf(cmd, sizeof cmd, "cmp -s %s/a.ckpt %s/b.ckpt", dir, dir);
+    assert_int_equal(sh_quiet(cmd), 0);
+    snprintf(cmd, sizeof cmd, "%s/b.svg", dir);
+    read_all(cmd, c1, sizeof c1);
+    assert_non_null(strstr(c1, "<svg"));
+    snprintf(cmd, sizeof cmd, "%s/b.trace", dir);
+    read_all(cmd, c1, sizeof c1);
+    assert_non_null(strstr(c1, "traceEvents"));
+    /* too few layers for 2p stages: a clear error, non-zero exit */
+    snprintf(cmd, sizeof cmd, "%s train --data %s/d --layers 1 --dim 16 --heads 2 --ctx 8 "
+             "--batch 8 --microbatches 8 --steps 1 --pp 4 --schedule v-half 2> %s/err.txt",
+             bin, dir, dir);
+    assert_int_not_equal(sh_quiet(cmd), 0);
+    snprintf(cmd, sizeof cmd, "%s/err.txt", dir);
+    read_all(cmd, c1, sizeof c1);
+    assert_non_null(strstr(c1, "--layers"));
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    assert_int_equal(sh_quiet(cmd), 0);
+}
+
 static int setup(void **state) {
     (void)state;
     const char *s = "pipelines keep every device busy; memory is the knob. ";
@@ -667,6 +775,7 @@ int main(void) {
         cmocka_unit_test(test_w_order_refused),
         cmocka_unit_test(test_faults),
         cmocka_unit_test(test_timeline_outputs),
+        cmocka_unit_test(test_cli_train_pp),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }
