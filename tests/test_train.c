@@ -359,6 +359,11 @@ static void test_cli_end_to_end(void **state) {
         {"train --data %s/v2 --ctx 8 --dim 16 --heads 2 --layers 1 --steps 1", "version 2"},
         {"train --data %s/d --ctx 8 --dim 16 --heads 2 --layers 2 --steps 8 --batch 2 "
          "--microbatches 2 --resume %s/m.ckpt", "layers = 1"},
+        /* one parser for both modes: mode-only options are refused in the other */
+        {"train --data %s/d --pp 2 --schedule 1f1b --threads 2", "--threads is for single-device"},
+        {"train --data %s/d --steps 1 --timeline %s/t.svg", "--timeline is for pipeline runs"},
+        {"train --data %s/d --schedule auto", "--schedule auto needs --mem-limit"},
+        {"train --data %s/d --pp 2 --bogus", "unknown option '--bogus'"},
     };
     snprintf(cmd, sizeof cmd, ": > %s/empty.txt && mkdir -p %s/v2 && cp %s/d/* %s/v2/ && "
              "printf '\\002' | dd of=%s/v2/train.bin bs=1 seek=8 conv=notrunc 2>/dev/null",

@@ -18,7 +18,6 @@ int pm_cmd_search(int argc, char **argv);
 int pm_cmd_curve(int argc, char **argv);
 int pm_cmd_prepare(int argc, char **argv);
 int pm_cmd_train(int argc, char **argv);
-int pm_cmd_train_pp(int argc, char **argv); /* train --pp: the pipeline runtime */
 int pm_cmd_sample(int argc, char **argv);
 
 /* Prints "pipemem: <msg>" on stderr; returns 1 (the exit status). */

@@ -16,101 +16,16 @@
  * --json summary gives their means over the steps after the first (cold)
  * one, and the peak activation bytes per device, measured and predicted.
  * --trace FILE and --timeline FILE.svg write the last step's measured
- * timeline. */
+ * timeline. The options are parsed with the single-device ones, in
+ * train_opts.c; pm_cmd_train hands pipeline runs here. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "cli.h"
-#include "pipemem/pm_data.h"
 #include "pipemem/pm_runtime.h"
-#include "pipemem/pm_train.h"
-
-typedef struct {
-    const char *data, *save, *resume, *kind, *sched_file, *trace, *svg;
-    int layers, dim, heads, ctx, batch, micro, steps, eval_every, eval_batches, warmup, json;
-    int pp, chunks;
-    double lr, mem_limit;
-    uint64_t seed;
-} pp_opts;
-
-static void pp_usage(FILE *f) {
-    fprintf(f,
-            "usage: pipemem train --pp P --data DIR [--schedule KIND | --schedule-file FILE]\n"
-            "         [--chunks V] [--mem-limit X] [--trace FILE] [--timeline FILE.svg]\n"
-            "         [the model, batch and optimizer options of 'pipemem train']\n"
-            "  Trains on P device threads, one schedule (default 1f1b). KIND is any kind of\n"
-            "  'pipemem schedule --help' or 'auto' (needs --mem-limit X, in units of M).\n"
-            "  --microbatches K is the schedule's m. BLAS runs 1 thread per device.\n"
-            "  example: pipemem train --data data --pp 2 --schedule v-half --layers 4 "
-            "--microbatches 8 --batch 8\n");
-}
-
-static int pp_parse(int argc, char **argv, pp_opts *o) {
-    *o = (pp_opts){.layers = 4, .dim = 128, .heads = 4, .ctx = 64, .batch = 8, .micro = 1,
-                   .steps = 100, .eval_every = -1, .eval_batches = 4, .warmup = -1, .lr = 1e-3,
-                   .seed = 1, .pp = 1, .kind = "1f1b"};
-    struct {
-        const char *name;
-        int *dst;
-        int lo;
-    } ints[] = {{"--layers", &o->layers, 1}, {"--dim", &o->dim, 1}, {"--heads", &o->heads, 1},
-                {"--ctx", &o->ctx, 1}, {"--batch", &o->batch, 1},
-                {"--microbatches", &o->micro, 1}, {"--steps", &o->steps, 1},
-                {"--eval-every", &o->eval_every, 0}, {"--eval-batches", &o->eval_batches, 1},
-                {"--warmup", &o->warmup, 0}, {"--pp", &o->pp, 1}, {"--chunks", &o->chunks, 1},
-                {"--threads", NULL, 1}};
-    struct {
-        const char *name;
-        const char **dst;
-    } strs[] = {{"--data", &o->data}, {"--save", &o->save}, {"--resume", &o->resume},
-                {"--schedule", &o->kind}, {"--schedule-file", &o->sched_file},
-                {"--trace", &o->trace}, {"--timeline", &o->svg}};
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        size_t k, ni = sizeof ints / sizeof ints[0], ns = sizeof strs / sizeof strs[0];
-        int dummy;
-        for (k = 0; k < ni && strcmp(a, ints[k].name); k++) continue;
-        if (k < ni) {
-            if (pm_cli_int(a, v, ints[k].lo, ints[k].dst ? ints[k].dst : &dummy)) return 1;
-            i++;
-            continue;
-        }
-        for (k = 0; k < ns && strcmp(a, strs[k].name); k++) continue;
-        if (k < ns) {
-            if (!v) return pm_cli_fail("%s needs a value", a);
-            *strs[k].dst = v;
-            i++;
-        } else if (!strcmp(a, "--lr") || !strcmp(a, "--mem-limit")) {
-            double *d = a[2] == 'l' ? &o->lr : &o->mem_limit;
-            if (pm_cli_double(a, v, d)) return 1;
-            if (*d <= 0) return pm_cli_fail("%s: '%s' must be > 0", a, v);
-            i++;
-        } else if (!strcmp(a, "--seed")) {
-            int s;
-            if (pm_cli_int(a, v, 0, &s)) return 1;
-            o->seed = (uint64_t)s;
-            i++;
-        } else if (!strcmp(a, "--json")) {
-            o->json = 1;
-        } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            pp_usage(stdout);
-            return -1;
-        } else {
-            return pm_cli_fail("train: unknown option '%s' (try 'pipemem train --pp 2 --help')", a);
-        }
-    }
-    if (!o->data) {
-        pp_usage(stderr);
-        return pm_cli_fail("train: --data DIR is required (make it with 'pipemem prepare')");
-    }
-    if (!strcmp(o->kind, "auto") && !(o->mem_limit > 0))
-        return pm_cli_fail("--schedule auto needs --mem-limit X (a multiple of M, e.g. 0.5)");
-    if (o->eval_every < 0) o->eval_every = o->steps >= 5 ? o->steps / 5 : o->steps;
-    return 0;
-}
+#include "train_opts.h"
 
 /* Device-share costs: one zb-h1 step on the real model, per-stage means. */
 static pm_status profile(const pm_train_cfg *cfg, int p, pm_trainer *host, pm_costs *t,
@@ -149,7 +64,7 @@ static pm_mem model_mem(const pm_train_cfg *cfg) {
     return (pm_mem){1.0, -(saved - saved_w) / saved, -saved_w / saved};
 }
 
-static pm_status make_sched(const pp_opts *o, const pm_train_cfg *cfg, pm_trainer *host,
+static pm_status make_sched(const pm_cli_train_opts *o, const pm_train_cfg *cfg, pm_trainer *host,
                             pm_sched *s, pm_err *err) {
     if (o->sched_file) return pm_sched_load(s, o->sched_file, err);
     pm_sched_req req = {.p = o->pp, .m = cfg->micro, .v = o->chunks, .t = PM_COSTS_DEFAULT,
@@ -187,32 +102,13 @@ typedef struct {
     double final_loss, val_loss;
 } pp_stats;
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static void print_json(const pm_pipe *pp, const pm_trainer *t, pp_stats *ps) {
-    double med = 0;
-    if (ps->nt > 0) {
-        qsort(ps->times, (size_t)ps->nt, sizeof *ps->times, cmp_double);
-        med = ps->nt % 2 ? ps->times[ps->nt / 2]
-                         : 0.5 * (ps->times[ps->nt / 2 - 1] + ps->times[ps->nt / 2]);
-    }
-    const pm_train_cfg *c = &t->cfg;
-    double tok = med > 0 ? (double)c->batch * c->model.ctx / med : 0;
-    double gf = med > 0 ? pm_train_step_flops(c) / med / 1e9 : 0, n = ps->n ? ps->n : 1;
-    char fl[32];
-    if (isfinite(ps->final_loss)) snprintf(fl, sizeof fl, "%.6f", ps->final_loss);
-    else snprintf(fl, sizeof fl, "null");
-    printf("{\"steps\": %lld, \"steps_run\": %d, \"final_loss\": %s, \"val_loss\": %.6f, "
-           "\"median_step_ms\": %.3f, \"tokens_per_s\": %.1f, \"gflops_per_s\": %.2f, "
-           "\"params\": %zu, \"threads\": %d, \"batch\": %d, \"microbatches\": %d, "
-           "\"ctx\": %d, \"schedule\": \"%s\", \"pp\": %d, \"stages\": %d, "
-           "\"measured_bubble\": %.4f, \"predicted_bubble\": %.4f, \"measured_step_ms\": %.3f, "
-           "\"predicted_step_ms\": %.3f", (long long)t->step, ps->nt, fl, ps->val_loss, med * 1e3,
-           tok, gf, t->n_params, 1, c->batch, c->micro, c->model.ctx, pp->sched.kind, pp->p,
-           pp->S, ps->bub / n, ps->pbub / n, ps->mk / n, ps->pmk / n);
+static void print_json(const pm_cli_train_opts *o, const pm_pipe *pp, const pm_trainer *t,
+                       pp_stats *ps) {
+    double n = ps->n ? ps->n : 1;
+    pm_cli_train_json_head(o, t, ps->times, ps->nt, ps->final_loss, ps->val_loss);
+    printf(", \"schedule\": \"%s\", \"pp\": %d, \"stages\": %d, \"measured_bubble\": %.4f, "
+           "\"predicted_bubble\": %.4f, \"measured_step_ms\": %.3f, \"predicted_step_ms\": %.3f",
+           pp->sched.kind, pp->p, pp->S, ps->bub / n, ps->pbub / n, ps->mk / n, ps->pmk / n);
     json_sizes("peak_activation_bytes", pp->peak, pp->p);
     json_sizes("predicted_peak_activation_bytes", pp->pred_peak, pp->p);
     json_sizes("arena_bytes", pp->arena_cap, pp->p);
@@ -221,7 +117,7 @@ static void print_json(const pm_pipe *pp, const pm_trainer *t, pp_stats *ps) {
     printf("]}\n");
 }
 
-static int write_outputs(const pp_opts *o, const pm_pipe *pp) {
+static int write_outputs(const pm_cli_train_opts *o, const pm_pipe *pp) {
     pm_err err = {{0}};
     const char *paths[2] = {o->trace, o->svg};
     for (int k = 0; k < 2; k++) {
@@ -237,12 +133,17 @@ static int write_outputs(const pp_opts *o, const pm_pipe *pp) {
     return 0;
 }
 
-static int pp_loop(const pp_opts *o, pm_pipe *pp, pm_trainer *t, const pm_tokens *val,
+static int pp_finish(const pm_cli_train_opts *o, pm_pipe *pp, pm_trainer *t,
+                     const pm_tokens *val, pp_stats *ps);
+
+static int pp_loop(const pm_cli_train_opts *o, pm_pipe *pp, pm_trainer *t, const pm_tokens *val,
                    pp_stats *ps) {
     pm_err err = {{0}};
     int tty = isatty(2), every = o->steps >= 20 ? o->steps / 20 : 1;
     double spent = 0;
-    while (pp->step < t->cfg.opt.steps) {
+    int64_t last = o->stop_after && o->stop_after < t->cfg.opt.steps ? o->stop_after
+                                                                     : t->cfg.opt.steps;
+    while (pp->step < last) {
         pm_pipe_info in;
         double t0 = pm_now();
         pm_loader_next(&t->train, t->cfg.batch, t->inp, t->tgt);
@@ -267,9 +168,17 @@ static int pp_loop(const pp_opts *o, pm_pipe *pp, pm_trainer *t, const pm_tokens
             if (pm_trainer_eval(t, val, o->eval_batches, &vl, &err))
                 return pm_cli_fail("%s", err.msg);
             fprintf(stderr, "%sstep %lld  val loss %.4f\n", tty ? "\n" : "", (long long)pp->step, vl);
+            if (o->save && pm_ckpt_save(t, o->save, &err)) return pm_cli_fail("%s", err.msg);
         }
     }
     if (tty) fputc('\n', stderr);
+    return pp_finish(o, pp, t, val, ps);
+}
+
+/* After the last step: final evaluation, per-device memory, outputs. */
+static int pp_finish(const pm_cli_train_opts *o, pm_pipe *pp, pm_trainer *t,
+                     const pm_tokens *val, pp_stats *ps) {
+    pm_err err = {{0}};
     to_host(pp, t);
     if (pm_trainer_eval(t, val, o->eval_batches, &ps->val_loss, &err))
         return pm_cli_fail("%s", err.msg);
@@ -284,35 +193,19 @@ static int pp_loop(const pp_opts *o, pm_pipe *pp, pm_trainer *t, const pm_tokens
     return write_outputs(o, pp);
 }
 
-static int load_split(const char *dir, const char *name, pm_tokens *t) {
-    char path[4096];
-    snprintf(path, sizeof path, "%s/%s", dir, name);
-    pm_err err = {{0}};
-    if (pm_tokens_read(t, path, &err)) return pm_cli_fail("%s", err.msg);
-    return 0;
-}
-
-int pm_cmd_train_pp(int argc, char **argv) {
-    pp_opts o;
-    int rc = pp_parse(argc, argv, &o);
-    if (rc) return rc < 0 ? 0 : rc;
+int pm_cli_train_pp(const pm_cli_train_opts *op) {
+    const pm_cli_train_opts o = *op;
     pm_blas_threads(1);
-    pm_tokens tr = {0}, va = {0};
-    if (load_split(o.data, "train.bin", &tr) || load_split(o.data, "val.bin", &va)) {
-        pm_tokens_free(&tr);
-        return 1;
-    }
-    pm_train_cfg cfg = {.model = {PM_TOK_VOCAB, o.ctx, o.dim, o.heads, o.layers},
-                        .batch = o.batch, .micro = o.micro, .seed = o.seed};
-    pm_optim_defaults(&cfg.opt, o.steps);
-    cfg.opt.lr = (float)o.lr;
-    if (o.warmup >= 0) cfg.opt.warmup = o.warmup < o.steps ? o.warmup : o.steps;
+    pm_tokens tr, va;
+    if (pm_cli_train_load(o.data, &tr, &va)) return 1;
+    pm_train_cfg cfg;
+    pm_cli_train_cfg(&o, &cfg);
     pm_err err = {{0}};
     pm_trainer t;
     pm_sched s = {0};
     pm_pipe pp = {0};
     pp_stats ps = {.final_loss = NAN};
-    rc = 1;
+    int rc = 1;
     if (pm_trainer_init(&t, &cfg, &tr, 0, &err)) {
         pm_cli_fail("%s", err.msg);
         goto out_tok;
@@ -347,7 +240,7 @@ int pm_cmd_train_pp(int argc, char **argv) {
         goto out;
     }
     rc = pp_loop(&o, &pp, &t, &va, &ps);
-    if (!rc && o.json) print_json(&pp, &t, &ps);
+    if (!rc && o.json) print_json(&o, &pp, &t, &ps);
 out:
     free(ps.times);
     pm_pipe_free(&pp);

@@ -1,0 +1,199 @@
+/* train_opts.c: the one option parser and help text of `pipemem train`,
+ * shared by the single-device and the pipeline modes, and the pieces both
+ * modes use (configuration, data loading, the common JSON fields).
+ *
+ * Invariants: every option is one row of OPTS, so both modes accept the same
+ * names with the same defaults and ranges; an option that makes sense in one
+ * mode only is rejected in the other with a one-line error naming it. */
+#include <math.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "train_opts.h"
+
+typedef struct {
+    const char *name;
+    char type; /* 'i' int >= lo, 'u' seed, 'd' double > 0, 's' string, 'f' flag */
+    char mode; /* 0 both, 'p' pipeline only, 't' selects the pipeline, 's' single only */
+    int lo;
+    size_t off; /* of the field in pm_cli_train_opts */
+} opt_def;
+
+#define F(x) offsetof(pm_cli_train_opts, x)
+static const opt_def OPTS[] = {
+    {"--data", 's', 0, 0, F(data)},          {"--save", 's', 0, 0, F(save)},
+    {"--resume", 's', 0, 0, F(resume)},      {"--layers", 'i', 0, 1, F(layers)},
+    {"--dim", 'i', 0, 1, F(dim)},            {"--heads", 'i', 0, 1, F(heads)},
+    {"--ctx", 'i', 0, 1, F(ctx)},            {"--batch", 'i', 0, 1, F(batch)},
+    {"--microbatches", 'i', 0, 1, F(micro)}, {"--steps", 'i', 0, 1, F(steps)},
+    {"--lr", 'd', 0, 0, F(lr)},              {"--warmup", 'i', 0, 0, F(warmup)},
+    {"--eval-every", 'i', 0, 0, F(eval_every)}, {"--eval-batches", 'i', 0, 1, F(eval_batches)},
+    {"--seed", 'u', 0, 0, F(seed)},          {"--stop-after", 'i', 0, 1, F(stop_after)},
+    {"--json", 'f', 0, 0, F(json)},          {"--threads", 'i', 's', 1, F(threads)},
+    {"--pp", 'i', 't', 1, F(pp)},            {"--schedule", 's', 't', 0, F(kind)},
+    {"--schedule-file", 's', 't', 0, F(sched_file)}, {"--chunks", 'i', 'p', 1, F(chunks)},
+    {"--mem-limit", 'd', 'p', 0, F(mem_limit)}, {"--trace", 's', 'p', 0, F(trace)},
+    {"--timeline", 's', 'p', 0, F(svg)},
+};
+#undef F
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: pipemem train --data DIR [--layers L] [--dim C] [--heads H] [--ctx T]\n"
+            "         [--batch B] [--microbatches K] [--steps N] [--lr X] [--warmup N]\n"
+            "         [--eval-every N] [--eval-batches N] [--save FILE] [--resume FILE]\n"
+            "         [--seed S] [--stop-after N] [--json]\n"
+            "         [--threads N | --pp P [--schedule KIND | --schedule-file FILE]\n"
+            "          [--chunks V] [--mem-limit X] [--trace FILE] [--timeline FILE.svg]]\n"
+            "  Trains the GPT on DIR/train.bin (made by 'pipemem prepare'); B sequences of T\n"
+            "  tokens per step, split into K microbatches whose gradients accumulate.\n"
+            "  Defaults: L 4, C 128, H 4, T 64, B 8, K 1, N 100, lr 1e-3, warm-up N/10,\n"
+            "  threads = cores, eval every N/5 steps on 4 batches, seed 1.\n"
+            "  --save writes the checkpoint at every evaluation and at the end; --resume\n"
+            "  with the same options continues bitwise as if never stopped. --stop-after N\n"
+            "  ends the run after step N (an interruption on purpose).\n"
+            "  Pipeline: --pp, --schedule or --schedule-file train the same model (bitwise\n"
+            "  the same losses) on P device threads under one schedule (default P 1, 1f1b),\n"
+            "  BLAS on 1 thread per device (so no --threads). KIND is any kind of\n"
+            "  'pipemem schedule --help' or 'auto' (needs --mem-limit X, in units of M);\n"
+            "  K is the schedule's m. --trace/--timeline write the last step's measured\n"
+            "  timeline (Chrome trace JSON / SVG).\n"
+            "  examples: pipemem train --data data --layers 2 --dim 64 --heads 4 --ctx 32 "
+            "--steps 50\n"
+            "            pipemem train --data data --pp 2 --schedule v-half --layers 4 "
+            "--microbatches 8 --batch 8\n");
+}
+
+static void defaults(pm_cli_train_opts *o) {
+    long nproc = sysconf(_SC_NPROCESSORS_ONLN);
+    *o = (pm_cli_train_opts){.layers = 4, .dim = 128, .heads = 4, .ctx = 64, .batch = 8,
+                             .micro = 1, .steps = 100, .eval_every = -1, .eval_batches = 4,
+                             .warmup = -1, .lr = 1e-3, .seed = 1,
+                             .threads = nproc > 0 ? (int)nproc : 1, .pp = 1, .kind = "1f1b"};
+}
+
+/* Stores option d's value v (NULL when argv ran out); 0 or 1 (printed). */
+static int apply(const opt_def *d, const char *v, pm_cli_train_opts *o) {
+    void *dst = (char *)o + d->off;
+    int s;
+    switch (d->type) {
+    case 'f':
+        *(int *)dst = 1;
+        return 0;
+    case 's':
+        if (!v) return pm_cli_fail("%s needs a value", d->name);
+        *(const char **)dst = v;
+        return 0;
+    case 'i':
+        return pm_cli_int(d->name, v, d->lo, dst);
+    case 'u':
+        if (pm_cli_int(d->name, v, 0, &s)) return 1;
+        *(uint64_t *)dst = (uint64_t)s;
+        return 0;
+    default:
+        if (pm_cli_double(d->name, v, dst)) return 1;
+        if (*(double *)dst <= 0) return pm_cli_fail("%s: '%s' must be > 0", d->name, v);
+        return 0;
+    }
+}
+
+/* Cross-option checks once all are read; the first mode-only option seen
+ * of each kind is passed in (NULL: none). */
+static int check(pm_cli_train_opts *o, const char *pipe_only, const char *single_only) {
+    if (!o->data) {
+        usage(stderr);
+        return pm_cli_fail("train: --data DIR is required (make it with 'pipemem prepare')");
+    }
+    if (o->pipeline && single_only)
+        return pm_cli_fail("train: %s is for single-device runs; drop it (a pipeline run "
+                           "uses 1 BLAS thread per device)", single_only);
+    if (!o->pipeline && pipe_only)
+        return pm_cli_fail("train: %s is for pipeline runs; add --pp P and --schedule KIND",
+                           pipe_only);
+    if (o->pipeline && !o->sched_file && !strcmp(o->kind, "auto") && !(o->mem_limit > 0))
+        return pm_cli_fail("--schedule auto needs --mem-limit X (a multiple of M, e.g. 0.5)");
+    if (o->pipeline) o->threads = 1;
+    if (o->eval_every < 0) o->eval_every = o->steps >= 5 ? o->steps / 5 : o->steps;
+    return 0;
+}
+
+int pm_cli_train_parse(int argc, char **argv, pm_cli_train_opts *o) {
+    const char *pipe_only = NULL, *single_only = NULL;
+    size_t n = sizeof OPTS / sizeof OPTS[0];
+    defaults(o);
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            return -1;
+        }
+        size_t k;
+        for (k = 0; k < n && strcmp(a, OPTS[k].name); k++) continue;
+        if (k == n) return pm_cli_fail("train: unknown option '%s' (try 'pipemem train --help')", a);
+        const opt_def *d = &OPTS[k];
+        if (apply(d, v, o)) return 1;
+        if (d->type != 'f') i++;
+        if (d->mode == 't') o->pipeline = 1;
+        if (d->mode == 'p' && !pipe_only) pipe_only = d->name;
+        if (d->mode == 's' && !single_only) single_only = d->name;
+    }
+    return check(o, pipe_only, single_only);
+}
+
+void pm_cli_train_cfg(const pm_cli_train_opts *o, pm_train_cfg *cfg) {
+    *cfg = (pm_train_cfg){.model = {PM_TOK_VOCAB, o->ctx, o->dim, o->heads, o->layers},
+                          .batch = o->batch, .micro = o->micro, .seed = o->seed};
+    pm_optim_defaults(&cfg->opt, o->steps);
+    cfg->opt.lr = (float)o->lr;
+    if (o->warmup >= 0) cfg->opt.warmup = o->warmup < o->steps ? o->warmup : o->steps;
+}
+
+static int load_split(const char *dir, const char *name, pm_tokens *t) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    pm_err err = {{0}};
+    if (pm_tokens_read(t, path, &err)) return pm_cli_fail("%s", err.msg);
+    return 0;
+}
+
+int pm_cli_train_load(const char *dir, pm_tokens *tr, pm_tokens *va) {
+    *tr = (pm_tokens){0};
+    *va = (pm_tokens){0};
+    if (load_split(dir, "train.bin", tr) || load_split(dir, "val.bin", va)) {
+        pm_tokens_free(tr);
+        pm_tokens_free(va);
+        return 1;
+    }
+    return 0;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Throughput comes from the median step time (robust to the first, cold
+ * step): tokens_per_s = B*T / median, gflops_per_s = the model's counted
+ * FLOPs per step (pm_train_step_flops) / median. */
+void pm_cli_train_json_head(const pm_cli_train_opts *o, const pm_trainer *t, double *times,
+                            int n, double final_loss, double val_loss) {
+    double med = 0;
+    if (n > 0) {
+        qsort(times, (size_t)n, sizeof *times, cmp_double);
+        med = n % 2 ? times[n / 2] : 0.5 * (times[n / 2 - 1] + times[n / 2]);
+    }
+    const pm_train_cfg *c = &t->cfg;
+    double tok = med > 0 ? (double)c->batch * c->model.ctx / med : 0;
+    double gf = med > 0 ? pm_train_step_flops(c) / med / 1e9 : 0;
+    char fl[32];
+    if (isfinite(final_loss)) snprintf(fl, sizeof fl, "%.6f", final_loss);
+    else snprintf(fl, sizeof fl, "null");
+    printf("{\"steps\": %lld, \"steps_run\": %d, \"final_loss\": %s, \"val_loss\": %.6f, "
+           "\"median_step_ms\": %.3f, \"tokens_per_s\": %.1f, \"gflops_per_s\": %.2f, "
+           "\"params\": %zu, \"threads\": %d, \"batch\": %d, \"microbatches\": %d, "
+           "\"ctx\": %d", (long long)t->step, n, fl, val_loss, med * 1e3, tok, gf,
+           t->n_params, o->threads, c->batch, c->micro, c->model.ctx);
+}

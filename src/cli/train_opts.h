@@ -1,0 +1,48 @@
+/* train_opts.h: the options of `pipemem train`, one set for both modes:
+ * single device (cmd_train.c) and the pipeline runtime (cmd_train_pp.c,
+ * chosen by --pp, --schedule or --schedule-file). One parser, one help
+ * text, so the two modes cannot drift apart in defaults or meaning. */
+#ifndef PM_CLI_TRAIN_OPTS_H
+#define PM_CLI_TRAIN_OPTS_H
+
+#include <stdint.h>
+
+#include "cli.h"
+#include "pipemem/pm_data.h"
+#include "pipemem/pm_train.h"
+
+typedef struct {
+    /* both modes */
+    const char *data, *save, *resume;
+    int layers, dim, heads, ctx, batch, micro, steps, eval_every, eval_batches;
+    int warmup;     /* -1: the default steps/10 */
+    int stop_after; /* stop after this step as if interrupted (0: run to --steps) */
+    int json;
+    double lr;
+    uint64_t seed;
+    int threads; /* BLAS threads: --threads (single device) or 1 (pipeline) */
+    /* pipeline (--pp, --schedule, --schedule-file set pipeline) */
+    int pipeline, pp, chunks;
+    const char *kind, *sched_file, *trace, *svg;
+    double mem_limit;
+} pm_cli_train_opts;
+
+/* Parses argv[1..]: 0 on success, 1 on error (one line printed), -1 after
+ * printing the help for --help. Defaults are filled in (eval_every). */
+int pm_cli_train_parse(int argc, char **argv, pm_cli_train_opts *o);
+
+/* The training configuration the options describe. */
+void pm_cli_train_cfg(const pm_cli_train_opts *o, pm_train_cfg *cfg);
+
+/* Reads DIR/train.bin and DIR/val.bin; on error prints, frees both, returns 1. */
+int pm_cli_train_load(const char *dir, pm_tokens *tr, pm_tokens *va);
+
+/* Prints the JSON fields both modes share, from "{" to the "ctx" field
+ * without the closing brace; sorts times (the step wall times, n of them). */
+void pm_cli_train_json_head(const pm_cli_train_opts *o, const pm_trainer *t, double *times,
+                            int n, double final_loss, double val_loss);
+
+/* `pipemem train` in pipeline mode (cmd_train_pp.c). */
+int pm_cli_train_pp(const pm_cli_train_opts *o);
+
+#endif
