@@ -132,7 +132,7 @@ static int profile(const pm_train_cfg *c, int p, int m, pm_costs *t) {
 #define TIME_ROUNDS 6
 static int bench_time(int quick) {
     const int p = 2, m = 8;
-    pm_train_cfg c = {.model = {256, 128, quick ? 128 : 384, quick ? 4 : 6, quick ? 4 : 8},
+    pm_train_cfg c = {.model = {256, 128, quick ? 128 : 512, quick ? 4 : 8, quick ? 4 : 8},
                       .batch = m, .micro = m, .seed = 3};
     pm_optim_defaults(&c.opt, 10);
     pm_costs t;
