@@ -68,23 +68,10 @@ int pm_cmd_train(int argc, char **argv) {
     if (pm_cli_train_load(o.data, &tr, &va)) return 1;
     pm_train_cfg cfg;
     pm_cli_train_cfg(&o, &cfg);
-    pm_err err = {{0}};
     pm_trainer t;
-    pm_loader vcheck;
     double *times = NULL;
     rc = 1;
-    if (pm_loader_init(&vcheck, &va, o.ctx, 0, "val.bin", &err)) {
-        pm_cli_fail("%s/%s", o.data, err.msg);
-        goto out_tok;
-    }
-    if (pm_trainer_init(&t, &cfg, &tr, 0, &err)) {
-        pm_cli_fail("%s", err.msg);
-        goto out_tok;
-    }
-    if (o.resume && pm_ckpt_load(&t, o.resume, &err)) {
-        pm_cli_fail("%s", err.msg);
-        goto out;
-    }
+    if (pm_cli_train_start(&o, &cfg, &tr, &va, &t)) goto out_tok;
     fprintf(stderr, "train: %zu parameters, %.1f MiB, %d layers, dim %d, %d heads, ctx %d, "
             "batch %d in %d microbatches, %d threads%s\n", t.n_params,
             (double)pm_train_mem_bytes(&cfg, NULL) / (1 << 20), o.layers, o.dim, o.heads, o.ctx,

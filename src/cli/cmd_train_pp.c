@@ -206,14 +206,7 @@ int pm_cli_train_pp(const pm_cli_train_opts *op) {
     pm_pipe pp = {0};
     pp_stats ps = {.final_loss = NAN};
     int rc = 1;
-    if (pm_trainer_init(&t, &cfg, &tr, 0, &err)) {
-        pm_cli_fail("%s", err.msg);
-        goto out_tok;
-    }
-    if (o.resume && pm_ckpt_load(&t, o.resume, &err)) {
-        pm_cli_fail("%s", err.msg);
-        goto out;
-    }
+    if (pm_cli_train_start(&o, &cfg, &tr, &va, &t)) goto out_tok;
     if (make_sched(&o, &cfg, &t, &s, &err) || pm_pipe_init(&pp, &cfg, &s, NULL, &err)) {
         pm_cli_fail("%s", err.msg);
         goto out;

@@ -197,3 +197,18 @@ void pm_cli_train_json_head(const pm_cli_train_opts *o, const pm_trainer *t, dou
            "\"ctx\": %d", (long long)t->step, n, fl, val_loss, med * 1e3, tok, gf,
            t->n_params, o->threads, c->batch, c->micro, c->model.ctx);
 }
+
+int pm_cli_train_start(const pm_cli_train_opts *o, const pm_train_cfg *cfg, const pm_tokens *tr,
+                       const pm_tokens *va, pm_trainer *t) {
+    pm_err err = {{0}};
+    pm_loader vcheck;
+    *t = (pm_trainer){0};
+    if (pm_loader_init(&vcheck, va, o->ctx, 0, "val.bin", &err))
+        return pm_cli_fail("%s/%s", o->data, err.msg);
+    if (pm_trainer_init(t, cfg, tr, 0, &err)) return pm_cli_fail("%s", err.msg);
+    if (o->resume && pm_ckpt_load(t, o->resume, &err)) {
+        pm_trainer_free(t);
+        return pm_cli_fail("%s", err.msg);
+    }
+    return 0;
+}

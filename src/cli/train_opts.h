@@ -37,6 +37,12 @@ void pm_cli_train_cfg(const pm_cli_train_opts *o, pm_train_cfg *cfg);
 /* Reads DIR/train.bin and DIR/val.bin; on error prints, frees both, returns 1. */
 int pm_cli_train_load(const char *dir, pm_tokens *tr, pm_tokens *va);
 
+/* Checks the validation split fits the context, initialises the trainer and,
+ * with --resume, loads the checkpoint into it. On error prints one line,
+ * leaves *t freed and returns 1. */
+int pm_cli_train_start(const pm_cli_train_opts *o, const pm_train_cfg *cfg, const pm_tokens *tr,
+                       const pm_tokens *va, pm_trainer *t);
+
 /* Prints the JSON fields both modes share, from "{" to the "ctx" field
  * without the closing brace; sorts times (the step wall times, n of them). */
 void pm_cli_train_json_head(const pm_cli_train_opts *o, const pm_trainer *t, double *times,
