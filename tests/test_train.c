@@ -348,6 +348,15 @@ static void test_cli_end_to_end(void **state) {
     assert_non_null(a1);
     assert_non_null(a2);
     assert_memory_equal(a1, a2, strcspn(a1, "m")); /* final_loss and val_loss, up to "median" */
+    /* The same training on 2 device threads (zb-h1), interrupted after step 2
+     * and resumed, ends in the single-device run's checkpoint, byte for byte. */
+    const char *pp = "--layers 1 --dim 16 --heads 2 --ctx 8 --batch 2 --microbatches 2 "
+                     "--steps 4 --eval-every 1 --pp 2 --schedule zb-h1";
+    snprintf(cmd, sizeof cmd, "%s train --data %s/d %s --save %s/pph.ckpt --stop-after 2 "
+             "> /dev/null 2>&1 && %s train --data %s/d %s --resume %s/pph.ckpt --save %s/ppr.ckpt "
+             "> /dev/null 2>&1 && cmp -s %s/m.ckpt %s/ppr.ckpt", bin, dir, pp, dir, bin, dir, pp,
+             dir, dir, dir, dir);
+    assert_int_equal(sh(cmd, line, sizeof line, &n), 0);
     /* Bad inputs: non-zero exit, one line on stderr naming the problem. */
     struct {
         const char *args, *needle;
