@@ -19,7 +19,7 @@ PM_CFLAGS = -std=c11 -Wall -Wextra -Wpedantic -Wshadow -Wstrict-prototypes \
             -D_POSIX_C_SOURCE=200809L -MMD -MP -Iinclude -Isrc $(SAN)
 
 # Targets that install packages first must not need them to parse this file.
-SELF_INSTALLING := $(filter test demo deps clean,$(MAKECMDGOALS))
+SELF_INSTALLING := $(filter test demo deps bench clean,$(MAKECMDGOALS))
 ifeq ($(SELF_INSTALLING),)
   BLAS_CFLAGS := $(shell pkg-config --cflags openblas 2>/dev/null)
   BLAS_LIBS := $(shell pkg-config --libs openblas 2>/dev/null)
@@ -88,7 +88,9 @@ demo:
 	@$(MAKE) --no-print-directory all
 	@scripts/demo.sh
 
-bench: all $(BENCH_BIN)
+bench:
+	@scripts/deps.sh python3-torch
+	@$(MAKE) --no-print-directory all $(BENCH_BIN)
 	@for b in $(BENCH_BIN); do echo "== $$b"; $$b || exit 1; done
 
 # The library is built with coverage instrumentation (fuzzer-no-link) and

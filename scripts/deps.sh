@@ -1,10 +1,12 @@
 #!/bin/sh
-# Installs the Debian packages pipemem needs, if any are missing.
+# Installs the Debian packages pipemem needs, if any are missing; extra
+# package names given as arguments are added (make bench adds python3-torch,
+# the benchmark's peer).
 # Build: gcc make pkg-config libopenblas-dev libcmocka-dev
 # MPI transport: libopenmpi-dev openmpi-bin
 # Demo corpus: fortunes.   Reference vectors: python3-torch (optional, see README).
 set -eu
-PKGS="gcc make pkg-config libopenblas-dev libcmocka-dev libopenmpi-dev openmpi-bin fortunes"
+PKGS="gcc make pkg-config libopenblas-dev libcmocka-dev libopenmpi-dev openmpi-bin fortunes $*"
 missing=""
 for p in $PKGS; do
     if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
