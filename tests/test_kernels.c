@@ -162,8 +162,12 @@ static void test_pool_each_task_once(void **s) {
     pm_blas_threads(1);
 }
 
-static void mark_piece(void *arg, size_t lo, size_t hi) {
-    atomic_int *marks = arg;
+typedef struct {
+    atomic_int *marks; /* (1001): one count per item, then the piece count */
+} mark_job;
+
+static void mark_piece(const void *arg, size_t lo, size_t hi) {
+    atomic_int *marks = ((const mark_job *)arg)->marks;
     for (size_t i = lo; i < hi; i++) atomic_fetch_add(&marks[i], 1);
     atomic_fetch_add(&marks[1000], 1); /* pieces */
 }
@@ -176,7 +180,8 @@ static void test_par_for_pieces(void **s) {
     for (int threads = 1; threads <= 3; threads++) {
         pm_blas_threads(threads);
         for (int i = 0; i < 1001; i++) atomic_store(&marks[i], 0);
-        pm_gpt_par_for(999, 100, mark_piece, marks);
+        mark_job job = {marks};
+        pm_gpt_par_for(999, 100, mark_piece, &job);
         for (int i = 0; i < 999; i++) assert_int_equal(atomic_load(&marks[i]), 1);
         assert_int_equal(atomic_load(&marks[999]), 0);
         assert_int_equal(atomic_load(&marks[1000]), threads == 1 ? 1 : 10);

@@ -243,8 +243,8 @@ int pm_blas_threads_get(void); /* the calling thread's compute threads */
  * are done; one thread runs the whole range as one piece. For work whose
  * result cannot depend on the cut (each item computed alone), such as the
  * optimizer's update. fn must not call back into the same thread's passes. */
-void pm_gpt_par_for(size_t n, size_t chunk, void (*fn)(void *arg, size_t lo, size_t hi),
-                    void *arg);
+void pm_gpt_par_for(size_t n, size_t chunk,
+                    void (*fn)(const void *arg, size_t lo, size_t hi), const void *arg);
 
 /* The OpenBLAS kernel in use ("Cooperlake", "Haswell", ...). OpenBLAS 0.3.21
  * does not know some newer CPUs and falls back to "Prescott" (SSE3, ~5x

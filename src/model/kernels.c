@@ -44,28 +44,9 @@
 #define ELEM_CHUNK 16384    /* elements per task (a multiple of the vector width) */
 
 typedef void (*range_fn)(const void *arg, size_t lo, size_t hi);
-typedef struct {
-    range_fn fn;
-    const void *arg;
-    size_t n, chunk;
-} range_job;
 
-static void range_task(const void *p, size_t i, int slot) {
-    (void)slot;
-    const range_job *j = p;
-    size_t lo = i * j->chunk, hi = lo + j->chunk < j->n ? lo + j->chunk : j->n;
-    j->fn(j->arg, lo, hi);
-}
-
-/* fn over [0, n) in pieces of `chunk` (one piece on one thread). */
-static void par_for(size_t n, size_t chunk, range_fn fn, const void *arg) {
-    if (pm_par_threads() == 1 || n <= chunk) {
-        fn(arg, 0, n);
-        return;
-    }
-    range_job j = {fn, arg, n, chunk};
-    pm_par_run((n + chunk - 1) / chunk, range_task, &j);
-}
+/* Row- and element-wise kernels run on pm_gpt_par_for: each item is
+ * computed alone, so the pieces it cuts never change their bits. */
 
 /* Column reductions (each column summed over all rows, in row order) give
  * the same bits however the columns are divided, so they take one wide
@@ -287,7 +268,7 @@ static void ln_f_rows(const void *arg, size_t lo, size_t hi) {
 void pm_k_layernorm_f(float *out, float *mean, float *rstd, const float *x, const float *w,
                       const float *b, size_t N, int C) {
     ln_args a = {.out = out, .mean = mean, .rstd = rstd, .x = x, .w = w, .b = b, .N = N, .C = C};
-    par_for(N, ROW_CHUNK, ln_f_rows, &a);
+    pm_gpt_par_for(N, ROW_CHUNK, ln_f_rows, &a);
 }
 
 void pm_k_layernorm_f_rows(float *out, float *mean, float *rstd, const float *x, const float *w,
@@ -363,7 +344,7 @@ void pm_k_layernorm_b(float *dx, const float *res, const float *dout, const floa
     ln_args a = {.out = dx, .cmean = mean, .crstd = rstd, .x = x, .w = w,
                  .res = res, .dout = dout, .dw = dw, .db = db, .N = N, .C = C};
     par_cols((size_t)C, ln_b_cols, &a);
-    par_for(N, ROW_CHUNK, ln_b_rows, &a);
+    pm_gpt_par_for(N, ROW_CHUNK, ln_b_rows, &a);
 }
 
 /* ---- bias and sums ------------------------------------------------------------ */
@@ -388,7 +369,7 @@ static void fill_rows_range(const void *arg, size_t lo, size_t hi) {
 
 void pm_k_fill_rows(float *y, const float *bias, size_t N, int n) {
     rows_args a = {y, NULL, bias, N, n};
-    par_for(N, ROW_CHUNK, fill_rows_range, &a);
+    pm_gpt_par_for(N, ROW_CHUNK, fill_rows_range, &a);
 }
 
 static void add_bias_range(const void *arg, size_t lo, size_t hi) {
@@ -403,7 +384,7 @@ static void add_bias_range(const void *arg, size_t lo, size_t hi) {
 
 void pm_k_add_bias_rows(float *y, const float *x, const float *bias, size_t N, int n) {
     rows_args a = {y, x, bias, N, n};
-    par_for(N, ROW_CHUNK, add_bias_range, &a);
+    pm_gpt_par_for(N, ROW_CHUNK, add_bias_range, &a);
 }
 
 /* columns lo..hi of g += sum over rows (in order) of d */
@@ -505,7 +486,7 @@ void pm_k_gelu_f_range(float *out, const float *x, size_t lo, size_t hi) {
 
 void pm_k_gelu_f(float *out, const float *x, size_t n) {
     gelu_args a = {out, NULL, x};
-    par_for(n, ELEM_CHUNK, gelu_f_range, &a);
+    pm_gpt_par_for(n, ELEM_CHUNK, gelu_f_range, &a);
 }
 
 static void gelu_b_range(const void *arg, size_t lo, size_t hi) {
@@ -526,7 +507,7 @@ void pm_k_gelu_b_range(float *out, const float *d, const float *x, size_t lo, si
 
 void pm_k_gelu_b(float *out, const float *d, const float *x, size_t n) {
     gelu_args a = {out, d, x};
-    par_for(n, ELEM_CHUNK, gelu_b_range, &a);
+    pm_gpt_par_for(n, ELEM_CHUNK, gelu_b_range, &a);
 }
 
 /* ---- softmax ------------------------------------------------------------------ */
@@ -551,7 +532,7 @@ static void causal_softmax_rows(const void *arg, size_t lo, size_t hi) {
 
 void pm_k_causal_softmax(float *s, size_t nmat, int T) {
     softmax_args a = {s, T};
-    par_for(nmat * (size_t)T, ROW_CHUNK, causal_softmax_rows, &a);
+    pm_gpt_par_for(nmat * (size_t)T, ROW_CHUNK, causal_softmax_rows, &a);
 }
 
 /* p = softmax(s) => ds_j = p_j (dp_j - sum_k p_k dp_k) */
@@ -632,5 +613,5 @@ static void xent_grad_rows(const void *p, size_t lo, size_t hi) {
 
 void pm_k_xent_grad(float *probs, const int32_t *tgt, size_t N, int V, float f) {
     xgrad_args a = {probs, tgt, V, f};
-    par_for(N, ROW_CHUNK, xent_grad_rows, &a);
+    pm_gpt_par_for(N, ROW_CHUNK, xent_grad_rows, &a);
 }

@@ -238,8 +238,8 @@ void pm_par_run(size_t ntasks, pm_task_fn fn, const void *arg) {
 }
 
 typedef struct {
-    void (*fn)(void *arg, size_t lo, size_t hi);
-    void *arg;
+    void (*fn)(const void *arg, size_t lo, size_t hi);
+    const void *arg;
     size_t n, chunk;
 } piece_job;
 
@@ -250,8 +250,8 @@ static void piece_task(const void *p, size_t i, int slot) {
     j->fn(j->arg, lo, hi);
 }
 
-void pm_gpt_par_for(size_t n, size_t chunk, void (*fn)(void *arg, size_t lo, size_t hi),
-                    void *arg) {
+void pm_gpt_par_for(size_t n, size_t chunk,
+                    void (*fn)(const void *arg, size_t lo, size_t hi), const void *arg) {
     chunk = chunk < 1 ? 1 : chunk;
     if (pm_par_threads() == 1 || n <= chunk) {
         if (n) fn(arg, 0, n);

@@ -51,7 +51,7 @@ typedef struct {
     float b1, b2, c1, c2, step, rs2, decay, eps, gs; /* per-step constants */
 } adamw_job;
 
-static void adamw_range(void *arg, size_t lo, size_t hi) {
+static void adamw_range(const void *arg, size_t lo, size_t hi) {
     const adamw_job *j = arg;
     float *restrict p = j->p, *restrict m = j->m, *restrict v = j->v;
     const float *restrict g = j->g;
