@@ -127,7 +127,7 @@ static void test_shipped_files_match(void **state) {
         size_t len;
         pm_err err;
         pm_block fb, nb;
-        if (pm_read_file(files[i].file, &text, &len, &err))
+        if (pm_read_file(files[i].file, PM_TEXT_MAX, &text, &len, &err))
             fail_msg("%s (run the tests from the repository root)", err.msg);
         if (pm_block_parse(&fb, text, len, &err)) fail_msg("%s: %s", files[i].file, err.msg);
         assert_int_equal(pm_block_named(&nb, files[i].name, files[i].p, &err), PM_OK);

@@ -77,7 +77,7 @@ static void load_ref(ref_file *f) {
     if (!path) path = "tests/data/gpt_reference.bin";
     size_t len;
     pm_err err = {{0}};
-    if (pm_read_file(path, &ref_buf, &len, &err)) fail_msg("%s", err.msg);
+    if (pm_read_file(path, PM_CORPUS_MAX, &ref_buf, &len, &err)) fail_msg("%s", err.msg);
     assert_true(len > 16);
     uint64_t want;
     memcpy(&want, ref_buf + len - 8, 8);

@@ -48,8 +48,61 @@ int pm_size_add(size_t a, size_t b, size_t *out);
 /* Monotonic clock in seconds. */
 double pm_now(void);
 
-/* Reads a whole file into a NUL-terminated malloc'd buffer (caller frees). */
-pm_status pm_read_file(const char *path, char **out, size_t *len, pm_err *err);
+/* ---- allocation ------------------------------------------------------------
+ * Every allocation of the library goes through these, so a test can make the
+ * Nth one fail (SQLite's fault injection) and check that each failure path
+ * returns one clean error, leaks nothing and leaves outputs untouched.
+ * pm_free(NULL) is a no-op, like free. */
+void *pm_malloc(size_t n);
+void *pm_calloc(size_t count, size_t size);
+void *pm_realloc(void *p, size_t n);
+void pm_free(void *p);
+
+/* Test hook: the n-th call (n >= 1, counted from this call) of pm_malloc,
+ * pm_calloc or pm_realloc returns NULL, and so does every later one while
+ * `sticky` is set; n = 0 turns the hook off. Process-wide, thread-safe. */
+void pm_alloc_fail_at(int64_t n, int sticky);
+/* Allocation calls made since the process started (successful or not). */
+int64_t pm_alloc_calls(void);
+/* 1 if the hook made at least one allocation fail since pm_alloc_fail_at. */
+int pm_alloc_failed(void);
+
+/* ---- files ------------------------------------------------------------------ */
+
+/* Input size caps: a schedule, block or other text input is read whole, so
+ * an endless input (/dev/zero, a pipe) must stop at a limit, not eat memory. */
+#define PM_TEXT_MAX ((size_t)64 << 20)   /* schedules, blocks: 64 MiB */
+#define PM_CORPUS_MAX ((size_t)1 << 30)  /* `prepare` inputs, together: 1 GiB */
+
+/* Reads a whole file into a NUL-terminated buffer from pm_malloc (caller
+ * frees with pm_free), stopping with PM_ERR_IO naming the file and the limit
+ * as soon as it holds more than `max` bytes. A directory is PM_ERR_IO
+ * ("is a directory"). */
+pm_status pm_read_file(const char *path, size_t max, char **out, size_t *len, pm_err *err);
+
+/* An output file written all-or-nothing: bytes go to PATH.tmp (a stale one
+ * from a killed run is truncated and reused); commit flushes, fsyncs,
+ * renames it over PATH and fsyncs the directory, so PATH is either the old
+ * file or the complete new one, never a mix. With path NULL the writer is
+ * stdout and commit only flushes. */
+typedef struct {
+    void *f;    /* FILE *: where to write (tmp file or stdout) */
+    char *path; /* final path, owned; NULL for stdout */
+    char *tmp;  /* PATH.tmp, owned */
+} pm_wfile;
+
+pm_status pm_wfile_open(pm_wfile *w, const char *path, pm_err *err);
+/* Makes the file visible at its path; on error the tmp file is removed and
+ * PATH is unchanged. Frees the writer either way. */
+pm_status pm_wfile_commit(pm_wfile *w, pm_err *err);
+/* Drops what was written (removes the tmp file); PATH is unchanged. Safe on
+ * a zeroed or committed writer. */
+void pm_wfile_abort(pm_wfile *w);
+
+/* Checks, before long work, that PATH can be written later: not a
+ * directory, and its directory exists and accepts a new file (tested by
+ * creating and removing PATH.tmp, which also clears a stale one). */
+pm_status pm_path_check_writable(const char *path, pm_err *err);
 
 /* Little-endian encoding for the binary file formats (token files,
  * checkpoints), independent of the host's byte order. */

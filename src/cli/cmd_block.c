@@ -120,7 +120,7 @@ static int run_file(const block_opts *o) {
     pm_block_info in = {0};
     pm_cli_plan pl = {0};
     int rc = 1;
-    if (pm_read_file(o->file, &text, &len, &err)) return pm_cli_fail("%s", err.msg);
+    if (pm_read_file(o->file, PM_TEXT_MAX, &text, &len, &err)) return pm_cli_fail("%s", err.msg);
     if (pm_block_parse(&b, text, len, &err)) {
         pm_cli_fail("%s: %s", o->file, err.msg);
         goto done;

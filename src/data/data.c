@@ -46,7 +46,7 @@ pm_status pm_tokens_read(pm_tokens *t, const char *path, pm_err *err) {
     *t = (pm_tokens){0};
     char *buf;
     size_t len;
-    pm_status st = pm_read_file(path, &buf, &len, err);
+    pm_status st = pm_read_file(path, PM_CORPUS_MAX + PM_TOK_HEADER, &buf, &len, err);
     if (st) return st;
     const uint8_t *h = (const uint8_t *)buf;
     if (len < PM_TOK_HEADER || memcmp(h, PM_TOK_MAGIC, 8)) {
@@ -109,7 +109,7 @@ static pm_status read_all(const char *const *files, int nfiles, uint8_t **out, s
     for (int i = 0; i < nfiles; i++) {
         char *b;
         size_t l;
-        pm_status st = pm_read_file(files[i], &b, &l, err);
+        pm_status st = pm_read_file(files[i], PM_CORPUS_MAX - n, &b, &l, err);
         if (st) {
             free(all);
             return st;

@@ -423,7 +423,7 @@ pm_status pm_sched_load(pm_sched *s, const char *path, pm_err *err) {
     *s = (pm_sched){0};
     char *text = NULL;
     size_t len = 0;
-    pm_status st = pm_read_file(path, &text, &len, err);
+    pm_status st = pm_read_file(path, PM_TEXT_MAX, &text, &len, err);
     if (st) return st;
     pm_err e = {{0}};
     st = fmt_parse(s, text, len, fmt_looks_csv(text, len), &e);

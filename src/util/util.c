@@ -1,8 +1,7 @@
-/* util.c: status names, error formatting, checked size arithmetic, clock and
- * whole-file reads shared by every module. */
+/* util.c: status names, error formatting, checked size arithmetic and the
+ * clock shared by every module. */
 #include "pipemem/pm_util.h"
 
-#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -55,42 +54,4 @@ double pm_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-pm_status pm_read_file(const char *path, char **out, size_t *len, pm_err *err) {
-    *out = NULL;
-    *len = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f) return pm_errf(err, PM_ERR_IO, "%s: %s", path, strerror(errno));
-    size_t cap = 4096, n = 0;
-    char *buf = malloc(cap);
-    if (!buf) {
-        fclose(f);
-        return pm_errf(err, PM_ERR_NOMEM, "%s: out of memory reading the file", path);
-    }
-    for (;;) {
-        if (n + 1 >= cap) {
-            char *nb = realloc(buf, cap * 2);
-            if (!nb) {
-                free(buf);
-                fclose(f);
-                return pm_errf(err, PM_ERR_NOMEM, "%s: out of memory reading the file", path);
-            }
-            buf = nb;
-            cap *= 2;
-        }
-        size_t got = fread(buf + n, 1, cap - 1 - n, f);
-        n += got;
-        if (got == 0) break;
-    }
-    int bad = ferror(f);
-    fclose(f);
-    if (bad) {
-        free(buf);
-        return pm_errf(err, PM_ERR_IO, "%s: read error", path);
-    }
-    buf[n] = '\0';
-    *out = buf;
-    *len = n;
-    return PM_OK;
 }

@@ -1,0 +1,44 @@
+/* alloc.c: the library's allocator front (malloc, calloc, realloc, free)
+ * with a fault-injection hook: a test makes the Nth allocation fail and
+ * checks that the failure path is clean (SQLite's OOM tests).
+ * The counters are atomics, so device threads may allocate concurrently;
+ * with the hook off each call costs one relaxed increment. */
+#include "pipemem/pm_util.h"
+
+#include <stdatomic.h>
+#include <stdlib.h>
+
+static atomic_llong calls;     /* allocation calls so far */
+static atomic_llong fail_from; /* call number that fails first; 0 = never */
+static atomic_int fail_sticky; /* later calls fail too */
+static atomic_int failed;      /* the hook fired */
+
+static int should_fail(void) {
+    long long n = atomic_fetch_add_explicit(&calls, 1, memory_order_relaxed) + 1;
+    long long at = atomic_load_explicit(&fail_from, memory_order_relaxed);
+    if (at == 0 || n < at) return 0;
+    if (n > at && !atomic_load_explicit(&fail_sticky, memory_order_relaxed)) return 0;
+    atomic_store(&failed, 1);
+    return 1;
+}
+
+void *pm_malloc(size_t n) { return should_fail() ? NULL : malloc(n ? n : 1); }
+
+void *pm_calloc(size_t count, size_t size) {
+    if (should_fail()) return NULL;
+    return count && size ? calloc(count, size) : calloc(1, 1);
+}
+
+void *pm_realloc(void *p, size_t n) { return should_fail() ? NULL : realloc(p, n ? n : 1); }
+
+void pm_free(void *p) { free(p); }
+
+void pm_alloc_fail_at(int64_t n, int sticky) {
+    atomic_store(&failed, 0);
+    atomic_store(&fail_sticky, sticky);
+    atomic_store(&fail_from, n > 0 ? (long long)atomic_load(&calls) + n : 0);
+}
+
+int64_t pm_alloc_calls(void) { return (int64_t)atomic_load(&calls); }
+
+int pm_alloc_failed(void) { return atomic_load(&failed); }

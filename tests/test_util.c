@@ -1,0 +1,159 @@
+/* test_util.c: the allocation fault hook, bounded file reads (endless and
+ * oversized inputs, directories) and all-or-nothing writes (the old file
+ * survives a dropped or failed write; a stale .tmp is reused). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "pipemem/pm_util.h"
+
+static char dir[256];
+
+static int setup(void **state) {
+    (void)state;
+    snprintf(dir, sizeof dir, "/tmp/pm_test_util_%d", (int)getpid());
+    return mkdir(dir, 0777);
+}
+
+static int teardown(void **state) {
+    (void)state;
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+static void put(const char *path, const char *text) {
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+static void expect_content(const char *path, const char *text) {
+    char *got;
+    size_t n;
+    pm_err err;
+    assert_int_equal(pm_read_file(path, 1024, &got, &n, &err), PM_OK);
+    assert_int_equal(n, strlen(text));
+    assert_string_equal(got, text);
+    pm_free(got);
+}
+
+static void test_alloc_hook_fails_exactly_the_nth(void **state) {
+    (void)state;
+    pm_alloc_fail_at(3, 0);
+    void *a = pm_malloc(8), *b = pm_calloc(2, 8), *c = pm_malloc(8), *d = pm_malloc(8);
+    assert_non_null(a);
+    assert_non_null(b);
+    assert_null(c);
+    assert_non_null(d); /* not sticky: only the third failed */
+    assert_true(pm_alloc_failed());
+    pm_free(a), pm_free(b), pm_free(d);
+    pm_alloc_fail_at(2, 1);
+    a = pm_malloc(8);
+    assert_non_null(a);
+    assert_null(pm_realloc(a, 64)); /* realloc failure keeps a */
+    assert_null(pm_malloc(1));      /* sticky */
+    pm_alloc_fail_at(0, 0);
+    b = pm_malloc(1);
+    assert_non_null(b);
+    pm_free(a), pm_free(b);
+    int64_t c0 = pm_alloc_calls();
+    pm_free(pm_malloc(4));
+    assert_int_equal(pm_alloc_calls(), c0 + 1);
+}
+
+static void test_read_stops_at_the_limit(void **state) {
+    (void)state;
+    char *buf = (char *)1;
+    size_t n = 7;
+    pm_err err;
+    /* An endless input fails at the cap instead of growing without end. */
+    assert_int_equal(pm_read_file("/dev/zero", 1 << 20, &buf, &n, &err), PM_ERR_IO);
+    assert_null(buf);
+    assert_int_equal(n, 0);
+    assert_non_null(strstr(err.msg, "/dev/zero"));
+    assert_non_null(strstr(err.msg, "1048576-byte limit"));
+    char path[300];
+    snprintf(path, sizeof path, "%s/ten", dir);
+    put(path, "0123456789");
+    assert_int_equal(pm_read_file(path, 9, &buf, &n, &err), PM_ERR_IO);
+    assert_int_equal(pm_read_file(path, 10, &buf, &n, &err), PM_OK);
+    assert_int_equal(n, 10);
+    assert_int_equal(buf[10], '\0');
+    pm_free(buf);
+    assert_int_equal(pm_read_file(dir, 100, &buf, &n, &err), PM_ERR_IO);
+    assert_non_null(strstr(err.msg, "is a directory"));
+    pm_alloc_fail_at(1, 1);
+    assert_int_equal(pm_read_file(path, 100, &buf, &n, &err), PM_ERR_NOMEM);
+    pm_alloc_fail_at(0, 0);
+    assert_null(buf);
+}
+
+static void test_write_is_all_or_nothing(void **state) {
+    (void)state;
+    char path[300], tmp[310];
+    snprintf(path, sizeof path, "%s/out.txt", dir);
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    put(path, "keep");
+    pm_err err;
+    pm_wfile w;
+    assert_int_equal(pm_wfile_open(&w, path, &err), PM_OK);
+    fputs("half", w.f);
+    expect_content(path, "keep"); /* nothing visible before commit */
+    pm_wfile_abort(&w);
+    expect_content(path, "keep");
+    assert_int_not_equal(access(tmp, F_OK), 0);
+    put(tmp, "stale from a killed run, longer than the new content");
+    assert_int_equal(pm_wfile_open(&w, path, &err), PM_OK);
+    fputs("new", w.f);
+    assert_int_equal(pm_wfile_commit(&w, &err), PM_OK);
+    expect_content(path, "new");
+    assert_int_not_equal(access(tmp, F_OK), 0);
+    pm_wfile_abort(&w); /* safe after commit */
+    /* A full device: the write fails at commit and the old file stays. */
+    assert_int_equal(pm_wfile_open(&w, path, &err), PM_OK);
+    fclose(w.f);
+    w.f = fopen("/dev/full", "wb");
+    assert_non_null(w.f);
+    for (int i = 0; i < 10000; i++) fputs("0123456789", w.f);
+    assert_int_equal(pm_wfile_commit(&w, &err), PM_ERR_IO);
+    assert_non_null(strstr(err.msg, "unchanged"));
+    expect_content(path, "new");
+}
+
+static void test_writable_check(void **state) {
+    (void)state;
+    pm_err err;
+    assert_int_equal(pm_path_check_writable(dir, &err), PM_ERR_IO);
+    assert_non_null(strstr(err.msg, "is a directory"));
+    assert_int_equal(pm_path_check_writable("/nonexistent-dir/x", &err), PM_ERR_IO);
+    assert_non_null(strstr(err.msg, "/nonexistent-dir/x"));
+    char path[300], tmp[310];
+    snprintf(path, sizeof path, "%s/ok", dir);
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    put(tmp, "stale");
+    assert_int_equal(pm_path_check_writable(path, &err), PM_OK);
+    assert_int_not_equal(access(tmp, F_OK), 0); /* the stale tmp is gone */
+    assert_int_not_equal(access(path, F_OK), 0); /* and nothing was created */
+    pm_wfile w;
+    assert_int_equal(pm_wfile_open(&w, dir, &err), PM_ERR_IO);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_alloc_hook_fails_exactly_the_nth),
+        cmocka_unit_test(test_read_stops_at_the_limit),
+        cmocka_unit_test(test_write_is_all_or_nothing),
+        cmocka_unit_test(test_writable_check),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
