@@ -119,7 +119,13 @@ static void test_write_is_all_or_nothing(void **state) {
     expect_content(path, "new");
     assert_int_not_equal(access(tmp, F_OK), 0);
     pm_wfile_abort(&w); /* safe after commit */
-    /* A full device: the write fails at commit and the old file stays. */
+    /* A device is written in place, and a full one fails at commit. */
+    assert_int_equal(pm_wfile_open(&w, "/dev/full", &err), PM_OK);
+    for (int i = 0; i < 10000; i++) fputs("0123456789", w.f);
+    assert_int_equal(pm_wfile_commit(&w, &err), PM_ERR_IO);
+    assert_non_null(strstr(err.msg, "No space"));
+    assert_int_not_equal(access("/dev/full.tmp", F_OK), 0);
+    /* A full disk under a regular file: the old file stays. */
     assert_int_equal(pm_wfile_open(&w, path, &err), PM_OK);
     fclose(w.f);
     w.f = fopen("/dev/full", "wb");
@@ -144,6 +150,8 @@ static void test_writable_check(void **state) {
     assert_int_equal(pm_path_check_writable(path, &err), PM_OK);
     assert_int_not_equal(access(tmp, F_OK), 0); /* the stale tmp is gone */
     assert_int_not_equal(access(path, F_OK), 0); /* and nothing was created */
+    assert_int_equal(pm_path_check_writable("/dev/null", &err), PM_OK);
+    assert_int_not_equal(access("/dev/null.tmp", F_OK), 0);
     pm_wfile w;
     assert_int_equal(pm_wfile_open(&w, dir, &err), PM_ERR_IO);
 }

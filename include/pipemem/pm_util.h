@@ -84,11 +84,13 @@ pm_status pm_read_file(const char *path, size_t max, char **out, size_t *len, pm
  * from a killed run is truncated and reused); commit flushes, fsyncs,
  * renames it over PATH and fsyncs the directory, so PATH is either the old
  * file or the complete new one, never a mix. With path NULL the writer is
- * stdout and commit only flushes. */
+ * stdout and commit only flushes; an existing non-regular path (a device
+ * such as /dev/null or /dev/full, a FIFO) is written in place. */
 typedef struct {
     void *f;    /* FILE *: where to write (tmp file or stdout) */
     char *path; /* final path, owned; NULL for stdout */
     char *tmp;  /* PATH.tmp, owned */
+    int direct; /* 1: path is a device or pipe, written in place (no tmp) */
 } pm_wfile;
 
 pm_status pm_wfile_open(pm_wfile *w, const char *path, pm_err *err);

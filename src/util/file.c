@@ -83,6 +83,16 @@ pm_status pm_wfile_open(pm_wfile *w, const char *path, pm_err *err) {
         return PM_OK;
     }
     if (not_a_dir(path, err)) return PM_ERR_IO;
+    struct stat sb;
+    if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode)) {
+        /* A device or pipe (/dev/stdout, /dev/null, a FIFO) is written in
+         * place: there is no old content to protect, and renaming a tmp file
+         * over a device node would replace the node. */
+        w->f = fopen(path, "wb");
+        if (!w->f) return pm_errf(err, PM_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
+        w->direct = 1;
+        return PM_OK;
+    }
     size_t n = strlen(path);
     w->path = pm_malloc(n + 1);
     w->tmp = tmp_name(path);
@@ -123,11 +133,13 @@ static int sync_dir(const char *path) {
 
 pm_status pm_wfile_commit(pm_wfile *w, pm_err *err) {
     FILE *f = w->f;
-    if (!w->path) {
+    if (!w->path) { /* stdout or a device written in place */
         int bad = f && (fflush(f) != 0 || ferror(f));
+        int e = errno;
+        if (w->direct && fclose(f) != 0) bad = 1, e = errno;
+        const char *name = w->direct ? "output device" : "standard output";
         *w = (pm_wfile){0};
-        if (bad) return pm_errf(err, PM_ERR_IO, "standard output: write failed: %s",
-                                strerror(errno));
+        if (bad) return pm_errf(err, PM_ERR_IO, "%s: write failed: %s", name, strerror(e));
         return PM_OK;
     }
     const char *why = NULL;
@@ -156,6 +168,7 @@ pm_status pm_wfile_commit(pm_wfile *w, pm_err *err) {
 
 void pm_wfile_abort(pm_wfile *w) {
     if (!w) return;
+    if (w->direct && w->f) fclose(w->f);
     if (w->path) {
         if (w->f) fclose(w->f);
         if (w->tmp) unlink(w->tmp);
@@ -168,6 +181,12 @@ void pm_wfile_abort(pm_wfile *w) {
 pm_status pm_path_check_writable(const char *path, pm_err *err) {
     if (!path || !*path) return pm_errf(err, PM_ERR_ARG, "an output path is empty");
     if (not_a_dir(path, err)) return PM_ERR_IO;
+    struct stat sb;
+    if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode)) { /* a device: written in place */
+        if (access(path, W_OK) != 0)
+            return pm_errf(err, PM_ERR_IO, "%s: cannot be written (%s)", path, strerror(errno));
+        return PM_OK;
+    }
     char *tmp = tmp_name(path);
     if (!tmp) return pm_errf(err, PM_ERR_NOMEM, "%s: out of memory", path);
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0666);
