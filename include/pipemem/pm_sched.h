@@ -129,12 +129,22 @@ typedef struct {
     double makespan;   /* max span */
     double bubble;     /* 1 - sum busy / (p * makespan) */
     double M;          /* activation of one microbatch through the model */
+    int S, m;          /* stages and microbatches it was sized for */
+    double *scratch;   /* replay state: dependency ends, device free times; owned */
+    int64_t *cursor;   /* (p) replay state: next pass of each device; owned */
 } pm_sim;
 
 /* Replays s with costs c (the rule above). On deadlock returns
  * PM_ERR_DEADLOCK and names the first stuck device, its pass and what it
  * waits for. On error *out is zeroed. */
 pm_status pm_sim_run(pm_sim *out, const pm_sched *s, const pm_cost *c, pm_err *err);
+/* The same in two phases, for a caller that replays one schedule many times
+ * (the runtime, every step): init allocates every buffer once (on error *sim
+ * is zeroed); replay allocates nothing and overwrites the previous result.
+ * The schedule must have the shape sim was sized for (p, cap, S, m). On a
+ * replay error the contents are unspecified but sim stays valid to free. */
+pm_status pm_sim_init(pm_sim *sim, const pm_sched *s, pm_err *err);
+pm_status pm_sim_replay(pm_sim *sim, const pm_sched *s, const pm_cost *c, pm_err *err);
 void pm_sim_free(pm_sim *sim);
 /* Peak of device d as a multiple of M. */
 static inline double pm_sim_peak_x(const pm_sim *sim, int d) { return sim->peak[d] / sim->M; }

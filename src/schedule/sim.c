@@ -15,35 +15,41 @@
  * completes it; times are never negative; mem[] is the running sum of
  * deltas in list order, independent of times. */
 #include <math.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "pipemem/pm_sched.h"
 
 void pm_sim_free(pm_sim *sim) {
     if (!sim) return;
-    free(sim->start);
-    free(sim->end);
-    free(sim->mem);
-    free(sim->span);
-    free(sim->busy);
-    free(sim->peak);
-    free(sim->peak_at);
+    pm_free(sim->start);
+    pm_free(sim->end);
+    pm_free(sim->mem);
+    pm_free(sim->span);
+    pm_free(sim->busy);
+    pm_free(sim->peak);
+    pm_free(sim->peak_at);
+    pm_free(sim->scratch);
+    pm_free(sim->cursor);
     *sim = (pm_sim){0};
 }
 
-static pm_status sim_alloc(pm_sim *sim, const pm_sched *s, pm_err *err) {
+pm_status pm_sim_init(pm_sim *sim, const pm_sched *s, pm_err *err) {
     size_t n = (size_t)s->p * (size_t)s->cap, np = (size_t)s->p;
-    *sim = (pm_sim){.p = s->p, .cap = s->cap};
-    sim->start = malloc(n * sizeof(double));
-    sim->end = malloc(n * sizeof(double));
-    sim->mem = malloc(n * sizeof(double));
-    sim->span = calloc(np, sizeof(double));
-    sim->busy = calloc(np, sizeof(double));
-    sim->peak = calloc(np, sizeof(double));
-    sim->peak_at = calloc(np, sizeof(int64_t));
+    size_t nk = (size_t)s->S * (size_t)s->m;
+    *sim = (pm_sim){.p = s->p, .cap = s->cap, .S = s->S, .m = s->m};
+    sim->start = pm_malloc(n * sizeof(double));
+    sim->end = pm_malloc(n * sizeof(double));
+    sim->mem = pm_malloc(n * sizeof(double));
+    sim->span = pm_calloc(np, sizeof(double));
+    sim->busy = pm_calloc(np, sizeof(double));
+    sim->peak = pm_calloc(np, sizeof(double));
+    sim->peak_at = pm_calloc(np, sizeof(int64_t));
+    /* scratch: F and B ends per (stage, mb), then per device its free time
+     * and running memory; cursor: per device, the next pass to run. */
+    sim->scratch = pm_malloc((2 * nk + 2 * np) * sizeof(double));
+    sim->cursor = pm_malloc(np * sizeof(int64_t));
     if (!sim->start || !sim->end || !sim->mem || !sim->span || !sim->busy || !sim->peak ||
-        !sim->peak_at) {
+        !sim->peak_at || !sim->scratch || !sim->cursor) {
         pm_sim_free(sim);
         return pm_errf(err, PM_ERR_NOMEM, "out of memory simulating %zu passes", n);
     }
@@ -154,37 +160,35 @@ static void summarize(pm_sim *sim, const pm_sched *s) {
     sim->bubble = sim->makespan > 0 ? 1.0 - busy / (s->p * sim->makespan) : 0;
 }
 
-pm_status pm_sim_run(pm_sim *out, const pm_sched *s, const pm_cost *c, pm_err *err) {
-    *out = (pm_sim){0};
+pm_status pm_sim_replay(pm_sim *out, const pm_sched *s, const pm_cost *c, pm_err *err) {
+    PM_ASSERT(out->p == s->p && out->cap == s->cap && out->S == s->S && out->m == s->m);
     pm_status st = check_ranges(s, c, err);
     if (st) return st;
     double M = pm_cost_M(c);
     if (!(M > 0))
         return pm_errf(err, PM_ERR_ARG, "the forward memory deltas sum to %g; they must be > 0", M);
-    if ((st = sim_alloc(out, s, err))) return st;
     size_t nk = (size_t)s->S * (size_t)s->m, np = (size_t)s->p;
-    deps g = {s, malloc(nk * sizeof(double)), malloc(nk * sizeof(double))};
-    int64_t *pos = calloc(np, sizeof *pos);
-    double *free_at = calloc(np, sizeof *free_at), *cur = calloc(np, sizeof *cur);
-    if (!g.fend || !g.bend || !pos || !free_at || !cur) {
-        st = pm_errf(err, PM_ERR_NOMEM, "out of memory simulating the schedule");
-        goto done;
-    }
+    deps g = {s, out->scratch, out->scratch + nk};
+    double *free_at = out->scratch + 2 * nk, *cur = free_at + np;
+    int64_t *pos = out->cursor;
     for (size_t i = 0; i < nk; i++) g.fend[i] = g.bend[i] = NAN;
+    for (size_t d = 0; d < np; d++) {
+        free_at[d] = cur[d] = 0, pos[d] = 0;
+        out->span[d] = out->busy[d] = out->peak[d] = 0, out->peak_at[d] = 0;
+    }
     out->M = M;
     for (int64_t moved = 1; moved;) {
         moved = 0;
         for (int d = 0; d < s->p; d++) moved += advance(out, &g, c, d, pos, free_at, &cur[d]);
     }
-    if ((st = deadlock(s, pos, err))) goto done;
+    if ((st = deadlock(s, pos, err))) return st;
     summarize(out, s);
-done:
-    free(g.fend);
-    free(g.bend);
-    free(pos);
-    free(free_at);
-    free(cur);
-    if (st) pm_sim_free(out);
+    return PM_OK;
+}
+
+pm_status pm_sim_run(pm_sim *out, const pm_sched *s, const pm_cost *c, pm_err *err) {
+    pm_status st = pm_sim_init(out, s, err);
+    if (!st && (st = pm_sim_replay(out, s, c, err))) pm_sim_free(out);
     return st;
 }
 
