@@ -1,11 +1,20 @@
 # pipemem: memory-controllable pipeline-parallel training, in C.
 #
 #   make            libpipemem.a and build/pipemem
-#   make test       install missing Debian packages, build, run the tests,
-#                   then run them again under AddressSanitizer + UBSan
+#   make test       install missing Debian packages, build, run the tests and
+#                   the fuzz replay, then run them again under AddressSanitizer
+#                   + UBSan, then the threaded tests under ThreadSanitizer
+#   make check      the tests and the fuzz replay against this build
+#   make asan       the same under AddressSanitizer + UBSan (build/asan)
+#   make tsan       the threaded tests under ThreadSanitizer (build/tsan)
 #   make demo       install missing packages, build, run the main job
 #   make bench      build and run the benchmarks
-#   make fuzz       build the parser fuzz target (clang, libFuzzer)
+#   make fuzz       build every fuzz target with libFuzzer (clang)
+#
+# Fuzz targets: every fuzz/fuzz_NAME.c defines LLVMFuzzerTestOneInput; its
+# seeds are fuzz/seeds/NAME/ and the inputs that once failed are kept in
+# fuzz/crashes/NAME/. `make check` replays both folders through a plain
+# driver (fuzz/replay.c, no libFuzzer), so a new target needs no edit here.
 #
 # User flags append to the project's (CFLAGS=..., CI adds CFLAGS+=-Werror).
 
@@ -19,7 +28,7 @@ PM_CFLAGS = -std=c11 -Wall -Wextra -Wpedantic -Wshadow -Wstrict-prototypes \
             -D_POSIX_C_SOURCE=200809L -MMD -MP -Iinclude -Isrc $(SAN)
 
 # Targets that install packages first must not need them to parse this file.
-SELF_INSTALLING := $(filter test demo deps bench clean,$(MAKECMDGOALS))
+SELF_INSTALLING := $(filter test demo deps bench fuzz clean,$(MAKECMDGOALS))
 ifeq ($(SELF_INSTALLING),)
   BLAS_CFLAGS := $(shell pkg-config --cflags openblas 2>/dev/null)
   BLAS_LIBS := $(shell pkg-config --libs openblas 2>/dev/null)
@@ -27,6 +36,9 @@ ifeq ($(SELF_INSTALLING),)
     $(error OpenBLAS not found: run 'make deps' (or apt-get install libopenblas-dev pkg-config))
   endif
   CMOCKA_LIBS := $(shell pkg-config --libs cmocka 2>/dev/null)
+  # The tests parse traces (JSON) and timelines (SVG) with real parsers.
+  CHECK_CFLAGS := $(shell pkg-config --cflags jansson libxml-2.0 2>/dev/null)
+  CHECK_LIBS := $(shell pkg-config --libs jansson libxml-2.0 2>/dev/null)
 endif
 
 FINAL_CFLAGS = $(PM_CFLAGS) $(BLAS_CFLAGS) $(CFLAGS)
@@ -35,16 +47,21 @@ FINAL_LIBS = $(BLAS_LIBS) -lm -lpthread $(SAN) $(LDFLAGS)
 LIB_SRC := $(sort $(wildcard src/util/*.c src/schedule/*.c src/model/*.c src/data/*.c src/train/*.c src/runtime/*.c))
 CLI_SRC := $(sort $(wildcard src/cli/*.c))
 TEST_SRC := $(sort $(wildcard tests/test_*.c))
+TEST_HELP_SRC := $(filter-out $(TEST_SRC),$(sort $(wildcard tests/*.c)))
 BENCH_SRC := $(sort $(wildcard bench/*.c))
+FUZZ_SRC := $(sort $(wildcard fuzz/fuzz_*.c))
+FUZZ_NAMES := $(FUZZ_SRC:fuzz/fuzz_%.c=%)
 
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/obj/%.o)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
+TEST_HELP_OBJ := $(TEST_HELP_SRC:%.c=$(BUILD)/obj/%.o)
+REPLAY_BIN := $(FUZZ_NAMES:%=$(BUILD)/replay/replay_%)
 BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 LIB := $(BUILD)/libpipemem.a
 BIN := $(BUILD)/pipemem
 
-.PHONY: all test check asan demo deps bench fuzz clean
+.PHONY: all test check asan tsan demo deps bench fuzz clean
 all: $(LIB) $(BIN)
 
 $(BUILD)/obj/%.o: %.c
@@ -58,9 +75,18 @@ $(LIB): $(LIB_OBJ)
 $(BIN): $(CLI_OBJ) $(LIB)
 	$(CC) $(FINAL_CFLAGS) -o $@ $(CLI_OBJ) $(LIB) $(FINAL_LIBS)
 
-$(BUILD)/tests/%: tests/%.c $(LIB)
+$(BUILD)/obj/tests/%.o: FINAL_CFLAGS += $(CHECK_CFLAGS)
+
+$(BUILD)/tests/%: tests/%.c $(TEST_HELP_OBJ) $(LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(FINAL_CFLAGS) -o $@ $< $(LIB) $(CMOCKA_LIBS) $(FINAL_LIBS)
+	$(CC) $(FINAL_CFLAGS) $(CHECK_CFLAGS) -o $@ $< $(TEST_HELP_OBJ) $(LIB) $(CMOCKA_LIBS) \
+	  $(CHECK_LIBS) $(FINAL_LIBS)
+
+# One replay driver per fuzz target, built like the tests (so under the
+# sanitizers in the asan pass).
+$(BUILD)/replay/replay_%: fuzz/fuzz_%.c fuzz/replay.c $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(FINAL_CFLAGS) -o $@ $< fuzz/replay.c $(LIB) $(FINAL_LIBS)
 
 $(BUILD)/bench/%: bench/%.c $(LIB)
 	@mkdir -p $(dir $@)
@@ -69,19 +95,32 @@ $(BUILD)/bench/%: bench/%.c $(LIB)
 deps:
 	@scripts/deps.sh
 
-# check: the tests against this build; test: deps, check, then the same
-# suite under AddressSanitizer and UndefinedBehaviorSanitizer.
-check: all $(TEST_BIN)
-	@PM_BIN=$(BIN) scripts/run_tests.sh $(BUILD)/tests
+# check: the tests and the fuzz replay against this build; test: deps,
+# check, the same suite under AddressSanitizer and UndefinedBehaviorSanitizer,
+# then the threaded tests under ThreadSanitizer.
+check: all $(TEST_BIN) $(REPLAY_BIN)
+	@PM_BIN=$(BIN) scripts/run_tests.sh $(TEST_BIN) $(REPLAY_BIN)
 
 asan:
 	@$(MAKE) --no-print-directory BUILD=build/asan CFLAGS="-O1 -g $(filter -Werror,$(CFLAGS))" \
 	  SAN="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer" check
 
+# tsan: the tests that start threads: the device threads and their
+# transport, the pipeline step (test_runtime, also through the CLI's
+# train --pp) and the model's compute pool (test_kernels, test_model).
+# scripts/tsan.supp says why OpenBLAS is exempt.
+TSAN_TESTS = test_runtime test_kernels test_model
+tsan:
+	@$(MAKE) --no-print-directory BUILD=build/tsan CFLAGS="-O1 -g $(filter -Werror,$(CFLAGS))" \
+	  SAN="-fsanitize=thread" all $(TSAN_TESTS:%=build/tsan/tests/%)
+	@TSAN_OPTIONS="suppressions=scripts/tsan.supp halt_on_error=1 second_deadlock_stack=1" \
+	  PM_BIN=build/tsan/pipemem scripts/run_tests.sh $(TSAN_TESTS:%=build/tsan/tests/%)
+
 test:
 	@scripts/deps.sh
 	@$(MAKE) --no-print-directory check
 	@$(MAKE) --no-print-directory asan
+	@$(MAKE) --no-print-directory tsan
 
 demo:
 	@scripts/deps.sh
@@ -94,16 +133,23 @@ bench:
 	@for b in $(BENCH_BIN); do echo "== $$b"; $$b || exit 1; done
 
 # The library is built with coverage instrumentation (fuzzer-no-link) and
-# linked as an archive, so only the objects the parsers need are pulled in.
+# linked as an archive, so only the objects a target needs are pulled in.
+# clang (and its libFuzzer runtime) is installed here only: the tests do
+# not need it.
 FUZZ_SAN = -fsanitize=address,undefined -fno-sanitize-recover=all
+FUZZ_BIN = $(FUZZ_NAMES:%=build/fuzz/fuzz_%)
 fuzz:
+	@scripts/deps.sh clang libclang-rt-dev
 	@$(MAKE) --no-print-directory BUILD=build/fuzz CC=clang CFLAGS="-g -O1" \
-	  SAN="-fsanitize=fuzzer-no-link $(FUZZ_SAN)" build/fuzz/libpipemem.a
-	clang -std=c11 -g -O1 -Iinclude -D_POSIX_C_SOURCE=200809L -fsanitize=fuzzer $(FUZZ_SAN) \
-	  -o build/fuzz/fuzz_parsers fuzz/fuzz_parsers.c build/fuzz/libpipemem.a -lm
-	@echo "run: mkdir -p build/fuzz/corpus && build/fuzz/fuzz_parsers -dict=fuzz/parsers.dict -max_total_time=300 build/fuzz/corpus fuzz/seeds"
+	  SAN="-fsanitize=fuzzer-no-link $(FUZZ_SAN)" $(FUZZ_BIN)
+	@for n in $(FUZZ_NAMES); do echo "run: mkdir -p build/fuzz/corpus/$$n && build/fuzz/fuzz_$$n" \
+	  "$$(test -f fuzz/$$n.dict && echo -dict=fuzz/$$n.dict) -max_total_time=300" \
+	  "build/fuzz/corpus/$$n fuzz/seeds/$$n"; done
+
+build/fuzz/fuzz_%: fuzz/fuzz_%.c $(LIB)
+	$(CC) $(FINAL_CFLAGS) -fsanitize=fuzzer -o $@ $< $(LIB) $(FINAL_LIBS)
 
 clean:
 	rm -rf build
 
--include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d)
+-include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_HELP_OBJ:.o=.d)

@@ -3,10 +3,11 @@
 # package names given as arguments are added (make bench adds python3-torch,
 # the benchmark's peer).
 # Build: gcc make pkg-config libopenblas-dev libcmocka-dev
+# Test output checks: libjansson-dev (Chrome traces), libxml2-dev (SVG timelines)
 # MPI transport: libopenmpi-dev openmpi-bin
 # Demo corpus: fortunes.   Reference vectors: python3-torch (optional, see README).
 set -eu
-PKGS="gcc make pkg-config libopenblas-dev libcmocka-dev libopenmpi-dev openmpi-bin fortunes $*"
+PKGS="gcc make pkg-config libopenblas-dev libcmocka-dev libjansson-dev libxml2-dev libopenmpi-dev openmpi-bin fortunes $*"
 missing=""
 for p in $PKGS; do
     if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
