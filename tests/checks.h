@@ -1,0 +1,48 @@
+/* checks.h: test helpers that read pipemem's outputs back with real parsers
+ * (Jansson for Chrome traces, libxml2 for SVG timelines) and compare what
+ * they find with the schedule and the simulation or measured timeline the
+ * output was written from.
+ *
+ * Each check returns 0 if the output holds, else -1 with one line saying
+ * what is wrong in msg (cap bytes); a test asserts the 0 and prints msg:
+ *   char msg[512];
+ *   if (chk_trace(buf, n, &s, &sim, msg, sizeof msg)) fail_msg("%s", msg); */
+#ifndef PM_TESTS_CHECKS_H
+#define PM_TESTS_CHECKS_H
+
+#include <stddef.h>
+
+#include "pipemem/pm_sched.h"
+
+/* A Chrome trace of schedule s: valid JSON whose traceEvents hold exactly one
+ * complete ("X") event per pass, on pid 0 and tid = the pass's device, named
+ * "<kind> mb<mb>" with args {stage, mb} of that pass, in each device's list
+ * order, with dur >= 0 and no two events of one device overlapping; one
+ * thread_name event per device. With sim (not NULL) every ts and dur equal the
+ * simulation's start and end - start (to the writer's 12 digits). */
+int chk_trace(const char *json, size_t len, const pm_sched *s, const pm_sim *sim, char *msg,
+              size_t cap);
+
+/* An SVG timeline of s: well-formed XML, an <svg> root holding one
+ * <g class="dev" id="devD"> row per device in order, each with its background
+ * <rect> then exactly one pass <rect> per pass of that device, inside the
+ * row (same y), left to right without overlap, and with a <title> (when
+ * present) naming the device, kind, stage and microbatch. With sim, each box
+ * spans the pass's start..end on the row's time scale (the row's width is
+ * the last end), to half a pixel. */
+int chk_svg(const char *svg, size_t len, const pm_sched *s, const pm_sim *sim, char *msg,
+            size_t cap);
+
+/* The same for a file. */
+int chk_trace_file(const char *path, const pm_sched *s, const pm_sim *sim, char *msg, size_t cap);
+int chk_svg_file(const char *path, const pm_sched *s, const pm_sim *sim, char *msg, size_t cap);
+
+/* `BIN sample --ckpt CKPT --prompt PROMPT -n N --seed SEED` (temperature 1):
+ * exit 0 and stdout exactly PROMPT, N bytes, '\n', where the N bytes are the
+ * ones this check draws itself from the checkpoint's parameters: the model's
+ * next-byte probabilities over the last ctx bytes, one PCG32 draw each
+ * (stream "sample"), the first byte whose running sum passes u * total. */
+int chk_sample(const char *bin, const char *ckpt, const char *prompt, int n, int seed,
+               char *msg, size_t cap);
+
+#endif
