@@ -5,10 +5,16 @@
  * Beyond "no crash, no out-of-bounds access, no leak" (the sanitizers), a
  * schedule that parses must survive a round trip: written back as text or
  * CSV and parsed again it gives the same passes, and its second writing is
- * byte-identical to the first. A mismatch aborts, so libFuzzer records it.
+ * byte-identical to the first. A schedule the validator accepts (unit
+ * costs) must also simulate: no deadlock, every pass ends no earlier than it
+ * starts and after the previous pass of its device, a finite makespan. A
+ * mismatch aborts, so libFuzzer (or the replay driver) records it.
  *
  *   make fuzz
- *   build/fuzz/fuzz_parsers -dict=fuzz/parsers.dict -max_total_time=240 build/fuzz/corpus fuzz/seeds
+ *   build/fuzz/fuzz_parsers -dict=fuzz/parsers.dict -max_total_time=240 build/fuzz/corpus/parsers \
+ *       fuzz/seeds/parsers
+ * Inputs it once failed on are kept in fuzz/crashes/parsers/ (make check
+ * replays them and the seeds).
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -39,6 +45,25 @@ static int fz_same(const pm_sched *a, const pm_sched *b) {
     return 1;
 }
 
+/* Validator and simulator agree on a schedule that parsed. */
+static void fz_simulate(const pm_sched *s) {
+    pm_err err;
+    if (pm_sched_validate(s, NULL, 0, &err) != PM_OK) return;
+    pm_cost c;
+    pm_sim sim;
+    if (pm_cost_init_uniform(&c, s, PM_COSTS_DEFAULT, PM_MEM_DEFAULT, &err) != PM_OK) return;
+    if (pm_sim_run(&sim, s, &c, &err) != PM_OK) abort();
+    for (int d = 0; d < s->p; d++)
+        for (int64_t i = 0; i < s->len[d]; i++) {
+            int64_t k = (int64_t)d * s->cap + i;
+            if (!(sim.end[k] >= sim.start[k]) || (i > 0 && sim.start[k] < sim.end[k - 1]))
+                abort();
+        }
+    if (!(sim.makespan >= 0) || sim.makespan > 1e300) abort();
+    pm_sim_free(&sim);
+    pm_cost_free(&c);
+}
+
 static void fz_schedule(parse_fn parse, write_fn write, const char *text, size_t len) {
     pm_sched s, t;
     pm_err err;
@@ -49,6 +74,7 @@ static void fz_schedule(parse_fn parse, write_fn write, const char *text, size_t
     size_t n1, n2;
     char *out1 = fz_write(write, &s, &n1);
     if (parse(&t, out1, n1, &err) != PM_OK || !fz_same(&s, &t)) abort();
+    fz_simulate(&s);
     char *out2 = fz_write(write, &t, &n2);
     if (n1 != n2 || memcmp(out1, out2, n1)) abort();
     free(out1);
