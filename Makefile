@@ -78,6 +78,7 @@ $(BIN): $(CLI_OBJ) $(LIB)
 $(BUILD)/obj/tests/%.o: FINAL_CFLAGS += $(CHECK_CFLAGS)
 
 $(BUILD)/tests/%: tests/%.c $(TEST_HELP_OBJ) $(LIB)
+	$(if $(CHECK_LIBS),,$(error Jansson or libxml2 not found: run 'make deps' (or apt-get install libjansson-dev libxml2-dev)))
 	@mkdir -p $(dir $@)
 	$(CC) $(FINAL_CFLAGS) $(CHECK_CFLAGS) -o $@ $< $(TEST_HELP_OBJ) $(LIB) $(CMOCKA_LIBS) \
 	  $(CHECK_LIBS) $(FINAL_LIBS)
