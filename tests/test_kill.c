@@ -4,7 +4,8 @@
  * each of 100 steps, so kills land in saves as well as between them); after each kill the checkpoint on
  * disk (if one was written yet) must load, and `--resume` from it must carry
  * the run to its end, where the checkpoint must be byte for byte the one an
- * uninterrupted run writes. Only the CLI and pm_ckpt_info_read are used, so
+ * uninterrupted run writes. The same for a pipeline run (--pp 2, zb-h1),
+ * whose end must also equal the single-device run's. Only the CLI and pm_ckpt_info_read are used, so
  * the test does not depend on the checkpoint's layout.
  *
  * The kill moments are drawn from a seeded generator (PM_KILL_SEED overrides
@@ -46,16 +47,26 @@ static void sleep_s(double s) {
     }
 }
 
-/* Starts `bin train ...` saving to save (resuming from it if resume), with
- * stdout and stderr to /dev/null; returns the child's pid. */
-static pid_t start_train(const char *bin, const char *save, int resume) {
+/* Starts `bin train ...` saving to save (resuming from it if resume), on one
+ * device or (pp) on two device threads with zb-h1, with stdout and stderr
+ * to /dev/null; returns the child's pid. */
+static pid_t start_train(const char *bin, const char *save, int resume, int pp) {
     char data[300];
     snprintf(data, sizeof data, "%s/d", dir);
     const char *argv[40] = {bin, "train", "--data", data, "--layers", "2", "--dim", "64",
                             "--heads", "4", "--ctx", "32", "--batch", "8", "--microbatches",
                             "2", "--steps", "100", "--eval-every", "1", "--eval-batches", "1",
-                            "--threads", "1", "--seed", "11", "--save", save};
-    int n = 28;
+                            "--seed", "11", "--save", save};
+    int n = 26;
+    if (pp) {
+        argv[n++] = "--pp";
+        argv[n++] = "2";
+        argv[n++] = "--schedule";
+        argv[n++] = "zb-h1";
+    } else {
+        argv[n++] = "--threads";
+        argv[n++] = "1";
+    }
     if (resume) {
         argv[n++] = "--resume";
         argv[n++] = save;
@@ -95,19 +106,18 @@ static double uniform(uint64_t *s) {
     return (double)((*s * 2685821657736338717ull) >> 11) / 9007199254740992.0;
 }
 
-static void test_sigkill_then_resume(void **state) {
-    (void)state;
+static void kill_and_resume(int pp) {
     const char *bin = getenv("PM_BIN");
     if (!bin) skip();
     uint64_t seed = getenv("PM_KILL_SEED") ? strtoull(getenv("PM_KILL_SEED"), NULL, 0) : 20261124;
     uint64_t rng = seed ? seed : 1;
     char ref[300], run[300], tmp[320];
-    snprintf(ref, sizeof ref, "%s/ref.ckpt", dir);
-    snprintf(run, sizeof run, "%s/run.ckpt", dir);
+    snprintf(ref, sizeof ref, "%s/ref%d.ckpt", dir, pp);
+    snprintf(run, sizeof run, "%s/run%d.ckpt", dir, pp);
     snprintf(tmp, sizeof tmp, "%s.tmp", run);
     /* The uninterrupted run, timed: the scale for the kill moments. */
     double t0 = now_s();
-    assert_int_equal(wait_for(start_train(bin, ref, 0)), 0);
+    assert_int_equal(wait_for(start_train(bin, ref, 0, pp)), 0);
     double full = now_s() - t0;
     pm_ckpt_info info;
     pm_err err;
@@ -122,7 +132,7 @@ static void test_sigkill_then_resume(void **state) {
     for (int k = 0; k < KILLS && !finished; k++) {
         double delay = full * (0.02 + 0.35 * uniform(&rng));
         int resume = exists(run);
-        pid_t pid = start_train(bin, run, resume);
+        pid_t pid = start_train(bin, run, resume, pp);
         assert_true(pid > 0);
         sleep_s(delay);
         kill(pid, SIGKILL);
@@ -152,9 +162,9 @@ static void test_sigkill_then_resume(void **state) {
     if (killed < KILLS / 2 || last == 0)
         fail_msg("seed %llu: only %d of %d runs were killed before the end (full run %.3f s;"
                  " delay->step:%s)", (unsigned long long)seed, killed, KILLS, full, log);
-    print_message("seed %llu, full run %.3f s, %d kills, kill delay->checkpoint step:%s\n",
-                  (unsigned long long)seed, full, killed, log);
-    if (!finished) assert_int_equal(wait_for(start_train(bin, run, exists(run))), 0);
+    print_message("%s: seed %llu, full run %.3f s, %d kills, kill delay->checkpoint step:%s\n",
+                  pp ? "pp 2, zb-h1" : "one device", (unsigned long long)seed, full, killed, log);
+    if (!finished) assert_int_equal(wait_for(start_train(bin, run, exists(run), pp)), 0);
     char cmd[700];
     snprintf(cmd, sizeof cmd, "cmp -s %s %s", ref, run);
     if (system(cmd) != 0)
@@ -162,6 +172,23 @@ static void test_sigkill_then_resume(void **state) {
                  "(delay->step:%s)", (unsigned long long)seed, log);
     /* a finished save leaves no temporary behind */
     assert_false(exists(tmp));
+    /* both drivers train the same model: pipeline and single-device end equal */
+    if (pp) {
+        snprintf(cmd, sizeof cmd, "cmp -s %s %s/ref0.ckpt", run, dir);
+        if (exists(ref) && system(cmd) != 0) fail_msg("pp 2 and one device end apart");
+    }
+}
+
+static void test_sigkill_then_resume(void **state) {
+    (void)state;
+    kill_and_resume(0);
+}
+
+/* The pipeline driver saves through its own path (gathered from the device
+ * threads): the same guarantees. */
+static void test_sigkill_then_resume_pp(void **state) {
+    (void)state;
+    kill_and_resume(1);
 }
 
 static int setup(void **state) {
@@ -193,6 +220,7 @@ static int teardown(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sigkill_then_resume),
+        cmocka_unit_test(test_sigkill_then_resume_pp),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
