@@ -1,12 +1,13 @@
 /* test_kill.c: kill safety of `pipemem train --save` (when PM_BIN names the
- * built binary). A run that saves a checkpoint at every step is killed with
- * SIGKILL at random moments, several times (a 1.6 MB checkpoint written at
- * each of 100 steps, so kills land in saves as well as between them); after each kill the checkpoint on
- * disk (if one was written yet) must load, and `--resume` from it must carry
- * the run to its end, where the checkpoint must be byte for byte the one an
- * uninterrupted run writes. The same for a pipeline run (--pp 2, zb-h1),
- * whose end must also equal the single-device run's. Only the CLI and pm_ckpt_info_read are used, so
- * the test does not depend on the checkpoint's layout.
+ * built binary). A run that saves a checkpoint at every step (1.6 MB, 100
+ * steps, so kills land inside saves as well as between them) is killed with
+ * SIGKILL at random moments, several times; after each kill the checkpoint
+ * on disk (if one was written yet) must load, and `--resume` from it must
+ * carry the run to its end, where the checkpoint must be byte for byte the
+ * one an uninterrupted run writes. The same for a pipeline run (--pp 2,
+ * zb-h1), whose end must also equal the single-device run's. Only the CLI
+ * and pm_ckpt_info_read are used, so the test does not depend on the
+ * checkpoint's layout.
  *
  * The kill moments are drawn from a seeded generator (PM_KILL_SEED overrides
  * the seed, which failures print) as fractions of the uninterrupted run's
