@@ -7,7 +7,9 @@
  * CSV and parsed again it gives the same passes, and its second writing is
  * byte-identical to the first. A schedule the validator accepts (unit
  * costs) must also simulate: no deadlock, every pass ends no earlier than it
- * starts and after the previous pass of its device, a finite makespan. A
+ * starts and after the previous pass of its device, a finite makespan.
+ * A block survives the same text round trip and goes on through analysis
+ * and, when legal and small, schedule construction (then the same check). A
  * mismatch aborts, so libFuzzer (or the replay driver) records it.
  *
  *   make fuzz
@@ -83,13 +85,55 @@ static void fz_schedule(parse_fn parse, write_fn write, const char *text, size_t
     pm_sched_free(&t);
 }
 
+static char *fz_block_text(const pm_block *b, size_t *n) {
+    char *buf = NULL;
+    FILE *f = open_memstream(&buf, n);
+    if (!f) abort();
+    if (pm_block_write(f, b) != PM_OK) abort();
+    fclose(f);
+    return buf;
+}
+
+/* A block that parses writes back to text that parses to the same text; its
+ * analysis succeeds; a legal block of modest size goes through the schedule
+ * construction `pipemem block FILE` uses, and what that builds, if the
+ * validator accepts it, must simulate. */
+static void fz_block(const char *text, size_t len) {
+    pm_block b, b2;
+    pm_err err;
+    if (pm_block_parse(&b, text, len, &err) != PM_OK) {
+        if (!memchr(err.msg, 0, sizeof err.msg) || strchr(err.msg, '\n')) abort();
+        return;
+    }
+    size_t n1, n2;
+    char *out1 = fz_block_text(&b, &n1);
+    if (pm_block_parse(&b2, out1, n1, &err) != PM_OK) abort();
+    char *out2 = fz_block_text(&b2, &n2);
+    if (n1 != n2 || memcmp(out1, out2, n1)) abort();
+    free(out1);
+    free(out2);
+    pm_block_free(&b2);
+    pm_block_info in;
+    if (pm_block_analyze(&b, PM_MEM_DEFAULT, &in, &err) == PM_OK) {
+        if (in.legal && b.p <= 16 && b.n <= 256 && b.T <= 256) {
+            pm_sched_req req = {.p = b.p, .m = 3 * b.p, .t = PM_COSTS_DEFAULT,
+                                .mem = PM_MEM_DEFAULT};
+            pm_sched s;
+            if (pm_sched_from_block(&s, &b, &req, "fuzz", &err) == PM_OK) {
+                fz_simulate(&s);
+                pm_sched_free(&s);
+            }
+        }
+        pm_block_info_free(&in);
+    }
+    pm_block_free(&b);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const char *text = (const char *)data;
     fz_schedule(pm_sched_parse_text, pm_sched_write_text, text, size);
     fz_schedule(pm_sched_parse_csv, pm_sched_write_csv, text, size);
-    pm_block b;
-    pm_err err;
-    if (pm_block_parse(&b, text, size, &err) == PM_OK) pm_block_free(&b);
+    fz_block(text, size);
     return 0;
 }
