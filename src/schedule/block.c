@@ -684,7 +684,9 @@ static void v1_bound(v1_search *g, int k, int ready, int *mx, int *sum) {
 
 static void v1_dfs(v1_search *g, int k, int ready) {
     int mx, sum;
-    if (g->nodes-- <= 0) return;
+    /* The budget bounds the search for a better block, never the first
+     * (greedy) descent: at large p that descent alone is 4p nodes. */
+    if (g->nodes-- <= 0 && g->best_max >= 0) return;
     v1_bound(g, k, ready, &mx, &sum);
     if (g->best_max >= 0 && (mx > g->best_max || (mx == g->best_max && sum >= g->best_sum)))
         return;
@@ -727,7 +729,10 @@ static pm_status named_1f1b_v(pm_block *b, int p, pm_err *err) {
         goto done;
     }
     v1_dfs(&g, 0, 0);
-    PM_ASSERT(g.best_max >= 0); /* the first leaf is always reached: packable() holds */
+    if (g.best_max < 0) { /* packable() should make the first descent a leaf */
+        st = pm_errf(err, PM_ERR_INVALID, "no legal 1f1b-v block found for p = %d", p);
+        goto done;
+    }
     for (int k = 0; k < 2 * g.S; k++) {
         int stage, dev, chunk, dur;
         v1_step(&g, k, &stage, &dev, &chunk, &dur);
