@@ -132,6 +132,7 @@ typedef struct {
     int S, m;          /* stages and microbatches it was sized for */
     double *scratch;   /* replay state: dependency ends, device free times; owned */
     int64_t *cursor;   /* (p) replay state: next pass of each device; owned */
+    int32_t *wait;     /* replay state: devices parked on a pass, run stack; owned */
 } pm_sim;
 
 /* Replays s with costs c (the rule above). On deadlock returns
@@ -178,10 +179,23 @@ typedef struct {
     double mem_limit; /* multiple of M; 0 = kind default or none */
 } pm_sched_req;
 
+/* Supported sizes. Every schedule: S = p*v stages on at most PM_SCHED_MAX_P
+ * devices, and S*m (stage-microbatches; 3 passes each at most) at most
+ * PM_SCHED_MAX_SM, so a schedule's pass table stays under about 150 MB.
+ * Kinds that search are tighter (their max_p, max_sm): a request beyond a
+ * kind's range is one error, given before anything is allocated. */
+#define PM_SCHED_MAX_P (1 << 20)
+#define PM_SCHED_MAX_SM ((int64_t)1 << 22)
+/* search, curve and auto-v build many candidates of every family. */
+#define PM_SCHED_SEARCH_MAX_P 128
+#define PM_SCHED_SEARCH_MAX_SM ((int64_t)1 << 16)
+
 typedef struct {
     const char *name;  /* "1f1b" */
     const char *about; /* one line for --help and README */
     pm_place place;
+    int max_p;         /* largest p it builds in reasonable time and memory */
+    int64_t max_sm;    /* largest S*m likewise */
     /* Smallest m the kind accepts for p devices and v chunks (0 if any). */
     int (*min_m)(int p, int v);
     /* Checks req (v fits the kind, m large enough...) and builds. */
@@ -191,8 +205,14 @@ typedef struct {
 /* Registry of every named generator, in a stable order. */
 const pm_sched_kind *pm_sched_kinds(int *n);
 const pm_sched_kind *pm_sched_kind_find(const char *name);
+/* Checks a request's sizes against a range (max_p, max_sm for S = p*v
+ * stages; `what` names the kind or command in the message) and its costs:
+ * finite, and the simulated makespan bounded by a representable number. */
+pm_status pm_sched_req_check(const pm_sched_req *req, int v, int max_p, int64_t max_sm,
+                             const char *what, pm_err *err);
 /* Looks the kind up by name, checks p, m and v with clear messages (naming
- * the minimum m, the chunk counts that fit), and builds. */
+ * the minimum m, the chunk counts that fit, the kind's supported range),
+ * and builds. */
 pm_status pm_sched_generate(pm_sched *s, const char *kind, const pm_sched_req *req, pm_err *err);
 
 /* Individual generators (also reachable through the registry). */

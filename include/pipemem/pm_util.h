@@ -91,6 +91,7 @@ typedef struct {
     char *path; /* final path, owned; NULL for stdout */
     char *tmp;  /* PATH.tmp, owned */
     int direct; /* 1: path is a device or pipe, written in place (no tmp) */
+    const char *name; /* for messages: the path (borrowed) or "standard output" */
 } pm_wfile;
 
 pm_status pm_wfile_open(pm_wfile *w, const char *path, pm_err *err);

@@ -189,8 +189,8 @@ int pm_cmd_curve(int argc, char **argv) {
     if (!o.have_p || !o.have_m) return pm_cli_fail("curve: needs -p P and -m M");
     if (o.req.mem_limit > 0) return pm_cli_fail("curve: give --from/--to/--step, not --mem-limit");
     const char *format = o.format ? o.format : "table";
-    if (strcmp(format, "table") && strcmp(format, "json") && strcmp(format, "svg"))
-        return pm_cli_fail("--format: '%s' is not one of table, json, svg", format);
+    static const char *const formats[] = {"table", "json", "svg", NULL};
+    if (pm_cli_format_check(format, formats)) return 1;
     int n = (int)floor((r.to - r.from) / r.step + 1e-9) + 1;
     double *lim = malloc((size_t)n * sizeof *lim);
     pm_search_point *pt = malloc((size_t)n * PM_FAMILY_COUNT * sizeof *pt);
@@ -201,15 +201,13 @@ int pm_cmd_curve(int argc, char **argv) {
     for (int k = 0; k < n; k++) lim[k] = r.from + k * r.step;
     pm_err err;
     if (pm_sched_curve(&o.req, lim, n, pt, &err)) rc = pm_cli_fail("curve: %s", err.msg);
-    FILE *f = rc ? NULL : o.out ? fopen(o.out, "w") : stdout;
-    if (!rc && !f) rc = pm_cli_fail("cannot write %s", o.out);
-    if (f) {
-        if (!strcmp(format, "table")) print_table(f, &o.req, lim, n, pt);
-        else if (!strcmp(format, "json")) print_json(f, &o.req, lim, n, pt);
-        else print_svg(f, &o.req, lim, n, pt);
-        if (ferror(f) | (o.out && fclose(f)))
-            rc = pm_cli_fail("writing %s failed", o.out ? o.out : "standard output");
-        else if (o.out)
+    pm_wfile w;
+    if (!rc && !(rc = pm_cli_open_out(&w, o.out))) {
+        if (!strcmp(format, "table")) print_table(w.f, &o.req, lim, n, pt);
+        else if (!strcmp(format, "json")) print_json(w.f, &o.req, lim, n, pt);
+        else print_svg(w.f, &o.req, lim, n, pt);
+        rc = pm_cli_close_out(&w, 0);
+        if (!rc && o.out)
             fprintf(stderr, "pipemem: wrote %s (%d limits, %g to %g M)\n", o.out, n, lim[0],
                     lim[n - 1]);
     }

@@ -20,16 +20,6 @@ static const char usage[] =
     "  --format F        text (default), csv, json, svg or trace\n"
     "  -o FILE           write there instead of standard output\n";
 
-/* One summary line per fact, as '#' comments the text reader skips. */
-static void summary(FILE *f, const pm_cli_plan *pl) {
-    fprintf(f, "# %s: p=%d m=%d placement=%s stages=%d\n", pl->s.kind, pl->s.p, pl->s.m,
-            pm_place_names[pl->s.place], pl->s.S);
-    fprintf(f, "# makespan %.6g  bubble %.4f  peak %.4f M (per device:", pl->sim.makespan,
-            pl->sim.bubble, pm_sim_peak_max_x(&pl->sim));
-    for (int d = 0; d < pl->s.p; d++) fprintf(f, " %.4f", pm_sim_peak_x(&pl->sim, d));
-    fprintf(f, ")\n");
-}
-
 int pm_cmd_schedule(int argc, char **argv) {
     pm_cli_sched_opts o;
     int rc = pm_cli_sched_parse(argc, argv, &o, usage);
@@ -38,6 +28,7 @@ int pm_cmd_schedule(int argc, char **argv) {
     if (o.kind && (!o.have_p || !o.have_m))
         return pm_cli_fail("schedule: --kind %s needs -p P and -m M", o.kind);
     const char *format = o.format ? o.format : "text";
+    if (pm_cli_format_check(format, pm_cli_plan_formats)) return 1;
     pm_cli_plan pl = {0};
     pm_err err;
     pm_status st;
@@ -51,19 +42,7 @@ int pm_cmd_schedule(int argc, char **argv) {
         pm_cli_plan_free(&pl);
         return pm_cli_fail("%s", err.msg);
     }
-    if (!strcmp(format, "text")) {
-        FILE *f = o.out ? fopen(o.out, "w") : stdout;
-        if (!f) {
-            pm_cli_plan_free(&pl);
-            return pm_cli_fail("cannot write %s", o.out);
-        }
-        summary(f, &pl);
-        rc = pm_sched_write_text(f, &pl.s) != PM_OK || ferror(f);
-        if (o.out && fclose(f)) rc = 1;
-        if (rc) pm_cli_fail("writing %s failed", o.out ? o.out : "standard output");
-    } else {
-        rc = pm_cli_plan_write(&pl, format, o.out);
-    }
+    rc = pm_cli_plan_write(&pl, format, o.out);
     if (!rc && o.out)
         fprintf(stderr, "pipemem: wrote %s (%s p=%d m=%d: makespan %.6g, bubble %.2f%%, peak %.3f M)\n",
                 o.out, pl.s.kind, pl.s.p, pl.s.m, pl.sim.makespan, 100 * pl.sim.bubble,

@@ -17,25 +17,6 @@ static const char usage[] =
     "microbatch's activation through the whole model, 1F1B's peak). The reason for the\n"
     "choice goes to standard error, the schedule to standard output or -o FILE.\n";
 
-static void summary(FILE *f, const pm_cli_plan *pl) {
-    fprintf(f, "# %s: p=%d m=%d placement=%s stages=%d\n", pl->s.kind, pl->s.p, pl->s.m,
-            pm_place_names[pl->s.place], pl->s.S);
-    fprintf(f, "# makespan %.6g  bubble %.4f  peak %.4f M (per device:", pl->sim.makespan,
-            pl->sim.bubble, pm_sim_peak_max_x(&pl->sim));
-    for (int d = 0; d < pl->s.p; d++) fprintf(f, " %.4f", pm_sim_peak_x(&pl->sim, d));
-    fprintf(f, ")\n");
-}
-
-static int write_text(const pm_cli_plan *pl, const char *path) {
-    FILE *f = path ? fopen(path, "w") : stdout;
-    if (!f) return pm_cli_fail("cannot write %s", path);
-    summary(f, pl);
-    int bad = pm_sched_write_text(f, &pl->s) != PM_OK || ferror(f);
-    if (path && fclose(f)) bad = 1;
-    if (bad) return pm_cli_fail("writing %s failed", path ? path : "standard output");
-    return 0;
-}
-
 int pm_cmd_search(int argc, char **argv) {
     pm_cli_sched_opts o;
     int rc = pm_cli_sched_parse(argc, argv, &o, usage);
@@ -46,6 +27,7 @@ int pm_cmd_search(int argc, char **argv) {
         return pm_cli_fail("search: needs --mem-limit X (a multiple of M; 1.0 is 1F1B's peak)");
     if (o.req.v) return pm_cli_fail("search: --chunks is chosen by the search; leave it out");
     const char *format = o.format ? o.format : "text";
+    if (pm_cli_format_check(format, pm_cli_plan_formats)) return 1;
     pm_cli_plan pl = {0};
     pm_err err;
     char reason[512];
@@ -56,10 +38,10 @@ int pm_cmd_search(int argc, char **argv) {
         return pm_cli_fail("search: %s", err.msg);
     }
     fprintf(stderr, "pipemem: search: %s\n", reason);
-    rc = !strcmp(format, "text") ? write_text(&pl, o.out) : pm_cli_plan_write(&pl, format, o.out);
+    rc = pm_cli_plan_write(&pl, format, o.out);
     if (!rc && o.out) {
         fprintf(stderr, "pipemem: wrote %s: ", o.out);
-        summary(stderr, &pl);
+        pm_cli_plan_summary(stderr, &pl);
     }
     pm_cli_plan_free(&pl);
     return rc;

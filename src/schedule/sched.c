@@ -22,11 +22,12 @@ pm_status pm_sched_init(pm_sched *s, const char *kind, pm_place place, int p, in
         return pm_errf(err, PM_ERR_ARG, "single placement has 1 chunk per device, not %d", v);
     if (place == PM_PLACE_V && v != 2)
         return pm_errf(err, PM_ERR_ARG, "V placement has 2 chunks per device, not %d", v);
-    if ((int64_t)p * v > 1 << 20 || (int64_t)m * v > 1 << 24)
-        return pm_errf(err, PM_ERR_ARG, "schedule too large: p=%d m=%d chunks=%d", p, m, v);
-    size_t cap = (size_t)3 * (size_t)m * (size_t)v, total;
-    if (!pm_size_mul(cap, (size_t)p, &total) || total > ((size_t)1 << 31))
-        return pm_errf(err, PM_ERR_ARG, "schedule too large: p=%d m=%d chunks=%d", p, m, v);
+    if ((int64_t)p * v > PM_SCHED_MAX_P || (int64_t)p * v * m > PM_SCHED_MAX_SM)
+        return pm_errf(err, PM_ERR_ARG,
+                       "schedule too large: p=%d m=%d chunks=%d; the limits are %d stages and "
+                       "%lld stages x microbatches", p, m, v, PM_SCHED_MAX_P,
+                       (long long)PM_SCHED_MAX_SM);
+    size_t cap = (size_t)3 * (size_t)m * (size_t)v, total = cap * (size_t)p;
     snprintf(s->kind, sizeof s->kind, "%s", kind ? kind : "custom");
     s->place = place;
     s->p = p;
@@ -34,8 +35,8 @@ pm_status pm_sched_init(pm_sched *s, const char *kind, pm_place place, int p, in
     s->v = v;
     s->S = p * v;
     s->cap = (int64_t)cap;
-    s->len = calloc((size_t)p, sizeof *s->len);
-    s->pass = calloc(total, sizeof *s->pass);
+    s->len = pm_calloc((size_t)p, sizeof *s->len);
+    s->pass = pm_calloc(total, sizeof *s->pass);
     if (!s->len || !s->pass) {
         pm_sched_free(s);
         return pm_errf(err, PM_ERR_NOMEM, "out of memory for a schedule of %zu passes", total);
@@ -45,8 +46,8 @@ pm_status pm_sched_init(pm_sched *s, const char *kind, pm_place place, int p, in
 
 void pm_sched_free(pm_sched *s) {
     if (!s) return;
-    free(s->len);
-    free(s->pass);
+    pm_free(s->len);
+    pm_free(s->pass);
     *s = (pm_sched){0};
 }
 

@@ -151,9 +151,10 @@ static pm_status pool_all(pm_pool *pl, const pm_sched_req *req, double max_limit
 }
 
 static pm_status check_req(const pm_sched_req *req, pm_err *err) {
-    if (req->p < 1 || req->m < 1)
-        return pm_errf(err, PM_ERR_ARG, "search needs p >= 1 and m >= 1 (got p=%d m=%d)", req->p,
-                       req->m);
+    /* the V family (2 stages per device) is the largest candidate */
+    pm_status st = pm_sched_req_check(req, 2, PM_SCHED_SEARCH_MAX_P, PM_SCHED_SEARCH_MAX_SM,
+                                      "search", err);
+    if (st) return st;
     if (!(req->mem.f > 0))
         return pm_errf(err, PM_ERR_ARG, "search needs a positive forward memory delta");
     return PM_OK;

@@ -16,17 +16,20 @@
  *   5. memory: with costs and a limit, each device's running sum of memory
  *      deltas in list order stays at or below limit * M.
  *
- * Working memory: one table of pass positions indexed by (kind, stage, mb),
- * allocated once, sized 4*S*m. */
-#include <stdlib.h>
-
+ * Working memory, allocated once: tables of pass positions, done flags and
+ * parked devices indexed by (kind, stage, mb), sized 4*S*m, and three
+ * per-device arrays. Every check is linear in the number of passes. */
 #include "pipemem/pm_sched.h"
 
 typedef struct {
     const pm_sched *s;
-    int32_t *pos;  /* (4, S, m) index of the pass in its device's list, -1 if absent */
-    uint8_t *done; /* (4, S, m) 1 once the pass has run in the deadlock replay */
-    int64_t *next; /* (p) next pass of each device in the deadlock replay */
+    int32_t *pos;   /* (4, S, m) index of the pass in its device's list, -1 if absent */
+    uint8_t *done;  /* (4, S, m) 1 once the pass has run in the deadlock replay */
+    int32_t *whead; /* (4, S, m) first device parked on the pass, -1 if none */
+    int64_t *next;  /* (p) next pass of each device in the deadlock replay */
+    int32_t *wnext; /* (p) next device parked on the same pass */
+    int32_t *run;   /* (p) devices ready to run (a stack) */
+    int nrun;
 } vstate;
 
 static size_t slot(const pm_sched *s, int kind, int stage, int mb) {
@@ -181,24 +184,37 @@ static pm_status check_order(const vstate *v, pm_err *err) {
 }
 
 /* Replays the lists in dependency order; names the first stuck device and
- * the device it waits on. */
-static pm_status check_deadlock(vstate *v, pm_err *err) {
+ * the device it waits on. Event-driven, so linear in the passes: a device
+ * runs until its next pass waits on a pass not yet run, then parks on that
+ * pass's waiter list; running a pass wakes the devices parked on it. */
+static void run_device(vstate *v, int d) {
     const pm_sched *s = v->s;
-    for (int progress = 1; progress;) {
-        progress = 0;
-        for (int d = 0; d < s->p; d++) {
-            const pm_pass *l = pm_sched_dev(s, d);
-            while (v->next[d] < s->len[d]) {
-                const pm_pass *ps = &l[v->next[d]];
-                pm_pass dep;
-                if (sim_dep(v, ps, &dep) && !v->done[slot(s, dep.kind, dep.stage, dep.mb)])
-                    break;
-                v->done[slot(s, ps->kind, ps->stage, ps->mb)] = 1;
-                v->next[d]++;
-                progress = 1;
+    const pm_pass *l = pm_sched_dev(s, d);
+    while (v->next[d] < s->len[d]) {
+        const pm_pass *ps = &l[v->next[d]];
+        pm_pass dep;
+        if (sim_dep(v, ps, &dep)) {
+            size_t k = slot(s, dep.kind, dep.stage, dep.mb);
+            if (!v->done[k]) {
+                v->wnext[d] = v->whead[k];
+                v->whead[k] = d;
+                return;
             }
         }
+        size_t k = slot(s, ps->kind, ps->stage, ps->mb);
+        v->done[k] = 1;
+        for (int32_t w = v->whead[k]; w >= 0; w = v->wnext[w]) v->run[v->nrun++] = w;
+        v->whead[k] = -1;
+        v->next[d]++;
     }
+}
+
+static pm_status check_deadlock(vstate *v, pm_err *err) {
+    const pm_sched *s = v->s;
+    /* Each device is on the run stack at most once: it is pushed at the
+     * start, or when woken, and only a popped device can park. */
+    for (int d = s->p - 1; d >= 0; d--) v->run[v->nrun++] = d;
+    while (v->nrun > 0) run_device(v, v->run[--v->nrun]);
     for (int d = 0; d < s->p; d++) {
         if (v->next[d] >= s->len[d]) continue;
         char nb[48], db[48], ob[48], wb[48];
@@ -262,13 +278,17 @@ pm_status pm_sched_validate(const pm_sched *s, const pm_cost *c, double mem_limi
     if (!pm_size_mul((size_t)4 * (size_t)s->S, (size_t)s->m, &n))
         return pm_errf(err, PM_ERR_NOMEM, "schedule too large to validate");
     vstate v = {.s = s};
-    v.pos = malloc(n * sizeof *v.pos);
-    v.done = calloc(n, 1);
-    v.next = calloc((size_t)s->p, sizeof *v.next);
-    if (!v.pos || !v.done || !v.next) {
+    v.pos = pm_malloc(n * sizeof *v.pos);
+    v.whead = pm_malloc(n * sizeof *v.whead);
+    v.done = pm_calloc(n, 1);
+    v.next = pm_calloc((size_t)s->p, sizeof *v.next);
+    v.wnext = pm_malloc((size_t)s->p * sizeof *v.wnext);
+    v.run = pm_malloc((size_t)s->p * sizeof *v.run);
+    if (!v.pos || !v.whead || !v.done || !v.next || !v.wnext || !v.run) {
         st = pm_errf(err, PM_ERR_NOMEM, "out of memory validating %zu passes", n);
         goto done;
     }
+    for (size_t i = 0; i < n; i++) v.whead[i] = -1;
     for (size_t i = 0; i < n; i++) v.pos[i] = -1;
     if ((st = record(&v, err))) goto done;
     if ((st = check_complete(&v, err))) goto done;
@@ -276,8 +296,11 @@ pm_status pm_sched_validate(const pm_sched *s, const pm_cost *c, double mem_limi
     if ((st = check_deadlock(&v, err))) goto done;
     if (mem_limit > 0 && c) st = check_memory(s, c, mem_limit, err);
 done:
-    free(v.pos);
-    free(v.done);
-    free(v.next);
+    pm_free(v.pos);
+    pm_free(v.whead);
+    pm_free(v.done);
+    pm_free(v.next);
+    pm_free(v.wnext);
+    pm_free(v.run);
     return st;
 }

@@ -78,6 +78,7 @@ static char *tmp_name(const char *path) {
 
 pm_status pm_wfile_open(pm_wfile *w, const char *path, pm_err *err) {
     *w = (pm_wfile){0};
+    w->name = path ? path : "standard output";
     if (!path) {
         w->f = stdout;
         return PM_OK;
@@ -137,7 +138,7 @@ pm_status pm_wfile_commit(pm_wfile *w, pm_err *err) {
         int bad = f && (fflush(f) != 0 || ferror(f));
         int e = errno;
         if (w->direct && fclose(f) != 0) bad = 1, e = errno;
-        const char *name = w->direct ? "output device" : "standard output";
+        const char *name = w->name;
         *w = (pm_wfile){0};
         if (bad) return pm_errf(err, PM_ERR_IO, "%s: write failed: %s", name, strerror(e));
         return PM_OK;
