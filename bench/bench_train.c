@@ -21,6 +21,7 @@
  *   sgemm_peak_gflops=... peak_fraction=... rss_mib=... torch_rss_mib=... */
 #define _DEFAULT_SOURCE /* wait4 */
 #include <cblas.h>
+#include <errno.h>
 #include <libgen.h>
 #include <math.h>
 #include <stdio.h>
@@ -61,18 +62,22 @@ static double sgemm_peak(int threads) {
     return 2.0 * n * n * (double)n / best / 1e9;
 }
 
-/* Runs argv as a child with stdout to a pipe; returns its output (static)
- * and its peak RSS in KiB, or NULL on failure. */
-static const char *run_child(char *const argv[], long *rss_kib) {
+/* Runs argv as a child with stdout to a pipe and stderr to errpath;
+ * returns its output (static) and its peak RSS in KiB, or NULL if it could
+ * not run or exited with a failure (its stderr is then in errpath). */
+static const char *run_child(char *const argv[], const char *errpath, long *rss_kib) {
     static char out[8192];
     int fd[2];
     if (pipe(fd)) return NULL;
     pid_t pid = fork();
     if (pid == 0) {
+        FILE *e = fopen(errpath, "w");
+        if (e) dup2(fileno(e), 2);
         dup2(fd[1], 1);
         close(fd[0]);
         close(fd[1]);
         execv(argv[0], argv);
+        fprintf(stderr, "cannot run %s: %s\n", argv[0], strerror(errno));
         _exit(127);
     }
     close(fd[1]);
@@ -86,6 +91,20 @@ static const char *run_child(char *const argv[], long *rss_kib) {
     if (wait4(pid, &status, 0, &ru) < 0 || !WIFEXITED(status) || WEXITSTATUS(status)) return NULL;
     *rss_kib = ru.ru_maxrss;
     return out;
+}
+
+/* A failed child: its command and the last lines of its stderr, then 1 (a
+ * benchmark whose peer fails fails). */
+static int child_failed(const char *who, char *const argv[], const char *errpath) {
+    fprintf(stderr, "bench_train: %s failed (%s %s); its error output:\n", who, argv[0],
+            argv[1]);
+    FILE *e = fopen(errpath, "r");
+    char lines[8][256];
+    int n = 0;
+    while (e && fgets(lines[n % 8], sizeof lines[0], e)) n++;
+    if (e) fclose(e);
+    for (int i = n > 8 ? n - 8 : 0; i < n; i++) fprintf(stderr, "  %s", lines[i % 8]);
+    return 1;
 }
 
 static double json_num(const char *s, const char *key) {
@@ -137,7 +156,12 @@ int main(int argc, char **argv) {
     snprintf(bdir, sizeof bdir, "%s", bin);
     snprintf(script, sizeof script, "%s/../bench/torch_train.py", dirname(dirname(bdir)));
     if (access(script, R_OK)) snprintf(script, sizeof script, "bench/torch_train.py");
-    char *py_argv[] = {"/usr/bin/python3", script, "--layers", "6", "--dim", "512", "--heads",
+    /* PM_BENCH_PYTHON: another interpreter (one without torch shows that a
+     * failing peer fails the benchmark). */
+    char *python = getenv("PM_BENCH_PYTHON") ? getenv("PM_BENCH_PYTHON") : "/usr/bin/python3";
+    char errpath[128];
+    snprintf(errpath, sizeof errpath, "%s.stderr", dir);
+    char *py_argv[] = {python, script, "--layers", "6", "--dim", "512", "--heads",
                        "8", "--ctx", "256", "--batch", "8", "--steps", s_steps, "--threads",
                        s_thr, NULL};
     /* Rounds alternate the two trainers; the best of each is kept, so a
@@ -146,19 +170,24 @@ int main(int argc, char **argv) {
     long rss = 0, trss = 0;
     for (int r = 0; r < ROUNDS; r++) {
         long k_rss = 0;
-        const char *o = run_child(pm_argv, &k_rss);
+        const char *o = run_child(pm_argv, errpath, &k_rss);
+        if (!o) return child_failed("pipemem", pm_argv, errpath);
         double k_tok = json_num(o, "tokens_per_s"), loss = json_num(o, "final_loss");
-        if (!o || !isfinite(k_tok) || !isfinite(loss) || loss > 6.0) {
-            fprintf(stderr, "bench_train: pipemem run failed or gave a bad loss: %s\n",
-                    o ? o : "");
+        if (!isfinite(k_tok) || !isfinite(loss) || loss > 6.0) {
+            fprintf(stderr, "bench_train: pipemem gave a bad loss or speed: %s\n", o);
             return 1;
         }
         if (k_tok > tok) tok = k_tok, gf = json_num(o, "gflops_per_s");
         if (k_rss > rss) rss = k_rss;
-        const char *po = run_child(py_argv, &k_rss);
+        const char *po = run_child(py_argv, errpath, &k_rss);
+        if (!po) return child_failed("the PyTorch peer", py_argv, errpath);
         double k_ttok = json_num(po, "tokens_per_s");
-        if (po && isfinite(k_ttok) && k_ttok > ttok) ttok = k_ttok;
-        if (po && k_rss > trss) trss = k_rss;
+        if (!(isfinite(k_ttok) && k_ttok > 0)) {
+            fprintf(stderr, "bench_train: the PyTorch peer printed no tokens_per_s: %s\n", po);
+            return 1;
+        }
+        if (k_ttok > ttok) ttok = k_ttok;
+        if (k_rss > trss) trss = k_rss;
     }
     double peak2 = sgemm_peak(threads);
     if (peak2 > peak) peak = peak2;
@@ -169,17 +198,15 @@ int main(int argc, char **argv) {
            threads, openblas_get_corename());
     printf("  pipemem : %8.0f tokens/s  %6.1f GFLOP/s  peak RSS %6.0f MiB\n", tok, gf,
            rss / 1024.0);
-    if (ttok > 0)
-        printf("  pytorch : %8.0f tokens/s  %6.1f GFLOP/s  peak RSS %6.0f MiB\n", ttok,
-               flops * ttok / (B * T) / 1e9, trss / 1024.0);
-    else
-        printf("  pytorch : not run (is python3-torch installed?)\n");
+    printf("  pytorch : %8.0f tokens/s  %6.1f GFLOP/s  peak RSS %6.0f MiB\n", ttok,
+           flops * ttok / (B * T) / 1e9, trss / 1024.0);
     printf("  sgemm   : %6.1f GFLOP/s peak (2048^3); pipemem at %.0f%% of it\n", peak,
            100.0 * gf / peak);
     printf("bench_train tokens_per_s=%.0f torch_tokens_per_s=%.0f ratio=%.3f gflops=%.1f "
            "sgemm_peak_gflops=%.1f peak_fraction=%.3f rss_mib=%.0f torch_rss_mib=%.0f\n",
            tok, ttok, tok / ttok, gf, peak, gf / peak, rss / 1024.0, trss / 1024.0);
     char cmd[256];
+    unlink(errpath);
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd)) return 1;
     return 0;

@@ -472,8 +472,16 @@ static void test_sizes_accounting(void **s) {
     for (int layer = 0; layer < pm_gpt_num_layers(&CFG); layer++) {
         pm_gpt_sizes z;
         assert_int_equal(pm_gpt_layer_sizes(&CFG, layer, BB, TT, &z, NULL), PM_OK);
-        assert_true(z.saved_w <= z.saved);
-        assert_int_equal((z.saved - z.saved_w) + z.saved_w, z.saved);
+        assert_true(z.saved > 0);
+        /* The embedding's W reads everything F kept (its B only copies
+         * dout for W), so B releases nothing there; every other layer's B
+         * releases what only B reads (attention scores, the head's
+         * normalised input), so saved_w < saved: the split-backward memory
+         * saving the schedules count on. */
+        if (layer == 0) assert_int_equal(z.saved_w, z.saved);
+        else if (z.saved_w >= z.saved)
+            fail_msg("layer %d: B releases nothing (saved %zu, saved_w %zu)", layer, z.saved,
+                     z.saved_w);
         assert_int_equal(z.scratch_f, 0);
         assert_int_equal(z.scratch_w, 0);
     }
