@@ -58,8 +58,8 @@ def read_ckpt(path):
     if raw[:8] != b"PMCKPT01":
         sys.exit(f"{path}: not a pipemem checkpoint (bad magic)")
     version, hdr = struct.unpack_from("<II", raw, 8)
-    if version != 1 or hdr != 128:
-        sys.exit(f"{path}: checkpoint version {version}, this script reads 1")
+    if version not in (1, 2) or hdr != 128:
+        sys.exit(f"{path}: checkpoint version {version}, this script reads 1 and 2")
     vocab, ctx, dim, heads, layers, batch, micro, steps, warmup = struct.unpack_from("<9i", raw, 16)
     lr, lr_min_frac, beta1, beta2, eps, wd, clip = struct.unpack_from("<7f", raw, 52)
     (n,) = struct.unpack_from("<Q", raw, 112)

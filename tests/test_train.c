@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -247,6 +248,158 @@ static void test_ckpt_errors(void **state) {
     expect_load_error(p, &c, PM_ERR_IO, "none.ckpt");
 }
 
+/* Reads a whole small file (a test checkpoint). */
+static uint8_t *slurp(const char *path, size_t *n) {
+    char *buf;
+    pm_err err;
+    if (pm_read_file(path, 1 << 24, &buf, n, &err)) fail_msg("%s", err.msg);
+    return (uint8_t *)buf;
+}
+
+static void spill(const char *path, const uint8_t *b, size_t n) {
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(b, 1, n, f), n);
+    fclose(f);
+}
+
+/* Messages say what is really wrong: a short file is truncated (not "bad
+ * magic"), a corrupted header field is corruption (the checksum is checked
+ * before any field is compared with the run), a directory is a directory. */
+static void test_ckpt_messages(void **state) {
+    (void)state;
+    char p[300];
+    snprintf(p, sizeof p, "%s/msg.ckpt", dir);
+    pm_train_cfg c = tiny(4, 2, 4);
+    make_ckpt(p);
+    assert_int_equal(truncate(p, 12), 0);
+    expect_load_error(p, &c, PM_ERR_FORMAT, "truncated: 12 bytes, a checkpoint has at least");
+    make_ckpt(p);
+    poke(p, 54, 0x7f); /* a byte of lr */
+    expect_load_error(p, &c, PM_ERR_FORMAT, "checksum mismatch");
+    expect_load_error(dir, &c, PM_ERR_IO, "is a directory");
+    pm_err err = {{0}};
+    pm_trainer t;
+    assert_int_equal(pm_trainer_init(&t, &c, &toks, 0, &err), PM_OK);
+    assert_int_equal(pm_ckpt_save(&t, dir, &err), PM_ERR_IO);
+    assert_non_null(strstr(err.msg, "is a directory"));
+    pm_trainer_free(&t);
+}
+
+/* A checkpoint remembers its data: another token file is refused; a
+ * version-1 file (no identity) still loads. */
+static void test_ckpt_data_identity(void **state) {
+    (void)state;
+    char p[300];
+    snprintf(p, sizeof p, "%s/id.ckpt", dir);
+    pm_train_cfg c = tiny(4, 2, 4);
+    make_ckpt(p);
+    uint8_t other_text[sizeof text];
+    memcpy(other_text, text, sizeof text);
+    other_text[100] ^= 1;
+    pm_tokens other = {other_text, sizeof other_text};
+    pm_err err = {{0}};
+    pm_trainer t;
+    assert_int_equal(pm_trainer_init(&t, &c, &other, 0, &err), PM_OK);
+    assert_int_equal(pm_ckpt_load(&t, p, &err), PM_ERR_ARG);
+    assert_non_null(strstr(err.msg, "trained on other data"));
+    /* rewrite as version 1: version field 1, identity 0, checksum redone */
+    size_t n;
+    uint8_t *b = slurp(p, &n);
+    assert_int_equal(pm_get_u32(b + 8), 2);
+    pm_put_u32(b + 8, 1);
+    pm_put_u64(b + 120, 0);
+    pm_put_u64(b + n - 8, pm_fnv1a64(PM_FNV_OFFSET, b, n - 8));
+    spill(p, b, n);
+    pm_free(b);
+    pm_ckpt_info info;
+    assert_int_equal(pm_ckpt_info_read(p, &info, &err), PM_OK);
+    assert_int_equal(info.version, 1);
+    assert_int_equal(pm_ckpt_load(&t, p, &err), PM_OK); /* nothing to compare with */
+    assert_int_equal(t.step, 1);
+    pm_trainer_free(&t);
+}
+
+/* A failed load leaves the trainer bitwise as it was. */
+static void test_ckpt_failed_load_changes_nothing(void **state) {
+    (void)state;
+    char p[300];
+    snprintf(p, sizeof p, "%s/keep.ckpt", dir);
+    pm_train_cfg c = tiny(4, 2, 4);
+    pm_err err = {{0}};
+    pm_trainer t;
+    assert_int_equal(pm_trainer_init(&t, &c, &toks, 0, &err), PM_OK);
+    double l[2];
+    run_steps(&t, 2, l);
+    size_t bytes = 4 * t.n_params * sizeof(float);
+    uint8_t *before = malloc(bytes);
+    assert_non_null(before);
+    memcpy(before, t.params, bytes);
+    int64_t step = t.step;
+    uint64_t next = t.train.next;
+    static const long corrupt_at[] = {PM_CKPT_HEADER + 4, 40, -1};
+    for (int k = 0; k < 3; k++) {
+        make_ckpt(p); /* a good checkpoint of another step */
+        if (corrupt_at[k] >= 0) poke(p, corrupt_at[k], 0x33);
+        else t.cfg.seed ^= 1; /* a config mismatch, found after the checksum */
+        assert_int_not_equal(pm_ckpt_load(&t, p, &err), PM_OK);
+        if (corrupt_at[k] < 0) t.cfg.seed ^= 1;
+        assert_memory_equal(t.params, before, bytes);
+        assert_int_equal(t.step, step);
+        assert_int_equal(t.train.next, next);
+    }
+    free(before);
+    pm_trainer_free(&t);
+}
+
+/* Failed saves: a full device, a missing directory, an unwritable tmp
+ * path, every allocation failing in turn: each is one clear error, and the
+ * checkpoint already at the path stays loadable and bitwise the same. */
+static void test_ckpt_failed_save_keeps_old(void **state) {
+    (void)state;
+    char p[300], tmp[310];
+    snprintf(p, sizeof p, "%s/old.ckpt", dir);
+    snprintf(tmp, sizeof tmp, "%s.tmp", p);
+    make_ckpt(p);
+    size_t n0;
+    uint8_t *old = slurp(p, &n0);
+    pm_train_cfg c = tiny(4, 2, 4);
+    pm_err err = {{0}};
+    pm_trainer t;
+    assert_int_equal(pm_trainer_init(&t, &c, &toks, 0, &err), PM_OK);
+    double l[3];
+    run_steps(&t, 3, l);
+    assert_int_equal(pm_ckpt_save(&t, "/dev/full", &err), PM_ERR_IO);
+    assert_non_null(strstr(err.msg, "No space left"));
+    assert_int_equal(pm_ckpt_save(&t, "/nonexistent-dir/x.ckpt", &err), PM_ERR_IO);
+    assert_non_null(strstr(err.msg, "/nonexistent-dir/x.ckpt"));
+    assert_int_equal(mkdir(tmp, 0777), 0); /* PATH.tmp cannot be created */
+    assert_int_equal(pm_ckpt_save(&t, p, &err), PM_ERR_IO);
+    assert_int_equal(rmdir(tmp), 0);
+    for (int64_t k = 1;; k++) {
+        pm_alloc_fail_at(k, 0);
+        pm_status st = pm_ckpt_save(&t, p, &err);
+        int fired = pm_alloc_failed();
+        pm_alloc_fail_at(0, 0);
+        if (!fired) {
+            assert_int_equal(st, PM_OK);
+            break;
+        }
+        assert_int_equal(st, PM_ERR_NOMEM);
+        size_t n;
+        uint8_t *now = slurp(p, &n);
+        assert_int_equal(n, n0);
+        assert_memory_equal(now, old, n0);
+        pm_free(now);
+        assert_int_not_equal(access(tmp, F_OK), 0);
+    }
+    pm_ckpt_info info;
+    assert_int_equal(pm_ckpt_info_read(p, &info, &err), PM_OK);
+    assert_int_equal(info.step, 3); /* the last save went through */
+    pm_free(old);
+    pm_trainer_free(&t);
+}
+
 static void test_config_and_memory_errors(void **state) {
     (void)state;
     pm_err err = {{0}};
@@ -398,6 +551,10 @@ int main(void) {
         cmocka_unit_test(test_accumulation_matches_one_batch),
         cmocka_unit_test(test_training_lowers_loss),
         cmocka_unit_test(test_ckpt_errors),
+        cmocka_unit_test(test_ckpt_messages),
+        cmocka_unit_test(test_ckpt_data_identity),
+        cmocka_unit_test(test_ckpt_failed_load_changes_nothing),
+        cmocka_unit_test(test_ckpt_failed_save_keeps_old),
         cmocka_unit_test(test_config_and_memory_errors),
         cmocka_unit_test(test_cli_end_to_end),
     };

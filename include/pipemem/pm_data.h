@@ -55,6 +55,9 @@ pm_status pm_tokens_write(const char *path, const uint8_t *tok, size_t n, pm_err
 /* Reads and checks a token file: magic, version, vocab, size, checksum. On
  * error *t is zeroed and nothing is allocated. */
 pm_status pm_tokens_read(pm_tokens *t, const char *path, pm_err *err);
+/* What a checkpoint records of the data it was trained on: FNV-1a-64 of the
+ * token count (u64, little-endian) followed by the tokens; never 0. */
+uint64_t pm_tokens_identity(const pm_tokens *t);
 void pm_tokens_free(pm_tokens *t);
 
 /* What prepare did. */

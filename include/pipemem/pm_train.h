@@ -102,6 +102,7 @@ typedef struct {
     void *work;         /* model workspace for one microbatch; owned */
     int32_t *inp, *tgt; /* (B, ctx) one step's tokens; owned */
     pm_loader train;    /* train windows; tokens borrowed from the caller */
+    uint64_t data_id;   /* pm_tokens_identity of the train tokens (checkpoints) */
     int64_t step;       /* optimizer steps completed */
 } pm_trainer;
 
@@ -160,7 +161,7 @@ const char *pm_blas_better_coretype(void);
 void pm_blas_reexec_if_generic(char **argv);
 
 /* ---- checkpoints ------------------------------------------------------------
- * File format, version 1, little-endian, floats IEEE-754 binary32:
+ * File format, version 2, little-endian, floats IEEE-754 binary32:
  *   offset size field
  *        0    8 magic "PMCKPT01"
  *        8    4 version (u32) = PM_CKPT_VERSION
@@ -177,34 +178,42 @@ void pm_blas_reexec_if_generic(char **argv);
  *      104    8 RNG state (u64): the loader's seed (its generator is
  *               counter-based, so seed + position is its whole state)
  *      112    8 parameter count n (u64)
- *      120    8 reserved, 0
+ *      120    8 data identity: pm_tokens_identity of the train tokens
+ *               (version 1 has 0 here: no identity, not checked)
  *      128  4n parameters, layer slab order (pm_gpt.h)
  *     +4n   4n AdamW first moments m
  *     +4n   4n AdamW second moments v
  *     end-8  8 FNV-1a-64 of every preceding byte
  * Gradients are not stored: every step starts from zero. Saving writes
- * FILE.tmp and renames it, so a crash never leaves half a checkpoint. */
+ * FILE.tmp, fsyncs it, renames it and fsyncs the directory (pm_wfile), so a
+ * crash or a full disk never leaves half a checkpoint at FILE. Versions 1
+ * and 2 are read. */
 #define PM_CKPT_MAGIC "PMCKPT01"
-#define PM_CKPT_VERSION 1u
+#define PM_CKPT_VERSION 2u
 #define PM_CKPT_HEADER 128
 
 pm_status pm_ckpt_save(const pm_trainer *t, const char *path, pm_err *err);
 
 /* The header of a checkpoint, checked for magic, version, size and
- * checksum (the whole file is read through once). */
+ * checksum (the whole file is read through once) before any field is
+ * believed. */
 typedef struct {
     pm_train_cfg cfg;  /* as saved */
     int64_t step;      /* steps completed */
     uint64_t data_pos; /* train windows drawn */
     size_t n_params;   /* floats per slab */
+    uint32_t version;  /* file format version (1 or 2) */
+    uint64_t data_id;  /* identity of the train tokens; 0 if unknown (version 1) */
 } pm_ckpt_info;
 pm_status pm_ckpt_info_read(const char *path, pm_ckpt_info *info, pm_err *err);
 
 /* Loads a checkpoint into an initialised trainer. The model config, batch,
- * microbatches, seed and lr must equal the trainer's (else PM_ERR_ARG naming
- * the field and both values); the trainer's total steps may differ (the
- * cosine then spans the new total). On error the trainer's parameters and
- * moments are unspecified: free it. */
+ * microbatches, seed, lr and the train data's identity must equal the
+ * trainer's (else PM_ERR_ARG naming the field and both values); the
+ * trainer's total steps may differ (the cosine then spans the new total).
+ * Every check runs before the trainer is touched, so on error it is
+ * unchanged (unless the file changes while it is read: then the error says
+ * so and the parameters are unspecified). */
 pm_status pm_ckpt_load(pm_trainer *t, const char *path, pm_err *err);
 
 /* Loads only the parameters (for sampling): *params is malloc'd

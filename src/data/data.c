@@ -34,12 +34,15 @@ pm_status pm_tokens_write(const char *path, const uint8_t *tok, size_t n, pm_err
     pm_put_u32(h + 12, PM_TOK_VOCAB);
     pm_put_u64(h + 16, (uint64_t)n);
     pm_put_u64(h + 24, pm_fnv1a64(PM_FNV_OFFSET, tok, n));
-    FILE *f = fopen(path, "wb");
-    if (!f) return pm_errf(err, PM_ERR_IO, "%s: %s", path, strerror(errno));
-    int ok = fwrite(h, 1, sizeof h, f) == sizeof h && fwrite(tok, 1, n, f) == n;
-    ok = (fclose(f) == 0) && ok;
-    if (!ok) return pm_errf(err, PM_ERR_IO, "%s: write failed (disk full?)", path);
-    return PM_OK;
+    pm_wfile w;
+    pm_status st = pm_wfile_open(&w, path, err);
+    if (st) return st;
+    if (fwrite(h, 1, sizeof h, w.f) != sizeof h || fwrite(tok, 1, n, w.f) != n) {
+        int e = errno;
+        pm_wfile_abort(&w);
+        return pm_errf(err, PM_ERR_IO, "%s: write failed: %s", path, strerror(e));
+    }
+    return pm_wfile_commit(&w, err);
 }
 
 pm_status pm_tokens_read(pm_tokens *t, const char *path, pm_err *err) {
@@ -80,7 +83,7 @@ pm_status pm_tokens_read(pm_tokens *t, const char *path, pm_err *err) {
                      "'pipemem prepare'", path);
         goto done;
     }
-    t->tok = malloc(n ? (size_t)n : 1);
+    t->tok = pm_malloc(n ? (size_t)n : 1);
     if (!t->tok) {
         st = pm_errf(err, PM_ERR_NOMEM, "%s: out of memory for %llu tokens", path,
                      (unsigned long long)n);
@@ -89,13 +92,20 @@ pm_status pm_tokens_read(pm_tokens *t, const char *path, pm_err *err) {
     memcpy(t->tok, h + PM_TOK_HEADER, (size_t)n);
     t->n = (size_t)n;
 done:
-    free(buf);
+    pm_free(buf);
     return st;
+}
+
+uint64_t pm_tokens_identity(const pm_tokens *t) {
+    uint8_t n[8];
+    pm_put_u64(n, (uint64_t)t->n);
+    uint64_t h = pm_fnv1a64(pm_fnv1a64(PM_FNV_OFFSET, n, 8), t->tok, t->n);
+    return h ? h : 1; /* 0 means "unknown" in a checkpoint */
 }
 
 void pm_tokens_free(pm_tokens *t) {
     if (!t) return;
-    free(t->tok);
+    pm_free(t->tok);
     *t = (pm_tokens){0};
 }
 
@@ -111,19 +121,19 @@ static pm_status read_all(const char *const *files, int nfiles, uint8_t **out, s
         size_t l;
         pm_status st = pm_read_file(files[i], PM_CORPUS_MAX - n, &b, &l, err);
         if (st) {
-            free(all);
+            pm_free(all);
             return st;
         }
-        uint8_t *na = realloc(all, n + l + 1);
+        uint8_t *na = pm_realloc(all, n + l + 1);
         if (!na) {
-            free(b);
-            free(all);
+            pm_free(b);
+            pm_free(all);
             return pm_errf(err, PM_ERR_NOMEM, "%s: out of memory", files[i]);
         }
         all = na;
         memcpy(all + n, b, l);
         n += l;
-        free(b);
+        pm_free(b);
     }
     *out = all;
     *len = n;
@@ -139,20 +149,20 @@ pm_status pm_data_prepare(const char *const *files, int nfiles, const char *dir,
     pm_status s = read_all(files, nfiles, &all, &n, err);
     if (s) return s;
     if (n == 0) {
-        free(all);
+        pm_free(all);
         return pm_errf(err, PM_ERR_ARG, "%s%s: the text has no bytes; give a non-empty file",
                        files[0], nfiles > 1 ? " (and the other inputs)" : "");
     }
     size_t n_val = n * PM_DATA_VAL_PERCENT / 100;
     size_t n_train = n - n_val;
     if (n_val < 2 || n_train < 2) {
-        free(all);
+        pm_free(all);
         return pm_errf(err, PM_ERR_ARG,
                        "the text has only %zu bytes; need at least 20 for a train and a "
                        "validation split", n);
     }
     if (mkdir(dir, 0777) != 0 && errno != EEXIST) {
-        free(all);
+        pm_free(all);
         return pm_errf(err, PM_ERR_IO, "%s: cannot create directory: %s", dir,
                        strerror(errno));
     }
@@ -163,7 +173,7 @@ pm_status pm_data_prepare(const char *const *files, int nfiles, const char *dir,
         snprintf(path, sizeof path, "%s/val.bin", dir);
         s = pm_tokens_write(path, all + n_train, n_val, err);
     }
-    free(all);
+    pm_free(all);
     if (!s && st) *st = (pm_prepare_stats){n, n_train, n_val};
     return s;
 }

@@ -1,15 +1,22 @@
-/* ckpt.c: checkpoint save and load (format in pm_train.h). Saving streams
- * header, slabs and checksum to FILE.tmp, then renames. Loading checks, in
- * order, magic, version, header size, file size (truncation), config
- * against the run, then streams the slabs while hashing and compares the
- * checksum last; every failure is one line naming the file and the field.
+/* ckpt.c: checkpoint save and load (format in pm_train.h).
+ *
+ * Saving writes header, slabs and checksum through a pm_wfile (FILE.tmp,
+ * fsync, rename, directory fsync), so the path holds the old checkpoint or
+ * the whole new one. Reading verifies before it interprets: magic and
+ * version, the size a header needs, then the checksum over the whole file,
+ * and only then the header's fields (consistency, then the run's config and
+ * data). So a corrupted field is reported as corruption, never as a config
+ * mismatch, and a load that fails leaves the trainer exactly as it was: the
+ * slabs are read into it only after everything passed, in a second pass
+ * that hashes again (a file changed in between is reported).
  * Assumes a little-endian host for the float slabs (x86-64, arm64). */
+#define _XOPEN_SOURCE 700 /* fileno */
 #include "pipemem/pm_train.h"
 
 #include <errno.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 static void put_f32(uint8_t *p, float f) {
     uint32_t x;
@@ -40,6 +47,7 @@ static void encode_header(uint8_t h[PM_CKPT_HEADER], const pm_trainer *t) {
     pm_put_u64(h + 96, t->train.next);
     pm_put_u64(h + 104, t->train.seed);
     pm_put_u64(h + 112, (uint64_t)t->n_params);
+    pm_put_u64(h + 120, t->data_id);
 }
 
 static void decode_header(const uint8_t *h, pm_ckpt_info *info) {
@@ -58,80 +66,131 @@ static void decode_header(const uint8_t *h, pm_ckpt_info *info) {
     c->seed = pm_get_u64(h + 88);
     info->data_pos = pm_get_u64(h + 96);
     info->n_params = (size_t)pm_get_u64(h + 112);
+    info->version = pm_get_u32(h + 8);
+    info->data_id = info->version >= 2 ? pm_get_u64(h + 120) : 0;
 }
 
 pm_status pm_ckpt_save(const pm_trainer *t, const char *path, pm_err *err) {
-    char tmp[4096];
-    if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp", path) >= sizeof tmp)
-        return pm_errf(err, PM_ERR_ARG, "checkpoint path too long: %s", path);
     uint8_t h[PM_CKPT_HEADER];
     encode_header(h, t);
-    FILE *f = fopen(tmp, "wb");
-    if (!f) return pm_errf(err, PM_ERR_IO, "%s: %s", tmp, strerror(errno));
+    pm_wfile w;
+    pm_status st = pm_wfile_open(&w, path, err);
+    if (st) return st;
     uint64_t sum = pm_fnv1a64(PM_FNV_OFFSET, h, sizeof h);
-    int ok = fwrite(h, 1, sizeof h, f) == sizeof h;
+    int ok = fwrite(h, 1, sizeof h, w.f) == sizeof h;
     const float *slab[3] = {t->params, t->m, t->v};
     for (int s = 0; s < 3 && ok; s++) {
-        ok = fwrite(slab[s], sizeof(float), t->n_params, f) == t->n_params;
+        ok = fwrite(slab[s], sizeof(float), t->n_params, w.f) == t->n_params;
         sum = pm_fnv1a64(sum, slab[s], t->n_params * sizeof(float));
     }
     uint8_t tail[8];
     pm_put_u64(tail, sum);
-    ok = ok && fwrite(tail, 1, 8, f) == 8;
-    ok = (fclose(f) == 0) && ok;
-    if (!ok || rename(tmp, path) != 0) {
-        remove(tmp);
-        return pm_errf(err, PM_ERR_IO, "%s: write failed (disk full?)", path);
+    ok = ok && fwrite(tail, 1, 8, w.f) == 8;
+    if (!ok) {
+        int e = errno;
+        pm_wfile_abort(&w);
+        return pm_errf(err, PM_ERR_IO, "%s: write failed: %s; the previous file is unchanged",
+                       path, strerror(e));
     }
+    return pm_wfile_commit(&w, err);
+}
+
+/* Hashes n bytes from f into *sum (into dst too, unless dst is NULL). */
+static int read_hash(FILE *f, void *dst, size_t n, uint64_t *sum) {
+    unsigned char buf[1 << 15];
+    for (size_t i = 0; i < n;) {
+        size_t k = n - i < sizeof buf ? n - i : sizeof buf;
+        unsigned char *p = dst ? (unsigned char *)dst + i : buf;
+        if (fread(p, 1, k, f) != k) return 0;
+        *sum = pm_fnv1a64(*sum, p, k);
+        i += k;
+    }
+    return 1;
+}
+
+/* Magic, version and the least size, from the first bytes and the size. */
+static pm_status check_start(const char *path, const uint8_t *h, size_t got, size_t size,
+                             pm_err *err) {
+    size_t magic_n = got < 8 ? got : 8;
+    if (memcmp(h, PM_CKPT_MAGIC, magic_n))
+        return pm_errf(err, PM_ERR_FORMAT, "%s: not a pipemem checkpoint (bad magic at offset 0)",
+                       path);
+    size_t least = PM_CKPT_HEADER + 8;
+    if (got < 16)
+        return pm_errf(err, PM_ERR_FORMAT,
+                       "%s: truncated: %zu bytes, a checkpoint has at least %zu", path, size,
+                       least);
+    uint32_t ver = pm_get_u32(h + 8);
+    if (ver < 1 || ver > PM_CKPT_VERSION)
+        return pm_errf(err, PM_ERR_FORMAT, "%s: checkpoint version %u at offset 8, this pipemem "
+                       "reads versions 1 to %u", path, ver, PM_CKPT_VERSION);
+    if (size < least)
+        return pm_errf(err, PM_ERR_FORMAT,
+                       "%s: truncated: %zu bytes, a checkpoint has at least %zu", path, size,
+                       least);
+    if (pm_get_u32(h + 12) != PM_CKPT_HEADER)
+        return pm_errf(err, PM_ERR_FORMAT, "%s: header size %u at offset 12, expected %d (the "
+                       "file is corrupted)", path, pm_get_u32(h + 12), PM_CKPT_HEADER);
     return PM_OK;
 }
 
-/* Opens path, checks magic, version, header size and file size, fills info.
- * On success *fp is positioned after the header; its hash so far in *sum. */
-static pm_status open_ckpt(const char *path, FILE **fp, pm_ckpt_info *info, uint64_t *sum,
-                           pm_err *err) {
+/* The header's fields agree with each other and with the file's size. */
+static pm_status check_header(const char *path, const pm_ckpt_info *info, size_t size,
+                              pm_err *err) {
+    size_t expect = 0;
+    int ok = pm_gpt_config_check(&info->cfg.model, NULL) == PM_OK &&
+             info->n_params == pm_gpt_num_params(&info->cfg.model) &&
+             pm_size_mul(info->n_params, 12, &expect) &&
+             pm_size_add(expect, PM_CKPT_HEADER + 8, &expect);
+    if (!ok || expect != size)
+        return pm_errf(err, PM_ERR_FORMAT,
+                       "%s: header says %zu parameters (offset 112) for a file of %zu bytes; "
+                       "the file is inconsistent", path, info->n_params, size);
+    return PM_OK;
+}
+
+/* Opens and verifies path (magic, version, size, checksum, header). On
+ * success *fp is open and positioned at the first slab. */
+static pm_status open_verified(const char *path, FILE **fp, pm_ckpt_info *info, pm_err *err) {
     *fp = NULL;
+    *info = (pm_ckpt_info){0};
     FILE *f = fopen(path, "rb");
     if (!f) return pm_errf(err, PM_ERR_IO, "%s: %s", path, strerror(errno));
+    struct stat sb;
+    pm_status st = PM_OK;
+    if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        st = pm_errf(err, PM_ERR_IO, "%s: %s; give a checkpoint file", path,
+                     S_ISDIR(sb.st_mode) ? "is a directory" : "not a regular file");
+        goto fail;
+    }
+    size_t size = (size_t)sb.st_size;
     uint8_t h[PM_CKPT_HEADER];
     size_t got = fread(h, 1, sizeof h, f);
-    pm_status st = PM_ERR_FORMAT;
-    if (got < 16 || memcmp(h, PM_CKPT_MAGIC, 8)) {
-        pm_errf(err, st, "%s: not a pipemem checkpoint (bad magic at offset 0)", path);
+    if ((st = check_start(path, h, got, size, err))) goto fail;
+    uint64_t sum = pm_fnv1a64(PM_FNV_OFFSET, h, sizeof h);
+    uint8_t tail[8];
+    if (!read_hash(f, NULL, size - sizeof h - 8, &sum) || fread(tail, 1, 8, f) != 8) {
+        st = pm_errf(err, PM_ERR_IO, "%s: read failed (file shrank while reading?)", path);
         goto fail;
     }
-    if (pm_get_u32(h + 8) != PM_CKPT_VERSION) {
-        pm_errf(err, st, "%s: checkpoint version %u at offset 8, this pipemem reads version "
-                "%u", path, pm_get_u32(h + 8), PM_CKPT_VERSION);
-        goto fail;
-    }
-    if (got < sizeof h || pm_get_u32(h + 12) != PM_CKPT_HEADER) {
-        pm_errf(err, st, "%s: truncated or bad header (%zu of %d bytes)", path, got,
-                PM_CKPT_HEADER);
+    if (pm_get_u64(tail) != sum) {
+        /* The header is not trusted yet, but a size that disagrees with it
+         * is the likelier story: a copy or write cut short. */
+        size_t claimed = 0, n = (size_t)pm_get_u64(h + 112);
+        if (pm_size_mul(n, 12, &claimed) && pm_size_add(claimed, PM_CKPT_HEADER + 8, &claimed) &&
+            claimed > size)
+            st = pm_errf(err, PM_ERR_FORMAT,
+                         "%s: truncated: %zu bytes, its header describes %zu (checksum "
+                         "mismatch); use another checkpoint", path, size, claimed);
+        else
+            st = pm_errf(err, PM_ERR_FORMAT,
+                         "%s: checksum mismatch (the file is corrupted); use another checkpoint",
+                         path);
         goto fail;
     }
     decode_header(h, info);
-    size_t expect = 0;
-    int ok = info->n_params == pm_gpt_num_params(&info->cfg.model) &&
-             pm_size_mul(info->n_params, 12, &expect) &&
-             pm_size_add(expect, PM_CKPT_HEADER + 8, &expect);
-    if (!ok || pm_gpt_config_check(&info->cfg.model, NULL)) {
-        pm_errf(err, st, "%s: header config is inconsistent (field parameter count at offset "
-                "112); the file is corrupted", path);
-        goto fail;
-    }
-    if (fseek(f, 0, SEEK_END) != 0) {
-        pm_errf(err, PM_ERR_IO, "%s: cannot seek: %s", path, strerror(errno));
-        goto fail;
-    }
-    long size = ftell(f);
-    if (size < 0 || (size_t)size != expect) {
-        pm_errf(err, st, "%s: file is %ld bytes but its header needs %zu (%s)", path, size,
-                expect, (size_t)size < expect ? "truncated" : "trailing bytes");
-        goto fail;
-    }
+    if ((st = check_header(path, info, size, err))) goto fail;
     fseek(f, PM_CKPT_HEADER, SEEK_SET);
-    *sum = pm_fnv1a64(PM_FNV_OFFSET, h, sizeof h);
     *fp = f;
     return PM_OK;
 fail:
@@ -139,41 +198,11 @@ fail:
     return st;
 }
 
-/* Reads n floats into dst (or skips them if dst is NULL), hashing. */
-static int read_slab(FILE *f, float *dst, size_t n, uint64_t *sum) {
-    float buf[4096];
-    for (size_t i = 0; i < n;) {
-        size_t k = n - i < 4096 ? n - i : 4096;
-        float *p = dst ? dst + i : buf;
-        if (fread(p, sizeof(float), k, f) != k) return 0;
-        *sum = pm_fnv1a64(*sum, p, k * sizeof(float));
-        i += k;
-    }
-    return 1;
-}
-
-static pm_status finish(FILE *f, uint64_t sum, const char *path, pm_err *err) {
-    uint8_t tail[8];
-    int ok = fread(tail, 1, 8, f) == 8;
-    fclose(f);
-    if (!ok) return pm_errf(err, PM_ERR_FORMAT, "%s: truncated before its checksum", path);
-    if (pm_get_u64(tail) != sum)
-        return pm_errf(err, PM_ERR_FORMAT,
-                       "%s: checksum mismatch (the file is corrupted); use another checkpoint",
-                       path);
-    return PM_OK;
-}
-
 pm_status pm_ckpt_info_read(const char *path, pm_ckpt_info *info, pm_err *err) {
     FILE *f;
-    uint64_t sum;
-    pm_status st = open_ckpt(path, &f, info, &sum, err);
-    if (st) return st;
-    if (!read_slab(f, NULL, 3 * info->n_params, &sum)) {
-        fclose(f);
-        return pm_errf(err, PM_ERR_IO, "%s: read failed", path);
-    }
-    return finish(f, sum, path, err);
+    pm_status st = open_verified(path, &f, info, err);
+    if (!st) fclose(f);
+    return st;
 }
 
 static pm_status mismatch(pm_err *err, const char *path, const char *field, const char *opt,
@@ -183,13 +212,10 @@ static pm_status mismatch(pm_err *err, const char *path, const char *field, cons
                    "or start without --resume", path, field, file, run, opt, file);
 }
 
-pm_status pm_ckpt_load(pm_trainer *t, const char *path, pm_err *err) {
-    FILE *f;
-    uint64_t sum;
-    pm_ckpt_info in;
-    pm_status st = open_ckpt(path, &f, &in, &sum, err);
-    if (st) return st;
-    const pm_train_cfg *a = &in.cfg, *b = &t->cfg;
+/* The checkpoint's run against the trainer's: model, batch, seed, lr, data. */
+static pm_status check_run(const char *path, const pm_ckpt_info *in, const pm_trainer *t,
+                           pm_err *err) {
+    const pm_train_cfg *a = &in->cfg, *b = &t->cfg;
     const char *name[] = {"vocab", "ctx", "dim", "heads", "layers", "batch", "microbatches"};
     const char *opt[] = {"--vocab", "--ctx", "--dim", "--heads", "--layers", "--batch",
                          "--microbatches"};
@@ -198,27 +224,42 @@ pm_status pm_ckpt_load(pm_trainer *t, const char *path, pm_err *err) {
     const int vb[] = {b->model.vocab, b->model.ctx, b->model.dim, b->model.heads,
                       b->model.layers, b->batch, b->micro};
     for (int i = 0; i < 7; i++)
-        if (va[i] != vb[i]) {
-            fclose(f);
-            return mismatch(err, path, name[i], opt[i], va[i], vb[i]);
-        }
-    if (a->seed != b->seed) {
-        fclose(f);
+        if (va[i] != vb[i]) return mismatch(err, path, name[i], opt[i], va[i], vb[i]);
+    if (a->seed != b->seed)
         return mismatch(err, path, "seed", "--seed", (long long)a->seed, (long long)b->seed);
-    }
-    if (a->opt.lr != b->opt.lr) {
-        fclose(f);
+    if (a->opt.lr != b->opt.lr)
         return pm_errf(err, PM_ERR_ARG, "%s: checkpoint has lr = %g but this run asks for "
                        "%g; pass --lr %g", path, a->opt.lr, b->opt.lr, a->opt.lr);
-    }
-    float *slab[3] = {t->params, t->m, t->v};
-    for (int s = 0; s < 3; s++)
-        if (!read_slab(f, slab[s], t->n_params, &sum)) {
-            fclose(f);
-            return pm_errf(err, PM_ERR_IO, "%s: read failed", path);
-        }
-    st = finish(f, sum, path, err);
+    if (in->data_id && t->data_id && in->data_id != t->data_id)
+        return pm_errf(err, PM_ERR_ARG,
+                       "%s: checkpoint was trained on other data (train tokens identity "
+                       "%016llx, this run's %016llx); pass the --data it was made with",
+                       path, (unsigned long long)in->data_id, (unsigned long long)t->data_id);
+    return PM_OK;
+}
+
+pm_status pm_ckpt_load(pm_trainer *t, const char *path, pm_err *err) {
+    FILE *f;
+    pm_ckpt_info in;
+    pm_status st = open_verified(path, &f, &in, err);
     if (st) return st;
+    if ((st = check_run(path, &in, t, err))) {
+        fclose(f);
+        return st;
+    }
+    /* Everything checked: now the trainer changes. */
+    uint8_t h[PM_CKPT_HEADER];
+    fseek(f, 0, SEEK_SET);
+    uint64_t sum = PM_FNV_OFFSET;
+    float *slab[3] = {t->params, t->m, t->v};
+    int ok = read_hash(f, h, sizeof h, &sum);
+    for (int s = 0; s < 3 && ok; s++) ok = read_hash(f, slab[s], t->n_params * 4, &sum);
+    uint8_t tail[8];
+    ok = ok && fread(tail, 1, 8, f) == 8 && pm_get_u64(tail) == sum;
+    fclose(f);
+    if (!ok)
+        return pm_errf(err, PM_ERR_IO, "%s: the file changed while it was loaded; the trainer's "
+                       "parameters are unspecified", path);
     t->step = in.step;
     t->train.next = in.data_pos;
     return PM_OK;
@@ -228,24 +269,17 @@ pm_status pm_ckpt_load_params(const char *path, pm_ckpt_info *info, float **para
                               pm_err *err) {
     *params = NULL;
     FILE *f;
-    uint64_t sum;
-    pm_status st = open_ckpt(path, &f, info, &sum, err);
+    pm_status st = open_verified(path, &f, info, err);
     if (st) return st;
-    float *p = malloc(info->n_params * sizeof(float));
-    if (!p) {
-        fclose(f);
-        return pm_errf(err, PM_ERR_NOMEM, "%s: out of memory for %zu parameters", path,
-                       info->n_params);
-    }
-    if (!read_slab(f, p, info->n_params, &sum) ||
-        !read_slab(f, NULL, 2 * info->n_params, &sum)) {
-        fclose(f);
-        free(p);
-        return pm_errf(err, PM_ERR_IO, "%s: read failed", path);
-    }
-    st = finish(f, sum, path, err);
+    float *p = pm_malloc(info->n_params * sizeof(float));
+    uint64_t unused = 0;
+    if (!p) st = pm_errf(err, PM_ERR_NOMEM, "%s: out of memory for %zu parameters", path,
+                         info->n_params);
+    else if (!read_hash(f, p, info->n_params * sizeof(float), &unused))
+        st = pm_errf(err, PM_ERR_IO, "%s: read failed (file shrank while reading?)", path);
+    fclose(f);
     if (st) {
-        free(p);
+        pm_free(p);
         return st;
     }
     *params = p;

@@ -65,6 +65,7 @@ pm_status pm_trainer_init(pm_trainer *t, const pm_train_cfg *cfg, const pm_token
                        (double)mem_limit / (1 << 30));
     pm_status st = pm_loader_init(&t->train, train, cfg->model.ctx, cfg->seed, "train.bin", err);
     if (st) return st;
+    uint64_t data_id = pm_tokens_identity(train);
     pm_loader ld = t->train;
     t->cfg = *cfg;
     t->n_params = pm_gpt_num_params(&cfg->model);
@@ -84,6 +85,7 @@ pm_status pm_trainer_init(pm_trainer *t, const pm_train_cfg *cfg, const pm_token
     pm_gpt_init(&cfg->model, cfg->seed, t->params);
     memset(t->m, 0, 2 * t->n_params * sizeof(float));
     t->train = ld;
+    t->data_id = data_id;
     return PM_OK;
 fail:
     pm_trainer_free(t);
