@@ -113,6 +113,25 @@ static void test_named_blocks_legal(void **state) {
     assert_int_equal(pm_block_named(&b, "v-min", 0, &err), PM_ERR_ARG);
 }
 
+/* The 1f1b-v search keeps a node budget; from p = 508 the budget was
+ * smaller than the first (greedy) descent and the search asserted. Every
+ * p up to the named-block limit must give a legal block with BW of 2. */
+static void test_1f1b_v_large_p(void **state) {
+    (void)state;
+    static const int ps[] = {507, 508, 509, 777, 1024};
+    for (size_t k = 0; k < sizeof ps / sizeof ps[0]; k++) {
+        pm_block b;
+        pm_block_info in;
+        pm_err err;
+        assert_int_equal(pm_block_named(&b, "1f1b-v", ps[k], &err), PM_OK);
+        assert_int_equal(b.n, 4 * ps[k]);
+        assert_int_equal(pm_block_analyze(&b, PM_MEM_DEFAULT, &in, &err), PM_OK);
+        if (!in.legal) fail_msg("1f1b-v p=%d: device %d residue %d", ps[k], in.bad_dev, in.bad_residue);
+        pm_block_info_free(&in);
+        pm_block_free(&b);
+    }
+}
+
 /* The shipped files are what `pipemem block --named` prints: the same
  * passes, and the same text once the leading comment is dropped. */
 static void test_shipped_files_match(void **state) {
@@ -465,6 +484,7 @@ int main(void) {
         cmocka_unit_test(test_named_offsets_follow_formulas),
         cmocka_unit_test(test_w_fill_by_hand),
         cmocka_unit_test(test_named_blocks_legal),
+        cmocka_unit_test(test_1f1b_v_large_p),
         cmocka_unit_test(test_shipped_files_match),
         cmocka_unit_test(test_tiny_lifespans_and_bound),
         cmocka_unit_test(test_collision_named),

@@ -684,7 +684,11 @@ static void v1_bound(v1_search *g, int k, int ready, int *mx, int *sum) {
 
 static void v1_dfs(v1_search *g, int k, int ready) {
     int mx, sum;
-    if (g->nodes-- <= 0) return;
+    /* The budget bounds the search after the first leaf only: the first
+     * descent is the greedy block (packable() leaves every step a free slot,
+     * so it never backtracks) and must be reached for every p, even when
+     * its 4p + 1 nodes exceed the budget (p >= 508). */
+    if (g->nodes-- <= 0 && g->best_max >= 0) return;
     v1_bound(g, k, ready, &mx, &sum);
     if (g->best_max >= 0 && (mx > g->best_max || (mx == g->best_max && sum >= g->best_sum)))
         return;
@@ -727,7 +731,10 @@ static pm_status named_1f1b_v(pm_block *b, int p, pm_err *err) {
         goto done;
     }
     v1_dfs(&g, 0, 0);
-    PM_ASSERT(g.best_max >= 0); /* the first leaf is always reached: packable() holds */
+    if (g.best_max < 0) { /* cannot happen (see v1_dfs), but a search never asserts */
+        st = pm_errf(err, PM_ERR_ARG, "1f1b-v block search found no block for p=%d", p);
+        goto done;
+    }
     for (int k = 0; k < 2 * g.S; k++) {
         int stage, dev, chunk, dur;
         v1_step(&g, k, &stage, &dev, &chunk, &dur);
