@@ -131,7 +131,8 @@ typedef struct {
     double M;          /* activation of one microbatch through the model */
     int S, m;          /* stages and microbatches it was sized for */
     double *scratch;   /* replay state: dependency ends, device free times; owned */
-    int64_t *cursor;   /* (p) replay state: next pass of each device; owned */
+    int64_t *cursor;   /* (3p) replay state: next pass of each device, worklist of
+                          devices to revisit, on-list flags; owned */
 } pm_sim;
 
 /* Replays s with costs c (the rule above). On deadlock returns

@@ -6,10 +6,13 @@
  * The rule (shared/reference/schedules.md): each device runs its passes in
  * list order; a pass starts at max(device free, end of its dependency, plus c
  * if the dependency ran on another device) and lasts its cost. Times depend
- * only on the lists, never on the order this code visits devices, so a sweep
- * that advances every device as far as it can, repeated until nothing moves,
- * is exact. If a sweep moves nothing while passes remain, no device can
- * start its next pass: deadlock.
+ * only on the lists, never on the order this code visits devices, so a
+ * worklist is exact: a device runs as far as it can, and is revisited only
+ * when a pass it may wait on completes on another device (F(s) wakes the
+ * device of stage s+1, B or BW(s) the device of stage s-1). Each pass runs
+ * once and wakes at most one device, so a replay is linear in the number of
+ * passes. If the worklist empties while passes remain, no device can start
+ * its next pass: deadlock.
  *
  * Invariants: done[] of a (stage, mb) is written once, by the first pass that
  * completes it; times are never negative; mem[] is the running sum of
@@ -45,9 +48,10 @@ pm_status pm_sim_init(pm_sim *sim, const pm_sched *s, pm_err *err) {
     sim->peak = pm_calloc(np, sizeof(double));
     sim->peak_at = pm_calloc(np, sizeof(int64_t));
     /* scratch: F and B ends per (stage, mb), then per device its free time
-     * and running memory; cursor: per device, the next pass to run. */
+     * and running memory; cursor: per device, the next pass to run, then the
+     * worklist of devices, then each device's on-list flag. */
     sim->scratch = pm_malloc((2 * nk + 2 * np) * sizeof(double));
-    sim->cursor = pm_malloc(np * sizeof(int64_t));
+    sim->cursor = pm_malloc(3 * np * sizeof(int64_t));
     if (!sim->start || !sim->end || !sim->mem || !sim->span || !sim->busy || !sim->peak ||
         !sim->peak_at || !sim->scratch || !sim->cursor) {
         pm_sim_free(sim);
@@ -79,7 +83,24 @@ typedef struct {
     const pm_sched *s;
     double *fend; /* (S, m) end of F, NAN until it ran */
     double *bend; /* (S, m) end of B or BW, NAN until it ran */
+    int64_t *stack;  /* (p) devices to revisit */
+    int64_t *queued; /* (p) 1 while the device is on the stack */
+    int64_t top;     /* entries on the stack */
 } deps;
+
+static void wake(deps *g, int d) {
+    if (d < 0 || g->queued[d]) return;
+    g->queued[d] = 1;
+    g->stack[g->top++] = d;
+}
+
+/* The device whose next pass may wait on x, which just ran on d; -1 if
+ * none other than d. */
+static int woken_device(const pm_sched *s, const pm_pass *x, int d) {
+    int t = x->kind == PM_PASS_F ? x->stage + 1 : x->kind == PM_PASS_W ? -1 : x->stage - 1;
+    int o = t >= 0 && t < s->S ? pm_sched_stage_device(s, t) : -1;
+    return o == d ? -1 : o;
+}
 
 /* Earliest time pass ps on device d may start as far as its dependency
  * goes; NAN if the dependency has not run yet. */
@@ -123,13 +144,14 @@ static pm_status deadlock(const pm_sched *s, const int64_t *pos, pm_err *err) {
     return PM_OK;
 }
 
-/* Runs as many passes of device d as are ready; returns how many ran. */
-static int64_t advance(pm_sim *sim, const deps *g, const pm_cost *c, int d, int64_t *pos,
-                       double *free_at, double *cur) {
+/* Runs as many passes of device d as are ready, waking the devices that
+ * may wait on them. */
+static void advance(pm_sim *sim, deps *g, const pm_cost *c, int d, int64_t *pos,
+                    double *free_at, double *cur) {
     const pm_sched *s = g->s;
     const pm_pass *ps = pm_sched_dev(s, d);
-    int64_t base = (int64_t)d * s->cap, ran = 0;
-    for (; pos[d] < s->len[d]; pos[d]++, ran++) {
+    int64_t base = (int64_t)d * s->cap;
+    for (; pos[d] < s->len[d]; pos[d]++) {
         const pm_pass *x = &ps[pos[d]];
         double t = ready_time(g, x, d, c->c);
         if (isnan(t)) break;
@@ -144,8 +166,8 @@ static int64_t advance(pm_sim *sim, const deps *g, const pm_cost *c, int d, int6
         *cur += pm_cost_mem(c, x);
         sim->mem[k] = *cur;
         if (*cur > sim->peak[d]) sim->peak[d] = *cur, sim->peak_at[d] = pos[d];
+        wake(g, woken_device(s, x, d));
     }
-    return ran;
 }
 
 static void summarize(pm_sim *sim, const pm_sched *s) {
@@ -168,18 +190,20 @@ pm_status pm_sim_replay(pm_sim *out, const pm_sched *s, const pm_cost *c, pm_err
     if (!(M > 0))
         return pm_errf(err, PM_ERR_ARG, "the forward memory deltas sum to %g; they must be > 0", M);
     size_t nk = (size_t)s->S * (size_t)s->m, np = (size_t)s->p;
-    deps g = {s, out->scratch, out->scratch + nk};
-    double *free_at = out->scratch + 2 * nk, *cur = free_at + np;
     int64_t *pos = out->cursor;
+    deps g = {s, out->scratch, out->scratch + nk, pos + np, pos + 2 * np, 0};
+    double *free_at = out->scratch + 2 * nk, *cur = free_at + np;
     for (size_t i = 0; i < nk; i++) g.fend[i] = g.bend[i] = NAN;
     for (size_t d = 0; d < np; d++) {
-        free_at[d] = cur[d] = 0, pos[d] = 0;
+        free_at[d] = cur[d] = 0, pos[d] = 0, g.queued[d] = 0;
         out->span[d] = out->busy[d] = out->peak[d] = 0, out->peak_at[d] = 0;
     }
     out->M = M;
-    for (int64_t moved = 1; moved;) {
-        moved = 0;
-        for (int d = 0; d < s->p; d++) moved += advance(out, &g, c, d, pos, free_at, &cur[d]);
+    for (int d = s->p - 1; d >= 0; d--) wake(&g, d);
+    while (g.top > 0) {
+        int d = (int)g.stack[--g.top];
+        g.queued[d] = 0;
+        advance(out, &g, c, d, pos, free_at, &cur[d]);
     }
     if ((st = deadlock(s, pos, err))) return st;
     summarize(out, s);

@@ -12,14 +12,14 @@
  *   4. deadlock: devices advance through their lists in order, a pass
  *      running once its dependency under the simulation rule has run; if
  *      every device that has passes left is waiting, the schedule is stuck.
- *      Times do not matter for this, so no costs are needed;
+ *      Times do not matter for this, so no costs are needed. A worklist
+ *      revisits a device only when a pass it may wait on completes, so the
+ *      check is linear in the number of passes;
  *   5. memory: with costs and a limit, each device's running sum of memory
  *      deltas in list order stays at or below limit * M.
  *
  * Working memory: one table of pass positions indexed by (kind, stage, mb),
- * allocated once, sized 4*S*m. */
-#include <stdlib.h>
-
+ * allocated once, sized 4*S*m, and O(p) worklist state. */
 #include "pipemem/pm_sched.h"
 
 typedef struct {
@@ -27,6 +27,9 @@ typedef struct {
     int32_t *pos;  /* (4, S, m) index of the pass in its device's list, -1 if absent */
     uint8_t *done; /* (4, S, m) 1 once the pass has run in the deadlock replay */
     int64_t *next; /* (p) next pass of each device in the deadlock replay */
+    int *stack;    /* (p) devices to revisit in the deadlock replay */
+    uint8_t *queued; /* (p) 1 while the device is on the stack */
+    int top;       /* entries on the stack */
 } vstate;
 
 static size_t slot(const pm_sched *s, int kind, int stage, int mb) {
@@ -180,23 +183,40 @@ static pm_status check_order(const vstate *v, pm_err *err) {
     return PM_OK;
 }
 
-/* Replays the lists in dependency order; names the first stuck device and
- * the device it waits on. */
+/* The device whose next pass may wait on the pass just run (F(s) frees
+ * F(s+1), B or BW(s) frees B or BW(s-1)); -1 if none. Dependencies on the
+ * pass's own device are met by the device's own loop. */
+static int woken_device(const pm_sched *s, const pm_pass *ps) {
+    int t = ps->kind == PM_PASS_F ? ps->stage + 1 : ps->kind == PM_PASS_W ? -1 : ps->stage - 1;
+    return t >= 0 && t < s->S ? pm_sched_stage_device(s, t) : -1;
+}
+
+static void wake(vstate *v, int d) {
+    if (d < 0 || v->queued[d]) return;
+    v->queued[d] = 1;
+    v->stack[v->top++] = d;
+}
+
+/* Replays the lists in dependency order with a worklist: a device runs
+ * until its next pass waits, and is revisited only when a pass it may wait
+ * on completes. Each pass runs once and wakes at most one device, so the
+ * replay is linear in the number of passes. Names the first stuck device
+ * and the device it waits on. */
 static pm_status check_deadlock(vstate *v, pm_err *err) {
     const pm_sched *s = v->s;
-    for (int progress = 1; progress;) {
-        progress = 0;
-        for (int d = 0; d < s->p; d++) {
-            const pm_pass *l = pm_sched_dev(s, d);
-            while (v->next[d] < s->len[d]) {
-                const pm_pass *ps = &l[v->next[d]];
-                pm_pass dep;
-                if (sim_dep(v, ps, &dep) && !v->done[slot(s, dep.kind, dep.stage, dep.mb)])
-                    break;
-                v->done[slot(s, ps->kind, ps->stage, ps->mb)] = 1;
-                v->next[d]++;
-                progress = 1;
-            }
+    for (int d = s->p - 1; d >= 0; d--) wake(v, d);
+    while (v->top > 0) {
+        int d = v->stack[--v->top];
+        v->queued[d] = 0;
+        const pm_pass *l = pm_sched_dev(s, d);
+        while (v->next[d] < s->len[d]) {
+            const pm_pass *ps = &l[v->next[d]];
+            pm_pass dep;
+            if (sim_dep(v, ps, &dep) && !v->done[slot(s, dep.kind, dep.stage, dep.mb)]) break;
+            v->done[slot(s, ps->kind, ps->stage, ps->mb)] = 1;
+            v->next[d]++;
+            int o = woken_device(s, ps);
+            if (o != d) wake(v, o);
         }
     }
     for (int d = 0; d < s->p; d++) {
@@ -262,10 +282,12 @@ pm_status pm_sched_validate(const pm_sched *s, const pm_cost *c, double mem_limi
     if (!pm_size_mul((size_t)4 * (size_t)s->S, (size_t)s->m, &n))
         return pm_errf(err, PM_ERR_NOMEM, "schedule too large to validate");
     vstate v = {.s = s};
-    v.pos = malloc(n * sizeof *v.pos);
-    v.done = calloc(n, 1);
-    v.next = calloc((size_t)s->p, sizeof *v.next);
-    if (!v.pos || !v.done || !v.next) {
+    v.pos = pm_malloc(n * sizeof *v.pos);
+    v.done = pm_calloc(n, 1);
+    v.next = pm_calloc((size_t)s->p, sizeof *v.next);
+    v.stack = pm_malloc((size_t)s->p * sizeof *v.stack);
+    v.queued = pm_calloc((size_t)s->p, 1);
+    if (!v.pos || !v.done || !v.next || !v.stack || !v.queued) {
         st = pm_errf(err, PM_ERR_NOMEM, "out of memory validating %zu passes", n);
         goto done;
     }
@@ -276,8 +298,10 @@ pm_status pm_sched_validate(const pm_sched *s, const pm_cost *c, double mem_limi
     if ((st = check_deadlock(&v, err))) goto done;
     if (mem_limit > 0 && c) st = check_memory(s, c, mem_limit, err);
 done:
-    free(v.pos);
-    free(v.done);
-    free(v.next);
+    pm_free(v.pos);
+    pm_free(v.done);
+    pm_free(v.next);
+    pm_free(v.stack);
+    pm_free(v.queued);
     return st;
 }
