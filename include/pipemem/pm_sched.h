@@ -179,6 +179,46 @@ typedef struct {
     double mem_limit; /* multiple of M; 0 = kind default or none */
 } pm_sched_req;
 
+/* Supported range. Every request outside it is refused at once, before any
+ * allocation, with one line naming the limit. The limits keep each command
+ * under about ten seconds and a few hundred MB on one core (README,
+ * "Supported range", has the measured times):
+ *   every kind:  1 <= p <= PM_SCHED_MAX_P, 1 <= m <= PM_SCHED_MAX_M, and at
+ *                most PM_SCHED_MAX_PASSES passes (3 p m v: F, B, W of every
+ *                stage and microbatch); validation and simulation are
+ *                linear in the passes;
+ *   named V blocks (v-min, v-half, 1f1b-v): p <= PM_BLOCK_MAX_P;
+ *   greedy kinds (zb, zb-1p, zb-2p, v-zb): p <= PM_GREEDY_MAX_P and
+ *                p m <= PM_GREEDY_MAX_PM (their cost grows as p^2 m);
+ *   searches (auto-v, `search`, `curve`): p <= PM_SEARCH_MAX_P and
+ *                p m <= PM_SEARCH_MAX_PM (they build O(p) schedules). */
+#define PM_SCHED_MAX_P 1048576
+#define PM_SCHED_MAX_M 1048576
+#define PM_SCHED_MAX_PASSES ((int64_t)1 << 25)
+#define PM_BLOCK_MAX_P 1024
+#define PM_GREEDY_MAX_P 1024
+#define PM_GREEDY_MAX_PM ((int64_t)1 << 21)
+#define PM_SEARCH_MAX_P 128
+#define PM_SEARCH_MAX_PM ((int64_t)1 << 15)
+
+/* PM_OK if every time the simulator can compute for req (p, m, t) is a
+ * finite double with room to spare: the makespan is at most the whole work
+ * of every device plus a latency per pass, (f + b + w + 2c) * 4 p m, which
+ * must stay below 1e300. Else PM_ERR_ARG naming --costs. */
+pm_status pm_sched_check_costs(const pm_sched_req *req, pm_err *err);
+
+typedef enum {
+    PM_TIER_FIXED = 0, /* a fixed pattern: linear in passes */
+    PM_TIER_BLOCK,     /* a named V block repeated */
+    PM_TIER_GREEDY,    /* a greedy search over passes */
+    PM_TIER_SEARCH,    /* a search over many schedules */
+} pm_sched_tier;
+
+/* PM_OK if (p, m, v) is inside the range of tier (above); else PM_ERR_ARG
+ * with one line naming what (a kind or command), the value and the limit. */
+pm_status pm_sched_check_range(pm_sched_tier tier, const char *what, int p, int m, int v,
+                               pm_err *err);
+
 typedef struct {
     const char *name;  /* "1f1b" */
     const char *about; /* one line for --help and README */
@@ -187,6 +227,7 @@ typedef struct {
     int (*min_m)(int p, int v);
     /* Checks req (v fits the kind, m large enough...) and builds. */
     pm_status (*build)(pm_sched *s, const pm_sched_req *req, pm_err *err);
+    pm_sched_tier tier; /* which supported range applies */
 } pm_sched_kind;
 
 /* Registry of every named generator, in a stable order. */

@@ -24,7 +24,8 @@ int pm_cmd_sample(int argc, char **argv);
 int pm_cli_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* Option value parsers: 0 on success, else print one line and return 1. */
-int pm_cli_int(const char *opt, const char *val, int lo, int *out);
+int pm_cli_int(const char *opt, const char *val, int lo, int *out); /* lo..2^24 */
+int pm_cli_int_range(const char *opt, const char *val, int lo, int hi, int *out);
 int pm_cli_double(const char *opt, const char *val, double *out);
 int pm_cli_costs(const char *val, pm_costs *out);
 int pm_cli_mem(const char *val, pm_mem *out);
@@ -60,5 +61,15 @@ pm_status pm_cli_plan_make(pm_cli_plan *pl, const char *kind, const pm_sched_req
                            pm_err *err);
 pm_status pm_cli_plan_adopt(pm_cli_plan *pl, const pm_sched_req *req, pm_err *err);
 void pm_cli_plan_free(pm_cli_plan *pl);
+/* 0 if format is one of text, csv, json, svg, trace; else prints, 1. */
+int pm_cli_sched_format_ok(const char *format);
+/* Before long work: 0 if path (NULL: stdout) can be written later; else
+ * prints one line, 1. */
+int pm_cli_out_check(const char *path);
+/* All-or-nothing output (pm_wfile): open returns where to write or NULL
+ * (printed); close commits when bad is 0 and no write failed, else drops
+ * the tmp file so path keeps its old content. Returns 0 or 1 (printed). */
+FILE *pm_cli_out_open(pm_wfile *w, const char *path);
+int pm_cli_out_close(pm_wfile *w, int bad, const char *path);
 /* Writes the plan in format (text|csv|json|svg|trace) to path or stdout. */
 int pm_cli_plan_write(const pm_cli_plan *pl, const char *format, const char *path);

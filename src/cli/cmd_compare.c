@@ -98,6 +98,9 @@ int pm_cmd_compare(int argc, char **argv) {
     const char *format = o.format ? o.format : "table";
     if (strcmp(format, "table") && strcmp(format, "json") && strcmp(format, "csv"))
         return pm_cli_fail("--format: '%s' is not one of table, json, csv", format);
+    if (pm_cli_out_check(o.out)) return 1;
+    pm_err cerr;
+    if (pm_sched_check_costs(&o.req, &cerr)) return pm_cli_fail("compare: %s", cerr.msg);
     int n;
     const pm_sched_kind *kinds = pm_sched_kinds(&n);
     row *r = calloc((size_t)n, sizeof *r);
@@ -109,13 +112,14 @@ int pm_cmd_compare(int argc, char **argv) {
         r[i].k = &kinds[i];
         r[i].st = pm_cli_plan_make(&r[i].pl, kinds[i].name, &q, &r[i].err);
     }
-    FILE *f = o.out ? fopen(o.out, "w") : stdout;
-    if (!f) rc = pm_cli_fail("cannot write %s", o.out);
+    pm_wfile w;
+    FILE *f = pm_cli_out_open(&w, o.out);
+    if (!f) rc = 1;
     else {
         if (!strcmp(format, "table")) print_table(f, r, n, &o.req);
         else if (!strcmp(format, "json")) print_json(f, r, n, &o.req);
         else print_csv(f, r, n);
-        if (ferror(f) | (o.out && fclose(f))) rc = pm_cli_fail("writing %s failed", o.out);
+        rc = pm_cli_out_close(&w, 0, o.out);
     }
     for (int i = 0; i < n; i++) pm_cli_plan_free(&r[i].pl);
     free(r);

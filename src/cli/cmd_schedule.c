@@ -18,7 +18,12 @@ static const char usage[] =
     "  --mem F,B,W       activation deltas of F, B, W for one device's share (1,0,-1)\n"
     "  --mem-limit X     reject the schedule if a device exceeds X times M\n"
     "  --format F        text (default), csv, json, svg or trace\n"
-    "  -o FILE           write there instead of standard output\n";
+    "  -o FILE           write there instead of standard output (replaced whole, or\n"
+    "                    left as it was on any error)\n"
+    "\n"
+    "Supported range: p, m <= 1048576 and 3 p m v <= 2^25 passes; v-min, v-half,\n"
+    "1f1b-v: p <= 1024; zb, zb-1p, zb-2p, v-zb: p <= 1024 and p m <= 2^21; auto-v:\n"
+    "p <= 128 and p m <= 2^15. Costs must keep (F+B+W+2C) 4 p m below 1e300.\n";
 
 /* One summary line per fact, as '#' comments the text reader skips. */
 static void summary(FILE *f, const pm_cli_plan *pl) {
@@ -38,6 +43,7 @@ int pm_cmd_schedule(int argc, char **argv) {
     if (o.kind && (!o.have_p || !o.have_m))
         return pm_cli_fail("schedule: --kind %s needs -p P and -m M", o.kind);
     const char *format = o.format ? o.format : "text";
+    if (pm_cli_sched_format_ok(format) || pm_cli_out_check(o.out)) return 1;
     pm_cli_plan pl = {0};
     pm_err err;
     pm_status st;
@@ -52,15 +58,14 @@ int pm_cmd_schedule(int argc, char **argv) {
         return pm_cli_fail("%s", err.msg);
     }
     if (!strcmp(format, "text")) {
-        FILE *f = o.out ? fopen(o.out, "w") : stdout;
+        pm_wfile w;
+        FILE *f = pm_cli_out_open(&w, o.out);
         if (!f) {
             pm_cli_plan_free(&pl);
-            return pm_cli_fail("cannot write %s", o.out);
+            return 1;
         }
         summary(f, &pl);
-        rc = pm_sched_write_text(f, &pl.s) != PM_OK || ferror(f);
-        if (o.out && fclose(f)) rc = 1;
-        if (rc) pm_cli_fail("writing %s failed", o.out ? o.out : "standard output");
+        rc = pm_cli_out_close(&w, pm_sched_write_text(f, &pl.s) != PM_OK, o.out);
     } else {
         rc = pm_cli_plan_write(&pl, format, o.out);
     }

@@ -15,7 +15,8 @@ static const char usage[] =
     "Bubble heuristic; V placement: V-Min, V-Half, ZB-V, V-ZB, searched building blocks;\n"
     "interleaved) whose peak activation stays within X times M on every device (M: one\n"
     "microbatch's activation through the whole model, 1F1B's peak). The reason for the\n"
-    "choice goes to standard error, the schedule to standard output or -o FILE.\n";
+    "choice goes to standard error, the schedule to standard output or -o FILE.\n"
+    "Supported range: p <= 128 and p m <= 2^15 (the search builds O(p) schedules).\n";
 
 static void summary(FILE *f, const pm_cli_plan *pl) {
     fprintf(f, "# %s: p=%d m=%d placement=%s stages=%d\n", pl->s.kind, pl->s.p, pl->s.m,
@@ -27,13 +28,11 @@ static void summary(FILE *f, const pm_cli_plan *pl) {
 }
 
 static int write_text(const pm_cli_plan *pl, const char *path) {
-    FILE *f = path ? fopen(path, "w") : stdout;
-    if (!f) return pm_cli_fail("cannot write %s", path);
+    pm_wfile w;
+    FILE *f = pm_cli_out_open(&w, path);
+    if (!f) return 1;
     summary(f, pl);
-    int bad = pm_sched_write_text(f, &pl->s) != PM_OK || ferror(f);
-    if (path && fclose(f)) bad = 1;
-    if (bad) return pm_cli_fail("writing %s failed", path ? path : "standard output");
-    return 0;
+    return pm_cli_out_close(&w, pm_sched_write_text(f, &pl->s) != PM_OK, path);
 }
 
 int pm_cmd_search(int argc, char **argv) {
@@ -46,6 +45,7 @@ int pm_cmd_search(int argc, char **argv) {
         return pm_cli_fail("search: needs --mem-limit X (a multiple of M; 1.0 is 1F1B's peak)");
     if (o.req.v) return pm_cli_fail("search: --chunks is chosen by the search; leave it out");
     const char *format = o.format ? o.format : "text";
+    if (pm_cli_sched_format_ok(format) || pm_cli_out_check(o.out)) return 1;
     pm_cli_plan pl = {0};
     pm_err err;
     char reason[512];

@@ -18,8 +18,8 @@ int pm_cli_sched_parse(int argc, char **argv, pm_cli_sched_opts *o, const char *
         else if (!strcmp(a, "--from")) o->from = val, bad = !val;
         else if (!strcmp(a, "--format")) o->format = val, bad = !val;
         else if (!strcmp(a, "-o")) o->out = val, bad = !val;
-        else if (!strcmp(a, "-p")) bad = pm_cli_int(a, val, 1, &o->req.p), o->have_p = 1;
-        else if (!strcmp(a, "-m")) bad = pm_cli_int(a, val, 1, &o->req.m), o->have_m = 1;
+        else if (!strcmp(a, "-p")) bad = pm_cli_int_range(a, val, 1, PM_SCHED_MAX_P, &o->req.p), o->have_p = 1;
+        else if (!strcmp(a, "-m")) bad = pm_cli_int_range(a, val, 1, PM_SCHED_MAX_M, &o->req.m), o->have_m = 1;
         else if (!strcmp(a, "--chunks")) bad = pm_cli_int(a, val, 1, &o->req.v);
         else if (!strcmp(a, "--costs")) bad = pm_cli_costs(val, &o->req.t);
         else if (!strcmp(a, "--mem")) bad = pm_cli_mem(val, &o->req.mem);
@@ -31,7 +31,10 @@ int pm_cli_sched_parse(int argc, char **argv, pm_cli_sched_opts *o, const char *
             return pm_cli_fail("unknown option '%s' (see pipemem %s --help)", a, argv[0]);
         }
         if (bad) {
-            if (!val) pm_cli_fail("%s needs a value", a);
+            /* the parsers above already printed; a bare --kind etc. did not */
+            if (!val && (!strcmp(a, "--kind") || !strcmp(a, "--from") || !strcmp(a, "--format") ||
+                         !strcmp(a, "-o")))
+                pm_cli_fail("%s needs a value", a);
             return 1;
         }
         i++; /* every option but --help takes a value */
@@ -61,21 +64,48 @@ pm_status pm_cli_plan_make(pm_cli_plan *pl, const char *kind, const pm_sched_req
     return st;
 }
 
+int pm_cli_sched_format_ok(const char *format) {
+    static const char *const ok[] = {"text", "csv", "json", "svg", "trace"};
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++)
+        if (!strcmp(format, ok[i])) return 0;
+    return pm_cli_fail("--format: '%s' is not one of text, csv, json, svg, trace", format);
+}
+
+int pm_cli_out_check(const char *path) {
+    pm_err err;
+    if (path && pm_path_check_writable(path, &err)) return pm_cli_fail("%s", err.msg);
+    return 0;
+}
+
+FILE *pm_cli_out_open(pm_wfile *w, const char *path) {
+    pm_err err;
+    if (pm_wfile_open(w, path, &err)) {
+        pm_cli_fail("%s", err.msg);
+        return NULL;
+    }
+    return w->f;
+}
+
+int pm_cli_out_close(pm_wfile *w, int bad, const char *path) {
+    pm_err err;
+    if (bad || ferror((FILE *)w->f)) {
+        pm_wfile_abort(w);
+        return pm_cli_fail("writing %s failed", path ? path : "standard output");
+    }
+    if (pm_wfile_commit(w, &err)) return pm_cli_fail("%s", err.msg);
+    return 0;
+}
+
 int pm_cli_plan_write(const pm_cli_plan *pl, const char *format, const char *path) {
-    FILE *f = path ? fopen(path, "w") : stdout;
-    if (!f) return pm_cli_fail("cannot write %s", path);
+    if (pm_cli_sched_format_ok(format)) return 1;
+    pm_wfile w;
+    FILE *f = pm_cli_out_open(&w, path);
+    if (!f) return 1;
     pm_status st = PM_OK;
     if (!strcmp(format, "text")) st = pm_sched_write_text(f, &pl->s);
     else if (!strcmp(format, "csv")) st = pm_sched_write_csv(f, &pl->s);
     else if (!strcmp(format, "json")) st = pm_sched_write_json(f, &pl->s, &pl->c, &pl->sim);
     else if (!strcmp(format, "trace")) st = pm_sched_write_trace(f, &pl->s, &pl->sim);
-    else if (!strcmp(format, "svg")) st = pm_sched_write_svg(f, &pl->s, &pl->sim, NULL);
-    else {
-        if (path) fclose(f);
-        return pm_cli_fail("--format: '%s' is not one of text, csv, json, svg, trace", format);
-    }
-    int bad = st != PM_OK || ferror(f);
-    if (path && fclose(f)) bad = 1;
-    if (bad) return pm_cli_fail("writing %s failed", path ? path : "standard output");
-    return 0;
+    else st = pm_sched_write_svg(f, &pl->s, &pl->sim, NULL);
+    return pm_cli_out_close(&w, st != PM_OK, path);
 }

@@ -302,7 +302,12 @@ pm_status pm_sched_from_block(pm_sched *s, const pm_block *b, const pm_sched_req
     pm_block_info info;
     pm_mem mem = req->mem.f > 0 ? req->mem : PM_MEM_DEFAULT;
     pm_costs t = req->t.f > 0 ? req->t : PM_COSTS_DEFAULT;
-    pm_status st = pm_block_analyze(b, mem, &info, err);
+    pm_sched_req q = *req;
+    q.p = b->p, q.t = t;
+    pm_status st = pm_sched_check_range(PM_TIER_FIXED, kind, b->p, req->m, b->v, err);
+    if (!st) st = pm_sched_check_costs(&q, err);
+    if (st) return st;
+    st = pm_block_analyze(b, mem, &info, err);
     if (st) return st;
     int legal = info.legal, bd = info.bad_dev, br = info.bad_residue;
     pm_block_info_free(&info);

@@ -442,6 +442,8 @@ pm_status pm_sched_build_auto_v(pm_sched *s, const pm_sched_req *req, pm_err *er
                        "1F1B's activation memory)");
     if (!(req->mem.f > 0))
         return pm_errf(err, PM_ERR_ARG, "auto-v needs a positive forward memory delta");
+    pm_status rs = pm_sched_check_range(PM_TIER_SEARCH, "auto-v", req->p, req->m, 2, err);
+    if (rs) return rs;
     pm_pool pl = {0};
     pm_status st = pm_pool_v(&pl, req, req->mem_limit, err);
     if (st) goto done;

@@ -526,8 +526,10 @@ static pm_status list_variants(vzb_ctx *x, pm_sched *best, double *bestmk, pm_er
 pm_status pm_sched_vzb_greedy(pm_sched *s, const pm_sched_req *req, double limit,
                               const char *kind, int *binding, pm_err *err) {
     *s = (pm_sched){0};
+    pm_status st = pm_sched_check_range(PM_TIER_GREEDY, kind, req->p, req->m, 2, err);
+    if (st) return st;
     vzb_ctx x;
-    pm_status st = ctx_init(&x, req, limit, err);
+    st = ctx_init(&x, req, limit, err);
     if (st) return st;
     if ((st = pm_sched_init(s, kind, PM_PLACE_V, req->p, req->m, 2, err))) {
         ctx_free(&x);

@@ -232,6 +232,8 @@ pm_status pm_sched_zb_greedy(pm_sched *s, const pm_sched_req *req, double limit,
         return pm_errf(err, PM_ERR_ARG,
                        "%s has 1 chunk per device; --chunks %d only fits interleaved", kind,
                        req->v);
+    pm_status rs = pm_sched_check_range(PM_TIER_GREEDY, kind, req->p, req->m, 1, err);
+    if (rs) return rs;
     pm_sched work = {0};
     pm_status st = pm_sched_init(&work, kind, PM_PLACE_SINGLE, req->p, req->m, 1, err);
     if (st) return st;

@@ -156,7 +156,8 @@ static pm_status check_req(const pm_sched_req *req, pm_err *err) {
                        req->m);
     if (!(req->mem.f > 0))
         return pm_errf(err, PM_ERR_ARG, "search needs a positive forward memory delta");
-    return PM_OK;
+    pm_status st = pm_sched_check_range(PM_TIER_SEARCH, "search", req->p, req->m, 4, err);
+    return st ? st : pm_sched_check_costs(req, err);
 }
 
 static double min_peak(const pm_pool *pl) {
