@@ -519,6 +519,103 @@ static void test_cli_output_untouched_on_error(void **state) {
     assert_int_equal(system(cmd), 0);
 }
 
+/* ---- allocation failure (pm_alloc_fail_at) ---------------------------- */
+
+typedef pm_status (*alloc_op)(const void *ctx, pm_err *err);
+
+/* Makes the n-th allocation of op fail, for n = 1, 2, ... until op
+ * succeeds with the hook never firing. Each failing run must return
+ * PM_ERR_NOMEM with a message (leaks show under `make asan`). Returns how
+ * many allocations op makes. */
+static int64_t walk_allocs(const char *what, alloc_op op, const void *ctx) {
+    for (int64_t n = 1;; n++) {
+        pm_err err;
+        err.msg[0] = 0;
+        pm_alloc_fail_at(n, 0);
+        pm_status st = op(ctx, &err);
+        int fired = pm_alloc_failed();
+        pm_alloc_fail_at(0, 0);
+        if (!fired) {
+            if (st != PM_OK) fail_msg("%s: without failures: %s", what, err.msg);
+            return n - 1;
+        }
+        if (st != PM_ERR_NOMEM || !err.msg[0])
+            fail_msg("%s: allocation %lld failed: status %d, message '%s'", what, (long long)n,
+                     (int)st, err.msg);
+        if (n > 200000) fail_msg("%s: more than 200000 allocations", what);
+    }
+}
+
+static pm_status op_generate(const void *ctx, pm_err *err) {
+    const char *kind = ctx;
+    pm_sched_req req = {.p = 4, .m = 8, .t = {1, 1.5, 0.75, 0.1}, .mem = PM_MEM_DEFAULT,
+                        .mem_limit = 1};
+    pm_sched s;
+    pm_status st = pm_sched_generate(&s, kind, &req, err);
+    if (st && (s.pass || s.len)) fail_msg("%s: output not left zeroed on error", kind);
+    pm_sched_free(&s);
+    return st;
+}
+
+static pm_status op_search(const void *ctx, pm_err *err) {
+    (void)ctx;
+    pm_sched_req req = {.p = 4, .m = 8, .t = {1, 1.5, 0.75, 0.1}, .mem = PM_MEM_DEFAULT,
+                        .mem_limit = 0.75};
+    pm_sched s;
+    char reason[256];
+    pm_status st = pm_sched_search(&s, &req, NULL, reason, sizeof reason, err);
+    if (st && (s.pass || s.len)) fail_msg("search: output not left zeroed on error");
+    pm_sched_free(&s);
+    return st;
+}
+
+static pm_status op_load(const void *ctx, pm_err *err) {
+    pm_sched s;
+    pm_status st = pm_sched_load(&s, ctx, err);
+    if (st && (s.pass || s.len)) fail_msg("load: output not left zeroed on error");
+    pm_sched_free(&s);
+    return st;
+}
+
+static pm_status op_block(const void *ctx, pm_err *err) {
+    pm_block b;
+    pm_block_info in;
+    pm_status st = pm_block_named(&b, ctx, 6, err);
+    if (!st) {
+        st = pm_block_analyze(&b, PM_MEM_DEFAULT, &in, err);
+        if (!st) pm_block_info_free(&in);
+    }
+    pm_block_free(&b);
+    return st;
+}
+
+static void test_alloc_failure_walk(void **state) {
+    (void)state;
+    int nk;
+    const pm_sched_kind *kinds = pm_sched_kinds(&nk);
+    for (int k = 0; k < nk; k++) {
+        int64_t n = walk_allocs(kinds[k].name, op_generate, kinds[k].name);
+        assert_true(n > 0);
+    }
+    assert_true(walk_allocs("search", op_search, NULL) > 0);
+    static const char *const blocks[] = {"v-min", "v-half", "1f1b-v"};
+    for (int k = 0; k < 3; k++) assert_true(walk_allocs(blocks[k], op_block, blocks[k]) > 0);
+    char path[] = "/tmp/pm_test_load_XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    FILE *f = fdopen(fd, "w");
+    assert_non_null(f);
+    pm_sched s;
+    pm_err err;
+    pm_sched_req req = {.p = 4, .m = 8, .t = PM_COSTS_DEFAULT, .mem = PM_MEM_DEFAULT};
+    assert_int_equal(pm_sched_generate(&s, "zb-h1", &req, &err), PM_OK);
+    assert_int_equal(pm_sched_write_text(f, &s), PM_OK);
+    pm_sched_free(&s);
+    fclose(f);
+    assert_true(walk_allocs("load", op_load, path) > 0);
+    remove(path);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_registry_order_and_lookup),
@@ -533,6 +630,7 @@ int main(void) {
         cmocka_unit_test(test_generate_errors),
         cmocka_unit_test(test_range_refused_before_allocating),
         cmocka_unit_test(test_costs_overflow_refused),
+        cmocka_unit_test(test_alloc_failure_walk),
         cmocka_unit_test(test_cli_limits_and_messages),
         cmocka_unit_test(test_cli_output_untouched_on_error),
     };

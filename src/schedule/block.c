@@ -95,14 +95,14 @@ static int default_dur(int kind) { return kind == PM_PASS_BW ? 2 : 1; }
 
 void pm_block_free(pm_block *b) {
     if (!b) return;
-    free(b->pass);
+    pm_free(b->pass);
     *b = (pm_block){0};
 }
 
 static pm_status block_alloc(pm_block *b, pm_place place, int p, int v, int T, int cap,
                              pm_err *err) {
     *b = (pm_block){.place = place, .p = p, .v = v, .T = T};
-    b->pass = calloc((size_t)(cap > 0 ? cap : 1), sizeof *b->pass);
+    b->pass = pm_calloc((size_t)(cap > 0 ? cap : 1), sizeof *b->pass);
     if (!b->pass) return pm_errf(err, PM_ERR_NOMEM, "out of memory for a block of %d passes", cap);
     return PM_OK;
 }
@@ -152,7 +152,7 @@ static pm_status check_block(const pm_block *b, const int *line, int allow_missi
         }
     }
     int S = b->p * b->v;
-    int *tab = malloc((size_t)S * PM_PASS_COUNT * sizeof *tab);
+    int *tab = pm_malloc((size_t)S * PM_PASS_COUNT * sizeof *tab);
     if (!tab) return pm_errf(err, PM_ERR_NOMEM, "out of memory checking a block");
     pm_status st = PM_OK;
     if (!pm_block_index(b, tab)) {
@@ -193,7 +193,7 @@ static pm_status check_block(const pm_block *b, const int *line, int allow_missi
         if (!st && w >= 0) st = need_after(b, w, bb, "its own B", line, err);
     }
 done:
-    free(tab);
+    pm_free(tab);
     return st;
 }
 
@@ -241,7 +241,7 @@ static pm_status fill_w_dev(pm_block *b, int d, const int *mine, int nmine, cons
     /* queue of (arrival index, microbatch k) in FIFO order; at most na per
      * interval enter over the 3 intervals read, plus what is still waiting */
     int64_t head = 0, tail = 0, qcap = (int64_t)na * ((end - X) / T + 1);
-    int64_t *q = malloc((size_t)qcap * 2 * sizeof *q);
+    int64_t *q = pm_malloc((size_t)qcap * 2 * sizeof *q);
     if (!q) return pm_errf(err, PM_ERR_NOMEM, "out of memory filling W passes");
     for (int i = 0; i < na; i++) served[i] = -1;
     int left = na;
@@ -260,7 +260,7 @@ static pm_status fill_w_dev(pm_block *b, int d, const int *mine, int nmine, cons
             left--;
         }
     }
-    free(q);
+    pm_free(q);
     if (left)
         return pm_errf(err, PM_ERR_FORMAT,
                        "device %d: the W passes do not settle into the interval; list them", d);
@@ -279,12 +279,12 @@ static pm_status fill_w_dev(pm_block *b, int d, const int *mine, int nmine, cons
  * linear in the block, not devices x passes. */
 static pm_status fill_w(pm_block *b, pm_err *err) {
     int S = b->p * b->v, n0 = b->n;
-    int *tab = malloc((size_t)S * PM_PASS_COUNT * sizeof *tab);
-    int *first = calloc((size_t)b->p + 1, sizeof *first);
-    int *byd = malloc((size_t)(n0 ? n0 : 1) * sizeof *byd);
-    unsigned char *occ = malloc((size_t)b->T);
-    arrival *arr = malloc((size_t)b->v * sizeof *arr);
-    int64_t *served = malloc((size_t)b->v * sizeof *served);
+    int *tab = pm_malloc((size_t)S * PM_PASS_COUNT * sizeof *tab);
+    int *first = pm_calloc((size_t)b->p + 1, sizeof *first);
+    int *byd = pm_malloc((size_t)(n0 ? n0 : 1) * sizeof *byd);
+    unsigned char *occ = pm_malloc((size_t)b->T);
+    arrival *arr = pm_malloc((size_t)b->v * sizeof *arr);
+    int64_t *served = pm_malloc((size_t)b->v * sizeof *served);
     pm_status st = PM_OK;
     if (!tab || !first || !byd || !occ || !arr || !served) {
         st = pm_errf(err, PM_ERR_NOMEM, "out of memory filling W passes");
@@ -302,12 +302,12 @@ static pm_status fill_w(pm_block *b, pm_err *err) {
     for (int d = 0; d < b->p && !st; d++)
         st = fill_w_dev(b, d, byd + first[d], first[d + 1] - first[d], tab, occ, arr, served, err);
 done:
-    free(first);
-    free(byd);
-    free(tab);
-    free(occ);
-    free(arr);
-    free(served);
+    pm_free(first);
+    pm_free(byd);
+    pm_free(tab);
+    pm_free(occ);
+    pm_free(arr);
+    pm_free(served);
     return st;
 }
 
@@ -460,9 +460,9 @@ static pm_status finish_header(pctx *c, pm_block *b, seen *h, int col, int **lin
         return pm_errf(c->err, PM_ERR_FORMAT, "line %d: devices x chunks is too large (at most %d)",
                        h->v ? h->v : h->p, PM_BLOCK_MAX_STAGES);
     size_t cap = (size_t)b->p * (size_t)b->v * 3;
-    b->pass = calloc(cap, sizeof *b->pass);
-    *lines = calloc(cap, sizeof **lines);
-    *dup = calloc((size_t)b->p * (size_t)b->v * PM_PASS_COUNT, sizeof **dup);
+    b->pass = pm_calloc(cap, sizeof *b->pass);
+    *lines = pm_calloc(cap, sizeof **lines);
+    *dup = pm_calloc((size_t)b->p * (size_t)b->v * PM_PASS_COUNT, sizeof **dup);
     if (!b->pass || !*lines || !*dup)
         return pm_errf(c->err, PM_ERR_NOMEM, "out of memory for a block of %zu passes", cap);
     return PM_OK;
@@ -555,12 +555,12 @@ pm_status pm_block_parse(pm_block *b, const char *text, size_t len, pm_err *err)
     if ((st = check_block(b, lines, 1, err))) goto fail;
     if ((st = fill_w(b, err))) goto fail;
     if ((st = check_block(b, NULL, 0, err))) goto fail;
-    free(lines);
-    free(dup);
+    pm_free(lines);
+    pm_free(dup);
     return PM_OK;
 fail:
-    free(lines);
-    free(dup);
+    pm_free(lines);
+    pm_free(dup);
     pm_block_free(b);
     return st;
 }
@@ -576,7 +576,7 @@ static int cmp_pass(const void *a, const void *b) {
 }
 
 pm_status pm_block_write(FILE *f, const pm_block *b) {
-    pm_block_pass *v = malloc((size_t)(b->n > 0 ? b->n : 1) * sizeof *v);
+    pm_block_pass *v = pm_malloc((size_t)(b->n > 0 ? b->n : 1) * sizeof *v);
     if (!v) return PM_ERR_NOMEM;
     if (b->n) memcpy(v, b->pass, (size_t)b->n * sizeof *v);
     qsort(v, (size_t)b->n, sizeof *v, cmp_pass);
@@ -588,7 +588,7 @@ pm_status pm_block_write(FILE *f, const pm_block *b) {
         if (v[i].dur != default_dur(v[i].kind)) fprintf(f, " %d", v[i].dur);
         fputc('\n', f);
     }
-    free(v);
+    pm_free(v);
     return ferror(f) ? PM_ERR_IO : PM_OK;
 }
 
@@ -722,10 +722,10 @@ static pm_status named_1f1b_v(pm_block *b, int p, pm_err *err) {
     pm_status st = block_alloc(b, PM_PLACE_V, p, 2, V1_T, 6 * p, err);
     if (st) return st;
     v1_search g = {.p = p, .S = 2 * p, .best_max = -1, .nodes = 2000000L / (2 * p) + 64};
-    g.occ = calloc((size_t)p * V1_T, 1);
-    g.off = calloc((size_t)(4 * p), sizeof *g.off);
-    g.best = calloc((size_t)(4 * p), sizeof *g.best);
-    g.cnt = calloc((size_t)p, sizeof *g.cnt);
+    g.occ = pm_calloc((size_t)p * V1_T, 1);
+    g.off = pm_calloc((size_t)(4 * p), sizeof *g.off);
+    g.best = pm_calloc((size_t)(4 * p), sizeof *g.best);
+    g.cnt = pm_calloc((size_t)p, sizeof *g.cnt);
     if (!g.occ || !g.off || !g.best || !g.cnt) {
         st = pm_errf(err, PM_ERR_NOMEM, "out of memory building the 1f1b-v block");
         goto done;
@@ -743,10 +743,10 @@ static pm_status named_1f1b_v(pm_block *b, int p, pm_err *err) {
     }
     st = check_block(b, NULL, 0, err);
 done:
-    free(g.occ);
-    free(g.off);
-    free(g.best);
-    free(g.cnt);
+    pm_free(g.occ);
+    pm_free(g.off);
+    pm_free(g.best);
+    pm_free(g.cnt);
     if (st) pm_block_free(b);
     return st;
 }
@@ -766,8 +766,8 @@ pm_status pm_block_named(pm_block *b, const char *name, int p, pm_err *err) {
 
 void pm_block_info_free(pm_block_info *info) {
     if (!info) return;
-    free(info->lifespan);
-    free(info->bound);
+    pm_free(info->lifespan);
+    pm_free(info->bound);
     *info = (pm_block_info){0};
 }
 
@@ -809,12 +809,12 @@ static int cmp_indexed(const void *a, const void *b) {
 
 /* Pass indices sorted by (device, offset, chunk, kind). */
 static int sort_order(const pm_block *b, int *order) {
-    indexed_pass *v = malloc((size_t)(b->n ? b->n : 1) * sizeof *v);
+    indexed_pass *v = pm_malloc((size_t)(b->n ? b->n : 1) * sizeof *v);
     if (!v) return 0;
     for (int i = 0; i < b->n; i++) v[i] = (indexed_pass){b->pass[i], i};
     qsort(v, (size_t)b->n, sizeof *v, cmp_indexed);
     for (int i = 0; i < b->n; i++) order[i] = v[i].i;
-    free(v);
+    pm_free(v);
     return 1;
 }
 
@@ -825,12 +825,12 @@ pm_status pm_block_analyze(const pm_block *b, pm_mem mem, pm_block_info *info, p
     if (!(mem.f > 0))
         return pm_errf(err, PM_ERR_ARG, "the F memory delta must be > 0 (got %g)", mem.f);
     int S = b->p * b->v;
-    int *order = malloc((size_t)(b->n ? b->n : 1) * sizeof *order);
-    int *stamp = malloc((size_t)b->T * sizeof *stamp);
-    int *stamp_dev = malloc((size_t)b->T * sizeof *stamp_dev);
-    int *tab = malloc((size_t)S * PM_PASS_COUNT * sizeof *tab);
-    info->lifespan = calloc((size_t)S, sizeof *info->lifespan);
-    info->bound = calloc((size_t)b->p, sizeof *info->bound);
+    int *order = pm_malloc((size_t)(b->n ? b->n : 1) * sizeof *order);
+    int *stamp = pm_malloc((size_t)b->T * sizeof *stamp);
+    int *stamp_dev = pm_malloc((size_t)b->T * sizeof *stamp_dev);
+    int *tab = pm_malloc((size_t)S * PM_PASS_COUNT * sizeof *tab);
+    info->lifespan = pm_calloc((size_t)S, sizeof *info->lifespan);
+    info->bound = pm_calloc((size_t)b->p, sizeof *info->bound);
     if (!order || !stamp || !stamp_dev || !tab || !info->lifespan || !info->bound) {
         st = pm_errf(err, PM_ERR_NOMEM, "out of memory analysing a block");
         goto done;
@@ -855,10 +855,10 @@ pm_status pm_block_analyze(const pm_block *b, pm_mem mem, pm_block_info *info, p
             info->bound[d] += (double)((l + b->T - 1) / b->T) / ((double)b->v * b->p);
         }
 done:
-    free(order);
-    free(stamp);
-    free(stamp_dev);
-    free(tab);
+    pm_free(order);
+    pm_free(stamp);
+    pm_free(stamp_dev);
+    pm_free(tab);
     if (st) pm_block_info_free(info);
     return st;
 }

@@ -34,8 +34,8 @@ pm_status pm_sched_init(pm_sched *s, const char *kind, pm_place place, int p, in
     s->v = v;
     s->S = p * v;
     s->cap = (int64_t)cap;
-    s->len = calloc((size_t)p, sizeof *s->len);
-    s->pass = calloc(total, sizeof *s->pass);
+    s->len = pm_calloc((size_t)p, sizeof *s->len);
+    s->pass = pm_calloc(total, sizeof *s->pass);
     if (!s->len || !s->pass) {
         pm_sched_free(s);
         return pm_errf(err, PM_ERR_NOMEM, "out of memory for a schedule of %zu passes", total);
@@ -45,8 +45,8 @@ pm_status pm_sched_init(pm_sched *s, const char *kind, pm_place place, int p, in
 
 void pm_sched_free(pm_sched *s) {
     if (!s) return;
-    free(s->len);
-    free(s->pass);
+    pm_free(s->len);
+    pm_free(s->pass);
     *s = (pm_sched){0};
 }
 
@@ -85,7 +85,7 @@ int pm_sched_stage_chunk(const pm_sched *s, int stage) {
 pm_status pm_cost_init(pm_cost *c, int S, pm_err *err) {
     *c = (pm_cost){0};
     if (S < 1) return pm_errf(err, PM_ERR_ARG, "a cost table needs at least one stage");
-    c->st = calloc((size_t)S, sizeof *c->st);
+    c->st = pm_calloc((size_t)S, sizeof *c->st);
     if (!c->st) return pm_errf(err, PM_ERR_NOMEM, "out of memory for %d stage costs", S);
     c->S = S;
     return PM_OK;
@@ -104,7 +104,7 @@ pm_status pm_cost_init_uniform(pm_cost *c, const pm_sched *s, pm_costs t, pm_mem
 
 void pm_cost_free(pm_cost *c) {
     if (!c) return;
-    free(c->st);
+    pm_free(c->st);
     *c = (pm_cost){0};
 }
 

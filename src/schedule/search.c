@@ -27,33 +27,39 @@ _Static_assert(sizeof(pm_family_names) / sizeof(pm_family_names[0]) == PM_FAMILY
 
 #define PEAK_TOL 1e-9 /* the validator's tolerance on limit * M */
 
-double pm_search_eval(const pm_sched *s, const pm_sched_req *req, pm_search_point *pt) {
+pm_status pm_search_fatal(pm_status st, const pm_err *e, pm_err *err) {
+    return st == PM_ERR_NOMEM ? pm_errf(err, PM_ERR_NOMEM, "%s", e->msg) : PM_OK;
+}
+
+pm_status pm_search_eval(const pm_sched *s, const pm_sched_req *req, pm_search_point *pt,
+                         pm_err *err) {
     *pt = (pm_search_point){0};
     pm_cost c;
     pm_sim sim;
-    if (pm_cost_init_uniform(&c, s, req->t, req->mem, NULL)) return INFINITY;
-    pm_status st = pm_sim_run(&sim, s, &c, NULL);
+    pm_status st = pm_cost_init_uniform(&c, s, req->t, req->mem, err);
+    if (st) return st;
+    st = pm_sim_run(&sim, s, &c, err);
     pm_cost_free(&c);
-    if (st) return INFINITY;
+    if (st) return st;
     snprintf(pt->kind, sizeof pt->kind, "%s", s->kind);
     pt->ok = 1;
     pt->makespan = sim.makespan;
     pt->bubble = sim.bubble;
     pt->peak = pm_sim_peak_max_x(&sim);
     pm_sim_free(&sim);
-    return pt->makespan;
+    return PM_OK;
 }
 
 void pm_pool_free(pm_pool *pl) {
     if (!pl) return;
-    free(pl->c);
+    pm_free(pl->c);
     *pl = (pm_pool){0};
 }
 
 pm_status pm_pool_add(pm_pool *pl, const pm_cand *c, pm_err *err) {
     if (pl->n == pl->cap) {
         int cap = pl->cap ? 2 * pl->cap : 64;
-        pm_cand *x = realloc(pl->c, (size_t)cap * sizeof *x);
+        pm_cand *x = pm_realloc(pl->c, (size_t)cap * sizeof *x);
         if (!x) return pm_errf(err, PM_ERR_NOMEM, "out of memory for %d search candidates", cap);
         pl->c = x;
         pl->cap = cap;
@@ -68,12 +74,14 @@ pm_status pm_pool_named(pm_pool *pl, const pm_sched_req *req, pm_family fam, con
     q.v = v;
     q.mem_limit = 0;
     pm_sched s;
-    if (pm_sched_generate(&s, kind, &q, NULL)) return PM_OK; /* does not fit this (p, m) */
+    pm_err e;
+    pm_status gs = pm_sched_generate(&s, kind, &q, &e);
+    if (gs) return pm_search_fatal(gs, &e, err); /* else: does not fit this (p, m) */
     pm_cand c = {.src = PM_CAND_NAMED, .fam = fam, .v = v};
     snprintf(c.kind, sizeof c.kind, "%s", kind);
-    double mk = pm_search_eval(&s, req, &c.pt);
+    gs = pm_search_eval(&s, req, &c.pt, &e);
     pm_sched_free(&s);
-    if (isinf(mk)) return PM_OK;
+    if (gs) return pm_search_fatal(gs, &e, err);
     c.bound = c.pt.peak;
     if (v > 2) snprintf(c.pt.kind, sizeof c.pt.kind, "%s(v=%d)", kind, v);
     return pm_pool_add(pl, &c, err);
@@ -123,12 +131,17 @@ static pm_status pool_single(pm_pool *pl, const pm_sched_req *req, double max_li
     for (int k = 1; k <= top && binding && !st; k++) {
         pm_sched s;
         double lv = pm_search_level(k, req->p, 1);
-        if (pm_sched_zb_greedy(&s, req, lv, "zb", 0, &binding, NULL)) continue;
+        pm_err e;
+        pm_status gs = pm_sched_zb_greedy(&s, req, lv, "zb", 0, &binding, &e);
+        if (gs) {
+            st = pm_search_fatal(gs, &e, err);
+            continue;
+        }
         pm_cand c = {.src = PM_CAND_ZB, .fam = PM_FAMILY_SINGLE, .kind = "zb", .level = lv,
                      .bound = lv};
-        double mk = pm_search_eval(&s, req, &c.pt);
+        gs = pm_search_eval(&s, req, &c.pt, &e);
         pm_sched_free(&s);
-        if (!isinf(mk)) st = pm_pool_add(pl, &c, err);
+        st = gs ? pm_search_fatal(gs, &e, err) : pm_pool_add(pl, &c, err);
     }
     return st;
 }
@@ -203,11 +216,15 @@ pm_status pm_sched_search(pm_sched *best, const pm_sched_req *req, pm_search_poi
         if (w < 0) {
             /* the lowest memory levels are only in a pool built for them */
             pm_pool low;
+            pm_err e;
             double mn = min_peak(&pl);
-            if (!pool_all(&low, req, 1.0, NULL)) {
+            pm_status ls = pool_all(&low, req, 1.0, &e);
+            if (!ls) {
                 double x = min_peak(&low);
                 mn = x < mn ? x : mn;
                 pm_pool_free(&low);
+            } else if ((st = pm_search_fatal(ls, &e, err))) {
+                break;
             }
             st = pm_errf(err, PM_ERR_MEMLIMIT,
                          "no schedule fits --mem-limit %.4g M for p=%d m=%d; the smallest "
@@ -222,7 +239,10 @@ pm_status pm_sched_search(pm_sched *best, const pm_sched_req *req, pm_search_poi
             st = pm_sched_validate(best, &c, limit, err);
             pm_cost_free(&c);
         }
-        if (st == PM_ERR_NOMEM) break;
+        if (st == PM_ERR_NOMEM) {
+            pm_sched_free(best);
+            break;
+        }
         if (st) { /* should not happen: drop the candidate and look again */
             pm_sched_free(best);
             pl.c[w].pt.ok = 0;

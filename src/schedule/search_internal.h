@@ -26,7 +26,13 @@ pm_status pm_sched_zb_greedy(pm_sched *s, const pm_sched_req *req, double limit,
 
 /* Simulates s with req's device-share costs into *pt (ok = 1); returns
  * pt->makespan, or INFINITY (ok = 0) if s does not simulate. */
-double pm_search_eval(const pm_sched *s, const pm_sched_req *req, pm_search_point *pt);
+/* Simulates s with req's costs into pt (pt->ok = 1); on error pt->ok = 0
+ * and the status is returned (err filled). */
+pm_status pm_search_eval(const pm_sched *s, const pm_sched_req *req, pm_search_point *pt,
+                         pm_err *err);
+/* A candidate that failed with status st (message in e) is skipped, unless
+ * it ran out of memory: then the search ends with PM_ERR_NOMEM in err. */
+pm_status pm_search_fatal(pm_status st, const pm_err *e, pm_err *err);
 
 /* The limits (x M) at which a greedy's memory decisions can change, under
  * the default accounting, are the multiples of one stage's forward
