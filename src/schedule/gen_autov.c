@@ -329,6 +329,18 @@ pm_status pm_autov_block_build(pm_sched *s, const int *blk, const pm_sched_req *
 
 /* The searched blocks whose bound fits max_limit, on the Pareto front of
  * (bound, estimated makespan). */
+/* Candidate rebuild functions (pool.h): a searched block from its
+ * parameters, and the V-ZB greedy at its level. */
+static pm_status rebuild_block(pm_sched *s, const pm_cand *c, const pm_sched_req *req,
+                               pm_err *err) {
+    return pm_autov_block_build(s, c->blk, req, err);
+}
+
+static pm_status rebuild_vzb(pm_sched *s, const pm_cand *c, const pm_sched_req *req,
+                             pm_err *err) {
+    return pm_sched_vzb_greedy(s, req, c->level, c->kind, NULL, err);
+}
+
 static pm_status pool_blocks(pm_pool *pl, const pm_sched_req *req, double max_limit,
                              pm_err *err) {
     int p = req->p, m = req->m, nlv = (int)(max_limit * 2 * p + 1e-9) + 1;
@@ -363,7 +375,7 @@ static pm_status pool_blocks(pm_pool *pl, const pm_sched_req *req, double max_li
             st = pm_search_fatal(gs, &e, err);
             continue;
         }
-        pm_cand c = {.src = PM_CAND_BLOCK, .fam = PM_FAMILY_V, .kind = "auto-v",
+        pm_cand c = {.rebuild = rebuild_block, .fam = PM_FAMILY_V, .kind = "auto-v",
                      .bound = (double)u / (2.0 * p)};
         memcpy(c.blk, lv[u].blk, sizeof c.blk);
         gs = pm_search_eval(&s, req, &c.pt, &e);
@@ -411,7 +423,7 @@ pm_status pm_pool_v(pm_pool *pl, const pm_sched_req *req, double max_limit, pm_e
             st = pm_search_fatal(gs, &e, err);
             continue;
         }
-        pm_cand c = {.src = PM_CAND_VZB, .fam = PM_FAMILY_V, .kind = "v-zb", .level = lv,
+        pm_cand c = {.rebuild = rebuild_vzb, .fam = PM_FAMILY_V, .kind = "v-zb", .level = lv,
                      .bound = lv};
         gs = pm_search_eval(&s, req, &c.pt, &e);
         pm_sched_free(&s);

@@ -1,7 +1,7 @@
 /* search.c: the best schedule under a memory limit, over every family
  * (placement), and the bubble-versus-memory curve.
  *
- * Candidates (search_internal.h): per family, the fixed kinds of the
+ * Candidates (pool.h, through search_internal.h): per family, the fixed kinds of the
  * registry (their peaks do not depend on the limit), and the memory-aware
  * generators run at every memory level up to the limit: the Zero Bubble
  * heuristic (single placement, levels k/p) and, through gen_autov.c, the
@@ -25,97 +25,10 @@
 const char *const pm_family_names[PM_FAMILY_COUNT] = {"single", "v", "loop"};
 _Static_assert(sizeof(pm_family_names) / sizeof(pm_family_names[0]) == PM_FAMILY_COUNT, "");
 
-#define PEAK_TOL 1e-9 /* the validator's tolerance on limit * M */
-
-pm_status pm_search_fatal(pm_status st, const pm_err *e, pm_err *err) {
-    return st == PM_ERR_NOMEM ? pm_errf(err, PM_ERR_NOMEM, "%s", e->msg) : PM_OK;
-}
-
-pm_status pm_search_eval(const pm_sched *s, const pm_sched_req *req, pm_search_point *pt,
-                         pm_err *err) {
-    *pt = (pm_search_point){0};
-    pm_cost c;
-    pm_sim sim;
-    pm_status st = pm_cost_init_uniform(&c, s, req->t, req->mem, err);
-    if (st) return st;
-    st = pm_sim_run(&sim, s, &c, err);
-    pm_cost_free(&c);
-    if (st) return st;
-    snprintf(pt->kind, sizeof pt->kind, "%s", s->kind);
-    pt->ok = 1;
-    pt->makespan = sim.makespan;
-    pt->bubble = sim.bubble;
-    pt->peak = pm_sim_peak_max_x(&sim);
-    pm_sim_free(&sim);
-    return PM_OK;
-}
-
-void pm_pool_free(pm_pool *pl) {
-    if (!pl) return;
-    pm_free(pl->c);
-    *pl = (pm_pool){0};
-}
-
-pm_status pm_pool_add(pm_pool *pl, const pm_cand *c, pm_err *err) {
-    if (pl->n == pl->cap) {
-        int cap = pl->cap ? 2 * pl->cap : 64;
-        pm_cand *x = pm_realloc(pl->c, (size_t)cap * sizeof *x);
-        if (!x) return pm_errf(err, PM_ERR_NOMEM, "out of memory for %d search candidates", cap);
-        pl->c = x;
-        pl->cap = cap;
-    }
-    pl->c[pl->n++] = *c;
-    return PM_OK;
-}
-
-pm_status pm_pool_named(pm_pool *pl, const pm_sched_req *req, pm_family fam, const char *kind,
-                        int v, pm_err *err) {
-    pm_sched_req q = *req;
-    q.v = v;
-    q.mem_limit = 0;
-    pm_sched s;
-    pm_err e;
-    pm_status gs = pm_sched_generate(&s, kind, &q, &e);
-    if (gs) return pm_search_fatal(gs, &e, err); /* else: does not fit this (p, m) */
-    pm_cand c = {.src = PM_CAND_NAMED, .fam = fam, .v = v};
-    snprintf(c.kind, sizeof c.kind, "%s", kind);
-    gs = pm_search_eval(&s, req, &c.pt, &e);
-    pm_sched_free(&s);
-    if (gs) return pm_search_fatal(gs, &e, err);
-    c.bound = c.pt.peak;
-    if (v > 2) snprintf(c.pt.kind, sizeof c.pt.kind, "%s(v=%d)", kind, v);
-    return pm_pool_add(pl, &c, err);
-}
-
-int pm_pool_best(const pm_pool *pl, int fam, double limit) {
-    int best = -1;
-    for (int i = 0; i < pl->n; i++) {
-        const pm_cand *c = &pl->c[i];
-        if (!c->pt.ok || (fam >= 0 && (int)c->fam != fam)) continue;
-        if (c->pt.peak > limit * (1 + PEAK_TOL)) continue;
-        if (best < 0) {
-            best = i;
-            continue;
-        }
-        const pm_search_point *b = &pl->c[best].pt;
-        if (c->pt.makespan < b->makespan * (1 - 1e-12) ||
-            (c->pt.makespan <= b->makespan * (1 + 1e-12) && c->pt.peak < b->peak))
-            best = i;
-    }
-    return best;
-}
-
-pm_status pm_cand_build(pm_sched *s, const pm_cand *c, const pm_sched_req *req, pm_err *err) {
-    pm_sched_req q = *req;
-    switch (c->src) {
-    case PM_CAND_NAMED:
-        q.v = c->v;
-        q.mem_limit = 0;
-        return pm_sched_generate(s, c->kind, &q, err);
-    case PM_CAND_ZB: return pm_sched_zb_greedy(s, req, c->level, c->kind, 0, NULL, err);
-    case PM_CAND_VZB: return pm_sched_vzb_greedy(s, req, c->level, c->kind, NULL, err);
-    default: return pm_autov_block_build(s, c->blk, req, err);
-    }
+/* A Zero Bubble heuristic candidate: the heuristic again at its level. */
+static pm_status rebuild_zb(pm_sched *s, const pm_cand *c, const pm_sched_req *req,
+                            pm_err *err) {
+    return pm_sched_zb_greedy(s, req, c->level, c->kind, 0, NULL, err);
 }
 
 /* The single placement: fixed kinds, and the heuristic at every level. */
@@ -137,7 +50,7 @@ static pm_status pool_single(pm_pool *pl, const pm_sched_req *req, double max_li
             st = pm_search_fatal(gs, &e, err);
             continue;
         }
-        pm_cand c = {.src = PM_CAND_ZB, .fam = PM_FAMILY_SINGLE, .kind = "zb", .level = lv,
+        pm_cand c = {.rebuild = rebuild_zb, .fam = PM_FAMILY_SINGLE, .kind = "zb", .level = lv,
                      .bound = lv};
         gs = pm_search_eval(&s, req, &c.pt, &e);
         pm_sched_free(&s);
@@ -184,7 +97,7 @@ static void write_reason(char *reason, size_t n, const pm_pool *pl, int w, doubl
     if (!reason || !n) return;
     const pm_cand *c = &pl->c[w];
     int fit = 0, at = 0;
-    for (int i = 0; i < pl->n; i++) fit += pl->c[i].pt.ok && pl->c[i].pt.peak <= limit * (1 + PEAK_TOL);
+    for (int i = 0; i < pl->n; i++) fit += pl->c[i].pt.ok && pl->c[i].pt.peak <= limit * (1 + PM_PEAK_TOL);
     at = snprintf(reason, n, "%s (%s placement) is the fastest of %d schedules within %.4g M: "
                   "makespan %.6g, bubble %.2f%%, peak %.4g M",
                   c->pt.kind, pm_family_names[c->fam], fit, limit, c->pt.makespan,
