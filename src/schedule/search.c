@@ -76,13 +76,13 @@ static pm_status pool_all(pm_pool *pl, const pm_sched_req *req, double max_limit
     return st;
 }
 
-static pm_status check_req(const pm_sched_req *req, pm_err *err) {
+static pm_status check_req(const pm_sched_req *req, const char *what, pm_err *err) {
     if (req->p < 1 || req->m < 1)
-        return pm_errf(err, PM_ERR_ARG, "search needs p >= 1 and m >= 1 (got p=%d m=%d)", req->p,
+        return pm_errf(err, PM_ERR_ARG, "%s needs p >= 1 and m >= 1 (got p=%d m=%d)", what, req->p,
                        req->m);
     if (!(req->mem.f > 0))
-        return pm_errf(err, PM_ERR_ARG, "search needs a positive forward memory delta");
-    pm_status st = pm_sched_check_range(PM_TIER_SEARCH, "search", req->p, req->m, 4, err);
+        return pm_errf(err, PM_ERR_ARG, "%s needs a positive forward memory delta", what);
+    pm_status st = pm_sched_check_range(PM_TIER_SEARCH, what, req->p, req->m, 4, err);
     return st ? st : pm_sched_check_costs(req, err);
 }
 
@@ -117,7 +117,7 @@ pm_status pm_sched_search(pm_sched *best, const pm_sched_req *req, pm_search_poi
                           char *reason, size_t reason_len, pm_err *err) {
     *best = (pm_sched){0};
     if (pt) *pt = (pm_search_point){0};
-    pm_status st = check_req(req, err);
+    pm_status st = check_req(req, "search", err);
     if (st) return st;
     double limit = req->mem_limit;
     if (!(limit > 0))
@@ -172,7 +172,7 @@ pm_status pm_sched_search(pm_sched *best, const pm_sched_req *req, pm_search_poi
 
 pm_status pm_sched_curve(const pm_sched_req *req, const double *limits, int n,
                          pm_search_point *pts, pm_err *err) {
-    pm_status st = check_req(req, err);
+    pm_status st = check_req(req, "curve", err);
     if (st) return st;
     if (n < 1) return pm_errf(err, PM_ERR_ARG, "curve needs at least one limit");
     double top = 0;
