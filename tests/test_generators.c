@@ -12,7 +12,10 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <cmocka.h>
 
 #include "pipemem/pm_sched.h"
@@ -352,6 +355,268 @@ static void test_generate_errors(void **state) {
     pm_sched_free(&s);
 }
 
+/* ---- supported range and costs (library) ------------------------------ */
+
+/* Requests beyond the documented range are refused before allocating:
+ * the allocation counter does not move, and the message names the limit
+ * (the numbers are pm_sched.h's constants, written out here). */
+static void test_range_refused_before_allocating(void **state) {
+    (void)state;
+    static const struct {
+        const char *kind;
+        int p, m;
+        const char *want;
+    } cases[] = {
+        {"1f1b", 1048577, 1, "1..1048576"},
+        {"1f1b", 4, 1048577, "1..1048576"},
+        {"1f1b", 100000, 1000, "over the limit 16777216"},
+        {"v-min", 1025, 4, "p <= 1024"},
+        {"1f1b-v", 1025, 4, "p <= 1024"},
+        {"zb", 1025, 4, "p <= 1024"},
+        {"v-zb", 1024, 2049, "p * m <= 2097152"},
+        {"auto-v", 129, 1, "p <= 128"},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        pm_sched s;
+        pm_err err;
+        pm_sched_req req = {.p = cases[k].p, .m = cases[k].m, .t = PM_COSTS_DEFAULT,
+                            .mem = PM_MEM_DEFAULT, .mem_limit = 1};
+        int64_t before = pm_alloc_calls();
+        assert_int_equal(pm_sched_generate(&s, cases[k].kind, &req, &err), PM_ERR_ARG);
+        assert_true(pm_alloc_calls() == before);
+        if (!strstr(err.msg, cases[k].want))
+            fail_msg("%s p=%d m=%d: '%s' lacks '%s'", cases[k].kind, cases[k].p, cases[k].m,
+                     err.msg, cases[k].want);
+    }
+    pm_sched s;
+    pm_err err;
+    pm_sched_req req = {.p = 4096, .m = 1, .t = PM_COSTS_DEFAULT, .mem = PM_MEM_DEFAULT,
+                        .mem_limit = 1};
+    int64_t before = pm_alloc_calls();
+    assert_int_equal(pm_sched_search(&s, &req, NULL, NULL, 0, &err), PM_ERR_ARG);
+    assert_true(pm_alloc_calls() == before);
+    assert_non_null(strstr(err.msg, "p <= 128"));
+    req.p = 16777216;
+    assert_int_equal(pm_sched_search(&s, &req, NULL, NULL, 0, &err), PM_ERR_ARG);
+    assert_true(pm_alloc_calls() == before);
+}
+
+/* Costs whose makespan could overflow a double are refused, naming
+ * --costs; the largest accepted costs give a finite makespan. */
+static void test_costs_overflow_refused(void **state) {
+    (void)state;
+    pm_sched s;
+    pm_err err;
+    pm_sched_req req = {.p = 4, .m = 8, .t = {1e308, 1e308, 1e308, 0}, .mem = PM_MEM_DEFAULT,
+                        .mem_limit = 1};
+    assert_int_equal(pm_sched_generate(&s, "1f1b", &req, &err), PM_ERR_ARG);
+    assert_non_null(strstr(err.msg, "--costs"));
+    assert_int_equal(pm_sched_search(&s, &req, NULL, NULL, 0, &err), PM_ERR_ARG);
+    assert_non_null(strstr(err.msg, "--costs"));
+    req.t = (pm_costs){1e290, 1e290, 1e290, 0};
+    assert_int_equal(pm_sched_generate(&s, "1f1b", &req, &err), PM_OK);
+    pm_cost c;
+    pm_sim sim;
+    assert_int_equal(pm_cost_init_uniform(&c, &s, req.t, req.mem, &err), PM_OK);
+    assert_int_equal(pm_sim_run(&sim, &s, &c, &err), PM_OK);
+    assert_true(isfinite(sim.makespan) && isfinite(sim.bubble));
+    pm_sim_free(&sim);
+    pm_cost_free(&c);
+    pm_sched_free(&s);
+}
+
+/* ---- the CLI (when PM_BIN names the built binary) ---------------------- */
+
+/* Runs cmd through the shell with stderr merged; returns the exit status,
+ * the first output line and the number of lines; *secs is the wall time. */
+static int sh(const char *cmd, char *line, size_t n, int *lines, double *secs) {
+    char full[1400];
+    snprintf(full, sizeof full, "%s 2>&1", cmd);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    FILE *f = popen(full, "r");
+    assert_non_null(f);
+    line[0] = 0;
+    *lines = 0;
+    char buf[1024];
+    while (fgets(buf, sizeof buf, f)) {
+        if (!*lines) snprintf(line, n, "%s", buf);
+        ++*lines;
+    }
+    int st = pclose(f);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    *secs = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* Each command fails at once (exit 1, within 5 s: before the fix these ran
+ * for minutes or grew past GBs) with exactly one line containing want. No
+ * ulimit -v: ASan's shadow memory needs the address space. */
+static void expect_one_line(const char *bin, const char *args, const char *want) {
+    char cmd[1200], line[1024];
+    int n;
+    double secs;
+    snprintf(cmd, sizeof cmd, "timeout 60 %s %s", bin, args);
+    int rc = sh(cmd, line, sizeof line, &n, &secs);
+    if (rc != 1 || n != 1 || !strstr(line, want) || secs > 5)
+        fail_msg("pipemem %s: exit %d, %d lines, %.1f s, first '%s' (want '%s')", args, rc, n,
+                 secs, line, want);
+}
+
+static void test_cli_limits_and_messages(void **state) {
+    (void)state;
+    const char *bin = getenv("PM_BIN");
+    if (!bin) skip();
+    /* 1.4: beyond the range, one line naming the limit, at once */
+    expect_one_line(bin, "search -p 4096 -m 1 --mem-limit 1", "p <= 128");
+    expect_one_line(bin, "search -p 16777216 -m 1 --mem-limit 1", "1..1048576");
+    expect_one_line(bin, "schedule --kind 1f1b -p 100000 -m 1000", "16777216");
+    /* 1.8: the real limit, and a missing value reported once */
+    expect_one_line(bin, "schedule --kind 1f1b -p 4 -m 1000000000", "1..1048576");
+    expect_one_line(bin, "schedule --kind 1f1b -p", "-p needs a value");
+    expect_one_line(bin, "schedule --kind", "--kind needs a value");
+    /* 1.7: costs whose makespan overflows */
+    expect_one_line(bin, "search -p 4 -m 8 --costs 1e308,1e308,1e308 --mem-limit 1", "--costs");
+    expect_one_line(bin, "compare -p 4 -m 8 --costs 1e308,1,1", "--costs");
+    /* 1.2: endless inputs stop at the size limit (64 MiB), directories are named */
+    expect_one_line(bin, "schedule --from /dev/zero", "/dev/zero: larger than the 67108864");
+    expect_one_line(bin, "block /dev/zero", "/dev/zero: larger than the 67108864");
+    expect_one_line(bin, "schedule --from /tmp", "/tmp: is a directory");
+    expect_one_line(bin, "block /tmp", "/tmp: is a directory");
+}
+
+/* 1.5: a bad option or a failed run leaves an existing -o file as it was;
+ * a good run replaces it whole. */
+static void test_cli_output_untouched_on_error(void **state) {
+    (void)state;
+    const char *bin = getenv("PM_BIN");
+    if (!bin) skip();
+    char dir[] = "/tmp/pm_test_gen_XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    static const char *const bad[] = {
+        "schedule --kind 1f1b -p 2 -m 3 --format bogus",
+        "block blocks/v-min-p4.block --format bogus",
+        "search -p 4 -m 8 --mem-limit 1 --format bogus",
+        "search -p 4 -m 8 --mem-limit 0.01",
+        "compare -p 4 -m 8 --format bogus",
+        "curve -p 4 -m 8 --format bogus",
+        "schedule --kind 1f1b -p 2 -m 3 --costs 1e308,1,1",
+    };
+    char cmd[1400], line[1024];
+    int n;
+    double secs;
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        snprintf(cmd, sizeof cmd, "echo keep > %s/k.txt; %s %s -o %s/k.txt", dir, bin, bad[k], dir);
+        assert_int_equal(sh(cmd, line, sizeof line, &n, &secs), 1);
+        snprintf(cmd, sizeof cmd, "cat %s/k.txt; ls %s | wc -l", dir, dir);
+        assert_int_equal(sh(cmd, line, sizeof line, &n, &secs), 0);
+        if (strcmp(line, "keep\n") || n != 2) fail_msg("%s: k.txt now '%s'", bad[k], line);
+    }
+    snprintf(cmd, sizeof cmd, "%s schedule --kind 1f1b -p 2 -m 3 -o %s/k.txt && head -1 %s/k.txt",
+             bin, dir, dir);
+    assert_int_equal(sh(cmd, line, sizeof line, &n, &secs), 0);
+    assert_string_equal(line, "# 1f1b: p=2 m=3 placement=single stages=2\n");
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
+/* ---- allocation failure (pm_alloc_fail_at) ---------------------------- */
+
+typedef pm_status (*alloc_op)(const void *ctx, pm_err *err);
+
+/* Makes the n-th allocation of op fail, for n = 1, 2, ... until op
+ * succeeds with the hook never firing. Each failing run must return
+ * PM_ERR_NOMEM with a message (leaks show under `make asan`). Returns how
+ * many allocations op makes. */
+static int64_t walk_allocs(const char *what, alloc_op op, const void *ctx) {
+    for (int64_t n = 1;; n++) {
+        pm_err err;
+        err.msg[0] = 0;
+        pm_alloc_fail_at(n, 0);
+        pm_status st = op(ctx, &err);
+        int fired = pm_alloc_failed();
+        pm_alloc_fail_at(0, 0);
+        if (!fired) {
+            if (st != PM_OK) fail_msg("%s: without failures: %s", what, err.msg);
+            return n - 1;
+        }
+        if (st != PM_ERR_NOMEM || !err.msg[0])
+            fail_msg("%s: allocation %lld failed: status %d, message '%s'", what, (long long)n,
+                     (int)st, err.msg);
+        if (n > 200000) fail_msg("%s: more than 200000 allocations", what);
+    }
+}
+
+static pm_status op_generate(const void *ctx, pm_err *err) {
+    const char *kind = ctx;
+    pm_sched_req req = {.p = 4, .m = 8, .t = {1, 1.5, 0.75, 0.1}, .mem = PM_MEM_DEFAULT,
+                        .mem_limit = 1};
+    pm_sched s;
+    pm_status st = pm_sched_generate(&s, kind, &req, err);
+    if (st && (s.pass || s.len)) fail_msg("%s: output not left zeroed on error", kind);
+    pm_sched_free(&s);
+    return st;
+}
+
+static pm_status op_search(const void *ctx, pm_err *err) {
+    (void)ctx;
+    pm_sched_req req = {.p = 4, .m = 8, .t = {1, 1.5, 0.75, 0.1}, .mem = PM_MEM_DEFAULT,
+                        .mem_limit = 0.75};
+    pm_sched s;
+    char reason[256];
+    pm_status st = pm_sched_search(&s, &req, NULL, reason, sizeof reason, err);
+    if (st && (s.pass || s.len)) fail_msg("search: output not left zeroed on error");
+    pm_sched_free(&s);
+    return st;
+}
+
+static pm_status op_load(const void *ctx, pm_err *err) {
+    pm_sched s;
+    pm_status st = pm_sched_load(&s, ctx, err);
+    if (st && (s.pass || s.len)) fail_msg("load: output not left zeroed on error");
+    pm_sched_free(&s);
+    return st;
+}
+
+static pm_status op_block(const void *ctx, pm_err *err) {
+    pm_block b;
+    pm_block_info in;
+    pm_status st = pm_block_named(&b, ctx, 6, err);
+    if (!st) {
+        st = pm_block_analyze(&b, PM_MEM_DEFAULT, &in, err);
+        if (!st) pm_block_info_free(&in);
+    }
+    pm_block_free(&b);
+    return st;
+}
+
+static void test_alloc_failure_walk(void **state) {
+    (void)state;
+    int nk;
+    const pm_sched_kind *kinds = pm_sched_kinds(&nk);
+    for (int k = 0; k < nk; k++) {
+        int64_t n = walk_allocs(kinds[k].name, op_generate, kinds[k].name);
+        assert_true(n > 0);
+    }
+    assert_true(walk_allocs("search", op_search, NULL) > 0);
+    static const char *const blocks[] = {"v-min", "v-half", "1f1b-v"};
+    for (int k = 0; k < 3; k++) assert_true(walk_allocs(blocks[k], op_block, blocks[k]) > 0);
+    char path[] = "/tmp/pm_test_load_XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    FILE *f = fdopen(fd, "w");
+    assert_non_null(f);
+    pm_sched s;
+    pm_err err;
+    pm_sched_req req = {.p = 4, .m = 8, .t = PM_COSTS_DEFAULT, .mem = PM_MEM_DEFAULT};
+    assert_int_equal(pm_sched_generate(&s, "zb-h1", &req, &err), PM_OK);
+    assert_int_equal(pm_sched_write_text(f, &s), PM_OK);
+    pm_sched_free(&s);
+    fclose(f);
+    assert_true(walk_allocs("load", op_load, path) > 0);
+    remove(path);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_registry_order_and_lookup),
@@ -364,6 +629,11 @@ int main(void) {
         cmocka_unit_test(test_every_kind_validates),
         cmocka_unit_test(test_one_device),
         cmocka_unit_test(test_generate_errors),
+        cmocka_unit_test(test_range_refused_before_allocating),
+        cmocka_unit_test(test_costs_overflow_refused),
+        cmocka_unit_test(test_alloc_failure_walk),
+        cmocka_unit_test(test_cli_limits_and_messages),
+        cmocka_unit_test(test_cli_output_untouched_on_error),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+#include <time.h>
 #include <cmocka.h>
 
 #include "pipemem/pm_sched.h"
@@ -148,6 +149,38 @@ static void test_placements(void **state) {
     assert_non_null(strstr(err.msg, "p must be at least 1"));
 }
 
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* Validation and simulation are linear in the number of passes: 1F1B on
+ * 100000 devices with m = 3 is 600000 passes; the old sweep (every device
+ * revisited until nothing moved) took O(p^2) steps, over 30 s. A linear
+ * replay takes well under a second; 10 s leaves room for a loaded machine
+ * and sanitizers. The makespan is checked against the 1F1B formula with
+ * unit costs and no latency: (m + p - 1) * (F + BW) = (3 + p - 1) * 3. */
+static void test_linear_in_passes(void **state) {
+    (void)state;
+    pm_sched s;
+    pm_cost c;
+    pm_sim sim;
+    pm_err err;
+    pm_sched_req req = {.p = 100000, .m = 3, .t = {1, 2, 0, 0}, .mem = PM_MEM_DEFAULT};
+    double t0 = now_s();
+    assert_int_equal(pm_sched_generate(&s, "1f1b", &req, &err), PM_OK);
+    assert_int_equal(pm_cost_init_uniform(&c, &s, req.t, req.mem, &err), PM_OK);
+    assert_int_equal(pm_sched_validate(&s, &c, 0, &err), PM_OK);
+    assert_int_equal(pm_sim_run(&sim, &s, &c, &err), PM_OK);
+    double dt = now_s() - t0;
+    assert_true(fabs(sim.makespan - (3.0 + 100000 - 1) * 3.0) < 1e-6);
+    if (dt > 10) fail_msg("validate + simulate of 600000 passes took %.1f s", dt);
+    pm_sim_free(&sim);
+    pm_cost_free(&c);
+    pm_sched_free(&s);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_1f1b_hand_timed),
@@ -156,6 +189,7 @@ int main(void) {
         cmocka_unit_test(test_deadlock_named),
         cmocka_unit_test(test_out_of_range_rejected),
         cmocka_unit_test(test_placements),
+        cmocka_unit_test(test_linear_in_passes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

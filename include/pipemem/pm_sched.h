@@ -131,8 +131,8 @@ typedef struct {
     double M;          /* activation of one microbatch through the model */
     int S, m;          /* stages and microbatches it was sized for */
     double *scratch;   /* replay state: dependency ends, device free times; owned */
-    int64_t *cursor;   /* (p) replay state: next pass of each device; owned */
-    int32_t *wait;     /* replay state: devices parked on a pass, run stack; owned */
+    int64_t *cursor;   /* (3p) replay state: next pass of each device, worklist of
+                          devices to revisit, on-list flags; owned */
 } pm_sim;
 
 /* Replays s with costs c (the rule above). On deadlock returns
@@ -179,40 +179,65 @@ typedef struct {
     double mem_limit; /* multiple of M; 0 = kind default or none */
 } pm_sched_req;
 
-/* Supported sizes. Every schedule: S = p*v stages on at most PM_SCHED_MAX_P
- * devices, and S*m (stage-microbatches; 3 passes each at most) at most
- * PM_SCHED_MAX_SM, so a schedule's pass table stays under about 150 MB.
- * Kinds that search are tighter (their max_p, max_sm): a request beyond a
- * kind's range is one error, given before anything is allocated. */
-#define PM_SCHED_MAX_P (1 << 20)
-#define PM_SCHED_MAX_SM ((int64_t)1 << 22)
-/* search, curve and auto-v build many candidates of every family. */
-#define PM_SCHED_SEARCH_MAX_P 128
-#define PM_SCHED_SEARCH_MAX_SM ((int64_t)1 << 16)
+/* Supported range. Every request outside it is refused at once, before any
+ * allocation, with one line naming the limit. The limits keep each command
+ * under about ten seconds and a few hundred MB on one core (README,
+ * "Supported range", has the measured times):
+ *   every kind:  1 <= p <= PM_SCHED_MAX_P, 1 <= m <= PM_SCHED_MAX_M, and at
+ *                most PM_SCHED_MAX_PASSES passes (3 p m v: F, B, W of every
+ *                stage and microbatch); validation and simulation are
+ *                linear in the passes;
+ *   named V blocks (v-min, v-half, 1f1b-v): p <= PM_BLOCK_MAX_P and
+ *                p m <= PM_BLOCK_MAX_PM (the constructor's reordering
+ *                grows faster than the passes);
+ *   greedy kinds (zb, zb-1p, zb-2p, v-zb): p <= PM_GREEDY_MAX_P and
+ *                p m <= PM_GREEDY_MAX_PM (their cost grows as p^2 m);
+ *   searches (auto-v, `search`, `curve`): p <= PM_SEARCH_MAX_P and
+ *                p m <= PM_SEARCH_MAX_PM (they build O(p) schedules). */
+#define PM_SCHED_MAX_P 1048576
+#define PM_SCHED_MAX_M 1048576
+#define PM_SCHED_MAX_PASSES ((int64_t)1 << 24)
+#define PM_BLOCK_MAX_P 1024
+#define PM_BLOCK_MAX_PM ((int64_t)1 << 18)
+#define PM_GREEDY_MAX_P 1024
+#define PM_GREEDY_MAX_PM ((int64_t)1 << 21)
+#define PM_SEARCH_MAX_P 128
+#define PM_SEARCH_MAX_PM ((int64_t)1 << 15)
+
+/* PM_OK if every time the simulator can compute for req (p, m, t) is a
+ * finite double with room to spare: the makespan is at most the whole work
+ * of every device plus a latency per pass, (f + b + w + 2c) * 4 p m, which
+ * must stay below 1e300. Else PM_ERR_ARG naming --costs. */
+pm_status pm_sched_check_costs(const pm_sched_req *req, pm_err *err);
+
+typedef enum {
+    PM_TIER_FIXED = 0, /* a fixed pattern: linear in passes */
+    PM_TIER_BLOCK,     /* a named V block repeated */
+    PM_TIER_GREEDY,    /* a greedy search over passes */
+    PM_TIER_SEARCH,    /* a search over many schedules */
+} pm_sched_tier;
+
+/* PM_OK if (p, m, v) is inside the range of tier (above); else PM_ERR_ARG
+ * with one line naming what (a kind or command), the value and the limit. */
+pm_status pm_sched_check_range(pm_sched_tier tier, const char *what, int p, int m, int v,
+                               pm_err *err);
 
 typedef struct {
     const char *name;  /* "1f1b" */
     const char *about; /* one line for --help and README */
     pm_place place;
-    int max_p;         /* largest p it builds in reasonable time and memory */
-    int64_t max_sm;    /* largest S*m likewise */
     /* Smallest m the kind accepts for p devices and v chunks (0 if any). */
     int (*min_m)(int p, int v);
     /* Checks req (v fits the kind, m large enough...) and builds. */
     pm_status (*build)(pm_sched *s, const pm_sched_req *req, pm_err *err);
+    pm_sched_tier tier; /* which supported range applies */
 } pm_sched_kind;
 
 /* Registry of every named generator, in a stable order. */
 const pm_sched_kind *pm_sched_kinds(int *n);
 const pm_sched_kind *pm_sched_kind_find(const char *name);
-/* Checks a request's sizes against a range (max_p, max_sm for S = p*v
- * stages; `what` names the kind or command in the message) and its costs:
- * finite, and the simulated makespan bounded by a representable number. */
-pm_status pm_sched_req_check(const pm_sched_req *req, int v, int max_p, int64_t max_sm,
-                             const char *what, pm_err *err);
 /* Looks the kind up by name, checks p, m and v with clear messages (naming
- * the minimum m, the chunk counts that fit, the kind's supported range),
- * and builds. */
+ * the minimum m, the chunk counts that fit), and builds. */
 pm_status pm_sched_generate(pm_sched *s, const char *kind, const pm_sched_req *req, pm_err *err);
 
 /* Individual generators (also reachable through the registry). */

@@ -3,8 +3,6 @@
 #ifndef PM_CLI_H
 #define PM_CLI_H
 
-#include <stdio.h>
-
 #include "pipemem/pm_sched.h"
 
 typedef struct {
@@ -26,10 +24,8 @@ int pm_cmd_sample(int argc, char **argv);
 int pm_cli_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* Option value parsers: 0 on success, else print one line and return 1. */
-/* An integer in lo..hi. Sizes a kind limits more tightly (p, m) take a wide
- * hi here, so the kind's own check names the real limit. */
-#define PM_CLI_INT_MAX (1 << 30)
-int pm_cli_int(const char *opt, const char *val, int lo, int hi, int *out);
+int pm_cli_int(const char *opt, const char *val, int lo, int *out); /* lo..2^24 */
+int pm_cli_int_range(const char *opt, const char *val, int lo, int hi, int *out);
 int pm_cli_double(const char *opt, const char *val, double *out);
 int pm_cli_costs(const char *val, pm_costs *out);
 int pm_cli_mem(const char *val, pm_mem *out);
@@ -65,18 +61,15 @@ pm_status pm_cli_plan_make(pm_cli_plan *pl, const char *kind, const pm_sched_req
                            pm_err *err);
 pm_status pm_cli_plan_adopt(pm_cli_plan *pl, const pm_sched_req *req, pm_err *err);
 void pm_cli_plan_free(pm_cli_plan *pl);
-/* The formats pm_cli_plan_write knows (NULL-terminated). */
-extern const char *const pm_cli_plan_formats[];
-/* 0 if format is one of allowed (NULL-terminated), else prints and returns 1.
- * Commands call it before any work, so a bad format never touches -o. */
-int pm_cli_format_check(const char *format, const char *const *allowed);
-/* "# kind: p= m= ..." and "# makespan ... peak ..." lines. */
-void pm_cli_plan_summary(FILE *f, const pm_cli_plan *pl);
-/* Writes the plan in format (text|csv|json|svg|trace) to path or stdout,
- * all or nothing (pm_wfile). */
+/* 0 if format is one of text, csv, json, svg, trace; else prints, 1. */
+int pm_cli_sched_format_ok(const char *format);
+/* Before long work: 0 if path (NULL: stdout) can be written later; else
+ * prints one line, 1. */
+int pm_cli_out_check(const char *path);
+/* All-or-nothing output (pm_wfile): open returns where to write or NULL
+ * (printed); close commits when bad is 0 and no write failed, else drops
+ * the tmp file so path keeps its old content. Returns 0 or 1 (printed). */
+FILE *pm_cli_out_open(pm_wfile *w, const char *path);
+int pm_cli_out_close(pm_wfile *w, int bad, const char *path);
+/* Writes the plan in format (text|csv|json|svg|trace) to path or stdout. */
 int pm_cli_plan_write(const pm_cli_plan *pl, const char *format, const char *path);
-/* An output file (path, or stdout if NULL) written all or nothing: open,
- * write to w->f, then close with failed = whether writing went wrong.
- * Each returns 0 or prints one line and returns 1. */
-int pm_cli_open_out(pm_wfile *w, const char *path);
-int pm_cli_close_out(pm_wfile *w, int failed);

@@ -52,8 +52,8 @@ static int parse_opts(int argc, char **argv, block_opts *o) {
         if (!strcmp(a, "--named")) o->named = val;
         else if (!strcmp(a, "--format")) o->format = val;
         else if (!strcmp(a, "-o")) o->out = val;
-        else if (!strcmp(a, "-p")) bad = pm_cli_int(a, val, 1, PM_CLI_INT_MAX, &o->p), o->have_p = 1;
-        else if (!strcmp(a, "-m")) bad = pm_cli_int(a, val, 1, PM_CLI_INT_MAX, &o->m), o->have_m = 1;
+        else if (!strcmp(a, "-p")) bad = pm_cli_int_range(a, val, 1, PM_SCHED_MAX_P, &o->p), o->have_p = 1;
+        else if (!strcmp(a, "-m")) bad = pm_cli_int_range(a, val, 1, PM_SCHED_MAX_M, &o->m), o->have_m = 1;
         else if (!strcmp(a, "--costs")) bad = pm_cli_costs(val, &o->t);
         else if (!strcmp(a, "--mem")) bad = pm_cli_mem(val, &o->mem);
         else return pm_cli_fail("unknown option '%s' (see pipemem block --help)", a);
@@ -68,17 +68,19 @@ static int print_named(const block_opts *o) {
     if (o->file) return pm_cli_fail("block: give either a FILE or --named, not both");
     pm_block b;
     pm_err err;
+    if (pm_cli_out_check(o->out)) return 1;
     if (pm_block_named(&b, o->named, o->p, &err)) return pm_cli_fail("%s", err.msg);
     pm_wfile w;
-    if (pm_cli_open_out(&w, o->out)) {
+    FILE *f = pm_cli_out_open(&w, o->out);
+    if (!f) {
         pm_block_free(&b);
         return 1;
     }
-    fprintf(w.f, "# %s building block for p = %d (pipemem block --named %s -p %d)\n", o->named,
+    fprintf(f, "# %s building block for p = %d (pipemem block --named %s -p %d)\n", o->named,
             o->p, o->named, o->p);
-    int bad = pm_block_write(w.f, &b) != PM_OK;
+    int bad = pm_block_write(f, &b) != PM_OK;
     pm_block_free(&b);
-    return pm_cli_close_out(&w, bad);
+    return pm_cli_out_close(&w, bad, o->out);
 }
 
 static void report_block(FILE *f, const char *file, const pm_block *b, const pm_block_info *in) {
@@ -168,6 +170,7 @@ int pm_cmd_block(int argc, char **argv) {
     if (!o.file) return pm_cli_fail("block: give a block FILE or --named NAME -p P (see --help)");
     if (o.out && !o.format)
         return pm_cli_fail("block: -o needs --format (text, csv, json, svg, trace)");
-    if (o.format && pm_cli_format_check(o.format, pm_cli_plan_formats)) return 1;
+    if (o.format && pm_cli_sched_format_ok(o.format)) return 1;
+    if (pm_cli_out_check(o.out)) return 1;
     return run_file(&o);
 }

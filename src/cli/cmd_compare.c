@@ -96,8 +96,11 @@ int pm_cmd_compare(int argc, char **argv) {
     if (o.kind || o.from) return pm_cli_fail("compare: --kind/--from belong to 'schedule'");
     if (!o.have_p || !o.have_m) return pm_cli_fail("compare: needs -p P and -m M");
     const char *format = o.format ? o.format : "table";
-    static const char *const formats[] = {"table", "json", "csv", NULL};
-    if (pm_cli_format_check(format, formats)) return 1;
+    if (strcmp(format, "table") && strcmp(format, "json") && strcmp(format, "csv"))
+        return pm_cli_fail("--format: '%s' is not one of table, json, csv", format);
+    if (pm_cli_out_check(o.out)) return 1;
+    pm_err cerr;
+    if (pm_sched_check_costs(&o.req, &cerr)) return pm_cli_fail("compare: %s", cerr.msg);
     int n;
     const pm_sched_kind *kinds = pm_sched_kinds(&n);
     row *r = calloc((size_t)n, sizeof *r);
@@ -110,11 +113,13 @@ int pm_cmd_compare(int argc, char **argv) {
         r[i].st = pm_cli_plan_make(&r[i].pl, kinds[i].name, &q, &r[i].err);
     }
     pm_wfile w;
-    if (!(rc = pm_cli_open_out(&w, o.out))) {
-        if (!strcmp(format, "table")) print_table(w.f, r, n, &o.req);
-        else if (!strcmp(format, "json")) print_json(w.f, r, n, &o.req);
-        else print_csv(w.f, r, n);
-        rc = pm_cli_close_out(&w, 0);
+    FILE *f = pm_cli_out_open(&w, o.out);
+    if (!f) rc = 1;
+    else {
+        if (!strcmp(format, "table")) print_table(f, r, n, &o.req);
+        else if (!strcmp(format, "json")) print_json(f, r, n, &o.req);
+        else print_csv(f, r, n);
+        rc = pm_cli_out_close(&w, 0, o.out);
     }
     for (int i = 0; i < n; i++) pm_cli_plan_free(&r[i].pl);
     free(r);

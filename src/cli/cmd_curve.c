@@ -16,7 +16,8 @@ static const char usage[] =
     "\n"
     "Bubble rate of the fastest schedule of each family (single placement, V placement,\n"
     "interleaved) for every memory limit from --from to --to (multiples of M, 1F1B's\n"
-    "peak) in steps of --step. A dash marks limits no schedule of the family fits.\n";
+    "peak) in steps of --step. A dash marks limits no schedule of the family fits.\n"
+    "Supported range: p <= 128 and p m <= 2^15 (as `pipemem search`).\n";
 
 #define MAX_LIMITS 4096
 
@@ -189,8 +190,9 @@ int pm_cmd_curve(int argc, char **argv) {
     if (!o.have_p || !o.have_m) return pm_cli_fail("curve: needs -p P and -m M");
     if (o.req.mem_limit > 0) return pm_cli_fail("curve: give --from/--to/--step, not --mem-limit");
     const char *format = o.format ? o.format : "table";
-    static const char *const formats[] = {"table", "json", "svg", NULL};
-    if (pm_cli_format_check(format, formats)) return 1;
+    if (strcmp(format, "table") && strcmp(format, "json") && strcmp(format, "svg"))
+        return pm_cli_fail("--format: '%s' is not one of table, json, svg", format);
+    if (pm_cli_out_check(o.out)) return 1;
     int n = (int)floor((r.to - r.from) / r.step + 1e-9) + 1;
     double *lim = malloc((size_t)n * sizeof *lim);
     pm_search_point *pt = malloc((size_t)n * PM_FAMILY_COUNT * sizeof *pt);
@@ -202,11 +204,13 @@ int pm_cmd_curve(int argc, char **argv) {
     pm_err err;
     if (pm_sched_curve(&o.req, lim, n, pt, &err)) rc = pm_cli_fail("curve: %s", err.msg);
     pm_wfile w;
-    if (!rc && !(rc = pm_cli_open_out(&w, o.out))) {
-        if (!strcmp(format, "table")) print_table(w.f, &o.req, lim, n, pt);
-        else if (!strcmp(format, "json")) print_json(w.f, &o.req, lim, n, pt);
-        else print_svg(w.f, &o.req, lim, n, pt);
-        rc = pm_cli_close_out(&w, 0);
+    FILE *f = rc ? NULL : pm_cli_out_open(&w, o.out);
+    if (!rc && !f) rc = 1;
+    if (f) {
+        if (!strcmp(format, "table")) print_table(f, &o.req, lim, n, pt);
+        else if (!strcmp(format, "json")) print_json(f, &o.req, lim, n, pt);
+        else print_svg(f, &o.req, lim, n, pt);
+        rc = pm_cli_out_close(&w, 0, o.out);
         if (!rc && o.out)
             fprintf(stderr, "pipemem: wrote %s (%d limits, %g to %g M)\n", o.out, n, lim[0],
                     lim[n - 1]);

@@ -44,11 +44,11 @@ int pm_cmd_sample(int argc, char **argv) {
             if (!v) return pm_cli_fail("%s needs a value", a);
             *(a[2] == 'c' ? &ckpt : &prompt) = v;
         } else if (!strcmp(a, "-n")) {
-            if (pm_cli_int(a, v, 0, 1 << 24, &n)) return 1;
+            if (pm_cli_int(a, v, 0, &n)) return 1;
         } else if (!strcmp(a, "--threads")) {
-            if (pm_cli_int(a, v, 1, 64, &threads)) return 1;
+            if (pm_cli_int_range(a, v, 1, 64, &threads)) return 1;
         } else if (!strcmp(a, "--seed")) {
-            if (pm_cli_int(a, v, 0, PM_CLI_INT_MAX, &seed)) return 1;
+            if (pm_cli_int(a, v, 0, &seed)) return 1;
         } else if (!strcmp(a, "--temperature")) {
             if (pm_cli_double(a, v, &temp)) return 1;
             if (temp <= 0) return pm_cli_fail("--temperature: '%s' must be > 0", v);

@@ -18,7 +18,22 @@ static const char usage[] =
     "  --mem F,B,W       activation deltas of F, B, W for one device's share (1,0,-1)\n"
     "  --mem-limit X     reject the schedule if a device exceeds X times M\n"
     "  --format F        text (default), csv, json, svg or trace\n"
-    "  -o FILE           write there instead of standard output\n";
+    "  -o FILE           write there instead of standard output (replaced whole, or\n"
+    "                    left as it was on any error)\n"
+    "\n"
+    "Supported range: p, m <= 1048576 and 3 p m v <= 2^25 passes; v-min, v-half,\n"
+    "1f1b-v: p <= 1024; zb, zb-1p, zb-2p, v-zb: p <= 1024 and p m <= 2^21; auto-v:\n"
+    "p <= 128 and p m <= 2^15. Costs must keep (F+B+W+2C) 4 p m below 1e300.\n";
+
+/* One summary line per fact, as '#' comments the text reader skips. */
+static void summary(FILE *f, const pm_cli_plan *pl) {
+    fprintf(f, "# %s: p=%d m=%d placement=%s stages=%d\n", pl->s.kind, pl->s.p, pl->s.m,
+            pm_place_names[pl->s.place], pl->s.S);
+    fprintf(f, "# makespan %.6g  bubble %.4f  peak %.4f M (per device:", pl->sim.makespan,
+            pl->sim.bubble, pm_sim_peak_max_x(&pl->sim));
+    for (int d = 0; d < pl->s.p; d++) fprintf(f, " %.4f", pm_sim_peak_x(&pl->sim, d));
+    fprintf(f, ")\n");
+}
 
 int pm_cmd_schedule(int argc, char **argv) {
     pm_cli_sched_opts o;
@@ -28,7 +43,7 @@ int pm_cmd_schedule(int argc, char **argv) {
     if (o.kind && (!o.have_p || !o.have_m))
         return pm_cli_fail("schedule: --kind %s needs -p P and -m M", o.kind);
     const char *format = o.format ? o.format : "text";
-    if (pm_cli_format_check(format, pm_cli_plan_formats)) return 1;
+    if (pm_cli_sched_format_ok(format) || pm_cli_out_check(o.out)) return 1;
     pm_cli_plan pl = {0};
     pm_err err;
     pm_status st;
@@ -42,7 +57,18 @@ int pm_cmd_schedule(int argc, char **argv) {
         pm_cli_plan_free(&pl);
         return pm_cli_fail("%s", err.msg);
     }
-    rc = pm_cli_plan_write(&pl, format, o.out);
+    if (!strcmp(format, "text")) {
+        pm_wfile w;
+        FILE *f = pm_cli_out_open(&w, o.out);
+        if (!f) {
+            pm_cli_plan_free(&pl);
+            return 1;
+        }
+        summary(f, &pl);
+        rc = pm_cli_out_close(&w, pm_sched_write_text(f, &pl.s) != PM_OK, o.out);
+    } else {
+        rc = pm_cli_plan_write(&pl, format, o.out);
+    }
     if (!rc && o.out)
         fprintf(stderr, "pipemem: wrote %s (%s p=%d m=%d: makespan %.6g, bubble %.2f%%, peak %.3f M)\n",
                 o.out, pl.s.kind, pl.s.p, pl.s.m, pl.sim.makespan, 100 * pl.sim.bubble,

@@ -15,7 +15,25 @@ static const char usage[] =
     "Bubble heuristic; V placement: V-Min, V-Half, ZB-V, V-ZB, searched building blocks;\n"
     "interleaved) whose peak activation stays within X times M on every device (M: one\n"
     "microbatch's activation through the whole model, 1F1B's peak). The reason for the\n"
-    "choice goes to standard error, the schedule to standard output or -o FILE.\n";
+    "choice goes to standard error, the schedule to standard output or -o FILE.\n"
+    "Supported range: p <= 128 and p m <= 2^15 (the search builds O(p) schedules).\n";
+
+static void summary(FILE *f, const pm_cli_plan *pl) {
+    fprintf(f, "# %s: p=%d m=%d placement=%s stages=%d\n", pl->s.kind, pl->s.p, pl->s.m,
+            pm_place_names[pl->s.place], pl->s.S);
+    fprintf(f, "# makespan %.6g  bubble %.4f  peak %.4f M (per device:", pl->sim.makespan,
+            pl->sim.bubble, pm_sim_peak_max_x(&pl->sim));
+    for (int d = 0; d < pl->s.p; d++) fprintf(f, " %.4f", pm_sim_peak_x(&pl->sim, d));
+    fprintf(f, ")\n");
+}
+
+static int write_text(const pm_cli_plan *pl, const char *path) {
+    pm_wfile w;
+    FILE *f = pm_cli_out_open(&w, path);
+    if (!f) return 1;
+    summary(f, pl);
+    return pm_cli_out_close(&w, pm_sched_write_text(f, &pl->s) != PM_OK, path);
+}
 
 int pm_cmd_search(int argc, char **argv) {
     pm_cli_sched_opts o;
@@ -27,7 +45,7 @@ int pm_cmd_search(int argc, char **argv) {
         return pm_cli_fail("search: needs --mem-limit X (a multiple of M; 1.0 is 1F1B's peak)");
     if (o.req.v) return pm_cli_fail("search: --chunks is chosen by the search; leave it out");
     const char *format = o.format ? o.format : "text";
-    if (pm_cli_format_check(format, pm_cli_plan_formats)) return 1;
+    if (pm_cli_sched_format_ok(format) || pm_cli_out_check(o.out)) return 1;
     pm_cli_plan pl = {0};
     pm_err err;
     char reason[512];
@@ -38,10 +56,10 @@ int pm_cmd_search(int argc, char **argv) {
         return pm_cli_fail("search: %s", err.msg);
     }
     fprintf(stderr, "pipemem: search: %s\n", reason);
-    rc = pm_cli_plan_write(&pl, format, o.out);
+    rc = !strcmp(format, "text") ? write_text(&pl, o.out) : pm_cli_plan_write(&pl, format, o.out);
     if (!rc && o.out) {
         fprintf(stderr, "pipemem: wrote %s: ", o.out);
-        pm_cli_plan_summary(stderr, &pl);
+        summary(stderr, &pl);
     }
     pm_cli_plan_free(&pl);
     return rc;

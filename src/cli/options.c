@@ -18,13 +18,19 @@ int pm_cli_fail(const char *fmt, ...) {
     return 1;
 }
 
-int pm_cli_int(const char *opt, const char *val, int lo, int hi, int *out) {
+int pm_cli_int(const char *opt, const char *val, int lo, int *out) {
+    return pm_cli_int_range(opt, val, lo, 1 << 24, out);
+}
+
+int pm_cli_int_range(const char *opt, const char *val, int lo, int hi, int *out) {
     if (!val) return pm_cli_fail("%s needs a value", opt);
     char *end;
     errno = 0;
     long x = strtol(val, &end, 10);
-    if (errno || end == val || *end || x < lo || x > hi)
-        return pm_cli_fail("%s: '%s' is not an integer in %d..%d", opt, val, lo, hi);
+    if (errno || end == val || *end)
+        return pm_cli_fail("%s: '%s' is not an integer", opt, val);
+    if (x < lo || x > hi)
+        return pm_cli_fail("%s: %s is outside the supported range %d..%d", opt, val, lo, hi);
     *out = (int)x;
     return 0;
 }

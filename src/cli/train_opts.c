@@ -88,9 +88,9 @@ static int apply(const opt_def *d, const char *v, pm_cli_train_opts *o) {
         *(const char **)dst = v;
         return 0;
     case 'i':
-        return pm_cli_int(d->name, v, d->lo, 1 << 24, dst);
+        return pm_cli_int(d->name, v, d->lo, dst);
     case 'u':
-        if (pm_cli_int(d->name, v, 0, PM_CLI_INT_MAX, &s)) return 1;
+        if (pm_cli_int_range(d->name, v, 0, 1 << 30, &s)) return 1;
         *(uint64_t *)dst = (uint64_t)s;
         return 0;
     default:

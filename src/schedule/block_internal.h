@@ -13,6 +13,7 @@
 #define PM_BLOCK_MAX_STAGES 65536 /* devices * chunks */
 #define PM_BLOCK_MAX_INTERVAL 65536
 #define PM_BLOCK_MAX_OFFSET (1 << 20)
+#define PM_BLOCK_MAX_DEV_X_T (1 << 22) /* p * T: bounds the per-device residue work */
 
 /* Stage held by chunk `chunk` of device `dev` under the block's placement
  * (the same mapping as pm_sched_stage_device / _chunk, inverted). */
@@ -33,5 +34,19 @@ static inline int pm_block_tab(const int *tab, int stage, int kind) {
  * and that every pass starts no earlier than its dependencies end (the
  * rule of pm_sched.h in slot units). On failure err names the pass. */
 pm_status pm_block_check(const pm_block *b, pm_err *err);
+/* The same check; line (may be NULL) gives each pass's text line for the
+ * message, allow_missing_w accepts stages whose W is still to be filled. */
+pm_status pm_block_check_lines(const pm_block *b, const int *line, int allow_missing_w,
+                               pm_err *err);
+/* Zeroed block with room for cap passes. */
+pm_status pm_block_alloc(pm_block *b, pm_place place, int p, int v, int T, int cap,
+                         pm_err *err);
+/* Gives every stage without a W one, at the first slot free on its device
+ * after its B (the papers' rule, in the repeated steady state). */
+pm_status pm_block_fill_w(pm_block *b, pm_err *err);
+/* Order of passes in written blocks: device, offset, chunk, kind. */
+int pm_block_pass_cmp(const void *a, const void *b);
+/* Slots a pass of this kind takes unless the text says otherwise. */
+static inline int pm_block_default_dur(int kind) { return kind == PM_PASS_BW ? 2 : 1; }
 
 #endif

@@ -66,14 +66,14 @@ static inline int64_t pid(const cons *c, int stage, int kind, int64_t k) {
 }
 
 static void cons_free(cons *c) {
-    free(c->tab);
-    free(c->bstage);
-    free(c->bdelta);
-    free(c->slot);
-    free(c->occ);
-    free(c->prof);
-    free(c->cap);
-    free(c->smax);
+    pm_free(c->tab);
+    pm_free(c->bstage);
+    pm_free(c->bdelta);
+    pm_free(c->slot);
+    pm_free(c->occ);
+    pm_free(c->prof);
+    pm_free(c->cap);
+    pm_free(c->smax);
     *c = (cons){0};
 }
 
@@ -95,14 +95,14 @@ static pm_status cons_init(cons *c, const pm_block *b, int m, pm_mem mem, pm_err
         return pm_errf(err, PM_ERR_ARG,
                        "block too long to repeat: %d devices x %lld slots; lower m or the interval",
                        c->p, (long long)c->L);
-    c->tab = malloc((size_t)c->S * PM_PASS_COUNT * sizeof *c->tab);
-    c->bstage = malloc((size_t)b->n * sizeof *c->bstage);
-    c->bdelta = malloc((size_t)b->n * sizeof *c->bdelta);
-    c->slot = malloc((size_t)c->N * sizeof *c->slot);
-    c->occ = malloc((size_t)(c->p * c->L) * sizeof *c->occ);
-    c->prof = malloc((size_t)(c->p * c->L) * sizeof *c->prof);
-    c->cap = calloc((size_t)c->p, sizeof *c->cap);
-    c->smax = malloc((size_t)c->L * sizeof *c->smax);
+    c->tab = pm_malloc((size_t)c->S * PM_PASS_COUNT * sizeof *c->tab);
+    c->bstage = pm_malloc((size_t)b->n * sizeof *c->bstage);
+    c->bdelta = pm_malloc((size_t)b->n * sizeof *c->bdelta);
+    c->slot = pm_malloc((size_t)c->N * sizeof *c->slot);
+    c->occ = pm_malloc((size_t)(c->p * c->L) * sizeof *c->occ);
+    c->prof = pm_malloc((size_t)(c->p * c->L) * sizeof *c->prof);
+    c->cap = pm_calloc((size_t)c->p, sizeof *c->cap);
+    c->smax = pm_malloc((size_t)c->L * sizeof *c->smax);
     if (!c->tab || !c->bstage || !c->bdelta || !c->slot || !c->occ || !c->prof || !c->cap ||
         !c->smax)
         return pm_errf(err, PM_ERR_NOMEM, "out of memory repeating a block %d times", m);
@@ -302,7 +302,12 @@ pm_status pm_sched_from_block(pm_sched *s, const pm_block *b, const pm_sched_req
     pm_block_info info;
     pm_mem mem = req->mem.f > 0 ? req->mem : PM_MEM_DEFAULT;
     pm_costs t = req->t.f > 0 ? req->t : PM_COSTS_DEFAULT;
-    pm_status st = pm_block_analyze(b, mem, &info, err);
+    pm_sched_req q = *req;
+    q.p = b->p, q.t = t;
+    pm_status st = pm_sched_check_range(PM_TIER_FIXED, kind, b->p, req->m, b->v, err);
+    if (!st) st = pm_sched_check_costs(&q, err);
+    if (st) return st;
+    st = pm_block_analyze(b, mem, &info, err);
     if (st) return st;
     int legal = info.legal, bd = info.bad_dev, br = info.bad_residue;
     pm_block_info_free(&info);

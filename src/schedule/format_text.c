@@ -343,8 +343,8 @@ static pm_status fmt_build(pm_sched *s, fmt_parser *ps) {
         if (ps->act[i].stage + 1 > S) S = ps->act[i].stage + 1;
         if (ps->act[i].mb + 1 > m) m = ps->act[i].mb + 1, mb_at = &ps->act[i];
     }
-    int32_t *stage_row = malloc((size_t)S * sizeof *stage_row);
-    size_t *first = malloc((size_t)S * sizeof *first);
+    int32_t *stage_row = pm_malloc((size_t)S * sizeof *stage_row);
+    size_t *first = pm_malloc((size_t)S * sizeof *first);
     pm_status st = PM_ERR_NOMEM;
     pm_place pl = PM_PLACE_SINGLE;
     if (!stage_row || !first) {
@@ -376,8 +376,8 @@ static pm_status fmt_build(pm_sched *s, fmt_parser *ps) {
         pm_sched_push(s, a->row, (pm_pass_kind)a->kind, a->stage, a->mb);
     }
 done:
-    free(stage_row);
-    free(first);
+    pm_free(stage_row);
+    pm_free(first);
     return st;
 }
 
@@ -391,11 +391,11 @@ static pm_status fmt_parse(pm_sched *s, const char *text, size_t len, int csv, p
      * how many can be read. */
     fmt_parser ps = {.text = text, .len = len, .csv = csv, .err = err};
     ps.cap = len / 3 + 1;
-    ps.act = malloc(ps.cap * sizeof *ps.act);
+    ps.act = pm_malloc(ps.cap * sizeof *ps.act);
     if (!ps.act) return pm_errf(err, PM_ERR_NOMEM, "out of memory for %zu actions", ps.cap);
     pm_status st = fmt_scan(&ps);
     if (!st) st = fmt_build(s, &ps);
-    free(ps.act);
+    pm_free(ps.act);
     if (st) *s = (pm_sched){0};
     return st;
 }
@@ -427,7 +427,7 @@ pm_status pm_sched_load(pm_sched *s, const char *path, pm_err *err) {
     if (st) return st;
     pm_err e = {{0}};
     st = fmt_parse(s, text, len, fmt_looks_csv(text, len), &e);
-    free(text);
+    pm_free(text);
     if (st) pm_errf(err, st, "%s: %s", path, e.msg);
     return st;
 }

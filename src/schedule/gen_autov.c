@@ -273,13 +273,13 @@ static void enumerate(offs *o, level_best *lv, int nlv, est_ws *w) {
 }
 
 static void offs_free(offs *o) {
-    free(o->f0);
+    pm_free(o->f0);
     *o = (offs){0};
 }
 
 static pm_status offs_init(offs *o, int p, pm_err *err) {
     *o = (offs){.p = p};
-    int *x = malloc(6 * (size_t)p * sizeof *x);
+    int *x = pm_malloc(6 * (size_t)p * sizeof *x);
     if (!x) return pm_errf(err, PM_ERR_NOMEM, "auto-v: out of memory for p=%d", p);
     o->f0 = x, o->f1 = x + p, o->b1 = x + 2 * p, o->b0 = x + 3 * p, o->w0 = x + 4 * p,
     o->w1 = x + 5 * p;
@@ -296,7 +296,7 @@ static pm_status make_block(pm_block *b, const int *blk, int p, pm_err *err) {
     chain_b1(&o, blk);
     chain_b0(&o, blk);
     finish(&o);
-    b->pass = malloc(6 * (size_t)p * sizeof *b->pass);
+    b->pass = pm_malloc(6 * (size_t)p * sizeof *b->pass);
     if (!b->pass) {
         offs_free(&o);
         return pm_errf(err, PM_ERR_NOMEM, "auto-v: out of memory for a block of p=%d", p);
@@ -329,6 +329,18 @@ pm_status pm_autov_block_build(pm_sched *s, const int *blk, const pm_sched_req *
 
 /* The searched blocks whose bound fits max_limit, on the Pareto front of
  * (bound, estimated makespan). */
+/* Candidate rebuild functions (pool.h): a searched block from its
+ * parameters, and the V-ZB greedy at its level. */
+static pm_status rebuild_block(pm_sched *s, const pm_cand *c, const pm_sched_req *req,
+                               pm_err *err) {
+    return pm_autov_block_build(s, c->blk, req, err);
+}
+
+static pm_status rebuild_vzb(pm_sched *s, const pm_cand *c, const pm_sched_req *req,
+                             pm_err *err) {
+    return pm_sched_vzb_greedy(s, req, c->level, c->kind, NULL, err);
+}
+
 static pm_status pool_blocks(pm_pool *pl, const pm_sched_req *req, double max_limit,
                              pm_err *err) {
     int p = req->p, m = req->m, nlv = (int)(max_limit * 2 * p + 1e-9) + 1;
@@ -336,16 +348,16 @@ static pm_status pool_blocks(pm_pool *pl, const pm_sched_req *req, double max_li
     offs o;
     pm_status st = offs_init(&o, p, err);
     if (st) return st;
-    level_best *lv = malloc((size_t)nlv * sizeof *lv);
+    level_best *lv = pm_malloc((size_t)nlv * sizeof *lv);
     /* the estimate ranks blocks; 2p + 8 microbatches show warm-up, steady
      * state and cool-down, and the winners are then built at full m */
     est_ws w = {.req = req, .m = m < p + 8 ? m : p + 8};
     m = w.m;
-    w.end = malloc(6 * (size_t)p * (size_t)m * sizeof(double));
-    w.free_at = malloc((size_t)p * sizeof(double));
-    w.first = malloc((size_t)p * sizeof(double));
-    w.res = malloc((size_t)p * T);
-    w.off = malloc(6 * (size_t)p * sizeof *w.off);
+    w.end = pm_malloc(6 * (size_t)p * (size_t)m * sizeof(double));
+    w.free_at = pm_malloc((size_t)p * sizeof(double));
+    w.first = pm_malloc((size_t)p * sizeof(double));
+    w.res = pm_malloc((size_t)p * T);
+    w.off = pm_malloc(6 * (size_t)p * sizeof *w.off);
     if (!lv || !w.end || !w.free_at || !w.first || !w.res || !w.off) {
         st = pm_errf(err, PM_ERR_NOMEM, "auto-v: out of memory searching blocks for p=%d", p);
         goto done;
@@ -357,22 +369,27 @@ static pm_status pool_blocks(pm_pool *pl, const pm_sched_req *req, double max_li
         if (!(lv[u].est < front)) continue;
         front = lv[u].est;
         pm_sched s;
-        if (pm_autov_block_build(&s, lv[u].blk, req, NULL)) continue;
-        pm_cand c = {.src = PM_CAND_BLOCK, .fam = PM_FAMILY_V, .kind = "auto-v",
+        pm_err e;
+        pm_status gs = pm_autov_block_build(&s, lv[u].blk, req, &e);
+        if (gs) {
+            st = pm_search_fatal(gs, &e, err);
+            continue;
+        }
+        pm_cand c = {.rebuild = rebuild_block, .fam = PM_FAMILY_V, .kind = "auto-v",
                      .bound = (double)u / (2.0 * p)};
         memcpy(c.blk, lv[u].blk, sizeof c.blk);
-        double mk = pm_search_eval(&s, req, &c.pt);
+        gs = pm_search_eval(&s, req, &c.pt, &e);
         pm_sched_free(&s);
-        if (!isinf(mk)) st = pm_pool_add(pl, &c, err);
+        st = gs ? pm_search_fatal(gs, &e, err) : pm_pool_add(pl, &c, err);
     }
 done:
     offs_free(&o);
-    free(lv);
-    free(w.end);
-    free(w.free_at);
-    free(w.first);
-    free(w.res);
-    free(w.off);
+    pm_free(lv);
+    pm_free(w.end);
+    pm_free(w.free_at);
+    pm_free(w.first);
+    pm_free(w.res);
+    pm_free(w.off);
     return st;
 }
 
@@ -400,12 +417,17 @@ pm_status pm_pool_v(pm_pool *pl, const pm_sched_req *req, double max_limit, pm_e
         pm_sched s;
         double lv = pm_search_level(k, req->p, 2);
         if (lv < floor_peak * (1 - 1e-9)) continue;
-        if (pm_sched_vzb_greedy(&s, req, lv, "v-zb", &binding, NULL)) continue;
-        pm_cand c = {.src = PM_CAND_VZB, .fam = PM_FAMILY_V, .kind = "v-zb", .level = lv,
+        pm_err e;
+        pm_status gs = pm_sched_vzb_greedy(&s, req, lv, "v-zb", &binding, &e);
+        if (gs) {
+            st = pm_search_fatal(gs, &e, err);
+            continue;
+        }
+        pm_cand c = {.rebuild = rebuild_vzb, .fam = PM_FAMILY_V, .kind = "v-zb", .level = lv,
                      .bound = lv};
-        double mk = pm_search_eval(&s, req, &c.pt);
+        gs = pm_search_eval(&s, req, &c.pt, &e);
         pm_sched_free(&s);
-        if (!isinf(mk)) st = pm_pool_add(pl, &c, err);
+        st = gs ? pm_search_fatal(gs, &e, err) : pm_pool_add(pl, &c, err);
     }
     return st;
 }
@@ -442,6 +464,8 @@ pm_status pm_sched_build_auto_v(pm_sched *s, const pm_sched_req *req, pm_err *er
                        "1F1B's activation memory)");
     if (!(req->mem.f > 0))
         return pm_errf(err, PM_ERR_ARG, "auto-v needs a positive forward memory delta");
+    pm_status rs = pm_sched_check_range(PM_TIER_SEARCH, "auto-v", req->p, req->m, 2, err);
+    if (rs) return rs;
     pm_pool pl = {0};
     pm_status st = pm_pool_v(&pl, req, req->mem_limit, err);
     if (st) goto done;

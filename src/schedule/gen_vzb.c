@@ -302,9 +302,9 @@ typedef struct {
 
 static void ctx_free(vzb_ctx *x) {
     vzb_state *g = &x->g;
-    free(g->cnt), free(g->cur), free(g->first), free(g->mem), free(g->bub);
-    free(g->tf), free(g->tb), free(g->wq), free(g->wh), free(g->wt);
-    free(x->appr), free(x->order);
+    pm_free(g->cnt), pm_free(g->cur), pm_free(g->first), pm_free(g->mem), pm_free(g->bub);
+    pm_free(g->tf), pm_free(g->tb), pm_free(g->wq), pm_free(g->wh), pm_free(g->wt);
+    pm_free(x->appr), pm_free(x->order);
     pm_sched_free(&x->work);
 }
 
@@ -320,13 +320,13 @@ static pm_status ctx_init(vzb_ctx *x, const pm_sched_req *req, double limit, pm_
                      .dm = {req->mem.f / 2, req->mem.b / 2, req->mem.w / 2},
                      .cap = limit * M * (1 + 1e-9)};
     size_t np = (size_t)p, nk = 2 * np * (size_t)m;
-    g->cnt = malloc(4 * np * sizeof *g->cnt);
-    g->cur = malloc(np * sizeof(double)), g->first = malloc(np * sizeof(double));
-    g->mem = malloc(np * sizeof(double)), g->bub = malloc(np * sizeof(double));
-    g->tf = malloc(nk * sizeof(double)), g->tb = malloc(nk * sizeof(double));
-    g->wq = malloc(nk * sizeof *g->wq);
-    g->wh = malloc(np * sizeof *g->wh), g->wt = malloc(np * sizeof *g->wt);
-    x->appr = malloc(np * sizeof(double)), x->order = malloc(np * sizeof(int));
+    g->cnt = pm_malloc(4 * np * sizeof *g->cnt);
+    g->cur = pm_malloc(np * sizeof(double)), g->first = pm_malloc(np * sizeof(double));
+    g->mem = pm_malloc(np * sizeof(double)), g->bub = pm_malloc(np * sizeof(double));
+    g->tf = pm_malloc(nk * sizeof(double)), g->tb = pm_malloc(nk * sizeof(double));
+    g->wq = pm_malloc(nk * sizeof *g->wq);
+    g->wh = pm_malloc(np * sizeof *g->wh), g->wt = pm_malloc(np * sizeof *g->wt);
+    x->appr = pm_malloc(np * sizeof(double)), x->order = pm_malloc(np * sizeof(int));
     if (!g->cnt || !g->cur || !g->first || !g->mem || !g->bub || !g->tf || !g->tb || !g->wq ||
         !g->wh || !g->wt || !x->appr || !x->order) {
         ctx_free(x);
@@ -498,11 +498,11 @@ static pm_status list_variants(vzb_ctx *x, pm_sched *best, double *bestmk, pm_er
     int chunks = (int)floor(g->cap / unit + 1e-9);
     if (chunks < 2 || chunks >= 2 * p) return PM_OK;
     list_opt o = {0};
-    o.cap0 = malloc((size_t)p * sizeof *o.cap0), o.cap1 = malloc((size_t)p * sizeof *o.cap1);
-    o.fly = malloc(2 * (size_t)p * sizeof *o.fly), o.act = malloc((size_t)p * sizeof *o.act);
-    o.when = malloc((size_t)p * sizeof *o.when);
+    o.cap0 = pm_malloc((size_t)p * sizeof *o.cap0), o.cap1 = pm_malloc((size_t)p * sizeof *o.cap1);
+    o.fly = pm_malloc(2 * (size_t)p * sizeof *o.fly), o.act = pm_malloc((size_t)p * sizeof *o.act);
+    o.when = pm_malloc((size_t)p * sizeof *o.when);
     for (o.n = 1; o.n < p; o.n *= 2) {}
-    o.tree = malloc(2 * (size_t)o.n * sizeof *o.tree);
+    o.tree = pm_malloc(2 * (size_t)o.n * sizeof *o.tree);
     pm_status st = PM_OK;
     if (!o.cap0 || !o.cap1 || !o.fly || !o.act || !o.when || !o.tree)
         st = pm_errf(err, PM_ERR_NOMEM, "v-zb: out of memory for p=%d", p);
@@ -519,15 +519,17 @@ static pm_status list_variants(vzb_ctx *x, pm_sched *best, double *bestmk, pm_er
         g->hit = 1;
         if (mk < *bestmk) *bestmk = mk, keep(best, &x->work);
     }
-    free(o.cap0), free(o.cap1), free(o.fly), free(o.act), free(o.when), free(o.tree);
+    pm_free(o.cap0), pm_free(o.cap1), pm_free(o.fly), pm_free(o.act), pm_free(o.when), pm_free(o.tree);
     return st;
 }
 
 pm_status pm_sched_vzb_greedy(pm_sched *s, const pm_sched_req *req, double limit,
                               const char *kind, int *binding, pm_err *err) {
     *s = (pm_sched){0};
+    pm_status st = pm_sched_check_range(PM_TIER_GREEDY, kind, req->p, req->m, 2, err);
+    if (st) return st;
     vzb_ctx x;
-    pm_status st = ctx_init(&x, req, limit, err);
+    st = ctx_init(&x, req, limit, err);
     if (st) return st;
     if ((st = pm_sched_init(s, kind, PM_PLACE_V, req->p, req->m, 2, err))) {
         ctx_free(&x);

@@ -214,13 +214,13 @@ static void keep(pm_sched *best, const pm_sched *w) {
 }
 
 static void zb_state_free(zb_state *g) {
-    free(g->n);
-    free(g->e);
-    free(g->first);
-    free(g->mem);
-    free(g->bub);
-    free(g->tf);
-    free(g->tb);
+    pm_free(g->n);
+    pm_free(g->e);
+    pm_free(g->first);
+    pm_free(g->mem);
+    pm_free(g->bub);
+    pm_free(g->tf);
+    pm_free(g->tb);
 }
 
 /* Builds the best of the eight variants into s under `limit` (x M; <= 0:
@@ -232,6 +232,8 @@ pm_status pm_sched_zb_greedy(pm_sched *s, const pm_sched_req *req, double limit,
         return pm_errf(err, PM_ERR_ARG,
                        "%s has 1 chunk per device; --chunks %d only fits interleaved", kind,
                        req->v);
+    pm_status rs = pm_sched_check_range(PM_TIER_GREEDY, kind, req->p, req->m, 1, err);
+    if (rs) return rs;
     pm_sched work = {0};
     pm_status st = pm_sched_init(&work, kind, PM_PLACE_SINGLE, req->p, req->m, 1, err);
     if (st) return st;
@@ -246,14 +248,14 @@ pm_status pm_sched_zb_greedy(pm_sched *s, const pm_sched_req *req, double limit,
                   .dm = {req->mem.f, req->mem.b, req->mem.w},
                   .cap = limit > 0 ? limit * M * (1 + 1e-9) : INFINITY};
     size_t nk = (size_t)S * (size_t)m;
-    g.n = malloc(3 * (size_t)S * sizeof *g.n);
-    g.e = malloc((size_t)S * sizeof(double));
-    g.first = malloc((size_t)S * sizeof(double));
-    g.mem = malloc((size_t)S * sizeof(double));
-    g.bub = malloc((size_t)S * sizeof(double));
-    g.tf = malloc(nk * sizeof(double));
-    g.tb = malloc(nk * sizeof(double));
-    int *rq = malloc((size_t)S * sizeof *rq);
+    g.n = pm_malloc(3 * (size_t)S * sizeof *g.n);
+    g.e = pm_malloc((size_t)S * sizeof(double));
+    g.first = pm_malloc((size_t)S * sizeof(double));
+    g.mem = pm_malloc((size_t)S * sizeof(double));
+    g.bub = pm_malloc((size_t)S * sizeof(double));
+    g.tf = pm_malloc(nk * sizeof(double));
+    g.tb = pm_malloc(nk * sizeof(double));
+    int *rq = pm_malloc((size_t)S * sizeof *rq);
     double best = INFINITY;
     if (!g.n || !g.e || !g.first || !g.mem || !g.bub || !g.tf || !g.tb || !rq) {
         st = pm_errf(err, PM_ERR_NOMEM, "%s: out of memory for p=%d m=%d", kind, S, m);
@@ -268,8 +270,19 @@ pm_status pm_sched_zb_greedy(pm_sched *s, const pm_sched_req *req, double limit,
     for (int h = 0; h < 2 && with_h && !st; h++) {
         pm_sched hs;
         pm_search_point pt;
-        if ((h ? pm_sched_build_zb_h2 : pm_sched_build_zb_h1)(&hs, req, NULL)) continue;
-        double mk = pm_search_eval(&hs, req, &pt);
+        pm_err e;
+        pm_status gs = (h ? pm_sched_build_zb_h2 : pm_sched_build_zb_h1)(&hs, req, &e);
+        if (gs) {
+            st = pm_search_fatal(gs, &e, err);
+            continue;
+        }
+        gs = pm_search_eval(&hs, req, &pt, &e);
+        if (gs) {
+            pm_sched_free(&hs);
+            st = pm_search_fatal(gs, &e, err);
+            continue;
+        }
+        double mk = pt.makespan;
         if (limit > 0 && pt.peak > limit * (1 + 1e-9)) g.hit = 1;
         else if (mk < best) {
             best = mk;
@@ -278,7 +291,7 @@ pm_status pm_sched_zb_greedy(pm_sched *s, const pm_sched_req *req, double limit,
         pm_sched_free(&hs);
     }
     if (binding) *binding = g.hit;
-    if (isinf(best)) {
+    if (!st && isinf(best)) {
         double need = (req->mem.f > req->mem.f + req->mem.b ? req->mem.f : req->mem.f + req->mem.b);
         st = pm_errf(err, PM_ERR_MEMLIMIT,
                      "%s: no schedule fits --mem-limit %.4g M for p=%d m=%d; the smallest "
@@ -287,7 +300,7 @@ pm_status pm_sched_zb_greedy(pm_sched *s, const pm_sched_req *req, double limit,
     }
 done:
     zb_state_free(&g);
-    free(rq);
+    pm_free(rq);
     pm_sched_free(&work);
     if (st) pm_sched_free(s);
     return st;

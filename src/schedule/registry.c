@@ -4,7 +4,7 @@
  * The order of the table is stable (the CLI, `compare` and the README list
  * kinds in it). Every check here produces one line that names the kind, the
  * offending value and what would fit, so the CLI can print it unchanged. */
-#include <math.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "pipemem/pm_sched.h"
@@ -23,47 +23,36 @@ static int min_m_interleaved(int p, int v) {
     return p;
 }
 
-/* Supported ranges (max p, max S*m), measured on one core so that a
- * request at the edge builds in a few seconds: fixed patterns are linear;
- * the named blocks' constructor searches offsets (p <= 1024); the Zero
- * Bubble heuristic and V-ZB greedy grow about as p^2 m; auto-v builds
- * hundreds of candidates. */
-#define LIM_FIXED PM_SCHED_MAX_P, PM_SCHED_MAX_SM
-#define LIM_NAMED 1024, ((int64_t)1 << 19)
-#define LIM_ZB 1024, ((int64_t)1 << 20)
-#define LIM_VZB 512, ((int64_t)1 << 20)
-#define LIM_AUTOV PM_SCHED_SEARCH_MAX_P, PM_SCHED_SEARCH_MAX_SM
-
 static const pm_sched_kind kinds[] = {
     {"gpipe", "all forwards, then all fused backwards; peak m stage activations",
-     PM_PLACE_SINGLE, LIM_FIXED, min_m_any, pm_sched_build_gpipe},
+     PM_PLACE_SINGLE, min_m_any, pm_sched_build_gpipe, PM_TIER_FIXED},
     {"1f1b", "one forward one backward (fused BW); peak M on device 0", PM_PLACE_SINGLE,
-     LIM_FIXED, min_m_any, pm_sched_build_1f1b},
+     min_m_any, pm_sched_build_1f1b, PM_TIER_FIXED},
     {"interleaved", "Megatron interleaved 1F1B, v >= 2 chunks per device, m a multiple of p",
-     PM_PLACE_LOOP, LIM_FIXED, min_m_interleaved, pm_sched_build_interleaved},
+     PM_PLACE_LOOP, min_m_interleaved, pm_sched_build_interleaved, PM_TIER_FIXED},
     {"zb-h1", "zero bubble H1: split B and W, W deferred; 1F1B's peak M", PM_PLACE_SINGLE,
-     LIM_FIXED, min_m_any, pm_sched_build_zb_h1},
+     min_m_any, pm_sched_build_zb_h1, PM_TIER_FIXED},
     {"zb-h2", "zero bubble H2: longer warm-up, no bubble at equal costs; peak (2p-1)M/p",
-     PM_PLACE_SINGLE, LIM_FIXED, min_m_any, pm_sched_build_zb_h2},
+     PM_PLACE_SINGLE, min_m_any, pm_sched_build_zb_h2, PM_TIER_FIXED},
     {"zb-v", "zero bubble V: fixed pattern on the V placement; peak M, no bubble for m >= 2p",
-     PM_PLACE_V, LIM_FIXED, min_m_any, pm_sched_build_zb_v},
-    {"v-min", "V-Min building block: about M/3 peak", PM_PLACE_V, LIM_NAMED, min_m_any,
-     pm_sched_build_v_min},
+     PM_PLACE_V, min_m_any, pm_sched_build_zb_v, PM_TIER_FIXED},
+    {"v-min", "V-Min building block: about M/3 peak", PM_PLACE_V, min_m_any,
+     pm_sched_build_v_min, PM_TIER_BLOCK},
     {"v-half", "V-Half building block: about M/2 peak, about half 1F1B's bubble", PM_PLACE_V,
-     LIM_NAMED, min_m_any, pm_sched_build_v_half},
+     min_m_any, pm_sched_build_v_half, PM_TIER_BLOCK},
     {"1f1b-v", "1F1B on the V placement with fused BW; about 2/3 of 1F1B's peak", PM_PLACE_V,
-     LIM_NAMED, min_m_any, pm_sched_build_1f1b_v},
+     min_m_any, pm_sched_build_1f1b_v, PM_TIER_BLOCK},
     /* searched under a memory limit (gen_zbauto.c, gen_vzb.c, gen_autov.c) */
     {"zb-1p", "Zero Bubble adaptive heuristic, real costs, limit 1.0 M (or --mem-limit)",
-     PM_PLACE_SINGLE, LIM_ZB, min_m_any, pm_sched_build_zb_1p},
+     PM_PLACE_SINGLE, min_m_any, pm_sched_build_zb_1p, PM_TIER_GREEDY},
     {"zb-2p", "Zero Bubble adaptive heuristic, real costs, limit 2.0 M (or --mem-limit)",
-     PM_PLACE_SINGLE, LIM_ZB, min_m_any, pm_sched_build_zb_2p},
+     PM_PLACE_SINGLE, min_m_any, pm_sched_build_zb_2p, PM_TIER_GREEDY},
     {"zb", "Zero Bubble adaptive heuristic under --mem-limit X (none if not given)",
-     PM_PLACE_SINGLE, LIM_ZB, min_m_any, pm_sched_build_zb_auto},
+     PM_PLACE_SINGLE, min_m_any, pm_sched_build_zb_auto, PM_TIER_GREEDY},
     {"v-zb", "V-ZB greedy: V placement, real costs, limit 1.0 M (or --mem-limit)", PM_PLACE_V,
-     LIM_VZB, min_m_any, pm_sched_build_v_zb},
+     min_m_any, pm_sched_build_v_zb, PM_TIER_GREEDY},
     {"auto-v", "adaptive V scheduler: fastest V schedule under --mem-limit X (required)",
-     PM_PLACE_V, LIM_AUTOV, min_m_any, pm_sched_build_auto_v},
+     PM_PLACE_V, min_m_any, pm_sched_build_auto_v, PM_TIER_SEARCH},
 };
 
 const pm_sched_kind *pm_sched_kinds(int *n) {
@@ -76,32 +65,6 @@ const pm_sched_kind *pm_sched_kind_find(const char *name) {
     for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
         if (strcmp(kinds[i].name, name) == 0) return &kinds[i];
     return NULL;
-}
-
-pm_status pm_sched_req_check(const pm_sched_req *req, int v, int max_p, int64_t max_sm,
-                             const char *what, pm_err *err) {
-    if (req->p < 1 || req->m < 1)
-        return pm_errf(err, PM_ERR_ARG, "%s needs p >= 1 and m >= 1 (got p=%d m=%d)", what,
-                       req->p, req->m);
-    int64_t S = (int64_t)req->p * v, sm = S * req->m;
-    if (req->p > max_p)
-        return pm_errf(err, PM_ERR_ARG, "%s supports p up to %d (got p=%d)", what, max_p, req->p);
-    if (sm > max_sm)
-        return pm_errf(err, PM_ERR_ARG,
-                       "%s supports stages x microbatches up to %lld (got %lld stages x m=%d); "
-                       "use m <= %lld", what, (long long)max_sm, (long long)S, req->m,
-                       (long long)(max_sm / S > 0 ? max_sm / S : 1));
-    const pm_costs *t = &req->t;
-    /* Every pass waits at most for all passes before it, each followed by
-     * one transfer: this bounds any makespan the simulator can produce. */
-    double bound = (double)sm * (t->f + t->b + t->w + 3 * t->c);
-    if (!isfinite(t->f) || !isfinite(t->b) || !isfinite(t->w) || !isfinite(t->c) ||
-        !isfinite(bound) || bound > 1e300)
-        return pm_errf(err, PM_ERR_ARG,
-                       "--costs %g,%g,%g,%g: makespans of this schedule (up to %g) cannot be "
-                       "represented; give the costs in larger units", t->f, t->b, t->w, t->c,
-                       bound);
-    return PM_OK;
 }
 
 /* Chunks per device the request asks for, 0 meaning the kind's default. */
@@ -128,6 +91,51 @@ static pm_status check_chunks(const pm_sched_kind *k, int v, pm_err *err) {
                        "%s needs --chunks >= 2 (got %d); with 1 chunk per device use 1f1b",
                        k->name, v);
     }
+}
+
+pm_status pm_sched_check_range(pm_sched_tier tier, const char *what, int p, int m, int v,
+                               pm_err *err) {
+    if (p < 1 || p > PM_SCHED_MAX_P)
+        return pm_errf(err, PM_ERR_ARG, "%s: p = %d is outside the supported range 1..%d", what,
+                       p, PM_SCHED_MAX_P);
+    if (m < 1 || m > PM_SCHED_MAX_M)
+        return pm_errf(err, PM_ERR_ARG, "%s: m = %d is outside the supported range 1..%d", what,
+                       m, PM_SCHED_MAX_M);
+    int64_t pm = (int64_t)p * m, passes = 3 * pm * (v > 0 ? v : 1);
+    if (passes > PM_SCHED_MAX_PASSES)
+        return pm_errf(err, PM_ERR_ARG,
+                       "%s: p = %d, m = %d, %d chunks make %lld passes, over the limit %lld; "
+                       "lower p or m",
+                       what, p, m, v > 0 ? v : 1, (long long)passes,
+                       (long long)PM_SCHED_MAX_PASSES);
+    int max_p = tier == PM_TIER_BLOCK    ? PM_BLOCK_MAX_P
+                : tier == PM_TIER_GREEDY ? PM_GREEDY_MAX_P
+                : tier == PM_TIER_SEARCH ? PM_SEARCH_MAX_P
+                                         : PM_SCHED_MAX_P;
+    int64_t max_pm = tier == PM_TIER_BLOCK    ? PM_BLOCK_MAX_PM
+                     : tier == PM_TIER_GREEDY ? PM_GREEDY_MAX_PM
+                     : tier == PM_TIER_SEARCH ? PM_SEARCH_MAX_PM
+                                              : INT64_MAX;
+    if (p > max_p)
+        return pm_errf(err, PM_ERR_ARG, "%s supports p <= %d (got p = %d)", what, max_p, p);
+    if (pm > max_pm)
+        return pm_errf(err, PM_ERR_ARG, "%s supports p * m <= %lld (got %d * %d = %lld)", what,
+                       (long long)max_pm, p, m, (long long)pm);
+    return PM_OK;
+}
+
+pm_status pm_sched_check_costs(const pm_sched_req *req, pm_err *err) {
+    const pm_costs *t = &req->t;
+    double unit = t->f + t->b + t->w + 2 * t->c;
+    double bound = unit * 4 * (double)(req->p > 0 ? req->p : 1) * (req->m > 0 ? req->m : 1);
+    if (!(t->f >= 0 && t->b >= 0 && t->w >= 0 && t->c >= 0) || !(bound < 1e300))
+        return pm_errf(err, PM_ERR_ARG,
+                       "--costs %g,%g,%g,%g: a makespan for p=%d m=%d could reach %g, which a "
+                       "double cannot hold with margin; give costs whose sum F+B+W+2C is below "
+                       "%g",
+                       t->f, t->b, t->w, t->c, req->p, req->m, bound,
+                       1e300 / (4 * (double)(req->p > 0 ? req->p : 1) * (req->m > 0 ? req->m : 1)));
+    return PM_OK;
 }
 
 static void list_kinds(char *buf, size_t n) {
@@ -161,6 +169,7 @@ pm_status pm_sched_generate(pm_sched *s, const char *kind, const pm_sched_req *r
                        "%s needs m to be a multiple of p = %d (got m = %d); try m = %d or %d",
                        k->name, req->p, req->m, req->m / req->p * req->p,
                        (req->m / req->p + 1) * req->p);
-    if ((st = pm_sched_req_check(req, v, k->max_p, k->max_sm, k->name, err))) return st;
+    if ((st = pm_sched_check_range(k->tier, k->name, req->p, req->m, v, err))) return st;
+    if ((st = pm_sched_check_costs(req, err))) return st;
     return k->build(s, req, err);
 }

@@ -22,12 +22,11 @@ pm_status pm_sched_init(pm_sched *s, const char *kind, pm_place place, int p, in
         return pm_errf(err, PM_ERR_ARG, "single placement has 1 chunk per device, not %d", v);
     if (place == PM_PLACE_V && v != 2)
         return pm_errf(err, PM_ERR_ARG, "V placement has 2 chunks per device, not %d", v);
-    if ((int64_t)p * v > PM_SCHED_MAX_P || (int64_t)p * v * m > PM_SCHED_MAX_SM)
-        return pm_errf(err, PM_ERR_ARG,
-                       "schedule too large: p=%d m=%d chunks=%d; the limits are %d stages and "
-                       "%lld stages x microbatches", p, m, v, PM_SCHED_MAX_P,
-                       (long long)PM_SCHED_MAX_SM);
-    size_t cap = (size_t)3 * (size_t)m * (size_t)v, total = cap * (size_t)p;
+    if ((int64_t)p * v > 1 << 20 || (int64_t)m * v > 1 << 24)
+        return pm_errf(err, PM_ERR_ARG, "schedule too large: p=%d m=%d chunks=%d", p, m, v);
+    size_t cap = (size_t)3 * (size_t)m * (size_t)v, total;
+    if (!pm_size_mul(cap, (size_t)p, &total) || total > ((size_t)1 << 31))
+        return pm_errf(err, PM_ERR_ARG, "schedule too large: p=%d m=%d chunks=%d", p, m, v);
     snprintf(s->kind, sizeof s->kind, "%s", kind ? kind : "custom");
     s->place = place;
     s->p = p;
@@ -86,7 +85,7 @@ int pm_sched_stage_chunk(const pm_sched *s, int stage) {
 pm_status pm_cost_init(pm_cost *c, int S, pm_err *err) {
     *c = (pm_cost){0};
     if (S < 1) return pm_errf(err, PM_ERR_ARG, "a cost table needs at least one stage");
-    c->st = calloc((size_t)S, sizeof *c->st);
+    c->st = pm_calloc((size_t)S, sizeof *c->st);
     if (!c->st) return pm_errf(err, PM_ERR_NOMEM, "out of memory for %d stage costs", S);
     c->S = S;
     return PM_OK;
@@ -105,7 +104,7 @@ pm_status pm_cost_init_uniform(pm_cost *c, const pm_sched *s, pm_costs t, pm_mem
 
 void pm_cost_free(pm_cost *c) {
     if (!c) return;
-    free(c->st);
+    pm_free(c->st);
     *c = (pm_cost){0};
 }
 

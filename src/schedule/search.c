@@ -1,7 +1,7 @@
 /* search.c: the best schedule under a memory limit, over every family
  * (placement), and the bubble-versus-memory curve.
  *
- * Candidates (search_internal.h): per family, the fixed kinds of the
+ * Candidates (pool.h, through search_internal.h): per family, the fixed kinds of the
  * registry (their peaks do not depend on the limit), and the memory-aware
  * generators run at every memory level up to the limit: the Zero Bubble
  * heuristic (single placement, levels k/p) and, through gen_autov.c, the
@@ -25,89 +25,10 @@
 const char *const pm_family_names[PM_FAMILY_COUNT] = {"single", "v", "loop"};
 _Static_assert(sizeof(pm_family_names) / sizeof(pm_family_names[0]) == PM_FAMILY_COUNT, "");
 
-#define PEAK_TOL 1e-9 /* the validator's tolerance on limit * M */
-
-double pm_search_eval(const pm_sched *s, const pm_sched_req *req, pm_search_point *pt) {
-    *pt = (pm_search_point){0};
-    pm_cost c;
-    pm_sim sim;
-    if (pm_cost_init_uniform(&c, s, req->t, req->mem, NULL)) return INFINITY;
-    pm_status st = pm_sim_run(&sim, s, &c, NULL);
-    pm_cost_free(&c);
-    if (st) return INFINITY;
-    snprintf(pt->kind, sizeof pt->kind, "%s", s->kind);
-    pt->ok = 1;
-    pt->makespan = sim.makespan;
-    pt->bubble = sim.bubble;
-    pt->peak = pm_sim_peak_max_x(&sim);
-    pm_sim_free(&sim);
-    return pt->makespan;
-}
-
-void pm_pool_free(pm_pool *pl) {
-    if (!pl) return;
-    free(pl->c);
-    *pl = (pm_pool){0};
-}
-
-pm_status pm_pool_add(pm_pool *pl, const pm_cand *c, pm_err *err) {
-    if (pl->n == pl->cap) {
-        int cap = pl->cap ? 2 * pl->cap : 64;
-        pm_cand *x = realloc(pl->c, (size_t)cap * sizeof *x);
-        if (!x) return pm_errf(err, PM_ERR_NOMEM, "out of memory for %d search candidates", cap);
-        pl->c = x;
-        pl->cap = cap;
-    }
-    pl->c[pl->n++] = *c;
-    return PM_OK;
-}
-
-pm_status pm_pool_named(pm_pool *pl, const pm_sched_req *req, pm_family fam, const char *kind,
-                        int v, pm_err *err) {
-    pm_sched_req q = *req;
-    q.v = v;
-    q.mem_limit = 0;
-    pm_sched s;
-    if (pm_sched_generate(&s, kind, &q, NULL)) return PM_OK; /* does not fit this (p, m) */
-    pm_cand c = {.src = PM_CAND_NAMED, .fam = fam, .v = v};
-    snprintf(c.kind, sizeof c.kind, "%s", kind);
-    double mk = pm_search_eval(&s, req, &c.pt);
-    pm_sched_free(&s);
-    if (isinf(mk)) return PM_OK;
-    c.bound = c.pt.peak;
-    if (v > 2) snprintf(c.pt.kind, sizeof c.pt.kind, "%s(v=%d)", kind, v);
-    return pm_pool_add(pl, &c, err);
-}
-
-int pm_pool_best(const pm_pool *pl, int fam, double limit) {
-    int best = -1;
-    for (int i = 0; i < pl->n; i++) {
-        const pm_cand *c = &pl->c[i];
-        if (!c->pt.ok || (fam >= 0 && (int)c->fam != fam)) continue;
-        if (c->pt.peak > limit * (1 + PEAK_TOL)) continue;
-        if (best < 0) {
-            best = i;
-            continue;
-        }
-        const pm_search_point *b = &pl->c[best].pt;
-        if (c->pt.makespan < b->makespan * (1 - 1e-12) ||
-            (c->pt.makespan <= b->makespan * (1 + 1e-12) && c->pt.peak < b->peak))
-            best = i;
-    }
-    return best;
-}
-
-pm_status pm_cand_build(pm_sched *s, const pm_cand *c, const pm_sched_req *req, pm_err *err) {
-    pm_sched_req q = *req;
-    switch (c->src) {
-    case PM_CAND_NAMED:
-        q.v = c->v;
-        q.mem_limit = 0;
-        return pm_sched_generate(s, c->kind, &q, err);
-    case PM_CAND_ZB: return pm_sched_zb_greedy(s, req, c->level, c->kind, 0, NULL, err);
-    case PM_CAND_VZB: return pm_sched_vzb_greedy(s, req, c->level, c->kind, NULL, err);
-    default: return pm_autov_block_build(s, c->blk, req, err);
-    }
+/* A Zero Bubble heuristic candidate: the heuristic again at its level. */
+static pm_status rebuild_zb(pm_sched *s, const pm_cand *c, const pm_sched_req *req,
+                            pm_err *err) {
+    return pm_sched_zb_greedy(s, req, c->level, c->kind, 0, NULL, err);
 }
 
 /* The single placement: fixed kinds, and the heuristic at every level. */
@@ -123,12 +44,17 @@ static pm_status pool_single(pm_pool *pl, const pm_sched_req *req, double max_li
     for (int k = 1; k <= top && binding && !st; k++) {
         pm_sched s;
         double lv = pm_search_level(k, req->p, 1);
-        if (pm_sched_zb_greedy(&s, req, lv, "zb", 0, &binding, NULL)) continue;
-        pm_cand c = {.src = PM_CAND_ZB, .fam = PM_FAMILY_SINGLE, .kind = "zb", .level = lv,
+        pm_err e;
+        pm_status gs = pm_sched_zb_greedy(&s, req, lv, "zb", 0, &binding, &e);
+        if (gs) {
+            st = pm_search_fatal(gs, &e, err);
+            continue;
+        }
+        pm_cand c = {.rebuild = rebuild_zb, .fam = PM_FAMILY_SINGLE, .kind = "zb", .level = lv,
                      .bound = lv};
-        double mk = pm_search_eval(&s, req, &c.pt);
+        gs = pm_search_eval(&s, req, &c.pt, &e);
         pm_sched_free(&s);
-        if (!isinf(mk)) st = pm_pool_add(pl, &c, err);
+        st = gs ? pm_search_fatal(gs, &e, err) : pm_pool_add(pl, &c, err);
     }
     return st;
 }
@@ -150,14 +76,14 @@ static pm_status pool_all(pm_pool *pl, const pm_sched_req *req, double max_limit
     return st;
 }
 
-static pm_status check_req(const pm_sched_req *req, pm_err *err) {
-    /* the V family (2 stages per device) is the largest candidate */
-    pm_status st = pm_sched_req_check(req, 2, PM_SCHED_SEARCH_MAX_P, PM_SCHED_SEARCH_MAX_SM,
-                                      "search", err);
-    if (st) return st;
+static pm_status check_req(const pm_sched_req *req, const char *what, pm_err *err) {
+    if (req->p < 1 || req->m < 1)
+        return pm_errf(err, PM_ERR_ARG, "%s needs p >= 1 and m >= 1 (got p=%d m=%d)", what, req->p,
+                       req->m);
     if (!(req->mem.f > 0))
-        return pm_errf(err, PM_ERR_ARG, "search needs a positive forward memory delta");
-    return PM_OK;
+        return pm_errf(err, PM_ERR_ARG, "%s needs a positive forward memory delta", what);
+    pm_status st = pm_sched_check_range(PM_TIER_SEARCH, what, req->p, req->m, 4, err);
+    return st ? st : pm_sched_check_costs(req, err);
 }
 
 static double min_peak(const pm_pool *pl) {
@@ -171,7 +97,7 @@ static void write_reason(char *reason, size_t n, const pm_pool *pl, int w, doubl
     if (!reason || !n) return;
     const pm_cand *c = &pl->c[w];
     int fit = 0, at = 0;
-    for (int i = 0; i < pl->n; i++) fit += pl->c[i].pt.ok && pl->c[i].pt.peak <= limit * (1 + PEAK_TOL);
+    for (int i = 0; i < pl->n; i++) fit += pl->c[i].pt.ok && pl->c[i].pt.peak <= limit * (1 + PM_PEAK_TOL);
     at = snprintf(reason, n, "%s (%s placement) is the fastest of %d schedules within %.4g M: "
                   "makespan %.6g, bubble %.2f%%, peak %.4g M",
                   c->pt.kind, pm_family_names[c->fam], fit, limit, c->pt.makespan,
@@ -191,7 +117,7 @@ pm_status pm_sched_search(pm_sched *best, const pm_sched_req *req, pm_search_poi
                           char *reason, size_t reason_len, pm_err *err) {
     *best = (pm_sched){0};
     if (pt) *pt = (pm_search_point){0};
-    pm_status st = check_req(req, err);
+    pm_status st = check_req(req, "search", err);
     if (st) return st;
     double limit = req->mem_limit;
     if (!(limit > 0))
@@ -203,11 +129,15 @@ pm_status pm_sched_search(pm_sched *best, const pm_sched_req *req, pm_search_poi
         if (w < 0) {
             /* the lowest memory levels are only in a pool built for them */
             pm_pool low;
+            pm_err e;
             double mn = min_peak(&pl);
-            if (!pool_all(&low, req, 1.0, NULL)) {
+            pm_status ls = pool_all(&low, req, 1.0, &e);
+            if (!ls) {
                 double x = min_peak(&low);
                 mn = x < mn ? x : mn;
                 pm_pool_free(&low);
+            } else if ((st = pm_search_fatal(ls, &e, err))) {
+                break;
             }
             st = pm_errf(err, PM_ERR_MEMLIMIT,
                          "no schedule fits --mem-limit %.4g M for p=%d m=%d; the smallest "
@@ -222,7 +152,10 @@ pm_status pm_sched_search(pm_sched *best, const pm_sched_req *req, pm_search_poi
             st = pm_sched_validate(best, &c, limit, err);
             pm_cost_free(&c);
         }
-        if (st == PM_ERR_NOMEM) break;
+        if (st == PM_ERR_NOMEM) {
+            pm_sched_free(best);
+            break;
+        }
         if (st) { /* should not happen: drop the candidate and look again */
             pm_sched_free(best);
             pl.c[w].pt.ok = 0;
@@ -239,7 +172,7 @@ pm_status pm_sched_search(pm_sched *best, const pm_sched_req *req, pm_search_poi
 
 pm_status pm_sched_curve(const pm_sched_req *req, const double *limits, int n,
                          pm_search_point *pts, pm_err *err) {
-    pm_status st = check_req(req, err);
+    pm_status st = check_req(req, "curve", err);
     if (st) return st;
     if (n < 1) return pm_errf(err, PM_ERR_ARG, "curve needs at least one limit");
     double top = 0;

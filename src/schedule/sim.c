@@ -6,11 +6,13 @@
  * The rule (shared/reference/schedules.md): each device runs its passes in
  * list order; a pass starts at max(device free, end of its dependency, plus c
  * if the dependency ran on another device) and lasts its cost. Times depend
- * only on the lists, never on the order this code visits devices, so running
- * each device until its next pass waits on one not yet run, parking it on
- * that pass, and waking it when the pass runs, is exact and linear in the
- * passes. If every device is parked while passes remain, no device can
- * start its next pass: deadlock.
+ * only on the lists, never on the order this code visits devices, so a
+ * worklist is exact: a device runs as far as it can, and is revisited only
+ * when a pass it may wait on completes on another device (F(s) wakes the
+ * device of stage s+1, B or BW(s) the device of stage s-1). Each pass runs
+ * once and wakes at most one device, so a replay is linear in the number of
+ * passes. If the worklist empties while passes remain, no device can start
+ * its next pass: deadlock.
  *
  * Invariants: done[] of a (stage, mb) is written once, by the first pass that
  * completes it; times are never negative; mem[] is the running sum of
@@ -31,7 +33,6 @@ void pm_sim_free(pm_sim *sim) {
     pm_free(sim->peak_at);
     pm_free(sim->scratch);
     pm_free(sim->cursor);
-    pm_free(sim->wait);
     *sim = (pm_sim){0};
 }
 
@@ -47,14 +48,12 @@ pm_status pm_sim_init(pm_sim *sim, const pm_sched *s, pm_err *err) {
     sim->peak = pm_calloc(np, sizeof(double));
     sim->peak_at = pm_calloc(np, sizeof(int64_t));
     /* scratch: F and B ends per (stage, mb), then per device its free time
-     * and running memory; cursor: per device, the next pass to run. */
+     * and running memory; cursor: per device, the next pass to run, then the
+     * worklist of devices, then each device's on-list flag. */
     sim->scratch = pm_malloc((2 * nk + 2 * np) * sizeof(double));
-    sim->cursor = pm_malloc(np * sizeof(int64_t));
-    /* wait: per F / B end the first parked device, then per device the
-     * next parked one and the run stack. */
-    sim->wait = pm_malloc((2 * nk + 2 * np) * sizeof(int32_t));
+    sim->cursor = pm_malloc(3 * np * sizeof(int64_t));
     if (!sim->start || !sim->end || !sim->mem || !sim->span || !sim->busy || !sim->peak ||
-        !sim->peak_at || !sim->scratch || !sim->cursor || !sim->wait) {
+        !sim->peak_at || !sim->scratch || !sim->cursor) {
         pm_sim_free(sim);
         return pm_errf(err, PM_ERR_NOMEM, "out of memory simulating %zu passes", n);
     }
@@ -82,44 +81,46 @@ static pm_status check_ranges(const pm_sched *s, const pm_cost *c, pm_err *err) 
 
 typedef struct {
     const pm_sched *s;
-    double *fend;   /* (S, m) end of F, NAN until it ran; bend follows it */
-    double *bend;   /* (S, m) end of B or BW, NAN until it ran */
-    int32_t *whead; /* (2, S, m) first device parked on that F / B end, -1 if none */
-    int32_t *wnext; /* (p) next device parked on the same end */
-    int32_t *run;   /* (p) devices ready to run (a stack) */
-    int nrun;
+    double *fend; /* (S, m) end of F, NAN until it ran */
+    double *bend; /* (S, m) end of B or BW, NAN until it ran */
+    int64_t *stack;  /* (p) devices to revisit */
+    int64_t *queued; /* (p) 1 while the device is on the stack */
+    int64_t top;     /* entries on the stack */
 } deps;
 
+static void wake(deps *g, int d) {
+    if (d < 0 || g->queued[d]) return;
+    g->queued[d] = 1;
+    g->stack[g->top++] = d;
+}
+
+/* The device whose next pass may wait on x, which just ran on d; -1 if
+ * none other than d. */
+static int woken_device(const pm_sched *s, const pm_pass *x, int d) {
+    int t = x->kind == PM_PASS_F ? x->stage + 1 : x->kind == PM_PASS_W ? -1 : x->stage - 1;
+    int o = t >= 0 && t < s->S ? pm_sched_stage_device(s, t) : -1;
+    return o == d ? -1 : o;
+}
+
 /* Earliest time pass ps on device d may start as far as its dependency
- * goes; NAN if the dependency has not run yet, and then *key is the index
- * (into fend, whose table bend follows) of the end it waits for. */
-static double ready_time(const deps *g, const pm_pass *ps, int d, double c, int64_t *key) {
+ * goes; NAN if the dependency has not run yet. */
+static double ready_time(const deps *g, const pm_pass *ps, int d, double c) {
     const pm_sched *s = g->s;
     int dep_stage;
-    int64_t base;
+    const double *done;
     switch (ps->kind) {
     case PM_PASS_F:
         if (ps->stage == 0) return 0;
-        dep_stage = ps->stage - 1, base = 0;
+        dep_stage = ps->stage - 1, done = g->fend;
         break;
-    case PM_PASS_W: dep_stage = ps->stage, base = 1; break;
+    case PM_PASS_W: dep_stage = ps->stage, done = g->bend; break;
     default: /* B, BW */
-        if (ps->stage == s->S - 1) dep_stage = ps->stage, base = 0;
-        else dep_stage = ps->stage + 1, base = 1;
+        if (ps->stage == s->S - 1) dep_stage = ps->stage, done = g->fend;
+        else dep_stage = ps->stage + 1, done = g->bend;
     }
-    *key = base * s->S * s->m + (int64_t)dep_stage * s->m + ps->mb;
-    double t = g->fend[*key];
+    double t = done[(int64_t)dep_stage * s->m + ps->mb];
     if (isnan(t)) return NAN;
     return t + (pm_sched_stage_device(s, dep_stage) != d ? c : 0);
-}
-
-/* Records the end of a pass the first time it is known, and wakes the
- * devices parked on it. */
-static void finish(deps *g, int64_t key, double end) {
-    if (!isnan(g->fend[key])) return;
-    g->fend[key] = end;
-    for (int32_t w = g->whead[key]; w >= 0; w = g->wnext[w]) g->run[g->nrun++] = w;
-    g->whead[key] = -1;
 }
 
 static const char *waits_for(const pm_pass *ps, int S) {
@@ -143,32 +144,29 @@ static pm_status deadlock(const pm_sched *s, const int64_t *pos, pm_err *err) {
     return PM_OK;
 }
 
-/* Runs the passes of device d until one waits on a pass not yet run (then
- * d parks on it) or the list ends. */
+/* Runs as many passes of device d as are ready, waking the devices that
+ * may wait on them. */
 static void advance(pm_sim *sim, deps *g, const pm_cost *c, int d, int64_t *pos,
                     double *free_at, double *cur) {
     const pm_sched *s = g->s;
     const pm_pass *ps = pm_sched_dev(s, d);
-    int64_t base = (int64_t)d * s->cap, nk = (int64_t)s->S * s->m;
+    int64_t base = (int64_t)d * s->cap;
     for (; pos[d] < s->len[d]; pos[d]++) {
         const pm_pass *x = &ps[pos[d]];
-        int64_t wait;
-        double t = ready_time(g, x, d, c->c, &wait);
-        if (isnan(t)) {
-            g->wnext[d] = g->whead[wait];
-            g->whead[wait] = d;
-            return;
-        }
+        double t = ready_time(g, x, d, c->c);
+        if (isnan(t)) break;
         double st = t > free_at[d] ? t : free_at[d], dur = pm_cost_time(c, x);
         int64_t k = base + pos[d], key = (int64_t)x->stage * s->m + x->mb;
         sim->start[k] = st;
         sim->end[k] = free_at[d] = st + dur;
         sim->busy[d] += dur;
-        if (x->kind == PM_PASS_F) finish(g, key, st + dur);
-        if (x->kind == PM_PASS_B || x->kind == PM_PASS_BW) finish(g, nk + key, st + dur);
+        if (x->kind == PM_PASS_F && isnan(g->fend[key])) g->fend[key] = st + dur;
+        if ((x->kind == PM_PASS_B || x->kind == PM_PASS_BW) && isnan(g->bend[key]))
+            g->bend[key] = st + dur;
         *cur += pm_cost_mem(c, x);
         sim->mem[k] = *cur;
         if (*cur > sim->peak[d]) sim->peak[d] = *cur, sim->peak_at[d] = pos[d];
+        wake(g, woken_device(s, x, d));
     }
 }
 
@@ -192,23 +190,19 @@ pm_status pm_sim_replay(pm_sim *out, const pm_sched *s, const pm_cost *c, pm_err
     if (!(M > 0))
         return pm_errf(err, PM_ERR_ARG, "the forward memory deltas sum to %g; they must be > 0", M);
     size_t nk = (size_t)s->S * (size_t)s->m, np = (size_t)s->p;
-    deps g = {s, out->scratch, out->scratch + nk, out->wait, out->wait + 2 * nk,
-              out->wait + 2 * nk + np, 0};
-    double *free_at = out->scratch + 2 * nk, *cur = free_at + np;
     int64_t *pos = out->cursor;
+    deps g = {s, out->scratch, out->scratch + nk, pos + np, pos + 2 * np, 0};
+    double *free_at = out->scratch + 2 * nk, *cur = free_at + np;
     for (size_t i = 0; i < nk; i++) g.fend[i] = g.bend[i] = NAN;
-    for (size_t i = 0; i < 2 * nk; i++) g.whead[i] = -1;
     for (size_t d = 0; d < np; d++) {
-        free_at[d] = cur[d] = 0, pos[d] = 0;
+        free_at[d] = cur[d] = 0, pos[d] = 0, g.queued[d] = 0;
         out->span[d] = out->busy[d] = out->peak[d] = 0, out->peak_at[d] = 0;
     }
     out->M = M;
-    /* Times depend only on the lists, so any order of running devices is
-     * exact; each device is on the stack at most once (pushed at the start or
-     * when woken, and only a popped device parks), so this is linear. */
-    for (int d = s->p - 1; d >= 0; d--) g.run[g.nrun++] = d;
-    while (g.nrun > 0) {
-        int d = g.run[--g.nrun];
+    for (int d = s->p - 1; d >= 0; d--) wake(&g, d);
+    while (g.top > 0) {
+        int d = (int)g.stack[--g.top];
+        g.queued[d] = 0;
         advance(out, &g, c, d, pos, free_at, &cur[d]);
     }
     if ((st = deadlock(s, pos, err))) return st;

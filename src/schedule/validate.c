@@ -12,24 +12,24 @@
  *   4. deadlock: devices advance through their lists in order, a pass
  *      running once its dependency under the simulation rule has run; if
  *      every device that has passes left is waiting, the schedule is stuck.
- *      Times do not matter for this, so no costs are needed;
+ *      Times do not matter for this, so no costs are needed. A worklist
+ *      revisits a device only when a pass it may wait on completes, so the
+ *      check is linear in the number of passes;
  *   5. memory: with costs and a limit, each device's running sum of memory
  *      deltas in list order stays at or below limit * M.
  *
- * Working memory, allocated once: tables of pass positions, done flags and
- * parked devices indexed by (kind, stage, mb), sized 4*S*m, and three
- * per-device arrays. Every check is linear in the number of passes. */
+ * Working memory: one table of pass positions indexed by (kind, stage, mb),
+ * allocated once, sized 4*S*m, and O(p) worklist state. */
 #include "pipemem/pm_sched.h"
 
 typedef struct {
     const pm_sched *s;
-    int32_t *pos;   /* (4, S, m) index of the pass in its device's list, -1 if absent */
-    uint8_t *done;  /* (4, S, m) 1 once the pass has run in the deadlock replay */
-    int32_t *whead; /* (4, S, m) first device parked on the pass, -1 if none */
-    int64_t *next;  /* (p) next pass of each device in the deadlock replay */
-    int32_t *wnext; /* (p) next device parked on the same pass */
-    int32_t *run;   /* (p) devices ready to run (a stack) */
-    int nrun;
+    int32_t *pos;  /* (4, S, m) index of the pass in its device's list, -1 if absent */
+    uint8_t *done; /* (4, S, m) 1 once the pass has run in the deadlock replay */
+    int64_t *next; /* (p) next pass of each device in the deadlock replay */
+    int *stack;    /* (p) devices to revisit in the deadlock replay */
+    uint8_t *queued; /* (p) 1 while the device is on the stack */
+    int top;       /* entries on the stack */
 } vstate;
 
 static size_t slot(const pm_sched *s, int kind, int stage, int mb) {
@@ -183,38 +183,42 @@ static pm_status check_order(const vstate *v, pm_err *err) {
     return PM_OK;
 }
 
-/* Replays the lists in dependency order; names the first stuck device and
- * the device it waits on. Event-driven, so linear in the passes: a device
- * runs until its next pass waits on a pass not yet run, then parks on that
- * pass's waiter list; running a pass wakes the devices parked on it. */
-static void run_device(vstate *v, int d) {
-    const pm_sched *s = v->s;
-    const pm_pass *l = pm_sched_dev(s, d);
-    while (v->next[d] < s->len[d]) {
-        const pm_pass *ps = &l[v->next[d]];
-        pm_pass dep;
-        if (sim_dep(v, ps, &dep)) {
-            size_t k = slot(s, dep.kind, dep.stage, dep.mb);
-            if (!v->done[k]) {
-                v->wnext[d] = v->whead[k];
-                v->whead[k] = d;
-                return;
-            }
-        }
-        size_t k = slot(s, ps->kind, ps->stage, ps->mb);
-        v->done[k] = 1;
-        for (int32_t w = v->whead[k]; w >= 0; w = v->wnext[w]) v->run[v->nrun++] = w;
-        v->whead[k] = -1;
-        v->next[d]++;
-    }
+/* The device whose next pass may wait on the pass just run (F(s) frees
+ * F(s+1), B or BW(s) frees B or BW(s-1)); -1 if none. Dependencies on the
+ * pass's own device are met by the device's own loop. */
+static int woken_device(const pm_sched *s, const pm_pass *ps) {
+    int t = ps->kind == PM_PASS_F ? ps->stage + 1 : ps->kind == PM_PASS_W ? -1 : ps->stage - 1;
+    return t >= 0 && t < s->S ? pm_sched_stage_device(s, t) : -1;
 }
 
+static void wake(vstate *v, int d) {
+    if (d < 0 || v->queued[d]) return;
+    v->queued[d] = 1;
+    v->stack[v->top++] = d;
+}
+
+/* Replays the lists in dependency order with a worklist: a device runs
+ * until its next pass waits, and is revisited only when a pass it may wait
+ * on completes. Each pass runs once and wakes at most one device, so the
+ * replay is linear in the number of passes. Names the first stuck device
+ * and the device it waits on. */
 static pm_status check_deadlock(vstate *v, pm_err *err) {
     const pm_sched *s = v->s;
-    /* Each device is on the run stack at most once: it is pushed at the
-     * start, or when woken, and only a popped device can park. */
-    for (int d = s->p - 1; d >= 0; d--) v->run[v->nrun++] = d;
-    while (v->nrun > 0) run_device(v, v->run[--v->nrun]);
+    for (int d = s->p - 1; d >= 0; d--) wake(v, d);
+    while (v->top > 0) {
+        int d = v->stack[--v->top];
+        v->queued[d] = 0;
+        const pm_pass *l = pm_sched_dev(s, d);
+        while (v->next[d] < s->len[d]) {
+            const pm_pass *ps = &l[v->next[d]];
+            pm_pass dep;
+            if (sim_dep(v, ps, &dep) && !v->done[slot(s, dep.kind, dep.stage, dep.mb)]) break;
+            v->done[slot(s, ps->kind, ps->stage, ps->mb)] = 1;
+            v->next[d]++;
+            int o = woken_device(s, ps);
+            if (o != d) wake(v, o);
+        }
+    }
     for (int d = 0; d < s->p; d++) {
         if (v->next[d] >= s->len[d]) continue;
         char nb[48], db[48], ob[48], wb[48];
@@ -279,16 +283,14 @@ pm_status pm_sched_validate(const pm_sched *s, const pm_cost *c, double mem_limi
         return pm_errf(err, PM_ERR_NOMEM, "schedule too large to validate");
     vstate v = {.s = s};
     v.pos = pm_malloc(n * sizeof *v.pos);
-    v.whead = pm_malloc(n * sizeof *v.whead);
     v.done = pm_calloc(n, 1);
     v.next = pm_calloc((size_t)s->p, sizeof *v.next);
-    v.wnext = pm_malloc((size_t)s->p * sizeof *v.wnext);
-    v.run = pm_malloc((size_t)s->p * sizeof *v.run);
-    if (!v.pos || !v.whead || !v.done || !v.next || !v.wnext || !v.run) {
+    v.stack = pm_malloc((size_t)s->p * sizeof *v.stack);
+    v.queued = pm_calloc((size_t)s->p, 1);
+    if (!v.pos || !v.done || !v.next || !v.stack || !v.queued) {
         st = pm_errf(err, PM_ERR_NOMEM, "out of memory validating %zu passes", n);
         goto done;
     }
-    for (size_t i = 0; i < n; i++) v.whead[i] = -1;
     for (size_t i = 0; i < n; i++) v.pos[i] = -1;
     if ((st = record(&v, err))) goto done;
     if ((st = check_complete(&v, err))) goto done;
@@ -297,10 +299,9 @@ pm_status pm_sched_validate(const pm_sched *s, const pm_cost *c, double mem_limi
     if (mem_limit > 0 && c) st = check_memory(s, c, mem_limit, err);
 done:
     pm_free(v.pos);
-    pm_free(v.whead);
     pm_free(v.done);
     pm_free(v.next);
-    pm_free(v.wnext);
-    pm_free(v.run);
+    pm_free(v.stack);
+    pm_free(v.queued);
     return st;
 }

@@ -1,0 +1,180 @@
+/* block_named.c: the named V blocks for p devices: V-Min and V-Half from
+ * the papers' offset formulas, and 1F1B-V from a bounded depth-first search
+ * whose first leaf is the greedy block (so it always returns one). */
+#include <ctype.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "block_internal.h"
+
+/* ---- named blocks ------------------------------------------------------ */
+
+/* V-Min and V-Half: F and B offsets from the papers' formulas (schedules.md;
+ * for device i, a shift a keeps the residues distinct when p is divisible by
+ * 3, resp. even), W filled in by the first-free-slot rule. */
+static pm_status named_formula(pm_block *b, int half, int p, pm_err *err) {
+    pm_status st = pm_block_alloc(b, PM_PLACE_V, p, 2, 6, 6 * p, err);
+    if (st) return st;
+    int a = half ? (p % 2 == 0 ? 3 : 0) : (p % 3 == 0 ? 2 : 0);
+    for (int i = 0; i < p; i++) {
+        int f0 = half ? 2 * i : i, f1 = half ? 3 * p - 2 - i : 2 * p - 1 - i;
+        int b1 = half ? 3 * p + a + 2 * i - 1 : 2 * p + a + i;
+        int b0 = half ? 6 * p + a - 2 - i : 4 * p + a - 1 - i;
+        b->pass[b->n++] = (pm_block_pass){i, 0, PM_PASS_F, f0, 1};
+        b->pass[b->n++] = (pm_block_pass){i, 1, PM_PASS_F, f1, 1};
+        b->pass[b->n++] = (pm_block_pass){i, 1, PM_PASS_B, b1, 1};
+        b->pass[b->n++] = (pm_block_pass){i, 0, PM_PASS_B, b0, 1};
+    }
+    if ((st = pm_block_fill_w(b, err)) || (st = pm_block_check_lines(b, NULL, 0, err))) pm_block_free(b);
+    return st;
+}
+
+/* Can passes of the given durations still be packed, without overlap, into
+ * the residues mod T not set in occ (T small)? Tries every free start. */
+static int packable(unsigned char *occ, int T, const int *dur, int n) {
+    if (n == 0) return 1;
+    for (int r = 0; r < T; r++) {
+        int ok = 1;
+        for (int k = 0; k < dur[0] && ok; k++) ok = !occ[(r + k) % T];
+        if (!ok) continue;
+        for (int k = 0; k < dur[0]; k++) occ[(r + k) % T] = 1;
+        ok = packable(occ, T, dur + 1, n - 1);
+        for (int k = 0; k < dur[0]; k++) occ[(r + k) % T] = 0;
+        if (ok) return 1;
+    }
+    return 0;
+}
+
+/* 1F1B-V: V placement, fused BW of 2 slots, T = 6 (F0, F1, BW1, BW0 fill an
+ * interval exactly). Passes go in dependency order (F down and back up the
+ * V: steps 0..S-1 are the F of stages 0..S-1, steps S..2S-1 the BW of stages
+ * S-1..0), each at a slot after its dependency whose residues are free on
+ * its device and leave the device's remaining passes room to fit. A
+ * depth-first search tries, for every step, the first 3 such slots, earliest
+ * first, so its first leaf is the greedy block; within a node budget it
+ * keeps the block with the smallest memory bound (largest per-device sum of
+ * ceil(lifespan / T), then the total), pruning with a lower bound: a stage
+ * whose BW is not placed yet ends no earlier than the remaining chain of
+ * passes allows. */
+enum { V1_T = 6, V1_BRANCH = 3 };
+
+typedef struct {
+    int p, S;
+    unsigned char *occ; /* (p, T) residues taken on each device */
+    int *off;           /* (2S) slot of each step placed so far */
+    int *best;          /* (2S) the best complete block found */
+    int *cnt;           /* (p) scratch: per-device sums */
+    int best_max, best_sum; /* its objective; best_max < 0 until a leaf */
+    long nodes;         /* node budget left */
+} v1_search;
+
+static void v1_step(const v1_search *g, int step, int *stage, int *dev, int *chunk, int *dur) {
+    int fwd = step < g->S;
+    *stage = fwd ? step : 2 * g->S - 1 - step;
+    *dev = *stage < g->p ? *stage : g->S - 1 - *stage;
+    *chunk = *stage < g->p ? 0 : 1;
+    *dur = fwd ? 1 : 2;
+}
+
+/* Lower bound (or, at a leaf, the value) of the objective with steps
+ * 0..k-1 placed and the next pass ready at slot `ready`. */
+static void v1_bound(v1_search *g, int k, int ready, int *mx, int *sum) {
+    int S = g->S;
+    for (int d = 0; d < g->p; d++) g->cnt[d] = 0;
+    for (int s = 0; s < S; s++) {
+        int dev = s < g->p ? s : S - 1 - s, j = 2 * S - 1 - s, l = 1;
+        if (s < k) {
+            int end = j < k ? g->off[j] + 2
+                            : ready + (k < S ? S - k : 0) + 2 * (j - (k > S ? k : S) + 1);
+            l = end - g->off[s];
+        }
+        g->cnt[dev] += (l + V1_T - 1) / V1_T;
+    }
+    *mx = *sum = 0;
+    for (int d = 0; d < g->p; d++) {
+        if (g->cnt[d] > *mx) *mx = g->cnt[d];
+        *sum += g->cnt[d];
+    }
+}
+
+static void v1_dfs(v1_search *g, int k, int ready) {
+    int mx, sum;
+    /* The budget bounds the search after the first leaf only: the first
+     * descent is the greedy block (packable() leaves every step a free slot,
+     * so it never backtracks) and must be reached for every p, even when
+     * its 4p + 1 nodes exceed the budget (p >= 508). */
+    if (g->nodes-- <= 0 && g->best_max >= 0) return;
+    v1_bound(g, k, ready, &mx, &sum);
+    if (g->best_max >= 0 && (mx > g->best_max || (mx == g->best_max && sum >= g->best_sum)))
+        return;
+    if (k == 2 * g->S) {
+        g->best_max = mx, g->best_sum = sum;
+        memcpy(g->best, g->off, (size_t)(2 * g->S) * sizeof *g->best);
+        return;
+    }
+    int stage, dev, chunk, dur, rest[3], nr = 0;
+    v1_step(g, k, &stage, &dev, &chunk, &dur);
+    /* what this device still has to place after this pass */
+    if (dur == 1 && chunk == 0) rest[nr++] = 1, rest[nr++] = 2, rest[nr++] = 2;
+    else if (dur == 1) rest[nr++] = 2, rest[nr++] = 2;
+    else if (chunk == 1) rest[nr++] = 2;
+    unsigned char *o = g->occ + (size_t)dev * V1_T;
+    for (int t = ready, tried = 0; t < ready + V1_T && tried < V1_BRANCH; t++) {
+        int ok = 1;
+        for (int j = 0; j < dur && ok; j++) ok = !o[(t + j) % V1_T];
+        if (!ok) continue;
+        for (int j = 0; j < dur; j++) o[(t + j) % V1_T] = 1;
+        if (packable(o, V1_T, rest, nr)) {
+            tried++;
+            g->off[k] = t;
+            v1_dfs(g, k + 1, t + dur);
+        }
+        for (int j = 0; j < dur; j++) o[(t + j) % V1_T] = 0;
+    }
+}
+
+static pm_status named_1f1b_v(pm_block *b, int p, pm_err *err) {
+    pm_status st = pm_block_alloc(b, PM_PLACE_V, p, 2, V1_T, 6 * p, err);
+    if (st) return st;
+    v1_search g = {.p = p, .S = 2 * p, .best_max = -1, .nodes = 2000000L / (2 * p) + 64};
+    g.occ = pm_calloc((size_t)p * V1_T, 1);
+    g.off = pm_calloc((size_t)(4 * p), sizeof *g.off);
+    g.best = pm_calloc((size_t)(4 * p), sizeof *g.best);
+    g.cnt = pm_calloc((size_t)p, sizeof *g.cnt);
+    if (!g.occ || !g.off || !g.best || !g.cnt) {
+        st = pm_errf(err, PM_ERR_NOMEM, "out of memory building the 1f1b-v block");
+        goto done;
+    }
+    v1_dfs(&g, 0, 0);
+    if (g.best_max < 0) { /* cannot happen (see v1_dfs), but a search never asserts */
+        st = pm_errf(err, PM_ERR_ARG, "1f1b-v block search found no block for p=%d", p);
+        goto done;
+    }
+    for (int k = 0; k < 2 * g.S; k++) {
+        int stage, dev, chunk, dur;
+        v1_step(&g, k, &stage, &dev, &chunk, &dur);
+        b->pass[b->n++] =
+            (pm_block_pass){dev, chunk, dur == 1 ? PM_PASS_F : PM_PASS_BW, g.best[k], dur};
+    }
+    st = pm_block_check_lines(b, NULL, 0, err);
+done:
+    pm_free(g.occ);
+    pm_free(g.off);
+    pm_free(g.best);
+    pm_free(g.cnt);
+    if (st) pm_block_free(b);
+    return st;
+}
+
+pm_status pm_block_named(pm_block *b, const char *name, int p, pm_err *err) {
+    *b = (pm_block){0};
+    if (p < 1 || p > 1024)
+        return pm_errf(err, PM_ERR_ARG, "named blocks need 1 <= p <= 1024 (got %d)", p);
+    if (name && strcmp(name, "v-min") == 0) return named_formula(b, 0, p, err);
+    if (name && strcmp(name, "v-half") == 0) return named_formula(b, 1, p, err);
+    if (name && strcmp(name, "1f1b-v") == 0) return named_1f1b_v(b, p, err);
+    return pm_errf(err, PM_ERR_ARG, "unknown block '%s'; named blocks: v-min, v-half, 1f1b-v",
+                   name ? name : "(none)");
+}

@@ -1,0 +1,104 @@
+/* pool.c: the candidate pool of the memory-limited searches (pool.h): a
+ * growable array of candidates, their simulation, the pick of the fastest
+ * under a limit, and the rebuild of a winner through the function its
+ * generator stored in it. It calls no generator of its own: the named kinds
+ * are reached through the public registry (pm_sched_generate).
+ *
+ * Invariant: a candidate's figures are those of the schedule its rebuild
+ * function returns for the same request. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "pool.h"
+
+/* A named kind: the registry again, with its chunks and no limit. */
+static pm_status rebuild_named(pm_sched *s, const pm_cand *c, const pm_sched_req *req,
+                               pm_err *err) {
+    pm_sched_req q = *req;
+    q.v = c->v;
+    q.mem_limit = 0;
+    return pm_sched_generate(s, c->kind, &q, err);
+}
+
+pm_status pm_search_fatal(pm_status st, const pm_err *e, pm_err *err) {
+    return st == PM_ERR_NOMEM ? pm_errf(err, PM_ERR_NOMEM, "%s", e->msg) : PM_OK;
+}
+
+pm_status pm_search_eval(const pm_sched *s, const pm_sched_req *req, pm_search_point *pt,
+                         pm_err *err) {
+    *pt = (pm_search_point){0};
+    pm_cost c;
+    pm_sim sim;
+    pm_status st = pm_cost_init_uniform(&c, s, req->t, req->mem, err);
+    if (st) return st;
+    st = pm_sim_run(&sim, s, &c, err);
+    pm_cost_free(&c);
+    if (st) return st;
+    snprintf(pt->kind, sizeof pt->kind, "%s", s->kind);
+    pt->ok = 1;
+    pt->makespan = sim.makespan;
+    pt->bubble = sim.bubble;
+    pt->peak = pm_sim_peak_max_x(&sim);
+    pm_sim_free(&sim);
+    return PM_OK;
+}
+
+void pm_pool_free(pm_pool *pl) {
+    if (!pl) return;
+    pm_free(pl->c);
+    *pl = (pm_pool){0};
+}
+
+pm_status pm_pool_add(pm_pool *pl, const pm_cand *c, pm_err *err) {
+    if (pl->n == pl->cap) {
+        int cap = pl->cap ? 2 * pl->cap : 64;
+        pm_cand *x = pm_realloc(pl->c, (size_t)cap * sizeof *x);
+        if (!x) return pm_errf(err, PM_ERR_NOMEM, "out of memory for %d search candidates", cap);
+        pl->c = x;
+        pl->cap = cap;
+    }
+    pl->c[pl->n++] = *c;
+    return PM_OK;
+}
+
+pm_status pm_pool_named(pm_pool *pl, const pm_sched_req *req, pm_family fam, const char *kind,
+                        int v, pm_err *err) {
+    pm_sched_req q = *req;
+    q.v = v;
+    q.mem_limit = 0;
+    pm_sched s;
+    pm_err e;
+    pm_status gs = pm_sched_generate(&s, kind, &q, &e);
+    if (gs) return pm_search_fatal(gs, &e, err); /* else: does not fit this (p, m) */
+    pm_cand c = {.rebuild = rebuild_named, .fam = fam, .v = v};
+    snprintf(c.kind, sizeof c.kind, "%s", kind);
+    gs = pm_search_eval(&s, req, &c.pt, &e);
+    pm_sched_free(&s);
+    if (gs) return pm_search_fatal(gs, &e, err);
+    c.bound = c.pt.peak;
+    if (v > 2) snprintf(c.pt.kind, sizeof c.pt.kind, "%s(v=%d)", kind, v);
+    return pm_pool_add(pl, &c, err);
+}
+
+int pm_pool_best(const pm_pool *pl, int fam, double limit) {
+    int best = -1;
+    for (int i = 0; i < pl->n; i++) {
+        const pm_cand *c = &pl->c[i];
+        if (!c->pt.ok || (fam >= 0 && (int)c->fam != fam)) continue;
+        if (c->pt.peak > limit * (1 + PM_PEAK_TOL)) continue;
+        if (best < 0) {
+            best = i;
+            continue;
+        }
+        const pm_search_point *b = &pl->c[best].pt;
+        if (c->pt.makespan < b->makespan * (1 - 1e-12) ||
+            (c->pt.makespan <= b->makespan * (1 + 1e-12) && c->pt.peak < b->peak))
+            best = i;
+    }
+    return best;
+}
+
+pm_status pm_cand_build(pm_sched *s, const pm_cand *c, const pm_sched_req *req, pm_err *err) {
+    return c->rebuild(s, c, req, err);
+}

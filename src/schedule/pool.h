@@ -1,0 +1,75 @@
+/* pool.h: the candidate pool of the memory-limited searches, a leaf: it
+ * knows no generator. A search gathers candidates in a pool: each
+ * candidate carries its own rebuild function (set by the generator that
+ * made it) and a few parameters, and its simulated figures, so a pool of
+ * hundreds of candidates costs kilobytes, and only the winner is rebuilt.
+ * Adding a generator adds a rebuild function beside it, never a case here
+ * or in search.c. A pool built for a largest limit L answers every limit up
+ * to L: the candidates it holds for a limit l are the same whatever L is,
+ * which is what makes the answers monotone in the limit. */
+#ifndef PM_POOL_H
+#define PM_POOL_H
+
+#include "pipemem/pm_sched.h"
+
+#define PM_PEAK_TOL 1e-9 /* the validator's tolerance on limit * M */
+
+/* Simulates s with req's costs into pt (pt->ok = 1); on error pt->ok = 0
+ * and the status is returned (err filled). */
+pm_status pm_search_eval(const pm_sched *s, const pm_sched_req *req, pm_search_point *pt,
+                         pm_err *err);
+/* A candidate that failed with status st (message in e) is skipped, unless
+ * it ran out of memory: then the search ends with PM_ERR_NOMEM in err. */
+pm_status pm_search_fatal(pm_status st, const pm_err *e, pm_err *err);
+
+/* The limits (x M) at which a greedy's memory decisions can change, under
+ * the default accounting, are the multiples of one stage's forward
+ * activation, 1/(v p). The searches run the greedies on a grid of those: a
+ * step of ceil(v p / 16) activations, so at most 16 levels per M whatever
+ * p is. The grid depends on p and v only, never on the limit asked. */
+static inline int pm_search_step(int p, int v) { return (v * p + 15) / 16; }
+static inline double pm_search_level(int k, int p, int v) {
+    return (double)k * pm_search_step(p, v) / ((double)v * p);
+}
+/* Highest grid index whose level is at most limit. */
+static inline int pm_search_levels(double limit, int p, int v) {
+    return (int)(limit * v * p / pm_search_step(p, v) + 1e-9);
+}
+
+#define PM_CAND_BLK 12
+
+typedef struct pm_cand pm_cand;
+
+/* Rebuilds candidate c's schedule for req into s (on error s is zeroed). */
+typedef pm_status (*pm_cand_rebuild)(pm_sched *s, const pm_cand *c, const pm_sched_req *req,
+                                     pm_err *err);
+
+struct pm_cand {
+    pm_cand_rebuild rebuild; /* how to rebuild it: set by the generator that made it */
+    pm_family fam;           /* placement family it is listed under */
+    char kind[32];        /* the generator name reported for it */
+    int v;                /* chunks (named kinds; 0 = default) */
+    double level;         /* limit the greedy ran at (x M) */
+    int blk[PM_CAND_BLK]; /* block parameters (gen_autov.c) */
+    double bound;         /* memory-theorem bound (blocks) or level; x M */
+    pm_search_point pt;   /* simulated figures */
+};
+
+typedef struct {
+    pm_cand *c; /* (cap); owned */
+    int n, cap;
+} pm_pool;
+
+void pm_pool_free(pm_pool *pl);
+pm_status pm_pool_add(pm_pool *pl, const pm_cand *c, pm_err *err);
+/* Builds the named kind (with v chunks) and adds it with its figures;
+ * kinds that do not build for req are skipped. */
+pm_status pm_pool_named(pm_pool *pl, const pm_sched_req *req, pm_family fam, const char *kind,
+                        int v, pm_err *err);
+/* Index of the fastest candidate of family fam (-1: any) whose peak fits
+ * limit (ties to the smaller peak), or -1. */
+int pm_pool_best(const pm_pool *pl, int fam, double limit);
+/* Rebuilds candidate c's schedule. */
+pm_status pm_cand_build(pm_sched *s, const pm_cand *c, const pm_sched_req *req, pm_err *err);
+
+#endif
