@@ -1,8 +1,9 @@
-/* test_cli_inputs.c: the data commands under hostile input, through the
+/* test_cli_inputs.c: `prepare` and `train` under hostile input, through the
  * built binary (PM_BIN): endless and directory inputs to `prepare`, a
- * missing data directory for `train`. Each bad request must end in one line
- * on stderr, exit 1, quickly. (The schedule commands' hostile inputs are in
- * test_generators.c.) */
+ * missing data directory, a pipeline run whose schedule cannot meet its
+ * --mem-limit or whose schedule file disagrees with --pp. Each bad request
+ * must end in one line on stderr, exit 1, quickly, before any step runs.
+ * (The schedule commands' hostile inputs are in test_generators.c.) */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -85,9 +86,81 @@ static void test_prepare_inputs_bounded(void **state) {
     assert_int_equal(r.status, 1);
     assert_int_equal(r.lines, 1);
 }
+/* A small prepared corpus in dir/d. */
+static void prepare_data(void) {
+    char path[300], args[700];
+    snprintf(path, sizeof path, "%s/corpus.txt", dir);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    for (int i = 0; i < 300; i++) fprintf(f, "line %d: the quick brown fox jumps\n", i);
+    fclose(f);
+    snprintf(args, sizeof args, "prepare %s -o %s/d", path, dir);
+    assert_int_equal(run(args).status, 0);
+}
+
+#define TRAIN "train --layers 4 --dim 32 --heads 2 --ctx 16 --batch 8 --microbatches 4 " \
+              "--steps 2 --data "
+
+static void test_pipeline_refusals(void **state) {
+    (void)state;
+    if (!bin) skip();
+    prepare_data();
+    char args[900];
+    /* 1F1B on 2 devices peaks near 0.89 M here: a 0.1 M limit is refused,
+     * naming the peak and the smallest limit that works. */
+    snprintf(args, sizeof args, TRAIN "%s/d --pp 2 --schedule 1f1b --mem-limit 0.1", dir);
+    expect_error(args, "over --mem-limit 0.1 M; the smallest limit it meets is 0.88", 30);
+    snprintf(args, sizeof args, TRAIN "%s/d --pp 2 --schedule 1f1b --mem-limit 0.9", dir);
+    assert_int_equal(run(args).status, 0);
+    /* auto re-searches when the real (unequal) stages overshoot, and says
+     * so when nothing fits */
+    snprintf(args, sizeof args, TRAIN "%s/d --pp 2 --schedule auto --mem-limit 0.5", dir);
+    expect_error(args, "no schedule meets --mem-limit 0.5 M on this model", 60);
+    /* a schedule file for 4 devices with --pp 2 */
+    snprintf(args, sizeof args, "schedule --kind 1f1b -p 4 -m 4 -o %s/s4.txt", dir);
+    assert_int_equal(run(args).status, 0);
+    snprintf(args, sizeof args, TRAIN "%s/d --pp 2 --schedule-file %s/s4.txt", dir, dir);
+    expect_error(args, "--pp 2 but", 30);
+    snprintf(args, sizeof args, TRAIN "%s/d --schedule-file %s/s4.txt --mem-limit 0.2",
+             dir, dir);
+    expect_error(args, "over --mem-limit 0.2 M", 30);
+}
+
+/* Output paths are checked before the first step, not after the run. */
+static void test_outputs_checked_before_training(void **state) {
+    (void)state;
+    if (!bin) skip();
+    prepare_data();
+    char args[900];
+    static const char *const bad[][2] = {
+        {"--save %s", "is a directory"},
+        {"--save /nonexistent-dir/x.ckpt", "/nonexistent-dir/x.ckpt: cannot be written"},
+        {"--pp 2 --trace /nonexistent-dir/t.json", "--trace /nonexistent-dir/t.json"},
+        {"--pp 2 --timeline %s", "--timeline"},
+    };
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        char extra[300];
+        snprintf(extra, sizeof extra, bad[k][0], dir);
+        snprintf(args, sizeof args, TRAIN "%s/d %s", dir, extra);
+        expect_error(args, bad[k][1], 5);
+    }
+    /* a stale tmp from a killed run is cleared, and a good run writes */
+    char tmp[300];
+    snprintf(tmp, sizeof tmp, "%s/run.ckpt.tmp", dir);
+    FILE *f = fopen(tmp, "w");
+    assert_non_null(f);
+    fputs("stale", f);
+    fclose(f);
+    snprintf(args, sizeof args, TRAIN "%s/d --save %s/run.ckpt", dir, dir);
+    assert_int_equal(run(args).status, 0);
+    assert_int_not_equal(access(tmp, F_OK), 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_prepare_inputs_bounded),
+        cmocka_unit_test(test_pipeline_refusals),
+        cmocka_unit_test(test_outputs_checked_before_training),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -62,6 +62,7 @@ int pm_cmd_train(int argc, char **argv) {
     pm_cli_train_opts o;
     int rc = pm_cli_train_parse(argc, argv, &o);
     if (rc) return rc < 0 ? 0 : rc;
+    if (pm_cli_train_check_outputs(&o)) return 1;
     if (o.pipeline) return pm_cli_train_pp(&o);
     pm_blas_threads(o.threads);
     pm_tokens tr, va;

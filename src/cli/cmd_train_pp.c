@@ -64,17 +64,63 @@ static pm_mem model_mem(const pm_train_cfg *cfg) {
     return (pm_mem){1.0, -(saved - saved_w) / saved, -saved_w / saved};
 }
 
+/* Peak activation (x M) of schedule s on the real model: the layers placed
+ * as the runtime places them, each stage's exact byte deltas. */
+static pm_status real_peak(const pm_train_cfg *cfg, const pm_sched *s, double *peak,
+                           pm_err *err) {
+    int mb = cfg->batch / cfg->micro, *first = pm_malloc((size_t)(s->S + 1) * sizeof *first);
+    if (!first) return pm_errf(err, PM_ERR_NOMEM, "out of memory placing %d stages", s->S);
+    pm_cost c = {0};
+    pm_sim sim = {0};
+    pm_status st = pm_place_layers(&cfg->model, mb, cfg->model.ctx, s->S, first, err);
+    if (!st) st = pm_place_costs(&cfg->model, mb, cfg->model.ctx, first, s->S, &c, err);
+    if (!st) st = pm_sim_run(&sim, s, &c, err);
+    if (!st) *peak = pm_sim_peak_max_x(&sim);
+    pm_sim_free(&sim);
+    pm_cost_free(&c);
+    pm_free(first);
+    return st;
+}
+
 static pm_status make_sched(const pm_cli_train_opts *o, const pm_train_cfg *cfg, pm_trainer *host,
                             pm_sched *s, pm_err *err) {
-    if (o->sched_file) return pm_sched_load(s, o->sched_file, err);
+    if (o->sched_file) {
+        pm_status st = pm_sched_load(s, o->sched_file, err);
+        if (!st && o->have_pp && s->p != o->pp) {
+            st = pm_errf(err, PM_ERR_ARG, "train: --pp %d but %s is a schedule for %d devices; "
+                         "pass --pp %d or drop --pp", o->pp, o->sched_file, s->p, s->p);
+            pm_sched_free(s);
+        }
+        return st;
+    }
     pm_sched_req req = {.p = o->pp, .m = cfg->micro, .v = o->chunks, .t = PM_COSTS_DEFAULT,
                         .mem = model_mem(cfg), .mem_limit = o->mem_limit};
     if (strcmp(o->kind, "auto")) return pm_sched_generate(s, o->kind, &req, err);
     pm_status st = profile(cfg, o->pp, host, &req.t, err);
     if (st) return st;
+    /* The search assumes equal stages; the real layers are not (embedding
+     * and head differ), so a pick can peak above the limit. Search again
+     * under a limit scaled by how far the real peak overshot. */
     pm_search_point pt;
     char why[256];
-    if ((st = pm_sched_search(s, &req, &pt, why, sizeof why, err))) return st;
+    double real = 0;
+    for (int tries = 0;; tries++) {
+        if ((st = pm_sched_search(s, &req, &pt, why, sizeof why, err))) {
+            if (tries && st == PM_ERR_MEMLIMIT)
+                st = pm_errf(err, st, "train: no schedule meets --mem-limit %.4g M on this "
+                             "model: its stages are unequal, and the best pick peaked at %.4g "
+                             "M; raise the limit", o->mem_limit, real);
+            return st;
+        }
+        if ((st = real_peak(cfg, s, &real, err))) break;
+        if (real <= o->mem_limit * (1 + 1e-9) || tries == 4) break;
+        pm_sched_free(s);
+        req.mem_limit *= o->mem_limit / real * (1 - 1e-6);
+    }
+    if (st) {
+        pm_sched_free(s);
+        return st;
+    }
     fprintf(stderr, "train: --schedule auto under %.3g M picked %s (%s)\n", o->mem_limit,
             s->kind, why);
     return PM_OK;
@@ -122,12 +168,17 @@ static int write_outputs(const pm_cli_train_opts *o, const pm_pipe *pp) {
     const char *paths[2] = {o->trace, o->svg};
     for (int k = 0; k < 2; k++) {
         if (!paths[k]) continue;
-        FILE *f = fopen(paths[k], "w");
-        if (!f) return pm_cli_fail("cannot write %s", paths[k]);
+        pm_wfile w;
+        if (pm_wfile_open(&w, paths[k], &err)) return pm_cli_fail("%s", err.msg);
         char title[128];
         snprintf(title, sizeof title, "%s p=%d m=%d: measured", pp->sched.kind, pp->p, pp->m);
-        pm_status st = k ? pm_pipe_write_svg(pp, f, title, &err) : pm_pipe_write_trace(pp, f, &err);
-        if (fclose(f) || st) return pm_cli_fail("%s: %s", paths[k], st ? err.msg : "write failed");
+        pm_status st = k ? pm_pipe_write_svg(pp, w.f, title, &err)
+                         : pm_pipe_write_trace(pp, w.f, &err);
+        if (st) {
+            pm_wfile_abort(&w);
+            return pm_cli_fail("%s: %s", paths[k], err.msg);
+        }
+        if (pm_wfile_commit(&w, &err)) return pm_cli_fail("%s", err.msg);
         fprintf(stderr, "wrote %s\n", paths[k]);
     }
     return 0;
@@ -212,13 +263,20 @@ int pm_cli_train_pp(const pm_cli_train_opts *op) {
         goto out;
     }
     double M = pm_cost_M(&pp.cost), peak = 0;
+    int at = 0;
     for (int d = 0; d < pp.p; d++)
-        if ((double)pp.pred_peak[d] > peak) peak = (double)pp.pred_peak[d];
+        if ((double)pp.pred_peak[d] > peak) peak = (double)pp.pred_peak[d], at = d;
+    if (o.mem_limit > 0 && peak / M > o.mem_limit * (1 + 1e-9)) {
+        /* The simulator's peak with the model's exact byte deltas is what the
+         * arena will hold: a run over the limit is refused, not noted. */
+        pm_cli_fail("train: schedule %s peaks at %.4g M (%.0f bytes) on device %d, over "
+                    "--mem-limit %.4g M; the smallest limit it meets is %.4g M (--schedule "
+                    "auto searches every schedule under a limit)", s.kind, peak / M, peak, at,
+                    o.mem_limit, ceil(peak / M * 1e4) / 1e4);
+        goto out;
+    }
     fprintf(stderr, "train: predicted peak activation %.3f M (%.0f bytes; M = %.0f bytes)\n",
             peak / M, peak, M);
-    if (o.mem_limit > 0 && peak / M > o.mem_limit)
-        fprintf(stderr, "train: note: the real layers are not identical, so the peak is above "
-                "--mem-limit %.3g M (the schedule engine assumes equal stages)\n", o.mem_limit);
     if (o.resume) {
         pm_pipe_scatter(&pp, t.params, t.m, t.v);
         pp.step = t.step;

@@ -120,6 +120,17 @@ static int check(pm_cli_train_opts *o, const char *pipe_only, const char *single
     return 0;
 }
 
+int pm_cli_train_check_outputs(const pm_cli_train_opts *o) {
+    const char *paths[3] = {o->save, o->trace, o->svg};
+    const char *opts[3] = {"--save", "--trace", "--timeline"};
+    for (int k = 0; k < 3; k++) {
+        pm_err err;
+        if (paths[k] && pm_path_check_writable(paths[k], &err))
+            return pm_cli_fail("train: %s %s", opts[k], err.msg);
+    }
+    return 0;
+}
+
 int pm_cli_train_parse(int argc, char **argv, pm_cli_train_opts *o) {
     const char *pipe_only = NULL, *single_only = NULL;
     size_t n = sizeof OPTS / sizeof OPTS[0];
@@ -137,6 +148,7 @@ int pm_cli_train_parse(int argc, char **argv, pm_cli_train_opts *o) {
         if (apply(d, v, o)) return 1;
         if (d->type != 'f') i++;
         if (d->mode == 't') o->pipeline = 1;
+        if (!strcmp(d->name, "--pp")) o->have_pp = 1;
         if (d->mode == 'p' && !pipe_only) pipe_only = d->name;
         if (d->mode == 's' && !single_only) single_only = d->name;
     }

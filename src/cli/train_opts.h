@@ -23,6 +23,7 @@ typedef struct {
     int threads; /* BLAS threads: --threads (single device) or 1 (pipeline) */
     /* pipeline (--pp, --schedule, --schedule-file set pipeline) */
     int pipeline, pp, chunks;
+    int have_pp; /* --pp was given (a schedule file must then agree with it) */
     const char *kind, *sched_file, *trace, *svg;
     double mem_limit;
 } pm_cli_train_opts;
@@ -30,6 +31,11 @@ typedef struct {
 /* Parses argv[1..]: 0 on success, 1 on error (one line printed), -1 after
  * printing the help for --help. Defaults are filled in (eval_every). */
 int pm_cli_train_parse(int argc, char **argv, pm_cli_train_opts *o);
+
+/* Before any work: every output path (--save, --trace, --timeline) can be
+ * written (and a stale PATH.tmp from a killed run is cleared). On error
+ * prints one line naming the path and returns 1. */
+int pm_cli_train_check_outputs(const pm_cli_train_opts *o);
 
 /* The training configuration the options describe. */
 void pm_cli_train_cfg(const pm_cli_train_opts *o, pm_train_cfg *cfg);
