@@ -89,9 +89,10 @@ $(BUILD)/replay/replay_%: fuzz/fuzz_%.c fuzz/replay.c $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(FINAL_CFLAGS) -o $@ $< fuzz/replay.c $(LIB) $(FINAL_LIBS)
 
-$(BUILD)/bench/%: bench/%.c $(LIB)
+# Benchmarks start like the CLI: re-executed with OpenBLAS's fast kernels.
+$(BUILD)/bench/%: bench/%.c $(LIB) $(BUILD)/obj/src/cli/reexec.o
 	@mkdir -p $(dir $@)
-	$(CC) $(FINAL_CFLAGS) -o $@ $< $(LIB) $(FINAL_LIBS)
+	$(CC) $(FINAL_CFLAGS) -o $@ $< $(BUILD)/obj/src/cli/reexec.o $(LIB) $(FINAL_LIBS)
 
 deps:
 	@scripts/deps.sh

@@ -31,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/reexec.h"
 #include "pipemem/pm_runtime.h"
 
 typedef struct {
@@ -255,7 +256,7 @@ static int bench_mem(int p) {
 }
 
 int main(int argc, char **argv) {
-    pm_blas_reexec_if_generic(argv); /* the CPU's fast sgemm kernels (pm_train.h) */
+    pm_cli_blas_reexec(argv); /* the CPU's fast sgemm kernels (pm_train.h) */
     int quick = argc > 1 && !strcmp(argv[1], "--quick");
     /* context for the times: device threads share the machine's cores */
     FILE *la = fopen("/proc/loadavg", "r");

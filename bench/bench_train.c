@@ -34,6 +34,7 @@
 
 #include "pipemem/pm_data.h"
 #include "pipemem/pm_gpt.h"
+#include "cli/reexec.h"
 #include "pipemem/pm_train.h"
 
 enum { L = 6, C = 512, H = 8, T = 256, B = 8, ROUNDS = 2 };
@@ -116,8 +117,8 @@ static double json_num(const char *s, const char *key) {
 
 int main(int argc, char **argv) {
     /* Both trainers and the sgemm peak use the same OpenBLAS kernels: the
-     * children inherit OPENBLAS_CORETYPE if this sets it (blasenv.c). */
-    pm_blas_reexec_if_generic(argv);
+     * children inherit OPENBLAS_CORETYPE if this sets it (src/cli/reexec.c). */
+    pm_cli_blas_reexec(argv);
     int steps = argc > 1 ? atoi(argv[1]) : 6;
     const char *thr = getenv("PM_BENCH_THREADS");
     int threads = thr ? atoi(thr) : 2;

@@ -86,6 +86,17 @@ typedef struct {
     pm_optim_cfg opt;    /* optimizer and schedule (opt.steps = total steps) */
 } pm_train_cfg;
 
+/* One AdamW step over layers l0 .. l1-1 of cfg->model (embedding 0, blocks,
+ * head L+1), whose parameters, gradients and moments are slabs that start
+ * at layer l0's first parameter (so a pipeline stage or a model-selection
+ * shard passes its own slabs, the single-device trainer the whole model).
+ * step = optimizer steps completed before this one (learning rate from
+ * pm_lr_at, bias correction t = step + 1); gscale folds in clipping. Decay
+ * per tensor as pm_gpt_layer_tensors says. Every trainer calls this one
+ * loop, so they stay bitwise alike. */
+void pm_optim_step_layers(const pm_train_cfg *cfg, int l0, int l1, int64_t step, float gscale,
+                          float *p, const float *g, float *m, float *v);
+
 /* Exact bytes pm_trainer_init allocates for cfg; 0 (and err) on a bad config
  * or overflow. */
 size_t pm_train_mem_bytes(const pm_train_cfg *cfg, pm_err *err);
@@ -155,10 +166,8 @@ double pm_train_step_flops(const pm_train_cfg *cfg);
  * did not set OPENBLAS_CORETYPE; else NULL. */
 const char *pm_blas_better_coretype(void);
 
-/* Call first in main(): if pm_blas_better_coretype() names a core type,
- * sets OPENBLAS_CORETYPE and re-executes the program (/proc/self/exe) with
- * the same argv; returns only when nothing needs doing or exec failed. */
-void pm_blas_reexec_if_generic(char **argv);
+/* (A program's main sets OPENBLAS_CORETYPE to this and re-executes itself:
+ * the pipemem binary does, in src/cli/reexec.c; the library never execs.) */
 
 /* ---- checkpoints ------------------------------------------------------------
  * File format, version 2, little-endian, floats IEEE-754 binary32:

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "reexec.h"
 #include "pipemem/pm_train.h"
 
 static const pm_cli_cmd cmds[] = {
@@ -23,7 +24,7 @@ static void usage(FILE *f) {
 }
 
 int main(int argc, char **argv) {
-    pm_blas_reexec_if_generic(argv); /* OpenBLAS on a CPU it does not know: see blasenv.c */
+    pm_cli_blas_reexec(argv); /* OpenBLAS on a CPU it does not know: see reexec.c */
     if (argc < 2 || !strcmp(argv[1], "help") || !strcmp(argv[1], "--help") ||
         !strcmp(argv[1], "-h")) {
         usage(argc < 2 ? stderr : stdout);

@@ -347,28 +347,15 @@ static pm_status norm_chain(pm_pipe_dev *dv) {
     return PM_OK;
 }
 
-/* AdamW on every tensor of the device's layers, as pm_trainer does. */
+/* AdamW on each of the device's stages: the trainer's own loop
+ * (pm_optim_step_layers) on the stage's slabs. */
 static void adamw_dev(pm_pipe_dev *dv) {
     pm_pipe *pp = dv->pp;
-    const pm_gpt_config *c = &pp->cfg.model;
-    const pm_optim_cfg *o = &pp->cfg.opt;
-    float lr = (float)pm_lr_at(o, pp->step), gscale = pm_clip_scale(dv->norm, o->grad_clip);
-    pm_gpt_tensor tens[PM_GPT_MAX_TENSORS];
-    for (int s = 0; s < pp->S; s++) {
-        if (stage_dev(pp, s) != dv->d) continue;
-        size_t base0 = pm_gpt_layer_offset(c, pp->first[s]);
-        for (int l = pp->first[s]; l < pp->first[s + 1]; l++) {
-            size_t base = pm_gpt_layer_offset(c, l) - base0;
-            int nt = pm_gpt_layer_tensors(c, l, tens);
-            for (int i = 0; i < nt; i++) {
-                size_t off = base + tens[i].offset;
-                pm_adamw_args arg = {lr, tens[i].decay ? o->weight_decay : 0.0f, o->beta1,
-                                     o->beta2, o->eps, pp->step + 1, gscale};
-                pm_adamw_update(dv->sp[s] + off, dv->sg[s] + off, dv->sm[s] + off,
-                                dv->sv[s] + off, tens[i].numel, &arg);
-            }
-        }
-    }
+    float gscale = pm_clip_scale(dv->norm, pp->cfg.opt.grad_clip);
+    for (int s = 0; s < pp->S; s++)
+        if (stage_dev(pp, s) == dv->d)
+            pm_optim_step_layers(&pp->cfg, pp->first[s], pp->first[s + 1], pp->step, gscale,
+                                 dv->sp[s], dv->sg[s], dv->sm[s], dv->sv[s]);
 }
 
 static pm_status dev_step(pm_pipe_dev *dv) {

@@ -6,15 +6,16 @@
  * kernels, and sgemm runs 4-5x below what the same library reaches with its
  * SkylakeX kernels (measured 32 vs 150 GFLOP/s on one core). The choice can
  * only be changed through OPENBLAS_CORETYPE before the library loads, so
- * the fix is to set it and re-execute the program once. A user who sets
- * OPENBLAS_CORETYPE (to anything) keeps their choice; a CPU OpenBLAS
- * recognises is left alone. */
+ * the fix is to set it and re-execute the program once: the library only
+ * says which core type would be better (a library never replaces its
+ * caller's process); the pipemem binary's main does the exec
+ * (src/cli/reexec.c). A user who sets OPENBLAS_CORETYPE (to anything) keeps
+ * their choice; a CPU OpenBLAS recognises is left alone. */
 #include "pipemem/pm_train.h"
 
 #include <cblas.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 const char *pm_blas_better_coretype(void) {
     if (getenv("OPENBLAS_CORETYPE")) return NULL;
@@ -26,18 +27,4 @@ const char *pm_blas_better_coretype(void) {
     if (__builtin_cpu_supports("avx2")) return "Haswell";
 #endif
     return NULL;
-}
-
-void pm_blas_reexec_if_generic(char **argv) {
-    const char *better = pm_blas_better_coretype();
-    if (!better || setenv("OPENBLAS_CORETYPE", better, 1) != 0) return;
-    /* Exec the resolved path, not /proc/self/exe, so ps and top keep
-     * showing the program's own name. */
-    char path[4096];
-    ssize_t n = readlink("/proc/self/exe", path, sizeof path - 1);
-    if (n > 0) {
-        path[n] = 0;
-        execv(path, argv);
-    }
-    unsetenv("OPENBLAS_CORETYPE"); /* exec failed: carry on with what we have */
 }

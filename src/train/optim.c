@@ -82,3 +82,22 @@ void pm_adamw_update(float *restrict p, const float *restrict g, float *restrict
                    .decay = 1.0f - a->lr * a->wd, .eps = a->eps, .gs = a->gscale};
     pm_gpt_par_for(n, (size_t)1 << 16, adamw_range, &j);
 }
+
+void pm_optim_step_layers(const pm_train_cfg *cfg, int l0, int l1, int64_t step, float gscale,
+                          float *p, const float *g, float *m, float *v) {
+    const pm_gpt_config *c = &cfg->model;
+    const pm_optim_cfg *o = &cfg->opt;
+    float lr = (float)pm_lr_at(o, step);
+    size_t base0 = pm_gpt_layer_offset(c, l0);
+    pm_gpt_tensor tens[PM_GPT_MAX_TENSORS];
+    for (int l = l0; l < l1; l++) {
+        size_t base = pm_gpt_layer_offset(c, l) - base0;
+        int nt = pm_gpt_layer_tensors(c, l, tens);
+        for (int i = 0; i < nt; i++) {
+            size_t off = base + tens[i].offset;
+            pm_adamw_args a = {lr, tens[i].decay ? o->weight_decay : 0.0f, o->beta1, o->beta2,
+                               o->eps, step + 1, gscale};
+            pm_adamw_update(p + off, g + off, m + off, v + off, tens[i].numel, &a);
+        }
+    }
+}

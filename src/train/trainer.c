@@ -101,24 +101,6 @@ void pm_trainer_free(pm_trainer *t) {
     *t = (pm_trainer){0};
 }
 
-/* AdamW over every tensor of every layer, decay per the model's table. */
-static void adamw_all(pm_trainer *t, float lr, float gscale) {
-    const pm_gpt_config *c = &t->cfg.model;
-    const pm_optim_cfg *o = &t->cfg.opt;
-    pm_gpt_tensor tens[PM_GPT_MAX_TENSORS];
-    for (int l = 0; l < pm_gpt_num_layers(c); l++) {
-        size_t base = pm_gpt_layer_offset(c, l);
-        int nt = pm_gpt_layer_tensors(c, l, tens);
-        for (int i = 0; i < nt; i++) {
-            size_t off = base + tens[i].offset;
-            pm_adamw_args a = {lr, tens[i].decay ? o->weight_decay : 0.0f, o->beta1, o->beta2,
-                               o->eps, t->step + 1, gscale};
-            pm_adamw_update(t->params + off, t->grads + off, t->m + off, t->v + off,
-                            tens[i].numel, &a);
-        }
-    }
-}
-
 pm_status pm_trainer_step_batch(pm_trainer *t, const int32_t *inp, const int32_t *tgt,
                                 pm_step_info *info, pm_err *err) {
     const pm_train_cfg *c = &t->cfg;
@@ -137,7 +119,8 @@ pm_status pm_trainer_step_batch(pm_trainer *t, const int32_t *inp, const int32_t
                        "step %lld: loss %g, gradient norm %g is not finite; lower --lr",
                        (long long)t->step + 1, loss, norm);
     double lr = pm_lr_at(&c->opt, t->step);
-    adamw_all(t, (float)lr, pm_clip_scale(norm, c->opt.grad_clip));
+    pm_optim_step_layers(c, 0, pm_gpt_num_layers(&c->model), t->step,
+                         pm_clip_scale(norm, c->opt.grad_clip), t->params, t->grads, t->m, t->v);
     t->step++;
     if (info) *info = (pm_step_info){loss, norm, lr};
     return PM_OK;
