@@ -762,6 +762,88 @@ static void test_cli_train_pp(void **state) {
     assert_int_equal(sh_quiet(cmd), 0);
 }
 
+/* The forecast is made before a step from earlier steps only: none for
+ * the first; for the second, exactly the replay of the first (the cold
+ * step's costs stand alone); for the third, exactly the replay of the
+ * second (the first warm step replaces the cold one). A warm step
+ * allocates nothing (the simulations are sized at init). */
+static void test_forecast_and_no_allocation(void **state) {
+    (void)state;
+    pm_train_cfg c = tiny(4);
+    pm_sched s;
+    gen(&s, "zb-h1", 2, TINY_M);
+    pm_pipe pp;
+    pm_err err = {{0}};
+    assert_int_equal(pm_pipe_init(&pp, &c, &s, NULL, &err), PM_OK);
+    int32_t inp[TINY_M * 8], tgt[TINY_M * 8];
+    pm_pipe_info in[5];
+    for (int k = 0; k < 5; k++) {
+        batch_of(k, inp, tgt, &c);
+        int64_t calls = pm_alloc_calls();
+        assert_int_equal(pm_pipe_step(&pp, inp, tgt, &in[k], &err), PM_OK);
+        if (k >= 1 && pm_alloc_calls() != calls)
+            fail_msg("step %d made %lld allocations", k, (long long)(pm_alloc_calls() - calls));
+    }
+    assert_true(isnan(in[0].forecast_makespan_ms));
+    assert_true(in[1].forecast_makespan_ms == in[0].pred_makespan_ms);
+    assert_true(in[2].forecast_makespan_ms == in[1].pred_makespan_ms);
+    for (int k = 1; k < 5; k++) {
+        assert_true(in[k].forecast_makespan_ms > 0);
+        assert_true(in[k].forecast_bubble >= 0 && in[k].forecast_bubble < 1);
+    }
+    pm_pipe_free(&pp);
+    pm_sched_free(&s);
+}
+
+/* Every allocation of pipeline init failing in turn: one clean error, the
+ * pipe zeroed, nothing leaked (ASan), and init works again afterwards. */
+static void test_init_allocation_failures(void **state) {
+    (void)state;
+    pm_train_cfg c = tiny(4);
+    pm_sched s;
+    gen(&s, "v-half", 2, TINY_M);
+    int64_t n;
+    for (n = 1;; n++) {
+        pm_pipe pp;
+        pm_err err = {{0}};
+        pm_alloc_fail_at(n, 0);
+        pm_status st = pm_pipe_init(&pp, &c, &s, NULL, &err);
+        int fired = pm_alloc_failed();
+        pm_alloc_fail_at(0, 0);
+        if (!fired) {
+            assert_int_equal(st, PM_OK);
+            pm_pipe_free(&pp);
+            break;
+        }
+        if (st != PM_ERR_NOMEM) fail_msg("allocation %lld: status %d: %s", (long long)n, st, err.msg);
+        assert_true(err.msg[0] != 0);
+        assert_null(strchr(err.msg, '\n'));
+        assert_null(pp.dev);
+        assert_null(pp.first);
+    }
+    assert_true(n > 20); /* the walk really went through init's allocations */
+    pm_sched_free(&s);
+    /* the single-device trainer likewise */
+    static uint8_t tok[400];
+    for (size_t i = 0; i < sizeof tok; i++) tok[i] = (uint8_t)(i * 7 % 64);
+    pm_tokens toks = {tok, sizeof tok};
+    for (n = 1;; n++) {
+        pm_trainer t;
+        pm_err err = {{0}};
+        pm_alloc_fail_at(n, 0);
+        pm_status st = pm_trainer_init(&t, &c, &toks, 0, &err);
+        int fired = pm_alloc_failed();
+        pm_alloc_fail_at(0, 0);
+        if (!fired) {
+            assert_int_equal(st, PM_OK);
+            pm_trainer_free(&t);
+            break;
+        }
+        assert_int_equal(st, PM_ERR_NOMEM);
+        assert_null(t.params);
+    }
+}
+
 static int setup(void **state) {
     (void)state;
     const char *s = "pipelines keep every device busy; memory is the knob. ";
@@ -783,6 +865,8 @@ int main(void) {
         cmocka_unit_test(test_w_order_refused),
         cmocka_unit_test(test_faults),
         cmocka_unit_test(test_timeline_outputs),
+        cmocka_unit_test(test_forecast_and_no_allocation),
+        cmocka_unit_test(test_init_allocation_failures),
         cmocka_unit_test(test_cli_train_pp),
     };
     return cmocka_run_group_tests(tests, setup, NULL);

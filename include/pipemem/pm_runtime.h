@@ -211,9 +211,15 @@ typedef struct {
     double step_ms;          /* wall time of the whole step (passes + norm + AdamW) */
     double makespan_ms;      /* measured: max over devices of last pass end - first start */
     double bubble;           /* measured: 1 - busy / (p * makespan) */
-    double pred_makespan_ms; /* simulator, fed with this step's per-stage mean pass times
-                              * and mean cross-device latency */
+    double pred_makespan_ms; /* REPLAY: the simulator fed with this step's own per-stage
+                              * mean pass times and latency (checks the executor against
+                              * the simulator; not a prediction) */
     double pred_bubble;      /* ... */
+    double forecast_makespan_ms; /* FORECAST, made before the step ran: the simulator fed
+                                  * with costs profiled on earlier steps (the cold first
+                                  * step alone until a warm one exists, then the mean of
+                                  * the warm ones); NAN for the first step */
+    double forecast_bubble;  /* ... */
     const size_t *peak;      /* (p) measured peak activation bytes (arena live) */
     const size_t *pred_peak; /* (p) simulator's peak with the model's byte deltas */
     const size_t *arena;     /* (p) arena capacity (bytes of slab) */
@@ -233,6 +239,9 @@ typedef struct {
     pm_gpt_sizes *sz;     /* (L+2) per-layer sizes for one microbatch */
     pm_cost cost;         /* per stage: model byte deltas; times of the last step (us) */
     pm_sim pred;          /* simulation with cost (after a step: measured times) */
+    pm_cost prof;         /* per stage: times profiled over the steps so far (forecast) */
+    pm_sim fcast;         /* the forecast's simulation, sized at init */
+    int64_t nprof;        /* steps folded into prof */
     size_t *peak;         /* (p) measured peak bytes of the last step */
     size_t *pred_peak;    /* (p) predicted peak bytes */
     size_t *arena_cap;    /* (p) arena capacities (plan or first fit, the smaller) */

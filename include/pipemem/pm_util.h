@@ -56,10 +56,12 @@ double pm_now(void);
 void *pm_malloc(size_t n);
 void *pm_calloc(size_t count, size_t size);
 void *pm_realloc(void *p, size_t n);
+/* align a power of two; n is rounded up to a multiple of it. */
+void *pm_aligned_alloc(size_t align, size_t n);
 void pm_free(void *p);
 
 /* Test hook: the n-th call (n >= 1, counted from this call) of pm_malloc,
- * pm_calloc or pm_realloc returns NULL, and so does every later one while
+ * pm_calloc, pm_realloc or pm_aligned_alloc returns NULL, and so does every later one while
  * `sticky` is set; n = 0 turns the hook off. Process-wide, thread-safe. */
 void pm_alloc_fail_at(int64_t n, int sticky);
 /* Allocation calls made since the process started (successful or not). */

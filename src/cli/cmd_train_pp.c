@@ -143,6 +143,9 @@ static void json_sizes(const char *key, const size_t *x, int n) {
 typedef struct {
     double mk, pmk, bub, pbub; /* sums over steps after the first */
     int n;
+    double fmk, ferr;          /* forecast makespan and |forecast - measured| / measured,
+                                * summed over the steps that had a forecast */
+    int nf;
     double *times;             /* wall time of each step (s) */
     int nt;
     double final_loss, val_loss;
@@ -155,6 +158,14 @@ static void print_json(const pm_cli_train_opts *o, const pm_pipe *pp, const pm_t
     printf(", \"schedule\": \"%s\", \"pp\": %d, \"stages\": %d, \"measured_bubble\": %.4f, "
            "\"predicted_bubble\": %.4f, \"measured_step_ms\": %.3f, \"predicted_step_ms\": %.3f",
            pp->sched.kind, pp->p, pp->S, ps->bub / n, ps->pbub / n, ps->mk / n, ps->pmk / n);
+    /* predicted_step_ms is the replay (kept for compatibility); the forecast
+     * was made before each step from earlier steps' costs */
+    printf(", \"replay_step_ms\": %.3f", ps->pmk / n);
+    if (ps->nf)
+        printf(", \"forecast_step_ms\": %.3f, \"forecast_error\": %.4f, \"forecast_steps\": %d",
+               ps->fmk / ps->nf, ps->ferr / ps->nf, ps->nf);
+    else
+        printf(", \"forecast_step_ms\": null, \"forecast_error\": null, \"forecast_steps\": 0");
     json_sizes("peak_activation_bytes", pp->peak, pp->p);
     json_sizes("predicted_peak_activation_bytes", pp->pred_peak, pp->p);
     json_sizes("arena_bytes", pp->arena_cap, pp->p);
@@ -206,6 +217,10 @@ static int pp_loop(const pm_cli_train_opts *o, pm_pipe *pp, pm_trainer *t, const
         if (ps->nt > 1 || o->steps == 1)
             ps->mk += in.makespan_ms, ps->pmk += in.pred_makespan_ms, ps->bub += in.bubble,
                 ps->pbub += in.pred_bubble, ps->n++;
+        if (ps->nt > 1 && isfinite(in.forecast_makespan_ms) && in.makespan_ms > 0)
+            ps->fmk += in.forecast_makespan_ms,
+                ps->ferr += fabs(in.forecast_makespan_ms - in.makespan_ms) / in.makespan_ms,
+                ps->nf++;
         if (tty || pp->step % every == 0 || pp->step == t->cfg.opt.steps) {
             double left = spent / ps->nt * (double)(t->cfg.opt.steps - pp->step);
             fprintf(stderr, "%sstep %lld/%d  loss %.4f  lr %.2e  |g| %.3f  bubble %.3f "

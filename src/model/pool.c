@@ -99,7 +99,7 @@ static void *worker_main(void *v) {
     worker_arg *wa = v;
     pm_pool *p = wa->p;
     int slot = wa->slot;
-    free(wa);
+    pm_free(wa);
     uint32_t seen = 0;
     for (;;) {
         uint32_t g;
@@ -134,7 +134,7 @@ static void pool_destroy(pm_pool *p) {
     pthread_cond_destroy(&p->cv_work);
     pthread_cond_destroy(&p->cv_done);
     pthread_mutex_destroy(&p->mu);
-    free(p);
+    pm_free(p);
 }
 
 static void key_destructor(void *v) { pool_destroy(v); }
@@ -142,10 +142,10 @@ static void make_key(void) { (void)pthread_key_create(&pool_key, key_destructor)
 
 /* A pool with n - 1 workers, or NULL (then the caller runs everything). */
 static pm_pool *pool_create(int n) {
-    pm_pool *p = calloc(1, sizeof *p);
+    pm_pool *p = pm_calloc(1, sizeof *p);
     if (!p) return NULL;
     if (pthread_mutex_init(&p->mu, NULL)) {
-        free(p);
+        pm_free(p);
         return NULL;
     }
     pthread_cond_init(&p->cv_work, NULL);
@@ -156,10 +156,10 @@ static pm_pool *pool_create(int n) {
     atomic_init(&p->fn, NULL);
     atomic_init(&p->arg, NULL);
     for (int i = 0; i < n - 1; i++) {
-        worker_arg *wa = malloc(sizeof *wa);
+        worker_arg *wa = pm_malloc(sizeof *wa);
         if (wa) *wa = (worker_arg){p, i + 1};
         if (!wa || pthread_create(&p->th[i], NULL, worker_main, wa)) {
-            free(wa);
+            pm_free(wa);
             break;
         }
         p->nworkers++;

@@ -30,7 +30,7 @@ static size_t round_up(size_t n) { return (n + PM_ARENA_ALIGN - 1) / PM_ARENA_AL
 
 static pm_status arena_blocks(pm_arena *a, size_t max_blocks, pm_err *err) {
     a->max_blocks = max_blocks ? max_blocks : 1;
-    a->blk = malloc(a->max_blocks * sizeof *a->blk);
+    a->blk = pm_malloc(a->max_blocks * sizeof *a->blk);
     if (!a->blk)
         return pm_errf(err, PM_ERR_NOMEM, "out of memory for %zu arena blocks", a->max_blocks);
     return PM_OK;
@@ -42,7 +42,7 @@ pm_status pm_arena_init(pm_arena *a, size_t cap, size_t max_blocks, pm_err *err)
     if (st) return st;
     a->cap = round_up(cap);
     if (a->cap) {
-        a->base = aligned_alloc(PM_ARENA_ALIGN, a->cap);
+        a->base = pm_aligned_alloc(PM_ARENA_ALIGN, a->cap);
         if (!a->base) {
             pm_arena_free(a);
             return pm_errf(err, PM_ERR_NOMEM, "out of memory allocating a %.1f MiB activation arena",
@@ -58,7 +58,7 @@ pm_status pm_arena_init_dry(pm_arena *a, size_t max_blocks, size_t max_log, pm_e
     if (st) return st;
     a->cap = SIZE_MAX / 2;
     a->max_log = max_log ? max_log : 1;
-    a->log = malloc(a->max_log * sizeof *a->log);
+    a->log = pm_malloc(a->max_log * sizeof *a->log);
     if (!a->log) {
         pm_arena_free(a);
         return pm_errf(err, PM_ERR_NOMEM, "out of memory for the arena log");
@@ -68,10 +68,10 @@ pm_status pm_arena_init_dry(pm_arena *a, size_t max_blocks, size_t max_log, pm_e
 
 void pm_arena_free(pm_arena *a) {
     if (!a) return;
-    free(a->base);
-    free(a->blk);
-    free(a->plan);
-    free(a->log);
+    pm_free(a->base);
+    pm_free(a->blk);
+    pm_free(a->plan);
+    pm_free(a->log);
     *a = (pm_arena){0};
 }
 
@@ -167,8 +167,8 @@ void pm_arena_begin(pm_arena *a) {
 }
 
 pm_status pm_arena_use_plan(pm_arena *a, const size_t *off, size_t n, pm_err *err) {
-    free(a->plan);
-    a->plan = malloc((n ? n : 1) * sizeof *a->plan);
+    pm_free(a->plan);
+    a->plan = pm_malloc((n ? n : 1) * sizeof *a->plan);
     if (!a->plan) return pm_errf(err, PM_ERR_NOMEM, "out of memory for an arena plan");
     memcpy(a->plan, off, n * sizeof *off);
     a->nplan = n, a->next = 0;
@@ -260,9 +260,9 @@ static size_t plan_once(const pm_arena_life *life, size_t n, int solid, size_t *
 
 pm_status pm_arena_plan(const pm_arena_life *life, size_t n, size_t *off, size_t *cap,
                         pm_err *err) {
-    size_t *order = malloc((n ? n : 1) * sizeof *order);
-    size_t *tmp = malloc((n ? n : 1) * sizeof *tmp);
-    band *bd = malloc((n ? 4 * n : 1) * sizeof *bd);
+    size_t *order = pm_malloc((n ? n : 1) * sizeof *order);
+    size_t *tmp = pm_malloc((n ? n : 1) * sizeof *tmp);
+    band *bd = pm_malloc((n ? 4 * n : 1) * sizeof *bd);
     pm_status st = PM_OK;
     if (!order || !tmp || !bd) {
         st = pm_errf(err, PM_ERR_NOMEM, "out of memory planning %zu arena blocks", n);
@@ -282,8 +282,8 @@ pm_status pm_arena_plan(const pm_arena_life *life, size_t n, size_t *off, size_t
     }
     if (!n) *cap = 0;
 done:
-    free(order);
-    free(tmp);
-    free(bd);
+    pm_free(order);
+    pm_free(tmp);
+    pm_free(bd);
     return st;
 }

@@ -29,15 +29,15 @@
 
 static void dev_free(pm_pipe_dev *dv) {
     pm_arena_free(&dv->arena);
-    free(dv->off);
-    free(dv->slab);
-    free(dv->sp);
-    free(dv->sg);
-    free(dv->sm);
-    free(dv->sv);
-    free(dv->work);
-    free(dv->nbuf);
-    free(dv->nreq);
+    pm_free(dv->off);
+    pm_free(dv->slab);
+    pm_free(dv->sp);
+    pm_free(dv->sg);
+    pm_free(dv->sm);
+    pm_free(dv->sv);
+    pm_free(dv->work);
+    pm_free(dv->nbuf);
+    pm_free(dv->nreq);
 }
 
 static void pool_free(pm_pipe *pp);
@@ -48,23 +48,25 @@ void pm_pipe_free(pm_pipe *pp) {
     pool_free(pp); /* threads first: they use everything below */
     if (pp->dev)
         for (int d = 0; d < pp->p; d++) dev_free(&pp->dev[d]);
-    free(pp->dev);
+    pm_free(pp->dev);
     pm_tp_threads_destroy(pp->world);
     pm_sched_free(&pp->sched);
     pm_cost_free(&pp->cost);
+    pm_cost_free(&pp->prof);
     pm_sim_free(&pp->pred);
-    free(pp->first);
-    free(pp->sz);
-    free(pp->peak);
-    free(pp->pred_peak);
-    free(pp->arena_cap);
-    free(pp->arena_ff);
-    free(pp->t0);
-    free(pp->t1);
-    free(pp->tmid);
-    free(pp->live_after);
-    free(pp->loss_mb);
-    free(pp->dep_end);
+    pm_sim_free(&pp->fcast);
+    pm_free(pp->first);
+    pm_free(pp->sz);
+    pm_free(pp->peak);
+    pm_free(pp->pred_peak);
+    pm_free(pp->arena_cap);
+    pm_free(pp->arena_ff);
+    pm_free(pp->t0);
+    pm_free(pp->t1);
+    pm_free(pp->tmid);
+    pm_free(pp->live_after);
+    pm_free(pp->loss_mb);
+    pm_free(pp->dep_end);
     *pp = (pm_pipe){0};
 }
 
@@ -140,16 +142,16 @@ static pm_status nomem(pm_err *err, const char *what) {
 static pm_status dev_slab(pm_pipe *pp, pm_pipe_dev *dv, pm_err *err) {
     const pm_gpt_config *c = &pp->cfg.model;
     size_t S = (size_t)pp->S, n = 0;
-    dv->sp = calloc(S, sizeof(float *));
-    dv->sg = calloc(S, sizeof(float *));
-    dv->sm = calloc(S, sizeof(float *));
-    dv->sv = calloc(S, sizeof(float *));
+    dv->sp = pm_calloc(S, sizeof(float *));
+    dv->sg = pm_calloc(S, sizeof(float *));
+    dv->sm = pm_calloc(S, sizeof(float *));
+    dv->sv = pm_calloc(S, sizeof(float *));
     if (!dv->sp || !dv->sg || !dv->sm || !dv->sv) return nomem(err, "stage tables");
     for (int s = 0; s < pp->S; s++)
         if (pm_sched_stage_device(&pp->sched, s) == dv->d)
             for (int l = pp->first[s]; l < pp->first[s + 1]; l++) n += pm_gpt_layer_params(c, l);
     dv->n = n;
-    dv->slab = calloc(4 * (n ? n : 1), sizeof(float));
+    dv->slab = pm_calloc(4 * (n ? n : 1), sizeof(float));
     if (!dv->slab) return nomem(err, "a device's parameters");
     size_t at = 0;
     for (int s = 0; s < pp->S; s++) {
@@ -188,11 +190,11 @@ static pm_status dev_arena(pm_pipe *pp, pm_pipe_dev *dv, pm_err *err) {
         if (pm_sched_stage_device(&pp->sched, s) == dv->d)
             maxb += (size_t)(pp->first[s + 1] - pp->first[s]) * (size_t)pp->m;
     nlog = maxb; /* every (layer, mb) of the device is allocated once per step */
-    dv->off = calloc(nl * (size_t)pp->m, sizeof(size_t));
-    size_t *plan = malloc((nlog ? nlog : 1) * sizeof *plan);
+    dv->off = pm_calloc(nl * (size_t)pp->m, sizeof(size_t));
+    size_t *plan = pm_malloc((nlog ? nlog : 1) * sizeof *plan);
     pm_status st = PM_OK;
     if (!dv->off || !plan) {
-        free(plan);
+        pm_free(plan);
         return nomem(err, "arena offsets");
     }
     if ((st = pm_arena_init_dry(&dv->arena, maxb, nlog, err))) goto done;
@@ -227,7 +229,7 @@ static pm_status dev_arena(pm_pipe *pp, pm_pipe_dev *dv, pm_err *err) {
     if ((st = pm_arena_init(&dv->arena, pp->arena_cap[dv->d], maxb, err))) goto done;
     if (use_plan) st = pm_arena_use_plan(&dv->arena, plan, nplan, err);
 done:
-    free(plan);
+    pm_free(plan);
     return st;
 }
 
@@ -245,9 +247,9 @@ static pm_status dev_work(pm_pipe *pp, pm_pipe_dev *dv, pm_err *err) {
     }
     scr = (scr + 63) / 64 * 64;
     act = (act + 63) / 64 * 64;
-    dv->work = aligned_alloc(64, scr + 6 * act);
-    dv->nbuf = calloc((size_t)pp->S + 1, sizeof(double));
-    dv->nreq = calloc((size_t)(pp->S + pp->p), sizeof(pm_tp_req));
+    dv->work = pm_aligned_alloc(64, scr + 6 * act);
+    dv->nbuf = pm_calloc((size_t)pp->S + 1, sizeof(double));
+    dv->nreq = pm_calloc((size_t)(pp->S + pp->p), sizeof(pm_tp_req));
     if (!dv->work || !dv->nbuf || !dv->nreq) return nomem(err, "message buffers");
     memset(dv->work, 0, scr + 6 * act);
     dv->scratch = dv->work;
@@ -265,26 +267,30 @@ static pm_status plan(pm_pipe *pp, pm_err *err) {
     const pm_gpt_config *c = &pp->cfg.model;
     int nl = pm_gpt_num_layers(c);
     size_t np = (size_t)pp->p, nt = (size_t)pp->p * (size_t)pp->sched.cap;
-    pp->first = malloc(((size_t)pp->S + 1) * sizeof(int));
-    pp->sz = calloc((size_t)nl, sizeof(pm_gpt_sizes));
-    pp->peak = calloc(np, sizeof(size_t));
-    pp->pred_peak = calloc(np, sizeof(size_t));
-    pp->arena_cap = calloc(np, sizeof(size_t));
-    pp->arena_ff = calloc(np, sizeof(size_t));
-    pp->t0 = calloc(nt, sizeof(double));
-    pp->t1 = calloc(nt, sizeof(double));
-    pp->tmid = calloc(nt, sizeof(double));
-    pp->live_after = calloc(nt, sizeof(double));
-    pp->loss_mb = calloc((size_t)pp->m, sizeof(float));
-    pp->dep_end = calloc(2 * (size_t)pp->S * (size_t)pp->m, sizeof(double));
+    pp->first = pm_malloc(((size_t)pp->S + 1) * sizeof(int));
+    pp->sz = pm_calloc((size_t)nl, sizeof(pm_gpt_sizes));
+    pp->peak = pm_calloc(np, sizeof(size_t));
+    pp->pred_peak = pm_calloc(np, sizeof(size_t));
+    pp->arena_cap = pm_calloc(np, sizeof(size_t));
+    pp->arena_ff = pm_calloc(np, sizeof(size_t));
+    pp->t0 = pm_calloc(nt, sizeof(double));
+    pp->t1 = pm_calloc(nt, sizeof(double));
+    pp->tmid = pm_calloc(nt, sizeof(double));
+    pp->live_after = pm_calloc(nt, sizeof(double));
+    pp->loss_mb = pm_calloc((size_t)pp->m, sizeof(float));
+    pp->dep_end = pm_calloc(2 * (size_t)pp->S * (size_t)pp->m, sizeof(double));
     if (!pp->first || !pp->sz || !pp->peak || !pp->pred_peak || !pp->arena_cap || !pp->arena_ff || !pp->t0 ||
         !pp->t1 || !pp->tmid || !pp->live_after || !pp->loss_mb || !pp->dep_end)
         return nomem(err, "the pipeline's tables");
     pm_status st = pm_place_layers(c, pp->mbsz, pp->T, pp->S, pp->first, err);
     for (int l = 0; l < nl && !st; l++) st = pm_gpt_layer_sizes(c, l, pp->mbsz, pp->T, &pp->sz[l], err);
     if (!st) st = pm_place_costs(c, pp->mbsz, pp->T, pp->first, pp->S, &pp->cost, err);
+    /* Both simulations are sized once here; a step only replays them. */
     if (!st) st = pm_sim_run(&pp->pred, &pp->sched, &pp->cost, err);
+    if (!st) st = pm_sim_init(&pp->fcast, &pp->sched, err);
+    if (!st) st = pm_cost_init(&pp->prof, pp->S, err);
     if (st) return st;
+    for (int k = 0; k < pp->S; k++) pp->prof.st[k] = pp->cost.st[k];
     for (int d = 0; d < pp->p; d++) pp->pred_peak[d] = (size_t)pp->pred.peak[d];
     return PM_OK;
 }
@@ -308,7 +314,7 @@ pm_status pm_pipe_init(pm_pipe *pp, const pm_train_cfg *cfg, const pm_sched *s,
     if ((st = check_w_order(&pp->sched, err))) goto fail;
     if ((st = plan(pp, err))) goto fail;
     if ((st = pm_tp_threads_create(&pp->world, pp->p, pp->opts.wait_timeout_s, err))) goto fail;
-    pp->dev = calloc((size_t)pp->p, sizeof *pp->dev);
+    pp->dev = pm_calloc((size_t)pp->p, sizeof *pp->dev);
     if (!pp->dev) {
         st = nomem(err, "devices");
         goto fail;
@@ -377,17 +383,17 @@ static void pool_free(pm_pipe *pp) {
     pthread_mutex_destroy(&pl->mu);
     pthread_cond_destroy(&pl->go);
     pthread_cond_destroy(&pl->done);
-    free(pl->th);
-    free(pl);
+    pm_free(pl->th);
+    pm_free(pl);
     pp->pool = NULL;
 }
 
 static pm_status pool_start(pm_pipe *pp, pm_err *err) {
-    struct pm_pipe_pool *pl = calloc(1, sizeof *pl);
+    struct pm_pipe_pool *pl = pm_calloc(1, sizeof *pl);
     if (!pl) return nomem(err, "the device threads");
-    pl->th = calloc((size_t)pp->p, sizeof(pthread_t));
+    pl->th = pm_calloc((size_t)pp->p, sizeof(pthread_t));
     if (!pl->th) {
-        free(pl);
+        pm_free(pl);
         return nomem(err, "the device threads");
     }
     pthread_mutex_init(&pl->mu, NULL);
@@ -473,6 +479,34 @@ static void measured_costs(pm_pipe *pp) {
     pp->cost.c = measured_latency(pp);
 }
 
+/* Folds the step just measured (pp->cost) into the profile the forecast
+ * uses: the first, cold step stands alone until a warm one exists, then the
+ * profile is the mean of the warm steps. */
+static void profile_add(pm_pipe *pp) {
+    int64_t n = pp->nprof;
+    double w = n <= 1 ? 0.0 : (double)(n - 1) / (double)n; /* weight of the old mean */
+    for (int k = 0; k < pp->S; k++) {
+        pm_stage_cost *a = &pp->prof.st[k];
+        const pm_stage_cost *b = &pp->cost.st[k];
+        a->tf = w * a->tf + (1 - w) * b->tf;
+        a->tb = w * a->tb + (1 - w) * b->tb;
+        a->tw = w * a->tw + (1 - w) * b->tw;
+    }
+    pp->prof.c = w * pp->prof.c + (1 - w) * pp->cost.c;
+    pp->nprof++;
+}
+
+/* The forecast of the step about to run, from steps already run (none
+ * before the first: NAN). Allocates nothing. */
+static void forecast(pm_pipe *pp, pm_pipe_info *in) {
+    in->forecast_makespan_ms = in->forecast_bubble = NAN;
+    pm_err e;
+    if (pp->nprof > 0 && !pm_sim_replay(&pp->fcast, &pp->sched, &pp->prof, &e)) {
+        in->forecast_makespan_ms = pp->fcast.makespan / 1e3;
+        in->forecast_bubble = pp->fcast.bubble;
+    }
+}
+
 /* Measured makespan and bubble the simulator's way (span per device). */
 static void measured_span(const pm_pipe *pp, double *makespan, double *bubble) {
     double mk = 0, busy = 0;
@@ -519,6 +553,8 @@ pm_status pm_pipe_step(pm_pipe *pp, const int32_t *inp, const int32_t *tgt, pm_p
         if (err) *err = pp->dead_err;
         return pp->dead;
     }
+    pm_pipe_info fc;
+    forecast(pp, &fc); /* made before the step runs */
     double t_start = pm_now();
     for (int d = 0; d < pp->p; d++) {
         pm_pipe_dev *dv = &pp->dev[d];
@@ -539,13 +575,16 @@ pm_status pm_pipe_step(pm_pipe *pp, const int32_t *inp, const int32_t *tgt, pm_p
     double mk, bub;
     measured_span(pp, &mk, &bub);
     in->makespan_ms = mk / 1e3, in->bubble = bub;
+    in->forecast_makespan_ms = fc.forecast_makespan_ms;
+    in->forecast_bubble = fc.forecast_bubble;
     measured_costs(pp);
-    pm_sim_free(&pp->pred);
     pm_err e2;
-    if (!pm_sim_run(&pp->pred, &pp->sched, &pp->cost, &e2)) {
+    in->pred_makespan_ms = in->pred_bubble = NAN;
+    if (!pm_sim_replay(&pp->pred, &pp->sched, &pp->cost, &e2)) { /* the replay */
         in->pred_makespan_ms = pp->pred.makespan / 1e3;
         in->pred_bubble = pp->pred.bubble;
     }
+    profile_add(pp);
     pp->step++;
     if (info) *info = *in;
     return PM_OK;
@@ -588,13 +627,13 @@ pm_status pm_pipe_timeline(const pm_pipe *pp, pm_sim *out, pm_err *err) {
     size_t n = (size_t)pp->p * (size_t)pp->sched.cap, np = (size_t)pp->p;
     pm_sim *t = out;
     *t = (pm_sim){.p = pp->p, .cap = pp->sched.cap};
-    t->start = malloc(n * sizeof(double));
-    t->end = malloc(n * sizeof(double));
-    t->mem = malloc(n * sizeof(double));
-    t->span = calloc(np, sizeof(double));
-    t->busy = calloc(np, sizeof(double));
-    t->peak = calloc(np, sizeof(double));
-    t->peak_at = calloc(np, sizeof(int64_t));
+    t->start = pm_malloc(n * sizeof(double));
+    t->end = pm_malloc(n * sizeof(double));
+    t->mem = pm_malloc(n * sizeof(double));
+    t->span = pm_calloc(np, sizeof(double));
+    t->busy = pm_calloc(np, sizeof(double));
+    t->peak = pm_calloc(np, sizeof(double));
+    t->peak_at = pm_calloc(np, sizeof(int64_t));
     if (!t->start || !t->end || !t->mem || !t->span || !t->busy || !t->peak || !t->peak_at) {
         pm_sim_free(t);
         return nomem(err, "the timeline");

@@ -26,8 +26,8 @@ pm_status pm_place_layers(const pm_gpt_config *cfg, int B, int T, int S, int *fi
                        "schedule has %d stages, each needing at least one layer; use --layers "
                        ">= %d, fewer devices or fewer chunks", n, cfg->layers, S, S - 2);
     size_t nn = (size_t)n + 1, ns = (size_t)S + 1;
-    double *pre = malloc(nn * sizeof *pre), *best = malloc(ns * nn * sizeof *best);
-    int *cut = malloc(ns * nn * sizeof *cut);
+    double *pre = pm_malloc(nn * sizeof *pre), *best = pm_malloc(ns * nn * sizeof *best);
+    int *cut = pm_malloc(ns * nn * sizeof *cut);
     if (!pre || !best || !cut) {
         st = pm_errf(err, PM_ERR_NOMEM, "placement: out of memory");
         goto done;
@@ -59,9 +59,9 @@ pm_status pm_place_layers(const pm_gpt_config *cfg, int B, int T, int S, int *fi
     }
     PM_ASSERT(first[0] == 0);
 done:
-    free(pre);
-    free(best);
-    free(cut);
+    pm_free(pre);
+    pm_free(best);
+    pm_free(cut);
     return st;
 }
 

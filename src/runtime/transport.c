@@ -160,10 +160,10 @@ static pm_status th_isend(pm_tp *tp, int peer, int tag, const void *buf, size_t 
             if (xp) xp->next = x->next;
             else mb->spare = x->next;
         } else {
-            x = calloc(1, sizeof *x);
-            if (x) x->data = malloc(len ? len : 1), x->cap = len;
+            x = pm_calloc(1, sizeof *x);
+            if (x) x->data = pm_malloc(len ? len : 1), x->cap = len;
             if (!x || !x->data) {
-                if (x) free(x);
+                if (x) pm_free(x);
                 pthread_mutex_unlock(&mb->mu);
                 return fail(tp, "device %d: out of memory buffering %zu bytes (tag %d) for "
                                 "device %d", tp->dev, len, tag, peer);
@@ -263,8 +263,8 @@ static const pm_tp_ops threads_ops = {"threads", th_isend, th_irecv, th_wait,
 static void free_msgs(msg *x) {
     while (x) {
         msg *n = x->next;
-        free(x->data);
-        free(x);
+        pm_free(x->data);
+        pm_free(x);
         x = n;
     }
 }
@@ -272,16 +272,16 @@ static void free_msgs(msg *x) {
 pm_status pm_tp_threads_create(pm_tp_threads **out, int ndev, double timeout_s, pm_err *err) {
     *out = NULL;
     if (ndev < 1) return pm_errf(err, PM_ERR_ARG, "transport: devices must be >= 1 (got %d)", ndev);
-    pm_tp_threads *w = calloc(1, sizeof *w);
+    pm_tp_threads *w = pm_calloc(1, sizeof *w);
     if (!w) return pm_errf(err, PM_ERR_NOMEM, "out of memory creating the transport");
     w->ndev = ndev;
     w->timeout_s = timeout_s > 0 ? timeout_s : 300;
-    w->box = calloc((size_t)ndev, sizeof *w->box);
-    w->ep = calloc((size_t)ndev, sizeof *w->ep);
+    w->box = pm_calloc((size_t)ndev, sizeof *w->box);
+    w->ep = pm_calloc((size_t)ndev, sizeof *w->ep);
     if (!w->box || !w->ep) {
-        free(w->box);
-        free(w->ep);
-        free(w);
+        pm_free(w->box);
+        pm_free(w->ep);
+        pm_free(w);
         return pm_errf(err, PM_ERR_NOMEM, "out of memory creating the transport");
     }
     pthread_mutex_init(&w->err_mu, NULL);
@@ -329,7 +329,7 @@ void pm_tp_threads_destroy(pm_tp_threads *w) {
         pthread_cond_destroy(&w->box[d].cv);
     }
     pthread_mutex_destroy(&w->err_mu);
-    free(w->box);
-    free(w->ep);
-    free(w);
+    pm_free(w->box);
+    pm_free(w->ep);
+    pm_free(w);
 }

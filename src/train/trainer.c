@@ -70,10 +70,10 @@ pm_status pm_trainer_init(pm_trainer *t, const pm_train_cfg *cfg, const pm_token
     t->cfg = *cfg;
     t->n_params = pm_gpt_num_params(&cfg->model);
     size_t mb = (size_t)micro_size(cfg), T = (size_t)cfg->model.ctx, B = (size_t)cfg->batch;
-    t->params = malloc(t->n_params * 4 * sizeof(float));
-    t->work = malloc(pm_gpt_work_bytes(&cfg->model, (int)mb, (int)T));
-    t->inp = malloc(B * T * sizeof(int32_t));
-    t->tgt = malloc(B * T * sizeof(int32_t));
+    t->params = pm_malloc(t->n_params * 4 * sizeof(float));
+    t->work = pm_malloc(pm_gpt_work_bytes(&cfg->model, (int)mb, (int)T));
+    t->inp = pm_malloc(B * T * sizeof(int32_t));
+    t->tgt = pm_malloc(B * T * sizeof(int32_t));
     if (!t->params || !t->work || !t->inp || !t->tgt) {
         st = pm_errf(err, PM_ERR_NOMEM, "out of memory allocating %.2f GiB for training",
                      (double)need / (1 << 30));
@@ -94,10 +94,10 @@ fail:
 
 void pm_trainer_free(pm_trainer *t) {
     if (!t) return;
-    free(t->params);
-    free(t->work);
-    free(t->inp);
-    free(t->tgt);
+    pm_free(t->params);
+    pm_free(t->work);
+    pm_free(t->inp);
+    pm_free(t->tgt);
     *t = (pm_trainer){0};
 }
 

@@ -31,6 +31,12 @@ void *pm_calloc(size_t count, size_t size) {
 
 void *pm_realloc(void *p, size_t n) { return should_fail() ? NULL : realloc(p, n ? n : 1); }
 
+void *pm_aligned_alloc(size_t align, size_t n) {
+    if (should_fail()) return NULL;
+    size_t r = n ? (n + align - 1) / align * align : align; /* C11: a multiple of align */
+    return aligned_alloc(align, r);
+}
+
 void pm_free(void *p) { free(p); }
 
 void pm_alloc_fail_at(int64_t n, int sticky) {
