@@ -9,9 +9,12 @@
  *     kind keeps its fastest timed step. After every round all parameters
  *     must equal 1F1B's bitwise (checked before any time is printed). Each
  *     line prints the measured makespan (passes only) and step time as a
- *     ratio to 1F1B's, next to the simulator's predicted ratio, the
- *     prediction coming from the same step's per-stage mean pass times and
- *     mean cross-device latency.
+ *     ratio to 1F1B's, next to the simulator's REPLAY ratio (the simulator
+ *     fed with the same step's per-stage mean pass times and latency: a
+ *     check of the executor, not a prediction), and the FORECAST error: the
+ *     runtime's forecast of each step after the first, made before the step
+ *     ran from the costs of the steps before it, against what it measured
+ *     (mean |forecast - measured| / measured).
  * (b) memory: P = 4 and 8, m = 16, a small GPT (16 blocks, so 2p stages
  *     fit): one step of every kind; the measured peak activation bytes
  *     (max over devices, which equals the prediction: checked) as a ratio to
@@ -24,7 +27,8 @@
  *
  * Usage: bench_pp [--quick]   (--quick: a smaller model for (a))
  * Output lines:
- *   bench_pp time kind=v-half p=2 m=8 step_ms=... makespan_ratio=0.93 predicted_ratio=0.91 ...
+ *   bench_pp time kind=v-half p=2 m=8 ... forecast_err_pct=3.1 ... makespan_ratio=0.93
+ *       replay_ratio=0.91 ...
  *   bench_pp mem kind=v-half p=4 m=16 peak_ratio=0.75 paper=0.75 ... */
 #include <math.h>
 #include <stdio.h>
@@ -35,7 +39,9 @@
 #include "pipemem/pm_runtime.h"
 
 typedef struct {
-    double makespan, step, pred; /* ms, means over timed steps */
+    double makespan, step, pred; /* ms: pred is the replay of the same step */
+    double fmk, ferr;            /* forecast makespan and |error| / measured, summed */
+    int nf;                      /* steps summed there */
     double peak_max;             /* bytes */
     double arena_max;            /* bytes of the largest arena */
     int ok;
@@ -178,6 +184,9 @@ static int bench_time(int quick) {
             if (r > 0 && (!res[k].makespan || in.makespan_ms < res[k].makespan))
                 res[k].makespan = in.makespan_ms, res[k].pred = in.pred_makespan_ms,
                 res[k].step = in.step_ms;
+            if (r > 0) /* forecast made before this step, from the earlier ones */
+                res[k].ferr += fabs(in.forecast_makespan_ms - in.makespan_ms) / in.makespan_ms,
+                    res[k].fmk += in.forecast_makespan_ms, res[k].nf++;
         }
         /* exactness: everybody equals 1F1B after this round */
         pm_pipe_gather(&pp[base], 0, ref);
@@ -196,10 +205,12 @@ static int bench_time(int quick) {
         const result *r = &res[k];
         if (!r->ok) continue;
         printf("bench_pp time kind=%s p=%d m=%d step_ms=%.1f makespan_ms=%.1f "
-               "predicted_makespan_ms=%.1f peer=1f1b makespan_ratio=%.3f predicted_ratio=%.3f "
-               "step_ratio=%.3f agree_pct=%.1f\n",
-               kinds[k].name, p, m, r->step, r->makespan, r->pred, r->makespan / b->makespan,
-               r->pred / b->pred, r->step / b->step,
+               "replay_makespan_ms=%.1f forecast_makespan_ms=%.1f forecast_err_pct=%.1f "
+               "peer=1f1b makespan_ratio=%.3f replay_ratio=%.3f step_ratio=%.3f "
+               "replay_agree_pct=%.1f\n",
+               kinds[k].name, p, m, r->step, r->makespan, r->pred, r->fmk / r->nf,
+               100.0 * r->ferr / r->nf, r->makespan / b->makespan, r->pred / b->pred,
+               r->step / b->step,
                100.0 * fabs(r->makespan / b->makespan - r->pred / b->pred) / (r->pred / b->pred));
     }
     for (int k = 0; k < nk; k++) pm_pipe_free(&pp[k]);
