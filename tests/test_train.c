@@ -52,8 +52,8 @@ static pm_train_cfg tiny(int batch, int micro, int steps) {
 static void test_adamw_hand_step(void **state) {
     (void)state;
     float p = 1.0f, g = 0.5f, m = 0.0f, v = 0.0f;
-    pm_adamw_args a = {0.1f, 0.1f, 0.9f, 0.999f, 1e-8f, 1, 1.0f};
-    pm_adamw_update(&p, &g, &m, &v, 1, &a);
+    pm_optim_adamw_args a = {0.1f, 0.1f, 0.9f, 0.999f, 1e-8f, 1, 1.0f};
+    pm_optim_adamw_update(&p, &g, &m, &v, 1, &a);
     /* t=1: m=0.05, v=0.00025, mhat=0.5, vhat=0.25, step 0.1*0.5/0.5;
      * p = 1*(1-0.01) - 0.1 = 0.89. */
     assert_true(fabsf(m - 0.05f) < 1e-7f);
@@ -65,15 +65,15 @@ static void test_adamw_hand_step(void **state) {
     g = -1.0f;
     a.t = 2;
     a.gscale = 0.5f;
-    pm_adamw_update(&p, &g, &m, &v, 1, &a);
+    pm_optim_adamw_update(&p, &g, &m, &v, 1, &a);
     double mhat = -0.005 / 0.19, vhat = 0.00049975 / (1.0 - 0.999 * 0.999);
     double want = 0.89 * 0.99 - 0.1 * mhat / (sqrt(vhat) + 1e-8);
     assert_true(fabs(p - want) < 2e-6);
     /* No decay when wd = 0: a zero gradient leaves the weight unchanged
      * except for the moment's momentum (m = 0 and v = 0 here). */
     float q = 2.0f, z = 0.0f, mq = 0.0f, vq = 0.0f;
-    pm_adamw_args b = {0.1f, 0.0f, 0.9f, 0.999f, 1e-8f, 1, 1.0f};
-    pm_adamw_update(&q, &z, &mq, &vq, 1, &b);
+    pm_optim_adamw_args b = {0.1f, 0.0f, 0.9f, 0.999f, 1e-8f, 1, 1.0f};
+    pm_optim_adamw_update(&q, &z, &mq, &vq, 1, &b);
     assert_true(q == 2.0f);
 }
 
@@ -84,28 +84,28 @@ static void test_lr_schedule_shape(void **state) {
     c.lr = 1.0f;
     c.lr_min_frac = 0.1f;
     c.warmup = 10;
-    assert_true(fabs(pm_lr_at(&c, 0) - 0.1) < 1e-12);   /* 1/10 */
-    assert_true(fabs(pm_lr_at(&c, 4) - 0.5) < 1e-12);   /* 5/10 */
-    assert_true(fabs(pm_lr_at(&c, 9) - 1.0) < 1e-12);   /* warm-up ends at the peak */
-    assert_true(fabs(pm_lr_at(&c, 10) - 1.0) < 1e-12);  /* cosine starts at the peak */
-    assert_true(fabs(pm_lr_at(&c, 55) - 0.55) < 1e-7);  /* halfway: (1 + 0.1) / 2 */
-    assert_true(fabs(pm_lr_at(&c, 100) - 0.1) < 1e-7); /* last step at the floor (0.1f) */
-    for (int s = 10; s < 100; s++) assert_true(pm_lr_at(&c, s + 1) <= pm_lr_at(&c, s));
-    for (int s = 0; s < 9; s++) assert_true(pm_lr_at(&c, s + 1) > pm_lr_at(&c, s));
+    assert_true(fabs(pm_optim_lr_at(&c, 0) - 0.1) < 1e-12);   /* 1/10 */
+    assert_true(fabs(pm_optim_lr_at(&c, 4) - 0.5) < 1e-12);   /* 5/10 */
+    assert_true(fabs(pm_optim_lr_at(&c, 9) - 1.0) < 1e-12);   /* warm-up ends at the peak */
+    assert_true(fabs(pm_optim_lr_at(&c, 10) - 1.0) < 1e-12);  /* cosine starts at the peak */
+    assert_true(fabs(pm_optim_lr_at(&c, 55) - 0.55) < 1e-7);  /* halfway: (1 + 0.1) / 2 */
+    assert_true(fabs(pm_optim_lr_at(&c, 100) - 0.1) < 1e-7); /* last step at the floor (0.1f) */
+    for (int s = 10; s < 100; s++) assert_true(pm_optim_lr_at(&c, s + 1) <= pm_optim_lr_at(&c, s));
+    for (int s = 0; s < 9; s++) assert_true(pm_optim_lr_at(&c, s + 1) > pm_optim_lr_at(&c, s));
     pm_optim_defaults(&c, 5);
     assert_int_equal(c.warmup, 0);
-    assert_true(pm_lr_at(&c, 0) == (double)c.lr);
+    assert_true(pm_optim_lr_at(&c, 0) == (double)c.lr);
 }
 
 static void test_clipping(void **state) {
     (void)state;
     float g[2] = {3.0f, 4.0f};
-    double norm = sqrt(pm_sumsq(g, 2));
+    double norm = sqrt(pm_optim_sumsq(g, 2));
     assert_true(fabs(norm - 5.0) < 1e-12);
-    float s = pm_clip_scale(norm, 1.0f);
+    float s = pm_optim_clip_scale(norm, 1.0f);
     assert_true(fabs(s * norm - 1.0) < 1e-6); /* clipped norm = the limit */
-    assert_true(pm_clip_scale(norm, 10.0f) == 1.0f);
-    assert_true(pm_clip_scale(norm, 0.0f) == 1.0f); /* disabled */
+    assert_true(pm_optim_clip_scale(norm, 10.0f) == 1.0f);
+    assert_true(pm_optim_clip_scale(norm, 0.0f) == 1.0f); /* disabled */
 }
 
 /* Runs `steps` steps, storing each loss; returns the trainer (caller frees). */

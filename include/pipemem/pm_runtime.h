@@ -279,9 +279,12 @@ void pm_pipe_free(pm_pipe *pp);
 pm_status pm_pipe_step(pm_pipe *pp, const int32_t *inp, const int32_t *tgt, pm_pipe_info *info,
                        pm_err *err);
 
-/* Gathers every device's parameters (or AdamW moments m, v) into a whole
- * slab of pm_gpt_num_params floats. which: 0 params, 1 m, 2 v. */
-void pm_pipe_gather(const pm_pipe *pp, int which, float *out);
+/* The per-parameter slabs a pipe keeps on its devices. */
+typedef enum { PM_SLAB_PARAMS, PM_SLAB_ADAM_M, PM_SLAB_ADAM_V, PM_SLAB_COUNT } pm_slab;
+
+/* Gathers every device's slab `which` (parameters or an AdamW moment) into
+ * a whole slab of pm_gpt_num_params floats. */
+void pm_pipe_gather(const pm_pipe *pp, pm_slab which, float *out);
 /* Replaces every device's parameters and moments from whole slabs (resume
  * from a checkpoint: also set pp->step to the steps done, which the
  * learning rate and AdamW's bias correction use); m or v may be NULL for

@@ -46,14 +46,14 @@ typedef struct {
 void pm_optim_defaults(pm_optim_cfg *c, int steps);
 
 /* Learning rate of step `step` (0-based). */
-double pm_lr_at(const pm_optim_cfg *c, int64_t step);
+double pm_optim_lr_at(const pm_optim_cfg *c, int64_t step);
 
 /* Sum of squares in double, in index order (add slabs' sums for a global
  * norm, then sqrt). */
-double pm_sumsq(const float *g, size_t n);
+double pm_optim_sumsq(const float *g, size_t n);
 
 /* Factor to scale gradients by for global norm `norm` under limit `clip`. */
-float pm_clip_scale(double norm, float clip);
+float pm_optim_clip_scale(double norm, float clip);
 
 typedef struct {
     float lr;     /* this step's learning rate */
@@ -61,11 +61,11 @@ typedef struct {
     float beta1, beta2, eps;
     int64_t t;    /* step number, from 1 */
     float gscale; /* multiplies every gradient before use */
-} pm_adamw_args;
+} pm_optim_adamw_args;
 
 /* One AdamW update of n parameters in place (p, m, v updated; g read). */
-void pm_adamw_update(float *restrict p, const float *restrict g, float *restrict m,
-                     float *restrict v, size_t n, const pm_adamw_args *a);
+void pm_optim_adamw_update(float *restrict p, const float *restrict g, float *restrict m,
+                     float *restrict v, size_t n, const pm_optim_adamw_args *a);
 
 /* ---- single-device trainer ------------------------------------------------
  * A step: zero the gradient slab; for each of K microbatches (B/K sequences
@@ -91,7 +91,7 @@ typedef struct {
  * at layer l0's first parameter (so a pipeline stage or a model-selection
  * shard passes its own slabs, the single-device trainer the whole model).
  * step = optimizer steps completed before this one (learning rate from
- * pm_lr_at, bias correction t = step + 1); gscale folds in clipping. Decay
+ * pm_optim_lr_at, bias correction t = step + 1); gscale folds in clipping. Decay
  * per tensor as pm_gpt_layer_tensors says. Every trainer calls this one
  * loop, so they stay bitwise alike. */
 void pm_optim_step_layers(const pm_train_cfg *cfg, int l0, int l1, int64_t step, float gscale,

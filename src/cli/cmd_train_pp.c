@@ -128,9 +128,9 @@ static pm_status make_sched(const pm_cli_train_opts *o, const pm_train_cfg *cfg,
 
 /* Parameters and moments back into the host trainer (eval, checkpoints). */
 static void to_host(const pm_pipe *pp, pm_trainer *t) {
-    pm_pipe_gather(pp, 0, t->params);
-    pm_pipe_gather(pp, 1, t->m);
-    pm_pipe_gather(pp, 2, t->v);
+    pm_pipe_gather(pp, PM_SLAB_PARAMS, t->params);
+    pm_pipe_gather(pp, PM_SLAB_ADAM_M, t->m);
+    pm_pipe_gather(pp, PM_SLAB_ADAM_V, t->v);
     t->step = pp->step;
 }
 

@@ -330,7 +330,7 @@ void pm_gpt_layer_f(const pm_gpt_config *cfg, int layer, int B, int T, const flo
         break;
     case PM_LAYER_BLOCK:
         PM_ASSERT(out && !targets);
-        pm_block_f(cfg, B, T, lp, in, out, saved);
+        pm_gpt_block_f(cfg, B, T, lp, in, out, saved);
         break;
     default: {
         PM_ASSERT(!out);
@@ -352,7 +352,7 @@ void pm_gpt_layer_b(const pm_gpt_config *cfg, int layer, int B, int T, const flo
         break;
     case PM_LAYER_BLOCK:
         PM_ASSERT(dout && din && scratch);
-        pm_block_b(cfg, B, T, lp, dout, din, saved, scratch);
+        pm_gpt_block_b(cfg, B, T, lp, dout, din, saved, scratch);
         break;
     default:
         PM_ASSERT(!dout && din && scratch);
@@ -368,7 +368,7 @@ void pm_gpt_layer_w(const pm_gpt_config *cfg, int layer, int B, int T, float *lg
     PM_ASSERT(lg && saved);
     switch (pm_gpt_layer_kind(cfg, layer)) {
     case PM_LAYER_EMBED: pm_embed_w(cfg, B, T, lg, saved); break;
-    case PM_LAYER_BLOCK: pm_block_w(cfg, B, T, lg, saved); break;
+    case PM_LAYER_BLOCK: pm_gpt_block_w(cfg, B, T, lg, saved); break;
     default: pm_head_w(cfg, B, T, lg, saved); break;
     }
 }

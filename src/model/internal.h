@@ -140,11 +140,11 @@ void pm_embed_f(const pm_gpt_config *c, int B, int T, const float *lp, const int
 void pm_embed_b(const pm_gpt_config *c, int B, int T, const float *dout, void *saved);
 void pm_embed_w(const pm_gpt_config *c, int B, int T, float *lg, const void *saved);
 
-void pm_block_f(const pm_gpt_config *c, int B, int T, const float *lp, const float *in,
+void pm_gpt_block_f(const pm_gpt_config *c, int B, int T, const float *lp, const float *in,
                 float *out, void *saved);
-void pm_block_b(const pm_gpt_config *c, int B, int T, const float *lp, const float *dout,
+void pm_gpt_block_b(const pm_gpt_config *c, int B, int T, const float *lp, const float *dout,
                 float *din, void *saved, void *scratch);
-void pm_block_w(const pm_gpt_config *c, int B, int T, float *lg, const void *saved);
+void pm_gpt_block_w(const pm_gpt_config *c, int B, int T, float *lg, const void *saved);
 
 float pm_head_f(const pm_gpt_config *c, int B, int T, const float *lp, const float *in,
                 const int32_t *tgt, void *saved);

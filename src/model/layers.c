@@ -249,7 +249,7 @@ static void colsum_rows_post(const void *ctx, size_t r0, size_t r1) {
 }
 
 /* x1 = x + attn(ln_1(x)) W_ap^T + b_ap;  out = x1 + gelu(ln_2(x1) W_fc^T + b_fc) W_mp^T + b_mp */
-void pm_block_f(const pm_gpt_config *c, int B, int T, const float *lp, const float *in,
+void pm_gpt_block_f(const pm_gpt_config *c, int B, int T, const float *lp, const float *in,
                 float *out, void *saved) {
     pm_layout L = layout(c, PM_LAYER_BLOCK, B, T);
     size_t o[PM_GPT_MAX_TENSORS], N = (size_t)B * (size_t)T, C = (size_t)c->dim;
@@ -273,7 +273,7 @@ void pm_block_f(const pm_gpt_config *c, int B, int T, const float *lp, const flo
                 x1, NULL, NULL);
 }
 
-void pm_block_b(const pm_gpt_config *c, int B, int T, const float *lp, const float *dout,
+void pm_gpt_block_b(const pm_gpt_config *c, int B, int T, const float *lp, const float *dout,
                 float *din, void *saved, void *scratch) {
     pm_layout L = layout(c, PM_LAYER_BLOCK, B, T);
     size_t o[PM_GPT_MAX_TENSORS], N = (size_t)B * (size_t)T, C = (size_t)c->dim;
@@ -307,7 +307,7 @@ void pm_block_b(const pm_gpt_config *c, int B, int T, const float *lp, const flo
 /* dW = dY^T X for each linear (gemm(Trans, NoTrans), beta = 1); db += column
  * sums of dY (fused per block of output features); LayerNorm gradients from
  * B's lnst. */
-void pm_block_w(const pm_gpt_config *c, int B, int T, float *lg, const void *saved) {
+void pm_gpt_block_w(const pm_gpt_config *c, int B, int T, float *lg, const void *saved) {
     pm_layout L = layout(c, PM_LAYER_BLOCK, B, T);
     size_t o[PM_GPT_MAX_TENSORS], N = (size_t)B * (size_t)T, C = (size_t)c->dim;
     offsets(c, PM_LAYER_BLOCK, o);

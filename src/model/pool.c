@@ -39,8 +39,8 @@
 #define MAX_TASKS ((size_t)1 << 20)
 #define SPIN_WAIT 4000 /* pause iterations (~100-300 us) before sleeping */
 
-typedef struct pm_pool pm_pool;
-struct pm_pool {
+typedef struct pm_cpool pm_cpool;
+struct pm_cpool {
     int nworkers;              /* threads besides the owner */
     pthread_t th[PM_MAX_THREADS];
     pthread_mutex_t mu;        /* guards sleeping and the condition waits */
@@ -56,12 +56,12 @@ struct pm_pool {
 };
 
 typedef struct {
-    pm_pool *p;
+    pm_cpool *p;
     int slot; /* 1..nworkers; the owner is slot 0 */
 } worker_arg;
 
 static _Thread_local int tl_threads = 1;
-static _Thread_local pm_pool *tl_pool;
+static _Thread_local pm_cpool *tl_pool;
 static _Thread_local int tl_pool_failed; /* creation failed for this count */
 static _Thread_local int tl_in_task;     /* the owner is inside pm_par_run */
 static pthread_key_t pool_key;
@@ -74,7 +74,7 @@ static inline void cpu_relax(void) {
 }
 
 /* Claims and runs tasks of generation gen until none is left. */
-static void run_tasks(pm_pool *p, uint32_t gen, int slot) {
+static void run_tasks(pm_cpool *p, uint32_t gen, int slot) {
     uint64_t c = atomic_load_explicit(&p->ctl, memory_order_acquire);
     for (;;) {
         size_t i = NEXT(c), n = NTASKS(c);
@@ -97,7 +97,7 @@ static void run_tasks(pm_pool *p, uint32_t gen, int slot) {
 static void *worker_main(void *v) {
     tl_in_task = 1; /* tasks on workers never fan out again */
     worker_arg *wa = v;
-    pm_pool *p = wa->p;
+    pm_cpool *p = wa->p;
     int slot = wa->slot;
     pm_free(wa);
     uint32_t seen = 0;
@@ -124,7 +124,7 @@ static void *worker_main(void *v) {
     }
 }
 
-static void pool_destroy(pm_pool *p) {
+static void pool_destroy(pm_cpool *p) {
     if (!p) return;
     pthread_mutex_lock(&p->mu);
     atomic_store(&p->quit, 1);
@@ -141,8 +141,8 @@ static void key_destructor(void *v) { pool_destroy(v); }
 static void make_key(void) { (void)pthread_key_create(&pool_key, key_destructor); }
 
 /* A pool with n - 1 workers, or NULL (then the caller runs everything). */
-static pm_pool *pool_create(int n) {
-    pm_pool *p = pm_calloc(1, sizeof *p);
+static pm_cpool *pool_create(int n) {
+    pm_cpool *p = pm_calloc(1, sizeof *p);
     if (!p) return NULL;
     if (pthread_mutex_init(&p->mu, NULL)) {
         pm_free(p);
@@ -205,7 +205,7 @@ void pm_par_run(size_t ntasks, pm_task_fn fn, const void *arg) {
         pthread_once(&pool_once, make_key);
         if (tl_pool) (void)pthread_setspecific(pool_key, tl_pool);
     }
-    pm_pool *p = tl_in_task ? NULL : tl_pool;
+    pm_cpool *p = tl_in_task ? NULL : tl_pool;
     int outer = !tl_in_task;
     tl_in_task = 1;
     if (!p || ntasks == 1) {

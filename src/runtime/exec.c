@@ -22,7 +22,7 @@
  * After the passes: the gradient sum of squares runs as a chain through the
  * stages in layer order (device of stage 0 starts from 0.0, each stage adds
  * its slice in index order and passes the running double on), which is
- * exactly pm_sumsq over the whole slab; the last stage's device sends the
+ * exactly pm_optim_sumsq over the whole slab; the last stage's device sends the
  * norm to every device; each device steps AdamW on its own layers.
  *
  * Errors: a failing pass formats one line naming device, stage, microbatch
@@ -351,7 +351,7 @@ static pm_status norm_chain(pm_pipe_dev *dv) {
  * (pm_optim_step_layers) on the stage's slabs. */
 static void adamw_dev(pm_pipe_dev *dv) {
     pm_pipe *pp = dv->pp;
-    float gscale = pm_clip_scale(dv->norm, pp->cfg.opt.grad_clip);
+    float gscale = pm_optim_clip_scale(dv->norm, pp->cfg.opt.grad_clip);
     for (int s = 0; s < pp->S; s++)
         if (stage_dev(pp, s) == dv->d)
             pm_optim_step_layers(&pp->cfg, pp->first[s], pp->first[s + 1], pp->step, gscale,

@@ -568,7 +568,7 @@ pm_status pm_pipe_step(pm_pipe *pp, const int32_t *inp, const int32_t *tgt, pm_p
     loss /= pp->m;
     pm_pipe_info *in = &pp->info;
     *in = (pm_pipe_info){.loss = loss, .grad_norm = pp->dev[0].norm,
-                         .lr = pm_lr_at(&pp->cfg.opt, pp->step)};
+                         .lr = pm_optim_lr_at(&pp->cfg.opt, pp->step)};
     in->step_ms = (pm_now() - t_start) * 1e3;
     for (int d = 0; d < pp->p; d++) pp->peak[d] = pp->dev[d].arena.peak;
     in->peak = pp->peak, in->pred_peak = pp->pred_peak, in->arena = pp->arena_cap;
@@ -599,10 +599,13 @@ static size_t stage_len(const pm_pipe *pp, int s) {
     return end - pm_gpt_layer_offset(c, pp->first[s]);
 }
 
-void pm_pipe_gather(const pm_pipe *pp, int which, float *out) {
+void pm_pipe_gather(const pm_pipe *pp, pm_slab which, float *out) {
+    PM_ASSERT(which >= 0 && which < PM_SLAB_COUNT);
     for (int s = 0; s < pp->S; s++) {
         const pm_pipe_dev *dv = &pp->dev[pm_sched_stage_device(&pp->sched, s)];
-        const float *src = which == 0 ? dv->sp[s] : which == 1 ? dv->sm[s] : dv->sv[s];
+        const float *src = which == PM_SLAB_PARAMS ? dv->sp[s]
+                           : which == PM_SLAB_ADAM_M ? dv->sm[s]
+                                                     : dv->sv[s];
         memcpy(out + pm_gpt_layer_offset(&pp->cfg.model, pp->first[s]), src,
                stage_len(pp, s) * sizeof(float));
     }

@@ -341,7 +341,7 @@ static pm_status rebuild_vzb(pm_sched *s, const pm_cand *c, const pm_sched_req *
     return pm_sched_vzb_greedy(s, req, c->level, c->kind, NULL, err);
 }
 
-static pm_status pool_blocks(pm_pool *pl, const pm_sched_req *req, double max_limit,
+static pm_status pool_blocks(pm_cand_pool *pl, const pm_sched_req *req, double max_limit,
                              pm_err *err) {
     int p = req->p, m = req->m, nlv = (int)(max_limit * 2 * p + 1e-9) + 1;
     if (nlv < 1) return PM_OK;
@@ -380,7 +380,7 @@ static pm_status pool_blocks(pm_pool *pl, const pm_sched_req *req, double max_li
         memcpy(c.blk, lv[u].blk, sizeof c.blk);
         gs = pm_search_eval(&s, req, &c.pt, &e);
         pm_sched_free(&s);
-        st = gs ? pm_search_fatal(gs, &e, err) : pm_pool_add(pl, &c, err);
+        st = gs ? pm_search_fatal(gs, &e, err) : pm_cand_pool_add(pl, &c, err);
     }
 done:
     offs_free(&o);
@@ -400,11 +400,11 @@ static int vzb_lowest_level(int p) {
     return k > 1 ? k : 1;
 }
 
-pm_status pm_pool_v(pm_pool *pl, const pm_sched_req *req, double max_limit, pm_err *err) {
+pm_status pm_cand_pool_v(pm_cand_pool *pl, const pm_sched_req *req, double max_limit, pm_err *err) {
     static const char *const fixed[] = {"v-min", "v-half", "zb-v", "1f1b-v", "v-zb"};
     pm_status st = PM_OK;
     for (size_t i = 0; i < sizeof fixed / sizeof fixed[0] && !st; i++)
-        st = pm_pool_named(pl, req, PM_FAMILY_V, fixed[i], 0, err);
+        st = pm_cand_pool_named(pl, req, PM_FAMILY_V, fixed[i], 0, err);
     if (!st) st = pool_blocks(pl, req, max_limit, err);
     int top = pm_search_levels(max_limit, req->p, 2);
     /* V-Min's peak is auto-v's floor: the greedy is not run below it */
@@ -427,12 +427,12 @@ pm_status pm_pool_v(pm_pool *pl, const pm_sched_req *req, double max_limit, pm_e
                      .bound = lv};
         gs = pm_search_eval(&s, req, &c.pt, &e);
         pm_sched_free(&s);
-        st = gs ? pm_search_fatal(gs, &e, err) : pm_pool_add(pl, &c, err);
+        st = gs ? pm_search_fatal(gs, &e, err) : pm_cand_pool_add(pl, &c, err);
     }
     return st;
 }
 
-static double pool_min_peak(const pm_pool *pl, const char **who) {
+static double pool_min_peak(const pm_cand_pool *pl, const char **who) {
     double mn = INFINITY;
     for (int i = 0; i < pl->n; i++)
         if (pl->c[i].pt.ok && pl->c[i].pt.peak < mn) mn = pl->c[i].pt.peak, *who = pl->c[i].kind;
@@ -441,11 +441,11 @@ static double pool_min_peak(const pm_pool *pl, const char **who) {
 
 pm_status pm_sched_auto_v_min_limit(const pm_sched_req *req, double *limit, pm_err *err) {
     *limit = INFINITY;
-    pm_pool pl = {0};
-    pm_status st = pm_pool_v(&pl, req, 0, err);
+    pm_cand_pool pl = {0};
+    pm_status st = pm_cand_pool_v(&pl, req, 0, err);
     const char *who = "";
     if (!st) *limit = pool_min_peak(&pl, &who);
-    pm_pool_free(&pl);
+    pm_cand_pool_free(&pl);
     if (!st && isinf(*limit))
         st = pm_errf(err, PM_ERR_ARG, "auto-v: no V schedule builds for p=%d m=%d", req->p,
                      req->m);
@@ -466,10 +466,10 @@ pm_status pm_sched_build_auto_v(pm_sched *s, const pm_sched_req *req, pm_err *er
         return pm_errf(err, PM_ERR_ARG, "auto-v needs a positive forward memory delta");
     pm_status rs = pm_sched_check_range(PM_TIER_SEARCH, "auto-v", req->p, req->m, 2, err);
     if (rs) return rs;
-    pm_pool pl = {0};
-    pm_status st = pm_pool_v(&pl, req, req->mem_limit, err);
+    pm_cand_pool pl = {0};
+    pm_status st = pm_cand_pool_v(&pl, req, req->mem_limit, err);
     if (st) goto done;
-    int w = pm_pool_best(&pl, PM_FAMILY_V, req->mem_limit);
+    int w = pm_cand_pool_best(&pl, PM_FAMILY_V, req->mem_limit);
     if (w < 0) {
         const char *who = "v-min";
         double mn = pool_min_peak(&pl, &who);
@@ -482,7 +482,7 @@ pm_status pm_sched_build_auto_v(pm_sched *s, const pm_sched_req *req, pm_err *er
     if ((st = pm_cand_build(s, &pl.c[w], req, err))) goto done;
     snprintf(s->kind, sizeof s->kind, "auto-v");
 done:
-    pm_pool_free(&pl);
+    pm_cand_pool_free(&pl);
     if (st) pm_sched_free(s);
     return st;
 }

@@ -44,13 +44,13 @@ pm_status pm_search_eval(const pm_sched *s, const pm_sched_req *req, pm_search_p
     return PM_OK;
 }
 
-void pm_pool_free(pm_pool *pl) {
+void pm_cand_pool_free(pm_cand_pool *pl) {
     if (!pl) return;
     pm_free(pl->c);
-    *pl = (pm_pool){0};
+    *pl = (pm_cand_pool){0};
 }
 
-pm_status pm_pool_add(pm_pool *pl, const pm_cand *c, pm_err *err) {
+pm_status pm_cand_pool_add(pm_cand_pool *pl, const pm_cand *c, pm_err *err) {
     if (pl->n == pl->cap) {
         int cap = pl->cap ? 2 * pl->cap : 64;
         pm_cand *x = pm_realloc(pl->c, (size_t)cap * sizeof *x);
@@ -62,7 +62,7 @@ pm_status pm_pool_add(pm_pool *pl, const pm_cand *c, pm_err *err) {
     return PM_OK;
 }
 
-pm_status pm_pool_named(pm_pool *pl, const pm_sched_req *req, pm_family fam, const char *kind,
+pm_status pm_cand_pool_named(pm_cand_pool *pl, const pm_sched_req *req, pm_family fam, const char *kind,
                         int v, pm_err *err) {
     pm_sched_req q = *req;
     q.v = v;
@@ -78,10 +78,10 @@ pm_status pm_pool_named(pm_pool *pl, const pm_sched_req *req, pm_family fam, con
     if (gs) return pm_search_fatal(gs, &e, err);
     c.bound = c.pt.peak;
     if (v > 2) snprintf(c.pt.kind, sizeof c.pt.kind, "%s(v=%d)", kind, v);
-    return pm_pool_add(pl, &c, err);
+    return pm_cand_pool_add(pl, &c, err);
 }
 
-int pm_pool_best(const pm_pool *pl, int fam, double limit) {
+int pm_cand_pool_best(const pm_cand_pool *pl, int fam, double limit) {
     int best = -1;
     for (int i = 0; i < pl->n; i++) {
         const pm_cand *c = &pl->c[i];

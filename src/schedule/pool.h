@@ -58,17 +58,17 @@ struct pm_cand {
 typedef struct {
     pm_cand *c; /* (cap); owned */
     int n, cap;
-} pm_pool;
+} pm_cand_pool;
 
-void pm_pool_free(pm_pool *pl);
-pm_status pm_pool_add(pm_pool *pl, const pm_cand *c, pm_err *err);
+void pm_cand_pool_free(pm_cand_pool *pl);
+pm_status pm_cand_pool_add(pm_cand_pool *pl, const pm_cand *c, pm_err *err);
 /* Builds the named kind (with v chunks) and adds it with its figures;
  * kinds that do not build for req are skipped. */
-pm_status pm_pool_named(pm_pool *pl, const pm_sched_req *req, pm_family fam, const char *kind,
+pm_status pm_cand_pool_named(pm_cand_pool *pl, const pm_sched_req *req, pm_family fam, const char *kind,
                         int v, pm_err *err);
 /* Index of the fastest candidate of family fam (-1: any) whose peak fits
  * limit (ties to the smaller peak), or -1. */
-int pm_pool_best(const pm_pool *pl, int fam, double limit);
+int pm_cand_pool_best(const pm_cand_pool *pl, int fam, double limit);
 /* Rebuilds candidate c's schedule. */
 pm_status pm_cand_build(pm_sched *s, const pm_cand *c, const pm_sched_req *req, pm_err *err);
 

@@ -32,12 +32,12 @@ static pm_status rebuild_zb(pm_sched *s, const pm_cand *c, const pm_sched_req *r
 }
 
 /* The single placement: fixed kinds, and the heuristic at every level. */
-static pm_status pool_single(pm_pool *pl, const pm_sched_req *req, double max_limit,
+static pm_status pool_single(pm_cand_pool *pl, const pm_sched_req *req, double max_limit,
                              pm_err *err) {
     static const char *const fixed[] = {"gpipe", "1f1b", "zb-h1", "zb-h2", "zb-1p", "zb-2p"};
     pm_status st = PM_OK;
     for (size_t i = 0; i < sizeof fixed / sizeof fixed[0] && !st; i++)
-        st = pm_pool_named(pl, req, PM_FAMILY_SINGLE, fixed[i], 0, err);
+        st = pm_cand_pool_named(pl, req, PM_FAMILY_SINGLE, fixed[i], 0, err);
     /* the levels run the heuristic alone: ZB-H1/H2 are in the pool above */
     int top = pm_search_levels(max_limit, req->p, 1);
     int binding = 1;
@@ -54,25 +54,25 @@ static pm_status pool_single(pm_pool *pl, const pm_sched_req *req, double max_li
                      .bound = lv};
         gs = pm_search_eval(&s, req, &c.pt, &e);
         pm_sched_free(&s);
-        st = gs ? pm_search_fatal(gs, &e, err) : pm_pool_add(pl, &c, err);
+        st = gs ? pm_search_fatal(gs, &e, err) : pm_cand_pool_add(pl, &c, err);
     }
     return st;
 }
 
 /* The loop placement: interleaved 1F1B with 2, 3 and 4 chunks. */
-static pm_status pool_loop(pm_pool *pl, const pm_sched_req *req, pm_err *err) {
+static pm_status pool_loop(pm_cand_pool *pl, const pm_sched_req *req, pm_err *err) {
     pm_status st = PM_OK;
     for (int v = 2; v <= 4 && !st; v++)
-        st = pm_pool_named(pl, req, PM_FAMILY_LOOP, "interleaved", v, err);
+        st = pm_cand_pool_named(pl, req, PM_FAMILY_LOOP, "interleaved", v, err);
     return st;
 }
 
-static pm_status pool_all(pm_pool *pl, const pm_sched_req *req, double max_limit, pm_err *err) {
-    *pl = (pm_pool){0};
+static pm_status pool_all(pm_cand_pool *pl, const pm_sched_req *req, double max_limit, pm_err *err) {
+    *pl = (pm_cand_pool){0};
     pm_status st = pool_single(pl, req, max_limit, err);
     if (!st) st = pool_loop(pl, req, err);
-    if (!st) st = pm_pool_v(pl, req, max_limit, err);
-    if (st) pm_pool_free(pl);
+    if (!st) st = pm_cand_pool_v(pl, req, max_limit, err);
+    if (st) pm_cand_pool_free(pl);
     return st;
 }
 
@@ -86,14 +86,14 @@ static pm_status check_req(const pm_sched_req *req, const char *what, pm_err *er
     return st ? st : pm_sched_check_costs(req, err);
 }
 
-static double min_peak(const pm_pool *pl) {
+static double min_peak(const pm_cand_pool *pl) {
     double mn = INFINITY;
     for (int i = 0; i < pl->n; i++)
         if (pl->c[i].pt.ok && pl->c[i].pt.peak < mn) mn = pl->c[i].pt.peak;
     return mn;
 }
 
-static void write_reason(char *reason, size_t n, const pm_pool *pl, int w, double limit) {
+static void write_reason(char *reason, size_t n, const pm_cand_pool *pl, int w, double limit) {
     if (!reason || !n) return;
     const pm_cand *c = &pl->c[w];
     int fit = 0, at = 0;
@@ -104,7 +104,7 @@ static void write_reason(char *reason, size_t n, const pm_pool *pl, int w, doubl
                   100 * c->pt.bubble, c->pt.peak);
     for (int f = 0; f < PM_FAMILY_COUNT && at > 0 && (size_t)at < n; f++) {
         if (f == (int)c->fam) continue;
-        int b = pm_pool_best(pl, f, limit);
+        int b = pm_cand_pool_best(pl, f, limit);
         if (b < 0) at += snprintf(reason + at, n - (size_t)at, "; %s: none fits", pm_family_names[f]);
         else
             at += snprintf(reason + at, n - (size_t)at, "; best %s: %s +%.1f%%", pm_family_names[f],
@@ -122,20 +122,20 @@ pm_status pm_sched_search(pm_sched *best, const pm_sched_req *req, pm_search_poi
     double limit = req->mem_limit;
     if (!(limit > 0))
         return pm_errf(err, PM_ERR_ARG, "search needs --mem-limit X (a multiple of M, > 0)");
-    pm_pool pl;
+    pm_cand_pool pl;
     if ((st = pool_all(&pl, req, limit, err))) return st;
     for (;;) {
-        int w = pm_pool_best(&pl, -1, limit);
+        int w = pm_cand_pool_best(&pl, -1, limit);
         if (w < 0) {
             /* the lowest memory levels are only in a pool built for them */
-            pm_pool low;
+            pm_cand_pool low;
             pm_err e;
             double mn = min_peak(&pl);
             pm_status ls = pool_all(&low, req, 1.0, &e);
             if (!ls) {
                 double x = min_peak(&low);
                 mn = x < mn ? x : mn;
-                pm_pool_free(&low);
+                pm_cand_pool_free(&low);
             } else if ((st = pm_search_fatal(ls, &e, err))) {
                 break;
             }
@@ -166,7 +166,7 @@ pm_status pm_sched_search(pm_sched *best, const pm_sched_req *req, pm_search_poi
         write_reason(reason, reason_len, &pl, w, limit);
         break;
     }
-    pm_pool_free(&pl);
+    pm_cand_pool_free(&pl);
     return st;
 }
 
@@ -182,13 +182,13 @@ pm_status pm_sched_curve(const pm_sched_req *req, const double *limits, int n,
                            limits[k]);
         top = limits[k] > top ? limits[k] : top;
     }
-    pm_pool pl;
+    pm_cand_pool pl;
     if ((st = pool_all(&pl, req, top, err))) return st;
     for (int f = 0; f < PM_FAMILY_COUNT; f++)
         for (int k = 0; k < n; k++) {
-            int w = pm_pool_best(&pl, f, limits[k]);
+            int w = pm_cand_pool_best(&pl, f, limits[k]);
             pts[f * n + k] = w < 0 ? (pm_search_point){0} : pl.c[w].pt;
         }
-    pm_pool_free(&pl);
+    pm_cand_pool_free(&pl);
     return PM_OK;
 }

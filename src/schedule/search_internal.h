@@ -23,7 +23,7 @@ pm_status pm_sched_zb_greedy(pm_sched *s, const pm_sched_req *req, double limit,
 
 /* gen_autov.c: the V family's candidates for every limit up to max_limit:
  * the fixed V kinds, the searched blocks, and the V-ZB greedy per level. */
-pm_status pm_pool_v(pm_pool *pl, const pm_sched_req *req, double max_limit, pm_err *err);
+pm_status pm_cand_pool_v(pm_cand_pool *pl, const pm_sched_req *req, double max_limit, pm_err *err);
 /* Rebuilds a searched block from its parameters. */
 pm_status pm_autov_block_build(pm_sched *s, const int *blk, const pm_sched_req *req,
                                pm_err *err);

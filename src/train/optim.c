@@ -24,7 +24,7 @@ void pm_optim_defaults(pm_optim_cfg *c, int steps) {
     };
 }
 
-double pm_lr_at(const pm_optim_cfg *c, int64_t step) {
+double pm_optim_lr_at(const pm_optim_cfg *c, int64_t step) {
     double lr = c->lr, lo = (double)c->lr * (double)c->lr_min_frac;
     if (step < c->warmup) return lr * (double)(step + 1) / (double)c->warmup;
     int64_t span = (int64_t)c->steps - c->warmup;
@@ -34,13 +34,13 @@ double pm_lr_at(const pm_optim_cfg *c, int64_t step) {
     return lo + 0.5 * (lr - lo) * (1.0 + cos(PM_PI * prog));
 }
 
-double pm_sumsq(const float *g, size_t n) {
+double pm_optim_sumsq(const float *g, size_t n) {
     double s = 0.0;
     for (size_t i = 0; i < n; i++) s += (double)g[i] * (double)g[i];
     return s;
 }
 
-float pm_clip_scale(double norm, float clip) {
+float pm_optim_clip_scale(double norm, float clip) {
     if (clip <= 0.0f || !(norm > (double)clip)) return 1.0f;
     return (float)((double)clip / (norm + 1e-6));
 }
@@ -67,8 +67,8 @@ static void adamw_range(const void *arg, size_t lo, size_t hi) {
     }
 }
 
-void pm_adamw_update(float *restrict p, const float *restrict g, float *restrict m,
-                     float *restrict v, size_t n, const pm_adamw_args *a) {
+void pm_optim_adamw_update(float *restrict p, const float *restrict g, float *restrict m,
+                     float *restrict v, size_t n, const pm_optim_adamw_args *a) {
     /* PyTorch's arrangement: p -= (lr / bc1) m / (sqrt(v) / sqrt(bc2) + eps),
      * with the per-step constants hoisted (restrict: the four slabs never
      * overlap). Elements are independent, so the slab is cut into pieces run
@@ -87,7 +87,7 @@ void pm_optim_step_layers(const pm_train_cfg *cfg, int l0, int l1, int64_t step,
                           float *p, const float *g, float *m, float *v) {
     const pm_gpt_config *c = &cfg->model;
     const pm_optim_cfg *o = &cfg->opt;
-    float lr = (float)pm_lr_at(o, step);
+    float lr = (float)pm_optim_lr_at(o, step);
     size_t base0 = pm_gpt_layer_offset(c, l0);
     pm_gpt_tensor tens[PM_GPT_MAX_TENSORS];
     for (int l = l0; l < l1; l++) {
@@ -95,9 +95,9 @@ void pm_optim_step_layers(const pm_train_cfg *cfg, int l0, int l1, int64_t step,
         int nt = pm_gpt_layer_tensors(c, l, tens);
         for (int i = 0; i < nt; i++) {
             size_t off = base + tens[i].offset;
-            pm_adamw_args a = {lr, tens[i].decay ? o->weight_decay : 0.0f, o->beta1, o->beta2,
+            pm_optim_adamw_args a = {lr, tens[i].decay ? o->weight_decay : 0.0f, o->beta1, o->beta2,
                                o->eps, step + 1, gscale};
-            pm_adamw_update(p + off, g + off, m + off, v + off, tens[i].numel, &a);
+            pm_optim_adamw_update(p + off, g + off, m + off, v + off, tens[i].numel, &a);
         }
     }
 }

@@ -113,14 +113,14 @@ pm_status pm_trainer_step_batch(pm_trainer *t, const int32_t *inp, const int32_t
                                         inp + (size_t)k * mtok, tgt + (size_t)k * mtok,
                                         1.0f / (float)K, t->work);
     loss /= K;
-    double norm = sqrt(pm_sumsq(t->grads, t->n_params));
+    double norm = sqrt(pm_optim_sumsq(t->grads, t->n_params));
     if (!isfinite(loss) || !isfinite(norm))
         return pm_errf(err, PM_ERR_NUMERIC,
                        "step %lld: loss %g, gradient norm %g is not finite; lower --lr",
                        (long long)t->step + 1, loss, norm);
-    double lr = pm_lr_at(&c->opt, t->step);
+    double lr = pm_optim_lr_at(&c->opt, t->step);
     pm_optim_step_layers(c, 0, pm_gpt_num_layers(&c->model), t->step,
-                         pm_clip_scale(norm, c->opt.grad_clip), t->params, t->grads, t->m, t->v);
+                         pm_optim_clip_scale(norm, c->opt.grad_clip), t->params, t->grads, t->m, t->v);
     t->step++;
     if (info) *info = (pm_step_info){loss, norm, lr};
     return PM_OK;
