@@ -48,7 +48,10 @@ typedef struct {
     size_t scratch_b; /* bytes */
 } pm_layout;
 
-/* Fills *lay for the layer kind; returns 0 on size overflow. */
+/* Appends a region of n elements of el bytes at *cur (64-byte aligned),
+ * its offset in *off (if not NULL); returns 0 on overflow. (shape.c) */
+int pm_layout_region(size_t *cur, size_t *off, size_t n, size_t el);
+/* Fills *lay for the layer kind; returns 0 on size overflow. (shape.c) */
 int pm_layout_get(const pm_gpt_config *cfg, pm_layer_kind kind, int B, int T, pm_layout *lay);
 
 /* ---- compute threads (pool.c) ----------------------------------------------- */
@@ -127,7 +130,7 @@ size_t pm_k_matmul_rows(size_t M); /* block size for a dimension of M */
 /* d logits = (probs - onehot(tgt)) * f, in place over the rows of probs (N,V). */
 void pm_k_xent_grad(float *probs, const int32_t *tgt, size_t N, int V, float f);
 
-/* ---- layer passes (layers.c) ------------------------------------------------ */
+/* ---- layer passes (layers.c; the attention blocking is in shape.c) ---------- */
 
 /* Causal attention's row blocks for sequence length T, and the number of
  * score entries computed per (sequence, head): sum over blocks of

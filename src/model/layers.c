@@ -100,24 +100,6 @@ void pm_embed_w(const pm_gpt_config *c, int B, int T, float *lg, const void *sav
 
 /* ---- attention ------------------------------------------------------------------- */
 
-/* Causality: row t of the scores only needs columns u <= t. Rows are cut
- * into nb blocks; block k covers rows [r0, r1) = [T k / nb, T (k+1) / nb)
- * and every product touches only columns (or rows) below r1, so 1/4 of the
- * T^2 work is skipped at nb = 2, 3/8 at nb = 4. Entries a block does not
- * compute are never read: the softmax kernels read j <= i only and write
- * zeros above. Blocks stay at least 64 rows: thinner sgemms run slower
- * (measured at T = 256, hs = 64: attention forward 18% faster at nb = 4). */
-int pm_att_blocks(int T) { return T >= 256 ? 4 : T >= 128 ? 2 : 1; }
-
-size_t pm_att_pairs(int T) {
-    size_t sum = 0, nb = (size_t)pm_att_blocks(T), Tz = (size_t)T;
-    for (size_t k = 0; k < nb; k++) {
-        size_t r0 = Tz * k / nb, r1 = Tz * (k + 1) / nb;
-        sum += (r1 - r0) * r1;
-    }
-    return sum;
-}
-
 /* Per (b, h): S = scale Q K^T (T,T), kept as probabilities after the causal
  * softmax; Y = P V written into head h's columns of atty (ld C). Q, K, V
  * are column slices of qkv (ld 3C). One task per (b, h): its sgemms are
