@@ -93,6 +93,11 @@ pm_status pm_tp_status(const pm_tp *tp, pm_err *err);
 typedef struct pm_tp_threads pm_tp_threads;
 pm_status pm_tp_threads_create(pm_tp_threads **w, int ndev, double timeout_s, pm_err *err);
 pm_tp *pm_tp_threads_endpoint(pm_tp_threads *w, int dev);
+/* Puts count spare buffers of `bytes` in device dev's mailbox, so that
+ * up to count messages of at most that size can wait for their receives
+ * without an allocation (call before any device runs). */
+pm_status pm_tp_threads_reserve(pm_tp_threads *w, int dev, int count, size_t bytes,
+                                pm_err *err);
 /* Clears a sticky error and drops unmatched messages (between steps only,
  * when no device is inside the transport). */
 void pm_tp_threads_reset(pm_tp_threads *w);

@@ -314,6 +314,16 @@ pm_status pm_pipe_init(pm_pipe *pp, const pm_train_cfg *cfg, const pm_sched *s,
     if ((st = check_w_order(&pp->sched, err))) goto fail;
     if ((st = plan(pp, err))) goto fail;
     if ((st = pm_tp_threads_create(&pp->world, pp->p, pp->opts.wait_timeout_s, err))) goto fail;
+    /* Every message a device can receive in a step may arrive before its
+     * receive is posted; buffers for all of them up front keep the step free
+     * of allocations whatever the timing. A message is at most one
+     * microbatch's activation at a stage boundary (the norm chain's are a
+     * double). */
+    size_t act = (size_t)pp->mbsz * (size_t)pp->T * (size_t)cfg->model.dim * sizeof(float);
+    for (int d = 0; d < pp->p && !st; d++)
+        st = pm_tp_threads_reserve(pp->world, d, (int)pp->sched.len[d] + pp->S + pp->p + 2,
+                                   act > sizeof(double) ? act : sizeof(double), err);
+    if (st) goto fail;
     pp->dev = pm_calloc((size_t)pp->p, sizeof *pp->dev);
     if (!pp->dev) {
         st = nomem(err, "devices");

@@ -295,6 +295,24 @@ pm_status pm_tp_threads_create(pm_tp_threads **out, int ndev, double timeout_s, 
     return PM_OK;
 }
 
+pm_status pm_tp_threads_reserve(pm_tp_threads *w, int dev, int count, size_t bytes,
+                                pm_err *err) {
+    PM_ASSERT(w && dev >= 0 && dev < w->ndev && count >= 0);
+    mailbox *mb = &w->box[dev];
+    for (int k = 0; k < count; k++) {
+        msg *x = pm_calloc(1, sizeof *x);
+        if (x) x->data = pm_malloc(bytes ? bytes : 1), x->cap = bytes;
+        if (!x || !x->data) {
+            pm_free(x);
+            return pm_errf(err, PM_ERR_NOMEM, "out of memory reserving %d message buffers of "
+                           "%zu bytes for device %d", count, bytes, dev);
+        }
+        x->next = mb->spare; /* not yet shared: no lock needed before the threads start */
+        mb->spare = x;
+    }
+    return PM_OK;
+}
+
 pm_tp *pm_tp_threads_endpoint(pm_tp_threads *w, int dev) {
     PM_ASSERT(w && dev >= 0 && dev < w->ndev);
     return &w->ep[dev];
