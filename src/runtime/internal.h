@@ -53,4 +53,19 @@ void pm_dev_mem_w(pm_pipe_dev *dv, int s, int j);
 /* The device thread's body: passes, norm, AdamW. Sets dv->st / dv->err. */
 void *pm_dev_main(void *arg);
 
+/* Device threads (pipe_threads.c): start p parked threads; run one step on
+ * all and wait; stop and join them (safe on a pipe whose start failed). */
+pm_status pm_pipe_pool_start(pm_pipe *pp, pm_err *err);
+void pm_pipe_pool_run(pm_pipe *pp);
+void pm_pipe_pool_free(pm_pipe *pp);
+
+/* Measurements (pipe_measure.c), from the last step's pass times:
+ * per-stage mean costs and latency into pp->cost; makespan and bubble the
+ * simulator's way; the profile for forecasts; the forecast of the next step
+ * (NAN before any step). */
+void pm_pipe_measure_costs(pm_pipe *pp);
+void pm_pipe_measure_span(const pm_pipe *pp, double *makespan, double *bubble);
+void pm_pipe_profile_add(pm_pipe *pp);
+void pm_pipe_forecast(pm_pipe *pp, pm_pipe_info *in);
+
 #endif

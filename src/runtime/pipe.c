@@ -1,7 +1,9 @@
 /* pipe.c: the pipeline trainer around the executors: checks and placement,
  * the memory prediction and arena sizing, per-device allocation, one step
- * (threads, results, measured-versus-predicted timeline), and gathering the
- * parameters back into one slab.
+ * (run the device threads, collect results and figures), and gathering the
+ * parameters back into one slab. The device threads are in pipe_threads.c,
+ * the step's measurements and the forecast in pipe_measure.c, the measured
+ * timeline and its writers in pipe_timeline.c.
  *
  * Sizing: the simulator is run with the model's exact per-stage byte deltas
  * (pm_place_costs); its per-device peak is the predicted peak. Each device's
@@ -21,7 +23,6 @@
  * return the same error. The p device threads start in init and park
  * between steps (no thread is created in a step). */
 #include <math.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -40,12 +41,10 @@ static void dev_free(pm_pipe_dev *dv) {
     pm_free(dv->nreq);
 }
 
-static void pool_free(pm_pipe *pp);
-static pm_status pool_start(pm_pipe *pp, pm_err *err);
 
 void pm_pipe_free(pm_pipe *pp) {
     if (!pp) return;
-    pool_free(pp); /* threads first: they use everything below */
+    pm_pipe_pool_free(pp); /* threads first: they use everything below */
     if (pp->dev)
         for (int d = 0; d < pp->p; d++) dev_free(&pp->dev[d]);
     pm_free(pp->dev);
@@ -336,7 +335,7 @@ pm_status pm_pipe_init(pm_pipe *pp, const pm_train_cfg *cfg, const pm_sched *s,
             (st = dev_work(pp, dv, err)))
             goto fail;
     }
-    if ((st = pool_start(pp, err))) goto fail;
+    if ((st = pm_pipe_pool_start(pp, err))) goto fail;
     /* concurrent sgemm calls from the device threads, each single-threaded:
      * deterministic and independent of how many devices run at once */
     pm_blas_threads(1);
@@ -346,190 +345,7 @@ fail:
     return st;
 }
 
-/* ---- device threads ------------------------------------------------------------
- * Started once in init, parked between steps. A step bumps `gen` and waits
- * until every device has finished it; free sets `quit` and joins.
- *   parked --(gen changes: pm_dev_main)--> running --(finished++)--> parked
- *   parked --(quit)--> exit */
-struct pm_pipe_pool {
-    pthread_mutex_t mu;
-    pthread_cond_t go, done;
-    int64_t gen;     /* steps started */
-    int finished;    /* devices done with the current step */
-    int quit;        /* set by free */
-    int started;     /* threads running */
-    pthread_t *th;   /* (p) */
-};
-
-static void *worker(void *arg) {
-    pm_pipe_dev *dv = arg;
-    struct pm_pipe_pool *pl = dv->pp->pool;
-    int64_t seen = 0;
-    for (;;) {
-        pthread_mutex_lock(&pl->mu);
-        while (pl->gen == seen && !pl->quit) pthread_cond_wait(&pl->go, &pl->mu);
-        if (pl->quit) {
-            pthread_mutex_unlock(&pl->mu);
-            return NULL;
-        }
-        seen = pl->gen;
-        pthread_mutex_unlock(&pl->mu);
-        pm_dev_main(dv);
-        pthread_mutex_lock(&pl->mu);
-        pl->finished++;
-        pthread_cond_signal(&pl->done);
-        pthread_mutex_unlock(&pl->mu);
-    }
-}
-
-static void pool_free(pm_pipe *pp) {
-    struct pm_pipe_pool *pl = pp->pool;
-    if (!pl) return;
-    pthread_mutex_lock(&pl->mu);
-    pl->quit = 1;
-    pthread_cond_broadcast(&pl->go);
-    pthread_mutex_unlock(&pl->mu);
-    for (int d = 0; d < pl->started; d++) pthread_join(pl->th[d], NULL);
-    pthread_mutex_destroy(&pl->mu);
-    pthread_cond_destroy(&pl->go);
-    pthread_cond_destroy(&pl->done);
-    pm_free(pl->th);
-    pm_free(pl);
-    pp->pool = NULL;
-}
-
-static pm_status pool_start(pm_pipe *pp, pm_err *err) {
-    struct pm_pipe_pool *pl = pm_calloc(1, sizeof *pl);
-    if (!pl) return nomem(err, "the device threads");
-    pl->th = pm_calloc((size_t)pp->p, sizeof(pthread_t));
-    if (!pl->th) {
-        pm_free(pl);
-        return nomem(err, "the device threads");
-    }
-    pthread_mutex_init(&pl->mu, NULL);
-    pthread_cond_init(&pl->go, NULL);
-    pthread_cond_init(&pl->done, NULL);
-    pp->pool = pl;
-    for (; pl->started < pp->p; pl->started++)
-        if (pthread_create(&pl->th[pl->started], NULL, worker, &pp->dev[pl->started]))
-            return pm_errf(err, PM_ERR_NOMEM, "could not start device thread %d of %d",
-                           pl->started, pp->p);
-    return PM_OK;
-}
-
-/* Runs one step on every device and waits for all of them. */
-static void pool_run(pm_pipe *pp) {
-    struct pm_pipe_pool *pl = pp->pool;
-    pthread_mutex_lock(&pl->mu);
-    pl->finished = 0;
-    pl->gen++;
-    pthread_cond_broadcast(&pl->go);
-    while (pl->finished < pp->p) pthread_cond_wait(&pl->done, &pl->mu);
-    pthread_mutex_unlock(&pl->mu);
-}
-
 /* ---- one step -------------------------------------------------------------------- */
-
-/* The simulator's c: mean time from a dependency's end on another device
- * to the start of the pass waiting for it, over the passes whose device
- * was idle when the dependency ended (else the wait is the device's own). */
-static double measured_latency(const pm_pipe *pp) {
-    const pm_sched *s = &pp->sched;
-    double *fend = pp->dep_end, *bend = pp->dep_end + (size_t)s->S * (size_t)s->m, sum = 0;
-    int64_t n = 0;
-    for (int d = 0; d < s->p; d++) {
-        const pm_pass *ps = pm_sched_dev(s, d);
-        for (int64_t i = 0; i < s->len[d]; i++) {
-            int64_t k = (int64_t)d * s->cap + i, key = (int64_t)ps[i].stage * s->m + ps[i].mb;
-            if (ps[i].kind == PM_PASS_F) fend[key] = pp->t1[k];
-            else if (ps[i].kind != PM_PASS_W) bend[key] = pp->t1[k];
-        }
-    }
-    for (int d = 0; d < s->p; d++) {
-        const pm_pass *ps = pm_sched_dev(s, d);
-        for (int64_t i = 0; i < s->len[d]; i++) {
-            int st = ps[i].stage, dep = ps[i].kind == PM_PASS_F ? st - 1 : st + 1;
-            if (ps[i].kind == PM_PASS_W || dep < 0 || dep >= s->S ||
-                pm_sched_stage_device(s, dep) == d)
-                continue;
-            int64_t k = (int64_t)d * s->cap + i, key = (int64_t)dep * s->m + ps[i].mb;
-            double ready = ps[i].kind == PM_PASS_F ? fend[key] : bend[key];
-            if (i > 0 && pp->t1[k - 1] >= ready) continue; /* busy: not a latency */
-            sum += pp->t0[k] - ready, n++;
-        }
-    }
-    return n && sum > 0 ? sum / (double)n : 0;
-}
-
-/* Per-stage mean F, B, W times (us) of the step just run, and the latency,
- * into pp->cost (its memory deltas stay the model's bytes). */
-static void measured_costs(pm_pipe *pp) {
-    int S = pp->S;
-    for (int s = 0; s < S; s++) {
-        double sum[3] = {0, 0, 0};
-        int n[3] = {0, 0, 0};
-        for (int d = 0; d < pp->p; d++) {
-            const pm_pass *ps = pm_sched_dev(&pp->sched, d);
-            for (int64_t i = 0; i < pp->sched.len[d]; i++) {
-                if (ps[i].stage != s) continue;
-                int64_t k = (int64_t)d * pp->sched.cap + i;
-                double t0 = pp->t0[k], t1 = pp->t1[k], tm = pp->tmid[k];
-                if (ps[i].kind == PM_PASS_BW) {
-                    sum[1] += tm - t0, sum[2] += t1 - tm, n[1]++, n[2]++;
-                } else {
-                    sum[ps[i].kind] += t1 - t0, n[ps[i].kind]++;
-                }
-            }
-        }
-        pm_stage_cost *c = &pp->cost.st[s];
-        c->tf = n[0] ? sum[0] / n[0] : 0;
-        c->tb = n[1] ? sum[1] / n[1] : 0;
-        c->tw = n[2] ? sum[2] / n[2] : 0;
-    }
-    pp->cost.c = measured_latency(pp);
-}
-
-/* Folds the step just measured (pp->cost) into the profile the forecast
- * uses: the first, cold step stands alone until a warm one exists, then the
- * profile is the mean of the warm steps. */
-static void profile_add(pm_pipe *pp) {
-    int64_t n = pp->nprof;
-    double w = n <= 1 ? 0.0 : (double)(n - 1) / (double)n; /* weight of the old mean */
-    for (int k = 0; k < pp->S; k++) {
-        pm_stage_cost *a = &pp->prof.st[k];
-        const pm_stage_cost *b = &pp->cost.st[k];
-        a->tf = w * a->tf + (1 - w) * b->tf;
-        a->tb = w * a->tb + (1 - w) * b->tb;
-        a->tw = w * a->tw + (1 - w) * b->tw;
-    }
-    pp->prof.c = w * pp->prof.c + (1 - w) * pp->cost.c;
-    pp->nprof++;
-}
-
-/* The forecast of the step about to run, from steps already run (none
- * before the first: NAN). Allocates nothing. */
-static void forecast(pm_pipe *pp, pm_pipe_info *in) {
-    in->forecast_makespan_ms = in->forecast_bubble = NAN;
-    pm_err e;
-    if (pp->nprof > 0 && !pm_sim_replay(&pp->fcast, &pp->sched, &pp->prof, &e)) {
-        in->forecast_makespan_ms = pp->fcast.makespan / 1e3;
-        in->forecast_bubble = pp->fcast.bubble;
-    }
-}
-
-/* Measured makespan and bubble the simulator's way (span per device). */
-static void measured_span(const pm_pipe *pp, double *makespan, double *bubble) {
-    double mk = 0, busy = 0;
-    for (int d = 0; d < pp->p; d++) {
-        int64_t base = (int64_t)d * pp->sched.cap, n = pp->sched.len[d];
-        if (!n) continue;
-        double span = pp->t1[base + n - 1] - pp->t0[base];
-        if (span > mk) mk = span;
-        for (int64_t i = 0; i < n; i++) busy += pp->t1[base + i] - pp->t0[base + i];
-    }
-    *makespan = mk;
-    *bubble = mk > 0 ? 1.0 - busy / (pp->p * mk) : 0;
-}
 
 static pm_status step_fail(pm_pipe *pp, pm_status st, pm_err *err) {
     pp->dead = st;
@@ -564,13 +380,13 @@ pm_status pm_pipe_step(pm_pipe *pp, const int32_t *inp, const int32_t *tgt, pm_p
         return pp->dead;
     }
     pm_pipe_info fc;
-    forecast(pp, &fc); /* made before the step runs */
+    pm_pipe_forecast(pp, &fc); /* made before the step runs */
     double t_start = pm_now();
     for (int d = 0; d < pp->p; d++) {
         pm_pipe_dev *dv = &pp->dev[d];
         dv->inp = inp, dv->tgt = tgt, dv->t_base = t_start, dv->st = PM_OK, dv->norm = 0;
     }
-    pool_run(pp);
+    pm_pipe_pool_run(pp);
     pm_status st = collect_error(pp, err);
     if (st) return st;
     double loss = 0;
@@ -583,18 +399,18 @@ pm_status pm_pipe_step(pm_pipe *pp, const int32_t *inp, const int32_t *tgt, pm_p
     for (int d = 0; d < pp->p; d++) pp->peak[d] = pp->dev[d].arena.peak;
     in->peak = pp->peak, in->pred_peak = pp->pred_peak, in->arena = pp->arena_cap;
     double mk, bub;
-    measured_span(pp, &mk, &bub);
+    pm_pipe_measure_span(pp, &mk, &bub);
     in->makespan_ms = mk / 1e3, in->bubble = bub;
     in->forecast_makespan_ms = fc.forecast_makespan_ms;
     in->forecast_bubble = fc.forecast_bubble;
-    measured_costs(pp);
+    pm_pipe_measure_costs(pp);
     pm_err e2;
     in->pred_makespan_ms = in->pred_bubble = NAN;
     if (!pm_sim_replay(&pp->pred, &pp->sched, &pp->cost, &e2)) { /* the replay */
         in->pred_makespan_ms = pp->pred.makespan / 1e3;
         in->pred_bubble = pp->pred.bubble;
     }
-    profile_add(pp);
+    pm_pipe_profile_add(pp);
     pp->step++;
     if (info) *info = *in;
     return PM_OK;
@@ -633,55 +449,3 @@ void pm_pipe_scatter(pm_pipe *pp, const float *params, const float *m, const flo
     }
 }
 
-/* ---- measured timeline ------------------------------------------------------------ */
-
-pm_status pm_pipe_timeline(const pm_pipe *pp, pm_sim *out, pm_err *err) {
-    *out = (pm_sim){0};
-    size_t n = (size_t)pp->p * (size_t)pp->sched.cap, np = (size_t)pp->p;
-    pm_sim *t = out;
-    *t = (pm_sim){.p = pp->p, .cap = pp->sched.cap};
-    t->start = pm_malloc(n * sizeof(double));
-    t->end = pm_malloc(n * sizeof(double));
-    t->mem = pm_malloc(n * sizeof(double));
-    t->span = pm_calloc(np, sizeof(double));
-    t->busy = pm_calloc(np, sizeof(double));
-    t->peak = pm_calloc(np, sizeof(double));
-    t->peak_at = pm_calloc(np, sizeof(int64_t));
-    if (!t->start || !t->end || !t->mem || !t->span || !t->busy || !t->peak || !t->peak_at) {
-        pm_sim_free(t);
-        return nomem(err, "the timeline");
-    }
-    memcpy(t->start, pp->t0, n * sizeof(double));
-    memcpy(t->end, pp->t1, n * sizeof(double));
-    memcpy(t->mem, pp->live_after, n * sizeof(double));
-    for (int d = 0; d < pp->p; d++) {
-        int64_t base = (int64_t)d * pp->sched.cap, len = pp->sched.len[d];
-        for (int64_t i = 0; i < len; i++) {
-            t->busy[d] += pp->t1[base + i] - pp->t0[base + i];
-            if (pp->live_after[base + i] > t->peak[d])
-                t->peak[d] = pp->live_after[base + i], t->peak_at[d] = i;
-        }
-        if (len) t->span[d] = pp->t1[base + len - 1] - pp->t0[base];
-    }
-    measured_span(pp, &t->makespan, &t->bubble);
-    t->M = pm_cost_M(&pp->cost);
-    return PM_OK;
-}
-
-pm_status pm_pipe_write_trace(const pm_pipe *pp, FILE *f, pm_err *err) {
-    pm_sim t;
-    pm_status st = pm_pipe_timeline(pp, &t, err);
-    if (st) return st;
-    st = pm_sched_write_trace(f, &pp->sched, &t);
-    pm_sim_free(&t);
-    return st ? pm_errf(err, st, "could not write the trace") : PM_OK;
-}
-
-pm_status pm_pipe_write_svg(const pm_pipe *pp, FILE *f, const char *title, pm_err *err) {
-    pm_sim t;
-    pm_status st = pm_pipe_timeline(pp, &t, err);
-    if (st) return st;
-    st = pm_sched_write_svg(f, &pp->sched, &t, title);
-    pm_sim_free(&t);
-    return st ? pm_errf(err, st, "could not write the timeline SVG") : PM_OK;
-}

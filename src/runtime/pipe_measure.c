@@ -1,0 +1,111 @@
+/* pipe_measure.c: what a step measured, and what the next one should take.
+ * From the pass start/end times the executors record: per-stage mean F, B,
+ * W times and the cross-device latency (fed to the simulator as a REPLAY of
+ * the step), the measured makespan and bubble, and the profile of earlier
+ * steps' costs that makes the FORECAST of a step before it runs. Nothing
+ * here allocates: the simulations are sized in init. */
+#include <math.h>
+
+#include "runtime/internal.h"
+
+/* The simulator's c: mean time from a dependency's end on another device
+ * to the start of the pass waiting for it, over the passes whose device
+ * was idle when the dependency ended (else the wait is the device's own). */
+static double measured_latency(const pm_pipe *pp) {
+    const pm_sched *s = &pp->sched;
+    double *fend = pp->dep_end, *bend = pp->dep_end + (size_t)s->S * (size_t)s->m, sum = 0;
+    int64_t n = 0;
+    for (int d = 0; d < s->p; d++) {
+        const pm_pass *ps = pm_sched_dev(s, d);
+        for (int64_t i = 0; i < s->len[d]; i++) {
+            int64_t k = (int64_t)d * s->cap + i, key = (int64_t)ps[i].stage * s->m + ps[i].mb;
+            if (ps[i].kind == PM_PASS_F) fend[key] = pp->t1[k];
+            else if (ps[i].kind != PM_PASS_W) bend[key] = pp->t1[k];
+        }
+    }
+    for (int d = 0; d < s->p; d++) {
+        const pm_pass *ps = pm_sched_dev(s, d);
+        for (int64_t i = 0; i < s->len[d]; i++) {
+            int st = ps[i].stage, dep = ps[i].kind == PM_PASS_F ? st - 1 : st + 1;
+            if (ps[i].kind == PM_PASS_W || dep < 0 || dep >= s->S ||
+                pm_sched_stage_device(s, dep) == d)
+                continue;
+            int64_t k = (int64_t)d * s->cap + i, key = (int64_t)dep * s->m + ps[i].mb;
+            double ready = ps[i].kind == PM_PASS_F ? fend[key] : bend[key];
+            if (i > 0 && pp->t1[k - 1] >= ready) continue; /* busy: not a latency */
+            sum += pp->t0[k] - ready, n++;
+        }
+    }
+    return n && sum > 0 ? sum / (double)n : 0;
+}
+
+/* Per-stage mean F, B, W times (us) of the step just run, and the latency,
+ * into pp->cost (its memory deltas stay the model's bytes). */
+void pm_pipe_measure_costs(pm_pipe *pp) {
+    int S = pp->S;
+    for (int s = 0; s < S; s++) {
+        double sum[3] = {0, 0, 0};
+        int n[3] = {0, 0, 0};
+        for (int d = 0; d < pp->p; d++) {
+            const pm_pass *ps = pm_sched_dev(&pp->sched, d);
+            for (int64_t i = 0; i < pp->sched.len[d]; i++) {
+                if (ps[i].stage != s) continue;
+                int64_t k = (int64_t)d * pp->sched.cap + i;
+                double t0 = pp->t0[k], t1 = pp->t1[k], tm = pp->tmid[k];
+                if (ps[i].kind == PM_PASS_BW) {
+                    sum[1] += tm - t0, sum[2] += t1 - tm, n[1]++, n[2]++;
+                } else {
+                    sum[ps[i].kind] += t1 - t0, n[ps[i].kind]++;
+                }
+            }
+        }
+        pm_stage_cost *c = &pp->cost.st[s];
+        c->tf = n[0] ? sum[0] / n[0] : 0;
+        c->tb = n[1] ? sum[1] / n[1] : 0;
+        c->tw = n[2] ? sum[2] / n[2] : 0;
+    }
+    pp->cost.c = measured_latency(pp);
+}
+
+/* Folds the step just measured (pp->cost) into the profile the forecast
+ * uses: the first, cold step stands alone until a warm one exists, then the
+ * profile is the mean of the warm steps. */
+void pm_pipe_profile_add(pm_pipe *pp) {
+    int64_t n = pp->nprof;
+    double w = n <= 1 ? 0.0 : (double)(n - 1) / (double)n; /* weight of the old mean */
+    for (int k = 0; k < pp->S; k++) {
+        pm_stage_cost *a = &pp->prof.st[k];
+        const pm_stage_cost *b = &pp->cost.st[k];
+        a->tf = w * a->tf + (1 - w) * b->tf;
+        a->tb = w * a->tb + (1 - w) * b->tb;
+        a->tw = w * a->tw + (1 - w) * b->tw;
+    }
+    pp->prof.c = w * pp->prof.c + (1 - w) * pp->cost.c;
+    pp->nprof++;
+}
+
+/* The forecast of the step about to run, from steps already run (none
+ * before the first: NAN). Allocates nothing. */
+void pm_pipe_forecast(pm_pipe *pp, pm_pipe_info *in) {
+    in->forecast_makespan_ms = in->forecast_bubble = NAN;
+    pm_err e;
+    if (pp->nprof > 0 && !pm_sim_replay(&pp->fcast, &pp->sched, &pp->prof, &e)) {
+        in->forecast_makespan_ms = pp->fcast.makespan / 1e3;
+        in->forecast_bubble = pp->fcast.bubble;
+    }
+}
+
+/* Measured makespan and bubble the simulator's way (span per device). */
+void pm_pipe_measure_span(const pm_pipe *pp, double *makespan, double *bubble) {
+    double mk = 0, busy = 0;
+    for (int d = 0; d < pp->p; d++) {
+        int64_t base = (int64_t)d * pp->sched.cap, n = pp->sched.len[d];
+        if (!n) continue;
+        double span = pp->t1[base + n - 1] - pp->t0[base];
+        if (span > mk) mk = span;
+        for (int64_t i = 0; i < n; i++) busy += pp->t1[base + i] - pp->t0[base + i];
+    }
+    *makespan = mk;
+    *bubble = mk > 0 ? 1.0 - busy / (pp->p * mk) : 0;
+}
+

@@ -1,0 +1,57 @@
+/* pipe_timeline.c: the last step as measured, as a pm_sim (start and end
+ * of every pass in us, arena bytes after each), and its writers: a Chrome
+ * trace and an SVG timeline in the schedule engine's formats. */
+#include <string.h>
+
+#include "runtime/internal.h"
+
+pm_status pm_pipe_timeline(const pm_pipe *pp, pm_sim *out, pm_err *err) {
+    *out = (pm_sim){0};
+    size_t n = (size_t)pp->p * (size_t)pp->sched.cap, np = (size_t)pp->p;
+    pm_sim *t = out;
+    *t = (pm_sim){.p = pp->p, .cap = pp->sched.cap};
+    t->start = pm_malloc(n * sizeof(double));
+    t->end = pm_malloc(n * sizeof(double));
+    t->mem = pm_malloc(n * sizeof(double));
+    t->span = pm_calloc(np, sizeof(double));
+    t->busy = pm_calloc(np, sizeof(double));
+    t->peak = pm_calloc(np, sizeof(double));
+    t->peak_at = pm_calloc(np, sizeof(int64_t));
+    if (!t->start || !t->end || !t->mem || !t->span || !t->busy || !t->peak || !t->peak_at) {
+        pm_sim_free(t);
+        return pm_errf(err, PM_ERR_NOMEM, "out of memory for the timeline");
+    }
+    memcpy(t->start, pp->t0, n * sizeof(double));
+    memcpy(t->end, pp->t1, n * sizeof(double));
+    memcpy(t->mem, pp->live_after, n * sizeof(double));
+    for (int d = 0; d < pp->p; d++) {
+        int64_t base = (int64_t)d * pp->sched.cap, len = pp->sched.len[d];
+        for (int64_t i = 0; i < len; i++) {
+            t->busy[d] += pp->t1[base + i] - pp->t0[base + i];
+            if (pp->live_after[base + i] > t->peak[d])
+                t->peak[d] = pp->live_after[base + i], t->peak_at[d] = i;
+        }
+        if (len) t->span[d] = pp->t1[base + len - 1] - pp->t0[base];
+    }
+    pm_pipe_measure_span(pp, &t->makespan, &t->bubble);
+    t->M = pm_cost_M(&pp->cost);
+    return PM_OK;
+}
+
+pm_status pm_pipe_write_trace(const pm_pipe *pp, FILE *f, pm_err *err) {
+    pm_sim t;
+    pm_status st = pm_pipe_timeline(pp, &t, err);
+    if (st) return st;
+    st = pm_sched_write_trace(f, &pp->sched, &t);
+    pm_sim_free(&t);
+    return st ? pm_errf(err, st, "could not write the trace") : PM_OK;
+}
+
+pm_status pm_pipe_write_svg(const pm_pipe *pp, FILE *f, const char *title, pm_err *err) {
+    pm_sim t;
+    pm_status st = pm_pipe_timeline(pp, &t, err);
+    if (st) return st;
+    st = pm_sched_write_svg(f, &pp->sched, &t, title);
+    pm_sim_free(&t);
+    return st ? pm_errf(err, st, "could not write the timeline SVG") : PM_OK;
+}
