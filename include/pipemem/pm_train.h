@@ -149,6 +149,57 @@ pm_status pm_trainer_step_batch(pm_trainer *t, const int32_t *inp, const int32_t
 pm_status pm_trainer_eval(pm_trainer *t, const pm_tokens *val, int batches, double *loss,
                           pm_err *err);
 
+/* ---- the training loop --------------------------------------------------------
+ * One loop for every way of training (one device, a pipeline, and later
+ * model selection and MPI ranks): draw the step's batch from the host
+ * trainer's loader, run a step through the driver, report it, evaluate and
+ * checkpoint at intervals, and at the end evaluate and save. The host
+ * pm_trainer holds the loader, the step count, validation and checkpoints;
+ * a driver that trains elsewhere (a pipeline's devices) copies its
+ * parameters and moments into the host before each evaluation or save.
+ * The loop allocates nothing and prints nothing: reports go to a callback. */
+
+typedef struct {
+    int64_t step;        /* steps completed after this event's step */
+    pm_step_info info;   /* what the step did (when kind is PM_LOOP_STEP) */
+    double seconds;      /* the step's wall time */
+    double val_loss;     /* PM_LOOP_EVAL, PM_LOOP_END */
+    const char *saved;   /* checkpoint written at this event, or NULL */
+    enum { PM_LOOP_STEP, PM_LOOP_EVAL, PM_LOOP_END } kind;
+} pm_loop_event;
+
+typedef struct {
+    void *ctx; /* the driver's state, passed back to step and sync */
+    /* One optimizer step on inp, tgt (B, ctx) as pm_trainer_step_batch. */
+    pm_status (*step)(void *ctx, const int32_t *inp, const int32_t *tgt, pm_step_info *info,
+                      pm_err *err);
+    /* Parameters and AdamW moments into host (before eval and save); NULL
+     * when the host trainer is the one training. */
+    void (*sync)(void *ctx, pm_trainer *host);
+    /* Every event, in order, with report_ctx (the caller's: progress lines,
+     * statistics); may be NULL. */
+    void (*report)(void *report_ctx, const pm_loop_event *ev);
+    void *report_ctx;
+} pm_train_driver;
+
+typedef struct {
+    int64_t stop_at;        /* run until host->step reaches this (<= opt.steps) */
+    int eval_every;         /* evaluate (and save) every N steps; 0 never, but at the end */
+    int eval_batches;       /* microbatches per evaluation */
+    const pm_tokens *val;   /* validation tokens */
+    const char *save;       /* checkpoint path, or NULL */
+} pm_loop_opts;
+
+/* Runs steps until host->step == o->stop_at, then evaluates and saves. The
+ * first failing step, evaluation or save ends the loop with its error. */
+pm_status pm_train_loop(pm_trainer *host, const pm_train_driver *drv, const pm_loop_opts *o,
+                        pm_err *err);
+
+/* The single-device driver: the host trainer trains itself. */
+pm_train_driver pm_trainer_driver(pm_trainer *t,
+                                  void (*report)(void *ctx, const pm_loop_event *ev),
+                                  void *report_ctx);
+
 /* Training FLOPs of one step: K * pm_gpt_flops(B/K, ctx), the matrix
  * products as the model computes them (2*M*N*K each). With N = (B/K)*T
  * tokens per microbatch, per block: F 24 N C^2 + 4 (B/K) T^2 C (QKV, proj,

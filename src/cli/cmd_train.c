@@ -1,8 +1,9 @@
 /* cmd_train.c: `pipemem train`: single-device training of the GPT on a
  * prepared data directory, with progress on stderr, validation loss at
- * intervals, checkpoints (--save, --resume) and a final JSON line. The
- * options (one parser for both modes) are in train_opts.c; pipeline runs
- * (--pp, --schedule, --schedule-file) go to cmd_train_pp.c. */
+ * intervals, checkpoints (--save, --resume) and a final JSON line. The loop
+ * itself is the library's (pm_train_loop); this file prints its events.
+ * The options (one parser for both modes) are in train_opts.c; pipeline
+ * runs (--pp, --schedule, --schedule-file) go to cmd_train_pp.c. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,52 +11,39 @@
 
 #include "train_opts.h"
 
-static void progress(const pm_trainer *t, const pm_step_info *si, double step_s, double left_s,
-                     int tty) {
-    const pm_train_cfg *c = &t->cfg;
-    double tok = (double)c->batch * c->model.ctx / step_s;
-    fprintf(stderr, "%sstep %lld/%d  loss %.4f  lr %.2e  |g| %.3f  %.0f tok/s  ETA %dm%02ds%s",
-            tty ? "\r" : "", (long long)t->step, c->opt.steps, si->loss, si->lr,
-            si->grad_norm, tok, (int)(left_s / 60), (int)fmod(left_s, 60.0), tty ? "   " : "\n");
-}
+/* Progress lines, validation lines and the step times of a single-device
+ * run, from the library loop's events. */
+typedef struct {
+    const pm_cli_train_opts *o;
+    const pm_trainer *t;
+    double *times; /* wall time of each step (s) */
+    int n;
+    double spent, final_loss, val_loss;
+    int tty, every;
+} progress;
 
-static int run(const pm_cli_train_opts *o, pm_trainer *t, const pm_tokens *val, double *times,
-               int *ntimes, double *final_loss, double *val_loss) {
-    pm_err err = {{0}};
-    int tty = isatty(2), every = o->steps >= 20 ? o->steps / 20 : 1;
-    double spent = 0.0; /* seconds in steps so far, for the ETA */
-    *ntimes = 0;
-    *final_loss = NAN;
-    int64_t last = o->stop_after && o->stop_after < t->cfg.opt.steps ? o->stop_after
-                                                                     : t->cfg.opt.steps;
-    while (t->step < last) {
-        pm_step_info si;
-        double t0 = pm_now();
-        if (pm_trainer_step(t, &si, &err)) return pm_cli_fail("%s", err.msg);
-        double dt = pm_now() - t0;
-        times[(*ntimes)++] = dt;
-        *final_loss = si.loss;
-        spent += dt;
-        if (tty || t->step % every == 0 || t->step == t->cfg.opt.steps)
-            progress(t, &si, dt, spent / *ntimes * (double)(t->cfg.opt.steps - t->step), tty);
-        if (o->eval_every > 0 && t->step % o->eval_every == 0 && t->step < t->cfg.opt.steps) {
-            double vl;
-            if (pm_trainer_eval(t, val, o->eval_batches, &vl, &err))
-                return pm_cli_fail("%s", err.msg);
-            fprintf(stderr, "%sstep %lld  val loss %.4f\n", tty ? "\n" : "", (long long)t->step,
-                    vl);
-            if (o->save && pm_ckpt_save(t, o->save, &err)) return pm_cli_fail("%s", err.msg);
-        }
+static void on_event(void *ctx, const pm_loop_event *ev) {
+    progress *pr = ctx;
+    const pm_train_cfg *c = &pr->t->cfg;
+    if (ev->kind == PM_LOOP_STEP) {
+        pr->times[pr->n++] = ev->seconds;
+        pr->spent += ev->seconds;
+        pr->final_loss = ev->info.loss;
+        if (!(pr->tty || ev->step % pr->every == 0 || ev->step == c->opt.steps)) return;
+        double left = pr->spent / pr->n * (double)(c->opt.steps - ev->step);
+        double tok = (double)c->batch * c->model.ctx / ev->seconds;
+        fprintf(stderr, "%sstep %lld/%d  loss %.4f  lr %.2e  |g| %.3f  %.0f tok/s  ETA "
+                "%dm%02ds%s", pr->tty ? "\r" : "", (long long)ev->step, c->opt.steps,
+                ev->info.loss, ev->info.lr, ev->info.grad_norm, tok, (int)(left / 60),
+                (int)fmod(left, 60.0), pr->tty ? "   " : "\n");
+        return;
     }
-    if (tty) fputc('\n', stderr);
-    if (pm_trainer_eval(t, val, o->eval_batches, val_loss, &err))
-        return pm_cli_fail("%s", err.msg);
-    fprintf(stderr, "step %lld  val loss %.4f\n", (long long)t->step, *val_loss);
-    if (o->save) {
-        if (pm_ckpt_save(t, o->save, &err)) return pm_cli_fail("%s", err.msg);
-        fprintf(stderr, "saved %s (step %lld)\n", o->save, (long long)t->step);
-    }
-    return 0;
+    if (ev->kind == PM_LOOP_END && pr->tty) fputc('\n', stderr);
+    fprintf(stderr, "%sstep %lld  val loss %.4f\n", ev->kind == PM_LOOP_EVAL && pr->tty ? "\n" : "",
+            (long long)ev->step, ev->val_loss);
+    pr->val_loss = ev->val_loss;
+    if (ev->kind == PM_LOOP_END && ev->saved)
+        fprintf(stderr, "saved %s (step %lld)\n", ev->saved, (long long)ev->step);
 }
 
 int pm_cmd_train(int argc, char **argv) {
@@ -82,11 +70,15 @@ int pm_cmd_train(int argc, char **argv) {
         pm_cli_fail("out of memory");
         goto out;
     }
-    int n;
-    double fl, vl;
-    rc = run(&o, &t, &va, times, &n, &fl, &vl);
+    progress pr = {.o = &o, .t = &t, .times = times, .final_loss = NAN, .tty = isatty(2),
+                   .every = o.steps >= 20 ? o.steps / 20 : 1};
+    pm_train_driver drv = pm_trainer_driver(&t, on_event, &pr);
+    pm_loop_opts lo = {.stop_at = pm_cli_train_stop_at(&o, &cfg), .eval_every = o.eval_every,
+                       .eval_batches = o.eval_batches, .val = &va, .save = o.save};
+    pm_err err = {{0}};
+    rc = pm_train_loop(&t, &drv, &lo, &err) ? pm_cli_fail("%s", err.msg) : 0;
     if (!rc && o.json) {
-        pm_cli_train_json_head(&o, &t, times, n, fl, vl);
+        pm_cli_train_json_head(&o, &t, times, pr.n, pr.final_loss, pr.val_loss);
         printf("}\n");
     }
 out:

@@ -195,67 +195,79 @@ static int write_outputs(const pm_cli_train_opts *o, const pm_pipe *pp) {
     return 0;
 }
 
-static int pp_finish(const pm_cli_train_opts *o, pm_pipe *pp, pm_trainer *t,
-                     const pm_tokens *val, pp_stats *ps);
+/* The pipeline as a driver of the library's training loop (pm_train_loop):
+ * its step is a pipe step, its sync gathers the devices' state into the
+ * host, its reports print the pipeline's progress lines and keep the
+ * statistics the JSON summary needs. */
+typedef struct {
+    const pm_cli_train_opts *o;
+    pm_pipe *pp;
+    pp_stats *ps;
+    pm_pipe_info last; /* the last step's figures */
+    double spent;      /* seconds in steps so far (ETA) */
+    int tty, every, steps;
+} pp_run;
 
-static int pp_loop(const pm_cli_train_opts *o, pm_pipe *pp, pm_trainer *t, const pm_tokens *val,
-                   pp_stats *ps) {
-    pm_err err = {{0}};
-    int tty = isatty(2), every = o->steps >= 20 ? o->steps / 20 : 1;
-    double spent = 0;
-    int64_t last = o->stop_after && o->stop_after < t->cfg.opt.steps ? o->stop_after
-                                                                     : t->cfg.opt.steps;
-    while (pp->step < last) {
-        pm_pipe_info in;
-        double t0 = pm_now();
-        pm_loader_next(&t->train, t->cfg.batch, t->inp, t->tgt);
-        if (pm_pipe_step(pp, t->inp, t->tgt, &in, &err)) return pm_cli_fail("%s", err.msg);
-        double dt = pm_now() - t0;
-        spent += dt;
-        ps->times[ps->nt++] = dt;
-        ps->final_loss = in.loss;
-        if (ps->nt > 1 || o->steps == 1)
-            ps->mk += in.makespan_ms, ps->pmk += in.pred_makespan_ms, ps->bub += in.bubble,
-                ps->pbub += in.pred_bubble, ps->n++;
-        if (ps->nt > 1 && isfinite(in.forecast_makespan_ms) && in.makespan_ms > 0)
-            ps->fmk += in.forecast_makespan_ms,
-                ps->ferr += fabs(in.forecast_makespan_ms - in.makespan_ms) / in.makespan_ms,
-                ps->nf++;
-        if (tty || pp->step % every == 0 || pp->step == t->cfg.opt.steps) {
-            double left = spent / ps->nt * (double)(t->cfg.opt.steps - pp->step);
-            fprintf(stderr, "%sstep %lld/%d  loss %.4f  lr %.2e  |g| %.3f  bubble %.3f "
-                    "(predicted %.3f)  ETA %dm%02ds%s", tty ? "\r" : "", (long long)pp->step,
-                    t->cfg.opt.steps, in.loss, in.lr, in.grad_norm, in.bubble, in.pred_bubble,
-                    (int)(left / 60), (int)fmod(left, 60.0), tty ? "   " : "\n");
-        }
-        if (o->eval_every > 0 && pp->step % o->eval_every == 0 && pp->step < t->cfg.opt.steps) {
-            double vl;
-            to_host(pp, t);
-            if (pm_trainer_eval(t, val, o->eval_batches, &vl, &err))
-                return pm_cli_fail("%s", err.msg);
-            fprintf(stderr, "%sstep %lld  val loss %.4f\n", tty ? "\n" : "", (long long)pp->step, vl);
-            if (o->save && pm_ckpt_save(t, o->save, &err)) return pm_cli_fail("%s", err.msg);
-        }
-    }
-    if (tty) fputc('\n', stderr);
-    return pp_finish(o, pp, t, val, ps);
+static pm_status pp_step(void *ctx, const int32_t *inp, const int32_t *tgt, pm_step_info *info,
+                         pm_err *err) {
+    pp_run *r = ctx;
+    pm_status st = pm_pipe_step(r->pp, inp, tgt, &r->last, err);
+    if (!st) *info = (pm_step_info){r->last.loss, r->last.grad_norm, r->last.lr};
+    return st;
 }
 
-/* After the last step: final evaluation, per-device memory, outputs. */
-static int pp_finish(const pm_cli_train_opts *o, pm_pipe *pp, pm_trainer *t,
-                     const pm_tokens *val, pp_stats *ps) {
-    pm_err err = {{0}};
-    to_host(pp, t);
-    if (pm_trainer_eval(t, val, o->eval_batches, &ps->val_loss, &err))
-        return pm_cli_fail("%s", err.msg);
-    fprintf(stderr, "step %lld  val loss %.4f\n", (long long)pp->step, ps->val_loss);
-    for (int d = 0; d < pp->p; d++)
-        fprintf(stderr, "device %d: peak activation %zu bytes (predicted %zu), arena %zu\n", d,
-                pp->peak[d], pp->pred_peak[d], pp->arena_cap[d]);
-    if (o->save) {
-        if (pm_ckpt_save(t, o->save, &err)) return pm_cli_fail("%s", err.msg);
-        fprintf(stderr, "saved %s (step %lld)\n", o->save, (long long)t->step);
+static void pp_sync(void *ctx, pm_trainer *host) { to_host(((pp_run *)ctx)->pp, host); }
+
+/* Sums over the steps after the first (cold) one, for the JSON means. */
+static void pp_count(pp_run *r, const pm_loop_event *ev) {
+    pp_stats *ps = r->ps;
+    const pm_pipe_info *in = &r->last;
+    ps->times[ps->nt++] = ev->seconds;
+    ps->final_loss = in->loss;
+    if (ps->nt > 1 || r->o->steps == 1)
+        ps->mk += in->makespan_ms, ps->pmk += in->pred_makespan_ms, ps->bub += in->bubble,
+            ps->pbub += in->pred_bubble, ps->n++;
+    if (ps->nt > 1 && isfinite(in->forecast_makespan_ms) && in->makespan_ms > 0)
+        ps->fmk += in->forecast_makespan_ms,
+            ps->ferr += fabs(in->forecast_makespan_ms - in->makespan_ms) / in->makespan_ms,
+            ps->nf++;
+}
+
+static void pp_report(void *ctx, const pm_loop_event *ev) {
+    pp_run *r = ctx;
+    if (ev->kind == PM_LOOP_STEP) {
+        pp_count(r, ev);
+        r->spent += ev->seconds;
+        if (!(r->tty || ev->step % r->every == 0 || ev->step == r->steps)) return;
+        double left = r->spent / r->ps->nt * (double)(r->steps - ev->step);
+        fprintf(stderr, "%sstep %lld/%d  loss %.4f  lr %.2e  |g| %.3f  bubble %.3f "
+                "(replay %.3f)  ETA %dm%02ds%s", r->tty ? "\r" : "", (long long)ev->step,
+                r->steps, ev->info.loss, ev->info.lr, ev->info.grad_norm, r->last.bubble,
+                r->last.pred_bubble, (int)(left / 60), (int)fmod(left, 60.0),
+                r->tty ? "   " : "\n");
+        return;
     }
+    if (ev->kind == PM_LOOP_END && r->tty) fputc('\n', stderr);
+    fprintf(stderr, "%sstep %lld  val loss %.4f\n", ev->kind == PM_LOOP_EVAL && r->tty ? "\n" : "",
+            (long long)ev->step, ev->val_loss);
+    r->ps->val_loss = ev->val_loss;
+    if (ev->kind != PM_LOOP_END) return;
+    for (int d = 0; d < r->pp->p; d++)
+        fprintf(stderr, "device %d: peak activation %zu bytes (predicted %zu), arena %zu\n", d,
+                r->pp->peak[d], r->pp->pred_peak[d], r->pp->arena_cap[d]);
+    if (ev->saved) fprintf(stderr, "saved %s (step %lld)\n", ev->saved, (long long)ev->step);
+}
+
+static int pp_train(const pm_cli_train_opts *o, pm_pipe *pp, pm_trainer *t, const pm_tokens *val,
+                    pp_stats *ps) {
+    pp_run r = {.o = o, .pp = pp, .ps = ps, .tty = isatty(2), .steps = t->cfg.opt.steps,
+                .every = o->steps >= 20 ? o->steps / 20 : 1};
+    pm_train_driver drv = {.ctx = &r, .step = pp_step, .sync = pp_sync, .report = pp_report,
+                           .report_ctx = &r};
+    pm_loop_opts lo = {.stop_at = pm_cli_train_stop_at(o, &t->cfg), .eval_every = o->eval_every,
+                       .eval_batches = o->eval_batches, .val = val, .save = o->save};
+    pm_err err = {{0}};
+    if (pm_train_loop(t, &drv, &lo, &err)) return pm_cli_fail("%s", err.msg);
     return write_outputs(o, pp);
 }
 
@@ -305,7 +317,7 @@ int pm_cli_train_pp(const pm_cli_train_opts *op) {
         pm_cli_fail("out of memory");
         goto out;
     }
-    rc = pp_loop(&o, &pp, &t, &va, &ps);
+    rc = pp_train(&o, &pp, &t, &va, &ps);
     if (!rc && o.json) print_json(&o, &pp, &t, &ps);
 out:
     free(ps.times);

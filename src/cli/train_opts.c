@@ -120,6 +120,10 @@ static int check(pm_cli_train_opts *o, const char *pipe_only, const char *single
     return 0;
 }
 
+int64_t pm_cli_train_stop_at(const pm_cli_train_opts *o, const pm_train_cfg *cfg) {
+    return o->stop_after && o->stop_after < cfg->opt.steps ? o->stop_after : cfg->opt.steps;
+}
+
 int pm_cli_train_check_outputs(const pm_cli_train_opts *o) {
     const char *paths[3] = {o->save, o->trace, o->svg};
     const char *opts[3] = {"--save", "--trace", "--timeline"};

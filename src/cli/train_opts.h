@@ -37,6 +37,10 @@ int pm_cli_train_parse(int argc, char **argv, pm_cli_train_opts *o);
  * prints one line naming the path and returns 1. */
 int pm_cli_train_check_outputs(const pm_cli_train_opts *o);
 
+/* The step a run stops after: --stop-after if it comes first, else
+ * --steps (the cosine still spans --steps). */
+int64_t pm_cli_train_stop_at(const pm_cli_train_opts *o, const pm_train_cfg *cfg);
+
 /* The training configuration the options describe. */
 void pm_cli_train_cfg(const pm_cli_train_opts *o, pm_train_cfg *cfg);
 
