@@ -66,11 +66,12 @@ static int generate(pm_sched *s, const char *kind, int p, int m, pm_costs t, pm_
 /* Runs `steps` steps (the first untimed); r gets timed means and the peak;
  * params (if not NULL) the parameters after the first step. */
 static int run(const pm_train_cfg *c, const pm_sched *s, int steps, result *r, float *params,
-               double *loss0, pm_pipe *keep) {
-    pm_pipe local, *q = keep ? keep : &local; /* a pipe must not move after init */
+               double *loss0, pm_pipe **keep) {
+    pm_pipe *q;
     pm_err err;
     *r = (result){0};
-    if (pm_pipe_init(q, c, s, NULL, &err)) {
+    if (keep) *keep = NULL;
+    if (pm_pipe_create(&q, c, s, NULL, &err)) {
         fprintf(stderr, "bench_pp: %s: %s\n", s->kind, err.msg);
         return 1;
     }
@@ -85,7 +86,7 @@ static int run(const pm_train_cfg *c, const pm_sched *s, int steps, result *r, f
             rc = 1;
             break;
         }
-        for (int d = 0; d < q->p; d++) {
+        for (int d = 0; d < pm_pipe_devices(q); d++) {
             if (in.peak[d] != in.pred_peak[d]) {
                 fprintf(stderr, "bench_pp: %s device %d: peak %zu != predicted %zu\n", s->kind, d,
                         in.peak[d], in.pred_peak[d]);
@@ -105,7 +106,8 @@ static int run(const pm_train_cfg *c, const pm_sched *s, int steps, result *r, f
     }
     free(inp);
     free(tgt);
-    if (!keep || rc) pm_pipe_free(q);
+    if (!keep || rc) pm_pipe_destroy(q);
+    else *keep = q;
     r->ok = !rc;
     return rc;
 }
@@ -116,17 +118,18 @@ static int profile(const pm_train_cfg *c, int p, int m, pm_costs *t) {
     pm_err err;
     if (generate(&s, "zb-h1", p, m, PM_COSTS_DEFAULT, &err)) return 1;
     result r;
-    pm_pipe pp;
+    pm_pipe *pp;
     int rc = run(c, &s, 2, &r, NULL, NULL, &pp);
     pm_sched_free(&s);
     if (rc) return 1;
+    const pm_cost *cost = pm_pipe_cost(pp);
     *t = (pm_costs){0, 0, 0, 0};
-    for (int st = 0; st < pp.S; st++) {
-        t->f += pp.cost.st[st].tf / pp.S;
-        t->b += pp.cost.st[st].tb / pp.S;
-        t->w += pp.cost.st[st].tw / pp.S;
+    for (int st = 0; st < cost->S; st++) {
+        t->f += cost->st[st].tf / cost->S;
+        t->b += cost->st[st].tb / cost->S;
+        t->w += cost->st[st].tw / cost->S;
     }
-    pm_pipe_free(&pp);
+    pm_pipe_destroy(pp);
     printf("bench_pp profile p=%d m=%d f_us=%.0f b_us=%.0f w_us=%.0f\n", p, m, t->f, t->b, t->w);
     return 0;
 }
@@ -148,7 +151,7 @@ static int bench_time(int quick) {
     const pm_sched_kind *kinds = pm_sched_kinds(&nk);
     size_t np = pm_gpt_num_params(&c.model), n = (size_t)c.batch * (size_t)c.model.ctx;
     float *ref = malloc(np * sizeof(float)), *got = malloc(np * sizeof(float));
-    pm_pipe *pp = calloc((size_t)nk, sizeof *pp);
+    pm_pipe **pp = calloc((size_t)nk, sizeof *pp);
     result *res = calloc((size_t)nk, sizeof *res);
     int32_t *inp = malloc(n * sizeof *inp), *tgt = malloc(n * sizeof *tgt);
     if (!ref || !got || !pp || !res || !inp || !tgt) return 1;
@@ -161,7 +164,7 @@ static int bench_time(int quick) {
                    err.msg);
             continue;
         }
-        if (pm_pipe_init(&pp[k], &c, &s, NULL, &err)) {
+        if (pm_pipe_create(&pp[k], &c, &s, NULL, &err)) {
             fprintf(stderr, "bench_pp: %s: %s\n", kinds[k].name, err.msg);
             rc = 1;
         } else {
@@ -176,7 +179,7 @@ static int bench_time(int quick) {
             if (!res[k].ok) continue;
             pm_pipe_info in;
             pm_err err;
-            if (pm_pipe_step(&pp[k], inp, tgt, &in, &err)) {
+            if (pm_pipe_step(pp[k], inp, tgt, &in, &err)) {
                 fprintf(stderr, "bench_pp: %s: %s\n", kinds[k].name, err.msg);
                 rc = 1;
                 break;
@@ -189,10 +192,10 @@ static int bench_time(int quick) {
                     res[k].fmk += in.forecast_makespan_ms, res[k].nf++;
         }
         /* exactness: everybody equals 1F1B after this round */
-        pm_pipe_gather(&pp[base], PM_SLAB_PARAMS, ref);
+        pm_pipe_gather(pp[base], PM_SLAB_PARAMS, ref);
         for (int k = 0; k < nk && !rc; k++) {
             if (!res[k].ok || k == base) continue;
-            pm_pipe_gather(&pp[k], PM_SLAB_PARAMS, got);
+            pm_pipe_gather(pp[k], PM_SLAB_PARAMS, got);
             if (memcmp(ref, got, np * sizeof(float))) {
                 fprintf(stderr, "bench_pp: %s: parameters differ from 1F1B's after round %d\n",
                         kinds[k].name, r);
@@ -213,7 +216,7 @@ static int bench_time(int quick) {
                r->step / b->step,
                100.0 * fabs(r->makespan / b->makespan - r->pred / b->pred) / (r->pred / b->pred));
     }
-    for (int k = 0; k < nk; k++) pm_pipe_free(&pp[k]);
+    for (int k = 0; k < nk; k++) pm_pipe_destroy(pp[k]);
     free(pp);
     free(inp);
     free(tgt);

@@ -348,18 +348,20 @@ static void reference(const pm_train_cfg *c, run_result *r) {
 
 /* Trains NSTEPS on schedule s; checks memory on every step. */
 static void run_pipe(const pm_train_cfg *c, const pm_sched *s, run_result *r) {
-    pm_pipe pp;
+    pm_pipe *pp;
     pm_err err = {{0}};
-    pm_status st = pm_pipe_init(&pp, c, s, NULL, &err);
+    pm_status st = pm_pipe_create(&pp, c, s, NULL, &err);
     if (st) fail_msg("%s p=%d: %s", s->kind, s->p, err.msg);
     int32_t inp[TINY_M * 8], tgt[TINY_M * 8];
+    size_t peak0 = 0; /* device 0's measured peak, last step */
     for (int k = 0; k < NSTEPS; k++) {
         pm_pipe_info in;
         batch_of(k, inp, tgt, c);
-        st = pm_pipe_step(&pp, inp, tgt, &in, &err);
+        st = pm_pipe_step(pp, inp, tgt, &in, &err);
         if (st) fail_msg("%s p=%d step %d: %s", s->kind, s->p, k, err.msg);
         r->loss[k] = in.loss, r->norm[k] = in.grad_norm;
-        for (int d = 0; d < pp.p; d++) {
+        peak0 = in.peak[0];
+        for (int d = 0; d < pm_pipe_devices(pp); d++) {
             if (in.peak[d] != in.pred_peak[d])
                 fail_msg("%s p=%d device %d: measured peak %zu != predicted %zu", s->kind, s->p,
                          d, in.peak[d], in.pred_peak[d]);
@@ -372,18 +374,19 @@ static void run_pipe(const pm_train_cfg *c, const pm_sched *s, run_result *r) {
         /* 1F1B's device 0 holds min(p, m) forwards of stage 0 at its peak,
          * each the sum of its layers' saved bytes (from the model itself) */
         double mf0 = 0;
-        for (int l = pp.first[0]; l < pp.first[1]; l++) {
+        const int *first = pm_pipe_stage_first(pp);
+        for (int l = first[0]; l < first[1]; l++) {
             pm_gpt_sizes z;
-            assert_int_equal(pm_gpt_layer_sizes(&c->model, l, pp.mbsz, pp.T, &z, NULL), PM_OK);
+            assert_int_equal(pm_gpt_layer_sizes(&c->model, l, c->batch / c->micro, c->model.ctx, &z, NULL), PM_OK);
             mf0 += (double)z.saved;
         }
         int held = s->p < s->m ? s->p : s->m;
-        assert_true((double)pp.peak[0] == held * mf0);
+        assert_true((double)peak0 == held * mf0);
     }
     size_t n = pm_gpt_num_params(&c->model);
     r->params = malloc(n * sizeof(float));
-    pm_pipe_gather(&pp, PM_SLAB_PARAMS, r->params);
-    pm_pipe_free(&pp);
+    pm_pipe_gather(pp, PM_SLAB_PARAMS, r->params);
+    pm_pipe_destroy(pp);
 }
 
 static void expect_same(const pm_train_cfg *c, const run_result *ref, const run_result *got,
@@ -471,32 +474,32 @@ static void test_gather_scatter_resume(void **state) {
     pm_sched s1, s2;
     gen(&s1, "zb-h1", 2, TINY_M);
     gen(&s2, "v-min", 4, TINY_M);
-    pm_pipe a, b;
-    assert_int_equal(pm_pipe_init(&a, &c, &s1, NULL, &err), PM_OK);
-    assert_int_equal(pm_pipe_init(&b, &c, &s2, NULL, &err), PM_OK);
+    pm_pipe *a, *b;
+    assert_int_equal(pm_pipe_create(&a, &c, &s1, NULL, &err), PM_OK);
+    assert_int_equal(pm_pipe_create(&b, &c, &s2, NULL, &err), PM_OK);
     for (int k = 0; k < 2; k++) {
         batch_of(k, inp, tgt, &c);
-        assert_int_equal(pm_pipe_step(&a, inp, tgt, NULL, &err), PM_OK);
+        assert_int_equal(pm_pipe_step(a, inp, tgt, NULL, &err), PM_OK);
     }
     float *sl = malloc(3 * n * sizeof(float));
-    pm_pipe_gather(&a, PM_SLAB_PARAMS, sl);
-    pm_pipe_gather(&a, PM_SLAB_ADAM_M, sl + n);
-    pm_pipe_gather(&a, PM_SLAB_ADAM_V, sl + 2 * n);
-    pm_pipe_scatter(&b, sl, sl + n, sl + 2 * n);
-    b.step = a.step;
+    pm_pipe_gather(a, PM_SLAB_PARAMS, sl);
+    pm_pipe_gather(a, PM_SLAB_ADAM_M, sl + n);
+    pm_pipe_gather(a, PM_SLAB_ADAM_V, sl + 2 * n);
+    pm_pipe_scatter(b, sl, sl + n, sl + 2 * n);
+    pm_pipe_set_steps_done(b, pm_pipe_steps_done(a));
     pm_pipe_info in;
     batch_of(2, inp, tgt, &c);
-    assert_int_equal(pm_pipe_step(&b, inp, tgt, &in, &err), PM_OK);
+    assert_int_equal(pm_pipe_step(b, inp, tgt, &in, &err), PM_OK);
     assert_memory_equal(&in.loss, &ref_loss, sizeof(double));
-    pm_pipe_gather(&b, PM_SLAB_PARAMS, sl);
-    pm_pipe_gather(&b, PM_SLAB_ADAM_M, sl + n);
-    pm_pipe_gather(&b, PM_SLAB_ADAM_V, sl + 2 * n);
+    pm_pipe_gather(b, PM_SLAB_PARAMS, sl);
+    pm_pipe_gather(b, PM_SLAB_ADAM_M, sl + n);
+    pm_pipe_gather(b, PM_SLAB_ADAM_V, sl + 2 * n);
     assert_memory_equal(sl, t.params, n * sizeof(float));
     assert_memory_equal(sl + n, t.m, n * sizeof(float));
     assert_memory_equal(sl + 2 * n, t.v, n * sizeof(float));
     free(sl);
-    pm_pipe_free(&a);
-    pm_pipe_free(&b);
+    pm_pipe_destroy(a);
+    pm_pipe_destroy(b);
     pm_sched_free(&s1);
     pm_sched_free(&s2);
     pm_trainer_free(&t);
@@ -539,12 +542,12 @@ static void test_w_order_refused(void **state) {
     pm_sched_push(&s, 0, PM_PASS_B, 0, 1);
     pm_sched_push(&s, 0, PM_PASS_W, 0, 1);
     pm_sched_push(&s, 0, PM_PASS_W, 0, 0);
-    pm_pipe pp;
+    pm_pipe *pp;
     /* split W passes of a stage are interchangeable: relabelled into order */
-    assert_int_equal(pm_pipe_init(&pp, &c, &s, NULL, &err), PM_OK);
-    assert_int_equal(pp.w_relabeled, 2);
-    assert_int_equal(pm_sched_dev(&pp.sched, 0)[4].mb, 0);
-    pm_pipe_free(&pp);
+    assert_int_equal(pm_pipe_create(&pp, &c, &s, NULL, &err), PM_OK);
+    assert_int_equal(pm_pipe_w_relabeled(pp), 2);
+    assert_int_equal(pm_sched_dev(pm_pipe_schedule(pp), 0)[4].mb, 0);
+    pm_pipe_destroy(pp);
     pm_sched_free(&s);
     /* fused BW passes out of order cannot be: refused */
     assert_int_equal(pm_sched_init(&s, "test", PM_PLACE_SINGLE, 1, 2, 1, &err), PM_OK);
@@ -552,13 +555,13 @@ static void test_w_order_refused(void **state) {
     pm_sched_push(&s, 0, PM_PASS_F, 0, 1);
     pm_sched_push(&s, 0, PM_PASS_BW, 0, 1);
     pm_sched_push(&s, 0, PM_PASS_BW, 0, 0);
-    assert_int_equal(pm_pipe_init(&pp, &c, &s, NULL, &err), PM_ERR_INVALID);
+    assert_int_equal(pm_pipe_create(&pp, &c, &s, NULL, &err), PM_ERR_INVALID);
     assert_non_null(strstr(err.msg, "microbatch order"));
     pm_sched_free(&s);
     /* too many stages for the layers */
     gen(&s, "v-half", 4, TINY_M);
     c = tiny(2);
-    assert_int_equal(pm_pipe_init(&pp, &c, &s, NULL, &err), PM_ERR_ARG);
+    assert_int_equal(pm_pipe_create(&pp, &c, &s, NULL, &err), PM_ERR_ARG);
     assert_non_null(strstr(err.msg, "layers"));
     pm_sched_free(&s);
 }
@@ -568,17 +571,17 @@ static pm_status faulty(const char *kind, int p, pm_pipe_opts *o, pm_err *err) {
     pm_train_cfg c = tiny(6);
     pm_sched s;
     gen(&s, kind, p, TINY_M);
-    pm_pipe pp;
-    pm_status st = pm_pipe_init(&pp, &c, &s, o, err);
+    pm_pipe *pp;
+    pm_status st = pm_pipe_create(&pp, &c, &s, o, err);
     assert_int_equal(st, PM_OK);
     int32_t inp[TINY_M * 8], tgt[TINY_M * 8];
     batch_of(0, inp, tgt, &c);
-    st = pm_pipe_step(&pp, inp, tgt, NULL, err);
+    st = pm_pipe_step(pp, inp, tgt, NULL, err);
     /* sticky: the pipe refuses further steps with the same error */
     pm_err again;
-    assert_int_equal(pm_pipe_step(&pp, inp, tgt, NULL, &again), st);
+    assert_int_equal(pm_pipe_step(pp, inp, tgt, NULL, &again), st);
     if (st) assert_string_equal(again.msg, err->msg);
-    pm_pipe_free(&pp);
+    pm_pipe_destroy(pp);
     pm_sched_free(&s);
     return st;
 }
@@ -602,15 +605,15 @@ static void test_faults(void **state) {
         pm_train_cfg c = tiny(6);
         pm_sched s;
         gen(&s, "zb-h1", 2, TINY_M);
-        pm_pipe pp;
-        assert_int_equal(pm_pipe_init(&pp, &c, &s, NULL, &err), PM_OK);
+        pm_pipe *pp;
+        assert_int_equal(pm_pipe_create(&pp, &c, &s, NULL, &err), PM_OK);
         int32_t inp[TINY_M * 8], tgt[TINY_M * 8];
         batch_of(0, inp, tgt, &c);
         inp[3 * 8 + 5] = 64; /* vocab is 64 */
-        assert_int_equal(pm_pipe_step(&pp, inp, tgt, NULL, &err), PM_ERR_ARG);
+        assert_int_equal(pm_pipe_step(pp, inp, tgt, NULL, &err), PM_ERR_ARG);
         assert_non_null(strstr(err.msg, "device 0, stage 0, microbatch 3, pass F"));
         assert_non_null(strstr(err.msg, "token id 64 at position 5"));
-        pm_pipe_free(&pp);
+        pm_pipe_destroy(pp);
         pm_sched_free(&s);
     }
     /* an arena too small for the schedule */
@@ -625,14 +628,14 @@ static void test_timeline_outputs(void **state) {
     pm_train_cfg c = tiny(4);
     pm_sched s;
     gen(&s, "zb-h1", 2, TINY_M);
-    pm_pipe pp;
+    pm_pipe *pp;
     pm_err err;
-    assert_int_equal(pm_pipe_init(&pp, &c, &s, NULL, &err), PM_OK);
+    assert_int_equal(pm_pipe_create(&pp, &c, &s, NULL, &err), PM_OK);
     int32_t inp[TINY_M * 8], tgt[TINY_M * 8];
     batch_of(0, inp, tgt, &c);
-    assert_int_equal(pm_pipe_step(&pp, inp, tgt, NULL, &err), PM_OK);
+    assert_int_equal(pm_pipe_step(pp, inp, tgt, NULL, &err), PM_OK);
     pm_sim t;
-    assert_int_equal(pm_pipe_timeline(&pp, &t, &err), PM_OK);
+    assert_int_equal(pm_pipe_timeline(pp, &t, &err), PM_OK);
     /* each device's passes run in list order without overlap */
     for (int d = 0; d < 2; d++)
         for (int64_t i = 1; i < s.len[d]; i++) {
@@ -643,17 +646,17 @@ static void test_timeline_outputs(void **state) {
     char *buf = NULL, msg[512];
     size_t len = 0;
     FILE *f = open_memstream(&buf, &len);
-    assert_int_equal(pm_pipe_write_trace(&pp, f, &err), PM_OK);
+    assert_int_equal(pm_pipe_write_trace(pp, f, &err), PM_OK);
     fclose(f);
     if (chk_trace(buf, len, &s, &t, msg, sizeof msg)) fail_msg("%s", msg);
     free(buf);
     f = open_memstream(&buf, &len);
-    assert_int_equal(pm_pipe_write_svg(&pp, f, "zb-h1 measured", &err), PM_OK);
+    assert_int_equal(pm_pipe_write_svg(pp, f, "zb-h1 measured", &err), PM_OK);
     fclose(f);
     if (chk_svg(buf, len, &s, &t, msg, sizeof msg)) fail_msg("%s", msg);
     free(buf);
     pm_sim_free(&t);
-    pm_pipe_free(&pp);
+    pm_pipe_destroy(pp);
     pm_sched_free(&s);
 }
 
@@ -772,15 +775,15 @@ static void test_forecast_and_no_allocation(void **state) {
     pm_train_cfg c = tiny(4);
     pm_sched s;
     gen(&s, "zb-h1", 2, TINY_M);
-    pm_pipe pp;
+    pm_pipe *pp;
     pm_err err = {{0}};
-    assert_int_equal(pm_pipe_init(&pp, &c, &s, NULL, &err), PM_OK);
+    assert_int_equal(pm_pipe_create(&pp, &c, &s, NULL, &err), PM_OK);
     int32_t inp[TINY_M * 8], tgt[TINY_M * 8];
     pm_pipe_info in[5];
     for (int k = 0; k < 5; k++) {
         batch_of(k, inp, tgt, &c);
         int64_t calls = pm_alloc_calls();
-        assert_int_equal(pm_pipe_step(&pp, inp, tgt, &in[k], &err), PM_OK);
+        assert_int_equal(pm_pipe_step(pp, inp, tgt, &in[k], &err), PM_OK);
         if (k >= 1 && pm_alloc_calls() != calls)
             fail_msg("step %d made %lld allocations", k, (long long)(pm_alloc_calls() - calls));
     }
@@ -791,7 +794,7 @@ static void test_forecast_and_no_allocation(void **state) {
         assert_true(in[k].forecast_makespan_ms > 0);
         assert_true(in[k].forecast_bubble >= 0 && in[k].forecast_bubble < 1);
     }
-    pm_pipe_free(&pp);
+    pm_pipe_destroy(pp);
     pm_sched_free(&s);
 }
 
@@ -804,22 +807,21 @@ static void test_init_allocation_failures(void **state) {
     gen(&s, "v-half", 2, TINY_M);
     int64_t n;
     for (n = 1;; n++) {
-        pm_pipe pp;
+        pm_pipe *pp;
         pm_err err = {{0}};
         pm_alloc_fail_at(n, 0);
-        pm_status st = pm_pipe_init(&pp, &c, &s, NULL, &err);
+        pm_status st = pm_pipe_create(&pp, &c, &s, NULL, &err);
         int fired = pm_alloc_failed();
         pm_alloc_fail_at(0, 0);
         if (!fired) {
             assert_int_equal(st, PM_OK);
-            pm_pipe_free(&pp);
+            pm_pipe_destroy(pp);
             break;
         }
         if (st != PM_ERR_NOMEM) fail_msg("allocation %lld: status %d: %s", (long long)n, st, err.msg);
         assert_true(err.msg[0] != 0);
         assert_null(strchr(err.msg, '\n'));
-        assert_null(pp.dev);
-        assert_null(pp.first);
+        assert_null(pp);
     }
     assert_true(n > 20); /* the walk really went through init's allocations */
     pm_sched_free(&s);

@@ -21,7 +21,7 @@
  * already be in order (checked at init). Then pm_pipe_step
  * gives bitwise the same loss, gradient norm and parameters as
  * pm_trainer_step_batch on one device with the same configuration, provided
- * OpenBLAS runs one thread per call (pm_pipe_init sets pm_blas_threads(1),
+ * OpenBLAS runs one thread per call (pm_pipe_create sets pm_blas_threads(1),
  * a process-wide setting: run the single-device reference the same way). */
 #ifndef PM_RUNTIME_H
 #define PM_RUNTIME_H
@@ -230,51 +230,32 @@ typedef struct {
     const size_t *arena;     /* (p) arena capacity (bytes of slab) */
 } pm_pipe_info;
 
-typedef struct pm_pipe_dev pm_pipe_dev;
-struct pm_pipe_pool; /* the parked device threads (pipe.c) */
-
-typedef struct {
-    pm_train_cfg cfg;     /* copy of the training configuration */
-    pm_sched sched;       /* owned copy of the schedule, W passes in microbatch order */
-    int64_t w_relabeled;  /* W passes that took another microbatch of their stage */
-    pm_pipe_opts opts;    /* copy */
-    int p, S, m;          /* devices, stages, microbatches */
-    int mbsz, T;          /* sequences per microbatch, tokens per sequence */
-    int *first;           /* (S+1) stage s holds layers first[s] .. first[s+1]-1 */
-    pm_gpt_sizes *sz;     /* (L+2) per-layer sizes for one microbatch */
-    pm_cost cost;         /* per stage: model byte deltas; times of the last step (us) */
-    pm_sim pred;          /* simulation with cost (after a step: measured times) */
-    pm_cost prof;         /* per stage: times profiled over the steps so far (forecast) */
-    pm_sim fcast;         /* the forecast's simulation, sized at init */
-    int64_t nprof;        /* steps folded into prof */
-    size_t *peak;         /* (p) measured peak bytes of the last step */
-    size_t *pred_peak;    /* (p) predicted peak bytes */
-    size_t *arena_cap;    /* (p) arena capacities (plan or first fit, the smaller) */
-    size_t *arena_ff;     /* (p) what first fit alone would need (for comparison) */
-    double *t0, *t1;      /* (p, cap) measured pass start / end, us from step start */
-    double *tmid;         /* (p, cap) BW: end of its B part */
-    double *live_after;   /* (p, cap) arena live bytes after each pass */
-    float *loss_mb;       /* (m) last step's microbatch losses */
-    double *dep_end;      /* (2, S, m) scratch: F and B ends, for the latency estimate */
-    pm_pipe_dev *dev;     /* (p) per-device state; owned */
-    pm_tp_threads *world; /* threads transport */
-    struct pm_pipe_pool *pool; /* device threads, started in init; owned */
-    int64_t step;         /* optimizer steps done */
-    pm_status dead;       /* sticky: a failed step leaves the pipe unusable */
-    pm_err dead_err;
-    pm_pipe_info info;    /* last step */
-} pm_pipe;
+/* The pipeline trainer. Opaque: callers hold a pointer from
+ * pm_pipe_create and read it through the functions below. */
+typedef struct pm_pipe pm_pipe;
 
 /* Checks cfg against the schedule (m == cfg->micro, enough layers for S
  * stages, weight order per stage, validation), places the layers, predicts
  * every device's peak with the simulator, sizes and allocates every device's
  * arena, parameters (initialised from cfg->seed, like pm_trainer_init),
  * gradients, AdamW moments and message buffers, and starts the device
- * threads, which point at *pp: do not move or copy a pipe after init. opts
- * may be NULL. On error *pp is zeroed. */
-pm_status pm_pipe_init(pm_pipe *pp, const pm_train_cfg *cfg, const pm_sched *s,
-                       const pm_pipe_opts *opts, pm_err *err);
-void pm_pipe_free(pm_pipe *pp);
+ * threads. opts may be NULL. On error *out is NULL. */
+pm_status pm_pipe_create(pm_pipe **out, const pm_train_cfg *cfg, const pm_sched *s,
+                         const pm_pipe_opts *opts, pm_err *err);
+/* Stops the device threads and frees everything; NULL is a no-op. */
+void pm_pipe_destroy(pm_pipe *pp);
+
+/* What a pipe was made of, and its state. The arrays are the pipe's. */
+int pm_pipe_devices(const pm_pipe *pp);             /* p */
+int pm_pipe_stages(const pm_pipe *pp);              /* S */
+const pm_sched *pm_pipe_schedule(const pm_pipe *pp); /* its copy (W in microbatch order) */
+int64_t pm_pipe_w_relabeled(const pm_pipe *pp);     /* W passes that took another microbatch */
+const int *pm_pipe_stage_first(const pm_pipe *pp);  /* (S+1): stage s = layers first[s].. */
+const pm_cost *pm_pipe_cost(const pm_pipe *pp);     /* byte deltas; times of the last step */
+const size_t *pm_pipe_predicted_peak(const pm_pipe *pp); /* (p) bytes, known from init */
+int64_t pm_pipe_steps_done(const pm_pipe *pp);
+/* Resume: the steps a checkpoint had done (learning rate, bias correction). */
+void pm_pipe_set_steps_done(pm_pipe *pp, int64_t steps);
 
 /* One optimizer step on inp, tgt (batch, ctx) int32: microbatch j is rows
  * j*B/K .. (j+1)*B/K (as pm_trainer_step_batch). Runs the p device
@@ -291,8 +272,7 @@ typedef enum { PM_SLAB_PARAMS, PM_SLAB_ADAM_M, PM_SLAB_ADAM_V, PM_SLAB_COUNT } p
  * a whole slab of pm_gpt_num_params floats. */
 void pm_pipe_gather(const pm_pipe *pp, pm_slab which, float *out);
 /* Replaces every device's parameters and moments from whole slabs (resume
- * from a checkpoint: also set pp->step to the steps done, which the
- * learning rate and AdamW's bias correction use); m or v may be NULL for
+ * from a checkpoint: also pm_pipe_set_steps_done); m or v may be NULL for
  * zeros. */
 void pm_pipe_scatter(pm_pipe *pp, const float *params, const float *m, const float *v);
 

@@ -34,19 +34,20 @@ static pm_status profile(const pm_train_cfg *cfg, int p, pm_trainer *host, pm_co
     pm_sched s;
     pm_status st = pm_sched_generate(&s, "zb-h1", &req, err);
     if (st) return st;
-    pm_pipe pp;
-    if (!(st = pm_pipe_init(&pp, cfg, &s, NULL, err))) {
+    pm_pipe *pp;
+    if (!(st = pm_pipe_create(&pp, cfg, &s, NULL, err))) {
         pm_loader ld = host->train; /* a copy: profiling does not consume data */
         pm_loader_next(&ld, cfg->batch, host->inp, host->tgt);
-        if (!(st = pm_pipe_step(&pp, host->inp, host->tgt, NULL, err))) {
+        if (!(st = pm_pipe_step(pp, host->inp, host->tgt, NULL, err))) {
+            const pm_cost *c = pm_pipe_cost(pp);
             *t = (pm_costs){0, 0, 0, 0};
-            for (int k = 0; k < pp.S; k++) {
-                t->f += pp.cost.st[k].tf / pp.S;
-                t->b += pp.cost.st[k].tb / pp.S;
-                t->w += pp.cost.st[k].tw / pp.S;
+            for (int k = 0; k < c->S; k++) {
+                t->f += c->st[k].tf / c->S;
+                t->b += c->st[k].tb / c->S;
+                t->w += c->st[k].tw / c->S;
             }
         }
-        pm_pipe_free(&pp);
+        pm_pipe_destroy(pp);
     }
     pm_sched_free(&s);
     return st;
@@ -131,7 +132,7 @@ static void to_host(const pm_pipe *pp, pm_trainer *t) {
     pm_pipe_gather(pp, PM_SLAB_PARAMS, t->params);
     pm_pipe_gather(pp, PM_SLAB_ADAM_M, t->m);
     pm_pipe_gather(pp, PM_SLAB_ADAM_V, t->v);
-    t->step = pp->step;
+    t->step = pm_pipe_steps_done(pp);
 }
 
 static void json_sizes(const char *key, const size_t *x, int n) {
@@ -146,6 +147,7 @@ typedef struct {
     double fmk, ferr;          /* forecast makespan and |forecast - measured| / measured,
                                 * summed over the steps that had a forecast */
     int nf;
+    pm_pipe_info last;         /* the last step's figures (arrays: the pipe's) */
     double *times;             /* wall time of each step (s) */
     int nt;
     double final_loss, val_loss;
@@ -154,10 +156,11 @@ typedef struct {
 static void print_json(const pm_cli_train_opts *o, const pm_pipe *pp, const pm_trainer *t,
                        pp_stats *ps) {
     double n = ps->n ? ps->n : 1;
+    int p = pm_pipe_devices(pp), S = pm_pipe_stages(pp);
     pm_cli_train_json_head(o, t, ps->times, ps->nt, ps->final_loss, ps->val_loss);
     printf(", \"schedule\": \"%s\", \"pp\": %d, \"stages\": %d, \"measured_bubble\": %.4f, "
            "\"predicted_bubble\": %.4f, \"measured_step_ms\": %.3f, \"predicted_step_ms\": %.3f",
-           pp->sched.kind, pp->p, pp->S, ps->bub / n, ps->pbub / n, ps->mk / n, ps->pmk / n);
+           pm_pipe_schedule(pp)->kind, p, S, ps->bub / n, ps->pbub / n, ps->mk / n, ps->pmk / n);
     /* predicted_step_ms is the replay (kept for compatibility); the forecast
      * was made before each step from earlier steps' costs */
     printf(", \"replay_step_ms\": %.3f", ps->pmk / n);
@@ -166,11 +169,12 @@ static void print_json(const pm_cli_train_opts *o, const pm_pipe *pp, const pm_t
                ps->fmk / ps->nf, ps->ferr / ps->nf, ps->nf);
     else
         printf(", \"forecast_step_ms\": null, \"forecast_error\": null, \"forecast_steps\": 0");
-    json_sizes("peak_activation_bytes", pp->peak, pp->p);
-    json_sizes("predicted_peak_activation_bytes", pp->pred_peak, pp->p);
-    json_sizes("arena_bytes", pp->arena_cap, pp->p);
+    json_sizes("peak_activation_bytes", ps->last.peak, p);
+    json_sizes("predicted_peak_activation_bytes", ps->last.pred_peak, p);
+    json_sizes("arena_bytes", ps->last.arena, p);
     printf(", \"stage_layers\": [");
-    for (int s = 0; s < pp->S; s++) printf("%s%d", s ? ", " : "", pp->first[s + 1] - pp->first[s]);
+    const int *first = pm_pipe_stage_first(pp);
+    for (int s = 0; s < S; s++) printf("%s%d", s ? ", " : "", first[s + 1] - first[s]);
     printf("]}\n");
 }
 
@@ -182,7 +186,8 @@ static int write_outputs(const pm_cli_train_opts *o, const pm_pipe *pp) {
         pm_wfile w;
         if (pm_wfile_open(&w, paths[k], &err)) return pm_cli_fail("%s", err.msg);
         char title[128];
-        snprintf(title, sizeof title, "%s p=%d m=%d: measured", pp->sched.kind, pp->p, pp->m);
+        const pm_sched *sc = pm_pipe_schedule(pp);
+        snprintf(title, sizeof title, "%s p=%d m=%d: measured", sc->kind, sc->p, sc->m);
         pm_status st = k ? pm_pipe_write_svg(pp, w.f, title, &err)
                          : pm_pipe_write_trace(pp, w.f, &err);
         if (st) {
@@ -203,7 +208,6 @@ typedef struct {
     const pm_cli_train_opts *o;
     pm_pipe *pp;
     pp_stats *ps;
-    pm_pipe_info last; /* the last step's figures */
     double spent;      /* seconds in steps so far (ETA) */
     int tty, every, steps;
 } pp_run;
@@ -211,8 +215,8 @@ typedef struct {
 static pm_status pp_step(void *ctx, const int32_t *inp, const int32_t *tgt, pm_step_info *info,
                          pm_err *err) {
     pp_run *r = ctx;
-    pm_status st = pm_pipe_step(r->pp, inp, tgt, &r->last, err);
-    if (!st) *info = (pm_step_info){r->last.loss, r->last.grad_norm, r->last.lr};
+    pm_status st = pm_pipe_step(r->pp, inp, tgt, &r->ps->last, err);
+    if (!st) *info = (pm_step_info){r->ps->last.loss, r->ps->last.grad_norm, r->ps->last.lr};
     return st;
 }
 
@@ -221,7 +225,7 @@ static void pp_sync(void *ctx, pm_trainer *host) { to_host(((pp_run *)ctx)->pp, 
 /* Sums over the steps after the first (cold) one, for the JSON means. */
 static void pp_count(pp_run *r, const pm_loop_event *ev) {
     pp_stats *ps = r->ps;
-    const pm_pipe_info *in = &r->last;
+    const pm_pipe_info *in = &r->ps->last;
     ps->times[ps->nt++] = ev->seconds;
     ps->final_loss = in->loss;
     if (ps->nt > 1 || r->o->steps == 1)
@@ -242,8 +246,8 @@ static void pp_report(void *ctx, const pm_loop_event *ev) {
         double left = r->spent / r->ps->nt * (double)(r->steps - ev->step);
         fprintf(stderr, "%sstep %lld/%d  loss %.4f  lr %.2e  |g| %.3f  bubble %.3f "
                 "(replay %.3f)  ETA %dm%02ds%s", r->tty ? "\r" : "", (long long)ev->step,
-                r->steps, ev->info.loss, ev->info.lr, ev->info.grad_norm, r->last.bubble,
-                r->last.pred_bubble, (int)(left / 60), (int)fmod(left, 60.0),
+                r->steps, ev->info.loss, ev->info.lr, ev->info.grad_norm, r->ps->last.bubble,
+                r->ps->last.pred_bubble, (int)(left / 60), (int)fmod(left, 60.0),
                 r->tty ? "   " : "\n");
         return;
     }
@@ -252,9 +256,9 @@ static void pp_report(void *ctx, const pm_loop_event *ev) {
             (long long)ev->step, ev->val_loss);
     r->ps->val_loss = ev->val_loss;
     if (ev->kind != PM_LOOP_END) return;
-    for (int d = 0; d < r->pp->p; d++)
+    for (int d = 0; d < pm_pipe_devices(r->pp); d++)
         fprintf(stderr, "device %d: peak activation %zu bytes (predicted %zu), arena %zu\n", d,
-                r->pp->peak[d], r->pp->pred_peak[d], r->pp->arena_cap[d]);
+                r->ps->last.peak[d], r->ps->last.pred_peak[d], r->ps->last.arena[d]);
     if (ev->saved) fprintf(stderr, "saved %s (step %lld)\n", ev->saved, (long long)ev->step);
 }
 
@@ -281,18 +285,19 @@ int pm_cli_train_pp(const pm_cli_train_opts *op) {
     pm_err err = {{0}};
     pm_trainer t;
     pm_sched s = {0};
-    pm_pipe pp = {0};
+    pm_pipe *pp = NULL;
     pp_stats ps = {.final_loss = NAN};
     int rc = 1;
     if (pm_cli_train_start(&o, &cfg, &tr, &va, &t)) goto out_tok;
-    if (make_sched(&o, &cfg, &t, &s, &err) || pm_pipe_init(&pp, &cfg, &s, NULL, &err)) {
+    if (make_sched(&o, &cfg, &t, &s, &err) || pm_pipe_create(&pp, &cfg, &s, NULL, &err)) {
         pm_cli_fail("%s", err.msg);
         goto out;
     }
-    double M = pm_cost_M(&pp.cost), peak = 0;
-    int at = 0;
-    for (int d = 0; d < pp.p; d++)
-        if ((double)pp.pred_peak[d] > peak) peak = (double)pp.pred_peak[d], at = d;
+    double M = pm_cost_M(pm_pipe_cost(pp)), peak = 0;
+    const size_t *pred = pm_pipe_predicted_peak(pp);
+    int at = 0, p = pm_pipe_devices(pp);
+    for (int d = 0; d < p; d++)
+        if ((double)pred[d] > peak) peak = (double)pred[d], at = d;
     if (o.mem_limit > 0 && peak / M > o.mem_limit * (1 + 1e-9)) {
         /* The simulator's peak with the model's exact byte deltas is what the
          * arena will hold: a run over the limit is refused, not noted. */
@@ -305,23 +310,23 @@ int pm_cli_train_pp(const pm_cli_train_opts *op) {
     fprintf(stderr, "train: predicted peak activation %.3f M (%.0f bytes; M = %.0f bytes)\n",
             peak / M, peak, M);
     if (o.resume) {
-        pm_pipe_scatter(&pp, t.params, t.m, t.v);
-        pp.step = t.step;
+        pm_pipe_scatter(pp, t.params, t.m, t.v);
+        pm_pipe_set_steps_done(pp, t.step);
     }
     fprintf(stderr, "train: %zu parameters, %d layers, dim %d, %d heads, ctx %d, batch %d in %d "
             "microbatches; schedule %s on %d devices, %d stages, %s%s\n", t.n_params, o.layers,
-            o.dim, o.heads, o.ctx, o.batch, o.micro, s.kind, pp.p, pp.S,
+            o.dim, o.heads, o.ctx, o.batch, o.micro, s.kind, p, pm_pipe_stages(pp),
             pm_place_names[s.place], o.resume ? ", resumed" : "");
     ps.times = malloc(((size_t)o.steps + 1) * sizeof *ps.times);
     if (!ps.times) {
         pm_cli_fail("out of memory");
         goto out;
     }
-    rc = pp_train(&o, &pp, &t, &va, &ps);
-    if (!rc && o.json) print_json(&o, &pp, &t, &ps);
+    rc = pp_train(&o, pp, &t, &va, &ps);
+    if (!rc && o.json) print_json(&o, pp, &t, &ps);
 out:
     free(ps.times);
-    pm_pipe_free(&pp);
+    pm_pipe_destroy(pp);
     pm_sched_free(&s);
     pm_trainer_free(&t);
 out_tok:

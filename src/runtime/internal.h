@@ -5,6 +5,42 @@
 
 #include "pipemem/pm_runtime.h"
 
+
+typedef struct pm_pipe_dev pm_pipe_dev;
+struct pm_pipe_pool; /* the parked device threads (pipe_threads.c) */
+
+struct pm_pipe {
+    pm_train_cfg cfg;     /* copy of the training configuration */
+    pm_sched sched;       /* owned copy of the schedule, W passes in microbatch order */
+    int64_t w_relabeled;  /* W passes that took another microbatch of their stage */
+    pm_pipe_opts opts;    /* copy */
+    int p, S, m;          /* devices, stages, microbatches */
+    int mbsz, T;          /* sequences per microbatch, tokens per sequence */
+    int *first;           /* (S+1) stage s holds layers first[s] .. first[s+1]-1 */
+    pm_gpt_sizes *sz;     /* (L+2) per-layer sizes for one microbatch */
+    pm_cost cost;         /* per stage: model byte deltas; times of the last step (us) */
+    pm_sim pred;          /* simulation with cost (after a step: measured times) */
+    pm_cost prof;         /* per stage: times profiled over the steps so far (forecast) */
+    pm_sim fcast;         /* the forecast's simulation, sized at init */
+    int64_t nprof;        /* steps folded into prof */
+    size_t *peak;         /* (p) measured peak bytes of the last step */
+    size_t *pred_peak;    /* (p) predicted peak bytes */
+    size_t *arena_cap;    /* (p) arena capacities (plan or first fit, the smaller) */
+    size_t *arena_ff;     /* (p) what first fit alone would need (for comparison) */
+    double *t0, *t1;      /* (p, cap) measured pass start / end, us from step start */
+    double *tmid;         /* (p, cap) BW: end of its B part */
+    double *live_after;   /* (p, cap) arena live bytes after each pass */
+    float *loss_mb;       /* (m) last step's microbatch losses */
+    double *dep_end;      /* (2, S, m) scratch: F and B ends, for the latency estimate */
+    pm_pipe_dev *dev;     /* (p) per-device state; owned */
+    pm_tp_threads *world; /* threads transport */
+    struct pm_pipe_pool *pool; /* device threads, started in init; owned */
+    int64_t step;         /* optimizer steps done */
+    pm_status dead;       /* sticky: a failed step leaves the pipe unusable */
+    pm_err dead_err;
+    pm_pipe_info info;    /* last step */
+};
+
 /* Message tags: activation into stage s for microbatch j, its gradient back
  * out of stage s+1 into stage s, the gradient-norm chain into stage s, and
  * the norm broadcast. Unique per step, so matching never depends on timing. */

@@ -42,7 +42,7 @@ static void dev_free(pm_pipe_dev *dv) {
 }
 
 
-void pm_pipe_free(pm_pipe *pp) {
+static void pipe_free(pm_pipe *pp) {
     if (!pp) return;
     pm_pipe_pool_free(pp); /* threads first: they use everything below */
     if (pp->dev)
@@ -294,8 +294,8 @@ static pm_status plan(pm_pipe *pp, pm_err *err) {
     return PM_OK;
 }
 
-pm_status pm_pipe_init(pm_pipe *pp, const pm_train_cfg *cfg, const pm_sched *s,
-                       const pm_pipe_opts *opts, pm_err *err) {
+static pm_status pipe_init(pm_pipe *pp, const pm_train_cfg *cfg, const pm_sched *s,
+                           const pm_pipe_opts *opts, pm_err *err) {
     *pp = (pm_pipe){0};
     pm_status st = check_cfg(cfg, s, err);
     if (st) return st;
@@ -341,9 +341,40 @@ pm_status pm_pipe_init(pm_pipe *pp, const pm_train_cfg *cfg, const pm_sched *s,
     pm_blas_threads(1);
     return PM_OK;
 fail:
-    pm_pipe_free(pp);
+    pipe_free(pp);
     return st;
 }
+
+pm_status pm_pipe_create(pm_pipe **out, const pm_train_cfg *cfg, const pm_sched *s,
+                         const pm_pipe_opts *opts, pm_err *err) {
+    *out = NULL;
+    /* The device threads point at the pipe: it lives on the heap, never moved. */
+    pm_pipe *pp = pm_malloc(sizeof *pp);
+    if (!pp) return pm_errf(err, PM_ERR_NOMEM, "out of memory for the pipeline");
+    pm_status st = pipe_init(pp, cfg, s, opts, err);
+    if (st) {
+        pm_free(pp);
+        return st;
+    }
+    *out = pp;
+    return PM_OK;
+}
+
+void pm_pipe_destroy(pm_pipe *pp) {
+    if (!pp) return;
+    pipe_free(pp);
+    pm_free(pp);
+}
+
+int pm_pipe_devices(const pm_pipe *pp) { return pp->p; }
+int pm_pipe_stages(const pm_pipe *pp) { return pp->S; }
+const pm_sched *pm_pipe_schedule(const pm_pipe *pp) { return &pp->sched; }
+int64_t pm_pipe_w_relabeled(const pm_pipe *pp) { return pp->w_relabeled; }
+const int *pm_pipe_stage_first(const pm_pipe *pp) { return pp->first; }
+const pm_cost *pm_pipe_cost(const pm_pipe *pp) { return &pp->cost; }
+const size_t *pm_pipe_predicted_peak(const pm_pipe *pp) { return pp->pred_peak; }
+int64_t pm_pipe_steps_done(const pm_pipe *pp) { return pp->step; }
+void pm_pipe_set_steps_done(pm_pipe *pp, int64_t steps) { pp->step = steps; }
 
 /* ---- one step -------------------------------------------------------------------- */
 
