@@ -35,17 +35,20 @@ echo "sample:"
 "$BIN" sample --ckpt "$OUT/gpt.ckpt" --prompt "The " -n 160
 echo
 
-echo "== 3. measured against predicted, p = 2, m = 8 (6 steps each, means after the first)"
+echo "== 3. measured against forecast, p = 2, m = 8 (6 steps each, means after the first)"
+echo "   forecast: made before each step from the steps before it; replay: the simulator"
+echo "   fed with the same step's measured pass times (a check of the executor)"
 field() { sed -n "s/.*\"$1\": \([^,}]*\).*/\1/p"; }
 peak() { sed -n "s/.*\"$1\": \[\([^]]*\)\].*/\1/p" | tr ',' '\n' | sort -n | tail -1; }
-printf '%-8s %10s %10s %9s %9s %12s %12s %s\n' schedule step_ms pred_ms bubble pred \
-    peak_bytes pred_bytes losses
+printf '%-8s %9s %9s %9s %8s %8s %11s %11s %s\n' schedule step_ms forecast replay bubble \
+    replay peak_bytes pred_bytes losses
 for k in gpipe 1f1b zb-h1 zb-h2 zb-v v-min v-half v-zb; do
     # shellcheck disable=SC2086
     j=$("$BIN" train --data "$OUT/data" $MODEL --pp 2 --schedule "$k" --steps 6 \
         --eval-every 0 --json 2>/dev/null)
-    printf '%-8s %10.1f %10.1f %9.4f %9.4f %12d %12d %s\n' "$k" \
-        "$(echo "$j" | field measured_step_ms)" "$(echo "$j" | field predicted_step_ms)" \
+    printf '%-8s %9.1f %9.1f %9.1f %8.4f %8.4f %11d %11d %s\n' "$k" \
+        "$(echo "$j" | field measured_step_ms)" "$(echo "$j" | field forecast_step_ms)" \
+        "$(echo "$j" | field replay_step_ms)" \
         "$(echo "$j" | field measured_bubble)" "$(echo "$j" | field predicted_bubble)" \
         "$(echo "$j" | peak peak_activation_bytes)" \
         "$(echo "$j" | peak predicted_peak_activation_bytes)" \
