@@ -169,27 +169,40 @@ int main(int argc, char **argv) {
      * burst of load from elsewhere on the machine hurts neither unfairly. */
     double peak = sgemm_peak(threads), tok = 0, gf = 0, ttok = 0;
     long rss = 0, trss = 0;
-    for (int r = 0; r < ROUNDS; r++) {
+    int rc = 0;
+    for (int r = 0; r < ROUNDS && !rc; r++) {
         long k_rss = 0;
         const char *o = run_child(pm_argv, errpath, &k_rss);
-        if (!o) return child_failed("pipemem", pm_argv, errpath);
+        if (!o) {
+            rc = child_failed("pipemem", pm_argv, errpath);
+            break;
+        }
         double k_tok = json_num(o, "tokens_per_s"), loss = json_num(o, "final_loss");
         if (!isfinite(k_tok) || !isfinite(loss) || loss > 6.0) {
             fprintf(stderr, "bench_train: pipemem gave a bad loss or speed: %s\n", o);
-            return 1;
+            rc = 1;
+            break;
         }
         if (k_tok > tok) tok = k_tok, gf = json_num(o, "gflops_per_s");
         if (k_rss > rss) rss = k_rss;
         const char *po = run_child(py_argv, errpath, &k_rss);
-        if (!po) return child_failed("the PyTorch peer", py_argv, errpath);
+        if (!po) {
+            rc = child_failed("the PyTorch peer", py_argv, errpath);
+            break;
+        }
         double k_ttok = json_num(po, "tokens_per_s");
         if (!(isfinite(k_ttok) && k_ttok > 0)) {
             fprintf(stderr, "bench_train: the PyTorch peer printed no tokens_per_s: %s\n", po);
-            return 1;
+            rc = 1;
+            break;
         }
         if (k_ttok > ttok) ttok = k_ttok;
         if (k_rss > trss) trss = k_rss;
     }
+    char cmd[256];
+    unlink(errpath);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    if (system(cmd) || rc) return 1;
     double peak2 = sgemm_peak(threads);
     if (peak2 > peak) peak = peak2;
     pm_train_cfg cfg = {.model = {256, T, C, H, L}, .batch = B, .micro = 1};
@@ -206,9 +219,5 @@ int main(int argc, char **argv) {
     printf("bench_train tokens_per_s=%.0f torch_tokens_per_s=%.0f ratio=%.3f gflops=%.1f "
            "sgemm_peak_gflops=%.1f peak_fraction=%.3f rss_mib=%.0f torch_rss_mib=%.0f\n",
            tok, ttok, tok / ttok, gf, peak, gf / peak, rss / 1024.0, trss / 1024.0);
-    char cmd[256];
-    unlink(errpath);
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    if (system(cmd)) return 1;
     return 0;
 }
