@@ -6,21 +6,11 @@
 #include "runtime/internal.h"
 
 pm_status pm_pipe_timeline(const pm_pipe *pp, pm_sim *out, pm_err *err) {
-    *out = (pm_sim){0};
-    size_t n = (size_t)pp->p * (size_t)pp->sched.cap, np = (size_t)pp->p;
+    /* a pm_sim sized by the simulator's own init, filled with measurements */
     pm_sim *t = out;
-    *t = (pm_sim){.p = pp->p, .cap = pp->sched.cap};
-    t->start = pm_malloc(n * sizeof(double));
-    t->end = pm_malloc(n * sizeof(double));
-    t->mem = pm_malloc(n * sizeof(double));
-    t->span = pm_calloc(np, sizeof(double));
-    t->busy = pm_calloc(np, sizeof(double));
-    t->peak = pm_calloc(np, sizeof(double));
-    t->peak_at = pm_calloc(np, sizeof(int64_t));
-    if (!t->start || !t->end || !t->mem || !t->span || !t->busy || !t->peak || !t->peak_at) {
-        pm_sim_free(t);
-        return pm_errf(err, PM_ERR_NOMEM, "out of memory for the timeline");
-    }
+    pm_status st = pm_sim_init(t, &pp->sched, err);
+    if (st) return st;
+    size_t n = (size_t)pp->p * (size_t)pp->sched.cap;
     memcpy(t->start, pp->t0, n * sizeof(double));
     memcpy(t->end, pp->t1, n * sizeof(double));
     memcpy(t->mem, pp->live_after, n * sizeof(double));
