@@ -407,16 +407,13 @@ pm_status pm_cand_pool_v(pm_cand_pool *pl, const pm_sched_req *req, double max_l
         st = pm_cand_pool_named(pl, req, PM_FAMILY_V, fixed[i], 0, err);
     if (!st) st = pool_blocks(pl, req, max_limit, err);
     int top = pm_search_levels(max_limit, req->p, 2);
-    /* V-Min's peak is auto-v's floor: the greedy is not run below it */
-    double floor_peak = INFINITY;
-    for (int i = 0; i < pl->n; i++)
-        if (pl->c[i].fam == PM_FAMILY_V && pl->c[i].pt.ok && pl->c[i].pt.peak < floor_peak)
-            floor_peak = pl->c[i].pt.peak;
+    /* The greedy runs at every level from a quarter of M up: where it fits
+     * below V-Min's peak (small p, e.g. p = 2 at 0.75 M) it is the only V
+     * schedule that does, and the search must see it. */
     int binding = 1;
     for (int k = vzb_lowest_level(req->p); k <= top && binding && !st; k++) {
         pm_sched s;
         double lv = pm_search_level(k, req->p, 2);
-        if (lv < floor_peak * (1 - 1e-9)) continue;
         pm_err e;
         pm_status gs = pm_sched_vzb_greedy(&s, req, lv, "v-zb", &binding, &e);
         if (gs) {
@@ -442,7 +439,10 @@ static double pool_min_peak(const pm_cand_pool *pl, const char **who) {
 pm_status pm_sched_auto_v_min_limit(const pm_sched_req *req, double *limit, pm_err *err) {
     *limit = INFINITY;
     pm_cand_pool pl = {0};
-    pm_status st = pm_cand_pool_v(&pl, req, 0, err);
+    /* The whole pool up to 1F1B's memory: a block's or greedy's simulated
+     * peak can lie below the level it was built for, and the greedy fits
+     * below V-Min's peak, so no smaller pool is sure to hold the minimum. */
+    pm_status st = pm_cand_pool_v(&pl, req, 1.0, err);
     const char *who = "";
     if (!st) *limit = pool_min_peak(&pl, &who);
     pm_cand_pool_free(&pl);
@@ -471,12 +471,13 @@ pm_status pm_sched_build_auto_v(pm_sched *s, const pm_sched_req *req, pm_err *er
     if (st) goto done;
     int w = pm_cand_pool_best(&pl, PM_FAMILY_V, req->mem_limit);
     if (w < 0) {
-        const char *who = "v-min";
-        double mn = pool_min_peak(&pl, &who);
+        /* The pool was built for this limit; the smallest feasible one may
+         * come from the greedy at a level this pool never tried. */
+        double mn;
+        if ((st = pm_sched_auto_v_min_limit(req, &mn, err))) goto done;
         st = pm_errf(err, PM_ERR_MEMLIMIT,
                      "auto-v: no V schedule fits --mem-limit %.4g M for p=%d m=%d; the smallest "
-                     "feasible limit is %.4g M (%s)",
-                     req->mem_limit, req->p, req->m, mn, who);
+                     "feasible limit is %.4g M", req->mem_limit, req->p, req->m, mn);
         goto done;
     }
     if ((st = pm_cand_build(s, &pl.c[w], req, err))) goto done;
