@@ -181,6 +181,60 @@ static void test_linear_in_passes(void **state) {
     pm_sched_free(&s);
 }
 
+/* The lower bound (bound.c) is never above any schedule's makespan: every
+ * kind, p 1..6, several m, equal and unequal costs, with and without
+ * latency. And it is tight where the makespan is known by hand. */
+static void test_lower_bound_never_beaten(void **state) {
+    (void)state;
+    const pm_costs costs[] = {{1, 1, 1, 0}, {2, 3, 1, 0.7}, {4959, 5217, 3519, 213}};
+    int nk;
+    const pm_sched_kind *kinds = pm_sched_kinds(&nk);
+    int checked = 0;
+    for (int k = 0; k < nk; k++)
+        for (int p = 1; p <= 6; p++)
+            for (int mi = 0; mi < 5; mi++)
+                for (size_t ci = 0; ci < sizeof costs / sizeof costs[0]; ci++) {
+                    int ms[] = {1, 2, p, 2 * p, 3 * p + 1};
+                    pm_sched_req q = {.p = p, .m = ms[mi], .t = costs[ci], .mem = PM_MEM_DEFAULT,
+                                      .mem_limit = kinds[k].place == PM_PLACE_V ? 1.0 : 2.0};
+                    if (kinds[k].place == PM_PLACE_LOOP) q.v = 2, q.m = p * (mi + 1);
+                    pm_sched s;
+                    pm_err e;
+                    if (pm_sched_generate(&s, kinds[k].name, &q, &e)) continue; /* not this size */
+                    pm_cost c;
+                    pm_sim sim;
+                    assert_int_equal(pm_cost_init_uniform(&c, &s, q.t, q.mem, &e), PM_OK);
+                    assert_int_equal(pm_sim_run(&sim, &s, &c, &e), PM_OK);
+                    double lb = pm_sched_lower_bound(&s, &c);
+                    if (!(lb > 0) || sim.makespan < lb * (1 - 1e-12))
+                        fail_msg("%s p=%d m=%d costs %zu: makespan %.10g below the bound %.10g",
+                                 kinds[k].name, p, q.m, ci, sim.makespan, lb);
+                    checked++;
+                    pm_sim_free(&sim);
+                    pm_cost_free(&c);
+                    pm_sched_free(&s);
+                }
+    assert_true(checked > 1000);
+    /* tight by hand: ZB-H2 at equal costs, m >= 2p - 1, runs 3m with no
+     * bubble; one device runs m (F + B + W) */
+    pm_sched_req q = {.p = 4, .m = 8, .t = {1, 1, 1, 0}, .mem = PM_MEM_DEFAULT};
+    pm_sched s;
+    pm_err e;
+    pm_cost c;
+    assert_int_equal(pm_sched_generate(&s, "zb-h2", &q, &e), PM_OK);
+    assert_int_equal(pm_cost_init_uniform(&c, &s, q.t, q.mem, &e), PM_OK);
+    assert_true(pm_sched_lower_bound(&s, &c) == 24);
+    pm_cost_free(&c), pm_sched_free(&s);
+    /* 1F1B, p = 4, m = 2, equal costs: device 0 waits for microbatch j's
+     * forward through 4 stages and backward through 3 (7), then runs its 2
+     * B and 2 W (4): 11, above its work (6) and its tail (2 + 6 + 2) */
+    q = (pm_sched_req){.p = 4, .m = 2, .t = {1, 1, 1, 0}, .mem = PM_MEM_DEFAULT};
+    assert_int_equal(pm_sched_generate(&s, "zb-h1", &q, &e), PM_OK);
+    assert_int_equal(pm_cost_init_uniform(&c, &s, q.t, q.mem, &e), PM_OK);
+    assert_true(pm_sched_lower_bound(&s, &c) == 11);
+    pm_cost_free(&c), pm_sched_free(&s);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_1f1b_hand_timed),
@@ -190,6 +244,7 @@ int main(void) {
         cmocka_unit_test(test_out_of_range_rejected),
         cmocka_unit_test(test_placements),
         cmocka_unit_test(test_linear_in_passes),
+        cmocka_unit_test(test_lower_bound_never_beaten),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -151,6 +151,11 @@ void pm_sim_free(pm_sim *sim);
 static inline double pm_sim_peak_x(const pm_sim *sim, int d) { return sim->peak[d] / sim->M; }
 double pm_sim_peak_max_x(const pm_sim *sim);
 
+/* A lower bound on the makespan of every schedule with s's placement, p, m
+ * and these per-stage costs (work, fill and drain per device; bound.c has
+ * the derivation). No valid schedule's simulated makespan is below it. */
+double pm_sched_lower_bound(const pm_sched *s, const pm_cost *c);
+
 /* ---- validator --------------------------------------------------------- */
 
 /* Checks, naming the first offending pass:

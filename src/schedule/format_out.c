@@ -146,6 +146,12 @@ pm_status pm_sched_write_json(FILE *f, const pm_sched *s, const pm_cost *c, cons
     out_num(f, sim ? sim->makespan : NAN);
     fputs(",\n  \"bubble\": ", f);
     out_num(f, sim ? sim->bubble : NAN);
+    /* how far any schedule of this shape could improve (bound.c) */
+    double lb = c ? pm_sched_lower_bound(s, c) : NAN;
+    fputs(",\n  \"lower_bound\": ", f);
+    out_num(f, lb);
+    fputs(",\n  \"gap\": ", f);
+    out_num(f, sim && lb > 0 ? sim->makespan / lb - 1 : NAN);
     fputs(",\n  \"peak\": ", f);
     if (sim) {
         fputc('[', f);
