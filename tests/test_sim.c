@@ -233,6 +233,15 @@ static void test_lower_bound_never_beaten(void **state) {
     assert_int_equal(pm_cost_init_uniform(&c, &s, q.t, q.mem, &e), PM_OK);
     assert_true(pm_sched_lower_bound(&s, &c) == 11);
     pm_cost_free(&c), pm_sched_free(&s);
+    /* 1F1B's gap at equal costs, p = 4, m = 8: (m + p - 1) 3 = 33 against
+     * 3m = 24, the 0.375 `compare` prints */
+    q = (pm_sched_req){.p = 4, .m = 8, .t = {1, 1, 1, 0}, .mem = PM_MEM_DEFAULT};
+    pm_sim sim;
+    assert_int_equal(pm_sched_generate(&s, "1f1b", &q, &e), PM_OK);
+    assert_int_equal(pm_cost_init_uniform(&c, &s, q.t, q.mem, &e), PM_OK);
+    assert_int_equal(pm_sim_run(&sim, &s, &c, &e), PM_OK);
+    assert_true(sim.makespan == 33 && pm_sched_lower_bound(&s, &c) == 24);
+    pm_sim_free(&sim), pm_cost_free(&c), pm_sched_free(&s);
 }
 
 int main(void) {

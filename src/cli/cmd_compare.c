@@ -23,19 +23,27 @@ typedef struct {
     pm_err err;
 } row;
 
+/* makespan / lower bound - 1: how far the schedule could at most improve
+ * (pm_sched_lower_bound: any schedule of its placement, p, m and costs). */
+static double gap(const pm_cli_plan *pl) {
+    double lb = pm_sched_lower_bound(&pl->s, &pl->c);
+    return lb > 0 ? pl->sim.makespan / lb - 1 : 0;
+}
+
 static void print_table(FILE *f, const row *r, int n, const pm_sched_req *q) {
     fprintf(f, "p=%d m=%d costs F=%g B=%g W=%g C=%g  mem F=%g B=%g W=%g\n", q->p, q->m, q->t.f,
             q->t.b, q->t.w, q->t.c, q->mem.f, q->mem.b, q->mem.w);
-    fprintf(f, "%-12s %12s %8s %9s  %s\n", "schedule", "makespan", "bubble", "peak(xM)",
-            "peak per device (xM)");
+    fprintf(f, "%-12s %12s %8s %8s %9s  %s\n", "schedule", "makespan", "bubble", "gap",
+            "peak(xM)", "peak per device (xM)");
     for (int i = 0; i < n; i++) {
         if (r[i].st) {
-            fprintf(f, "%-12s %12s %8s %9s  %s\n", r[i].k->name, "-", "-", "-", r[i].err.msg);
+            fprintf(f, "%-12s %12s %8s %8s %9s  %s\n", r[i].k->name, "-", "-", "-", "-",
+                    r[i].err.msg);
             continue;
         }
         const pm_sim *s = &r[i].pl.sim;
-        fprintf(f, "%-12s %12.6g %7.2f%% %9.3f ", r[i].k->name, s->makespan, 100 * s->bubble,
-                pm_sim_peak_max_x(s));
+        fprintf(f, "%-12s %12.6g %7.2f%% %7.2f%% %9.3f ", r[i].k->name, s->makespan,
+                100 * s->bubble, 100 * gap(&r[i].pl), pm_sim_peak_max_x(s));
         for (int d = 0; d < s->p; d++) fprintf(f, " %.3f", pm_sim_peak_x(s, d));
         fputc('\n', f);
     }
@@ -65,8 +73,10 @@ static void print_json(FILE *f, const row *r, int n, const pm_sched_req *q) {
         }
         const pm_sim *s = &r[i].pl.sim;
         fprintf(f, ", \"placement\": \"%s\", \"stages\": %d, \"makespan\": %.17g, "
-                "\"bubble\": %.17g, \"peak_max\": %.17g, \"peak\": [", pm_place_names[r[i].k->place],
-                r[i].pl.s.S, s->makespan, s->bubble, pm_sim_peak_max_x(s));
+                "\"bubble\": %.17g, \"lower_bound\": %.17g, \"gap\": %.17g, "
+                "\"peak_max\": %.17g, \"peak\": [", pm_place_names[r[i].k->place], r[i].pl.s.S,
+                s->makespan, s->bubble, pm_sched_lower_bound(&r[i].pl.s, &r[i].pl.c),
+                gap(&r[i].pl), pm_sim_peak_max_x(s));
         for (int d = 0; d < s->p; d++) fprintf(f, "%s%.17g", d ? ", " : "", pm_sim_peak_x(s, d));
         fprintf(f, "]}");
     }
