@@ -187,7 +187,7 @@ static int bench_time(int quick) {
             if (r > 0 && (!res[k].makespan || in.makespan_ms < res[k].makespan))
                 res[k].makespan = in.makespan_ms, res[k].pred = in.pred_makespan_ms,
                 res[k].step = in.step_ms;
-            if (r > 0) /* forecast made before this step, from the earlier ones */
+            if (isfinite(in.forecast_makespan_ms)) /* made before this step, from earlier ones */
                 res[k].ferr += fabs(in.forecast_makespan_ms - in.makespan_ms) / in.makespan_ms,
                     res[k].fmk += in.forecast_makespan_ms, res[k].nf++;
         }

@@ -221,9 +221,8 @@ typedef struct {
                               * the simulator; not a prediction) */
     double pred_bubble;      /* ... */
     double forecast_makespan_ms; /* FORECAST, made before the step ran: the simulator fed
-                                  * with costs profiled on earlier steps (the cold first
-                                  * step alone until a warm one exists, then the mean of
-                                  * the warm ones); NAN for the first step */
+                                  * with the mean per-stage costs of the earlier warm steps
+                                  * (all but the first); NAN for the first two steps */
     double forecast_bubble;  /* ... */
     const size_t *peak;      /* (p) measured peak activation bytes (arena live) */
     const size_t *pred_peak; /* (p) simulator's peak with the model's byte deltas */

@@ -68,8 +68,8 @@ void pm_pipe_measure_costs(pm_pipe *pp) {
 }
 
 /* Folds the step just measured (pp->cost) into the profile the forecast
- * uses: the first, cold step stands alone until a warm one exists, then the
- * profile is the mean of the warm steps. */
+ * uses: the mean of the warm steps (every step after the first, whose
+ * caches, pages and thread wake-ups make it slow). */
 void pm_pipe_profile_add(pm_pipe *pp) {
     int64_t n = pp->nprof;
     double w = n <= 1 ? 0.0 : (double)(n - 1) / (double)n; /* weight of the old mean */
@@ -84,12 +84,12 @@ void pm_pipe_profile_add(pm_pipe *pp) {
     pp->nprof++;
 }
 
-/* The forecast of the step about to run, from steps already run (none
- * before the first: NAN). Allocates nothing. */
+/* The forecast of the step about to run, from the warm steps already run
+ * (none before one has: NAN for steps 0 and 1). Allocates nothing. */
 void pm_pipe_forecast(pm_pipe *pp, pm_pipe_info *in) {
     in->forecast_makespan_ms = in->forecast_bubble = NAN;
     pm_err e;
-    if (pp->nprof > 0 && !pm_sim_replay(&pp->fcast, &pp->sched, &pp->prof, &e)) {
+    if (pp->nprof > 1 && !pm_sim_replay(&pp->fcast, &pp->sched, &pp->prof, &e)) {
         in->forecast_makespan_ms = pp->fcast.makespan / 1e3;
         in->forecast_bubble = pp->fcast.bubble;
     }
