@@ -162,7 +162,7 @@ static void limit_respected_everywhere(void **state) {
     (void)state;
     static const char *const kinds[] = {"zb", "zb-1p", "zb-2p", "v-zb", "auto-v"};
     static const double limits[] = {0.3, 0.55, 0.8, 1.0, 1.35, 2.0};
-    const pm_mem mems[] = {PM_MEM_DEFAULT, {2, -0.5, -1.5}};
+    const pm_mem mems[] = {PM_MEM_DEFAULT, {2, -0.5, -1.5, 0}};
     static const int ps[] = {2, 3, 5};
     int built = 0;
     for (size_t pi = 0; pi < 3; pi++)

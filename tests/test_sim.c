@@ -82,7 +82,7 @@ static void test_split_backward_and_per_stage_costs(void **state) {
     pm_sched_push(&s, 0, PM_PASS_B, 0, 1);
     pm_sched_push(&s, 0, PM_PASS_W, 0, 0);
     pm_sched_push(&s, 0, PM_PASS_W, 0, 1);
-    assert_int_equal(pm_cost_init_uniform(&c, &s, (pm_costs){1, 2, 3, 0}, (pm_mem){4, -1, -3},
+    assert_int_equal(pm_cost_init_uniform(&c, &s, (pm_costs){1, 2, 3, 0}, (pm_mem){4, -1, -3, 0},
                                           NULL), PM_OK);
     assert_int_equal(pm_sim_run(&sim, &s, &c, NULL), PM_OK);
     assert_true(sim.makespan == 12);

@@ -254,7 +254,7 @@ static void test_memory_agrees_with_simulator(void **state) {
     (void)state;
     static const char *const named[] = {"gpipe", "1f1b",   "interleaved", "zb-h1", "zb-h2",
                                         "zb-v",  "v-min", "v-half",      "1f1b-v"};
-    pm_mem mem = {1, -0.25, -0.75};
+    pm_mem mem = {1, -0.25, -0.75, 0};
     for (size_t i = 0; i < sizeof named / sizeof named[0]; i++)
         for (int p = 2; p <= 5; p++) {
             int m = 2 * p;

@@ -112,7 +112,7 @@ static void test_theorem_bound_holds(void **state) {
     static const char *names[] = {"v-min", "v-half", "1f1b-v"};
     static const builder fns[] = {pm_sched_build_v_min, pm_sched_build_v_half,
                                   pm_sched_build_1f1b_v};
-    pm_mem mems[] = {PM_MEM_DEFAULT, {2, -0.5, -1.5}};
+    pm_mem mems[] = {PM_MEM_DEFAULT, {2, -0.5, -1.5, 0}};
     for (int k = 0; k < 3; k++)
         for (int p = 2; p <= 20; p += 3)
             for (int q = 0; q < 2; q++) {

@@ -188,10 +188,12 @@ pm_status pm_place_layers(const pm_gpt_config *cfg, int B, int T, int S, int *fi
                           pm_err *err);
 
 /* Per-stage memory deltas of the model under a placement, in bytes: F keeps
- * sum(saved), B releases sum(saved - saved_w), W the rest (pm_gpt.h). Times
- * are the FLOPs of the stage (a prediction before anything is measured). */
+ * sum(saved), B releases sum(saved - saved_w), W the rest (pm_gpt.h); with
+ * recompute, F keeps only the stage's input (mr: the first layer's input
+ * bytes, none on stage 0, whose tokens stay in the batch). Times are the
+ * FLOPs of the stage (a prediction before anything is measured). */
 pm_status pm_place_costs(const pm_gpt_config *cfg, int B, int T, const int *first, int S,
-                         pm_cost *c, pm_err *err);
+                         int recompute, pm_cost *c, pm_err *err);
 
 /* ---- the pipeline trainer ---------------------------------------------------- */
 

@@ -45,6 +45,7 @@ typedef struct {
 typedef struct {
     char kind[32];  /* generator name ("1f1b", "v-half", "file", ...) */
     pm_place place; /* stage-to-device placement */
+    int recompute;  /* 1: every stage recomputes (below); 0: F keeps its activations */
     int p;          /* devices */
     int m;          /* microbatches */
     int v;          /* stages per device: 1 single, v loop, 2 V */
@@ -84,16 +85,30 @@ typedef struct {
 } pm_costs;
 typedef struct {
     double f, b, w; /* activation delta of F, B and W; BW = b + w */
+    double r;       /* what a recomputed F keeps (its stage's input); 0 = f * PM_KEEP_DEFAULT */
 } pm_mem;
 
 #define PM_COSTS_DEFAULT ((pm_costs){1, 1, 1, 0})
-#define PM_MEM_DEFAULT ((pm_mem){1, 0, -1})
+#define PM_MEM_DEFAULT ((pm_mem){1, 0, -1, 0})
+/* What a recomputed stage keeps of one microbatch when --mem does not say,
+ * as a fraction of its activation. A GPT block of pipemem's model keeps its
+ * input, h floats per token, of about 16h + as it saves (h width, a heads,
+ * s context; src/model/shape.c), so 1/16 is the most a block keeps. */
+#define PM_KEEP_DEFAULT 0.0625
 
+/* Activation recomputation (the papers' 1F1B-R), a property of a whole
+ * schedule: F runs its stage and keeps only the stage's input (mr); B first
+ * reruns the stage's forward from that input (so it costs tf + tb), then
+ * runs as usual. While F runs, the whole activation (mf) exists on top of
+ * what F keeps; while B runs, the recomputed activation exists on top of
+ * what was there before. */
 /* Per-stage costs, what the simulator consumes. The runtime fills these from
  * measured pass times and the model's exact byte deltas. */
 typedef struct {
     double tf, tb, tw; /* time of F, B, W on this stage */
-    double mf, mb, mw; /* memory delta of F, B, W on this stage */
+    double mf, mb, mw; /* memory delta of F, B, W on this stage (without recomputation) */
+    double mr;         /* recomputed: what F keeps (bytes or units like mf) */
+    int rec;           /* 1 if the stage recomputes: F keeps mr, B reruns F first */
 } pm_stage_cost;
 
 typedef struct {
@@ -104,15 +119,22 @@ typedef struct {
 
 pm_status pm_cost_init(pm_cost *c, int S, pm_err *err);
 /* Per-stage costs for schedule s from device-share costs: every stage gets
- * t/v and mem/v. */
+ * t/v and mem/v; rec and mr from s->recompute and mem.r (or its default). */
 pm_status pm_cost_init_uniform(pm_cost *c, const pm_sched *s, pm_costs t, pm_mem mem,
                                pm_err *err);
 void pm_cost_free(pm_cost *c);
 /* M: one microbatch's activation through the whole model (sum of mf). */
 double pm_cost_M(const pm_cost *c);
-/* Time and memory delta of one pass. */
+/* Time and memory delta of one pass (with recomputation: F keeps mr, B
+ * costs tf + tb and turns mr into what plain B leaves, mf - mr + mb). */
 double pm_cost_time(const pm_cost *c, const pm_pass *ps);
 double pm_cost_mem(const pm_cost *c, const pm_pass *ps);
+/* How far the device's memory rises above its level before the pass while
+ * the pass runs (>= its delta): F mf, recomputed F mr + mf, recomputed B mf,
+ * else max(0, delta). A device's peak is the largest level-before + rise. */
+double pm_cost_rise(const pm_cost *c, const pm_pass *ps);
+/* What a recomputed stage keeps when mem.r is 0: f * PM_KEEP_DEFAULT. */
+double pm_mem_keep(pm_mem mem);
 
 /* ---- simulator --------------------------------------------------------- */
 
@@ -182,7 +204,15 @@ typedef struct {
     pm_costs t;       /* device-share costs (for generators that squeeze) */
     pm_mem mem;       /* device-share memory deltas */
     double mem_limit; /* multiple of M; 0 = kind default or none */
+    int recompute;    /* 1: build the kind with recomputation (any kind) */
 } pm_sched_req;
+
+/* The plain request equivalent to req with recomputation: times (f, b + f,
+ * w), memory (keep, f - keep + b, w) and the limit less one stage's whole
+ * activation (the most a recomputing pass holds above the levels a
+ * generator tracks), in units of the new M = p * keep. A generator that
+ * meets the new limit meets req's with recomputation. */
+void pm_sched_req_recompute(const pm_sched_req *req, int v, pm_sched_req *out);
 
 /* Supported range. Every request outside it is refused at once, before any
  * allocation, with one line naming the limit. The limits keep each command

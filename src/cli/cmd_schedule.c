@@ -9,13 +9,16 @@ static const char usage[] =
     "usage: pipemem schedule --kind K -p P -m M [--chunks V] [options]\n"
     "       pipemem schedule --from FILE [options]\n"
     "\n"
-    "  --kind K          a named schedule (see `pipemem compare` for the list)\n"
+    "  --kind K          a named schedule (see `pipemem compare` for the list);\n"
+    "                    KIND-r is KIND with recomputation (1f1b-r, v-half-r, ...)\n"
+    "  --recompute       every stage keeps only its input and B reruns its forward\n"
     "  -p P, -m M        devices and microbatches\n"
     "  --chunks V        chunks per device (interleaved only)\n"
     "  --from FILE       read a schedule in PyTorch's action text or CSV format\n"
     "  --costs F,B,W[,C] times of F, B, W through one device's share of the model,\n"
     "                    and the point-to-point latency C (default 1,1,1,0)\n"
-    "  --mem F,B,W       activation deltas of F, B, W for one device's share (1,0,-1)\n"
+    "  --mem F,B,W[,R]   activation deltas of F, B, W for one device's share (1,0,-1),\n"
+    "                    and R what a recomputed F keeps (default F/16)\n"
     "  --mem-limit X     reject the schedule if a device exceeds X times M\n"
     "  --format F        text (default), csv, json, svg or trace\n"
     "  -o FILE           write there instead of standard output (replaced whole, or\n"
@@ -51,6 +54,7 @@ int pm_cmd_schedule(int argc, char **argv) {
         st = pm_cli_plan_make(&pl, o.kind, &o.req, &err);
     } else {
         st = pm_sched_load(&pl.s, o.from, &err);
+        if (!st && o.req.recompute) pl.s.recompute = 1;
         if (!st) st = pm_cli_plan_adopt(&pl, &o.req, &err);
     }
     if (st) {

@@ -53,16 +53,20 @@ static pm_status profile(const pm_train_cfg *cfg, int p, pm_trainer *host, pm_co
     return st;
 }
 
-/* The model's memory deltas as fractions of one microbatch's activation. */
-static pm_mem model_mem(const pm_train_cfg *cfg) {
-    double saved = 0, saved_w = 0;
+/* The model's memory deltas as fractions of one device's share of one
+ * microbatch's activation; recomputed, each of a device's v stages keeps one
+ * block's input. */
+static pm_mem model_mem(const pm_train_cfg *cfg, int p, int v) {
+    double saved = 0, saved_w = 0, in = 0;
     int B = cfg->batch / cfg->micro;
     for (int l = 0; l < pm_gpt_num_layers(&cfg->model); l++) {
         pm_gpt_sizes z;
         if (pm_gpt_layer_sizes(&cfg->model, l, B, cfg->model.ctx, &z, NULL)) continue;
         saved += (double)z.saved, saved_w += (double)z.saved_w;
+        if (l == 1) in = (double)z.in;
     }
-    return (pm_mem){1.0, -(saved - saved_w) / saved, -saved_w / saved};
+    double keep = (double)v * p * in / saved;
+    return (pm_mem){1.0, -(saved - saved_w) / saved, -saved_w / saved, keep < 1 ? keep : 1};
 }
 
 /* Peak activation (x M) of schedule s on the real model: the layers placed
@@ -74,7 +78,8 @@ static pm_status real_peak(const pm_train_cfg *cfg, const pm_sched *s, double *p
     pm_cost c = {0};
     pm_sim sim = {0};
     pm_status st = pm_place_layers(&cfg->model, mb, cfg->model.ctx, s->S, first, err);
-    if (!st) st = pm_place_costs(&cfg->model, mb, cfg->model.ctx, first, s->S, &c, err);
+    if (!st) st = pm_place_costs(&cfg->model, mb, cfg->model.ctx, first, s->S, s->recompute,
+                                   &c, err);
     if (!st) st = pm_sim_run(&sim, s, &c, err);
     if (!st) *peak = pm_sim_peak_max_x(&sim);
     pm_sim_free(&sim);
@@ -87,6 +92,7 @@ static pm_status make_sched(const pm_cli_train_opts *o, const pm_train_cfg *cfg,
                             pm_sched *s, pm_err *err) {
     if (o->sched_file) {
         pm_status st = pm_sched_load(s, o->sched_file, err);
+        if (!st && o->recompute) s->recompute = 1;
         if (!st && o->have_pp && s->p != o->pp) {
             st = pm_errf(err, PM_ERR_ARG, "train: --pp %d but %s is a schedule for %d devices; "
                          "pass --pp %d or drop --pp", o->pp, o->sched_file, s->p, s->p);
@@ -94,8 +100,11 @@ static pm_status make_sched(const pm_cli_train_opts *o, const pm_train_cfg *cfg,
         }
         return st;
     }
+    const pm_sched_kind *k = pm_sched_kind_find(o->kind);
+    int v = o->chunks ? o->chunks : k && k->place == PM_PLACE_SINGLE ? 1 : 2;
     pm_sched_req req = {.p = o->pp, .m = cfg->micro, .v = o->chunks, .t = PM_COSTS_DEFAULT,
-                        .mem = model_mem(cfg), .mem_limit = o->mem_limit};
+                        .mem = model_mem(cfg, o->pp, v), .mem_limit = o->mem_limit,
+                        .recompute = o->recompute};
     if (strcmp(o->kind, "auto")) return pm_sched_generate(s, o->kind, &req, err);
     pm_status st = profile(cfg, o->pp, host, &req.t, err);
     if (st) return st;

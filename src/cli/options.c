@@ -74,11 +74,15 @@ int pm_cli_costs(const char *val, pm_costs *out) {
 }
 
 int pm_cli_mem(const char *val, pm_mem *out) {
-    double x[3];
-    int k = val ? parse_list(val, x, 3) : -1;
-    if (k != 3 || x[0] <= 0 || fabs(x[0] + x[1] + x[2]) > 1e-9 * fabs(x[0]))
-        return pm_cli_fail("--mem: '%s' is not F,B,W with F > 0 and F+B+W = 0 "
-                           "(what F keeps, B and W release)", val ? val : "");
-    *out = (pm_mem){x[0], x[1], x[2]};
+    double x[4] = {0, 0, 0, 0};
+    int k = val ? parse_list(val, x, 4) : -1;
+    if (k < 3 || x[0] <= 0 || fabs(x[0] + x[1] + x[2]) > 1e-9 * fabs(x[0]))
+        return pm_cli_fail("--mem: '%s' is not F,B,W[,R] with F > 0 and F+B+W = 0 "
+                           "(what F keeps, B and W release; R what a recomputed F keeps)",
+                           val ? val : "");
+    if (k == 4 && !(x[3] > 0 && x[3] <= x[0]))
+        return pm_cli_fail("--mem: R = %g must be in (0, F] (what a recomputed F keeps of "
+                           "its F = %g)", x[3], x[0]);
+    *out = (pm_mem){x[0], x[1], x[2], x[3]};
     return 0;
 }

@@ -14,6 +14,9 @@ int pm_cli_sched_parse(int argc, char **argv, pm_cli_sched_opts *o, const char *
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             fputs(usage, stdout);
             return 2;
+        } else if (!strcmp(a, "--recompute")) {
+            o->req.recompute = 1;
+            continue; /* a flag: no value */
         } else if (!strcmp(a, "--kind")) o->kind = val, bad = !val;
         else if (!strcmp(a, "--from")) o->from = val, bad = !val;
         else if (!strcmp(a, "--format")) o->format = val, bad = !val;

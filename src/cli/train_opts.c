@@ -36,7 +36,7 @@ static const opt_def OPTS[] = {
     {"--pp", 'i', 't', 1, F(pp)},            {"--schedule", 's', 't', 0, F(kind)},
     {"--schedule-file", 's', 't', 0, F(sched_file)}, {"--chunks", 'i', 'p', 1, F(chunks)},
     {"--mem-limit", 'd', 'p', 0, F(mem_limit)}, {"--trace", 's', 'p', 0, F(trace)},
-    {"--timeline", 's', 'p', 0, F(svg)},
+    {"--timeline", 's', 'p', 0, F(svg)},    {"--recompute", 'f', 'p', 0, F(recompute)},
 };
 #undef F
 
@@ -47,7 +47,8 @@ static void usage(FILE *f) {
             "         [--eval-every N] [--eval-batches N] [--save FILE] [--resume FILE]\n"
             "         [--seed S] [--stop-after N] [--json]\n"
             "         [--threads N | --pp P [--schedule KIND | --schedule-file FILE]\n"
-            "          [--chunks V] [--mem-limit X] [--trace FILE] [--timeline FILE.svg]]\n"
+            "          [--chunks V] [--mem-limit X] [--recompute] [--trace FILE]\n"
+            "          [--timeline FILE.svg]]\n"
             "  Trains the GPT on DIR/train.bin (made by 'pipemem prepare'); B sequences of T\n"
             "  tokens per step, split into K microbatches whose gradients accumulate.\n"
             "  Defaults: L 4, C 128, H 4, T 64, B 8, K 1, N 100, lr 1e-3, warm-up N/10,\n"
@@ -59,7 +60,9 @@ static void usage(FILE *f) {
             "  the same losses) on P device threads under one schedule (default P 1, 1f1b),\n"
             "  BLAS on 1 thread per device (so no --threads). KIND is any kind of\n"
             "  'pipemem schedule --help' or 'auto' (needs --mem-limit X, in units of M);\n"
-            "  K is the schedule's m. --trace/--timeline write the last step's measured\n"
+            "  K is the schedule's m. --recompute (or KIND-r) keeps only each stage's input\n"
+            "  and reruns its forward in the backward: less memory, one more forward.\n"
+            "  --trace/--timeline write the last step's measured\n"
             "  timeline (Chrome trace JSON / SVG).\n"
             "  examples: pipemem train --data data --layers 2 --dim 64 --heads 4 --ctx 32 "
             "--steps 50\n"

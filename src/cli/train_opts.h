@@ -24,6 +24,7 @@ typedef struct {
     /* pipeline (--pp, --schedule, --schedule-file set pipeline) */
     int pipeline, pp, chunks;
     int have_pp; /* --pp was given (a schedule file must then agree with it) */
+    int recompute; /* --recompute: the schedule's stages recompute in B */
     const char *kind, *sched_file, *trace, *svg;
     double mem_limit;
 } pm_cli_train_opts;

@@ -56,7 +56,15 @@ static void *saved_ptr(pm_pipe_dev *dv, int l, int j) {
 
 /* ---- arena bookkeeping (also replayed dry at init) ------------------------- */
 
-pm_status pm_dev_mem_f(pm_pipe_dev *dv, int s, int j, int *bad) {
+size_t pm_dev_keep_bytes(const pm_pipe *pp, int s) {
+    return pp->sched.recompute && s > 0 ? pp->sz[pp->first[s]].in : 0;
+}
+
+static size_t *keep_off(pm_pipe_dev *dv, int s, int j) {
+    return &dv->koff[(size_t)s * (size_t)dv->pp->m + (size_t)j];
+}
+
+static pm_status mem_alloc(pm_pipe_dev *dv, int s, int j, int *bad) {
     const pm_pipe *pp = dv->pp;
     for (int l = pp->first[s]; l < pp->first[s + 1]; l++) {
         size_t *o = &dv->off[(size_t)l * (size_t)pp->m + (size_t)j];
@@ -68,20 +76,45 @@ pm_status pm_dev_mem_f(pm_pipe_dev *dv, int s, int j, int *bad) {
     return PM_OK;
 }
 
-void pm_dev_mem_b(pm_pipe_dev *dv, int s, int j) {
+/* keep_w: shrink each saved to its W prefix (B); else release it whole. */
+static void mem_release(pm_pipe_dev *dv, int s, int j, int keep_w) {
     const pm_pipe *pp = dv->pp;
     for (int l = pp->first[s]; l < pp->first[s + 1]; l++) {
         size_t o = dv->off[(size_t)l * (size_t)pp->m + (size_t)j];
-        if (pp->sz[l].saved_w) pm_arena_shrink(&dv->arena, o, pp->sz[l].saved_w);
+        if (keep_w && pp->sz[l].saved_w) pm_arena_shrink(&dv->arena, o, pp->sz[l].saved_w);
         else pm_arena_release(&dv->arena, o);
     }
 }
 
-void pm_dev_mem_w(pm_pipe_dev *dv, int s, int j) {
+static void mem_release_w(pm_pipe_dev *dv, int s, int j) {
     const pm_pipe *pp = dv->pp;
     for (int l = pp->first[s]; l < pp->first[s + 1]; l++)
         if (pp->sz[l].saved_w)
             pm_arena_release(&dv->arena, dv->off[(size_t)l * (size_t)pp->m + (size_t)j]);
+}
+
+pm_status pm_dev_mem(pm_pipe_dev *dv, const pm_pass *ps, pm_mem_phase ph, int *bad) {
+    int s = ps->stage, j = ps->mb, rec = dv->pp->sched.recompute;
+    int k = ps->kind, back = k == PM_PASS_B || k == PM_PASS_BW;
+    size_t keep = pm_dev_keep_bytes(dv->pp, s);
+    switch (ph) {
+    case PM_MEM_PRE:
+        if (k == PM_PASS_F && keep && pm_arena_alloc(&dv->arena, keep, keep_off(dv, s, j))) {
+            *bad = -1;
+            return PM_ERR_MEMLIMIT;
+        }
+        return k == PM_PASS_F || (back && rec) ? mem_alloc(dv, s, j, bad) : PM_OK;
+    case PM_MEM_REDONE:
+        if (back && keep) pm_arena_release(&dv->arena, *keep_off(dv, s, j));
+        return PM_OK;
+    case PM_MEM_POST:
+        if (k == PM_PASS_F && rec) mem_release(dv, s, j, 0);
+        if (back) mem_release(dv, s, j, 1);
+        return PM_OK;
+    default:
+        if (k == PM_PASS_W || k == PM_PASS_BW) mem_release_w(dv, s, j);
+        return PM_OK;
+    }
 }
 
 /* ---- messages ------------------------------------------------------------------ */
@@ -184,30 +217,15 @@ static pm_status check_tokens(pass_ctx *x, const int32_t *t, size_t n, const cha
     return pass_fail(x, PM_ERR_ARG, why);
 }
 
-static pm_status run_f(pass_ctx *x) {
-    pm_pipe_dev *dv = x->dv;
+/* Runs stage s's layers forward for microbatch j from `in` (tokens on
+ * stage 0): every layer writes its saved (allocated) and the next layer's
+ * input slot, the last one `out` (NULL on the head, which computes *loss). */
+static void stage_forward(pm_pipe_dev *dv, int s, int j, const void *in, float *out,
+                          float *loss) {
     pm_pipe *pp = dv->pp;
     const pm_gpt_config *c = &pp->cfg.model;
-    int s = x->ps->stage, j = x->ps->mb, a = pp->first[s], b = pp->first[s + 1], bad = 0;
-    int head = pm_gpt_num_layers(c) - 1;
+    int a = pp->first[s], b = pp->first[s + 1], head = pm_gpt_num_layers(c) - 1;
     size_t mtok = (size_t)pp->mbsz * (size_t)pp->T;
-    const void *in = dv->inp + (size_t)j * mtok;
-    float *rx = NULL, *out = NULL, loss = 0;
-    pm_status st = PM_OK;
-    if (s > 0 && (st = take_msg(dv, x->i, &rx))) return st;
-    if (rx) in = rx;
-    if (a == 0 && (st = check_tokens(x, in, mtok, "token"))) return st;
-    if (b - 1 == head && (st = check_tokens(x, dv->tgt + (size_t)j * mtok, mtok, "target")))
-        return st;
-    if (b - 1 != head && (st = tx_buf(dv, &out))) return st;
-    x->t_start = pm_now();
-    if (pm_dev_mem_f(dv, s, j, &bad)) {
-        char why[256];
-        snprintf(why, sizeof why, "activation arena full: layer %d needs %zu bytes with %zu of "
-                 "%zu live (the arena is sized from the predicted peak)", bad,
-                 pp->sz[bad].saved, dv->arena.live, dv->arena.cap);
-        return pass_fail(x, PM_ERR_MEMLIMIT, why);
-    }
     for (int l = a; l < b; l++) {
         void *sv = saved_ptr(dv, l, j);
         const void *lin = l == a ? in : pm_gpt_layer_input_slot(c, l, pp->mbsz, pp->T, sv);
@@ -218,8 +236,45 @@ static pm_status run_f(pass_ctx *x) {
         const float *lp = dv->sp[s] + (pm_gpt_layer_offset(c, l) - pm_gpt_layer_offset(c, a));
         pm_gpt_layer_f(c, l, pp->mbsz, pp->T, lp, lin,
                        l == head ? dv->tgt + (size_t)j * mtok : NULL, lout,
-                       l == head ? &loss : NULL, sv, dv->scratch);
+                       l == head ? loss : NULL, sv, dv->scratch);
     }
+}
+
+static pm_status arena_full(pass_ctx *x, int bad) {
+    pm_pipe_dev *dv = x->dv;
+    const pm_pipe *pp = dv->pp;
+    char why[256];
+    size_t need = bad < 0 ? pm_dev_keep_bytes(pp, x->ps->stage) : pp->sz[bad].saved;
+    char what[48];
+    if (bad < 0) snprintf(what, sizeof what, "the kept input of stage %d", x->ps->stage);
+    else snprintf(what, sizeof what, "layer %d", bad);
+    snprintf(why, sizeof why, "activation arena full: %s needs %zu bytes with %zu of %zu live "
+             "(the arena is sized from the predicted peak)", what, need, dv->arena.live,
+             dv->arena.cap);
+    return pass_fail(x, PM_ERR_MEMLIMIT, why);
+}
+
+static pm_status run_f(pass_ctx *x) {
+    pm_pipe_dev *dv = x->dv;
+    pm_pipe *pp = dv->pp;
+    const pm_gpt_config *c = &pp->cfg.model;
+    int s = x->ps->stage, j = x->ps->mb, a = pp->first[s], b = pp->first[s + 1], bad = 0;
+    int head = pm_gpt_num_layers(c) - 1;
+    size_t mtok = (size_t)pp->mbsz * (size_t)pp->T, keep = pm_dev_keep_bytes(pp, s);
+    const void *in = dv->inp + (size_t)j * mtok;
+    float *rx = NULL, *out = NULL, loss = 0;
+    pm_status st = PM_OK;
+    if (s > 0 && (st = take_msg(dv, x->i, &rx))) return st;
+    if (rx) in = rx;
+    if (a == 0 && (st = check_tokens(x, in, mtok, "token"))) return st;
+    if (b - 1 == head && (st = check_tokens(x, dv->tgt + (size_t)j * mtok, mtok, "target")))
+        return st;
+    if (b - 1 != head && (st = tx_buf(dv, &out))) return st;
+    x->t_start = pm_now();
+    if (pm_dev_mem(dv, x->ps, PM_MEM_PRE, &bad)) return arena_full(x, bad);
+    if (keep) memcpy(pm_arena_ptr(&dv->arena, dv->koff[(size_t)s * pp->m + j]), in, keep);
+    stage_forward(dv, s, j, in, out, &loss);
+    pm_dev_mem(dv, x->ps, PM_MEM_POST, &bad);
     done_msg(dv, x->i);
     if (x->fault == PM_FAULT_NAN) {
         if (out) out[0] = NAN;
@@ -237,16 +292,36 @@ static pm_status run_f(pass_ctx *x) {
     return tx_send(dv, stage_dev(pp, s + 1), pm_tag_f(pp, s + 1, j));
 }
 
+/* Recomputation: rebuilds stage s's saved for microbatch j from its kept
+ * input (or the batch's tokens on stage 0). The same layers on the same
+ * input give the same bytes, so B sees exactly what F saw. The stage's
+ * output goes to bb[0], free until B starts; the head's loss is not
+ * recorded again. */
+static pm_status redo_forward(pass_ctx *x) {
+    pm_pipe_dev *dv = x->dv;
+    pm_pipe *pp = dv->pp;
+    int s = x->ps->stage, j = x->ps->mb, bad = 0;
+    size_t mtok = (size_t)pp->mbsz * (size_t)pp->T, keep = pm_dev_keep_bytes(pp, s);
+    if (pm_dev_mem(dv, x->ps, PM_MEM_PRE, &bad)) return arena_full(x, bad);
+    const void *in = keep ? pm_arena_ptr(&dv->arena, dv->koff[(size_t)s * pp->m + j])
+                          : (const void *)(dv->inp + (size_t)j * mtok);
+    float loss = 0;
+    stage_forward(dv, s, j, in, dv->bb[0], &loss);
+    pm_dev_mem(dv, x->ps, PM_MEM_REDONE, &bad);
+    return PM_OK;
+}
+
 static pm_status run_b(pass_ctx *x) {
     pm_pipe_dev *dv = x->dv;
     pm_pipe *pp = dv->pp;
     const pm_gpt_config *c = &pp->cfg.model;
-    int s = x->ps->stage, j = x->ps->mb, a = pp->first[s], b = pp->first[s + 1];
+    int s = x->ps->stage, j = x->ps->mb, a = pp->first[s], b = pp->first[s + 1], bad = 0;
     float *dout = NULL, *last = NULL;
     pm_status st;
     if (s < pp->S - 1 && (st = take_msg(dv, x->i, &dout))) return st;
     if (a > 0 && (st = tx_buf(dv, &last))) return st;
     x->t_start = pm_now();
+    if (pp->sched.recompute && (st = redo_forward(x))) return st;
     for (int l = b - 1, k = 0; l >= a; l--, k ^= 1) {
         float *din = l == 0 ? NULL : l == a ? last : dv->bb[k];
         const float *lp = dv->sp[s] + (pm_gpt_layer_offset(c, l) - pm_gpt_layer_offset(c, a));
@@ -255,7 +330,7 @@ static pm_status run_b(pass_ctx *x) {
         dout = din;
     }
     done_msg(dv, x->i);
-    pm_dev_mem_b(dv, s, j);
+    pm_dev_mem(dv, x->ps, PM_MEM_POST, &bad);
     if (x->fault == PM_FAULT_NAN && last) last[0] = NAN;
     /* a fused BW sends when the whole pass is done (run_pass) */
     if (a == 0 || x->ps->kind == PM_PASS_BW) return PM_OK;
@@ -272,7 +347,8 @@ static pm_status run_w(pass_ctx *x) {
         float *lg = dv->sg[s] + (pm_gpt_layer_offset(c, l) - pm_gpt_layer_offset(c, a));
         pm_gpt_layer_w(c, l, pp->mbsz, pp->T, lg, saved_ptr(dv, l, j), dv->scratch);
     }
-    pm_dev_mem_w(dv, s, j);
+    int bad;
+    pm_dev_mem(dv, x->ps, PM_MEM_WDONE, &bad);
     return PM_OK;
 }
 

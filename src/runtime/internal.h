@@ -55,6 +55,7 @@ struct pm_pipe_dev {
     pm_tp *tp;            /* its transport endpoint; borrowed from the world */
     pm_arena arena;       /* activations (the saved buffers) */
     size_t *off;          /* (L+2, m) arena offset of layer l's saved for mb j */
+    size_t *koff;         /* (S, m) recompute: arena offset of stage s's kept input */
     float *slab;          /* params | grads | m | v of this device's stages; owned */
     size_t n;             /* floats in each of the four parts */
     float **sp, **sg;     /* (S) stage s's params / grads (NULL if not held); owned arrays */
@@ -80,11 +81,23 @@ struct pm_pipe_dev {
 };
 
 /* Arena bookkeeping of a pass, shared by the dry replay (sizing) and the
- * executor so both make the same sequence of calls. alloc returns
- * PM_ERR_MEMLIMIT with the layer that did not fit in *bad. */
-pm_status pm_dev_mem_f(pm_pipe_dev *dv, int s, int j, int *bad);
-void pm_dev_mem_b(pm_pipe_dev *dv, int s, int j);
-void pm_dev_mem_w(pm_pipe_dev *dv, int s, int j);
+ * executor so both make the same sequence of calls: the executor calls each
+ * phase at its point in the pass, the replay calls all four in order, and a
+ * phase that does not concern the pass's kind does nothing.
+ *   PRE     before the compute: F allocates its layers' saved (recomputed:
+ *           first the kept input); a recomputed B or BW allocates the saved
+ *           it is about to rebuild;
+ *   REDONE  a recomputed B or BW has rebuilt them: the kept input goes;
+ *   POST    F recomputed drops its saved (the input stays kept); B and BW
+ *           shrink each saved to its W prefix;
+ *   WDONE   W and BW release the prefixes.
+ * An allocation that does not fit returns PM_ERR_MEMLIMIT with the layer in
+ * *bad (-1: the kept input). */
+typedef enum { PM_MEM_PRE, PM_MEM_REDONE, PM_MEM_POST, PM_MEM_WDONE } pm_mem_phase;
+pm_status pm_dev_mem(pm_pipe_dev *dv, const pm_pass *ps, pm_mem_phase ph, int *bad);
+/* Bytes a recomputed stage s keeps per microbatch (0 on stage 0: its
+ * tokens stay in the batch; 0 without recomputation). */
+size_t pm_dev_keep_bytes(const pm_pipe *pp, int s);
 
 /* The device thread's body: passes, norm, AdamW. Sets dv->st / dv->err. */
 void *pm_dev_main(void *arg);

@@ -31,6 +31,7 @@
 static void dev_free(pm_pipe_dev *dv) {
     pm_arena_free(&dv->arena);
     pm_free(dv->off);
+    pm_free(dv->koff);
     pm_free(dv->slab);
     pm_free(dv->sp);
     pm_free(dv->sg);
@@ -170,12 +171,8 @@ static pm_status replay(pm_pipe *pp, pm_pipe_dev *dv) {
     const pm_pass *ps = pm_sched_dev(&pp->sched, dv->d);
     for (int64_t i = 0; i < pp->sched.len[dv->d]; i++) {
         int bad;
-        if (ps[i].kind == PM_PASS_F && pm_dev_mem_f(dv, ps[i].stage, ps[i].mb, &bad))
-            return PM_ERR_MEMLIMIT;
-        if (ps[i].kind == PM_PASS_B || ps[i].kind == PM_PASS_BW)
-            pm_dev_mem_b(dv, ps[i].stage, ps[i].mb);
-        if (ps[i].kind == PM_PASS_W || ps[i].kind == PM_PASS_BW)
-            pm_dev_mem_w(dv, ps[i].stage, ps[i].mb);
+        for (int ph = PM_MEM_PRE; ph <= PM_MEM_WDONE; ph++)
+            if (pm_dev_mem(dv, &ps[i], (pm_mem_phase)ph, &bad)) return PM_ERR_MEMLIMIT;
     }
     return PM_OK;
 }
@@ -184,15 +181,21 @@ static pm_status replay(pm_pipe *pp, pm_pipe_dev *dv) {
  * and must peak at the prediction; the planner places the same blocks
  * offline; a second dry replay proves the plan; the smaller slab wins. */
 static pm_status dev_arena(pm_pipe *pp, pm_pipe_dev *dv, pm_err *err) {
-    size_t nl = (size_t)pm_gpt_num_layers(&pp->cfg.model), maxb = 0, nlog = 0;
+    size_t nl = (size_t)pm_gpt_num_layers(&pp->cfg.model), maxb = 0, nlog = 0, nkeep = 0;
     for (int s = 0; s < pp->S; s++)
-        if (pm_sched_stage_device(&pp->sched, s) == dv->d)
+        if (pm_sched_stage_device(&pp->sched, s) == dv->d) {
             maxb += (size_t)(pp->first[s + 1] - pp->first[s]) * (size_t)pp->m;
-    nlog = maxb; /* every (layer, mb) of the device is allocated once per step */
+            nkeep += pm_dev_keep_bytes(pp, s) ? (size_t)pp->m : 0;
+        }
+    /* every (layer, mb) of the device is allocated once per step, twice when
+     * recomputed, and each kept input once */
+    nlog = maxb * (pp->sched.recompute ? 2 : 1) + nkeep;
+    maxb += nkeep;
     dv->off = pm_calloc(nl * (size_t)pp->m, sizeof(size_t));
+    dv->koff = pm_calloc((size_t)pp->S * (size_t)pp->m, sizeof(size_t));
     size_t *plan = pm_malloc((nlog ? nlog : 1) * sizeof *plan);
     pm_status st = PM_OK;
-    if (!dv->off || !plan) {
+    if (!dv->off || !dv->koff || !plan) {
         pm_free(plan);
         return nomem(err, "arena offsets");
     }
@@ -283,7 +286,8 @@ static pm_status plan(pm_pipe *pp, pm_err *err) {
         return nomem(err, "the pipeline's tables");
     pm_status st = pm_place_layers(c, pp->mbsz, pp->T, pp->S, pp->first, err);
     for (int l = 0; l < nl && !st; l++) st = pm_gpt_layer_sizes(c, l, pp->mbsz, pp->T, &pp->sz[l], err);
-    if (!st) st = pm_place_costs(c, pp->mbsz, pp->T, pp->first, pp->S, &pp->cost, err);
+    if (!st) st = pm_place_costs(c, pp->mbsz, pp->T, pp->first, pp->S, pp->sched.recompute, &pp->cost,
+                                   err);
     /* Both simulations are sized once here; a step only replays them. */
     if (!st) st = pm_sim_run(&pp->pred, &pp->sched, &pp->cost, err);
     if (!st) st = pm_sim_init(&pp->fcast, &pp->sched, err);

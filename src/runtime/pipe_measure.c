@@ -63,6 +63,9 @@ void pm_pipe_measure_costs(pm_pipe *pp) {
         c->tf = n[0] ? sum[0] / n[0] : 0;
         c->tb = n[1] ? sum[1] / n[1] : 0;
         c->tw = n[2] ? sum[2] / n[2] : 0;
+        /* a recomputed B reran the forward first: tb is the rest (the
+         * simulator adds tf back, pm_cost_time) */
+        if (c->rec) c->tb = c->tb > c->tf ? c->tb - c->tf : 0;
     }
     pp->cost.c = measured_latency(pp);
 }

@@ -66,11 +66,11 @@ done:
 }
 
 pm_status pm_place_costs(const pm_gpt_config *cfg, int B, int T, const int *first, int S,
-                         pm_cost *c, pm_err *err) {
+                         int recompute, pm_cost *c, pm_err *err) {
     pm_status st = pm_cost_init(c, S, err);
     if (st) return st;
     for (int s = 0; s < S; s++) {
-        double saved = 0, saved_w = 0, ff = 0, fb = 0, fw = 0;
+        double saved = 0, saved_w = 0, ff = 0, fb = 0, fw = 0, keep = 0;
         for (int l = first[s]; l < first[s + 1]; l++) {
             pm_gpt_sizes sz;
             if ((st = pm_gpt_layer_sizes(cfg, l, B, T, &sz, err))) {
@@ -78,9 +78,11 @@ pm_status pm_place_costs(const pm_gpt_config *cfg, int B, int T, const int *firs
                 return st;
             }
             saved += (double)sz.saved, saved_w += (double)sz.saved_w;
+            if (l == first[s] && l > 0) keep = (double)sz.in; /* tokens stay in the batch */
             ff += sz.flops_f, fb += sz.flops_b, fw += sz.flops_w;
         }
-        c->st[s] = (pm_stage_cost){ff, fb, fw, saved, -(saved - saved_w), -saved_w};
+        c->st[s] = (pm_stage_cost){ff, fb, fw, saved, -(saved - saved_w), -saved_w, keep,
+                                   recompute != 0};
     }
     c->c = 0;
     return PM_OK;

@@ -2,9 +2,9 @@
  * Chrome trace.
  *
  * JSON (one object; numbers are null where not finite or not known):
- *   kind, placement ("single" | "loop" | "v"), p, m, v, stages,
- *   costs: {uniform, c, tf, tb, tw, mf, mb, mw}: the per-stage time and
- *          memory delta of F, B, W, scalars if every stage is the same
+ *   kind, placement ("single" | "loop" | "v"), p, m, v, stages, recompute,
+ *   costs: {uniform, c, tf, tb, tw, mf, mb, mw, mr}: the per-stage time and
+ *          memory delta of F, B, W (mr: what a recomputed F keeps), scalars if every stage is the same
  *          (uniform true), else arrays of S values; null without a cost table,
  *   makespan, bubble (0..1), peak (array, one per device, multiples of M),
  *   peak_max (x M), M (activation of one microbatch through the model),
@@ -91,15 +91,15 @@ static void out_json_costs(FILE *f, const pm_cost *c) {
         return;
     }
     int uni = out_costs_uniform(c);
-    static const char *const key[6] = {"tf", "tb", "tw", "mf", "mb", "mw"};
+    static const char *const key[7] = {"tf", "tb", "tw", "mf", "mb", "mw", "mr"};
     fprintf(f, "{\"uniform\": %s, \"c\": ", uni ? "true" : "false");
     out_num(f, c->c);
-    for (int k = 0; k < 6; k++) {
+    for (int k = 0; k < 7; k++) {
         fprintf(f, ", \"%s\": ", key[k]);
         if (!uni) fputc('[', f);
         for (int i = 0; i < (uni ? 1 : c->S); i++) {
             const pm_stage_cost *x = &c->st[i];
-            double v[6] = {x->tf, x->tb, x->tw, x->mf, x->mb, x->mw};
+            double v[7] = {x->tf, x->tb, x->tw, x->mf, x->mb, x->mw, x->mr};
             if (i) fputs(", ", f);
             out_num(f, v[k]);
         }
@@ -138,9 +138,9 @@ pm_status pm_sched_write_json(FILE *f, const pm_sched *s, const pm_cost *c, cons
     fputs("{\n  \"kind\": ", f);
     out_json_str(f, s->kind);
     fprintf(f, ",\n  \"placement\": \"%s\",\n  \"p\": %d,\n  \"m\": %d,\n  \"v\": %d,\n"
-               "  \"stages\": %d,\n  \"costs\": ",
+               "  \"stages\": %d,\n  \"recompute\": %s,\n  \"costs\": ",
             (unsigned)s->place < PM_PLACE_COUNT ? pm_place_names[s->place] : "unknown", s->p,
-            s->m, s->v, s->S);
+            s->m, s->v, s->S, s->recompute ? "true" : "false");
     out_json_costs(f, c);
     fputs(",\n  \"makespan\": ", f);
     out_num(f, sim ? sim->makespan : NAN);

@@ -35,7 +35,9 @@
  * highest microbatch + 1, and the placement from where the stages sit, tried
  * in this order: single (S == p, stage s on row s), V (S == 2p, stages i and
  * 2p-1-i on row i), loop (S == v*p, stage s on row s mod p). The kind of the
- * schedule read is "file". Writers emit exactly this grammar, one space (text)
+ * schedule read is "file". One comment is read: a line that is exactly
+ * RECOMPUTE_LINE (below) marks a schedule with recomputation (pm_sched.h);
+ * writers put it first when the schedule has it. Writers emit exactly this grammar, one space (text)
  * or comma (CSV) between actions and LF after each device, so writing a
  * schedule that was read from a writer's output reproduces it byte for byte.
  *
@@ -57,6 +59,8 @@
 #define PM_FMT_MAX_PASSES (1 << 25)    /* p * 3*m*v pass slots (12 bytes each) */
 #define PM_FMT_MAX_INPUT ((size_t)1 << 30)
 
+#define RECOMPUTE_LINE "# pipemem: recompute"
+
 /* Action letters by pm_pass_kind: our B is PyTorch's I, our BW its B. */
 static const char pass_letter[PM_PASS_COUNT] = {'F', 'I', 'W', 'B'};
 
@@ -77,6 +81,7 @@ typedef struct {
     fmt_act *act;     /* (cap) actions read; owned */
     size_t n, cap;
     int rows;         /* rows (devices) seen so far */
+    int recompute;    /* the RECOMPUTE_LINE comment was seen */
     int line;         /* current line, 1-based */
     size_t line_at;   /* offset of the current line's first byte */
     pm_err *err;
@@ -195,8 +200,11 @@ static pm_status fmt_token(fmt_parser *ps, const char *b, const char *e) {
 
 /* Splits line [b, e) (no line end) into tokens and parses them. */
 static pm_status fmt_line(fmt_parser *ps, const char *b, const char *e) {
-    const char *q = b;
+    const char *q = b, *qe = e;
     while (q < e && fmt_blank(*q)) q++;
+    while (qe > q && fmt_blank(qe[-1])) qe--;
+    if ((size_t)(qe - q) == strlen(RECOMPUTE_LINE) && !memcmp(q, RECOMPUTE_LINE, (size_t)(qe - q)))
+        ps->recompute = 1;
     if (q == e || *q == '#') return PM_OK; /* blank or comment: not a device */
     if (ps->rows >= PM_FMT_MAX_P)
         return pm_errf(ps->err, PM_ERR_FORMAT,
@@ -362,6 +370,7 @@ static pm_status fmt_build(pm_sched *s, fmt_parser *ps) {
         goto done;
     }
     if ((st = pm_sched_init(s, "file", pl, p, m, v, ps->err))) goto done;
+    s->recompute = ps->recompute;
     for (size_t i = 0; i < ps->n; i++) {
         const fmt_act *a = &ps->act[i];
         if (s->len[a->row] >= s->cap) {
@@ -435,6 +444,7 @@ pm_status pm_sched_load(pm_sched *s, const char *path, pm_err *err) {
 /* ---- writers -------------------------------------------------------------- */
 
 static pm_status fmt_write(FILE *f, const pm_sched *s, char sep) {
+    if (s->recompute) fputs(RECOMPUTE_LINE "\n", f);
     for (int d = 0; d < s->p; d++) {
         const pm_pass *ps = pm_sched_dev(s, d);
         for (int64_t i = 0; i < s->len[d]; i++) {

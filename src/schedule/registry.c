@@ -145,14 +145,68 @@ static void list_kinds(char *buf, size_t n) {
         at += (size_t)snprintf(buf + at, n - at, "%s%s", i ? ", " : "", kinds[i].name);
 }
 
+void pm_sched_req_recompute(const pm_sched_req *req, int v, pm_sched_req *out) {
+    pm_mem m = req->mem.f > 0 ? req->mem : PM_MEM_DEFAULT;
+    pm_costs t = req->t.f > 0 ? req->t : PM_COSTS_DEFAULT;
+    double keep = pm_mem_keep(m);
+    *out = *req;
+    out->recompute = 0;
+    out->t = (pm_costs){t.f, t.b + t.f, t.w, t.c};
+    out->mem = (pm_mem){keep, m.f - keep + m.b, m.w, 0};
+    if (req->mem_limit > 0)
+        out->mem_limit = (req->mem_limit * req->p * m.f - m.f / v) / (req->p * keep);
+}
+
+/* "KIND-r" is KIND with recomputation (1f1b-r, v-half-r, ...). */
+static const pm_sched_kind *find_base(const char *name, int *rec) {
+    const pm_sched_kind *k = pm_sched_kind_find(name);
+    size_t n = name ? strlen(name) : 0;
+    *rec = 0;
+    if (k || n < 3 || n >= 64 || strcmp(name + n - 2, "-r")) return k;
+    char base[64];
+    memcpy(base, name, n - 2);
+    base[n - 2] = 0;
+    *rec = 1;
+    return pm_sched_kind_find(base);
+}
+
+/* Builds kind k with recomputation: the equivalent plain request
+ * (pm_sched_req_recompute), then the flag and the "-r" name. */
+static pm_status build_recompute(pm_sched *s, const pm_sched_kind *k, const pm_sched_req *req,
+                                 int v, pm_err *err) {
+    pm_sched_req q;
+    pm_sched_req_recompute(req, v, &q);
+    if (req->mem_limit > 0 && !(q.mem_limit > 0)) {
+        pm_mem m = req->mem.f > 0 ? req->mem : PM_MEM_DEFAULT;
+        return pm_errf(err, PM_ERR_MEMLIMIT,
+                       "%s-r: --mem-limit %.4g M is below one stage's activation, %.4g M, which "
+                       "a recomputing pass holds while it runs",
+                       k->name, req->mem_limit, m.f / v / (req->p * m.f));
+    }
+    pm_status st = k->build(s, &q, err);
+    if (st == PM_ERR_MEMLIMIT && !(req->mem_limit > 0))
+        return pm_errf(err, st, "%s-r: give --mem-limit X (x M): %s's default limit does not "
+                       "fit with recomputation, whose backward holds what its forward "
+                       "dropped", k->name, k->name);
+    if (st) return st;
+    s->recompute = 1;
+    char name[sizeof s->kind];
+    snprintf(name, sizeof name, "%.29s-r", s->kind);
+    memcpy(s->kind, name, sizeof name);
+    return PM_OK;
+}
+
 pm_status pm_sched_generate(pm_sched *s, const char *kind, const pm_sched_req *req,
                             pm_err *err) {
     *s = (pm_sched){0};
-    const pm_sched_kind *k = pm_sched_kind_find(kind);
+    int rec;
+    const pm_sched_kind *k = find_base(kind, &rec);
     if (!k) {
         char names[256];
         list_kinds(names, sizeof names);
-        return pm_errf(err, PM_ERR_ARG, "unknown schedule kind '%s'; known kinds: %s",
+        return pm_errf(err, PM_ERR_ARG,
+                       "unknown schedule kind '%s'; known kinds: %s (each also as KIND-r, "
+                       "with recomputation)",
                        kind ? kind : "(none)", names);
     }
     if (req->p < 1) return pm_errf(err, PM_ERR_ARG, "p must be at least 1 (got %d)", req->p);
@@ -171,5 +225,6 @@ pm_status pm_sched_generate(pm_sched *s, const char *kind, const pm_sched_req *r
                        (req->m / req->p + 1) * req->p);
     if ((st = pm_sched_check_range(k->tier, k->name, req->p, req->m, v, err))) return st;
     if ((st = pm_sched_check_costs(req, err))) return st;
+    if (rec || req->recompute) return build_recompute(s, k, req, v, err);
     return k->build(s, req, err);
 }

@@ -53,6 +53,7 @@ void pm_sched_free(pm_sched *s) {
 pm_status pm_sched_copy(pm_sched *dst, const pm_sched *src, pm_err *err) {
     pm_status st = pm_sched_init(dst, src->kind, src->place, src->p, src->m, src->v, err);
     if (st) return st;
+    dst->recompute = src->recompute;
     memcpy(dst->len, src->len, (size_t)src->p * sizeof *src->len);
     memcpy(dst->pass, src->pass, (size_t)src->p * (size_t)src->cap * sizeof *src->pass);
     return PM_OK;
@@ -95,12 +96,15 @@ pm_status pm_cost_init_uniform(pm_cost *c, const pm_sched *s, pm_costs t, pm_mem
                                pm_err *err) {
     pm_status st = pm_cost_init(c, s->S, err);
     if (st) return st;
-    double k = 1.0 / s->v;
+    double k = 1.0 / s->v, keep = s->recompute ? pm_mem_keep(mem) * k : 0;
     c->c = t.c;
     for (int i = 0; i < s->S; i++)
-        c->st[i] = (pm_stage_cost){t.f * k, t.b * k, t.w * k, mem.f * k, mem.b * k, mem.w * k};
+        c->st[i] = (pm_stage_cost){t.f * k, t.b * k, t.w * k, mem.f * k, mem.b * k, mem.w * k,
+                                   keep, s->recompute != 0};
     return PM_OK;
 }
+
+double pm_mem_keep(pm_mem mem) { return mem.r > 0 ? mem.r : mem.f * PM_KEEP_DEFAULT; }
 
 void pm_cost_free(pm_cost *c) {
     if (!c) return;
@@ -116,20 +120,30 @@ double pm_cost_M(const pm_cost *c) {
 
 double pm_cost_time(const pm_cost *c, const pm_pass *ps) {
     const pm_stage_cost *x = &c->st[ps->stage];
+    double redo = x->rec ? x->tf : 0;
     switch (ps->kind) {
     case PM_PASS_F: return x->tf;
-    case PM_PASS_B: return x->tb;
+    case PM_PASS_B: return redo + x->tb;
     case PM_PASS_W: return x->tw;
-    default: return x->tb + x->tw;
+    default: return redo + x->tb + x->tw;
     }
 }
 
 double pm_cost_mem(const pm_cost *c, const pm_pass *ps) {
     const pm_stage_cost *x = &c->st[ps->stage];
+    double back = x->rec ? x->mf - x->mr : 0; /* B rebuilds what F dropped */
     switch (ps->kind) {
-    case PM_PASS_F: return x->mf;
-    case PM_PASS_B: return x->mb;
+    case PM_PASS_F: return x->rec ? x->mr : x->mf;
+    case PM_PASS_B: return back + x->mb;
     case PM_PASS_W: return x->mw;
-    default: return x->mb + x->mw;
+    default: return back + x->mb + x->mw;
     }
+}
+
+double pm_cost_rise(const pm_cost *c, const pm_pass *ps) {
+    const pm_stage_cost *x = &c->st[ps->stage];
+    double d = pm_cost_mem(c, ps);
+    if (x->rec && ps->kind == PM_PASS_F) return x->mr + x->mf;
+    if (x->rec && ps->kind != PM_PASS_W) return x->mf > d ? x->mf : d;
+    return d > 0 ? d : 0;
 }

@@ -163,9 +163,10 @@ static void advance(pm_sim *sim, deps *g, const pm_cost *c, int d, int64_t *pos,
         if (x->kind == PM_PASS_F && isnan(g->fend[key])) g->fend[key] = st + dur;
         if ((x->kind == PM_PASS_B || x->kind == PM_PASS_BW) && isnan(g->bend[key]))
             g->bend[key] = st + dur;
+        double hi = *cur + pm_cost_rise(c, x); /* the most it holds while running */
         *cur += pm_cost_mem(c, x);
         sim->mem[k] = *cur;
-        if (*cur > sim->peak[d]) sim->peak[d] = *cur, sim->peak_at[d] = pos[d];
+        if (hi > sim->peak[d]) sim->peak[d] = hi, sim->peak_at[d] = pos[d];
         wake(g, woken_device(s, x, d));
     }
 }

@@ -249,11 +249,12 @@ static pm_status check_memory(const pm_sched *s, const pm_cost *c, double limit,
         const pm_pass *l = pm_sched_dev(s, d);
         double cur = 0;
         for (int64_t i = 0; i < s->len[d]; i++) {
+            double hi = cur + pm_cost_rise(c, &l[i]);
             cur += pm_cost_mem(c, &l[i]);
-            if (cur > cap)
+            if (hi > cap)
                 return pm_errf(err, PM_ERR_MEMLIMIT,
                                "device %d reaches %.2f M at pass %lld (%s), over the limit %.2f M",
-                               d, cur / M, (long long)i, pname(&l[i], nb), limit);
+                               d, hi / M, (long long)i, pname(&l[i], nb), limit);
         }
     }
     return PM_OK;
