@@ -383,6 +383,27 @@ static void run_pipe(const pm_train_cfg *c, const pm_sched *s, run_result *r) {
         int held = s->p < s->m ? s->p : s->m;
         assert_true((double)peak0 == held * mf0);
     }
+    if (!strcmp(s->kind, "1f1b-r")) {
+        /* recomputed, stage 0 keeps nothing (its tokens are in the batch):
+         * device 0 peaks at one microbatch's activation, while a backward
+         * rebuilds it; device 1 keeps min(p - 1, m) inputs of one
+         * activation tensor (mbsz T C floats) under its own rebuilt one */
+        const int *first = pm_pipe_stage_first(pp);
+        double mf[2] = {0, 0};
+        for (int st1 = 0; st1 < 2 && st1 < s->p; st1++)
+            for (int l = first[st1]; l < first[st1 + 1]; l++) {
+                pm_gpt_sizes z;
+                assert_int_equal(pm_gpt_layer_sizes(&c->model, l, c->batch / c->micro,
+                                                    c->model.ctx, &z, NULL), PM_OK);
+                mf[st1] += (double)z.saved;
+            }
+        assert_true((double)peak0 == mf[0]);
+        if (s->p > 1) {
+            int held = s->p - 1 < s->m ? s->p - 1 : s->m;
+            double in = (double)(c->batch / c->micro) * c->model.ctx * c->model.dim * 4;
+            assert_true((double)pm_pipe_predicted_peak(pp)[1] == held * in + mf[1]);
+        }
+    }
     size_t n = pm_gpt_num_params(&c->model);
     r->params = malloc(n * sizeof(float));
     pm_pipe_gather(pp, PM_SLAB_PARAMS, r->params);
@@ -406,16 +427,22 @@ static void expect_same(const pm_train_cfg *c, const run_result *ref, const run_
                      ref->params[i]);
 }
 
-static void gen(pm_sched *s, const char *kind, int p, int m) {
-    pm_sched_req req = {.p = p, .m = m, .t = PM_COSTS_DEFAULT, .mem = PM_MEM_DEFAULT};
+static void gen_rec(pm_sched *s, const char *kind, int p, int m, int rec) {
+    pm_sched_req req = {.p = p, .m = m, .t = PM_COSTS_DEFAULT, .mem = PM_MEM_DEFAULT,
+                        .recompute = rec};
+    const pm_sched_kind *k = pm_sched_kind_find(kind);
     if (!strcmp(kind, "auto-v")) req.mem_limit = 1.0;
+    if (rec && k->tier >= PM_TIER_GREEDY) req.mem_limit = 2.0; /* no default with it */
     if (!strcmp(kind, "interleaved")) req.v = 2;
     pm_err err;
     if (pm_sched_generate(s, kind, &req, &err)) fail_msg("%s p=%d m=%d: %s", kind, p, m, err.msg);
 }
 
-/* Every kind at each P in ps against one single-device reference. */
-static int exact_for(int layers, const int *ps, int nps) {
+static void gen(pm_sched *s, const char *kind, int p, int m) { gen_rec(s, kind, p, m, 0); }
+
+/* Every kind at each P in ps against one single-device reference, and
+ * each recomputed too if rec. */
+static int exact_for(int layers, const int *ps, int nps, int rec) {
     pm_train_cfg c = tiny(layers);
     run_result ref;
     reference(&c, &ref);
@@ -424,13 +451,13 @@ static int exact_for(int layers, const int *ps, int nps) {
     int nk, runs = 0;
     const pm_sched_kind *kinds = pm_sched_kinds(&nk);
     for (int k = 0; k < nk; k++)
-        for (int pi = 0; pi < nps; pi++) {
+        for (int pi = 0; pi < nps * (rec ? 2 : 1); pi++) {
             pm_sched s;
-            gen(&s, kinds[k].name, ps[pi], TINY_M);
+            gen_rec(&s, kinds[k].name, ps[pi % nps], TINY_M, pi >= nps);
             run_result got;
             run_pipe(&c, &s, &got);
             char what[96];
-            snprintf(what, sizeof what, "%s p=%d", kinds[k].name, ps[pi]);
+            snprintf(what, sizeof what, "%s p=%d", s.kind, s.p);
             expect_same(&c, &ref, &got, what);
             free(got.params);
             pm_sched_free(&s);
@@ -447,8 +474,9 @@ static void test_exact_every_schedule(void **state) {
     pm_sched_kinds(&nk);
     assert_true(nk >= 9);
     /* 8 layers: enough for 2p = 8 stages at p = 4; 16 for p = 8 */
-    assert_int_equal(exact_for(6, small, 3), 3 * nk);
-    assert_int_equal(exact_for(14, eight, 1), nk);
+    /* every kind also recomputed at p = 1, 2, 4 */
+    assert_int_equal(exact_for(6, small, 3, 1), 6 * nk);
+    assert_int_equal(exact_for(14, eight, 1, 0), nk);
 }
 
 /* Parameters and moments gathered from one pipe and scattered into another
@@ -753,6 +781,22 @@ static void test_cli_train_pp(void **state) {
     snprintf(cmd, sizeof cmd, "%s/b.trace", dir);
     if (chk_trace_file(cmd, &vh, NULL, c1, sizeof c1)) fail_msg("%s", c1);
     pm_sched_free(&vh);
+    /* --recompute: the same checkpoint again, the recomputed schedule named,
+     * and device 0 (stage 0 keeps only its tokens) below plain v-half */
+    snprintf(cmd, sizeof cmd, "%s train --data %s/d %s --pp 2 --schedule v-half --recompute "
+             "--save %s/c.ckpt --json > %s/c.json 2>/dev/null", bin, dir, model, dir, dir);
+    assert_int_equal(sh_quiet(cmd), 0);
+    snprintf(cmd, sizeof cmd, "cmp -s %s/a.ckpt %s/c.ckpt", dir, dir);
+    assert_int_equal(sh_quiet(cmd), 0);
+    snprintf(fb, sizeof fb, "%s/c.json", dir);
+    read_all(fb, b, sizeof b);
+    json_field(b, "schedule", v, sizeof v);
+    assert_string_equal(v, "\"v-half-r\"");
+    char pk2[256];
+    json_field(b, "peak_activation_bytes", pk2, sizeof pk2);
+    json_field(b, "predicted_peak_activation_bytes", pp, sizeof pp);
+    assert_string_equal(pk2, pp);
+    assert_true(atof(pk2 + 1) < atof(pk + 1)); /* "[d0, d1]": device 0 */
     /* too few layers for 2p stages: a clear error, non-zero exit */
     snprintf(cmd, sizeof cmd, "%s train --data %s/d --layers 1 --dim 16 --heads 2 --ctx 8 "
              "--batch 8 --microbatches 8 --steps 1 --pp 4 --schedule v-half 2> %s/err.txt",

@@ -17,6 +17,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -237,13 +238,21 @@ static void infeasible_limits_name_the_minimum(void **state) {
         q.mem_limit = got * (1 - 1e-3);
         assert_int_equal(pm_sched_generate(&s, "auto-v", &q, &e), PM_ERR_MEMLIMIT);
     }
-    /* the search: nothing below one stage activation (1/p M) */
+    /* the search: nothing below one V stage's activation (1/(2p) M), which
+     * even a recomputing pass holds while it runs; the limit it names works */
     pm_sched_req q = req_of(8, 16, REAL, 0.05);
     pm_sched s;
     pm_err e;
     char why[256];
     assert_int_equal(pm_sched_search(&s, &q, NULL, why, sizeof why, &e), PM_ERR_MEMLIMIT);
-    assert_non_null(strstr(e.msg, "0.125 M"));
+    const char *at = strstr(e.msg, "smallest feasible limit is ");
+    assert_non_null(at);
+    double named = atof(at + strlen("smallest feasible limit is "));
+    assert_true(named >= 1.0 / 16 && named < 1.0 / 8); /* below 1/p: recomputation */
+    q.mem_limit = named * (1 + 1e-3); /* printed to 4 digits */
+    assert_int_equal(pm_sched_search(&s, &q, NULL, why, sizeof why, &e), PM_OK);
+    assert_true(s.recompute == 1);
+    pm_sched_free(&s);
     q.mem_limit = 0;
     assert_int_equal(pm_sched_generate(&s, "auto-v", &q, &e), PM_ERR_ARG);
     assert_non_null(strstr(e.msg, "--mem-limit"));
@@ -331,6 +340,46 @@ static void autov_steep_between_half_and_1f1b(void **state) {
     }
 }
 
+/* Recomputation extends the search below every plain schedule's memory and
+ * is picked only when nothing faster fits. At p = 4, m = 8, unit costs and
+ * the default keep f/16: 1F1B-R peaks at (4/16 + 1)/4 = 0.3125 M (by hand,
+ * as test_sim); the plain kinds' lowest peak is the zb greedy's quarter M
+ * level. */
+static void search_recomputes_only_when_needed(void **state) {
+    (void)state;
+    pm_sched_req q = req_of(4, 8, UNIT, 0.32);
+    pm_sched s;
+    pm_search_point pt;
+    char why[512];
+    pm_err e;
+    assert_int_equal(pm_sched_search(&s, &q, &pt, why, sizeof why, &e), PM_OK);
+    /* whatever wins: within the limit, and no plain schedule that fits
+     * (the zb greedy at this limit) is faster */
+    assert_true(pt.peak <= 0.32 + 1e-9);
+    figs zb = must("zb", q);
+    assert_true(pt.makespan <= zb.makespan);
+    figs r = must("1f1b-r", req_of(4, 8, UNIT, 0.32));
+    assert_true(fabs(r.peak - 0.3125) < 1e-12 && r.makespan == 44); /* (m + p - 1) 4 */
+    assert_true(pt.makespan <= r.makespan);
+    assert_true(s.recompute == 1); /* here only recomputation is fast */
+    pm_sched_free(&s);
+    /* at 1F1B's memory, plain schedules fit and are faster: no recomputation */
+    q.mem_limit = 1.0;
+    assert_int_equal(pm_sched_search(&s, &q, &pt, why, sizeof why, &e), PM_OK);
+    assert_true(s.recompute == 0);
+    pm_sched_free(&s);
+    /* --recompute: only recomputed candidates */
+    q.recompute = 1;
+    assert_int_equal(pm_sched_search(&s, &q, &pt, why, sizeof why, &e), PM_OK);
+    assert_true(s.recompute == 1);
+    pm_sched_free(&s);
+    /* below anything (one stage's rebuilt activation alone is 1/8 M on the
+     * V placement): refused, naming the smallest feasible limit */
+    q = req_of(4, 8, UNIT, 0.05);
+    assert_int_equal(pm_sched_search(&s, &q, &pt, why, sizeof why, &e), PM_ERR_MEMLIMIT);
+    assert_non_null(strstr(e.msg, "smallest feasible limit"));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(zb_equals_h_at_unit_costs),
@@ -344,6 +393,7 @@ int main(void) {
         cmocka_unit_test(infeasible_limits_name_the_minimum),
         cmocka_unit_test(curve_per_family_monotone),
         cmocka_unit_test(search_sees_vzb_below_vmin),
+        cmocka_unit_test(search_recomputes_only_when_needed),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -244,6 +244,69 @@ static void test_lower_bound_never_beaten(void **state) {
     pm_sim_free(&sim), pm_cost_free(&c), pm_sched_free(&s);
 }
 
+/* 1F1B-R by hand: each device's BW reruns its forward, so at c = 0 the
+ * pipeline runs (m + p - 1) slots of F + (F + B + W); device d holds p - d
+ * kept inputs (r each) when a backward rebuilds one stage's activation f on
+ * top: peak ((p - d) r + f) / (p f) of M = p f. */
+static void test_recompute_1f1b(void **state) {
+    (void)state;
+    const double keeps[] = {0, 0.25}; /* 0: the default, f / 16 */
+    for (int p = 1; p <= 6; p++)
+        for (int ki = 0; ki < 2; ki++) {
+            int m = 2 * p + 1;
+            pm_sched_req q = {.p = p, .m = m, .t = {1, 1, 1, 0}, .mem = {1, 0, -1, keeps[ki]}};
+            pm_sched s;
+            pm_err e;
+            pm_cost c;
+            pm_sim sim;
+            assert_int_equal(pm_sched_generate(&s, "1f1b-r", &q, &e), PM_OK);
+            assert_true(s.recompute == 1 && !strcmp(s.kind, "1f1b-r"));
+            assert_int_equal(pm_cost_init_uniform(&c, &s, q.t, q.mem, &e), PM_OK);
+            assert_int_equal(pm_sim_run(&sim, &s, &c, &e), PM_OK);
+            assert_true(sim.makespan == (m + p - 1) * 4.0);
+            double r = keeps[ki] > 0 ? keeps[ki] : 1.0 / 16;
+            for (int d = 0; d < p; d++)
+                assert_true(fabs(pm_sim_peak_x(&sim, d) - ((p - d) * r + 1) / p) < 1e-12);
+            /* the validator counts the same rise: at the peak it passes,
+             * a hair below it refuses */
+            double pk = pm_sim_peak_max_x(&sim);
+            assert_int_equal(pm_sched_validate(&s, &c, pk, &e), PM_OK);
+            assert_int_equal(pm_sched_validate(&s, &c, pk * (1 - 1e-6), &e), PM_ERR_MEMLIMIT);
+            /* --recompute is the same as the -r kind */
+            pm_sched s2;
+            q.recompute = 1;
+            assert_int_equal(pm_sched_generate(&s2, "1f1b", &q, &e), PM_OK);
+            assert_true(s2.recompute == 1 && s2.len[0] == s.len[0]);
+            assert_memory_equal(s2.pass, s.pass, (size_t)s.p * (size_t)s.cap * sizeof *s.pass);
+            pm_sched_free(&s2);
+            pm_sim_free(&sim), pm_cost_free(&c), pm_sched_free(&s);
+        }
+}
+
+/* The text format carries the property both ways. */
+static void test_recompute_in_formats(void **state) {
+    (void)state;
+    pm_sched_req q = {.p = 3, .m = 4, .t = {1, 1, 1, 0}, .mem = PM_MEM_DEFAULT};
+    pm_sched s, back;
+    pm_err e;
+    assert_int_equal(pm_sched_generate(&s, "v-half-r", &q, &e), PM_OK);
+    char buf[4096];
+    FILE *f = fmemopen(buf, sizeof buf, "w");
+    assert_int_equal(pm_sched_write_text(f, &s), PM_OK);
+    long n = ftell(f);
+    fclose(f);
+    assert_true(n > 0 && !strncmp(buf, "# pipemem: recompute\n", 21));
+    assert_int_equal(pm_sched_parse_text(&back, buf, (size_t)n, &e), PM_OK);
+    assert_true(back.recompute == 1 && back.place == PM_PLACE_V);
+    pm_sched_free(&back);
+    /* the same comment with anything else on its line is only a comment */
+    const char *other = "# pipemem: recompute please\n0F0 0B0\n";
+    assert_int_equal(pm_sched_parse_text(&back, other, strlen(other), &e), PM_OK);
+    assert_true(back.recompute == 0);
+    pm_sched_free(&back);
+    pm_sched_free(&s);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_1f1b_hand_timed),
@@ -254,6 +317,8 @@ int main(void) {
         cmocka_unit_test(test_placements),
         cmocka_unit_test(test_linear_in_passes),
         cmocka_unit_test(test_lower_bound_never_beaten),
+        cmocka_unit_test(test_recompute_1f1b),
+        cmocka_unit_test(test_recompute_in_formats),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

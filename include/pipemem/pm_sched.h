@@ -385,7 +385,9 @@ typedef struct {
     int ok;            /* 1 if some schedule fits the limit */
     char kind[32];     /* the generator of the best one */
     double makespan;   /* its simulated makespan */
-    double bubble;     /* its bubble rate */
+    double bubble;     /* 1 - the model's work / (p makespan): the simulator's bubble,
+                          except that a recomputed forward counts as lost time, so
+                          the rates of all schedules of one shape compare */
     double peak;       /* its peak, x M (max over devices) */
 } pm_search_point;
 

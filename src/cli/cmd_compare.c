@@ -9,12 +9,14 @@
 #include "cli.h"
 
 static const char usage[] =
-    "usage: pipemem compare -p P -m M [--costs F,B,W[,C]] [--mem F,B,W] [--mem-limit X]\n"
-    "                       [--chunks V] [--format table|json|csv] [-o FILE]\n"
+    "usage: pipemem compare -p P -m M [--costs F,B,W[,C]] [--mem F,B,W[,R]] [--mem-limit X]\n"
+    "                       [--chunks V] [--recompute] [--format table|json|csv] [-o FILE]\n"
     "\n"
     "Every named schedule side by side: makespan, bubble rate, peak activation memory\n"
     "(max over devices and per device, as multiples of M, one microbatch's activation\n"
-    "through the whole model). --chunks sets interleaved's chunks (default 2).\n";
+    "through the whole model). --chunks sets interleaved's chunks (default 2).\n"
+    "--recompute compares every kind with recomputation (each stage keeps its input,\n"
+    "R of --mem, and reruns its forward in the backward).\n";
 
 typedef struct {
     const pm_sched_kind *k;

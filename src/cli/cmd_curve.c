@@ -10,13 +10,15 @@
 #include "cli.h"
 
 static const char usage[] =
-    "usage: pipemem curve -p P -m M [--costs F,B,W[,C]] [--mem F,B,W]\n"
+    "usage: pipemem curve -p P -m M [--costs F,B,W[,C]] [--mem F,B,W[,R]] [--recompute]\n"
     "                     [--from 0.25] [--to 2] [--step 0.05]\n"
     "                     [--format table|json|svg] [-o FILE]\n"
     "\n"
     "Bubble rate of the fastest schedule of each family (single placement, V placement,\n"
     "interleaved) for every memory limit from --from to --to (multiples of M, 1F1B's\n"
     "peak) in steps of --step. A dash marks limits no schedule of the family fits.\n"
+    "Recomputed schedules take part (below V-Min's memory only they fit);\n"
+    "--recompute draws the curve of recomputed schedules alone.\n"
     "Supported range: p <= 128 and p m <= 2^15 (as `pipemem search`).\n";
 
 #define MAX_LIMITS 4096

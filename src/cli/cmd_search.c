@@ -8,14 +8,16 @@
 #include "cli.h"
 
 static const char usage[] =
-    "usage: pipemem search -p P -m M --mem-limit X [--costs F,B,W[,C]] [--mem F,B,W]\n"
-    "                      [--format text|csv|json|svg|trace] [-o FILE]\n"
+    "usage: pipemem search -p P -m M --mem-limit X [--costs F,B,W[,C]] [--mem F,B,W[,R]]\n"
+    "                      [--recompute] [--format text|csv|json|svg|trace] [-o FILE]\n"
     "\n"
     "The fastest schedule over every family (single placement: 1F1B, ZB-H1/H2, the Zero\n"
     "Bubble heuristic; V placement: V-Min, V-Half, ZB-V, V-ZB, searched building blocks;\n"
     "interleaved) whose peak activation stays within X times M on every device (M: one\n"
     "microbatch's activation through the whole model, 1F1B's peak). The reason for the\n"
     "choice goes to standard error, the schedule to standard output or -o FILE.\n"
+    "Recomputed variants (1f1b-r, zb-h1-r, v-min-r, v-half-r, 1f1b-v-r, zb-v-r) are\n"
+    "candidates too, so limits below V-Min's fit; --recompute searches only them.\n"
     "Supported range: p <= 128 and p m <= 2^15 (the search builds O(p) schedules).\n";
 
 static void summary(FILE *f, const pm_cli_plan *pl) {

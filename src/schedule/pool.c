@@ -33,14 +33,23 @@ pm_status pm_search_eval(const pm_sched *s, const pm_sched_req *req, pm_search_p
     pm_status st = pm_cost_init_uniform(&c, s, req->t, req->mem, err);
     if (st) return st;
     st = pm_sim_run(&sim, s, &c, err);
-    pm_cost_free(&c);
-    if (st) return st;
+    if (st) {
+        pm_cost_free(&c);
+        return st;
+    }
     snprintf(pt->kind, sizeof pt->kind, "%s", s->kind);
     pt->ok = 1;
     pt->makespan = sim.makespan;
     pt->bubble = sim.bubble;
+    if (s->recompute) { /* the reruns of the forward are not the model's work */
+        double busy = 0;
+        for (int d = 0; d < s->p; d++) busy += sim.busy[d];
+        for (int k = 0; k < c.S; k++) busy -= s->m * c.st[k].tf;
+        pt->bubble = sim.makespan > 0 ? 1 - busy / (s->p * sim.makespan) : 0;
+    }
     pt->peak = pm_sim_peak_max_x(&sim);
     pm_sim_free(&sim);
+    pm_cost_free(&c);
     return PM_OK;
 }
 

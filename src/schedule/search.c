@@ -5,7 +5,10 @@
  * registry (their peaks do not depend on the limit), and the memory-aware
  * generators run at every memory level up to the limit: the Zero Bubble
  * heuristic (single placement, levels k/p) and, through gen_autov.c, the
- * searched V blocks and the V-ZB greedy (levels k/2p). A candidate is
+ * searched V blocks and the V-ZB greedy (levels k/2p); and recomputed
+ * variants of the fixed kinds that go lowest in memory (alone with
+ * --recompute). Recomputation costs a forward per backward, so it wins
+ * only where nothing faster fits. A candidate is
  * admitted for limit l when its simulated peak is at most l; the answer is
  * the admitted candidate with the smallest makespan (ties: smaller peak).
  * Since the candidates admitted for l do not depend on anything else, the
@@ -67,11 +70,26 @@ static pm_status pool_loop(pm_cand_pool *pl, const pm_sched_req *req, pm_err *er
     return st;
 }
 
+/* Recomputation: the kinds whose recomputed peaks go lowest (each keeps
+ * only stage inputs, plus one stage's activation while it is rebuilt). */
+static pm_status pool_recomputed(pm_cand_pool *pl, const pm_sched_req *req, pm_err *err) {
+    static const char *const single[] = {"1f1b-r", "zb-h1-r"};
+    static const char *const v[] = {"v-min-r", "v-half-r", "1f1b-v-r", "zb-v-r"};
+    pm_status st = PM_OK;
+    for (size_t i = 0; i < sizeof single / sizeof single[0] && !st; i++)
+        st = pm_cand_pool_named(pl, req, PM_FAMILY_SINGLE, single[i], 0, err);
+    for (size_t i = 0; i < sizeof v / sizeof v[0] && !st; i++)
+        st = pm_cand_pool_named(pl, req, PM_FAMILY_V, v[i], 0, err);
+    return st;
+}
+
+/* Every candidate; with req->recompute only the recomputed ones. */
 static pm_status pool_all(pm_cand_pool *pl, const pm_sched_req *req, double max_limit, pm_err *err) {
     *pl = (pm_cand_pool){0};
-    pm_status st = pool_single(pl, req, max_limit, err);
-    if (!st) st = pool_loop(pl, req, err);
-    if (!st) st = pm_cand_pool_v(pl, req, max_limit, err);
+    pm_status st = pool_recomputed(pl, req, err);
+    if (!st && !req->recompute) st = pool_single(pl, req, max_limit, err);
+    if (!st && !req->recompute) st = pool_loop(pl, req, err);
+    if (!st && !req->recompute) st = pm_cand_pool_v(pl, req, max_limit, err);
     if (st) pm_cand_pool_free(pl);
     return st;
 }
