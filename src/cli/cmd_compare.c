@@ -44,7 +44,7 @@ static void print_table(FILE *f, const row *r, int n, const pm_sched_req *q) {
             continue;
         }
         const pm_sim *s = &r[i].pl.sim;
-        fprintf(f, "%-12s %12.6g %7.2f%% %7.2f%% %9.3f ", r[i].k->name, s->makespan,
+        fprintf(f, "%-12s %12.6g %7.2f%% %7.2f%% %9.3f ", r[i].pl.s.kind, s->makespan,
                 100 * s->bubble, 100 * gap(&r[i].pl), pm_sim_peak_max_x(s));
         for (int d = 0; d < s->p; d++) fprintf(f, " %.3f", pm_sim_peak_x(s, d));
         fputc('\n', f);
@@ -66,7 +66,7 @@ static void print_json(FILE *f, const row *r, int n, const pm_sched_req *q) {
             q->t.w, q->t.c, q->mem.f, q->mem.b, q->mem.w);
     for (int i = 0; i < n; i++) {
         fprintf(f, "%s\n  {\"kind\": ", i ? "," : "");
-        json_str(f, r[i].k->name);
+        json_str(f, r[i].st ? r[i].k->name : r[i].pl.s.kind);
         if (r[i].st) {
             fprintf(f, ", \"error\": ");
             json_str(f, r[i].err.msg);
@@ -94,7 +94,7 @@ static void print_csv(FILE *f, const row *r, int n) {
     for (int i = 0; i < n; i++) {
         if (r[i].st) continue;
         const pm_sim *s = &r[i].pl.sim;
-        fprintf(f, "%s,%.17g,%.17g,%.17g", r[i].k->name, s->makespan, s->bubble,
+        fprintf(f, "%s,%.17g,%.17g,%.17g", r[i].pl.s.kind, s->makespan, s->bubble,
                 pm_sim_peak_max_x(s));
         for (int d = 0; d < s->p; d++) fprintf(f, ",%.17g", pm_sim_peak_x(s, d));
         fputc('\n', f);

@@ -30,6 +30,9 @@ static double lat(const pm_sched *s, double c, int a, int b) {
     return t;
 }
 
+/* B's time: a recomputed B reruns the forward first (pm_cost_time). */
+static double tb_of(const pm_stage_cost *x) { return x->tb + (x->rec ? x->tf : 0); }
+
 static double device_bound(const pm_sched *s, const pm_cost *c, int d) {
     const pm_stage_cost *st = c->st;
     int S = s->S, lo = S, hi = -1;
@@ -37,20 +40,20 @@ static double device_bound(const pm_sched *s, const pm_cost *c, int d) {
     for (int k = 0; k < S; k++) {
         if (pm_sched_stage_device(s, k) != d) continue;
         lo = k < lo ? k : lo, hi = k > hi ? k : hi;
-        f += st[k].tf, bw += st[k].tb + st[k].tw;
+        f += st[k].tf, bw += tb_of(&st[k]) + st[k].tw;
     }
     if (hi < 0) return 0; /* a device without stages */
     double m = s->m, work = m * (f + bw);
     double head = 0, down = 0;
     for (int k = lo; k < S; k++) head += st[k].tf;
-    for (int k = hi + 1; k < S; k++) head += st[k].tb;
+    for (int k = hi + 1; k < S; k++) head += tb_of(&st[k]);
     head += lat(s, c->c, lo, S - 1) + lat(s, c->c, hi, S - 1) + m * bw;
     double tail = -1;
     for (int k = lo; k <= hi; k++) {
         if (pm_sched_stage_device(s, k) != d) continue;
         down = 0;
-        for (int u = k + 1; u < S; u++) down += st[u].tf + st[u].tb;
-        down += 2 * lat(s, c->c, k, S - 1) + st[k].tb + st[k].tw;
+        for (int u = k + 1; u < S; u++) down += st[u].tf + tb_of(&st[u]);
+        down += 2 * lat(s, c->c, k, S - 1) + tb_of(&st[k]) + st[k].tw;
         if (tail < 0 || down < tail) tail = down;
     }
     tail += m * f;
