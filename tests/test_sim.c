@@ -210,7 +210,13 @@ static void test_lower_bound_never_beaten(void **state) {
                     double lb = pm_sched_lower_bound(&s, &c);
                     if (!(lb > 0) || sim.makespan < lb * (1 - 1e-12))
                         fail_msg("%s p=%d m=%d costs %zu: makespan %.10g below the bound %.10g",
-                                 kinds[k].name, p, q.m, ci, sim.makespan, lb);
+                                 s.kind, p, q.m, ci, sim.makespan, lb);
+                    /* nor the bound for schedules with no more memory than it */
+                    double at = pm_sched_lower_bound_at(&s, &c, pm_sim_peak_max_x(&sim) * sim.M);
+                    if (at < lb || sim.makespan < at * (1 - 1e-12))
+                        fail_msg("%s p=%d m=%d costs %zu: makespan %.10g, bound at its peak "
+                                 "%.10g (without memory %.10g)", s.kind, p, q.m, ci,
+                                 sim.makespan, at, lb);
                     checked++;
                     pm_sim_free(&sim);
                     pm_cost_free(&c);
@@ -243,7 +249,21 @@ static void test_lower_bound_never_beaten(void **state) {
     assert_int_equal(pm_cost_init_uniform(&c, &s, q.t, q.mem, &e), PM_OK);
     assert_int_equal(pm_sim_run(&sim, &s, &c, &e), PM_OK);
     assert_true(sim.makespan == 33 && pm_sched_lower_bound(&s, &c) == 24);
+    /* with 1F1B's own memory (M = 4 stage activations on device 0): its
+     * first backward comes R = 4 F + 3 B = 7 after its first forward, and
+     * 4 forwards (work 4) fit meanwhile: 7 + 24 - 4 = 27, which ZB-H1
+     * (3m + p - 1 = 27 at M) reaches */
+    assert_true(pm_sched_lower_bound_at(&s, &c, sim.M) == 27);
     pm_sim_free(&sim), pm_cost_free(&c), pm_sched_free(&s);
+    /* V-Half, p = 4, m = 12, unit costs, 0.75 M: device 0 holds 6 chunk
+     * activations (1/2 each of one device's 1), each chunk F takes 0.5, so
+     * 3 of forward work fit in the window R = 8 chunk F = 4: 4 + 36 - 3 */
+    q = (pm_sched_req){.p = 4, .m = 12, .t = {1, 1, 1, 0}, .mem = PM_MEM_DEFAULT};
+    assert_int_equal(pm_sched_generate(&s, "v-half", &q, &e), PM_OK);
+    assert_int_equal(pm_cost_init_uniform(&c, &s, q.t, q.mem, &e), PM_OK);
+    assert_true(pm_sched_lower_bound(&s, &c) == 36);
+    assert_true(pm_sched_lower_bound_at(&s, &c, 0.75 * 4) == 37);
+    pm_cost_free(&c), pm_sched_free(&s);
 }
 
 /* 1F1B-R by hand: each device's BW reruns its forward, so at c = 0 the

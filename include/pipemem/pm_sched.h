@@ -177,6 +177,10 @@ double pm_sim_peak_max_x(const pm_sim *sim);
  * and these per-stage costs (work, fill and drain per device; bound.c has
  * the derivation). No valid schedule's simulated makespan is below it. */
 double pm_sched_lower_bound(const pm_sched *s, const pm_cost *c);
+/* The same over the schedules whose every device stays within cap
+ * (absolute units, like pm_cost_M; <= 0: no cap): memory can force a
+ * device to idle before its first backward, which tightens the bound. */
+double pm_sched_lower_bound_at(const pm_sched *s, const pm_cost *c, double cap);
 
 /* ---- validator --------------------------------------------------------- */
 

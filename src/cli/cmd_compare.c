@@ -25,10 +25,15 @@ typedef struct {
     pm_err err;
 } row;
 
-/* makespan / lower bound - 1: how far the schedule could at most improve
- * (pm_sched_lower_bound: any schedule of its placement, p, m and costs). */
+/* The lower bound over every schedule of this one's placement, p, m and
+ * costs whose peak is at most this one's (pm_sched_lower_bound_at). */
+static double bound(const pm_cli_plan *pl) {
+    return pm_sched_lower_bound_at(&pl->s, &pl->c, pm_sim_peak_max_x(&pl->sim) * pl->sim.M);
+}
+
+/* makespan / lower bound - 1: how far the schedule could at most improve. */
 static double gap(const pm_cli_plan *pl) {
-    double lb = pm_sched_lower_bound(&pl->s, &pl->c);
+    double lb = bound(pl);
     return lb > 0 ? pl->sim.makespan / lb - 1 : 0;
 }
 
@@ -77,7 +82,7 @@ static void print_json(FILE *f, const row *r, int n, const pm_sched_req *q) {
         fprintf(f, ", \"placement\": \"%s\", \"stages\": %d, \"makespan\": %.17g, "
                 "\"bubble\": %.17g, \"lower_bound\": %.17g, \"gap\": %.17g, "
                 "\"peak_max\": %.17g, \"peak\": [", pm_place_names[r[i].k->place], r[i].pl.s.S,
-                s->makespan, s->bubble, pm_sched_lower_bound(&r[i].pl.s, &r[i].pl.c),
+                s->makespan, s->bubble, bound(&r[i].pl),
                 gap(&r[i].pl), pm_sim_peak_max_x(s));
         for (int d = 0; d < s->p; d++) fprintf(f, "%s%.17g", d ? ", " : "", pm_sim_peak_x(s, d));
         fprintf(f, "]}");

@@ -17,9 +17,22 @@
  *          after it, B(s, j) waits for F(s+1..S-1, j) and B(S-1..s+1, j),
  *          then B(s, j) and W(s, j) run: m * sum tf + the smallest, over
  *          s in H_d, of sum_{s+1..S-1} (tf + tb) + lat + tb_s + tw_s.
+ *   memory: with a cap on every device's activation memory (pm_sched_
+ *          lower_bound_at), the head tightens. Until that first backward
+ *          can start, R = sum_{lo..S-1} tf + sum_{hi+1..S-1} tb + lat after
+ *          the device's first pass, only forwards run there, and nothing
+ *          frees memory: the forwards started meanwhile have F deltas
+ *          summing to at most the cap, so they do at most
+ *          cap * max over H_d of (tf / F delta) of work (a fractional
+ *          knapsack). The device does less than R of work in that window
+ *          whenever this is below R, and then W_d - that work after it:
+ *          span(d) >= R + W_d - min(R, that work, m * sum tf).
  * The makespan (the largest span) is at least the largest of these. It is
  * exact for ZB-H2 at equal costs with m >= 2p - 1 (3m: no bubble) and for
- * one device; a memory limit, which can force more idle time, is not used. */
+ * one device. A recomputed stage's B counts its rerun forward, and its F
+ * delta is what it keeps. */
+#include <math.h>
+
 #include "pipemem/pm_sched.h"
 
 /* Latency of the steps from stage a to stage b (a < b) that cross devices. */
@@ -33,7 +46,21 @@ static double lat(const pm_sched *s, double c, int a, int b) {
 /* B's time: a recomputed B reruns the forward first (pm_cost_time). */
 static double tb_of(const pm_stage_cost *x) { return x->tb + (x->rec ? x->tf : 0); }
 
-static double device_bound(const pm_sched *s, const pm_cost *c, int d) {
+/* The most forward work device d can do on `cap` of memory (the fractional
+ * knapsack above); INFINITY when some F of d frees or keeps nothing. */
+static double forward_work(const pm_sched *s, const pm_cost *c, int d, double cap) {
+    double ratio = 0;
+    for (int k = 0; k < s->S; k++) {
+        if (pm_sched_stage_device(s, k) != d) continue;
+        const pm_stage_cost *x = &c->st[k];
+        double delta = x->rec ? x->mr : x->mf;
+        if (!(delta > 0)) return INFINITY;
+        if (x->tf / delta > ratio) ratio = x->tf / delta;
+    }
+    return cap * ratio;
+}
+
+static double device_bound(const pm_sched *s, const pm_cost *c, int d, double cap) {
     const pm_stage_cost *st = c->st;
     int S = s->S, lo = S, hi = -1;
     double f = 0, bw = 0;
@@ -44,10 +71,16 @@ static double device_bound(const pm_sched *s, const pm_cost *c, int d) {
     }
     if (hi < 0) return 0; /* a device without stages */
     double m = s->m, work = m * (f + bw);
-    double head = 0, down = 0;
-    for (int k = lo; k < S; k++) head += st[k].tf;
-    for (int k = hi + 1; k < S; k++) head += tb_of(&st[k]);
-    head += lat(s, c->c, lo, S - 1) + lat(s, c->c, hi, S - 1) + m * bw;
+    double R = 0, down = 0;
+    for (int k = lo; k < S; k++) R += st[k].tf;
+    for (int k = hi + 1; k < S; k++) R += tb_of(&st[k]);
+    R += lat(s, c->c, lo, S - 1) + lat(s, c->c, hi, S - 1);
+    double early = m * f; /* forward work possible before the first backward */
+    if (cap > 0) {
+        double fw = forward_work(s, c, d, cap);
+        early = fw < early ? fw : early;
+    }
+    double head = R + work - (early < R ? early : R);
     double tail = -1;
     for (int k = lo; k <= hi; k++) {
         if (pm_sched_stage_device(s, k) != d) continue;
@@ -62,9 +95,13 @@ static double device_bound(const pm_sched *s, const pm_cost *c, int d) {
 }
 
 double pm_sched_lower_bound(const pm_sched *s, const pm_cost *c) {
+    return pm_sched_lower_bound_at(s, c, 0);
+}
+
+double pm_sched_lower_bound_at(const pm_sched *s, const pm_cost *c, double cap) {
     double b = 0;
     for (int d = 0; d < s->p; d++) {
-        double x = device_bound(s, c, d);
+        double x = device_bound(s, c, d, cap);
         if (x > b) b = x;
     }
     return b;

@@ -146,8 +146,14 @@ pm_status pm_sched_write_json(FILE *f, const pm_sched *s, const pm_cost *c, cons
     out_num(f, sim ? sim->makespan : NAN);
     fputs(",\n  \"bubble\": ", f);
     out_num(f, sim ? sim->bubble : NAN);
-    /* how far any schedule of this shape could improve (bound.c) */
-    double lb = c ? pm_sched_lower_bound(s, c) : NAN;
+    /* how far any schedule of this shape and no more memory could improve
+     * (bound.c) */
+    double lb = NAN;
+    if (c) {
+        double cap = 0;
+        for (int d = 0; sim && d < s->p; d++) cap = sim->peak[d] > cap ? sim->peak[d] : cap;
+        lb = pm_sched_lower_bound_at(s, c, cap);
+    }
     fputs(",\n  \"lower_bound\": ", f);
     out_num(f, lb);
     fputs(",\n  \"gap\": ", f);
