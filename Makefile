@@ -44,7 +44,7 @@ endif
 FINAL_CFLAGS = $(PM_CFLAGS) $(BLAS_CFLAGS) $(CFLAGS)
 FINAL_LIBS = $(BLAS_LIBS) -lm -lpthread $(SAN) $(LDFLAGS)
 
-LIB_SRC := $(sort $(wildcard src/util/*.c src/schedule/*.c src/model/*.c src/data/*.c src/train/*.c src/runtime/*.c))
+LIB_SRC := $(sort $(wildcard src/util/*.c src/schedule/*.c src/model/*.c src/data/*.c src/train/*.c src/runtime/*.c src/select/*.c))
 CLI_SRC := $(sort $(wildcard src/cli/*.c))
 TEST_SRC := $(sort $(wildcard tests/test_*.c))
 TEST_HELP_SRC := $(filter-out $(TEST_SRC),$(sort $(wildcard tests/*.c)))

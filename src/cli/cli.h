@@ -19,6 +19,7 @@ int pm_cmd_curve(int argc, char **argv);
 int pm_cmd_prepare(int argc, char **argv);
 int pm_cmd_train(int argc, char **argv);
 int pm_cmd_sample(int argc, char **argv);
+int pm_cmd_select(int argc, char **argv);
 
 /* Prints "pipemem: <msg>" on stderr; returns 1 (the exit status). */
 int pm_cli_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

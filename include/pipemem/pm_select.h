@@ -1,0 +1,125 @@
+/* pm_select.h: model selection with shard parallelism (Hydra's idea,
+ * shared/reference/hydra.md), in C with AdamW and an exact memory count.
+ *
+ * A task is one model configuration trained on its own (pm_train_cfg). Its
+ * layers (embedding, blocks, head) are cut into contiguous shards small
+ * enough for one device's memory; one optimizer step of a task with S
+ * shards is 2S - 1 shard passes: the forwards of shards 0..S-2 (each keeps
+ * only its output, the boundary activation), the last shard's forward,
+ * loss and backward fused, then the backwards of shards S-2..0, each of
+ * which first recomputes its shard's forward from the saved boundary input.
+ * Every pass runs the step's K microbatches in order, so gradients
+ * accumulate exactly as in `pipemem train`.
+ *
+ * Device memory (what the executor allocates, and what the partitioner
+ * counts): one slab per device holding `slots` state slots (2 with
+ * prefetch: the running shard's and the next one's, copied in while the
+ * current pass computes; 1 without) and one activation area. A state slot
+ * holds a shard's parameters, gradients and AdamW moments (4 floats per
+ * parameter); the activation area holds one microbatch's pass through a
+ * shard: its input, every layer's saved tensors, three (B, T, C) buffers
+ * (the output or incoming gradient and two gradients between layers) and
+ * the largest layer scratch. So the slab is slots * state_slot + act_slot
+ * bytes, each the largest over every task's shards.
+ *
+ * Scheduling policies, simulated here and run by the executor:
+ *   shard       sharded-LRTF: a free device takes the next ready pass of the
+ *               unfinished task with the longest remaining time that is not
+ *               running elsewhere; on a tie, the task whose shard the device
+ *               ran last (it is already there), then the lower task index;
+ *   task        a whole task per device: a free device takes the unstarted
+ *               task with the longest total time and runs all of it;
+ *   sequential  plain model parallelism: tasks one after another, every pass
+ *               strictly after the previous one, shard k on device k mod D.
+ * Lower bound of any schedule: max(total work / D, the longest task). */
+#ifndef PM_SELECT_H
+#define PM_SELECT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "pipemem/pm_train.h"
+#include "pipemem/pm_util.h"
+
+/* ---- shards ---------------------------------------------------------------- */
+
+typedef struct {
+    int first, last; /* layers first .. last-1 (0 embedding, 1..L blocks, L+1 head) */
+    size_t state;    /* bytes of parameters, gradients, m and v */
+    size_t act;      /* bytes of the activation area one of its passes needs */
+    double flops_f;  /* one microbatch's forward through it */
+    double flops_bw; /* one microbatch's B and W (the backward pass adds a forward) */
+} pm_shard;
+
+typedef struct {
+    pm_train_cfg cfg; /* the configuration it trains */
+    char name[64];    /* "t0", "t1", ... or as the caller names it */
+    int nshard;       /* shards after pm_select_partition */
+    pm_shard *shard;  /* (nshard); owned */
+} pm_select_task;
+
+typedef struct {
+    size_t device_mem; /* the budget asked for */
+    int slots;         /* state slots: 2 with prefetch, 1 without */
+    size_t state_slot; /* bytes of one state slot: the largest shard state */
+    size_t act_slot;   /* bytes of the activation area: the largest shard act */
+} pm_select_layout;
+
+/* Bytes of one layer: its state and its activation area (as above) for one
+ * microbatch of cfg (B / K sequences of ctx tokens). */
+pm_status pm_select_layer_bytes(const pm_train_cfg *cfg, int layer, size_t *state, size_t *act,
+                                pm_err *err);
+
+/* Cuts every task into the fewest shards such that slots * state_slot +
+ * act_slot <= device_mem, where the two slot sizes are the largest over
+ * every task (so any device can run any shard). Among the state-slot sizes
+ * that fit, the one giving the fewest passes in all wins (ties: the
+ * smaller slab). A task with a layer that cannot fit whatever the others do
+ * is refused, naming the task, the layer and the bytes it needs. Frees and
+ * replaces each task's shards. */
+pm_status pm_select_partition(pm_select_task *tasks, int n, size_t device_mem, int slots,
+                              pm_select_layout *out, pm_err *err);
+
+void pm_select_task_free(pm_select_task *t);
+
+/* ---- work and its simulation ---------------------------------------------- */
+
+typedef enum {
+    PM_POLICY_SHARD,
+    PM_POLICY_TASK,
+    PM_POLICY_SEQUENTIAL,
+    PM_POLICY_COUNT
+} pm_select_policy;
+extern const char *const pm_select_policy_names[PM_POLICY_COUNT]; /* "shard", "task", "sequential" */
+
+/* The passes each task runs, in its own order: task t has npass[t] passes,
+ * pass k on shard shard[t][k] (0-based, task-local) lasting cost[t][k]. */
+typedef struct {
+    int ntask;
+    const int64_t *npass;
+    const int *const *shard;
+    const double *const *cost;
+} pm_select_work;
+
+typedef struct {
+    double makespan;    /* last pass end */
+    double lower_bound; /* max(total / D, longest task) */
+    double total;       /* sum of every cost */
+    double *busy;       /* (D) busy time of each device; owned */
+    int *dev;           /* (sum npass) device of each pass, tasks in order; owned */
+    double *start;      /* (sum npass) start of each pass; owned */
+} pm_select_sim;
+
+/* Simulates policy pol on D devices (the rules above). */
+pm_status pm_select_simulate(const pm_select_work *w, int D, pm_select_policy pol,
+                             pm_select_sim *out, pm_err *err);
+void pm_select_sim_free(pm_select_sim *s);
+
+/* The pass list of `steps` optimizer steps of a task with S shards: per
+ * step F of shards 0..S-2, the fused last shard, B of shards S-2..0
+ * (2S - 1 passes), costed by FLOPs / rate with K microbatches per pass.
+ * shard and cost must hold steps * (2S - 1) entries. */
+void pm_select_task_passes(const pm_select_task *t, int64_t steps, double rate, int *shard,
+                           double *cost);
+
+#endif

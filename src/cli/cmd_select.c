@@ -1,0 +1,309 @@
+/* cmd_select.c: `pipemem select`: model selection with shard parallelism
+ * (include/pipemem/pm_select.h). Options expand to tasks (comma lists form
+ * a cartesian product; --tasks FILE gives one task per line), the
+ * partitioner cuts them for --device-mem, and --dry-run prints every
+ * task's shards with their bytes and the simulated makespan of each policy
+ * against the lower bound. Training the tasks is not built yet: without
+ * --dry-run the command says so. */
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "pipemem/pm_select.h"
+
+static const char usage[] =
+    "usage: pipemem select --devices D --device-mem SIZE --dry-run\n"
+    "                      [--lr LIST] [--layers LIST] [--dim LIST] [--heads LIST]\n"
+    "                      [--ctx LIST] [--batch LIST] [--microbatches LIST]\n"
+    "                      [--warmup LIST] [--seed LIST] [--tasks FILE] [--steps N]\n"
+    "                      [--no-prefetch] [--data DIR]\n"
+    "\n"
+    "Model selection: many GPT configurations (tasks) trained at once, each cut into\n"
+    "shards that fit one device's memory, scheduled so every device stays busy with\n"
+    "shards of different tasks (Hydra's shard parallelism, with AdamW).\n"
+    "  LIST     comma-separated values; the lists' cartesian product is the task set\n"
+    "           (--lr 1e-3,3e-4 --layers 4,8 is four tasks)\n"
+    "  --tasks FILE  one task per line as key=value pairs with the same names\n"
+    "           (lr=3e-4 layers=8 dim=256); '#' starts a comment\n"
+    "  SIZE     bytes, with K, M or G (binary) suffixes: 64M\n"
+    "  --dry-run     print every task's shards (layers, bytes) and the simulated\n"
+    "           makespan of the policies shard, task and sequential against the lower\n"
+    "           bound max(total work / D, longest task), from the model's FLOPs at an\n"
+    "           estimated 50 GFLOP/s per device\n"
+    "Options not swept take train's defaults (layers 4, dim 128, heads 4, ctx 64,\n"
+    "batch 8, microbatches 1, steps 100, lr 1e-3, warm-up steps/10, seed 1).\n"
+    "Training the tasks (without --dry-run) is not built yet.\n";
+
+#define MAX_VALUES 64
+#define MAX_TASKS 4096
+#define RATE 50e9 /* FLOP/s per device assumed by the dry run */
+
+enum { K_LR, K_LAYERS, K_DIM, K_HEADS, K_CTX, K_BATCH, K_MICRO, K_WARMUP, K_SEED, K_COUNT };
+static const char *const key_names[K_COUNT] = {"lr",    "layers", "dim",          "heads", "ctx",
+                                               "batch", "microbatches", "warmup", "seed"};
+
+typedef struct {
+    double v[K_COUNT][MAX_VALUES];
+    int n[K_COUNT]; /* 0: not swept (the default) */
+    int devices, steps, prefetch, dry_run;
+    size_t device_mem;
+    const char *tasks_file;
+} sel_opts;
+
+static int key_of(const char *name) {
+    for (int k = 0; k < K_COUNT; k++)
+        if (!strcmp(name, key_names[k])) return k;
+    return -1;
+}
+
+/* A value of key k: lr is a positive number, seed a non-negative integer,
+ * warmup a non-negative integer, the rest positive integers. */
+static int parse_value(int k, const char *s, size_t len, double *out) {
+    char buf[64], *end;
+    if (len == 0 || len >= sizeof buf) return 1;
+    memcpy(buf, s, len);
+    buf[len] = 0;
+    errno = 0;
+    double x = strtod(buf, &end);
+    if (errno || *end || !isfinite(x)) return 1;
+    *out = x;
+    if (k == K_LR) return !(x > 0);
+    if (x != floor(x) || x > (1 << 24)) return 1;
+    return k == K_SEED || k == K_WARMUP ? x < 0 : x < 1;
+}
+
+static int parse_list(int k, const char *val, sel_opts *o) {
+    if (!val) return pm_cli_fail("--%s needs a value", key_names[k]);
+    o->n[k] = 0;
+    for (const char *p = val;;) {
+        const char *c = strchr(p, ',');
+        size_t len = c ? (size_t)(c - p) : strlen(p);
+        if (o->n[k] == MAX_VALUES)
+            return pm_cli_fail("--%s: more than %d values", key_names[k], MAX_VALUES);
+        if (parse_value(k, p, len, &o->v[k][o->n[k]++]))
+            return pm_cli_fail("--%s: '%.*s' is not a valid value (in '%s')", key_names[k],
+                               (int)len, p, val);
+        if (!c) return 0;
+        p = c + 1;
+    }
+}
+
+static int parse_size(const char *val, size_t *out) {
+    char *end;
+    errno = 0;
+    double x = val ? strtod(val, &end) : 0;
+    if (!val || errno || end == val || !(x > 0)) goto bad;
+    double mul = 1;
+    if (*end == 'K' || *end == 'k') mul = 1024.0, end++;
+    else if (*end == 'M' || *end == 'm') mul = 1024.0 * 1024, end++;
+    else if (*end == 'G' || *end == 'g') mul = 1024.0 * 1024 * 1024, end++;
+    if (*end || !(x * mul < 1e18)) goto bad;
+    *out = (size_t)(x * mul);
+    return 0;
+bad:
+    return pm_cli_fail("--device-mem: '%s' is not a size (bytes, or with K, M, G: 64M)",
+                       val ? val : "");
+}
+
+static int parse_args(int argc, char **argv, sel_opts *o) {
+    *o = (sel_opts){.devices = 0, .steps = 100, .prefetch = 1};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
+        int k = strncmp(a, "--", 2) ? -1 : key_of(a + 2), bad = 0;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            fputs(usage, stdout);
+            return 2;
+        } else if (!strcmp(a, "--dry-run")) {
+            o->dry_run = 1;
+            continue;
+        } else if (!strcmp(a, "--no-prefetch")) {
+            o->prefetch = 0;
+            continue;
+        } else if (k >= 0) bad = parse_list(k, val, o);
+        else if (!strcmp(a, "--devices")) bad = pm_cli_int_range(a, val, 1, 4096, &o->devices);
+        else if (!strcmp(a, "--steps")) bad = pm_cli_int(a, val, 1, &o->steps);
+        else if (!strcmp(a, "--device-mem")) bad = parse_size(val, &o->device_mem);
+        else if (!strcmp(a, "--tasks")) o->tasks_file = val, bad = !val && pm_cli_fail("--tasks needs a value");
+        else if (!strcmp(a, "--data")) bad = !val && pm_cli_fail("--data needs a value");
+        else return pm_cli_fail("unknown option '%s' (see pipemem select --help)", a);
+        if (bad) return 1;
+        i++;
+    }
+    if (!o->devices) return pm_cli_fail("select: --devices D is required");
+    if (!o->device_mem) return pm_cli_fail("select: --device-mem SIZE is required (e.g. 64M)");
+    return 0;
+}
+
+/* One task's configuration from its key values (NAN: the default). */
+static int make_task(const sel_opts *o, const double *x, pm_select_task *t, int id) {
+    double d[K_COUNT] = {1e-3, 4, 128, 4, 64, 8, 1, -1, 1};
+    for (int k = 0; k < K_COUNT; k++)
+        if (!isnan(x[k])) d[k] = x[k];
+    pm_train_cfg c = {.model = {256, (int32_t)d[K_CTX], (int32_t)d[K_DIM], (int32_t)d[K_HEADS],
+                                (int32_t)d[K_LAYERS]},
+                      .batch = (int)d[K_BATCH], .micro = (int)d[K_MICRO],
+                      .seed = (uint64_t)d[K_SEED]};
+    pm_optim_defaults(&c.opt, o->steps);
+    c.opt.lr = (float)d[K_LR];
+    if (d[K_WARMUP] >= 0) c.opt.warmup = (int)d[K_WARMUP];
+    *t = (pm_select_task){.cfg = c};
+    snprintf(t->name, sizeof t->name, "t%d", id);
+    pm_err e;
+    if (pm_gpt_config_check(&c.model, &e))
+        return pm_cli_fail("task %s: %s", t->name, e.msg);
+    if (c.batch % c.micro)
+        return pm_cli_fail("task %s: --batch %d is not a multiple of --microbatches %d", t->name,
+                           c.batch, c.micro);
+    return 0;
+}
+
+/* The cartesian product of the swept lists, first key slowest. */
+static int expand(const sel_opts *o, pm_select_task *t, int *n) {
+    long total = 1;
+    for (int k = 0; k < K_COUNT; k++) total *= o->n[k] ? o->n[k] : 1;
+    if (total > MAX_TASKS)
+        return pm_cli_fail("select: the lists make %ld tasks; at most %d", total, MAX_TASKS);
+    for (long i = 0; i < total; i++) {
+        double x[K_COUNT];
+        long r = i;
+        for (int k = K_COUNT - 1; k >= 0; k--) {
+            int nk = o->n[k] ? o->n[k] : 1;
+            x[k] = o->n[k] ? o->v[k][r % nk] : NAN;
+            r /= nk;
+        }
+        if (make_task(o, x, &t[*n], *n)) return 1;
+        (*n)++;
+    }
+    return 0;
+}
+
+/* --tasks FILE: one task per line, key=value pairs; swept lists are not
+ * allowed beside it (one way to say what runs). */
+static int read_tasks(const sel_opts *o, pm_select_task *t, int *n) {
+    char *text = NULL;
+    size_t len = 0;
+    pm_err e;
+    if (pm_read_file(o->tasks_file, PM_TEXT_MAX, &text, &len, &e)) return pm_cli_fail("%s", e.msg);
+    int line = 0, rc = 0;
+    for (size_t i = 0; i < len && !rc;) {
+        size_t end = i;
+        while (end < len && text[end] != '\n') end++;
+        line++;
+        double x[K_COUNT];
+        for (int k = 0; k < K_COUNT; k++) x[k] = NAN;
+        int any = 0;
+        for (size_t p = i; p < end && !rc;) {
+            while (p < end && isspace((unsigned char)text[p])) p++;
+            if (p == end || text[p] == '#') break;
+            size_t q = p;
+            while (q < end && !isspace((unsigned char)text[q])) q++;
+            const char *eq = memchr(text + p, '=', q - p);
+            char key[32];
+            size_t kl = eq ? (size_t)(eq - (text + p)) : 0;
+            int k = -1;
+            if (eq && kl < sizeof key) {
+                memcpy(key, text + p, kl);
+                key[kl] = 0;
+                k = key_of(key);
+            }
+            if (k < 0 || parse_value(k, eq + 1, (size_t)(text + q - (eq + 1)), &x[k]))
+                rc = pm_cli_fail("%s:%d: '%.*s' is not key=value with a key of %s", o->tasks_file,
+                                 line, (int)(q - p), text + p,
+                                 "lr, layers, dim, heads, ctx, batch, microbatches, warmup, seed");
+            any = 1;
+            p = q;
+        }
+        if (!rc && any) {
+            if (*n == MAX_TASKS) rc = pm_cli_fail("%s: more than %d tasks", o->tasks_file, MAX_TASKS);
+            else if (!(rc = make_task(o, x, &t[*n], *n))) (*n)++;
+        }
+        i = end + 1;
+    }
+    pm_free(text);
+    if (!rc && !*n) rc = pm_cli_fail("%s: no tasks in it", o->tasks_file);
+    return rc;
+}
+
+static void print_tasks(const pm_select_task *t, int n, const pm_select_layout *lay) {
+    printf("device slab: %d state slot%s of %zu bytes + activations %zu bytes = %zu of %zu\n",
+           lay->slots, lay->slots > 1 ? "s" : "", lay->state_slot, lay->act_slot,
+           (size_t)lay->slots * lay->state_slot + lay->act_slot, lay->device_mem);
+    printf("%-5s %-9s %6s %5s %5s %4s %5s %5s %5s  %s\n", "task", "lr", "layers", "dim", "heads",
+           "ctx", "batch", "micro", "shards", "layers: state bytes / activation bytes");
+    for (int i = 0; i < n; i++) {
+        const pm_train_cfg *c = &t[i].cfg;
+        printf("%-5s %-9.3g %6d %5d %5d %4d %5d %5d %5d ", t[i].name, (double)c->opt.lr,
+               c->model.layers, c->model.dim, c->model.heads, c->model.ctx, c->batch, c->micro,
+               t[i].nshard);
+        for (int k = 0; k < t[i].nshard; k++)
+            printf(" %d-%d: %zu/%zu", t[i].shard[k].first, t[i].shard[k].last - 1,
+                   t[i].shard[k].state, t[i].shard[k].act);
+        printf("\n");
+    }
+}
+
+/* Simulated makespan of each policy for `steps` steps of every task. */
+static int print_policies(const pm_select_task *t, int n, int D, int steps) {
+    int64_t *np = pm_calloc((size_t)n, sizeof *np);
+    int **sh = pm_calloc((size_t)n, sizeof *sh);
+    double **co = pm_calloc((size_t)n, sizeof *co);
+    int rc = !np || !sh || !co;
+    for (int i = 0; i < n && !rc; i++) {
+        np[i] = (int64_t)steps * (2 * t[i].nshard - 1);
+        sh[i] = pm_malloc((size_t)np[i] * sizeof(int));
+        co[i] = pm_malloc((size_t)np[i] * sizeof(double));
+        if (!sh[i] || !co[i]) rc = 1;
+        else pm_select_task_passes(&t[i], steps, RATE, sh[i], co[i]);
+    }
+    if (rc) rc = pm_cli_fail("select: out of memory for the simulation");
+    pm_select_work w = {n, np, (const int *const *)sh, (const double *const *)co};
+    printf("%-11s %12s %9s  (simulated, %d steps, %.0f GFLOP/s per device)\n", "policy",
+           "makespan s", "vs bound", steps, RATE / 1e9);
+    for (int p = 0; p < PM_POLICY_COUNT && !rc; p++) {
+        pm_select_sim r;
+        pm_err e;
+        if (pm_select_simulate(&w, D, (pm_select_policy)p, &r, &e)) {
+            rc = pm_cli_fail("%s", e.msg);
+            break;
+        }
+        printf("%-11s %12.3f %8.3fx\n", pm_select_policy_names[p], r.makespan,
+               r.makespan / r.lower_bound);
+        if (p == PM_POLICY_COUNT - 1) printf("%-11s %12.3f\n", "lower bound", r.lower_bound);
+        pm_select_sim_free(&r);
+    }
+    for (int i = 0; i < n && sh && co; i++) pm_free(sh[i]), pm_free(co[i]);
+    pm_free(np), pm_free(sh), pm_free(co);
+    return rc;
+}
+
+int pm_cmd_select(int argc, char **argv) {
+    sel_opts o;
+    int rc = parse_args(argc, argv, &o);
+    if (rc) return rc == 2 ? 0 : rc;
+    int swept = 0;
+    for (int k = 0; k < K_COUNT; k++) swept |= o.n[k] > 0;
+    if (o.tasks_file && swept)
+        return pm_cli_fail("select: give the tasks either as lists or as --tasks FILE, not both");
+    pm_select_task *t = pm_calloc(MAX_TASKS, sizeof *t);
+    if (!t) return pm_cli_fail("select: out of memory for the tasks");
+    int n = 0;
+    rc = o.tasks_file ? read_tasks(&o, t, &n) : expand(&o, t, &n);
+    pm_select_layout lay;
+    pm_err e;
+    if (!rc && pm_select_partition(t, n, o.device_mem, o.prefetch ? 2 : 1, &lay, &e))
+        rc = pm_cli_fail("%s", e.msg);
+    if (!rc && !o.dry_run)
+        rc = pm_cli_fail("select: training the tasks is not built yet; --dry-run shows the "
+                         "plan (shards, bytes, simulated policies)");
+    if (!rc) {
+        print_tasks(t, n, &lay);
+        rc = print_policies(t, n, o.devices, o.steps);
+    }
+    for (int i = 0; i < n; i++) pm_select_task_free(&t[i]);
+    pm_free(t);
+    return rc;
+}

@@ -1,0 +1,267 @@
+/* test_select.c: model selection's partitioner and policy simulator
+ * (issue 10), against facts from shared/reference/hydra.md and brute
+ * force:
+ *   - the paper's toy case: 3 tasks of 2 shards, 4 unit passes each, 2
+ *     devices: sequential 12, task 8, shard 6;
+ *   - on random instances no policy beats max(total / D, longest task), the
+ *     shard policy stays within total / D + (1 - 1/D) longest (Graham), and
+ *     sequential takes exactly the total;
+ *   - the partitioner's shards fit the budget, cover every layer in order,
+ *     and no cut with fewer shards fits (every cut set enumerated);
+ *   - a layer too big for the budget is refused naming task, layer, bytes. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "pipemem/pm_select.h"
+
+static double simulate(int n, const int64_t *np, const int *const *sh, const double *const *c,
+                       int D, pm_select_policy pol, pm_select_sim *out) {
+    pm_select_work w = {n, np, sh, c};
+    pm_err e;
+    if (pm_select_simulate(&w, D, pol, out, &e)) fail_msg("%s", e.msg);
+    return out->makespan;
+}
+
+static void toy_case(void **state) {
+    (void)state;
+    static const int s[] = {0, 1, 1, 0};
+    static const double c[] = {1, 1, 1, 1};
+    const int *sh[3] = {s, s, s};
+    const double *co[3] = {c, c, c};
+    int64_t np[3] = {4, 4, 4};
+    const double want[PM_POLICY_COUNT] = {6, 8, 12};
+    for (int p = 0; p < PM_POLICY_COUNT; p++) {
+        pm_select_sim r;
+        double mk = simulate(3, np, sh, co, 2, (pm_select_policy)p, &r);
+        if (mk != want[p]) fail_msg("%s: %g, want %g", pm_select_policy_names[p], mk, want[p]);
+        assert_true(r.lower_bound == 6 && r.total == 12);
+        assert_true(r.busy[0] + r.busy[1] == 12);
+        pm_select_sim_free(&r);
+    }
+}
+
+/* xorshift: the test's own random numbers */
+static uint64_t rng = 88172645463325252ull;
+static double uni(void) {
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    return (double)(rng >> 11) / 9007199254740992.0;
+}
+
+static void random_instances(void **state) {
+    (void)state;
+    for (int it = 0; it < 300; it++) {
+        int n = 1 + (int)(uni() * 8), D = 1 + (int)(uni() * 5);
+        int64_t np[8];
+        int *sh[8];
+        double *co[8], longest = 0, total = 0;
+        for (int t = 0; t < n; t++) {
+            int S = 1 + (int)(uni() * 4), steps = 1 + (int)(uni() * 3);
+            np[t] = (int64_t)steps * (2 * S - 1);
+            sh[t] = malloc((size_t)np[t] * sizeof(int));
+            co[t] = malloc((size_t)np[t] * sizeof(double));
+            double own = 0;
+            for (int64_t k = 0; k < np[t]; k++) {
+                int j = (int)(k % (2 * S - 1));
+                sh[t][k] = j < S ? j : 2 * S - 2 - j;
+                co[t][k] = 0.1 + uni() * (uni() < 0.2 ? 10 : 1);
+                own += co[t][k];
+            }
+            total += own, longest = own > longest ? own : longest;
+        }
+        double lb = total / D > longest ? total / D : longest;
+        for (int p = 0; p < PM_POLICY_COUNT; p++) {
+            pm_select_sim r;
+            double mk = simulate(n, np, (const int *const *)sh, (const double *const *)co, D,
+                                 (pm_select_policy)p, &r);
+            assert_true(fabs(r.lower_bound - lb) <= 1e-9 * lb);
+            if (mk < lb * (1 - 1e-12)) fail_msg("%s beat the lower bound", pm_select_policy_names[p]);
+            if (p == PM_POLICY_SHARD && mk > (total / D + (1 - 1.0 / D) * longest) * (1 + 1e-12))
+                fail_msg("shard: %g above Graham's bound (total %g, D %d, longest %g)", mk,
+                         total, D, longest);
+            if (p == PM_POLICY_SEQUENTIAL) assert_true(fabs(mk - total) <= 1e-9 * total);
+            /* no device runs two passes at once, and a task's passes follow
+             * one another */
+            int64_t g = 0;
+            for (int t = 0; t < n; t++)
+                for (int64_t k = 0; k < np[t]; k++, g++) {
+                    if (k) assert_true(r.start[g] >= r.start[g - 1] + co[t][k - 1] - 1e-9);
+                }
+            pm_select_sim_free(&r);
+        }
+        for (int t = 0; t < n; t++) free(sh[t]), free(co[t]);
+    }
+}
+
+static pm_train_cfg small_cfg(int layers, int dim) {
+    pm_train_cfg c = {.model = {256, 16, dim, 2, layers}, .batch = 4, .micro = 2, .seed = 1};
+    pm_optim_defaults(&c.opt, 10);
+    return c;
+}
+
+static size_t up64(size_t x) { return (x + 63) / 64 * 64; }
+
+/* A shard's bytes from the layout pm_select.h documents, computed here
+ * from the model's sizes: state 4 floats per parameter; activation area
+ * the first layer's input, every layer's saved, three (B, T, C) float
+ * buffers and the largest scratch, each region rounded to 64 bytes. */
+static void shard_bytes(const pm_train_cfg *c, int a, int b, size_t *state, size_t *act) {
+    size_t saved = 0, sc = 0, in = 0;
+    *state = 0;
+    for (int l = a; l < b; l++) {
+        pm_gpt_sizes z;
+        assert_int_equal(pm_gpt_layer_sizes(&c->model, l, c->batch / c->micro, c->model.ctx, &z,
+                                            NULL), PM_OK);
+        *state += up64(16 * pm_gpt_layer_params(&c->model, l));
+        saved += up64(z.saved);
+        size_t x = z.scratch_f > z.scratch_b ? z.scratch_f : z.scratch_b;
+        x = z.scratch_w > x ? z.scratch_w : x;
+        sc = up64(x) > sc ? up64(x) : sc;
+        if (l == a) in = up64(z.in);
+    }
+    size_t btc = (size_t)(c->batch / c->micro) * (size_t)c->model.ctx * (size_t)c->model.dim * 4;
+    *act = in + saved + 3 * up64(btc) + sc;
+}
+
+/* Fewest shards of one task over every cut set that fits slots * largest
+ * state + largest act <= mem (0 if none does). */
+static int brute_min_shards(const pm_train_cfg *c, size_t mem, int slots) {
+    int L = c->model.layers + 2, best = 0;
+    for (unsigned mask = 0; mask < 1u << (L - 1); mask++) { /* bit l: cut after layer l */
+        int ns = 0, a = 0;
+        size_t smax = 0, amax = 0;
+        for (int l = 0; l < L; l++)
+            if (l == L - 1 || (mask >> l & 1)) {
+                size_t s, x;
+                shard_bytes(c, a, l + 1, &s, &x);
+                smax = s > smax ? s : smax, amax = x > amax ? x : amax;
+                ns++, a = l + 1;
+            }
+        if ((size_t)slots * smax + amax <= mem && (!best || ns < best)) best = ns;
+    }
+    return best;
+}
+
+static void partition_fits_and_is_minimal(void **state) {
+    (void)state;
+    pm_train_cfg c = small_cfg(5, 32);
+    size_t whole_s, whole_a;
+    shard_bytes(&c, 0, 7, &whole_s, &whole_a);
+    int checked = 0;
+    for (int slots = 1; slots <= 2; slots++)
+        for (int k = 1; k <= 40; k++) {
+            size_t mem = (size_t)((slots * whole_s + whole_a) * (0.05 + 0.03 * k));
+            int want = brute_min_shards(&c, mem, slots);
+            pm_select_task t = {.cfg = c, .name = "t0"};
+            pm_select_layout lay;
+            pm_err e;
+            pm_status st = pm_select_partition(&t, 1, mem, slots, &lay, &e);
+            if (!want) {
+                assert_int_equal(st, PM_ERR_MEMLIMIT);
+                continue;
+            }
+            if (st) fail_msg("mem %zu slots %d: %s (brute force cuts %d)", mem, slots, e.msg, want);
+            if (t.nshard != want)
+                fail_msg("mem %zu slots %d: %d shards, fewest possible %d", mem, slots, t.nshard, want);
+            size_t smax = 0, amax = 0;
+            for (int i = 0; i < t.nshard; i++) {
+                size_t s, x;
+                assert_int_equal(t.shard[i].first, i ? t.shard[i - 1].last : 0);
+                shard_bytes(&c, t.shard[i].first, t.shard[i].last, &s, &x);
+                assert_true(s == t.shard[i].state && x == t.shard[i].act);
+                smax = s > smax ? s : smax, amax = x > amax ? x : amax;
+            }
+            assert_int_equal(t.shard[t.nshard - 1].last, 7);
+            assert_true(lay.state_slot == smax && lay.act_slot == amax);
+            assert_true((size_t)slots * smax + amax <= mem);
+            pm_select_task_free(&t);
+            checked++;
+        }
+    assert_true(checked > 40);
+}
+
+static void partition_refuses_a_layer_too_big(void **state) {
+    (void)state;
+    pm_train_cfg c = small_cfg(2, 64);
+    size_t need[4], mx = 0;
+    for (int l = 0; l < 4; l++) {
+        size_t s, a;
+        assert_int_equal(pm_select_layer_bytes(&c, l, &s, &a, NULL), PM_OK);
+        need[l] = 2 * s + a;
+        mx = need[l] > mx ? need[l] : mx;
+    }
+    pm_select_task t[2] = {{.cfg = small_cfg(2, 16), .name = "small"}, {.cfg = c, .name = "wide"}};
+    pm_err e;
+    assert_int_equal(pm_select_partition(t, 2, mx - 1, 2, NULL, &e), PM_ERR_MEMLIMIT);
+    /* the message names the wide task, a layer over the budget and its bytes */
+    const char *at = strstr(e.msg, "task wide: layer ");
+    if (!at) fail_msg("'%s'", e.msg);
+    int l = atoi(at + strlen("task wide: layer "));
+    assert_true(l >= 0 && l < 4 && need[l] > mx - 1);
+    char want[64];
+    snprintf(want, sizeof want, "needs %zu bytes", need[l]);
+    if (!strstr(e.msg, want)) fail_msg("'%s' does not say '%s'", e.msg, want);
+    /* with room, the two tasks share one layout */
+    pm_select_layout lay;
+    assert_int_equal(pm_select_partition(t, 2, 4 * mx, 2, &lay, &e), PM_OK);
+    assert_true(lay.slots * lay.state_slot + lay.act_slot <= 4 * mx);
+    pm_select_task_free(&t[0]), pm_select_task_free(&t[1]);
+}
+
+/* The CLI's dry run: lists expand to their product, every task's shards
+ * are printed, the policies come out ordered as the toy case says they
+ * must be (shard <= task, shard <= sequential), and a real run is refused
+ * in one line (not built yet). */
+static void cli_dry_run(void **state) {
+    (void)state;
+    const char *bin = getenv("PM_BIN");
+    if (!bin) skip();
+    char cmd[512], out[8192];
+    snprintf(cmd, sizeof cmd, "%s select --devices 2 --device-mem 6M --lr 1e-3,3e-4 "
+             "--layers 2,3 --dim 64 --heads 2 --steps 10 --dry-run 2>&1", bin);
+    FILE *f = popen(cmd, "r");
+    assert_non_null(f);
+    size_t n = fread(out, 1, sizeof out - 1, f);
+    out[n] = 0;
+    assert_int_equal(pclose(f), 0);
+    for (int i = 0; i < 4; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "\nt%d ", i);
+        if (!strstr(out, name)) fail_msg("no task t%d in:\n%s", i, out);
+    }
+    double mk[3];
+    const char *names[3] = {"\nshard ", "\ntask ", "\nsequential "};
+    const char *pol = strstr(out, "\npolicy ");
+    assert_non_null(pol);
+    for (int p = 0; p < 3; p++) {
+        const char *at = strstr(pol, names[p]);
+        if (!at) fail_msg("no %s line in:\n%s", names[p] + 1, out);
+        mk[p] = atof(at + strlen(names[p]));
+    }
+    assert_true(mk[0] > 0 && mk[0] <= mk[1] + 1e-9 && mk[0] <= mk[2] + 1e-9);
+    snprintf(cmd, sizeof cmd, "%s select --devices 2 --device-mem 6M --dim 64 --heads 2 "
+             "2>&1 >/dev/null", bin);
+    f = popen(cmd, "r");
+    n = fread(out, 1, sizeof out - 1, f);
+    out[n] = 0;
+    assert_int_not_equal(pclose(f), 0);
+    assert_non_null(strstr(out, "not built yet"));
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(toy_case),
+        cmocka_unit_test(random_instances),
+        cmocka_unit_test(partition_fits_and_is_minimal),
+        cmocka_unit_test(partition_refuses_a_layer_too_big),
+        cmocka_unit_test(cli_dry_run),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
