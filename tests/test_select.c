@@ -255,6 +255,125 @@ static void cli_dry_run(void **state) {
     assert_non_null(strstr(out, "not built yet"));
 }
 
+/* ---- training: bitwise the single-device trainer ------------------------ */
+
+#define NT 3
+#define MAXSTEPS 6
+static uint8_t corpus[4000];
+
+static pm_train_cfg task_cfg(int i) {
+    static const int32_t layers[NT] = {2, 3, 4}, dim[NT] = {16, 16, 16}, heads[NT] = {2, 2, 4};
+    static const int micro[NT] = {2, 4, 1}, steps[NT] = {5, 4, 6};
+    static const float lr[NT] = {1e-2f, 3e-3f, 5e-3f};
+    pm_train_cfg c = {.model = {256, 8, dim[i], heads[i], layers[i]}, .batch = 4,
+                      .micro = micro[i], .seed = (uint64_t)(7 + i)};
+    pm_optim_defaults(&c.opt, steps[i]);
+    c.opt.lr = lr[i];
+    c.opt.grad_clip = 0.5f; /* small, so clipping is exercised */
+    return c;
+}
+
+typedef struct {
+    double loss[NT][MAXSTEPS], val[NT];
+    float *params[NT];
+} sel_ref;
+
+static void reference_runs(const pm_tokens *tok, sel_ref *r) {
+    pm_blas_threads(1);
+    for (int i = 0; i < NT; i++) {
+        pm_train_cfg c = task_cfg(i);
+        pm_trainer t;
+        pm_err e;
+        assert_int_equal(pm_trainer_init(&t, &c, tok, 0, &e), PM_OK);
+        for (int s = 0; s < c.opt.steps; s++) {
+            pm_step_info info;
+            assert_int_equal(pm_trainer_step(&t, &info, &e), PM_OK);
+            r->loss[i][s] = info.loss;
+        }
+        assert_int_equal(pm_trainer_eval(&t, tok, 2, &r->val[i], &e), PM_OK);
+        r->params[i] = malloc(t.n_params * sizeof(float));
+        memcpy(r->params[i], t.params, t.n_params * sizeof(float));
+        pm_trainer_free(&t);
+    }
+}
+
+typedef struct {
+    double loss[NT][MAXSTEPS];
+    int seen[NT];
+} sel_log;
+
+static void log_event(void *ctx, const pm_select_event *ev) {
+    sel_log *lg = ctx;
+    if (ev->kind == PM_SELECT_EV_FAILED) return;
+    lg->loss[ev->task][ev->step - 1] = ev->loss;
+    lg->seen[ev->task]++;
+}
+
+static void train_exact(void **state) {
+    (void)state;
+    for (size_t i = 0; i < sizeof corpus; i++) corpus[i] = (uint8_t)('a' + (int)(uni() * 26));
+    pm_tokens tok = {corpus, sizeof corpus};
+    sel_ref ref;
+    reference_runs(&tok, &ref);
+    int runs = 0;
+    for (int slots = 1; slots <= 2; slots++)
+        for (int D = 1; D <= 3; D++)
+            for (int pol = 0; pol < PM_POLICY_COUNT; pol++) {
+                pm_select_task tasks[NT];
+                pm_trainer hosts[NT];
+                pm_err e;
+                size_t whole = SIZE_MAX; /* the smallest task's own whole size */
+                for (int i = 0; i < NT; i++) {
+                    tasks[i] = (pm_select_task){.cfg = task_cfg(i)};
+                    snprintf(tasks[i].name, sizeof tasks[i].name, "t%d", i);
+                    size_t s, a, st = 0, mx = 0;
+                    for (int l = 0; l < pm_gpt_num_layers(&tasks[i].cfg.model); l++) {
+                        assert_int_equal(pm_select_layer_bytes(&tasks[i].cfg, l, &s, &a, NULL), PM_OK);
+                        st += s, mx = a > mx ? a : mx;
+                    }
+                    whole = slots * st + mx < whole ? slots * st + mx : whole;
+                }
+                pm_select_layout lay;
+                /* a budget that cuts every task into at least two shards */
+                if (pm_select_partition(tasks, NT, whole * 9 / 10, slots, &lay, &e))
+                    fail_msg("slots %d: %s", slots, e.msg);
+                for (int i = 0; i < NT; i++) {
+                    if (tasks[i].nshard < 2) fail_msg("task %d: %d shard", i, tasks[i].nshard);
+                    assert_int_equal(pm_trainer_init(&hosts[i], &tasks[i].cfg, &tok, 0, &e), PM_OK);
+                }
+                sel_log lg = {{{0}}, {0}};
+                pm_select_opts o = {.devices = D, .policy = (pm_select_policy)pol, .eval_every = 2,
+                                    .eval_batches = 2, .val = &tok, .report = log_event,
+                                    .report_ctx = &lg};
+                pm_select_result res[NT];
+                pm_select_stats stats;
+                if (pm_select_run(tasks, hosts, NT, &lay, &o, res, &stats, &e))
+                    fail_msg("D=%d %s: %s", D, pm_select_policy_names[pol], e.msg);
+                for (int i = 0; i < NT; i++) {
+                    int steps = tasks[i].cfg.opt.steps;
+                    assert_int_equal(res[i].state, PM_SELECT_DONE);
+                    assert_int_equal(lg.seen[i], steps);
+                    for (int k = 0; k < steps; k++)
+                        if (memcmp(&lg.loss[i][k], &ref.loss[i][k], sizeof(double)))
+                            fail_msg("slots %d D=%d %s task %d step %d: loss %.17g, alone %.17g",
+                                     slots, D, pm_select_policy_names[pol], i, k, lg.loss[i][k],
+                                     ref.loss[i][k]);
+                    if (memcmp(&res[i].val_loss, &ref.val[i], sizeof(double)))
+                        fail_msg("task %d: val %.17g, alone %.17g", i, res[i].val_loss, ref.val[i]);
+                    if (memcmp(hosts[i].params, ref.params[i], hosts[i].n_params * sizeof(float)))
+                        fail_msg("slots %d D=%d %s task %d: parameters differ", slots, D,
+                                 pm_select_policy_names[pol], i);
+                    pm_trainer_free(&hosts[i]);
+                    pm_select_task_free(&tasks[i]);
+                }
+                for (int d = 0; d < D; d++) assert_true(stats.peak[d] <= lay.device_mem);
+                pm_select_stats_free(&stats);
+                runs++;
+            }
+    for (int i = 0; i < NT; i++) free(ref.params[i]);
+    assert_int_equal(runs, 18);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(toy_case),
@@ -262,6 +381,7 @@ int main(void) {
         cmocka_unit_test(partition_fits_and_is_minimal),
         cmocka_unit_test(partition_refuses_a_layer_too_big),
         cmocka_unit_test(cli_dry_run),
+        cmocka_unit_test(train_exact),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

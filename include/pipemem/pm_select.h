@@ -122,4 +122,61 @@ void pm_select_sim_free(pm_select_sim *s);
 void pm_select_task_passes(const pm_select_task *t, int64_t steps, double rate, int *shard,
                            double *cost);
 
+/* ---- running the tasks ---------------------------------------------------- */
+
+typedef enum {
+    PM_SELECT_RUNNING, /* not finished yet */
+    PM_SELECT_DONE,    /* ran every step */
+    PM_SELECT_FAILED,  /* stopped by a non-finite loss or gradient norm (why says) */
+} pm_select_state;
+
+typedef struct {
+    int state;         /* pm_select_state */
+    int64_t steps;     /* optimizer steps completed */
+    double final_loss; /* mean microbatch loss of the last step */
+    double val_loss;   /* the last evaluation (NAN if none) */
+    double busy_s;     /* seconds its passes ran */
+    char why[160];     /* failure reason */
+} pm_select_result;
+
+typedef struct {
+    int task;          /* index */
+    int64_t step;      /* steps completed */
+    double loss;       /* the step's mean loss */
+    double val_loss;   /* kind EVAL */
+    enum { PM_SELECT_EV_STEP, PM_SELECT_EV_EVAL, PM_SELECT_EV_DONE, PM_SELECT_EV_FAILED } kind;
+} pm_select_event;
+
+typedef struct {
+    int devices;              /* D device threads */
+    pm_select_policy policy;
+    int eval_every;           /* evaluate every N steps of a task (0: only at its end) */
+    int eval_batches;         /* microbatches per evaluation */
+    const pm_tokens *val;     /* validation tokens */
+    /* Called for every event, one at a time (under the scheduler's lock);
+     * may be NULL. */
+    void (*report)(void *ctx, const pm_select_event *ev);
+    void *report_ctx;
+} pm_select_opts;
+
+typedef struct {
+    double makespan_s;  /* wall time of the run */
+    size_t *peak;       /* (devices) highest slab byte used; owned */
+    double *busy;       /* (devices) seconds of passes run; owned */
+} pm_select_stats;
+
+void pm_select_stats_free(pm_select_stats *s);
+
+/* Trains every task on o->devices device threads under the layout from
+ * pm_select_partition: hosts[i] is task i's store (a pm_trainer
+ * initialised on its configuration and the train tokens, or loaded from a
+ * checkpoint), and runs until hosts[i].step reaches its cfg.opt.steps. Each
+ * device allocates one slab of exactly layout->device_mem bytes at start.
+ * Losses and parameters end bitwise equal to pm_trainer_step on each task
+ * alone; a task whose loss or norm is not finite fails alone. res (n) gets
+ * each task's outcome, stats the devices'. */
+pm_status pm_select_run(const pm_select_task *tasks, pm_trainer *hosts, int n,
+                        const pm_select_layout *layout, const pm_select_opts *o,
+                        pm_select_result *res, pm_select_stats *stats, pm_err *err);
+
 #endif

@@ -1,0 +1,67 @@
+/* internal.h: private to src/select: a task's run state and a device's
+ * slab, shared by the pass executor (pass.c) and the scheduler (run.c). */
+#ifndef PM_SELECT_INTERNAL_H
+#define PM_SELECT_INTERNAL_H
+
+#include <pthread.h>
+
+#include "pipemem/pm_select.h"
+
+/* A task while it runs. The host trainer is the task's store (RAM spill):
+ * parameters, gradients, moments, loader, step count. Between shards the
+ * boundary activations live here too. */
+typedef struct {
+    const pm_select_task *task;
+    int index;            /* in the caller's task array */
+    pm_trainer *host;     /* borrowed: the caller's trainer for this task */
+    int S, K;             /* shards, microbatches */
+    size_t nc;            /* floats of one (B/K, T, C) boundary tensor */
+    float *act;           /* (S-1, K, nc) outputs of shards 0..S-2 this step; owned */
+    float *grad;          /* (S-1, K, nc) gradients at those outputs; owned */
+    int64_t stop_at;      /* steps to run */
+    int pass;             /* next pass of the current step, 0 .. 2S-2 */
+    int running;          /* a device is running its pass */
+    int state;            /* pm_select_state */
+    double loss_sum;      /* this step's microbatch losses, in order */
+    double last_loss;     /* the last completed step's mean loss */
+    double val_loss;      /* the last evaluation's loss (NAN before one) */
+    float gscale;         /* clipping factor of the last step (pending updates) */
+    int64_t *updated;     /* (S) AdamW updates applied to each shard */
+    int64_t *zeroed;      /* (S) steps whose gradients each shard has zeroed */
+    uint64_t *version;    /* (S) bumped at each write-back of a shard's state */
+    double busy;          /* seconds of passes run */
+    int64_t passes_done;  /* over the run */
+    char why[160];        /* failure reason */
+} sel_task;
+
+/* Where each pass's pieces sit in a device's slab. */
+typedef struct {
+    unsigned char *slab; /* device_mem bytes, 64-aligned; owned */
+    size_t state_off[2]; /* state slots */
+    size_t act_off;      /* activation area */
+    int slots;
+    int res_task[2], res_shard[2]; /* resident state per slot (-1 none) */
+    uint64_t res_version[2];
+    int last_slot;       /* slot of the last pass (the other one is loaded next) */
+    size_t peak;         /* largest bytes in use seen */
+} sel_dev;
+
+/* Pass k of a step of a task with S shards: its shard and kind. */
+typedef enum { SEL_F, SEL_FUSED, SEL_B } sel_kind;
+static inline int sel_pass_shard(int S, int k) { return k < S ? k : 2 * S - 2 - k; }
+static inline sel_kind sel_pass_kind(int S, int k) {
+    return k < S - 1 ? SEL_F : k == S - 1 ? SEL_FUSED : SEL_B;
+}
+
+/* Runs pass `k` of the current step of t on device dv (pass.c): loads the
+ * shard's state (unless resident and current), applies a pending AdamW
+ * update and zeroes the gradients at a shard's first pass of a step, runs
+ * the K microbatches, writes back what changed. *loss_sum receives the
+ * fused pass's microbatch losses. */
+void sel_run_pass(sel_task *t, sel_dev *dv, const pm_select_layout *lay, int k);
+
+/* Applies every shard's pending update to the host slabs (before an
+ * evaluation, a save or the end), as the device would have on next load. */
+void sel_flush_updates(sel_task *t);
+
+#endif

@@ -1,0 +1,207 @@
+/* pass.c: one shard pass of a task on a device's slab (internal.h).
+ *
+ * State slot: the shard's parameters, gradients and AdamW moments as four
+ * runs of n floats (n = the shard's parameters), copied from the host store
+ * unless the slot already holds the current version. Activation area, as
+ * the partitioner counts it: the input, each layer's saved tensors, three
+ * (B/K, T, C) buffers and the largest scratch, each at a 64-byte boundary.
+ *
+ * Per microbatch j (the step's K in order, as `train` does):
+ *   F      input (tokens on shard 0, else the previous shard's output kept
+ *          on the host), the layers' F, the output back to the host;
+ *   FUSED  the last shard: F with the loss, then B down its layers and W;
+ *          the input gradient to the host;
+ *   B      F again from the kept input (recomputation), then B and W with
+ *          the output gradient from the host; the input gradient to the host.
+ * Gradients accumulate per layer over j in order, so every gradient is the
+ * single-device one bitwise. A shard's first pass of a step first applies
+ * the previous step's AdamW update (the global norm is only known after the
+ * last backward) and zeroes its gradients: the one AdamW loop of the core,
+ * on the shard's slabs, so the result equals the whole-model update. */
+#include <string.h>
+
+#include "select/internal.h"
+
+static size_t up(size_t x) { return (x + 63) / 64 * 64; }
+
+typedef struct {
+    const pm_train_cfg *c;
+    const pm_shard *sh;
+    unsigned char *in, *saved0, *scratch; /* saved0: the first layer's saved */
+    float *buf[3];
+} act_area;
+
+static size_t layer_saved(const pm_train_cfg *c, int l) {
+    pm_gpt_sizes z;
+    pm_gpt_layer_sizes(&c->model, l, c->batch / c->micro, c->model.ctx, &z, NULL);
+    return up(z.saved);
+}
+
+static void area_layout(const pm_train_cfg *c, const pm_shard *sh, unsigned char *base,
+                        act_area *a) {
+    int mb = c->batch / c->micro, T = c->model.ctx;
+    size_t nc = (size_t)mb * (size_t)T * (size_t)c->model.dim * sizeof(float);
+    pm_gpt_sizes z;
+    pm_gpt_layer_sizes(&c->model, sh->first, mb, T, &z, NULL);
+    *a = (act_area){c, sh, base, base + up(z.in), NULL, {NULL, NULL, NULL}};
+    size_t at = up(z.in);
+    for (int l = sh->first; l < sh->last; l++) at += layer_saved(c, l);
+    for (int k = 0; k < 3; k++, at += up(nc)) a->buf[k] = (float *)(base + at);
+    a->scratch = base + at;
+}
+
+/* Layer l's saved region (the shard's layers follow one another). */
+static void *saved_of(const act_area *a, int l) {
+    unsigned char *p = a->saved0;
+    for (int k = a->sh->first; k < l; k++) p += layer_saved(a->c, k);
+    return p;
+}
+
+/* Runs the shard's layers forward from a->in; the last layer's output goes
+ * to a->buf[0] (none on the head, which adds its loss to *loss). */
+static void forward(const pm_train_cfg *c, const pm_shard *sh, const float *P, act_area *a,
+                    const int32_t *tgt, double *loss) {
+    const pm_gpt_config *m = &c->model;
+    int mb = c->batch / c->micro, T = m->ctx, head = pm_gpt_num_layers(m) - 1;
+    size_t base = pm_gpt_layer_offset(m, sh->first);
+    for (int l = sh->first; l < sh->last; l++) {
+        void *sv = saved_of(a, l);
+        const void *lin = l == sh->first ? (const void *)a->in
+                                         : pm_gpt_layer_input_slot(m, l, mb, T, sv);
+        float *lout = l == head ? NULL
+                      : l + 1 < sh->last
+                          ? pm_gpt_layer_input_slot(m, l + 1, mb, T, saved_of(a, l + 1))
+                          : a->buf[0];
+        float ls = 0;
+        pm_gpt_layer_f(m, l, mb, T, P + (pm_gpt_layer_offset(m, l) - base), lin,
+                       l == head ? tgt : NULL, lout, l == head ? &ls : NULL, sv, a->scratch);
+        if (l == head && loss) *loss += ls;
+    }
+}
+
+/* B down the shard's layers from dout (NULL on the head), then W; the first
+ * layer's input gradient is left in the returned buffer (NULL on shard 0). */
+static float *backward(const pm_train_cfg *c, const pm_shard *sh, const float *P, float *G,
+                       act_area *a, float *dout) {
+    const pm_gpt_config *m = &c->model;
+    int mb = c->batch / c->micro, T = m->ctx;
+    size_t base = pm_gpt_layer_offset(m, sh->first);
+    float *din = NULL;
+    for (int l = sh->last - 1, k = 1; l >= sh->first; l--, k = 3 - k) {
+        din = l == 0 ? NULL : a->buf[k];
+        pm_gpt_layer_b(m, l, mb, T, P + (pm_gpt_layer_offset(m, l) - base), dout, din,
+                       1.0f / (float)c->micro, saved_of(a, l), a->scratch);
+        dout = din;
+    }
+    for (int l = sh->first; l < sh->last; l++)
+        pm_gpt_layer_w(m, l, mb, T, G + (pm_gpt_layer_offset(m, l) - base),
+                       saved_of(a, l), a->scratch);
+    return din;
+}
+
+static size_t shard_floats(const pm_train_cfg *c, const pm_shard *sh) {
+    const pm_gpt_config *m = &c->model;
+    size_t end = sh->last < pm_gpt_num_layers(m) ? pm_gpt_layer_offset(m, sh->last)
+                                                  : pm_gpt_num_params(m);
+    return end - pm_gpt_layer_offset(m, sh->first);
+}
+
+/* The slot to run shard s of task ti in: the one holding its current
+ * state, else the other one than the last used (prefetch's double buffer). */
+static int pick_slot(sel_dev *dv, const sel_task *t, int ti, int s, int *fresh) {
+    for (int k = 0; k < dv->slots; k++)
+        if (dv->res_task[k] == ti && dv->res_shard[k] == s && dv->res_version[k] == t->version[s]) {
+            *fresh = 0;
+            return k;
+        }
+    *fresh = 1;
+    return dv->slots == 2 && dv->res_task[0] >= 0 && dv->res_task[1] < 0 ? 1
+           : dv->slots == 2 && dv->res_task[0] >= 0 && dv->res_task[1] >= 0 ? dv->last_slot ^ 1
+                                                                           : 0;
+}
+
+/* The previous step's AdamW update (step s - 1 of the shard's layers) if
+ * not yet applied, and zeroed gradients for step s. Returns 1 if the state
+ * changed. */
+static int start_step(sel_task *t, int s, float *P, float *G, float *M, float *V, size_t n) {
+    const pm_train_cfg *c = &t->host->cfg;
+    const pm_shard *sh = &t->task->shard[s];
+    int64_t step = t->host->step;
+    int changed = 0;
+    if (t->updated[s] < step) {
+        pm_optim_step_layers(c, sh->first, sh->last, step - 1, t->gscale, P, G, M, V);
+        t->updated[s] = step;
+        changed = 1;
+    }
+    if (t->zeroed[s] <= step) {
+        memset(G, 0, n * sizeof(float));
+        t->zeroed[s] = step + 1;
+        changed = 1;
+    }
+    return changed;
+}
+
+void sel_run_pass(sel_task *t, sel_dev *dv, const pm_select_layout *lay, int k) {
+    const pm_train_cfg *c = &t->host->cfg;
+    int s = sel_pass_shard(t->S, k), fresh;
+    sel_kind kind = sel_pass_kind(t->S, k);
+    const pm_shard *sh = &t->task->shard[s];
+    size_t n = shard_floats(c, sh), at = pm_gpt_layer_offset(&c->model, sh->first);
+    int slot = pick_slot(dv, t, t->index, s, &fresh);
+    float *P = (float *)(dv->slab + dv->state_off[slot]), *G = P + n, *M = G + n, *V = M + n;
+    pm_trainer *h = t->host;
+    if (fresh) {
+        memcpy(P, h->params + at, n * sizeof(float));
+        memcpy(G, h->grads + at, n * sizeof(float));
+        memcpy(M, h->m + at, n * sizeof(float));
+        memcpy(V, h->v + at, n * sizeof(float));
+    }
+    int all = start_step(t, s, P, G, M, V, n);
+    act_area a;
+    area_layout(c, sh, dv->slab + dv->act_off, &a);
+    size_t mtok = (size_t)(c->batch / c->micro) * (size_t)c->model.ctx;
+    for (int j = 0; j < t->K; j++) {
+        float *keep = s > 0 ? t->act + ((size_t)(s - 1) * t->K + j) * t->nc : NULL;
+        if (keep) memcpy(a.in, keep, t->nc * sizeof(float));
+        else memcpy(a.in, h->inp + (size_t)j * mtok, mtok * sizeof(int32_t));
+        forward(c, sh, P, &a, h->tgt + (size_t)j * mtok, &t->loss_sum);
+        if (kind == SEL_F) {
+            memcpy(t->act + ((size_t)s * t->K + j) * t->nc, a.buf[0], t->nc * sizeof(float));
+            continue;
+        }
+        float *dout = NULL;
+        if (kind == SEL_B) {
+            dout = a.buf[0];
+            memcpy(dout, t->grad + ((size_t)s * t->K + j) * t->nc, t->nc * sizeof(float));
+        }
+        float *din = backward(c, sh, P, G, &a, dout);
+        if (din) memcpy(t->grad + ((size_t)(s - 1) * t->K + j) * t->nc, din, t->nc * sizeof(float));
+    }
+    if (all) {
+        memcpy(h->params + at, P, n * sizeof(float));
+        memcpy(h->m + at, M, n * sizeof(float));
+        memcpy(h->v + at, V, n * sizeof(float));
+    }
+    if (all || kind != SEL_F) memcpy(h->grads + at, G, n * sizeof(float));
+    if (all || kind != SEL_F) t->version[s]++;
+    dv->res_task[slot] = t->index, dv->res_shard[slot] = s, dv->res_version[slot] = t->version[s];
+    dv->last_slot = slot;
+    size_t used = dv->act_off + sh->act, st_end = dv->state_off[slot] + 4 * n * sizeof(float);
+    PM_ASSERT(used <= lay->device_mem && st_end <= lay->device_mem);
+    if (used > dv->peak) dv->peak = used;
+    if (st_end > dv->peak) dv->peak = st_end;
+}
+
+void sel_flush_updates(sel_task *t) {
+    pm_trainer *h = t->host;
+    const pm_gpt_config *m = &h->cfg.model;
+    for (int s = 0; s < t->S; s++) {
+        if (t->updated[s] >= h->step) continue;
+        const pm_shard *sh = &t->task->shard[s];
+        size_t at = pm_gpt_layer_offset(m, sh->first);
+        pm_optim_step_layers(&h->cfg, sh->first, sh->last, h->step - 1, t->gscale,
+                             h->params + at, h->grads + at, h->m + at, h->v + at);
+        t->updated[s] = h->step;
+        t->version[s]++;
+    }
+}

@@ -1,0 +1,336 @@
+/* run.c: the model-selection executor: D device threads and the scheduler
+ * they share (pm_select_run, pm_select.h).
+ *
+ * A device thread loops: under the lock, ask the policy for a pass (the
+ * same rules simulate.c simulates), wait on the condition variable if none
+ * is ready, mark the task running; outside the lock, run the pass
+ * (pass.c); if it was the step's last, finish the step (loss, global norm
+ * over the host gradients in index order, AdamW deferred to each shard's
+ * next load, evaluation at intervals); under the lock, advance the task
+ * and wake the others. A task is on at most one device at a time, so its
+ * host store is touched by one thread at a time; the lock hands it over.
+ *
+ * Invariants: t->running is set only under the lock by the device that
+ * will run the task's next pass, and cleared by it; the policy never picks
+ * a running or finished task. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "select/internal.h"
+
+#define RATE 50e9 /* FLOP/s a device is assumed to do before any pass is measured */
+
+typedef struct {
+    const pm_select_opts *o;
+    const pm_select_layout *lay;
+    sel_task *t;
+    int n;
+    sel_dev *dev;
+    pm_select_stats *stats;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int busy_global;      /* sequential: a pass is running somewhere */
+    int *owner;           /* (n) task policy: the device a task is pinned to, -1 none */
+    double t0;
+    pm_status st;         /* first infrastructure error (none expected) */
+} sel_run;
+
+typedef struct {
+    sel_run *r;
+    int d;
+} dev_arg;
+
+static int finished(const sel_task *t) { return t->state != PM_SELECT_RUNNING; }
+
+static int64_t passes_left(const sel_task *t) {
+    return (t->stop_at - t->host->step) * (2 * t->S - 1) - t->pass;
+}
+
+/* Estimated seconds left: measured mean pass time, FLOPs before any. */
+static double time_left(const sel_task *t) {
+    double per;
+    if (t->passes_done) {
+        per = t->busy / (double)t->passes_done;
+    } else {
+        double fl = 0;
+        for (int s = 0; s < t->S; s++)
+            fl += t->task->shard[s].flops_f * (s < t->S - 1 ? 3 : 1) + t->task->shard[s].flops_bw;
+        per = fl * t->K / RATE / (2 * t->S - 1);
+    }
+    return per * (double)passes_left(t);
+}
+
+static int resident(const sel_dev *dv, const sel_task *t) {
+    int s = sel_pass_shard(t->S, t->pass);
+    for (int k = 0; k < dv->slots; k++)
+        if (dv->res_task[k] == t->index && dv->res_shard[k] == s &&
+            dv->res_version[k] == t->version[s])
+            return 1;
+    return 0;
+}
+
+static int pick_shard(sel_run *r, int d) {
+    int best = -1;
+    double bl = 0;
+    for (int i = 0; i < r->n; i++) {
+        sel_task *t = &r->t[i];
+        if (t->running || finished(t)) continue;
+        double l = time_left(t);
+        if (best < 0 || l > bl * (1 + 1e-12) ||
+            (l >= bl * (1 - 1e-12) && resident(&r->dev[d], t) && !resident(&r->dev[d], &r->t[best])))
+            best = i, bl = l;
+    }
+    return best;
+}
+
+static int pick_task(sel_run *r, int d) {
+    int best = -1;
+    for (int i = 0; i < r->n; i++) {
+        sel_task *t = &r->t[i];
+        if (t->running || finished(t)) continue;
+        if (r->owner[i] == d) return i;
+        if (r->owner[i] < 0 && (best < 0 || time_left(t) > time_left(&r->t[best]))) best = i;
+    }
+    if (best >= 0) r->owner[best] = d;
+    return best;
+}
+
+static int pick_sequential(sel_run *r, int d) {
+    if (r->busy_global) return -1;
+    for (int i = 0; i < r->n; i++) {
+        sel_task *t = &r->t[i];
+        if (finished(t)) continue;
+        return sel_pass_shard(t->S, t->pass) % r->o->devices == d ? i : -1;
+    }
+    return -1;
+}
+
+static int all_finished(const sel_run *r) {
+    for (int i = 0; i < r->n; i++)
+        if (!finished(&r->t[i])) return 0;
+    return 1;
+}
+
+static void emit(sel_run *r, int task, int kind, double loss, double val) {
+    if (!r->o->report) return;
+    pm_select_event ev = {task, r->t[task].host->step, loss, val, kind};
+    r->o->report(r->o->report_ctx, &ev);
+}
+
+/* After the step's last pass (task running, lock not held): the loss and
+ * the global norm, then evaluation at intervals and the end. Returns the
+ * event to report; *state gets the task's new state, which the caller sets
+ * under the lock (other devices read it there). */
+static int end_step(sel_run *r, sel_task *t, double *loss, double *val, int *state) {
+    pm_trainer *h = t->host;
+    *loss = t->loss_sum / t->K;
+    *val = NAN;
+    *state = PM_SELECT_RUNNING;
+    double norm = sqrt(pm_optim_sumsq(h->grads, h->n_params));
+    if (!isfinite(*loss) || !isfinite(norm)) {
+        snprintf(t->why, sizeof t->why, "step %lld: loss %g, gradient norm %g is not finite; "
+                 "lower its lr", (long long)h->step + 1, *loss, norm);
+        *state = PM_SELECT_FAILED;
+        return PM_SELECT_EV_FAILED;
+    }
+    t->gscale = pm_optim_clip_scale(norm, h->cfg.opt.grad_clip);
+    t->last_loss = *loss;
+    h->step++;
+    int end = h->step >= t->stop_at;
+    int ev = r->o->eval_every > 0 && h->step % r->o->eval_every == 0;
+    if ((ev || end) && r->o->val) {
+        pm_err e;
+        sel_flush_updates(t);
+        if (pm_trainer_eval(h, r->o->val, r->o->eval_batches, val, &e)) {
+            snprintf(t->why, sizeof t->why, "evaluation: %.140s", e.msg);
+            *state = PM_SELECT_FAILED;
+            return PM_SELECT_EV_FAILED;
+        }
+        t->val_loss = *val;
+    }
+    if (end) {
+        sel_flush_updates(t);
+        *state = PM_SELECT_DONE;
+        return PM_SELECT_EV_DONE;
+    }
+    return ev && r->o->val ? PM_SELECT_EV_EVAL : PM_SELECT_EV_STEP;
+}
+
+static int pick(sel_run *r, int d) {
+    switch (r->o->policy) {
+    case PM_POLICY_SHARD: return pick_shard(r, d);
+    case PM_POLICY_TASK: return pick_task(r, d);
+    default: return pick_sequential(r, d);
+    }
+}
+
+static void *device_main(void *arg) {
+    dev_arg *a = arg;
+    sel_run *r = a->r;
+    int d = a->d;
+    pm_blas_threads(1);
+    pthread_mutex_lock(&r->mu);
+    for (;;) {
+        int i = -1;
+        while (!all_finished(r) && (i = pick(r, d)) < 0) pthread_cond_wait(&r->cv, &r->mu);
+        if (i < 0) break;
+        sel_task *t = &r->t[i];
+        t->running = 1;
+        r->busy_global = 1;
+        pthread_mutex_unlock(&r->mu);
+        if (t->pass == 0) {
+            pm_loader_next(&t->host->train, t->host->cfg.batch, t->host->inp, t->host->tgt);
+            t->loss_sum = 0;
+        }
+        double t0 = pm_now();
+        sel_run_pass(t, &r->dev[d], r->lay, t->pass);
+        int last = t->pass == 2 * t->S - 2, kind = PM_SELECT_EV_STEP, state = PM_SELECT_RUNNING;
+        double loss = 0, val = NAN, dt = pm_now() - t0;
+        if (last) kind = end_step(r, t, &loss, &val, &state);
+        pthread_mutex_lock(&r->mu);
+        t->state = state;
+        t->busy += dt;
+        t->passes_done++;
+        r->stats->busy[d] += dt;
+        t->pass = last ? 0 : t->pass + 1;
+        t->running = 0;
+        r->busy_global = 0;
+        if (last) emit(r, i, kind, loss, val);
+        pthread_cond_broadcast(&r->cv);
+    }
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+    return NULL;
+}
+
+void pm_select_stats_free(pm_select_stats *s) {
+    if (!s) return;
+    pm_free(s->peak);
+    pm_free(s->busy);
+    *s = (pm_select_stats){0};
+}
+
+static void tasks_free(sel_task *t, int n) {
+    for (int i = 0; t && i < n; i++) {
+        pm_free(t[i].act);
+        pm_free(t[i].grad);
+        pm_free(t[i].updated);
+        pm_free(t[i].zeroed);
+        pm_free(t[i].version);
+    }
+    pm_free(t);
+}
+
+static pm_status tasks_init(sel_run *r, const pm_select_task *tasks, pm_trainer *hosts,
+                            pm_err *err) {
+    r->t = pm_calloc((size_t)r->n, sizeof *r->t);
+    if (!r->t) return pm_errf(err, PM_ERR_NOMEM, "out of memory for %d tasks", r->n);
+    for (int i = 0; i < r->n; i++) {
+        sel_task *t = &r->t[i];
+        const pm_train_cfg *c = &hosts[i].cfg;
+        if (tasks[i].nshard < 1 || memcmp(&c->model, &tasks[i].cfg.model, sizeof c->model))
+            return pm_errf(err, PM_ERR_ARG, "task %s: not partitioned for its trainer's model",
+                           tasks[i].name);
+        int S = tasks[i].nshard, K = c->micro;
+        size_t nc = (size_t)(c->batch / K) * (size_t)c->model.ctx * (size_t)c->model.dim;
+        size_t nb = (size_t)(S > 1 ? S - 1 : 1) * (size_t)K * nc;
+        *t = (sel_task){.task = &tasks[i], .index = i, .host = &hosts[i], .S = S, .K = K,
+                        .nc = nc, .act = pm_malloc(nb * sizeof(float)),
+                        .grad = pm_malloc(nb * sizeof(float)), .stop_at = c->opt.steps,
+                        .val_loss = NAN, .last_loss = NAN,
+                        .updated = pm_malloc((size_t)S * sizeof(int64_t)),
+                        .zeroed = pm_malloc((size_t)S * sizeof(int64_t)),
+                        .version = pm_calloc((size_t)S, sizeof(uint64_t))};
+        if (!t->act || !t->grad || !t->updated || !t->zeroed || !t->version)
+            return pm_errf(err, PM_ERR_NOMEM, "out of memory for task %s's boundaries",
+                           tasks[i].name);
+        for (int s = 0; s < S; s++) t->updated[s] = hosts[i].step, t->zeroed[s] = hosts[i].step;
+        if (hosts[i].step >= t->stop_at) t->state = PM_SELECT_DONE;
+    }
+    return PM_OK;
+}
+
+static pm_status devices_init(sel_run *r, pm_err *err) {
+    int D = r->o->devices;
+    const pm_select_layout *L = r->lay;
+    r->dev = pm_calloc((size_t)D, sizeof *r->dev);
+    r->owner = pm_malloc((size_t)r->n * sizeof(int));
+    if (!r->dev || !r->owner) return pm_errf(err, PM_ERR_NOMEM, "out of memory for devices");
+    for (int i = 0; i < r->n; i++) r->owner[i] = -1;
+    for (int d = 0; d < D; d++) {
+        sel_dev *dv = &r->dev[d];
+        dv->slab = pm_aligned_alloc(64, L->device_mem);
+        if (!dv->slab)
+            return pm_errf(err, PM_ERR_NOMEM, "out of memory for device %d's %zu bytes", d,
+                           L->device_mem);
+        memset(dv->slab, 0, L->device_mem); /* the budget is real: every page touched */
+        dv->slots = L->slots;
+        dv->state_off[0] = 0, dv->state_off[1] = L->state_slot;
+        dv->act_off = (size_t)L->slots * L->state_slot;
+        dv->res_task[0] = dv->res_task[1] = -1;
+    }
+    return PM_OK;
+}
+
+static void run_free(sel_run *r) {
+    for (int d = 0; r->dev && d < r->o->devices; d++) pm_free(r->dev[d].slab);
+    pm_free(r->dev);
+    pm_free(r->owner);
+    tasks_free(r->t, r->n);
+}
+
+pm_status pm_select_run(const pm_select_task *tasks, pm_trainer *hosts, int n,
+                        const pm_select_layout *layout, const pm_select_opts *o,
+                        pm_select_result *res, pm_select_stats *stats, pm_err *err) {
+    *stats = (pm_select_stats){0};
+    if (n < 1 || o->devices < 1)
+        return pm_errf(err, PM_ERR_ARG, "select needs tasks and devices (got %d, %d)", n,
+                       o->devices);
+    if ((size_t)layout->slots * layout->state_slot + layout->act_slot > layout->device_mem)
+        return pm_errf(err, PM_ERR_ARG, "the layout does not fit its device memory");
+    sel_run r = {.o = o, .lay = layout, .n = n, .stats = stats};
+    stats->peak = pm_calloc((size_t)o->devices, sizeof(size_t));
+    stats->busy = pm_calloc((size_t)o->devices, sizeof(double));
+    pm_status st = !stats->peak || !stats->busy
+                       ? pm_errf(err, PM_ERR_NOMEM, "out of memory for device statistics")
+                       : PM_OK;
+    if (!st) st = tasks_init(&r, tasks, hosts, err);
+    if (!st) st = devices_init(&r, err);
+    pthread_t *th = st ? NULL : pm_malloc((size_t)o->devices * sizeof *th);
+    dev_arg *args = st ? NULL : pm_malloc((size_t)o->devices * sizeof *args);
+    if (!st && (!th || !args)) st = pm_errf(err, PM_ERR_NOMEM, "out of memory for threads");
+    int started = 0;
+    if (!st) {
+        pthread_mutex_init(&r.mu, NULL);
+        pthread_cond_init(&r.cv, NULL);
+        r.t0 = pm_now();
+        for (; started < o->devices; started++) {
+            args[started] = (dev_arg){&r, started};
+            if (pthread_create(&th[started], NULL, device_main, &args[started])) break;
+        }
+        if (started < o->devices) { /* finish with the threads there are */
+            st = pm_errf(err, PM_ERR_NOMEM, "could not start device thread %d", started);
+            pthread_mutex_lock(&r.mu);
+            for (int i = 0; i < n; i++)
+                if (!r.t[i].running) r.t[i].state = PM_SELECT_FAILED;
+            pthread_mutex_unlock(&r.mu);
+        }
+        for (int d = 0; d < started; d++) pthread_join(th[d], NULL);
+        stats->makespan_s = pm_now() - r.t0;
+        pthread_cond_destroy(&r.cv);
+        pthread_mutex_destroy(&r.mu);
+    }
+    for (int i = 0; r.t && i < n; i++) {
+        sel_task *t = &r.t[i];
+        res[i] = (pm_select_result){t->state, hosts[i].step, t->last_loss, t->val_loss, t->busy,
+                                    {0}};
+        memcpy(res[i].why, t->why, sizeof res[i].why);
+    }
+    for (int d = 0; r.dev && d < o->devices; d++) stats->peak[d] = r.dev[d].peak;
+    pm_free(th);
+    pm_free(args);
+    run_free(&r);
+    if (st) pm_select_stats_free(stats);
+    return st;
+}
