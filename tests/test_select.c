@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -217,8 +218,8 @@ static void partition_refuses_a_layer_too_big(void **state) {
 
 /* The CLI's dry run: lists expand to their product, every task's shards
  * are printed, the policies come out ordered as the toy case says they
- * must be (shard <= task, shard <= sequential), and a real run is refused
- * in one line (not built yet). */
+ * must be (shard <= task, shard <= sequential), and training without
+ * --data is refused in one line. */
 static void cli_dry_run(void **state) {
     (void)state;
     const char *bin = getenv("PM_BIN");
@@ -252,7 +253,7 @@ static void cli_dry_run(void **state) {
     n = fread(out, 1, sizeof out - 1, f);
     out[n] = 0;
     assert_int_not_equal(pclose(f), 0);
-    assert_non_null(strstr(out, "not built yet"));
+    assert_non_null(strstr(out, "--data DIR is required"));
 }
 
 /* ---- training: bitwise the single-device trainer ------------------------ */
@@ -374,6 +375,45 @@ static void train_exact(void **state) {
     assert_int_equal(runs, 18);
 }
 
+/* The CLI end to end: `select` over two learning rates on 2 devices under
+ * a budget that shards them; the best task's checkpoint (--save-best) is
+ * byte for byte the one `pipemem train` writes for that configuration
+ * alone, and a real run prints the table and the JSON fields. */
+static int sh(const char *cmd) { return system(cmd); }
+
+static void cli_train_matches(void **state) {
+    (void)state;
+    const char *bin = getenv("PM_BIN");
+    if (!bin) skip();
+    char dir[128], cmd[1024], out[8192];
+    snprintf(dir, sizeof dir, "/tmp/pm_test_select_%d", (int)getpid());
+    snprintf(cmd, sizeof cmd, "mkdir -p %s && for i in $(seq 1 300); do echo \"line $i: pack "
+             "my box with five dozen liquor jugs\"; done > %s/t.txt && %s prepare %s/t.txt -o "
+             "%s/d >/dev/null 2>&1", dir, dir, bin, dir, dir);
+    assert_int_equal(sh(cmd), 0);
+    const char *model = "--layers 3 --dim 32 --heads 2 --ctx 16 --batch 4 --microbatches 2 "
+                        "--steps 6 --eval-every 3";
+    snprintf(cmd, sizeof cmd, "%s select --data %s/d --devices 2 --device-mem 1200K %s "
+             "--lr 2e-3,8e-3 --json --save-best %s/best.ckpt 2>/dev/null", bin, dir, model, dir);
+    FILE *f = popen(cmd, "r");
+    size_t n = fread(out, 1, sizeof out - 1, f);
+    out[n] = 0;
+    assert_int_equal(pclose(f), 0);
+    /* the JSON's first task is the best; its lr, and it was sharded */
+    const char *lr = strstr(out, "\"lr\": ");
+    const char *shards = strstr(out, "\"shards\": ");
+    if (!lr || !shards) fail_msg("no lr/shards in '%s'", out);
+    assert_true(atoi(shards + 10) >= 2);
+    assert_non_null(strstr(out, "\"lower_bound_s\""));
+    assert_non_null(strstr(out, "\"device_peak_bytes\""));
+    snprintf(cmd, sizeof cmd, "%s train --data %s/d %s --lr %g --threads 1 --save %s/alone.ckpt "
+             ">/dev/null 2>&1 && cmp -s %s/best.ckpt %s/alone.ckpt", bin, dir, model,
+             atof(lr + 6), dir, dir, dir);
+    if (sh(cmd)) fail_msg("the best task's checkpoint differs from train's (%s)", cmd);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    assert_int_equal(sh(cmd), 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(toy_case),
@@ -382,6 +422,7 @@ int main(void) {
         cmocka_unit_test(partition_refuses_a_layer_too_big),
         cmocka_unit_test(cli_dry_run),
         cmocka_unit_test(train_exact),
+        cmocka_unit_test(cli_train_matches),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -31,7 +31,6 @@ int pm_cli_double(const char *opt, const char *val, double *out);
 int pm_cli_costs(const char *val, pm_costs *out);
 int pm_cli_mem(const char *val, pm_mem *out);
 
-#endif
 
 /* ---- options shared by the schedule commands (plan.c) ----------------- */
 
@@ -74,3 +73,5 @@ FILE *pm_cli_out_open(pm_wfile *w, const char *path);
 int pm_cli_out_close(pm_wfile *w, int bad, const char *path);
 /* Writes the plan in format (text|csv|json|svg|trace) to path or stdout. */
 int pm_cli_plan_write(const pm_cli_plan *pl, const char *format, const char *path);
+
+#endif

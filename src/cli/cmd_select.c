@@ -3,8 +3,8 @@
  * a cartesian product; --tasks FILE gives one task per line), the
  * partitioner cuts them for --device-mem, and --dry-run prints every
  * task's shards with their bytes and the simulated makespan of each policy
- * against the lower bound. Training the tasks is not built yet: without
- * --dry-run the command says so. */
+ * against the lower bound; without it the tasks train (pm_select_run) and a
+ * table, JSON or CSV of the results follows. */
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
@@ -14,13 +14,16 @@
 
 #include "cli.h"
 #include "pipemem/pm_select.h"
+#include "train_opts.h"
 
 static const char usage[] =
-    "usage: pipemem select --devices D --device-mem SIZE --dry-run\n"
+    "usage: pipemem select --data DIR --devices D --device-mem SIZE [--dry-run]\n"
     "                      [--lr LIST] [--layers LIST] [--dim LIST] [--heads LIST]\n"
     "                      [--ctx LIST] [--batch LIST] [--microbatches LIST]\n"
     "                      [--warmup LIST] [--seed LIST] [--tasks FILE] [--steps N]\n"
-    "                      [--no-prefetch] [--data DIR]\n"
+    "                      [--policy shard|task|sequential] [--no-prefetch]\n"
+    "                      [--eval-every N] [--eval-batches N] [--save-best FILE]\n"
+    "                      [--json] [--csv FILE]\n"
     "\n"
     "Model selection: many GPT configurations (tasks) trained at once, each cut into\n"
     "shards that fit one device's memory, scheduled so every device stays busy with\n"
@@ -34,9 +37,15 @@ static const char usage[] =
     "           makespan of the policies shard, task and sequential against the lower\n"
     "           bound max(total work / D, longest task), from the model's FLOPs at an\n"
     "           estimated 50 GFLOP/s per device\n"
+    "  --policy  shard (default: sharded-LRTF), task (a whole task per device) or\n"
+    "           sequential (plain model parallelism), for comparison\n"
+    "  --save-best FILE  the best task's checkpoint (by validation loss), as\n"
+    "           `pipemem train --save` would write it (pipemem sample reads it)\n"
+    "Every task trains exactly as `pipemem train` alone with its options: the same\n"
+    "losses and parameters bit for bit. At the end a table sorted by validation loss\n"
+    "(--json: one object on standard output; --csv FILE: the same rows).\n"
     "Options not swept take train's defaults (layers 4, dim 128, heads 4, ctx 64,\n"
-    "batch 8, microbatches 1, steps 100, lr 1e-3, warm-up steps/10, seed 1).\n"
-    "Training the tasks (without --dry-run) is not built yet.\n";
+    "batch 8, microbatches 1, steps 100, lr 1e-3, warm-up steps/10, seed 1).\n";
 
 #define MAX_VALUES 64
 #define MAX_TASKS 4096
@@ -49,9 +58,10 @@ static const char *const key_names[K_COUNT] = {"lr",    "layers", "dim",        
 typedef struct {
     double v[K_COUNT][MAX_VALUES];
     int n[K_COUNT]; /* 0: not swept (the default) */
-    int devices, steps, prefetch, dry_run;
+    int devices, steps, prefetch, dry_run, json, eval_every, eval_batches;
     size_t device_mem;
-    const char *tasks_file;
+    pm_select_policy policy;
+    const char *tasks_file, *data, *csv, *save_best;
 } sel_opts;
 
 static int key_of(const char *name) {
@@ -109,8 +119,17 @@ bad:
                        val ? val : "");
 }
 
+static int parse_policy(const char *val, pm_select_policy *out) {
+    for (int p = 0; val && p < PM_POLICY_COUNT; p++)
+        if (!strcmp(val, pm_select_policy_names[p])) {
+            *out = (pm_select_policy)p;
+            return 0;
+        }
+    return pm_cli_fail("--policy: '%s' is not shard, task or sequential", val ? val : "");
+}
+
 static int parse_args(int argc, char **argv, sel_opts *o) {
-    *o = (sel_opts){.devices = 0, .steps = 100, .prefetch = 1};
+    *o = (sel_opts){.steps = 100, .prefetch = 1, .eval_every = -1, .eval_batches = 4};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
         int k = strncmp(a, "--", 2) ? -1 : key_of(a + 2), bad = 0;
@@ -123,18 +142,30 @@ static int parse_args(int argc, char **argv, sel_opts *o) {
         } else if (!strcmp(a, "--no-prefetch")) {
             o->prefetch = 0;
             continue;
+        } else if (!strcmp(a, "--json")) {
+            o->json = 1;
+            continue;
         } else if (k >= 0) bad = parse_list(k, val, o);
+        else if (!strcmp(a, "--policy")) bad = parse_policy(val, &o->policy);
+        else if (!strcmp(a, "--eval-every")) bad = pm_cli_int(a, val, 0, &o->eval_every);
+        else if (!strcmp(a, "--eval-batches")) bad = pm_cli_int(a, val, 1, &o->eval_batches);
+        else if (!strcmp(a, "--csv")) o->csv = val, bad = !val && pm_cli_fail("--csv needs a value");
+        else if (!strcmp(a, "--save-best"))
+            o->save_best = val, bad = !val && pm_cli_fail("--save-best needs a value");
         else if (!strcmp(a, "--devices")) bad = pm_cli_int_range(a, val, 1, 4096, &o->devices);
         else if (!strcmp(a, "--steps")) bad = pm_cli_int(a, val, 1, &o->steps);
         else if (!strcmp(a, "--device-mem")) bad = parse_size(val, &o->device_mem);
         else if (!strcmp(a, "--tasks")) o->tasks_file = val, bad = !val && pm_cli_fail("--tasks needs a value");
-        else if (!strcmp(a, "--data")) bad = !val && pm_cli_fail("--data needs a value");
+        else if (!strcmp(a, "--data")) o->data = val, bad = !val && pm_cli_fail("--data needs a value");
         else return pm_cli_fail("unknown option '%s' (see pipemem select --help)", a);
         if (bad) return 1;
         i++;
     }
     if (!o->devices) return pm_cli_fail("select: --devices D is required");
     if (!o->device_mem) return pm_cli_fail("select: --device-mem SIZE is required (e.g. 64M)");
+    if (!o->dry_run && !o->data)
+        return pm_cli_fail("select: --data DIR is required to train (or --dry-run for the plan)");
+    if (o->eval_every < 0) o->eval_every = o->steps >= 5 ? o->steps / 5 : o->steps;
     return 0;
 }
 
@@ -280,6 +311,166 @@ static int print_policies(const pm_select_task *t, int n, int D, int steps) {
     return rc;
 }
 
+/* ---- training ------------------------------------------------------------- */
+
+typedef struct {
+    const pm_select_task *t;
+    const pm_select_result *res; /* NULL while running */
+    int n, done, steps;
+    double t0;
+} progress;
+
+static void on_event(void *ctx, const pm_select_event *ev) {
+    progress *p = ctx;
+    const char *name = p->t[ev->task].name;
+    double el = pm_now() - p->t0;
+    if (ev->kind == PM_SELECT_EV_DONE || ev->kind == PM_SELECT_EV_FAILED) p->done++;
+    if (ev->kind == PM_SELECT_EV_FAILED)
+        fprintf(stderr, "select: %s failed at step %lld (%d of %d tasks finished, %.1f s)\n",
+                name, (long long)ev->step + 1, p->done, p->n, el);
+    else if (ev->kind == PM_SELECT_EV_DONE)
+        fprintf(stderr, "select: %s done: %lld steps, loss %.4f, val loss %.4f (%d of %d tasks "
+                "finished, %.1f s)\n", name, (long long)ev->step, ev->loss, ev->val_loss, p->done,
+                p->n, el);
+    else if (ev->kind == PM_SELECT_EV_EVAL)
+        fprintf(stderr, "select: %s step %lld/%d  loss %.4f  val loss %.4f  (%.1f s)\n", name,
+                (long long)ev->step, p->steps, ev->loss, ev->val_loss, el);
+}
+
+static const char *const state_names[] = {"running", "done", "failed"};
+
+/* Tasks by validation loss, unknown last (stable: index order on ties). */
+static void rank(const pm_select_result *res, int n, int *order) {
+    for (int i = 0; i < n; i++) order[i] = i;
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0; j--) {
+            double a = res[order[j - 1]].val_loss, b = res[order[j]].val_loss;
+            int swap = (isnan(a) && !isnan(b)) || (!isnan(a) && !isnan(b) && b < a);
+            if (!swap) break;
+            int x = order[j];
+            order[j] = order[j - 1], order[j - 1] = x;
+        }
+}
+
+static void print_table(FILE *f, const pm_select_task *t, const pm_select_result *r,
+                        const int *order, int n) {
+    fprintf(f, "%-5s %-9s %6s %5s %5s %4s %5s %5s %6s %7s %10s %10s %8s %6s  %s\n", "task", "lr",
+            "layers", "dim", "heads", "ctx", "batch", "micro", "seed", "steps", "loss",
+            "val loss", "busy s", "shards", "state");
+    for (int k = 0; k < n; k++) {
+        int i = order[k];
+        const pm_train_cfg *c = &t[i].cfg;
+        fprintf(f, "%-5s %-9.3g %6d %5d %5d %4d %5d %5d %6llu %7lld %10.4f %10.4f %8.2f %6d  %s%s%s\n",
+                t[i].name, (double)c->opt.lr, c->model.layers, c->model.dim, c->model.heads,
+                c->model.ctx, c->batch, c->micro, (unsigned long long)c->seed,
+                (long long)r[i].steps, r[i].final_loss, r[i].val_loss, r[i].busy_s, t[i].nshard,
+                state_names[r[i].state], r[i].why[0] ? ": " : "", r[i].why);
+    }
+}
+
+static void json_num(FILE *f, double x) {
+    if (isfinite(x)) fprintf(f, "%.9g", x);
+    else fputs("null", f);
+}
+
+static void print_json(const sel_opts *o, const pm_select_task *t, const pm_select_result *r,
+                       const int *order, int n, const pm_select_stats *st, double bound) {
+    printf("{\"policy\": \"%s\", \"devices\": %d, \"device_mem\": %zu, \"makespan_s\": ",
+           pm_select_policy_names[o->policy], o->devices, o->device_mem);
+    json_num(stdout, st->makespan_s);
+    printf(", \"lower_bound_s\": ");
+    json_num(stdout, bound);
+    printf(", \"device_peak_bytes\": [");
+    for (int d = 0; d < o->devices; d++) printf("%s%zu", d ? ", " : "", st->peak[d]);
+    printf("], \"device_busy\": [");
+    for (int d = 0; d < o->devices; d++) {
+        printf("%s", d ? ", " : "");
+        json_num(stdout, st->makespan_s > 0 ? st->busy[d] / st->makespan_s : 0);
+    }
+    printf("], \"tasks\": [");
+    for (int k = 0; k < n; k++) {
+        int i = order[k];
+        const pm_train_cfg *c = &t[i].cfg;
+        printf("%s{\"task\": \"%s\", \"config\": {\"lr\": %.9g, \"layers\": %d, \"dim\": %d, "
+               "\"heads\": %d, \"ctx\": %d, \"batch\": %d, \"microbatches\": %d, \"seed\": %llu}, "
+               "\"final_loss\": ", k ? ", " : "", t[i].name, (double)c->opt.lr, c->model.layers,
+               c->model.dim, c->model.heads, c->model.ctx, c->batch, c->micro,
+               (unsigned long long)c->seed);
+        json_num(stdout, r[i].final_loss);
+        printf(", \"val_loss\": ");
+        json_num(stdout, r[i].val_loss);
+        printf(", \"steps_run\": %lld, \"shards\": %d, \"state\": \"%s\"}", (long long)r[i].steps,
+               t[i].nshard, state_names[r[i].state]);
+    }
+    printf("]}\n");
+}
+
+static int write_csv(const char *path, const pm_select_task *t, const pm_select_result *r,
+                     const int *order, int n) {
+    pm_wfile w;
+    pm_err e;
+    if (pm_wfile_open(&w, path, &e)) return pm_cli_fail("%s", e.msg);
+    fprintf(w.f, "task,lr,layers,dim,heads,ctx,batch,microbatches,seed,steps_run,final_loss,"
+                 "val_loss,busy_s,shards,state\n");
+    for (int k = 0; k < n; k++) {
+        int i = order[k];
+        const pm_train_cfg *c = &t[i].cfg;
+        fprintf(w.f, "%s,%.9g,%d,%d,%d,%d,%d,%d,%llu,%lld,%.9g,%.9g,%.6f,%d,%s\n", t[i].name,
+                (double)c->opt.lr, c->model.layers, c->model.dim, c->model.heads, c->model.ctx,
+                c->batch, c->micro, (unsigned long long)c->seed, (long long)r[i].steps,
+                r[i].final_loss, r[i].val_loss, r[i].busy_s, t[i].nshard, state_names[r[i].state]);
+    }
+    if (pm_wfile_commit(&w, &e)) return pm_cli_fail("%s", e.msg);
+    return 0;
+}
+
+static int train_tasks(const sel_opts *o, const pm_select_task *t, int n,
+                       const pm_select_layout *lay) {
+    pm_tokens tr, va;
+    if (pm_cli_train_load(o->data, &tr, &va)) return 1;
+    pm_trainer *hosts = pm_calloc((size_t)n, sizeof *hosts);
+    pm_select_result *res = pm_calloc((size_t)n, sizeof *res);
+    int *order = pm_malloc((size_t)n * sizeof *order), rc = 0, ready = 0;
+    if (!hosts || !res || !order) rc = pm_cli_fail("select: out of memory for %d tasks", n);
+    for (; !rc && ready < n; ready++) {
+        pm_err e;
+        if (pm_trainer_init(&hosts[ready], &t[ready].cfg, &tr, 0, &e))
+            rc = pm_cli_fail("task %s: %s", t[ready].name, e.msg);
+    }
+    if (rc && ready) ready--; /* the failed one left nothing allocated */
+    pm_select_stats st;
+    pm_err e;
+    progress pg = {t, NULL, n, 0, o->steps, pm_now()};
+    pm_select_opts so = {o->devices, o->policy, o->eval_every, o->eval_batches, &va, on_event, &pg};
+    if (!rc && pm_select_run(t, hosts, n, lay, &so, res, &st, &e)) rc = pm_cli_fail("%s", e.msg);
+    if (!rc) {
+        double sum = 0, longest = 0;
+        for (int i = 0; i < n; i++) sum += res[i].busy_s, longest = fmax(longest, res[i].busy_s);
+        double bound = fmax(sum / o->devices, longest);
+        rank(res, n, order);
+        print_table(o->json ? stderr : stdout, t, res, order, n);
+        fprintf(o->json ? stderr : stdout, "makespan %.2f s, lower bound %.2f s (measured pass "
+                "times: max(total / D, longest task)); per device peak bytes / busy:",
+                st.makespan_s, bound);
+        for (int d = 0; d < o->devices; d++)
+            fprintf(o->json ? stderr : stdout, " %zu / %.0f%%", st.peak[d],
+                    100 * st.busy[d] / st.makespan_s);
+        fprintf(o->json ? stderr : stdout, "\n");
+        if (o->json) print_json(o, t, res, order, n, &st, bound);
+        if (o->csv) rc = write_csv(o->csv, t, res, order, n);
+        if (!rc && o->save_best && res[order[0]].state == PM_SELECT_DONE) {
+            if (pm_ckpt_save(&hosts[order[0]], o->save_best, &e)) rc = pm_cli_fail("%s", e.msg);
+            else fprintf(stderr, "select: wrote %s (task %s, val loss %.4f)\n", o->save_best,
+                         t[order[0]].name, res[order[0]].val_loss);
+        }
+        pm_select_stats_free(&st);
+    }
+    for (int i = 0; i < ready; i++) pm_trainer_free(&hosts[i]);
+    pm_free(hosts), pm_free(res), pm_free(order);
+    pm_tokens_free(&tr), pm_tokens_free(&va);
+    return rc;
+}
+
 int pm_cmd_select(int argc, char **argv) {
     sel_opts o;
     int rc = parse_args(argc, argv, &o);
@@ -296,12 +487,13 @@ int pm_cmd_select(int argc, char **argv) {
     pm_err e;
     if (!rc && pm_select_partition(t, n, o.device_mem, o.prefetch ? 2 : 1, &lay, &e))
         rc = pm_cli_fail("%s", e.msg);
-    if (!rc && !o.dry_run)
-        rc = pm_cli_fail("select: training the tasks is not built yet; --dry-run shows the "
-                         "plan (shards, bytes, simulated policies)");
-    if (!rc) {
+    if (!rc && o.dry_run) {
         print_tasks(t, n, &lay);
         rc = print_policies(t, n, o.devices, o.steps);
+    } else if (!rc) {
+        if (o.save_best && pm_cli_out_check(o.save_best)) rc = 1;
+        if (!rc && o.csv && pm_cli_out_check(o.csv)) rc = 1;
+        if (!rc) rc = train_tasks(&o, t, n, &lay);
     }
     for (int i = 0; i < n; i++) pm_select_task_free(&t[i]);
     pm_free(t);

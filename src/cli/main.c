@@ -15,7 +15,7 @@ static const pm_cli_cmd cmds[] = {
     {"prepare", pm_cmd_prepare, "text files to byte-level token files (train/val split)"},
     {"train", pm_cmd_train, "train the GPT on a prepared data directory"},
     {"sample", pm_cmd_sample, "generate text from a checkpoint"},
-    {"select", pm_cmd_select, "model selection: many configurations sharded over devices (plan)"},
+    {"select", pm_cmd_select, "model selection: many configurations trained at once, sharded"},
 };
 
 static void usage(FILE *f) {
