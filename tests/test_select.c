@@ -310,9 +310,15 @@ static void log_event(void *ctx, const pm_select_event *ev) {
     lg->seen[ev->task]++;
 }
 
+/* The test text: letters from the test's own generator (filled once). */
+static void corpus_init(void) {
+    if (corpus[0]) return;
+    for (size_t i = 0; i < sizeof corpus; i++) corpus[i] = (uint8_t)('a' + (int)(uni() * 26));
+}
+
 static void train_exact(void **state) {
     (void)state;
-    for (size_t i = 0; i < sizeof corpus; i++) corpus[i] = (uint8_t)('a' + (int)(uni() * 26));
+    corpus_init();
     pm_tokens tok = {corpus, sizeof corpus};
     sel_ref ref;
     reference_runs(&tok, &ref);
@@ -375,6 +381,46 @@ static void train_exact(void **state) {
     assert_int_equal(runs, 18);
 }
 
+/* A task whose loss blows up fails alone, with the step and the reason;
+ * the others finish exactly as alone. */
+static void nan_task_fails_alone(void **state) {
+    (void)state;
+    corpus_init();
+    pm_tokens tok = {corpus, sizeof corpus};
+    sel_ref ref;
+    reference_runs(&tok, &ref);
+    pm_select_task tasks[NT];
+    pm_trainer hosts[NT];
+    pm_err e;
+    for (int i = 0; i < NT; i++) {
+        tasks[i] = (pm_select_task){.cfg = task_cfg(i)};
+        snprintf(tasks[i].name, sizeof tasks[i].name, "t%d", i);
+    }
+    tasks[1].cfg.opt.lr = 1e30f; /* the first update makes the parameters overflow */
+    tasks[1].cfg.opt.grad_clip = 0;
+    pm_select_layout lay;
+    assert_int_equal(pm_select_partition(tasks, NT, 1 << 22, 2, &lay, &e), PM_OK);
+    for (int i = 0; i < NT; i++)
+        assert_int_equal(pm_trainer_init(&hosts[i], &tasks[i].cfg, &tok, 0, &e), PM_OK);
+    sel_log lg = {{{0}}, {0}};
+    pm_select_opts o = {.devices = 2, .policy = PM_POLICY_SHARD, .eval_every = 2,
+                        .eval_batches = 2, .val = &tok, .report = log_event, .report_ctx = &lg};
+    pm_select_result res[NT];
+    pm_select_stats stats;
+    assert_int_equal(pm_select_run(tasks, hosts, NT, &lay, &o, res, &stats, &e), PM_OK);
+    assert_int_equal(res[1].state, PM_SELECT_FAILED);
+    assert_true(res[1].steps >= 1 && res[1].steps < tasks[1].cfg.opt.steps);
+    assert_non_null(strstr(res[1].why, "not finite"));
+    for (int i = 0; i < NT; i += 2) {
+        assert_int_equal(res[i].state, PM_SELECT_DONE);
+        assert_memory_equal(hosts[i].params, ref.params[i], hosts[i].n_params * sizeof(float));
+        assert_memory_equal(&res[i].val_loss, &ref.val[i], sizeof(double));
+    }
+    for (int i = 0; i < NT; i++) pm_trainer_free(&hosts[i]), pm_select_task_free(&tasks[i]);
+    for (int i = 0; i < NT; i++) free(ref.params[i]);
+    pm_select_stats_free(&stats);
+}
+
 /* The CLI end to end: `select` over two learning rates on 2 devices under
  * a budget that shards them; the best task's checkpoint (--save-best) is
  * byte for byte the one `pipemem train` writes for that configuration
@@ -422,6 +468,7 @@ int main(void) {
         cmocka_unit_test(partition_refuses_a_layer_too_big),
         cmocka_unit_test(cli_dry_run),
         cmocka_unit_test(train_exact),
+        cmocka_unit_test(nan_task_fails_alone),
         cmocka_unit_test(cli_train_matches),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
