@@ -349,7 +349,8 @@ static void train_exact(void **state) {
                     assert_int_equal(pm_trainer_init(&hosts[i], &tasks[i].cfg, &tok, 0, &e), PM_OK);
                 }
                 sel_log lg = {{{0}}, {0}};
-                pm_select_opts o = {.devices = D, .policy = (pm_select_policy)pol, .eval_every = 2,
+                pm_select_opts o = {.devices = D, .policy = (pm_select_policy)pol,
+                                    .prefetch = slots == 2, .eval_every = 2,
                                     .eval_batches = 2, .val = &tok, .report = log_event,
                                     .report_ctx = &lg};
                 pm_select_result res[NT];
@@ -403,7 +404,7 @@ static void nan_task_fails_alone(void **state) {
     for (int i = 0; i < NT; i++)
         assert_int_equal(pm_trainer_init(&hosts[i], &tasks[i].cfg, &tok, 0, &e), PM_OK);
     sel_log lg = {{{0}}, {0}};
-    pm_select_opts o = {.devices = 2, .policy = PM_POLICY_SHARD, .eval_every = 2,
+    pm_select_opts o = {.devices = 2, .policy = PM_POLICY_SHARD, .prefetch = 1, .eval_every = 2,
                         .eval_batches = 2, .val = &tok, .report = log_event, .report_ctx = &lg};
     pm_select_result res[NT];
     pm_select_stats stats;

@@ -150,6 +150,7 @@ typedef struct {
 typedef struct {
     int devices;              /* D device threads */
     pm_select_policy policy;
+    int prefetch;             /* copy the next pass's state in while computing (2 slots) */
     int eval_every;           /* evaluate every N steps of a task (0: only at its end) */
     int eval_batches;         /* microbatches per evaluation */
     const pm_tokens *val;     /* validation tokens */
@@ -163,6 +164,7 @@ typedef struct {
     double makespan_s;  /* wall time of the run */
     size_t *peak;       /* (devices) highest slab byte used; owned */
     double *busy;       /* (devices) seconds of passes run; owned */
+    double *wait;       /* (devices) seconds spent waiting for a prefetch copy; owned */
 } pm_select_stats;
 
 void pm_select_stats_free(pm_select_stats *s);

@@ -441,7 +441,8 @@ static int train_tasks(const sel_opts *o, const pm_select_task *t, int n,
     pm_select_stats st;
     pm_err e;
     progress pg = {t, NULL, n, 0, o->steps, pm_now()};
-    pm_select_opts so = {o->devices, o->policy, o->eval_every, o->eval_batches, &va, on_event, &pg};
+    pm_select_opts so = {o->devices, o->policy,       o->prefetch, o->eval_every, o->eval_batches,
+                         &va,        on_event,        &pg};
     if (!rc && pm_select_run(t, hosts, n, lay, &so, res, &st, &e)) rc = pm_cli_fail("%s", e.msg);
     if (!rc) {
         double sum = 0, longest = 0;
@@ -485,7 +486,7 @@ int pm_cmd_select(int argc, char **argv) {
     rc = o.tasks_file ? read_tasks(&o, t, &n) : expand(&o, t, &n);
     pm_select_layout lay;
     pm_err e;
-    if (!rc && pm_select_partition(t, n, o.device_mem, o.prefetch ? 2 : 1, &lay, &e))
+    if (!rc && pm_select_partition(t, n, o.device_mem, 2, &lay, &e))
         rc = pm_cli_fail("%s", e.msg);
     if (!rc && o.dry_run) {
         print_tasks(t, n, &lay);

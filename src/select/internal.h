@@ -44,6 +44,15 @@ typedef struct {
     uint64_t res_version[2];
     int last_slot;       /* slot of the last pass (the other one is loaded next) */
     size_t peak;         /* largest bytes in use seen */
+    /* prefetch: a copy thread loads the next pass's state into the other
+     * slot while the device computes; job 0 idle, 1 a copy, 2 quit */
+    pthread_t copier;
+    int copier_up;
+    pthread_mutex_t cmu;
+    pthread_cond_t ccv;
+    int job, jshard, jslot;
+    const void *jtask;   /* const sel_task * */
+    double wait_s;       /* time the device waited for a copy */
 } sel_dev;
 
 /* Pass k of a step of a task with S shards: its shard and kind. */
@@ -53,12 +62,20 @@ static inline sel_kind sel_pass_kind(int S, int k) {
     return k < S - 1 ? SEL_F : k == S - 1 ? SEL_FUSED : SEL_B;
 }
 
-/* Runs pass `k` of the current step of t on device dv (pass.c): loads the
- * shard's state (unless resident and current), applies a pending AdamW
- * update and zeroes the gradients at a shard's first pass of a step, runs
- * the K microbatches, writes back what changed. *loss_sum receives the
- * fused pass's microbatch losses. */
-void sel_run_pass(sel_task *t, sel_dev *dv, const pm_select_layout *lay, int k);
+/* Runs pass `k` of the current step of t on device dv in state slot `slot`
+ * (pass.c): loads the shard's state there unless it is resident and
+ * current, applies a pending AdamW update and zeroes the gradients at a
+ * shard's first pass of a step, runs the K microbatches, writes back what
+ * changed. t->loss_sum receives the fused pass's microbatch losses. */
+void sel_run_pass(sel_task *t, sel_dev *dv, const pm_select_layout *lay, int k, int slot);
+/* The slot holding shard s of t at its current version, or -1. */
+int sel_resident(const sel_dev *dv, const sel_task *t, int s);
+/* The slot shard s of t should run in: where it is resident, else an empty
+ * one, else the one not used last. */
+int sel_pick_slot(const sel_dev *dv, const sel_task *t, int s);
+/* Copies shard s's state from the host into `slot` and records it there
+ * (the prefetch thread runs this while the device computes in the other). */
+void sel_load_state(const sel_task *t, sel_dev *dv, int s, int slot);
 
 /* Applies every shard's pending update to the host slabs (before an
  * evaluation, a save or the end), as the device would have on next load. */

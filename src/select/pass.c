@@ -106,18 +106,33 @@ static size_t shard_floats(const pm_train_cfg *c, const pm_shard *sh) {
     return end - pm_gpt_layer_offset(m, sh->first);
 }
 
-/* The slot to run shard s of task ti in: the one holding its current
- * state, else the other one than the last used (prefetch's double buffer). */
-static int pick_slot(sel_dev *dv, const sel_task *t, int ti, int s, int *fresh) {
+int sel_resident(const sel_dev *dv, const sel_task *t, int s) {
     for (int k = 0; k < dv->slots; k++)
-        if (dv->res_task[k] == ti && dv->res_shard[k] == s && dv->res_version[k] == t->version[s]) {
-            *fresh = 0;
+        if (dv->res_task[k] == t->index && dv->res_shard[k] == s &&
+            dv->res_version[k] == t->version[s])
             return k;
-        }
-    *fresh = 1;
-    return dv->slots == 2 && dv->res_task[0] >= 0 && dv->res_task[1] < 0 ? 1
-           : dv->slots == 2 && dv->res_task[0] >= 0 && dv->res_task[1] >= 0 ? dv->last_slot ^ 1
-                                                                           : 0;
+    return -1;
+}
+
+int sel_pick_slot(const sel_dev *dv, const sel_task *t, int s) {
+    int k = sel_resident(dv, t, s);
+    if (k >= 0 || dv->slots == 1) return k >= 0 ? k : 0;
+    if (dv->res_task[0] < 0) return 0;
+    if (dv->res_task[1] < 0) return 1;
+    return dv->last_slot ^ 1;
+}
+
+void sel_load_state(const sel_task *t, sel_dev *dv, int s, int slot) {
+    const pm_train_cfg *c = &t->host->cfg;
+    const pm_shard *sh = &t->task->shard[s];
+    size_t n = shard_floats(c, sh), at = pm_gpt_layer_offset(&c->model, sh->first);
+    float *P = (float *)(dv->slab + dv->state_off[slot]);
+    const pm_trainer *h = t->host;
+    memcpy(P, h->params + at, n * sizeof(float));
+    memcpy(P + n, h->grads + at, n * sizeof(float));
+    memcpy(P + 2 * n, h->m + at, n * sizeof(float));
+    memcpy(P + 3 * n, h->v + at, n * sizeof(float));
+    dv->res_task[slot] = t->index, dv->res_shard[slot] = s, dv->res_version[slot] = t->version[s];
 }
 
 /* The previous step's AdamW update (step s - 1 of the shard's layers) if
@@ -141,21 +156,17 @@ static int start_step(sel_task *t, int s, float *P, float *G, float *M, float *V
     return changed;
 }
 
-void sel_run_pass(sel_task *t, sel_dev *dv, const pm_select_layout *lay, int k) {
+void sel_run_pass(sel_task *t, sel_dev *dv, const pm_select_layout *lay, int k, int slot) {
     const pm_train_cfg *c = &t->host->cfg;
-    int s = sel_pass_shard(t->S, k), fresh;
+    int s = sel_pass_shard(t->S, k);
     sel_kind kind = sel_pass_kind(t->S, k);
     const pm_shard *sh = &t->task->shard[s];
     size_t n = shard_floats(c, sh), at = pm_gpt_layer_offset(&c->model, sh->first);
-    int slot = pick_slot(dv, t, t->index, s, &fresh);
     float *P = (float *)(dv->slab + dv->state_off[slot]), *G = P + n, *M = G + n, *V = M + n;
     pm_trainer *h = t->host;
-    if (fresh) {
-        memcpy(P, h->params + at, n * sizeof(float));
-        memcpy(G, h->grads + at, n * sizeof(float));
-        memcpy(M, h->m + at, n * sizeof(float));
-        memcpy(V, h->v + at, n * sizeof(float));
-    }
+    if (!(dv->res_task[slot] == t->index && dv->res_shard[slot] == s &&
+          dv->res_version[slot] == t->version[s]))
+        sel_load_state(t, dv, s, slot); /* the other slot may be being filled: not read */
     int all = start_step(t, s, P, G, M, V, n);
     act_area a;
     area_layout(c, sh, dv->slab + dv->act_off, &a);
@@ -184,7 +195,7 @@ void sel_run_pass(sel_task *t, sel_dev *dv, const pm_select_layout *lay, int k) 
     }
     if (all || kind != SEL_F) memcpy(h->grads + at, G, n * sizeof(float));
     if (all || kind != SEL_F) t->version[s]++;
-    dv->res_task[slot] = t->index, dv->res_shard[slot] = s, dv->res_version[slot] = t->version[s];
+    dv->res_version[slot] = t->version[s]; /* the slot holds what the host now has */
     dv->last_slot = slot;
     size_t used = dv->act_off + sh->act, st_end = dv->state_off[slot] + 4 * n * sizeof(float);
     PM_ASSERT(used <= lay->device_mem && st_end <= lay->device_mem);

@@ -165,29 +165,106 @@ static int pick(sel_run *r, int d) {
     }
 }
 
+/* ---- prefetch: one copy thread per device ------------------------------ */
+
+static void *copier_main(void *arg) {
+    sel_dev *dv = arg;
+    pthread_mutex_lock(&dv->cmu);
+    for (;;) {
+        while (dv->job == 0) pthread_cond_wait(&dv->ccv, &dv->cmu);
+        if (dv->job == 2) break;
+        const sel_task *t = dv->jtask;
+        int s = dv->jshard, slot = dv->jslot;
+        pthread_mutex_unlock(&dv->cmu);
+        sel_load_state(t, dv, s, slot);
+        pthread_mutex_lock(&dv->cmu);
+        dv->job = 0;
+        pthread_cond_broadcast(&dv->ccv);
+    }
+    pthread_mutex_unlock(&dv->cmu);
+    return NULL;
+}
+
+static void copier_start(sel_dev *dv, const sel_task *t, int s, int slot) {
+    pthread_mutex_lock(&dv->cmu);
+    dv->jtask = t, dv->jshard = s, dv->jslot = slot, dv->job = 1;
+    pthread_cond_broadcast(&dv->ccv);
+    pthread_mutex_unlock(&dv->cmu);
+}
+
+static void copier_wait(sel_dev *dv) {
+    pthread_mutex_lock(&dv->cmu);
+    if (dv->job == 1) {
+        double t0 = pm_now();
+        while (dv->job == 1) pthread_cond_wait(&dv->ccv, &dv->cmu);
+        dv->wait_s += pm_now() - t0;
+    }
+    pthread_mutex_unlock(&dv->cmu);
+}
+
+/* Under the lock, with cur claimed: the pass this device runs after cur,
+ * claimed now so its state can be copied in meanwhile (shard policy: the
+ * policy's choice among the other tasks), or -1. A claim holds a task back
+ * from the other devices, so it is made only while at least one other
+ * ready task remains for each of them. */
+static int claim_next(sel_run *r, int d) {
+    if (!r->o->prefetch || r->dev[d].slots < 2 || r->o->policy != PM_POLICY_SHARD) return -1;
+    int ready = 0; /* claim only what leaves a ready task for every other device */
+    for (int i = 0; i < r->n; i++) ready += !r->t[i].running && !finished(&r->t[i]);
+    if (ready < r->o->devices) return -1;
+    int y = pick_shard(r, d);
+    if (y >= 0) r->t[y].running = 1;
+    return y;
+}
+
+/* Outside the lock: start copying what runs after cur's pass into the slot
+ * cur does not use: the claimed task's next shard, or else cur's own next
+ * shard within the step (not after the step's last pass, whose evaluation
+ * may rewrite every shard on the host). */
+static void prefetch(sel_run *r, sel_dev *dv, const sel_task *cur, int slot, int y) {
+    if (!r->o->prefetch || dv->slots < 2 || r->o->policy == PM_POLICY_SEQUENTIAL) return;
+    const sel_task *t = y >= 0 ? &r->t[y] : cur;
+    int k = y >= 0 ? t->pass : cur->pass + 1;
+    if (y < 0 && k > 2 * cur->S - 2) return;
+    int s = sel_pass_shard(t->S, k);
+    if (y < 0 && s == sel_pass_shard(cur->S, cur->pass)) return;
+    if (sel_resident(dv, t, s) == (slot ^ 1)) return;
+    copier_start(dv, t, s, slot ^ 1);
+}
+
+/* Under the lock: the next task for device d, claimed, or -1 when every
+ * task is finished. */
+static int next_task(sel_run *r, int d, int *claimed) {
+    int i = *claimed;
+    *claimed = -1;
+    while (i < 0 && !all_finished(r) && (i = pick(r, d)) < 0) pthread_cond_wait(&r->cv, &r->mu);
+    if (i >= 0) r->t[i].running = 1, r->busy_global = 1;
+    return i;
+}
+
 static void *device_main(void *arg) {
     dev_arg *a = arg;
     sel_run *r = a->r;
-    int d = a->d;
+    int d = a->d, claimed = -1;
+    sel_dev *dv = &r->dev[d];
     pm_blas_threads(1);
     pthread_mutex_lock(&r->mu);
-    for (;;) {
-        int i = -1;
-        while (!all_finished(r) && (i = pick(r, d)) < 0) pthread_cond_wait(&r->cv, &r->mu);
-        if (i < 0) break;
+    for (int i; (i = next_task(r, d, &claimed)) >= 0;) {
         sel_task *t = &r->t[i];
-        t->running = 1;
-        r->busy_global = 1;
+        int y = claim_next(r, d);
         pthread_mutex_unlock(&r->mu);
         if (t->pass == 0) {
             pm_loader_next(&t->host->train, t->host->cfg.batch, t->host->inp, t->host->tgt);
             t->loss_sum = 0;
         }
+        int slot = sel_pick_slot(dv, t, sel_pass_shard(t->S, t->pass));
+        prefetch(r, dv, t, slot, y);
         double t0 = pm_now();
-        sel_run_pass(t, &r->dev[d], r->lay, t->pass);
+        sel_run_pass(t, dv, r->lay, t->pass, slot);
         int last = t->pass == 2 * t->S - 2, kind = PM_SELECT_EV_STEP, state = PM_SELECT_RUNNING;
         double loss = 0, val = NAN, dt = pm_now() - t0;
         if (last) kind = end_step(r, t, &loss, &val, &state);
+        copier_wait(dv);
         pthread_mutex_lock(&r->mu);
         t->state = state;
         t->busy += dt;
@@ -196,6 +273,7 @@ static void *device_main(void *arg) {
         t->pass = last ? 0 : t->pass + 1;
         t->running = 0;
         r->busy_global = 0;
+        claimed = y;
         if (last) emit(r, i, kind, loss, val);
         pthread_cond_broadcast(&r->cv);
     }
@@ -208,6 +286,7 @@ void pm_select_stats_free(pm_select_stats *s) {
     if (!s) return;
     pm_free(s->peak);
     pm_free(s->busy);
+    pm_free(s->wait);
     *s = (pm_select_stats){0};
 }
 
@@ -269,12 +348,29 @@ static pm_status devices_init(sel_run *r, pm_err *err) {
         dv->state_off[0] = 0, dv->state_off[1] = L->state_slot;
         dv->act_off = (size_t)L->slots * L->state_slot;
         dv->res_task[0] = dv->res_task[1] = -1;
+        pthread_mutex_init(&dv->cmu, NULL);
+        pthread_cond_init(&dv->ccv, NULL);
+        if (pthread_create(&dv->copier, NULL, copier_main, dv))
+            return pm_errf(err, PM_ERR_NOMEM, "could not start device %d's copy thread", d);
+        dv->copier_up = 1;
     }
     return PM_OK;
 }
 
 static void run_free(sel_run *r) {
-    for (int d = 0; r->dev && d < r->o->devices; d++) pm_free(r->dev[d].slab);
+    for (int d = 0; r->dev && d < r->o->devices; d++) {
+        sel_dev *dv = &r->dev[d];
+        if (dv->copier_up) {
+            pthread_mutex_lock(&dv->cmu);
+            dv->job = 2;
+            pthread_cond_broadcast(&dv->ccv);
+            pthread_mutex_unlock(&dv->cmu);
+            pthread_join(dv->copier, NULL);
+            pthread_cond_destroy(&dv->ccv);
+            pthread_mutex_destroy(&dv->cmu);
+        }
+        pm_free(dv->slab);
+    }
     pm_free(r->dev);
     pm_free(r->owner);
     tasks_free(r->t, r->n);
@@ -292,7 +388,8 @@ pm_status pm_select_run(const pm_select_task *tasks, pm_trainer *hosts, int n,
     sel_run r = {.o = o, .lay = layout, .n = n, .stats = stats};
     stats->peak = pm_calloc((size_t)o->devices, sizeof(size_t));
     stats->busy = pm_calloc((size_t)o->devices, sizeof(double));
-    pm_status st = !stats->peak || !stats->busy
+    stats->wait = pm_calloc((size_t)o->devices, sizeof(double));
+    pm_status st = !stats->peak || !stats->busy || !stats->wait
                        ? pm_errf(err, PM_ERR_NOMEM, "out of memory for device statistics")
                        : PM_OK;
     if (!st) st = tasks_init(&r, tasks, hosts, err);
@@ -327,7 +424,8 @@ pm_status pm_select_run(const pm_select_task *tasks, pm_trainer *hosts, int n,
                                     {0}};
         memcpy(res[i].why, t->why, sizeof res[i].why);
     }
-    for (int d = 0; r.dev && d < o->devices; d++) stats->peak[d] = r.dev[d].peak;
+    for (int d = 0; r.dev && d < o->devices; d++)
+        stats->peak[d] = r.dev[d].peak, stats->wait[d] = r.dev[d].wait_s;
     pm_free(th);
     pm_free(args);
     run_free(&r);
