@@ -422,6 +422,67 @@ static void nan_task_fails_alone(void **state) {
     pm_select_stats_free(&stats);
 }
 
+/* Successive halving with ETA 2 over 4 learning rates, evaluating every 2
+ * of 6 steps: after step 2 the two best by validation loss go on, after
+ * step 4 the best one, which finishes as if alone. The ranking comes from
+ * each configuration trained alone and evaluated at steps 2 and 4. */
+static void halving_keeps_the_best(void **state) {
+    (void)state;
+    corpus_init();
+    pm_tokens tok = {corpus, sizeof corpus};
+    enum { H = 4 };
+    static const float lrs[H] = {1e-3f, 2e-2f, 5e-3f, 2e-4f};
+    double val2[H], val4[H];
+    float *final[H];
+    pm_select_task tasks[H];
+    pm_trainer hosts[H];
+    pm_err e;
+    pm_blas_threads(1);
+    for (int i = 0; i < H; i++) {
+        tasks[i] = (pm_select_task){.cfg = task_cfg(0)};
+        pm_optim_defaults(&tasks[i].cfg.opt, 6);
+        tasks[i].cfg.opt.lr = lrs[i];
+        snprintf(tasks[i].name, sizeof tasks[i].name, "h%d", i);
+        pm_trainer t;
+        assert_int_equal(pm_trainer_init(&t, &tasks[i].cfg, &tok, 0, &e), PM_OK);
+        for (int s = 0; s < 6; s++) {
+            assert_int_equal(pm_trainer_step(&t, NULL, &e), PM_OK);
+            if (s == 1) assert_int_equal(pm_trainer_eval(&t, &tok, 2, &val2[i], &e), PM_OK);
+            if (s == 3) assert_int_equal(pm_trainer_eval(&t, &tok, 2, &val4[i], &e), PM_OK);
+        }
+        final[i] = malloc(t.n_params * sizeof(float));
+        memcpy(final[i], t.params, t.n_params * sizeof(float));
+        pm_trainer_free(&t);
+    }
+    /* the expected survivors, from the alone runs */
+    int order[H] = {0, 1, 2, 3};
+    for (int a2 = 1; a2 < H; a2++)
+        for (int b = a2; b > 0 && val2[order[b]] < val2[order[b - 1]]; b--) {
+            int z = order[b];
+            order[b] = order[b - 1], order[b - 1] = z;
+        }
+    int win = val4[order[0]] <= val4[order[1]] ? order[0] : order[1];
+    pm_select_layout lay;
+    assert_int_equal(pm_select_partition(tasks, H, 1 << 22, 2, &lay, &e), PM_OK);
+    for (int i = 0; i < H; i++)
+        assert_int_equal(pm_trainer_init(&hosts[i], &tasks[i].cfg, &tok, 0, &e), PM_OK);
+    pm_select_opts o = {.devices = 2, .policy = PM_POLICY_SHARD, .prefetch = 1, .eval_every = 2,
+                        .halving = 2, .eval_batches = 2, .val = &tok};
+    pm_select_result res[H];
+    pm_select_stats stats;
+    assert_int_equal(pm_select_run(tasks, hosts, H, &lay, &o, res, &stats, &e), PM_OK);
+    for (int i = 0; i < H; i++) {
+        int want_steps = i == win ? 6 : i == order[0] || i == order[1] ? 4 : 2;
+        if (res[i].steps != want_steps)
+            fail_msg("task %d: %lld steps, want %d (val at 2: %g %g %g %g)", i,
+                     (long long)res[i].steps, want_steps, val2[0], val2[1], val2[2], val2[3]);
+        assert_int_equal(res[i].state, i == win ? PM_SELECT_DONE : PM_SELECT_STOPPED);
+    }
+    assert_memory_equal(hosts[win].params, final[win], hosts[win].n_params * sizeof(float));
+    for (int i = 0; i < H; i++) pm_trainer_free(&hosts[i]), pm_select_task_free(&tasks[i]), free(final[i]);
+    pm_select_stats_free(&stats);
+}
+
 /* The CLI end to end: `select` over two learning rates on 2 devices under
  * a budget that shards them; the best task's checkpoint (--save-best) is
  * byte for byte the one `pipemem train` writes for that configuration
@@ -470,6 +531,7 @@ int main(void) {
         cmocka_unit_test(cli_dry_run),
         cmocka_unit_test(train_exact),
         cmocka_unit_test(nan_task_fails_alone),
+        cmocka_unit_test(halving_keeps_the_best),
         cmocka_unit_test(cli_train_matches),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -128,6 +128,7 @@ typedef enum {
     PM_SELECT_RUNNING, /* not finished yet */
     PM_SELECT_DONE,    /* ran every step */
     PM_SELECT_FAILED,  /* stopped by a non-finite loss or gradient norm (why says) */
+    PM_SELECT_STOPPED, /* stopped by successive halving */
 } pm_select_state;
 
 typedef struct {
@@ -144,7 +145,13 @@ typedef struct {
     int64_t step;      /* steps completed */
     double loss;       /* the step's mean loss */
     double val_loss;   /* kind EVAL */
-    enum { PM_SELECT_EV_STEP, PM_SELECT_EV_EVAL, PM_SELECT_EV_DONE, PM_SELECT_EV_FAILED } kind;
+    enum {
+        PM_SELECT_EV_STEP,
+        PM_SELECT_EV_EVAL,
+        PM_SELECT_EV_DONE,
+        PM_SELECT_EV_FAILED,
+        PM_SELECT_EV_STOPPED
+    } kind;
 } pm_select_event;
 
 typedef struct {
@@ -152,6 +159,9 @@ typedef struct {
     pm_select_policy policy;
     int prefetch;             /* copy the next pass's state in while computing (2 slots) */
     int eval_every;           /* evaluate every N steps of a task (0: only at its end) */
+    int halving;              /* successive halving: at each evaluation round (every
+                                 eval_every steps) the best ceil(k / halving) of the k
+                                 tasks still running, by validation loss, go on; 0 off */
     int eval_batches;         /* microbatches per evaluation */
     const pm_tokens *val;     /* validation tokens */
     /* Called for every event, one at a time (under the scheduler's lock);

@@ -22,7 +22,8 @@ static const char usage[] =
     "                      [--ctx LIST] [--batch LIST] [--microbatches LIST]\n"
     "                      [--warmup LIST] [--seed LIST] [--tasks FILE] [--steps N]\n"
     "                      [--policy shard|task|sequential] [--no-prefetch]\n"
-    "                      [--eval-every N] [--eval-batches N] [--save-best FILE]\n"
+    "                      [--eval-every N] [--eval-batches N] [--halving ETA]\n"
+    "                      [--save-best FILE]\n"
     "                      [--json] [--csv FILE]\n"
     "\n"
     "Model selection: many GPT configurations (tasks) trained at once, each cut into\n"
@@ -39,6 +40,8 @@ static const char usage[] =
     "           estimated 50 GFLOP/s per device\n"
     "  --policy  shard (default: sharded-LRTF), task (a whole task per device) or\n"
     "           sequential (plain model parallelism), for comparison\n"
+    "  --halving ETA  successive halving: at each evaluation round the best 1/ETA\n"
+    "           of the tasks still running (by validation loss) go on, the rest stop\n"
     "  --save-best FILE  the best task's checkpoint (by validation loss), as\n"
     "           `pipemem train --save` would write it (pipemem sample reads it)\n"
     "Every task trains exactly as `pipemem train` alone with its options: the same\n"
@@ -58,7 +61,7 @@ static const char *const key_names[K_COUNT] = {"lr",    "layers", "dim",        
 typedef struct {
     double v[K_COUNT][MAX_VALUES];
     int n[K_COUNT]; /* 0: not swept (the default) */
-    int devices, steps, prefetch, dry_run, json, eval_every, eval_batches;
+    int devices, steps, prefetch, dry_run, json, eval_every, eval_batches, halving;
     size_t device_mem;
     pm_select_policy policy;
     const char *tasks_file, *data, *csv, *save_best;
@@ -149,6 +152,7 @@ static int parse_args(int argc, char **argv, sel_opts *o) {
         else if (!strcmp(a, "--policy")) bad = parse_policy(val, &o->policy);
         else if (!strcmp(a, "--eval-every")) bad = pm_cli_int(a, val, 0, &o->eval_every);
         else if (!strcmp(a, "--eval-batches")) bad = pm_cli_int(a, val, 1, &o->eval_batches);
+        else if (!strcmp(a, "--halving")) bad = pm_cli_int(a, val, 2, &o->halving);
         else if (!strcmp(a, "--csv")) o->csv = val, bad = !val && pm_cli_fail("--csv needs a value");
         else if (!strcmp(a, "--save-best"))
             o->save_best = val, bad = !val && pm_cli_fail("--save-best needs a value");
@@ -324,8 +328,12 @@ static void on_event(void *ctx, const pm_select_event *ev) {
     progress *p = ctx;
     const char *name = p->t[ev->task].name;
     double el = pm_now() - p->t0;
-    if (ev->kind == PM_SELECT_EV_DONE || ev->kind == PM_SELECT_EV_FAILED) p->done++;
-    if (ev->kind == PM_SELECT_EV_FAILED)
+    if (ev->kind >= PM_SELECT_EV_DONE) p->done++;
+    if (ev->kind == PM_SELECT_EV_STOPPED)
+        fprintf(stderr, "select: %s stopped by halving after step %lld (val loss %.4f; %d of %d "
+                "tasks finished, %.1f s)\n", name, (long long)ev->step, ev->val_loss, p->done,
+                p->n, el);
+    else if (ev->kind == PM_SELECT_EV_FAILED)
         fprintf(stderr, "select: %s failed at step %lld (%d of %d tasks finished, %.1f s)\n",
                 name, (long long)ev->step + 1, p->done, p->n, el);
     else if (ev->kind == PM_SELECT_EV_DONE)
@@ -337,7 +345,7 @@ static void on_event(void *ctx, const pm_select_event *ev) {
                 (long long)ev->step, p->steps, ev->loss, ev->val_loss, el);
 }
 
-static const char *const state_names[] = {"running", "done", "failed"};
+static const char *const state_names[] = {"running", "done", "failed", "stopped"};
 
 /* Tasks by validation loss, unknown last (stable: index order on ties). */
 static void rank(const pm_select_result *res, int n, int *order) {
@@ -441,8 +449,10 @@ static int train_tasks(const sel_opts *o, const pm_select_task *t, int n,
     pm_select_stats st;
     pm_err e;
     progress pg = {t, NULL, n, 0, o->steps, pm_now()};
-    pm_select_opts so = {o->devices, o->policy,       o->prefetch, o->eval_every, o->eval_batches,
-                         &va,        on_event,        &pg};
+    pm_select_opts so = {.devices = o->devices, .policy = o->policy, .prefetch = o->prefetch,
+                         .eval_every = o->eval_every, .halving = o->halving,
+                         .eval_batches = o->eval_batches, .val = &va, .report = on_event,
+                         .report_ctx = &pg};
     if (!rc && pm_select_run(t, hosts, n, lay, &so, res, &st, &e)) rc = pm_cli_fail("%s", e.msg);
     if (!rc) {
         double sum = 0, longest = 0;

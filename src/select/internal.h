@@ -21,6 +21,7 @@ typedef struct {
     int64_t stop_at;      /* steps to run */
     int pass;             /* next pass of the current step, 0 .. 2S-2 */
     int running;          /* a device is running its pass */
+    int at_rung;          /* halving: evaluated, waiting for the others' evaluations */
     int state;            /* pm_select_state */
     double loss_sum;      /* this step's microbatch losses, in order */
     double last_loss;     /* the last completed step's mean loss */

@@ -32,6 +32,7 @@ typedef struct {
     pthread_cond_t cv;
     int busy_global;      /* sequential: a pass is running somewhere */
     int *owner;           /* (n) task policy: the device a task is pinned to, -1 none */
+    int *rank;            /* (n) halving: scratch for the ranking */
     double t0;
     pm_status st;         /* first infrastructure error (none expected) */
 } sel_run;
@@ -75,7 +76,7 @@ static int pick_shard(sel_run *r, int d) {
     double bl = 0;
     for (int i = 0; i < r->n; i++) {
         sel_task *t = &r->t[i];
-        if (t->running || finished(t)) continue;
+        if (t->running || finished(t) || t->at_rung) continue;
         double l = time_left(t);
         if (best < 0 || l > bl * (1 + 1e-12) ||
             (l >= bl * (1 - 1e-12) && resident(&r->dev[d], t) && !resident(&r->dev[d], &r->t[best])))
@@ -88,7 +89,7 @@ static int pick_task(sel_run *r, int d) {
     int best = -1;
     for (int i = 0; i < r->n; i++) {
         sel_task *t = &r->t[i];
-        if (t->running || finished(t)) continue;
+        if (t->running || finished(t) || t->at_rung) continue;
         if (r->owner[i] == d) return i;
         if (r->owner[i] < 0 && (best < 0 || time_left(t) > time_left(&r->t[best]))) best = i;
     }
@@ -100,7 +101,7 @@ static int pick_sequential(sel_run *r, int d) {
     if (r->busy_global) return -1;
     for (int i = 0; i < r->n; i++) {
         sel_task *t = &r->t[i];
-        if (finished(t)) continue;
+        if (finished(t) || t->at_rung) continue;
         return sel_pass_shard(t->S, t->pass) % r->o->devices == d ? i : -1;
     }
     return -1;
@@ -165,6 +166,40 @@ static int pick(sel_run *r, int d) {
     }
 }
 
+/* ---- successive halving -------------------------------------------------- */
+
+/* Under the lock: once every unfinished task has evaluated at this round
+ * (at_rung), the best ceil(k / halving) of the k by validation loss (ties
+ * to the lower index, a loss that is not a number last) go on and the rest
+ * stop; their pending updates go to the host, so they end as saved. */
+static void halve(sel_run *r) {
+    int k = 0, *idx = r->rank;
+    for (int i = 0; i < r->n; i++) {
+        if (finished(&r->t[i])) continue;
+        if (!r->t[i].at_rung) return;
+        idx[k++] = i;
+    }
+    if (!k) return;
+    for (int a = 1; a < k; a++)
+        for (int b = a; b > 0; b--) {
+            double x = r->t[idx[b - 1]].val_loss, y = r->t[idx[b]].val_loss;
+            if (!((isnan(x) && !isnan(y)) || y < x)) break;
+            int z = idx[b];
+            idx[b] = idx[b - 1], idx[b - 1] = z;
+        }
+    int keep = (k + r->o->halving - 1) / r->o->halving;
+    for (int j = 0; j < k; j++) {
+        sel_task *t = &r->t[idx[j]];
+        t->at_rung = 0;
+        if (j < keep) continue;
+        sel_flush_updates(t);
+        t->state = PM_SELECT_STOPPED;
+        snprintf(t->why, sizeof t->why, "by halving after step %lld",
+                 (long long)t->host->step);
+        emit(r, idx[j], PM_SELECT_EV_STOPPED, t->last_loss, t->val_loss);
+    }
+}
+
 /* ---- prefetch: one copy thread per device ------------------------------ */
 
 static void *copier_main(void *arg) {
@@ -210,7 +245,8 @@ static void copier_wait(sel_dev *dv) {
 static int claim_next(sel_run *r, int d) {
     if (!r->o->prefetch || r->dev[d].slots < 2 || r->o->policy != PM_POLICY_SHARD) return -1;
     int ready = 0; /* claim only what leaves a ready task for every other device */
-    for (int i = 0; i < r->n; i++) ready += !r->t[i].running && !finished(&r->t[i]);
+    for (int i = 0; i < r->n; i++)
+        ready += !r->t[i].running && !finished(&r->t[i]) && !r->t[i].at_rung;
     if (ready < r->o->devices) return -1;
     int y = pick_shard(r, d);
     if (y >= 0) r->t[y].running = 1;
@@ -275,6 +311,10 @@ static void *device_main(void *arg) {
         r->busy_global = 0;
         claimed = y;
         if (last) emit(r, i, kind, loss, val);
+        if (last && r->o->halving > 1) {
+            t->at_rung = kind == PM_SELECT_EV_EVAL;
+            halve(r);
+        }
         pthread_cond_broadcast(&r->cv);
     }
     pthread_cond_broadcast(&r->cv);
@@ -335,7 +375,9 @@ static pm_status devices_init(sel_run *r, pm_err *err) {
     const pm_select_layout *L = r->lay;
     r->dev = pm_calloc((size_t)D, sizeof *r->dev);
     r->owner = pm_malloc((size_t)r->n * sizeof(int));
-    if (!r->dev || !r->owner) return pm_errf(err, PM_ERR_NOMEM, "out of memory for devices");
+    r->rank = pm_malloc((size_t)r->n * sizeof(int));
+    if (!r->dev || !r->owner || !r->rank)
+        return pm_errf(err, PM_ERR_NOMEM, "out of memory for devices");
     for (int i = 0; i < r->n; i++) r->owner[i] = -1;
     for (int d = 0; d < D; d++) {
         sel_dev *dv = &r->dev[d];
@@ -373,6 +415,7 @@ static void run_free(sel_run *r) {
     }
     pm_free(r->dev);
     pm_free(r->owner);
+    pm_free(r->rank);
     tasks_free(r->t, r->n);
 }
 
