@@ -39,10 +39,16 @@ ifeq ($(SELF_INSTALLING),)
   # The tests parse traces (JSON) and timelines (SVG) with real parsers.
   CHECK_CFLAGS := $(shell pkg-config --cflags jansson libxml-2.0 2>/dev/null)
   CHECK_LIBS := $(shell pkg-config --libs jansson libxml-2.0 2>/dev/null)
+  # The `optimal` schedule kinds solve a MILP with COIN-OR CBC when it is
+  # there (coinor-libcbc-dev); NO_CBC=1 builds without it (they then say so).
+  ifeq ($(NO_CBC),)
+    CBC_LIBS := $(shell pkg-config --libs cbc 2>/dev/null)
+  endif
 endif
 
 FINAL_CFLAGS = $(PM_CFLAGS) $(BLAS_CFLAGS) $(CFLAGS)
-FINAL_LIBS = $(BLAS_LIBS) -lm -lpthread $(SAN) $(LDFLAGS)
+# OpenBLAS first: CBC pulls in -lblas, and sgemm must come from OpenBLAS.
+FINAL_LIBS = $(BLAS_LIBS) $(CBC_LIBS) -lm -lpthread $(SAN) $(LDFLAGS)
 
 LIB_SRC := $(sort $(wildcard src/util/*.c src/schedule/*.c src/model/*.c src/data/*.c src/train/*.c src/runtime/*.c src/select/*.c))
 CLI_SRC := $(sort $(wildcard src/cli/*.c))
@@ -76,6 +82,7 @@ $(BIN): $(CLI_OBJ) $(LIB)
 	$(CC) $(FINAL_CFLAGS) -o $@ $(CLI_OBJ) $(LIB) $(FINAL_LIBS)
 
 $(BUILD)/obj/tests/%.o: FINAL_CFLAGS += $(CHECK_CFLAGS)
+$(BUILD)/obj/src/schedule/milp.o: FINAL_CFLAGS += $(if $(CBC_LIBS),-DPM_HAVE_CBC)
 
 $(BUILD)/tests/%: tests/%.c $(TEST_HELP_OBJ) $(LIB)
 	$(if $(CHECK_LIBS),,$(error Jansson or libxml2 not found: run 'make deps' (or apt-get install libjansson-dev libxml2-dev)))

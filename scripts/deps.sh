@@ -5,9 +5,10 @@
 # Build: gcc make pkg-config libopenblas-dev libcmocka-dev
 # Test output checks: libjansson-dev (Chrome traces), libxml2-dev (SVG timelines)
 # MPI transport: libopenmpi-dev openmpi-bin
+# Exact schedules (--kind optimal): coinor-libcbc-dev (COIN-OR CBC, a MILP solver)
 # Demo corpus: fortunes.   Reference vectors: python3-torch (optional, see README).
 set -eu
-PKGS="gcc make pkg-config libopenblas-dev libcmocka-dev libjansson-dev libxml2-dev libopenmpi-dev openmpi-bin fortunes $*"
+PKGS="gcc make pkg-config libopenblas-dev libcmocka-dev libjansson-dev libxml2-dev libopenmpi-dev openmpi-bin coinor-libcbc-dev fortunes $*"
 missing=""
 for p in $PKGS; do
     if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then

@@ -23,6 +23,13 @@
 
 /* ---- passes and placements -------------------------------------------- */
 
+enum {
+    PM_OPT_PROVEN = 1, /* the schedule is optimal (simulated makespan = the bound) */
+    PM_OPT_TIMEOUT,    /* the time limit ended the search: best found, with a bound */
+    PM_OPT_OPEN,       /* the search ended without proof (node limit, relaxation) */
+    PM_OPT_FAILED,     /* the solver failed: the best heuristic schedule, unproven */
+};
+
 typedef enum { PM_PASS_F, PM_PASS_B, PM_PASS_W, PM_PASS_BW, PM_PASS_COUNT } pm_pass_kind;
 extern const char *const pm_pass_names[PM_PASS_COUNT]; /* "F", "B", "W", "BW" */
 
@@ -46,6 +53,10 @@ typedef struct {
     char kind[32];  /* generator name ("1f1b", "v-half", "file", ...) */
     pm_place place; /* stage-to-device placement */
     int recompute;  /* 1: every stage recomputes (below); 0: F keeps its activations */
+    /* `optimal` kinds: how the MILP ended (0 not an optimal kind, PM_OPT_*),
+     * its proven lower bound on the makespan and the solve's seconds */
+    int opt_status;
+    double opt_bound, opt_seconds;
     int p;          /* devices */
     int m;          /* microbatches */
     int v;          /* stages per device: 1 single, v loop, 2 V */
@@ -209,6 +220,7 @@ typedef struct {
     pm_mem mem;       /* device-share memory deltas */
     double mem_limit; /* multiple of M; 0 = kind default or none */
     int recompute;    /* 1: build the kind with recomputation (any kind) */
+    double time_limit; /* seconds the `optimal` kinds may search (0: 60) */
 } pm_sched_req;
 
 /* The plain request equivalent to req with recomputation: times (f, b + f,
@@ -272,7 +284,10 @@ typedef struct {
     pm_sched_tier tier; /* which supported range applies */
 } pm_sched_kind;
 
-/* Registry of every named generator, in a stable order. */
+/* Registry of the named heuristic generators, in a stable order (what
+ * `compare` and every loop over kinds run). The exact kinds `optimal` and
+ * `optimal-v`, whose MILP can search for minutes, are found by name only
+ * (pm_sched_kind_find, pm_sched_generate). */
 const pm_sched_kind *pm_sched_kinds(int *n);
 const pm_sched_kind *pm_sched_kind_find(const char *name);
 /* Looks the kind up by name, checks p, m and v with clear messages (naming
@@ -289,6 +304,11 @@ pm_status pm_sched_build_zb_v(pm_sched *s, const pm_sched_req *req, pm_err *err)
 pm_status pm_sched_build_v_min(pm_sched *s, const pm_sched_req *req, pm_err *err);
 pm_status pm_sched_build_v_half(pm_sched *s, const pm_sched_req *req, pm_err *err);
 pm_status pm_sched_build_1f1b_v(pm_sched *s, const pm_sched_req *req, pm_err *err);
+/* The exact optimum by a MILP (gen_optimal.c), single or V placement, under
+ * req->mem_limit, for at most req->time_limit seconds; small cases only
+ * (a few hundred passes). opt_status, opt_bound say what was proven. */
+pm_status pm_sched_build_optimal(pm_sched *s, const pm_sched_req *req, pm_err *err);
+pm_status pm_sched_build_optimal_v(pm_sched *s, const pm_sched_req *req, pm_err *err);
 
 /* ---- building blocks --------------------------------------------------- */
 

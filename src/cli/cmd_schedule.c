@@ -20,6 +20,7 @@ static const char usage[] =
     "  --mem F,B,W[,R]   activation deltas of F, B, W for one device's share (1,0,-1),\n"
     "                    and R what a recomputed F keeps (default F/16)\n"
     "  --mem-limit X     reject the schedule if a device exceeds X times M\n"
+    "  --time-limit S    optimal, optimal-v: seconds the MILP may search (default 60)\n"
     "  --format F        text (default), csv, json, svg or trace\n"
     "  -o FILE           write there instead of standard output (replaced whole, or\n"
     "                    left as it was on any error)\n"
@@ -72,6 +73,13 @@ int pm_cmd_schedule(int argc, char **argv) {
         rc = pm_cli_out_close(&w, pm_sched_write_text(f, &pl.s) != PM_OK, o.out);
     } else {
         rc = pm_cli_plan_write(&pl, format, o.out);
+    }
+    if (pl.s.opt_status) {
+        static const char *const how[] = {"", "proven optimal", "time limit reached",
+                                           "search ended unproven", "solver failed"};
+        fprintf(stderr, "pipemem: %s: %s: makespan %.6g, proven bound %.6g (gap %.2f%%), "
+                "%.1f s\n", pl.s.kind, how[pl.s.opt_status], pl.sim.makespan, pl.s.opt_bound,
+                100 * (pl.sim.makespan / pl.s.opt_bound - 1), pl.s.opt_seconds);
     }
     if (!rc && o.out)
         fprintf(stderr, "pipemem: wrote %s (%s p=%d m=%d: makespan %.6g, bubble %.2f%%, peak %.3f M)\n",

@@ -26,6 +26,11 @@ int pm_cli_sched_parse(int argc, char **argv, pm_cli_sched_opts *o, const char *
         else if (!strcmp(a, "--chunks")) bad = pm_cli_int(a, val, 1, &o->req.v);
         else if (!strcmp(a, "--costs")) bad = pm_cli_costs(val, &o->req.t);
         else if (!strcmp(a, "--mem")) bad = pm_cli_mem(val, &o->req.mem);
+        else if (!strcmp(a, "--time-limit")) {
+            bad = pm_cli_double(a, val, &o->req.time_limit);
+            if (!bad && !(o->req.time_limit > 0))
+                bad = pm_cli_fail("--time-limit must be > 0 seconds");
+        }
         else if (!strcmp(a, "--mem-limit")) {
             bad = pm_cli_double(a, val, &o->req.mem_limit);
             if (!bad && o->req.mem_limit <= 0)

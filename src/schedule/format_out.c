@@ -158,6 +158,16 @@ pm_status pm_sched_write_json(FILE *f, const pm_sched *s, const pm_cost *c, cons
     out_num(f, lb);
     fputs(",\n  \"gap\": ", f);
     out_num(f, sim && lb > 0 ? sim->makespan / lb - 1 : NAN);
+    if (s->opt_status > 0 && s->opt_status <= PM_OPT_FAILED) {
+        static const char *const how[] = {"", "proven", "time_limit", "open", "failed"};
+        fprintf(f, ",\n  \"solver\": {\"status\": \"%s\", \"bound\": ", how[s->opt_status]);
+        out_num(f, s->opt_bound);
+        fputs(", \"gap\": ", f);
+        out_num(f, sim && s->opt_bound > 0 ? sim->makespan / s->opt_bound - 1 : NAN);
+        fputs(", \"seconds\": ", f);
+        out_num(f, s->opt_seconds);
+        fputc('}', f);
+    }
     fputs(",\n  \"peak\": ", f);
     if (sim) {
         fputc('[', f);

@@ -53,10 +53,18 @@ static const pm_sched_kind kinds[] = {
      min_m_any, pm_sched_build_v_zb, PM_TIER_GREEDY},
     {"auto-v", "adaptive V scheduler: fastest V schedule under --mem-limit X (required)",
      PM_PLACE_V, min_m_any, pm_sched_build_auto_v, PM_TIER_SEARCH},
+    /* exact, small cases only (gen_optimal.c); last, and not in
+     * pm_sched_kinds: a solve can take minutes */
+    {"optimal", "the optimum by a MILP (CBC), single placement, under --mem-limit; small p m",
+     PM_PLACE_SINGLE, min_m_any, pm_sched_build_optimal, PM_TIER_SEARCH},
+    {"optimal-v", "the optimum by a MILP (CBC), V placement, under --mem-limit; small p m",
+     PM_PLACE_V, min_m_any, pm_sched_build_optimal_v, PM_TIER_SEARCH},
 };
 
+enum { N_EXACT = 2 }; /* the optimal kinds at the end of the table */
+
 const pm_sched_kind *pm_sched_kinds(int *n) {
-    if (n) *n = (int)(sizeof kinds / sizeof kinds[0]);
+    if (n) *n = (int)(sizeof kinds / sizeof kinds[0]) - N_EXACT;
     return kinds;
 }
 
@@ -174,6 +182,8 @@ static const pm_sched_kind *find_base(const char *name, int *rec) {
  * (pm_sched_req_recompute), then the flag and the "-r" name. */
 static pm_status build_recompute(pm_sched *s, const pm_sched_kind *k, const pm_sched_req *req,
                                  int v, pm_err *err) {
+    if (!strncmp(k->name, "optimal", 7)) /* the reduction's limit is conservative: not exact */
+        return pm_errf(err, PM_ERR_ARG, "%s does not model recomputation", k->name);
     pm_sched_req q;
     pm_sched_req_recompute(req, v, &q);
     if (req->mem_limit > 0 && !(q.mem_limit > 0)) {

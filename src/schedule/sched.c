@@ -54,6 +54,8 @@ pm_status pm_sched_copy(pm_sched *dst, const pm_sched *src, pm_err *err) {
     pm_status st = pm_sched_init(dst, src->kind, src->place, src->p, src->m, src->v, err);
     if (st) return st;
     dst->recompute = src->recompute;
+    dst->opt_status = src->opt_status;
+    dst->opt_bound = src->opt_bound, dst->opt_seconds = src->opt_seconds;
     memcpy(dst->len, src->len, (size_t)src->p * sizeof *src->len);
     memcpy(dst->pass, src->pass, (size_t)src->p * (size_t)src->cap * sizeof *src->pass);
     return PM_OK;

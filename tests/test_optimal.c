@@ -1,0 +1,122 @@
+/* test_optimal.c: the MILP optimum (`--kind optimal`, `optimal-v`, issue 9
+ * part 4.2). Facts, from outside the code under test:
+ *   - p = 2, m = 2, unit costs, no limit: 7 by hand (below);
+ *   - on every small case it proves, the optimum is at most every
+ *     heuristic's makespan for the same shape and limit, at least the lower
+ *     bound, and within the limit;
+ *   - on a case too hard for a 1-second limit it still returns a valid
+ *     schedule, says the time ran out and gives a bound below its makespan;
+ *   - a case too big for the MILP is refused in one line. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "pipemem/pm_sched.h"
+
+typedef struct {
+    double makespan, peak;
+    int status;
+    double bound;
+} figs;
+
+static pm_status run(const char *kind, const pm_sched_req *q, figs *f, pm_err *e) {
+    pm_sched s;
+    pm_status st = pm_sched_generate(&s, kind, q, e);
+    if (st) return st;
+    pm_cost c;
+    pm_sim sim;
+    assert_int_equal(pm_cost_init_uniform(&c, &s, q->t, q->mem, e), PM_OK);
+    if (pm_sched_validate(&s, &c, q->mem_limit, e)) fail_msg("%s: %s", kind, e->msg);
+    assert_int_equal(pm_sim_run(&sim, &s, &c, e), PM_OK);
+    double cap = q->mem_limit > 0 ? q->mem_limit * sim.M : 0;
+    double lb = pm_sched_lower_bound_at(&s, &c, cap);
+    if (sim.makespan < lb * (1 - 1e-12)) fail_msg("%s beats the lower bound", kind);
+    *f = (figs){sim.makespan, pm_sim_peak_max_x(&sim), s.opt_status, s.opt_bound};
+    pm_sim_free(&sim);
+    pm_cost_free(&c);
+    pm_sched_free(&s);
+    return PM_OK;
+}
+
+/* Device 0 runs F0 [0,1], F1 [1,2], then waits for B0 to come back from
+ * device 1 (F0 there [1,2], B0 [2,3]): its B0 starts at 3 at the
+ * earliest, and B0, W0, B1, W1 follow: 7. No order does better (the first
+ * backward on device 0 cannot start before 3, and 4 passes follow it). */
+static void hand_case(void **state) {
+    (void)state;
+    pm_sched_req q = {.p = 2, .m = 2, .t = {1, 1, 1, 0}, .mem = PM_MEM_DEFAULT};
+    figs f;
+    pm_err e;
+    assert_int_equal(run("optimal", &q, &f, &e), PM_OK);
+    assert_true(f.makespan == 7 && f.status == PM_OPT_PROVEN && f.bound == 7);
+}
+
+static void never_above_a_heuristic(void **state) {
+    (void)state;
+    static const char *const single[] = {"gpipe", "1f1b", "zb-h1", "zb-h2", "zb"};
+    const pm_costs costs[] = {{1, 1, 1, 0}, {9918, 10434, 7038, 213}};
+    const double limits[] = {0, 1.0, 0.75};
+    int proven = 0;
+    for (int p = 2; p <= 3; p++)
+        for (int m = 2; m <= 6 - p; m++)
+            for (int ci = 0; ci < 2; ci++)
+                for (int li = 0; li < 3; li++) {
+                    pm_sched_req q = {.p = p, .m = m, .t = costs[ci], .mem = PM_MEM_DEFAULT,
+                                      .mem_limit = limits[li], .time_limit = 20};
+                    figs o, h;
+                    pm_err e;
+                    if (run("optimal", &q, &o, &e)) continue; /* nothing fits this limit */
+                    assert_true(o.peak <= (limits[li] > 0 ? limits[li] : 1e9) + 1e-9);
+                    if (o.status != PM_OPT_PROVEN) continue;
+                    proven++;
+                    for (int k = 0; k < 5; k++) {
+                        pm_sched_req hq = q;
+                        if (strcmp(single[k], "zb")) hq.mem_limit = 0;
+                        if (run(single[k], &hq, &h, &e)) continue;
+                        if (limits[li] > 0 && h.peak > limits[li] + 1e-9) continue;
+                        if (o.makespan > h.makespan * (1 + 1e-12))
+                            fail_msg("p=%d m=%d costs %d limit %g: optimal %g above %s %g", p, m,
+                                     ci, limits[li], o.makespan, single[k], h.makespan);
+                    }
+                }
+    assert_true(proven >= 20);
+}
+
+static void time_limit_returns_the_best_so_far(void **state) {
+    (void)state;
+    pm_sched_req q = {.p = 3, .m = 4, .t = {9918, 10434, 7038, 213}, .mem = PM_MEM_DEFAULT,
+                      .mem_limit = 0.75, .time_limit = 1};
+    figs f, h;
+    pm_err e;
+    assert_int_equal(run("optimal-v", &q, &f, &e), PM_OK);
+    assert_int_equal(f.status, PM_OPT_TIMEOUT);
+    assert_true(f.bound > 0 && f.bound < f.makespan && f.peak <= 0.75 + 1e-9);
+    assert_int_equal(run("auto-v", &q, &h, &e), PM_OK); /* the seed is at least this good */
+    assert_true(f.makespan <= h.makespan);
+}
+
+static void too_big_refused(void **state) {
+    (void)state;
+    pm_sched_req q = {.p = 16, .m = 32, .t = {1, 1, 1, 0}, .mem = PM_MEM_DEFAULT};
+    pm_sched s;
+    pm_err e;
+    assert_int_equal(pm_sched_generate(&s, "optimal", &q, &e), PM_ERR_ARG);
+    assert_non_null(strstr(e.msg, "the MILP solves at most"));
+    q = (pm_sched_req){.p = 2, .m = 2, .t = {1, 1, 1, 0}, .mem = PM_MEM_DEFAULT, .recompute = 1};
+    assert_int_equal(pm_sched_generate(&s, "optimal", &q, &e), PM_ERR_ARG);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(hand_case),
+        cmocka_unit_test(never_above_a_heuristic),
+        cmocka_unit_test(time_limit_returns_the_best_so_far),
+        cmocka_unit_test(too_big_refused),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
