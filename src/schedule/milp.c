@@ -1,9 +1,11 @@
 /* milp.c: the MILP model as data, and its solve by COIN-OR CBC (Debian's
  * coinor-libcbc-dev) in a forked child that sends the solution back through
  * a pipe (milp.h says why). Built without CBC (PM_HAVE_CBC undefined), a
- * solve is a one-line error. */
+ * solve is a one-line error. With PM_MILP_WRITE=FILE in the environment the
+ * child also writes the model as FILE.lp (CPLEX LP format). */
 #include <errno.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/types.h>
@@ -120,6 +122,10 @@ static int child_solve(const pm_milp *m, const double *start, double seconds, in
     for (int j = 0; j < m->ncol; j++) all[j] = j;
     Cbc_setMIPStartI(cm, m->ncol, all, start);
     free(all);
+    /* PM_MILP_WRITE=FILE (no extension) writes the model as FILE.lp, to
+     * inspect it or to time another solver on it */
+    const char *dump = getenv("PM_MILP_WRITE");
+    if (dump && *dump) Cbc_writeLp(cm, dump);
     Cbc_solve(cm);
     const double *x = Cbc_getColSolution(cm);
     pm_milp_result r = {Cbc_getObjValue(cm), Cbc_getBestPossibleObjValue(cm),
@@ -155,6 +161,7 @@ pm_status pm_milp_solve(pm_milp *m, const double *start, double seconds, double 
     int fd[2];
     if (pipe(fd)) return pm_errf(err, PM_ERR_IO, "pipe: %s", strerror(errno));
     double t0 = pm_now();
+    fflush(NULL); /* the child must not write out the parent's buffered output */
     pid_t pid = fork();
     if (pid < 0) {
         close(fd[0]), close(fd[1]);
