@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <glob.h>
 
 #include "pipemem/pm_gpt.h"
 #include "pipemem/pm_train.h"
@@ -376,4 +377,13 @@ int chk_sample(const char *bin, const char *ckpt, const char *prompt, int n, int
     free(exp);
     remove(out);
     return rc;
+}
+
+int chk_tmp_count(const char *path) {
+    char pat[4200];
+    snprintf(pat, sizeof pat, "%s.tmp*", path);
+    glob_t g;
+    int n = glob(pat, 0, NULL, &g) == 0 ? (int)g.gl_pathc : 0;
+    globfree(&g);
+    return n;
 }

@@ -1,6 +1,8 @@
 /* test_util.c: the allocation fault hook, bounded file reads (endless and
- * oversized inputs, directories) and all-or-nothing writes (the old file
- * survives a dropped or failed write; a stale .tmp is reused). */
+ * oversized inputs, directories, FIFOs) and all-or-nothing writes (the old
+ * file survives a dropped or failed write; stale temporaries are cleared;
+ * a planted symlink is never followed; concurrent writers never share a
+ * temporary). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -13,6 +15,7 @@
 
 #include <cmocka.h>
 
+#include "checks.h"
 #include "pipemem/pm_util.h"
 
 static char dir[256];
@@ -111,13 +114,13 @@ static void test_write_is_all_or_nothing(void **state) {
     expect_content(path, "keep"); /* nothing visible before commit */
     pm_wfile_abort(&w);
     expect_content(path, "keep");
-    assert_int_not_equal(access(tmp, F_OK), 0);
+    assert_int_equal(chk_tmp_count(path), 0);
     put(tmp, "stale from a killed run, longer than the new content");
     assert_int_equal(pm_wfile_open(&w, path, &err), PM_OK);
     fputs("new", w.f);
     assert_int_equal(pm_wfile_commit(&w, &err), PM_OK);
     expect_content(path, "new");
-    assert_int_not_equal(access(tmp, F_OK), 0);
+    assert_int_equal(chk_tmp_count(path), 0);
     pm_wfile_abort(&w); /* safe after commit */
     /* A device is written in place, and a full one fails at commit. */
     assert_int_equal(pm_wfile_open(&w, "/dev/full", &err), PM_OK);
@@ -147,13 +150,73 @@ static void test_writable_check(void **state) {
     snprintf(path, sizeof path, "%s/ok", dir);
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     put(tmp, "stale");
+    char dead[330]; /* a killed writer's: pid 2^22 + 1 is above Linux's pid_max */
+    snprintf(dead, sizeof dead, "%s.tmp.4194305.7", path);
+    put(dead, "stale");
     assert_int_equal(pm_path_check_writable(path, &err), PM_OK);
-    assert_int_not_equal(access(tmp, F_OK), 0); /* the stale tmp is gone */
+    assert_int_equal(chk_tmp_count(path), 0); /* the stale ones are gone */
     assert_int_not_equal(access(path, F_OK), 0); /* and nothing was created */
     assert_int_equal(pm_path_check_writable("/dev/null", &err), PM_OK);
     assert_int_not_equal(access("/dev/null.tmp", F_OK), 0);
     pm_wfile w;
     assert_int_equal(pm_wfile_open(&w, dir, &err), PM_ERR_IO);
+}
+
+/* Writers never follow a symlink planted at a temporary's name, and two
+ * writers of one path at once each write their own temporary: the path
+ * ends holding one of the two contents whole. */
+static void test_symlink_and_concurrent_writers(void **state) {
+    (void)state;
+    char path[300], victim[300], link[330];
+    snprintf(path, sizeof path, "%s/out2.txt", dir);
+    snprintf(victim, sizeof victim, "%s/victim.txt", dir);
+    snprintf(link, sizeof link, "%s.tmp", path);
+    put(victim, "precious");
+    assert_int_equal(symlink(victim, link), 0);
+    pm_err err;
+    assert_int_equal(pm_path_check_writable(path, &err), PM_OK);
+    assert_int_equal(symlink(victim, link), 0); /* the check removed the link: plant again */
+    pm_wfile a, b;
+    assert_int_equal(pm_wfile_open(&a, path, &err), PM_OK);
+    assert_int_equal(pm_wfile_open(&b, path, &err), PM_OK);
+    assert_string_not_equal(a.tmp, b.tmp);
+    fputs("from a", a.f);
+    fputs("from b, longer", b.f);
+    assert_int_equal(pm_wfile_commit(&a, &err), PM_OK);
+    expect_content(path, "from a");
+    assert_int_equal(pm_wfile_commit(&b, &err), PM_OK);
+    expect_content(path, "from b, longer");
+    expect_content(victim, "precious");
+    assert_int_equal(chk_tmp_count(path), 0);
+}
+
+/* A FIFO without a writer would block an open forever: refused at once. */
+static void test_fifo_refused(void **state) {
+    (void)state;
+    char fifo[300];
+    snprintf(fifo, sizeof fifo, "%s/fifo", dir);
+    assert_int_equal(mkfifo(fifo, 0666), 0);
+    char *got;
+    size_t n;
+    pm_err err;
+    assert_int_equal(pm_read_file(fifo, 1024, &got, &n, &err), PM_ERR_IO);
+    assert_non_null(strstr(err.msg, "pipe"));
+    FILE *f;
+    assert_int_equal(pm_file_open_read(fifo, 1, &f, &err), PM_ERR_IO);
+    assert_int_equal(pm_file_open_read("/dev/zero", 1, &f, &err), PM_ERR_IO);
+    assert_non_null(strstr(err.msg, "not a regular file"));
+    assert_int_equal(pm_file_open_read("/dev/zero", 0, &f, &err), PM_OK);
+    fclose(f);
+}
+
+/* Rounding a size near SIZE_MAX up to the alignment must not wrap. */
+static void test_aligned_alloc_overflow(void **state) {
+    (void)state;
+    assert_null(pm_aligned_alloc(64, SIZE_MAX - 10));
+    void *p = pm_aligned_alloc(64, 100);
+    assert_non_null(p);
+    assert_int_equal((uintptr_t)p % 64, 0);
+    pm_free(p);
 }
 
 int main(void) {
@@ -162,6 +225,9 @@ int main(void) {
         cmocka_unit_test(test_read_stops_at_the_limit),
         cmocka_unit_test(test_write_is_all_or_nothing),
         cmocka_unit_test(test_writable_check),
+        cmocka_unit_test(test_symlink_and_concurrent_writers),
+        cmocka_unit_test(test_fifo_refused),
+        cmocka_unit_test(test_aligned_alloc_overflow),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

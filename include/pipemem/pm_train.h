@@ -245,7 +245,7 @@ const char *pm_blas_better_coretype(void);
  *     +4n   4n AdamW second moments v
  *     end-8  8 FNV-1a-64 of every preceding byte
  * Gradients are not stored: every step starts from zero. Saving writes
- * FILE.tmp, fsyncs it, renames it and fsyncs the directory (pm_wfile), so a
+ * a temporary, fsyncs it, renames it and fsyncs the directory (pm_wfile), so a
  * crash or a full disk never leaves half a checkpoint at FILE. Versions 1
  * and 2 are read. */
 #define PM_CKPT_MAGIC "PMCKPT01"

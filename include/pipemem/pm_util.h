@@ -9,6 +9,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 typedef enum {
     PM_OK = 0,
@@ -76,14 +77,21 @@ int pm_alloc_failed(void);
 #define PM_TEXT_MAX ((size_t)64 << 20)   /* schedules, blocks: 64 MiB */
 #define PM_CORPUS_MAX ((size_t)1 << 30)  /* `prepare` inputs, together: 1 GiB */
 
+/* Opens path for reading without ever blocking on it: a directory, a FIFO
+ * or a socket is refused in one line (a FIFO without a writer would hang
+ * the open), and with regular_only anything but a regular file. */
+pm_status pm_file_open_read(const char *path, int regular_only, FILE **out, pm_err *err);
+
 /* Reads a whole file into a NUL-terminated buffer from pm_malloc (caller
  * frees with pm_free), stopping with PM_ERR_IO naming the file and the limit
  * as soon as it holds more than `max` bytes. A directory is PM_ERR_IO
  * ("is a directory"). */
 pm_status pm_read_file(const char *path, size_t max, char **out, size_t *len, pm_err *err);
 
-/* An output file written all-or-nothing: bytes go to PATH.tmp (a stale one
- * from a killed run is truncated and reused); commit flushes, fsyncs,
+/* An output file written all-or-nothing: bytes go to this writer's own
+ * temporary PATH.tmp.PID.N, created exclusively (a symlink planted there is
+ * never followed, and two writers of one PATH never share it; temporaries
+ * left by killed writers are removed); commit flushes, fsyncs,
  * renames it over PATH and fsyncs the directory, so PATH is either the old
  * file or the complete new one, never a mix. With path NULL the writer is
  * stdout and commit only flushes; an existing non-regular path (a device
@@ -91,7 +99,7 @@ pm_status pm_read_file(const char *path, size_t max, char **out, size_t *len, pm
 typedef struct {
     void *f;    /* FILE *: where to write (tmp file or stdout) */
     char *path; /* final path, owned; NULL for stdout */
-    char *tmp;  /* PATH.tmp, owned */
+    char *tmp;  /* PATH.tmp.PID.N, owned */
     int direct; /* 1: path is a device or pipe, written in place (no tmp) */
     const char *name; /* for messages: the path (borrowed) or "standard output" */
 } pm_wfile;
@@ -106,7 +114,7 @@ void pm_wfile_abort(pm_wfile *w);
 
 /* Checks, before long work, that PATH can be written later: not a
  * directory, and its directory exists and accepts a new file (tested by
- * creating and removing PATH.tmp, which also clears a stale one). */
+ * creating and removing a temporary, which also clears stale ones). */
 pm_status pm_path_check_writable(const char *path, pm_err *err);
 
 /* Little-endian encoding for the binary file formats (token files,

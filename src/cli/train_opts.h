@@ -34,7 +34,7 @@ typedef struct {
 int pm_cli_train_parse(int argc, char **argv, pm_cli_train_opts *o);
 
 /* Before any work: every output path (--save, --trace, --timeline) can be
- * written (and a stale PATH.tmp from a killed run is cleared). On error
+ * written (and the temporaries of a killed run are cleared). On error
  * prints one line naming the path and returns 1. */
 int pm_cli_train_check_outputs(const pm_cli_train_opts *o);
 

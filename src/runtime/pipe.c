@@ -309,9 +309,10 @@ static pm_status pipe_init(pm_pipe *pp, const pm_train_cfg *cfg, const pm_sched 
     pp->mbsz = cfg->batch / cfg->micro, pp->T = cfg->model.ctx;
     if ((st = pm_sched_copy(&pp->sched, s, err))) return st;
     pp->w_relabeled = normalize_w(&pp->sched);
-    if (pp->w_relabeled && (st = pm_sched_validate(&pp->sched, NULL, 0, err))) {
+    pm_err why;
+    if (pp->w_relabeled && (st = pm_sched_validate(&pp->sched, NULL, 0, &why))) {
         pm_errf(err, st, "schedule %s: running its weight passes in microbatch order breaks "
-                "it (%s)", s->kind, err->msg);
+                "it (%s)", s->kind, why.msg);
         goto fail;
     }
     if ((st = check_w_order(&pp->sched, err))) goto fail;

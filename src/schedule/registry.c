@@ -230,9 +230,9 @@ pm_status pm_sched_generate(pm_sched *s, const char *kind, const pm_sched_req *r
                        req->p, req->m);
     if (k->place == PM_PLACE_LOOP && req->m % req->p != 0)
         return pm_errf(err, PM_ERR_ARG,
-                       "%s needs m to be a multiple of p = %d (got m = %d); try m = %d or %d",
-                       k->name, req->p, req->m, req->m / req->p * req->p,
-                       (req->m / req->p + 1) * req->p);
+                       "%s needs m to be a multiple of p = %d (got m = %d); try m = %lld or %lld",
+                       k->name, req->p, req->m, (long long)req->m / req->p * req->p,
+                       ((long long)req->m / req->p + 1) * req->p);
     if ((st = pm_sched_check_range(k->tier, k->name, req->p, req->m, v, err))) return st;
     if ((st = pm_sched_check_costs(req, err))) return st;
     if (rec || req->recompute) return build_recompute(s, k, req, v, err);

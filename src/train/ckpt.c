@@ -1,6 +1,6 @@
 /* ckpt.c: checkpoint save and load (format in pm_train.h).
  *
- * Saving writes header, slabs and checksum through a pm_wfile (FILE.tmp,
+ * Saving writes header, slabs and checksum through a pm_wfile (a temporary,
  * fsync, rename, directory fsync), so the path holds the old checkpoint or
  * the whole new one. Reading verifies before it interprets: magic and
  * version, the size a header needs, then the checksum over the whole file,
@@ -151,25 +151,24 @@ static pm_status check_header(const char *path, const pm_ckpt_info *info, size_t
 
 /* Opens and verifies path (magic, version, size, checksum, header). On
  * success *fp is open and positioned at the first slab. */
-static pm_status open_verified(const char *path, FILE **fp, pm_ckpt_info *info, pm_err *err) {
+static pm_status open_verified(const char *path, FILE **fp, pm_ckpt_info *info,
+                               uint8_t h[PM_CKPT_HEADER], pm_err *err) {
     *fp = NULL;
     *info = (pm_ckpt_info){0};
-    FILE *f = fopen(path, "rb");
-    if (!f) return pm_errf(err, PM_ERR_IO, "%s: %s", path, strerror(errno));
+    FILE *f;
+    pm_status st = pm_file_open_read(path, 1, &f, err);
+    if (st) return st;
     struct stat sb;
-    pm_status st = PM_OK;
-    if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        st = pm_errf(err, PM_ERR_IO, "%s: %s; give a checkpoint file", path,
-                     S_ISDIR(sb.st_mode) ? "is a directory" : "not a regular file");
+    if (fstat(fileno(f), &sb) != 0) {
+        st = pm_errf(err, PM_ERR_IO, "%s: %s", path, strerror(errno));
         goto fail;
     }
     size_t size = (size_t)sb.st_size;
-    uint8_t h[PM_CKPT_HEADER];
-    size_t got = fread(h, 1, sizeof h, f);
+    size_t got = fread(h, 1, PM_CKPT_HEADER, f);
     if ((st = check_start(path, h, got, size, err))) goto fail;
-    uint64_t sum = pm_fnv1a64(PM_FNV_OFFSET, h, sizeof h);
+    uint64_t sum = pm_fnv1a64(PM_FNV_OFFSET, h, PM_CKPT_HEADER);
     uint8_t tail[8];
-    if (!read_hash(f, NULL, size - sizeof h - 8, &sum) || fread(tail, 1, 8, f) != 8) {
+    if (!read_hash(f, NULL, size - PM_CKPT_HEADER - 8, &sum) || fread(tail, 1, 8, f) != 8) {
         st = pm_errf(err, PM_ERR_IO, "%s: read failed (file shrank while reading?)", path);
         goto fail;
     }
@@ -200,7 +199,8 @@ fail:
 
 pm_status pm_ckpt_info_read(const char *path, pm_ckpt_info *info, pm_err *err) {
     FILE *f;
-    pm_status st = open_verified(path, &f, info, err);
+    uint8_t h[PM_CKPT_HEADER];
+    pm_status st = open_verified(path, &f, info, h, err);
     if (!st) fclose(f);
     return st;
 }
@@ -241,7 +241,8 @@ static pm_status check_run(const char *path, const pm_ckpt_info *in, const pm_tr
 pm_status pm_ckpt_load(pm_trainer *t, const char *path, pm_err *err) {
     FILE *f;
     pm_ckpt_info in;
-    pm_status st = open_verified(path, &f, &in, err);
+    uint8_t first[PM_CKPT_HEADER];
+    pm_status st = open_verified(path, &f, &in, first, err);
     if (st) return st;
     if ((st = check_run(path, &in, t, err))) {
         fclose(f);
@@ -256,6 +257,7 @@ pm_status pm_ckpt_load(pm_trainer *t, const char *path, pm_err *err) {
     for (int s = 0; s < 3 && ok; s++) ok = read_hash(f, slab[s], t->n_params * 4, &sum);
     uint8_t tail[8];
     ok = ok && fread(tail, 1, 8, f) == 8 && pm_get_u64(tail) == sum;
+    ok = ok && !memcmp(h, first, sizeof h); /* the header checked is the one loaded */
     fclose(f);
     if (!ok)
         return pm_errf(err, PM_ERR_IO, "%s: the file changed while it was loaded; the trainer's "
@@ -269,7 +271,8 @@ pm_status pm_ckpt_load_params(const char *path, pm_ckpt_info *info, float **para
                               pm_err *err) {
     *params = NULL;
     FILE *f;
-    pm_status st = open_verified(path, &f, info, err);
+    uint8_t h[PM_CKPT_HEADER];
+    pm_status st = open_verified(path, &f, info, h, err);
     if (st) return st;
     float *p = pm_malloc(info->n_params * sizeof(float));
     uint64_t unused = 0;

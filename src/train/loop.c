@@ -37,7 +37,8 @@ pm_status pm_train_loop(pm_trainer *host, const pm_train_driver *drv, const pm_l
         ev.seconds = pm_now() - t0;
         host->step = ev.step = before + 1;
         report(drv, &ev);
-        if (o->eval_every > 0 && host->step % o->eval_every == 0 && host->step < c->opt.steps) {
+        /* the last step's evaluation and save are the end's (not twice) */
+        if (o->eval_every > 0 && host->step % o->eval_every == 0 && host->step < o->stop_at) {
             pm_loop_event ee = {.kind = PM_LOOP_EVAL, .step = host->step};
             if ((st = eval_save(host, drv, o, &ee, err))) return st;
             report(drv, &ee);

@@ -6,6 +6,7 @@
 #include "pipemem/pm_util.h"
 
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdlib.h>
 
 static atomic_llong calls;     /* allocation calls so far */
@@ -33,6 +34,7 @@ void *pm_realloc(void *p, size_t n) { return should_fail() ? NULL : realloc(p, n
 
 void *pm_aligned_alloc(size_t align, size_t n) {
     if (should_fail()) return NULL;
+    if (!align || n > SIZE_MAX - align) return NULL; /* rounding up would wrap */
     size_t r = n ? (n + align - 1) / align * align : align; /* C11: a multiple of align */
     return aligned_alloc(align, r);
 }

@@ -6,8 +6,11 @@
 #define _XOPEN_SOURCE 700 /* fileno, fsync */
 #include "pipemem/pm_util.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -20,12 +23,34 @@ static pm_status not_a_dir(const char *path, pm_err *err) {
     return PM_OK;
 }
 
+pm_status pm_file_open_read(const char *path, int regular_only, FILE **out, pm_err *err) {
+    *out = NULL;
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) return pm_errf(err, PM_ERR_IO, "%s: %s", path, strerror(errno));
+    struct stat sb;
+    const char *bad = NULL;
+    if (fstat(fd, &sb) != 0) bad = strerror(errno);
+    else if (S_ISDIR(sb.st_mode)) bad = "is a directory; give a file";
+    else if (S_ISFIFO(sb.st_mode) || S_ISSOCK(sb.st_mode)) bad = "is a pipe or socket; give a file";
+    else if (regular_only && !S_ISREG(sb.st_mode)) bad = "not a regular file; give a file";
+    int flags = bad ? 0 : fcntl(fd, F_GETFL);
+    if (!bad && (flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) < 0)) bad = strerror(errno);
+    FILE *f = bad ? NULL : fdopen(fd, "rb");
+    if (!f) {
+        pm_status st = pm_errf(err, PM_ERR_IO, "%s: %s", path, bad ? bad : strerror(errno));
+        close(fd);
+        return st;
+    }
+    *out = f;
+    return PM_OK;
+}
+
 pm_status pm_read_file(const char *path, size_t max, char **out, size_t *len, pm_err *err) {
     *out = NULL;
     *len = 0;
-    if (not_a_dir(path, err)) return PM_ERR_IO;
-    FILE *f = fopen(path, "rb");
-    if (!f) return pm_errf(err, PM_ERR_IO, "%s: %s", path, strerror(errno));
+    FILE *f;
+    pm_status ost = pm_file_open_read(path, 0, &f, err);
+    if (ost) return ost;
     char *buf = NULL;
     size_t cap = 0, n = 0;
     pm_status st = PM_OK;
@@ -66,14 +91,58 @@ pm_status pm_read_file(const char *path, size_t max, char **out, size_t *len, pm
     return PM_OK;
 }
 
-static char *tmp_name(const char *path) {
-    size_t n = strlen(path);
-    char *t = pm_malloc(n + 5);
-    if (t) {
-        memcpy(t, path, n);
-        memcpy(t + n, ".tmp", 5);
+/* The temporary of one writer: PATH.tmp.PID.N, created exclusively (never
+ * through an existing name or a symlink), so two writers of one path never
+ * share it and a planted link cannot redirect the write. Returns the open
+ * descriptor (name in *tmp, caller frees), or -1 with errno set. */
+static int open_tmp(const char *path, char **tmp) {
+    size_t n = strlen(path) + 48;
+    *tmp = pm_malloc(n);
+    if (!*tmp) {
+        errno = ENOMEM;
+        return -1;
     }
-    return t;
+    static atomic_uint counter;
+    for (int tries = 0; tries < 1000; tries++) {
+        snprintf(*tmp, n, "%s.tmp.%ld.%u", path, (long)getpid(), atomic_fetch_add(&counter, 1));
+        int fd = open(*tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
+        if (fd >= 0 || errno != EEXIST) {
+            if (fd < 0) pm_free(*tmp), *tmp = NULL;
+            return fd;
+        }
+    }
+    pm_free(*tmp), *tmp = NULL;
+    errno = EEXIST;
+    return -1;
+}
+
+/* Removes what killed writers of path left: PATH.tmp (the old naming) and
+ * PATH.tmp.PID.N whose process no longer exists. Links are removed, never
+ * followed. */
+static void clear_stale(const char *path) {
+    const char *slash = strrchr(path, '/');
+    const char *base = slash ? slash + 1 : path;
+    char dir[4096];
+    size_t dl = slash ? (size_t)(slash - path) : 1, bl = strlen(base);
+    if (dl >= sizeof dir) return;
+    memcpy(dir, slash ? path : ".", dl);
+    dir[dl] = 0;
+    if (slash && dl == 0) dir[0] = '/', dir[1] = 0;
+    DIR *d = opendir(dir);
+    if (!d) return;
+    for (struct dirent *e; (e = readdir(d));) {
+        const char *nm = e->d_name;
+        if (strncmp(nm, base, bl) || strncmp(nm + bl, ".tmp", 4)) continue;
+        const char *rest = nm + bl + 4;
+        long pid = 0;
+        if (*rest && sscanf(rest, ".%ld.", &pid) != 1) continue;
+        if (*rest && (pid == (long)getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH))
+            continue; /* a live writer's (or ours) */
+        char full[4096 + 256];
+        snprintf(full, sizeof full, "%s/%s", dir, nm);
+        unlink(full);
+    }
+    closedir(d);
 }
 
 pm_status pm_wfile_open(pm_wfile *w, const char *path, pm_err *err) {
@@ -96,15 +165,14 @@ pm_status pm_wfile_open(pm_wfile *w, const char *path, pm_err *err) {
     }
     size_t n = strlen(path);
     w->path = pm_malloc(n + 1);
-    w->tmp = tmp_name(path);
-    if (!w->path || !w->tmp) {
-        pm_wfile_abort(w);
-        return pm_errf(err, PM_ERR_NOMEM, "%s: out of memory", path);
-    }
+    if (!w->path) return pm_errf(err, PM_ERR_NOMEM, "%s: out of memory", path);
     memcpy(w->path, path, n + 1);
-    w->f = fopen(w->tmp, "wb");
-    if (!w->f) {
-        pm_status st = pm_errf(err, PM_ERR_IO, "%s: cannot write: %s", w->tmp, strerror(errno));
+    clear_stale(path);
+    int fd = open_tmp(path, &w->tmp);
+    if (fd < 0 || !(w->f = fdopen(fd, "wb"))) {
+        pm_status st = pm_errf(err, errno == ENOMEM ? PM_ERR_NOMEM : PM_ERR_IO,
+                               "%s: cannot write: %s", path, strerror(errno));
+        if (fd >= 0) close(fd);
         pm_wfile_abort(w);
         return st;
     }
@@ -188,17 +256,15 @@ pm_status pm_path_check_writable(const char *path, pm_err *err) {
             return pm_errf(err, PM_ERR_IO, "%s: cannot be written (%s)", path, strerror(errno));
         return PM_OK;
     }
-    char *tmp = tmp_name(path);
-    if (!tmp) return pm_errf(err, PM_ERR_NOMEM, "%s: out of memory", path);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0666);
-    pm_status st = PM_OK;
+    clear_stale(path);
+    char *tmp = NULL;
+    int fd = open_tmp(path, &tmp); /* a probe, created and removed */
     if (fd < 0)
-        st = pm_errf(err, PM_ERR_IO, "%s: cannot be written (%s); check the directory exists "
-                     "and is writable", path, strerror(errno));
-    else {
-        close(fd);
-        unlink(tmp);
-    }
+        return pm_errf(err, errno == ENOMEM ? PM_ERR_NOMEM : PM_ERR_IO,
+                       "%s: cannot be written (%s); check the directory exists and is "
+                       "writable", path, strerror(errno));
+    close(fd);
+    unlink(tmp);
     pm_free(tmp);
-    return st;
+    return PM_OK;
 }
