@@ -63,7 +63,9 @@ int main(int argc, char **argv) {
         for (int mi = 0; mi < 3; mi++)
             for (int li = 0; li < 4; li++) {
                 int p = ps[pi], m = ms[mi];
-                double lim = li == 0 ? (double)((p + 4) / 3) / p : li == 1 ? 0.75 : li == 2 ? 1 : 2;
+                double vmin = (double)((p + 4) / 3) / p;
+                double lim = li == 0 ? vmin : li == 1 ? 0.75 : li == 2 ? 1 : 2;
+                if (li > 0 && fabs(lim - vmin) < 1e-12) continue; /* p = 2: V-Min's is 1.0 */
                 pm_sched_req q = {.p = p, .m = m, .t = t, .mem = PM_MEM_DEFAULT, .mem_limit = lim,
                                   .time_limit = secs};
                 pm_sched h;
