@@ -19,8 +19,17 @@
  * then lifts the W passes out, moves cool-down F/B passes into the slots
  * they held (B is on the critical path, W is not), and puts every W back in
  * the first free slot after its B, in the order the B passes ran. Each
- * round's result is a candidate; the shortest squeezed makespan whose peaks
- * stay at or under the caps wins, ties going to the plainer candidate.
+ * round's result is a candidate. A second sequence follows the authors'
+ * generator more closely (issue 9): every W first moved to its earliest
+ * slot (in the warm-up no earlier W holds it back, and a late W would let a
+ * forward take its slot and leave memory one higher), round 1 on that, then
+ * round 2 counting memory as the authors do, with the lifted W passes
+ * refilled by the same rule for every tentative move (refill_peak), so a B
+ * no longer takes a slot whose W the cap needed. Every candidate is kept
+ * only under the caps of the plain repetition; the shortest squeezed
+ * makespan wins, ties going to the plainer candidate, so no sequence can
+ * make a kind worse. V-Half now equals the authors' bubble (p=4 m=12
+ * 0.0649, p=8 m=24 0.1056, and 0.1456 with unequal costs).
  *
  * Invariants: slot[] holds each pass's start slot; occ[] and prof[] are
  * rebuilt from slot[] by layout() whenever a round starts; a pass occupies
@@ -53,6 +62,7 @@ typedef struct {
     double *prof;          /* (p * L) memory after the passes started at or before a slot */
     double *cap;           /* (p) peak of the plain repetition, per device */
     double *smax;          /* (L) scratch: suffix maxima of a profile stretch */
+    int64_t *wq;           /* (L) scratch: W passes waiting to be placed, in B order */
     double eps;            /* tolerance of memory comparisons */
 } cons;
 
@@ -74,6 +84,7 @@ static void cons_free(cons *c) {
     pm_free(c->prof);
     pm_free(c->cap);
     pm_free(c->smax);
+    pm_free(c->wq);
     *c = (cons){0};
 }
 
@@ -103,8 +114,9 @@ static pm_status cons_init(cons *c, const pm_block *b, int m, pm_mem mem, pm_err
     c->prof = pm_malloc((size_t)(c->p * c->L) * sizeof *c->prof);
     c->cap = pm_calloc((size_t)c->p, sizeof *c->cap);
     c->smax = pm_malloc((size_t)c->L * sizeof *c->smax);
+    c->wq = pm_malloc((size_t)c->L * sizeof *c->wq);
     if (!c->tab || !c->bstage || !c->bdelta || !c->slot || !c->occ || !c->prof || !c->cap ||
-        !c->smax)
+        !c->smax || !c->wq)
         return pm_errf(err, PM_ERR_NOMEM, "out of memory repeating a block %d times", m);
     pm_block_index(b, c->tab);
     for (int i = 0; i < b->n; i++) {
@@ -254,6 +266,79 @@ static void refill_w(cons *c) {
     }
 }
 
+/* Device d's peak with its W passes lifted out of occ and placed by
+ * refill_w's rule (each at the first free slot at or after its B's end and
+ * after the previous W, in the order the B passes run): the authors'
+ * round-2 memory count, where each free slot with a W waiting frees it. */
+static double refill_peak(cons *c, int d) {
+    const int32_t *o = c->occ + (int64_t)d * c->L;
+    int64_t head = 0, tail = 0, fill = 0;
+    double mem = 0, peak = 0;
+    for (int64_t t = 0; t < c->L; t++) {
+        int32_t id = o[t];
+        if (id >= 0 && c->slot[id] == t) {
+            mem += c->bdelta[id % c->nb];
+            if (bp(c, id)->kind == PM_PASS_B)
+                c->wq[tail++] = pid(c, c->bstage[id % c->nb], PM_PASS_W, id / c->nb);
+        } else if (id < 0 && head < tail && t >= fill) {
+            int64_t w = c->wq[head], b = pid(c, c->bstage[w % c->nb], PM_PASS_B, w / c->nb);
+            if (c->slot[b] + bp(c, b)->dur <= t) {
+                mem += c->bdelta[w % c->nb];
+                head++, fill = t + 1;
+            }
+        }
+        if (mem > peak) peak = mem;
+    }
+    return peak;
+}
+
+/* Round 2 done as the authors count it: with the W passes lifted out, a
+ * cool-down F or B moves to an earlier free slot only if its device, with
+ * the W passes refilled, stays within its cap (a move into a slot a W
+ * would have used delays that W's release). At most a few slots are tried
+ * per pass, each check linear in the device's slots. */
+static void round2_exact(cons *c) {
+    lift_w(c);
+    for (int64_t t = c->warm_end; t < c->L; t++)
+        for (int d = 0; d < c->p; d++) {
+            int32_t *o = c->occ + (int64_t)d * c->L;
+            int32_t id = o[t];
+            if (id < 0 || c->slot[id] != t || !movable(c, id) ||
+                bp(c, id)->kind == PM_PASS_W || orig_slot(c, id) < c->warm_end)
+                continue;
+            const pm_block_pass *x = bp(c, id);
+            int64_t e = earliest(c, id);
+            for (int j = 0; j < x->dur; j++) o[t + j] = -1;
+            int64_t at = t;
+            for (int64_t s = e, tries = 0; s < t && tries < 16; s++) {
+                int free_run = 1;
+                for (int j = 0; j < x->dur && free_run; j++) free_run = o[s + j] < 0;
+                if (!free_run) continue;
+                tries++;
+                for (int j = 0; j < x->dur; j++) o[s + j] = id;
+                c->slot[id] = s;
+                if (refill_peak(c, d) <= c->cap[d] + c->eps) {
+                    at = s;
+                    break;
+                }
+                for (int j = 0; j < x->dur; j++) o[s + j] = -1;
+            }
+            for (int j = 0; j < x->dur; j++) o[at + j] = id;
+            c->slot[id] = at;
+        }
+    refill_w(c);
+}
+
+/* Back to the plain repetition, every W then moved to its earliest slot
+ * (refill_w's rule): in the warm-up no earlier W holds it back. */
+static void reset_w_early(cons *c) {
+    for (int64_t id = 0; id < c->N; id++) c->slot[id] = orig_slot(c, id);
+    layout(c);
+    lift_w(c);
+    refill_w(c);
+    layout(c);
+}
+
 /* The per-device order of the current slots as a schedule. */
 static pm_status to_sched(const cons *c, pm_sched *s, const char *kind, pm_err *err) {
     pm_status st = pm_sched_init(s, kind, c->b->place, c->p, c->m, c->v, err);
@@ -323,7 +408,8 @@ pm_status pm_sched_from_block(pm_sched *s, const pm_block *b, const pm_sched_req
     if (req->m < 1 || req->m > (1 << 20))
         return pm_errf(err, PM_ERR_ARG, "m must be 1..%d (got %d)", 1 << 20, req->m);
     cons c;
-    cand x[3];
+    enum { NCAND = 6 };
+    cand x[NCAND];
     memset(x, 0, sizeof x);
     if ((st = cons_init(&c, b, req->m, mem, err))) goto done;
     layout(&c);
@@ -338,13 +424,23 @@ pm_status pm_sched_from_block(pm_sched *s, const pm_block *b, const pm_sched_req
     reorder(&c, 1, 1);
     refill_w(&c);
     if ((st = make_cand(&c, &x[2], kind, t, mem, err))) goto done;
+    /* the authors' order of things: every W at its earliest slot first,
+     * round 1 on that, then round 2 with the W passes counted as they will
+     * be refilled (each candidate kept only under the caps, so none can
+     * make the result worse) */
+    reset_w_early(&c);
+    if ((st = make_cand(&c, &x[3], kind, t, mem, err))) goto done;
+    reorder(&c, 0, 0);
+    if ((st = make_cand(&c, &x[4], kind, t, mem, err))) goto done;
+    round2_exact(&c);
+    if ((st = make_cand(&c, &x[5], kind, t, mem, err))) goto done;
     int best = 0;
-    for (int i = 1; i < 3; i++)
+    for (int i = 1; i < NCAND; i++)
         if (x[i].ok && x[i].makespan < x[best].makespan * (1 - 1e-12)) best = i;
     *s = x[best].s;
     x[best].s = (pm_sched){0};
 done:
-    for (int i = 0; i < 3; i++) pm_sched_free(&x[i].s);
+    for (int i = 0; i < NCAND; i++) pm_sched_free(&x[i].s);
     cons_free(&c);
     return st;
 }
