@@ -8,7 +8,9 @@
 #      puts each one's measured step time, bubble and peak activation memory
 #      beside the simulator's prediction;
 #   4. the schedule engine compares every schedule for p = 8, m = 24 with
-#      unequal costs and draws four of them.
+#      unequal costs and draws four of them;
+#   5. model selection: 2 learning rates x 2 depths trained at once on 2
+#      devices under a memory budget that cuts every model into shards.
 # Everything lands in out/demo/ (PM_DEMO_OUT overrides; PM_DEMO_STEPS sets
 # the length of the main run).
 set -eu
@@ -65,5 +67,15 @@ for k in 1f1b zb-h1 v-half v-min; do
     "$BIN" schedule --kind "$k" -p 8 -m 24 --costs "$COSTS" --format svg -o "$OUT/$k.svg"
 done
 echo
+
+SEL="--lr 1e-3,3e-3 --layers 2,4 --dim 128 --heads 4 --ctx 64 --batch 8 --microbatches 2"
+echo "== 5. pipemem select: 4 models at once on 2 devices of 14 MiB each (shard parallelism)"
+# shellcheck disable=SC2086
+"$BIN" select --data "$OUT/data" --devices 2 --device-mem 14M $SEL --steps 60 --dry-run | head -6
+# shellcheck disable=SC2086
+"$BIN" select --data "$OUT/data" --devices 2 --device-mem 14M $SEL --steps 60 \
+    --save-best "$OUT/best.ckpt" --csv "$OUT/select.csv"
+echo
 echo "demo output in $OUT/: v-half-measured.svg (the real run), v-half-trace.json (Perfetto),"
-echo "  1f1b.svg zb-h1.svg v-half.svg v-min.svg (simulated timelines), gpt.ckpt, data/"
+echo "  1f1b.svg zb-h1.svg v-half.svg v-min.svg (simulated timelines), gpt.ckpt, data/,"
+echo "  best.ckpt and select.csv (model selection)"
