@@ -493,7 +493,7 @@ static void cli_train_matches(void **state) {
     (void)state;
     const char *bin = getenv("PM_BIN");
     if (!bin) skip();
-    char dir[128], cmd[1024], out[8192];
+    char dir[128], cmd[4096], out[8192];
     snprintf(dir, sizeof dir, "/tmp/pm_test_select_%d", (int)getpid());
     snprintf(cmd, sizeof cmd, "mkdir -p %s && for i in $(seq 1 300); do echo \"line $i: pack "
              "my box with five dozen liquor jugs\"; done > %s/t.txt && %s prepare %s/t.txt -o "
@@ -518,6 +518,26 @@ static void cli_train_matches(void **state) {
              ">/dev/null 2>&1 && cmp -s %s/best.ckpt %s/alone.ckpt", bin, dir, model,
              atof(lr + 6), dir, dir, dir);
     if (sh(cmd)) fail_msg("the best task's checkpoint differs from train's (%s)", cmd);
+    /* --resume: a sweep stopped after step 3 and run again ends with the
+     * same per-task checkpoints, byte for byte, as one never stopped */
+    const char *sweep = "--devices 2 --device-mem 1200K --lr 2e-3,8e-3";
+    snprintf(cmd, sizeof cmd, "%s select --data %s/d %s %s --resume %s/a >/dev/null 2>&1 && "
+             "%s select --data %s/d %s %s --resume %s/b --stop-after 3 >/dev/null 2>&1", bin,
+             dir, model, sweep, dir, bin, dir, model, sweep, dir);
+    assert_int_equal(sh(cmd), 0);
+    char ck[300];
+    pm_ckpt_info info;
+    pm_err e;
+    snprintf(ck, sizeof ck, "%s/b/t0.ckpt", dir);
+    assert_int_equal(pm_ckpt_info_read(ck, &info, &e), PM_OK);
+    assert_int_equal(info.step, 3); /* stopped where asked, saved there */
+    snprintf(cmd, sizeof cmd, "%s select --data %s/d %s %s --resume %s/b 2>&1 >/dev/null | "
+             "grep -q 'resumed 2 of 2 tasks'", bin, dir, model, sweep, dir);
+    assert_int_equal(sh(cmd), 0);
+    for (int i = 0; i < 2; i++) {
+        snprintf(cmd, sizeof cmd, "cmp -s %s/a/t%d.ckpt %s/b/t%d.ckpt", dir, i, dir, i);
+        if (sh(cmd)) fail_msg("task t%d: the resumed sweep ends apart (%s)", i, cmd);
+    }
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     assert_int_equal(sh(cmd), 0);
 }

@@ -164,6 +164,12 @@ typedef struct {
                                  tasks still running, by validation loss, go on; 0 off */
     int eval_batches;         /* microbatches per evaluation */
     const pm_tokens *val;     /* validation tokens */
+    const char *save_dir;     /* NULL, or a directory: each task's checkpoint DIR/NAME.ckpt
+                                 at every evaluation and at its end (NAME.stopped marks
+                                 a task halving stopped), what --resume reads */
+    int64_t stop_after;       /* > 0: every task stops after this step, as if killed
+                                 (tests and interrupted sweeps) */
+    const unsigned char *skip; /* NULL, or (n) 1 for tasks halving stopped earlier */
     /* Called for every event, one at a time (under the scheduler's lock);
      * may be NULL. */
     void (*report)(void *ctx, const pm_select_event *ev);

@@ -11,6 +11,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "pipemem/pm_select.h"
@@ -23,7 +25,7 @@ static const char usage[] =
     "                      [--warmup LIST] [--seed LIST] [--tasks FILE] [--steps N]\n"
     "                      [--policy shard|task|sequential] [--no-prefetch]\n"
     "                      [--eval-every N] [--eval-batches N] [--halving ETA]\n"
-    "                      [--save-best FILE]\n"
+    "                      [--save-best FILE] [--resume DIR] [--stop-after N]\n"
     "                      [--json] [--csv FILE]\n"
     "\n"
     "Model selection: many GPT configurations (tasks) trained at once, each cut into\n"
@@ -42,6 +44,10 @@ static const char usage[] =
     "           sequential (plain model parallelism), for comparison\n"
     "  --halving ETA  successive halving: at each evaluation round the best 1/ETA\n"
     "           of the tasks still running (by validation loss) go on, the rest stop\n"
+    "  --resume DIR  each task's checkpoint goes to DIR/NAME.ckpt at every evaluation\n"
+    "           and at its end; run again with the same options to continue a\n"
+    "           killed sweep from there, bit for bit (--stop-after N: stop every task\n"
+    "           after step N, saved, as an interruption on purpose)\n"
     "  --save-best FILE  the best task's checkpoint (by validation loss), as\n"
     "           `pipemem train --save` would write it (pipemem sample reads it)\n"
     "Every task trains exactly as `pipemem train` alone with its options: the same\n"
@@ -64,7 +70,8 @@ typedef struct {
     int devices, steps, prefetch, dry_run, json, eval_every, eval_batches, halving;
     size_t device_mem;
     pm_select_policy policy;
-    const char *tasks_file, *data, *csv, *save_best;
+    const char *tasks_file, *data, *csv, *save_best, *resume;
+    int stop_after;
 } sel_opts;
 
 static int key_of(const char *name) {
@@ -153,6 +160,9 @@ static int parse_args(int argc, char **argv, sel_opts *o) {
         else if (!strcmp(a, "--eval-every")) bad = pm_cli_int(a, val, 0, &o->eval_every);
         else if (!strcmp(a, "--eval-batches")) bad = pm_cli_int(a, val, 1, &o->eval_batches);
         else if (!strcmp(a, "--halving")) bad = pm_cli_int(a, val, 2, &o->halving);
+        else if (!strcmp(a, "--stop-after")) bad = pm_cli_int(a, val, 1, &o->stop_after);
+        else if (!strcmp(a, "--resume"))
+            o->resume = val, bad = !val && pm_cli_fail("--resume needs a value");
         else if (!strcmp(a, "--csv")) o->csv = val, bad = !val && pm_cli_fail("--csv needs a value");
         else if (!strcmp(a, "--save-best"))
             o->save_best = val, bad = !val && pm_cli_fail("--save-best needs a value");
@@ -432,6 +442,28 @@ static int write_csv(const char *path, const pm_select_task *t, const pm_select_
     return 0;
 }
 
+/* --resume DIR: the directory is made if missing; each task with a
+ * checkpoint there continues from it (pm_ckpt_load checks it is this task's
+ * configuration and data), each with a .stopped marker stays stopped. */
+static int resume_tasks(const char *dir, const pm_select_task *t, int n, pm_trainer *hosts,
+                        unsigned char *skip) {
+    if (mkdir(dir, 0777) && errno != EEXIST)
+        return pm_cli_fail("--resume %s: %s", dir, strerror(errno));
+    int resumed = 0;
+    for (int i = 0; i < n; i++) {
+        char path[4096];
+        pm_err e;
+        snprintf(path, sizeof path, "%s/%s.stopped", dir, t[i].name);
+        skip[i] = access(path, F_OK) == 0;
+        snprintf(path, sizeof path, "%s/%s.ckpt", dir, t[i].name);
+        if (access(path, F_OK)) continue;
+        if (pm_ckpt_load(&hosts[i], path, &e)) return pm_cli_fail("task %s: %s", t[i].name, e.msg);
+        resumed++;
+    }
+    if (resumed) fprintf(stderr, "select: resumed %d of %d tasks from %s\n", resumed, n, dir);
+    return 0;
+}
+
 static int train_tasks(const sel_opts *o, const pm_select_task *t, int n,
                        const pm_select_layout *lay) {
     pm_tokens tr, va;
@@ -446,12 +478,16 @@ static int train_tasks(const sel_opts *o, const pm_select_task *t, int n,
             rc = pm_cli_fail("task %s: %s", t[ready].name, e.msg);
     }
     if (rc && ready) ready--; /* the failed one left nothing allocated */
+    unsigned char *skip = pm_calloc((size_t)n, 1);
+    if (!rc && !skip) rc = pm_cli_fail("select: out of memory");
+    if (!rc && o->resume) rc = resume_tasks(o->resume, t, n, hosts, skip);
     pm_select_stats st;
     pm_err e;
     progress pg = {t, NULL, n, 0, o->steps, pm_now()};
     pm_select_opts so = {.devices = o->devices, .policy = o->policy, .prefetch = o->prefetch,
                          .eval_every = o->eval_every, .halving = o->halving,
-                         .eval_batches = o->eval_batches, .val = &va, .report = on_event,
+                         .eval_batches = o->eval_batches, .val = &va, .save_dir = o->resume,
+                         .stop_after = o->stop_after, .skip = skip, .report = on_event,
                          .report_ctx = &pg};
     if (!rc && pm_select_run(t, hosts, n, lay, &so, res, &st, &e)) rc = pm_cli_fail("%s", e.msg);
     if (!rc) {
@@ -477,7 +513,7 @@ static int train_tasks(const sel_opts *o, const pm_select_task *t, int n,
         pm_select_stats_free(&st);
     }
     for (int i = 0; i < ready; i++) pm_trainer_free(&hosts[i]);
-    pm_free(hosts), pm_free(res), pm_free(order);
+    pm_free(hosts), pm_free(res), pm_free(order), pm_free(skip);
     pm_tokens_free(&tr), pm_tokens_free(&va);
     return rc;
 }

@@ -119,6 +119,18 @@ static void emit(sel_run *r, int task, int kind, double loss, double val) {
     r->o->report(r->o->report_ctx, &ev);
 }
 
+/* Task t's checkpoint in the save directory (its updates flushed first);
+ * on failure the reason goes to t->why. */
+static int save_task(sel_run *r, sel_task *t) {
+    char path[4096];
+    pm_err e;
+    snprintf(path, sizeof path, "%s/%s.ckpt", r->o->save_dir, t->task->name);
+    sel_flush_updates(t);
+    if (!pm_ckpt_save(t->host, path, &e)) return 0;
+    snprintf(t->why, sizeof t->why, "saving: %.140s", e.msg);
+    return 1;
+}
+
 /* After the step's last pass (task running, lock not held): the loss and
  * the global norm, then evaluation at intervals and the end. Returns the
  * event to report; *state gets the task's new state, which the caller sets
@@ -139,6 +151,19 @@ static int end_step(sel_run *r, sel_task *t, double *loss, double *val, int *sta
     t->last_loss = *loss;
     h->step++;
     int end = h->step >= t->stop_at;
+    if (r->o->stop_after > 0 && h->step >= r->o->stop_after && !end) {
+        /* interrupted on purpose: saved where it stands, as `train
+         * --stop-after` does, so --resume continues from here */
+        snprintf(t->why, sizeof t->why, "interrupted after step %lld (--stop-after)",
+                 (long long)h->step);
+        if (r->o->save_dir && save_task(r, t)) {
+            *state = PM_SELECT_FAILED;
+            return PM_SELECT_EV_FAILED;
+        }
+        sel_flush_updates(t);
+        *state = PM_SELECT_STOPPED;
+        return PM_SELECT_EV_STOPPED;
+    }
     int ev = r->o->eval_every > 0 && h->step % r->o->eval_every == 0;
     if ((ev || end) && r->o->val) {
         pm_err e;
@@ -150,8 +175,12 @@ static int end_step(sel_run *r, sel_task *t, double *loss, double *val, int *sta
         }
         t->val_loss = *val;
     }
+    if (end) sel_flush_updates(t);
+    if ((ev || end) && r->o->save_dir && save_task(r, t)) {
+        *state = PM_SELECT_FAILED;
+        return PM_SELECT_EV_FAILED;
+    }
     if (end) {
-        sel_flush_updates(t);
         *state = PM_SELECT_DONE;
         return PM_SELECT_EV_DONE;
     }
@@ -196,6 +225,12 @@ static void halve(sel_run *r) {
         t->state = PM_SELECT_STOPPED;
         snprintf(t->why, sizeof t->why, "by halving after step %lld",
                  (long long)t->host->step);
+        if (r->o->save_dir) { /* a marker, so a resumed sweep does not revive it */
+            char path[4096];
+            snprintf(path, sizeof path, "%s/%s.stopped", r->o->save_dir, t->task->name);
+            FILE *f = fopen(path, "w");
+            if (f) fprintf(f, "%s\n", t->why), fclose(f);
+        }
         emit(r, idx[j], PM_SELECT_EV_STOPPED, t->last_loss, t->val_loss);
     }
 }
@@ -366,6 +401,10 @@ static pm_status tasks_init(sel_run *r, const pm_select_task *tasks, pm_trainer 
                            tasks[i].name);
         for (int s = 0; s < S; s++) t->updated[s] = hosts[i].step, t->zeroed[s] = hosts[i].step;
         if (hosts[i].step >= t->stop_at) t->state = PM_SELECT_DONE;
+        if (r->o->skip && r->o->skip[i]) {
+            t->state = PM_SELECT_STOPPED;
+            snprintf(t->why, sizeof t->why, "by halving (before the resume)");
+        }
     }
     return PM_OK;
 }
