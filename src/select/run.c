@@ -458,6 +458,40 @@ static void run_free(sel_run *r) {
     tasks_free(r->t, r->n);
 }
 
+/* Starts the device threads and waits for them. A thread that cannot start
+ * fails the tasks not yet running; the others finish theirs. */
+static pm_status run_threads(sel_run *r, pm_err *err) {
+    int D = r->o->devices, started = 0;
+    pthread_t *th = pm_malloc((size_t)D * sizeof *th);
+    dev_arg *args = pm_malloc((size_t)D * sizeof *args);
+    pm_status st = PM_OK;
+    if (!th || !args) st = pm_errf(err, PM_ERR_NOMEM, "out of memory for threads");
+    if (!st) {
+        pthread_mutex_init(&r->mu, NULL);
+        pthread_cond_init(&r->cv, NULL);
+        r->t0 = pm_now();
+        for (; started < D; started++) {
+            args[started] = (dev_arg){r, started};
+            if (pthread_create(&th[started], NULL, device_main, &args[started])) break;
+        }
+        if (started < D) {
+            st = pm_errf(err, PM_ERR_NOMEM, "could not start device thread %d", started);
+            pthread_mutex_lock(&r->mu);
+            for (int i = 0; i < r->n; i++)
+                if (!r->t[i].running) r->t[i].state = PM_SELECT_FAILED;
+            pthread_cond_broadcast(&r->cv);
+            pthread_mutex_unlock(&r->mu);
+        }
+        for (int d = 0; d < started; d++) pthread_join(th[d], NULL);
+        r->stats->makespan_s = pm_now() - r->t0;
+        pthread_cond_destroy(&r->cv);
+        pthread_mutex_destroy(&r->mu);
+    }
+    pm_free(th);
+    pm_free(args);
+    return st;
+}
+
 pm_status pm_select_run(const pm_select_task *tasks, pm_trainer *hosts, int n,
                         const pm_select_layout *layout, const pm_select_opts *o,
                         pm_select_result *res, pm_select_stats *stats, pm_err *err) {
@@ -476,30 +510,7 @@ pm_status pm_select_run(const pm_select_task *tasks, pm_trainer *hosts, int n,
                        : PM_OK;
     if (!st) st = tasks_init(&r, tasks, hosts, err);
     if (!st) st = devices_init(&r, err);
-    pthread_t *th = st ? NULL : pm_malloc((size_t)o->devices * sizeof *th);
-    dev_arg *args = st ? NULL : pm_malloc((size_t)o->devices * sizeof *args);
-    if (!st && (!th || !args)) st = pm_errf(err, PM_ERR_NOMEM, "out of memory for threads");
-    int started = 0;
-    if (!st) {
-        pthread_mutex_init(&r.mu, NULL);
-        pthread_cond_init(&r.cv, NULL);
-        r.t0 = pm_now();
-        for (; started < o->devices; started++) {
-            args[started] = (dev_arg){&r, started};
-            if (pthread_create(&th[started], NULL, device_main, &args[started])) break;
-        }
-        if (started < o->devices) { /* finish with the threads there are */
-            st = pm_errf(err, PM_ERR_NOMEM, "could not start device thread %d", started);
-            pthread_mutex_lock(&r.mu);
-            for (int i = 0; i < n; i++)
-                if (!r.t[i].running) r.t[i].state = PM_SELECT_FAILED;
-            pthread_mutex_unlock(&r.mu);
-        }
-        for (int d = 0; d < started; d++) pthread_join(th[d], NULL);
-        stats->makespan_s = pm_now() - r.t0;
-        pthread_cond_destroy(&r.cv);
-        pthread_mutex_destroy(&r.mu);
-    }
+    if (!st) st = run_threads(&r, err);
     for (int i = 0; r.t && i < n; i++) {
         sel_task *t = &r.t[i];
         res[i] = (pm_select_result){t->state, hosts[i].step, t->last_loss, t->val_loss, t->busy,
@@ -508,8 +519,6 @@ pm_status pm_select_run(const pm_select_task *tasks, pm_trainer *hosts, int n,
     }
     for (int d = 0; r.dev && d < o->devices; d++)
         stats->peak[d] = r.dev[d].peak, stats->wait[d] = r.dev[d].wait_s;
-    pm_free(th);
-    pm_free(args);
     run_free(&r);
     if (st) pm_select_stats_free(stats);
     return st;
