@@ -145,6 +145,8 @@ typedef struct {
     int64_t step;      /* steps completed */
     double loss;       /* the step's mean loss */
     double val_loss;   /* kind EVAL */
+    double elapsed;    /* seconds since the run started */
+    const double *busy; /* (devices) each device's seconds of passes so far */
     enum {
         PM_SELECT_EV_STEP,
         PM_SELECT_EV_EVAL,

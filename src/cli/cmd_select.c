@@ -329,16 +329,37 @@ static int print_policies(const pm_select_task *t, int n, int D, int steps) {
 
 typedef struct {
     const pm_select_task *t;
-    const pm_select_result *res; /* NULL while running */
-    int n, done, steps;
-    double t0;
+    int n, done, devices;
+    int64_t steps_all, steps_done; /* every task's steps, and those run so far */
+    double t0, last;               /* start, last status line */
 } progress;
+
+/* One status line: tasks finished, steps, each device's busy fraction and
+ * the time left at the pace so far. */
+static void status_line(progress *p, const pm_select_event *ev) {
+    fprintf(stderr, "select: %d of %d tasks finished, %lld of %lld steps, busy", p->done, p->n,
+            (long long)p->steps_done, (long long)p->steps_all);
+    for (int d = 0; d < p->devices; d++)
+        fprintf(stderr, " %.0f%%", ev->elapsed > 0 ? 100 * ev->busy[d] / ev->elapsed : 0);
+    double left = p->steps_done ? ev->elapsed * (double)(p->steps_all - p->steps_done) /
+                                      (double)p->steps_done
+                                : 0;
+    fprintf(stderr, ", ETA %.0f s\n", left);
+    p->last = ev->elapsed;
+}
 
 static void on_event(void *ctx, const pm_select_event *ev) {
     progress *p = ctx;
     const char *name = p->t[ev->task].name;
-    double el = pm_now() - p->t0;
+    double el = ev->elapsed;
     if (ev->kind >= PM_SELECT_EV_DONE) p->done++;
+    if (ev->kind <= PM_SELECT_EV_DONE) p->steps_done++;
+    if (ev->kind >= PM_SELECT_EV_DONE) /* a finished task's steps are all accounted for */
+        p->steps_all -= p->t[ev->task].cfg.opt.steps - ev->step;
+    if (ev->kind == PM_SELECT_EV_STEP) {
+        if (el - p->last >= 2) status_line(p, ev);
+        return;
+    }
     if (ev->kind == PM_SELECT_EV_STOPPED)
         fprintf(stderr, "select: %s stopped by halving after step %lld (val loss %.4f; %d of %d "
                 "tasks finished, %.1f s)\n", name, (long long)ev->step, ev->val_loss, p->done,
@@ -352,7 +373,8 @@ static void on_event(void *ctx, const pm_select_event *ev) {
                 p->n, el);
     else if (ev->kind == PM_SELECT_EV_EVAL)
         fprintf(stderr, "select: %s step %lld/%d  loss %.4f  val loss %.4f  (%.1f s)\n", name,
-                (long long)ev->step, p->steps, ev->loss, ev->val_loss, el);
+                (long long)ev->step, p->t[ev->task].cfg.opt.steps, ev->loss, ev->val_loss, el);
+    if (ev->kind >= PM_SELECT_EV_DONE || el - p->last >= 2) status_line(p, ev);
 }
 
 static const char *const state_names[] = {"running", "done", "failed", "stopped"};
@@ -483,7 +505,8 @@ static int train_tasks(const sel_opts *o, const pm_select_task *t, int n,
     if (!rc && o->resume) rc = resume_tasks(o->resume, t, n, hosts, skip);
     pm_select_stats st;
     pm_err e;
-    progress pg = {t, NULL, n, 0, o->steps, pm_now()};
+    progress pg = {t, n, 0, o->devices, 0, 0, pm_now(), 0};
+    for (int i = 0; i < n; i++) pg.steps_all += t[i].cfg.opt.steps - hosts[i].step;
     pm_select_opts so = {.devices = o->devices, .policy = o->policy, .prefetch = o->prefetch,
                          .eval_every = o->eval_every, .halving = o->halving,
                          .eval_batches = o->eval_batches, .val = &va, .save_dir = o->resume,

@@ -115,7 +115,8 @@ static int all_finished(const sel_run *r) {
 
 static void emit(sel_run *r, int task, int kind, double loss, double val) {
     if (!r->o->report) return;
-    pm_select_event ev = {task, r->t[task].host->step, loss, val, kind};
+    pm_select_event ev = {task, r->t[task].host->step, loss, val, pm_now() - r->t0,
+                          r->stats->busy, kind};
     r->o->report(r->o->report_ctx, &ev);
 }
 
