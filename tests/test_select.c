@@ -316,6 +316,22 @@ static void corpus_init(void) {
     for (size_t i = 0; i < sizeof corpus; i++) corpus[i] = (uint8_t)('a' + (int)(uni() * 26));
 }
 
+/* The pass log: every pass of every task once, and no device or task ever
+ * in two passes at once (a task never runs on two devices). */
+static void check_log(const pm_select_stats *st, const pm_select_task *t, int n) {
+    int64_t want = 0;
+    for (int i = 0; i < n; i++) want += (int64_t)t[i].cfg.opt.steps * (2 * t[i].nshard - 1);
+    assert_int_equal(st->nlog, want);
+    for (int64_t a = 0; a < st->nlog; a++)
+        for (int64_t b = a + 1; b < st->nlog; b++) {
+            const pm_select_pass *x = &st->log[a], *y = &st->log[b];
+            if ((x->dev == y->dev || x->task == y->task) && x->start < y->end - 1e-9 &&
+                y->start < x->end - 1e-9)
+                fail_msg("passes %lld and %lld overlap on device %d / task %d", (long long)a,
+                         (long long)b, x->dev, x->task);
+        }
+}
+
 static void train_exact(void **state) {
     (void)state;
     corpus_init();
@@ -357,6 +373,7 @@ static void train_exact(void **state) {
                 pm_select_stats stats;
                 if (pm_select_run(tasks, hosts, NT, &lay, &o, res, &stats, &e))
                     fail_msg("D=%d %s: %s", D, pm_select_policy_names[pol], e.msg);
+                check_log(&stats, tasks, NT);
                 for (int i = 0; i < NT; i++) {
                     int steps = tasks[i].cfg.opt.steps;
                     assert_int_equal(res[i].state, PM_SELECT_DONE);
@@ -502,7 +519,8 @@ static void cli_train_matches(void **state) {
     const char *model = "--layers 3 --dim 32 --heads 2 --ctx 16 --batch 4 --microbatches 2 "
                         "--steps 6 --eval-every 3";
     snprintf(cmd, sizeof cmd, "%s select --data %s/d --devices 2 --device-mem 1200K %s "
-             "--lr 2e-3,8e-3 --json --save-best %s/best.ckpt 2>/dev/null", bin, dir, model, dir);
+             "--lr 2e-3,8e-3 --json --save-best %s/best.ckpt --timeline %s/run.svg --trace "
+             "%s/run.json 2>/dev/null", bin, dir, model, dir, dir, dir);
     FILE *f = popen(cmd, "r");
     size_t n = fread(out, 1, sizeof out - 1, f);
     out[n] = 0;
@@ -514,6 +532,14 @@ static void cli_train_matches(void **state) {
     assert_true(atoi(shards + 10) >= 2);
     assert_non_null(strstr(out, "\"lower_bound_s\""));
     assert_non_null(strstr(out, "\"device_peak_bytes\""));
+    /* the timeline and the trace: one box and one event per pass, as many as
+     * 6 steps of 2 S - 1 passes of each task */
+    int passes = 0;
+    for (const char *q = out; (q = strstr(q, "\"shards\": ")); q += 10) passes += 6 * (2 * atoi(q + 10) - 1);
+    snprintf(cmd, sizeof cmd, "test $(grep -o 'class=\"pass\"' %s/run.svg | wc -l) -eq %d && "
+             "test $(grep -o '\"ph\": \"X\"' %s/run.json | wc -l) -eq %d", dir, passes, dir,
+             passes);
+    if (sh(cmd)) fail_msg("timeline or trace without %d passes (%s)", passes, cmd);
     snprintf(cmd, sizeof cmd, "%s train --data %s/d %s --lr %g --threads 1 --save %s/alone.ckpt "
              ">/dev/null 2>&1 && cmp -s %s/best.ckpt %s/alone.ckpt", bin, dir, model,
              atof(lr + 6), dir, dir, dir);

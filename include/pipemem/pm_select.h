@@ -37,6 +37,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "pipemem/pm_train.h"
 #include "pipemem/pm_util.h"
@@ -178,14 +179,32 @@ typedef struct {
     void *report_ctx;
 } pm_select_opts;
 
+/* One pass as it ran. */
 typedef struct {
+    int dev, task, shard, kind; /* kind: 0 forward, 1 last shard fused, 2 backward */
+    double start, end;          /* seconds from the run's start */
+} pm_select_pass;
+
+typedef struct {
+    int devices;
     double makespan_s;  /* wall time of the run */
     size_t *peak;       /* (devices) highest slab byte used; owned */
     double *busy;       /* (devices) seconds of passes run; owned */
     double *wait;       /* (devices) seconds spent waiting for a prefetch copy; owned */
+    pm_select_pass *log; /* (nlog) every pass run, in the order they ended; owned */
+    int64_t nlog;
 } pm_select_stats;
 
 void pm_select_stats_free(pm_select_stats *s);
+
+/* The run as a timeline: SVG (one row per device, each pass a box coloured
+ * by task, darker for backwards, with a legend and a title giving the
+ * makespan, the lower bound and each device's busy fraction) or a Chrome
+ * trace (one track per device; opens in Perfetto). tasks names them. */
+pm_status pm_select_write_svg(FILE *f, const pm_select_stats *st, const pm_select_task *tasks,
+                              int n, double lower_bound);
+pm_status pm_select_write_trace(FILE *f, const pm_select_stats *st, const pm_select_task *tasks,
+                                int n);
 
 /* Trains every task on o->devices device threads under the layout from
  * pm_select_partition: hosts[i] is task i's store (a pm_trainer

@@ -26,7 +26,7 @@ static const char usage[] =
     "                      [--policy shard|task|sequential] [--no-prefetch]\n"
     "                      [--eval-every N] [--eval-batches N] [--halving ETA]\n"
     "                      [--save-best FILE] [--resume DIR] [--stop-after N]\n"
-    "                      [--json] [--csv FILE]\n"
+    "                      [--json] [--csv FILE] [--timeline FILE.svg] [--trace FILE]\n"
     "\n"
     "Model selection: many GPT configurations (tasks) trained at once, each cut into\n"
     "shards that fit one device's memory, scheduled so every device stays busy with\n"
@@ -48,6 +48,8 @@ static const char usage[] =
     "           and at its end; run again with the same options to continue a\n"
     "           killed sweep from there, bit for bit (--stop-after N: stop every task\n"
     "           after step N, saved, as an interruption on purpose)\n"
+    "  --timeline FILE.svg, --trace FILE  the run as measured: one row (track) per\n"
+    "           device, each shard pass a box coloured by task, idle time as gaps\n"
     "  --save-best FILE  the best task's checkpoint (by validation loss), as\n"
     "           `pipemem train --save` would write it (pipemem sample reads it)\n"
     "Every task trains exactly as `pipemem train` alone with its options: the same\n"
@@ -70,7 +72,7 @@ typedef struct {
     int devices, steps, prefetch, dry_run, json, eval_every, eval_batches, halving;
     size_t device_mem;
     pm_select_policy policy;
-    const char *tasks_file, *data, *csv, *save_best, *resume;
+    const char *tasks_file, *data, *csv, *save_best, *resume, *svg, *trace;
     int stop_after;
 } sel_opts;
 
@@ -161,6 +163,10 @@ static int parse_args(int argc, char **argv, sel_opts *o) {
         else if (!strcmp(a, "--eval-batches")) bad = pm_cli_int(a, val, 1, &o->eval_batches);
         else if (!strcmp(a, "--halving")) bad = pm_cli_int(a, val, 2, &o->halving);
         else if (!strcmp(a, "--stop-after")) bad = pm_cli_int(a, val, 1, &o->stop_after);
+        else if (!strcmp(a, "--timeline"))
+            o->svg = val, bad = !val && pm_cli_fail("--timeline needs a value");
+        else if (!strcmp(a, "--trace"))
+            o->trace = val, bad = !val && pm_cli_fail("--trace needs a value");
         else if (!strcmp(a, "--resume"))
             o->resume = val, bad = !val && pm_cli_fail("--resume needs a value");
         else if (!strcmp(a, "--csv")) o->csv = val, bad = !val && pm_cli_fail("--csv needs a value");
@@ -486,6 +492,15 @@ static int resume_tasks(const char *dir, const pm_select_task *t, int n, pm_trai
     return 0;
 }
 
+static int write_timeline(const char *path, const pm_select_stats *st, const pm_select_task *t,
+                          int n, double bound, int trace) {
+    pm_wfile w;
+    FILE *f = pm_cli_out_open(&w, path);
+    if (!f) return 1;
+    pm_status s = trace ? pm_select_write_trace(f, st, t, n) : pm_select_write_svg(f, st, t, n, bound);
+    return pm_cli_out_close(&w, s != PM_OK, path);
+}
+
 static int train_tasks(const sel_opts *o, const pm_select_task *t, int n,
                        const pm_select_layout *lay) {
     pm_tokens tr, va;
@@ -528,6 +543,8 @@ static int train_tasks(const sel_opts *o, const pm_select_task *t, int n,
         fprintf(o->json ? stderr : stdout, "\n");
         if (o->json) print_json(o, t, res, order, n, &st, bound);
         if (o->csv) rc = write_csv(o->csv, t, res, order, n);
+        if (!rc && o->svg) rc = write_timeline(o->svg, &st, t, n, bound, 0);
+        if (!rc && o->trace) rc = write_timeline(o->trace, &st, t, n, bound, 1);
         if (!rc && o->save_best && res[order[0]].state == PM_SELECT_DONE) {
             if (pm_ckpt_save(&hosts[order[0]], o->save_best, &e)) rc = pm_cli_fail("%s", e.msg);
             else fprintf(stderr, "select: wrote %s (task %s, val loss %.4f)\n", o->save_best,
@@ -563,6 +580,8 @@ int pm_cmd_select(int argc, char **argv) {
     } else if (!rc) {
         if (o.save_best && pm_cli_out_check(o.save_best)) rc = 1;
         if (!rc && o.csv && pm_cli_out_check(o.csv)) rc = 1;
+        if (!rc && o.svg && pm_cli_out_check(o.svg)) rc = 1;
+        if (!rc && o.trace && pm_cli_out_check(o.trace)) rc = 1;
         if (!rc) rc = train_tasks(&o, t, n, &lay);
     }
     for (int i = 0; i < n; i++) pm_select_task_free(&t[i]);

@@ -33,6 +33,7 @@ typedef struct {
     int busy_global;      /* sequential: a pass is running somewhere */
     int *owner;           /* (n) task policy: the device a task is pinned to, -1 none */
     int *rank;            /* (n) halving: scratch for the ranking */
+    int64_t log_cap;      /* passes the run can make: stats->log's size */
     double t0;
     pm_status st;         /* first infrastructure error (none expected) */
 } sel_run;
@@ -342,6 +343,11 @@ static void *device_main(void *arg) {
         t->busy += dt;
         t->passes_done++;
         r->stats->busy[d] += dt;
+        int64_t at = r->stats->nlog++;
+        PM_ASSERT(at < r->log_cap);
+        r->stats->log[at] = (pm_select_pass){d, i, sel_pass_shard(t->S, t->pass),
+                                             sel_pass_kind(t->S, t->pass), t0 - r->t0,
+                                             t0 + dt - r->t0};
         t->pass = last ? 0 : t->pass + 1;
         t->running = 0;
         r->busy_global = 0;
@@ -363,6 +369,7 @@ void pm_select_stats_free(pm_select_stats *s) {
     pm_free(s->peak);
     pm_free(s->busy);
     pm_free(s->wait);
+    pm_free(s->log);
     *s = (pm_select_stats){0};
 }
 
@@ -510,6 +517,13 @@ pm_status pm_select_run(const pm_select_task *tasks, pm_trainer *hosts, int n,
                        ? pm_errf(err, PM_ERR_NOMEM, "out of memory for device statistics")
                        : PM_OK;
     if (!st) st = tasks_init(&r, tasks, hosts, err);
+    for (int i = 0; !st && i < n; i++) /* every pass still to run, each logged once */
+        if (r.t[i].stop_at > hosts[i].step)
+            r.log_cap += (r.t[i].stop_at - hosts[i].step) * (2 * r.t[i].S - 1);
+    if (!st && !(stats->log = pm_malloc((size_t)(r.log_cap ? r.log_cap : 1) * sizeof *stats->log)))
+        st = pm_errf(err, PM_ERR_NOMEM, "out of memory for a log of %lld passes",
+                     (long long)r.log_cap);
+    stats->devices = o->devices;
     if (!st) st = devices_init(&r, err);
     if (!st) st = run_threads(&r, err);
     for (int i = 0; r.t && i < n; i++) {
