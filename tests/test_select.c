@@ -565,6 +565,15 @@ static void cli_train_matches(void **state) {
         snprintf(cmd, sizeof cmd, "cmp -s %s/a/t%d.ckpt %s/b/t%d.ckpt", dir, i, dir, i);
         if (sh(cmd)) fail_msg("task t%d: the resumed sweep ends apart (%s)", i, cmd);
     }
+    /* Ctrl-C: the passes running finish, the table so far is printed, and
+     * the exit status is 128 + SIGINT */
+    snprintf(cmd, sizeof cmd, "%s select --data %s/d --layers 3 --dim 32 --heads 2 --ctx 16 "
+             "--batch 4 --microbatches 2 --steps 100000 --eval-every 1 %s > %s/int.out "
+             "2> %s/int.err & pid=$!; n=0; until grep -q 'step 1/' %s/int.err || [ $n -gt 300 ]; "
+             "do sleep 0.1; n=$((n+1)); done; kill -INT $pid; wait $pid; test $? -eq 130 && "
+             "grep -q 'stopped: interrupted after step' %s/int.out", bin, dir, sweep, dir, dir, dir,
+             dir);
+    if (sh(cmd)) fail_msg("an interrupted sweep did not stop cleanly (%s)", cmd);
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     assert_int_equal(sh(cmd), 0);
 }

@@ -173,6 +173,9 @@ typedef struct {
     int64_t stop_after;       /* > 0: every task stops after this step, as if killed
                                  (tests and interrupted sweeps) */
     const unsigned char *skip; /* NULL, or (n) 1 for tasks halving stopped earlier */
+    const _Atomic int *interrupt; /* NULL, or a flag (a SIGINT handler's): once set, no
+                                      pass starts; the running ones finish and every
+                                      unfinished task stops where its last step ended */
     /* Called for every event, one at a time (under the scheduler's lock);
      * may be NULL. */
     void (*report)(void *ctx, const pm_select_event *ev);

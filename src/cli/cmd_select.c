@@ -7,6 +7,8 @@
  * table, JSON or CSV of the results follows. */
 #include <ctype.h>
 #include <errno.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -333,6 +335,15 @@ static int print_policies(const pm_select_task *t, int n, int D, int steps) {
 
 /* ---- training ------------------------------------------------------------- */
 
+/* Ctrl-C: the run stops after the passes running, and the table so far is
+ * printed (a second Ctrl-C kills as usual: the handler is reset). */
+static _Atomic int interrupt_flag;
+static void on_sigint(int sig) {
+    (void)sig;
+    atomic_store(&interrupt_flag, 1);
+    signal(SIGINT, SIG_DFL);
+}
+
 typedef struct {
     const pm_select_task *t;
     int n, done, devices;
@@ -526,8 +537,15 @@ static int train_tasks(const sel_opts *o, const pm_select_task *t, int n,
                          .eval_every = o->eval_every, .halving = o->halving,
                          .eval_batches = o->eval_batches, .val = &va, .save_dir = o->resume,
                          .stop_after = o->stop_after, .skip = skip, .report = on_event,
-                         .report_ctx = &pg};
+                         .report_ctx = &pg, .interrupt = &interrupt_flag};
+    struct sigaction sa = {0}, old;
+    sa.sa_handler = on_sigint;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, &old);
     if (!rc && pm_select_run(t, hosts, n, lay, &so, res, &st, &e)) rc = pm_cli_fail("%s", e.msg);
+    sigaction(SIGINT, &old, NULL);
+    int stopped = atomic_load(&interrupt_flag);
+    if (!rc && stopped) fprintf(stderr, "select: interrupted; the table so far follows\n");
     if (!rc) {
         double sum = 0, longest = 0;
         for (int i = 0; i < n; i++) sum += res[i].busy_s, longest = fmax(longest, res[i].busy_s);
@@ -555,7 +573,7 @@ static int train_tasks(const sel_opts *o, const pm_select_task *t, int n,
     for (int i = 0; i < ready; i++) pm_trainer_free(&hosts[i]);
     pm_free(hosts), pm_free(res), pm_free(order), pm_free(skip);
     pm_tokens_free(&tr), pm_tokens_free(&va);
-    return rc;
+    return rc ? rc : stopped ? 130 : 0; /* 128 + SIGINT, as a shell reports it */
 }
 
 int pm_cmd_select(int argc, char **argv) {

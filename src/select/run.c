@@ -14,6 +14,7 @@
  * will run the task's next pass, and cleared by it; the policy never picks
  * a running or finished task. */
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -34,6 +35,7 @@ typedef struct {
     int *owner;           /* (n) task policy: the device a task is pinned to, -1 none */
     int *rank;            /* (n) halving: scratch for the ranking */
     int64_t log_cap;      /* passes the run can make: stats->log's size */
+    double fl_done, sec_done; /* FLOPs and seconds of every pass run (the rate) */
     double t0;
     pm_status st;         /* first infrastructure error (none expected) */
 } sel_run;
@@ -45,22 +47,28 @@ typedef struct {
 
 static int finished(const sel_task *t) { return t->state != PM_SELECT_RUNNING; }
 
-static int64_t passes_left(const sel_task *t) {
-    return (t->stop_at - t->host->step) * (2 * t->S - 1) - t->pass;
+/* FLOPs of pass k of a step of t (the backward reruns the forward). */
+static double pass_flops(const sel_task *t, int k) {
+    const pm_shard *sh = &t->task->shard[sel_pass_shard(t->S, k)];
+    sel_kind kind = sel_pass_kind(t->S, k);
+    double fl = kind == SEL_F ? sh->flops_f : kind == SEL_FUSED ? sh->flops_f + sh->flops_bw
+                                                                : 2 * sh->flops_f + sh->flops_bw;
+    return fl * t->K;
 }
 
-/* Estimated seconds left: measured mean pass time, FLOPs before any. */
-static double time_left(const sel_task *t) {
-    double per;
-    if (t->passes_done) {
-        per = t->busy / (double)t->passes_done;
-    } else {
-        double fl = 0;
-        for (int s = 0; s < t->S; s++)
-            fl += t->task->shard[s].flops_f * (s < t->S - 1 ? 3 : 1) + t->task->shard[s].flops_bw;
-        per = fl * t->K / RATE / (2 * t->S - 1);
+/* Estimated seconds left: the FLOPs of the passes left at the FLOP rate
+ * measured so far over every task (an assumed 50 GFLOP/s before any pass),
+ * so measured and unmeasured tasks compare on one scale. */
+static double time_left(const sel_run *r, const sel_task *t) {
+    double step = 0, rest = 0;
+    for (int k = 0; k < 2 * t->S - 1; k++) {
+        double f = pass_flops(t, k);
+        step += f;
+        if (k >= t->pass) rest += f;
     }
-    return per * (double)passes_left(t);
+    double rate = r->sec_done > 0 ? r->fl_done / r->sec_done : RATE;
+    int64_t steps = t->stop_at - t->host->step - 1;
+    return ((steps > 0 ? (double)steps * step : 0) + rest) / rate;
 }
 
 static int resident(const sel_dev *dv, const sel_task *t) {
@@ -78,7 +86,7 @@ static int pick_shard(sel_run *r, int d) {
     for (int i = 0; i < r->n; i++) {
         sel_task *t = &r->t[i];
         if (t->running || finished(t) || t->at_rung) continue;
-        double l = time_left(t);
+        double l = time_left(r, t);
         if (best < 0 || l > bl * (1 + 1e-12) ||
             (l >= bl * (1 - 1e-12) && resident(&r->dev[d], t) && !resident(&r->dev[d], &r->t[best])))
             best = i, bl = l;
@@ -92,7 +100,8 @@ static int pick_task(sel_run *r, int d) {
         sel_task *t = &r->t[i];
         if (t->running || finished(t) || t->at_rung) continue;
         if (r->owner[i] == d) return i;
-        if (r->owner[i] < 0 && (best < 0 || time_left(t) > time_left(&r->t[best]))) best = i;
+        if (r->owner[i] < 0 && (best < 0 || time_left(r, t) > time_left(r, &r->t[best])))
+            best = i;
     }
     if (best >= 0) r->owner[best] = d;
     return best;
@@ -305,13 +314,39 @@ static void prefetch(sel_run *r, sel_dev *dv, const sel_task *cur, int slot, int
     copier_start(dv, t, s, slot ^ 1);
 }
 
+static int interrupted(const sel_run *r) { return r->o->interrupt && atomic_load(r->o->interrupt); }
+
+/* Under the lock, after an interrupt: every unfinished task no device is
+ * running (and `mine`, which this device had claimed) stops where its last
+ * step ended. */
+static void stop_idle(sel_run *r, int mine) {
+    for (int k = 0; k < r->n; k++) {
+        sel_task *t = &r->t[k];
+        if (finished(t) || (t->running && k != mine)) continue;
+        t->running = 0;
+        t->state = PM_SELECT_STOPPED;
+        snprintf(t->why, sizeof t->why, "interrupted after step %lld", (long long)t->host->step);
+    }
+    pthread_cond_broadcast(&r->cv);
+}
+
 /* Under the lock: the next task for device d, claimed, or -1 when every
- * task is finished. */
+ * task is finished or the run was interrupted (this device then ends; the
+ * others end after their running passes). */
 static int next_task(sel_run *r, int d, int *claimed) {
     int i = *claimed;
     *claimed = -1;
-    while (i < 0 && !all_finished(r) && (i = pick(r, d)) < 0) pthread_cond_wait(&r->cv, &r->mu);
-    if (i >= 0) r->t[i].running = 1, r->busy_global = 1;
+    for (;;) {
+        if (interrupted(r)) {
+            stop_idle(r, i);
+            return -1;
+        }
+        if (i >= 0) break;
+        if (all_finished(r)) return -1;
+        if ((i = pick(r, d)) >= 0) break;
+        pthread_cond_wait(&r->cv, &r->mu);
+    }
+    r->t[i].running = 1, r->busy_global = 1;
     return i;
 }
 
@@ -342,6 +377,7 @@ static void *device_main(void *arg) {
         t->state = state;
         t->busy += dt;
         t->passes_done++;
+        r->fl_done += pass_flops(t, t->pass), r->sec_done += dt;
         r->stats->busy[d] += dt;
         int64_t at = r->stats->nlog++;
         PM_ASSERT(at < r->log_cap);
