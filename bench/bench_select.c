@@ -3,6 +3,8 @@
  * 2 microbatches, 20 steps) on D = 2 devices of 14 MiB, a budget that cuts
  * every task into 2 or 4 shards. Each policy runs here, in this process:
  * shard (sharded-LRTF, with and without prefetch), task and sequential.
+ * The shard policy runs again with every task's state spilled to files in
+ * /tmp (--spill), with and without prefetch, against the same in RAM.
  * Printed per policy: the measured makespan, its ratio to sequential (the
  * peer: plain model parallelism), its ratio to the lower bound
  * max(total pass time / D, longest task) from the same run's pass times,
@@ -14,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "pipemem/pm_select.h"
@@ -73,14 +76,22 @@ int main(void) {
         fprintf(stderr, "bench_select: %s\n", e.msg);
         return 1;
     }
+    char spill[64];
+    snprintf(spill, sizeof spill, "/tmp/bench_select_%d", (int)getpid());
+    if (mkdir(spill, 0700)) {
+        fprintf(stderr, "bench_select: mkdir %s failed\n", spill);
+        return 1;
+    }
     struct {
         pm_select_policy pol;
         int prefetch;
-        const char *name;
-    } runs[] = {{PM_POLICY_SEQUENTIAL, 0, "sequential"},
-                {PM_POLICY_TASK, 0, "task"},
-                {PM_POLICY_SHARD, 1, "shard"},
-                {PM_POLICY_SHARD, 0, "shard-noprefetch"}};
+        const char *name, *spill;
+    } runs[] = {{PM_POLICY_SEQUENTIAL, 0, "sequential", NULL},
+                {PM_POLICY_TASK, 0, "task", NULL},
+                {PM_POLICY_SHARD, 1, "shard", NULL},
+                {PM_POLICY_SHARD, 0, "shard-noprefetch", NULL},
+                {PM_POLICY_SHARD, 1, "shard-spill-disk", spill},
+                {PM_POLICY_SHARD, 0, "spill-noprefetch", spill}};
     double seq = 0, loss0[NT];
     printf("bench_select: %d tasks (shards", NT);
     for (int i = 0; i < NT; i++) printf(" %d", t[i].nshard);
@@ -92,7 +103,8 @@ int main(void) {
                 fprintf(stderr, "bench_select: %s\n", e.msg);
                 return 1;
             }
-        pm_select_opts o = {.devices = D, .policy = runs[k].pol, .prefetch = runs[k].prefetch};
+        pm_select_opts o = {.devices = D, .policy = runs[k].pol, .prefetch = runs[k].prefetch,
+                            .spill_dir = runs[k].spill};
         pm_select_result res[NT];
         pm_select_stats st;
         if (pm_select_run(t, h, NT, &lay, &o, res, &st, &e)) {
@@ -119,5 +131,6 @@ int main(void) {
     }
     for (int i = 0; i < NT; i++) pm_select_task_free(&t[i]);
     free(tok.tok);
+    rmdir(spill);
     return 0;
 }

@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -399,6 +400,72 @@ static void train_exact(void **state) {
     assert_int_equal(runs, 18);
 }
 
+/* --spill DIR: the same training bitwise, with no task's slabs in RAM
+ * between its passes (checked at every event), and nothing left in DIR. */
+static pm_trainer *spill_hosts;
+static int spill_seen;
+static void spill_event(void *ctx, const pm_select_event *ev) {
+    (void)ctx;
+    if (ev->kind == PM_SELECT_EV_FAILED) fail_msg("task %d failed", ev->task);
+    if (spill_hosts[ev->task].params) fail_msg("task %d's state is in RAM at an event", ev->task);
+    spill_seen++;
+}
+
+static void spill_exact(void **state) {
+    (void)state;
+    corpus_init();
+    pm_tokens tok = {corpus, sizeof corpus};
+    sel_ref ref;
+    reference_runs(&tok, &ref);
+    char sdir[128];
+    snprintf(sdir, sizeof sdir, "/tmp/pm_test_spill_%d", (int)getpid());
+    assert_int_equal(mkdir(sdir, 0777), 0);
+    pm_select_task tasks[NT];
+    pm_trainer hosts[NT];
+    pm_err e;
+    for (int i = 0; i < NT; i++) {
+        tasks[i] = (pm_select_task){.cfg = task_cfg(i)};
+        snprintf(tasks[i].name, sizeof tasks[i].name, "t%d", i);
+    }
+    pm_select_layout lay;
+    assert_int_equal(pm_select_partition(tasks, NT, 1 << 21, 2, &lay, &e), PM_OK);
+    for (int i = 0; i < NT; i++)
+        assert_int_equal(pm_trainer_init(&hosts[i], &tasks[i].cfg, &tok, 0, &e), PM_OK);
+    spill_hosts = hosts, spill_seen = 0;
+    pm_select_opts o = {.devices = 2, .policy = PM_POLICY_SHARD, .prefetch = 1, .eval_every = 2,
+                        .eval_batches = 2, .val = &tok, .spill_dir = sdir,
+                        .report = spill_event};
+    pm_select_result res[NT];
+    pm_select_stats stats;
+    assert_int_equal(pm_select_run(tasks, hosts, NT, &lay, &o, res, &stats, &e), PM_OK);
+    assert_true(spill_seen > NT);
+    for (int i = 0; i < NT; i++) {
+        assert_int_equal(res[i].state, PM_SELECT_DONE);
+        assert_non_null(hosts[i].params); /* whole again after the run */
+        assert_memory_equal(hosts[i].params, ref.params[i], hosts[i].n_params * sizeof(float));
+        assert_memory_equal(&res[i].val_loss, &ref.val[i], sizeof(double));
+        pm_trainer_free(&hosts[i]), pm_select_task_free(&tasks[i]), free(ref.params[i]);
+    }
+    pm_select_stats_free(&stats);
+    assert_int_equal(rmdir(sdir), 0); /* nothing left behind */
+    /* a directory that cannot hold the files: one clear error */
+    for (int i = 0; i < NT; i++) {
+        tasks[i] = (pm_select_task){.cfg = task_cfg(i)};
+        snprintf(tasks[i].name, sizeof tasks[i].name, "t%d", i);
+    }
+    assert_int_equal(pm_select_partition(tasks, NT, 1 << 21, 2, &lay, &e), PM_OK);
+    for (int i = 0; i < NT; i++)
+        assert_int_equal(pm_trainer_init(&hosts[i], &tasks[i].cfg, &tok, 0, &e), PM_OK);
+    o.spill_dir = "/nonexistent-dir";
+    o.report = NULL;
+    assert_int_equal(pm_select_run(tasks, hosts, NT, &lay, &o, res, &stats, &e), PM_ERR_IO);
+    assert_non_null(strstr(e.msg, "--spill /nonexistent-dir"));
+    for (int i = 0; i < NT; i++) {
+        assert_non_null(hosts[i].params); /* nothing lost */
+        pm_trainer_free(&hosts[i]), pm_select_task_free(&tasks[i]);
+    }
+}
+
 /* A task whose loss blows up fails alone, with the step and the reason;
  * the others finish exactly as alone. */
 static void nan_task_fails_alone(void **state) {
@@ -586,6 +653,7 @@ int main(void) {
         cmocka_unit_test(partition_refuses_a_layer_too_big),
         cmocka_unit_test(cli_dry_run),
         cmocka_unit_test(train_exact),
+        cmocka_unit_test(spill_exact),
         cmocka_unit_test(nan_task_fails_alone),
         cmocka_unit_test(halving_keeps_the_best),
         cmocka_unit_test(cli_train_matches),

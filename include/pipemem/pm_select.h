@@ -167,6 +167,8 @@ typedef struct {
                                  tasks still running, by validation loss, go on; 0 off */
     int eval_batches;         /* microbatches per evaluation */
     const pm_tokens *val;     /* validation tokens */
+    const char *spill_dir;    /* NULL: task state in RAM; else in an (unlinked) file in this
+                                 directory, read and written a shard at a time */
     const char *save_dir;     /* NULL, or a directory: each task's checkpoint DIR/NAME.ckpt
                                  at every evaluation and at its end (NAME.stopped marks
                                  a task halving stopped), what --resume reads */

@@ -25,7 +25,7 @@ static const char usage[] =
     "                      [--lr LIST] [--layers LIST] [--dim LIST] [--heads LIST]\n"
     "                      [--ctx LIST] [--batch LIST] [--microbatches LIST]\n"
     "                      [--warmup LIST] [--seed LIST] [--tasks FILE] [--steps N]\n"
-    "                      [--policy shard|task|sequential] [--no-prefetch]\n"
+    "                      [--policy shard|task|sequential] [--no-prefetch] [--spill ram|DIR]\n"
     "                      [--eval-every N] [--eval-batches N] [--halving ETA]\n"
     "                      [--save-best FILE] [--resume DIR] [--stop-after N]\n"
     "                      [--json] [--csv FILE] [--timeline FILE.svg] [--trace FILE]\n"
@@ -50,6 +50,9 @@ static const char usage[] =
     "           and at its end; run again with the same options to continue a\n"
     "           killed sweep from there, bit for bit (--stop-after N: stop every task\n"
     "           after step N, saved, as an interruption on purpose)\n"
+    "  --spill DIR  keep every task's state (parameters, gradients, AdamW moments) in\n"
+    "           a file in DIR instead of RAM, read and written a shard at a time, so a\n"
+    "           sweep can hold more state than memory (default: ram)\n"
     "  --timeline FILE.svg, --trace FILE  the run as measured: one row (track) per\n"
     "           device, each shard pass a box coloured by task, idle time as gaps\n"
     "  --save-best FILE  the best task's checkpoint (by validation loss), as\n"
@@ -74,7 +77,7 @@ typedef struct {
     int devices, steps, prefetch, dry_run, json, eval_every, eval_batches, halving;
     size_t device_mem;
     pm_select_policy policy;
-    const char *tasks_file, *data, *csv, *save_best, *resume, *svg, *trace;
+    const char *tasks_file, *data, *csv, *save_best, *resume, *svg, *trace, *spill;
     int stop_after;
 } sel_opts;
 
@@ -165,6 +168,7 @@ static int parse_args(int argc, char **argv, sel_opts *o) {
         else if (!strcmp(a, "--eval-batches")) bad = pm_cli_int(a, val, 1, &o->eval_batches);
         else if (!strcmp(a, "--halving")) bad = pm_cli_int(a, val, 2, &o->halving);
         else if (!strcmp(a, "--stop-after")) bad = pm_cli_int(a, val, 1, &o->stop_after);
+        else if (!strcmp(a, "--spill")) o->spill = val, bad = !val && pm_cli_fail("--spill needs a value");
         else if (!strcmp(a, "--timeline"))
             o->svg = val, bad = !val && pm_cli_fail("--timeline needs a value");
         else if (!strcmp(a, "--trace"))
@@ -537,7 +541,8 @@ static int train_tasks(const sel_opts *o, const pm_select_task *t, int n,
                          .eval_every = o->eval_every, .halving = o->halving,
                          .eval_batches = o->eval_batches, .val = &va, .save_dir = o->resume,
                          .stop_after = o->stop_after, .skip = skip, .report = on_event,
-                         .report_ctx = &pg, .interrupt = &interrupt_flag};
+                         .report_ctx = &pg, .interrupt = &interrupt_flag,
+                         .spill_dir = o->spill && strcmp(o->spill, "ram") ? o->spill : NULL};
     struct sigaction sa = {0}, old;
     sa.sa_handler = on_sigint;
     sigemptyset(&sa.sa_mask);

@@ -33,7 +33,18 @@ typedef struct {
     double busy;          /* seconds of passes run */
     int64_t passes_done;  /* over the run */
     char why[160];        /* failure reason */
+    int fd;               /* spilled: the state file (store.c); -1: in RAM */
 } sel_task;
+
+/* The task's state store (store.c): slab 0..3 = parameters, gradients, m,
+ * v; n floats from float `at`, read (wr 0) or written. -1 on an I/O error
+ * (t->why says). */
+int sel_store_io(sel_task *t, int slab, size_t at, size_t n, float *buf, int wr);
+int sel_store_sumsq(sel_task *t, double *out);
+int sel_store_materialize(sel_task *t);
+int sel_store_release(sel_task *t);
+pm_status sel_store_open(sel_task *t, const char *dir, pm_err *err);
+int sel_store_close(sel_task *t);
 
 /* Where each pass's pieces sit in a device's slab. */
 typedef struct {
@@ -52,7 +63,7 @@ typedef struct {
     pthread_mutex_t cmu;
     pthread_cond_t ccv;
     int job, jshard, jslot;
-    const void *jtask;   /* const sel_task * */
+    void *jtask;         /* sel_task * */
     double wait_s;       /* time the device waited for a copy */
 } sel_dev;
 
@@ -68,7 +79,7 @@ static inline sel_kind sel_pass_kind(int S, int k) {
  * current, applies a pending AdamW update and zeroes the gradients at a
  * shard's first pass of a step, runs the K microbatches, writes back what
  * changed. t->loss_sum receives the fused pass's microbatch losses. */
-void sel_run_pass(sel_task *t, sel_dev *dv, const pm_select_layout *lay, int k, int slot);
+int sel_run_pass(sel_task *t, sel_dev *dv, const pm_select_layout *lay, int k, int slot);
 /* The slot holding shard s of t at its current version, or -1. */
 int sel_resident(const sel_dev *dv, const sel_task *t, int s);
 /* The slot shard s of t should run in: where it is resident, else an empty
@@ -76,10 +87,11 @@ int sel_resident(const sel_dev *dv, const sel_task *t, int s);
 int sel_pick_slot(const sel_dev *dv, const sel_task *t, int s);
 /* Copies shard s's state from the host into `slot` and records it there
  * (the prefetch thread runs this while the device computes in the other). */
-void sel_load_state(const sel_task *t, sel_dev *dv, int s, int slot);
+int sel_load_state(sel_task *t, sel_dev *dv, int s, int slot);
 
 /* Applies every shard's pending update to the host slabs (before an
- * evaluation, a save or the end), as the device would have on next load. */
+ * evaluation, a save or the end), as the device would have on next load.
+ * A spilled task's slabs must be materialized. */
 void sel_flush_updates(sel_task *t);
 
 #endif

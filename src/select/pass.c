@@ -122,17 +122,16 @@ int sel_pick_slot(const sel_dev *dv, const sel_task *t, int s) {
     return dv->last_slot ^ 1;
 }
 
-void sel_load_state(const sel_task *t, sel_dev *dv, int s, int slot) {
+int sel_load_state(sel_task *t, sel_dev *dv, int s, int slot) {
     const pm_train_cfg *c = &t->host->cfg;
     const pm_shard *sh = &t->task->shard[s];
     size_t n = shard_floats(c, sh), at = pm_gpt_layer_offset(&c->model, sh->first);
     float *P = (float *)(dv->slab + dv->state_off[slot]);
-    const pm_trainer *h = t->host;
-    memcpy(P, h->params + at, n * sizeof(float));
-    memcpy(P + n, h->grads + at, n * sizeof(float));
-    memcpy(P + 2 * n, h->m + at, n * sizeof(float));
-    memcpy(P + 3 * n, h->v + at, n * sizeof(float));
+    dv->res_task[slot] = -1; /* until the whole state is in */
+    for (int k = 0; k < 4; k++)
+        if (sel_store_io(t, k, at, n, P + (size_t)k * n, 0)) return -1;
     dv->res_task[slot] = t->index, dv->res_shard[slot] = s, dv->res_version[slot] = t->version[s];
+    return 0;
 }
 
 /* The previous step's AdamW update (step s - 1 of the shard's layers) if
@@ -156,7 +155,7 @@ static int start_step(sel_task *t, int s, float *P, float *G, float *M, float *V
     return changed;
 }
 
-void sel_run_pass(sel_task *t, sel_dev *dv, const pm_select_layout *lay, int k, int slot) {
+int sel_run_pass(sel_task *t, sel_dev *dv, const pm_select_layout *lay, int k, int slot) {
     const pm_train_cfg *c = &t->host->cfg;
     int s = sel_pass_shard(t->S, k);
     sel_kind kind = sel_pass_kind(t->S, k);
@@ -165,8 +164,9 @@ void sel_run_pass(sel_task *t, sel_dev *dv, const pm_select_layout *lay, int k, 
     float *P = (float *)(dv->slab + dv->state_off[slot]), *G = P + n, *M = G + n, *V = M + n;
     pm_trainer *h = t->host;
     if (!(dv->res_task[slot] == t->index && dv->res_shard[slot] == s &&
-          dv->res_version[slot] == t->version[s]))
-        sel_load_state(t, dv, s, slot); /* the other slot may be being filled: not read */
+          dv->res_version[slot] == t->version[s]) && /* (the other slot may be being filled) */
+        sel_load_state(t, dv, s, slot))
+        return -1;
     int all = start_step(t, s, P, G, M, V, n);
     act_area a;
     area_layout(c, sh, dv->slab + dv->act_off, &a);
@@ -188,12 +188,10 @@ void sel_run_pass(sel_task *t, sel_dev *dv, const pm_select_layout *lay, int k, 
         float *din = backward(c, sh, P, G, &a, dout);
         if (din) memcpy(t->grad + ((size_t)(s - 1) * t->K + j) * t->nc, din, t->nc * sizeof(float));
     }
-    if (all) {
-        memcpy(h->params + at, P, n * sizeof(float));
-        memcpy(h->m + at, M, n * sizeof(float));
-        memcpy(h->v + at, V, n * sizeof(float));
-    }
-    if (all || kind != SEL_F) memcpy(h->grads + at, G, n * sizeof(float));
+    if (all && (sel_store_io(t, 0, at, n, P, 1) || sel_store_io(t, 2, at, n, M, 1) ||
+                sel_store_io(t, 3, at, n, V, 1)))
+        return -1;
+    if ((all || kind != SEL_F) && sel_store_io(t, 1, at, n, G, 1)) return -1;
     if (all || kind != SEL_F) t->version[s]++;
     dv->res_version[slot] = t->version[s]; /* the slot holds what the host now has */
     dv->last_slot = slot;
@@ -201,6 +199,7 @@ void sel_run_pass(sel_task *t, sel_dev *dv, const pm_select_layout *lay, int k, 
     PM_ASSERT(used <= lay->device_mem && st_end <= lay->device_mem);
     if (used > dv->peak) dv->peak = used;
     if (st_end > dv->peak) dv->peak = st_end;
+    return 0;
 }
 
 void sel_flush_updates(sel_task *t) {

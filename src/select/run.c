@@ -142,16 +142,45 @@ static int save_task(sel_run *r, sel_task *t) {
     return 1;
 }
 
+/* The end-of-step work that needs the task's whole state in RAM: the
+ * --stop-after interruption, evaluation and checkpoints. */
+static int host_work(sel_run *r, sel_task *t, int end, int ev, int stop, double *val,
+                     int *state) {
+    pm_trainer *h = t->host;
+    sel_flush_updates(t);
+    if (stop) { /* interrupted on purpose, saved where it stands (train --stop-after) */
+        snprintf(t->why, sizeof t->why, "interrupted after step %lld (--stop-after)",
+                 (long long)h->step);
+        if (r->o->save_dir && save_task(r, t)) return *state = PM_SELECT_FAILED, PM_SELECT_EV_FAILED;
+        *state = PM_SELECT_STOPPED;
+        return PM_SELECT_EV_STOPPED;
+    }
+    if (r->o->val) {
+        pm_err e;
+        if (pm_trainer_eval(h, r->o->val, r->o->eval_batches, val, &e)) {
+            snprintf(t->why, sizeof t->why, "evaluation: %.140s", e.msg);
+            return *state = PM_SELECT_FAILED, PM_SELECT_EV_FAILED;
+        }
+        t->val_loss = *val;
+    }
+    if (r->o->save_dir && save_task(r, t)) return *state = PM_SELECT_FAILED, PM_SELECT_EV_FAILED;
+    if (end) return *state = PM_SELECT_DONE, PM_SELECT_EV_DONE;
+    return ev && r->o->val ? PM_SELECT_EV_EVAL : PM_SELECT_EV_STEP;
+}
+
 /* After the step's last pass (task running, lock not held): the loss and
  * the global norm, then evaluation at intervals and the end. Returns the
  * event to report; *state gets the task's new state, which the caller sets
- * under the lock (other devices read it there). */
+ * under the lock (other devices read it there). A spilled task's state is
+ * read into RAM for the work that needs it whole, and written back. */
 static int end_step(sel_run *r, sel_task *t, double *loss, double *val, int *state) {
     pm_trainer *h = t->host;
+    double norm;
     *loss = t->loss_sum / t->K;
     *val = NAN;
     *state = PM_SELECT_RUNNING;
-    double norm = sqrt(pm_optim_sumsq(h->grads, h->n_params));
+    if (sel_store_sumsq(t, &norm)) return *state = PM_SELECT_FAILED, PM_SELECT_EV_FAILED;
+    norm = sqrt(norm);
     if (!isfinite(*loss) || !isfinite(norm)) {
         snprintf(t->why, sizeof t->why, "step %lld: loss %g, gradient norm %g is not finite; "
                  "lower its lr", (long long)h->step + 1, *loss, norm);
@@ -162,40 +191,13 @@ static int end_step(sel_run *r, sel_task *t, double *loss, double *val, int *sta
     t->last_loss = *loss;
     h->step++;
     int end = h->step >= t->stop_at;
-    if (r->o->stop_after > 0 && h->step >= r->o->stop_after && !end) {
-        /* interrupted on purpose: saved where it stands, as `train
-         * --stop-after` does, so --resume continues from here */
-        snprintf(t->why, sizeof t->why, "interrupted after step %lld (--stop-after)",
-                 (long long)h->step);
-        if (r->o->save_dir && save_task(r, t)) {
-            *state = PM_SELECT_FAILED;
-            return PM_SELECT_EV_FAILED;
-        }
-        sel_flush_updates(t);
-        *state = PM_SELECT_STOPPED;
-        return PM_SELECT_EV_STOPPED;
-    }
+    int stop = !end && r->o->stop_after > 0 && h->step >= r->o->stop_after;
     int ev = r->o->eval_every > 0 && h->step % r->o->eval_every == 0;
-    if ((ev || end) && r->o->val) {
-        pm_err e;
-        sel_flush_updates(t);
-        if (pm_trainer_eval(h, r->o->val, r->o->eval_batches, val, &e)) {
-            snprintf(t->why, sizeof t->why, "evaluation: %.140s", e.msg);
-            *state = PM_SELECT_FAILED;
-            return PM_SELECT_EV_FAILED;
-        }
-        t->val_loss = *val;
-    }
-    if (end) sel_flush_updates(t);
-    if ((ev || end) && r->o->save_dir && save_task(r, t)) {
-        *state = PM_SELECT_FAILED;
-        return PM_SELECT_EV_FAILED;
-    }
-    if (end) {
-        *state = PM_SELECT_DONE;
-        return PM_SELECT_EV_DONE;
-    }
-    return ev && r->o->val ? PM_SELECT_EV_EVAL : PM_SELECT_EV_STEP;
+    if (!end && !stop && !ev) return PM_SELECT_EV_STEP;
+    if (sel_store_materialize(t)) return *state = PM_SELECT_FAILED, PM_SELECT_EV_FAILED;
+    int kind = host_work(r, t, end, ev, stop, val, state);
+    if (sel_store_release(t)) return *state = PM_SELECT_FAILED, PM_SELECT_EV_FAILED;
+    return kind;
 }
 
 static int pick(sel_run *r, int d) {
@@ -232,7 +234,10 @@ static void halve(sel_run *r) {
         sel_task *t = &r->t[idx[j]];
         t->at_rung = 0;
         if (j < keep) continue;
-        sel_flush_updates(t);
+        if (!sel_store_materialize(t)) { /* else it stays as its last save left it */
+            sel_flush_updates(t);
+            sel_store_release(t);
+        }
         t->state = PM_SELECT_STOPPED;
         snprintf(t->why, sizeof t->why, "by halving after step %lld",
                  (long long)t->host->step);
@@ -254,10 +259,10 @@ static void *copier_main(void *arg) {
     for (;;) {
         while (dv->job == 0) pthread_cond_wait(&dv->ccv, &dv->cmu);
         if (dv->job == 2) break;
-        const sel_task *t = dv->jtask;
+        sel_task *t = dv->jtask;
         int s = dv->jshard, slot = dv->jslot;
         pthread_mutex_unlock(&dv->cmu);
-        sel_load_state(t, dv, s, slot);
+        sel_load_state(t, dv, s, slot); /* on an I/O error the pass loads (and fails) itself */
         pthread_mutex_lock(&dv->cmu);
         dv->job = 0;
         pthread_cond_broadcast(&dv->ccv);
@@ -266,7 +271,7 @@ static void *copier_main(void *arg) {
     return NULL;
 }
 
-static void copier_start(sel_dev *dv, const sel_task *t, int s, int slot) {
+static void copier_start(sel_dev *dv, sel_task *t, int s, int slot) {
     pthread_mutex_lock(&dv->cmu);
     dv->jtask = t, dv->jshard = s, dv->jslot = slot, dv->job = 1;
     pthread_cond_broadcast(&dv->ccv);
@@ -303,9 +308,9 @@ static int claim_next(sel_run *r, int d) {
  * cur does not use: the claimed task's next shard, or else cur's own next
  * shard within the step (not after the step's last pass, whose evaluation
  * may rewrite every shard on the host). */
-static void prefetch(sel_run *r, sel_dev *dv, const sel_task *cur, int slot, int y) {
+static void prefetch(sel_run *r, sel_dev *dv, sel_task *cur, int slot, int y) {
     if (!r->o->prefetch || dv->slots < 2 || r->o->policy == PM_POLICY_SEQUENTIAL) return;
-    const sel_task *t = y >= 0 ? &r->t[y] : cur;
+    sel_task *t = y >= 0 ? &r->t[y] : cur;
     int k = y >= 0 ? t->pass : cur->pass + 1;
     if (y < 0 && k > 2 * cur->S - 2) return;
     int s = sel_pass_shard(t->S, k);
@@ -368,10 +373,12 @@ static void *device_main(void *arg) {
         int slot = sel_pick_slot(dv, t, sel_pass_shard(t->S, t->pass));
         prefetch(r, dv, t, slot, y);
         double t0 = pm_now();
-        sel_run_pass(t, dv, r->lay, t->pass, slot);
-        int last = t->pass == 2 * t->S - 2, kind = PM_SELECT_EV_STEP, state = PM_SELECT_RUNNING;
+        int bad = sel_run_pass(t, dv, r->lay, t->pass, slot);
+        int last = t->pass == 2 * t->S - 2 || bad, kind = PM_SELECT_EV_STEP;
+        int state = bad ? PM_SELECT_FAILED : PM_SELECT_RUNNING;
         double loss = 0, val = NAN, dt = pm_now() - t0;
-        if (last) kind = end_step(r, t, &loss, &val, &state);
+        if (bad) kind = PM_SELECT_EV_FAILED; /* its store failed: t->why says how */
+        else if (last) kind = end_step(r, t, &loss, &val, &state);
         copier_wait(dv);
         pthread_mutex_lock(&r->mu);
         t->state = state;
@@ -411,6 +418,7 @@ void pm_select_stats_free(pm_select_stats *s) {
 
 static void tasks_free(sel_task *t, int n) {
     for (int i = 0; t && i < n; i++) {
+        sel_store_close(&t[i]); /* after an early error: the trainer whole again */
         pm_free(t[i].act);
         pm_free(t[i].grad);
         pm_free(t[i].updated);
@@ -444,6 +452,9 @@ static pm_status tasks_init(sel_run *r, const pm_select_task *tasks, pm_trainer 
             return pm_errf(err, PM_ERR_NOMEM, "out of memory for task %s's boundaries",
                            tasks[i].name);
         for (int s = 0; s < S; s++) t->updated[s] = hosts[i].step, t->zeroed[s] = hosts[i].step;
+        t->fd = -1;
+        pm_status st = sel_store_open(t, r->o->spill_dir, err);
+        if (st) return st;
         if (hosts[i].step >= t->stop_at) t->state = PM_SELECT_DONE;
         if (r->o->skip && r->o->skip[i]) {
             t->state = PM_SELECT_STOPPED;
@@ -562,6 +573,9 @@ pm_status pm_select_run(const pm_select_task *tasks, pm_trainer *hosts, int n,
     stats->devices = o->devices;
     if (!st) st = devices_init(&r, err);
     if (!st) st = run_threads(&r, err);
+    for (int i = 0; r.t && i < n; i++) /* a spilled task's state back in its trainer */
+        if (sel_store_close(&r.t[i]) && r.t[i].state != PM_SELECT_FAILED)
+            r.t[i].state = PM_SELECT_FAILED;
     for (int i = 0; r.t && i < n; i++) {
         sel_task *t = &r.t[i];
         res[i] = (pm_select_result){t->state, hosts[i].step, t->last_loss, t->val_loss, t->busy,
