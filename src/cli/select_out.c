@@ -1,0 +1,204 @@
+/* select_out.c: what `pipemem select` prints and writes: the dry run's plan
+ * and simulated policies, the progress lines, and the results (table, JSON,
+ * CSV, timeline and trace). cmd_select.c parses and runs; this file only
+ * reports. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "select_out.h"
+
+#define RATE 50e9 /* FLOP/s per device assumed by the dry run */
+
+void sel_print_plan(const pm_select_task *t, int n, const pm_select_layout *lay) {
+    printf("device slab: %d state slot%s of %zu bytes + activations %zu bytes = %zu of %zu\n",
+           lay->slots, lay->slots > 1 ? "s" : "", lay->state_slot, lay->act_slot,
+           (size_t)lay->slots * lay->state_slot + lay->act_slot, lay->device_mem);
+    printf("%-5s %-9s %6s %5s %5s %4s %5s %5s %5s  %s\n", "task", "lr", "layers", "dim", "heads",
+           "ctx", "batch", "micro", "shards", "layers: state bytes / activation bytes");
+    for (int i = 0; i < n; i++) {
+        const pm_train_cfg *c = &t[i].cfg;
+        printf("%-5s %-9.3g %6d %5d %5d %4d %5d %5d %5d ", t[i].name, (double)c->opt.lr,
+               c->model.layers, c->model.dim, c->model.heads, c->model.ctx, c->batch, c->micro,
+               t[i].nshard);
+        for (int k = 0; k < t[i].nshard; k++)
+            printf(" %d-%d: %zu/%zu", t[i].shard[k].first, t[i].shard[k].last - 1,
+                   t[i].shard[k].state, t[i].shard[k].act);
+        printf("\n");
+    }
+}
+
+/* Simulated makespan of each policy for `steps` steps of every task. */
+int sel_print_policies(const pm_select_task *t, int n, int D, int steps) {
+    int64_t *np = pm_calloc((size_t)n, sizeof *np);
+    int **sh = pm_calloc((size_t)n, sizeof *sh);
+    double **co = pm_calloc((size_t)n, sizeof *co);
+    int rc = !np || !sh || !co;
+    for (int i = 0; i < n && !rc; i++) {
+        np[i] = (int64_t)steps * (2 * t[i].nshard - 1);
+        sh[i] = pm_malloc((size_t)np[i] * sizeof(int));
+        co[i] = pm_malloc((size_t)np[i] * sizeof(double));
+        if (!sh[i] || !co[i]) rc = 1;
+        else pm_select_task_passes(&t[i], steps, RATE, sh[i], co[i]);
+    }
+    if (rc) rc = pm_cli_fail("select: out of memory for the simulation");
+    pm_select_work w = {n, np, (const int *const *)sh, (const double *const *)co};
+    printf("%-11s %12s %9s  (simulated, %d steps, %.0f GFLOP/s per device)\n", "policy",
+           "makespan s", "vs bound", steps, RATE / 1e9);
+    for (int p = 0; p < PM_POLICY_COUNT && !rc; p++) {
+        pm_select_sim r;
+        pm_err e;
+        if (pm_select_simulate(&w, D, (pm_select_policy)p, &r, &e)) {
+            rc = pm_cli_fail("%s", e.msg);
+            break;
+        }
+        printf("%-11s %12.3f %8.3fx\n", pm_select_policy_names[p], r.makespan,
+               r.makespan / r.lower_bound);
+        if (p == PM_POLICY_COUNT - 1) printf("%-11s %12.3f\n", "lower bound", r.lower_bound);
+        pm_select_sim_free(&r);
+    }
+    for (int i = 0; i < n && sh && co; i++) pm_free(sh[i]), pm_free(co[i]);
+    pm_free(np), pm_free(sh), pm_free(co);
+    return rc;
+}
+
+/* One status line: tasks finished, steps, each device's busy fraction and
+ * the time left at the pace so far. */
+static void status_line(sel_progress *p, const pm_select_event *ev) {
+    fprintf(stderr, "select: %d of %d tasks finished, %lld of %lld steps, busy", p->done, p->n,
+            (long long)p->steps_done, (long long)p->steps_all);
+    for (int d = 0; d < p->devices; d++)
+        fprintf(stderr, " %.0f%%", ev->elapsed > 0 ? 100 * ev->busy[d] / ev->elapsed : 0);
+    double left = p->steps_done ? ev->elapsed * (double)(p->steps_all - p->steps_done) /
+                                      (double)p->steps_done
+                                : 0;
+    fprintf(stderr, ", ETA %.0f s\n", left);
+    p->last = ev->elapsed;
+}
+
+void sel_on_event(void *ctx, const pm_select_event *ev) {
+    sel_progress *p = ctx;
+    const char *name = p->t[ev->task].name;
+    double el = ev->elapsed;
+    if (ev->kind >= PM_SELECT_EV_DONE) p->done++;
+    if (ev->kind <= PM_SELECT_EV_DONE) p->steps_done++;
+    if (ev->kind >= PM_SELECT_EV_DONE) /* a finished task's steps are all accounted for */
+        p->steps_all -= p->t[ev->task].cfg.opt.steps - ev->step;
+    if (ev->kind == PM_SELECT_EV_STEP) {
+        if (el - p->last >= 2) status_line(p, ev);
+        return;
+    }
+    if (ev->kind == PM_SELECT_EV_STOPPED)
+        fprintf(stderr, "select: %s stopped by halving after step %lld (val loss %.4f; %d of %d "
+                "tasks finished, %.1f s)\n", name, (long long)ev->step, ev->val_loss, p->done,
+                p->n, el);
+    else if (ev->kind == PM_SELECT_EV_FAILED)
+        fprintf(stderr, "select: %s failed at step %lld (%d of %d tasks finished, %.1f s)\n",
+                name, (long long)ev->step + 1, p->done, p->n, el);
+    else if (ev->kind == PM_SELECT_EV_DONE)
+        fprintf(stderr, "select: %s done: %lld steps, loss %.4f, val loss %.4f (%d of %d tasks "
+                "finished, %.1f s)\n", name, (long long)ev->step, ev->loss, ev->val_loss, p->done,
+                p->n, el);
+    else if (ev->kind == PM_SELECT_EV_EVAL)
+        fprintf(stderr, "select: %s step %lld/%d  loss %.4f  val loss %.4f  (%.1f s)\n", name,
+                (long long)ev->step, p->t[ev->task].cfg.opt.steps, ev->loss, ev->val_loss, el);
+    if (ev->kind >= PM_SELECT_EV_DONE || el - p->last >= 2) status_line(p, ev);
+}
+
+static const char *const state_names[] = {"running", "done", "failed", "stopped"};
+
+/* Tasks by validation loss, unknown last (stable: index order on ties). */
+void sel_rank(const pm_select_result *res, int n, int *order) {
+    for (int i = 0; i < n; i++) order[i] = i;
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0; j--) {
+            double a = res[order[j - 1]].val_loss, b = res[order[j]].val_loss;
+            int swap = (isnan(a) && !isnan(b)) || (!isnan(a) && !isnan(b) && b < a);
+            if (!swap) break;
+            int x = order[j];
+            order[j] = order[j - 1], order[j - 1] = x;
+        }
+}
+
+void sel_print_table(FILE *f, const pm_select_task *t, const pm_select_result *r,
+                        const int *order, int n) {
+    fprintf(f, "%-5s %-9s %6s %5s %5s %4s %5s %5s %6s %7s %10s %10s %8s %6s  %s\n", "task", "lr",
+            "layers", "dim", "heads", "ctx", "batch", "micro", "seed", "steps", "loss",
+            "val loss", "busy s", "shards", "state");
+    for (int k = 0; k < n; k++) {
+        int i = order[k];
+        const pm_train_cfg *c = &t[i].cfg;
+        fprintf(f, "%-5s %-9.3g %6d %5d %5d %4d %5d %5d %6llu %7lld %10.4f %10.4f %8.2f %6d  %s%s%s\n",
+                t[i].name, (double)c->opt.lr, c->model.layers, c->model.dim, c->model.heads,
+                c->model.ctx, c->batch, c->micro, (unsigned long long)c->seed,
+                (long long)r[i].steps, r[i].final_loss, r[i].val_loss, r[i].busy_s, t[i].nshard,
+                state_names[r[i].state], r[i].why[0] ? ": " : "", r[i].why);
+    }
+}
+
+static void json_num(FILE *f, double x) {
+    if (isfinite(x)) fprintf(f, "%.9g", x);
+    else fputs("null", f);
+}
+
+void sel_print_json(pm_select_policy policy, int devices, size_t device_mem,
+                    const pm_select_task *t, const pm_select_result *r, const int *order, int n,
+                    const pm_select_stats *st, double bound) {
+    printf("{\"policy\": \"%s\", \"devices\": %d, \"device_mem\": %zu, \"makespan_s\": ",
+           pm_select_policy_names[policy], devices, device_mem);
+    json_num(stdout, st->makespan_s);
+    printf(", \"lower_bound_s\": ");
+    json_num(stdout, bound);
+    printf(", \"device_peak_bytes\": [");
+    for (int d = 0; d < devices; d++) printf("%s%zu", d ? ", " : "", st->peak[d]);
+    printf("], \"device_busy\": [");
+    for (int d = 0; d < devices; d++) {
+        printf("%s", d ? ", " : "");
+        json_num(stdout, st->makespan_s > 0 ? st->busy[d] / st->makespan_s : 0);
+    }
+    printf("], \"tasks\": [");
+    for (int k = 0; k < n; k++) {
+        int i = order[k];
+        const pm_train_cfg *c = &t[i].cfg;
+        printf("%s{\"task\": \"%s\", \"config\": {\"lr\": %.9g, \"layers\": %d, \"dim\": %d, "
+               "\"heads\": %d, \"ctx\": %d, \"batch\": %d, \"microbatches\": %d, \"seed\": %llu}, "
+               "\"final_loss\": ", k ? ", " : "", t[i].name, (double)c->opt.lr, c->model.layers,
+               c->model.dim, c->model.heads, c->model.ctx, c->batch, c->micro,
+               (unsigned long long)c->seed);
+        json_num(stdout, r[i].final_loss);
+        printf(", \"val_loss\": ");
+        json_num(stdout, r[i].val_loss);
+        printf(", \"steps_run\": %lld, \"shards\": %d, \"state\": \"%s\"}", (long long)r[i].steps,
+               t[i].nshard, state_names[r[i].state]);
+    }
+    printf("]}\n");
+}
+
+int sel_write_csv(const char *path, const pm_select_task *t, const pm_select_result *r,
+                     const int *order, int n) {
+    pm_wfile w;
+    pm_err e;
+    if (pm_wfile_open(&w, path, &e)) return pm_cli_fail("%s", e.msg);
+    fprintf(w.f, "task,lr,layers,dim,heads,ctx,batch,microbatches,seed,steps_run,final_loss,"
+                 "val_loss,busy_s,shards,state\n");
+    for (int k = 0; k < n; k++) {
+        int i = order[k];
+        const pm_train_cfg *c = &t[i].cfg;
+        fprintf(w.f, "%s,%.9g,%d,%d,%d,%d,%d,%d,%llu,%lld,%.9g,%.9g,%.6f,%d,%s\n", t[i].name,
+                (double)c->opt.lr, c->model.layers, c->model.dim, c->model.heads, c->model.ctx,
+                c->batch, c->micro, (unsigned long long)c->seed, (long long)r[i].steps,
+                r[i].final_loss, r[i].val_loss, r[i].busy_s, t[i].nshard, state_names[r[i].state]);
+    }
+    if (pm_wfile_commit(&w, &e)) return pm_cli_fail("%s", e.msg);
+    return 0;
+}
+
+int sel_write_timeline(const char *path, const pm_select_stats *st, const pm_select_task *t,
+                          int n, double bound, int trace) {
+    pm_wfile w;
+    FILE *f = pm_cli_out_open(&w, path);
+    if (!f) return 1;
+    pm_status s = trace ? pm_select_write_trace(f, st, t, n) : pm_select_write_svg(f, st, t, n, bound);
+    return pm_cli_out_close(&w, s != PM_OK, path);
+}
+

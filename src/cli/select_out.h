@@ -1,0 +1,38 @@
+/* select_out.h: the reports of `pipemem select` (select_out.c). */
+#ifndef PM_CLI_SELECT_OUT_H
+#define PM_CLI_SELECT_OUT_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "cli.h"
+#include "pipemem/pm_select.h"
+
+/* --dry-run: every task's shards and the slab, then each policy's makespan
+ * simulated from FLOPs at an assumed 50 GFLOP/s per device. */
+void sel_print_plan(const pm_select_task *t, int n, const pm_select_layout *lay);
+int sel_print_policies(const pm_select_task *t, int n, int D, int steps);
+
+/* Progress lines on standard error (pm_select_opts.report). */
+typedef struct {
+    const pm_select_task *t;
+    int n, done, devices;
+    int64_t steps_all, steps_done; /* every task's steps, and those run so far */
+    double t0, last;               /* start, last status line */
+} sel_progress;
+void sel_on_event(void *ctx, const pm_select_event *ev);
+
+/* The results: order[] ranks tasks by validation loss (unknown last). */
+void sel_rank(const pm_select_result *res, int n, int *order);
+void sel_print_table(FILE *f, const pm_select_task *t, const pm_select_result *r,
+                     const int *order, int n);
+void sel_print_json(pm_select_policy policy, int devices, size_t device_mem,
+                    const pm_select_task *t, const pm_select_result *r, const int *order, int n,
+                    const pm_select_stats *st, double bound);
+int sel_write_csv(const char *path, const pm_select_task *t, const pm_select_result *r,
+                  const int *order, int n);
+/* The run as an SVG timeline (trace 0) or a Chrome trace (trace 1). */
+int sel_write_timeline(const char *path, const pm_select_stats *st, const pm_select_task *t,
+                       int n, double bound, int trace);
+
+#endif
