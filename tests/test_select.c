@@ -275,6 +275,14 @@ static pm_train_cfg task_cfg(int i) {
     return c;
 }
 
+/* The NT tasks t0.. of task_cfg. */
+static void tasks_of(pm_select_task *tasks) {
+    for (int i = 0; i < NT; i++) {
+        tasks[i] = (pm_select_task){.cfg = task_cfg(i)};
+        snprintf(tasks[i].name, sizeof tasks[i].name, "t%d", i);
+    }
+}
+
 typedef struct {
     double loss[NT][MAXSTEPS], val[NT];
     float *params[NT];
@@ -347,9 +355,8 @@ static void train_exact(void **state) {
                 pm_trainer hosts[NT];
                 pm_err e;
                 size_t whole = SIZE_MAX; /* the smallest task's own whole size */
+                tasks_of(tasks);
                 for (int i = 0; i < NT; i++) {
-                    tasks[i] = (pm_select_task){.cfg = task_cfg(i)};
-                    snprintf(tasks[i].name, sizeof tasks[i].name, "t%d", i);
                     size_t s, a, st = 0, mx = 0;
                     for (int l = 0; l < pm_gpt_num_layers(&tasks[i].cfg.model); l++) {
                         assert_int_equal(pm_select_layer_bytes(&tasks[i].cfg, l, &s, &a, NULL), PM_OK);
@@ -423,10 +430,7 @@ static void spill_exact(void **state) {
     pm_select_task tasks[NT];
     pm_trainer hosts[NT];
     pm_err e;
-    for (int i = 0; i < NT; i++) {
-        tasks[i] = (pm_select_task){.cfg = task_cfg(i)};
-        snprintf(tasks[i].name, sizeof tasks[i].name, "t%d", i);
-    }
+    tasks_of(tasks);
     pm_select_layout lay;
     assert_int_equal(pm_select_partition(tasks, NT, 1 << 21, 2, &lay, &e), PM_OK);
     for (int i = 0; i < NT; i++)
@@ -449,10 +453,7 @@ static void spill_exact(void **state) {
     pm_select_stats_free(&stats);
     assert_int_equal(rmdir(sdir), 0); /* nothing left behind */
     /* a directory that cannot hold the files: one clear error */
-    for (int i = 0; i < NT; i++) {
-        tasks[i] = (pm_select_task){.cfg = task_cfg(i)};
-        snprintf(tasks[i].name, sizeof tasks[i].name, "t%d", i);
-    }
+    tasks_of(tasks);
     assert_int_equal(pm_select_partition(tasks, NT, 1 << 21, 2, &lay, &e), PM_OK);
     for (int i = 0; i < NT; i++)
         assert_int_equal(pm_trainer_init(&hosts[i], &tasks[i].cfg, &tok, 0, &e), PM_OK);
@@ -477,10 +478,7 @@ static void nan_task_fails_alone(void **state) {
     pm_select_task tasks[NT];
     pm_trainer hosts[NT];
     pm_err e;
-    for (int i = 0; i < NT; i++) {
-        tasks[i] = (pm_select_task){.cfg = task_cfg(i)};
-        snprintf(tasks[i].name, sizeof tasks[i].name, "t%d", i);
-    }
+    tasks_of(tasks);
     tasks[1].cfg.opt.lr = 1e30f; /* the first update makes the parameters overflow */
     tasks[1].cfg.opt.grad_clip = 0;
     pm_select_layout lay;
