@@ -67,6 +67,15 @@ typedef struct {
     double wait_s;       /* time the device waited for a copy */
 } sel_dev;
 
+/* A device (device.c): its slab laid out for L, its copy thread started;
+ * and stopped and freed. sel_copy_start has the copy thread load shard s of
+ * t into slot; sel_copy_wait waits until it is done (the time waited is
+ * added to dv->wait_s). */
+pm_status sel_dev_init(sel_dev *dv, const pm_select_layout *L, int d, pm_err *err);
+void sel_dev_free(sel_dev *dv);
+void sel_copy_start(sel_dev *dv, sel_task *t, int s, int slot);
+void sel_copy_wait(sel_dev *dv);
+
 /* Pass k of a step of a task with S shards: its shard and kind. */
 typedef enum { SEL_F, SEL_FUSED, SEL_B } sel_kind;
 static inline int sel_pass_shard(int S, int k) { return k < S ? k : 2 * S - 2 - k; }

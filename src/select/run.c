@@ -251,42 +251,7 @@ static void halve(sel_run *r) {
     }
 }
 
-/* ---- prefetch: one copy thread per device ------------------------------ */
-
-static void *copier_main(void *arg) {
-    sel_dev *dv = arg;
-    pthread_mutex_lock(&dv->cmu);
-    for (;;) {
-        while (dv->job == 0) pthread_cond_wait(&dv->ccv, &dv->cmu);
-        if (dv->job == 2) break;
-        sel_task *t = dv->jtask;
-        int s = dv->jshard, slot = dv->jslot;
-        pthread_mutex_unlock(&dv->cmu);
-        sel_load_state(t, dv, s, slot); /* on an I/O error the pass loads (and fails) itself */
-        pthread_mutex_lock(&dv->cmu);
-        dv->job = 0;
-        pthread_cond_broadcast(&dv->ccv);
-    }
-    pthread_mutex_unlock(&dv->cmu);
-    return NULL;
-}
-
-static void copier_start(sel_dev *dv, sel_task *t, int s, int slot) {
-    pthread_mutex_lock(&dv->cmu);
-    dv->jtask = t, dv->jshard = s, dv->jslot = slot, dv->job = 1;
-    pthread_cond_broadcast(&dv->ccv);
-    pthread_mutex_unlock(&dv->cmu);
-}
-
-static void copier_wait(sel_dev *dv) {
-    pthread_mutex_lock(&dv->cmu);
-    if (dv->job == 1) {
-        double t0 = pm_now();
-        while (dv->job == 1) pthread_cond_wait(&dv->ccv, &dv->cmu);
-        dv->wait_s += pm_now() - t0;
-    }
-    pthread_mutex_unlock(&dv->cmu);
-}
+/* ---- prefetch (the copy thread is device.c's) --------------------------- */
 
 /* Under the lock, with cur claimed: the pass this device runs after cur,
  * claimed now so its state can be copied in meanwhile (shard policy: the
@@ -316,7 +281,7 @@ static void prefetch(sel_run *r, sel_dev *dv, sel_task *cur, int slot, int y) {
     int s = sel_pass_shard(t->S, k);
     if (y < 0 && s == sel_pass_shard(cur->S, cur->pass)) return;
     if (sel_resident(dv, t, s) == (slot ^ 1)) return;
-    copier_start(dv, t, s, slot ^ 1);
+    sel_copy_start(dv, t, s, slot ^ 1);
 }
 
 static int interrupted(const sel_run *r) { return r->o->interrupt && atomic_load(r->o->interrupt); }
@@ -379,7 +344,7 @@ static void *device_main(void *arg) {
         double loss = 0, val = NAN, dt = pm_now() - t0;
         if (bad) kind = PM_SELECT_EV_FAILED; /* its store failed: t->why says how */
         else if (last) kind = end_step(r, t, &loss, &val, &state);
-        copier_wait(dv);
+        sel_copy_wait(dv);
         pthread_mutex_lock(&r->mu);
         t->state = state;
         t->busy += dt;
@@ -474,39 +439,14 @@ static pm_status devices_init(sel_run *r, pm_err *err) {
         return pm_errf(err, PM_ERR_NOMEM, "out of memory for devices");
     for (int i = 0; i < r->n; i++) r->owner[i] = -1;
     for (int d = 0; d < D; d++) {
-        sel_dev *dv = &r->dev[d];
-        dv->slab = pm_aligned_alloc(64, L->device_mem);
-        if (!dv->slab)
-            return pm_errf(err, PM_ERR_NOMEM, "out of memory for device %d's %zu bytes", d,
-                           L->device_mem);
-        memset(dv->slab, 0, L->device_mem); /* the budget is real: every page touched */
-        dv->slots = L->slots;
-        dv->state_off[0] = 0, dv->state_off[1] = L->state_slot;
-        dv->act_off = (size_t)L->slots * L->state_slot;
-        dv->res_task[0] = dv->res_task[1] = -1;
-        pthread_mutex_init(&dv->cmu, NULL);
-        pthread_cond_init(&dv->ccv, NULL);
-        if (pthread_create(&dv->copier, NULL, copier_main, dv))
-            return pm_errf(err, PM_ERR_NOMEM, "could not start device %d's copy thread", d);
-        dv->copier_up = 1;
+        pm_status st = sel_dev_init(&r->dev[d], L, d, err);
+        if (st) return st;
     }
     return PM_OK;
 }
 
 static void run_free(sel_run *r) {
-    for (int d = 0; r->dev && d < r->o->devices; d++) {
-        sel_dev *dv = &r->dev[d];
-        if (dv->copier_up) {
-            pthread_mutex_lock(&dv->cmu);
-            dv->job = 2;
-            pthread_cond_broadcast(&dv->ccv);
-            pthread_mutex_unlock(&dv->cmu);
-            pthread_join(dv->copier, NULL);
-            pthread_cond_destroy(&dv->ccv);
-            pthread_mutex_destroy(&dv->cmu);
-        }
-        pm_free(dv->slab);
-    }
+    for (int d = 0; r->dev && d < r->o->devices; d++) sel_dev_free(&r->dev[d]);
     pm_free(r->dev);
     pm_free(r->owner);
     pm_free(r->rank);

@@ -1,0 +1,79 @@
+/* device.c: one model-selection device (internal.h): its slab of exactly
+ * the budget's bytes (state slots, then the activation area), allocated and
+ * touched once, and its copy thread, which loads the next pass's shard
+ * state into the other slot while the device computes (prefetch).
+ * Copy thread states: job 0 idle, 1 a copy to do, 2 quit. */
+#include <string.h>
+
+#include "select/internal.h"
+
+static void *copier_main(void *arg) {
+    sel_dev *dv = arg;
+    pthread_mutex_lock(&dv->cmu);
+    for (;;) {
+        while (dv->job == 0) pthread_cond_wait(&dv->ccv, &dv->cmu);
+        if (dv->job == 2) break;
+        sel_task *t = dv->jtask;
+        int s = dv->jshard, slot = dv->jslot;
+        pthread_mutex_unlock(&dv->cmu);
+        sel_load_state(t, dv, s, slot); /* on an I/O error the pass loads (and fails) itself */
+        pthread_mutex_lock(&dv->cmu);
+        dv->job = 0;
+        pthread_cond_broadcast(&dv->ccv);
+    }
+    pthread_mutex_unlock(&dv->cmu);
+    return NULL;
+}
+
+void sel_copy_start(sel_dev *dv, sel_task *t, int s, int slot) {
+    pthread_mutex_lock(&dv->cmu);
+    dv->jtask = t, dv->jshard = s, dv->jslot = slot, dv->job = 1;
+    pthread_cond_broadcast(&dv->ccv);
+    pthread_mutex_unlock(&dv->cmu);
+}
+
+void sel_copy_wait(sel_dev *dv) {
+    pthread_mutex_lock(&dv->cmu);
+    if (dv->job == 1) {
+        double t0 = pm_now();
+        while (dv->job == 1) pthread_cond_wait(&dv->ccv, &dv->cmu);
+        dv->wait_s += pm_now() - t0;
+    }
+    pthread_mutex_unlock(&dv->cmu);
+}
+
+pm_status sel_dev_init(sel_dev *dv, const pm_select_layout *L, int d, pm_err *err) {
+    dv->slab = pm_aligned_alloc(64, L->device_mem);
+    if (!dv->slab)
+        return pm_errf(err, PM_ERR_NOMEM, "out of memory for device %d's %zu bytes", d,
+                       L->device_mem);
+    memset(dv->slab, 0, L->device_mem); /* the budget is real: every page touched */
+    dv->slots = L->slots;
+    dv->state_off[0] = 0, dv->state_off[1] = L->state_slot;
+    dv->act_off = (size_t)L->slots * L->state_slot;
+    dv->res_task[0] = dv->res_task[1] = -1;
+    pthread_mutex_init(&dv->cmu, NULL);
+    pthread_cond_init(&dv->ccv, NULL);
+    if (pthread_create(&dv->copier, NULL, copier_main, dv)) {
+        pthread_cond_destroy(&dv->ccv);
+        pthread_mutex_destroy(&dv->cmu);
+        return pm_errf(err, PM_ERR_NOMEM, "could not start device %d's copy thread", d);
+    }
+    dv->copier_up = 1;
+    return PM_OK;
+}
+
+void sel_dev_free(sel_dev *dv) {
+    if (dv->copier_up) {
+        pthread_mutex_lock(&dv->cmu);
+        dv->job = 2;
+        pthread_cond_broadcast(&dv->ccv);
+        pthread_mutex_unlock(&dv->cmu);
+        pthread_join(dv->copier, NULL);
+        pthread_cond_destroy(&dv->ccv);
+        pthread_mutex_destroy(&dv->cmu);
+        dv->copier_up = 0;
+    }
+    pm_free(dv->slab);
+    dv->slab = NULL;
+}
