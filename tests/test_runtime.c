@@ -781,6 +781,14 @@ static void test_cli_train_pp(void **state) {
     snprintf(cmd, sizeof cmd, "%s/b.trace", dir);
     if (chk_trace_file(cmd, &vh, NULL, c1, sizeof c1)) fail_msg("%s", c1);
     pm_sched_free(&vh);
+    /* resuming a run that already finished: nothing to run, a clean exit
+     * (it once crashed printing the last step's figures, which no step made) */
+    snprintf(cmd, sizeof cmd, "%s train --data %s/d %s --pp 2 --schedule v-half --resume "
+             "%s/b.ckpt --save %s/b2.ckpt --timeline %s/b2.svg --json > /dev/null 2>&1", bin, dir,
+             model, dir, dir, dir);
+    assert_int_equal(sh_quiet(cmd), 0);
+    snprintf(cmd, sizeof cmd, "cmp -s %s/b.ckpt %s/b2.ckpt", dir, dir);
+    assert_int_equal(sh_quiet(cmd), 0);
     /* --recompute: the same checkpoint again, the recomputed schedule named,
      * and device 0 (stage 0 keeps only its tokens) below plain v-half */
     snprintf(cmd, sizeof cmd, "%s train --data %s/d %s --pp 2 --schedule v-half --recompute "

@@ -144,7 +144,12 @@ static void to_host(const pm_pipe *pp, pm_trainer *t) {
     t->step = pm_pipe_steps_done(pp);
 }
 
+/* x is NULL when no step ran (a resumed run that was already complete). */
 static void json_sizes(const char *key, const size_t *x, int n) {
+    if (!x) {
+        printf(", \"%s\": null", key);
+        return;
+    }
     printf(", \"%s\": [", key);
     for (int d = 0; d < n; d++) printf("%s%zu", d ? ", " : "", x[d]);
     printf("]");
@@ -187,8 +192,12 @@ static void print_json(const pm_cli_train_opts *o, const pm_pipe *pp, const pm_t
     printf("]}\n");
 }
 
-static int write_outputs(const pm_cli_train_opts *o, const pm_pipe *pp) {
+static int write_outputs(const pm_cli_train_opts *o, const pm_pipe *pp, int ran) {
     pm_err err = {{0}};
+    if (!ran && (o->trace || o->svg)) { /* resumed at its last step: nothing measured */
+        fprintf(stderr, "train: no step ran, so no --trace or --timeline is written\n");
+        return 0;
+    }
     const char *paths[2] = {o->trace, o->svg};
     for (int k = 0; k < 2; k++) {
         if (!paths[k]) continue;
@@ -265,7 +274,7 @@ static void pp_report(void *ctx, const pm_loop_event *ev) {
             (long long)ev->step, ev->val_loss);
     r->ps->val_loss = ev->val_loss;
     if (ev->kind != PM_LOOP_END) return;
-    for (int d = 0; d < pm_pipe_devices(r->pp); d++)
+    for (int d = 0; r->ps->last.peak && d < pm_pipe_devices(r->pp); d++)
         fprintf(stderr, "device %d: peak activation %zu bytes (predicted %zu), arena %zu\n", d,
                 r->ps->last.peak[d], r->ps->last.pred_peak[d], r->ps->last.arena[d]);
     if (ev->saved) fprintf(stderr, "saved %s (step %lld)\n", ev->saved, (long long)ev->step);
@@ -281,7 +290,7 @@ static int pp_train(const pm_cli_train_opts *o, pm_pipe *pp, pm_trainer *t, cons
                        .eval_batches = o->eval_batches, .val = val, .save = o->save};
     pm_err err = {{0}};
     if (pm_train_loop(t, &drv, &lo, &err)) return pm_cli_fail("%s", err.msg);
-    return write_outputs(o, pp);
+    return write_outputs(o, pp, ps->last.peak != NULL);
 }
 
 int pm_cli_train_pp(const pm_cli_train_opts *op) {
