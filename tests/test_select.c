@@ -255,6 +255,32 @@ static void cli_dry_run(void **state) {
     out[n] = 0;
     assert_int_not_equal(pclose(f), 0);
     assert_non_null(strstr(out, "--data DIR is required"));
+    /* a tasks file names its tasks; a taken or unsafe name is refused */
+    char tf[128];
+    snprintf(tf, sizeof tf, "/tmp/pm_test_select_tasks_%d", (int)getpid());
+    FILE *w = fopen(tf, "w");
+    assert_non_null(w);
+    fputs("name=small lr=1e-3 layers=2 dim=64 heads=2\n# a comment\n"
+          "name=deep lr=3e-4 layers=3 dim=64 heads=2\n", w);
+    fclose(w);
+    snprintf(cmd, sizeof cmd, "%s select --devices 2 --device-mem 6M --tasks %s --dry-run 2>&1",
+             bin, tf);
+    f = popen(cmd, "r");
+    n = fread(out, 1, sizeof out - 1, f);
+    out[n] = 0;
+    assert_int_equal(pclose(f), 0);
+    assert_non_null(strstr(out, "\nsmall "));
+    assert_non_null(strstr(out, "\ndeep "));
+    const char *bad[] = {"name=a lr=1e-3\nname=a lr=2e-3\n", "name=../x lr=1e-3\n"};
+    for (int k = 0; k < 2; k++) {
+        w = fopen(tf, "w");
+        fputs(bad[k], w);
+        fclose(w);
+        snprintf(cmd, sizeof cmd, "%s select --devices 2 --device-mem 6M --tasks %s --dry-run "
+                 ">/dev/null 2>&1", bin, tf);
+        assert_int_not_equal(system(cmd), 0);
+    }
+    unlink(tf);
 }
 
 /* ---- training: bitwise the single-device trainer ------------------------ */

@@ -38,7 +38,8 @@ static const char usage[] =
     "  LIST     comma-separated values; the lists' cartesian product is the task set\n"
     "           (--lr 1e-3,3e-4 --layers 4,8 is four tasks)\n"
     "  --tasks FILE  one task per line as key=value pairs with the same names\n"
-    "           (lr=3e-4 layers=8 dim=256); '#' starts a comment\n"
+    "           (lr=3e-4 layers=8 dim=256), and name=NAME to name it (else tN);\n"
+    "           '#' starts a comment\n"
     "  SIZE     bytes, with K, M or G (binary) suffixes: 64M\n"
     "  --dry-run     print every task's shards (layers, bytes) and the simulated\n"
     "           makespan of the policies shard, task and sequential against the lower\n"
@@ -239,6 +240,50 @@ static int expand(const sel_opts *o, pm_select_task *t, int *n) {
     return 0;
 }
 
+/* A task's name from the tasks file: letters, digits, '_', '.' and '-' (it
+ * names files under --resume and rows in every output). */
+static int good_name(const char *s, size_t n) {
+    if (n < 1 || n > 31) return 0;
+    for (size_t i = 0; i < n; i++)
+        if (!isalnum((unsigned char)s[i]) && s[i] != '_' && s[i] != '.' && s[i] != '-') return 0;
+    return s[0] != '.';
+}
+
+/* One line of the tasks file, [b, e): its values into x (NAN: default) and
+ * its name (empty: none). Returns -1 on a bad pair (printed), else the
+ * number of pairs read. */
+static int parse_task_line(const char *file, int line, const char *b, const char *e, double *x,
+                           char name[32]) {
+    int any = 0;
+    name[0] = 0;
+    for (const char *p = b; p < e;) {
+        while (p < e && isspace((unsigned char)*p)) p++;
+        if (p == e || *p == '#') break;
+        const char *q = p, *eq;
+        while (q < e && !isspace((unsigned char)*q)) q++;
+        eq = memchr(p, '=', (size_t)(q - p));
+        size_t kl = eq ? (size_t)(eq - p) : 0, vl = eq ? (size_t)(q - eq - 1) : 0;
+        char key[32] = "";
+        if (eq && kl < sizeof key) memcpy(key, p, kl), key[kl] = 0;
+        int k = key_of(key), ok;
+        if (!strcmp(key, "name")) {
+            ok = good_name(eq + 1, vl);
+            if (ok) memcpy(name, eq + 1, vl), name[vl] = 0;
+        } else {
+            ok = k >= 0 && !parse_value(k, eq + 1, vl, &x[k]);
+        }
+        if (!ok) {
+            pm_cli_fail("%s:%d: '%.*s' is not key=value with a key of name, lr, layers, dim, "
+                        "heads, ctx, batch, microbatches, warmup, seed (a name: up to 31 of "
+                        "letters, digits, _ . -)", file, line, (int)(q - p), p);
+            return -1;
+        }
+        any++;
+        p = q;
+    }
+    return any;
+}
+
 /* --tasks FILE: one task per line, key=value pairs; swept lists are not
  * allowed beside it (one way to say what runs). */
 static int read_tasks(const sel_opts *o, pm_select_task *t, int *n) {
@@ -250,34 +295,20 @@ static int read_tasks(const sel_opts *o, pm_select_task *t, int *n) {
     for (size_t i = 0; i < len && !rc;) {
         size_t end = i;
         while (end < len && text[end] != '\n') end++;
-        line++;
         double x[K_COUNT];
+        char name[32];
         for (int k = 0; k < K_COUNT; k++) x[k] = NAN;
-        int any = 0;
-        for (size_t p = i; p < end && !rc;) {
-            while (p < end && isspace((unsigned char)text[p])) p++;
-            if (p == end || text[p] == '#') break;
-            size_t q = p;
-            while (q < end && !isspace((unsigned char)text[q])) q++;
-            const char *eq = memchr(text + p, '=', q - p);
-            char key[32];
-            size_t kl = eq ? (size_t)(eq - (text + p)) : 0;
-            int k = -1;
-            if (eq && kl < sizeof key) {
-                memcpy(key, text + p, kl);
-                key[kl] = 0;
-                k = key_of(key);
-            }
-            if (k < 0 || parse_value(k, eq + 1, (size_t)(text + q - (eq + 1)), &x[k]))
-                rc = pm_cli_fail("%s:%d: '%.*s' is not key=value with a key of %s", o->tasks_file,
-                                 line, (int)(q - p), text + p,
-                                 "lr, layers, dim, heads, ctx, batch, microbatches, warmup, seed");
-            any = 1;
-            p = q;
-        }
-        if (!rc && any) {
-            if (*n == MAX_TASKS) rc = pm_cli_fail("%s: more than %d tasks", o->tasks_file, MAX_TASKS);
-            else if (!(rc = make_task(o, x, &t[*n], *n))) (*n)++;
+        int got = parse_task_line(o->tasks_file, ++line, text + i, text + end, x, name);
+        if (got < 0) rc = 1;
+        else if (got && *n == MAX_TASKS)
+            rc = pm_cli_fail("%s: more than %d tasks", o->tasks_file, MAX_TASKS);
+        else if (got && !(rc = make_task(o, x, &t[*n], *n))) {
+            if (name[0]) snprintf(t[*n].name, sizeof t[*n].name, "%s", name);
+            for (int j = 0; j < *n && !rc; j++)
+                if (!strcmp(t[j].name, t[*n].name))
+                    rc = pm_cli_fail("%s:%d: the name %s is taken by another task",
+                                     o->tasks_file, line, name);
+            (*n)++;
         }
         i = end + 1;
     }

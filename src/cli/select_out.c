@@ -14,11 +14,11 @@ void sel_print_plan(const pm_select_task *t, int n, const pm_select_layout *lay)
     printf("device slab: %d state slot%s of %zu bytes + activations %zu bytes = %zu of %zu\n",
            lay->slots, lay->slots > 1 ? "s" : "", lay->state_slot, lay->act_slot,
            (size_t)lay->slots * lay->state_slot + lay->act_slot, lay->device_mem);
-    printf("%-5s %-9s %6s %5s %5s %4s %5s %5s %5s  %s\n", "task", "lr", "layers", "dim", "heads",
+    printf("%-10s %-9s %6s %5s %5s %4s %5s %5s %5s  %s\n", "task", "lr", "layers", "dim", "heads",
            "ctx", "batch", "micro", "shards", "layers: state bytes / activation bytes");
     for (int i = 0; i < n; i++) {
         const pm_train_cfg *c = &t[i].cfg;
-        printf("%-5s %-9.3g %6d %5d %5d %4d %5d %5d %5d ", t[i].name, (double)c->opt.lr,
+        printf("%-10s %-9.3g %6d %5d %5d %4d %5d %5d %5d ", t[i].name, (double)c->opt.lr,
                c->model.layers, c->model.dim, c->model.heads, c->model.ctx, c->batch, c->micro,
                t[i].nshard);
         for (int k = 0; k < t[i].nshard; k++)
@@ -122,13 +122,13 @@ void sel_rank(const pm_select_result *res, int n, int *order) {
 
 void sel_print_table(FILE *f, const pm_select_task *t, const pm_select_result *r,
                         const int *order, int n) {
-    fprintf(f, "%-5s %-9s %6s %5s %5s %4s %5s %5s %6s %7s %10s %10s %8s %6s  %s\n", "task", "lr",
+    fprintf(f, "%-10s %-9s %6s %5s %5s %4s %5s %5s %6s %7s %10s %10s %8s %6s  %s\n", "task", "lr",
             "layers", "dim", "heads", "ctx", "batch", "micro", "seed", "steps", "loss",
             "val loss", "busy s", "shards", "state");
     for (int k = 0; k < n; k++) {
         int i = order[k];
         const pm_train_cfg *c = &t[i].cfg;
-        fprintf(f, "%-5s %-9.3g %6d %5d %5d %4d %5d %5d %6llu %7lld %10.4f %10.4f %8.2f %6d  %s%s%s\n",
+        fprintf(f, "%-10s %-9.3g %6d %5d %5d %4d %5d %5d %6llu %7lld %10.4f %10.4f %8.2f %6d  %s%s%s\n",
                 t[i].name, (double)c->opt.lr, c->model.layers, c->model.dim, c->model.heads,
                 c->model.ctx, c->batch, c->micro, (unsigned long long)c->seed,
                 (long long)r[i].steps, r[i].final_loss, r[i].val_loss, r[i].busy_s, t[i].nshard,
