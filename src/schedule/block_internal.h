@@ -49,6 +49,11 @@ pm_status pm_block_fill_w(pm_block *b, pm_err *err);
  * constructor never exceeds it. Fails like the constructor's setup. */
 pm_status pm_block_repeat_peak(const pm_block *b, int m, pm_mem mem, double *peak,
                                pm_err *err);
+/* The 1F1B-V block for p devices and m microbatches: the chain block
+ * (block_named.c) unless, repeated m times, it peaks above the searched
+ * block; m = 0 compares the memory theorem's bounds instead (what
+ * pm_block_named gives). */
+pm_status pm_block_1f1b_v(pm_block *b, int p, int m, pm_mem mem, pm_err *err);
 /* Order of passes in written blocks: device, offset, chunk, kind. */
 int pm_block_pass_cmp(const void *a, const void *b);
 /* Slots a pass of this kind takes unless the text says otherwise. */
