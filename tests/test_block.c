@@ -132,6 +132,36 @@ static void test_1f1b_v_large_p(void **state) {
     }
 }
 
+/* 1F1B-V's named block is the chain block (forwards back to back: device
+ * i's chunk-0 F at slot i, its chunk-1 F at 2p-1-i) for every p except 3,
+ * 6 and 9, where the chain needs one activation more than the searched
+ * block; legal everywhere, BW of 2 slots. */
+static void test_1f1b_v_chain(void **state) {
+    (void)state;
+    static const int big[] = {100, 255, 256, 509, 1000, 1024};
+    for (int k = 0; k < 64 + (int)(sizeof big / sizeof big[0]); k++) {
+        int p = k < 64 ? k + 1 : big[k - 64];
+        pm_block b;
+        pm_block_info in;
+        pm_err err;
+        assert_int_equal(pm_block_named(&b, "1f1b-v", p, &err), PM_OK);
+        assert_int_equal(pm_block_analyze(&b, PM_MEM_DEFAULT, &in, &err), PM_OK);
+        if (!in.legal) fail_msg("1f1b-v p=%d: device %d residue %d", p, in.bad_dev, in.bad_residue);
+        int chain = 1;
+        for (int i = 0; i < b.n; i++) {
+            const pm_block_pass *x = &b.pass[i];
+            if (x->kind == PM_PASS_F)
+                chain &= x->off == (x->chunk == 0 ? x->dev : 2 * p - 1 - x->dev);
+            else
+                assert_int_equal(x->dur, 2);
+        }
+        if (chain != (p != 3 && p != 6 && p != 9))
+            fail_msg("1f1b-v p=%d: %s block", p, chain ? "chain" : "searched");
+        pm_block_info_free(&in);
+        pm_block_free(&b);
+    }
+}
+
 /* The shipped files are what `pipemem block --named` prints: the same
  * passes, and the same text once the leading comment is dropped. */
 static void test_shipped_files_match(void **state) {
@@ -485,6 +515,7 @@ int main(void) {
         cmocka_unit_test(test_w_fill_by_hand),
         cmocka_unit_test(test_named_blocks_legal),
         cmocka_unit_test(test_1f1b_v_large_p),
+        cmocka_unit_test(test_1f1b_v_chain),
         cmocka_unit_test(test_shipped_files_match),
         cmocka_unit_test(test_tiny_lifespans_and_bound),
         cmocka_unit_test(test_collision_named),

@@ -353,8 +353,9 @@ pm_status pm_block_named(pm_block *b, const char *name, int p, pm_err *err);
 pm_status pm_block_analyze(const pm_block *b, pm_mem mem, pm_block_info *info, pm_err *err);
 void pm_block_info_free(pm_block_info *info);
 /* Repeat at interval T for m microbatches, squeeze with real costs, move
- * warm-up and cool-down passes earlier without raising the steady-state
- * peak. */
+ * passes earlier into idle slots (construct.c) without raising the largest
+ * device's peak of the plain repetition; a device may rise up to that peak
+ * but never above its own memory-theorem bound. */
 pm_status pm_sched_from_block(pm_sched *s, const pm_block *b, const pm_sched_req *req,
                               const char *kind, pm_err *err);
 

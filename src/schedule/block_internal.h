@@ -44,6 +44,16 @@ pm_status pm_block_alloc(pm_block *b, pm_place place, int p, int v, int T, int c
 /* Gives every stage without a W one, at the first slot free on its device
  * after its B (the papers' rule, in the repeated steady state). */
 pm_status pm_block_fill_w(pm_block *b, pm_err *err);
+/* *peak: the largest device's peak of b repeated m times (the plain
+ * repetition, before any move; absolute units, mem / v per stage). The
+ * constructor never exceeds it. Fails like the constructor's setup. */
+pm_status pm_block_repeat_peak(const pm_block *b, int m, pm_mem mem, double *peak,
+                               pm_err *err);
+/* The 1F1B-V block for p devices and m microbatches: the chain block
+ * (block_named.c) unless, repeated m times, it peaks above the searched
+ * block; m = 0 compares the memory theorem's bounds instead (what
+ * pm_block_named gives). */
+pm_status pm_block_1f1b_v(pm_block *b, int p, int m, pm_mem mem, pm_err *err);
 /* Order of passes in written blocks: device, offset, chunk, kind. */
 int pm_block_pass_cmp(const void *a, const void *b);
 /* Slots a pass of this kind takes unless the text says otherwise. */

@@ -1,6 +1,8 @@
 /* block_named.c: the named V blocks for p devices: V-Min and V-Half from
- * the papers' offset formulas, and 1F1B-V from a bounded depth-first search
- * whose first leaf is the greedy block (so it always returns one). */
+ * the papers' offset formulas, and 1F1B-V: the chain block of the authors'
+ * generator (forwards back to back, then the fused backward chain), or, when
+ * that needs more memory, the block of a bounded depth-first search whose
+ * first leaf is the greedy block (so it always returns one). */
 #include <ctype.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -135,7 +137,52 @@ static void v1_dfs(v1_search *g, int k, int ready) {
     }
 }
 
-static pm_status named_1f1b_v(pm_block *b, int p, pm_err *err) {
+/* The chain block for 1F1B-V (the pattern of the authors' 1F1B-V
+ * generator): the forwards back to back down the V and up again (device i's
+ * F0 at slot i, its F1 at 2p-1-i), then the backward chain from the loss
+ * back to stage 0, each fused BW taking 2 slots right after the previous
+ * one, with 3 free slots after every third BW (the first gap placed by
+ * p mod 3, and the chain starting 3 slots later when 3 divides p): every
+ * device then has its 6 residues taken once. Its lifespans are the shortest
+ * the dependencies allow, up to those gaps. */
+static pm_status named_1f1b_v_chain(pm_block *b, int p, pm_err *err) {
+    pm_status st = pm_block_alloc(b, PM_PLACE_V, p, 2, V1_T, 4 * p, err);
+    if (st) return st;
+    int at = 2 * p + (p % 3 == 0 ? 3 : 0), run = (3 - (p + 2) % 3) % 3;
+    int *bw = pm_malloc((size_t)(2 * p) * sizeof *bw); /* BW slot, in chain order */
+    if (!bw) {
+        pm_block_free(b);
+        return pm_errf(err, PM_ERR_NOMEM, "out of memory building the 1f1b-v block");
+    }
+    for (int k = 0; k < 2 * p; k++) {
+        bw[k] = at;
+        at += 2;
+        if (++run == 3) run = 0, at += 3;
+    }
+    for (int i = 0; i < p; i++) {
+        b->pass[b->n++] = (pm_block_pass){i, 0, PM_PASS_F, i, 1};
+        b->pass[b->n++] = (pm_block_pass){i, 1, PM_PASS_F, 2 * p - 1 - i, 1};
+        b->pass[b->n++] = (pm_block_pass){i, 1, PM_PASS_BW, bw[i], 2};
+        b->pass[b->n++] = (pm_block_pass){i, 0, PM_PASS_BW, bw[2 * p - 1 - i], 2};
+    }
+    pm_free(bw);
+    return PM_OK;
+}
+
+/* *mx: the largest per-device theorem bound of a block, or -1 if it is
+ * not legal. */
+static pm_status max_bound(const pm_block *b, double *mx, pm_err *err) {
+    pm_block_info in;
+    pm_status st = pm_block_analyze(b, PM_MEM_DEFAULT, &in, err);
+    if (st) return st;
+    *mx = in.legal ? 0 : -1;
+    for (int d = 0; in.legal && d < b->p; d++)
+        if (in.bound[d] > *mx) *mx = in.bound[d];
+    pm_block_info_free(&in);
+    return PM_OK;
+}
+
+static pm_status named_1f1b_v_search(pm_block *b, int p, pm_err *err) {
     pm_status st = pm_block_alloc(b, PM_PLACE_V, p, 2, V1_T, 6 * p, err);
     if (st) return st;
     v1_search g = {.p = p, .S = 2 * p, .best_max = -1, .nodes = 2000000L / (2 * p) + 64};
@@ -168,13 +215,42 @@ done:
     return st;
 }
 
+/* 1F1B-V: the chain block when it is legal and uses no more memory than
+ * the searched block (the chain keeps the passes of a microbatch closer
+ * together, so it wastes fewer slots in the warm-up and cool-down); else the
+ * searched block, which can fit less memory (p = 3, 6, 9: the chain's
+ * shift by 3 costs one activation more; and with m close to p its warm-up,
+ * all forwards first, can peak higher). Memory compared as the theorem's
+ * largest bound (m = 0), or as the peak of m repetitions. */
+pm_status pm_block_1f1b_v(pm_block *b, int p, int m, pm_mem mem, pm_err *err) {
+    *b = (pm_block){0};
+    if (p < 1 || p > 1024)
+        return pm_errf(err, PM_ERR_ARG, "named blocks need 1 <= p <= 1024 (got %d)", p);
+    pm_block chain = {0};
+    double bc, bs, pc = 0, ps = 0;
+    pm_status st = named_1f1b_v_search(b, p, err);
+    if (!st) st = named_1f1b_v_chain(&chain, p, err);
+    if (!st) st = max_bound(&chain, &bc, err);
+    if (!st) st = max_bound(b, &bs, err);
+    int take = !st && bc >= 0 && bc <= bs + 1e-12;
+    if (take && m > 0) {
+        st = pm_block_repeat_peak(&chain, m, mem, &pc, err);
+        if (!st) st = pm_block_repeat_peak(b, m, mem, &ps, err);
+        take = !st && pc <= ps + 1e-12 * (ps > 1 ? ps : 1);
+    }
+    if (st || take) pm_block_free(b);
+    if (take) *b = chain;
+    else pm_block_free(&chain);
+    return st;
+}
+
 pm_status pm_block_named(pm_block *b, const char *name, int p, pm_err *err) {
     *b = (pm_block){0};
     if (p < 1 || p > 1024)
         return pm_errf(err, PM_ERR_ARG, "named blocks need 1 <= p <= 1024 (got %d)", p);
     if (name && strcmp(name, "v-min") == 0) return named_formula(b, 0, p, err);
     if (name && strcmp(name, "v-half") == 0) return named_formula(b, 1, p, err);
-    if (name && strcmp(name, "1f1b-v") == 0) return named_1f1b_v(b, p, err);
+    if (name && strcmp(name, "1f1b-v") == 0) return pm_block_1f1b_v(b, p, 0, PM_MEM_DEFAULT, err);
     return pm_errf(err, PM_ERR_ARG, "unknown block '%s'; named blocks: v-min, v-half, 1f1b-v",
                    name ? name : "(none)");
 }

@@ -15,30 +15,39 @@
  * generators do: round 1 visits every pass in slot order and moves a
  * warm-up or cool-down pass to the earliest free slot of its device after
  * its dependencies end (in slots), if adding its memory delta to the
- * device's memory profile over the skipped slots keeps the peak; round 2
+ * device's memory profile over the skipped slots keeps the cap; round 2
  * then lifts the W passes out, moves cool-down F/B passes into the slots
  * they held (B is on the critical path, W is not), and puts every W back in
- * the first free slot after its B, in the order the B passes ran. Each
- * round's result is a candidate. A second sequence follows the authors'
- * generator more closely (issue 9): every W first moved to its earliest
- * slot (in the warm-up no earlier W holds it back, and a late W would let a
- * forward take its slot and leave memory one higher), round 1 on that, then
- * round 2 counting memory as the authors do, with the lifted W passes
- * refilled by the same rule for every tentative move (refill_peak), so a B
- * no longer takes a slot whose W the cap needed. Every candidate is kept
- * only under the caps of the plain repetition; the shortest squeezed
- * makespan wins, ties going to the plainer candidate, so no sequence can
- * make a kind worse. V-Half now equals the authors' bubble (p=4 m=12
- * 0.0649, p=8 m=24 0.1056, and 0.1456 with unequal costs).
+ * the first free slot after its B, in the order the B passes ran. That
+ * sequence gives three candidates (plain, round 1, round 2). Then the
+ * authors' sequence (issue 9), twice: every W first at its earliest slot,
+ * round 1, a squeeze in slot units (no pass moves later; round 2 then sees
+ * the cool-down's real free slots: odd p), round 2 counting memory as the
+ * authors do, with the lifted W passes refilled for every tentative move
+ * (refill_peak); the second time round 1 may move passes of every phase
+ * (the authors' 1F1B-V: moving the warm-up frees slots the first steady
+ * passes can take). The caps are each device's peak in the plain
+ * repetition; then, if that changes any cap, both authors' sequences run
+ * again with every device capped at the largest device's peak (what the
+ * authors do) but never above the device's own memory-theorem bound, so
+ * the largest peak never rises and every device keeps its bound. The
+ * shortest squeezed makespan wins, ties going to the earlier (plainer,
+ * less memory) candidate, so no sequence can make a kind worse. On a grid
+ * (v-min, v-half, 1f1b-v; p = 2..16, 20, 24, 32; m = p..6p; three cost
+ * sets) these candidates reach the best of a wider set that also took
+ * candidates after each step and placed the final W passes by chunk on
+ * squeezed slots (the authors' last step, which changed nothing there).
  *
  * Invariants: slot[] holds each pass's start slot; occ[] and prof[] are
  * rebuilt from slot[] by layout() whenever a round starts; a pass occupies
  * dur consecutive slots of its device and no two passes share a slot; every
  * pass starts at or after its dependencies (same rule as pm_sched.h, plus
  * microbatch order within a (stage, kind)) end, so each candidate is
- * complete, ordered and deadlock-free. Cost: O(passes + p*L) per round plus
- * the slots scanned for the moved passes, which are only those of the
- * warm-up and cool-down; no pass is ever compared with all others. */
+ * complete, ordered and deadlock-free. Cost: O(passes + p*L) per round
+ * and candidate, plus, per pass tried in round 1, about BK + (slots it
+ * could skip) / BK (block maxima and free counts), and per pass tried in
+ * round 2, the slots from a saved state to its device's last pass; no pass
+ * is ever compared with all others. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,6 +55,17 @@
 #include "block_internal.h"
 
 #define MAX_CELLS ((int64_t)1 << 25) /* p * L slot cells (12 bytes each) */
+
+#define BK 64       /* slots per block of round 1's search structures */
+#define CK_EVERY 64 /* slots between the saved states of round 2's memory count */
+
+/* Round 2's count on one device, at some slot: its memory, the largest
+ * so far, the W queue (head and tail into the device's wq row) and the
+ * first slot the next W may take. */
+typedef struct {
+    double mem, peak;
+    int64_t head, tail, fill;
+} rstate;
 
 typedef struct {
     const pm_block *b;
@@ -60,10 +80,22 @@ typedef struct {
     int64_t *slot;         /* (N) current start slot of each pass */
     int32_t *occ;          /* (p * L) pass id starting or running in each slot, -1 free */
     double *prof;          /* (p * L) memory after the passes started at or before a slot */
-    double *cap;           /* (p) peak of the plain repetition, per device */
-    double *smax;          /* (L) scratch: suffix maxima of a profile stretch */
-    int64_t *wq;           /* (L) scratch: W passes waiting to be placed, in B order */
+    double *cap;           /* (p) per device: its peak in the plain repetition, or relaxed */
+    int64_t nblk;          /* blocks of BK slots per device */
+    double *bmax;          /* (p * nblk) round 1: upper bound of prof in the block */
+    double *badd;          /* (p * nblk) round 1: add pending on the whole block */
+    int32_t *bfree;        /* (p * nblk) round 1: free slots in the block */
+    int64_t *free_at;      /* (p) scratch: slot each device becomes free (squeeze) */
     double eps;            /* tolerance of memory comparisons */
+    int all_phases;        /* 1: round 1 may move every pass, not only warm-up and cool-down */
+    /* Round 2's memory count (refill_peak), resumable: */
+    int32_t *wq;           /* (p * wcap) per device, the W passes in the order their B ran */
+    int64_t wcap;          /* B passes a device runs (m times its B passes in the block) */
+    rstate *ck;            /* (p * nck) per device, the count's state before slot j * CK_EVERY */
+    int64_t nck;           /* states per device */
+    int64_t *ck_n;         /* (p) states still valid: those before any change since */
+    int64_t *last;         /* (p) no pass of the device starts or runs after this slot */
+    int w_frees;           /* every W delta <= 0: past a device's last pass nothing can rise */
 } cons;
 
 static inline const pm_block_pass *bp(const cons *c, int64_t id) { return &c->b->pass[id % c->nb]; }
@@ -83,22 +115,30 @@ static void cons_free(cons *c) {
     pm_free(c->occ);
     pm_free(c->prof);
     pm_free(c->cap);
-    pm_free(c->smax);
+    pm_free(c->bmax);
+    pm_free(c->badd);
+    pm_free(c->bfree);
     pm_free(c->wq);
+    pm_free(c->free_at);
+    pm_free(c->ck);
+    pm_free(c->ck_n);
+    pm_free(c->last);
     *c = (cons){0};
 }
 
 static pm_status cons_init(cons *c, const pm_block *b, int m, pm_mem mem, pm_err *err) {
     *c = (cons){.b = b, .p = b->p, .m = m, .v = b->v, .S = b->p * b->v, .T = b->T, .nb = b->n};
-    int64_t maxend = 0, maxoff = 0, minoff = INT64_MAX;
+    int64_t maxend = 0, maxoff = 0, minoff = INT64_MAX, wdur = 1;
     for (int i = 0; i < b->n; i++) {
         const pm_block_pass *x = &b->pass[i];
         if (x->off + x->dur > maxend) maxend = x->off + x->dur;
+        if (x->kind == PM_PASS_W && x->dur > wdur) wdur = x->dur;
         if (x->kind != PM_PASS_W && x->off > maxoff) maxoff = x->off;
         if (x->off < minoff) minoff = x->off;
     }
     c->N = (int64_t)m * b->n;
-    c->L = (int64_t)(m - 1) * b->T + maxend + (int64_t)m * b->v + b->T;
+    /* room for every W to trail the last other pass when refilled */
+    c->L = (int64_t)(m - 1) * b->T + maxend + (int64_t)m * b->v * wdur + b->T;
     c->warm_end = maxoff;
     c->cool_start = (int64_t)(m - 1) * b->T + minoff;
     c->eps = 1e-9 * (fabs(mem.f) + fabs(mem.b) + fabs(mem.w));
@@ -113,10 +153,25 @@ static pm_status cons_init(cons *c, const pm_block *b, int m, pm_mem mem, pm_err
     c->occ = pm_malloc((size_t)(c->p * c->L) * sizeof *c->occ);
     c->prof = pm_malloc((size_t)(c->p * c->L) * sizeof *c->prof);
     c->cap = pm_calloc((size_t)c->p, sizeof *c->cap);
-    c->smax = pm_malloc((size_t)c->L * sizeof *c->smax);
-    c->wq = pm_malloc((size_t)c->L * sizeof *c->wq);
+    c->nblk = (c->L + BK - 1) / BK;
+    c->bmax = pm_malloc((size_t)(c->p * c->nblk) * sizeof *c->bmax);
+    c->badd = pm_malloc((size_t)(c->p * c->nblk) * sizeof *c->badd);
+    c->bfree = pm_malloc((size_t)(c->p * c->nblk) * sizeof *c->bfree);
+    int64_t nbd = 1; /* most B passes a device has in the block */
+    for (int d = 0; d < c->p; d++) {
+        int64_t n = 0;
+        for (int i = 0; i < b->n; i++) n += b->pass[i].dev == d && b->pass[i].kind == PM_PASS_B;
+        if (n > nbd) nbd = n;
+    }
+    c->wcap = nbd * m;
+    c->nck = c->L / CK_EVERY + 1;
+    c->wq = pm_malloc((size_t)(c->p * c->wcap) * sizeof *c->wq);
+    c->free_at = pm_malloc((size_t)c->p * sizeof *c->free_at);
+    c->ck = pm_malloc((size_t)(c->p * c->nck) * sizeof *c->ck);
+    c->ck_n = pm_malloc((size_t)c->p * sizeof *c->ck_n);
+    c->last = pm_malloc((size_t)c->p * sizeof *c->last);
     if (!c->tab || !c->bstage || !c->bdelta || !c->slot || !c->occ || !c->prof || !c->cap ||
-        !c->smax || !c->wq)
+        !c->bmax || !c->badd || !c->bfree || !c->wq || !c->free_at || !c->ck || !c->ck_n || !c->last)
         return pm_errf(err, PM_ERR_NOMEM, "out of memory repeating a block %d times", m);
     pm_block_index(b, c->tab);
     for (int i = 0; i < b->n; i++) {
@@ -128,6 +183,7 @@ static pm_status cons_init(cons *c, const pm_block *b, int m, pm_mem mem, pm_err
         c->bstage[i] = pm_block_stage(b, x->dev, x->chunk);
         c->bdelta[i] = d / b->v;
     }
+    c->w_frees = mem.w <= 0;
     for (int64_t id = 0; id < c->N; id++) c->slot[id] = orig_slot(c, id);
     return PM_OK;
 }
@@ -184,7 +240,103 @@ static int64_t earliest(const cons *c, int64_t id) {
 
 static int movable(const cons *c, int64_t id) {
     int64_t t = orig_slot(c, id);
-    return t < c->warm_end || t > c->cool_start;
+    return c->all_phases || t < c->warm_end || t > c->cool_start;
+}
+
+/* Are the n slots from t on free? (occ rows have room past every pass.) */
+static int run_free(const int32_t *o, int64_t t, int n, int64_t L) {
+    if (t + n > L) return 0;
+    for (int j = 0; j < n; j++)
+        if (o[t + j] >= 0) return 0;
+    return 1;
+}
+
+/* Round 1's search structures, per device, over blocks of BK slots: an
+ * upper bound of the profile in each block (without the block's pending
+ * add), the add pending on the whole block, and the free slots in it. With
+ * them a move costs about BK + (slots skipped) / BK instead of the slots
+ * skipped; reorder() builds them from prof and occ and folds the pending
+ * adds back into prof when it ends. */
+static void blocks_build(cons *c) {
+    for (int d = 0; d < c->p; d++)
+        for (int64_t k = 0; k < c->nblk; k++) {
+            int64_t at = (int64_t)d * c->L, lo = k * BK, hi = lo + BK < c->L ? lo + BK : c->L;
+            double mx = -INFINITY;
+            int32_t nf = 0;
+            for (int64_t t = lo; t < hi; t++) {
+                if (c->prof[at + t] > mx) mx = c->prof[at + t];
+                nf += c->occ[at + t] < 0;
+            }
+            c->bmax[d * c->nblk + k] = mx;
+            c->badd[d * c->nblk + k] = 0;
+            c->bfree[d * c->nblk + k] = nf;
+        }
+}
+
+static void blocks_fold(cons *c) {
+    for (int d = 0; d < c->p; d++)
+        for (int64_t t = 0; t < c->L; t++)
+            c->prof[(int64_t)d * c->L + t] += c->badd[d * c->nblk + t / BK];
+}
+
+/* The last slot j in [lo, hi) of device d whose memory exceeds lim, or -1. */
+static int64_t last_above(cons *c, int d, int64_t lo, int64_t hi, double lim) {
+    const double *pr = c->prof + (int64_t)d * c->L;
+    double *bm = c->bmax + d * c->nblk;
+    const double *ba = c->badd + d * c->nblk;
+    for (int64_t j = hi - 1; j >= lo;) {
+        int64_t k = j / BK, start = k * BK;
+        if (start >= lo && bm[k] + ba[k] <= lim) { /* nothing in the block */
+            j = start - 1;
+            continue;
+        }
+        int64_t stop = start > lo ? start : lo;
+        double mx = -INFINITY;
+        for (; j >= stop; j--) {
+            if (pr[j] + ba[k] > lim) return j;
+            if (pr[j] > mx) mx = pr[j];
+        }
+        if (stop == start && j == start - 1 && start + BK <= hi) bm[k] = mx; /* tightened */
+    }
+    return -1;
+}
+
+/* The first slot s in [lo, hi) where dur slots of device d are free, or -1. */
+static int64_t first_free(const cons *c, int d, int64_t lo, int64_t hi, int dur) {
+    const int32_t *o = c->occ + (int64_t)d * c->L, *bf = c->bfree + d * c->nblk;
+    for (int64_t s = lo; s < hi;) {
+        if (s % BK == 0 && bf[s / BK] == 0) {
+            s += BK;
+            continue;
+        }
+        if (run_free(o, s, dur, c->L)) return s;
+        s++;
+    }
+    return -1;
+}
+
+/* Adds delta to device d's memory over [lo, hi). */
+static void add_range(cons *c, int d, int64_t lo, int64_t hi, double delta) {
+    double *pr = c->prof + (int64_t)d * c->L, *bm = c->bmax + d * c->nblk;
+    double *ba = c->badd + d * c->nblk;
+    for (int64_t t = lo; t < hi;) {
+        int64_t k = t / BK;
+        if (t % BK == 0 && t + BK <= hi) {
+            ba[k] += delta;
+            t += BK;
+            continue;
+        }
+        pr[t] += delta;
+        if (pr[t] > bm[k]) bm[k] = pr[t];
+        t++;
+    }
+}
+
+static void set_occ(cons *c, int d, int64_t t, int dur, int32_t id) {
+    for (int j = 0; j < dur; j++) {
+        c->occ[(int64_t)d * c->L + t + j] = id;
+        c->bfree[d * c->nblk + (t + j) / BK] += id < 0 ? 1 : -1;
+    }
 }
 
 /* Tries to move pass id (at slot t on device d) to the earliest slot in
@@ -192,25 +344,21 @@ static int movable(const cons *c, int64_t id) {
  * memory delta over the skipped slots keeps the device under its cap. */
 static void try_move(cons *c, int64_t id) {
     const pm_block_pass *x = bp(c, id);
-    int64_t t = c->slot[id], e = earliest(c, id), base = (int64_t)x->dev * c->L;
+    int64_t t = c->slot[id], e = earliest(c, id);
     if (e >= t) return;
-    int32_t *o = c->occ + base;
-    double *pr = c->prof + base, delta = c->bdelta[id % c->nb];
-    if (delta > 0) { /* smax[j] = max(pr[j .. t-1]) */
-        double mx = -INFINITY;
-        for (int64_t j = t - 1; j >= e; j--) c->smax[j] = mx = pr[j] > mx ? pr[j] : mx;
+    int d = x->dev;
+    double delta = c->bdelta[id % c->nb];
+    set_occ(c, d, t, x->dur, -1);
+    if (delta > 0) { /* not before the last slot the delta would lift over the cap */
+        int64_t j = last_above(c, d, e, t, c->cap[d] + c->eps - delta);
+        if (j >= 0) e = j + 1;
     }
-    for (int j = 0; j < x->dur; j++) o[t + j] = -1;
-    for (int64_t s = e; s < t; s++) {
-        int free_run = 1;
-        for (int j = 0; j < x->dur && free_run; j++) free_run = o[s + j] < 0;
-        if (!free_run) continue;
-        if (delta > 0 && c->smax[s] + delta > c->cap[x->dev] + c->eps) continue;
-        for (int64_t j = s; j < t; j++) pr[j] += delta;
+    int64_t s = first_free(c, d, e, t, x->dur);
+    if (s >= 0) {
+        add_range(c, d, s, t, delta);
         t = s;
-        break;
     }
-    for (int j = 0; j < x->dur; j++) o[t + j] = (int32_t)id;
+    set_occ(c, d, t, x->dur, (int32_t)id);
     c->slot[id] = t;
 }
 
@@ -225,10 +373,11 @@ static void reorder(cons *c, int skip_w, int cool_only) {
         if (movable(c, id) && (!cool_only || orig_slot(c, id) >= c->warm_end) &&
             c->slot[id] < from)
             from = c->slot[id];
+    blocks_build(c);
     for (int64_t t = from; t < c->L; t++) {
         /* Round 1 runs first, when every pass still sits at its original
          * slot, so the steady slots hold only passes that never move. */
-        if (!cool_only && t >= c->warm_end && t <= c->cool_start) continue;
+        if (!cool_only && !c->all_phases && t >= c->warm_end && t <= c->cool_start) continue;
         for (int d = 0; d < c->p; d++) {
             int32_t id = c->occ[(int64_t)d * c->L + t];
             if (id < 0 || c->slot[id] != t || !movable(c, id)) continue;
@@ -237,6 +386,7 @@ static void reorder(cons *c, int skip_w, int cool_only) {
             try_move(c, id);
         }
     }
+    blocks_fold(c);
 }
 
 /* Round 2's W handling: lift every W out of the occupancy, then put each
@@ -256,10 +406,11 @@ static void refill_w(cons *c) {
             if (id < 0 || c->slot[id] != t || bp(c, id)->kind != PM_PASS_B) continue;
             int64_t w = pid(c, c->bstage[id % c->nb], PM_PASS_W, id / c->nb);
             int64_t at = t + bp(c, id)->dur;
+            int wd = bp(c, w)->dur;
             if (at < fill) at = fill;
-            while (at < c->L && o[at] >= 0) at++;
+            while (at < c->L && !run_free(o, at, wd, c->L)) at++;
             PM_ASSERT(at < c->L);
-            o[at] = (int32_t)w;
+            for (int j = 0; j < wd; j++) o[at + j] = (int32_t)w;
             c->slot[w] = at;
             fill = at + 1;
         }
@@ -269,36 +420,56 @@ static void refill_w(cons *c) {
 /* Device d's peak with its W passes lifted out of occ and placed by
  * refill_w's rule (each at the first free slot at or after its B's end and
  * after the previous W, in the order the B passes run): the authors'
- * round-2 memory count, where each free slot with a W waiting frees it. */
-static double refill_peak(cons *c, int d) {
+ * round-2 memory count, where each free slot with a W waiting frees it.
+ * The slots before `from` must not have changed since the count's saved
+ * states were last made valid (ck_n): it resumes from the last state at or
+ * before `from`, saves the states it passes on the way to `from`, and stops
+ * after the device's last pass (only W passes follow, and they free). */
+static double refill_peak(cons *c, int d, int64_t from) {
     const int32_t *o = c->occ + (int64_t)d * c->L;
-    int64_t head = 0, tail = 0, fill = 0;
-    double mem = 0, peak = 0;
-    for (int64_t t = 0; t < c->L; t++) {
+    int32_t *q = c->wq + (int64_t)d * c->wcap;
+    rstate *ck = c->ck + (int64_t)d * c->nck;
+    int64_t j = from / CK_EVERY;
+    if (j > c->ck_n[d] - 1) j = c->ck_n[d] - 1;
+    rstate r = ck[j];
+    int64_t end = c->w_frees ? c->last[d] + 1 : c->L;
+    for (int64_t t = j * CK_EVERY; t < end; t++) {
+        if (t % CK_EVERY == 0 && t <= from && t / CK_EVERY == c->ck_n[d])
+            ck[c->ck_n[d]++] = r;
         int32_t id = o[t];
         if (id >= 0 && c->slot[id] == t) {
-            mem += c->bdelta[id % c->nb];
+            r.mem += c->bdelta[id % c->nb];
             if (bp(c, id)->kind == PM_PASS_B)
-                c->wq[tail++] = pid(c, c->bstage[id % c->nb], PM_PASS_W, id / c->nb);
-        } else if (id < 0 && head < tail && t >= fill) {
-            int64_t w = c->wq[head], b = pid(c, c->bstage[w % c->nb], PM_PASS_B, w / c->nb);
+                q[r.tail++] = (int32_t)pid(c, c->bstage[id % c->nb], PM_PASS_W, id / c->nb);
+        } else if (id < 0 && r.head < r.tail && t >= r.fill) {
+            int64_t w = q[r.head], b = pid(c, c->bstage[w % c->nb], PM_PASS_B, w / c->nb);
             if (c->slot[b] + bp(c, b)->dur <= t) {
-                mem += c->bdelta[w % c->nb];
-                head++, fill = t + 1;
+                r.mem += c->bdelta[w % c->nb];
+                r.head++, r.fill = t + 1;
             }
         }
-        if (mem > peak) peak = mem;
+        if (r.mem > r.peak) r.peak = r.mem;
     }
-    return peak;
+    return r.peak;
 }
 
 /* Round 2 done as the authors count it: with the W passes lifted out, a
  * cool-down F or B moves to an earlier free slot only if its device, with
  * the W passes refilled, stays within its cap (a move into a slot a W
  * would have used delays that W's release). At most a few slots are tried
- * per pass, each check linear in the device's slots. */
+ * per pass; each check resumes from a saved state at most CK_EVERY slots
+ * before the tried slot, so it costs the slots from there to the device's
+ * last pass (the cool-down), not the whole device. */
 static void round2_exact(cons *c) {
     lift_w(c);
+    for (int d = 0; d < c->p; d++) {
+        const int32_t *o = c->occ + (int64_t)d * c->L;
+        c->last[d] = 0;
+        for (int64_t t = 0; t < c->L; t++)
+            if (o[t] >= 0) c->last[d] = t;
+        c->ck_n[d] = 1;
+        c->ck[(int64_t)d * c->nck] = (rstate){0};
+    }
     for (int64_t t = c->warm_end; t < c->L; t++)
         for (int d = 0; d < c->p; d++) {
             int32_t *o = c->occ + (int64_t)d * c->L;
@@ -317,7 +488,7 @@ static void round2_exact(cons *c) {
                 tries++;
                 for (int j = 0; j < x->dur; j++) o[s + j] = id;
                 c->slot[id] = s;
-                if (refill_peak(c, d) <= c->cap[d] + c->eps) {
+                if (refill_peak(c, d, s) <= c->cap[d] + c->eps) {
                     at = s;
                     break;
                 }
@@ -325,17 +496,41 @@ static void round2_exact(cons *c) {
             }
             for (int j = 0; j < x->dur; j++) o[at + j] = id;
             c->slot[id] = at;
+            /* the states before `at` still hold; later ones may not */
+            if (at < t && c->ck_n[d] > at / CK_EVERY + 1) c->ck_n[d] = at / CK_EVERY + 1;
         }
     refill_w(c);
 }
 
-/* Back to the plain repetition, every W then moved to its earliest slot
- * (refill_w's rule): in the warm-up no earlier W holds it back. */
-static void reset_w_early(cons *c) {
+/* Back to the plain repetition; w_early: every W then moved to its
+ * earliest slot (refill_w's rule). */
+static void restart(cons *c, int w_early) {
     for (int64_t id = 0; id < c->N; id++) c->slot[id] = orig_slot(c, id);
     layout(c);
+    if (!w_early) return;
     lift_w(c);
     refill_w(c);
+    layout(c);
+}
+
+/* Squeeze in slot units (every pass lasts its dur slots, no latency): each
+ * pass, in slot order, starts at the later of its device's previous pass's
+ * end and its dependencies' ends. Slot order is a topological order (a
+ * dependency ends at or before its dependant's slot), so one sweep does it,
+ * and no pass moves later. occ and prof are rebuilt. */
+static void squeeze_slots(cons *c) {
+    for (int d = 0; d < c->p; d++) c->free_at[d] = 0;
+    for (int64_t t = 0; t < c->L; t++)
+        for (int d = 0; d < c->p; d++) {
+            const int32_t *o = c->occ + (int64_t)d * c->L;
+            int32_t id = o[t];
+            if (id < 0 || (t > 0 && o[t - 1] == id)) continue; /* free, or not its first slot */
+            int64_t e = earliest(c, id);
+            if (e < c->free_at[d]) e = c->free_at[d];
+            PM_ASSERT(e <= t);
+            c->slot[id] = e;
+            c->free_at[d] = e + bp(c, id)->dur;
+        }
     layout(c);
 }
 
@@ -381,6 +576,64 @@ static pm_status make_cand(cons *c, cand *x, const char *kind, pm_costs t, pm_me
     return PM_OK;
 }
 
+pm_status pm_block_repeat_peak(const pm_block *b, int m, pm_mem mem, double *peak,
+                               pm_err *err) {
+    cons c;
+    *peak = 0;
+    pm_status st = cons_init(&c, b, m, mem, err);
+    if (!st) {
+        layout(&c);
+        for (int d = 0; d < c.p; d++) {
+            double pk = dev_peak(&c, d);
+            if (pk > *peak) *peak = pk;
+        }
+    }
+    cons_free(&c);
+    return st;
+}
+
+/* The choice among candidates: the best so far and a scratch one. */
+typedef struct {
+    cand best, x;
+    const char *kind;
+    pm_costs t;
+    pm_mem mem;
+} choice;
+
+/* Offers the current slots: kept if under the caps and strictly shorter
+ * than the best so far (ties go to the earlier, plainer candidate). */
+static pm_status offer(cons *c, choice *ch, pm_err *err) {
+    pm_status st = make_cand(c, &ch->x, ch->kind, ch->t, ch->mem, err);
+    if (!st && ch->x.ok && (!ch->best.ok || ch->x.makespan < ch->best.makespan * (1 - 1e-12))) {
+        cand tmp = ch->best;
+        ch->best = ch->x;
+        ch->x = tmp;
+    }
+    pm_sched_free(&ch->x.s);
+    ch->x = (cand){0};
+    return st;
+}
+
+/* The authors' sequence (their V-Half/V-Min generator; issue 9): round 1
+ * with every W first at its earliest slot (in the warm-up no earlier W
+ * holds it back, and a late W lets a forward take its slot and leaves
+ * memory one higher), a squeeze in slot units, then round 2 counting
+ * memory with the lifted W passes refilled for every tentative move. The
+ * squeeze between the rounds packs round 1's result, so round 2 sees the
+ * real free slots of the cool-down (odd p: v-half p=9 m=18 0.1818 without
+ * it, the authors' 0.1756 with it). every_phase: round 1 may move any pass,
+ * not only warm-up and cool-down ones (the authors' 1F1B-V generator:
+ * moving the warm-up frees slots the first steady passes can then take). */
+static pm_status authors_sequence(cons *c, choice *ch, int every_phase, pm_err *err) {
+    restart(c, !every_phase);
+    c->all_phases = every_phase;
+    reorder(c, 0, 0);
+    c->all_phases = 0;
+    squeeze_slots(c);
+    round2_exact(c);
+    return offer(c, ch, err);
+}
+
 pm_status pm_sched_from_block(pm_sched *s, const pm_block *b, const pm_sched_req *req,
                               const char *kind, pm_err *err) {
     *s = (pm_sched){0};
@@ -395,7 +648,10 @@ pm_status pm_sched_from_block(pm_sched *s, const pm_block *b, const pm_sched_req
     st = pm_block_analyze(b, mem, &info, err);
     if (st) return st;
     int legal = info.legal, bd = info.bad_dev, br = info.bad_residue;
+    double *info_bound = info.bound; /* theorem bound per device, x M, then absolute */
+    info.bound = NULL;
     pm_block_info_free(&info);
+    for (int d = 0; d < b->p; d++) info_bound[d] *= b->p * mem.f; /* M = p * mem.f */
     if (!legal)
         return pm_errf(err, PM_ERR_INVALID,
                        "illegal block: device %d has two passes on residue %d mod %d", bd, br,
@@ -408,39 +664,45 @@ pm_status pm_sched_from_block(pm_sched *s, const pm_block *b, const pm_sched_req
     if (req->m < 1 || req->m > (1 << 20))
         return pm_errf(err, PM_ERR_ARG, "m must be 1..%d (got %d)", 1 << 20, req->m);
     cons c;
-    enum { NCAND = 6 };
-    cand x[NCAND];
-    memset(x, 0, sizeof x);
+    choice ch = {.kind = kind, .t = t, .mem = mem};
     if ((st = cons_init(&c, b, req->m, mem, err))) goto done;
-    layout(&c);
-    for (int d = 0; d < c.p; d++) c.cap[d] = dev_peak(&c, d);
-    /* candidate 0: the plain repetition */
-    if ((st = make_cand(&c, &x[0], kind, t, mem, err))) goto done;
-    /* candidate 1: round 1, every kind, warm-up and cool-down */
+    restart(&c, 0);
+    double top = 0; /* the largest device's peak */
+    for (int d = 0; d < c.p; d++) {
+        c.cap[d] = dev_peak(&c, d);
+        if (c.cap[d] > top) top = c.cap[d];
+    }
+    /* the papers' rounds as first written: round 1 on the warm-up and
+     * cool-down, then round 2 with the W passes lifted out */
+    if ((st = offer(&c, &ch, err))) goto done;
     reorder(&c, 0, 0);
-    if ((st = make_cand(&c, &x[1], kind, t, mem, err))) goto done;
-    /* candidate 2: round 2, W lifted out, cool-down F/B first, W refilled */
+    if ((st = offer(&c, &ch, err))) goto done;
     lift_w(&c);
     reorder(&c, 1, 1);
     refill_w(&c);
-    if ((st = make_cand(&c, &x[2], kind, t, mem, err))) goto done;
-    /* the authors' order of things: every W at its earliest slot first,
-     * round 1 on that, then round 2 with the W passes counted as they will
-     * be refilled (each candidate kept only under the caps, so none can
-     * make the result worse) */
-    reset_w_early(&c);
-    if ((st = make_cand(&c, &x[3], kind, t, mem, err))) goto done;
-    reorder(&c, 0, 0);
-    if ((st = make_cand(&c, &x[4], kind, t, mem, err))) goto done;
-    round2_exact(&c);
-    if ((st = make_cand(&c, &x[5], kind, t, mem, err))) goto done;
-    int best = 0;
-    for (int i = 1; i < NCAND; i++)
-        if (x[i].ok && x[i].makespan < x[best].makespan * (1 - 1e-12)) best = i;
-    *s = x[best].s;
-    x[best].s = (pm_sched){0};
+    if ((st = offer(&c, &ch, err))) goto done;
+    /* then the authors' sequences, first under each device's own peak,
+     * then (if that changes any cap) under the relaxed caps */
+    int relax = 0;
+    for (int d = 0; d < c.p; d++) {
+        double rc = top < info_bound[d] ? top : info_bound[d];
+        relax |= rc > c.cap[d] + c.eps;
+    }
+    for (int pass = 0; pass < 1 + relax; pass++) {
+        if (pass == 1)
+            for (int d = 0; d < c.p; d++) {
+                double rc = top < info_bound[d] ? top : info_bound[d];
+                if (rc > c.cap[d]) c.cap[d] = rc;
+            }
+        if ((st = authors_sequence(&c, &ch, 0, err))) goto done;
+        if ((st = authors_sequence(&c, &ch, 1, err))) goto done;
+    }
+    *s = ch.best.s;
+    ch.best.s = (pm_sched){0};
 done:
-    for (int i = 0; i < NCAND; i++) pm_sched_free(&x[i].s);
+    pm_sched_free(&ch.best.s);
+    pm_sched_free(&ch.x.s);
+    pm_free(info_bound);
     cons_free(&c);
     return st;
 }

@@ -1,10 +1,13 @@
 /* gen_v.c: the V-shaped schedules built from building blocks: V-Min, V-Half
- * and 1F1B-V. Each one is a named block (block.c: the papers' offsets, W in
- * the free slots in the order their B ran, or for 1F1B-V a greedy legal
- * block with fused BW) fed to the generic constructor (construct.c: repeat,
- * squeeze, move warm-up and cool-down passes); nothing here lists passes by
+ * and 1F1B-V. Each one is a named block (block_named.c: the papers' offsets,
+ * W in the free slots in the order their B ran, or for 1F1B-V the chain
+ * block of the authors' generator unless, for this m, it would peak above
+ * the searched block) fed to the generic constructor (construct.c: repeat,
+ * squeeze, move passes under the memory caps); nothing here lists passes by
  * hand. */
-#include "pipemem/pm_sched.h"
+#include <string.h>
+
+#include "block_internal.h"
 
 static pm_status build_named(pm_sched *s, const pm_sched_req *req, const char *name,
                              pm_err *err) {
@@ -14,7 +17,10 @@ static pm_status build_named(pm_sched *s, const pm_sched_req *req, const char *n
         return pm_errf(err, PM_ERR_ARG, "%s has 2 chunks per device (V placement), not %d", name,
                        req->v);
     pm_block b;
-    pm_status st = pm_block_named(&b, name, req->p, err);
+    pm_status st = strcmp(name, "1f1b-v") == 0
+                       ? pm_block_1f1b_v(&b, req->p, req->m,
+                                         req->mem.f > 0 ? req->mem : PM_MEM_DEFAULT, err)
+                       : pm_block_named(&b, name, req->p, err);
     if (st) return st;
     st = pm_sched_from_block(s, &b, req, name, err);
     pm_block_free(&b);
