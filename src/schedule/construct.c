@@ -653,16 +653,20 @@ pm_status pm_sched_from_block(pm_sched *s, const pm_block *b, const pm_sched_req
     pm_block_info_free(&info);
     for (int d = 0; d < b->p; d++) info_bound[d] *= b->p * mem.f; /* M = p * mem.f */
     if (!legal)
-        return pm_errf(err, PM_ERR_INVALID,
-                       "illegal block: device %d has two passes on residue %d mod %d", bd, br,
-                       b->T);
-    if (req->p && req->p != b->p)
-        return pm_errf(err, PM_ERR_ARG, "the block is for %d devices, not %d", b->p, req->p);
-    if (req->v && req->v != b->v)
-        return pm_errf(err, PM_ERR_ARG, "the block has %d chunks per device, not %d", b->v,
-                       req->v);
-    if (req->m < 1 || req->m > (1 << 20))
-        return pm_errf(err, PM_ERR_ARG, "m must be 1..%d (got %d)", 1 << 20, req->m);
+        st = pm_errf(err, PM_ERR_INVALID,
+                     "illegal block: device %d has two passes on residue %d mod %d", bd, br,
+                     b->T);
+    else if (req->p && req->p != b->p)
+        st = pm_errf(err, PM_ERR_ARG, "the block is for %d devices, not %d", b->p, req->p);
+    else if (req->v && req->v != b->v)
+        st = pm_errf(err, PM_ERR_ARG, "the block has %d chunks per device, not %d", b->v,
+                     req->v);
+    else if (req->m < 1 || req->m > (1 << 20))
+        st = pm_errf(err, PM_ERR_ARG, "m must be 1..%d (got %d)", 1 << 20, req->m);
+    if (st) {
+        pm_free(info_bound);
+        return st;
+    }
     cons c;
     choice ch = {.kind = kind, .t = t, .mem = mem};
     if ((st = cons_init(&c, b, req->m, mem, err))) goto done;
