@@ -44,11 +44,17 @@ ifeq ($(SELF_INSTALLING),)
   ifeq ($(NO_CBC),)
     CBC_LIBS := $(shell pkg-config --libs cbc 2>/dev/null)
   endif
+  # The MPI transport (--transport mpi) is built when OpenMPI's headers are
+  # there (libopenmpi-dev); NO_MPI=1 builds without it (it then says so).
+  ifeq ($(NO_MPI),)
+    MPI_CFLAGS := $(shell pkg-config --cflags ompi-c 2>/dev/null)
+    MPI_LIBS := $(shell pkg-config --libs ompi-c 2>/dev/null)
+  endif
 endif
 
 FINAL_CFLAGS = $(PM_CFLAGS) $(BLAS_CFLAGS) $(CFLAGS)
 # OpenBLAS first: CBC pulls in -lblas, and sgemm must come from OpenBLAS.
-FINAL_LIBS = $(BLAS_LIBS) $(CBC_LIBS) -lm -lpthread $(SAN) $(LDFLAGS)
+FINAL_LIBS = $(BLAS_LIBS) $(CBC_LIBS) $(MPI_LIBS) -lm -lpthread $(SAN) $(LDFLAGS)
 
 LIB_SRC := $(sort $(wildcard src/util/*.c src/schedule/*.c src/model/*.c src/data/*.c src/train/*.c src/runtime/*.c src/select/*.c))
 CLI_SRC := $(sort $(wildcard src/cli/*.c))
@@ -83,6 +89,7 @@ $(BIN): $(CLI_OBJ) $(LIB)
 
 $(BUILD)/obj/tests/%.o: FINAL_CFLAGS += $(CHECK_CFLAGS)
 $(BUILD)/obj/src/schedule/milp.o: FINAL_CFLAGS += $(if $(CBC_LIBS),-DPM_HAVE_CBC)
+$(BUILD)/obj/src/runtime/transport_mpi.o: FINAL_CFLAGS += $(if $(MPI_LIBS),-DPM_HAVE_MPI $(MPI_CFLAGS))
 
 $(BUILD)/tests/%: tests/%.c $(TEST_HELP_OBJ) $(LIB)
 	$(if $(CHECK_LIBS),,$(error Jansson or libxml2 not found: run 'make deps' (or apt-get install libjansson-dev libxml2-dev)))

@@ -96,7 +96,7 @@ static int run(const pm_train_cfg *c, const pm_sched *s, int steps, result *r, f
             if ((double)in.arena[d] > r->arena_max) r->arena_max = (double)in.arena[d];
         }
         if (k == 0) {
-            if (params) pm_pipe_gather(q, PM_SLAB_PARAMS, params);
+            if (params) (void)pm_pipe_gather(q, PM_SLAB_PARAMS, params, NULL);
             if (loss0) *loss0 = in.loss;
             continue;
         }
@@ -192,10 +192,10 @@ static int bench_time(int quick) {
                     res[k].fmk += in.forecast_makespan_ms, res[k].nf++;
         }
         /* exactness: everybody equals 1F1B after this round */
-        pm_pipe_gather(pp[base], PM_SLAB_PARAMS, ref);
+        (void)pm_pipe_gather(pp[base], PM_SLAB_PARAMS, ref, NULL);
         for (int k = 0; k < nk && !rc; k++) {
             if (!res[k].ok || k == base) continue;
-            pm_pipe_gather(pp[k], PM_SLAB_PARAMS, got);
+            (void)pm_pipe_gather(pp[k], PM_SLAB_PARAMS, got, NULL);
             if (memcmp(ref, got, np * sizeof(float))) {
                 fprintf(stderr, "bench_pp: %s: parameters differ from 1F1B's after round %d\n",
                         kinds[k].name, r);

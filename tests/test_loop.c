@@ -36,9 +36,10 @@ static pm_status fake_step(void *ctx, const int32_t *inp, const int32_t *tgt, pm
     return PM_OK;
 }
 
-static void fake_sync(void *ctx, pm_trainer *host) {
-    (void)host;
+static pm_status fake_sync(void *ctx, pm_trainer *host, pm_err *err) {
+    (void)host, (void)err;
     ((fake *)ctx)->syncs++;
+    return PM_OK;
 }
 
 static void fake_report(void *ctx, const pm_loop_event *ev) {

@@ -406,7 +406,7 @@ static void run_pipe(const pm_train_cfg *c, const pm_sched *s, run_result *r) {
     }
     size_t n = pm_gpt_num_params(&c->model);
     r->params = malloc(n * sizeof(float));
-    pm_pipe_gather(pp, PM_SLAB_PARAMS, r->params);
+    assert_int_equal(pm_pipe_gather(pp, PM_SLAB_PARAMS, r->params, NULL), PM_OK);
     pm_pipe_destroy(pp);
 }
 
@@ -510,18 +510,18 @@ static void test_gather_scatter_resume(void **state) {
         assert_int_equal(pm_pipe_step(a, inp, tgt, NULL, &err), PM_OK);
     }
     float *sl = malloc(3 * n * sizeof(float));
-    pm_pipe_gather(a, PM_SLAB_PARAMS, sl);
-    pm_pipe_gather(a, PM_SLAB_ADAM_M, sl + n);
-    pm_pipe_gather(a, PM_SLAB_ADAM_V, sl + 2 * n);
+    assert_int_equal(pm_pipe_gather(a, PM_SLAB_PARAMS, sl, NULL), PM_OK);
+    assert_int_equal(pm_pipe_gather(a, PM_SLAB_ADAM_M, sl + n, NULL), PM_OK);
+    assert_int_equal(pm_pipe_gather(a, PM_SLAB_ADAM_V, sl + 2 * n, NULL), PM_OK);
     pm_pipe_scatter(b, sl, sl + n, sl + 2 * n);
     pm_pipe_set_steps_done(b, pm_pipe_steps_done(a));
     pm_pipe_info in;
     batch_of(2, inp, tgt, &c);
     assert_int_equal(pm_pipe_step(b, inp, tgt, &in, &err), PM_OK);
     assert_memory_equal(&in.loss, &ref_loss, sizeof(double));
-    pm_pipe_gather(b, PM_SLAB_PARAMS, sl);
-    pm_pipe_gather(b, PM_SLAB_ADAM_M, sl + n);
-    pm_pipe_gather(b, PM_SLAB_ADAM_V, sl + 2 * n);
+    assert_int_equal(pm_pipe_gather(b, PM_SLAB_PARAMS, sl, NULL), PM_OK);
+    assert_int_equal(pm_pipe_gather(b, PM_SLAB_ADAM_M, sl + n, NULL), PM_OK);
+    assert_int_equal(pm_pipe_gather(b, PM_SLAB_ADAM_V, sl + 2 * n, NULL), PM_OK);
     assert_memory_equal(sl, t.params, n * sizeof(float));
     assert_memory_equal(sl + n, t.m, n * sizeof(float));
     assert_memory_equal(sl + 2 * n, t.v, n * sizeof(float));

@@ -56,6 +56,7 @@ typedef struct pm_tp_req {
     void *buf;              /* receive buffer (borrowed) */
     size_t len;             /* bytes */
     int done;               /* 1 once complete (written under the transport's lock) */
+    int slot;               /* MPI: the transport's request slot while pending */
     struct pm_tp_req *next; /* transport-owned link while a receive is pending */
 } pm_tp_req;
 
@@ -102,6 +103,40 @@ pm_status pm_tp_threads_reserve(pm_tp_threads *w, int dev, int count, size_t byt
  * when no device is inside the transport). */
 void pm_tp_threads_reset(pm_tp_threads *w);
 void pm_tp_threads_destroy(pm_tp_threads *w);
+
+/* MPI transport: one endpoint per process, device = rank in MPI_COMM_WORLD
+ * (a duplicate of it, so pipemem's messages never meet a caller's). Send
+ * buffers are allocated when more copies are in flight than ever before (at
+ * most nsend, each of send_bytes), so after the first step nothing is. Built
+ * when OpenMPI's headers were found (pm_mpi_built), else every call below
+ * fails with a line saying so.
+ *   - isend copies the payload into one of the transport's own buffers
+ *     (reserved at create: nsend of send_bytes) and completes at once, so
+ *     a sender never waits on the receiver's compute, as with threads;
+ *     the copies leave under MPI's progress, driven by every later call.
+ *   - irecv posts MPI_Irecv straight into the caller's buffer; wait polls
+ *     it (spinning briefly, then sleeping in growing steps up to 0.2 ms, so
+ *     ranks sharing a core leave it to the one computing) and checks the
+ *     exact length.
+ *   - abort sends the error line to every rank on a second communicator;
+ *     every wait and status call polls for one, so all ranks stop with the
+ *     first error. A wait longer than timeout_s fails naming the peer rank.
+ * Errors of MPI itself are returned (MPI_ERRORS_RETURN), never fatal. */
+typedef struct pm_tp_mpi pm_tp_mpi;
+int pm_mpi_built(void);
+/* Whether this process was started by mpirun (OMPI_COMM_WORLD_SIZE set). */
+int pm_mpi_launched(void);
+/* MPI_Init_thread (funneled: only the thread that calls the transport
+ * talks to MPI); rank and size of the world. Once per process. */
+pm_status pm_mpi_init(int *rank, int *size, pm_err *err);
+/* MPI_Finalize, if pm_mpi_init succeeded. */
+void pm_mpi_finalize(void);
+pm_status pm_tp_mpi_create(pm_tp_mpi **w, int nsend, size_t send_bytes, double timeout_s,
+                           pm_err *err);
+pm_tp *pm_tp_mpi_endpoint(pm_tp_mpi *w);
+/* Lets the copies still in flight leave (up to the timeout; after an abort
+ * they are cancelled), then frees. NULL is a no-op. */
+void pm_tp_mpi_destroy(pm_tp_mpi *w);
 
 /* ---- activation arena -----------------------------------------------------
  * One slab of `cap` bytes. Blocks start on 64-byte boundaries and occupy
@@ -199,8 +234,17 @@ pm_status pm_place_costs(const pm_gpt_config *cfg, int B, int T, const int *firs
 
 typedef enum { PM_FAULT_NONE, PM_FAULT_FAIL, PM_FAULT_NAN, PM_FAULT_COUNT } pm_fault_kind;
 
+typedef enum { PM_TRANSPORT_THREADS, PM_TRANSPORT_MPI } pm_transport;
+
 typedef struct {
     double wait_timeout_s;  /* transport wait limit (0 = 300 s) */
+    int transport;          /* pm_transport: THREADS (every device a thread of this
+                             * process) or MPI (this rank's device; pm_mpi_init first;
+                             * every rank creates the pipe with the same arguments) */
+    int dp;                 /* data-parallel replicas of the pipeline (0 or 1: none) */
+    uint64_t fingerprint;   /* MPI: what must agree across ranks besides the
+                             * configuration and schedule (the CLI: the train data's
+                             * identity); a rank that differs stops every rank */
     /* test hooks: fault injection */
     int fault_kind;         /* pm_fault_kind: FAIL errors out, NAN poisons the pass's output */
     int fault_dev;          /* device of the failing pass */
@@ -226,9 +270,9 @@ typedef struct {
                                   * with the mean per-stage costs of the earlier warm steps
                                   * (all but the first); NAN for the first two steps */
     double forecast_bubble;  /* ... */
-    const size_t *peak;      /* (p) measured peak activation bytes (arena live) */
-    const size_t *pred_peak; /* (p) simulator's peak with the model's byte deltas */
-    const size_t *arena;     /* (p) arena capacity (bytes of slab) */
+    const size_t *peak;      /* (dp * p) measured peak activation bytes (arena live) */
+    const size_t *pred_peak; /* (dp * p) simulator's peak with the model's byte deltas */
+    const size_t *arena;     /* (dp * p) arena capacity (bytes of slab) */
 } pm_pipe_info;
 
 /* The pipeline trainer. Opaque: callers hold a pointer from
@@ -247,7 +291,12 @@ pm_status pm_pipe_create(pm_pipe **out, const pm_train_cfg *cfg, const pm_sched 
 void pm_pipe_destroy(pm_pipe *pp);
 
 /* What a pipe was made of, and its state. The arrays are the pipe's. */
-int pm_pipe_devices(const pm_pipe *pp);             /* p */
+int pm_pipe_devices(const pm_pipe *pp);             /* p (one replica) */
+int pm_pipe_replicas(const pm_pipe *pp);            /* dp (1 without data parallelism) */
+/* Whether this process holds device 0: under MPI only it has the step's
+ * figures, the gathered parameters and the timeline (and so prints and
+ * writes); with threads always. */
+int pm_pipe_is_root(const pm_pipe *pp);
 int pm_pipe_stages(const pm_pipe *pp);              /* S */
 const pm_sched *pm_pipe_schedule(const pm_pipe *pp); /* its copy (W in microbatch order) */
 int64_t pm_pipe_w_relabeled(const pm_pipe *pp);     /* W passes that took another microbatch */
@@ -259,8 +308,13 @@ int64_t pm_pipe_steps_done(const pm_pipe *pp);
 void pm_pipe_set_steps_done(pm_pipe *pp, int64_t steps);
 
 /* One optimizer step on inp, tgt (batch, ctx) int32: microbatch j is rows
- * j*B/K .. (j+1)*B/K (as pm_trainer_step_batch). Runs the p device
- * threads (started by init, parked between steps).
+ * j*B/K .. (j+1)*B/K (as pm_trainer_step_batch). Runs the device threads
+ * (started by init, parked between steps), or this rank's device.
+ * With dp replicas, replica r takes microbatches r*m .. (r+1)*m-1 (m the
+ * schedule's), each stage's gradients are summed over the replicas in
+ * replica order as soon as the stage's last weight pass is done, and every
+ * replica steps AdamW on the same sums: bitwise the same whatever the
+ * schedule or transport; against dp = 1 only the summation order differs.
  * A failing pass stops every device; the error names device, stage,
  * microbatch and pass, and the pipe is dead afterwards (sticky). */
 pm_status pm_pipe_step(pm_pipe *pp, const int32_t *inp, const int32_t *tgt, pm_pipe_info *info,
@@ -270,11 +324,12 @@ pm_status pm_pipe_step(pm_pipe *pp, const int32_t *inp, const int32_t *tgt, pm_p
 typedef enum { PM_SLAB_PARAMS, PM_SLAB_ADAM_M, PM_SLAB_ADAM_V, PM_SLAB_COUNT } pm_slab;
 
 /* Gathers every device's slab `which` (parameters or an AdamW moment) into
- * a whole slab of pm_gpt_num_params floats. */
-void pm_pipe_gather(const pm_pipe *pp, pm_slab which, float *out);
-/* Replaces every device's parameters and moments from whole slabs (resume
- * from a checkpoint: also pm_pipe_set_steps_done); m or v may be NULL for
- * zeros. */
+ * a whole slab of pm_gpt_num_params floats (replica 0's: all are equal).
+ * Under MPI every rank calls it and only the root's `out` is filled. */
+pm_status pm_pipe_gather(pm_pipe *pp, pm_slab which, float *out, pm_err *err);
+/* Replaces this process's devices' parameters and moments from whole slabs
+ * (resume from a checkpoint: also pm_pipe_set_steps_done); m or v may be
+ * NULL for zeros. Under MPI every rank passes the same slabs. */
 void pm_pipe_scatter(pm_pipe *pp, const float *params, const float *m, const float *v);
 
 /* The measured timeline of the last step as a pm_sim (times in us, memory

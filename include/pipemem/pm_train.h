@@ -174,8 +174,8 @@ typedef struct {
     pm_status (*step)(void *ctx, const int32_t *inp, const int32_t *tgt, pm_step_info *info,
                       pm_err *err);
     /* Parameters and AdamW moments into host (before eval and save); NULL
-     * when the host trainer is the one training. */
-    void (*sync)(void *ctx, pm_trainer *host);
+     * when the host trainer is the one training. May fail (a transport). */
+    pm_status (*sync)(void *ctx, pm_trainer *host, pm_err *err);
     /* Every event, in order, with report_ctx (the caller's: progress lines,
      * statistics); may be NULL. */
     void (*report)(void *report_ctx, const pm_loop_event *ev);

@@ -137,11 +137,12 @@ static pm_status make_sched(const pm_cli_train_opts *o, const pm_train_cfg *cfg,
 }
 
 /* Parameters and moments back into the host trainer (eval, checkpoints). */
-static void to_host(const pm_pipe *pp, pm_trainer *t) {
-    pm_pipe_gather(pp, PM_SLAB_PARAMS, t->params);
-    pm_pipe_gather(pp, PM_SLAB_ADAM_M, t->m);
-    pm_pipe_gather(pp, PM_SLAB_ADAM_V, t->v);
+static pm_status to_host(pm_pipe *pp, pm_trainer *t, pm_err *err) {
+    pm_status st = pm_pipe_gather(pp, PM_SLAB_PARAMS, t->params, err);
+    if (!st) st = pm_pipe_gather(pp, PM_SLAB_ADAM_M, t->m, err);
+    if (!st) st = pm_pipe_gather(pp, PM_SLAB_ADAM_V, t->v, err);
     t->step = pm_pipe_steps_done(pp);
+    return st;
 }
 
 /* x is NULL when no step ran (a resumed run that was already complete). */
@@ -238,7 +239,9 @@ static pm_status pp_step(void *ctx, const int32_t *inp, const int32_t *tgt, pm_s
     return st;
 }
 
-static void pp_sync(void *ctx, pm_trainer *host) { to_host(((pp_run *)ctx)->pp, host); }
+static pm_status pp_sync(void *ctx, pm_trainer *host, pm_err *err) {
+    return to_host(((pp_run *)ctx)->pp, host, err);
+}
 
 /* Sums over the steps after the first (cold) one, for the JSON means. */
 static void pp_count(pp_run *r, const pm_loop_event *ev) {

@@ -120,13 +120,14 @@ pm_status pm_dev_mem(pm_pipe_dev *dv, const pm_pass *ps, pm_mem_phase ph, int *b
 /* ---- messages ------------------------------------------------------------------ */
 
 /* Whether pass ps receives a message, and from whom with which tag. */
-static int pass_msg(const pm_pipe *pp, const pm_pass *ps, int *peer, int *tag) {
+static int pass_msg(const pm_pipe_dev *dv, const pm_pass *ps, int *peer, int *tag) {
+    const pm_pipe *pp = dv->pp;
     if (ps->kind == PM_PASS_F && ps->stage > 0) {
-        *peer = stage_dev(pp, ps->stage - 1), *tag = pm_tag_f(pp, ps->stage, ps->mb);
+        *peer = pm_dev_peer(dv, ps->stage - 1), *tag = pm_tag_f(pp, ps->stage, ps->mb);
         return 1;
     }
     if ((ps->kind == PM_PASS_B || ps->kind == PM_PASS_BW) && ps->stage < pp->S - 1) {
-        *peer = stage_dev(pp, ps->stage + 1), *tag = pm_tag_b(pp, ps->stage, ps->mb);
+        *peer = pm_dev_peer(dv, ps->stage + 1), *tag = pm_tag_b(pp, ps->stage, ps->mb);
         return 1;
     }
     return 0;
@@ -140,7 +141,7 @@ static pm_status post_ahead(pm_pipe_dev *dv) {
     for (int k = 0; k < 2; k++) {
         if (dv->rxpass[k] >= 0) continue;
         int peer = 0, tag = 0;
-        while (dv->scan < len && !pass_msg(pp, &ps[dv->scan], &peer, &tag)) dv->scan++;
+        while (dv->scan < len && !pass_msg(dv, &ps[dv->scan], &peer, &tag)) dv->scan++;
         if (dv->scan >= len) return PM_OK;
         pm_status st = pm_tp_irecv(dv->tp, peer, tag, dv->rx[k], act_bytes(pp), &dv->rxreq[k]);
         if (st) return st;
@@ -191,7 +192,7 @@ typedef struct {
 static pm_status pass_fail(pass_ctx *x, pm_status st, const char *why) {
     pm_pipe_dev *dv = x->dv;
     pm_errf(&dv->err, st, "device %d, stage %d, microbatch %d, pass %s (#%lld on the device): %s",
-            dv->d, x->ps->stage, x->ps->mb, pm_pass_names[x->ps->kind], (long long)x->i, why);
+            dv->g, x->ps->stage, x->ps->mb, pm_pass_names[x->ps->kind], (long long)x->i, why);
     pm_tp_abort(dv->tp, st, dv->err.msg);
     return st;
 }
@@ -281,7 +282,7 @@ static pm_status run_f(pass_ctx *x) {
         else loss = NAN;
     }
     if (b - 1 == head) {
-        pp->loss_mb[j] = loss;
+        pp->loss_mb[(size_t)dv->rep * pp->m + j] = loss;
         if (!isfinite(loss)) {
             char why[128];
             snprintf(why, sizeof why, "the loss is %g; lower the learning rate", (double)loss);
@@ -289,7 +290,7 @@ static pm_status run_f(pass_ctx *x) {
         }
         return PM_OK;
     }
-    return tx_send(dv, stage_dev(pp, s + 1), pm_tag_f(pp, s + 1, j));
+    return tx_send(dv, pm_dev_peer(dv, s + 1), pm_tag_f(pp, s + 1, j));
 }
 
 /* Recomputation: rebuilds stage s's saved for microbatch j from its kept
@@ -325,7 +326,7 @@ static pm_status run_b(pass_ctx *x) {
     for (int l = b - 1, k = 0; l >= a; l--, k ^= 1) {
         float *din = l == 0 ? NULL : l == a ? last : dv->bb[k];
         const float *lp = dv->sp[s] + (pm_gpt_layer_offset(c, l) - pm_gpt_layer_offset(c, a));
-        pm_gpt_layer_b(c, l, pp->mbsz, pp->T, lp, dout, din, 1.0f / (float)pp->m,
+        pm_gpt_layer_b(c, l, pp->mbsz, pp->T, lp, dout, din, 1.0f / (float)(pp->m * pp->dp),
                        saved_ptr(dv, l, j), dv->scratch);
         dout = din;
     }
@@ -334,7 +335,7 @@ static pm_status run_b(pass_ctx *x) {
     if (x->fault == PM_FAULT_NAN && last) last[0] = NAN;
     /* a fused BW sends when the whole pass is done (run_pass) */
     if (a == 0 || x->ps->kind == PM_PASS_BW) return PM_OK;
-    return tx_send(dv, stage_dev(pp, s - 1), pm_tag_b(pp, s - 1, j));
+    return tx_send(dv, pm_dev_peer(dv, s - 1), pm_tag_b(pp, s - 1, j));
 }
 
 static pm_status run_w(pass_ctx *x) {
@@ -369,7 +370,7 @@ static pm_status run_pass(pass_ctx *x) {
         x->t_mid = pm_now();
         if ((st = run_w(x))) return st;
         if (dv->pp->first[x->ps->stage] == 0) return PM_OK;
-        return tx_send(dv, stage_dev(dv->pp, x->ps->stage - 1),
+        return tx_send(dv, pm_dev_peer(dv, x->ps->stage - 1),
                        pm_tag_b(dv->pp, x->ps->stage - 1, x->ps->mb));
     }
 }
@@ -381,13 +382,6 @@ static double sumsq_from(double s, const float *g, size_t n) {
     return s;
 }
 
-static size_t stage_floats(const pm_pipe *pp, int s) {
-    const pm_gpt_config *c = &pp->cfg.model;
-    int b = pp->first[s + 1];
-    size_t end = b < pm_gpt_num_layers(c) ? pm_gpt_layer_offset(c, b) : pm_gpt_num_params(c);
-    return end - pm_gpt_layer_offset(c, pp->first[s]);
-}
-
 static pm_status norm_chain(pm_pipe_dev *dv) {
     pm_pipe *pp = dv->pp;
     pm_status st;
@@ -396,30 +390,82 @@ static pm_status norm_chain(pm_pipe_dev *dv) {
         double acc = 0;
         pm_tp_req r;
         if (s > 0) {
-            if ((st = pm_tp_irecv(dv->tp, stage_dev(pp, s - 1), pm_tag_norm(pp, s), &acc,
+            if ((st = pm_tp_irecv(dv->tp, pm_dev_peer(dv, s - 1), pm_tag_norm(pp, s), &acc,
                                   sizeof acc, &r)) ||
                 (st = pm_tp_wait(dv->tp, &r)))
                 return st;
         }
-        dv->nbuf[s] = sumsq_from(acc, dv->sg[s], stage_floats(pp, s));
+        dv->nbuf[s] = sumsq_from(acc, dv->sg[s], pm_stage_floats(pp, s));
         if (s + 1 < pp->S) {
-            st = pm_tp_isend(dv->tp, stage_dev(pp, s + 1), pm_tag_norm(pp, s + 1), &dv->nbuf[s],
+            st = pm_tp_isend(dv->tp, pm_dev_peer(dv, s + 1), pm_tag_norm(pp, s + 1), &dv->nbuf[s],
                              sizeof(double), &dv->nreq[s]);
         } else {
             dv->nbuf[pp->S] = sqrt(dv->nbuf[s]);
             for (int d = 0; d < pp->p && !st; d++)
-                st = pm_tp_isend(dv->tp, d, pm_tag_bcast(pp), &dv->nbuf[pp->S], sizeof(double),
+                st = pm_tp_isend(dv->tp, dv->rep * pp->p + d, pm_tag_bcast(pp), &dv->nbuf[pp->S], sizeof(double),
                                  &dv->nreq[pp->S + d]);
         }
         if (st) return st;
     }
     pm_tp_req r;
-    if ((st = pm_tp_irecv(dv->tp, stage_dev(pp, pp->S - 1), pm_tag_bcast(pp), &dv->norm,
+    if ((st = pm_tp_irecv(dv->tp, pm_dev_peer(dv, pp->S - 1), pm_tag_bcast(pp), &dv->norm,
                           sizeof dv->norm, &r)) ||
         (st = pm_tp_wait(dv->tp, &r)))
         return st;
     for (int k = 0; k < pp->S + pp->p; k++)
         if ((st = pm_tp_wait(dv->tp, &dv->nreq[k]))) return st;
+    return PM_OK;
+}
+
+/* ---- data parallelism: the gradient sum across replicas ----------------------- */
+
+static double now_us(const pm_pipe_dev *dv) { return (pm_now() - dv->t_base) * 1e6; }
+
+/* Stage s's gradients are complete on this replica (its last weight pass
+ * ran), so its share of the sum starts now, while later passes run: the
+ * sum goes along the replicas in order, replica r adding its own to what
+ * r-1 passed on (a fixed order: bitwise the same whatever the timing or
+ * transport), and the last replica sends the total back to the others,
+ * whose receive is posted here and waited for after the passes. Sends copy
+ * (both transports), so the gradient slab is free once isend returns. */
+static pm_status reduce_start(pm_pipe_dev *dv, int s) {
+    pm_pipe *pp = dv->pp;
+    size_t n = pm_stage_floats(pp, s), bytes = n * sizeof(float), k = (size_t)dv->g * pp->S + s;
+    int r = dv->rep, last = pp->dp - 1, p = pp->p, d = dv->d;
+    float *g = dv->sg[s];
+    pm_tp_req q;
+    pm_status st;
+    pp->red0[k] = now_us(dv);
+    if (r > 0) {
+        if ((st = pm_tp_irecv(dv->tp, (r - 1) * p + d, pm_tag_red(pp, s), dv->red, bytes, &q)) ||
+            (st = pm_tp_wait(dv->tp, &q)))
+            return st;
+        for (size_t i = 0; i < n; i++) g[i] = dv->red[i] + g[i];
+    }
+    if (r < last) {
+        if ((st = pm_tp_isend(dv->tp, (r + 1) * p + d, pm_tag_red(pp, s), g, bytes, &q)) ||
+            (st = pm_tp_wait(dv->tp, &q)))
+            return st;
+        return pm_tp_irecv(dv->tp, last * p + d, pm_tag_sum(pp, s), g, bytes, &dv->rreq[s]);
+    }
+    for (int o = 0; o < last; o++)
+        if ((st = pm_tp_isend(dv->tp, o * p + d, pm_tag_sum(pp, s), g, bytes, &q)) ||
+            (st = pm_tp_wait(dv->tp, &q)))
+            return st;
+    pp->red1[k] = now_us(dv);
+    return PM_OK;
+}
+
+/* After the passes: the totals the last replica sent back. */
+static pm_status reduce_finish(pm_pipe_dev *dv) {
+    pm_pipe *pp = dv->pp;
+    if (pp->dp == 1 || dv->rep == pp->dp - 1) return PM_OK;
+    for (int s = 0; s < pp->S; s++) {
+        if (stage_dev(pp, s) != dv->d) continue;
+        pm_status st = pm_tp_wait(dv->tp, &dv->rreq[s]);
+        if (st) return st;
+        pp->red1[(size_t)dv->g * pp->S + s] = now_us(dv);
+    }
     return PM_OK;
 }
 
@@ -437,7 +483,7 @@ static void adamw_dev(pm_pipe_dev *dv) {
 static pm_status dev_step(pm_pipe_dev *dv) {
     pm_pipe *pp = dv->pp;
     const pm_pass *ps = pm_sched_dev(&pp->sched, dv->d);
-    int64_t len = pp->sched.len[dv->d], base = (int64_t)dv->d * pp->sched.cap;
+    int64_t len = pp->sched.len[dv->d], base = (int64_t)dv->g * pp->sched.cap;
     const pm_pipe_opts *op = &pp->opts;
     memset(dv->slab + dv->n, 0, dv->n * sizeof(float)); /* gradients */
     dv->rxpass[0] = dv->rxpass[1] = -1;
@@ -446,13 +492,18 @@ static pm_status dev_step(pm_pipe_dev *dv) {
     pm_status st;
     for (int64_t i = 0; i < len; i++) {
         if ((st = pm_tp_status(dv->tp, NULL))) return st;
-        int fault = op->fault_kind && op->fault_step == pp->step && op->fault_dev == dv->d &&
+        int fault = op->fault_kind && op->fault_step == pp->step && op->fault_dev == dv->g &&
                             op->fault_pass == i
                         ? op->fault_kind
                         : PM_FAULT_NONE;
         pass_ctx x = {dv, i, &ps[i], fault, 0, NAN};
         if ((st = run_pass(&x))) return st;
         double t_end = pm_now();
+        /* weight passes run in microbatch order: m-1 is the stage's last */
+        if (pp->dp > 1 && ps[i].mb == pp->m - 1 &&
+            (ps[i].kind == PM_PASS_W || ps[i].kind == PM_PASS_BW) &&
+            (st = reduce_start(dv, ps[i].stage)))
+            return st;
         pp->t0[base + i] = (x.t_start - dv->t_base) * 1e6;
         pp->t1[base + i] = (t_end - dv->t_base) * 1e6;
         pp->tmid[base + i] = (x.t_mid - dv->t_base) * 1e6;
@@ -460,7 +511,7 @@ static pm_status dev_step(pm_pipe_dev *dv) {
     }
     for (int k = 0; k < 2; k++)
         if ((st = pm_tp_wait(dv->tp, &dv->txreq[k]))) return st;
-    if ((st = norm_chain(dv))) return st;
+    if ((st = reduce_finish(dv)) || (st = norm_chain(dv))) return st;
     if (!isfinite(dv->norm)) return PM_ERR_NUMERIC; /* every device sees it: no update */
     adamw_dev(dv);
     return PM_OK;

@@ -14,7 +14,10 @@ struct pm_pipe {
     pm_sched sched;       /* owned copy of the schedule, W passes in microbatch order */
     int64_t w_relabeled;  /* W passes that took another microbatch of their stage */
     pm_pipe_opts opts;    /* copy */
-    int p, S, m;          /* devices, stages, microbatches */
+    int p, S, m;          /* devices, stages, microbatches of one replica's schedule */
+    int dp, nd;           /* replicas (data parallel), devices in all (dp * p) */
+    int lo, hi;           /* this process's devices: lo .. hi-1 (all with threads,
+                           * its rank's one under MPI) */
     int mbsz, T;          /* sequences per microbatch, tokens per sequence */
     int *first;           /* (S+1) stage s holds layers first[s] .. first[s+1]-1 */
     pm_gpt_sizes *sz;     /* (L+2) per-layer sizes for one microbatch */
@@ -23,17 +26,22 @@ struct pm_pipe {
     pm_cost prof;         /* per stage: times profiled over the steps so far (forecast) */
     pm_sim fcast;         /* the forecast's simulation, sized at init */
     int64_t nprof;        /* steps folded into prof */
-    size_t *peak;         /* (p) measured peak bytes of the last step */
-    size_t *pred_peak;    /* (p) predicted peak bytes */
-    size_t *arena_cap;    /* (p) arena capacities (plan or first fit, the smaller) */
-    size_t *arena_ff;     /* (p) what first fit alone would need (for comparison) */
-    double *t0, *t1;      /* (p, cap) measured pass start / end, us from step start */
-    double *tmid;         /* (p, cap) BW: end of its B part */
-    double *live_after;   /* (p, cap) arena live bytes after each pass */
-    float *loss_mb;       /* (m) last step's microbatch losses */
+    size_t *peak;         /* (nd) measured peak bytes of the last step */
+    size_t *pred_peak;    /* (nd) predicted peak bytes */
+    size_t *arena_cap;    /* (nd) arena capacities (plan or first fit, the smaller) */
+    size_t *arena_ff;     /* (nd) what first fit alone would need (for comparison) */
+    double *t0, *t1;      /* (nd, cap) measured pass start / end, us from step start;
+                           * the figures use replica 0's rows */
+    double *tmid;         /* (nd, cap) BW: end of its B part */
+    double *live_after;   /* (nd, cap) arena live bytes after each pass */
+    double *red0, *red1;  /* (nd, S) gradient reduction of stage s: start, end (us) */
+    float *loss_mb;       /* (dp * m) last step's microbatch losses, global order */
+    double *report;       /* MPI: one device's step report (report_len doubles) */
+    size_t report_len;
     double *dep_end;      /* (2, S, m) scratch: F and B ends, for the latency estimate */
     pm_pipe_dev *dev;     /* (p) per-device state; owned */
-    pm_tp_threads *world; /* threads transport */
+    pm_tp_threads *world; /* threads transport, or */
+    pm_tp_mpi *mpi;       /* the MPI transport */
     struct pm_pipe_pool *pool; /* device threads, started in init; owned */
     int64_t step;         /* optimizer steps done */
     pm_status dead;       /* sticky: a failed step leaves the pipe unusable */
@@ -48,10 +56,17 @@ static inline int pm_tag_f(const pm_pipe *pp, int s, int j) { return (s * pp->m 
 static inline int pm_tag_b(const pm_pipe *pp, int s, int j) { return (s * pp->m + j) * 2 + 1; }
 static inline int pm_tag_norm(const pm_pipe *pp, int s) { return 2 * pp->S * pp->m + s; }
 static inline int pm_tag_bcast(const pm_pipe *pp) { return 2 * pp->S * pp->m + pp->S; }
+/* Data parallelism: stage s's partial gradient sum along the replicas, and
+ * the full sum back from the last replica. */
+static inline int pm_tag_red(const pm_pipe *pp, int s) { return pm_tag_bcast(pp) + 1 + s; }
+static inline int pm_tag_sum(const pm_pipe *pp, int s) { return pm_tag_red(pp, pp->S) + s; }
+/* Between steps (MPI): reports, parameter gathers, the handshake. */
+static inline int pm_tag_ctl(const pm_pipe *pp, int k) { return pm_tag_sum(pp, pp->S) + k; }
 
 struct pm_pipe_dev {
     pm_pipe *pp;          /* the pipeline (config, schedule, tables); borrowed */
-    int d;                /* this device */
+    int d;                /* this device in its replica's schedule */
+    int g, rep;           /* this device in all (rep * p + d), its replica */
     pm_tp *tp;            /* its transport endpoint; borrowed from the world */
     pm_arena arena;       /* activations (the saved buffers) */
     size_t *off;          /* (L+2, m) arena offset of layer l's saved for mb j */
@@ -72,6 +87,9 @@ struct pm_pipe_dev {
     pm_tp_req txreq[2];   /* send of each tx buffer */
     int txnext;           /* tx buffer the next send uses */
     pm_tp_req *nreq;      /* (S + p) norm chain sends, then the broadcast */
+    float *red;           /* data parallel, replicas after the first: a partial sum
+                           * arrives here (the largest stage's gradients) */
+    pm_tp_req *rreq;      /* (S) data parallel: the full sum's receive per stage */
     /* per step */
     const int32_t *inp, *tgt; /* the step's batch (input data, read only) */
     double t_base;        /* step start (pm_now) */
@@ -99,8 +117,29 @@ pm_status pm_dev_mem(pm_pipe_dev *dv, const pm_pass *ps, pm_mem_phase ph, int *b
  * tokens stay in the batch; 0 without recomputation). */
 size_t pm_dev_keep_bytes(const pm_pipe *pp, int s);
 
+/* Transport peer of stage s's device in dv's replica. */
+static inline int pm_dev_peer(const pm_pipe_dev *dv, int s) {
+    return dv->rep * dv->pp->p + pm_sched_stage_device(&dv->pp->sched, s);
+}
+
 /* The device thread's body: passes, norm, AdamW. Sets dv->st / dv->err. */
 void *pm_dev_main(void *arg);
+
+/* Floats of stage s's parameters (pipe.c). */
+size_t pm_stage_floats(const pm_pipe *pp, int s);
+
+/* The transport world (pipe_world.c): threads or MPI.
+ *   world_create  the transport, this process's devices (lo, hi), buffers
+ *                 for every message a step can leave unreceived;
+ *   handshake     MPI: every rank's setup status and fingerprint meet at the
+ *                 root; a failure or a mismatch stops every rank with one
+ *                 line (threads: returns local_st);
+ *   report        MPI, after a step: every other device's pass times, peak
+ *                 and losses go to the root (threads: nothing to do). */
+pm_status pm_pipe_world_create(pm_pipe *pp, pm_err *err);
+pm_tp *pm_pipe_endpoint(pm_pipe *pp, int g);
+pm_status pm_pipe_handshake(pm_pipe *pp, pm_status local_st, pm_err *err);
+pm_status pm_pipe_report(pm_pipe *pp, pm_err *err);
 
 /* Device threads (pipe_threads.c): start p parked threads; run one step on
  * all and wait; stop and join them (safe on a pipe whose start failed). */

@@ -40,14 +40,17 @@ static void dev_free(pm_pipe_dev *dv) {
     pm_free(dv->work);
     pm_free(dv->nbuf);
     pm_free(dv->nreq);
+    pm_free(dv->red);
+    pm_free(dv->rreq);
 }
 
 
 static void pipe_free(pm_pipe *pp) {
     if (!pp) return;
     pm_pipe_pool_free(pp); /* threads first: they use everything below */
+    pm_tp_mpi_destroy(pp->mpi); /* MPI next: it may still write into receive buffers */
     if (pp->dev)
-        for (int d = 0; d < pp->p; d++) dev_free(&pp->dev[d]);
+        for (int g = 0; g < pp->nd; g++) dev_free(&pp->dev[g]);
     pm_free(pp->dev);
     pm_tp_threads_destroy(pp->world);
     pm_sched_free(&pp->sched);
@@ -65,6 +68,9 @@ static void pipe_free(pm_pipe *pp) {
     pm_free(pp->t1);
     pm_free(pp->tmid);
     pm_free(pp->live_after);
+    pm_free(pp->red0);
+    pm_free(pp->red1);
+    pm_free(pp->report);
     pm_free(pp->loss_mb);
     pm_free(pp->dep_end);
     *pp = (pm_pipe){0};
@@ -120,16 +126,20 @@ static pm_status check_w_order(const pm_sched *s, pm_err *err) {
     return PM_OK;
 }
 
-static pm_status check_cfg(const pm_train_cfg *cfg, const pm_sched *s, pm_err *err) {
+static pm_status check_cfg(const pm_train_cfg *cfg, const pm_sched *s, int dp, pm_err *err) {
     pm_status st = pm_gpt_config_check(&cfg->model, err);
     if (st) return st;
     if (cfg->micro < 1 || cfg->batch < 1 || cfg->batch % cfg->micro)
         return pm_errf(err, PM_ERR_ARG, "--microbatches %d must divide --batch %d", cfg->micro,
                        cfg->batch);
-    if (s->m != cfg->micro)
+    if (dp < 1 || dp > 4096) return pm_errf(err, PM_ERR_ARG, "--dp %d: must be 1..4096", dp);
+    if (cfg->micro % dp)
+        return pm_errf(err, PM_ERR_ARG, "--dp %d must divide --microbatches %d (each replica "
+                       "runs an equal share)", dp, cfg->micro);
+    if (s->m != cfg->micro / dp)
         return pm_errf(err, PM_ERR_ARG,
-                       "the schedule has %d microbatches but training uses %d; make them equal "
-                       "(--microbatches)", s->m, cfg->micro);
+                       "the schedule has %d microbatches but each of the %d replicas runs %d; "
+                       "make them equal (--microbatches)", s->m, dp, cfg->micro / dp);
     if (cfg->opt.steps < 1) return pm_errf(err, PM_ERR_ARG, "steps must be >= 1");
     return pm_sched_validate(s, NULL, 0, err);
 }
@@ -202,11 +212,11 @@ static pm_status dev_arena(pm_pipe *pp, pm_pipe_dev *dv, pm_err *err) {
     if ((st = pm_arena_init_dry(&dv->arena, maxb, nlog, err))) goto done;
     PM_ASSERT(!replay(pp, dv));
     size_t peak = dv->arena.peak, ff = dv->arena.high, live = dv->arena.live, cap = 0;
-    if (peak != pp->pred_peak[dv->d] || live != 0) {
+    if (peak != pp->pred_peak[dv->g] || live != 0) {
         st = pm_errf(err, PM_ERR_INVALID,
                      "device %d: replaying the schedule gives a peak of %zu activation bytes "
                      "(%zu left at the end) but the simulator predicts %zu (a runtime bug)",
-                     dv->d, peak, live, pp->pred_peak[dv->d]);
+                     dv->g, peak, live, pp->pred_peak[dv->g]);
         goto done;
     }
     if ((st = pm_arena_plan(dv->arena.log, dv->arena.nlog, plan, &cap, err))) goto done;
@@ -220,19 +230,33 @@ static pm_status dev_arena(pm_pipe *pp, pm_pipe_dev *dv, pm_err *err) {
         dv->arena.cap = cap;
         if (replay(pp, dv) || dv->arena.high > cap) {
             st = pm_errf(err, PM_ERR_INVALID, "device %d: the arena plan (%zu bytes, first fit "
-                         "%zu) does not replay: stopped at allocation %zu (a runtime bug)", dv->d,
+                         "%zu) does not replay: stopped at allocation %zu (a runtime bug)", dv->g,
                          cap, ff, dv->arena.next);
             goto done;
         }
         pm_arena_free(&dv->arena);
     }
-    pp->arena_cap[dv->d] = pp->opts.arena_cap ? pp->opts.arena_cap : use_plan ? cap : ff;
-    pp->arena_ff[dv->d] = ff;
-    if ((st = pm_arena_init(&dv->arena, pp->arena_cap[dv->d], maxb, err))) goto done;
+    pp->arena_cap[dv->g] = pp->opts.arena_cap ? pp->opts.arena_cap : use_plan ? cap : ff;
+    pp->arena_ff[dv->g] = ff;
+    if ((st = pm_arena_init(&dv->arena, pp->arena_cap[dv->g], maxb, err))) goto done;
     if (use_plan) st = pm_arena_use_plan(&dv->arena, plan, nplan, err);
 done:
     pm_free(plan);
     return st;
+}
+
+size_t pm_stage_floats(const pm_pipe *pp, int s) {
+    const pm_gpt_config *c = &pp->cfg.model;
+    int b = pp->first[s + 1];
+    size_t end = b < pm_gpt_num_layers(c) ? pm_gpt_layer_offset(c, b) : pm_gpt_num_params(c);
+    return end - pm_gpt_layer_offset(c, pp->first[s]);
+}
+
+static size_t max_stage_floats(const pm_pipe *pp) {
+    size_t n = 1;
+    for (int s = 0; s < pp->S; s++)
+        if (pm_stage_floats(pp, s) > n) n = pm_stage_floats(pp, s);
+    return n;
 }
 
 /* Scratch and message buffers in one allocation. */
@@ -261,14 +285,19 @@ static pm_status dev_work(pm_pipe *pp, pm_pipe_dev *dv, pm_err *err) {
         dv->bb[k] = (float *)(dv->work + scr + (size_t)(4 + k) * act);
     }
     dv->rxpass[0] = dv->rxpass[1] = -1;
-    return PM_OK;
+    if (pp->dp == 1) return PM_OK;
+    dv->rreq = pm_calloc((size_t)pp->S, sizeof(pm_tp_req));
+    if (!dv->rreq) return nomem(err, "reduction requests");
+    if (dv->rep == 0) return PM_OK;
+    dv->red = pm_malloc(max_stage_floats(pp) * sizeof(float));
+    return dv->red ? PM_OK : nomem(err, "a gradient reduction buffer");
 }
 
 /* Placement, sizes, the byte-delta cost table and the memory prediction. */
 static pm_status plan(pm_pipe *pp, pm_err *err) {
     const pm_gpt_config *c = &pp->cfg.model;
     int nl = pm_gpt_num_layers(c);
-    size_t np = (size_t)pp->p, nt = (size_t)pp->p * (size_t)pp->sched.cap;
+    size_t np = (size_t)pp->nd, nt = np * (size_t)pp->sched.cap, nr = np * (size_t)pp->S;
     pp->first = pm_malloc(((size_t)pp->S + 1) * sizeof(int));
     pp->sz = pm_calloc((size_t)nl, sizeof(pm_gpt_sizes));
     pp->peak = pm_calloc(np, sizeof(size_t));
@@ -279,10 +308,13 @@ static pm_status plan(pm_pipe *pp, pm_err *err) {
     pp->t1 = pm_calloc(nt, sizeof(double));
     pp->tmid = pm_calloc(nt, sizeof(double));
     pp->live_after = pm_calloc(nt, sizeof(double));
-    pp->loss_mb = pm_calloc((size_t)pp->m, sizeof(float));
+    pp->red0 = pm_calloc(nr, sizeof(double));
+    pp->red1 = pm_calloc(nr, sizeof(double));
+    pp->loss_mb = pm_calloc((size_t)pp->m * (size_t)pp->dp, sizeof(float));
     pp->dep_end = pm_calloc(2 * (size_t)pp->S * (size_t)pp->m, sizeof(double));
     if (!pp->first || !pp->sz || !pp->peak || !pp->pred_peak || !pp->arena_cap || !pp->arena_ff || !pp->t0 ||
-        !pp->t1 || !pp->tmid || !pp->live_after || !pp->loss_mb || !pp->dep_end)
+        !pp->t1 || !pp->tmid || !pp->live_after || !pp->red0 || !pp->red1 || !pp->loss_mb ||
+        !pp->dep_end)
         return nomem(err, "the pipeline's tables");
     pm_status st = pm_place_layers(c, pp->mbsz, pp->T, pp->S, pp->first, err);
     for (int l = 0; l < nl && !st; l++) st = pm_gpt_layer_sizes(c, l, pp->mbsz, pp->T, &pp->sz[l], err);
@@ -294,18 +326,34 @@ static pm_status plan(pm_pipe *pp, pm_err *err) {
     if (!st) st = pm_cost_init(&pp->prof, pp->S, err);
     if (st) return st;
     for (int k = 0; k < pp->S; k++) pp->prof.st[k] = pp->cost.st[k];
-    for (int d = 0; d < pp->p; d++) pp->pred_peak[d] = (size_t)pp->pred.peak[d];
+    for (int g = 0; g < pp->nd; g++) pp->pred_peak[g] = (size_t)pp->pred.peak[g % pp->p];
     return PM_OK;
+}
+
+/* This process's devices: tables, parameters, arena, buffers. */
+static pm_status devices_init(pm_pipe *pp, pm_err *err) {
+    pp->dev = pm_calloc((size_t)pp->nd, sizeof *pp->dev);
+    if (!pp->dev) return nomem(err, "devices");
+    pm_status st = PM_OK;
+    for (int g = pp->lo; g < pp->hi && !st; g++) {
+        pm_pipe_dev *dv = &pp->dev[g];
+        dv->pp = pp, dv->g = g, dv->d = g % pp->p, dv->rep = g / pp->p;
+        dv->tp = pm_pipe_endpoint(pp, g);
+        if (!(st = dev_slab(pp, dv, err)) && !(st = dev_arena(pp, dv, err)))
+            st = dev_work(pp, dv, err);
+    }
+    return st;
 }
 
 static pm_status pipe_init(pm_pipe *pp, const pm_train_cfg *cfg, const pm_sched *s,
                            const pm_pipe_opts *opts, pm_err *err) {
     *pp = (pm_pipe){0};
-    pm_status st = check_cfg(cfg, s, err);
+    if (opts) pp->opts = *opts;
+    pp->dp = pp->opts.dp > 1 ? pp->opts.dp : 1;
+    pm_status st = check_cfg(cfg, s, pp->dp, err);
     if (st) return st;
     pp->cfg = *cfg;
-    if (opts) pp->opts = *opts;
-    pp->p = s->p, pp->S = s->S, pp->m = s->m;
+    pp->p = s->p, pp->S = s->S, pp->m = s->m, pp->nd = pp->dp * s->p;
     pp->mbsz = cfg->batch / cfg->micro, pp->T = cfg->model.ctx;
     if ((st = pm_sched_copy(&pp->sched, s, err))) return st;
     pp->w_relabeled = normalize_w(&pp->sched);
@@ -316,31 +364,11 @@ static pm_status pipe_init(pm_pipe *pp, const pm_train_cfg *cfg, const pm_sched 
         goto fail;
     }
     if ((st = check_w_order(&pp->sched, err))) goto fail;
-    if ((st = plan(pp, err))) goto fail;
-    if ((st = pm_tp_threads_create(&pp->world, pp->p, pp->opts.wait_timeout_s, err))) goto fail;
-    /* Every message a device can receive in a step may arrive before its
-     * receive is posted; buffers for all of them up front keep the step free
-     * of allocations whatever the timing. A message is at most one
-     * microbatch's activation at a stage boundary (the norm chain's are a
-     * double). */
-    size_t act = (size_t)pp->mbsz * (size_t)pp->T * (size_t)cfg->model.dim * sizeof(float);
-    for (int d = 0; d < pp->p && !st; d++)
-        st = pm_tp_threads_reserve(pp->world, d, (int)pp->sched.len[d] + pp->S + pp->p + 2,
-                                   act > sizeof(double) ? act : sizeof(double), err);
-    if (st) goto fail;
-    pp->dev = pm_calloc((size_t)pp->p, sizeof *pp->dev);
-    if (!pp->dev) {
-        st = nomem(err, "devices");
-        goto fail;
-    }
-    for (int d = 0; d < pp->p; d++) {
-        pm_pipe_dev *dv = &pp->dev[d];
-        dv->pp = pp, dv->d = d, dv->tp = pm_tp_threads_endpoint(pp->world, d);
-        if ((st = dev_slab(pp, dv, err)) || (st = dev_arena(pp, dv, err)) ||
-            (st = dev_work(pp, dv, err)))
-            goto fail;
-    }
-    if ((st = pm_pipe_pool_start(pp, err))) goto fail;
+    if ((st = plan(pp, err)) || (st = pm_pipe_world_create(pp, err))) goto fail;
+    /* under MPI a rank that fails here tells the others (the handshake) */
+    st = devices_init(pp, err);
+    if (!st && !pp->mpi) st = pm_pipe_pool_start(pp, err);
+    if ((st = pm_pipe_handshake(pp, st, err))) goto fail;
     /* concurrent sgemm calls from the device threads, each single-threaded:
      * deterministic and independent of how many devices run at once */
     pm_blas_threads(1);
@@ -372,6 +400,8 @@ void pm_pipe_destroy(pm_pipe *pp) {
 }
 
 int pm_pipe_devices(const pm_pipe *pp) { return pp->p; }
+int pm_pipe_replicas(const pm_pipe *pp) { return pp->dp; }
+int pm_pipe_is_root(const pm_pipe *pp) { return pp->lo == 0; }
 int pm_pipe_stages(const pm_pipe *pp) { return pp->S; }
 const pm_sched *pm_pipe_schedule(const pm_pipe *pp) { return &pp->sched; }
 int64_t pm_pipe_w_relabeled(const pm_pipe *pp) { return pp->w_relabeled; }
@@ -390,23 +420,49 @@ static pm_status step_fail(pm_pipe *pp, pm_status st, pm_err *err) {
 }
 
 static pm_status collect_error(pm_pipe *pp, pm_err *err) {
-    pm_tp *tp0 = pm_tp_threads_endpoint(pp->world, 0);
-    pm_status st = pm_tp_status(tp0, &pp->dead_err);
+    pm_status st = pm_tp_status(pp->dev[pp->lo].tp, &pp->dead_err);
     if (st) return step_fail(pp, st, err);
-    for (int d = 0; d < pp->p; d++) {
-        if (pp->dev[d].st == PM_ERR_NUMERIC) {
+    for (int g = pp->lo; g < pp->hi; g++) {
+        const pm_pipe_dev *dv = &pp->dev[g];
+        if (dv->st == PM_ERR_NUMERIC) {
             pm_errf(&pp->dead_err, PM_ERR_NUMERIC,
                     "step %lld: the gradient norm is %g (not finite); no update was made; lower "
-                    "--lr", (long long)pp->step + 1, pp->dev[d].norm);
+                    "--lr", (long long)pp->step + 1, dv->norm);
             return step_fail(pp, PM_ERR_NUMERIC, err);
         }
-        if (pp->dev[d].st) {
-            pm_errf(&pp->dead_err, pp->dev[d].st, "device %d: %s", d,
-                    pp->dev[d].err.msg[0] ? pp->dev[d].err.msg : pm_status_str(pp->dev[d].st));
-            return step_fail(pp, pp->dev[d].st, err);
+        if (dv->st) {
+            pm_errf(&pp->dead_err, dv->st, "device %d: %s", g,
+                    dv->err.msg[0] ? dv->err.msg : pm_status_str(dv->st));
+            return step_fail(pp, dv->st, err);
         }
     }
     return PM_OK;
+}
+
+/* The root's figures of the step just run (the devices' reports are in). */
+static void step_figures(pm_pipe *pp, double t_start, const pm_pipe_info *fc) {
+    double loss = 0;
+    for (int j = 0; j < pp->m * pp->dp; j++) loss += pp->loss_mb[j];
+    loss /= pp->m * pp->dp;
+    pm_pipe_info *in = &pp->info;
+    *in = (pm_pipe_info){.loss = loss, .grad_norm = pp->dev[pp->lo].norm,
+                         .lr = pm_optim_lr_at(&pp->cfg.opt, pp->step)};
+    in->step_ms = (pm_now() - t_start) * 1e3;
+    for (int g = pp->lo; g < pp->hi; g++) pp->peak[g] = pp->dev[g].arena.peak;
+    in->peak = pp->peak, in->pred_peak = pp->pred_peak, in->arena = pp->arena_cap;
+    double mk, bub;
+    pm_pipe_measure_span(pp, &mk, &bub);
+    in->makespan_ms = mk / 1e3, in->bubble = bub;
+    in->forecast_makespan_ms = fc->forecast_makespan_ms;
+    in->forecast_bubble = fc->forecast_bubble;
+    pm_pipe_measure_costs(pp);
+    pm_err e2;
+    in->pred_makespan_ms = in->pred_bubble = NAN;
+    if (!pm_sim_replay(&pp->pred, &pp->sched, &pp->cost, &e2)) { /* the replay */
+        in->pred_makespan_ms = pp->pred.makespan / 1e3;
+        in->pred_bubble = pp->pred.bubble;
+    }
+    pm_pipe_profile_add(pp);
 }
 
 pm_status pm_pipe_step(pm_pipe *pp, const int32_t *inp, const int32_t *tgt, pm_pipe_info *info,
@@ -418,70 +474,36 @@ pm_status pm_pipe_step(pm_pipe *pp, const int32_t *inp, const int32_t *tgt, pm_p
     pm_pipe_info fc;
     pm_pipe_forecast(pp, &fc); /* made before the step runs */
     double t_start = pm_now();
-    for (int d = 0; d < pp->p; d++) {
-        pm_pipe_dev *dv = &pp->dev[d];
-        dv->inp = inp, dv->tgt = tgt, dv->t_base = t_start, dv->st = PM_OK, dv->norm = 0;
+    size_t share = (size_t)pp->m * (size_t)pp->mbsz * (size_t)pp->T; /* a replica's tokens */
+    for (int g = pp->lo; g < pp->hi; g++) {
+        pm_pipe_dev *dv = &pp->dev[g];
+        dv->inp = inp + (size_t)dv->rep * share, dv->tgt = tgt + (size_t)dv->rep * share;
+        dv->t_base = t_start, dv->st = PM_OK, dv->norm = 0;
     }
-    pm_pipe_pool_run(pp);
+    if (pp->mpi) pm_dev_main(&pp->dev[pp->lo]);
+    else pm_pipe_pool_run(pp);
     pm_status st = collect_error(pp, err);
+    if (!st && (st = pm_pipe_report(pp, &pp->dead_err))) return step_fail(pp, st, err);
     if (st) return st;
-    double loss = 0;
-    for (int j = 0; j < pp->m; j++) loss += pp->loss_mb[j];
-    loss /= pp->m;
-    pm_pipe_info *in = &pp->info;
-    *in = (pm_pipe_info){.loss = loss, .grad_norm = pp->dev[0].norm,
-                         .lr = pm_optim_lr_at(&pp->cfg.opt, pp->step)};
-    in->step_ms = (pm_now() - t_start) * 1e3;
-    for (int d = 0; d < pp->p; d++) pp->peak[d] = pp->dev[d].arena.peak;
-    in->peak = pp->peak, in->pred_peak = pp->pred_peak, in->arena = pp->arena_cap;
-    double mk, bub;
-    pm_pipe_measure_span(pp, &mk, &bub);
-    in->makespan_ms = mk / 1e3, in->bubble = bub;
-    in->forecast_makespan_ms = fc.forecast_makespan_ms;
-    in->forecast_bubble = fc.forecast_bubble;
-    pm_pipe_measure_costs(pp);
-    pm_err e2;
-    in->pred_makespan_ms = in->pred_bubble = NAN;
-    if (!pm_sim_replay(&pp->pred, &pp->sched, &pp->cost, &e2)) { /* the replay */
-        in->pred_makespan_ms = pp->pred.makespan / 1e3;
-        in->pred_bubble = pp->pred.bubble;
-    }
-    pm_pipe_profile_add(pp);
+    if (pm_pipe_is_root(pp)) step_figures(pp, t_start, &fc);
     pp->step++;
-    if (info) *info = *in;
+    if (info) *info = pp->info;
     return PM_OK;
 }
 
-/* ---- parameters in and out ------------------------------------------------------- */
-
-static size_t stage_len(const pm_pipe *pp, int s) {
-    const pm_gpt_config *c = &pp->cfg.model;
-    int b = pp->first[s + 1];
-    size_t end = b < pm_gpt_num_layers(c) ? pm_gpt_layer_offset(c, b) : pm_gpt_num_params(c);
-    return end - pm_gpt_layer_offset(c, pp->first[s]);
-}
-
-void pm_pipe_gather(const pm_pipe *pp, pm_slab which, float *out) {
-    PM_ASSERT(which >= 0 && which < PM_SLAB_COUNT);
-    for (int s = 0; s < pp->S; s++) {
-        const pm_pipe_dev *dv = &pp->dev[pm_sched_stage_device(&pp->sched, s)];
-        const float *src = which == PM_SLAB_PARAMS ? dv->sp[s]
-                           : which == PM_SLAB_ADAM_M ? dv->sm[s]
-                                                     : dv->sv[s];
-        memcpy(out + pm_gpt_layer_offset(&pp->cfg.model, pp->first[s]), src,
-               stage_len(pp, s) * sizeof(float));
-    }
-}
+/* ---- parameters in -------------------------------------------------------------- */
 
 void pm_pipe_scatter(pm_pipe *pp, const float *params, const float *m, const float *v) {
-    for (int s = 0; s < pp->S; s++) {
-        pm_pipe_dev *dv = &pp->dev[pm_sched_stage_device(&pp->sched, s)];
-        size_t off = pm_gpt_layer_offset(&pp->cfg.model, pp->first[s]), n = stage_len(pp, s);
-        memcpy(dv->sp[s], params + off, n * sizeof(float));
-        if (m) memcpy(dv->sm[s], m + off, n * sizeof(float));
-        else memset(dv->sm[s], 0, n * sizeof(float));
-        if (v) memcpy(dv->sv[s], v + off, n * sizeof(float));
-        else memset(dv->sv[s], 0, n * sizeof(float));
+    for (int g = pp->lo; g < pp->hi; g++) {
+        pm_pipe_dev *dv = &pp->dev[g];
+        for (int s = 0; s < pp->S; s++) {
+            if (pm_sched_stage_device(&pp->sched, s) != dv->d) continue;
+            size_t off = pm_gpt_layer_offset(&pp->cfg.model, pp->first[s]), n = pm_stage_floats(pp, s);
+            memcpy(dv->sp[s], params + off, n * sizeof(float));
+            if (m) memcpy(dv->sm[s], m + off, n * sizeof(float));
+            else memset(dv->sm[s], 0, n * sizeof(float));
+            if (v) memcpy(dv->sv[s], v + off, n * sizeof(float));
+            else memset(dv->sv[s], 0, n * sizeof(float));
+        }
     }
 }
-

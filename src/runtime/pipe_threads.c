@@ -57,7 +57,7 @@ void pm_pipe_pool_free(pm_pipe *pp) {
 pm_status pm_pipe_pool_start(pm_pipe *pp, pm_err *err) {
     struct pm_pipe_pool *pl = pm_calloc(1, sizeof *pl);
     if (!pl) return pm_errf(err, PM_ERR_NOMEM, "out of memory for the device threads");
-    pl->th = pm_calloc((size_t)pp->p, sizeof(pthread_t));
+    pl->th = pm_calloc((size_t)pp->nd, sizeof(pthread_t));
     if (!pl->th) {
         pm_free(pl);
         return pm_errf(err, PM_ERR_NOMEM, "out of memory for the device threads");
@@ -66,10 +66,10 @@ pm_status pm_pipe_pool_start(pm_pipe *pp, pm_err *err) {
     pthread_cond_init(&pl->go, NULL);
     pthread_cond_init(&pl->done, NULL);
     pp->pool = pl;
-    for (; pl->started < pp->p; pl->started++)
+    for (; pl->started < pp->nd; pl->started++)
         if (pthread_create(&pl->th[pl->started], NULL, worker, &pp->dev[pl->started]))
             return pm_errf(err, PM_ERR_NOMEM, "could not start device thread %d of %d",
-                           pl->started, pp->p);
+                           pl->started, pp->nd);
     return PM_OK;
 }
 
@@ -80,7 +80,7 @@ void pm_pipe_pool_run(pm_pipe *pp) {
     pl->finished = 0;
     pl->gen++;
     pthread_cond_broadcast(&pl->go);
-    while (pl->finished < pp->p) pthread_cond_wait(&pl->done, &pl->mu);
+    while (pl->finished < pp->nd) pthread_cond_wait(&pl->done, &pl->mu);
     pthread_mutex_unlock(&pl->mu);
 }
 

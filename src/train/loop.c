@@ -15,8 +15,8 @@ static void report(const pm_train_driver *drv, const pm_loop_event *ev) {
  * in the host first. */
 static pm_status eval_save(pm_trainer *host, const pm_train_driver *drv, const pm_loop_opts *o,
                            pm_loop_event *ev, pm_err *err) {
-    if (drv->sync) drv->sync(drv->ctx, host);
-    pm_status st = pm_trainer_eval(host, o->val, o->eval_batches, &ev->val_loss, err);
+    pm_status st = drv->sync ? drv->sync(drv->ctx, host, err) : PM_OK;
+    if (!st) st = pm_trainer_eval(host, o->val, o->eval_batches, &ev->val_loss, err);
     if (!st && o->save) {
         st = pm_ckpt_save(host, o->save, err);
         if (!st) ev->saved = o->save;

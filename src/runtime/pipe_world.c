@@ -1,0 +1,224 @@
+/* pipe_world.c: the pipe's transport world. With threads every device is
+ * in this process and shares its tables; under MPI each rank holds one
+ * device, and what the root needs from the others travels as messages:
+ *   at create  a handshake: each rank's setup status and fingerprint (the
+ *              configuration, the schedule, the caller's data identity);
+ *   per step   a report: the device's pass times, arena peak, reduction
+ *              times and its replica's losses (if it holds the head);
+ *   on demand  the parameters and moments of each stage (pm_pipe_gather).
+ * Every rank makes the same calls in the same order, so these exchanges
+ * need no extra synchronisation; their tags (pm_tag_ctl) never meet a
+ * step's. */
+#include <string.h>
+
+#include "pipemem/pm_data.h"
+#include "runtime/internal.h"
+
+enum { CTL_REPORT, CTL_GATHER, CTL_PRINT, CTL_OK };
+
+static size_t act_bytes(const pm_pipe *pp) {
+    return (size_t)pp->mbsz * (size_t)pp->T * (size_t)pp->cfg.model.dim * sizeof(float);
+}
+
+/* Doubles in device g's report. */
+static size_t report_len(const pm_pipe *pp, int g) {
+    return 1 + 4 * (size_t)pp->sched.len[g % pp->p] + 2 * (size_t)pp->S + (size_t)pp->m;
+}
+
+static size_t max_stage_bytes(const pm_pipe *pp) {
+    size_t n = 0;
+    for (int s = 0; s < pp->S; s++)
+        if (pm_stage_floats(pp, s) > n) n = pm_stage_floats(pp, s);
+    return n * sizeof(float);
+}
+
+static pm_status threads_create(pm_pipe *pp, pm_err *err) {
+    pm_status st = pm_tp_threads_create(&pp->world, pp->nd, pp->opts.wait_timeout_s, err);
+    /* Every message a device can receive in a step may arrive before its
+     * receive is posted; buffers for all of them up front keep the step
+     * free of allocations whatever the timing: one activation per pass,
+     * the norm chain's doubles, and with replicas two stage gradients per
+     * stage. */
+    size_t act = act_bytes(pp) > sizeof(double) ? act_bytes(pp) : sizeof(double);
+    for (int g = 0; g < pp->nd && !st; g++) {
+        st = pm_tp_threads_reserve(pp->world, g, (int)pp->sched.len[g % pp->p] + pp->S + pp->p + 2,
+                                   act, err);
+        if (!st && pp->dp > 1)
+            st = pm_tp_threads_reserve(pp->world, g, 2 * pp->S, max_stage_bytes(pp), err);
+    }
+    pp->lo = 0, pp->hi = pp->nd;
+    return st;
+}
+
+static pm_status mpi_create(pm_pipe *pp, pm_err *err) {
+    int rank, size;
+    if (!pm_mpi_built()) {
+        pm_tp_mpi *none;
+        return pm_tp_mpi_create(&none, 0, 0, 0, err); /* says it was built without */
+    }
+    pm_tp_mpi *w;
+    size_t bytes = act_bytes(pp), b2 = max_stage_bytes(pp), b3 = 0;
+    for (int g = 0; g < pp->nd; g++)
+        if (report_len(pp, g) * sizeof(double) > b3) b3 = report_len(pp, g) * sizeof(double);
+    if (b2 > bytes) bytes = b2;
+    if (b3 > bytes) bytes = b3;
+    int64_t maxlen = 0;
+    for (int d = 0; d < pp->p; d++)
+        if (pp->sched.len[d] > maxlen) maxlen = pp->sched.len[d];
+    pm_status st = pm_tp_mpi_create(&w, (int)maxlen + 4 * pp->S + pp->p + 8, bytes,
+                                    pp->opts.wait_timeout_s, err);
+    if (st) return st;
+    pp->mpi = w;
+    rank = pm_tp_mpi_endpoint(w)->dev, size = pm_tp_mpi_endpoint(w)->ndev;
+    if (size != pp->nd)
+        return pm_errf(err, PM_ERR_ARG, "mpirun started %d ranks, but %d replicas x %d devices "
+                       "need %d: start it with mpirun -np %d", size, pp->dp, pp->p, pp->nd,
+                       pp->nd);
+    pp->lo = rank, pp->hi = rank + 1;
+    pp->report_len = 0;
+    for (int g = 0; g < pp->nd; g++)
+        if (report_len(pp, g) > pp->report_len) pp->report_len = report_len(pp, g);
+    pp->report = pm_malloc(pp->report_len * sizeof(double));
+    return pp->report ? PM_OK
+                      : pm_errf(err, PM_ERR_NOMEM, "out of memory for the step reports");
+}
+
+pm_status pm_pipe_world_create(pm_pipe *pp, pm_err *err) {
+    return pp->opts.transport == PM_TRANSPORT_MPI ? mpi_create(pp, err) : threads_create(pp, err);
+}
+
+pm_tp *pm_pipe_endpoint(pm_pipe *pp, int g) {
+    return pp->mpi ? pm_tp_mpi_endpoint(pp->mpi) : pm_tp_threads_endpoint(pp->world, g);
+}
+
+/* What every rank must agree on: configuration, replicas, schedule, and
+ * the caller's fingerprint. Field by field (no struct padding). */
+static uint64_t fingerprint(const pm_pipe *pp) {
+    const pm_train_cfg *c = &pp->cfg;
+    uint64_t h = pm_fnv1a64(PM_FNV_OFFSET, &c->model, sizeof c->model);
+    int32_t v[3] = {c->batch, c->micro, pp->dp};
+    h = pm_fnv1a64(h, v, sizeof v);
+    h = pm_fnv1a64(h, &c->seed, sizeof c->seed);
+    h = pm_fnv1a64(h, &c->opt, sizeof c->opt);
+    h = pm_fnv1a64(h, &pp->opts.fingerprint, sizeof pp->opts.fingerprint);
+    for (int d = 0; d < pp->p; d++)
+        h = pm_fnv1a64(h, pm_sched_dev(&pp->sched, d), (size_t)pp->sched.len[d] * sizeof(pm_pass));
+    return h;
+}
+
+static pm_status wait_msg(pm_tp *tp, int peer, int tag, void *buf, size_t len) {
+    pm_tp_req r;
+    pm_status st = pm_tp_irecv(tp, peer, tag, buf, len, &r);
+    return st ? st : pm_tp_wait(tp, &r);
+}
+
+static pm_status send_msg(pm_tp *tp, int peer, int tag, const void *buf, size_t len) {
+    pm_tp_req r;
+    pm_status st = pm_tp_isend(tp, peer, tag, buf, len, &r); /* copies: done at once */
+    return st ? st : pm_tp_wait(tp, &r);
+}
+
+static pm_status agree(pm_pipe *pp, pm_tp *tp) {
+    uint64_t mine = fingerprint(pp), theirs = 0;
+    pm_status st;
+    unsigned char ok = 1;
+    if (pp->lo) {
+        if ((st = send_msg(tp, 0, pm_tag_ctl(pp, CTL_PRINT), &mine, sizeof mine))) return st;
+        return wait_msg(tp, 0, pm_tag_ctl(pp, CTL_OK), &ok, 1);
+    }
+    for (int g = 1; g < pp->nd; g++) {
+        if ((st = wait_msg(tp, g, pm_tag_ctl(pp, CTL_PRINT), &theirs, sizeof theirs))) return st;
+        if (theirs == mine) continue;
+        char msg[200];
+        snprintf(msg, sizeof msg, "rank %d was started with other options, another schedule "
+                 "or other training data than rank 0 (every rank needs the same command line "
+                 "and the same data directory)", g);
+        pm_tp_abort(tp, PM_ERR_ARG, msg);
+        return pm_tp_status(tp, NULL);
+    }
+    for (int g = 1; g < pp->nd; g++)
+        if ((st = send_msg(tp, g, pm_tag_ctl(pp, CTL_OK), &ok, 1))) return st;
+    return PM_OK;
+}
+
+pm_status pm_pipe_handshake(pm_pipe *pp, pm_status local_st, pm_err *err) {
+    if (!pp->mpi) return local_st;
+    pm_tp *tp = pm_tp_mpi_endpoint(pp->mpi);
+    if (local_st) {
+        pm_tp_abort(tp, local_st, err->msg);
+        pm_tp_status(tp, err);
+        return local_st;
+    }
+    pm_status st = agree(pp, tp);
+    if (st) pm_tp_status(tp, err);
+    return st;
+}
+
+/* ---- after a step ---------------------------------------------------------- */
+
+static void pack(const pm_pipe *pp, int g, double *x) {
+    int64_t len = pp->sched.len[g % pp->p], base = (int64_t)g * pp->sched.cap;
+    const double *rows[4] = {pp->t0, pp->t1, pp->tmid, pp->live_after};
+    *x++ = (double)pp->dev[g].arena.peak;
+    for (int k = 0; k < 4; k++, x += len) memcpy(x, rows[k] + base, (size_t)len * sizeof *x);
+    memcpy(x, pp->red0 + (size_t)g * pp->S, (size_t)pp->S * sizeof *x), x += pp->S;
+    memcpy(x, pp->red1 + (size_t)g * pp->S, (size_t)pp->S * sizeof *x), x += pp->S;
+    for (int j = 0; j < pp->m; j++) x[j] = pp->loss_mb[(size_t)(g / pp->p) * pp->m + j];
+}
+
+static void unpack(pm_pipe *pp, int g, const double *x) {
+    int64_t len = pp->sched.len[g % pp->p], base = (int64_t)g * pp->sched.cap;
+    double *rows[4] = {pp->t0, pp->t1, pp->tmid, pp->live_after};
+    pp->peak[g] = (size_t)*x++;
+    for (int k = 0; k < 4; k++, x += len) memcpy(rows[k] + base, x, (size_t)len * sizeof *x);
+    memcpy(pp->red0 + (size_t)g * pp->S, x, (size_t)pp->S * sizeof *x), x += pp->S;
+    memcpy(pp->red1 + (size_t)g * pp->S, x, (size_t)pp->S * sizeof *x), x += pp->S;
+    /* the replica's losses come from the device holding the head */
+    if (g % pp->p != pm_sched_stage_device(&pp->sched, pp->S - 1)) return;
+    for (int j = 0; j < pp->m; j++) pp->loss_mb[(size_t)(g / pp->p) * pp->m + j] = (float)x[j];
+}
+
+pm_status pm_pipe_report(pm_pipe *pp, pm_err *err) {
+    if (!pp->mpi) return PM_OK;
+    pm_tp *tp = pm_tp_mpi_endpoint(pp->mpi);
+    pm_status st = PM_OK;
+    if (pp->lo) {
+        pack(pp, pp->lo, pp->report);
+        st = send_msg(tp, 0, pm_tag_ctl(pp, CTL_REPORT), pp->report,
+                      report_len(pp, pp->lo) * sizeof(double));
+    }
+    for (int g = 1; g < pp->nd && !pp->lo && !st; g++) {
+        st = wait_msg(tp, g, pm_tag_ctl(pp, CTL_REPORT), pp->report,
+                      report_len(pp, g) * sizeof(double));
+        if (!st) unpack(pp, g, pp->report);
+    }
+    if (st) pm_tp_status(tp, err);
+    return st;
+}
+
+/* ---- parameters out ----------------------------------------------------------- */
+
+static const float *slab_of(const pm_pipe_dev *dv, pm_slab which, int s) {
+    return which == PM_SLAB_PARAMS ? dv->sp[s] : which == PM_SLAB_ADAM_M ? dv->sm[s] : dv->sv[s];
+}
+
+pm_status pm_pipe_gather(pm_pipe *pp, pm_slab which, float *out, pm_err *err) {
+    PM_ASSERT(which >= 0 && which < PM_SLAB_COUNT);
+    for (int s = 0; s < pp->S; s++) {
+        int g = pm_sched_stage_device(&pp->sched, s); /* replica 0's device */
+        size_t n = pm_stage_floats(pp, s), off = pm_gpt_layer_offset(&pp->cfg.model, pp->first[s]);
+        int local = g >= pp->lo && g < pp->hi;
+        pm_status st = PM_OK;
+        if (local && pm_pipe_is_root(pp)) memcpy(out + off, slab_of(&pp->dev[g], which, s),
+                                                 n * sizeof(float));
+        else if (local) st = send_msg(pp->dev[g].tp, 0, pm_tag_ctl(pp, CTL_GATHER),
+                                      slab_of(&pp->dev[g], which, s), n * sizeof(float));
+        else if (pm_pipe_is_root(pp)) st = wait_msg(pp->dev[0].tp, g, pm_tag_ctl(pp, CTL_GATHER),
+                                                    out + off, n * sizeof(float));
+        if (st) {
+            pm_tp_status(pp->dev[pp->lo].tp, err);
+            return st;
+        }
+    }
+    return PM_OK;
+}

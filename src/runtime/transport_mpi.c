@@ -1,0 +1,400 @@
+/* transport_mpi.c: the MPI transport (pm_runtime.h): one device per rank,
+ * the same contract as the threads transport, so the executor cannot tell
+ * them apart.
+ *
+ * Two communicators, both duplicates of MPI_COMM_WORLD with errors returned:
+ *   data  the executor's messages, tag = the executor's tag;
+ *   ctl   abort lines: one receive from any rank is always posted.
+ *
+ * Sends: isend copies the payload into a send buffer of the transport and
+ * starts MPI_Isend from there; the caller's request is complete at once.
+ * A buffer is free again when its MPI send completed (reaped on every
+ * call). Receives: a slot of `recv` holds the MPI request of each pending
+ * receive; the caller's pm_tp_req names the slot.
+ *
+ * Request state machine (receives):
+ *   idle --irecv--> posted (slot taken) --wait/test sees MPI complete--> done
+ *   posted --abort or destroy--> cancelled (slot freed, buffer untouched)
+ * Invariants: a send buffer is touched by the caller's data only while its
+ * request is MPI_REQUEST_NULL; the sticky error is set once, by the first
+ * local failure or the first abort line received. */
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "pipemem/pm_runtime.h"
+
+#ifndef PM_HAVE_MPI
+
+static pm_status no_mpi(pm_err *err) {
+    return pm_errf(err, PM_ERR_ARG, "--transport mpi: this pipemem was built without MPI "
+                   "(install libopenmpi-dev and rebuild without NO_MPI=1)");
+}
+int pm_mpi_built(void) { return 0; }
+int pm_mpi_launched(void) { return getenv("OMPI_COMM_WORLD_SIZE") != NULL; }
+pm_status pm_mpi_init(int *rank, int *size, pm_err *err) {
+    *rank = 0, *size = 1;
+    return no_mpi(err);
+}
+void pm_mpi_finalize(void) {}
+pm_status pm_tp_mpi_create(pm_tp_mpi **w, int nsend, size_t send_bytes, double timeout_s,
+                           pm_err *err) {
+    (void)nsend, (void)send_bytes, (void)timeout_s;
+    *w = NULL;
+    return no_mpi(err);
+}
+pm_tp *pm_tp_mpi_endpoint(pm_tp_mpi *w) {
+    (void)w;
+    return NULL;
+}
+void pm_tp_mpi_destroy(pm_tp_mpi *w) { (void)w; }
+
+#else
+
+#include <mpi.h>
+
+enum { NRECV = 256 }; /* receives pending at once (the executor posts a few) */
+
+typedef struct {
+    int32_t st, rank;
+    char msg[sizeof(pm_err)];
+} abort_line;
+
+typedef struct {
+    MPI_Request req; /* MPI_REQUEST_NULL when free */
+    unsigned char *buf;
+} send_buf;
+
+struct pm_tp_mpi {
+    MPI_Comm data, ctl;
+    int rank, size, tag_ub;
+    double timeout_s;
+    pm_tp ep;
+    send_buf *send;           /* (nsend) buffers; the first nbuf allocated */
+    int nsend, nbuf;
+    size_t send_bytes;
+    MPI_Request recv[NRECV];  /* pending receives */
+    abort_line in, out;       /* the posted abort receive's buffer; the line we sent */
+    MPI_Request in_req, *out_req; /* (size) */
+    int aborted;
+    pm_status st;
+    pm_err err;
+};
+
+static int g_inited;
+
+int pm_mpi_built(void) { return 1; }
+int pm_mpi_launched(void) { return getenv("OMPI_COMM_WORLD_SIZE") != NULL; }
+
+static pm_status mpi_fail(pm_err *err, int rc, const char *what) {
+    char s[MPI_MAX_ERROR_STRING];
+    int n = 0;
+    if (MPI_Error_string(rc, s, &n) != MPI_SUCCESS) snprintf(s, sizeof s, "error %d", rc);
+    return pm_errf(err, PM_ERR_TRANSPORT, "MPI: %s: %s", what, s);
+}
+
+pm_status pm_mpi_init(int *rank, int *size, pm_err *err) {
+    int have = 0, rc;
+    *rank = 0, *size = 1;
+    if ((rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &have)) != MPI_SUCCESS)
+        return pm_errf(err, PM_ERR_TRANSPORT, "MPI_Init failed (code %d); start pipemem with "
+                       "mpirun, or without --transport mpi", rc);
+    g_inited = 1;
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(MPI_COMM_WORLD, rank);
+    MPI_Comm_size(MPI_COMM_WORLD, size);
+    return PM_OK;
+}
+
+void pm_mpi_finalize(void) {
+    if (g_inited) MPI_Finalize();
+    g_inited = 0;
+}
+
+static pm_tp_mpi *world_of(const pm_tp *tp) { return tp->impl; }
+
+/* The first error wins; it is sent to every other rank so they stop too. */
+static void set_error(pm_tp_mpi *w, pm_status st, const char *msg, int tell) {
+    if (w->aborted) return;
+    w->aborted = 1;
+    w->st = st ? st : PM_ERR_TRANSPORT;
+    snprintf(w->err.msg, sizeof w->err.msg, "%s", msg);
+    if (!tell) return;
+    w->out = (abort_line){.st = (int32_t)w->st, .rank = w->rank};
+    snprintf(w->out.msg, sizeof w->out.msg, "%s", w->err.msg);
+    for (int r = 0; r < w->size; r++)
+        if (r != w->rank)
+            MPI_Isend(&w->out, (int)sizeof w->out, MPI_BYTE, r, 0, w->ctl, &w->out_req[r]);
+}
+
+/* Polls the abort receive: another rank's error becomes ours. */
+static void poll_abort(pm_tp_mpi *w) {
+    int flag = 0;
+    if (w->aborted || w->in_req == MPI_REQUEST_NULL) return;
+    if (MPI_Test(&w->in_req, &flag, MPI_STATUS_IGNORE) != MPI_SUCCESS || !flag) return;
+    w->in.msg[sizeof w->in.msg - 1] = 0;
+    set_error(w, (pm_status)w->in.st, w->in.msg, 0);
+}
+
+/* Frees the send buffers whose copies have left. */
+static void reap_sends(pm_tp_mpi *w) {
+    for (int k = 0; k < w->nbuf; k++) {
+        int flag = 0;
+        if (w->send[k].req != MPI_REQUEST_NULL)
+            MPI_Test(&w->send[k].req, &flag, MPI_STATUS_IGNORE);
+    }
+}
+
+static pm_status sticky(pm_tp_mpi *w) {
+    poll_abort(w);
+    return w->aborted ? w->st : PM_OK;
+}
+
+static pm_status fail(pm_tp_mpi *w, pm_status st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static pm_status fail(pm_tp_mpi *w, pm_status st, const char *fmt, ...) {
+    char buf[sizeof(pm_err)];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    set_error(w, st, buf, 1);
+    return w->st;
+}
+
+static pm_status mpi_call_failed(pm_tp_mpi *w, int rc, const char *what, int peer) {
+    pm_err e;
+    mpi_fail(&e, rc, what);
+    return fail(w, PM_ERR_TRANSPORT, "rank %d, peer rank %d: %s", w->rank, peer, e.msg);
+}
+
+/* A free send buffer: a reaped one, else a new one while fewer than nsend
+ * exist, else waits (progress) for one to free up, up to the timeout. */
+static pm_status free_send(pm_tp_mpi *w, int peer, int tag, send_buf **out) {
+    double t0 = pm_now();
+    for (;;) {
+        reap_sends(w);
+        for (int k = 0; k < w->nbuf; k++)
+            if (w->send[k].req == MPI_REQUEST_NULL) {
+                *out = &w->send[k];
+                return PM_OK;
+            }
+        if (w->nbuf < w->nsend) {
+            send_buf *b = &w->send[w->nbuf];
+            b->buf = pm_malloc(w->send_bytes ? w->send_bytes : 1);
+            if (!b->buf)
+                return fail(w, PM_ERR_NOMEM, "rank %d: out of memory for a send buffer of %zu "
+                            "bytes", w->rank, w->send_bytes);
+            b->req = MPI_REQUEST_NULL;
+            w->nbuf++;
+            *out = b;
+            return PM_OK;
+        }
+        pm_status st = sticky(w);
+        if (st) return st;
+        if (pm_now() - t0 > w->timeout_s)
+            return fail(w, PM_ERR_TRANSPORT, "rank %d: %d messages to other ranks were not "
+                        "received within %.0f s (sending tag %d to rank %d)", w->rank, w->nsend,
+                        w->timeout_s, tag, peer);
+        struct timespec ts = {0, 50000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+static pm_status check_peer(pm_tp_mpi *w, int peer, int tag, size_t len) {
+    if (peer < 0 || peer >= w->size)
+        return fail(w, PM_ERR_TRANSPORT, "rank %d addressed rank %d (tag %d), which does not "
+                    "exist (%d ranks)", w->rank, peer, tag, w->size);
+    if (tag < 0 || tag > w->tag_ub)
+        return fail(w, PM_ERR_TRANSPORT, "rank %d: tag %d is above this MPI's limit %d (fewer "
+                    "stages or microbatches)", w->rank, tag, w->tag_ub);
+    if (len > (size_t)INT32_MAX)
+        return fail(w, PM_ERR_TRANSPORT, "rank %d: a message of %zu bytes is more than MPI "
+                    "takes at once (2 GiB)", w->rank, len);
+    return PM_OK;
+}
+
+static pm_status mp_isend(pm_tp *tp, int peer, int tag, const void *buf, size_t len,
+                          pm_tp_req *r) {
+    pm_tp_mpi *w = world_of(tp);
+    pm_status st = sticky(w);
+    if (st || (st = check_peer(w, peer, tag, len))) return st;
+    if (len > w->send_bytes)
+        return fail(w, PM_ERR_TRANSPORT, "rank %d: a message of %zu bytes (tag %d) is larger "
+                    "than the transport's send buffers (%zu)", w->rank, len, tag, w->send_bytes);
+    send_buf *b = NULL;
+    if ((st = free_send(w, peer, tag, &b))) return st;
+    if (len) memcpy(b->buf, buf, len);
+    int rc = MPI_Isend(b->buf, (int)len, MPI_BYTE, peer, tag, w->data, &b->req);
+    if (rc != MPI_SUCCESS) return mpi_call_failed(w, rc, "MPI_Isend", peer);
+    *r = (pm_tp_req){.op = 1, .peer = peer, .tag = tag, .len = len, .done = 1, .slot = -1};
+    return PM_OK;
+}
+
+static pm_status mp_irecv(pm_tp *tp, int peer, int tag, void *buf, size_t len, pm_tp_req *r) {
+    pm_tp_mpi *w = world_of(tp);
+    pm_status st = sticky(w);
+    if (st || (st = check_peer(w, peer, tag, len))) return st;
+    int k = 0;
+    while (k < NRECV && w->recv[k] != MPI_REQUEST_NULL) k++;
+    if (k == NRECV)
+        return fail(w, PM_ERR_TRANSPORT, "rank %d: more than %d receives pending (a runtime "
+                    "bug)", w->rank, NRECV);
+    int rc = MPI_Irecv(buf, (int)len, MPI_BYTE, peer, tag, w->data, &w->recv[k]);
+    if (rc != MPI_SUCCESS) return mpi_call_failed(w, rc, "MPI_Irecv", peer);
+    *r = (pm_tp_req){.op = 2, .peer = peer, .tag = tag, .buf = buf, .len = len, .slot = k};
+    return PM_OK;
+}
+
+/* Tests a pending receive once; checks the length when it completed. */
+static pm_status test_recv(pm_tp_mpi *w, pm_tp_req *r, int *done) {
+    MPI_Status ms;
+    int flag = 0, rc = MPI_Test(&w->recv[r->slot], &flag, &ms);
+    *done = 0;
+    if (rc != MPI_SUCCESS) {
+        int cls = ms.MPI_ERROR;
+        if (cls == MPI_ERR_TRUNCATE || rc == MPI_ERR_TRUNCATE)
+            return fail(w, PM_ERR_TRANSPORT, "rank %d sent more than %zu bytes with tag %d to "
+                        "rank %d, which posted a receive of %zu bytes", r->peer, r->len, r->tag,
+                        w->rank, r->len);
+        return mpi_call_failed(w, rc, "MPI_Test", r->peer);
+    }
+    if (!flag) return PM_OK;
+    int n = 0;
+    MPI_Get_count(&ms, MPI_BYTE, &n);
+    if ((size_t)n != r->len)
+        return fail(w, PM_ERR_TRANSPORT, "rank %d sent %d bytes with tag %d to rank %d, which "
+                    "posted a receive of %zu bytes", r->peer, n, r->tag, w->rank, r->len);
+    r->op = 0, r->done = 1, r->slot = -1;
+    *done = 1;
+    return PM_OK;
+}
+
+static pm_status mp_test(pm_tp *tp, pm_tp_req *r, int *done) {
+    pm_tp_mpi *w = world_of(tp);
+    *done = 1;
+    pm_status st = sticky(w);
+    if (st || r->op != 2) return st;
+    reap_sends(w);
+    return test_recv(w, r, done);
+}
+
+/* Spins for about 50 us, then sleeps 1 us growing to 200 us per round:
+ * a rank waiting for a message leaves the core to a rank computing. */
+static pm_status mp_wait(pm_tp *tp, pm_tp_req *r) {
+    pm_tp_mpi *w = world_of(tp);
+    double t0 = pm_now();
+    long nap = 0;
+    for (;;) {
+        int done = 0;
+        pm_status st = mp_test(tp, r, &done);
+        if (st || done) return st;
+        double t = pm_now() - t0;
+        if (t > w->timeout_s)
+            return fail(w, PM_ERR_TRANSPORT, "rank %d waited %.0f s for a message with tag %d "
+                        "from rank %d that never came (that rank died or hangs)", w->rank,
+                        w->timeout_s, r->tag, r->peer);
+        if (t < 50e-6) continue;
+        nap = nap ? (nap * 2 > 200000 ? 200000 : nap * 2) : 1000;
+        struct timespec ts = {0, nap};
+        nanosleep(&ts, NULL);
+    }
+}
+
+static void mp_abort(pm_tp *tp, pm_status st, const char *m) {
+    pm_tp_mpi *w = world_of(tp);
+    char buf[sizeof(pm_err)];
+    snprintf(buf, sizeof buf, "rank %d: %s", w->rank, m ? m : "transport aborted");
+    set_error(w, st, buf, 1);
+}
+
+static pm_status mp_status(const pm_tp *tp, pm_err *err) {
+    pm_tp_mpi *w = world_of(tp);
+    reap_sends(w);
+    pm_status st = sticky(w);
+    if (st && err) *err = w->err;
+    return st;
+}
+
+static const pm_tp_ops mpi_ops = {"mpi", mp_isend, mp_irecv, mp_wait, mp_test, mp_abort,
+                                  mp_status};
+
+pm_status pm_tp_mpi_create(pm_tp_mpi **out, int nsend, size_t send_bytes, double timeout_s,
+                           pm_err *err) {
+    *out = NULL;
+    int inited = 0;
+    MPI_Initialized(&inited);
+    if (!inited) return pm_errf(err, PM_ERR_ARG, "the MPI transport needs pm_mpi_init first");
+    pm_tp_mpi *w = pm_calloc(1, sizeof *w);
+    if (!w) return pm_errf(err, PM_ERR_NOMEM, "out of memory creating the MPI transport");
+    MPI_Comm_rank(MPI_COMM_WORLD, &w->rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &w->size);
+    w->nsend = nsend > 0 ? nsend : 1, w->send_bytes = send_bytes;
+    w->timeout_s = timeout_s > 0 ? timeout_s : 300;
+    w->send = pm_calloc((size_t)w->nsend, sizeof *w->send);
+    w->out_req = pm_calloc((size_t)w->size, sizeof *w->out_req);
+    w->data = w->ctl = MPI_COMM_NULL;
+    pm_status st = PM_OK;
+    int rc = MPI_SUCCESS, *ub = NULL, flag = 0;
+    if (!w->send || !w->out_req) {
+        st = pm_errf(err, PM_ERR_NOMEM, "out of memory creating the MPI transport");
+        goto fail;
+    }
+    for (int k = 0; k < NRECV; k++) w->recv[k] = MPI_REQUEST_NULL;
+    for (int r = 0; r < w->size; r++) w->out_req[r] = MPI_REQUEST_NULL;
+    if ((rc = MPI_Comm_dup(MPI_COMM_WORLD, &w->data)) != MPI_SUCCESS ||
+        (rc = MPI_Comm_dup(MPI_COMM_WORLD, &w->ctl)) != MPI_SUCCESS) {
+        st = mpi_fail(err, rc, "MPI_Comm_dup");
+        goto fail;
+    }
+    MPI_Comm_set_errhandler(w->data, MPI_ERRORS_RETURN);
+    MPI_Comm_set_errhandler(w->ctl, MPI_ERRORS_RETURN);
+    MPI_Comm_get_attr(w->data, MPI_TAG_UB, &ub, &flag);
+    w->tag_ub = flag && ub ? *ub : 32767;
+    if ((rc = MPI_Irecv(&w->in, (int)sizeof w->in, MPI_BYTE, MPI_ANY_SOURCE, 0, w->ctl,
+                        &w->in_req)) != MPI_SUCCESS) {
+        st = mpi_fail(err, rc, "MPI_Irecv");
+        goto fail;
+    }
+    w->ep = (pm_tp){&mpi_ops, w, w->rank, w->size};
+    *out = w;
+    return PM_OK;
+fail:
+    pm_tp_mpi_destroy(w);
+    return st;
+}
+
+pm_tp *pm_tp_mpi_endpoint(pm_tp_mpi *w) { return &w->ep; }
+
+static void cancel(MPI_Request *r) {
+    if (*r == MPI_REQUEST_NULL) return;
+    MPI_Cancel(r);
+    MPI_Wait(r, MPI_STATUS_IGNORE);
+}
+
+void pm_tp_mpi_destroy(pm_tp_mpi *w) {
+    if (!w) return;
+    /* after success every copy has a receiver: let them leave */
+    double t0 = pm_now();
+    for (int k = 0; k < w->nbuf; k++)
+        while (!w->aborted && w->send[k].req != MPI_REQUEST_NULL && pm_now() - t0 < w->timeout_s) {
+            reap_sends(w);
+            poll_abort(w);
+        }
+    for (int k = 0; k < w->nbuf; k++) {
+        if (w->send[k].req != MPI_REQUEST_NULL) MPI_Request_free(&w->send[k].req);
+        pm_free(w->send[k].buf);
+    }
+    for (int k = 0; k < NRECV; k++) cancel(&w->recv[k]);
+    cancel(&w->in_req);
+    for (int r = 0; w->out_req && r < w->size; r++)
+        if (w->out_req[r] != MPI_REQUEST_NULL) MPI_Request_free(&w->out_req[r]);
+    if (w->data != MPI_COMM_NULL) MPI_Comm_free(&w->data);
+    if (w->ctl != MPI_COMM_NULL) MPI_Comm_free(&w->ctl);
+    pm_free(w->send);
+    pm_free(w->out_req);
+    pm_free(w);
+}
+
+#endif
