@@ -131,6 +131,12 @@ int pm_mpi_launched(void);
 pm_status pm_mpi_init(int *rank, int *size, pm_err *err);
 /* MPI_Finalize, if pm_mpi_init succeeded. */
 void pm_mpi_finalize(void);
+/* Collective over every rank: -1 if every rank passed ok != 0, else the
+ * lowest rank that did not (so ranks stop together after a local failure
+ * such as a missing data file, instead of hanging in the next collective). */
+int pm_mpi_agree(int ok);
+/* Collective: rank 0's `bytes` at buf to every rank. */
+pm_status pm_mpi_bcast(void *buf, size_t bytes, pm_err *err);
 pm_status pm_tp_mpi_create(pm_tp_mpi **w, int nsend, size_t send_bytes, double timeout_s,
                            pm_err *err);
 pm_tp *pm_tp_mpi_endpoint(pm_tp_mpi *w);
@@ -232,7 +238,9 @@ pm_status pm_place_costs(const pm_gpt_config *cfg, int B, int T, const int *firs
 
 /* ---- the pipeline trainer ---------------------------------------------------- */
 
-typedef enum { PM_FAULT_NONE, PM_FAULT_FAIL, PM_FAULT_NAN, PM_FAULT_COUNT } pm_fault_kind;
+/* FAIL errors out, NAN poisons the pass's output, KILL ends the process
+ * with SIGKILL (a lost MPI rank). */
+typedef enum { PM_FAULT_NONE, PM_FAULT_FAIL, PM_FAULT_NAN, PM_FAULT_KILL, PM_FAULT_COUNT } pm_fault_kind;
 
 typedef enum { PM_TRANSPORT_THREADS, PM_TRANSPORT_MPI } pm_transport;
 
@@ -246,7 +254,7 @@ typedef struct {
                              * configuration and schedule (the CLI: the train data's
                              * identity); a rank that differs stops every rank */
     /* test hooks: fault injection */
-    int fault_kind;         /* pm_fault_kind: FAIL errors out, NAN poisons the pass's output */
+    int fault_kind;         /* pm_fault_kind */
     int fault_dev;          /* device of the failing pass */
     int64_t fault_pass;     /* index in that device's pass list */
     int64_t fault_step;     /* step (0-based) the fault fires in */

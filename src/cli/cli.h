@@ -23,6 +23,10 @@ int pm_cmd_select(int argc, char **argv);
 
 /* Prints "pipemem: <msg>" on stderr; returns 1 (the exit status). */
 int pm_cli_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Under MPI: rank >= 0 prefixes every error line with it (a rank's own
+ * failure); quiet silences them (errors every rank shares, which rank 0
+ * prints). rank -1 and quiet 0 restore plain lines. */
+void pm_cli_set_rank(int rank, int quiet);
 
 /* Option value parsers: 0 on success, else print one line and return 1. */
 int pm_cli_int(const char *opt, const char *val, int lo, int *out); /* lo..2^24 */

@@ -27,15 +27,25 @@
 #include "pipemem/pm_runtime.h"
 #include "train_opts.h"
 
-/* Device-share costs: one zb-h1 step on the real model, per-stage means. */
-static pm_status profile(const pm_train_cfg *cfg, int p, pm_trainer *host, pm_costs *t,
-                         pm_err *err) {
-    pm_sched_req req = {.p = p, .m = cfg->micro, .t = PM_COSTS_DEFAULT, .mem = PM_MEM_DEFAULT};
+/* Where the devices run: pipe options shared by every pipe of the run
+ * (transport, replicas, the data's identity), and this process's rank. */
+typedef struct {
+    pm_pipe_opts opts;
+    int rank; /* 0 with threads */
+} pp_world;
+
+/* Device-share costs: one zb-h1 step on the real model, per-stage means.
+ * Under MPI only rank 0 measured them: it sends them to every rank, so all
+ * search the same way and pick the same schedule. */
+static pm_status profile(const pp_world *w, const pm_train_cfg *cfg, int p, pm_trainer *host,
+                         pm_costs *t, pm_err *err) {
+    pm_sched_req req = {.p = p, .m = cfg->micro / w->opts.dp, .t = PM_COSTS_DEFAULT,
+                        .mem = PM_MEM_DEFAULT};
     pm_sched s;
     pm_status st = pm_sched_generate(&s, "zb-h1", &req, err);
     if (st) return st;
     pm_pipe *pp;
-    if (!(st = pm_pipe_create(&pp, cfg, &s, NULL, err))) {
+    if (!(st = pm_pipe_create(&pp, cfg, &s, &w->opts, err))) {
         pm_loader ld = host->train; /* a copy: profiling does not consume data */
         pm_loader_next(&ld, cfg->batch, host->inp, host->tgt);
         if (!(st = pm_pipe_step(pp, host->inp, host->tgt, NULL, err))) {
@@ -46,6 +56,7 @@ static pm_status profile(const pm_train_cfg *cfg, int p, pm_trainer *host, pm_co
                 t->b += c->st[k].tb / c->S;
                 t->w += c->st[k].tw / c->S;
             }
+            if (w->opts.transport == PM_TRANSPORT_MPI) st = pm_mpi_bcast(t, sizeof *t, err);
         }
         pm_pipe_destroy(pp);
     }
@@ -88,8 +99,8 @@ static pm_status real_peak(const pm_train_cfg *cfg, const pm_sched *s, double *p
     return st;
 }
 
-static pm_status make_sched(const pm_cli_train_opts *o, const pm_train_cfg *cfg, pm_trainer *host,
-                            pm_sched *s, pm_err *err) {
+static pm_status make_sched(const pp_world *w, const pm_cli_train_opts *o,
+                            const pm_train_cfg *cfg, pm_trainer *host, pm_sched *s, pm_err *err) {
     if (o->sched_file) {
         pm_status st = pm_sched_load(s, o->sched_file, err);
         if (!st && o->recompute) s->recompute = 1;
@@ -102,11 +113,11 @@ static pm_status make_sched(const pm_cli_train_opts *o, const pm_train_cfg *cfg,
     }
     const pm_sched_kind *k = pm_sched_kind_find(o->kind);
     int v = o->chunks ? o->chunks : k && k->place == PM_PLACE_SINGLE ? 1 : 2;
-    pm_sched_req req = {.p = o->pp, .m = cfg->micro, .v = o->chunks, .t = PM_COSTS_DEFAULT,
+    pm_sched_req req = {.p = o->pp, .m = cfg->micro / o->dp, .v = o->chunks, .t = PM_COSTS_DEFAULT,
                         .mem = model_mem(cfg, o->pp, v), .mem_limit = o->mem_limit,
                         .recompute = o->recompute};
     if (strcmp(o->kind, "auto")) return pm_sched_generate(s, o->kind, &req, err);
-    pm_status st = profile(cfg, o->pp, host, &req.t, err);
+    pm_status st = profile(w, cfg, o->pp, host, &req.t, err);
     if (st) return st;
     /* The search assumes equal stages; the real layers are not (embedding
      * and head differ), so a pick can peak above the limit. Search again
@@ -131,8 +142,9 @@ static pm_status make_sched(const pm_cli_train_opts *o, const pm_train_cfg *cfg,
         pm_sched_free(s);
         return st;
     }
-    fprintf(stderr, "train: --schedule auto under %.3g M picked %s (%s)\n", o->mem_limit,
-            s->kind, why);
+    if (!w->rank)
+        fprintf(stderr, "train: --schedule auto under %.3g M picked %s (%s)\n", o->mem_limit,
+                s->kind, why);
     return PM_OK;
 }
 
@@ -171,11 +183,14 @@ typedef struct {
 static void print_json(const pm_cli_train_opts *o, const pm_pipe *pp, const pm_trainer *t,
                        pp_stats *ps) {
     double n = ps->n ? ps->n : 1;
-    int p = pm_pipe_devices(pp), S = pm_pipe_stages(pp);
+    int p = pm_pipe_devices(pp), S = pm_pipe_stages(pp), nd = p * pm_pipe_replicas(pp);
     pm_cli_train_json_head(o, t, ps->times, ps->nt, ps->final_loss, ps->val_loss);
-    printf(", \"schedule\": \"%s\", \"pp\": %d, \"stages\": %d, \"measured_bubble\": %.4f, "
-           "\"predicted_bubble\": %.4f, \"measured_step_ms\": %.3f, \"predicted_step_ms\": %.3f",
-           pm_pipe_schedule(pp)->kind, p, S, ps->bub / n, ps->pbub / n, ps->mk / n, ps->pmk / n);
+    printf(", \"schedule\": \"%s\", \"pp\": %d, \"dp\": %d, \"transport\": \"%s\", "
+           "\"stages\": %d, \"measured_bubble\": %.4f, \"predicted_bubble\": %.4f, "
+           "\"measured_step_ms\": %.3f, \"predicted_step_ms\": %.3f",
+           pm_pipe_schedule(pp)->kind, p, pm_pipe_replicas(pp),
+           o->transport && !strcmp(o->transport, "mpi") ? "mpi" : "threads", S, ps->bub / n,
+           ps->pbub / n, ps->mk / n, ps->pmk / n);
     /* predicted_step_ms is the replay (kept for compatibility); the forecast
      * was made before each step from earlier steps' costs */
     printf(", \"replay_step_ms\": %.3f", ps->pmk / n);
@@ -184,9 +199,9 @@ static void print_json(const pm_cli_train_opts *o, const pm_pipe *pp, const pm_t
                ps->fmk / ps->nf, ps->ferr / ps->nf, ps->nf);
     else
         printf(", \"forecast_step_ms\": null, \"forecast_error\": null, \"forecast_steps\": 0");
-    json_sizes("peak_activation_bytes", ps->last.peak, p);
-    json_sizes("predicted_peak_activation_bytes", ps->last.pred_peak, p);
-    json_sizes("arena_bytes", ps->last.arena, p);
+    json_sizes("peak_activation_bytes", ps->last.peak, nd);
+    json_sizes("predicted_peak_activation_bytes", ps->last.pred_peak, nd);
+    json_sizes("arena_bytes", ps->last.arena, nd);
     printf(", \"stage_layers\": [");
     const int *first = pm_pipe_stage_first(pp);
     for (int s = 0; s < S; s++) printf("%s%d", s ? ", " : "", first[s + 1] - first[s]);
@@ -229,6 +244,7 @@ typedef struct {
     pp_stats *ps;
     double spent;      /* seconds in steps so far (ETA) */
     int tty, every, steps;
+    int quiet;         /* MPI ranks other than 0: no progress lines */
 } pp_run;
 
 static pm_status pp_step(void *ctx, const int32_t *inp, const int32_t *tgt, pm_step_info *info,
@@ -260,6 +276,7 @@ static void pp_count(pp_run *r, const pm_loop_event *ev) {
 
 static void pp_report(void *ctx, const pm_loop_event *ev) {
     pp_run *r = ctx;
+    if (r->quiet) return;
     if (ev->kind == PM_LOOP_STEP) {
         pp_count(r, ev);
         r->spent += ev->seconds;
@@ -277,30 +294,55 @@ static void pp_report(void *ctx, const pm_loop_event *ev) {
             (long long)ev->step, ev->val_loss);
     r->ps->val_loss = ev->val_loss;
     if (ev->kind != PM_LOOP_END) return;
-    for (int d = 0; r->ps->last.peak && d < pm_pipe_devices(r->pp); d++)
+    int nd = pm_pipe_devices(r->pp) * pm_pipe_replicas(r->pp);
+    for (int d = 0; r->ps->last.peak && d < nd; d++)
         fprintf(stderr, "device %d: peak activation %zu bytes (predicted %zu), arena %zu\n", d,
                 r->ps->last.peak[d], r->ps->last.pred_peak[d], r->ps->last.arena[d]);
     if (ev->saved) fprintf(stderr, "saved %s (step %lld)\n", ev->saved, (long long)ev->step);
 }
 
+/* Under MPI only rank 0 holds the gathered parameters: it alone
+ * evaluates, saves, reports and writes; the others run the same loop (the
+ * gathers are collective) with evaluation and saving off. */
 static int pp_train(const pm_cli_train_opts *o, pm_pipe *pp, pm_trainer *t, const pm_tokens *val,
                     pp_stats *ps) {
+    int root = pm_pipe_is_root(pp);
     pp_run r = {.o = o, .pp = pp, .ps = ps, .tty = isatty(2), .steps = t->cfg.opt.steps,
-                .every = o->steps >= 20 ? o->steps / 20 : 1};
+                .every = o->steps >= 20 ? o->steps / 20 : 1, .quiet = !root};
     pm_train_driver drv = {.ctx = &r, .step = pp_step, .sync = pp_sync, .report = pp_report,
                            .report_ctx = &r};
     pm_loop_opts lo = {.stop_at = pm_cli_train_stop_at(o, &t->cfg), .eval_every = o->eval_every,
-                       .eval_batches = o->eval_batches, .val = val, .save = o->save};
+                       .eval_batches = root ? o->eval_batches : 0, .val = val,
+                       .save = root ? o->save : NULL};
     pm_err err = {{0}};
     if (pm_train_loop(t, &drv, &lo, &err)) return pm_cli_fail("%s", err.msg);
-    return write_outputs(o, pp, ps->last.peak != NULL);
+    return root ? write_outputs(o, pp, ps->last.peak != NULL) : 0;
 }
 
-int pm_cli_train_pp(const pm_cli_train_opts *op) {
+/* Refuses a schedule whose exact peak is over --mem-limit; prints the
+ * prediction (rank 0). */
+static int check_peak(const pm_cli_train_opts *o, const pm_sched *s, pm_pipe *pp, int rank) {
+    double M = pm_cost_M(pm_pipe_cost(pp)), peak = 0;
+    const size_t *pred = pm_pipe_predicted_peak(pp);
+    int at = 0;
+    for (int d = 0; d < pm_pipe_devices(pp); d++)
+        if ((double)pred[d] > peak) peak = (double)pred[d], at = d;
+    if (o->mem_limit > 0 && peak / M > o->mem_limit * (1 + 1e-9))
+        /* The simulator's peak with the model's exact byte deltas is what the
+         * arena will hold: a run over the limit is refused, not noted. */
+        return pm_cli_fail("train: schedule %s peaks at %.4g M (%.0f bytes) on device %d, over "
+                           "--mem-limit %.4g M; the smallest limit it meets is %.4g M (--schedule "
+                           "auto searches every schedule under a limit)", s->kind, peak / M, peak,
+                           at, o->mem_limit, ceil(peak / M * 1e4) / 1e4);
+    if (!rank)
+        fprintf(stderr, "train: predicted peak activation %.3f M (%.0f bytes; M = %.0f bytes)\n",
+                peak / M, peak, M);
+    return 0;
+}
+
+static int run(const pm_cli_train_opts *op, pp_world *w) {
     const pm_cli_train_opts o = *op;
-    pm_blas_threads(1);
     pm_tokens tr, va;
-    if (pm_cli_train_load(o.data, &tr, &va)) return 1;
     pm_train_cfg cfg;
     pm_cli_train_cfg(&o, &cfg);
     pm_err err = {{0}};
@@ -308,50 +350,86 @@ int pm_cli_train_pp(const pm_cli_train_opts *op) {
     pm_sched s = {0};
     pm_pipe *pp = NULL;
     pp_stats ps = {.final_loss = NAN};
-    int rc = 1;
-    if (pm_cli_train_start(&o, &cfg, &tr, &va, &t)) goto out_tok;
-    if (make_sched(&o, &cfg, &t, &s, &err) || pm_pipe_create(&pp, &cfg, &s, NULL, &err)) {
+    int rc = 1, failed = pm_cli_train_load(o.data, &tr, &va);
+    if (!failed && (failed = pm_cli_train_start(&o, &cfg, &tr, &va, &t))) {
+        pm_tokens_free(&tr);
+        pm_tokens_free(&va);
+    }
+    /* under MPI every rank stops here if any failed to load (each failing
+     * rank printed its own line); later errors are shared and rank 0 alone
+     * prints them */
+    if (w->opts.transport == PM_TRANSPORT_MPI) {
+        if (pm_mpi_agree(!failed) >= 0) {
+            if (!failed) pm_trainer_free(&t), pm_tokens_free(&tr), pm_tokens_free(&va);
+            return 1;
+        }
+        pm_cli_set_rank(-1, w->rank != 0);
+    }
+    if (failed) return 1;
+    w->opts.fingerprint = pm_tokens_identity(&tr);
+    if (make_sched(w, &o, &cfg, &t, &s, &err) || pm_pipe_create(&pp, &cfg, &s, &w->opts, &err)) {
         pm_cli_fail("%s", err.msg);
         goto out;
     }
-    double M = pm_cost_M(pm_pipe_cost(pp)), peak = 0;
-    const size_t *pred = pm_pipe_predicted_peak(pp);
-    int at = 0, p = pm_pipe_devices(pp);
-    for (int d = 0; d < p; d++)
-        if ((double)pred[d] > peak) peak = (double)pred[d], at = d;
-    if (o.mem_limit > 0 && peak / M > o.mem_limit * (1 + 1e-9)) {
-        /* The simulator's peak with the model's exact byte deltas is what the
-         * arena will hold: a run over the limit is refused, not noted. */
-        pm_cli_fail("train: schedule %s peaks at %.4g M (%.0f bytes) on device %d, over "
-                    "--mem-limit %.4g M; the smallest limit it meets is %.4g M (--schedule "
-                    "auto searches every schedule under a limit)", s.kind, peak / M, peak, at,
-                    o.mem_limit, ceil(peak / M * 1e4) / 1e4);
-        goto out;
-    }
-    fprintf(stderr, "train: predicted peak activation %.3f M (%.0f bytes; M = %.0f bytes)\n",
-            peak / M, peak, M);
+    if (check_peak(&o, &s, pp, w->rank)) goto out;
     if (o.resume) {
         pm_pipe_scatter(pp, t.params, t.m, t.v);
         pm_pipe_set_steps_done(pp, t.step);
     }
-    fprintf(stderr, "train: %zu parameters, %d layers, dim %d, %d heads, ctx %d, batch %d in %d "
-            "microbatches; schedule %s on %d devices, %d stages, %s%s\n", t.n_params, o.layers,
-            o.dim, o.heads, o.ctx, o.batch, o.micro, s.kind, p, pm_pipe_stages(pp),
-            pm_place_names[s.place], o.resume ? ", resumed" : "");
+    if (!w->rank)
+        fprintf(stderr, "train: %zu parameters, %d layers, dim %d, %d heads, ctx %d, batch %d in "
+                "%d microbatches; schedule %s on %d devices x %d replicas (%s), %d stages, "
+                "%s%s\n", t.n_params, o.layers, o.dim, o.heads, o.ctx, o.batch, o.micro, s.kind,
+                pm_pipe_devices(pp), o.dp, w->opts.transport ? "mpi" : "threads",
+                pm_pipe_stages(pp), pm_place_names[s.place], o.resume ? ", resumed" : "");
     ps.times = malloc(((size_t)o.steps + 1) * sizeof *ps.times);
     if (!ps.times) {
         pm_cli_fail("out of memory");
         goto out;
     }
     rc = pp_train(&o, pp, &t, &va, &ps);
-    if (!rc && o.json) print_json(&o, pp, &t, &ps);
+    if (!rc && o.json && !w->rank) print_json(&o, pp, &t, &ps);
 out:
     free(ps.times);
     pm_pipe_destroy(pp);
     pm_sched_free(&s);
     pm_trainer_free(&t);
-out_tok:
     pm_tokens_free(&tr);
     pm_tokens_free(&va);
+    return rc;
+}
+
+/* Test hook: PM_FAULT=KIND,DEVICE,STEP,PASS injects a fault into one pass
+ * (KIND fail, nan or kill), so the tests can check how every rank stops. */
+static int fault_hook(pm_pipe_opts *po) {
+    const char *f = getenv("PM_FAULT");
+    if (!f) return 0;
+    char kind[8];
+    int dev, step;
+    long long pass;
+    if (sscanf(f, "%7[a-z],%d,%d,%lld", kind, &dev, &step, &pass) != 4)
+        return pm_cli_fail("PM_FAULT=%s: expected KIND,DEVICE,STEP,PASS", f);
+    po->fault_kind = !strcmp(kind, "fail") ? PM_FAULT_FAIL : !strcmp(kind, "nan") ? PM_FAULT_NAN
+                     : !strcmp(kind, "kill") ? PM_FAULT_KILL : PM_FAULT_NONE;
+    if (po->fault_kind == PM_FAULT_NONE) return pm_cli_fail("PM_FAULT: unknown kind '%s'", kind);
+    po->fault_dev = dev, po->fault_step = step, po->fault_pass = pass;
+    return 0;
+}
+
+int pm_cli_train_pp(const pm_cli_train_opts *o) {
+    pm_blas_threads(1);
+    pp_world w = {.opts = {.dp = o->dp}};
+    int mpi = o->transport ? !strcmp(o->transport, "mpi") : pm_mpi_launched();
+    if (fault_hook(&w.opts)) return 1;
+    if (!mpi) return run(o, &w);
+    pm_err err;
+    int size;
+    w.opts.transport = PM_TRANSPORT_MPI;
+    if (pm_mpi_init(&w.rank, &size, &err)) return pm_cli_fail("%s", err.msg);
+    pm_cli_set_rank(w.rank, 0);
+    pm_cli_train_opts oo = *o;
+    oo.transport = "mpi";
+    int rc = run(&oo, &w);
+    pm_mpi_finalize();
     return rc;
 }

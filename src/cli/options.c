@@ -8,10 +8,16 @@
 
 #include "cli.h"
 
+static int g_rank = -1, g_quiet;
+
+void pm_cli_set_rank(int rank, int quiet) { g_rank = rank, g_quiet = quiet; }
+
 int pm_cli_fail(const char *fmt, ...) {
+    if (g_quiet) return 1;
     va_list ap;
     va_start(ap, fmt);
     fputs("pipemem: ", stderr);
+    if (g_rank >= 0) fprintf(stderr, "rank %d: ", g_rank);
     vfprintf(stderr, fmt, ap);
     fputc('\n', stderr);
     va_end(ap);

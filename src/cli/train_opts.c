@@ -37,6 +37,7 @@ static const opt_def OPTS[] = {
     {"--schedule-file", 's', 't', 0, F(sched_file)}, {"--chunks", 'i', 'p', 1, F(chunks)},
     {"--mem-limit", 'd', 'p', 0, F(mem_limit)}, {"--trace", 's', 'p', 0, F(trace)},
     {"--timeline", 's', 'p', 0, F(svg)},    {"--recompute", 'f', 'p', 0, F(recompute)},
+    {"--dp", 'i', 't', 1, F(dp)},            {"--transport", 's', 't', 0, F(transport)},
 };
 #undef F
 
@@ -48,7 +49,7 @@ static void usage(FILE *f) {
             "         [--seed S] [--stop-after N] [--json]\n"
             "         [--threads N | --pp P [--schedule KIND | --schedule-file FILE]\n"
             "          [--chunks V] [--mem-limit X] [--recompute] [--trace FILE]\n"
-            "          [--timeline FILE.svg]]\n"
+            "          [--timeline FILE.svg] [--dp D] [--transport threads|mpi]]\n"
             "  Trains the GPT on DIR/train.bin (made by 'pipemem prepare'); B sequences of T\n"
             "  tokens per step, split into K microbatches whose gradients accumulate.\n"
             "  Defaults: L 4, C 128, H 4, T 64, B 8, K 1, N 100, lr 1e-3, warm-up N/10,\n"
@@ -64,6 +65,10 @@ static void usage(FILE *f) {
             "  and reruns its forward in the backward: less memory, one more forward.\n"
             "  --trace/--timeline write the last step's measured\n"
             "  timeline (Chrome trace JSON / SVG).\n"
+            "  --dp D trains D replicas of the P-device pipeline on D x P devices, each on\n"
+            "  K/D of the microbatches, gradients summed across replicas in a fixed order.\n"
+            "  --transport mpi runs one device per rank: mpirun -np D*P pipemem train ...\n"
+            "  (the default under mpirun; otherwise threads). Rank 0 prints and writes.\n"
             "  examples: pipemem train --data data --layers 2 --dim 64 --heads 4 --ctx 32 "
             "--steps 50\n"
             "            pipemem train --data data --pp 2 --schedule v-half --layers 4 "
@@ -75,7 +80,8 @@ static void defaults(pm_cli_train_opts *o) {
     *o = (pm_cli_train_opts){.layers = 4, .dim = 128, .heads = 4, .ctx = 64, .batch = 8,
                              .micro = 1, .steps = 100, .eval_every = -1, .eval_batches = 4,
                              .warmup = -1, .lr = 1e-3, .seed = 1,
-                             .threads = nproc > 0 ? (int)nproc : 1, .pp = 1, .kind = "1f1b"};
+                             .threads = nproc > 0 ? (int)nproc : 1, .pp = 1, .kind = "1f1b",
+                             .dp = 1};
 }
 
 /* Stores option d's value v (NULL when argv ran out); 0 or 1 (printed). */
@@ -118,6 +124,11 @@ static int check(pm_cli_train_opts *o, const char *pipe_only, const char *single
                            pipe_only);
     if (o->pipeline && !o->sched_file && !strcmp(o->kind, "auto") && !(o->mem_limit > 0))
         return pm_cli_fail("--schedule auto needs --mem-limit X (a multiple of M, e.g. 0.5)");
+    if (o->transport && strcmp(o->transport, "threads") && strcmp(o->transport, "mpi"))
+        return pm_cli_fail("train: --transport %s: use threads or mpi", o->transport);
+    if (o->micro % o->dp)
+        return pm_cli_fail("train: --dp %d must divide --microbatches %d (each replica runs "
+                           "an equal share)", o->dp, o->micro);
     if (o->pipeline) o->threads = 1;
     if (o->eval_every < 0) o->eval_every = o->steps >= 5 ? o->steps / 5 : o->steps;
     return 0;

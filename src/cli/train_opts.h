@@ -27,6 +27,8 @@ typedef struct {
     int recompute; /* --recompute: the schedule's stages recompute in B */
     const char *kind, *sched_file, *trace, *svg;
     double mem_limit;
+    int dp;                /* --dp: data-parallel replicas of the pipeline */
+    const char *transport; /* --transport threads|mpi; NULL: mpi when mpirun started us */
 } pm_cli_train_opts;
 
 /* Parses argv[1..]: 0 on success, 1 on error (one line printed), -1 after

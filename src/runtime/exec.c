@@ -40,6 +40,7 @@
  * device writes only its own gradient slab, arena, message buffers and its
  * row of the pipe's timing tables (loss_mb: only the head's device). */
 #include <math.h>
+#include <signal.h>
 #include <string.h>
 
 #include "runtime/internal.h"
@@ -357,6 +358,7 @@ static pm_status run_pass(pass_ctx *x) {
     pm_pipe_dev *dv = x->dv;
     pm_status st = post_ahead(dv);
     if (st) return st;
+    if (x->fault == PM_FAULT_KILL) raise(SIGKILL);
     if (x->fault == PM_FAULT_FAIL) {
         x->t_start = pm_now();
         return pass_fail(x, PM_ERR_ARG, "injected failure (test hook)");

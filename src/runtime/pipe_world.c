@@ -20,9 +20,10 @@ static size_t act_bytes(const pm_pipe *pp) {
     return (size_t)pp->mbsz * (size_t)pp->T * (size_t)pp->cfg.model.dim * sizeof(float);
 }
 
-/* Doubles in device g's report. */
+/* Doubles in device g's report: peak, arena, 4 rows of pass figures, the
+ * reduction times, its replica's losses. */
 static size_t report_len(const pm_pipe *pp, int g) {
-    return 1 + 4 * (size_t)pp->sched.len[g % pp->p] + 2 * (size_t)pp->S + (size_t)pp->m;
+    return 2 + 4 * (size_t)pp->sched.len[g % pp->p] + 2 * (size_t)pp->S + (size_t)pp->m;
 }
 
 static size_t max_stage_bytes(const pm_pipe *pp) {
@@ -160,6 +161,7 @@ static void pack(const pm_pipe *pp, int g, double *x) {
     int64_t len = pp->sched.len[g % pp->p], base = (int64_t)g * pp->sched.cap;
     const double *rows[4] = {pp->t0, pp->t1, pp->tmid, pp->live_after};
     *x++ = (double)pp->dev[g].arena.peak;
+    *x++ = (double)pp->arena_cap[g];
     for (int k = 0; k < 4; k++, x += len) memcpy(x, rows[k] + base, (size_t)len * sizeof *x);
     memcpy(x, pp->red0 + (size_t)g * pp->S, (size_t)pp->S * sizeof *x), x += pp->S;
     memcpy(x, pp->red1 + (size_t)g * pp->S, (size_t)pp->S * sizeof *x), x += pp->S;
@@ -170,6 +172,7 @@ static void unpack(pm_pipe *pp, int g, const double *x) {
     int64_t len = pp->sched.len[g % pp->p], base = (int64_t)g * pp->sched.cap;
     double *rows[4] = {pp->t0, pp->t1, pp->tmid, pp->live_after};
     pp->peak[g] = (size_t)*x++;
+    pp->arena_cap[g] = (size_t)*x++;
     for (int k = 0; k < 4; k++, x += len) memcpy(rows[k] + base, x, (size_t)len * sizeof *x);
     memcpy(pp->red0 + (size_t)g * pp->S, x, (size_t)pp->S * sizeof *x), x += pp->S;
     memcpy(pp->red1 + (size_t)g * pp->S, x, (size_t)pp->S * sizeof *x), x += pp->S;

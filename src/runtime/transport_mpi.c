@@ -38,6 +38,11 @@ pm_status pm_mpi_init(int *rank, int *size, pm_err *err) {
     return no_mpi(err);
 }
 void pm_mpi_finalize(void) {}
+int pm_mpi_agree(int ok) { return ok ? -1 : 0; }
+pm_status pm_mpi_bcast(void *buf, size_t bytes, pm_err *err) {
+    (void)buf, (void)bytes;
+    return no_mpi(err);
+}
 pm_status pm_tp_mpi_create(pm_tp_mpi **w, int nsend, size_t send_bytes, double timeout_s,
                            pm_err *err) {
     (void)nsend, (void)send_bytes, (void)timeout_s;
@@ -110,6 +115,23 @@ pm_status pm_mpi_init(int *rank, int *size, pm_err *err) {
 void pm_mpi_finalize(void) {
     if (g_inited) MPI_Finalize();
     g_inited = 0;
+}
+
+int pm_mpi_agree(int ok) {
+    int size = 1, rank = 0, lowest;
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    int mine = ok ? size : rank;
+    if (MPI_Allreduce(&mine, &lowest, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD) != MPI_SUCCESS)
+        return ok ? 0 : rank;
+    return lowest == size ? -1 : lowest;
+}
+
+pm_status pm_mpi_bcast(void *buf, size_t bytes, pm_err *err) {
+    if (bytes > (size_t)INT32_MAX)
+        return pm_errf(err, PM_ERR_ARG, "MPI broadcast of %zu bytes: too large", bytes);
+    int rc = MPI_Bcast(buf, (int)bytes, MPI_BYTE, 0, MPI_COMM_WORLD);
+    return rc == MPI_SUCCESS ? PM_OK : mpi_fail(err, rc, "MPI_Bcast");
 }
 
 static pm_tp_mpi *world_of(const pm_tp *tp) { return tp->impl; }
