@@ -1,0 +1,399 @@
+/* test_mpi.c: the MPI transport and data parallelism, through mpirun.
+ *
+ * Two halves in one program. Started by mpirun (OMPI_COMM_WORLD_SIZE set),
+ * it is a probe of the transport itself: argv[1] names a case, every rank
+ * runs it and prints "ok" or the transport's error line. Started plainly,
+ * it is the cmocka suite: it runs the probe cases and `pipemem train`
+ * (PM_BIN) through mpirun and checks
+ *   - the transport's contract: exact bytes, order per tag, length
+ *     mismatches and timeouts as one line naming both ranks, an abort
+ *     reaching a rank blocked in a wait;
+ *   - checkpoints under --transport mpi byte for byte equal to threads, for
+ *     several schedule kinds, P = 2 and 4;
+ *   - data parallelism: --dp 2 bitwise equal across schedules and between
+ *     transports, close to --dp 1 (only the summation order differs);
+ *   - a failing, NaN or killed rank stops every rank promptly, non-zero;
+ *   - checkpoints move between transports (save under one, resume under
+ *     the other) bitwise;
+ *   - bad input: rank count, --dp, ranks with other data: one line each.
+ * mpirun runs as root here only with OMPI_ALLOW_RUN_AS_ROOT(_CONFIRM), which
+ * the suite sets; --oversubscribe lets 4 ranks share 2 cores. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "pipemem/pm_runtime.h"
+
+/* ---- the probe (one process per rank) ---------------------------------------- */
+
+static int probe_fail(pm_tp *tp, const char *what) {
+    pm_err e = {{0}};
+    pm_tp_status(tp, &e);
+    printf("rank %d %s: %s\n", tp->dev, what, e.msg);
+    return 3;
+}
+
+/* rank 0 sends sizes 0, 1, 1000 and 1 MiB, then three messages with one
+ * tag; rank 1 posts some receives late (after a sleep) and some early. */
+static int probe_exact(pm_tp *tp) {
+    static unsigned char a[1 << 20], b[1 << 20];
+    size_t sizes[4] = {0, 1, 1000, 1 << 20};
+    pm_tp_req r;
+    for (size_t i = 0; i < sizeof a; i++) a[i] = (unsigned char)(i * 7 + 3);
+    for (int k = 0; k < 4; k++) {
+        if (tp->dev == 0) {
+            if (pm_tp_isend(tp, 1, 10 + k, a, sizes[k], &r) || pm_tp_wait(tp, &r))
+                return probe_fail(tp, "send");
+        } else {
+            if (k % 2) nanosleep(&(struct timespec){0, 20000000}, NULL);
+            memset(b, 0, sizeof b);
+            if (pm_tp_irecv(tp, 0, 10 + k, b, sizes[k], &r) || pm_tp_wait(tp, &r))
+                return probe_fail(tp, "recv");
+            if (memcmp(a, b, sizes[k])) return printf("rank 1: bytes differ at size %zu\n", sizes[k]), 3;
+        }
+    }
+    for (int k = 0; k < 3; k++) { /* non-overtaking on one tag */
+        int v = 100 + k, got = -1;
+        if (tp->dev == 0 && (pm_tp_isend(tp, 1, 5, &v, sizeof v, &r) || pm_tp_wait(tp, &r)))
+            return probe_fail(tp, "send");
+        if (tp->dev == 1) {
+            if (pm_tp_irecv(tp, 0, 5, &got, sizeof got, &r) || pm_tp_wait(tp, &r))
+                return probe_fail(tp, "recv");
+            if (got != v) return printf("rank 1: message %d arrived as %d\n", v, got), 3;
+        }
+    }
+    printf("rank %d ok\n", tp->dev);
+    return 0;
+}
+
+/* rank 0 sends `n` bytes, rank 1 expects 50. */
+static int probe_length(pm_tp *tp, size_t n) {
+    unsigned char buf[100] = {0};
+    pm_tp_req r;
+    if (tp->dev == 0) {
+        if (pm_tp_isend(tp, 1, 7, buf, n, &r)) return probe_fail(tp, "send");
+        /* stays until rank 1's error reaches it */
+        if (pm_tp_irecv(tp, 1, 8, buf, 1, &r) || pm_tp_wait(tp, &r)) return probe_fail(tp, "wait");
+        return 0;
+    }
+    if (pm_tp_irecv(tp, 0, 7, buf, 50, &r) || pm_tp_wait(tp, &r)) return probe_fail(tp, "recv");
+    return 0;
+}
+
+/* rank 1 never sends: rank 0's wait times out naming it; rank 1, waiting
+ * for rank 0 much longer, is woken by rank 0's error. */
+static int probe_silent(pm_tp *tp) {
+    int x;
+    pm_tp_req r;
+    if (pm_tp_irecv(tp, 1 - tp->dev, 9, &x, sizeof x, &r) || pm_tp_wait(tp, &r))
+        return probe_fail(tp, "wait");
+    return 0;
+}
+
+static int probe_abort(pm_tp *tp) {
+    int x;
+    pm_tp_req r;
+    if (tp->dev == 1) {
+        nanosleep(&(struct timespec){0, 100000000}, NULL);
+        pm_tp_abort(tp, PM_ERR_ARG, "boom");
+        return probe_fail(tp, "aborted");
+    }
+    if (pm_tp_irecv(tp, 1, 9, &x, sizeof x, &r) || pm_tp_wait(tp, &r))
+        return probe_fail(tp, "wait");
+    return 0;
+}
+
+static int probe_main(int argc, char **argv) {
+    int rank, size, rc = 2;
+    pm_err err = {{0}};
+    if (argc < 2 || pm_mpi_init(&rank, &size, &err)) {
+        printf("probe: %s\n", err.msg);
+        return 2;
+    }
+    const char *c = argv[1];
+    double timeout = !strcmp(c, "silent") ? (rank == 0 ? 1 : 30) : 30;
+    pm_tp_mpi *w;
+    if (pm_tp_mpi_create(&w, 8, 1 << 20, timeout, &err)) {
+        printf("probe: %s\n", err.msg);
+    } else {
+        pm_tp *tp = pm_tp_mpi_endpoint(w);
+        rc = !strcmp(c, "exact")    ? probe_exact(tp)
+             : !strcmp(c, "long")   ? probe_length(tp, 100)
+             : !strcmp(c, "short")  ? probe_length(tp, 30)
+             : !strcmp(c, "silent") ? probe_silent(tp)
+                                    : probe_abort(tp);
+        fflush(stdout);
+        pm_tp_mpi_destroy(w);
+    }
+    pm_mpi_finalize();
+    return rc;
+}
+
+/* ---- the suite ------------------------------------------------------------------ */
+
+static char dir[256], self[512];
+static const char *bin;
+
+/* Runs cmd (through sh, stderr into stdout); returns its exit status and
+ * the output in out; *secs is its wall time. */
+static int run(char *out, size_t cap, double *secs, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static int run(char *out, size_t cap, double *secs, const char *fmt, ...) {
+    char body[2048], cmd[2100];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(body, sizeof body, fmt, ap);
+    va_end(ap);
+    snprintf(cmd, sizeof cmd, "(%s) 2>&1", body);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    FILE *f = popen(cmd, "r");
+    assert_non_null(f);
+    size_t n = fread(out, 1, cap - 1, f);
+    out[n] = 0;
+    int st = pclose(f);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    if (secs) *secs = (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* OpenMPI's components keep allocations past MPI_Finalize and are unloaded
+ * by then, so LeakSanitizer cannot tell them from ours by module: leak
+ * checks are off under mpirun (the threads runs keep them). */
+#define MPIENV "ASAN_OPTIONS=detect_leaks=0 timeout 120 mpirun --oversubscribe"
+#define MPIRUN MPIENV " --quiet -np"
+#define MODEL "--layers 2 --dim 32 --heads 2 --ctx 16 --batch 8 --eval-every 2 --eval-batches 1"
+
+static int count(const char *hay, const char *needle) {
+    int n = 0;
+    for (const char *p = strstr(hay, needle); p; p = strstr(p + 1, needle)) n++;
+    return n;
+}
+
+static int same_file(const char *a, const char *b) {
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "cmp -s '%s' '%s'", a, b);
+    return system(cmd) == 0;
+}
+
+static void test_transport_contract(void **state) {
+    (void)state;
+    static char out[8192];
+    assert_int_equal(run(out, sizeof out, NULL, MPIRUN " 2 %s exact", self), 0);
+    assert_int_equal(count(out, " ok\n"), 2);
+    /* a longer message than the receive: MPI truncation, one line */
+    assert_int_not_equal(run(out, sizeof out, NULL, MPIRUN " 2 %s long", self), 0);
+    assert_non_null(strstr(out, "rank 0 sent more than 50 bytes with tag 7 to rank 1, which "
+                                "posted a receive of 50 bytes"));
+    assert_int_not_equal(run(out, sizeof out, NULL, MPIRUN " 2 %s short", self), 0);
+    assert_non_null(strstr(out, "rank 0 sent 30 bytes with tag 7 to rank 1, which posted a "
+                                "receive of 50 bytes"));
+    /* the rank that sent is stopped by the receiver's error, not left waiting */
+    assert_non_null(strstr(out, "rank 0 wait:"));
+    double secs;
+    assert_int_not_equal(run(out, sizeof out, &secs, MPIRUN " 2 %s silent", self), 0);
+    assert_non_null(strstr(out, "rank 0 waited 1 s for a message with tag 9 from rank 1"));
+    assert_non_null(strstr(out, "rank 1 wait:")); /* woken by rank 0's error, not its 30 s */
+    assert_true(secs < 25);
+    assert_int_not_equal(run(out, sizeof out, NULL, MPIRUN " 2 %s abort", self), 0);
+    assert_non_null(strstr(out, "rank 0 wait: rank 1: boom"));
+}
+
+/* Trains under threads and under MPI (P = p ranks x dp replicas) and
+ * compares the checkpoints byte for byte. */
+static void same_as_threads(const char *kind, int p, int dp, const char *extra) {
+    static char out[16384];
+    char a[300], b[300];
+    snprintf(a, sizeof a, "%s/t_%s_%d_%d.ckpt", dir, kind, p, dp);
+    snprintf(b, sizeof b, "%s/m_%s_%d_%d.ckpt", dir, kind, p, dp);
+    int rc = run(out, sizeof out, NULL, "%s train --data %s/d " MODEL " --microbatches 4 "
+                 "--steps 3 --pp %d --dp %d --schedule %s %s --save %s", bin, dir, p, dp, kind,
+                 extra, a);
+    if (rc) fprintf(stderr, "%s\n", out);
+    assert_int_equal(rc, 0);
+    rc = run(out, sizeof out, NULL, MPIRUN " %d %s train --data %s/d " MODEL " --microbatches 4 "
+             "--steps 3 --pp %d --dp %d --schedule %s %s --save %s", p * dp, bin, dir, p, dp,
+             kind, extra, b);
+    if (rc) fprintf(stderr, "%s\n", out);
+    assert_int_equal(rc, 0);
+    assert_int_equal(count(out, "saved "), 1); /* rank 0 alone writes and prints */
+    if (!same_file(a, b)) fail_msg("%s p=%d dp=%d: MPI checkpoint differs from threads", kind, p, dp);
+}
+
+static void test_mpi_equals_threads(void **state) {
+    (void)state;
+    const char *kinds[] = {"1f1b", "zb-h1", "v-half", "zb-v", "interleaved", "1f1b-r"};
+    for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) same_as_threads(kinds[k], 2, 1, "");
+    same_as_threads("v-min", 4, 1, "--layers 6");
+    same_as_threads("1f1b", 4, 1, "--layers 4");
+}
+
+static double json_num(const char *out, const char *key) {
+    const char *p = strstr(out, key);
+    assert_non_null(p);
+    return strtod(p + strlen(key) + 3, NULL); /* "key": value */
+}
+
+static void test_data_parallel(void **state) {
+    (void)state;
+    static char out[16384];
+    same_as_threads("zb-h1", 2, 2, "");
+    same_as_threads("1f1b", 1, 2, "");
+    /* bitwise across schedules for the same D (threads checkpoints above) */
+    char a[300], b[300];
+    snprintf(a, sizeof a, "%s/t_zb-h1_2_2.ckpt", dir);
+    int rc = run(out, sizeof out, NULL, "%s train --data %s/d " MODEL " --microbatches 4 --steps 3 "
+                 "--pp 2 --dp 2 --schedule v-half --save %s/t_vh.ckpt", bin, dir, dir);
+    assert_int_equal(rc, 0);
+    snprintf(b, sizeof b, "%s/t_vh.ckpt", dir);
+    assert_true(same_file(a, b));
+    /* against one replica: the same global batch, only the summation order
+     * differs, so the losses agree closely (README: how close) */
+    rc = run(out, sizeof out, NULL, "%s train --data %s/d " MODEL " --microbatches 4 --steps 6 "
+             "--pp 2 --dp 2 --json", bin, dir);
+    assert_int_equal(rc, 0);
+    double l2 = json_num(out, "\"final_loss\"");
+    rc = run(out, sizeof out, NULL, "%s train --data %s/d " MODEL " --microbatches 4 --steps 6 "
+             "--json", bin, dir);
+    assert_int_equal(rc, 0);
+    double l1 = json_num(out, "\"final_loss\"");
+    assert_true(fabs(l1 - l2) <= 1e-4 * fabs(l1));
+}
+
+/* A fault on one rank ends every rank quickly with one line naming it. */
+static void fault(const char *spec, const char *expect) {
+    static char out[16384];
+    double secs;
+    /* not --quiet: a killed rank is reported by mpirun itself */
+    int rc = run(out, sizeof out, &secs, "PM_FAULT=%s " MPIENV " -np 2 "
+                 "%s train --data %s/d " MODEL " --microbatches 4 --steps 3 --pp 2 --schedule "
+                 "1f1b", spec, bin, dir);
+    if (!strstr(out, expect)) fail_msg("PM_FAULT=%s: no '%s' in:\n%s", spec, expect, out);
+    assert_int_not_equal(rc, 0);
+    assert_true(rc != 124); /* not ended by the timeout: no rank hung */
+    assert_true(secs < 60);
+    assert_true(count(out, "pipemem: ") <= 1);
+}
+
+static void test_faults(void **state) {
+    (void)state;
+    fault("fail,1,1,2", "pipemem: rank 1: device 1, stage 1, microbatch 1, pass F (#2 on the "
+                        "device): injected failure");
+    fault("fail,0,0,3", "pipemem: rank 0: device 0, stage 0, microbatch");
+    fault("nan,0,1,1", "the loss is nan");
+    fault("kill,1,1,2", "process rank 1 with PID");
+}
+
+/* Saved after 2 of 4 steps under one transport, finished under the other:
+ * the same checkpoint as 4 steps in one go. */
+static void test_checkpoints_move(void **state) {
+    (void)state;
+    static char out[16384];
+    const char *m = "--microbatches 4 --steps 4 --pp 2 --schedule zb-h1";
+    char whole[300], part[300];
+    snprintf(whole, sizeof whole, "%s/whole.ckpt", dir);
+    snprintf(part, sizeof part, "%s/part.ckpt", dir);
+    assert_int_equal(run(out, sizeof out, NULL, "%s train --data %s/d " MODEL " %s --save %s", bin,
+                         dir, m, whole), 0);
+    for (int way = 0; way < 2; way++) {
+        const char *first = way ? "" : MPIRUN " 2 ", *second = way ? MPIRUN " 2 " : "";
+        remove(part);
+        assert_int_equal(run(out, sizeof out, NULL, "%s%s train --data %s/d " MODEL " %s "
+                             "--stop-after 2 --save %s", first, bin, dir, m, part), 0);
+        assert_int_equal(run(out, sizeof out, NULL, "%s%s train --data %s/d " MODEL " %s "
+                             "--resume %s --save %s", second, bin, dir, m, part, part), 0);
+        if (!same_file(whole, part)) fail_msg("resumed %s differs", way ? "threads->mpi" : "mpi->threads");
+    }
+}
+
+static void test_bad_input(void **state) {
+    (void)state;
+    static char out[16384];
+    int rc = run(out, sizeof out, NULL, MPIRUN " 3 %s train --data %s/d " MODEL " --microbatches 4 "
+                 "--steps 2 --pp 2", bin, dir);
+    assert_int_not_equal(rc, 0);
+    assert_int_equal(count(out, "mpirun started 3 ranks, but 1 replicas x 2 devices need 2: "
+                                "start it with mpirun -np 2"), 1);
+    rc = run(out, sizeof out, NULL, MPIRUN " 2 %s train --data %s/d " MODEL " --microbatches 3 "
+             "--steps 2 --pp 1 --dp 2", bin, dir);
+    assert_int_not_equal(rc, 0);
+    assert_non_null(strstr(out, "--dp 2 must divide --microbatches 3"));
+    /* rank 1 reads other data: stopped by the handshake, naming it */
+    rc = run(out, sizeof out, NULL, MPIRUN " 1 %s train "
+             "--data %s/d " MODEL " --microbatches 2 --steps 2 --pp 2 : -np 1 %s train --data "
+             "%s/e " MODEL " --microbatches 2 --steps 2 --pp 2", bin, dir, bin, dir);
+    assert_int_not_equal(rc, 0);
+    assert_int_equal(count(out, "rank 1 was started with other options, another schedule or "
+                                "other training data than rank 0"), 1);
+    /* a rank whose data is missing says so itself, and every rank stops */
+    rc = run(out, sizeof out, NULL, MPIRUN " 1 %s train "
+             "--data %s/d " MODEL " --steps 2 --pp 2 : -np 1 %s train --data %s/none " MODEL
+             " --steps 2 --pp 2", bin, dir, bin, dir);
+    assert_int_not_equal(rc, 0);
+    assert_int_not_equal(rc, 124);
+    assert_non_null(strstr(out, "pipemem: rank 1: "));
+}
+
+static void test_built_without(void **state) {
+    (void)state;
+    static char out[4096];
+    int rc = run(out, sizeof out, NULL, "%s train --data %s/d " MODEL " --steps 1 --pp 2 "
+                 "--transport mpi", bin, dir);
+    assert_int_equal(rc, 1);
+    assert_int_equal(count(out, "pipemem: --transport mpi: this pipemem was built without MPI"), 1);
+}
+
+static int setup(void **state) {
+    (void)state;
+    static char out[4096];
+    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
+    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+    snprintf(dir, sizeof dir, "/tmp/pm_test_mpi_%d", (int)getpid());
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "mkdir -p %s && for i in $(seq 1 400); do echo \"line $i of a "
+             "small corpus for the mpi tests\"; done > %s/a.txt && for i in $(seq 1 400); do "
+             "echo \"other $i\"; done > %s/b.txt", dir, dir, dir);
+    if (system(cmd)) return -1;
+    if (run(out, sizeof out, NULL, "%s prepare %s/a.txt -o %s/d && %s prepare %s/b.txt -o %s/e",
+            bin, dir, dir, bin, dir, dir))
+        return -1;
+    return 0;
+}
+
+static int teardown(void **state) {
+    (void)state;
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    return system(cmd) ? -1 : 0;
+}
+
+int main(int argc, char **argv) {
+    if (pm_mpi_launched()) return probe_main(argc, argv);
+    bin = getenv("PM_BIN");
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (!bin || n <= 0) {
+        fprintf(stderr, "test_mpi: set PM_BIN to the built pipemem (make check does)\n");
+        return 1;
+    }
+    self[n] = 0;
+    if (!pm_mpi_built()) { /* NO_MPI=1: the option says so in one line */
+        const struct CMUnitTest none[] = {cmocka_unit_test(test_built_without)};
+        return cmocka_run_group_tests(none, setup, teardown);
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_transport_contract), cmocka_unit_test(test_mpi_equals_threads),
+        cmocka_unit_test(test_data_parallel),      cmocka_unit_test(test_faults),
+        cmocka_unit_test(test_checkpoints_move),   cmocka_unit_test(test_bad_input),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
