@@ -140,6 +140,9 @@ pm_status pm_mpi_bcast(void *buf, size_t bytes, pm_err *err);
 pm_status pm_tp_mpi_create(pm_tp_mpi **w, int nsend, size_t send_bytes, double timeout_s,
                            pm_err *err);
 pm_tp *pm_tp_mpi_endpoint(pm_tp_mpi *w);
+/* Every rank arrives before any leaves (polled like a wait: an abort or the
+ * timeout ends it with the error). */
+pm_status pm_tp_mpi_barrier(pm_tp_mpi *w);
 /* Lets the copies still in flight leave (up to the timeout; after an abort
  * they are cancelled), then frees. NULL is a no-op. */
 void pm_tp_mpi_destroy(pm_tp_mpi *w);

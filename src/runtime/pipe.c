@@ -473,6 +473,13 @@ pm_status pm_pipe_step(pm_pipe *pp, const int32_t *inp, const int32_t *tgt, pm_p
     }
     pm_pipe_info fc;
     pm_pipe_forecast(pp, &fc); /* made before the step runs */
+    /* under MPI every rank's clock starts together, so the pass times the
+     * root gathers line up as they do with threads */
+    pm_status st = pp->mpi ? pm_tp_mpi_barrier(pp->mpi) : PM_OK;
+    if (st) {
+        pm_tp_status(pp->dev[pp->lo].tp, &pp->dead_err);
+        return step_fail(pp, st, err);
+    }
     double t_start = pm_now();
     size_t share = (size_t)pp->m * (size_t)pp->mbsz * (size_t)pp->T; /* a replica's tokens */
     for (int g = pp->lo; g < pp->hi; g++) {
@@ -482,7 +489,7 @@ pm_status pm_pipe_step(pm_pipe *pp, const int32_t *inp, const int32_t *tgt, pm_p
     }
     if (pp->mpi) pm_dev_main(&pp->dev[pp->lo]);
     else pm_pipe_pool_run(pp);
-    pm_status st = collect_error(pp, err);
+    st = collect_error(pp, err);
     if (!st && (st = pm_pipe_report(pp, &pp->dead_err))) return step_fail(pp, st, err);
     if (st) return st;
     if (pm_pipe_is_root(pp)) step_figures(pp, t_start, &fc);

@@ -53,6 +53,10 @@ pm_tp *pm_tp_mpi_endpoint(pm_tp_mpi *w) {
     (void)w;
     return NULL;
 }
+pm_status pm_tp_mpi_barrier(pm_tp_mpi *w) {
+    (void)w;
+    return no_mpi(NULL);
+}
 void pm_tp_mpi_destroy(pm_tp_mpi *w) { (void)w; }
 
 #else
@@ -322,6 +326,28 @@ static pm_status mp_wait(pm_tp *tp, pm_tp_req *r) {
         struct timespec ts = {0, nap};
         nanosleep(&ts, NULL);
     }
+}
+
+pm_status pm_tp_mpi_barrier(pm_tp_mpi *w) {
+    MPI_Request rq;
+    pm_status st = sticky(w);
+    if (st) return st;
+    int rc = MPI_Ibarrier(w->data, &rq), flag = 0;
+    if (rc != MPI_SUCCESS) return mpi_call_failed(w, rc, "MPI_Ibarrier", w->rank);
+    double t0 = pm_now();
+    while (!flag) {
+        if ((rc = MPI_Test(&rq, &flag, MPI_STATUS_IGNORE)) != MPI_SUCCESS)
+            return mpi_call_failed(w, rc, "MPI_Test", w->rank);
+        reap_sends(w);
+        if (flag) break;
+        /* a rank that never arrives: the barrier stays pending (MPI cannot
+         * cancel it), but every rank leaves with the error */
+        if ((st = sticky(w))) return st;
+        if (pm_now() - t0 > w->timeout_s)
+            return fail(w, PM_ERR_TRANSPORT, "rank %d waited %.0f s at the step's start for "
+                        "ranks that never came (one died or hangs)", w->rank, w->timeout_s);
+    }
+    return PM_OK;
 }
 
 static void mp_abort(pm_tp *tp, pm_status st, const char *m) {
