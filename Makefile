@@ -90,6 +90,7 @@ $(BIN): $(CLI_OBJ) $(LIB)
 $(BUILD)/obj/tests/%.o: FINAL_CFLAGS += $(CHECK_CFLAGS)
 $(BUILD)/obj/src/schedule/milp.o: FINAL_CFLAGS += $(if $(CBC_LIBS),-DPM_HAVE_CBC)
 $(BUILD)/obj/src/runtime/transport_mpi.o: FINAL_CFLAGS += $(if $(MPI_LIBS),-DPM_HAVE_MPI $(MPI_CFLAGS))
+$(BUILD)/bench/bench_mpi: FINAL_CFLAGS += $(if $(MPI_LIBS),-DPM_HAVE_MPI $(MPI_CFLAGS))
 
 $(BUILD)/tests/%: tests/%.c $(TEST_HELP_OBJ) $(LIB)
 	$(if $(CHECK_LIBS),,$(error Jansson or libxml2 not found: run 'make deps' (or apt-get install libjansson-dev libxml2-dev)))
