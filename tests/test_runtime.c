@@ -346,11 +346,12 @@ static void reference(const pm_train_cfg *c, run_result *r) {
     pm_trainer_free(&t);
 }
 
-/* Trains NSTEPS on schedule s; checks memory on every step. */
-static void run_pipe(const pm_train_cfg *c, const pm_sched *s, run_result *r) {
+/* Trains NSTEPS on schedule s with dp replicas; checks memory on every step. */
+static void run_pipe_dp(const pm_train_cfg *c, const pm_sched *s, int dp, run_result *r) {
     pm_pipe *pp;
     pm_err err = {{0}};
-    pm_status st = pm_pipe_create(&pp, c, s, NULL, &err);
+    pm_pipe_opts o = {.dp = dp};
+    pm_status st = pm_pipe_create(&pp, c, s, &o, &err);
     if (st) fail_msg("%s p=%d: %s", s->kind, s->p, err.msg);
     int32_t inp[TINY_M * 8], tgt[TINY_M * 8];
     size_t peak0 = 0; /* device 0's measured peak, last step */
@@ -361,7 +362,7 @@ static void run_pipe(const pm_train_cfg *c, const pm_sched *s, run_result *r) {
         if (st) fail_msg("%s p=%d step %d: %s", s->kind, s->p, k, err.msg);
         r->loss[k] = in.loss, r->norm[k] = in.grad_norm;
         peak0 = in.peak[0];
-        for (int d = 0; d < pm_pipe_devices(pp); d++) {
+        for (int d = 0; d < pm_pipe_devices(pp) * dp; d++) {
             if (in.peak[d] != in.pred_peak[d])
                 fail_msg("%s p=%d device %d: measured peak %zu != predicted %zu", s->kind, s->p,
                          d, in.peak[d], in.pred_peak[d]);
@@ -408,6 +409,10 @@ static void run_pipe(const pm_train_cfg *c, const pm_sched *s, run_result *r) {
     r->params = malloc(n * sizeof(float));
     assert_int_equal(pm_pipe_gather(pp, PM_SLAB_PARAMS, r->params, NULL), PM_OK);
     pm_pipe_destroy(pp);
+}
+
+static void run_pipe(const pm_train_cfg *c, const pm_sched *s, run_result *r) {
+    run_pipe_dp(c, s, 1, r);
 }
 
 static void expect_same(const pm_train_cfg *c, const run_result *ref, const run_result *got,
@@ -477,6 +482,62 @@ static void test_exact_every_schedule(void **state) {
     /* every kind also recomputed at p = 1, 2, 4 */
     assert_int_equal(exact_for(6, small, 3, 1), 6 * nk);
     assert_int_equal(exact_for(14, eight, 1, 0), nk);
+}
+
+/* Data parallelism: D replicas each on TINY_M / D microbatches. For one D,
+ * every schedule gives bitwise the same run; against one device only the
+ * order of the gradient sum differs, so losses, norms and parameters agree
+ * to float rounding (a lost replica or a wrong scale would be off by far
+ * more). D = 4 takes the middle replicas' path of the sum. */
+static void test_data_parallel(void **state) {
+    (void)state;
+    pm_train_cfg c = tiny(6);
+    run_result ref;
+    reference(&c, &ref);
+    size_t n = pm_gpt_num_params(&c.model);
+    const char *kinds[] = {"1f1b", "zb-h1", "v-half", "zb-v"};
+    int dps[] = {2, 4}, ps[] = {2, 1};
+    for (int t = 0; t < 2; t++) {
+        run_result first = {0};
+        for (int k = 0; k < 4; k++) {
+            if (ps[t] == 1 && k > 0) break; /* one device: one schedule */
+            pm_sched s;
+            gen(&s, kinds[k], ps[t], TINY_M / dps[t]);
+            run_result got;
+            run_pipe_dp(&c, &s, dps[t], &got);
+            char what[64];
+            snprintf(what, sizeof what, "%s p=%d dp=%d", kinds[k], ps[t], dps[t]);
+            if (k) expect_same(&c, &first, &got, what);
+            for (int j = 0; j < NSTEPS; j++) {
+                assert_true(fabs(got.loss[j] - ref.loss[j]) <= 1e-6 * fabs(ref.loss[j]));
+                assert_true(fabs(got.norm[j] - ref.norm[j]) <= 1e-5 * ref.norm[j]);
+            }
+            for (size_t i = 0; i < n; i++)
+                if (fabsf(got.params[i] - ref.params[i]) > 1e-5f)
+                    fail_msg("%s: parameter %zu is %.9g, one device %.9g", what, i,
+                             got.params[i], ref.params[i]);
+            if (k) free(got.params);
+            else first = got;
+            pm_sched_free(&s);
+        }
+        free(first.params);
+    }
+    /* D must divide the microbatches; the schedule runs one replica's share */
+    pm_sched s;
+    gen(&s, "1f1b", 2, 3);
+    pm_pipe *pp;
+    pm_err err;
+    pm_train_cfg c3 = c;
+    c3.micro = 8, c3.batch = 8;
+    pm_pipe_opts o = {.dp = 3};
+    assert_int_equal(pm_pipe_create(&pp, &c3, &s, &o, &err), PM_ERR_ARG);
+    assert_non_null(strstr(err.msg, "--dp 3 must divide --microbatches 8"));
+    o.dp = 2;
+    assert_int_equal(pm_pipe_create(&pp, &c3, &s, &o, &err), PM_ERR_ARG);
+    assert_non_null(strstr(err.msg, "the schedule has 3 microbatches but each of the 2 replicas "
+                                    "runs 4"));
+    pm_sched_free(&s);
+    free(ref.params);
 }
 
 /* Parameters and moments gathered from one pipe and scattered into another
@@ -914,6 +975,7 @@ int main(void) {
         cmocka_unit_test(test_placement),
         cmocka_unit_test(test_exact_every_schedule),
         cmocka_unit_test(test_gather_scatter_resume),
+        cmocka_unit_test(test_data_parallel),
         cmocka_unit_test(test_csv_schedule),
         cmocka_unit_test(test_w_order_refused),
         cmocka_unit_test(test_faults),
