@@ -496,17 +496,17 @@ static void test_data_parallel(void **state) {
     reference(&c, &ref);
     size_t n = pm_gpt_num_params(&c.model);
     const char *kinds[] = {"1f1b", "zb-h1", "v-half", "zb-v"};
-    int dps[] = {2, 4}, ps[] = {2, 1};
+    int dps[] = {2, 4}, devs[] = {2, 1};
     for (int t = 0; t < 2; t++) {
         run_result first = {0};
         for (int k = 0; k < 4; k++) {
-            if (ps[t] == 1 && k > 0) break; /* one device: one schedule */
+            if (devs[t] == 1 && k > 0) break; /* one device: one schedule */
             pm_sched s;
-            gen(&s, kinds[k], ps[t], TINY_M / dps[t]);
+            gen(&s, kinds[k], devs[t], TINY_M / dps[t]);
             run_result got;
             run_pipe_dp(&c, &s, dps[t], &got);
             char what[64];
-            snprintf(what, sizeof what, "%s p=%d dp=%d", kinds[k], ps[t], dps[t]);
+            snprintf(what, sizeof what, "%s p=%d dp=%d", kinds[k], devs[t], dps[t]);
             if (k) expect_same(&c, &first, &got, what);
             for (int j = 0; j < NSTEPS; j++) {
                 assert_true(fabs(got.loss[j] - ref.loss[j]) <= 1e-6 * fabs(ref.loss[j]));
@@ -522,14 +522,46 @@ static void test_data_parallel(void **state) {
         }
         free(first.params);
     }
-    /* D must divide the microbatches; the schedule runs one replica's share */
+    /* the measured timeline draws each stage's sum on its device's row,
+     * starting after that stage's last weight pass there */
     pm_sched s;
-    gen(&s, "1f1b", 2, 3);
     pm_pipe *pp;
     pm_err err;
+    pm_pipe_opts o = {.dp = 2};
+    gen(&s, "zb-h1", 2, TINY_M / 2);
+    assert_int_equal(pm_pipe_create(&pp, &c, &s, &o, &err), PM_OK);
+    int32_t inp[TINY_M * 8], tgt[TINY_M * 8];
+    batch_of(0, inp, tgt, &c);
+    assert_int_equal(pm_pipe_step(pp, inp, tgt, NULL, &err), PM_OK);
+    pm_sim tl;
+    assert_int_equal(pm_pipe_timeline(pp, &tl, &err), PM_OK);
+    const pm_sched *ps = pm_pipe_schedule(pp);
+    for (int k = 0; k < ps->S; k++) {
+        int d = pm_sched_stage_device(ps, k);
+        double last_w = 0;
+        for (int64_t i = 0; i < ps->len[d]; i++)
+            if (pm_sched_dev(ps, d)[i].stage == k && pm_sched_dev(ps, d)[i].kind == PM_PASS_W)
+                last_w = tl.end[(int64_t)d * ps->cap + i];
+        assert_true(tl.red_start[k] >= last_w && tl.red_end[k] >= tl.red_start[k]);
+    }
+    pm_sim_free(&tl);
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    assert_int_equal(pm_pipe_write_svg(pp, f, "dp", &err), PM_OK);
+    fclose(f);
+    int bars = 0;
+    for (char *q = strstr(buf, "gradient sum of stage"); q; q = strstr(q + 1, "gradient sum of stage"))
+        bars++;
+    assert_int_equal(bars, ps->S);
+    free(buf);
+    pm_pipe_destroy(pp);
+    pm_sched_free(&s);
+    /* D must divide the microbatches; the schedule runs one replica's share */
+    gen(&s, "1f1b", 2, 3);
     pm_train_cfg c3 = c;
     c3.micro = 8, c3.batch = 8;
-    pm_pipe_opts o = {.dp = 3};
+    o.dp = 3;
     assert_int_equal(pm_pipe_create(&pp, &c3, &s, &o, &err), PM_ERR_ARG);
     assert_non_null(strstr(err.msg, "--dp 3 must divide --microbatches 8"));
     o.dp = 2;

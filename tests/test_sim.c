@@ -329,6 +329,52 @@ static void test_recompute_in_formats(void **state) {
     pm_sched_free(&s);
 }
 
+/* Data parallelism (pm_sim_dp), values by hand.
+ * 1F1B p=2 m=2 unit costs (B here is the fused BW, 2 units): device 0 runs
+ * F0 [0,1] F1 [1,2], device 1 F0 [1,2] BW0 [2,4] F1 [4,5] BW1 [5,7], then
+ * device 0 BW0 [4,6] BW1 [7,9]. With sums of 1: stage 1 [7,8], stage 0
+ * [9,10]; spans 10 and 8 - 1 = 7: step 10, serial also 10.
+ * zb-v p=1 m=2: one device, 12 passes of 0.5 back to back (stage 1's last
+ * W ends at 5, stage 0's at 6). Sums of 2 (stage 1) and 1 (stage 0):
+ * stage 1 [5,7]; stage 0 is ready at 6 but the link is busy: [7,8]; step 8.
+ * Serial: both after 6: stage 1 [6,8], stage 0 [8,9]: 9. */
+static void test_data_parallel_sums(void **state) {
+    (void)state;
+    pm_sched s;
+    pm_cost c;
+    pm_sim sim;
+    pm_err err;
+    pm_sched_req q = {.p = 2, .m = 2, .t = PM_COSTS_DEFAULT, .mem = PM_MEM_DEFAULT};
+    assert_int_equal(pm_sched_generate(&s, "1f1b", &q, &err), PM_OK);
+    assert_int_equal(pm_cost_init_uniform(&c, &s, q.t, q.mem, &err), PM_OK);
+    assert_int_equal(pm_sim_run(&sim, &s, &c, &err), PM_OK);
+    double one[2] = {1, 1};
+    assert_int_equal(pm_sim_dp(&sim, &s, one, &err), PM_OK);
+    assert_true(sim.red_start[1] == 7 && sim.red_end[1] == 8);
+    assert_true(sim.red_start[0] == 9 && sim.red_end[0] == 10);
+    assert_true(sim.dp_step == 10 && sim.dp_step_serial == 10);
+    double zero[2] = {0, 0};
+    assert_int_equal(pm_sim_dp(&sim, &s, zero, &err), PM_OK); /* replays in place */
+    assert_true(sim.dp_step == sim.makespan);
+    double bad[2] = {1, NAN};
+    assert_int_equal(pm_sim_dp(&sim, &s, bad, &err), PM_ERR_ARG);
+    pm_sim_free(&sim), pm_cost_free(&c), pm_sched_free(&s);
+    q = (pm_sched_req){.p = 1, .m = 2, .t = PM_COSTS_DEFAULT, .mem = PM_MEM_DEFAULT};
+    assert_int_equal(pm_sched_generate(&s, "zb-v", &q, &err), PM_OK);
+    assert_int_equal(pm_cost_init_uniform(&c, &s, q.t, q.mem, &err), PM_OK);
+    assert_int_equal(pm_sim_run(&sim, &s, &c, &err), PM_OK);
+    assert_true(sim.makespan == 6);
+    double ar[2] = {1, 2};
+    assert_int_equal(pm_sim_dp(&sim, &s, ar, &err), PM_OK);
+    assert_true(sim.red_start[1] == 5 && sim.red_end[1] == 7);
+    assert_true(sim.red_start[0] == 7 && sim.red_end[0] == 8);
+    assert_true(sim.dp_step == 8 && sim.dp_step_serial == 9);
+    pm_sim_free(&sim), pm_cost_free(&c), pm_sched_free(&s);
+    /* ring all-reduce: 2 (D-1) (a + n / (D bw)) */
+    assert_true(pm_allreduce_cost(4e6, 4, 1e3, 5) == 2.0 * 3 * (5 + 1e3));
+    assert_true(pm_allreduce_cost(4e6, 1, 1e3, 5) == 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_1f1b_hand_timed),
@@ -341,6 +387,7 @@ int main(void) {
         cmocka_unit_test(test_lower_bound_never_beaten),
         cmocka_unit_test(test_recompute_1f1b),
         cmocka_unit_test(test_recompute_in_formats),
+        cmocka_unit_test(test_data_parallel_sums),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

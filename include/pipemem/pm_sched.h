@@ -163,6 +163,10 @@ typedef struct {
     double bubble;     /* 1 - sum busy / (p * makespan) */
     double M;          /* activation of one microbatch through the model */
     int S, m;          /* stages and microbatches it was sized for */
+    /* data parallelism, filled by pm_sim_dp (NULL and 0 before) */
+    double *red_start, *red_end; /* (S) stage s's gradient reduction across replicas */
+    double dp_step;              /* the step with the reductions overlapped */
+    double dp_step_serial;       /* the step if each device reduced after its passes */
     double *scratch;   /* replay state: dependency ends, device free times; owned */
     int64_t *cursor;   /* (3p) replay state: next pass of each device, worklist of
                           devices to revisit, on-list flags; owned */
@@ -180,6 +184,20 @@ pm_status pm_sim_run(pm_sim *out, const pm_sched *s, const pm_cost *c, pm_err *e
 pm_status pm_sim_init(pm_sim *sim, const pm_sched *s, pm_err *err);
 pm_status pm_sim_replay(pm_sim *sim, const pm_sched *s, const pm_cost *c, pm_err *err);
 void pm_sim_free(pm_sim *sim);
+/* Data parallelism on a simulated schedule: D replicas each run it, and
+ * stage k's gradients are then summed across them, taking ar[k] (the cost
+ * of the sum, e.g. pm_allreduce_cost). A stage's sum starts when its last
+ * weight pass (W or BW) on its device ends; a device's link does one sum at
+ * a time, in the order its stages become ready (ties: lower stage first).
+ * Fills sim->red_start/red_end (allocated on the first call, reused after)
+ * and the step the simulator's way (per device, its first pass's start to
+ * the later of its last pass and its last sum; the largest), overlapped and
+ * with every device's sums after its own last pass. */
+pm_status pm_sim_dp(pm_sim *sim, const pm_sched *s, const double *ar, pm_err *err);
+/* A ring all-reduce of n bytes over D replicas, at bw bytes and latency a
+ * per time unit: 2 (D - 1) (a + n / (D bw)); 0 for D = 1. */
+double pm_allreduce_cost(double n, int D, double bw, double a);
+
 /* Peak of device d as a multiple of M. */
 static inline double pm_sim_peak_x(const pm_sim *sim, int d) { return sim->peak[d] / sim->M; }
 double pm_sim_peak_max_x(const pm_sim *sim);

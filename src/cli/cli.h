@@ -45,6 +45,8 @@ typedef struct {
     const char *out;    /* -o FILE */
     pm_sched_req req;   /* -p -m --chunks --costs --mem --mem-limit */
     int have_p, have_m; /* whether -p / -m were given */
+    int dp;             /* --dp: data-parallel replicas (1: none) */
+    double ar;          /* --allreduce-cost: one stage's gradient sum across them */
 } pm_cli_sched_opts;
 
 /* Parses the options above starting at argv[1]; any other option is an
@@ -65,6 +67,11 @@ pm_status pm_cli_plan_make(pm_cli_plan *pl, const char *kind, const pm_sched_req
                            pm_err *err);
 pm_status pm_cli_plan_adopt(pm_cli_plan *pl, const pm_sched_req *req, pm_err *err);
 void pm_cli_plan_free(pm_cli_plan *pl);
+/* With o->dp > 1: every stage's gradient sum across the replicas costs
+ * o->ar; the simulation gains them (pm_sim_dp). Nothing otherwise. */
+pm_status pm_cli_plan_dp(pm_cli_plan *pl, const pm_cli_sched_opts *o, pm_err *err);
+/* search and curve: 1 (printed) if --dp or --allreduce-cost was given. */
+int pm_cli_no_dp(const pm_cli_sched_opts *o, const char *cmd);
 /* 0 if format is one of text, csv, json, svg, trace; else prints, 1. */
 int pm_cli_sched_format_ok(const char *format);
 /* Before long work: 0 if path (NULL: stdout) can be written later; else

@@ -10,7 +10,8 @@
 
 static const char usage[] =
     "usage: pipemem compare -p P -m M [--costs F,B,W[,C]] [--mem F,B,W[,R]] [--mem-limit X]\n"
-    "                       [--chunks V] [--recompute] [--format table|json|csv] [-o FILE]\n"
+    "                       [--chunks V] [--recompute] [--dp D --allreduce-cost C]\n"
+    "                       [--format table|json|csv] [-o FILE]\n"
     "\n"
     "Every named schedule side by side: makespan, bubble rate, peak activation memory\n"
     "(max over devices and per device, as multiples of M, one microbatch's activation\n"
@@ -37,20 +38,25 @@ static double gap(const pm_cli_plan *pl) {
     return lb > 0 ? pl->sim.makespan / lb - 1 : 0;
 }
 
-static void print_table(FILE *f, const row *r, int n, const pm_sched_req *q) {
-    fprintf(f, "p=%d m=%d costs F=%g B=%g W=%g C=%g  mem F=%g B=%g W=%g\n", q->p, q->m, q->t.f,
+static void print_table(FILE *f, const row *r, int n, const pm_cli_sched_opts *o) {
+    const pm_sched_req *q = &o->req;
+    int dp = o->dp > 1;
+    fprintf(f, "p=%d m=%d costs F=%g B=%g W=%g C=%g  mem F=%g B=%g W=%g", q->p, q->m, q->t.f,
             q->t.b, q->t.w, q->t.c, q->mem.f, q->mem.b, q->mem.w);
-    fprintf(f, "%-12s %12s %8s %8s %9s  %s\n", "schedule", "makespan", "bubble", "gap",
-            "peak(xM)", "peak per device (xM)");
+    if (dp) fprintf(f, "  dp=%d sum per stage %g", o->dp, o->ar);
+    fprintf(f, "\n%-13s %12s %8s %8s %9s ", "schedule", "makespan", "bubble", "gap", "peak(xM)");
+    if (dp) fprintf(f, "%12s %12s ", "dp step", "dp serial");
+    fprintf(f, " %s\n", "peak per device (xM)");
     for (int i = 0; i < n; i++) {
         if (r[i].st) {
-            fprintf(f, "%-12s %12s %8s %8s %9s  %s\n", r[i].k->name, "-", "-", "-", "-",
+            fprintf(f, "%-13s %12s %8s %8s %9s  %s\n", r[i].k->name, "-", "-", "-", "-",
                     r[i].err.msg);
             continue;
         }
         const pm_sim *s = &r[i].pl.sim;
-        fprintf(f, "%-12s %12.6g %7.2f%% %7.2f%% %9.3f ", r[i].pl.s.kind, s->makespan,
+        fprintf(f, "%-13s %12.6g %7.2f%% %7.2f%% %9.3f ", r[i].pl.s.kind, s->makespan,
                 100 * s->bubble, 100 * gap(&r[i].pl), pm_sim_peak_max_x(s));
+        if (dp) fprintf(f, "%12.6g %12.6g ", s->dp_step, s->dp_step_serial);
         for (int d = 0; d < s->p; d++) fprintf(f, " %.3f", pm_sim_peak_x(s, d));
         fputc('\n', f);
     }
@@ -65,10 +71,12 @@ static void json_str(FILE *f, const char *s) {
     fputc('"', f);
 }
 
-static void print_json(FILE *f, const row *r, int n, const pm_sched_req *q) {
+static void print_json(FILE *f, const row *r, int n, const pm_cli_sched_opts *o) {
+    const pm_sched_req *q = &o->req;
     fprintf(f, "{\"p\": %d, \"m\": %d, \"costs\": [%.17g, %.17g, %.17g, %.17g], "
-            "\"mem\": [%.17g, %.17g, %.17g], \"schedules\": [", q->p, q->m, q->t.f, q->t.b,
-            q->t.w, q->t.c, q->mem.f, q->mem.b, q->mem.w);
+            "\"mem\": [%.17g, %.17g, %.17g], \"dp\": %d, \"allreduce_cost\": %.17g, "
+            "\"schedules\": [", q->p, q->m, q->t.f, q->t.b, q->t.w, q->t.c, q->mem.f, q->mem.b,
+            q->mem.w, o->dp, o->ar);
     for (int i = 0; i < n; i++) {
         fprintf(f, "%s\n  {\"kind\": ", i ? "," : "");
         json_str(f, r[i].st ? r[i].k->name : r[i].pl.s.kind);
@@ -85,13 +93,17 @@ static void print_json(FILE *f, const row *r, int n, const pm_sched_req *q) {
                 s->makespan, s->bubble, bound(&r[i].pl),
                 gap(&r[i].pl), pm_sim_peak_max_x(s));
         for (int d = 0; d < s->p; d++) fprintf(f, "%s%.17g", d ? ", " : "", pm_sim_peak_x(s, d));
-        fprintf(f, "]}");
+        fprintf(f, "]");
+        if (s->red_start)
+            fprintf(f, ", \"dp_step\": %.17g, \"dp_step_serial\": %.17g", s->dp_step,
+                    s->dp_step_serial);
+        fputc('}', f);
     }
     fprintf(f, "\n]}\n");
 }
 
-static void print_csv(FILE *f, const row *r, int n) {
-    fprintf(f, "kind,makespan,bubble,peak_max");
+static void print_csv(FILE *f, const row *r, int n, int dp) {
+    fprintf(f, "kind,makespan,bubble,peak_max%s", dp ? ",dp_step,dp_step_serial" : "");
     int p = n ? r[0].pl.s.p : 0;
     for (int i = 0; i < n; i++) if (!r[i].st) p = r[i].pl.sim.p;
     for (int d = 0; d < p; d++) fprintf(f, ",peak_%d", d);
@@ -101,6 +113,7 @@ static void print_csv(FILE *f, const row *r, int n) {
         const pm_sim *s = &r[i].pl.sim;
         fprintf(f, "%s,%.17g,%.17g,%.17g", r[i].pl.s.kind, s->makespan, s->bubble,
                 pm_sim_peak_max_x(s));
+        if (dp) fprintf(f, ",%.17g,%.17g", s->dp_step, s->dp_step_serial);
         for (int d = 0; d < s->p; d++) fprintf(f, ",%.17g", pm_sim_peak_x(s, d));
         fputc('\n', f);
     }
@@ -128,14 +141,15 @@ int pm_cmd_compare(int argc, char **argv) {
         else if (!q.v) q.v = 2;
         r[i].k = &kinds[i];
         r[i].st = pm_cli_plan_make(&r[i].pl, kinds[i].name, &q, &r[i].err);
+        if (!r[i].st) r[i].st = pm_cli_plan_dp(&r[i].pl, &o, &r[i].err);
     }
     pm_wfile w;
     FILE *f = pm_cli_out_open(&w, o.out);
     if (!f) rc = 1;
     else {
-        if (!strcmp(format, "table")) print_table(f, r, n, &o.req);
-        else if (!strcmp(format, "json")) print_json(f, r, n, &o.req);
-        else print_csv(f, r, n);
+        if (!strcmp(format, "table")) print_table(f, r, n, &o);
+        else if (!strcmp(format, "json")) print_json(f, r, n, &o);
+        else print_csv(f, r, n, o.dp > 1);
         rc = pm_cli_out_close(&w, 0, o.out);
     }
     for (int i = 0; i < n; i++) pm_cli_plan_free(&r[i].pl);

@@ -21,6 +21,9 @@ static const char usage[] =
     "                    and R what a recomputed F keeps (default F/16)\n"
     "  --mem-limit X     reject the schedule if a device exceeds X times M\n"
     "  --time-limit S    optimal, optimal-v: seconds the MILP may search (default 60)\n"
+    "  --dp D            D data-parallel replicas: each stage's gradients are summed\n"
+    "                    across them from the end of its last weight pass on\n"
+    "  --allreduce-cost C  that sum's time per stage, in the units of --costs\n"
     "  --format F        text (default), csv, json, svg or trace\n"
     "  -o FILE           write there instead of standard output (replaced whole, or\n"
     "                    left as it was on any error)\n"
@@ -39,6 +42,9 @@ static void summary(FILE *f, const pm_cli_plan *pl) {
             pl->sim.bubble, pm_sim_peak_max_x(&pl->sim));
     for (int d = 0; d < pl->s.p; d++) fprintf(f, " %.4f", pm_sim_peak_x(&pl->sim, d));
     fprintf(f, ")\n");
+    if (pl->sim.red_start)
+        fprintf(f, "# data parallel: step %.6g with the gradient sums overlapped, %.6g with each "
+                "device's sums after its passes\n", pl->sim.dp_step, pl->sim.dp_step_serial);
 }
 
 int pm_cmd_schedule(int argc, char **argv) {
@@ -60,6 +66,7 @@ int pm_cmd_schedule(int argc, char **argv) {
         if (!st && o.req.recompute) pl.s.recompute = 1;
         if (!st) st = pm_cli_plan_adopt(&pl, &o.req, &err);
     }
+    if (!st) st = pm_cli_plan_dp(&pl, &o, &err);
     if (st) {
         pm_cli_plan_free(&pl);
         return pm_cli_fail("%s", err.msg);

@@ -42,6 +42,7 @@ int pm_cmd_search(int argc, char **argv) {
     int rc = pm_cli_sched_parse(argc, argv, &o, usage);
     if (rc) return rc == 2 ? 0 : rc;
     if (o.kind || o.from) return pm_cli_fail("search: --kind/--from belong to 'schedule'");
+    if (pm_cli_no_dp(&o, "search")) return 1;
     if (!o.have_p || !o.have_m) return pm_cli_fail("search: needs -p P and -m M");
     if (!(o.req.mem_limit > 0))
         return pm_cli_fail("search: needs --mem-limit X (a multiple of M; 1.0 is 1F1B's peak)");

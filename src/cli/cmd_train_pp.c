@@ -221,7 +221,10 @@ static int write_outputs(const pm_cli_train_opts *o, const pm_pipe *pp, int ran)
         if (pm_wfile_open(&w, paths[k], &err)) return pm_cli_fail("%s", err.msg);
         char title[128];
         const pm_sched *sc = pm_pipe_schedule(pp);
-        snprintf(title, sizeof title, "%s p=%d m=%d: measured", sc->kind, sc->p, sc->m);
+        if (pm_pipe_replicas(pp) > 1)
+            snprintf(title, sizeof title, "%s p=%d m=%d, replica 0 of %d: measured", sc->kind,
+                     sc->p, sc->m, pm_pipe_replicas(pp));
+        else snprintf(title, sizeof title, "%s p=%d m=%d: measured", sc->kind, sc->p, sc->m);
         pm_status st = k ? pm_pipe_write_svg(pp, w.f, title, &err)
                          : pm_pipe_write_trace(pp, w.f, &err);
         if (st) {

@@ -7,7 +7,7 @@
 #include "cli.h"
 
 int pm_cli_sched_parse(int argc, char **argv, pm_cli_sched_opts *o, const char *usage) {
-    *o = (pm_cli_sched_opts){.req = {.t = PM_COSTS_DEFAULT, .mem = PM_MEM_DEFAULT}};
+    *o = (pm_cli_sched_opts){.req = {.t = PM_COSTS_DEFAULT, .mem = PM_MEM_DEFAULT}, .dp = 1};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
         int bad = 0;
@@ -24,6 +24,13 @@ int pm_cli_sched_parse(int argc, char **argv, pm_cli_sched_opts *o, const char *
         else if (!strcmp(a, "-p")) bad = pm_cli_int_range(a, val, 1, PM_SCHED_MAX_P, &o->req.p), o->have_p = 1;
         else if (!strcmp(a, "-m")) bad = pm_cli_int_range(a, val, 1, PM_SCHED_MAX_M, &o->req.m), o->have_m = 1;
         else if (!strcmp(a, "--chunks")) bad = pm_cli_int(a, val, 1, &o->req.v);
+        else if (!strcmp(a, "--dp")) bad = pm_cli_int_range(a, val, 1, 1024, &o->dp);
+        else if (!strcmp(a, "--allreduce-cost")) {
+            bad = pm_cli_double(a, val, &o->ar);
+            if (!bad && !(o->ar >= 0 && o->ar < 1e300))
+                bad = pm_cli_fail("--allreduce-cost must be >= 0 and finite (a time in the "
+                                  "units of --costs)");
+        }
         else if (!strcmp(a, "--costs")) bad = pm_cli_costs(val, &o->req.t);
         else if (!strcmp(a, "--mem")) bad = pm_cli_mem(val, &o->req.mem);
         else if (!strcmp(a, "--time-limit")) {
@@ -47,6 +54,26 @@ int pm_cli_sched_parse(int argc, char **argv, pm_cli_sched_opts *o, const char *
         }
         i++; /* every option but --help takes a value */
     }
+    return 0;
+}
+
+pm_status pm_cli_plan_dp(pm_cli_plan *pl, const pm_cli_sched_opts *o, pm_err *err) {
+    if (o->dp <= 1 && o->ar > 0)
+        return pm_errf(err, PM_ERR_ARG, "--allreduce-cost needs --dp D > 1 (one replica sums "
+                       "nothing)");
+    if (o->dp <= 1) return PM_OK;
+    double *ar = malloc((size_t)pl->s.S * sizeof *ar);
+    if (!ar) return pm_errf(err, PM_ERR_NOMEM, "out of memory");
+    for (int k = 0; k < pl->s.S; k++) ar[k] = o->ar;
+    pm_status st = pm_sim_dp(&pl->sim, &pl->s, ar, err);
+    free(ar);
+    return st;
+}
+
+int pm_cli_no_dp(const pm_cli_sched_opts *o, const char *cmd) {
+    if (o->dp > 1 || o->ar > 0)
+        return pm_cli_fail("%s: --dp and --allreduce-cost belong to 'schedule' and 'compare'",
+                           cmd);
     return 0;
 }
 

@@ -26,6 +26,8 @@ struct pm_pipe {
     pm_cost prof;         /* per stage: times profiled over the steps so far (forecast) */
     pm_sim fcast;         /* the forecast's simulation, sized at init */
     int64_t nprof;        /* steps folded into prof */
+    double *ar, *prof_ar; /* (S) data parallel: each stage's gradient sum, last step's
+                           * (the fastest replica's wait to done) and the profile's */
     size_t *peak;         /* (nd) measured peak bytes of the last step */
     size_t *pred_peak;    /* (nd) predicted peak bytes */
     size_t *arena_cap;    /* (nd) arena capacities (plan or first fit, the smaller) */

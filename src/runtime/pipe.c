@@ -70,6 +70,8 @@ static void pipe_free(pm_pipe *pp) {
     pm_free(pp->live_after);
     pm_free(pp->red0);
     pm_free(pp->red1);
+    pm_free(pp->ar);
+    pm_free(pp->prof_ar);
     pm_free(pp->report);
     pm_free(pp->loss_mb);
     pm_free(pp->dep_end);
@@ -326,6 +328,15 @@ static pm_status plan(pm_pipe *pp, pm_err *err) {
     if (!st) st = pm_cost_init(&pp->prof, pp->S, err);
     if (st) return st;
     for (int k = 0; k < pp->S; k++) pp->prof.st[k] = pp->cost.st[k];
+    if (pp->dp > 1) { /* the reductions' tables, sized here: a step allocates nothing */
+        pp->ar = pm_calloc((size_t)pp->S, sizeof(double));
+        pp->prof_ar = pm_calloc((size_t)pp->S, sizeof(double));
+        pp->fcast.red_start = pm_malloc((size_t)pp->S * sizeof(double));
+        pp->fcast.red_end = pm_malloc((size_t)pp->S * sizeof(double));
+        if (!pp->ar || !pp->prof_ar || !pp->fcast.red_start || !pp->fcast.red_end)
+            return nomem(err, "the reductions' tables");
+        if ((st = pm_sim_dp(&pp->pred, &pp->sched, pp->ar, err))) return st;
+    }
     for (int g = 0; g < pp->nd; g++) pp->pred_peak[g] = (size_t)pp->pred.peak[g % pp->p];
     return PM_OK;
 }
@@ -461,6 +472,8 @@ static void step_figures(pm_pipe *pp, double t_start, const pm_pipe_info *fc) {
     if (!pm_sim_replay(&pp->pred, &pp->sched, &pp->cost, &e2)) { /* the replay */
         in->pred_makespan_ms = pp->pred.makespan / 1e3;
         in->pred_bubble = pp->pred.bubble;
+        if (pp->dp > 1 && !pm_sim_dp(&pp->pred, &pp->sched, pp->ar, &e2))
+            in->pred_makespan_ms = pp->pred.dp_step / 1e3;
     }
     pm_pipe_profile_add(pp);
 }

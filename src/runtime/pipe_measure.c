@@ -39,6 +39,21 @@ static double measured_latency(const pm_pipe *pp) {
     return n && sum > 0 ? sum / (double)n : 0;
 }
 
+/* Data parallel: each stage's gradient sum as the simulator's ar: the
+ * shortest of its replicas' start-to-done times (the last replica's, once
+ * the partial sum has come, is the sum's own cost; the others also wait). */
+static void measured_sums(pm_pipe *pp) {
+    for (int k = 0; pp->dp > 1 && k < pp->S; k++) {
+        double best = INFINITY;
+        for (int r = 0; r < pp->dp; r++) {
+            size_t at = (size_t)(r * pp->p + pm_sched_stage_device(&pp->sched, k)) * pp->S + k;
+            double t = pp->red1[at] - pp->red0[at];
+            if (t < best) best = t;
+        }
+        pp->ar[k] = best > 0 ? best : 0;
+    }
+}
+
 /* Per-stage mean F, B, W times (us) of the step just run, and the latency,
  * into pp->cost (its memory deltas stay the model's bytes). */
 void pm_pipe_measure_costs(pm_pipe *pp) {
@@ -68,6 +83,7 @@ void pm_pipe_measure_costs(pm_pipe *pp) {
         if (c->rec) c->tb = c->tb > c->tf ? c->tb - c->tf : 0;
     }
     pp->cost.c = measured_latency(pp);
+    measured_sums(pp);
 }
 
 /* Folds the step just measured (pp->cost) into the profile the forecast
@@ -84,6 +100,8 @@ void pm_pipe_profile_add(pm_pipe *pp) {
         a->tw = w * a->tw + (1 - w) * b->tw;
     }
     pp->prof.c = w * pp->prof.c + (1 - w) * pp->cost.c;
+    for (int k = 0; pp->dp > 1 && k < pp->S; k++)
+        pp->prof_ar[k] = w * pp->prof_ar[k] + (1 - w) * pp->ar[k];
     pp->nprof++;
 }
 
@@ -95,20 +113,27 @@ void pm_pipe_forecast(pm_pipe *pp, pm_pipe_info *in) {
     if (pp->nprof > 1 && !pm_sim_replay(&pp->fcast, &pp->sched, &pp->prof, &e)) {
         in->forecast_makespan_ms = pp->fcast.makespan / 1e3;
         in->forecast_bubble = pp->fcast.bubble;
+        if (pp->dp > 1 && !pm_sim_dp(&pp->fcast, &pp->sched, pp->prof_ar, &e))
+            in->forecast_makespan_ms = pp->fcast.dp_step / 1e3;
     }
 }
 
-/* Measured makespan and bubble the simulator's way (span per device). */
+/* Measured makespan and bubble the simulator's way (span per device), over
+ * every replica's devices; with replicas a device's span runs to the later
+ * of its last pass and its stages' gradient sums. */
 void pm_pipe_measure_span(const pm_pipe *pp, double *makespan, double *bubble) {
     double mk = 0, busy = 0;
-    for (int d = 0; d < pp->p; d++) {
-        int64_t base = (int64_t)d * pp->sched.cap, n = pp->sched.len[d];
+    for (int g = 0; g < pp->nd; g++) {
+        int d = g % pp->p;
+        int64_t base = (int64_t)g * pp->sched.cap, n = pp->sched.len[d];
         if (!n) continue;
-        double span = pp->t1[base + n - 1] - pp->t0[base];
-        if (span > mk) mk = span;
+        double end = pp->t1[base + n - 1];
+        for (int k = 0; pp->dp > 1 && k < pp->S; k++)
+            if (pm_sched_stage_device(&pp->sched, k) == d && pp->red1[(size_t)g * pp->S + k] > end)
+                end = pp->red1[(size_t)g * pp->S + k];
+        if (end - pp->t0[base] > mk) mk = end - pp->t0[base];
         for (int64_t i = 0; i < n; i++) busy += pp->t1[base + i] - pp->t0[base + i];
     }
     *makespan = mk;
-    *bubble = mk > 0 ? 1.0 - busy / (pp->p * mk) : 0;
+    *bubble = mk > 0 ? 1.0 - busy / (pp->nd * mk) : 0;
 }
-

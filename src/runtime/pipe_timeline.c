@@ -1,6 +1,7 @@
 /* pipe_timeline.c: the last step as measured, as a pm_sim (start and end
- * of every pass in us, arena bytes after each), and its writers: a Chrome
- * trace and an SVG timeline in the schedule engine's formats. */
+ * of every pass in us, arena bytes after each; with replicas, replica 0's
+ * devices and their gradient sums), and its writers: a Chrome trace and an
+ * SVG timeline in the schedule engine's formats. */
 #include <string.h>
 
 #include "runtime/internal.h"
@@ -25,6 +26,19 @@ pm_status pm_pipe_timeline(const pm_pipe *pp, pm_sim *out, pm_err *err) {
     }
     pm_pipe_measure_span(pp, &t->makespan, &t->bubble);
     t->M = pm_cost_M(&pp->cost);
+    if (pp->dp == 1) return PM_OK;
+    /* replica 0's devices, with their stages' gradient sums as their own bars */
+    t->red_start = pm_malloc((size_t)pp->S * sizeof(double));
+    t->red_end = pm_malloc((size_t)pp->S * sizeof(double));
+    if (!t->red_start || !t->red_end) {
+        pm_sim_free(t);
+        return pm_errf(err, PM_ERR_NOMEM, "out of memory for the timeline");
+    }
+    for (int k = 0; k < pp->S; k++) {
+        size_t at = (size_t)pm_sched_stage_device(&pp->sched, k) * pp->S + k;
+        t->red_start[k] = pp->red0[at], t->red_end[k] = pp->red1[at];
+    }
+    t->dp_step = t->makespan;
     return PM_OK;
 }
 

@@ -183,6 +183,22 @@ pm_status pm_sched_write_json(FILE *f, const pm_sched *s, const pm_cost *c, cons
     out_num(f, sim ? pm_sim_peak_max_x(sim) : NAN);
     fputs(",\n  \"M\": ", f);
     out_num(f, sim ? sim->M : c ? pm_cost_M(c) : NAN);
+    if (sim && sim->red_start) {
+        fputs(",\n  \"dp\": {\"step\": ", f);
+        out_num(f, sim->dp_step);
+        fputs(", \"step_serial\": ", f);
+        out_num(f, sim->dp_step_serial);
+        fputs(", \"reduce\": [", f);
+        for (int k = 0; k < s->S; k++) {
+            fprintf(f, "%s{\"stage\": %d, \"device\": %d, \"start\": ", k ? ", " : "", k,
+                    pm_sched_stage_device(s, k));
+            out_num(f, sim->red_start[k]);
+            fputs(", \"end\": ", f);
+            out_num(f, sim->red_end[k]);
+            fputc('}', f);
+        }
+        fputs("]}", f);
+    }
     fputs(",\n  \"devices\": [", f);
     for (int d = 0; d < s->p; d++) {
         fputs(d ? ",\n" : "\n", f);
@@ -193,6 +209,8 @@ pm_status pm_sched_write_json(FILE *f, const pm_sched *s, const pm_cost *c, cons
 }
 
 /* ---- SVG ----------------------------------------------------------------- */
+
+#define SVG_REDUCE "#7a3fb8"
 
 /* Light (first chunk) and dark (last chunk) RGB per kind: F, B, W, BW. */
 static const unsigned char svg_light[PM_PASS_COUNT][3] = {
@@ -231,6 +249,8 @@ static svg_geo svg_layout(const pm_sched *s, const pm_sim *sim) {
             if (dur > 0 && dur < dmin) dmin = dur;
             if (sim->end[at] > span) span = sim->end[at];
         }
+    for (int k = 0; sim->red_end && k < s->S; k++)
+        if (sim->red_end[k] > span) span = sim->red_end[k];
     /* Time runs from 0 to the last end (a device's span may start late).
      * Aim for the shortest pass to fit two digits, within 600..8000 px. */
     if (!(span > 0) || !isfinite(span)) span = 1;
@@ -272,6 +292,28 @@ static void svg_head(FILE *f, const pm_sched *s, const pm_sim *sim, const char *
     if (s->v > 1)
         fprintf(f, "<text x=\"%.0f\" y=\"42\">light: chunk 0, dark: chunk %d%s</text>\n", x,
                 s->v - 1, s->place == PM_PLACE_V ? " (V return leg)" : "");
+    if (sim->red_start)
+        fprintf(f, "<rect x=\"%.0f\" y=\"38\" width=\"14\" height=\"6\" fill=\"%s\"/>"
+                   "<text x=\"%.0f\" y=\"42\">gradient sum across replicas</text>\n",
+                x + (s->v > 1 ? 300 : 0), SVG_REDUCE, x + (s->v > 1 ? 318 : 18));
+    fputs("</g>\n", f);
+}
+
+/* Data parallelism: each stage's gradient sum, a thin bar along the bottom
+ * of its device's row (the link works while the device computes). */
+static void svg_reductions(FILE *f, const pm_sched *s, const pm_sim *sim, const svg_geo *g) {
+    if (!sim->red_start) return;
+    fputs("<g class=\"reduce\">\n", f);
+    for (int k = 0; k < s->S; k++) {
+        int d = pm_sched_stage_device(s, k);
+        double x = g->left + sim->red_start[k] * g->k;
+        double w = (sim->red_end[k] - sim->red_start[k]) * g->k, h = (g->row_h - g->gap) / 4;
+        if (!isfinite(x) || !isfinite(w)) continue;
+        fprintf(f, "<rect x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"%.1f\" fill=\"%s\">"
+                   "<title>device %d: gradient sum of stage %d, %g to %g</title></rect>\n",
+                x, g->top + d * g->row_h + (g->row_h - g->gap) - h, w > 0.3 ? w : 0.3, h,
+                SVG_REDUCE, d, k, sim->red_start[k], sim->red_end[k]);
+    }
     fputs("</g>\n", f);
 }
 
@@ -339,6 +381,7 @@ pm_status pm_sched_write_svg(FILE *f, const pm_sched *s, const pm_sim *sim, cons
         for (int64_t i = 0; i < s->len[d]; i++) svg_pass(f, s, sim, &g, d, i, tips);
         fputs("</g>\n", f);
     }
+    svg_reductions(f, s, sim, &g);
     svg_axis(f, &g, g.t_end);
     fputs("</svg>\n", f);
     return ferror(f) ? PM_ERR_IO : PM_OK;
@@ -364,6 +407,9 @@ pm_status pm_sched_write_trace(FILE *f, const pm_sched *s, const pm_sim *sim) {
                    "\"args\": {\"name\": \"device %d\"}},\n  {\"ph\": \"M\", \"pid\": 0, "
                    "\"tid\": %d, \"name\": \"thread_sort_index\", \"args\": {\"sort_index\": %d}}",
                 d, d, d, d);
+    for (int d = 0; sim->red_start && d < s->p; d++)
+        fprintf(f, ",\n  {\"ph\": \"M\", \"pid\": 0, \"tid\": %d, \"name\": \"thread_name\", "
+                   "\"args\": {\"name\": \"device %d: gradient sums\"}}", s->p + d, d);
     for (int d = 0; d < s->p; d++) {
         const pm_pass *ps = pm_sched_dev(s, d);
         for (int64_t i = 0; i < s->len[d]; i++) {
@@ -378,6 +424,16 @@ pm_status pm_sched_write_trace(FILE *f, const pm_sched *s, const pm_sim *sim) {
             fprintf(f, ", \"args\": {\"stage\": %d, \"mb\": %d, \"chunk\": %d}}", (int)ps[i].stage,
                     (int)ps[i].mb, out_chunk(s, ps[i].stage));
         }
+    }
+    /* data parallelism: each device's link on its own track (tid p + d) */
+    for (int k = 0; sim->red_start && k < s->S; k++) {
+        int d = pm_sched_stage_device(s, k);
+        fprintf(f, ",\n  {\"ph\": \"X\", \"pid\": 0, \"tid\": %d, \"name\": \"sum stage %d\", "
+                   "\"cat\": \"reduce\", \"ts\": ", s->p + d, k);
+        out_num(f, sim->red_start[k]);
+        fputs(", \"dur\": ", f);
+        out_num(f, sim->red_end[k] - sim->red_start[k]);
+        fprintf(f, ", \"args\": {\"stage\": %d}}", k);
     }
     fputs("\n ]\n}\n", f);
     return ferror(f) ? PM_ERR_IO : PM_OK;

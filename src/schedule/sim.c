@@ -33,6 +33,8 @@ void pm_sim_free(pm_sim *sim) {
     pm_free(sim->peak_at);
     pm_free(sim->scratch);
     pm_free(sim->cursor);
+    pm_free(sim->red_start);
+    pm_free(sim->red_end);
     *sim = (pm_sim){0};
 }
 
