@@ -483,6 +483,14 @@ static void test_cli_limits_and_messages(void **state) {
     expect_one_line(bin, "block /dev/zero", "/dev/zero: larger than the 67108864");
     expect_one_line(bin, "schedule --from /tmp", "/tmp: is a directory");
     expect_one_line(bin, "block /tmp", "/tmp: is a directory");
+    /* data parallelism's options */
+    expect_one_line(bin, "schedule --kind 1f1b -p 2 -m 2 --dp 0", "--dp: 0 is outside");
+    expect_one_line(bin, "schedule --kind 1f1b -p 2 -m 2 --dp 2 --allreduce-cost -1",
+                    "--allreduce-cost must be >= 0");
+    expect_one_line(bin, "schedule --kind 1f1b -p 2 -m 2 --allreduce-cost 1",
+                    "--allreduce-cost needs --dp D > 1");
+    expect_one_line(bin, "search -p 2 -m 4 --mem-limit 1 --dp 2",
+                    "--dp and --allreduce-cost belong to 'schedule' and 'compare'");
 }
 
 /* 1.5: a bad option or a failed run leaves an existing -o file as it was;
