@@ -271,7 +271,9 @@ typedef struct {
     double grad_norm;        /* global norm before clipping */
     double lr;               /* learning rate used */
     double step_ms;          /* wall time of the whole step (passes + norm + AdamW) */
-    double makespan_ms;      /* measured: max over devices of last pass end - first start */
+    double makespan_ms;      /* measured: max over devices of last pass end - first start
+                              * (with replicas: of every replica's devices, up to the end of
+                              * their stages' gradient sums) */
     double bubble;           /* measured: 1 - busy / (p * makespan) */
     double pred_makespan_ms; /* REPLAY: the simulator fed with this step's own per-stage
                               * mean pass times and latency (checks the executor against
