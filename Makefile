@@ -10,6 +10,9 @@
 #   make demo       install missing packages, build, run the main job
 #   make bench      build and run the benchmarks
 #   make fuzz       build every fuzz target with libFuzzer (clang)
+#   make install    bin/pipemem, lib/libpipemem.{a,so}, include/pipemem/*.h,
+#                   lib/pkgconfig/pipemem.pc, share/pipemem/blocks, the man page,
+#                   under PREFIX (/usr/local) and DESTDIR; make uninstall removes them
 #
 # Fuzz targets: every fuzz/fuzz_NAME.c defines LLVMFuzzerTestOneInput; its
 # seeds are fuzz/seeds/NAME/ and the inputs that once failed are kept in
@@ -72,8 +75,18 @@ REPLAY_BIN := $(FUZZ_NAMES:%=$(BUILD)/replay/replay_%)
 BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 LIB := $(BUILD)/libpipemem.a
 BIN := $(BUILD)/pipemem
+# The shared library: the same sources compiled position-independent.
+VERSION := $(shell sed -n 's/^\#define PM_VERSION "\(.*\)"/\1/p' include/pipemem/pm_util.h)
+SOMAJOR := $(firstword $(subst ., ,$(VERSION)))
+SONAME := libpipemem.so.$(SOMAJOR)
+SO := $(BUILD)/libpipemem.so.$(VERSION)
+PIC_OBJ := $(LIB_SRC:%.c=$(BUILD)/pic/%.o)
+MAN := $(BUILD)/pipemem.1
+PC := $(BUILD)/pipemem.pc
+PREFIX ?= /usr/local
+LIBDIR ?= $(PREFIX)/lib
 
-.PHONY: all test check asan tsan demo deps bench fuzz clean
+.PHONY: all test check asan tsan demo deps bench fuzz clean install uninstall install-check
 all: $(LIB) $(BIN)
 
 $(BUILD)/obj/%.o: %.c
@@ -87,9 +100,52 @@ $(LIB): $(LIB_OBJ)
 $(BIN): $(CLI_OBJ) $(LIB)
 	$(CC) $(FINAL_CFLAGS) -o $@ $(CLI_OBJ) $(LIB) $(FINAL_LIBS)
 
+$(BUILD)/pic/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(FINAL_CFLAGS) -fPIC -c $< -o $@
+
+$(SO): $(PIC_OBJ)
+	$(CC) $(FINAL_CFLAGS) -shared -Wl,-soname,$(SONAME) -o $@ $^ $(FINAL_LIBS)
+
+# The man page comes from the binary's own --help texts.
+$(MAN): $(BIN) scripts/manpage.sh
+	scripts/manpage.sh $(BIN) > $@.tmp && mv $@.tmp $@
+
+$(PC): scripts/pipemem.pc.in include/pipemem/pm_util.h
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(LIBDIR)|' -e 's|@VERSION@|$(VERSION)|' \
+	  -e 's|@PRIVATE@|$(strip $(BLAS_LIBS) $(CBC_LIBS) $(MPI_LIBS) -lm -lpthread)|' $< > $@
+
+install: all $(SO) $(MAN) $(PC)
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(LIBDIR)/pkgconfig \
+	  $(DESTDIR)$(PREFIX)/include/pipemem $(DESTDIR)$(PREFIX)/share/pipemem/blocks \
+	  $(DESTDIR)$(PREFIX)/share/man/man1
+	install -m 755 $(BIN) $(DESTDIR)$(PREFIX)/bin/pipemem
+	install -m 644 $(LIB) $(DESTDIR)$(LIBDIR)/libpipemem.a
+	install -m 755 $(SO) $(DESTDIR)$(LIBDIR)/libpipemem.so.$(VERSION)
+	ln -sf libpipemem.so.$(VERSION) $(DESTDIR)$(LIBDIR)/$(SONAME)
+	ln -sf $(SONAME) $(DESTDIR)$(LIBDIR)/libpipemem.so
+	install -m 644 include/pipemem/*.h $(DESTDIR)$(PREFIX)/include/pipemem/
+	install -m 644 $(PC) $(DESTDIR)$(LIBDIR)/pkgconfig/pipemem.pc
+	install -m 644 blocks/*.block $(DESTDIR)$(PREFIX)/share/pipemem/blocks/
+	install -m 644 $(MAN) $(DESTDIR)$(PREFIX)/share/man/man1/pipemem.1
+
+uninstall:
+	rm -f $(DESTDIR)$(PREFIX)/bin/pipemem $(DESTDIR)$(LIBDIR)/libpipemem.a \
+	  $(DESTDIR)$(LIBDIR)/libpipemem.so.$(VERSION) $(DESTDIR)$(LIBDIR)/$(SONAME) \
+	  $(DESTDIR)$(LIBDIR)/libpipemem.so $(DESTDIR)$(LIBDIR)/pkgconfig/pipemem.pc \
+	  $(DESTDIR)$(PREFIX)/share/man/man1/pipemem.1
+	rm -rf $(DESTDIR)$(PREFIX)/include/pipemem $(DESTDIR)$(PREFIX)/share/pipemem
+
+# Installs into a temporary DESTDIR, builds examples/ against it with
+# pkg-config (shared and static), runs it, renders the man page, uninstalls.
+install-check: all $(SO) $(MAN) $(PC)
+	@scripts/install_check.sh "$(MAKE)" "$(BUILD)"
+
 $(BUILD)/obj/tests/%.o: FINAL_CFLAGS += $(CHECK_CFLAGS)
-$(BUILD)/obj/src/schedule/milp.o: FINAL_CFLAGS += $(if $(CBC_LIBS),-DPM_HAVE_CBC)
-$(BUILD)/obj/src/runtime/transport_mpi.o: FINAL_CFLAGS += $(if $(MPI_LIBS),-DPM_HAVE_MPI $(MPI_CFLAGS))
+$(BUILD)/obj/src/schedule/milp.o $(BUILD)/pic/src/schedule/milp.o: \
+  FINAL_CFLAGS += $(if $(CBC_LIBS),-DPM_HAVE_CBC)
+$(BUILD)/obj/src/runtime/transport_mpi.o $(BUILD)/pic/src/runtime/transport_mpi.o: \
+  FINAL_CFLAGS += $(if $(MPI_LIBS),-DPM_HAVE_MPI $(MPI_CFLAGS))
 $(BUILD)/bench/bench_mpi: FINAL_CFLAGS += $(if $(MPI_LIBS),-DPM_HAVE_MPI $(MPI_CFLAGS))
 
 $(BUILD)/tests/%: tests/%.c $(TEST_HELP_OBJ) $(LIB)
@@ -115,8 +171,9 @@ deps:
 # check: the tests and the fuzz replay against this build; test: deps,
 # check, the same suite under AddressSanitizer and UndefinedBehaviorSanitizer,
 # then the threaded tests under ThreadSanitizer.
-check: all $(TEST_BIN) $(REPLAY_BIN)
+check: all $(TEST_BIN) $(REPLAY_BIN) $(if $(SAN),,$(SO) $(MAN) $(PC))
 	@PM_BIN=$(BIN) scripts/run_tests.sh $(TEST_BIN) $(REPLAY_BIN)
+	@$(if $(SAN),true,scripts/install_check.sh "$(MAKE)" "$(BUILD)")
 
 asan:
 	@$(MAKE) --no-print-directory BUILD=build/asan CFLAGS="-O1 -g $(filter -Werror,$(CFLAGS))" \
@@ -171,4 +228,4 @@ build/fuzz/fuzz_%: fuzz/fuzz_%.c $(LIB)
 clean:
 	rm -rf build
 
--include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_HELP_OBJ:.o=.d)
+-include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_HELP_OBJ:.o=.d) $(PIC_OBJ:.o=.d)

@@ -11,6 +11,11 @@
 #include <stdint.h>
 #include <stdio.h>
 
+/* The library's version (the shared library's soname takes the major). */
+#define PM_VERSION "0.1.0"
+/* The version the library was built as (PM_VERSION of its build). */
+const char *pm_version(void);
+
 typedef enum {
     PM_OK = 0,
     PM_ERR_NOMEM,     /* an allocation failed */

@@ -19,13 +19,18 @@ static const pm_cli_cmd cmds[] = {
 };
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: pipemem <command> [options]   (pipemem <command> --help for more)\n\n");
+    fprintf(f, "usage: pipemem <command> [options]   (pipemem <command> --help for more)\n"
+               "       pipemem --version\n\n");
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
         fprintf(f, "  %-10s %s\n", cmds[i].name, cmds[i].summary);
 }
 
 int main(int argc, char **argv) {
     pm_cli_blas_reexec(argv); /* OpenBLAS on a CPU it does not know: see reexec.c */
+    if (argc >= 2 && !strcmp(argv[1], "--version")) {
+        printf("pipemem %s\n", pm_version());
+        return 0;
+    }
     if (argc < 2 || !strcmp(argv[1], "help") || !strcmp(argv[1], "--help") ||
         !strcmp(argv[1], "-h")) {
         usage(argc < 2 ? stderr : stdout);

@@ -16,6 +16,8 @@ static const char *const status_names[] = {
 _Static_assert(sizeof(status_names) / sizeof(status_names[0]) == PM_STATUS_COUNT,
                "one name per pm_status");
 
+const char *pm_version(void) { return PM_VERSION; }
+
 const char *pm_status_str(pm_status st) {
     if ((int)st < 0 || st >= PM_STATUS_COUNT) return "unknown status";
     return status_names[st];
