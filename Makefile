@@ -47,6 +47,12 @@ ifeq ($(SELF_INSTALLING),)
   ifeq ($(NO_CBC),)
     CBC_LIBS := $(shell pkg-config --libs cbc 2>/dev/null)
   endif
+  # Subword tokenizers (--tokenizer) are built when SentencePiece is there
+  # (libsentencepiece-dev, whose API is C++: src/data/spm.cc); NO_SPM=1
+  # builds without it (the options then say so).
+  ifeq ($(NO_SPM),)
+    SPM_LIBS := $(shell pkg-config --libs sentencepiece 2>/dev/null)
+  endif
   # The MPI transport (--transport mpi) is built when OpenMPI's headers are
   # there (libopenmpi-dev); NO_MPI=1 builds without it (it then says so).
   ifeq ($(NO_MPI),)
@@ -57,9 +63,15 @@ endif
 
 FINAL_CFLAGS = $(PM_CFLAGS) $(BLAS_CFLAGS) $(CFLAGS)
 # OpenBLAS first: CBC pulls in -lblas, and sgemm must come from OpenBLAS.
-FINAL_LIBS = $(BLAS_LIBS) $(CBC_LIBS) $(MPI_LIBS) -lm -lpthread $(SAN) $(LDFLAGS)
+FINAL_LIBS = $(BLAS_LIBS) $(CBC_LIBS) $(MPI_LIBS) $(if $(SPM_LIBS),$(SPM_LIBS) -lstdc++) \
+  -lm -lpthread $(SAN) $(LDFLAGS)
+CXX ?= g++
+FINAL_CXXFLAGS = -std=c++17 -Wall -Wextra -Wshadow -MMD -MP -Iinclude -Isrc $(SAN) $(CFLAGS)
 
 LIB_SRC := $(sort $(wildcard src/util/*.c src/schedule/*.c src/model/*.c src/data/*.c src/train/*.c src/runtime/*.c src/select/*.c))
+# the tokenizer: SentencePiece's C++ face, or the stub that says it is missing
+LIB_SRC := $(filter-out $(if $(SPM_LIBS),src/data/tokenizer_none.c),$(LIB_SRC))
+LIB_CXX := $(if $(SPM_LIBS),src/data/spm.cc)
 CLI_SRC := $(sort $(wildcard src/cli/*.c))
 TEST_SRC := $(sort $(wildcard tests/test_*.c))
 TEST_HELP_SRC := $(filter-out $(TEST_SRC),$(sort $(wildcard tests/*.c)))
@@ -67,7 +79,7 @@ BENCH_SRC := $(sort $(wildcard bench/*.c))
 FUZZ_SRC := $(sort $(wildcard fuzz/fuzz_*.c))
 FUZZ_NAMES := $(FUZZ_SRC:fuzz/fuzz_%.c=%)
 
-LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
+LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(LIB_CXX:%.cc=$(BUILD)/obj/%.o)
 CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/obj/%.o)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 TEST_HELP_OBJ := $(TEST_HELP_SRC:%.c=$(BUILD)/obj/%.o)
@@ -80,7 +92,7 @@ VERSION := $(shell sed -n 's/^\#define PM_VERSION "\(.*\)"/\1/p' include/pipemem
 SOMAJOR := $(firstword $(subst ., ,$(VERSION)))
 SONAME := libpipemem.so.$(SOMAJOR)
 SO := $(BUILD)/libpipemem.so.$(VERSION)
-PIC_OBJ := $(LIB_SRC:%.c=$(BUILD)/pic/%.o)
+PIC_OBJ := $(LIB_SRC:%.c=$(BUILD)/pic/%.o) $(LIB_CXX:%.cc=$(BUILD)/pic/%.o)
 MAN := $(BUILD)/pipemem.1
 PC := $(BUILD)/pipemem.pc
 PREFIX ?= /usr/local
@@ -92,6 +104,14 @@ all: $(LIB) $(BIN)
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(FINAL_CFLAGS) -c $< -o $@
+
+$(BUILD)/obj/%.o: %.cc
+	@mkdir -p $(dir $@)
+	$(CXX) $(FINAL_CXXFLAGS) -c $< -o $@
+
+$(BUILD)/pic/%.o: %.cc
+	@mkdir -p $(dir $@)
+	$(CXX) $(FINAL_CXXFLAGS) -fPIC -c $< -o $@
 
 $(LIB): $(LIB_OBJ)
 	@rm -f $@
@@ -113,7 +133,7 @@ $(MAN): $(BIN) scripts/manpage.sh
 
 $(PC): scripts/pipemem.pc.in include/pipemem/pm_util.h
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(LIBDIR)|' -e 's|@VERSION@|$(VERSION)|' \
-	  -e 's|@PRIVATE@|$(strip $(BLAS_LIBS) $(CBC_LIBS) $(MPI_LIBS) -lm -lpthread)|' $< > $@
+	  -e 's|@PRIVATE@|$(strip $(BLAS_LIBS) $(CBC_LIBS) $(MPI_LIBS) $(if $(SPM_LIBS),$(SPM_LIBS) -lstdc++) -lm -lpthread)|' $< > $@
 
 install: all $(SO) $(MAN) $(PC)
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(LIBDIR)/pkgconfig \

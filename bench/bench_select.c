@@ -56,18 +56,16 @@ static double forecast(const pm_select_task *t, int D, pm_select_policy pol) {
 }
 
 int main(void) {
-    pm_tokens tok = {0};
     pm_err e;
     const char *corpus = "/usr/share/games/fortunes/fortunes";
     char *text = NULL;
     size_t len = 0;
-    if (!access(corpus, R_OK) && !pm_read_file(corpus, PM_CORPUS_MAX, &text, &len, &e)) {
-        tok.tok = (uint8_t *)text, tok.n = len;
-    } else { /* generated text */
-        tok.n = 400000;
-        tok.tok = malloc(tok.n);
-        for (size_t i = 0; i < tok.n; i++) tok.tok[i] = (uint8_t)("the quick brown fox "[i % 20]);
+    if (access(corpus, R_OK) || pm_read_file(corpus, PM_CORPUS_MAX, &text, &len, &e)) {
+        len = 400000; /* generated text */
+        text = malloc(len);
+        for (size_t i = 0; i < len; i++) text[i] = "the quick brown fox "[i % 20];
     }
+    pm_tokens tok = PM_TOKENS_BYTES(text, len);
     const int D = 2;
     pm_select_task t[NT];
     make_tasks(t);
@@ -130,7 +128,7 @@ int main(void) {
         pm_select_stats_free(&st);
     }
     for (int i = 0; i < NT; i++) pm_select_task_free(&t[i]);
-    free(tok.tok);
+    free(text);
     rmdir(spill);
     return 0;
 }

@@ -1,10 +1,12 @@
 /* fuzz_tokens.c: libFuzzer target for the token-file reader (pm_tokens_read,
- * data.c) through the file API, as `train` reads DIR/train.bin.
+ * tokfile.c) through the file API, as `train` reads DIR/train.bin: versions
+ * 1 and 2 and llm.c's files.
  *
  * Beyond the sanitizers' "no crash, no out-of-bounds access, no leak": a file
- * the reader accepts holds exactly header + n tokens whose FNV-1a-64 is the
- * header's, and a loader over it draws windows inside the data. A rejection
- * must come with a one-line message naming the file. A violation aborts.
+ * the reader accepts holds exactly header + n tokens of its width (a
+ * pipemem file's FNV-1a-64 the header's), every id below the vocabulary, and
+ * a loader over it draws windows inside the data. A rejection must come
+ * with a one-line message naming the file. A violation aborts.
  *
  *   make fuzz
  *   build/fuzz/fuzz_tokens -max_total_time=120 build/fuzz/corpus/tokens fuzz/seeds/tokens
@@ -18,15 +20,20 @@
 #include "pipemem/pm_data.h"
 
 static void check_accepted(const pm_tokens *t, const uint8_t *data, size_t size) {
-    if (size != PM_TOK_HEADER + t->n) abort();
-    if (memcmp(t->tok, data + PM_TOK_HEADER, t->n)) abort();
-    if (pm_fnv1a64(PM_FNV_OFFSET, t->tok, t->n) != pm_get_u64(data + 24)) abort();
+    int pm = size >= 8 && !memcmp(data, PM_TOK_MAGIC, 8);
+    size_t head = !pm ? PM_LLMC_HEADER : pm_get_u32(data + 8) == 1 ? PM_TOK_HEADER : PM_TOK_HEADER2;
+    size_t bytes = t->n * (size_t)t->width;
+    if (size != head + bytes || memcmp(t->tok, data + head, bytes)) abort();
+    if (pm && pm_fnv1a64(PM_FNV_OFFSET, t->tok, bytes) != pm_get_u64(data + 24)) abort();
+    for (size_t i = 0; i < t->n; i++)
+        if (pm_tok_at(t, i) >= t->vocab) abort();
     pm_loader ld;
     if (pm_loader_init(&ld, t, 1, 7, "fuzz", NULL) == PM_OK) {
         int32_t in[4], tg[4];
         pm_loader_next(&ld, 4, in, tg);
         for (int i = 0; i < 4; i++)
-            if (in[i] < 0 || in[i] >= PM_TOK_VOCAB || tg[i] < 0 || tg[i] >= PM_TOK_VOCAB) abort();
+            if (in[i] < 0 || (uint32_t)in[i] >= t->vocab || tg[i] < 0 || (uint32_t)tg[i] >= t->vocab)
+                abort();
     }
 }
 

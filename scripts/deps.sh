@@ -2,14 +2,15 @@
 # Installs the Debian packages pipemem needs, if any are missing; extra
 # package names given as arguments are added (make bench adds python3-torch,
 # the benchmark's peer).
-# Build: gcc make pkg-config libopenblas-dev libcmocka-dev
+# Build: gcc g++ make pkg-config libopenblas-dev libcmocka-dev
+# Subword tokenizers (--tokenizer): libsentencepiece-dev
 # Test output checks: libjansson-dev (Chrome traces), libxml2-dev (SVG timelines)
 # MPI transport: libopenmpi-dev openmpi-bin
 # Exact schedules (--kind optimal): coinor-libcbc-dev (COIN-OR CBC, a MILP solver)
 # make install's check (man page, soname): man-db groff-base binutils
 # Demo corpus: fortunes.   Reference vectors: python3-torch (optional, see README).
 set -eu
-PKGS="gcc make pkg-config libopenblas-dev libcmocka-dev libjansson-dev libxml2-dev libopenmpi-dev openmpi-bin coinor-libcbc-dev man-db groff-base binutils fortunes $*"
+PKGS="gcc g++ make pkg-config libopenblas-dev libcmocka-dev libjansson-dev libxml2-dev libopenmpi-dev openmpi-bin coinor-libcbc-dev libsentencepiece-dev man-db groff-base binutils fortunes $*"
 missing=""
 for p in $PKGS; do
     if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then

@@ -59,7 +59,7 @@ static void test_prepare_split_and_roundtrip(void **state) {
     const char *files[] = {in1, in2};
     pm_err err = {{0}};
     pm_prepare_stats st;
-    assert_int_equal(pm_data_prepare(files, 2, dir, &st, &err), PM_OK);
+    assert_int_equal(pm_data_prepare(files, 2, dir, NULL, 0, &st, &err), PM_OK);
     assert_int_equal(st.total, 100);
     assert_int_equal(st.n_train, 90);
     assert_int_equal(st.n_val, 10);
@@ -88,12 +88,12 @@ static void test_prepare_empty_text(void **state) {
     write_text(in, "", 0);
     const char *files[] = {in};
     pm_err err = {{0}};
-    assert_int_equal(pm_data_prepare(files, 1, dir, NULL, &err), PM_ERR_ARG);
+    assert_int_equal(pm_data_prepare(files, 1, dir, NULL, 0, NULL, &err), PM_ERR_ARG);
     assert_non_null(strstr(err.msg, "no bytes"));
     assert_null(strchr(err.msg, '\n'));
     snprintf(in, sizeof in, "%s/missing.txt", tmpdir);
     const char *missing[] = {in};
-    assert_int_equal(pm_data_prepare(missing, 1, dir, NULL, &err), PM_ERR_IO);
+    assert_int_equal(pm_data_prepare(missing, 1, dir, NULL, 0, NULL, &err), PM_ERR_IO);
     assert_non_null(strstr(err.msg, "missing.txt"));
 }
 
@@ -105,9 +105,9 @@ static void damaged(const char *path, int how) {
     assert_int_equal(pm_tokens_write(path, tok, 50, &err), PM_OK);
     FILE *f = fopen(path, "r+b");
     assert_non_null(f);
-    if (how == 0) { /* version 2 */
+    if (how == 0) { /* version 3 */
         fseek(f, 8, SEEK_SET);
-        fputc(2, f);
+        fputc(3, f);
     } else if (how == 1) { /* flip a token byte */
         fseek(f, PM_TOK_HEADER + 17, SEEK_SET);
         fputc(200, f);
@@ -125,7 +125,7 @@ static void test_token_file_errors(void **state) {
     snprintf(mk, sizeof mk, "mkdir -p %s", tmpdir);
     assert_int_equal(system(mk), 0);
     snprintf(p, sizeof p, "%s/t.bin", tmpdir);
-    const char *want[] = {"version 2", "checksum", "not a pipemem token file", "truncated"};
+    const char *want[] = {"version 3", "checksum", "not a token file", "truncated"};
     for (int how = 0; how < 4; how++) {
         damaged(p, how);
         pm_tokens t;
@@ -141,7 +141,7 @@ static void test_loader_deterministic_resumable(void **state) {
     (void)state;
     uint8_t tok[1000];
     for (int i = 0; i < 1000; i++) tok[i] = (uint8_t)(i % 251);
-    pm_tokens t = {tok, 1000};
+    pm_tokens t = PM_TOKENS_BYTES(tok, 1000);
     pm_loader a, b, c;
     pm_err err = {{0}};
     enum { T = 16, B = 3 };
@@ -167,7 +167,7 @@ static void test_loader_deterministic_resumable(void **state) {
     for (uint64_t i = 0; i < 12; i++) diff += pm_loader_pos(&a, i) != pm_loader_pos(&c, i);
     assert_true(diff > 0);
     /* Every window lies inside the data, and all starts are reachable. */
-    pm_tokens small = {tok, T + 3};
+    pm_tokens small = PM_TOKENS_BYTES(tok, T + 3);
     pm_loader s;
     assert_int_equal(pm_loader_init(&s, &small, T, 7, "x", &err), PM_OK);
     int seen[3] = {0, 0, 0};
@@ -182,7 +182,7 @@ static void test_loader_deterministic_resumable(void **state) {
 static void test_loader_context_too_large(void **state) {
     (void)state;
     uint8_t tok[10] = {0};
-    pm_tokens t = {tok, 10};
+    pm_tokens t = PM_TOKENS_BYTES(tok, 10);
     pm_loader ld;
     pm_err err = {{0}};
     assert_int_equal(pm_loader_init(&ld, &t, 10, 1, "data/val.bin", &err), PM_ERR_ARG);

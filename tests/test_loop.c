@@ -18,7 +18,7 @@
 #include "pipemem/pm_train.h"
 
 static uint8_t text[3000];
-static pm_tokens toks = {text, sizeof text};
+static pm_tokens toks = PM_TOKENS_BYTES(text, sizeof text);
 static char dir[] = "/tmp/pm_test_loop_XXXXXX";
 
 typedef struct {

@@ -29,7 +29,7 @@ static pm_train_cfg ref_cfg(void) {
 }
 
 static uint8_t dummy_text[64];
-static pm_tokens dummy = {dummy_text, sizeof dummy_text};
+static pm_tokens dummy = PM_TOKENS_BYTES(dummy_text, sizeof dummy_text);
 
 /* ---- reading the reference file ---------------------------------------------- */
 

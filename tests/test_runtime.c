@@ -329,7 +329,7 @@ static void batch_of(int step, int32_t *inp, int32_t *tgt, const pm_train_cfg *c
 }
 
 static void reference(const pm_train_cfg *c, run_result *r) {
-    pm_tokens toks = {text, sizeof text};
+    pm_tokens toks = PM_TOKENS_BYTES(text, sizeof text);
     pm_trainer t;
     pm_err err;
     pm_blas_threads(1);
@@ -579,7 +579,7 @@ static void test_gather_scatter_resume(void **state) {
     (void)state;
     pm_train_cfg c = tiny(6);
     size_t n = pm_gpt_num_params(&c.model);
-    pm_tokens toks = {text, sizeof text};
+    pm_tokens toks = PM_TOKENS_BYTES(text, sizeof text);
     pm_trainer t;
     pm_err err;
     pm_blas_threads(1);
@@ -972,7 +972,7 @@ static void test_init_allocation_failures(void **state) {
     /* the single-device trainer likewise */
     static uint8_t tok[400];
     for (size_t i = 0; i < sizeof tok; i++) tok[i] = (uint8_t)(i * 7 % 64);
-    pm_tokens toks = {tok, sizeof tok};
+    pm_tokens toks = PM_TOKENS_BYTES(tok, sizeof tok);
     for (n = 1;; n++) {
         pm_trainer t;
         pm_err err = {{0}};

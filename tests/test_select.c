@@ -370,7 +370,7 @@ static void check_log(const pm_select_stats *st, const pm_select_task *t, int n)
 static void train_exact(void **state) {
     (void)state;
     corpus_init();
-    pm_tokens tok = {corpus, sizeof corpus};
+    pm_tokens tok = PM_TOKENS_BYTES(corpus, sizeof corpus);
     sel_ref ref;
     reference_runs(&tok, &ref);
     int runs = 0;
@@ -447,7 +447,7 @@ static void spill_event(void *ctx, const pm_select_event *ev) {
 static void spill_exact(void **state) {
     (void)state;
     corpus_init();
-    pm_tokens tok = {corpus, sizeof corpus};
+    pm_tokens tok = PM_TOKENS_BYTES(corpus, sizeof corpus);
     sel_ref ref;
     reference_runs(&tok, &ref);
     char sdir[128];
@@ -498,7 +498,7 @@ static void spill_exact(void **state) {
 static void nan_task_fails_alone(void **state) {
     (void)state;
     corpus_init();
-    pm_tokens tok = {corpus, sizeof corpus};
+    pm_tokens tok = PM_TOKENS_BYTES(corpus, sizeof corpus);
     sel_ref ref;
     reference_runs(&tok, &ref);
     pm_select_task tasks[NT];
@@ -537,7 +537,7 @@ static void nan_task_fails_alone(void **state) {
 static void halving_keeps_the_best(void **state) {
     (void)state;
     corpus_init();
-    pm_tokens tok = {corpus, sizeof corpus};
+    pm_tokens tok = PM_TOKENS_BYTES(corpus, sizeof corpus);
     enum { H = 4 };
     static const float lrs[H] = {1e-3f, 2e-2f, 5e-3f, 2e-4f};
     double val2[H], val4[H];

@@ -21,7 +21,7 @@
 
 static char dir[256];
 static uint8_t text[4000];
-static pm_tokens toks = {text, sizeof text};
+static pm_tokens toks = PM_TOKENS_BYTES(text, sizeof text);
 
 static int setup(void **state) {
     (void)state;
@@ -297,7 +297,7 @@ static void test_ckpt_data_identity(void **state) {
     uint8_t other_text[sizeof text];
     memcpy(other_text, text, sizeof text);
     other_text[100] ^= 1;
-    pm_tokens other = {other_text, sizeof other_text};
+    pm_tokens other = PM_TOKENS_BYTES(other_text, sizeof other_text);
     pm_err err = {{0}};
     pm_trainer t;
     assert_int_equal(pm_trainer_init(&t, &c, &other, 0, &err), PM_OK);
@@ -425,7 +425,7 @@ static void test_config_and_memory_errors(void **state) {
     assert_int_equal(pm_trainer_init(&t, &c, &toks, 0, &err), PM_ERR_MEMLIMIT);
     /* Context larger than the data. */
     c = tiny(4, 1, 4);
-    pm_tokens small = {text, 8};
+    pm_tokens small = PM_TOKENS_BYTES(text, 8);
     assert_int_equal(pm_trainer_init(&t, &c, &small, 0, &err), PM_ERR_ARG);
     assert_non_null(strstr(err.msg, "context"));
 }
@@ -520,7 +520,7 @@ static void test_cli_end_to_end(void **state) {
         {"train --data %s/d --ctx 5000 --dim 16 --heads 2 --layers 1 --steps 1", "fewer than context"},
         {"train --data %s/d --ctx 8 --dim 16 --heads 3 --layers 1 --steps 1", "heads"},
         {"train --data %s/d --ctx 8 --dim 16384 --heads 16 --layers 48 --steps 1", "needs"},
-        {"train --data %s/v2 --ctx 8 --dim 16 --heads 2 --layers 1 --steps 1", "version 2"},
+        {"train --data %s/v2 --ctx 8 --dim 16 --heads 2 --layers 1 --steps 1", "version 3"},
         {"train --data %s/d --ctx 8 --dim 16 --heads 2 --layers 2 --steps 8 --batch 2 "
          "--microbatches 2 --resume %s/m.ckpt", "layers = 1"},
         /* one parser for both modes: mode-only options are refused in the other */
@@ -530,7 +530,7 @@ static void test_cli_end_to_end(void **state) {
         {"train --data %s/d --pp 2 --bogus", "unknown option '--bogus'"},
     };
     snprintf(cmd, sizeof cmd, ": > %s/empty.txt && mkdir -p %s/v2 && cp %s/d/* %s/v2/ && "
-             "printf '\\002' | dd of=%s/v2/train.bin bs=1 seek=8 conv=notrunc 2>/dev/null",
+             "printf '\\003' | dd of=%s/v2/train.bin bs=1 seek=8 conv=notrunc 2>/dev/null",
              dir, dir, dir, dir, dir);
     assert_int_equal(system(cmd), 0);
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {

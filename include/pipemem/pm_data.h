@@ -1,21 +1,39 @@
-/* pm_data.h: byte-level tokens, token files and the batch loader.
+/* pm_data.h: tokens, token files, `prepare` and the batch loader.
  *
- * Tokenizer: one token per byte of the text, vocabulary 256. Decoding is the
- * identity, so any file round-trips exactly.
+ * Tokenizers: bytes (one token per byte, vocabulary 256, decoding is the
+ * identity) or a SentencePiece model (pm_tokenizer.h). Token ids are kept as
+ * they are stored: 1, 2 or 4 bytes each, little-endian; pm_tok_at reads one.
  *
- * Token file (little-endian), version 1:
+ * Token file, version 1 (bytes; what `prepare` writes without a tokenizer):
  *   offset  size  field
  *        0     8  magic "PMTOKENS"
- *        8     4  version (u32) = PM_TOK_VERSION
+ *        8     4  version (u32) = 1
  *       12     4  vocab (u32) = 256
  *       16     8  token count n (u64)
  *       24     8  FNV-1a-64 of the n token bytes (u64)
  *       32     n  tokens, one byte each
- * The file is exactly 32 + n bytes long; anything else is rejected.
+ * Version 2 (a tokenizer's ids):
+ *        0     8  magic "PMTOKENS"
+ *        8     4  version (u32) = 2
+ *       12     4  vocab V (u32)
+ *       16     8  token count n (u64)
+ *       24     8  FNV-1a-64 of the n*w token bytes (u64)
+ *       32     4  bytes per token w (u32): 2 when V <= 65536, else 4
+ *       36     4  zero
+ *       40     8  FNV-1a-64 of the tokenizer model (the data directory holds
+ *                 it as tokenizer.model)
+ *       48   n*w  tokens
+ * llm.c's token files are read too: 256 int32 header (magic 20240520,
+ * version 1, token count), then uint16 tokens of GPT-2's vocabulary 50257.
+ * Every format must be exactly as long as its header says; every id must be
+ * below the vocabulary (checked when read).
  *
- * `prepare` concatenates the input files in order; the first 90% of the bytes
- * (rounded down) become DIR/train.bin and the last 10% DIR/val.bin, so the
- * validation text is never seen in training.
+ * `prepare` streams its inputs (regular files, sizes taken first): the first
+ * 90% of the bytes (rounded down) become DIR/train.bin and the last 10%
+ * DIR/val.bin, so the validation text is never seen in training; with a
+ * tokenizer each part is encoded in chunks that end at a newline.
+ *
+ * Files are mapped (mmap), not read: a corpus larger than memory trains.
  *
  * Loader: a batch is B windows of ctx+1 consecutive tokens (inputs are the
  * first ctx, targets the last ctx). Window number i (counting from 0 over the
@@ -31,9 +49,13 @@
 #include "pipemem/pm_util.h"
 
 #define PM_TOK_MAGIC "PMTOKENS"
-#define PM_TOK_VERSION 1u
-#define PM_TOK_HEADER 32
-#define PM_TOK_VOCAB 256
+#define PM_TOK_VERSION 2u  /* the newest version read and written */
+#define PM_TOK_HEADER 32   /* version 1 */
+#define PM_TOK_HEADER2 48  /* version 2 */
+#define PM_TOK_VOCAB 256   /* bytes */
+#define PM_LLMC_MAGIC 20240520
+#define PM_LLMC_HEADER 1024
+#define PM_LLMC_VOCAB 50257
 #define PM_DATA_VAL_PERCENT 10
 
 /* FNV-1a 64-bit hash of n bytes, continuing from h (start with
@@ -44,16 +66,56 @@ uint64_t pm_fnv1a64(uint64_t h, const void *p, size_t n);
 /* SplitMix64: one step of a counter-based generator (deterministic, tiny). */
 uint64_t pm_splitmix64(uint64_t x);
 
-/* A token file in memory. tok is owned (malloc'd). */
+/* Token data: a mapped file (pm_tokens_read) or borrowed memory. */
 typedef struct {
-    uint8_t *tok; /* (n) tokens */
-    size_t n;     /* token count */
+    const uint8_t *tok;  /* n tokens of `width` bytes, little-endian */
+    size_t n;            /* token count */
+    int width;           /* 1, 2 or 4 */
+    uint32_t vocab;      /* every id is below it */
+    uint64_t tokenizer;  /* FNV-1a-64 of the tokenizer model; 0: bytes or llm.c */
+    void *map;           /* the mapping, owned (NULL when borrowed) */
+    size_t map_len;
 } pm_tokens;
 
-/* Writes n tokens to path with the header above. */
+/* Borrowed bytes as tokens (vocabulary 256), for an initializer. */
+#define PM_TOKENS_BYTES(p, len) \
+    {.tok = (const uint8_t *)(p), .n = (len), .width = 1, .vocab = PM_TOK_VOCAB}
+
+static inline uint32_t pm_tok_at(const pm_tokens *t, size_t i) {
+    const uint8_t *p = t->tok + i * (size_t)t->width;
+    switch (t->width) {
+    case 1: return p[0];
+    case 2: return (uint32_t)p[0] | (uint32_t)p[1] << 8;
+    default: return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+    }
+}
+
+/* Writes n bytes as a version-1 token file. */
 pm_status pm_tokens_write(const char *path, const uint8_t *tok, size_t n, pm_err *err);
-/* Reads and checks a token file: magic, version, vocab, size, checksum. On
- * error *t is zeroed and nothing is allocated. */
+/* Writes n ids as a version-2 token file (2 bytes each if vocab <= 65536). */
+pm_status pm_tokens_write_ids(const char *path, const uint32_t *ids, size_t n, uint32_t vocab,
+                              uint64_t tokenizer, pm_err *err);
+
+/* A token file written as it is produced: the header goes last (seek), so
+ * any number of tokens streams through. version 1 takes ids < 256. */
+typedef struct {
+    pm_wfile w;
+    const char *path;
+    int version, width;
+    uint32_t vocab;
+    uint64_t tokenizer, n, sum;
+} pm_tokwriter;
+pm_status pm_tokwriter_open(pm_tokwriter *tw, const char *path, int version, uint32_t vocab,
+                            uint64_t tokenizer, pm_err *err);
+pm_status pm_tokwriter_put(pm_tokwriter *tw, const uint32_t *ids, size_t n, pm_err *err);
+pm_status pm_tokwriter_put_bytes(pm_tokwriter *tw, const uint8_t *b, size_t n, pm_err *err);
+/* Writes the header and commits (all-or-nothing, pm_wfile); abort drops it. */
+pm_status pm_tokwriter_close(pm_tokwriter *tw, pm_err *err);
+void pm_tokwriter_abort(pm_tokwriter *tw);
+
+/* Maps and checks a token file of any of the formats above: magic, version,
+ * vocab, width, size, checksum, every id below the vocabulary. On error *t
+ * is zeroed and nothing is held. */
 pm_status pm_tokens_read(pm_tokens *t, const char *path, pm_err *err);
 /* What a checkpoint records of the data it was trained on: FNV-1a-64 of the
  * token count (u64, little-endian) followed by the tokens; never 0. */
@@ -67,15 +129,20 @@ typedef struct {
     size_t n_val;    /* tokens in val.bin */
 } pm_prepare_stats;
 
-/* Reads nfiles text files, writes dir/train.bin and dir/val.bin (dir is
- * created if missing). Fails on no input bytes, or on too few bytes to give
- * both splits at least 2 tokens. */
-pm_status pm_data_prepare(const char *const *files, int nfiles, const char *dir,
-                          pm_prepare_stats *st, pm_err *err);
+struct pm_tokenizer; /* pm_tokenizer.h */
 
-/* Batch loader over a borrowed token array. */
+/* Streams nfiles regular text files into dir/train.bin and dir/val.bin (dir
+ * is created if missing): bytes, or with tok (not NULL) its ids in version-2
+ * files, its model copied to dir/tokenizer.model. chunk is the read size in
+ * bytes (0: 1 MiB). Fails on no input bytes, or on too few to give both
+ * splits at least 2 tokens. */
+pm_status pm_data_prepare(const char *const *files, int nfiles, const char *dir,
+                          const struct pm_tokenizer *tok, size_t chunk, pm_prepare_stats *st,
+                          pm_err *err);
+
+/* Batch loader over borrowed tokens. */
 typedef struct {
-    const uint8_t *tok; /* borrowed tokens */
+    pm_tokens t;        /* a view of the caller's tokens (the mapping stays theirs) */
     size_t n;           /* token count */
     int ctx;            /* context length T; windows are T+1 tokens */
     uint64_t seed;      /* position seed */

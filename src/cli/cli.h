@@ -17,6 +17,7 @@ int pm_cmd_block(int argc, char **argv);
 int pm_cmd_search(int argc, char **argv);
 int pm_cmd_curve(int argc, char **argv);
 int pm_cmd_prepare(int argc, char **argv);
+int pm_cmd_tokenizer(int argc, char **argv);
 int pm_cmd_train(int argc, char **argv);
 int pm_cmd_sample(int argc, char **argv);
 int pm_cmd_select(int argc, char **argv);

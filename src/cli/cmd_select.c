@@ -350,6 +350,19 @@ static int resume_tasks(const char *dir, const pm_select_task *t, int n, pm_trai
     return 0;
 }
 
+/* Every task's vocabulary is the data's (a tokenizer's, or 256 bytes), so
+ * the partitioner sizes embedding and head right. */
+static int take_vocab(const char *dir, pm_select_task *t, int n) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/train.bin", dir);
+    pm_tokens tr;
+    pm_err e = {{0}};
+    if (pm_tokens_read(&tr, path, &e)) return pm_cli_fail("%s", e.msg);
+    for (int i = 0; i < n; i++) t[i].cfg.model.vocab = (int32_t)tr.vocab;
+    pm_tokens_free(&tr);
+    return 0;
+}
+
 static int train_tasks(const sel_opts *o, const pm_select_task *t, int n,
                        const pm_select_layout *lay) {
     pm_tokens tr, va;
@@ -428,6 +441,7 @@ int pm_cmd_select(int argc, char **argv) {
     if (!t) return pm_cli_fail("select: out of memory for the tasks");
     int n = 0;
     rc = o.tasks_file ? read_tasks(&o, t, &n) : expand(&o, t, &n);
+    if (!rc && o.data) rc = take_vocab(o.data, t, n);
     pm_select_layout lay;
     pm_err e;
     if (!rc && pm_select_partition(t, n, o.device_mem, 2, &lay, &e))

@@ -56,15 +56,15 @@ int pm_cmd_train(int argc, char **argv) {
     pm_tokens tr, va;
     if (pm_cli_train_load(o.data, &tr, &va)) return 1;
     pm_train_cfg cfg;
-    pm_cli_train_cfg(&o, &cfg);
+    pm_cli_train_cfg(&o, &tr, &cfg);
     pm_trainer t;
     double *times = NULL;
     rc = 1;
     if (pm_cli_train_start(&o, &cfg, &tr, &va, &t)) goto out_tok;
     fprintf(stderr, "train: %zu parameters, %.1f MiB, %d layers, dim %d, %d heads, ctx %d, "
-            "batch %d in %d microbatches, %d threads%s\n", t.n_params,
+            "vocab %d, batch %d in %d microbatches, %d threads%s\n", t.n_params,
             (double)pm_train_mem_bytes(&cfg, NULL) / (1 << 20), o.layers, o.dim, o.heads, o.ctx,
-            o.batch, o.micro, o.threads, o.resume ? ", resumed" : "");
+            cfg.model.vocab, o.batch, o.micro, o.threads, o.resume ? ", resumed" : "");
     times = malloc(((size_t)o.steps + 1) * sizeof *times);
     if (!times) {
         pm_cli_fail("out of memory");

@@ -347,13 +347,13 @@ static int run(const pm_cli_train_opts *op, pp_world *w) {
     const pm_cli_train_opts o = *op;
     pm_tokens tr, va;
     pm_train_cfg cfg;
-    pm_cli_train_cfg(&o, &cfg);
     pm_err err = {{0}};
     pm_trainer t;
     pm_sched s = {0};
     pm_pipe *pp = NULL;
     pp_stats ps = {.final_loss = NAN};
     int rc = 1, failed = pm_cli_train_load(o.data, &tr, &va);
+    if (!failed) pm_cli_train_cfg(&o, &tr, &cfg);
     if (!failed && (failed = pm_cli_train_start(&o, &cfg, &tr, &va, &t))) {
         pm_tokens_free(&tr);
         pm_tokens_free(&va);

@@ -173,8 +173,8 @@ int pm_cli_train_parse(int argc, char **argv, pm_cli_train_opts *o) {
     return check(o, pipe_only, single_only);
 }
 
-void pm_cli_train_cfg(const pm_cli_train_opts *o, pm_train_cfg *cfg) {
-    *cfg = (pm_train_cfg){.model = {PM_TOK_VOCAB, o->ctx, o->dim, o->heads, o->layers},
+void pm_cli_train_cfg(const pm_cli_train_opts *o, const pm_tokens *tr, pm_train_cfg *cfg) {
+    *cfg = (pm_train_cfg){.model = {(int32_t)tr->vocab, o->ctx, o->dim, o->heads, o->layers},
                           .batch = o->batch, .micro = o->micro, .seed = o->seed};
     pm_optim_defaults(&cfg->opt, o->steps);
     cfg->opt.lr = (float)o->lr;
@@ -192,12 +192,16 @@ static int load_split(const char *dir, const char *name, pm_tokens *t) {
 int pm_cli_train_load(const char *dir, pm_tokens *tr, pm_tokens *va) {
     *tr = (pm_tokens){0};
     *va = (pm_tokens){0};
-    if (load_split(dir, "train.bin", tr) || load_split(dir, "val.bin", va)) {
+    int bad = load_split(dir, "train.bin", tr) || load_split(dir, "val.bin", va);
+    if (!bad && (tr->vocab != va->vocab || tr->tokenizer != va->tokenizer))
+        bad = pm_cli_fail("%s: train.bin (vocabulary %u) and val.bin (vocabulary %u) were made "
+                          "with different tokenizers; prepare them together", dir, tr->vocab,
+                          va->vocab);
+    if (bad) {
         pm_tokens_free(tr);
         pm_tokens_free(va);
-        return 1;
     }
-    return 0;
+    return bad;
 }
 
 static int cmp_double(const void *a, const void *b) {

@@ -44,8 +44,9 @@ int pm_cli_train_check_outputs(const pm_cli_train_opts *o);
  * --steps (the cosine still spans --steps). */
 int64_t pm_cli_train_stop_at(const pm_cli_train_opts *o, const pm_train_cfg *cfg);
 
-/* The training configuration the options describe. */
-void pm_cli_train_cfg(const pm_cli_train_opts *o, pm_train_cfg *cfg);
+/* The training configuration the options describe, with the vocabulary of
+ * the train tokens. */
+void pm_cli_train_cfg(const pm_cli_train_opts *o, const pm_tokens *tr, pm_train_cfg *cfg);
 
 /* Reads DIR/train.bin and DIR/val.bin; on error prints, frees both, returns 1. */
 int pm_cli_train_load(const char *dir, pm_tokens *tr, pm_tokens *va);

@@ -1,0 +1,146 @@
+// spm.cc: pm_tokenizer.h over SentencePiece, the only C++ in pipemem (its
+// API is C++). Everything crossing into C is plain data; no exception
+// leaves this file (each entry point catches and turns it into a pm_err).
+#include <sentencepiece_processor.h>
+#include <sentencepiece_trainer.h>
+
+#include <new>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+extern "C" {
+#include "pipemem/pm_data.h"
+#include "pipemem/pm_tokenizer.h"
+}
+
+struct pm_tokenizer {
+    sentencepiece::SentencePieceProcessor sp;
+    std::string model;
+    uint64_t sum;
+};
+
+extern "C" int pm_tokenizer_available(void) { return 1; }
+
+extern "C" pm_status pm_tokenizer_load(pm_tokenizer **out, const void *model, size_t len,
+                                       pm_err *err) {
+    *out = nullptr;
+    try {
+        pm_tokenizer *t = new pm_tokenizer;
+        t->model.assign(static_cast<const char *>(model), len);
+        auto st = t->sp.LoadFromSerializedProto(t->model);
+        if (!st.ok()) {
+            delete t;
+            return pm_errf(err, PM_ERR_FORMAT, "not a SentencePiece model: %s", st.ToString().c_str());
+        }
+        t->sum = pm_fnv1a64(PM_FNV_OFFSET, t->model.data(), t->model.size());
+        *out = t;
+        return PM_OK;
+    } catch (const std::bad_alloc &) {
+        return pm_errf(err, PM_ERR_NOMEM, "out of memory loading a tokenizer");
+    }
+}
+
+extern "C" pm_status pm_tokenizer_load_file(pm_tokenizer **out, const char *path, pm_err *err) {
+    char *buf;
+    size_t len;
+    *out = nullptr;
+    pm_status st = pm_read_file(path, PM_TEXT_MAX, &buf, &len, err);
+    if (st) return st;
+    st = pm_tokenizer_load(out, buf, len, err);
+    pm_free(buf);
+    if (st) {
+        pm_err e = *err;
+        return pm_errf(err, st, "%s: %s", path, e.msg);
+    }
+    return PM_OK;
+}
+
+extern "C" uint32_t pm_tokenizer_vocab(const pm_tokenizer *t) {
+    return static_cast<uint32_t>(t->sp.GetPieceSize());
+}
+extern "C" uint64_t pm_tokenizer_sum(const pm_tokenizer *t) { return t->sum; }
+extern "C" const void *pm_tokenizer_model(const pm_tokenizer *t, size_t *len) {
+    *len = t->model.size();
+    return t->model.data();
+}
+extern "C" void pm_tokenizer_free(pm_tokenizer *t) { delete t; }
+
+extern "C" pm_status pm_tokenizer_encode(const pm_tokenizer *t, const char *text, size_t len,
+                                         uint32_t **ids, size_t *n, pm_err *err) {
+    *ids = nullptr, *n = 0;
+    try {
+        std::vector<int> v;
+        auto st = t->sp.Encode(absl::string_view(text, len), &v);
+        if (!st.ok()) return pm_errf(err, PM_ERR_ARG, "encoding failed: %s", st.ToString().c_str());
+        uint32_t *out = static_cast<uint32_t *>(pm_malloc((v.size() ? v.size() : 1) * sizeof *out));
+        if (!out) return pm_errf(err, PM_ERR_NOMEM, "out of memory for %zu token ids", v.size());
+        for (size_t i = 0; i < v.size(); i++) out[i] = static_cast<uint32_t>(v[i]);
+        *ids = out, *n = v.size();
+        return PM_OK;
+    } catch (const std::bad_alloc &) {
+        return pm_errf(err, PM_ERR_NOMEM, "out of memory encoding %zu bytes", len);
+    }
+}
+
+extern "C" pm_status pm_tokenizer_decode(const pm_tokenizer *t, const uint32_t *ids, size_t n,
+                                         char **text, size_t *len, pm_err *err) {
+    *text = nullptr, *len = 0;
+    try {
+        std::vector<int> v(n);
+        int size = t->sp.GetPieceSize();
+        for (size_t i = 0; i < n; i++) {
+            if (ids[i] >= static_cast<uint32_t>(size))
+                return pm_errf(err, PM_ERR_ARG, "token %u is outside the tokenizer's %d pieces",
+                               ids[i], size);
+            v[i] = static_cast<int>(ids[i]);
+        }
+        std::string s;
+        auto st = t->sp.Decode(v, &s);
+        if (!st.ok()) return pm_errf(err, PM_ERR_ARG, "decoding failed: %s", st.ToString().c_str());
+        char *out = static_cast<char *>(pm_malloc(s.size() + 1));
+        if (!out) return pm_errf(err, PM_ERR_NOMEM, "out of memory for %zu bytes", s.size());
+        memcpy(out, s.data(), s.size());
+        out[s.size()] = 0;
+        *text = out, *len = s.size();
+        return PM_OK;
+    } catch (const std::bad_alloc &) {
+        return pm_errf(err, PM_ERR_NOMEM, "out of memory decoding %zu ids", n);
+    }
+}
+
+// Round-trip settings (pm_tokenizer.h): no normalization, whitespace as it
+// is, no dummy prefix, newline a piece of its own, unknown characters as
+// bytes; BPE, quiet.
+extern "C" pm_status pm_tokenizer_train(const char *const *files, int nfiles, int vocab,
+                                        const char *path, pm_err *err) {
+    if (nfiles < 1) return pm_errf(err, PM_ERR_ARG, "tokenizer train: no input files given");
+    if (vocab < 260 || vocab > (1 << 20))
+        return pm_errf(err, PM_ERR_ARG, "--vocab %d: must be 260..1048576 (the 256 byte pieces "
+                       "and a few more)", vocab);
+    try {
+        std::string input;
+        for (int i = 0; i < nfiles; i++) input += (i ? "," : "") + std::string(files[i]);
+        std::unordered_map<std::string, std::string> kw = {
+            {"input", input}, {"vocab_size", std::to_string(vocab)},
+            {"model_type", "bpe"}, {"character_coverage", "1.0"}, {"byte_fallback", "true"},
+            {"normalization_rule_name", "identity"}, {"remove_extra_whitespaces", "false"},
+            {"add_dummy_prefix", "false"}, {"user_defined_symbols", "\n"},
+            {"hard_vocab_limit", "false"}, {"num_threads", "1"}, {"minloglevel", "2"},
+            {"input_sentence_size", "2000000"}, {"shuffle_input_sentence", "true"}};
+        std::string model;
+        auto st = sentencepiece::SentencePieceTrainer::Train(kw, nullptr, &model);
+        if (!st.ok())
+            return pm_errf(err, PM_ERR_ARG, "tokenizer train: %s", st.ToString().c_str());
+        pm_wfile w;
+        pm_status s = pm_wfile_open(&w, path, err);
+        if (s) return s;
+        if (fwrite(model.data(), 1, model.size(), static_cast<FILE *>(w.f)) != model.size()) {
+            pm_wfile_abort(&w);
+            return pm_errf(err, PM_ERR_IO, "%s: write failed", path);
+        }
+        return pm_wfile_commit(&w, err);
+    } catch (const std::bad_alloc &) {
+        return pm_errf(err, PM_ERR_NOMEM, "out of memory training a tokenizer");
+    }
+}
