@@ -114,6 +114,9 @@ typedef struct {
     int32_t *inp, *tgt; /* (B, ctx) one step's tokens; owned */
     pm_loader train;    /* train windows; tokens borrowed from the caller */
     uint64_t data_id;   /* pm_tokens_identity of the train tokens (checkpoints) */
+    const void *tok_model; /* the data's tokenizer model, owned (NULL: bytes); saved
+                            * in checkpoints so they sample text on their own */
+    size_t tok_model_len;
     int64_t step;       /* optimizer steps completed */
 } pm_trainer;
 
@@ -125,6 +128,8 @@ typedef struct {
 pm_status pm_trainer_init(pm_trainer *t, const pm_train_cfg *cfg, const pm_tokens *train,
                           size_t mem_limit, pm_err *err);
 void pm_trainer_free(pm_trainer *t);
+/* Keeps a copy of the data's tokenizer model for its checkpoints. */
+pm_status pm_trainer_set_tokenizer(pm_trainer *t, const void *model, size_t len, pm_err *err);
 
 typedef struct {
     double loss;      /* mean loss of the step's microbatches */
@@ -221,7 +226,7 @@ const char *pm_blas_better_coretype(void);
  * the pipemem binary does, in src/cli/reexec.c; the library never execs.) */
 
 /* ---- checkpoints ------------------------------------------------------------
- * File format, version 2, little-endian, floats IEEE-754 binary32:
+ * File format, version 3, little-endian, floats IEEE-754 binary32:
  *   offset size field
  *        0    8 magic "PMCKPT01"
  *        8    4 version (u32) = PM_CKPT_VERSION
@@ -243,13 +248,15 @@ const char *pm_blas_better_coretype(void);
  *      128  4n parameters, layer slab order (pm_gpt.h)
  *     +4n   4n AdamW first moments m
  *     +4n   4n AdamW second moments v
+ *     +4n    8 tokenizer length L (u64; version 3; 0: the data is bytes)
+ *     +8     L the tokenizer model (SentencePiece), so `sample` decodes on its own
  *     end-8  8 FNV-1a-64 of every preceding byte
  * Gradients are not stored: every step starts from zero. Saving writes
  * a temporary, fsyncs it, renames it and fsyncs the directory (pm_wfile), so a
  * crash or a full disk never leaves half a checkpoint at FILE. Versions 1
- * and 2 are read. */
+ * to 3 are read (1 and 2 have no tokenizer section). */
 #define PM_CKPT_MAGIC "PMCKPT01"
-#define PM_CKPT_VERSION 2u
+#define PM_CKPT_VERSION 3u
 #define PM_CKPT_HEADER 128
 
 pm_status pm_ckpt_save(const pm_trainer *t, const char *path, pm_err *err);
@@ -262,8 +269,9 @@ typedef struct {
     int64_t step;      /* steps completed */
     uint64_t data_pos; /* train windows drawn */
     size_t n_params;   /* floats per slab */
-    uint32_t version;  /* file format version (1 or 2) */
+    uint32_t version;  /* file format version (1 to 3) */
     uint64_t data_id;  /* identity of the train tokens; 0 if unknown (version 1) */
+    size_t tok_len;    /* bytes of the embedded tokenizer model (version 3; 0: bytes) */
 } pm_ckpt_info;
 pm_status pm_ckpt_info_read(const char *path, pm_ckpt_info *info, pm_err *err);
 
@@ -275,6 +283,10 @@ pm_status pm_ckpt_info_read(const char *path, pm_ckpt_info *info, pm_err *err);
  * unchanged (unless the file changes while it is read: then the error says
  * so and the parameters are unspecified). */
 pm_status pm_ckpt_load(pm_trainer *t, const char *path, pm_err *err);
+
+/* The tokenizer model a checkpoint embeds: *model from pm_malloc (caller
+ * frees), NULL and *len 0 when the model was trained on bytes. */
+pm_status pm_ckpt_load_tokenizer(const char *path, void **model, size_t *len, pm_err *err);
 
 /* Loads only the parameters (for sampling): *params is malloc'd
  * (info->n_params floats, caller frees). */

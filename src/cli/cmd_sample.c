@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "pipemem/pm_tokenizer.h"
 #include "pipemem/pm_gpt.h"
 #include "pipemem/pm_train.h"
 
@@ -29,6 +30,69 @@ static int draw(const float *probs, int V, double temp, pm_gpt_rng *rng) {
         if (u < acc) return i;
     }
     return V - 1;
+}
+
+/* The checkpoint's tokenizer (NULL: bytes) and the prompt's ids under it. */
+static int open_tokenizer(const char *ckpt, const char *prompt, pm_tokenizer **tk,
+                          uint32_t **ids, size_t *n) {
+    void *model;
+    size_t len;
+    pm_err err = {{0}};
+    *tk = NULL, *ids = NULL;
+    if (pm_ckpt_load_tokenizer(ckpt, &model, &len, &err)) return pm_cli_fail("%s", err.msg);
+    if (!model) return 0;
+    pm_status st = pm_tokenizer_load(tk, model, len, &err);
+    pm_free(model);
+    if (!st) st = pm_tokenizer_encode(*tk, prompt, strlen(prompt), ids, n, &err);
+    if (st) {
+        pm_tokenizer_free(*tk);
+        *tk = NULL;
+        return pm_cli_fail("%s: its tokenizer: %s", ckpt, err.msg);
+    }
+    return 0;
+}
+
+/* Prints the prompt and n drawn tokens after it: bytes one at a time, or
+ * with a tokenizer the decoded text at the end (a piece alone may be part
+ * of a character). */
+static int generate(const pm_gpt_config *c, const float *params, const pm_tokenizer *tk,
+                    const uint32_t *ptok, size_t plen, const char *prompt, size_t n, double temp,
+                    int seed) {
+    size_t total = plen + n;
+    int32_t *tok = malloc((total ? total : 1) * sizeof *tok);
+    void *work = malloc(pm_gpt_work_bytes(c, 1, c->ctx));
+    if (!tok || !work) {
+        free(tok), free(work);
+        return pm_cli_fail("out of memory");
+    }
+    for (size_t i = 0; i < plen; i++) tok[i] = tk ? (int32_t)ptok[i] : (uint8_t)prompt[i];
+    if (!tk) fwrite(prompt, 1, plen, stdout);
+    pm_gpt_rng rng;
+    pm_gpt_rng_seed(&rng, (uint64_t)seed, 0x73616d706c65ull);
+    for (size_t k = plen; k < total; k++) {
+        size_t start = k > (size_t)c->ctx ? k - (size_t)c->ctx : 0;
+        int T = (int)(k - start);
+        pm_gpt_forward(c, 1, T, params, tok + start, NULL, work);
+        const float *probs = pm_gpt_work_probs(c, 1, T, work) + (size_t)(T - 1) * c->vocab;
+        tok[k] = draw(probs, c->vocab, temp, &rng);
+        if (!tk) putchar(tok[k]), fflush(stdout);
+    }
+    int rc = 0;
+    if (tk) {
+        char *text;
+        size_t len;
+        pm_err err = {{0}};
+        if (pm_tokenizer_decode(tk, (const uint32_t *)tok, total, &text, &len, &err)) {
+            rc = pm_cli_fail("%s", err.msg);
+        } else {
+            fwrite(text, 1, len, stdout);
+            pm_free(text);
+        }
+    }
+    putchar('\n');
+    free(tok);
+    free(work);
+    return rc;
 }
 
 int pm_cmd_sample(int argc, char **argv) {
@@ -67,32 +131,16 @@ int pm_cmd_sample(int argc, char **argv) {
     pm_ckpt_info info;
     float *params;
     if (pm_ckpt_load_params(ckpt, &info, &params, &err)) return pm_cli_fail("%s", err.msg);
-    const pm_gpt_config *c = &info.cfg.model;
-    size_t plen = strlen(prompt), total = plen + (size_t)n;
-    int32_t *tok = malloc(total * sizeof *tok);
-    void *work = malloc(pm_gpt_work_bytes(c, 1, c->ctx));
-    if (!tok || !work) {
+    pm_tokenizer *tk = NULL;
+    uint32_t *ptok = NULL;
+    size_t plen = strlen(prompt);
+    if (open_tokenizer(ckpt, prompt, &tk, &ptok, &plen)) {
         free(params);
-        free(tok);
-        free(work);
-        return pm_cli_fail("out of memory");
+        return 1;
     }
-    for (size_t i = 0; i < plen; i++) tok[i] = (uint8_t)prompt[i];
-    fwrite(prompt, 1, plen, stdout);
-    pm_gpt_rng rng;
-    pm_gpt_rng_seed(&rng, (uint64_t)seed, 0x73616d706c65ull);
-    for (size_t k = plen; k < total; k++) {
-        size_t start = k > (size_t)c->ctx ? k - (size_t)c->ctx : 0;
-        int T = (int)(k - start);
-        pm_gpt_forward(c, 1, T, params, tok + start, NULL, work);
-        const float *probs = pm_gpt_work_probs(c, 1, T, work) + (size_t)(T - 1) * c->vocab;
-        tok[k] = draw(probs, c->vocab, temp, &rng);
-        putchar(tok[k]);
-        fflush(stdout);
-    }
-    putchar('\n');
+    int rc = generate(&info.cfg.model, params, tk, ptok, plen, prompt, (size_t)n, temp, seed);
+    pm_free(ptok);
+    pm_tokenizer_free(tk);
     free(params);
-    free(tok);
-    free(work);
-    return 0;
+    return rc;
 }

@@ -371,12 +371,14 @@ static int train_tasks(const sel_opts *o, const pm_select_task *t, int n,
     pm_select_result *res = pm_calloc((size_t)n, sizeof *res);
     int *order = pm_malloc((size_t)n * sizeof *order), rc = 0, ready = 0;
     if (!hosts || !res || !order) rc = pm_cli_fail("select: out of memory for %d tasks", n);
-    for (; !rc && ready < n; ready++) {
-        pm_err e;
-        if (pm_trainer_init(&hosts[ready], &t[ready].cfg, &tr, 0, &e))
+    /* hosts[0 .. ready-1] are initialised (and freed at the end) */
+    for (pm_err e; !rc && ready < n; ready++) {
+        if (pm_trainer_init(&hosts[ready], &t[ready].cfg, &tr, 0, &e)) {
             rc = pm_cli_fail("task %s: %s", t[ready].name, e.msg);
+            break; /* left nothing allocated */
+        }
+        if (tr.tokenizer && pm_cli_data_tokenizer(o->data, &tr, &hosts[ready])) rc = 1;
     }
-    if (rc && ready) ready--; /* the failed one left nothing allocated */
     unsigned char *skip = pm_calloc((size_t)n, 1);
     if (!rc && !skip) rc = pm_cli_fail("select: out of memory");
     if (!rc && o->resume) rc = resume_tasks(o->resume, t, n, hosts, skip);

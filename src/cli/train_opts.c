@@ -240,9 +240,28 @@ int pm_cli_train_start(const pm_cli_train_opts *o, const pm_train_cfg *cfg, cons
     if (pm_loader_init(&vcheck, va, o->ctx, 0, "val.bin", &err))
         return pm_cli_fail("%s/%s", o->data, err.msg);
     if (pm_trainer_init(t, cfg, tr, 0, &err)) return pm_cli_fail("%s", err.msg);
-    if (o->resume && pm_ckpt_load(t, o->resume, &err)) {
+    if ((tr->tokenizer && pm_cli_data_tokenizer(o->data, tr, t)) ||
+        (o->resume && pm_ckpt_load(t, o->resume, &err))) {
+        if (err.msg[0]) pm_cli_fail("%s", err.msg);
         pm_trainer_free(t);
-        return pm_cli_fail("%s", err.msg);
+        return 1;
     }
     return 0;
+}
+
+int pm_cli_data_tokenizer(const char *dir, const pm_tokens *tr, pm_trainer *t) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/tokenizer.model", dir);
+    char *m;
+    size_t len;
+    pm_err err = {{0}};
+    if (pm_read_file(path, PM_TEXT_MAX, &m, &len, &err)) return pm_cli_fail("%s", err.msg);
+    int bad = pm_fnv1a64(PM_FNV_OFFSET, m, len) != tr->tokenizer;
+    if (bad)
+        pm_cli_fail("%s is not the tokenizer %s/train.bin was made with; prepare the directory "
+                    "again", path, dir);
+    else if (pm_trainer_set_tokenizer(t, m, len, &err))
+        bad = pm_cli_fail("%s", err.msg);
+    pm_free(m);
+    return bad;
 }

@@ -57,6 +57,11 @@ int pm_cli_train_load(const char *dir, pm_tokens *tr, pm_tokens *va);
 int pm_cli_train_start(const pm_cli_train_opts *o, const pm_train_cfg *cfg, const pm_tokens *tr,
                        const pm_tokens *va, pm_trainer *t);
 
+/* The data directory's tokenizer.model into t (its checkpoints embed it),
+ * checked against the checksum train.bin records; prints and returns 1 on
+ * error. */
+int pm_cli_data_tokenizer(const char *dir, const pm_tokens *tr, pm_trainer *t);
+
 /* Prints the JSON fields both modes share, from "{" to the "ctx" field
  * without the closing brace; sorts times (the step wall times, n of them). */
 void pm_cli_train_json_head(const pm_cli_train_opts *o, const pm_trainer *t, double *times,

@@ -83,6 +83,12 @@ pm_status pm_ckpt_save(const pm_trainer *t, const char *path, pm_err *err) {
         ok = fwrite(slab[s], sizeof(float), t->n_params, w.f) == t->n_params;
         sum = pm_fnv1a64(sum, slab[s], t->n_params * sizeof(float));
     }
+    /* version 3: the tokenizer the data was made with (length 0: bytes) */
+    uint8_t tl[8];
+    pm_put_u64(tl, (uint64_t)t->tok_model_len);
+    ok = ok && fwrite(tl, 1, 8, w.f) == 8 &&
+         (!t->tok_model_len || fwrite(t->tok_model, 1, t->tok_model_len, w.f) == t->tok_model_len);
+    sum = pm_fnv1a64(pm_fnv1a64(sum, tl, 8), t->tok_model, t->tok_model_len);
     uint8_t tail[8];
     pm_put_u64(tail, sum);
     ok = ok && fwrite(tail, 1, 8, w.f) == 8;
@@ -134,14 +140,24 @@ static pm_status check_start(const char *path, const uint8_t *h, size_t got, siz
     return PM_OK;
 }
 
-/* The header's fields agree with each other and with the file's size. */
-static pm_status check_header(const char *path, const pm_ckpt_info *info, size_t size,
+/* The header's fields agree with each other and with the file's size (from
+ * version 3 on, the tokenizer section's length at the end of the slabs,
+ * read from f, must fill the rest). */
+static pm_status check_header(const char *path, pm_ckpt_info *info, size_t size, FILE *f,
                               pm_err *err) {
     size_t expect = 0;
     int ok = pm_gpt_config_check(&info->cfg.model, NULL) == PM_OK &&
              info->n_params == pm_gpt_num_params(&info->cfg.model) &&
              pm_size_mul(info->n_params, 12, &expect) &&
              pm_size_add(expect, PM_CKPT_HEADER + 8, &expect);
+    if (ok && info->version >= 3) {
+        uint8_t tl[8];
+        ok = size >= expect + 8 && !fseek(f, (long)(expect - 8), SEEK_SET) &&
+             fread(tl, 1, 8, f) == 8;
+        info->tok_len = ok ? (size_t)pm_get_u64(tl) : 0;
+        ok = ok && info->tok_len <= size - expect - 8;
+        if (ok) expect += 8 + info->tok_len;
+    }
     if (!ok || expect != size)
         return pm_errf(err, PM_ERR_FORMAT,
                        "%s: header says %zu parameters (offset 112) for a file of %zu bytes; "
@@ -188,7 +204,7 @@ static pm_status open_verified(const char *path, FILE **fp, pm_ckpt_info *info,
         goto fail;
     }
     decode_header(h, info);
-    if ((st = check_header(path, info, size, err))) goto fail;
+    if ((st = check_header(path, info, size, f, err))) goto fail;
     fseek(f, PM_CKPT_HEADER, SEEK_SET);
     *fp = f;
     return PM_OK;
@@ -255,6 +271,7 @@ pm_status pm_ckpt_load(pm_trainer *t, const char *path, pm_err *err) {
     float *slab[3] = {t->params, t->m, t->v};
     int ok = read_hash(f, h, sizeof h, &sum);
     for (int s = 0; s < 3 && ok; s++) ok = read_hash(f, slab[s], t->n_params * 4, &sum);
+    if (in.version >= 3) ok = ok && read_hash(f, NULL, 8 + in.tok_len, &sum);
     uint8_t tail[8];
     ok = ok && fread(tail, 1, 8, f) == 8 && pm_get_u64(tail) == sum;
     ok = ok && !memcmp(h, first, sizeof h); /* the header checked is the one loaded */
@@ -286,5 +303,30 @@ pm_status pm_ckpt_load_params(const char *path, pm_ckpt_info *info, float **para
         return st;
     }
     *params = p;
+    return PM_OK;
+}
+
+pm_status pm_ckpt_load_tokenizer(const char *path, void **model, size_t *len, pm_err *err) {
+    *model = NULL, *len = 0;
+    FILE *f;
+    pm_ckpt_info info;
+    uint8_t h[PM_CKPT_HEADER];
+    pm_status st = open_verified(path, &f, &info, h, err);
+    if (st || !info.tok_len) {
+        if (!st) fclose(f);
+        return st;
+    }
+    void *m = pm_malloc(info.tok_len);
+    uint64_t unused = 0;
+    if (!m) st = pm_errf(err, PM_ERR_NOMEM, "%s: out of memory for the tokenizer", path);
+    else if (fseek(f, (long)(PM_CKPT_HEADER + info.n_params * 12 + 8), SEEK_SET) ||
+             !read_hash(f, m, info.tok_len, &unused))
+        st = pm_errf(err, PM_ERR_IO, "%s: read failed (file shrank while reading?)", path);
+    fclose(f);
+    if (st) {
+        pm_free(m);
+        return st;
+    }
+    *model = m, *len = info.tok_len;
     return PM_OK;
 }

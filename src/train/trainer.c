@@ -92,8 +92,18 @@ fail:
     return st;
 }
 
+pm_status pm_trainer_set_tokenizer(pm_trainer *t, const void *model, size_t len, pm_err *err) {
+    void *copy = len ? pm_malloc(len) : NULL;
+    if (len && !copy) return pm_errf(err, PM_ERR_NOMEM, "out of memory for the tokenizer");
+    if (len) memcpy(copy, model, len);
+    pm_free((void *)t->tok_model);
+    t->tok_model = copy, t->tok_model_len = len;
+    return PM_OK;
+}
+
 void pm_trainer_free(pm_trainer *t) {
     if (!t) return;
+    pm_free((void *)t->tok_model);
     pm_free(t->params);
     pm_free(t->work);
     pm_free(t->inp);

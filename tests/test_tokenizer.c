@@ -1,0 +1,149 @@
+/* test_tokenizer.c: subword vocabularies end to end, through the built
+ * binary (PM_BIN): `tokenizer train`, `prepare --tokenizer`, training on
+ * the ids on one device and on pipelines (checkpoints byte for byte equal),
+ * the checkpoint embedding the data's tokenizer model, and `sample`
+ * decoding with it on its own; bad requests give one line. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "pipemem/pm_tokenizer.h"
+#include "pipemem/pm_train.h"
+
+static char dir[] = "/tmp/pm_test_tokenizer_XXXXXX";
+static const char *bin;
+
+/* Runs `PM_BIN args` (stdout to out, stderr to err, when not NULL); status. */
+static int run(const char *args, char *out, size_t cap, char *err, size_t ecap) {
+    char cmd[1500], fo[300], fe[300];
+    snprintf(fo, sizeof fo, "%s/stdout", dir);
+    snprintf(fe, sizeof fe, "%s/stderr", dir);
+    snprintf(cmd, sizeof cmd, "timeout 120 %s %s >%s 2>%s", bin, args, fo, fe);
+    int st = system(cmd);
+    char *bufs[2] = {out, err};
+    size_t caps[2] = {cap, ecap};
+    const char *files[2] = {fo, fe};
+    for (int k = 0; k < 2; k++) {
+        if (!bufs[k]) continue;
+        FILE *f = fopen(files[k], "r");
+        size_t n = f ? fread(bufs[k], 1, caps[k] - 1, f) : 0;
+        bufs[k][n] = 0;
+        if (f) fclose(f);
+    }
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static int same_file(const char *a, const char *b) {
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "cmp -s %s %s", a, b);
+    return system(cmd) == 0;
+}
+
+#define MODEL "--layers 6 --dim 32 --heads 2 --ctx 16 --batch 8 --microbatches 4 --steps 3"
+
+static void test_end_to_end(void **state) {
+    (void)state;
+    if (!bin || !pm_tokenizer_available()) skip();
+    char a[1200], out[4096], err[4096];
+    snprintf(a, sizeof a, "tokenizer train %s/corpus.txt --vocab 400 -o %s/m.model", dir, dir);
+    assert_int_equal(run(a, NULL, 0, err, sizeof err), 0);
+    snprintf(a, sizeof a, "prepare %s/corpus.txt -o %s/d --tokenizer %s/m.model", dir, dir, dir);
+    assert_int_equal(run(a, NULL, 0, err, sizeof err), 0);
+    assert_non_null(strstr(err, "vocabulary 400"));
+    /* one device, then pipelines: the same bytes */
+    const char *runs[] = {"", "--pp 2 --schedule zb-h1", "--pp 2 --schedule v-half",
+                          "--pp 4 --schedule 1f1b"};
+    char first[300];
+    snprintf(first, sizeof first, "%s/r0.ckpt", dir);
+    for (int k = 0; k < 4; k++) {
+        snprintf(a, sizeof a, "train --data %s/d " MODEL " %s --save %s/r%d.ckpt", dir, runs[k],
+                 dir, k);
+        if (run(a, NULL, 0, err, sizeof err)) fail_msg("%s: %s", a, err);
+        char p[300];
+        snprintf(p, sizeof p, "%s/r%d.ckpt", dir, k);
+        if (!same_file(first, p)) fail_msg("'%s' differs from one device", runs[k]);
+    }
+    /* the checkpoint holds the data's model, byte for byte */
+    void *m;
+    size_t len, flen;
+    pm_err e = {{0}};
+    assert_int_equal(pm_ckpt_load_tokenizer(first, &m, &len, &e), PM_OK);
+    char p[300], *file;
+    snprintf(p, sizeof p, "%s/d/tokenizer.model", dir);
+    assert_int_equal(pm_read_file(p, 1 << 24, &file, &flen, &e), PM_OK);
+    assert_int_equal(len, flen);
+    assert_memory_equal(m, file, len);
+    pm_free(m), pm_free(file);
+    pm_ckpt_info info;
+    assert_int_equal(pm_ckpt_info_read(first, &info, &e), PM_OK);
+    assert_int_equal(info.cfg.model.vocab, 400);
+    /* sample decodes with it: no tokens drawn gives the prompt back */
+    snprintf(a, sizeof a, "sample --ckpt %s -n 0 --prompt 'the quick  fox'", first);
+    assert_int_equal(run(a, out, sizeof out, NULL, 0), 0);
+    assert_string_equal(out, "the quick  fox\n");
+    snprintf(a, sizeof a, "sample --ckpt %s -n 20 --prompt 'the '", first);
+    assert_int_equal(run(a, out, sizeof out, NULL, 0), 0);
+    assert_true(!strncmp(out, "the ", 4) && strlen(out) > 5);
+}
+
+static void test_bad_requests(void **state) {
+    (void)state;
+    if (!bin || !pm_tokenizer_available()) skip();
+    char a[1200], err[4096];
+    snprintf(a, sizeof a, "tokenizer train %s/corpus.txt --vocab 10 -o %s/x.model", dir, dir);
+    assert_int_equal(run(a, NULL, 0, err, sizeof err), 1);
+    assert_non_null(strstr(err, "--vocab: 10 is outside the supported range 260.."));
+    snprintf(a, sizeof a, "prepare %s/corpus.txt -o %s/y --tokenizer %s/none.model", dir, dir, dir);
+    assert_int_equal(run(a, NULL, 0, err, sizeof err), 1);
+    assert_non_null(strstr(err, "none.model"));
+    snprintf(a, sizeof a, "prepare %s/corpus.txt -o %s/y --tokenizer %s/corpus.txt", dir, dir, dir);
+    assert_int_equal(run(a, NULL, 0, err, sizeof err), 1);
+    assert_non_null(strstr(err, "not a SentencePiece model"));
+    /* a data directory whose tokenizer.model is not the one its tokens came from */
+    snprintf(a, sizeof a, "tokenizer train %s/corpus.txt --vocab 300 -o %s/o.model", dir, dir);
+    assert_int_equal(run(a, NULL, 0, err, sizeof err), 0);
+    char cmd[800];
+    snprintf(cmd, sizeof cmd, "mkdir -p %s/w && cp %s/d/*.bin %s/w/ && cp %s/o.model "
+             "%s/w/tokenizer.model", dir, dir, dir, dir, dir);
+    assert_int_equal(system(cmd), 0);
+    snprintf(a, sizeof a, "train --data %s/w " MODEL, dir);
+    assert_int_equal(run(a, NULL, 0, err, sizeof err), 1);
+    assert_non_null(strstr(err, "is not the tokenizer"));
+}
+
+static int setup(void **state) {
+    (void)state;
+    bin = getenv("PM_BIN");
+    if (!mkdtemp(dir)) return -1;
+    char p[300];
+    snprintf(p, sizeof p, "%s/corpus.txt", dir);
+    FILE *f = fopen(p, "w");
+    if (!f) return -1;
+    for (int i = 0; i < 600; i++)
+        fprintf(f, "%d: the quick brown fox jumps over the lazy dog, said the %s\n", i,
+                i % 3 ? "cat" : "bird");
+    return fclose(f);
+}
+
+static int teardown(void **state) {
+    (void)state;
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_end_to_end),
+        cmocka_unit_test(test_bad_requests),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
