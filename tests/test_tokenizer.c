@@ -2,7 +2,8 @@
  * binary (PM_BIN): `tokenizer train`, `prepare --tokenizer`, training on
  * the ids on one device and on pipelines (checkpoints byte for byte equal),
  * the checkpoint embedding the data's tokenizer model, and `sample`
- * decoding with it on its own; bad requests give one line. */
+ * decoding with it on its own; llm.c's token files with GPT-2's vocabulary;
+ * bad requests give one line. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -119,6 +120,55 @@ static void test_bad_requests(void **state) {
     assert_non_null(strstr(err, "is not the tokenizer"));
 }
 
+/* llm.c token files (written here by their documented layout: 256 int32
+ * header with magic 20240520, version 1, token count; then uint16 ids)
+ * named with --train/--val, GPT-2's vocabulary padded to 50304 as llm.c
+ * does: the model takes it, and trains bitwise alike on one device and on
+ * pipelines of several kinds. */
+static void write_llmc(const char *path, int n, unsigned seed) {
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    int32_t head[256] = {20240520, 1, n};
+    assert_int_equal(fwrite(head, 4, 256, f), 256);
+    for (int i = 0; i < n; i++) {
+        seed = seed * 1103515245u + 12345u;
+        uint16_t id = (uint16_t)((seed >> 8) % 50257u);
+        if (i % 7 == 0) id = 50256; /* GPT-2's end of text, the largest id */
+        assert_int_equal(fwrite(&id, 2, 1, f), 1);
+    }
+    fclose(f);
+}
+
+static void test_llmc_gpt2_vocab(void **state) {
+    (void)state;
+    if (!bin) skip();
+    char tr[300], va[300], a[1200], err[4096];
+    snprintf(tr, sizeof tr, "%s/tiny_shakespeare_train.bin", dir);
+    snprintf(va, sizeof va, "%s/tiny_shakespeare_val.bin", dir);
+    write_llmc(tr, 3000, 1);
+    write_llmc(va, 500, 2);
+    const char *runs[] = {"", "--pp 2 --schedule zb-h1", "--pp 2 --schedule v-half",
+                          "--pp 4 --schedule 1f1b"};
+    char first[300];
+    snprintf(first, sizeof first, "%s/g0.ckpt", dir);
+    for (int k = 0; k < 4; k++) {
+        snprintf(a, sizeof a, "train --train %s --val %s --pad-vocab 64 " MODEL " %s --save "
+                 "%s/g%d.ckpt", tr, va, runs[k], dir, k);
+        if (run(a, NULL, 0, err, sizeof err)) fail_msg("%s: %s", a, err);
+        char p[300];
+        snprintf(p, sizeof p, "%s/g%d.ckpt", dir, k);
+        if (!same_file(first, p)) fail_msg("'%s' differs from one device", runs[k]);
+    }
+    pm_ckpt_info info;
+    pm_err e = {{0}};
+    assert_int_equal(pm_ckpt_info_read(first, &info, &e), PM_OK);
+    assert_int_equal(info.cfg.model.vocab, 50304);
+    assert_int_equal(info.tok_len, 0);
+    snprintf(a, sizeof a, "train --train %s --val %s --data %s " MODEL, tr, va, dir);
+    assert_int_equal(run(a, NULL, 0, err, sizeof err), 1);
+    assert_non_null(strstr(err, "not both"));
+}
+
 static int setup(void **state) {
     (void)state;
     bin = getenv("PM_BIN");
@@ -144,6 +194,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_end_to_end),
         cmocka_unit_test(test_bad_requests),
+        cmocka_unit_test(test_llmc_gpt2_vocab),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

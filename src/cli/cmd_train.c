@@ -54,7 +54,7 @@ int pm_cmd_train(int argc, char **argv) {
     if (o.pipeline) return pm_cli_train_pp(&o);
     pm_blas_threads(o.threads);
     pm_tokens tr, va;
-    if (pm_cli_train_load(o.data, &tr, &va)) return 1;
+    if (pm_cli_train_data(&o, &tr, &va)) return 1;
     pm_train_cfg cfg;
     pm_cli_train_cfg(&o, &tr, &cfg);
     pm_trainer t;

@@ -352,7 +352,7 @@ static int run(const pm_cli_train_opts *op, pp_world *w) {
     pm_sched s = {0};
     pm_pipe *pp = NULL;
     pp_stats ps = {.final_loss = NAN};
-    int rc = 1, failed = pm_cli_train_load(o.data, &tr, &va);
+    int rc = 1, failed = pm_cli_train_data(&o, &tr, &va);
     if (!failed) pm_cli_train_cfg(&o, &tr, &cfg);
     if (!failed && (failed = pm_cli_train_start(&o, &cfg, &tr, &va, &t))) {
         pm_tokens_free(&tr);

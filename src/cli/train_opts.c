@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "train_opts.h"
@@ -25,6 +26,8 @@ typedef struct {
 #define F(x) offsetof(pm_cli_train_opts, x)
 static const opt_def OPTS[] = {
     {"--data", 's', 0, 0, F(data)},          {"--save", 's', 0, 0, F(save)},
+    {"--train", 's', 0, 0, F(train_file)},   {"--val", 's', 0, 0, F(val_file)},
+    {"--pad-vocab", 'i', 0, 1, F(pad_vocab)},
     {"--resume", 's', 0, 0, F(resume)},      {"--layers", 'i', 0, 1, F(layers)},
     {"--dim", 'i', 0, 1, F(dim)},            {"--heads", 'i', 0, 1, F(heads)},
     {"--ctx", 'i', 0, 1, F(ctx)},            {"--batch", 'i', 0, 1, F(batch)},
@@ -43,14 +46,19 @@ static const opt_def OPTS[] = {
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: pipemem train --data DIR [--layers L] [--dim C] [--heads H] [--ctx T]\n"
+            "usage: pipemem train (--data DIR | --train FILE --val FILE) [--pad-vocab N]\n"
+            "         [--layers L] [--dim C] [--heads H] [--ctx T]\n"
             "         [--batch B] [--microbatches K] [--steps N] [--lr X] [--warmup N]\n"
             "         [--eval-every N] [--eval-batches N] [--save FILE] [--resume FILE]\n"
             "         [--seed S] [--stop-after N] [--json]\n"
             "         [--threads N | --pp P [--schedule KIND | --schedule-file FILE]\n"
             "          [--chunks V] [--mem-limit X] [--recompute] [--trace FILE]\n"
             "          [--timeline FILE.svg] [--dp D] [--transport threads|mpi]]\n"
-            "  Trains the GPT on DIR/train.bin (made by 'pipemem prepare'); B sequences of T\n"
+            "  Trains the GPT on DIR/train.bin (made by 'pipemem prepare'), or on token\n"
+            "  files named with --train/--val (pipemem's or llm.c's, e.g.\n"
+            "  tiny_shakespeare_train.bin); the vocabulary is the data's, rounded up to a\n"
+            "  multiple of N with --pad-vocab N (llm.c pads GPT-2's 50257 to 50304 = 64 x\n"
+            "  786). B sequences of T\n"
             "  tokens per step, split into K microbatches whose gradients accumulate.\n"
             "  Defaults: L 4, C 128, H 4, T 64, B 8, K 1, N 100, lr 1e-3, warm-up N/10,\n"
             "  threads = cores, eval every N/5 steps on 4 batches, seed 1.\n"
@@ -112,10 +120,13 @@ static int apply(const opt_def *d, const char *v, pm_cli_train_opts *o) {
 /* Cross-option checks once all are read; the first mode-only option seen
  * of each kind is passed in (NULL: none). */
 static int check(pm_cli_train_opts *o, const char *pipe_only, const char *single_only) {
-    if (!o->data) {
+    if (!o->data && !(o->train_file && o->val_file)) {
         usage(stderr);
-        return pm_cli_fail("train: --data DIR is required (make it with 'pipemem prepare')");
+        return pm_cli_fail("train: --data DIR (made by 'pipemem prepare') or --train FILE --val "
+                           "FILE is required");
     }
+    if (o->data && (o->train_file || o->val_file))
+        return pm_cli_fail("train: give --data DIR or --train FILE --val FILE, not both");
     if (o->pipeline && single_only)
         return pm_cli_fail("train: %s is for single-device runs; drop it (a pipeline run "
                            "uses 1 BLAS thread per device)", single_only);
@@ -174,7 +185,9 @@ int pm_cli_train_parse(int argc, char **argv, pm_cli_train_opts *o) {
 }
 
 void pm_cli_train_cfg(const pm_cli_train_opts *o, const pm_tokens *tr, pm_train_cfg *cfg) {
-    *cfg = (pm_train_cfg){.model = {(int32_t)tr->vocab, o->ctx, o->dim, o->heads, o->layers},
+    int32_t pad = o->pad_vocab > 1 ? o->pad_vocab : 1;
+    int32_t vocab = (int32_t)((tr->vocab + (uint32_t)pad - 1) / (uint32_t)pad * (uint32_t)pad);
+    *cfg = (pm_train_cfg){.model = {vocab, o->ctx, o->dim, o->heads, o->layers},
                           .batch = o->batch, .micro = o->micro, .seed = o->seed};
     pm_optim_defaults(&cfg->opt, o->steps);
     cfg->opt.lr = (float)o->lr;
@@ -189,10 +202,27 @@ static int load_split(const char *dir, const char *name, pm_tokens *t) {
     return 0;
 }
 
+static int check_pair(const char *dir, pm_tokens *tr, pm_tokens *va, int bad);
+
 int pm_cli_train_load(const char *dir, pm_tokens *tr, pm_tokens *va) {
     *tr = (pm_tokens){0};
     *va = (pm_tokens){0};
-    int bad = load_split(dir, "train.bin", tr) || load_split(dir, "val.bin", va);
+    return check_pair(dir, tr, va, load_split(dir, "train.bin", tr) ||
+                                       load_split(dir, "val.bin", va));
+}
+
+int pm_cli_train_data(const pm_cli_train_opts *o, pm_tokens *tr, pm_tokens *va) {
+    if (o->data) return pm_cli_train_load(o->data, tr, va);
+    *tr = (pm_tokens){0};
+    *va = (pm_tokens){0};
+    pm_err err = {{0}};
+    int bad = pm_tokens_read(tr, o->train_file, &err) || pm_tokens_read(va, o->val_file, &err);
+    if (bad) pm_cli_fail("%s", err.msg);
+    return check_pair(o->train_file, tr, va, bad);
+}
+
+/* Train and validation tokens from one tokenizer; frees both on error. */
+static int check_pair(const char *dir, pm_tokens *tr, pm_tokens *va, int bad) {
     if (!bad && (tr->vocab != va->vocab || tr->tokenizer != va->tokenizer))
         bad = pm_cli_fail("%s: train.bin (vocabulary %u) and val.bin (vocabulary %u) were made "
                           "with different tokenizers; prepare them together", dir, tr->vocab,
@@ -240,7 +270,7 @@ int pm_cli_train_start(const pm_cli_train_opts *o, const pm_train_cfg *cfg, cons
     if (pm_loader_init(&vcheck, va, o->ctx, 0, "val.bin", &err))
         return pm_cli_fail("%s/%s", o->data, err.msg);
     if (pm_trainer_init(t, cfg, tr, 0, &err)) return pm_cli_fail("%s", err.msg);
-    if ((tr->tokenizer && pm_cli_data_tokenizer(o->data, tr, t)) ||
+    if ((tr->tokenizer && pm_cli_data_tokenizer(o->data ? o->data : o->train_file, tr, t)) ||
         (o->resume && pm_ckpt_load(t, o->resume, &err))) {
         if (err.msg[0]) pm_cli_fail("%s", err.msg);
         pm_trainer_free(t);
@@ -251,15 +281,23 @@ int pm_cli_train_start(const pm_cli_train_opts *o, const pm_train_cfg *cfg, cons
 
 int pm_cli_data_tokenizer(const char *dir, const pm_tokens *tr, pm_trainer *t) {
     char path[4096];
-    snprintf(path, sizeof path, "%s/tokenizer.model", dir);
+    /* --train FILE: the model beside it */
+    struct stat sb;
+    if (!stat(dir, &sb) && !S_ISDIR(sb.st_mode)) {
+        const char *slash = strrchr(dir, '/');
+        snprintf(path, sizeof path, "%.*s/tokenizer.model", slash ? (int)(slash - dir) : 1,
+                 slash ? dir : ".");
+    } else {
+        snprintf(path, sizeof path, "%s/tokenizer.model", dir);
+    }
     char *m;
     size_t len;
     pm_err err = {{0}};
     if (pm_read_file(path, PM_TEXT_MAX, &m, &len, &err)) return pm_cli_fail("%s", err.msg);
     int bad = pm_fnv1a64(PM_FNV_OFFSET, m, len) != tr->tokenizer;
     if (bad)
-        pm_cli_fail("%s is not the tokenizer %s/train.bin was made with; prepare the directory "
-                    "again", path, dir);
+        pm_cli_fail("%s is not the tokenizer the train tokens were made with; prepare the "
+                    "directory again", path);
     else if (pm_trainer_set_tokenizer(t, m, len, &err))
         bad = pm_cli_fail("%s", err.msg);
     pm_free(m);

@@ -14,6 +14,8 @@
 typedef struct {
     /* both modes */
     const char *data, *save, *resume;
+    const char *train_file, *val_file; /* --train FILE --val FILE instead of --data DIR */
+    int pad_vocab;  /* --pad-vocab N: the model's vocabulary rounded up to a multiple */
     int layers, dim, heads, ctx, batch, micro, steps, eval_every, eval_batches;
     int warmup;     /* -1: the default steps/10 */
     int stop_after; /* stop after this step as if interrupted (0: run to --steps) */
@@ -50,6 +52,9 @@ void pm_cli_train_cfg(const pm_cli_train_opts *o, const pm_tokens *tr, pm_train_
 
 /* Reads DIR/train.bin and DIR/val.bin; on error prints, frees both, returns 1. */
 int pm_cli_train_load(const char *dir, pm_tokens *tr, pm_tokens *va);
+/* The same for train's options: --data DIR, or --train FILE --val FILE
+ * (token files of any format, llm.c's among them). */
+int pm_cli_train_data(const pm_cli_train_opts *o, pm_tokens *tr, pm_tokens *va);
 
 /* Checks the validation split fits the context, initialises the trainer and,
  * with --resume, loads the checkpoint into it. On error prints one line,
