@@ -1,9 +1,11 @@
 #!/bin/sh
 # The main job on a built-in default (make demo):
-#   1. the fortunes corpus becomes token files;
-#   2. a small GPT trains for about two minutes on 2 device threads under the
-#      v-half schedule, progress shown, then writes the measured timeline as
-#      SVG and a Chrome trace;
+#   1. a SentencePiece tokenizer is trained on the fortunes corpus, which
+#      becomes token files (subword ids, and bytes for acts 3 and 5);
+#   2. a small GPT trains for about a minute and a half on 4 device threads
+#      under --schedule auto with half of 1F1B's activation memory; its
+#      measured peak is printed beside 1F1B's (measured in the same run), then
+#      text sampled from it, the measured timeline as SVG and a Chrome trace;
 #   3. every main schedule trains a few steps of the same model, and a table
 #      puts each one's measured step time, bubble and peak activation memory
 #      beside the simulator's prediction;
@@ -17,24 +19,43 @@ set -eu
 cd "$(dirname "$0")/.."
 BIN=${PM_BIN:-build/pipemem}
 OUT=${PM_DEMO_OUT:-out/demo}
-STEPS=${PM_DEMO_STEPS:-500}
+STEPS=${PM_DEMO_STEPS:-600}
 MODEL="--layers 4 --dim 256 --heads 8 --ctx 128 --batch 16 --microbatches 8"
+WMODEL="--layers 6 --dim 192 --heads 6 --ctx 64 --batch 16 --microbatches 8"
+LIMIT=0.5   # x M: half of 1F1B's activation memory
 mkdir -p "$OUT"
 
-echo "== 1. corpus: /usr/share/games/fortunes"
+echo "== 1. corpus: /usr/share/games/fortunes, a SentencePiece tokenizer trained on it"
 TEXT=$(find /usr/share/games/fortunes -maxdepth 1 -type f ! -name '*.dat' ! -name '*.u8' | sort)
 [ -n "$TEXT" ] || { echo "demo: no fortunes found (apt-get install fortunes)" >&2; exit 1; }
 # shellcheck disable=SC2086
-"$BIN" prepare $TEXT -o "$OUT/data"
+"$BIN" tokenizer train $TEXT --vocab 2000 -o "$OUT/fortunes.model"
+# shellcheck disable=SC2086
+"$BIN" prepare $TEXT -o "$OUT/words" --tokenizer "$OUT/fortunes.model"
+# shellcheck disable=SC2086
+"$BIN" prepare $TEXT -o "$OUT/data"    # bytes, for acts 3 and 5
 
 echo
-echo "== 2. train: GPT $MODEL, 2 device threads, schedule v-half, $STEPS steps"
+echo "== 2. train: GPT $WMODEL on 4 device threads, --schedule auto --mem-limit $LIMIT"
+echo "   (1F1B, the peer, runs 3 steps first so its measured peak can be compared)"
+peak() { sed -n "s/.*\"$1\": \[\([^]]*\)\].*/\1/p" | tr ',' '\n' | sort -n | tail -1; }
 # shellcheck disable=SC2086
-"$BIN" train --data "$OUT/data" $MODEL --pp 2 --schedule v-half --steps "$STEPS" \
-    --eval-every 100 --save "$OUT/gpt.ckpt" \
-    --timeline "$OUT/v-half-measured.svg" --trace "$OUT/v-half-trace.json"
+ref=$("$BIN" train --data "$OUT/words" $WMODEL --pp 4 --schedule 1f1b --steps 3 --eval-every 0 \
+    --json 2>/dev/null)
+# shellcheck disable=SC2086
+main=$("$BIN" train --data "$OUT/words" $WMODEL --pp 4 --schedule auto --mem-limit "$LIMIT" \
+    --steps "$STEPS" --eval-every 50 --save "$OUT/gpt.ckpt" --json \
+    --timeline "$OUT/auto-measured.svg" --trace "$OUT/auto-trace.json")
+p1=$(echo "$ref" | peak peak_activation_bytes)
+p2=$(echo "$main" | peak peak_activation_bytes)
+k=$(echo "$main" | sed -n 's/.*"schedule": "\([^"]*\)".*/\1/p')
+s1=$(echo "$ref" | sed -n 's/.*"measured_step_ms": \([0-9.]*\).*/\1/p')
+s2=$(echo "$main" | sed -n 's/.*"measured_step_ms": \([0-9.]*\).*/\1/p')
+echo "measured activation peak (largest device): 1f1b $p1 bytes, $k $p2 bytes" \
+    "($(awk "BEGIN {printf \"%.0f\", 100 * $p2 / $p1}")% of 1F1B's);" \
+    "step (passes) $s1 ms against $s2 ms"
 echo "sample:"
-"$BIN" sample --ckpt "$OUT/gpt.ckpt" --prompt "The " -n 160
+"$BIN" sample --ckpt "$OUT/gpt.ckpt" --prompt "The" -n 80 --temperature 0.7
 echo
 
 echo "== 3. measured against forecast, p = 2, m = 8 (6 steps each, means after the first)"
@@ -76,6 +97,6 @@ echo "== 5. pipemem select: 4 models at once on 2 devices of 14 MiB each (shard 
 "$BIN" select --data "$OUT/data" --devices 2 --device-mem 14M $SEL --steps 60 \
     --save-best "$OUT/best.ckpt" --csv "$OUT/select.csv"
 echo
-echo "demo output in $OUT/: v-half-measured.svg (the real run), v-half-trace.json (Perfetto),"
+echo "demo output in $OUT/: auto-measured.svg (the real run), auto-trace.json (Perfetto),"
 echo "  1f1b.svg zb-h1.svg v-half.svg v-min.svg (simulated timelines), gpt.ckpt, data/,"
 echo "  best.ckpt and select.csv (model selection)"

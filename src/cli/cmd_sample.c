@@ -15,8 +15,10 @@
 static void sample_usage(FILE *f) {
     fprintf(f, "usage: pipemem sample --ckpt FILE [--prompt TEXT] [-n N] [--temperature X]\n"
                "         [--seed S] [--threads N]\n"
-               "  Prints TEXT and N bytes the model generates after it (defaults: prompt \"\\n\",\n"
-               "  N 200, temperature 1, seed 1).\n"
+               "  Prints TEXT and N tokens the model generates after it, decoded with the\n"
+               "  tokenizer the checkpoint carries (bytes without one). Defaults: prompt\n"
+               "  \"\\n\", N 200, temperature 1, seed 1; below 1, the temperature keeps to\n"
+               "  likelier tokens.\n"
                "  example: pipemem sample --ckpt model.ckpt --prompt 'The ' -n 100\n");
 }
 
