@@ -126,6 +126,10 @@ static void test_pipeline_refusals(void **state) {
     assert_int_equal(run(args).status, 0);
     snprintf(args, sizeof args, TRAIN "%s/d --pp 2 --schedule-file %s/s4.txt", dir, dir);
     expect_error(args, "--pp 2 but", 30);
+    snprintf(args, sizeof args, TRAIN "%s/d --pp 2 --placement even", dir);
+    expect_error(args, "--placement even: use measured or flops", 30);
+    snprintf(args, sizeof args, TRAIN "%s/d --placement flops", dir);
+    expect_error(args, "--placement is for pipeline runs", 30);
     snprintf(args, sizeof args, TRAIN "%s/d --schedule-file %s/s4.txt --mem-limit 0.2",
              dir, dir);
     expect_error(args, "over --mem-limit 0.2 M", 30);

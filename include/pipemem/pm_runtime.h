@@ -221,15 +221,40 @@ pm_status pm_arena_use_plan(pm_arena *a, const size_t *off, size_t n, pm_err *er
 
 /* ---- placement --------------------------------------------------------------
  * Rule: the L+2 layers (embedding, L blocks, head) are cut into S contiguous
- * non-empty ranges, in order, minimising the largest stage cost, where a
- * layer's cost is its FLOPs for one microbatch (flops_f + flops_b + flops_w
- * from pm_gpt_layer_sizes, the work the passes do). Exact (dynamic
- * programming); on ties later stages take the extra layers (early stages
- * hold the most microbatches in flight).
+ * non-empty ranges, in order, minimising the busiest device's time for one
+ * microbatch (the sum over the stages the schedule puts on it: under V,
+ * device 0 holds the embedding's stage and the head's), then the largest
+ * device memory (each stage's parameters, gradients and AdamW moments, plus
+ * its saved activations times the most microbatches the schedule holds on
+ * it at once), then the sum of the devices' squared times. A layer's time is its kind's F + B + W from
+ * lc: measured (pm_place_measure) or, with lc NULL, FLOPs. Exact (branch and
+ * bound over the cut points) up to millions of partial cuts, far beyond any
+ * real pipeline; then the best found.
  * first[s] .. first[s+1]-1 are stage s's layers (first has S+1 entries).
  * Fewer layers than stages is PM_ERR_ARG with the fix. */
-pm_status pm_place_layers(const pm_gpt_config *cfg, int B, int T, int S, int *first,
-                          pm_err *err);
+typedef struct {
+    double f, b, w;
+} pm_pass_times;
+typedef struct {
+    pm_pass_times k[PM_LAYER_KIND_COUNT]; /* one microbatch's passes of each layer kind */
+    const char *unit;                     /* "s" measured, "flop" counted */
+} pm_layer_costs;
+
+/* FLOPs of each kind's passes (pm_gpt_layer_sizes). */
+pm_status pm_place_flops(const pm_gpt_config *cfg, int B, int T, pm_layer_costs *lc,
+                         pm_err *err);
+/* Measures each kind's F, B and W on one microbatch of B x T on the calling
+ * thread with one compute thread, as a device thread runs (best of two).
+ * Takes about two microbatches' worth of one embedding, block and head. */
+pm_status pm_place_measure(const pm_gpt_config *cfg, int B, int T, pm_layer_costs *lc,
+                           pm_err *err);
+pm_status pm_place_layers(const pm_gpt_config *cfg, int B, int T, const pm_sched *s,
+                          const pm_layer_costs *lc, int *first, pm_err *err);
+/* Each device's share under a placement: time[d] (lc's unit, NULL: FLOPs)
+ * and mem[d] (bytes), as the rule above counts them; arrays of s->p. */
+pm_status pm_place_shares(const pm_gpt_config *cfg, int B, int T, const pm_sched *s,
+                          const pm_layer_costs *lc, const int *first, double *time,
+                          double *mem, pm_err *err);
 
 /* Per-stage memory deltas of the model under a placement, in bytes: F keeps
  * sum(saved), B releases sum(saved - saved_w), W the rest (pm_gpt.h); with
@@ -256,6 +281,8 @@ typedef struct {
     uint64_t fingerprint;   /* MPI: what must agree across ranks besides the
                              * configuration and schedule (the CLI: the train data's
                              * identity); a rank that differs stops every rank */
+    pm_layer_costs place;   /* the layer costs the placement balances (place.unit NULL:
+                             * FLOPs); under MPI every rank must pass the same */
     /* test hooks: fault injection */
     int fault_kind;         /* pm_fault_kind */
     int fault_dev;          /* device of the failing pass */
@@ -286,6 +313,7 @@ typedef struct {
     const size_t *peak;      /* (dp * p) measured peak activation bytes (arena live) */
     const size_t *pred_peak; /* (dp * p) simulator's peak with the model's byte deltas */
     const size_t *arena;     /* (dp * p) arena capacity (bytes of slab) */
+    const double *busy_ms;   /* (dp * p) measured time each device spent in passes */
 } pm_pipe_info;
 
 /* The pipeline trainer. Opaque: callers hold a pointer from

@@ -80,23 +80,97 @@ static pm_mem model_mem(const pm_train_cfg *cfg, int p, int v) {
     return (pm_mem){1.0, -(saved - saved_w) / saved, -saved_w / saved, keep < 1 ? keep : 1};
 }
 
-/* Peak activation (x M) of schedule s on the real model: the layers placed
- * as the runtime places them, each stage's exact byte deltas. */
-static pm_status real_peak(const pm_train_cfg *cfg, const pm_sched *s, double *peak,
-                           pm_err *err) {
+/* Peak activation of schedule s on the real model, the layers placed as
+ * the runtime places them, each stage's exact byte deltas: the largest
+ * device's (x M) and each device's in bytes (NULL: not wanted). */
+static pm_status real_peak(const pp_world *w, const pm_train_cfg *cfg, const pm_sched *s,
+                           double *peak, double *bytes, pm_err *err) {
     int mb = cfg->batch / cfg->micro, *first = pm_malloc((size_t)(s->S + 1) * sizeof *first);
     if (!first) return pm_errf(err, PM_ERR_NOMEM, "out of memory placing %d stages", s->S);
     pm_cost c = {0};
     pm_sim sim = {0};
-    pm_status st = pm_place_layers(&cfg->model, mb, cfg->model.ctx, s->S, first, err);
+    const pm_layer_costs *lc = w->opts.place.unit ? &w->opts.place : NULL;
+    pm_status st = pm_place_layers(&cfg->model, mb, cfg->model.ctx, s, lc, first, err);
     if (!st) st = pm_place_costs(&cfg->model, mb, cfg->model.ctx, first, s->S, s->recompute,
                                    &c, err);
     if (!st) st = pm_sim_run(&sim, s, &c, err);
     if (!st) *peak = pm_sim_peak_max_x(&sim);
+    for (int d = 0; !st && bytes && d < s->p; d++) bytes[d] = sim.peak[d];
     pm_sim_free(&sim);
     pm_cost_free(&c);
     pm_free(first);
     return st;
+}
+
+/* Refuses, before anything big is allocated, a run this machine cannot
+ * hold: the host's copy (pm_train_mem_bytes) plus, per process, the
+ * devices' parameters, gradients and moments and their activation peaks. */
+static pm_status check_fits(const pp_world *w, const pm_train_cfg *cfg, const pm_sched *s,
+                            pm_err *err) {
+    double *peaks = pm_malloc((size_t)s->p * sizeof *peaks), x, act = 0;
+    if (!peaks) return pm_errf(err, PM_ERR_NOMEM, "out of memory");
+    pm_status st = real_peak(w, cfg, s, &x, peaks, err);
+    int mpi = w->opts.transport == PM_TRANSPORT_MPI, dp = w->opts.dp > 1 ? w->opts.dp : 1;
+    for (int d = 0; !st && d < s->p; d++) act = mpi ? (peaks[d] > act ? peaks[d] : act)
+                                                     : act + dp * peaks[d];
+    pm_free(peaks);
+    if (st) return st;
+    double state = 4.0 * sizeof(float) * (double)pm_gpt_num_params(&cfg->model) * (mpi ? 1 : dp);
+    double host = (double)pm_train_mem_bytes(cfg, NULL), need = host + state + act;
+    double have = (double)pm_mem_physical(), G = 1 << 30;
+    if (have > 0 && need > have)
+        return pm_errf(err, PM_ERR_MEMLIMIT, "train: the pipeline needs %.2f GiB%s (%.2f for "
+                       "the host's copy of the model, %.2f for the devices' parameters, "
+                       "gradients and AdamW moments, %.2f for their activations) but this "
+                       "machine has %.2f GiB; use a smaller model, more --microbatches or a "
+                       "schedule with less memory (--mem-limit)", need / G,
+                       mpi ? " per rank" : "", host / G, state / G, act / G, have / G);
+    return PM_OK;
+}
+
+/* The layer costs the placement balances: measured on rank 0 (one
+ * microbatch of each layer kind) and sent to every rank, so all place
+ * alike; with --placement flops none (the placement counts FLOPs). */
+static pm_status place_costs(pp_world *w, const pm_cli_train_opts *o, const pm_train_cfg *cfg,
+                             pm_err *err) {
+    if (o->placement && !strcmp(o->placement, "flops")) return PM_OK;
+    pm_layer_costs *lc = &w->opts.place;
+    pm_status st = w->rank ? PM_OK
+                           : pm_place_measure(&cfg->model, cfg->batch / cfg->micro,
+                                              cfg->model.ctx, lc, err);
+    if (w->opts.transport != PM_TRANSPORT_MPI) return st;
+    if (pm_mpi_agree(!st) >= 0)
+        return st ? st : pm_errf(err, PM_ERR_NOMEM, "rank 0 could not measure the layers");
+    st = pm_mpi_bcast(lc->k, sizeof lc->k, err);
+    lc->unit = "s";
+    return st;
+}
+
+/* Each device's layers and its share of the time and memory the placement
+ * balanced (rank 0). */
+static void print_placement(const pp_world *w, const pm_train_cfg *cfg, const pm_pipe *pp) {
+    const pm_sched *s = pm_pipe_schedule(pp);
+    const int *first = pm_pipe_stage_first(pp);
+    double *t = malloc(2 * (size_t)s->p * sizeof *t), *m = t + s->p, tt = 0;
+    pm_err err;
+    const pm_layer_costs *lc = w->opts.place.unit ? &w->opts.place : NULL;
+    if (w->rank || !t ||
+        pm_place_shares(&cfg->model, cfg->batch / cfg->micro, cfg->model.ctx, s, lc, first, t,
+                        m, &err)) {
+        free(t);
+        return;
+    }
+    for (int d = 0; d < s->p; d++) tt += t[d];
+    for (int d = 0; d < s->p; d++) {
+        fprintf(stderr, "device %d: layers", d);
+        for (int k = 0; k < s->S; k++)
+            if (pm_sched_stage_device(s, k) == d)
+                fprintf(stderr, " %d-%d", first[k], first[k + 1] - 1);
+        fprintf(stderr, ", %.1f%% of the %s per microbatch (%.3g %s), %.1f MiB of state and "
+                "activations\n", 100 * t[d] / tt, lc ? "measured time" : "FLOPs", t[d],
+                lc ? "s" : "flop", m[d] / (1 << 20));
+    }
+    free(t);
 }
 
 static pm_status make_sched(const pp_world *w, const pm_cli_train_opts *o,
@@ -133,7 +207,7 @@ static pm_status make_sched(const pp_world *w, const pm_cli_train_opts *o,
                              "M; raise the limit", o->mem_limit, real);
             return st;
         }
-        if ((st = real_peak(cfg, s, &real, err))) break;
+        if ((st = real_peak(w, cfg, s, &real, NULL, err))) break;
         if (real <= o->mem_limit * (1 + 1e-9) || tries == 4) break;
         pm_sched_free(s);
         req.mem_limit *= o->mem_limit / real * (1 - 1e-6);
@@ -176,6 +250,7 @@ typedef struct {
     int nf;
     pm_pipe_info last;         /* the last step's figures (arrays: the pipe's) */
     double *times;             /* wall time of each step (s) */
+    double *busy;              /* (dp * p) each device's busy ms, summed like mk */
     int nt;
     double final_loss, val_loss;
 } pp_stats;
@@ -202,6 +277,15 @@ static void print_json(const pm_cli_train_opts *o, const pm_pipe *pp, const pm_t
     json_sizes("peak_activation_bytes", ps->last.peak, nd);
     json_sizes("predicted_peak_activation_bytes", ps->last.pred_peak, nd);
     json_sizes("arena_bytes", ps->last.arena, nd);
+    double bmax = 0, bsum = 0;
+    printf(", \"placement\": \"%s\", \"device_busy_ms\": [",
+           o->placement ? o->placement : "measured");
+    for (int g = 0; g < nd; g++) {
+        double b = ps->busy[g] / n;
+        printf("%s%.3f", g ? ", " : "", b);
+        bmax = b > bmax ? b : bmax, bsum += b;
+    }
+    printf("], \"busy_max_over_mean\": %.4f", bsum > 0 ? bmax * nd / bsum : 0);
     printf(", \"stage_layers\": [");
     const int *first = pm_pipe_stage_first(pp);
     for (int s = 0; s < S; s++) printf("%s%d", s ? ", " : "", first[s + 1] - first[s]);
@@ -268,6 +352,8 @@ static void pp_count(pp_run *r, const pm_loop_event *ev) {
     const pm_pipe_info *in = &r->ps->last;
     ps->times[ps->nt++] = ev->seconds;
     ps->final_loss = in->loss;
+    int nd = pm_pipe_devices(r->pp) * pm_pipe_replicas(r->pp);
+    for (int g = 0; (ps->nt > 1 || r->o->steps == 1) && g < nd; g++) ps->busy[g] += in->busy_ms[g];
     if (ps->nt > 1 || r->o->steps == 1)
         ps->mk += in->makespan_ms, ps->pmk += in->pred_makespan_ms, ps->bub += in->bubble,
             ps->pbub += in->pred_bubble, ps->n++;
@@ -370,7 +456,8 @@ static int run(const pm_cli_train_opts *op, pp_world *w) {
     }
     if (failed) return 1;
     w->opts.fingerprint = pm_tokens_identity(&tr);
-    if (make_sched(w, &o, &cfg, &t, &s, &err) || pm_pipe_create(&pp, &cfg, &s, &w->opts, &err)) {
+    if (place_costs(w, &o, &cfg, &err) || make_sched(w, &o, &cfg, &t, &s, &err) ||
+        check_fits(w, &cfg, &s, &err) || pm_pipe_create(&pp, &cfg, &s, &w->opts, &err)) {
         pm_cli_fail("%s", err.msg);
         goto out;
     }
@@ -385,8 +472,10 @@ static int run(const pm_cli_train_opts *op, pp_world *w) {
                 "%s%s\n", t.n_params, o.layers, o.dim, o.heads, o.ctx, o.batch, o.micro, s.kind,
                 pm_pipe_devices(pp), o.dp, w->opts.transport ? "mpi" : "threads",
                 pm_pipe_stages(pp), pm_place_names[s.place], o.resume ? ", resumed" : "");
+    print_placement(w, &cfg, pp);
     ps.times = malloc(((size_t)o.steps + 1) * sizeof *ps.times);
-    if (!ps.times) {
+    ps.busy = calloc((size_t)pm_pipe_devices(pp) * (size_t)o.dp, sizeof *ps.busy);
+    if (!ps.times || !ps.busy) {
         pm_cli_fail("out of memory");
         goto out;
     }
@@ -394,6 +483,7 @@ static int run(const pm_cli_train_opts *op, pp_world *w) {
     if (!rc && o.json && !w->rank) print_json(&o, pp, &t, &ps);
 out:
     free(ps.times);
+    free(ps.busy);
     pm_pipe_destroy(pp);
     pm_sched_free(&s);
     pm_trainer_free(&t);

@@ -41,6 +41,7 @@ static const opt_def OPTS[] = {
     {"--mem-limit", 'd', 'p', 0, F(mem_limit)}, {"--trace", 's', 'p', 0, F(trace)},
     {"--timeline", 's', 'p', 0, F(svg)},    {"--recompute", 'f', 'p', 0, F(recompute)},
     {"--dp", 'i', 't', 1, F(dp)},            {"--transport", 's', 't', 0, F(transport)},
+    {"--placement", 's', 'p', 0, F(placement)},
 };
 #undef F
 
@@ -53,7 +54,8 @@ static void usage(FILE *f) {
             "         [--seed S] [--stop-after N] [--json]\n"
             "         [--threads N | --pp P [--schedule KIND | --schedule-file FILE]\n"
             "          [--chunks V] [--mem-limit X] [--recompute] [--trace FILE]\n"
-            "          [--timeline FILE.svg] [--dp D] [--transport threads|mpi]]\n"
+            "          [--timeline FILE.svg] [--dp D] [--transport threads|mpi]\n"
+            "          [--placement measured|flops]]\n"
             "  Trains the GPT on DIR/train.bin (made by 'pipemem prepare'), or on token\n"
             "  files named with --train/--val (pipemem's or llm.c's, e.g.\n"
             "  tiny_shakespeare_train.bin); the vocabulary is the data's, rounded up to a\n"
@@ -73,6 +75,11 @@ static void usage(FILE *f) {
             "  and reruns its forward in the backward: less memory, one more forward.\n"
             "  --trace/--timeline write the last step's measured\n"
             "  timeline (Chrome trace JSON / SVG).\n"
+            "  Placement: contiguous layers per stage, cut so the busiest device (all of\n"
+            "  its stages) has the least time per microbatch, then the least memory; a\n"
+            "  layer's time is measured first on one microbatch of an embedding, a block\n"
+            "  and the head (default), or counted in FLOPs (--placement flops). Each\n"
+            "  device's layers and share are printed; --json gives the measured busy time.\n"
             "  --dp D trains D replicas of the P-device pipeline on D x P devices, each on\n"
             "  K/D of the microbatches, gradients summed across replicas in a fixed order.\n"
             "  --transport mpi runs one device per rank: mpirun -np D*P pipemem train ...\n"
@@ -135,6 +142,8 @@ static int check(pm_cli_train_opts *o, const char *pipe_only, const char *single
                            pipe_only);
     if (o->pipeline && !o->sched_file && !strcmp(o->kind, "auto") && !(o->mem_limit > 0))
         return pm_cli_fail("--schedule auto needs --mem-limit X (a multiple of M, e.g. 0.5)");
+    if (o->placement && strcmp(o->placement, "measured") && strcmp(o->placement, "flops"))
+        return pm_cli_fail("train: --placement %s: use measured or flops", o->placement);
     if (o->transport && strcmp(o->transport, "threads") && strcmp(o->transport, "mpi"))
         return pm_cli_fail("train: --transport %s: use threads or mpi", o->transport);
     if (o->micro % o->dp)

@@ -31,6 +31,7 @@ typedef struct {
     double mem_limit;
     int dp;                /* --dp: data-parallel replicas of the pipeline */
     const char *transport; /* --transport threads|mpi; NULL: mpi when mpirun started us */
+    const char *placement; /* --placement measured|flops; NULL: measured */
 } pm_cli_train_opts;
 
 /* Parses argv[1..]: 0 on success, 1 on error (one line printed), -1 after

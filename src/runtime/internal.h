@@ -30,6 +30,7 @@ struct pm_pipe {
                            * (the fastest replica's wait to done) and the profile's */
     size_t *peak;         /* (nd) measured peak bytes of the last step */
     size_t *pred_peak;    /* (nd) predicted peak bytes */
+    double *busy;         /* (nd) ms each device spent in passes, last step */
     size_t *arena_cap;    /* (nd) arena capacities (plan or first fit, the smaller) */
     size_t *arena_ff;     /* (nd) what first fit alone would need (for comparison) */
     double *t0, *t1;      /* (nd, cap) measured pass start / end, us from step start;

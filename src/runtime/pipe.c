@@ -62,6 +62,7 @@ static void pipe_free(pm_pipe *pp) {
     pm_free(pp->sz);
     pm_free(pp->peak);
     pm_free(pp->pred_peak);
+    pm_free(pp->busy);
     pm_free(pp->arena_cap);
     pm_free(pp->arena_ff);
     pm_free(pp->t0);
@@ -304,6 +305,7 @@ static pm_status plan(pm_pipe *pp, pm_err *err) {
     pp->sz = pm_calloc((size_t)nl, sizeof(pm_gpt_sizes));
     pp->peak = pm_calloc(np, sizeof(size_t));
     pp->pred_peak = pm_calloc(np, sizeof(size_t));
+    pp->busy = pm_calloc(np, sizeof(double));
     pp->arena_cap = pm_calloc(np, sizeof(size_t));
     pp->arena_ff = pm_calloc(np, sizeof(size_t));
     pp->t0 = pm_calloc(nt, sizeof(double));
@@ -314,11 +316,12 @@ static pm_status plan(pm_pipe *pp, pm_err *err) {
     pp->red1 = pm_calloc(nr, sizeof(double));
     pp->loss_mb = pm_calloc((size_t)pp->m * (size_t)pp->dp, sizeof(float));
     pp->dep_end = pm_calloc(2 * (size_t)pp->S * (size_t)pp->m, sizeof(double));
-    if (!pp->first || !pp->sz || !pp->peak || !pp->pred_peak || !pp->arena_cap || !pp->arena_ff || !pp->t0 ||
+    if (!pp->first || !pp->sz || !pp->peak || !pp->pred_peak || !pp->busy || !pp->arena_cap || !pp->arena_ff || !pp->t0 ||
         !pp->t1 || !pp->tmid || !pp->live_after || !pp->red0 || !pp->red1 || !pp->loss_mb ||
         !pp->dep_end)
         return nomem(err, "the pipeline's tables");
-    pm_status st = pm_place_layers(c, pp->mbsz, pp->T, pp->S, pp->first, err);
+    const pm_layer_costs *lc = pp->opts.place.unit ? &pp->opts.place : NULL;
+    pm_status st = pm_place_layers(c, pp->mbsz, pp->T, &pp->sched, lc, pp->first, err);
     for (int l = 0; l < nl && !st; l++) st = pm_gpt_layer_sizes(c, l, pp->mbsz, pp->T, &pp->sz[l], err);
     if (!st) st = pm_place_costs(c, pp->mbsz, pp->T, pp->first, pp->S, pp->sched.recompute, &pp->cost,
                                    err);
@@ -461,6 +464,13 @@ static void step_figures(pm_pipe *pp, double t_start, const pm_pipe_info *fc) {
     in->step_ms = (pm_now() - t_start) * 1e3;
     for (int g = pp->lo; g < pp->hi; g++) pp->peak[g] = pp->dev[g].arena.peak;
     in->peak = pp->peak, in->pred_peak = pp->pred_peak, in->arena = pp->arena_cap;
+    for (int g = 0; g < pp->nd; g++) {
+        int64_t base = (int64_t)g * pp->sched.cap;
+        pp->busy[g] = 0;
+        for (int64_t i = 0; i < pp->sched.len[g % pp->p]; i++)
+            pp->busy[g] += (pp->t1[base + i] - pp->t0[base + i]) / 1e3;
+    }
+    in->busy_ms = pp->busy;
     double mk, bub;
     pm_pipe_measure_span(pp, &mk, &bub);
     in->makespan_ms = mk / 1e3, in->bubble = bub;

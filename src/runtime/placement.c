@@ -2,43 +2,252 @@
  * costs and memory deltas the simulator needs for that placement.
  *
  * Rule (pm_runtime.h): contiguous ranges in layer order, every stage non-
- * empty, minimising the largest stage cost, a layer's cost being its FLOPs
- * for one microbatch (F + B + W). Solved exactly by dynamic programming over
- * (stages, layers): best[k][i] = the smallest max-cost of cutting the first i
- * layers into k stages. Ties keep the smallest cut point found for the last
- * stage, i.e. later stages take the extra layers: deterministic, and kind to
- * memory, since early stages hold the most microbatches in flight. */
-#include <stdlib.h>
+ * empty, minimising the busiest DEVICE's time for one microbatch (the sum
+ * over its stages: under V device 0 holds the embedding's stage and the
+ * head's), then the largest device memory (the activations a stage holds
+ * count once per microbatch in flight: early stages of 1F1B hold p), then
+ * the sum of squared device times (the rest evened out). A layer's time is its kind's measured F + B + W
+ * (pm_place_measure) or, before anything is measured, its FLOPs.
+ *
+ * Search: depth-first over the cut points with the best device time found
+ * so far as the bound (a stage that pushes its device past it ends the
+ * branch, and so do all longer ones), seeded with the stage-balanced cut of
+ * a dynamic program. Exact unless PLACE_NODES partial cuts are visited
+ * (then the best found), which takes far more stages and layers than a
+ * machine has devices for. */
+#include <string.h>
 
 #include "pipemem/pm_runtime.h"
 
-static double layer_cost(const pm_gpt_sizes *s) { return s->flops_f + s->flops_b + s->flops_w; }
+enum { PLACE_NODES = 4000000 };
+#define TIE 1e-9 /* relative: times closer than this are equal */
 
-pm_status pm_place_layers(const pm_gpt_config *cfg, int B, int T, int S, int *first,
-                          pm_err *err) {
+/* ---- the layers' costs --------------------------------------------------- */
+
+pm_status pm_place_flops(const pm_gpt_config *cfg, int B, int T, pm_layer_costs *lc,
+                         pm_err *err) {
     pm_status st = pm_gpt_config_check(cfg, err);
+    int kind_layer[PM_LAYER_KIND_COUNT] = {0, 1, cfg->layers + 1};
+    for (int k = 0; k < PM_LAYER_KIND_COUNT && !st; k++) {
+        pm_gpt_sizes z;
+        if (!(st = pm_gpt_layer_sizes(cfg, kind_layer[k], B, T, &z, err)))
+            lc->k[k] = (pm_pass_times){z.flops_f, z.flops_b, z.flops_w};
+    }
+    lc->unit = "flop";
+    return st;
+}
+
+/* One layer of kind k, run on its own buffers: best of two runs of F, B, W
+ * (the first also pays the page faults). */
+static pm_status time_layer(const pm_gpt_config *cfg, int layer, int B, int T, pm_pass_times *t,
+                            pm_err *err) {
+    pm_gpt_sizes z;
+    pm_status st = pm_gpt_layer_sizes(cfg, layer, B, T, &z, err);
     if (st) return st;
-    int n = pm_gpt_num_layers(cfg);
-    if (S < 1) return pm_errf(err, PM_ERR_ARG, "placement: stages must be >= 1 (got %d)", S);
-    if (n < S)
-        return pm_errf(err, PM_ERR_ARG,
-                       "placement: the model has %d layers (embedding, %d blocks, head) but the "
-                       "schedule has %d stages, each needing at least one layer; use --layers "
-                       ">= %d, fewer devices or fewer chunks", n, cfg->layers, S, S - 2);
-    size_t nn = (size_t)n + 1, ns = (size_t)S + 1;
-    double *pre = pm_malloc(nn * sizeof *pre), *best = pm_malloc(ns * nn * sizeof *best);
-    int *cut = pm_malloc(ns * nn * sizeof *cut);
-    if (!pre || !best || !cut) {
-        st = pm_errf(err, PM_ERR_NOMEM, "placement: out of memory");
+    size_t np = pm_gpt_layer_params(cfg, layer), N = (size_t)B * (size_t)T;
+    size_t sc = z.scratch_b > z.scratch_w ? z.scratch_b : z.scratch_w;
+    size_t msg = z.in > z.out ? z.in : z.out;
+    float *lp = pm_malloc(np * sizeof *lp), *lg = pm_calloc(np, sizeof *lg);
+    void *saved = pm_malloc(z.saved ? z.saved : 1), *scratch = pm_malloc(sc ? sc : 1);
+    float *in = pm_calloc(msg / sizeof(float) + 1, sizeof(float));
+    float *out = pm_calloc(msg / sizeof(float) + 1, sizeof(float));
+    int32_t *tgt = pm_malloc(N * sizeof *tgt);
+    if (!lp || !lg || !saved || !scratch || !in || !out || !tgt) {
+        st = pm_errf(err, PM_ERR_NOMEM, "placement: out of memory measuring layer %d (%s)",
+                     layer, pm_layer_kind_names[pm_gpt_layer_kind(cfg, layer)]);
         goto done;
     }
-    pre[0] = 0;
-    for (int i = 0; i < n; i++) {
-        pm_gpt_sizes sz;
-        if ((st = pm_gpt_layer_sizes(cfg, i, B, T, &sz, err))) goto done;
-        pre[i + 1] = pre[i] + layer_cost(&sz);
+    pm_layer_kind k = pm_gpt_layer_kind(cfg, layer);
+    pm_gpt_init_layer(cfg, layer, 1, lp);
+    for (size_t r = 0; r < N; r++) tgt[r] = (int32_t)(r * 2654435761u % (uint32_t)cfg->vocab);
+    if (k == PM_LAYER_EMBED) memcpy(in, tgt, N * sizeof *tgt);
+    else
+        for (size_t i = 0; i < z.in / sizeof(float); i++) in[i] = (float)(i % 17) * 0.05f - 0.4f;
+    for (size_t i = 0; i < z.out / sizeof(float); i++) out[i] = 1e-3f;
+    *t = (pm_pass_times){1e300, 1e300, 1e300};
+    for (int rep = 0; rep < 2; rep++) {
+        float loss;
+        double t0 = pm_now();
+        pm_gpt_layer_f(cfg, layer, B, T, lp, in, k == PM_LAYER_HEAD ? tgt : NULL,
+                       k == PM_LAYER_HEAD ? NULL : out, &loss, saved, scratch);
+        double t1 = pm_now();
+        pm_gpt_layer_b(cfg, layer, B, T, lp, k == PM_LAYER_HEAD ? NULL : out,
+                       k == PM_LAYER_EMBED ? NULL : in, 1.0f, saved, scratch);
+        double t2 = pm_now();
+        pm_gpt_layer_w(cfg, layer, B, T, lg, saved, scratch);
+        double t3 = pm_now();
+        if (t1 - t0 < t->f) t->f = t1 - t0;
+        if (t2 - t1 < t->b) t->b = t2 - t1;
+        if (t3 - t2 < t->w) t->w = t3 - t2;
+        if (k == PM_LAYER_EMBED) memcpy(in, tgt, N * sizeof *tgt); /* B kept dout there */
     }
-    /* best[k*nn + i]: first i layers in k stages (i >= k) */
+done:
+    pm_free(lp);
+    pm_free(lg);
+    pm_free(saved);
+    pm_free(scratch);
+    pm_free(in);
+    pm_free(out);
+    pm_free(tgt);
+    return st;
+}
+
+pm_status pm_place_measure(const pm_gpt_config *cfg, int B, int T, pm_layer_costs *lc,
+                           pm_err *err) {
+    pm_status st = pm_gpt_config_check(cfg, err);
+    if (!st && (B < 1 || T < 1 || T > cfg->ctx))
+        st = pm_errf(err, PM_ERR_ARG, "placement: microbatch %d x %d tokens does not fit the "
+                     "model (ctx %d)", B, T, cfg->ctx);
+    int keep = pm_blas_threads_get(), kind_layer[PM_LAYER_KIND_COUNT] = {0, 1, cfg->layers + 1};
+    pm_blas_threads(1); /* as a device thread runs */
+    for (int k = 0; k < PM_LAYER_KIND_COUNT && !st; k++)
+        st = time_layer(cfg, kind_layer[k], B, T, &lc->k[k], err);
+    pm_blas_threads(keep);
+    lc->unit = "s";
+    return st;
+}
+
+/* ---- the cut ------------------------------------------------------------- */
+
+/* How many microbatches each stage holds at most at once under s (F done,
+ * W not yet): its activations count that many times in a device's memory. */
+static void stage_inflight(const pm_sched *s, int *hold, int *live) {
+    for (int k = 0; k < s->S; k++) hold[k] = 1, live[k] = 0;
+    for (int d = 0; d < s->p; d++)
+        for (int64_t i = 0; i < s->len[d]; i++) {
+            const pm_pass *ps = &s->pass[(int64_t)d * s->cap + i];
+            if (ps->kind == PM_PASS_F && ++live[ps->stage] > hold[ps->stage])
+                hold[ps->stage] = live[ps->stage];
+            if (ps->kind == PM_PASS_W || ps->kind == PM_PASS_BW) live[ps->stage]--;
+        }
+}
+
+/* The search's tables (one allocation each for doubles and ints). */
+typedef struct {
+    int n, S, p;
+    int rec;        /* the schedule recomputes: a stage in flight keeps its input */
+    int *dev;       /* (S) stage -> device */
+    int *hold;      /* (S) microbatches a stage holds at most */
+    double *pre;    /* (n+1) prefix sums of layer time */
+    double *prem;   /* (n+1) prefix sums of layer state bytes */
+    double *pres;   /* (n+1) prefix sums of layer saved bytes */
+    double *inb;    /* (n+1) bytes of layer l's input (0 for the embedding's tokens) */
+    double *load, *mem; /* (p) per device, the partial cut's */
+    int *cut, *best;    /* (S+1) */
+    double best_t, best_q, best_m; /* the best cut's max time, sum of squared times, max memory */
+    long nodes;
+    double *dbl;    /* the allocations */
+    int *ints;
+} place_search;
+
+static double vmax(const double *x, int n) {
+    double m = 0;
+    for (int i = 0; i < n; i++) m = x[i] > m ? x[i] : m;
+    return m;
+}
+
+static double sumsq(const double *x, int n) {
+    double s = 0;
+    for (int i = 0; i < n; i++) s += x[i] * x[i];
+    return s;
+}
+
+/* a below b by more than rounding */
+static int better(double a, double b) { return a < b * (1 - TIE); }
+
+/* Stage k = layers i .. j-1: its state, and its activations once per
+ * microbatch in flight (recomputed: its input per microbatch, and one
+ * microbatch's rebuilt activations). */
+static double stage_mem(const place_search *q, int k, int i, int j) {
+    double act = q->pres[j] - q->pres[i];
+    act = q->rec ? act + q->hold[k] * q->inb[i] : act * q->hold[k];
+    return q->prem[j] - q->prem[i] + act;
+}
+
+/* Fills q for cfg under s with layer costs lc (NULL: FLOPs). */
+static pm_status search_init(place_search *q, const pm_gpt_config *cfg, int B, int T,
+                             const pm_sched *s, const pm_layer_costs *lc, pm_err *err) {
+    int n = pm_gpt_num_layers(cfg);
+    size_t nn = (size_t)n + 1, ns = (size_t)s->S + 1, np = (size_t)s->p;
+    *q = (place_search){.n = n, .S = s->S, .p = s->p, .rec = s->recompute != 0};
+    pm_layer_costs flops;
+    pm_status st = lc ? PM_OK : pm_place_flops(cfg, B, T, &flops, err);
+    if (st) return st;
+    if (!lc) lc = &flops;
+    q->dbl = pm_calloc(4 * nn + 2 * np, sizeof *q->dbl);
+    q->ints = pm_calloc(4 * ns, sizeof *q->ints);
+    if (!q->dbl || !q->ints) return pm_errf(err, PM_ERR_NOMEM, "placement: out of memory");
+    q->pre = q->dbl, q->prem = q->pre + nn, q->pres = q->prem + nn, q->inb = q->pres + nn;
+    q->load = q->inb + nn, q->mem = q->load + np;
+    q->dev = q->ints, q->hold = q->dev + ns, q->cut = q->hold + ns;
+    for (int l = 0; l < n; l++) {
+        pm_gpt_sizes z;
+        if ((st = pm_gpt_layer_sizes(cfg, l, B, T, &z, err))) return st;
+        const pm_pass_times *t = &lc->k[pm_gpt_layer_kind(cfg, l)];
+        q->pre[l + 1] = q->pre[l] + t->f + t->b + t->w;
+        /* parameters, gradients and the two AdamW moments */
+        q->prem[l + 1] = q->prem[l] + 4.0 * sizeof(float) * (double)pm_gpt_layer_params(cfg, l);
+        q->pres[l + 1] = q->pres[l] + (double)z.saved;
+        q->inb[l] = l ? (double)z.in : 0;
+    }
+    for (int k = 0; k < s->S; k++) q->dev[k] = pm_sched_stage_device(s, k);
+    stage_inflight(s, q->hold, q->cut);
+    return PM_OK;
+}
+
+static void search_free(place_search *q) {
+    pm_free(q->dbl);
+    pm_free(q->ints);
+}
+
+/* Each device's time and memory under the cut first[]. */
+static void search_eval(place_search *q, const int *first) {
+    for (int d = 0; d < q->p; d++) q->load[d] = q->mem[d] = 0;
+    for (int k = 0; k < q->S; k++) {
+        q->load[q->dev[k]] += q->pre[first[k + 1]] - q->pre[first[k]];
+        q->mem[q->dev[k]] += stage_mem(q, k, first[k], first[k + 1]);
+    }
+}
+
+/* Stage k starts at layer i; the devices hold the stages before it. */
+static void dfs(place_search *q, int k, int i) {
+    int p = q->p;
+    if (++q->nodes > PLACE_NODES) return;
+    int d = q->dev[k], last = k == q->S - 1;
+    for (int j = last ? q->n : i + 1; j <= q->n - (q->S - 1 - k); j++) {
+        double t = q->pre[j] - q->pre[i], m = stage_mem(q, k, i, j);
+        q->load[d] += t;
+        q->mem[d] += m;
+        int over = q->load[d] > q->best_t * (1 + TIE);
+        q->cut[k + 1] = j;
+        if (!over && last) {
+            double bt = vmax(q->load, p), bq = sumsq(q->load, p), bm = vmax(q->mem, p);
+            if (better(bt, q->best_t) ||
+                (!better(q->best_t, bt) && (better(bm, q->best_m) ||
+                                            (!better(q->best_m, bm) && better(bq, q->best_q))))) {
+                q->best_t = bt, q->best_q = bq, q->best_m = bm;
+                memcpy(q->best, q->cut, (size_t)(q->S + 1) * sizeof *q->cut);
+            }
+        } else if (!over) {
+            dfs(q, k + 1, j);
+        }
+        q->load[d] -= t;
+        q->mem[d] -= m;
+        if (over) break; /* a longer stage only adds */
+    }
+}
+
+/* The stage-balanced cut (min over cuts of the largest stage time), by
+ * dynamic programming: the search's first bound. */
+static int balanced_cut(const double *pre, int n, int S, int *first) {
+    size_t nn = (size_t)n + 1, ns = (size_t)S + 1;
+    double *best = pm_malloc(ns * nn * sizeof *best);
+    int *cut = pm_malloc(ns * nn * sizeof *cut);
+    if (!best || !cut) {
+        pm_free(best);
+        pm_free(cut);
+        return 0;
+    }
     for (int i = 1; i <= n; i++) best[nn + (size_t)i] = pre[i], cut[nn + (size_t)i] = 0;
     for (int k = 2; k <= S; k++)
         for (int i = k; i <= n; i++) {
@@ -53,15 +262,49 @@ pm_status pm_place_layers(const pm_gpt_config *cfg, int B, int T, int S, int *fi
             cut[(size_t)k * nn + (size_t)i] = bc;
         }
     first[S] = n;
-    for (int k = S, i = n; k >= 1; k--) {
-        i = cut[(size_t)k * nn + (size_t)i];
-        first[k - 1] = i;
-    }
-    PM_ASSERT(first[0] == 0);
-done:
-    pm_free(pre);
+    for (int k = S, i = n; k >= 1; k--) first[k - 1] = i = cut[(size_t)k * nn + (size_t)i];
     pm_free(best);
     pm_free(cut);
+    return 1;
+}
+
+pm_status pm_place_layers(const pm_gpt_config *cfg, int B, int T, const pm_sched *s,
+                          const pm_layer_costs *lc, int *first, pm_err *err) {
+    pm_status st = pm_gpt_config_check(cfg, err);
+    if (st) return st;
+    int n = pm_gpt_num_layers(cfg), S = s->S;
+    if (n < S)
+        return pm_errf(err, PM_ERR_ARG,
+                       "placement: the model has %d layers (embedding, %d blocks, head) but the "
+                       "schedule has %d stages, each needing at least one layer; use --layers "
+                       ">= %d, fewer devices or fewer chunks", n, cfg->layers, S, S - 2);
+    place_search q;
+    if (!(st = search_init(&q, cfg, B, T, s, lc, err)) && !balanced_cut(q.pre, n, S, first))
+        st = pm_errf(err, PM_ERR_NOMEM, "placement: out of memory");
+    if (!st) {
+        search_eval(&q, first); /* the seed's figures: the bound to beat */
+        q.best = first;
+        q.best_t = vmax(q.load, q.p), q.best_q = sumsq(q.load, q.p), q.best_m = vmax(q.mem, q.p);
+        for (int d = 0; d < q.p; d++) q.load[d] = q.mem[d] = 0;
+        q.cut[0] = 0;
+        dfs(&q, 0, 0);
+        PM_ASSERT(first[0] == 0 && first[S] == n);
+    }
+    search_free(&q);
+    return st;
+}
+
+pm_status pm_place_shares(const pm_gpt_config *cfg, int B, int T, const pm_sched *s,
+                          const pm_layer_costs *lc, const int *first, double *time,
+                          double *mem, pm_err *err) {
+    place_search q;
+    pm_status st = search_init(&q, cfg, B, T, s, lc, err);
+    if (!st) {
+        search_eval(&q, first);
+        memcpy(time, q.load, (size_t)q.p * sizeof *time);
+        memcpy(mem, q.mem, (size_t)q.p * sizeof *mem);
+    }
+    search_free(&q);
     return st;
 }
 
