@@ -126,6 +126,11 @@ static void test_pipeline_refusals(void **state) {
     assert_int_equal(run(args).status, 0);
     snprintf(args, sizeof args, TRAIN "%s/d --pp 2 --schedule-file %s/s4.txt", dir, dir);
     expect_error(args, "--pp 2 but", 30);
+    /* a model no machine holds (5 TB of state) is refused at once, with
+     * what it needs */
+    snprintf(args, sizeof args, "train --layers 400 --dim 8192 --heads 8 --ctx 16 --batch 8 "
+             "--microbatches 4 --steps 2 --data %s/d --pp 2", dir);
+    expect_error(args, "the pipeline needs over", 10);
     snprintf(args, sizeof args, TRAIN "%s/d --pp 2 --placement even", dir);
     expect_error(args, "--placement even: use measured or flops", 30);
     snprintf(args, sizeof args, TRAIN "%s/d --placement flops", dir);

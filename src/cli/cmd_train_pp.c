@@ -104,27 +104,33 @@ static pm_status real_peak(const pp_world *w, const pm_train_cfg *cfg, const pm_
 
 /* Refuses, before anything big is allocated, a run this machine cannot
  * hold: the host's copy (pm_train_mem_bytes) plus, per process, the
- * devices' parameters, gradients and moments and their activation peaks. */
+ * devices' parameters, gradients and moments and their activation peaks
+ * (s NULL: before the schedule is known, without the activations). */
 static pm_status check_fits(const pp_world *w, const pm_train_cfg *cfg, const pm_sched *s,
                             pm_err *err) {
-    double *peaks = pm_malloc((size_t)s->p * sizeof *peaks), x, act = 0;
-    if (!peaks) return pm_errf(err, PM_ERR_NOMEM, "out of memory");
-    pm_status st = real_peak(w, cfg, s, &x, peaks, err);
+    double x, act = 0, host = (double)pm_train_mem_bytes(cfg, NULL);
+    if (!host) return PM_OK; /* a bad configuration: pm_trainer_init says what */
     int mpi = w->opts.transport == PM_TRANSPORT_MPI, dp = w->opts.dp > 1 ? w->opts.dp : 1;
-    for (int d = 0; !st && d < s->p; d++) act = mpi ? (peaks[d] > act ? peaks[d] : act)
-                                                     : act + dp * peaks[d];
-    pm_free(peaks);
-    if (st) return st;
+    if (s) {
+        double *peaks = pm_malloc((size_t)s->p * sizeof *peaks);
+        if (!peaks) return pm_errf(err, PM_ERR_NOMEM, "out of memory");
+        pm_status st = real_peak(w, cfg, s, &x, peaks, err);
+        for (int d = 0; !st && d < s->p; d++) act = mpi ? (peaks[d] > act ? peaks[d] : act)
+                                                         : act + dp * peaks[d];
+        pm_free(peaks);
+        if (st) return st;
+    }
     double state = 4.0 * sizeof(float) * (double)pm_gpt_num_params(&cfg->model) * (mpi ? 1 : dp);
-    double host = (double)pm_train_mem_bytes(cfg, NULL), need = host + state + act;
+    double need = host + state + act;
     double have = (double)pm_mem_physical(), G = 1 << 30;
     if (have > 0 && need > have)
-        return pm_errf(err, PM_ERR_MEMLIMIT, "train: the pipeline needs %.2f GiB%s (%.2f for "
+        return pm_errf(err, PM_ERR_MEMLIMIT, "train: the pipeline needs %s%.2f GiB%s (%.2f for "
                        "the host's copy of the model, %.2f for the devices' parameters, "
-                       "gradients and AdamW moments, %.2f for their activations) but this "
+                       "gradients and AdamW moments, %s%.2f for their activations) but this "
                        "machine has %.2f GiB; use a smaller model, more --microbatches or a "
-                       "schedule with less memory (--mem-limit)", need / G,
-                       mpi ? " per rank" : "", host / G, state / G, act / G, have / G);
+                       "schedule with less memory (--mem-limit)", s ? "" : "over ", need / G,
+                       mpi ? " per rank" : "", host / G, state / G, s ? "" : "more than ",
+                       act / G, have / G);
     return PM_OK;
 }
 
@@ -440,7 +446,12 @@ static int run(const pm_cli_train_opts *op, pp_world *w) {
     pp_stats ps = {.final_loss = NAN};
     int rc = 1, failed = pm_cli_train_data(&o, &tr, &va);
     if (!failed) pm_cli_train_cfg(&o, &tr, &cfg);
-    if (!failed && (failed = pm_cli_train_start(&o, &cfg, &tr, &va, &t))) {
+    if (!failed && check_fits(w, &cfg, NULL, &err)) { /* before the host's copy is made */
+        failed = pm_cli_fail("%s", err.msg);
+        pm_tokens_free(&tr);
+        pm_tokens_free(&va);
+    }
+    else if (!failed && (failed = pm_cli_train_start(&o, &cfg, &tr, &va, &t))) {
         pm_tokens_free(&tr);
         pm_tokens_free(&va);
     }
