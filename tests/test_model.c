@@ -490,8 +490,47 @@ static void test_sizes_accounting(void **s) {
 /* Independent count on a shape where every region is a multiple of 64
  * bytes (N*C, 4C, N and B*H*T*T all multiples of 16 floats):
  *   block F keeps 16 N C + 4 C + B H T^2 + 4 N floats, after B 16 N C + 4 C;
- *   head F keeps N (2C + V) + 2C + 2N floats + N int32, after B N (C + V) + 2C;
- *   embedding keeps N C floats + N int32 throughout. */
+ *   head F keeps N (2C + V) + 2C + 2N floats + N int32, and its softmax's
+ *   lse (N), running max, sum and target logit (3N) and group max (N, one
+ *   group), after B N (C + V) + 2C;
+ *   embedding keeps N C floats + N int32 throughout.
+ * A head in 2 parts over a vocabulary of 8200 (groups of 4096, 4096 and 8:
+ * the first part one group, the second two): the second part's input is
+ * (N, C+3); it keeps that, its logits N (8200 - 4096), lse, running figures
+ * and 2 group maxima (N + 3N + 2N floats), plus the targets. */
+/* The head cut into 1, 2 or 3 parts (a vocabulary of 9000: groups of
+ * 4096, 4096, 808) is the same model to the bit: the same initial
+ * parameters, loss and gradients, here through the whole-model passes and
+ * with the targets of the last group's rows among them. */
+static void test_head_parts_bitwise(void **s) {
+    (void)s;
+    pm_gpt_config c = {.vocab = 9000, .ctx = 8, .dim = 16, .heads = 2, .layers = 1};
+    int B = 2, T = 8;
+    size_t n = pm_gpt_num_params(&c);
+    int32_t tok[16], tgt[16];
+    for (int i = 0; i < 16; i++) tok[i] = (i * 977) % 9000, tgt[i] = (i * 2311 + 8500) % 9000;
+    float *p[3], *g[3], loss[3];
+    for (int h = 0; h < 3; h++) {
+        c.head_parts = h + 1;
+        assert_int_equal(pm_gpt_num_layers(&c), 3 + h);
+        assert_int_equal(pm_gpt_num_params(&c), n);
+        p[h] = malloc(n * sizeof(float));
+        g[h] = calloc(n, sizeof(float));
+        void *w = malloc(pm_gpt_work_bytes(&c, B, T));
+        assert_non_null(p[h] && g[h] && w);
+        pm_gpt_init(&c, 7, p[h]);
+        loss[h] = pm_gpt_forward_backward(&c, B, T, p[h], g[h], tok, tgt, 1.0f, w);
+        free(w);
+    }
+    assert_true(fabsf(loss[0] - logf(9000.0f)) < 0.1f); /* near uniform at init */
+    for (int h = 1; h < 3; h++) {
+        assert_memory_equal(p[0], p[h], n * sizeof(float));
+        assert_memory_equal(&loss[0], &loss[h], sizeof(float));
+        assert_memory_equal(g[0], g[h], n * sizeof(float));
+    }
+    for (int h = 0; h < 3; h++) free(p[h]), free(g[h]);
+}
+
 static void test_sizes_independent_count(void **s) {
     (void)s;
     pm_gpt_config c = {.vocab = 32, .ctx = 16, .dim = 16, .heads = 4, .layers = 3};
@@ -504,13 +543,32 @@ static void test_sizes_independent_count(void **s) {
     assert_int_equal(e.saved_w, e.saved);
     assert_int_equal(b.saved, (16 * N * C + 4 * C + B * H * T * T + 4 * N) * f);
     assert_int_equal(b.saved_w, (16 * N * C + 4 * C) * f);
-    assert_int_equal(h.saved, (N * (2 * C + V) + 2 * C + 2 * N) * f + N * 4);
+    assert_int_equal(h.saved, (N * (2 * C + V) + 2 * C + 2 * N + 5 * N) * f + N * 4);
     assert_int_equal(h.saved_w, (N * (C + V) + 2 * C) * f);
     assert_int_equal(e.in, N * 4);
     assert_int_equal(b.in, N * C * f);
     assert_int_equal(h.out, 0);
     /* block matmul flops: 12 C^2 weights, 2 flops per multiply-add, 3 passes */
     assert_true(b.flops_w == 2.0 * N * 12 * C * C);
+    pm_gpt_config c2 = {.vocab = 8200, .ctx = 16, .dim = 16, .heads = 4, .layers = 3,
+                        .head_parts = 2};
+    pm_gpt_sizes h0, h1;
+    assert_int_equal(pm_gpt_num_layers(&c2), 6);
+    assert_int_equal(pm_gpt_layer_sizes(&c2, 4, (int)B, (int)T, &h0, NULL), PM_OK);
+    assert_int_equal(pm_gpt_layer_sizes(&c2, 5, (int)B, (int)T, &h1, NULL), PM_OK);
+    assert_int_equal(h0.in, N * C * f);
+    assert_int_equal(h0.out, N * (C + 3) * f);
+    assert_int_equal(h1.in, N * (C + 3) * f);
+    assert_int_equal(h1.out, 0);
+    assert_int_equal(h1.saved, (N * (C + 3) + N * 4104 + 6 * N) * f + N * 4);
+    assert_int_equal(h1.saved_w, (N * (C + 3) + N * 4104) * f);
+    assert_true(h0.flops_f == 2.0 * N * C * 4096 && h1.flops_f == 2.0 * N * C * 4104);
+    assert_int_equal(pm_gpt_layer_params(&c2, 4), 2 * C + 4096 * C);
+    assert_int_equal(pm_gpt_layer_params(&c2, 5), 4104 * C);
+    assert_int_equal(pm_gpt_layer_offset(&c2, 5), pm_gpt_layer_offset(&c2, 4) + 2 * C + 4096 * C);
+    assert_int_equal(pm_gpt_num_params(&c2), pm_gpt_layer_offset(&c2, 4) + 2 * C + 8200 * C);
+    c2.head_parts = 4; /* 3 groups */
+    assert_int_equal(pm_gpt_config_check(&c2, NULL), PM_ERR_ARG);
 }
 
 /* Guards past saved and scratch stay untouched by F, B and W; W's result
@@ -854,6 +912,7 @@ int main(void) {
         cmocka_unit_test(test_w_accumulates),
         cmocka_unit_test(test_sizes_accounting),
         cmocka_unit_test(test_sizes_independent_count),
+        cmocka_unit_test(test_head_parts_bitwise),
         cmocka_unit_test(test_guards_and_release),
         cmocka_unit_test(test_input_slot_alias),
         cmocka_unit_test(test_deterministic),

@@ -276,7 +276,7 @@ static double brute(const double *c, int n, int S, const int *dev, int k, int fr
  * in total), on the single, loop and V placements. */
 static void test_placement(void **state) {
     (void)state;
-    pm_gpt_config c = {64, 8, 16, 2, 7};
+    pm_gpt_config c = {.vocab = 64, .ctx = 8, .dim = 16, .heads = 2, .layers = 7};
     int n = pm_gpt_num_layers(&c);
     pm_layer_costs lc = {{{0.5, 0.25, 0.25}, {1, 1, 1}, {6, 4, 4}}, "s"};
     double cost[16];
@@ -325,7 +325,7 @@ static void test_placement(void **state) {
      * FLOPs: the head is about 5 blocks. On 2 devices every schedule
      * balances within 15% of the mean; on 4 under 1F1B the head alone is
      * the busiest device (no cut can do better), 20% over the mean. */
-    pm_gpt_config g2 = {50257, 1024, 768, 12, 12};
+    pm_gpt_config g2 = {.vocab = 50257, .ctx = 1024, .dim = 768, .heads = 12, .layers = 12};
     pm_layer_costs fl;
     assert_int_equal(pm_place_flops(&g2, 1, 64, &fl, &err), PM_OK);
     double head = fl.k[PM_LAYER_HEAD].f + fl.k[PM_LAYER_HEAD].b + fl.k[PM_LAYER_HEAD].w;
@@ -350,7 +350,7 @@ static void test_placement(void **state) {
     /* too many stages for the layers */
     req = (pm_sched_req){.p = 8, .m = 8, .t = PM_COSTS_DEFAULT, .mem = PM_MEM_DEFAULT};
     assert_int_equal(pm_sched_generate(&s, "1f1b", &req, &err), PM_OK);
-    pm_gpt_config small = {64, 8, 16, 2, 5};
+    pm_gpt_config small = {.vocab = 64, .ctx = 8, .dim = 16, .heads = 2, .layers = 5};
     int f2[9];
     assert_int_equal(pm_place_layers(&small, 1, 8, &s, NULL, f2, &err), PM_ERR_ARG);
     assert_non_null(strstr(err.msg, "--layers"));

@@ -422,7 +422,7 @@ static void test_config_and_memory_errors(void **state) {
     assert_null(t.params);
     /* A model far above any machine's RAM: 48 layers of width 16384 hold
      * 48 * 12 * 16384^2 = 155e9 parameters, 2.3 TiB of slabs. */
-    c.model = (pm_gpt_config){256, 64, 16384, 16, 48};
+    c.model = (pm_gpt_config){.vocab = 256, .ctx = 64, .dim = 16384, .heads = 16, .layers = 48};
     size_t need = pm_train_mem_bytes(&c, &err);
     assert_true(need > (size_t)2000 << 30);
     assert_int_equal(pm_trainer_init(&t, &c, &toks, 0, &err), PM_ERR_MEMLIMIT);

@@ -6,8 +6,9 @@
  * tanh-GELU, residual); final LN; output projection (no bias, NOT tied to the
  * embedding); mean cross-entropy. LayerNorm eps is 1e-5.
  *
- * Layers: index 0 = embedding, 1..L = blocks, L+1 = head. A pipeline stage is
- * any contiguous range of layers. Parameters of layer i are one contiguous
+ * Layers: index 0 = embedding, 1..L = blocks, L+1 .. L+P = the head in P
+ * parts (cfg.head_parts, 0 meaning 1). A pipeline stage is any contiguous
+ * range of layers. Parameters of layer i are one contiguous
  * slice of one slab, layers in order with no padding:
  *   params + pm_gpt_layer_offset(cfg, i)  holds pm_gpt_layer_params(cfg, i)
  * floats, so a range of layers owns one contiguous slice of parameters,
@@ -38,21 +39,38 @@
  * layers of a device; BW needs max(scratch_b, scratch_w)). The passes never
  * allocate. All pointers must be 4-byte aligned; 64 is better.
  *
- * Messages between layers (all caller-owned, contents (B,T,C) floats):
+ * Head parts: the vocabulary projection is computed in fixed groups of
+ * PM_HEAD_GROUP rows of lm_head, always the same whatever the parts: per
+ * group the logits, their row max and sum of exponentials merged into a
+ * running (max, sum) in group order (the loss's normaliser), and in the
+ * backward the input gradient accumulated group by group from the last to
+ * the first. Part k takes groups [k G / P, (k+1) G / P) of the G groups and
+ * the first part also ln_f, so any number of parts computes bitwise the same
+ * as one: the parts are a placement choice (a big vocabulary's head can be
+ * cut across pipeline stages), not a model change. Between parts the
+ * message is (B,T,C+3) floats: forward ln_f's output, running max, sum and
+ * the target's logit; backward the input gradient so far and the row's
+ * log-normaliser (one float, then two unused).
+ *
+ * Messages between layers (all caller-owned, contents (B,T,C) floats except
+ * between head parts):
  *   embedding F: in = int32 tokens (B,T), out = (B,T,C)
  *   block F:     in = (B,T,C),            out = (B,T,C)
- *   head F:      in = (B,T,C), targets int32 (B,T) or NULL, out = NULL,
- *                *loss = mean cross-entropy over the B*T tokens (0 if no targets)
- *   head B:      dout = NULL, din = (B,T,C), scale multiplies d(loss)
+ *   head F:      in = (B,T,C) (first part) or (B,T,C+3), targets int32 (B,T)
+ *                or NULL (every part), out = (B,T,C+3) or NULL on the last
+ *                part, whose *loss = mean cross-entropy over the B*T tokens
+ *                (0 if no targets)
+ *   head B:      dout = NULL on the last part, else (B,T,C+3); din = (B,T,C)
+ *                on the first part, else (B,T,C+3); scale multiplies d(loss)
  *                (pass 1/K when K microbatches make a step's mean loss)
  *   block B:     dout = (B,T,C) (read only), din = (B,T,C)
  *   embedding B: dout = (B,T,C) (copied into saved), din = NULL
  * F copies its input into `saved`; `in` may be freed after F. If `in` equals
  * pm_gpt_layer_input_slot(), the copy is skipped (a stage can let the
  * previous layer's F write straight into the next layer's slot). din must
- * not overlap dout or saved. The head's F keeps softmax probabilities (B,T,V)
- * at pm_gpt_head_probs() until its B (sampling reads them; the head's B
- * turns them into logit gradients).
+ * not overlap dout or saved. A one-part head's F keeps softmax probabilities
+ * (B,T,V) at pm_gpt_head_probs() until its B (sampling reads them; the
+ * head's B turns them into logit gradients).
  *
  * Usage for one microbatch through one layer:
  *   pm_gpt_sizes s;  pm_gpt_layer_sizes(&cfg, i, B, T, &s, &err);
@@ -91,7 +109,9 @@
  * state = seed, stream = layer * 64 + tensor index; normals by Box-Muller in
  * double from two 32-bit draws, u1 = (a + 1) / 2^32, u2 = b / 2^32,
  * z = sqrt(-2 ln u1) cos(2 pi u2) (one normal per pair). Each layer's init is
- * independent of the others, so a stage can initialise only its own layers. */
+ * independent of the others, so a stage can initialise only its own layers;
+ * a head part draws lm_head's stream from its first row on, so the parts
+ * hold exactly the one-part head's numbers. */
 #ifndef PM_GPT_H
 #define PM_GPT_H
 
@@ -108,7 +128,11 @@ typedef struct {
     int32_t dim;    /* model width C */
     int32_t heads;  /* attention heads; must divide dim */
     int32_t layers; /* transformer blocks L (>= 1) */
+    int32_t head_parts; /* layers the head is cut into (0 or 1: one); at most
+                         * pm_gpt_head_groups; the same numbers whatever it is */
 } pm_gpt_config;
+
+#define PM_HEAD_GROUP 4096 /* lm_head rows per group of the vocabulary projection */
 
 /* Checks every field; one line naming the bad field and the fix. */
 pm_status pm_gpt_config_check(const pm_gpt_config *cfg, pm_err *err);
@@ -116,8 +140,12 @@ pm_status pm_gpt_config_check(const pm_gpt_config *cfg, pm_err *err);
 typedef enum { PM_LAYER_EMBED, PM_LAYER_BLOCK, PM_LAYER_HEAD, PM_LAYER_KIND_COUNT } pm_layer_kind;
 extern const char *const pm_layer_kind_names[PM_LAYER_KIND_COUNT]; /* "embed", "block", "head" */
 
-int pm_gpt_num_layers(const pm_gpt_config *cfg); /* L + 2 */
+int pm_gpt_num_layers(const pm_gpt_config *cfg); /* L + 1 + head parts */
 pm_layer_kind pm_gpt_layer_kind(const pm_gpt_config *cfg, int layer);
+int pm_gpt_head_groups(const pm_gpt_config *cfg); /* ceil(vocab / PM_HEAD_GROUP) */
+int pm_gpt_head_parts(const pm_gpt_config *cfg);  /* head_parts, 1 for 0 */
+/* A head layer's part index and its lm_head rows [*r0, *r1). */
+int pm_gpt_head_rows(const pm_gpt_config *cfg, int layer, size_t *r0, size_t *r1);
 
 /* ---- parameters ------------------------------------------------------------ */
 

@@ -339,6 +339,7 @@ int pm_pipe_replicas(const pm_pipe *pp);            /* dp (1 without data parall
  * writes); with threads always. */
 int pm_pipe_is_root(const pm_pipe *pp);
 int pm_pipe_stages(const pm_pipe *pp);              /* S */
+const pm_train_cfg *pm_pipe_config(const pm_pipe *pp); /* its copy (the head's parts) */
 const pm_sched *pm_pipe_schedule(const pm_pipe *pp); /* its copy (W in microbatch order) */
 int64_t pm_pipe_w_relabeled(const pm_pipe *pp);     /* W passes that took another microbatch */
 const int *pm_pipe_stage_first(const pm_pipe *pp);  /* (S+1): stage s = layers first[s].. */

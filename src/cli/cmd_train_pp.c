@@ -152,6 +152,48 @@ static pm_status place_costs(pp_world *w, const pm_cli_train_opts *o, const pm_t
     return st;
 }
 
+/* The head's parts (--head-parts, or the fewest that bring the busiest
+ * device's time within 1% of the best any number of parts gives), set in
+ * cfg. Any number computes the same training; this is placement only.
+ * Under auto a pick whose real peak the parts push over --mem-limit keeps
+ * the head whole. */
+static pm_status choose_head_parts(const pp_world *w, const pm_cli_train_opts *o,
+                                   pm_train_cfg *cfg, const pm_sched *s, pm_err *err) {
+    pm_gpt_config *mc = &cfg->model;
+    int G = pm_gpt_head_groups(mc), mb = cfg->batch / cfg->micro;
+    if (o->head_parts) {
+        mc->head_parts = o->head_parts;
+        return pm_gpt_config_check(mc, err);
+    }
+    const pm_layer_costs *lc = w->opts.place.unit ? &w->opts.place : NULL;
+    double *t = pm_malloc(2 * (size_t)s->p * sizeof *t), best[17] = {0};
+    int *first = pm_malloc((size_t)(s->S + 1) * sizeof *first), pick = 1;
+    pm_status st = t && first ? PM_OK : pm_errf(err, PM_ERR_NOMEM, "out of memory");
+    for (int h = 1; h <= G && h <= 16 && !st; h++) {
+        mc->head_parts = h;
+        if (pm_gpt_num_layers(mc) < s->S) continue;
+        if ((st = pm_place_layers(mc, mb, mc->ctx, s, lc, first, err)) ||
+            (st = pm_place_shares(mc, mb, mc->ctx, s, lc, first, t, t + s->p, err)))
+            break;
+        for (int d = 0; d < s->p; d++) best[h] = t[d] > best[h] ? t[d] : best[h];
+    }
+    for (int h = 1; h <= G && h <= 16; h++)
+        if (best[h] > 0 && (!best[pick] || best[h] < best[pick])) pick = h;
+    for (int h = 1; h < pick; h++) /* fewer parts within 1% */
+        if (best[h] > 0 && best[h] <= best[pick] * 1.01) {
+            pick = h;
+            break;
+        }
+    pm_free(t);
+    pm_free(first);
+    mc->head_parts = pick;
+    double real;
+    if (!st && pick > 1 && !strcmp(o->kind, "auto") && !o->sched_file &&
+        !(st = real_peak(w, cfg, s, &real, NULL, err)) && real > o->mem_limit * (1 + 1e-9))
+        mc->head_parts = 1;
+    return st;
+}
+
 /* Each device's layers and its share of the time and memory the placement
  * balanced (rank 0). */
 static void print_placement(const pp_world *w, const pm_train_cfg *cfg, const pm_pipe *pp) {
@@ -284,8 +326,8 @@ static void print_json(const pm_cli_train_opts *o, const pm_pipe *pp, const pm_t
     json_sizes("predicted_peak_activation_bytes", ps->last.pred_peak, nd);
     json_sizes("arena_bytes", ps->last.arena, nd);
     double bmax = 0, bsum = 0;
-    printf(", \"placement\": \"%s\", \"device_busy_ms\": [",
-           o->placement ? o->placement : "measured");
+    printf(", \"placement\": \"%s\", \"head_parts\": %d, \"device_busy_ms\": [",
+           o->placement ? o->placement : "measured", pm_gpt_head_parts(&pm_pipe_config(pp)->model));
     for (int g = 0; g < nd; g++) {
         double b = ps->busy[g] / n;
         printf("%s%.3f", g ? ", " : "", b);
@@ -468,7 +510,8 @@ static int run(const pm_cli_train_opts *op, pp_world *w) {
     if (failed) return 1;
     w->opts.fingerprint = pm_tokens_identity(&tr);
     if (place_costs(w, &o, &cfg, &err) || make_sched(w, &o, &cfg, &t, &s, &err) ||
-        check_fits(w, &cfg, &s, &err) || pm_pipe_create(&pp, &cfg, &s, &w->opts, &err)) {
+        choose_head_parts(w, &o, &cfg, &s, &err) || check_fits(w, &cfg, &s, &err) ||
+        pm_pipe_create(&pp, &cfg, &s, &w->opts, &err)) {
         pm_cli_fail("%s", err.msg);
         goto out;
     }
@@ -480,9 +523,11 @@ static int run(const pm_cli_train_opts *op, pp_world *w) {
     if (!w->rank)
         fprintf(stderr, "train: %zu parameters, %d layers, dim %d, %d heads, ctx %d, batch %d in "
                 "%d microbatches; schedule %s on %d devices x %d replicas (%s), %d stages, "
-                "%s%s\n", t.n_params, o.layers, o.dim, o.heads, o.ctx, o.batch, o.micro, s.kind,
-                pm_pipe_devices(pp), o.dp, w->opts.transport ? "mpi" : "threads",
-                pm_pipe_stages(pp), pm_place_names[s.place], o.resume ? ", resumed" : "");
+                "%s, head in %d part%s%s\n", t.n_params, o.layers, o.dim, o.heads, o.ctx,
+                o.batch, o.micro, s.kind, pm_pipe_devices(pp), o.dp,
+                w->opts.transport ? "mpi" : "threads", pm_pipe_stages(pp),
+                pm_place_names[s.place], pm_gpt_head_parts(&cfg.model),
+                pm_gpt_head_parts(&cfg.model) > 1 ? "s" : "", o.resume ? ", resumed" : "");
     print_placement(w, &cfg, pp);
     ps.times = malloc(((size_t)o.steps + 1) * sizeof *ps.times);
     ps.busy = calloc((size_t)pm_pipe_devices(pp) * (size_t)o.dp, sizeof *ps.busy);

@@ -41,7 +41,7 @@ static const opt_def OPTS[] = {
     {"--mem-limit", 'd', 'p', 0, F(mem_limit)}, {"--trace", 's', 'p', 0, F(trace)},
     {"--timeline", 's', 'p', 0, F(svg)},    {"--recompute", 'f', 'p', 0, F(recompute)},
     {"--dp", 'i', 't', 1, F(dp)},            {"--transport", 's', 't', 0, F(transport)},
-    {"--placement", 's', 'p', 0, F(placement)},
+    {"--placement", 's', 'p', 0, F(placement)}, {"--head-parts", 'i', 'p', 1, F(head_parts)},
 };
 #undef F
 
@@ -55,7 +55,7 @@ static void usage(FILE *f) {
             "         [--threads N | --pp P [--schedule KIND | --schedule-file FILE]\n"
             "          [--chunks V] [--mem-limit X] [--recompute] [--trace FILE]\n"
             "          [--timeline FILE.svg] [--dp D] [--transport threads|mpi]\n"
-            "          [--placement measured|flops]]\n"
+            "          [--placement measured|flops] [--head-parts N]]\n"
             "  Trains the GPT on DIR/train.bin (made by 'pipemem prepare'), or on token\n"
             "  files named with --train/--val (pipemem's or llm.c's, e.g.\n"
             "  tiny_shakespeare_train.bin); the vocabulary is the data's, rounded up to a\n"
@@ -80,6 +80,9 @@ static void usage(FILE *f) {
             "  layer's time is measured first on one microbatch of an embedding, a block\n"
             "  and the head (default), or counted in FLOPs (--placement flops). Each\n"
             "  device's layers and share are printed; --json gives the measured busy time.\n"
+            "  A big vocabulary's head can be cut into N layers (--head-parts N, at most\n"
+            "  one per 4096 words; by default the number that best evens out the\n"
+            "  devices): the same training to the bit, only placed differently.\n"
             "  --dp D trains D replicas of the P-device pipeline on D x P devices, each on\n"
             "  K/D of the microbatches, gradients summed across replicas in a fixed order.\n"
             "  --transport mpi runs one device per rank: mpirun -np D*P pipemem train ...\n"

@@ -32,6 +32,7 @@ typedef struct {
     int dp;                /* --dp: data-parallel replicas of the pipeline */
     const char *transport; /* --transport threads|mpi; NULL: mpi when mpirun started us */
     const char *placement; /* --placement measured|flops; NULL: measured */
+    int head_parts;        /* --head-parts N; 0: chosen by the placement */
 } pm_cli_train_opts;
 
 /* Parses argv[1..]: 0 on success, 1 on error (one line printed), -1 after

@@ -36,9 +36,23 @@ double pm_gpt_rng_normal(pm_gpt_rng *r) {
     return sqrt(-2.0 * log(u1)) * cos(two_pi * u2);
 }
 
+/* Advances r by n draws (LCG jump-ahead: O(log n)), so a head part can
+ * start lm_head's stream at its first row. */
+static void rng_skip(pm_gpt_rng *r, uint64_t n) {
+    uint64_t mul = 1, add = 0, cm = 6364136223846793005ULL, ca = r->inc;
+    for (; n; n >>= 1) {
+        if (n & 1) mul *= cm, add = add * cm + ca;
+        ca = (cm + 1) * ca;
+        cm *= cm;
+    }
+    r->state = r->state * mul + add;
+}
+
 void pm_gpt_init_layer(const pm_gpt_config *cfg, int layer, uint64_t seed, float *lp) {
     pm_gpt_tensor t[PM_GPT_MAX_TENSORS];
-    int n = pm_gpt_layer_tensors(cfg, layer, t);
+    int n = pm_gpt_layer_tensors(cfg, layer, t), head = pm_gpt_layer_kind(cfg, layer) == PM_LAYER_HEAD;
+    size_t r0 = 0, r1;
+    if (head) pm_gpt_head_rows(cfg, layer, &r0, &r1);
     for (int i = 0; i < n; i++) {
         float *p = lp + t[i].offset;
         if (t[i].init_std == 0) {
@@ -46,7 +60,11 @@ void pm_gpt_init_layer(const pm_gpt_config *cfg, int layer, uint64_t seed, float
             continue;
         }
         pm_gpt_rng r;
-        pm_gpt_rng_seed(&r, seed, (uint64_t)layer * 64 + (uint64_t)i);
+        /* lm_head: the one-part head's stream (tensor 2 of layer L+1), from
+         * this part's first row on; two draws per normal */
+        uint64_t stream = head ? (uint64_t)(cfg->layers + 1) * 64 + 2 : (uint64_t)layer * 64 + (uint64_t)i;
+        pm_gpt_rng_seed(&r, seed, stream);
+        if (head) rng_skip(&r, 2 * (uint64_t)r0 * (uint64_t)cfg->dim);
         for (size_t j = 0; j < t[i].numel; j++)
             p[j] = (float)(t[i].init_std * pm_gpt_rng_normal(&r));
     }
@@ -61,7 +79,7 @@ void pm_gpt_init(const pm_gpt_config *cfg, uint64_t seed, float *params) {
 
 static void check_pass(const pm_gpt_config *cfg, int layer, int B, int T) {
     PM_ASSERT(pm_gpt_config_check(cfg, NULL) == PM_OK);
-    PM_ASSERT(layer >= 0 && layer <= cfg->layers + 1);
+    PM_ASSERT(layer >= 0 && layer < pm_gpt_num_layers(cfg));
     PM_ASSERT(B >= 1 && T >= 1 && T <= cfg->ctx);
 }
 
@@ -81,8 +99,8 @@ void pm_gpt_layer_f(const pm_gpt_config *cfg, int layer, int B, int T, const flo
         pm_gpt_block_f(cfg, B, T, lp, in, out, saved);
         break;
     default: {
-        PM_ASSERT(!out);
-        float l = pm_head_f(cfg, B, T, lp, in, targets, saved);
+        PM_ASSERT(!out == (layer + 1 == pm_gpt_num_layers(cfg)));
+        float l = pm_head_f(cfg, layer, B, T, lp, in, targets, out, saved);
         if (loss) *loss = l;
         break;
     }
@@ -103,8 +121,8 @@ void pm_gpt_layer_b(const pm_gpt_config *cfg, int layer, int B, int T, const flo
         pm_gpt_block_b(cfg, B, T, lp, dout, din, saved, scratch);
         break;
     default:
-        PM_ASSERT(!dout && din && scratch);
-        pm_head_b(cfg, B, T, lp, din, scale, saved, scratch);
+        PM_ASSERT(!dout == (layer + 1 == pm_gpt_num_layers(cfg)) && din && scratch);
+        pm_head_b(cfg, layer, B, T, lp, dout, din, scale, saved, scratch);
         break;
     }
 }
@@ -117,7 +135,7 @@ void pm_gpt_layer_w(const pm_gpt_config *cfg, int layer, int B, int T, float *lg
     switch (pm_gpt_layer_kind(cfg, layer)) {
     case PM_LAYER_EMBED: pm_embed_w(cfg, B, T, lg, saved); break;
     case PM_LAYER_BLOCK: pm_gpt_block_w(cfg, B, T, lg, saved); break;
-    default: pm_head_w(cfg, B, T, lg, saved); break;
+    default: pm_head_w(cfg, layer, B, T, lg, saved); break;
     }
 }
 
@@ -131,30 +149,33 @@ void pm_gpt_layer_bw(const pm_gpt_config *cfg, int layer, int B, int T, const fl
 
 /* ---- whole model on one device ---------------------------------------------- */
 
-/* Workspace: the saved buffer of every layer in order, two (N,C) messages,
- * then scratch. Every block has the same layout, so layer i's saved buffer
- * starts at embed + (i-1) * block. Offsets depend on (B, T), growing with T. */
+/* Workspace: the saved buffer of every layer in order, two messages (the
+ * widest a layer passes: (N,C), or (N,C+3) between head parts), then
+ * scratch. Every block has the same layout, so layer i's saved buffer
+ * starts at embed + (i-1) * block; the head parts follow one another.
+ * Offsets depend on (B, T), growing with T. */
 typedef struct {
     size_t embed, block; /* aligned saved sizes */
-    size_t a, b;         /* the two (N,C) gradient messages */
+    size_t heads;        /* offset of the first head part's saved */
+    size_t a, b;         /* the two gradient messages */
     size_t scratch;      /* offset of the scratch area */
     size_t total;        /* bytes */
 } work_layout;
 
 static int work_get(const pm_gpt_config *cfg, int B, int T, work_layout *wl) {
     pm_layout le, lb, lh;
-    if (!pm_layout_get(cfg, PM_LAYER_EMBED, B, T, &le) ||
-        !pm_layout_get(cfg, PM_LAYER_BLOCK, B, T, &lb) ||
-        !pm_layout_get(cfg, PM_LAYER_HEAD, B, T, &lh))
-        return 0;
-    size_t cur = 0, blocks;
+    if (!pm_layout_get(cfg, 0, B, T, &le) || !pm_layout_get(cfg, 1, B, T, &lb)) return 0;
+    size_t cur = 0, blocks, sc = lb.scratch_b;
     wl->embed = le.end; /* already multiples of PM_ALIGN */
     wl->block = lb.end;
-    if (!pm_size_mul(lb.end, (size_t)cfg->layers, &blocks) || !pm_size_add(le.end, blocks, &cur) ||
-        !pm_size_add(cur, lh.end, &cur))
+    if (!pm_size_mul(lb.end, (size_t)cfg->layers, &blocks) || !pm_size_add(le.end, blocks, &cur))
         return 0;
-    size_t nc = (size_t)B * (size_t)T * (size_t)cfg->dim;
-    size_t sc = lb.scratch_b > lh.scratch_b ? lb.scratch_b : lh.scratch_b;
+    wl->heads = cur;
+    for (int l = cfg->layers + 1; l < pm_gpt_num_layers(cfg); l++) {
+        if (!pm_layout_get(cfg, l, B, T, &lh) || !pm_size_add(cur, lh.end, &cur)) return 0;
+        sc = lh.scratch_b > sc ? lh.scratch_b : sc;
+    }
+    size_t nc = (size_t)B * (size_t)T * ((size_t)cfg->dim + (pm_gpt_head_parts(cfg) > 1 ? 3 : 0));
     if (!pm_layout_region(&cur, &wl->a, nc, sizeof(float)) || !pm_layout_region(&cur, &wl->b, nc, sizeof(float)) ||
         !pm_layout_region(&cur, &wl->scratch, sc, 1))
         return 0;
@@ -162,8 +183,16 @@ static int work_get(const pm_gpt_config *cfg, int B, int T, work_layout *wl) {
     return 1;
 }
 
-static char *work_saved(const work_layout *wl, char *w, int layer) {
-    return layer == 0 ? w : w + wl->embed + (size_t)(layer - 1) * wl->block;
+static char *work_saved(const pm_gpt_config *cfg, int B, int T, const work_layout *wl, char *w,
+                        int layer) {
+    if (layer <= cfg->layers) return layer == 0 ? w : w + wl->embed + (size_t)(layer - 1) * wl->block;
+    size_t at = wl->heads;
+    for (int l = cfg->layers + 1; l < layer; l++) {
+        pm_layout lh;
+        PM_ASSERT(pm_layout_get(cfg, l, B, T, &lh));
+        at += lh.end;
+    }
+    return w + at;
 }
 
 size_t pm_gpt_work_bytes(const pm_gpt_config *cfg, int B, int T) {
@@ -181,12 +210,13 @@ static float forward_all(const pm_gpt_config *cfg, int B, int T, const float *pa
     float loss = 0;
     for (int i = 0; i < n; i++) {
         const float *lp = params + pm_gpt_layer_offset(cfg, i);
-        void *saved = work_saved(wl, w, i);
+        void *saved = work_saved(cfg, B, T, wl, w, i);
         const void *in = i == 0 ? (const void *)tokens : pm_gpt_layer_input_slot(cfg, i, B, T, saved);
         float *out =
-            i + 1 < n ? pm_gpt_layer_input_slot(cfg, i + 1, B, T, work_saved(wl, w, i + 1))
+            i + 1 < n ? pm_gpt_layer_input_slot(cfg, i + 1, B, T, work_saved(cfg, B, T, wl, w, i + 1))
                       : NULL;
-        pm_gpt_layer_f(cfg, i, B, T, lp, in, i == n - 1 ? targets : NULL, out, &loss, saved,
+        int head = pm_gpt_layer_kind(cfg, i) == PM_LAYER_HEAD;
+        pm_gpt_layer_f(cfg, i, B, T, lp, in, head ? targets : NULL, out, &loss, saved,
                        w + wl->scratch);
     }
     return loss;
@@ -202,7 +232,7 @@ float pm_gpt_forward(const pm_gpt_config *cfg, int B, int T, const float *params
 const float *pm_gpt_work_probs(const pm_gpt_config *cfg, int B, int T, const void *work) {
     work_layout wl;
     PM_ASSERT(work_get(cfg, B, T, &wl));
-    return pm_gpt_head_probs(cfg, B, T, work_saved(&wl, (char *)work, cfg->layers + 1));
+    return pm_gpt_head_probs(cfg, B, T, work_saved(cfg, B, T, &wl, (char *)work, cfg->layers + 1));
 }
 
 float pm_gpt_forward_backward(const pm_gpt_config *cfg, int B, int T, const float *params,
@@ -216,7 +246,7 @@ float pm_gpt_forward_backward(const pm_gpt_config *cfg, int B, int T, const floa
     for (int i = pm_gpt_num_layers(cfg) - 1; i >= 0; i--) {
         size_t po = pm_gpt_layer_offset(cfg, i);
         pm_gpt_layer_bw(cfg, i, B, T, params + po, grads + po, dout, i == 0 ? NULL : din, scale,
-                        work_saved(&wl, w, i), w + wl.scratch);
+                        work_saved(cfg, B, T, &wl, w, i), w + wl.scratch);
         /* this layer's din is the next lower layer's dout */
         float *t = dout ? dout : spare;
         dout = din;

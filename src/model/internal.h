@@ -25,15 +25,20 @@
  *             | xin (N,C)  F: the block's input; after B: dout
  *             | lnst (4C)  B: this microbatch's ln_1 dw, db, ln_2 dw, db
  *   released by B: att (B,H,T,T) probabilities | stats (4,N) mean1 rstd1 mean2 rstd2
- * Head:
- *   W prefix: lno (N,C) | probs (N,V) after B: logit gradients | lnst (2C)
- *   released by B: xin (N,C) | stats (2,N) | tgt (N) int32
+ * Head part k with lm_head rows [r0, r1), R = r1 - r0, its groups ng:
+ *   W prefix: lno (N,C), on a later part (N,C+3): its input message
+ *             | probs (N,R): logits, exp(l - group max) after F, probabilities
+ *               once the normaliser is known, logit gradients after B
+ *             | lnst (2C) first part only
+ *   released by B: xin (N,C) | stats (2,N) first part only | tgt (N) int32
+ *             | lse (N) log-normaliser (last part) | run (3,N) running max,
+ *               sum, target logit | gmax (N,ng) each group's row max
  * Embedding (nothing released by B):
  *   dout (N,C) written by B | tok (N) int32 */
 typedef struct {
     size_t ln1o, atty, ln2o, gelu, qkv, x1, fc, xin, lnst; /* block W prefix */
     size_t att, stats;                                     /* block, released by B */
-    size_t lno, probs, tgt;                                /* head (xin, stats, lnst shared) */
+    size_t lno, probs, tgt, lse, run, gmax;                /* head (xin, stats, lnst shared) */
     size_t dout, tok;                                      /* embedding */
     size_t w_end; /* end of the W prefix = sizes.saved_w */
     size_t end;   /* whole buffer = sizes.saved */
@@ -51,8 +56,11 @@ typedef struct {
 /* Appends a region of n elements of el bytes at *cur (64-byte aligned),
  * its offset in *off (if not NULL); returns 0 on overflow. (shape.c) */
 int pm_layout_region(size_t *cur, size_t *off, size_t n, size_t el);
-/* Fills *lay for the layer kind; returns 0 on size overflow. (shape.c) */
-int pm_layout_get(const pm_gpt_config *cfg, pm_layer_kind kind, int B, int T, pm_layout *lay);
+/* Vocabulary groups of a head layer (shape.c). */
+int pm_head_part_groups(const pm_gpt_config *cfg, int layer);
+/* Fills *lay for the layer (every block has the same); returns 0 on size
+ * overflow. (shape.c) */
+int pm_layout_get(const pm_gpt_config *cfg, int layer, int B, int T, pm_layout *lay);
 
 /* ---- compute threads (pool.c) ----------------------------------------------- */
 
@@ -129,6 +137,19 @@ void pm_k_matmul(int ta, int tb, size_t M, size_t N, size_t K, float alpha, cons
 size_t pm_k_matmul_rows(size_t M); /* block size for a dimension of M */
 /* d logits = (probs - onehot(tgt)) * f, in place over the rows of probs (N,V). */
 void pm_k_xent_grad(float *probs, const int32_t *tgt, size_t N, int V, float f);
+/* Head, one vocabulary group of n columns starting at vocabulary row c0, in
+ * g (ld ldg), rows [lo, hi): each row becomes exp(l - max) in place, its
+ * max goes to gmax[r * ldm], the running max m[r] and sum s[r] take the
+ * group's in, and tl[r] the target's logit if it is in the group. */
+void pm_k_head_group_rows(float *g, size_t ldg, size_t n, int64_t c0, const int32_t *tgt,
+                          float *gmax, size_t ldm, float *m, float *s, float *tl, size_t lo,
+                          size_t hi);
+/* Then, once lse is known: g *= exp(gmax - lse) (probabilities), and in the
+ * backward g = (g - onehot) * f; rows [lo, hi). */
+void pm_k_head_probs_rows(float *g, size_t ldg, size_t n, const float *gmax, size_t ldm,
+                          const float *lse, size_t lo, size_t hi);
+void pm_k_head_grad_rows(float *g, size_t ldg, size_t n, int64_t c0, const int32_t *tgt, float f,
+                         size_t lo, size_t hi);
 
 /* ---- layer passes (layers.c; the attention blocking is in shape.c) ---------- */
 
@@ -149,10 +170,10 @@ void pm_gpt_block_b(const pm_gpt_config *c, int B, int T, const float *lp, const
                 float *din, void *saved, void *scratch);
 void pm_gpt_block_w(const pm_gpt_config *c, int B, int T, float *lg, const void *saved);
 
-float pm_head_f(const pm_gpt_config *c, int B, int T, const float *lp, const float *in,
-                const int32_t *tgt, void *saved);
-void pm_head_b(const pm_gpt_config *c, int B, int T, const float *lp, float *din, float scale,
-               void *saved, void *scratch);
-void pm_head_w(const pm_gpt_config *c, int B, int T, float *lg, const void *saved);
+float pm_head_f(const pm_gpt_config *c, int layer, int B, int T, const float *lp,
+                const float *in, const int32_t *tgt, float *out, void *saved);
+void pm_head_b(const pm_gpt_config *c, int layer, int B, int T, const float *lp,
+               const float *dout, float *din, float scale, void *saved, void *scratch);
+void pm_head_w(const pm_gpt_config *c, int layer, int B, int T, float *lg, const void *saved);
 
 #endif

@@ -615,3 +615,37 @@ void pm_k_xent_grad(float *probs, const int32_t *tgt, size_t N, int V, float f) 
     xgrad_args a = {probs, tgt, V, f};
     pm_gpt_par_for(N, ROW_CHUNK, xent_grad_rows, &a);
 }
+
+/* ---- the head's vocabulary groups ----------------------------------------------- */
+
+void pm_k_head_group_rows(float *g, size_t ldg, size_t n, int64_t c0, const int32_t *tgt,
+                          float *gmax, size_t ldm, float *m, float *s, float *tl, size_t lo,
+                          size_t hi) {
+    for (size_t r = lo; r < hi; r++) {
+        float *row = g + r * ldg, mx = vmax(row, n);
+        int64_t t = tgt ? (int64_t)tgt[r] - c0 : -1;
+        if (t >= 0 && t < (int64_t)n) tl[r] = row[t];
+        exp_sub(row, n, mx);
+        float sum = vsum(row, n), mo = m[r], mn = mo > mx ? mo : mx;
+        /* the running sum, rescaled to the new max (exp(-inf) = 0 at the start) */
+        s[r] = s[r] * expf(mo - mn) + sum * expf(mx - mn);
+        m[r] = mn;
+        gmax[r * ldm] = mx;
+    }
+}
+
+void pm_k_head_probs_rows(float *g, size_t ldg, size_t n, const float *gmax, size_t ldm,
+                          const float *lse, size_t lo, size_t hi) {
+    for (size_t r = lo; r < hi; r++) vscale(g + r * ldg, expf(gmax[r * ldm] - lse[r]), n);
+}
+
+void pm_k_head_grad_rows(float *g, size_t ldg, size_t n, int64_t c0, const int32_t *tgt, float f,
+                         size_t lo, size_t hi) {
+    for (size_t r = lo; r < hi; r++) {
+        PM_ASSERT(tgt[r] >= 0); /* F ran without targets */
+        float *row = g + r * ldg;
+        int64_t t = (int64_t)tgt[r] - c0;
+        if (t >= 0 && t < (int64_t)n) row[t] -= 1.0f;
+        vscale(row, f, n);
+    }
+}

@@ -28,20 +28,21 @@
 
 enum { LN1W, LN1B, QKVW, QKVB, APW, APB, LN2W, LN2B, FCW, FCB, MPW, MPB }; /* block */
 enum { WTE, WPE };                                                          /* embedding */
-enum { LNFW, LNFB, LMW };                                                   /* head */
 
 /* Float offsets of a layer kind's tensors, straight from the tensor table so
  * the passes and the checkpoint names can never disagree. */
 static void offsets(const pm_gpt_config *c, pm_layer_kind k, size_t o[PM_GPT_MAX_TENSORS]) {
     pm_gpt_tensor t[PM_GPT_MAX_TENSORS];
-    int layer = k == PM_LAYER_EMBED ? 0 : k == PM_LAYER_BLOCK ? 1 : c->layers + 1;
+    PM_ASSERT(k != PM_LAYER_HEAD); /* head parts: head_w */
+    int layer = k == PM_LAYER_EMBED ? 0 : 1;
     int n = pm_gpt_layer_tensors(c, layer, t);
     for (int i = 0; i < n; i++) o[i] = t[i].offset;
 }
 
-static pm_layout layout(const pm_gpt_config *c, pm_layer_kind k, int B, int T) {
+/* Every block has the same layout (layer 1's); a head part its own. */
+static pm_layout layout(const pm_gpt_config *c, int layer, int B, int T) {
     pm_layout lay;
-    PM_ASSERT(pm_layout_get(c, k, B, T, &lay));
+    PM_ASSERT(pm_layout_get(c, layer, B, T, &lay));
     return lay;
 }
 
@@ -58,7 +59,7 @@ static void copy_in(void *dst, const void *src, size_t n) {
 /* out[b,t] = wte[tok[b,t]] + wpe[t] */
 void pm_embed_f(const pm_gpt_config *c, int B, int T, const float *lp, const int32_t *tok,
                 float *out, void *saved) {
-    pm_layout L = layout(c, PM_LAYER_EMBED, B, T);
+    pm_layout L = layout(c, 0, B, T);
     size_t o[PM_GPT_MAX_TENSORS], N = (size_t)B * (size_t)T, C = (size_t)c->dim;
     offsets(c, PM_LAYER_EMBED, o);
     int32_t *ktok = (int32_t *)((char *)saved + L.tok);
@@ -75,14 +76,14 @@ void pm_embed_f(const pm_gpt_config *c, int B, int T, const float *lp, const int
 
 /* No input gradient: keep dout for W. */
 void pm_embed_b(const pm_gpt_config *c, int B, int T, const float *dout, void *saved) {
-    pm_layout L = layout(c, PM_LAYER_EMBED, B, T);
+    pm_layout L = layout(c, 0, B, T);
     size_t N = (size_t)B * (size_t)T, C = (size_t)c->dim;
     copy_in(AT(saved, L.dout), dout, N * C * sizeof(float));
 }
 
 /* dwte[tok[b,t]] += dout[b,t]; dwpe[t] += dout[b,t], rows in order */
 void pm_embed_w(const pm_gpt_config *c, int B, int T, float *lg, const void *saved) {
-    pm_layout L = layout(c, PM_LAYER_EMBED, B, T);
+    pm_layout L = layout(c, 0, B, T);
     size_t o[PM_GPT_MAX_TENSORS], N = (size_t)B * (size_t)T, C = (size_t)c->dim;
     offsets(c, PM_LAYER_EMBED, o);
     const int32_t *tok = (const int32_t *)((const char *)saved + L.tok);
@@ -233,7 +234,7 @@ static void colsum_rows_post(const void *ctx, size_t r0, size_t r1) {
 /* x1 = x + attn(ln_1(x)) W_ap^T + b_ap;  out = x1 + gelu(ln_2(x1) W_fc^T + b_fc) W_mp^T + b_mp */
 void pm_gpt_block_f(const pm_gpt_config *c, int B, int T, const float *lp, const float *in,
                 float *out, void *saved) {
-    pm_layout L = layout(c, PM_LAYER_BLOCK, B, T);
+    pm_layout L = layout(c, 1, B, T);
     size_t o[PM_GPT_MAX_TENSORS], N = (size_t)B * (size_t)T, C = (size_t)c->dim;
     offsets(c, PM_LAYER_BLOCK, o);
     float *ln1o = AT(saved, L.ln1o), *atty = AT(saved, L.atty), *ln2o = AT(saved, L.ln2o);
@@ -257,7 +258,7 @@ void pm_gpt_block_f(const pm_gpt_config *c, int B, int T, const float *lp, const
 
 void pm_gpt_block_b(const pm_gpt_config *c, int B, int T, const float *lp, const float *dout,
                 float *din, void *saved, void *scratch) {
-    pm_layout L = layout(c, PM_LAYER_BLOCK, B, T);
+    pm_layout L = layout(c, 1, B, T);
     size_t o[PM_GPT_MAX_TENSORS], N = (size_t)B * (size_t)T, C = (size_t)c->dim;
     offsets(c, PM_LAYER_BLOCK, o);
     float *qkv = AT(saved, L.qkv), *x1 = AT(saved, L.x1), *fc = AT(saved, L.fc);
@@ -290,7 +291,7 @@ void pm_gpt_block_b(const pm_gpt_config *c, int B, int T, const float *lp, const
  * sums of dY (fused per block of output features); LayerNorm gradients from
  * B's lnst. */
 void pm_gpt_block_w(const pm_gpt_config *c, int B, int T, float *lg, const void *saved) {
-    pm_layout L = layout(c, PM_LAYER_BLOCK, B, T);
+    pm_layout L = layout(c, 1, B, T);
     size_t o[PM_GPT_MAX_TENSORS], N = (size_t)B * (size_t)T, C = (size_t)c->dim;
     offsets(c, PM_LAYER_BLOCK, o);
     const float *ln1o = CAT(saved, L.ln1o), *atty = CAT(saved, L.atty);
@@ -316,52 +317,154 @@ void pm_gpt_block_w(const pm_gpt_config *c, int B, int T, float *lg, const void 
 
 /* ---- head ------------------------------------------------------------------------ */
 
-/* probs = softmax(ln_f(x) W_lm^T); loss = mean over rows of -log probs[target] */
-float pm_head_f(const pm_gpt_config *c, int B, int T, const float *lp, const float *in,
-                const int32_t *tgt, void *saved) {
-    pm_layout L = layout(c, PM_LAYER_HEAD, B, T);
-    size_t o[PM_GPT_MAX_TENSORS], N = (size_t)B * (size_t)T, C = (size_t)c->dim;
-    size_t V = (size_t)c->vocab;
-    offsets(c, PM_LAYER_HEAD, o);
-    float *lno = AT(saved, L.lno), *probs = AT(saved, L.probs), *xin = AT(saved, L.xin);
-    float *st = AT(saved, L.stats);
+/* A head part's place in the vocabulary and its buffers (see internal.h). */
+typedef struct {
+    size_t N, C, R, r0, r1;
+    int first, last;
+    const pm_layout *L;
+} head_part;
+
+static head_part head_part_of(const pm_gpt_config *c, int layer, int B, int T, const pm_layout *L) {
+    head_part h = {.N = (size_t)B * (size_t)T, .C = (size_t)c->dim, .L = L};
+    int k = pm_gpt_head_rows(c, layer, &h.r0, &h.r1);
+    h.R = h.r1 - h.r0, h.first = k == 0, h.last = k + 1 == pm_gpt_head_parts(c);
+    return h;
+}
+
+/* lm_head rows [r0, ...) of the part: after ln_f's weight and bias on the first */
+static size_t head_w(const head_part *h) { return h->first ? 2 * h->C : 0; }
+
+typedef struct {
+    float *g;           /* the group's first column in probs */
+    size_t ldg, n;
+    int64_t c0;
+    const int32_t *tgt;
+    float *gmax, *m, *s, *tl;
+    size_t ldm;
+} group_post;
+
+static void group_stats_post(const void *p, size_t lo, size_t hi) {
+    const group_post *a = p;
+    pm_k_head_group_rows(a->g, a->ldg, a->n, a->c0, a->tgt, a->gmax, a->ldm, a->m, a->s, a->tl,
+                         lo, hi);
+}
+
+typedef struct {
+    float *g;
+    size_t ldg;
+    const head_part *h;
+    const float *gmax, *lse;
+    const int32_t *tgt;
+    float f;
+} group_rows;
+
+/* Every group of the part: probabilities from lse (or, with tgt, those made
+ * logit gradients too). */
+static void probs_rows(const void *p, size_t lo, size_t hi) {
+    const group_rows *a = p;
+    size_t ng = (a->h->R + PM_HEAD_GROUP - 1) / PM_HEAD_GROUP;
+    for (size_t q = 0; q < ng; q++) {
+        size_t c = q * PM_HEAD_GROUP, n = a->h->R - c < PM_HEAD_GROUP ? a->h->R - c : PM_HEAD_GROUP;
+        if (a->lse) pm_k_head_probs_rows(a->g + c, a->ldg, n, a->gmax + q, ng, a->lse, lo, hi);
+        if (a->tgt)
+            pm_k_head_grad_rows(a->g + c, a->ldg, n, (int64_t)(a->h->r0 + c), a->tgt, a->f, lo, hi);
+    }
+}
+
+/* F: ln_f on the first part, then per vocabulary group the logits, made
+ * exp(l - group max) while the running (max, sum) and the target's logit
+ * are updated; a part that is not the last passes lno and the running
+ * figures on, the last one turns them into the loss and its logits into
+ * probabilities. */
+float pm_head_f(const pm_gpt_config *c, int layer, int B, int T, const float *lp,
+                const float *in, const int32_t *tgt, float *out, void *saved) {
+    pm_layout L = layout(c, layer, B, T);
+    head_part h = head_part_of(c, layer, B, T, &L);
+    size_t N = h.N, C = h.C, ng = (h.R + PM_HEAD_GROUP - 1) / PM_HEAD_GROUP;
+    float *lno = AT(saved, L.lno), *probs = AT(saved, L.probs), *run = AT(saved, L.run);
+    float *gmax = AT(saved, L.gmax), *lse = AT(saved, L.lse);
     int32_t *kt = (int32_t *)((char *)saved + L.tgt);
-    copy_in(xin, in, N * C * sizeof(float));
     for (size_t r = 0; r < N; r++) {
         PM_ASSERT(!tgt || (tgt[r] >= 0 && tgt[r] < c->vocab));
         kt[r] = tgt ? tgt[r] : -1; /* -1: no targets, B must not run */
     }
-    pm_k_layernorm_f(lno, st, st + N, xin, lp + o[LNFW], lp + o[LNFB], N, (int)C);
-    pm_k_matmul(0, 1, N, V, C, 1, lno, C, lp + o[LMW], C, 0, probs, V, NULL, NULL, NULL, NULL);
-    double sum = pm_k_softmax_xent(probs, tgt ? kt : NULL, N, (int)V);
+    if (h.first) {
+        float *xin = AT(saved, L.xin), *st = AT(saved, L.stats);
+        copy_in(xin, in, N * C * sizeof(float));
+        pm_k_layernorm_f(lno, st, st + N, xin, lp, lp + C, N, (int)C);
+        for (size_t r = 0; r < N; r++) run[r] = -INFINITY, run[N + r] = 0, run[2 * N + r] = 0;
+    } else {
+        copy_in(lno, in, N * (C + 3) * sizeof(float));
+        memcpy(run, lno + N * C, 3 * N * sizeof(float));
+    }
+    const float *W = lp + head_w(&h);
+    for (size_t q = 0; q < ng; q++) {
+        size_t c0 = q * PM_HEAD_GROUP, n = h.R - c0 < PM_HEAD_GROUP ? h.R - c0 : PM_HEAD_GROUP;
+        group_post g = {probs + c0, h.R, n, (int64_t)(h.r0 + c0), tgt ? kt : NULL, gmax + q,
+                        run, run + N, run + 2 * N, ng};
+        pm_k_matmul(0, 1, N, n, C, 1, lno, C, W + c0 * C, C, 0, probs + c0, h.R, NULL, NULL,
+                    group_stats_post, &g);
+    }
+    if (!h.last) {
+        memcpy(out, lno, N * C * sizeof(float));
+        memcpy(out + N * C, run, 3 * N * sizeof(float));
+        return 0.0f;
+    }
+    double sum = 0;
+    for (size_t r = 0; r < N; r++) {
+        lse[r] = run[r] + logf(run[N + r]);
+        sum += (double)lse[r] - (double)run[2 * N + r]; /* -log p[t] = lse - l_t */
+    }
+    group_rows pr = {probs, h.R, &h, gmax, lse, NULL, 0};
+    pm_gpt_par_for(N, 32, probs_rows, &pr);
     return tgt ? (float)(sum / (double)N) : 0.0f;
 }
 
-/* d logits = (probs - onehot(target)) * scale / N, in place over probs;
- * d lno = d logits W_lm; din = ln_f backward. */
-void pm_head_b(const pm_gpt_config *c, int B, int T, const float *lp, float *din, float scale,
-               void *saved, void *scratch) {
-    pm_layout L = layout(c, PM_LAYER_HEAD, B, T);
-    size_t o[PM_GPT_MAX_TENSORS], N = (size_t)B * (size_t)T, C = (size_t)c->dim;
-    size_t V = (size_t)c->vocab;
-    offsets(c, PM_LAYER_HEAD, o);
-    float *probs = AT(saved, L.probs), *xin = AT(saved, L.xin), *st = AT(saved, L.stats);
-    float *lnst = AT(saved, L.lnst), *a = scratch;
+/* B: d logits = (probs - onehot(target)) * scale / N (a part before the
+ * last first makes its probabilities with the lse the message brings);
+ * d lno accumulates group by group from the vocabulary's last group to its
+ * first (the dout of a later part holds the sum so far); the first part
+ * ends with ln_f's backward into din, a later one passes d lno and lse on. */
+void pm_head_b(const pm_gpt_config *c, int layer, int B, int T, const float *lp,
+               const float *dout, float *din, float scale, void *saved, void *scratch) {
+    pm_layout L = layout(c, layer, B, T);
+    head_part h = head_part_of(c, layer, B, T, &L);
+    size_t N = h.N, C = h.C, ng = (h.R + PM_HEAD_GROUP - 1) / PM_HEAD_GROUP;
+    float *probs = AT(saved, L.probs), *gmax = AT(saved, L.gmax);
     const int32_t *kt = (const int32_t *)((const char *)saved + L.tgt);
+    const float *lse = h.last ? AT(saved, L.lse) : dout + N * C;
     float f = (float)((double)scale / (double)N);
-    pm_k_xent_grad(probs, kt, N, (int)V, f);
-    pm_k_matmul(0, 0, N, C, V, 1, probs, V, lp + o[LMW], C, 0, a, C, NULL, NULL, NULL, NULL);
+    group_rows gr = {probs, h.R, &h, gmax, h.last ? NULL : lse, kt, f};
+    pm_gpt_par_for(N, 32, probs_rows, &gr);
+    float *acc = h.first ? (float *)scratch : din;
+    if (!h.last) memcpy(acc, dout, N * C * sizeof(float));
+    if (!h.first) memcpy(din + N * C, lse, N * sizeof(float));
+    const float *W = lp + head_w(&h);
+    for (size_t q = ng; q-- > 0;) {
+        size_t c0 = q * PM_HEAD_GROUP, n = h.R - c0 < PM_HEAD_GROUP ? h.R - c0 : PM_HEAD_GROUP;
+        float beta = h.last && q == ng - 1 ? 0.0f : 1.0f;
+        pm_k_matmul(0, 0, N, C, n, 1, probs + c0, h.R, W + c0 * C, C, beta, acc, C, NULL, NULL,
+                    NULL, NULL);
+    }
+    if (!h.first) return;
+    float *xin = AT(saved, L.xin), *st = AT(saved, L.stats), *lnst = AT(saved, L.lnst);
     memset(lnst, 0, 2 * C * sizeof(float));
-    pm_k_layernorm_b(din, NULL, a, xin, st, st + N, lp + o[LNFW], lnst, lnst + C, N, (int)C);
+    pm_k_layernorm_b(din, NULL, acc, xin, st, st + N, lp, lnst, lnst + C, N, (int)C);
 }
 
-void pm_head_w(const pm_gpt_config *c, int B, int T, float *lg, const void *saved) {
-    pm_layout L = layout(c, PM_LAYER_HEAD, B, T);
-    size_t o[PM_GPT_MAX_TENSORS], N = (size_t)B * (size_t)T, C = (size_t)c->dim;
-    size_t V = (size_t)c->vocab;
-    offsets(c, PM_LAYER_HEAD, o);
-    const float *dlog = CAT(saved, L.probs), *lno = CAT(saved, L.lno), *lnst = CAT(saved, L.lnst);
-    pm_k_matmul(1, 0, V, C, N, 1, dlog, V, lno, C, 1, lg + o[LMW], C, NULL, NULL, NULL, NULL);
-    pm_k_colsum_add(lg + o[LNFW], lnst, 1, (int)C);
-    pm_k_colsum_add(lg + o[LNFB], lnst + C, 1, (int)C);
+void pm_head_w(const pm_gpt_config *c, int layer, int B, int T, float *lg, const void *saved) {
+    pm_layout L = layout(c, layer, B, T);
+    head_part h = head_part_of(c, layer, B, T, &L);
+    size_t N = h.N, C = h.C, ng = (h.R + PM_HEAD_GROUP - 1) / PM_HEAD_GROUP;
+    const float *dlog = CAT(saved, L.probs), *lno = CAT(saved, L.lno);
+    float *gw = lg + head_w(&h);
+    for (size_t q = 0; q < ng; q++) {
+        size_t c0 = q * PM_HEAD_GROUP, n = h.R - c0 < PM_HEAD_GROUP ? h.R - c0 : PM_HEAD_GROUP;
+        pm_k_matmul(1, 0, n, C, N, 1, dlog + c0, h.R, lno, C, 1, gw + c0 * C, C, NULL, NULL,
+                    NULL, NULL);
+    }
+    if (!h.first) return;
+    const float *lnst = CAT(saved, L.lnst);
+    pm_k_colsum_add(lg, lnst, 1, (int)C);
+    pm_k_colsum_add(lg + C, lnst + C, 1, (int)C);
 }

@@ -53,15 +53,42 @@ pm_status pm_gpt_config_check(const pm_gpt_config *cfg, pm_err *err) {
                        "model config: %.3g parameters (%.3g GiB as floats) is beyond 2^40; use "
                        "a smaller dim or fewer layers",
                        n, n * 4 / 1073741824.0);
+    if (cfg->head_parts < 0 || cfg->head_parts > pm_gpt_head_groups(cfg))
+        return pm_errf(err, PM_ERR_ARG,
+                       "model config: head_parts is %d; a vocabulary of %d has %d group(s) of "
+                       "%d rows, so 1..%d parts", (int)cfg->head_parts, (int)cfg->vocab,
+                       pm_gpt_head_groups(cfg), PM_HEAD_GROUP, pm_gpt_head_groups(cfg));
     return PM_OK;
 }
 
-int pm_gpt_num_layers(const pm_gpt_config *cfg) { return cfg->layers + 2; }
+int pm_gpt_head_groups(const pm_gpt_config *cfg) {
+    return (int)(((int64_t)cfg->vocab + PM_HEAD_GROUP - 1) / PM_HEAD_GROUP);
+}
+
+int pm_gpt_head_parts(const pm_gpt_config *cfg) { return cfg->head_parts > 1 ? cfg->head_parts : 1; }
+
+int pm_gpt_num_layers(const pm_gpt_config *cfg) { return cfg->layers + 1 + pm_gpt_head_parts(cfg); }
+
+int pm_head_part_groups(const pm_gpt_config *cfg, int layer) {
+    size_t r0, r1;
+    pm_gpt_head_rows(cfg, layer, &r0, &r1);
+    return (int)((r1 - r0 + PM_HEAD_GROUP - 1) / PM_HEAD_GROUP);
+}
 
 pm_layer_kind pm_gpt_layer_kind(const pm_gpt_config *cfg, int layer) {
-    PM_ASSERT(layer >= 0 && layer <= cfg->layers + 1);
+    PM_ASSERT(layer >= 0 && layer < pm_gpt_num_layers(cfg));
     if (layer == 0) return PM_LAYER_EMBED;
-    return layer == cfg->layers + 1 ? PM_LAYER_HEAD : PM_LAYER_BLOCK;
+    return layer > cfg->layers ? PM_LAYER_HEAD : PM_LAYER_BLOCK;
+}
+
+int pm_gpt_head_rows(const pm_gpt_config *cfg, int layer, size_t *r0, size_t *r1) {
+    PM_ASSERT(pm_gpt_layer_kind(cfg, layer) == PM_LAYER_HEAD);
+    int k = layer - cfg->layers - 1;
+    size_t G = (size_t)pm_gpt_head_groups(cfg), P = (size_t)pm_gpt_head_parts(cfg);
+    size_t V = (size_t)cfg->vocab, e = ((size_t)k + 1) * G / P * PM_HEAD_GROUP;
+    *r0 = (size_t)k * G / P * PM_HEAD_GROUP;
+    *r1 = e < V ? e : V;
+    return k;
 }
 
 /* ---- parameters ------------------------------------------------------------ */
@@ -75,15 +102,27 @@ static size_t kind_params(const pm_gpt_config *cfg, pm_layer_kind k) {
     }
 }
 
+/* A head part: ln_f's weight and bias on the first, then its lm_head rows. */
+static size_t head_part_params(const pm_gpt_config *cfg, int layer) {
+    size_t r0, r1, C = (size_t)cfg->dim;
+    return (pm_gpt_head_rows(cfg, layer, &r0, &r1) ? 0 : 2 * C) + (r1 - r0) * C;
+}
+
 size_t pm_gpt_layer_params(const pm_gpt_config *cfg, int layer) {
-    return kind_params(cfg, pm_gpt_layer_kind(cfg, layer));
+    pm_layer_kind k = pm_gpt_layer_kind(cfg, layer);
+    return k == PM_LAYER_HEAD ? head_part_params(cfg, layer) : kind_params(cfg, k);
 }
 
 size_t pm_gpt_layer_offset(const pm_gpt_config *cfg, int layer) {
-    PM_ASSERT(layer >= 0 && layer <= cfg->layers + 1);
+    PM_ASSERT(layer >= 0 && layer < pm_gpt_num_layers(cfg));
     if (layer == 0) return 0;
-    return kind_params(cfg, PM_LAYER_EMBED) +
-           (size_t)(layer - 1) * kind_params(cfg, PM_LAYER_BLOCK);
+    size_t head = kind_params(cfg, PM_LAYER_EMBED) +
+                  (size_t)cfg->layers * kind_params(cfg, PM_LAYER_BLOCK), r0, r1;
+    if (layer <= cfg->layers + 1)
+        return kind_params(cfg, PM_LAYER_EMBED) +
+               (size_t)(layer - 1) * kind_params(cfg, PM_LAYER_BLOCK);
+    pm_gpt_head_rows(cfg, layer, &r0, &r1); /* a later part: after ln_f and the rows before */
+    return head + 2 * (size_t)cfg->dim + r0 * (size_t)cfg->dim;
 }
 
 size_t pm_gpt_num_params(const pm_gpt_config *cfg) {
@@ -139,11 +178,15 @@ int pm_gpt_layer_tensors(const pm_gpt_config *cfg, int layer, pm_gpt_tensor out[
         add_tensor(&l, p, "mlp.c_proj.bias", C, 0, 0, 0, 0);
         break;
     }
-    default:
-        add_tensor(&l, "", "ln_f.weight", C, 0, 0, 0, 1);
-        add_tensor(&l, "", "ln_f.bias", C, 0, 0, 0, 0);
-        add_tensor(&l, "", "lm_head.weight", V, C, 1, std, 0);
+    default: {
+        size_t r0, r1;
+        if (!pm_gpt_head_rows(cfg, layer, &r0, &r1)) {
+            add_tensor(&l, "", "ln_f.weight", C, 0, 0, 0, 1);
+            add_tensor(&l, "", "ln_f.bias", C, 0, 0, 0, 0);
+        }
+        add_tensor(&l, "", "lm_head.weight", (int64_t)(r1 - r0), C, 1, std, 0);
         break;
+    }
     }
     PM_ASSERT(l.off == pm_gpt_layer_params(cfg, layer));
     return l.n;
@@ -163,8 +206,9 @@ int pm_layout_region(size_t *cur, size_t *off, size_t n, size_t el) {
     return 1;
 }
 
-int pm_layout_get(const pm_gpt_config *cfg, pm_layer_kind kind, int B, int T, pm_layout *lay) {
+int pm_layout_get(const pm_gpt_config *cfg, int layer, int B, int T, pm_layout *lay) {
     memset(lay, 0, sizeof *lay);
+    pm_layer_kind kind = pm_gpt_layer_kind(cfg, layer);
     size_t N = (size_t)B * (size_t)T, C = (size_t)cfg->dim, V = (size_t)cfg->vocab;
     size_t H = (size_t)cfg->heads, hs = C / H, Tz = (size_t)T, f = sizeof(float);
     size_t cur = 0, sc = 0, big;
@@ -198,15 +242,23 @@ int pm_layout_get(const pm_gpt_config *cfg, pm_layer_kind kind, int B, int T, pm
         ok = ok && pm_layout_region(&big, NULL, N * 4 * C, f);
         lay->scratch_b = big > sc ? big : sc;
         break;
-    default:
-        ok = pm_layout_region(&cur, &lay->lno, N * C, f) && pm_layout_region(&cur, &lay->probs, N * V, f) &&
-             pm_layout_region(&cur, &lay->lnst, 2 * C, f);
+    default: {
+        /* a later part's lno is the start of its (N, C+3) input message */
+        size_t r0, r1;
+        int k = pm_gpt_head_rows(cfg, layer, &r0, &r1), first = k == 0;
+        ok = pm_layout_region(&cur, &lay->lno, N * (first ? C : C + 3), f) &&
+             pm_layout_region(&cur, &lay->probs, N * (r1 - r0), f) &&
+             pm_layout_region(&cur, &lay->lnst, first ? 2 * C : 0, f);
         lay->w_end = cur;
-        ok = ok && pm_layout_region(&cur, &lay->xin, N * C, f) && pm_layout_region(&cur, &lay->stats, 2 * N, f) &&
-             pm_layout_region(&cur, &lay->tgt, N, sizeof(int32_t));
-        ok = ok && pm_layout_region(&sc, NULL, N * C, f);
+        ok = ok && pm_layout_region(&cur, &lay->xin, first ? N * C : 0, f) &&
+             pm_layout_region(&cur, &lay->stats, first ? 2 * N : 0, f) &&
+             pm_layout_region(&cur, &lay->tgt, N, sizeof(int32_t)) &&
+             pm_layout_region(&cur, &lay->lse, N, f) && pm_layout_region(&cur, &lay->run, 3 * N, f) &&
+             pm_layout_region(&cur, &lay->gmax, N * (size_t)pm_head_part_groups(cfg, layer), f);
+        ok = ok && pm_layout_region(&sc, NULL, first ? N * C : 0, f);
         lay->scratch_b = sc;
         break;
+    }
     }
     lay->end = cur;
     return ok;
@@ -217,27 +269,27 @@ pm_status pm_gpt_layer_sizes(const pm_gpt_config *cfg, int layer, int B, int T, 
     memset(out, 0, sizeof *out);
     pm_status st = pm_gpt_config_check(cfg, err);
     if (st) return st;
-    if (layer < 0 || layer > cfg->layers + 1)
+    if (layer < 0 || layer >= pm_gpt_num_layers(cfg))
         return pm_errf(err, PM_ERR_ARG, "layer %d: out of range 0..%d (embed, blocks, head)",
-                       layer, cfg->layers + 1);
+                       layer, pm_gpt_num_layers(cfg) - 1);
     if (B < 1) return pm_errf(err, PM_ERR_ARG, "microbatch size %d: must be at least 1", B);
     if (T < 1 || T > cfg->ctx)
         return pm_errf(err, PM_ERR_ARG, "sequence length %d: must be in 1..ctx (%d)", T,
                        (int)cfg->ctx);
     pm_layer_kind k = pm_gpt_layer_kind(cfg, layer);
     pm_layout lay;
-    if (!pm_layout_get(cfg, k, B, T, &lay))
+    if (!pm_layout_get(cfg, layer, B, T, &lay))
         return pm_errf(err, PM_ERR_ARG,
                        "layer %d: activation size overflows for B=%d, T=%d; use a smaller "
                        "microbatch",
                        layer, B, T);
-    double N = (double)B * T, C = cfg->dim, V = cfg->vocab, P = (double)pm_att_pairs(T);
+    double N = (double)B * T, C = cfg->dim, P = (double)pm_att_pairs(T), f = sizeof(float);
     PM_ASSERT(lay.w_end <= lay.end); /* B releases end - w_end >= 0, W the rest */
     out->saved = lay.end;
     out->saved_w = lay.w_end;
     out->scratch_b = lay.scratch_b;
-    out->in = (size_t)(N * (k == PM_LAYER_EMBED ? sizeof(int32_t) : C * sizeof(float)));
-    out->out = k == PM_LAYER_HEAD ? 0 : (size_t)(N * C * sizeof(float));
+    out->in = (size_t)(N * (k == PM_LAYER_EMBED ? sizeof(int32_t) : C * f));
+    out->out = (size_t)(N * C * f);
     if (k == PM_LAYER_BLOCK) {
         /* attention: 2 (F) or 4 (B) products of P score entries by C/H
          * columns per head, over B * H heads */
@@ -245,7 +297,11 @@ pm_status pm_gpt_layer_sizes(const pm_gpt_config *cfg, int layer, int B, int T, 
         out->flops_b = 24 * N * C * C + 8 * B * P * C;
         out->flops_w = 24 * N * C * C;
     } else if (k == PM_LAYER_HEAD) {
-        out->flops_f = out->flops_b = out->flops_w = 2 * N * C * V;
+        size_t r0, r1;
+        int part = pm_gpt_head_rows(cfg, layer, &r0, &r1);
+        if (part) out->in = (size_t)(N * (C + 3) * f);
+        out->out = part + 1 < pm_gpt_head_parts(cfg) ? (size_t)(N * (C + 3) * f) : 0;
+        out->flops_f = out->flops_b = out->flops_w = 2 * N * C * (double)(r1 - r0);
     }
     return PM_OK;
 }
@@ -253,13 +309,17 @@ pm_status pm_gpt_layer_sizes(const pm_gpt_config *cfg, int layer, int B, int T, 
 void *pm_gpt_layer_input_slot(const pm_gpt_config *cfg, int layer, int B, int T, void *saved) {
     pm_layout lay;
     pm_layer_kind k = pm_gpt_layer_kind(cfg, layer);
-    PM_ASSERT(pm_layout_get(cfg, k, B, T, &lay));
+    PM_ASSERT(pm_layout_get(cfg, layer, B, T, &lay));
+    size_t r0, r1;
+    if (k == PM_LAYER_HEAD && pm_gpt_head_rows(cfg, layer, &r0, &r1))
+        return (char *)saved + lay.lno; /* a later head part: the message is its lno */
     return (char *)saved + (k == PM_LAYER_EMBED ? lay.tok : lay.xin);
 }
 
 const float *pm_gpt_head_probs(const pm_gpt_config *cfg, int B, int T, const void *saved) {
     pm_layout lay;
-    PM_ASSERT(pm_layout_get(cfg, PM_LAYER_HEAD, B, T, &lay));
+    PM_ASSERT(pm_gpt_head_parts(cfg) == 1);
+    PM_ASSERT(pm_layout_get(cfg, cfg->layers + 1, B, T, &lay));
     return (const float *)((const char *)saved + lay.probs);
 }
 

@@ -47,10 +47,6 @@
 
 static int stage_dev(const pm_pipe *pp, int s) { return pm_sched_stage_device(&pp->sched, s); }
 
-static size_t act_bytes(const pm_pipe *pp) {
-    return (size_t)pp->mbsz * (size_t)pp->T * (size_t)pp->cfg.model.dim * sizeof(float);
-}
-
 static void *saved_ptr(pm_pipe_dev *dv, int l, int j) {
     return pm_arena_ptr(&dv->arena, dv->off[(size_t)l * (size_t)dv->pp->m + (size_t)j]);
 }
@@ -144,7 +140,7 @@ static pm_status post_ahead(pm_pipe_dev *dv) {
         int peer = 0, tag = 0;
         while (dv->scan < len && !pass_msg(dv, &ps[dv->scan], &peer, &tag)) dv->scan++;
         if (dv->scan >= len) return PM_OK;
-        pm_status st = pm_tp_irecv(dv->tp, peer, tag, dv->rx[k], act_bytes(pp), &dv->rxreq[k]);
+        pm_status st = pm_tp_irecv(dv->tp, peer, tag, dv->rx[k], pm_msg_bytes(pp), &dv->rxreq[k]);
         if (st) return st;
         dv->rxpass[k] = dv->scan++;
     }
@@ -176,7 +172,7 @@ static pm_status tx_buf(pm_pipe_dev *dv, float **buf) {
 static pm_status tx_send(pm_pipe_dev *dv, int peer, int tag) {
     int k = dv->txnext;
     dv->txnext ^= 1;
-    return pm_tp_isend(dv->tp, peer, tag, dv->tx[k], act_bytes(dv->pp), &dv->txreq[k]);
+    return pm_tp_isend(dv->tp, peer, tag, dv->tx[k], pm_msg_bytes(dv->pp), &dv->txreq[k]);
 }
 
 /* ---- passes ---------------------------------------------------------------------- */
@@ -236,8 +232,10 @@ static void stage_forward(pm_pipe_dev *dv, int s, int j, const void *in, float *
                                                             saved_ptr(dv, l + 1, j))
                                   : out;
         const float *lp = dv->sp[s] + (pm_gpt_layer_offset(c, l) - pm_gpt_layer_offset(c, a));
+        /* every head part reads the targets (the target's logit, the one-hot) */
+        int vocab = pm_gpt_layer_kind(c, l) == PM_LAYER_HEAD;
         pm_gpt_layer_f(c, l, pp->mbsz, pp->T, lp, lin,
-                       l == head ? dv->tgt + (size_t)j * mtok : NULL, lout,
+                       vocab ? dv->tgt + (size_t)j * mtok : NULL, lout,
                        l == head ? loss : NULL, sv, dv->scratch);
     }
 }
@@ -269,8 +267,8 @@ static pm_status run_f(pass_ctx *x) {
     if (s > 0 && (st = take_msg(dv, x->i, &rx))) return st;
     if (rx) in = rx;
     if (a == 0 && (st = check_tokens(x, in, mtok, "token"))) return st;
-    if (b - 1 == head && (st = check_tokens(x, dv->tgt + (size_t)j * mtok, mtok, "target")))
-        return st;
+    if (b - 1 > c->layers && (st = check_tokens(x, dv->tgt + (size_t)j * mtok, mtok, "target")))
+        return st; /* the stage holds (a part of) the head */
     if (b - 1 != head && (st = tx_buf(dv, &out))) return st;
     x->t_start = pm_now();
     if (pm_dev_mem(dv, x->ps, PM_MEM_PRE, &bad)) return arena_full(x, bad);

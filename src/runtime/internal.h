@@ -52,6 +52,14 @@ struct pm_pipe {
     pm_pipe_info info;    /* last step */
 };
 
+/* Bytes of every activation and gradient message: (mbsz, T, C) floats, or
+ * (mbsz, T, C+3) when the head is in parts (their messages carry the
+ * softmax's running figures); each message is sent whole. */
+static inline size_t pm_msg_bytes(const pm_pipe *pp) {
+    size_t w = (size_t)pp->cfg.model.dim + (pm_gpt_head_parts(&pp->cfg.model) > 1 ? 3 : 0);
+    return (size_t)pp->mbsz * (size_t)pp->T * w * sizeof(float);
+}
+
 /* Message tags: activation into stage s for microbatch j, its gradient back
  * out of stage s+1 into stage s, the gradient-norm chain into stage s, and
  * the norm broadcast. Unique per step, so matching never depends on timing. */

@@ -264,7 +264,7 @@ static size_t max_stage_floats(const pm_pipe *pp) {
 
 /* Scratch and message buffers in one allocation. */
 static pm_status dev_work(pm_pipe *pp, pm_pipe_dev *dv, pm_err *err) {
-    size_t scr = 0, act = (size_t)pp->mbsz * (size_t)pp->T * (size_t)pp->cfg.model.dim * 4;
+    size_t scr = 0, act = pm_msg_bytes(pp);
     for (int s = 0; s < pp->S; s++) {
         if (pm_sched_stage_device(&pp->sched, s) != dv->d) continue;
         for (int l = pp->first[s]; l < pp->first[s + 1]; l++) {
@@ -416,6 +416,7 @@ void pm_pipe_destroy(pm_pipe *pp) {
 int pm_pipe_devices(const pm_pipe *pp) { return pp->p; }
 int pm_pipe_replicas(const pm_pipe *pp) { return pp->dp; }
 int pm_pipe_is_root(const pm_pipe *pp) { return pp->lo == 0; }
+const pm_train_cfg *pm_pipe_config(const pm_pipe *pp) { return &pp->cfg; }
 int pm_pipe_stages(const pm_pipe *pp) { return pp->S; }
 const pm_sched *pm_pipe_schedule(const pm_pipe *pp) { return &pp->sched; }
 int64_t pm_pipe_w_relabeled(const pm_pipe *pp) { return pp->w_relabeled; }

@@ -16,10 +16,6 @@
 
 enum { CTL_REPORT, CTL_GATHER, CTL_PRINT, CTL_OK };
 
-static size_t act_bytes(const pm_pipe *pp) {
-    return (size_t)pp->mbsz * (size_t)pp->T * (size_t)pp->cfg.model.dim * sizeof(float);
-}
-
 /* Doubles in device g's report: peak, arena, 4 rows of pass figures, the
  * reduction times, its replica's losses. */
 static size_t report_len(const pm_pipe *pp, int g) {
@@ -40,7 +36,7 @@ static pm_status threads_create(pm_pipe *pp, pm_err *err) {
      * free of allocations whatever the timing: one activation per pass,
      * the norm chain's doubles, and with replicas two stage gradients per
      * stage. */
-    size_t act = act_bytes(pp) > sizeof(double) ? act_bytes(pp) : sizeof(double);
+    size_t act = pm_msg_bytes(pp) > sizeof(double) ? pm_msg_bytes(pp) : sizeof(double);
     for (int g = 0; g < pp->nd && !st; g++) {
         st = pm_tp_threads_reserve(pp->world, g, (int)pp->sched.len[g % pp->p] + pp->S + pp->p + 2,
                                    act, err);
@@ -58,7 +54,7 @@ static pm_status mpi_create(pm_pipe *pp, pm_err *err) {
         return pm_tp_mpi_create(&none, 0, 0, 0, err); /* says it was built without */
     }
     pm_tp_mpi *w;
-    size_t bytes = act_bytes(pp), b2 = max_stage_bytes(pp), b3 = 0;
+    size_t bytes = pm_msg_bytes(pp), b2 = max_stage_bytes(pp), b3 = 0;
     for (int g = 0; g < pp->nd; g++)
         if (report_len(pp, g) * sizeof(double) > b3) b3 = report_len(pp, g) * sizeof(double);
     if (b2 > bytes) bytes = b2;

@@ -24,8 +24,10 @@ enum { PLACE_NODES = 4000000 };
 
 /* ---- the layers' costs --------------------------------------------------- */
 
-pm_status pm_place_flops(const pm_gpt_config *cfg, int B, int T, pm_layer_costs *lc,
+pm_status pm_place_flops(const pm_gpt_config *cfg0, int B, int T, pm_layer_costs *lc,
                          pm_err *err) {
+    pm_gpt_config one = *cfg0, *cfg = &one; /* the whole head */
+    one.head_parts = 0;
     pm_status st = pm_gpt_config_check(cfg, err);
     int kind_layer[PM_LAYER_KIND_COUNT] = {0, 1, cfg->layers + 1};
     for (int k = 0; k < PM_LAYER_KIND_COUNT && !st; k++) {
@@ -92,8 +94,10 @@ done:
     return st;
 }
 
-pm_status pm_place_measure(const pm_gpt_config *cfg, int B, int T, pm_layer_costs *lc,
+pm_status pm_place_measure(const pm_gpt_config *cfg0, int B, int T, pm_layer_costs *lc,
                            pm_err *err) {
+    pm_gpt_config one = *cfg0, *cfg = &one; /* the whole head */
+    one.head_parts = 0;
     pm_status st = pm_gpt_config_check(cfg, err);
     if (!st && (B < 1 || T < 1 || T > cfg->ctx))
         st = pm_errf(err, PM_ERR_ARG, "placement: microbatch %d x %d tokens does not fit the "
@@ -183,8 +187,15 @@ static pm_status search_init(place_search *q, const pm_gpt_config *cfg, int B, i
     for (int l = 0; l < n; l++) {
         pm_gpt_sizes z;
         if ((st = pm_gpt_layer_sizes(cfg, l, B, T, &z, err))) return st;
-        const pm_pass_times *t = &lc->k[pm_gpt_layer_kind(cfg, l)];
-        q->pre[l + 1] = q->pre[l] + t->f + t->b + t->w;
+        pm_layer_kind kind = pm_gpt_layer_kind(cfg, l);
+        const pm_pass_times *t = &lc->k[kind];
+        double time = t->f + t->b + t->w;
+        if (kind == PM_LAYER_HEAD) { /* a head part: its rows' share of the whole head */
+            size_t r0, r1;
+            pm_gpt_head_rows(cfg, l, &r0, &r1);
+            time *= (double)(r1 - r0) / cfg->vocab;
+        }
+        q->pre[l + 1] = q->pre[l] + time;
         /* parameters, gradients and the two AdamW moments */
         q->prem[l + 1] = q->prem[l] + 4.0 * sizeof(float) * (double)pm_gpt_layer_params(cfg, l);
         q->pres[l + 1] = q->pres[l] + (double)z.saved;

@@ -54,7 +54,7 @@ static void decode_header(const uint8_t *h, pm_ckpt_info *info) {
     pm_train_cfg *c = &info->cfg;
     int32_t cf[9];
     for (int i = 0; i < 9; i++) cf[i] = (int32_t)pm_get_u32(h + 16 + 4 * i);
-    c->model = (pm_gpt_config){cf[0], cf[1], cf[2], cf[3], cf[4]};
+    c->model = (pm_gpt_config){.vocab = cf[0], .ctx = cf[1], .dim = cf[2], .heads = cf[3], .layers = cf[4]};
     c->batch = cf[5];
     c->micro = cf[6];
     c->opt.steps = cf[7];
