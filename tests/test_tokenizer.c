@@ -147,18 +147,26 @@ static void test_llmc_gpt2_vocab(void **state) {
     snprintf(va, sizeof va, "%s/tiny_shakespeare_val.bin", dir);
     write_llmc(tr, 3000, 1);
     write_llmc(va, 500, 2);
+    /* the head (50304 rows: 13 groups of 4096) whole, in the parts the
+     * placement picks, and in 5 and 13 parts: the same bits */
     const char *runs[] = {"", "--pp 2 --schedule zb-h1", "--pp 2 --schedule v-half",
-                          "--pp 4 --schedule 1f1b"};
+                          "--pp 4 --schedule 1f1b", "--pp 2 --schedule v-half --head-parts 5",
+                          "--pp 4 --schedule 1f1b --head-parts 13"};
     char first[300];
     snprintf(first, sizeof first, "%s/g0.ckpt", dir);
-    for (int k = 0; k < 4; k++) {
+    for (int k = 0; k < 6; k++) {
         snprintf(a, sizeof a, "train --train %s --val %s --pad-vocab 64 " MODEL " %s --save "
                  "%s/g%d.ckpt", tr, va, runs[k], dir, k);
         if (run(a, NULL, 0, err, sizeof err)) fail_msg("%s: %s", a, err);
         char p[300];
         snprintf(p, sizeof p, "%s/g%d.ckpt", dir, k);
         if (!same_file(first, p)) fail_msg("'%s' differs from one device", runs[k]);
+        if (k >= 4) assert_non_null(strstr(err, k == 4 ? "head in 5 parts" : "head in 13 parts"));
     }
+    snprintf(a, sizeof a, "train --train %s --val %s --pad-vocab 64 " MODEL " --pp 2 "
+             "--head-parts 14", tr, va);
+    assert_int_equal(run(a, NULL, 0, err, sizeof err), 1);
+    assert_non_null(strstr(err, "13 group(s) of 4096 rows, so 1..13 parts"));
     pm_ckpt_info info;
     pm_err e = {{0}};
     assert_int_equal(pm_ckpt_info_read(first, &info, &e), PM_OK);
