@@ -188,7 +188,7 @@ static pm_status choose_head_parts(const pp_world *w, const pm_cli_train_opts *o
     pm_free(first);
     mc->head_parts = pick;
     double real;
-    if (!st && pick > 1 && !strcmp(o->kind, "auto") && !o->sched_file &&
+    if (!st && pick > 1 && !o->sched_file && !strcmp(o->kind, "auto") &&
         !(st = real_peak(w, cfg, s, &real, NULL, err)) && real > o->mem_limit * (1 + 1e-9))
         mc->head_parts = 1;
     return st;
