@@ -73,6 +73,7 @@ typedef struct {
 typedef struct {
     MPI_Request req; /* MPI_REQUEST_NULL when free */
     unsigned char *buf;
+    int peer;        /* of the last send (error lines) */
 } send_buf;
 
 struct pm_tp_mpi {
@@ -149,9 +150,12 @@ static void set_error(pm_tp_mpi *w, pm_status st, const char *msg, int tell) {
     if (!tell) return;
     w->out = (abort_line){.st = (int32_t)w->st, .rank = w->rank};
     snprintf(w->out.msg, sizeof w->out.msg, "%s", w->err.msg);
+    /* best effort: a rank this cannot reach stops at its own timeout */
     for (int r = 0; r < w->size; r++)
-        if (r != w->rank)
-            MPI_Isend(&w->out, (int)sizeof w->out, MPI_BYTE, r, 0, w->ctl, &w->out_req[r]);
+        if (r != w->rank &&
+            MPI_Isend(&w->out, (int)sizeof w->out, MPI_BYTE, r, 0, w->ctl, &w->out_req[r]) !=
+                MPI_SUCCESS)
+            w->out_req[r] = MPI_REQUEST_NULL;
 }
 
 /* Polls the abort receive: another rank's error becomes ours. */
@@ -163,18 +167,34 @@ static void poll_abort(pm_tp_mpi *w) {
     set_error(w, (pm_status)w->in.st, w->in.msg, 0);
 }
 
-/* Frees the send buffers whose copies have left. */
-static void reap_sends(pm_tp_mpi *w) {
-    for (int k = 0; k < w->nbuf; k++) {
-        int flag = 0;
-        if (w->send[k].req != MPI_REQUEST_NULL)
-            MPI_Test(&w->send[k].req, &flag, MPI_STATUS_IGNORE);
-    }
-}
-
 static pm_status sticky(pm_tp_mpi *w) {
     poll_abort(w);
     return w->aborted ? w->st : PM_OK;
+}
+
+static pm_status mpi_call_failed(pm_tp_mpi *w, int rc, const char *what, int peer);
+
+/* Frees the send buffers whose copies have left; a send that failed is the
+ * transport's error. */
+static void reap_sends(pm_tp_mpi *w) {
+    for (int k = 0; k < w->nbuf; k++) {
+        int flag = 0, rc;
+        if (w->send[k].req == MPI_REQUEST_NULL) continue;
+        if ((rc = MPI_Test(&w->send[k].req, &flag, MPI_STATUS_IGNORE)) != MPI_SUCCESS) {
+            mpi_call_failed(w, rc, "MPI_Test of a send", w->send[k].peer);
+            w->send[k].req = MPI_REQUEST_NULL;
+        }
+    }
+}
+
+/* Waiting: spins for about 50 us, then sleeps 1 us growing to 200 us per
+ * round, so a rank waiting leaves the core to a rank computing. t is the
+ * time waited so far. */
+static void nap(double t, long *ns) {
+    if (t < 50e-6) return;
+    *ns = *ns ? (*ns * 2 > 200000 ? 200000 : *ns * 2) : 1000;
+    struct timespec ts = {0, *ns};
+    nanosleep(&ts, NULL);
 }
 
 static pm_status fail(pm_tp_mpi *w, pm_status st, const char *fmt, ...)
@@ -252,6 +272,7 @@ static pm_status mp_isend(pm_tp *tp, int peer, int tag, const void *buf, size_t 
     send_buf *b = NULL;
     if ((st = free_send(w, peer, tag, &b))) return st;
     if (len) memcpy(b->buf, buf, len);
+    b->peer = peer;
     int rc = MPI_Isend(b->buf, (int)len, MPI_BYTE, peer, tag, w->data, &b->req);
     if (rc != MPI_SUCCESS) return mpi_call_failed(w, rc, "MPI_Isend", peer);
     *r = (pm_tp_req){.op = 1, .peer = peer, .tag = tag, .len = len, .done = 1, .slot = -1};
@@ -279,16 +300,17 @@ static pm_status test_recv(pm_tp_mpi *w, pm_tp_req *r, int *done) {
     int flag = 0, rc = MPI_Test(&w->recv[r->slot], &flag, &ms);
     *done = 0;
     if (rc != MPI_SUCCESS) {
-        int cls = ms.MPI_ERROR;
-        if (cls == MPI_ERR_TRUNCATE || rc == MPI_ERR_TRUNCATE)
-            return fail(w, PM_ERR_TRANSPORT, "rank %d sent more than %zu bytes with tag %d to "
-                        "rank %d, which posted a receive of %zu bytes", r->peer, r->len, r->tag,
-                        w->rank, r->len);
+        int cls = rc;
+        MPI_Error_class(rc, &cls);
+        if (cls == MPI_ERR_TRUNCATE)
+            return fail(w, PM_ERR_TRANSPORT, "rank %d sent a message longer than the %zu bytes "
+                        "rank %d posted for tag %d", r->peer, r->len, w->rank, r->tag);
         return mpi_call_failed(w, rc, "MPI_Test", r->peer);
     }
     if (!flag) return PM_OK;
-    int n = 0;
-    MPI_Get_count(&ms, MPI_BYTE, &n);
+    int n = -1;
+    if ((rc = MPI_Get_count(&ms, MPI_BYTE, &n)) != MPI_SUCCESS)
+        return mpi_call_failed(w, rc, "MPI_Get_count", r->peer);
     if ((size_t)n != r->len)
         return fail(w, PM_ERR_TRANSPORT, "rank %d sent %d bytes with tag %d to rank %d, which "
                     "posted a receive of %zu bytes", r->peer, n, r->tag, w->rank, r->len);
@@ -306,12 +328,10 @@ static pm_status mp_test(pm_tp *tp, pm_tp_req *r, int *done) {
     return test_recv(w, r, done);
 }
 
-/* Spins for about 50 us, then sleeps 1 us growing to 200 us per round:
- * a rank waiting for a message leaves the core to a rank computing. */
 static pm_status mp_wait(pm_tp *tp, pm_tp_req *r) {
     pm_tp_mpi *w = world_of(tp);
     double t0 = pm_now();
-    long nap = 0;
+    long ns = 0;
     for (;;) {
         int done = 0;
         pm_status st = mp_test(tp, r, &done);
@@ -321,10 +341,7 @@ static pm_status mp_wait(pm_tp *tp, pm_tp_req *r) {
             return fail(w, PM_ERR_TRANSPORT, "rank %d waited %.0f s for a message with tag %d "
                         "from rank %d that never came (that rank died or hangs)", w->rank,
                         w->timeout_s, r->tag, r->peer);
-        if (t < 50e-6) continue;
-        nap = nap ? (nap * 2 > 200000 ? 200000 : nap * 2) : 1000;
-        struct timespec ts = {0, nap};
-        nanosleep(&ts, NULL);
+        nap(t, &ns);
     }
 }
 
@@ -335,6 +352,7 @@ pm_status pm_tp_mpi_barrier(pm_tp_mpi *w) {
     int rc = MPI_Ibarrier(w->data, &rq), flag = 0;
     if (rc != MPI_SUCCESS) return mpi_call_failed(w, rc, "MPI_Ibarrier", w->rank);
     double t0 = pm_now();
+    long ns = 0;
     while (!flag) {
         if ((rc = MPI_Test(&rq, &flag, MPI_STATUS_IGNORE)) != MPI_SUCCESS)
             return mpi_call_failed(w, rc, "MPI_Test", w->rank);
@@ -346,6 +364,7 @@ pm_status pm_tp_mpi_barrier(pm_tp_mpi *w) {
         if (pm_now() - t0 > w->timeout_s)
             return fail(w, PM_ERR_TRANSPORT, "rank %d waited %.0f s at the step's start for "
                         "ranks that never came (one died or hangs)", w->rank, w->timeout_s);
+        nap(pm_now() - t0, &ns);
     }
     return PM_OK;
 }
@@ -396,9 +415,12 @@ pm_status pm_tp_mpi_create(pm_tp_mpi **out, int nsend, size_t send_bytes, double
         st = mpi_fail(err, rc, "MPI_Comm_dup");
         goto fail;
     }
-    MPI_Comm_set_errhandler(w->data, MPI_ERRORS_RETURN);
-    MPI_Comm_set_errhandler(w->ctl, MPI_ERRORS_RETURN);
-    MPI_Comm_get_attr(w->data, MPI_TAG_UB, &ub, &flag);
+    if ((rc = MPI_Comm_set_errhandler(w->data, MPI_ERRORS_RETURN)) != MPI_SUCCESS ||
+        (rc = MPI_Comm_set_errhandler(w->ctl, MPI_ERRORS_RETURN)) != MPI_SUCCESS) {
+        st = mpi_fail(err, rc, "MPI_Comm_set_errhandler");
+        goto fail;
+    }
+    if (MPI_Comm_get_attr(w->data, MPI_TAG_UB, &ub, &flag) != MPI_SUCCESS) flag = 0;
     w->tag_ub = flag && ub ? *ub : 32767;
     if ((rc = MPI_Irecv(&w->in, (int)sizeof w->in, MPI_BYTE, MPI_ANY_SOURCE, 0, w->ctl,
                         &w->in_req)) != MPI_SUCCESS) {
@@ -421,25 +443,44 @@ static void cancel(MPI_Request *r) {
     MPI_Wait(r, MPI_STATUS_IGNORE);
 }
 
+/* Cancels *r and waits up to a second for it to complete; 0 if it is still
+ * pending (its buffer must then outlive the process's MPI). */
+static int settle(MPI_Request *r) {
+    if (*r == MPI_REQUEST_NULL) return 1;
+    MPI_Cancel(r);
+    double t0 = pm_now();
+    long ns = 0;
+    int flag = 0;
+    while (MPI_Test(r, &flag, MPI_STATUS_IGNORE) == MPI_SUCCESS && !flag && pm_now() - t0 < 1)
+        nap(pm_now() - t0, &ns);
+    return flag;
+}
+
 void pm_tp_mpi_destroy(pm_tp_mpi *w) {
     if (!w) return;
     /* after success every copy has a receiver: let them leave */
     double t0 = pm_now();
+    long ns = 0;
     for (int k = 0; k < w->nbuf; k++)
         while (!w->aborted && w->send[k].req != MPI_REQUEST_NULL && pm_now() - t0 < w->timeout_s) {
             reap_sends(w);
             poll_abort(w);
+            nap(pm_now() - t0, &ns);
         }
-    for (int k = 0; k < w->nbuf; k++) {
-        if (w->send[k].req != MPI_REQUEST_NULL) MPI_Request_free(&w->send[k].req);
-        pm_free(w->send[k].buf);
-    }
+    /* After an abort a peer may still be reading a send's buffer (large
+     * messages go by rendezvous, read straight from it): a send that
+     * neither completes nor cancels keeps its buffer, and so does the abort
+     * line's, held in w. Leaked on purpose: the process is ending. */
+    int keep = 0;
+    for (int k = 0; k < w->nbuf; k++)
+        if (settle(&w->send[k].req)) pm_free(w->send[k].buf);
+        else keep = 1;
+    for (int r = 0; w->out_req && r < w->size; r++) keep |= !settle(&w->out_req[r]);
     for (int k = 0; k < NRECV; k++) cancel(&w->recv[k]);
     cancel(&w->in_req);
-    for (int r = 0; w->out_req && r < w->size; r++)
-        if (w->out_req[r] != MPI_REQUEST_NULL) MPI_Request_free(&w->out_req[r]);
     if (w->data != MPI_COMM_NULL) MPI_Comm_free(&w->data);
     if (w->ctl != MPI_COMM_NULL) MPI_Comm_free(&w->ctl);
+    if (keep) return;
     pm_free(w->send);
     pm_free(w->out_req);
     pm_free(w);
