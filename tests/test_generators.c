@@ -489,6 +489,8 @@ static void test_cli_limits_and_messages(void **state) {
                     "--allreduce-cost must be >= 0");
     expect_one_line(bin, "schedule --kind 1f1b -p 2 -m 2 --allreduce-cost 1",
                     "--allreduce-cost needs --dp D > 1");
+    expect_one_line(bin, "compare -p 4 -m 8 --allreduce-cost 500",
+                    "--allreduce-cost needs --dp D > 1");
     expect_one_line(bin, "search -p 2 -m 4 --mem-limit 1 --dp 2",
                     "--dp and --allreduce-cost belong to 'schedule' and 'compare'");
 }

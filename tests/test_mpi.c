@@ -339,6 +339,16 @@ static void test_bad_input(void **state) {
              "--steps 2 --pp 1 --dp 2", bin, dir);
     assert_int_not_equal(rc, 0);
     assert_non_null(strstr(out, "--dp 2 must divide --microbatches 3"));
+    /* an option every rank shares is wrong: said once (by rank 0), not once per rank */
+    rc = run(out, sizeof out, NULL, MPIRUN " 4 %s train --data %s/d " MODEL " --microbatches 3 "
+             "--steps 2 --pp 2 --dp 2", bin, dir);
+    assert_int_not_equal(rc, 0);
+    assert_int_equal(count(out, "pipemem: "), 1);
+    rc = run(out, sizeof out, NULL, MPIRUN " 4 %s train --data %s/none " MODEL " --microbatches 4 "
+             "--steps 2 --pp 2 --dp 2", bin, dir);
+    assert_int_not_equal(rc, 0);
+    assert_int_equal(count(out, "pipemem: rank 0: "), 1);
+    assert_int_equal(count(out, "pipemem: "), 1);
     /* rank 1 reads other data: stopped by the handshake, naming it */
     rc = run(out, sizeof out, NULL, MPIRUN " 1 %s train "
              "--data %s/d " MODEL " --microbatches 2 --steps 2 --pp 2 : -np 1 %s train --data "

@@ -25,9 +25,12 @@ int pm_cmd_select(int argc, char **argv);
 /* Prints "pipemem: <msg>" on stderr; returns 1 (the exit status). */
 int pm_cli_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Under MPI: rank >= 0 prefixes every error line with it (a rank's own
- * failure); quiet silences them (errors every rank shares, which rank 0
- * prints). rank -1 and quiet 0 restore plain lines. */
+ * failure); quiet holds them back (errors every rank shares, which rank 0
+ * prints): pm_cli_print_held prints the last one held, for a failure that
+ * turns out to be this rank's alone. rank -1 and quiet 0 restore plain
+ * lines. */
 void pm_cli_set_rank(int rank, int quiet);
+void pm_cli_print_held(void);
 
 /* Option value parsers: 0 on success, else print one line and return 1. */
 int pm_cli_int(const char *opt, const char *val, int lo, int *out); /* lo..2^24 */

@@ -7,6 +7,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "train_opts.h"
@@ -48,9 +49,15 @@ static void on_event(void *ctx, const pm_loop_event *ev) {
 
 int pm_cmd_train(int argc, char **argv) {
     pm_cli_train_opts o;
+    /* under mpirun every rank reads the same options, and only rank 0
+     * writes the outputs: it alone says what is wrong with them */
+    const char *mr = getenv("OMPI_COMM_WORLD_RANK");
+    int other = mr && strcmp(mr, "0");
+    pm_cli_set_rank(-1, other);
     int rc = pm_cli_train_parse(argc, argv, &o);
+    if (!rc && !other) rc = pm_cli_train_check_outputs(&o);
+    pm_cli_set_rank(-1, 0);
     if (rc) return rc < 0 ? 0 : rc;
-    if (pm_cli_train_check_outputs(&o)) return 1;
     if (o.pipeline) return pm_cli_train_pp(&o);
     pm_blas_threads(o.threads);
     pm_tokens tr, va;

@@ -486,6 +486,9 @@ static int run(const pm_cli_train_opts *op, pp_world *w) {
     pm_sched s = {0};
     pm_pipe *pp = NULL;
     pp_stats ps = {.final_loss = NAN};
+    /* under MPI the ranks other than 0 hold their lines back until they
+     * know whether rank 0 failed as well (then its line says it) */
+    if (w->opts.transport == PM_TRANSPORT_MPI) pm_cli_set_rank(w->rank, w->rank != 0);
     int rc = 1, failed = pm_cli_train_data(&o, &tr, &va);
     if (!failed) pm_cli_train_cfg(&o, &tr, &cfg);
     if (!failed && check_fits(w, &cfg, NULL, &err)) { /* before the host's copy is made */
@@ -497,11 +500,13 @@ static int run(const pm_cli_train_opts *op, pp_world *w) {
         pm_tokens_free(&tr);
         pm_tokens_free(&va);
     }
-    /* under MPI every rank stops here if any failed to load (each failing
-     * rank printed its own line); later errors are shared and rank 0 alone
-     * prints them */
+    /* under MPI every rank stops here if any failed to load (rank 0's line,
+     * or those of the ranks that alone failed); later errors are shared and
+     * rank 0 alone prints them */
     if (w->opts.transport == PM_TRANSPORT_MPI) {
-        if (pm_mpi_agree(!failed) >= 0) {
+        int first_bad = pm_mpi_agree(!failed);
+        if (first_bad > 0 && failed) pm_cli_print_held(); /* rank 0 was fine: ours alone */
+        if (first_bad >= 0) {
             if (!failed) pm_trainer_free(&t), pm_tokens_free(&tr), pm_tokens_free(&va);
             return 1;
         }
@@ -522,9 +527,9 @@ static int run(const pm_cli_train_opts *op, pp_world *w) {
     }
     if (!w->rank)
         fprintf(stderr, "train: %zu parameters, %d layers, dim %d, %d heads, ctx %d, batch %d in "
-                "%d microbatches; schedule %s on %d devices x %d replicas (%s), %d stages, "
+                "%d microbatches; schedule %s on %d devices x %d replica%s (%s), %d stages, "
                 "%s, head in %d part%s%s\n", t.n_params, o.layers, o.dim, o.heads, o.ctx,
-                o.batch, o.micro, s.kind, pm_pipe_devices(pp), o.dp,
+                o.batch, o.micro, s.kind, pm_pipe_devices(pp), o.dp, o.dp > 1 ? "s" : "",
                 w->opts.transport ? "mpi" : "threads", pm_pipe_stages(pp),
                 pm_place_names[s.place], pm_gpt_head_parts(&cfg.model),
                 pm_gpt_head_parts(&cfg.model) > 1 ? "s" : "", o.resume ? ", resumed" : "");

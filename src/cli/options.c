@@ -9,19 +9,26 @@
 #include "cli.h"
 
 static int g_rank = -1, g_quiet;
+static char g_held[1024]; /* the last line a quiet rank did not print */
 
-void pm_cli_set_rank(int rank, int quiet) { g_rank = rank, g_quiet = quiet; }
+void pm_cli_set_rank(int rank, int quiet) { g_rank = rank, g_quiet = quiet, g_held[0] = 0; }
 
 int pm_cli_fail(const char *fmt, ...) {
-    if (g_quiet) return 1;
+    char line[sizeof g_held];
+    int n = snprintf(line, sizeof line, "pipemem: ");
+    if (g_rank >= 0) n += snprintf(line + n, sizeof line - (size_t)n, "rank %d: ", g_rank);
     va_list ap;
     va_start(ap, fmt);
-    fputs("pipemem: ", stderr);
-    if (g_rank >= 0) fprintf(stderr, "rank %d: ", g_rank);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    vsnprintf(line + n, sizeof line - (size_t)n, fmt, ap);
     va_end(ap);
+    if (g_quiet) snprintf(g_held, sizeof g_held, "%s", line);
+    else fprintf(stderr, "%s\n", line);
     return 1;
+}
+
+void pm_cli_print_held(void) {
+    if (g_held[0]) fprintf(stderr, "%s\n", g_held);
+    g_held[0] = 0;
 }
 
 int pm_cli_int(const char *opt, const char *val, int lo, int *out) {

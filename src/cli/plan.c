@@ -54,6 +54,8 @@ int pm_cli_sched_parse(int argc, char **argv, pm_cli_sched_opts *o, const char *
         }
         i++; /* every option but --help takes a value */
     }
+    if (o->dp <= 1 && o->ar > 0)
+        return pm_cli_fail("--allreduce-cost needs --dp D > 1 (one replica sums nothing)");
     return 0;
 }
 
