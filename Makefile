@@ -188,10 +188,11 @@ $(BUILD)/bench/%: bench/%.c $(LIB) $(BUILD)/obj/src/cli/reexec.o
 deps:
 	@scripts/deps.sh
 
-# check: the tests and the fuzz replay against this build; test: deps,
-# check, the same suite under AddressSanitizer and UndefinedBehaviorSanitizer,
-# then the threaded tests under ThreadSanitizer.
-check: all $(TEST_BIN) $(REPLAY_BIN) $(if $(SAN),,$(SO) $(MAN) $(PC))
+# check: the tests and the fuzz replay against this build (the benchmarks
+# are built too, so an API change cannot leave them broken unseen); test:
+# deps, check, the same suite under AddressSanitizer and
+# UndefinedBehaviorSanitizer, then the threaded tests under ThreadSanitizer.
+check: all $(TEST_BIN) $(REPLAY_BIN) $(if $(SAN),,$(SO) $(MAN) $(PC) $(BENCH_BIN))
 	@PM_BIN=$(BIN) scripts/run_tests.sh $(TEST_BIN) $(REPLAY_BIN)
 	@$(if $(SAN),true,scripts/install_check.sh "$(MAKE)" "$(BUILD)")
 
