@@ -167,6 +167,9 @@ $(BUILD)/obj/src/schedule/milp.o $(BUILD)/pic/src/schedule/milp.o: \
 $(BUILD)/obj/src/runtime/transport_mpi.o $(BUILD)/pic/src/runtime/transport_mpi.o: \
   FINAL_CFLAGS += $(if $(MPI_LIBS),-DPM_HAVE_MPI $(MPI_CFLAGS))
 $(BUILD)/bench/bench_mpi: FINAL_CFLAGS += $(if $(MPI_LIBS),-DPM_HAVE_MPI $(MPI_CFLAGS))
+# AdamW's loop vectorises once sqrtf may skip errno (exact either way: see optim.c)
+$(BUILD)/obj/src/train/optim.o $(BUILD)/pic/src/train/optim.o: \
+  FINAL_CFLAGS += -fno-math-errno -fvect-cost-model=dynamic
 
 $(BUILD)/tests/%: tests/%.c $(TEST_HELP_OBJ) $(LIB)
 	$(if $(CHECK_LIBS),,$(error Jansson or libxml2 not found: run 'make deps' (or apt-get install libjansson-dev libxml2-dev)))
