@@ -211,10 +211,23 @@ pm_status pm_select_write_svg(FILE *f, const pm_select_stats *st, const pm_selec
 pm_status pm_select_write_trace(FILE *f, const pm_select_stats *st, const pm_select_task *tasks,
                                 int n);
 
+/* The spill store: moves host's parameters, gradients and AdamW moments
+ * into an unlinked file DIR/NAME.state and frees them from RAM
+ * (host->spilled); pm_select_run then reads and writes them a shard at a
+ * time. Spill each host as soon as it is made and a sweep holds one task's
+ * state in RAM at a time, not all. A spilled host stays spilled after the
+ * run: pm_select_host_load reads its slabs back (for a checkpoint, say),
+ * pm_select_host_unload writes them out and frees them again;
+ * pm_trainer_free closes the file. */
+pm_status pm_select_spill(pm_trainer *host, const char *dir, const char *name, pm_err *err);
+pm_status pm_select_host_load(pm_trainer *host, pm_err *err);
+pm_status pm_select_host_unload(pm_trainer *host, pm_err *err);
+
 /* Trains every task on o->devices device threads under the layout from
  * pm_select_partition: hosts[i] is task i's store (a pm_trainer
  * initialised on its configuration and the train tokens, or loaded from a
- * checkpoint), and runs until hosts[i].step reaches its cfg.opt.steps. Each
+ * checkpoint; with o->spill_dir spilled there, if not already), and runs
+ * until hosts[i].step reaches its cfg.opt.steps. Each
  * device allocates one slab of exactly layout->device_mem bytes at start.
  * Losses and parameters end bitwise equal to pm_trainer_step on each task
  * alone; a task whose loss or norm is not finite fails alone. res (n) gets

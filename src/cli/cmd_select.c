@@ -328,25 +328,43 @@ static void on_sigint(int sig) {
     signal(SIGINT, SIG_DFL);
 }
 
-/* --resume DIR: the directory is made if missing; each task with a
- * checkpoint there continues from it (pm_ckpt_load checks it is this task's
- * configuration and data), each with a .stopped marker stays stopped. */
-static int resume_tasks(const char *dir, const pm_select_task *t, int n, pm_trainer *hosts,
-                        unsigned char *skip) {
-    if (mkdir(dir, 0777) && errno != EEXIST)
-        return pm_cli_fail("--resume %s: %s", dir, strerror(errno));
+/* --resume DIR: each task with a checkpoint there continues from it
+ * (pm_ckpt_load checks it is this task's configuration and data), each with
+ * a .stopped marker stays stopped. 1 if it resumed, 0 if not, -1 on error. */
+static int resume_task(const char *dir, const pm_select_task *t, pm_trainer *host,
+                       unsigned char *skip) {
+    char path[4096];
+    pm_err e;
+    snprintf(path, sizeof path, "%s/%s.stopped", dir, t->name);
+    *skip = access(path, F_OK) == 0;
+    snprintf(path, sizeof path, "%s/%s.ckpt", dir, t->name);
+    if (access(path, F_OK)) return 0;
+    if (pm_ckpt_load(host, path, &e)) return -pm_cli_fail("task %s: %s", t->name, e.msg);
+    return 1;
+}
+
+/* Each task's trainer, resumed if --resume has its checkpoint, and with
+ * --spill DIR spilled at once, so RAM holds one task's state at a time.
+ * hosts[0 .. *ready-1] are initialised (the caller frees them). */
+static int make_hosts(const sel_opts *o, const pm_select_task *t, int n, const pm_tokens *tr,
+                      pm_trainer *hosts, unsigned char *skip, int *ready) {
+    const char *spill = o->spill && strcmp(o->spill, "ram") ? o->spill : NULL;
+    if (o->resume && mkdir(o->resume, 0777) && errno != EEXIST)
+        return pm_cli_fail("--resume %s: %s", o->resume, strerror(errno));
     int resumed = 0;
     for (int i = 0; i < n; i++) {
-        char path[4096];
         pm_err e;
-        snprintf(path, sizeof path, "%s/%s.stopped", dir, t[i].name);
-        skip[i] = access(path, F_OK) == 0;
-        snprintf(path, sizeof path, "%s/%s.ckpt", dir, t[i].name);
-        if (access(path, F_OK)) continue;
-        if (pm_ckpt_load(&hosts[i], path, &e)) return pm_cli_fail("task %s: %s", t[i].name, e.msg);
-        resumed++;
+        if (pm_trainer_init(&hosts[i], &t[i].cfg, tr, 0, &e))
+            return pm_cli_fail("task %s: %s", t[i].name, e.msg); /* left nothing allocated */
+        *ready = i + 1;
+        if (tr->tokenizer && pm_cli_data_tokenizer(o->data, tr, &hosts[i])) return 1;
+        int r = o->resume ? resume_task(o->resume, &t[i], &hosts[i], &skip[i]) : 0;
+        if (r < 0) return 1;
+        resumed += r;
+        if (spill && pm_select_spill(&hosts[i], spill, t[i].name, &e))
+            return pm_cli_fail("%s", e.msg);
     }
-    if (resumed) fprintf(stderr, "select: resumed %d of %d tasks from %s\n", resumed, n, dir);
+    if (resumed) fprintf(stderr, "select: resumed %d of %d tasks from %s\n", resumed, n, o->resume);
     return 0;
 }
 
@@ -371,17 +389,9 @@ static int train_tasks(const sel_opts *o, const pm_select_task *t, int n,
     pm_select_result *res = pm_calloc((size_t)n, sizeof *res);
     int *order = pm_malloc((size_t)n * sizeof *order), rc = 0, ready = 0;
     if (!hosts || !res || !order) rc = pm_cli_fail("select: out of memory for %d tasks", n);
-    /* hosts[0 .. ready-1] are initialised (and freed at the end) */
-    for (pm_err e; !rc && ready < n; ready++) {
-        if (pm_trainer_init(&hosts[ready], &t[ready].cfg, &tr, 0, &e)) {
-            rc = pm_cli_fail("task %s: %s", t[ready].name, e.msg);
-            break; /* left nothing allocated */
-        }
-        if (tr.tokenizer && pm_cli_data_tokenizer(o->data, &tr, &hosts[ready])) rc = 1;
-    }
     unsigned char *skip = pm_calloc((size_t)n, 1);
     if (!rc && !skip) rc = pm_cli_fail("select: out of memory");
-    if (!rc && o->resume) rc = resume_tasks(o->resume, t, n, hosts, skip);
+    if (!rc) rc = make_hosts(o, t, n, &tr, hosts, skip, &ready);
     pm_select_stats st;
     pm_err e;
     sel_progress pg = {t, n, 0, o->devices, 0, 0, pm_now(), 0};
@@ -419,7 +429,9 @@ static int train_tasks(const sel_opts *o, const pm_select_task *t, int n,
         if (!rc && o->svg) rc = sel_write_timeline(o->svg, &st, t, n, bound, 0);
         if (!rc && o->trace) rc = sel_write_timeline(o->trace, &st, t, n, bound, 1);
         if (!rc && o->save_best && res[order[0]].state == PM_SELECT_DONE) {
-            if (pm_ckpt_save(&hosts[order[0]], o->save_best, &e)) rc = pm_cli_fail("%s", e.msg);
+            if (pm_select_host_load(&hosts[order[0]], &e) ||
+                pm_ckpt_save(&hosts[order[0]], o->save_best, &e))
+                rc = pm_cli_fail("%s", e.msg);
             else fprintf(stderr, "select: wrote %s (task %s, val loss %.4f)\n", o->save_best,
                          t[order[0]].name, res[order[0]].val_loss);
         }

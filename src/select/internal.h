@@ -33,7 +33,6 @@ typedef struct {
     double busy;          /* seconds of passes run */
     int64_t passes_done;  /* over the run */
     char why[160];        /* failure reason */
-    int fd;               /* spilled: the state file (store.c); -1: in RAM */
 } sel_task;
 
 /* The task's state store (store.c): slab 0..3 = parameters, gradients, m,

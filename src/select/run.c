@@ -383,7 +383,7 @@ void pm_select_stats_free(pm_select_stats *s) {
 
 static void tasks_free(sel_task *t, int n) {
     for (int i = 0; t && i < n; i++) {
-        sel_store_close(&t[i]); /* after an early error: the trainer whole again */
+        sel_store_close(&t[i]); /* after an early error: the state written out */
         pm_free(t[i].act);
         pm_free(t[i].grad);
         pm_free(t[i].updated);
@@ -417,7 +417,6 @@ static pm_status tasks_init(sel_run *r, const pm_select_task *tasks, pm_trainer 
             return pm_errf(err, PM_ERR_NOMEM, "out of memory for task %s's boundaries",
                            tasks[i].name);
         for (int s = 0; s < S; s++) t->updated[s] = hosts[i].step, t->zeroed[s] = hosts[i].step;
-        t->fd = -1;
         pm_status st = sel_store_open(t, r->o->spill_dir, err);
         if (st) return st;
         if (hosts[i].step >= t->stop_at) t->state = PM_SELECT_DONE;
@@ -513,7 +512,7 @@ pm_status pm_select_run(const pm_select_task *tasks, pm_trainer *hosts, int n,
     stats->devices = o->devices;
     if (!st) st = devices_init(&r, err);
     if (!st) st = run_threads(&r, err);
-    for (int i = 0; r.t && i < n; i++) /* a spilled task's state back in its trainer */
+    for (int i = 0; r.t && i < n; i++) /* a spilled task's state written out */
         if (sel_store_close(&r.t[i]) && r.t[i].state != PM_SELECT_FAILED)
             r.t[i].state = PM_SELECT_FAILED;
     for (int i = 0; r.t && i < n; i++) {

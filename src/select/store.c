@@ -3,8 +3,10 @@
  * each), or spilled to a file DIR/NAME.state with the same layout, read
  * and written with pread/pwrite a shard at a time, so a sweep can hold more
  * state than memory. A spilled task has no slabs in RAM between passes;
- * they are materialized (read whole) only around an evaluation, a
- * checkpoint or the end, and released again. */
+ * they are read whole only around an evaluation or a checkpoint (one task
+ * at a time) and written out again. The trainer itself records the spill
+ * (pm_trainer.spilled), so a host spilled as soon as it is made (the CLI
+ * does that) stays spilled after the run until its caller loads it. */
 #define _XOPEN_SOURCE 700 /* pread, pwrite */
 #include <errno.h>
 #include <fcntl.h>
@@ -12,6 +14,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "pipemem/pm_gpt.h"
+#include "pipemem/pm_select.h"
 #include "select/internal.h"
 
 /* Reads or writes n bytes at off, whole (both may return short). */
@@ -36,13 +40,14 @@ static float *host_slab(const sel_task *t, int slab) {
 }
 
 int sel_store_io(sel_task *t, int slab, size_t at, size_t n, float *buf, int wr) {
-    if (t->fd < 0) {
-        float *h = host_slab(t, slab) + at;
-        if (wr) memcpy(h, buf, n * sizeof(float));
-        else memcpy(buf, h, n * sizeof(float));
+    pm_trainer *h = t->host;
+    if (!h->spilled || h->params) { /* in RAM, or brought back around an evaluation */
+        float *x = host_slab(t, slab) + at;
+        if (wr) memcpy(x, buf, n * sizeof(float));
+        else memcpy(buf, x, n * sizeof(float));
         return 0;
     }
-    if (io_all(t->fd, buf, n * sizeof(float), slab_off(t, slab, at), wr)) {
+    if (io_all(h->spill_fd, buf, n * sizeof(float), slab_off(t, slab, at), wr)) {
         snprintf(t->why, sizeof t->why, "spill file: %s", strerror(errno ? errno : EIO));
         return -1;
     }
@@ -52,7 +57,7 @@ int sel_store_io(sel_task *t, int slab, size_t at, size_t n, float *buf, int wr)
 /* The global gradient norm's sum of squares in index order: what
  * pm_optim_sumsq computes over the whole slab, read in pieces. */
 int sel_store_sumsq(sel_task *t, double *out) {
-    if (t->fd < 0) {
+    if (!t->host->spilled || t->host->params) {
         *out = pm_optim_sumsq(t->host->grads, t->host->n_params);
         return 0;
     }
@@ -68,58 +73,73 @@ int sel_store_sumsq(sel_task *t, double *out) {
     return 0;
 }
 
-/* Spilled: the slabs back in RAM (one block, as pm_trainer_init made). */
-int sel_store_materialize(sel_task *t) {
-    pm_trainer *h = t->host;
-    if (t->fd < 0 || h->params) return 0;
-    size_t n = h->n_params;
+/* The slabs, and the model workspace an evaluation needs (scratch: its
+ * contents do not matter between uses, so it goes out with the slabs). */
+pm_status pm_select_host_load(pm_trainer *h, pm_err *err) {
+    if (!h->spilled || h->params) return PM_OK;
+    size_t n = h->n_params, wb = pm_gpt_work_bytes(&h->cfg.model, h->cfg.batch / h->cfg.micro,
+                                                   h->cfg.model.ctx);
     float *b = pm_malloc(4 * n * sizeof(float));
-    if (!b) {
-        snprintf(t->why, sizeof t->why, "out of memory reading its spilled state");
-        return -1;
+    void *w = pm_malloc(wb);
+    if (!b || !w) {
+        pm_free(b), pm_free(w);
+        return pm_errf(err, PM_ERR_NOMEM, "out of memory reading a spilled task's state");
     }
-    if (io_all(t->fd, b, 4 * n * sizeof(float), 0, 0)) {
-        pm_free(b);
-        snprintf(t->why, sizeof t->why, "spill file: %s", strerror(errno ? errno : EIO));
-        return -1;
+    if (io_all(h->spill_fd, b, 4 * n * sizeof(float), 0, 0)) {
+        pm_free(b), pm_free(w);
+        return pm_errf(err, PM_ERR_IO, "spill file: %s", strerror(errno ? errno : EIO));
     }
-    h->params = b, h->grads = b + n, h->m = b + 2 * n, h->v = b + 3 * n;
-    return 0;
-}
-
-/* Spilled: the slabs written to the file and released from RAM. */
-int sel_store_release(sel_task *t) {
-    pm_trainer *h = t->host;
-    if (t->fd < 0 || !h->params) return 0;
-    if (io_all(t->fd, h->params, 4 * h->n_params * sizeof(float), 0, 1)) {
-        snprintf(t->why, sizeof t->why, "spill file: %s", strerror(errno ? errno : EIO));
-        return -1;
-    }
-    pm_free(h->params);
-    h->params = h->grads = h->m = h->v = NULL;
-    return 0;
-}
-
-pm_status sel_store_open(sel_task *t, const char *dir, pm_err *err) {
-    t->fd = -1;
-    if (!dir) return PM_OK;
-    char path[4096];
-    snprintf(path, sizeof path, "%s/%s.state", dir, t->task->name);
-    t->fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    if (t->fd < 0)
-        return pm_errf(err, PM_ERR_IO, "--spill %s: %s: %s", dir, path, strerror(errno));
-    unlink(path); /* the state needs no name: it goes when the run ends */
-    if (sel_store_release(t))
-        return pm_errf(err, PM_ERR_IO, "--spill %s: writing task %s's state: %s", dir,
-                       t->task->name, t->why);
+    h->params = b, h->grads = b + n, h->m = b + 2 * n, h->v = b + 3 * n, h->work = w;
     return PM_OK;
 }
 
-/* At the end: the state back in RAM (the caller's trainer is whole again). */
-int sel_store_close(sel_task *t) {
-    if (!t->host || t->fd < 0) return 0; /* (never initialised, or in RAM) */
-    int rc = sel_store_materialize(t);
-    close(t->fd);
-    t->fd = -1;
-    return rc;
+pm_status pm_select_host_unload(pm_trainer *h, pm_err *err) {
+    if (!h->spilled || !h->params) return PM_OK;
+    if (io_all(h->spill_fd, h->params, 4 * h->n_params * sizeof(float), 0, 1))
+        return pm_errf(err, PM_ERR_IO, "spill file: %s", strerror(errno ? errno : EIO));
+    pm_free(h->params);
+    pm_free(h->work);
+    h->params = h->grads = h->m = h->v = NULL;
+    h->work = NULL;
+    return PM_OK;
 }
+
+pm_status pm_select_spill(pm_trainer *h, const char *dir, const char *name, pm_err *err) {
+    if (h->spilled) return PM_OK;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s.state", dir, name);
+    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0) return pm_errf(err, PM_ERR_IO, "--spill %s: %s: %s", dir, path, strerror(errno));
+    unlink(path); /* the state needs no name: it goes when the run ends */
+    h->spilled = 1, h->spill_fd = fd;
+    pm_status st = pm_select_host_unload(h, err);
+    if (st) {
+        close(fd);
+        h->spilled = 0;
+        return pm_errf(err, st, "--spill %s: writing task %s's state: %s", dir, name, err->msg);
+    }
+    return PM_OK;
+}
+
+/* Around an evaluation or a checkpoint a spilled task's slabs come back
+ * whole, and go out again after. */
+int sel_store_materialize(sel_task *t) {
+    pm_err e;
+    if (!pm_select_host_load(t->host, &e)) return 0;
+    snprintf(t->why, sizeof t->why, "%.150s", e.msg);
+    return -1;
+}
+
+int sel_store_release(sel_task *t) {
+    pm_err e;
+    if (!pm_select_host_unload(t->host, &e)) return 0;
+    snprintf(t->why, sizeof t->why, "%.150s", e.msg);
+    return -1;
+}
+
+pm_status sel_store_open(sel_task *t, const char *dir, pm_err *err) {
+    return dir ? pm_select_spill(t->host, dir, t->task->name, err) : PM_OK;
+}
+
+/* At the end: a spilled task's slabs written out (its host stays spilled). */
+int sel_store_close(sel_task *t) { return t->host ? sel_store_release(t) : 0; }
