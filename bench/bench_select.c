@@ -8,8 +8,8 @@
  * Printed per policy: the measured makespan, its ratio to sequential (the
  * peer: plain model parallelism), its ratio to the lower bound
  * max(total pass time / D, longest task) from the same run's pass times,
- * and the dry run's forecast (FLOPs at 50 GFLOP/s, made before running)
- * against the measurement. Every run must end with the same losses (the
+ * and the dry run's forecast (FLOPs at the rate one block measured before
+ * running, pm_select_rate) against the measurement. Every run must end with the same losses (the
  * policies compute the same training); if one does not, or a run fails,
  * the benchmark fails. */
 #include <math.h>
@@ -36,7 +36,7 @@ static void make_tasks(pm_select_task *t) {
 }
 
 /* The dry run's forecast: the policy simulated on FLOP-estimated passes. */
-static double forecast(const pm_select_task *t, int D, pm_select_policy pol) {
+static double forecast(const pm_select_task *t, int D, pm_select_policy pol, double rate) {
     int64_t np[NT];
     int *sh[NT];
     double *co[NT];
@@ -44,7 +44,7 @@ static double forecast(const pm_select_task *t, int D, pm_select_policy pol) {
         np[i] = (int64_t)STEPS * (2 * t[i].nshard - 1);
         sh[i] = malloc((size_t)np[i] * sizeof(int));
         co[i] = malloc((size_t)np[i] * sizeof(double));
-        pm_select_task_passes(&t[i], STEPS, 50e9, sh[i], co[i]);
+        pm_select_task_passes(&t[i], STEPS, rate, sh[i], co[i]);
     }
     pm_select_work w = {NT, np, (const int *const *)sh, (const double *const *)co};
     pm_select_sim r;
@@ -90,11 +90,19 @@ int main(void) {
                 {PM_POLICY_SHARD, 0, "shard-noprefetch", NULL},
                 {PM_POLICY_SHARD, 1, "shard-spill-disk", spill},
                 {PM_POLICY_SHARD, 0, "spill-noprefetch", spill}};
-    double seq = 0, loss0[NT];
+    /* the forecasts, made before anything runs */
+    enum { NRUN = sizeof runs / sizeof runs[0] };
+    double seq = 0, loss0[NT], rate, fc[NRUN];
+    if (pm_select_rate(t, NT, &rate, &e)) {
+        fprintf(stderr, "bench_select: %s\n", e.msg);
+        return 1;
+    }
+    for (int k = 0; k < NRUN; k++) fc[k] = forecast(t, D, runs[k].pol, rate);
     printf("bench_select: %d tasks (shards", NT);
     for (int i = 0; i < NT; i++) printf(" %d", t[i].nshard);
-    printf("), D = %d, 14 MiB devices, %d steps\n", D, STEPS);
-    for (size_t k = 0; k < sizeof runs / sizeof runs[0]; k++) {
+    printf("), D = %d, 14 MiB devices, %d steps; forecast at %.1f GFLOP/s per device (one "
+           "block measured)\n", D, STEPS, rate / 1e9);
+    for (int k = 0; k < NRUN; k++) {
         pm_trainer h[NT];
         for (int i = 0; i < NT; i++)
             if (pm_trainer_init(&h[i], &t[i].cfg, &tok, 0, &e)) {
@@ -124,7 +132,7 @@ int main(void) {
         if (k == 0) seq = mk;
         printf("%-17s makespan %7.3f s  x%.2f faster than sequential  %.3f x the lower bound  "
                "forecast %.3f s (%+.0f%%)\n", runs[k].name, mk, seq / mk, mk / lb,
-               forecast(t, D, runs[k].pol), 100 * (forecast(t, D, runs[k].pol) / mk - 1));
+               fc[k], 100 * (fc[k] / mk - 1));
         pm_select_stats_free(&st);
     }
     for (int i = 0; i < NT; i++) pm_select_task_free(&t[i]);

@@ -95,8 +95,8 @@ echo "== 5. pipemem select: 4 models at once on 2 devices of 14 MiB each (shard 
 "$BIN" select --data "$OUT/data" --devices 2 --device-mem 14M $SEL --steps 60 --dry-run | head -6
 # shellcheck disable=SC2086
 "$BIN" select --data "$OUT/data" --devices 2 --device-mem 14M $SEL --steps 60 \
-    --save-best "$OUT/best.ckpt" --csv "$OUT/select.csv"
+    --save-best "$OUT/best.ckpt" --csv "$OUT/select.csv" --timeline "$OUT/select.svg"
 echo
 echo "demo output in $OUT/: auto-measured.svg (the real run), auto-trace.json (Perfetto),"
 echo "  1f1b.svg zb-h1.svg v-half.svg v-min.svg (simulated timelines), gpt.ckpt, data/,"
-echo "  best.ckpt and select.csv (model selection)"
+echo "  best.ckpt, select.csv and select.svg (model selection)"

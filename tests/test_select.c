@@ -631,14 +631,25 @@ static void cli_train_matches(void **state) {
     assert_true(atoi(shards + 10) >= 2);
     assert_non_null(strstr(out, "\"lower_bound_s\""));
     assert_non_null(strstr(out, "\"device_peak_bytes\""));
+    assert_non_null(strstr(out, "\"warmup\": "));
+    assert_non_null(strstr(out, "\"wall_s\": "));
+    assert_non_null(strstr(out, "\"why\": \"\"")); /* done: no reason */
     /* the timeline and the trace: one box and one event per pass, as many as
      * 6 steps of 2 S - 1 passes of each task */
     int passes = 0;
     for (const char *q = out; (q = strstr(q, "\"shards\": ")); q += 10) passes += 6 * (2 * atoi(q + 10) - 1);
     snprintf(cmd, sizeof cmd, "test $(grep -o 'class=\"pass\"' %s/run.svg | wc -l) -eq %d && "
-             "test $(grep -o '\"ph\": \"X\"' %s/run.json | wc -l) -eq %d", dir, passes, dir,
+             "test $(grep '\"ph\": \"X\"' %s/run.json | grep -vc '\"cat\": \"wait\"') -eq %d",
+             dir, passes, dir,
              passes);
     if (sh(cmd)) fail_msg("timeline or trace without %d passes (%s)", passes, cmd);
+    /* every task fails: --save-best says it wrote nothing, and the run fails */
+    snprintf(cmd, sizeof cmd, "%s select --data %s/d --devices 2 --device-mem 1200K %s "
+             "--lr 1e5,1e6 --save-best %s/none.ckpt > %s/fail.out 2>&1; test $? -ne 0 && "
+             "grep -q 'no task ended with a validation loss' %s/fail.out && "
+             "grep -q 'failed: step' %s/fail.out && test ! -e %s/none.ckpt", bin, dir, model,
+             dir, dir, dir, dir, dir);
+    if (sh(cmd)) fail_msg("a sweep whose tasks all fail (%s)", cmd);
     snprintf(cmd, sizeof cmd, "%s train --data %s/d %s --lr %g --threads 1 --save %s/alone.ckpt "
              ">/dev/null 2>&1 && cmp -s %s/best.ckpt %s/alone.ckpt", bin, dir, model,
              atof(lr + 6), dir, dir, dir);

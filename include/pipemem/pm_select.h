@@ -120,6 +120,12 @@ void pm_select_sim_free(pm_select_sim *s);
  * step F of shards 0..S-2, the fused last shard, B of shards S-2..0
  * (2S - 1 passes), costed by FLOPs / rate with K microbatches per pass.
  * shard and cost must hold steps * (2S - 1) entries. */
+/* The FLOP rate one device thread reaches on these tasks, measured before
+ * running: F, B and W of one microbatch through one block of the widest
+ * task, on the calling thread with one compute thread (pm_place_measure).
+ * The dry run's forecast divides the passes' FLOPs by it. */
+pm_status pm_select_rate(const pm_select_task *t, int n, double *rate, pm_err *err);
+
 void pm_select_task_passes(const pm_select_task *t, int64_t steps, double rate, int *shard,
                            double *cost);
 
@@ -138,7 +144,8 @@ typedef struct {
     double final_loss; /* mean microbatch loss of the last step */
     double val_loss;   /* the last evaluation (NAN if none) */
     double busy_s;     /* seconds its passes ran */
-    char why[160];     /* failure reason */
+    double wall_s;     /* from its first pass's start to its last pass's end (this run) */
+    char why[160];     /* why it failed or stopped ("" when done) */
 } pm_select_result;
 
 typedef struct {
@@ -148,6 +155,7 @@ typedef struct {
     double val_loss;   /* kind EVAL */
     double elapsed;    /* seconds since the run started */
     const double *busy; /* (devices) each device's seconds of passes so far */
+    const char *why;   /* kinds FAILED and STOPPED: the reason */
     enum {
         PM_SELECT_EV_STEP,
         PM_SELECT_EV_EVAL,
@@ -188,6 +196,9 @@ typedef struct {
 typedef struct {
     int dev, task, shard, kind; /* kind: 0 forward, 1 last shard fused, 2 backward */
     double start, end;          /* seconds from the run's start */
+    double wait0, wait1;        /* after the pass (and its step's evaluation, if any) the
+                                 * device waited for its prefetch copy from wait0 to
+                                 * wait1 (equal: it did not wait) */
 } pm_select_pass;
 
 typedef struct {
@@ -205,7 +216,8 @@ void pm_select_stats_free(pm_select_stats *s);
 /* The run as a timeline: SVG (one row per device, each pass a box coloured
  * by task, darker for backwards, with a legend and a title giving the
  * makespan, the lower bound and each device's busy fraction) or a Chrome
- * trace (one track per device; opens in Perfetto). tasks names them. */
+ * trace (one track per device; opens in Perfetto). tasks names them. Time
+ * a device spent waiting for a prefetch copy is a grey box of its own. */
 pm_status pm_select_write_svg(FILE *f, const pm_select_stats *st, const pm_select_task *tasks,
                               int n, double lower_bound);
 pm_status pm_select_write_trace(FILE *f, const pm_select_stats *st, const pm_select_task *tasks,

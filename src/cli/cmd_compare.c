@@ -62,15 +62,6 @@ static void print_table(FILE *f, const row *r, int n, const pm_cli_sched_opts *o
     }
 }
 
-static void json_str(FILE *f, const char *s) {
-    fputc('"', f);
-    for (; *s; s++) {
-        if (*s == '"' || *s == '\\') fputc('\\', f);
-        if ((unsigned char)*s >= 0x20) fputc(*s, f);
-    }
-    fputc('"', f);
-}
-
 static void print_json(FILE *f, const row *r, int n, const pm_cli_sched_opts *o) {
     const pm_sched_req *q = &o->req;
     fprintf(f, "{\"p\": %d, \"m\": %d, \"costs\": [%.17g, %.17g, %.17g, %.17g], "
@@ -79,10 +70,10 @@ static void print_json(FILE *f, const row *r, int n, const pm_cli_sched_opts *o)
             q->mem.w, o->dp, o->ar);
     for (int i = 0; i < n; i++) {
         fprintf(f, "%s\n  {\"kind\": ", i ? "," : "");
-        json_str(f, r[i].st ? r[i].k->name : r[i].pl.s.kind);
+        pm_cli_json_str(f, r[i].st ? r[i].k->name : r[i].pl.s.kind);
         if (r[i].st) {
             fprintf(f, ", \"error\": ");
-            json_str(f, r[i].err.msg);
+            pm_cli_json_str(f, r[i].err.msg);
             fputc('}', f);
             continue;
         }

@@ -381,6 +381,24 @@ static int take_vocab(const char *dir, pm_select_task *t, int n) {
     return 0;
 }
 
+/* --save-best: the best-ranked task that did not fail and has a validation
+ * loss (a task halving or an interruption stopped keeps its last state). */
+static int save_best(const char *path, const pm_select_task *t, pm_trainer *hosts,
+                     const pm_select_result *res, const int *order, int n) {
+    for (int k = 0; k < n; k++) {
+        int i = order[k];
+        if (res[i].state == PM_SELECT_FAILED || !isfinite(res[i].val_loss)) continue;
+        pm_err e;
+        if (pm_select_host_load(&hosts[i], &e) || pm_ckpt_save(&hosts[i], path, &e))
+            return pm_cli_fail("%s", e.msg);
+        fprintf(stderr, "select: wrote %s (task %s, %s, val loss %.4f)\n", path, t[i].name,
+                res[i].state == PM_SELECT_DONE ? "done" : "stopped", res[i].val_loss);
+        return 0;
+    }
+    return pm_cli_fail("select: --save-best %s: no task ended with a validation loss (all "
+                       "failed, or none was evaluated); nothing written", path);
+}
+
 static int train_tasks(const sel_opts *o, const pm_select_task *t, int n,
                        const pm_select_layout *lay) {
     pm_tokens tr, va;
@@ -394,7 +412,7 @@ static int train_tasks(const sel_opts *o, const pm_select_task *t, int n,
     if (!rc) rc = make_hosts(o, t, n, &tr, hosts, skip, &ready);
     pm_select_stats st;
     pm_err e;
-    sel_progress pg = {t, n, 0, o->devices, 0, 0, pm_now(), 0};
+    sel_progress pg = {.t = t, .n = n, .devices = o->devices, .t0 = pm_now()};
     for (int i = 0; i < n; i++) pg.steps_all += t[i].cfg.opt.steps - hosts[i].step;
     pm_select_opts so = {.devices = o->devices, .policy = o->policy, .prefetch = o->prefetch,
                          .eval_every = o->eval_every, .halving = o->halving,
@@ -428,13 +446,7 @@ static int train_tasks(const sel_opts *o, const pm_select_task *t, int n,
         if (o->csv) rc = sel_write_csv(o->csv, t, res, order, n);
         if (!rc && o->svg) rc = sel_write_timeline(o->svg, &st, t, n, bound, 0);
         if (!rc && o->trace) rc = sel_write_timeline(o->trace, &st, t, n, bound, 1);
-        if (!rc && o->save_best && res[order[0]].state == PM_SELECT_DONE) {
-            if (pm_select_host_load(&hosts[order[0]], &e) ||
-                pm_ckpt_save(&hosts[order[0]], o->save_best, &e))
-                rc = pm_cli_fail("%s", e.msg);
-            else fprintf(stderr, "select: wrote %s (task %s, val loss %.4f)\n", o->save_best,
-                         t[order[0]].name, res[order[0]].val_loss);
-        }
+        if (!rc && o->save_best) rc = save_best(o->save_best, t, hosts, res, order, n);
         pm_select_stats_free(&st);
     }
     for (int i = 0; i < ready; i++) pm_trainer_free(&hosts[i]);

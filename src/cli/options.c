@@ -99,3 +99,12 @@ int pm_cli_mem(const char *val, pm_mem *out) {
     *out = (pm_mem){x[0], x[1], x[2], x[3]};
     return 0;
 }
+
+void pm_cli_json_str(FILE *f, const char *s) {
+    fputc('"', f);
+    for (; *s; s++) {
+        if (*s == '"' || *s == '\\') fputc('\\', f);
+        if ((unsigned char)*s >= 0x20) fputc(*s, f);
+    }
+    fputc('"', f);
+}

@@ -8,8 +8,6 @@
 
 #include "select_out.h"
 
-#define RATE 50e9 /* FLOP/s per device assumed by the dry run */
-
 void sel_print_plan(const pm_select_task *t, int n, const pm_select_layout *lay) {
     printf("device slab: %d state slot%s of %zu bytes + activations %zu bytes = %zu of %zu\n",
            lay->slots, lay->slots > 1 ? "s" : "", lay->state_slot, lay->act_slot,
@@ -28,8 +26,12 @@ void sel_print_plan(const pm_select_task *t, int n, const pm_select_layout *lay)
     }
 }
 
-/* Simulated makespan of each policy for `steps` steps of every task. */
+/* Simulated makespan of each policy for `steps` steps of every task, the
+ * passes' FLOPs at the rate measured on one block (pm_select_rate). */
 int sel_print_policies(const pm_select_task *t, int n, int D, int steps) {
+    double rate;
+    pm_err e0;
+    if (pm_select_rate(t, n, &rate, &e0)) return pm_cli_fail("select: %s", e0.msg);
     int64_t *np = pm_calloc((size_t)n, sizeof *np);
     int **sh = pm_calloc((size_t)n, sizeof *sh);
     double **co = pm_calloc((size_t)n, sizeof *co);
@@ -39,12 +41,12 @@ int sel_print_policies(const pm_select_task *t, int n, int D, int steps) {
         sh[i] = pm_malloc((size_t)np[i] * sizeof(int));
         co[i] = pm_malloc((size_t)np[i] * sizeof(double));
         if (!sh[i] || !co[i]) rc = 1;
-        else pm_select_task_passes(&t[i], steps, RATE, sh[i], co[i]);
+        else pm_select_task_passes(&t[i], steps, rate, sh[i], co[i]);
     }
     if (rc) rc = pm_cli_fail("select: out of memory for the simulation");
     pm_select_work w = {n, np, (const int *const *)sh, (const double *const *)co};
-    printf("%-11s %12s %9s  (simulated, %d steps, %.0f GFLOP/s per device)\n", "policy",
-           "makespan s", "vs bound", steps, RATE / 1e9);
+    printf("%-11s %12s %9s  (simulated, %d steps, %.0f GFLOP/s per device, measured on one "
+           "block)\n", "policy", "makespan s", "vs bound", steps, rate / 1e9);
     for (int p = 0; p < PM_POLICY_COUNT && !rc; p++) {
         pm_select_sim r;
         pm_err e;
@@ -62,17 +64,19 @@ int sel_print_policies(const pm_select_task *t, int n, int D, int steps) {
     return rc;
 }
 
-/* One status line: tasks finished, steps, each device's busy fraction and
- * the time left at the pace so far. */
+/* One status line: tasks done, stopped, failed and running, steps, each
+ * device's busy fraction and the time left at the pace so far. */
 static void status_line(sel_progress *p, const pm_select_event *ev) {
-    fprintf(stderr, "select: %d of %d tasks finished, %lld of %lld steps, busy", p->done, p->n,
-            (long long)p->steps_done, (long long)p->steps_all);
+    int running = p->n - p->done - p->stopped - p->failed;
+    fprintf(stderr, "select: tasks %d done, %d stopped, %d failed, %d running; %lld of %lld "
+            "steps; busy", p->done, p->stopped, p->failed, running, (long long)p->steps_done,
+            (long long)p->steps_all);
     for (int d = 0; d < p->devices; d++)
         fprintf(stderr, " %.0f%%", ev->elapsed > 0 ? 100 * ev->busy[d] / ev->elapsed : 0);
     double left = p->steps_done ? ev->elapsed * (double)(p->steps_all - p->steps_done) /
                                       (double)p->steps_done
                                 : 0;
-    fprintf(stderr, ", ETA %.0f s\n", left);
+    fprintf(stderr, "; ETA %.0f s\n", left);
     p->last = ev->elapsed;
 }
 
@@ -80,7 +84,9 @@ void sel_on_event(void *ctx, const pm_select_event *ev) {
     sel_progress *p = ctx;
     const char *name = p->t[ev->task].name;
     double el = ev->elapsed;
-    if (ev->kind >= PM_SELECT_EV_DONE) p->done++;
+    p->done += ev->kind == PM_SELECT_EV_DONE;
+    p->stopped += ev->kind == PM_SELECT_EV_STOPPED;
+    p->failed += ev->kind == PM_SELECT_EV_FAILED;
     if (ev->kind <= PM_SELECT_EV_DONE) p->steps_done++;
     if (ev->kind >= PM_SELECT_EV_DONE) /* a finished task's steps are all accounted for */
         p->steps_all -= p->t[ev->task].cfg.opt.steps - ev->step;
@@ -88,17 +94,16 @@ void sel_on_event(void *ctx, const pm_select_event *ev) {
         if (el - p->last >= 2) status_line(p, ev);
         return;
     }
-    if (ev->kind == PM_SELECT_EV_STOPPED)
-        fprintf(stderr, "select: %s stopped by halving after step %lld (val loss %.4f; %d of %d "
-                "tasks finished, %.1f s)\n", name, (long long)ev->step, ev->val_loss, p->done,
-                p->n, el);
+    if (ev->kind == PM_SELECT_EV_STOPPED && isfinite(ev->val_loss))
+        fprintf(stderr, "select: %s stopped: %s (val loss %.4f, %.1f s)\n", name,
+                ev->why ? ev->why : "", ev->val_loss, el);
+    else if (ev->kind == PM_SELECT_EV_STOPPED)
+        fprintf(stderr, "select: %s stopped: %s (%.1f s)\n", name, ev->why ? ev->why : "", el);
     else if (ev->kind == PM_SELECT_EV_FAILED)
-        fprintf(stderr, "select: %s failed at step %lld (%d of %d tasks finished, %.1f s)\n",
-                name, (long long)ev->step + 1, p->done, p->n, el);
+        fprintf(stderr, "select: %s failed: %s (%.1f s)\n", name, ev->why ? ev->why : "?", el);
     else if (ev->kind == PM_SELECT_EV_DONE)
-        fprintf(stderr, "select: %s done: %lld steps, loss %.4f, val loss %.4f (%d of %d tasks "
-                "finished, %.1f s)\n", name, (long long)ev->step, ev->loss, ev->val_loss, p->done,
-                p->n, el);
+        fprintf(stderr, "select: %s done: %lld steps, loss %.4f, val loss %.4f (%.1f s)\n", name,
+                (long long)ev->step, ev->loss, ev->val_loss, el);
     else if (ev->kind == PM_SELECT_EV_EVAL)
         fprintf(stderr, "select: %s step %lld/%d  loss %.4f  val loss %.4f  (%.1f s)\n", name,
                 (long long)ev->step, p->t[ev->task].cfg.opt.steps, ev->loss, ev->val_loss, el);
@@ -121,18 +126,19 @@ void sel_rank(const pm_select_result *res, int n, int *order) {
 }
 
 void sel_print_table(FILE *f, const pm_select_task *t, const pm_select_result *r,
-                        const int *order, int n) {
-    fprintf(f, "%-10s %-9s %6s %5s %5s %4s %5s %5s %6s %7s %10s %10s %8s %6s  %s\n", "task", "lr",
-            "layers", "dim", "heads", "ctx", "batch", "micro", "seed", "steps", "loss",
-            "val loss", "busy s", "shards", "state");
+                     const int *order, int n) {
+    fprintf(f, "%-10s %-9s %6s %5s %5s %4s %5s %5s %6s %6s %7s %10s %10s %8s %8s %6s  %s\n",
+            "task", "lr", "layers", "dim", "heads", "ctx", "batch", "micro", "warmup", "seed",
+            "steps", "loss", "val loss", "wall s", "busy s", "shards", "state");
     for (int k = 0; k < n; k++) {
         int i = order[k];
         const pm_train_cfg *c = &t[i].cfg;
-        fprintf(f, "%-10s %-9.3g %6d %5d %5d %4d %5d %5d %6llu %7lld %10.4f %10.4f %8.2f %6d  %s%s%s\n",
-                t[i].name, (double)c->opt.lr, c->model.layers, c->model.dim, c->model.heads,
-                c->model.ctx, c->batch, c->micro, (unsigned long long)c->seed,
-                (long long)r[i].steps, r[i].final_loss, r[i].val_loss, r[i].busy_s, t[i].nshard,
-                state_names[r[i].state], r[i].why[0] ? ": " : "", r[i].why);
+        fprintf(f, "%-10s %-9.3g %6d %5d %5d %4d %5d %5d %6d %6llu %7lld %10.4f %10.4f %8.2f "
+                "%8.2f %6d  %s%s%s\n", t[i].name, (double)c->opt.lr, c->model.layers,
+                c->model.dim, c->model.heads, c->model.ctx, c->batch, c->micro, c->opt.warmup,
+                (unsigned long long)c->seed, (long long)r[i].steps, r[i].final_loss,
+                r[i].val_loss, r[i].wall_s, r[i].busy_s, t[i].nshard, state_names[r[i].state],
+                r[i].why[0] ? ": " : "", r[i].why);
     }
 }
 
@@ -160,16 +166,21 @@ void sel_print_json(pm_select_policy policy, int devices, size_t device_mem,
     for (int k = 0; k < n; k++) {
         int i = order[k];
         const pm_train_cfg *c = &t[i].cfg;
-        printf("%s{\"task\": \"%s\", \"config\": {\"lr\": %.9g, \"layers\": %d, \"dim\": %d, "
-               "\"heads\": %d, \"ctx\": %d, \"batch\": %d, \"microbatches\": %d, \"seed\": %llu}, "
-               "\"final_loss\": ", k ? ", " : "", t[i].name, (double)c->opt.lr, c->model.layers,
-               c->model.dim, c->model.heads, c->model.ctx, c->batch, c->micro,
+        printf("%s{\"task\": ", k ? ", " : "");
+        pm_cli_json_str(stdout, t[i].name);
+        printf(", \"config\": {\"lr\": %.9g, \"layers\": %d, \"dim\": %d, \"heads\": %d, "
+               "\"ctx\": %d, \"batch\": %d, \"microbatches\": %d, \"warmup\": %d, "
+               "\"seed\": %llu}, \"final_loss\": ", (double)c->opt.lr, c->model.layers,
+               c->model.dim, c->model.heads, c->model.ctx, c->batch, c->micro, c->opt.warmup,
                (unsigned long long)c->seed);
         json_num(stdout, r[i].final_loss);
         printf(", \"val_loss\": ");
         json_num(stdout, r[i].val_loss);
-        printf(", \"steps_run\": %lld, \"shards\": %d, \"state\": \"%s\"}", (long long)r[i].steps,
+        printf(", \"steps_run\": %lld, \"wall_s\": %.6f, \"busy_s\": %.6f, \"shards\": %d, "
+               "\"state\": \"%s\", \"why\": ", (long long)r[i].steps, r[i].wall_s, r[i].busy_s,
                t[i].nshard, state_names[r[i].state]);
+        pm_cli_json_str(stdout, r[i].why);
+        printf("}");
     }
     printf("]}\n");
 }
@@ -179,15 +190,19 @@ int sel_write_csv(const char *path, const pm_select_task *t, const pm_select_res
     pm_wfile w;
     pm_err e;
     if (pm_wfile_open(&w, path, &e)) return pm_cli_fail("%s", e.msg);
-    fprintf(w.f, "task,lr,layers,dim,heads,ctx,batch,microbatches,seed,steps_run,final_loss,"
-                 "val_loss,busy_s,shards,state\n");
+    fprintf(w.f, "task,lr,layers,dim,heads,ctx,batch,microbatches,warmup,seed,steps_run,"
+                 "final_loss,val_loss,wall_s,busy_s,shards,state,why\n");
     for (int k = 0; k < n; k++) {
         int i = order[k];
         const pm_train_cfg *c = &t[i].cfg;
-        fprintf(w.f, "%s,%.9g,%d,%d,%d,%d,%d,%d,%llu,%lld,%.9g,%.9g,%.6f,%d,%s\n", t[i].name,
-                (double)c->opt.lr, c->model.layers, c->model.dim, c->model.heads, c->model.ctx,
-                c->batch, c->micro, (unsigned long long)c->seed, (long long)r[i].steps,
-                r[i].final_loss, r[i].val_loss, r[i].busy_s, t[i].nshard, state_names[r[i].state]);
+        fprintf(w.f, "%s,%.9g,%d,%d,%d,%d,%d,%d,%d,%llu,%lld,%.9g,%.9g,%.6f,%.6f,%d,%s,\"",
+                t[i].name, (double)c->opt.lr, c->model.layers, c->model.dim, c->model.heads,
+                c->model.ctx, c->batch, c->micro, c->opt.warmup, (unsigned long long)c->seed,
+                (long long)r[i].steps, r[i].final_loss, r[i].val_loss, r[i].wall_s, r[i].busy_s,
+                t[i].nshard, state_names[r[i].state]);
+        for (const char *q = r[i].why; *q; q++) /* CSV quoting: a quote doubled */
+            fputs(*q == '"' ? "\"\"" : (char[2]){*q, 0}, w.f);
+        fputs("\"\n", w.f);
     }
     if (pm_wfile_commit(&w, &e)) return pm_cli_fail("%s", e.msg);
     return 0;

@@ -16,7 +16,7 @@ int sel_print_policies(const pm_select_task *t, int n, int D, int steps);
 /* Progress lines on standard error (pm_select_opts.report). */
 typedef struct {
     const pm_select_task *t;
-    int n, done, devices;
+    int n, done, stopped, failed, devices;
     int64_t steps_all, steps_done; /* every task's steps, and those run so far */
     double t0, last;               /* start, last status line */
 } sel_progress;

@@ -31,6 +31,7 @@ typedef struct {
     int64_t *zeroed;      /* (S) steps whose gradients each shard has zeroed */
     uint64_t *version;    /* (S) bumped at each write-back of a shard's state */
     double busy;          /* seconds of passes run */
+    double first_start, last_end; /* its first pass's start (-1: none yet), last's end */
     int64_t passes_done;  /* over the run */
     char why[160];        /* failure reason */
 } sel_task;

@@ -125,8 +125,10 @@ static int all_finished(const sel_run *r) {
 
 static void emit(sel_run *r, int task, int kind, double loss, double val) {
     if (!r->o->report) return;
-    pm_select_event ev = {task, r->t[task].host->step, loss, val, pm_now() - r->t0,
-                          r->stats->busy, kind};
+    const sel_task *t = &r->t[task];
+    pm_select_event ev = {.task = task, .step = t->host->step, .loss = loss, .val_loss = val,
+                          .elapsed = pm_now() - r->t0, .busy = r->stats->busy, .kind = kind,
+                          .why = kind >= PM_SELECT_EV_FAILED ? t->why : NULL};
     r->o->report(r->o->report_ctx, &ev);
 }
 
@@ -344,10 +346,14 @@ static void *device_main(void *arg) {
         double loss = 0, val = NAN, dt = pm_now() - t0;
         if (bad) kind = PM_SELECT_EV_FAILED; /* its store failed: t->why says how */
         else if (last) kind = end_step(r, t, &loss, &val, &state);
+        double w0 = pm_now();
         sel_copy_wait(dv);
+        double w1 = pm_now();
         pthread_mutex_lock(&r->mu);
         t->state = state;
         t->busy += dt;
+        if (t->first_start < 0) t->first_start = t0 - r->t0;
+        t->last_end = t0 + dt - r->t0;
         t->passes_done++;
         r->fl_done += pass_flops(t, t->pass), r->sec_done += dt;
         r->stats->busy[d] += dt;
@@ -355,7 +361,7 @@ static void *device_main(void *arg) {
         PM_ASSERT(at < r->log_cap);
         r->stats->log[at] = (pm_select_pass){d, i, sel_pass_shard(t->S, t->pass),
                                              sel_pass_kind(t->S, t->pass), t0 - r->t0,
-                                             t0 + dt - r->t0};
+                                             t0 + dt - r->t0, w0 - r->t0, w1 - r->t0};
         t->pass = last ? 0 : t->pass + 1;
         t->running = 0;
         r->busy_global = 0;
@@ -409,7 +415,7 @@ static pm_status tasks_init(sel_run *r, const pm_select_task *tasks, pm_trainer 
         *t = (sel_task){.task = &tasks[i], .index = i, .host = &hosts[i], .S = S, .K = K,
                         .nc = nc, .act = pm_malloc(nb * sizeof(float)),
                         .grad = pm_malloc(nb * sizeof(float)), .stop_at = c->opt.steps,
-                        .val_loss = NAN, .last_loss = NAN,
+                        .val_loss = NAN, .last_loss = NAN, .first_start = -1,
                         .updated = pm_malloc((size_t)S * sizeof(int64_t)),
                         .zeroed = pm_malloc((size_t)S * sizeof(int64_t)),
                         .version = pm_calloc((size_t)S, sizeof(uint64_t))};
@@ -486,6 +492,18 @@ static pm_status run_threads(sel_run *r, pm_err *err) {
     return st;
 }
 
+/* After the run: AdamW updates still pending on shards (applied when a
+ * shard is next loaded, so an interrupted task can have some) applied, so
+ * the host holds the state its last step ended in; then a spilled state
+ * goes out to its file. -1 on a store error (t->why says). */
+static int finish_task(sel_task *t) {
+    if (t->state != PM_SELECT_FAILED && t->host->step > 0) {
+        if (sel_store_materialize(t)) return -1;
+        sel_flush_updates(t);
+    }
+    return sel_store_close(t);
+}
+
 pm_status pm_select_run(const pm_select_task *tasks, pm_trainer *hosts, int n,
                         const pm_select_layout *layout, const pm_select_opts *o,
                         pm_select_result *res, pm_select_stats *stats, pm_err *err) {
@@ -512,13 +530,14 @@ pm_status pm_select_run(const pm_select_task *tasks, pm_trainer *hosts, int n,
     stats->devices = o->devices;
     if (!st) st = devices_init(&r, err);
     if (!st) st = run_threads(&r, err);
-    for (int i = 0; r.t && i < n; i++) /* a spilled task's state written out */
-        if (sel_store_close(&r.t[i]) && r.t[i].state != PM_SELECT_FAILED)
+    for (int i = 0; r.t && i < n; i++) /* its state whole, and a spilled one written out */
+        if ((st ? sel_store_close(&r.t[i]) : finish_task(&r.t[i])) &&
+            r.t[i].state != PM_SELECT_FAILED)
             r.t[i].state = PM_SELECT_FAILED;
     for (int i = 0; r.t && i < n; i++) {
         sel_task *t = &r.t[i];
         res[i] = (pm_select_result){t->state, hosts[i].step, t->last_loss, t->val_loss, t->busy,
-                                    {0}};
+                                    t->first_start < 0 ? 0 : t->last_end - t->first_start, {0}};
         memcpy(res[i].why, t->why, sizeof res[i].why);
     }
     for (int d = 0; r.dev && d < o->devices; d++)

@@ -11,6 +11,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "pipemem/pm_runtime.h" /* pm_place_measure: the layers' times */
 #include "pipemem/pm_select.h"
 
 const char *const pm_select_policy_names[PM_POLICY_COUNT] = {"shard", "task", "sequential"};
@@ -195,4 +196,18 @@ void pm_select_task_passes(const pm_select_task *t, int64_t steps, double rate, 
         for (int k = S - 2; k >= 0; k--, i++)
             shard[i] = k, cost[i] = K * (2 * t->shard[k].flops_f + t->shard[k].flops_bw) / rate;
     }
+}
+
+pm_status pm_select_rate(const pm_select_task *t, int n, double *rate, pm_err *err) {
+    int w = 0;
+    for (int i = 1; i < n; i++)
+        if (t[i].cfg.model.dim > t[w].cfg.model.dim) w = i;
+    const pm_train_cfg *c = &t[w].cfg;
+    pm_layer_costs tm, fl;
+    pm_status st = pm_place_measure(&c->model, c->batch / c->micro, c->model.ctx, &tm, err);
+    if (!st) st = pm_place_flops(&c->model, c->batch / c->micro, c->model.ctx, &fl, err);
+    if (st) return st;
+    const pm_pass_times *a = &tm.k[PM_LAYER_BLOCK], *b = &fl.k[PM_LAYER_BLOCK];
+    *rate = (b->f + b->b + b->w) / (a->f + a->b + a->w);
+    return PM_OK;
 }

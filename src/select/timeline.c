@@ -1,12 +1,13 @@
 /* timeline.c: a model-selection run drawn: SVG and Chrome trace
- * (pm_select.h). Boxes are placed by measured time; a device's idle time
- * shows as the gaps between its boxes. */
+ * (pm_select.h). Boxes are placed by measured time; a wait for a prefetch
+ * copy is a grey box, other idle time the gaps between boxes. */
 #include <math.h>
 #include <stdio.h>
 
 #include "pipemem/pm_select.h"
 
 static const char *const kind_names[3] = {"F", "FBW", "B"};
+#define WAIT_MIN 1e-5 /* s: shorter waits are not drawn */
 
 /* Task i's colour: hues spread round the wheel; backwards darker. */
 static void colour(char out[32], int task, int n, int kind) {
@@ -38,6 +39,12 @@ pm_status pm_select_write_svg(FILE *f, const pm_select_stats *st, const pm_selec
                 x, top + p->dev * row, w > 0.5 ? w : 0.5, row - 4, c,
                 p->task >= 0 && p->task < n ? tasks[p->task].name : "?", p->shard,
                 kind_names[p->kind], p->start, p->end);
+        if (p->wait1 - p->wait0 >= WAIT_MIN)
+            fprintf(f, "<rect class=\"wait\" x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" "
+                       "height=\"%.1f\" fill=\"#bbb\"><title>waiting for a prefetch copy, "
+                       "%.3f-%.3f s</title></rect>\n", left + W * p->wait0 / span,
+                    top + p->dev * row + (row - 4) / 3, fmax(W * (p->wait1 - p->wait0) / span, 0.5),
+                    (row - 4) / 3, p->wait0, p->wait1);
     }
     double ly = top + st->devices * row + 20;
     for (int i = 0; i < n; i++) {
@@ -66,6 +73,10 @@ pm_status pm_select_write_trace(FILE *f, const pm_select_stats *st, const pm_sel
                 p->task >= 0 && p->task < n ? tasks[p->task].name : "?", kind_names[p->kind],
                 p->shard, kind_names[p->kind], p->dev, p->start * 1e6,
                 (p->end - p->start) * 1e6);
+        if (p->wait1 - p->wait0 >= WAIT_MIN)
+            fprintf(f, ",\n{\"name\": \"wait\", \"cat\": \"wait\", \"ph\": \"X\", \"pid\": 0, "
+                       "\"tid\": %d, \"ts\": %.3f, \"dur\": %.3f}", p->dev, p->wait0 * 1e6,
+                    (p->wait1 - p->wait0) * 1e6);
     }
     fprintf(f, "\n]}\n");
     return ferror(f) ? PM_ERR_IO : PM_OK;
