@@ -370,6 +370,9 @@ static void check_log(const pm_select_stats *st, const pm_select_task *t, int n)
         }
 }
 
+/* Every policy at D = 1, 2, 3, with one state slot, two (prefetch) and two
+ * with the state spilled to disk: each task's losses, validation loss and
+ * parameters bitwise those of training it alone. */
 static void train_exact(void **state) {
     (void)state;
     corpus_init();
@@ -377,9 +380,14 @@ static void train_exact(void **state) {
     sel_ref ref;
     reference_runs(&tok, &ref);
     int runs = 0;
-    for (int slots = 1; slots <= 2; slots++)
+    char sdir[128];
+    snprintf(sdir, sizeof sdir, "/tmp/pm_test_spill_all_%d", (int)getpid());
+    assert_int_equal(mkdir(sdir, 0777), 0);
+    /* variants: one state slot, two (prefetch), two with the state spilled */
+    for (int var = 0; var < 3; var++)
         for (int D = 1; D <= 3; D++)
             for (int pol = 0; pol < PM_POLICY_COUNT; pol++) {
+                int slots = var ? 2 : 1;
                 pm_select_task tasks[NT];
                 pm_trainer hosts[NT];
                 pm_err e;
@@ -405,7 +413,7 @@ static void train_exact(void **state) {
                 pm_select_opts o = {.devices = D, .policy = (pm_select_policy)pol,
                                     .prefetch = slots == 2, .eval_every = 2,
                                     .eval_batches = 2, .val = &tok, .report = log_event,
-                                    .report_ctx = &lg};
+                                    .report_ctx = &lg, .spill_dir = var == 2 ? sdir : NULL};
                 pm_select_result res[NT];
                 pm_select_stats stats;
                 if (pm_select_run(tasks, hosts, NT, &lay, &o, res, &stats, &e))
@@ -422,6 +430,7 @@ static void train_exact(void **state) {
                                      ref.loss[i][k]);
                     if (memcmp(&res[i].val_loss, &ref.val[i], sizeof(double)))
                         fail_msg("task %d: val %.17g, alone %.17g", i, res[i].val_loss, ref.val[i]);
+                    assert_int_equal(pm_select_host_load(&hosts[i], &e), PM_OK);
                     if (memcmp(hosts[i].params, ref.params[i], hosts[i].n_params * sizeof(float)))
                         fail_msg("slots %d D=%d %s task %d: parameters differ", slots, D,
                                  pm_select_policy_names[pol], i);
@@ -433,7 +442,8 @@ static void train_exact(void **state) {
                 runs++;
             }
     for (int i = 0; i < NT; i++) free(ref.params[i]);
-    assert_int_equal(runs, 18);
+    assert_int_equal(runs, 27);
+    assert_int_equal(rmdir(sdir), 0); /* the spill files went with their tasks */
 }
 
 /* --spill DIR: the same training bitwise, with no task's slabs in RAM
