@@ -694,6 +694,18 @@ static void cli_train_matches(void **state) {
              "grep -q 'stopped: interrupted after step' %s/int.out", bin, dir, sweep, dir, dir, dir,
              dir);
     if (sh(cmd)) fail_msg("an interrupted sweep did not stop cleanly (%s)", cmd);
+    /* ... and run again with --resume it ends as a sweep never interrupted */
+    const char *longer = "--layers 3 --dim 32 --heads 2 --ctx 16 --batch 4 --microbatches 2 "
+                         "--steps 300 --eval-every 10";
+    snprintf(cmd, sizeof cmd, "%s select --data %s/d %s %s --resume %s/r >/dev/null 2>&1 && "
+             "(%s select --data %s/d %s %s --resume %s/c > /dev/null 2> %s/c.err & pid=$!; n=0; "
+             "until grep -q 'step 20/' %s/c.err || [ $n -gt 300 ]; do sleep 0.05; "
+             "n=$((n+1)); done; kill -INT $pid; wait $pid; test $? -eq 130) && "
+             "%s select --data %s/d %s %s --resume %s/c >/dev/null 2>&1 && "
+             "cmp -s %s/r/t0.ckpt %s/c/t0.ckpt && cmp -s %s/r/t1.ckpt %s/c/t1.ckpt", bin, dir,
+             longer, sweep, dir, bin, dir, longer, sweep, dir, dir, dir, bin, dir, longer, sweep,
+             dir, dir, dir, dir, dir);
+    if (sh(cmd)) fail_msg("a sweep interrupted and resumed ends apart (%s)", cmd);
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     assert_int_equal(sh(cmd), 0);
 }
