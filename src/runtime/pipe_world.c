@@ -98,6 +98,9 @@ static uint64_t fingerprint(const pm_pipe *pp) {
     h = pm_fnv1a64(h, &c->seed, sizeof c->seed);
     h = pm_fnv1a64(h, &c->opt, sizeof c->opt);
     h = pm_fnv1a64(h, &pp->opts.fingerprint, sizeof pp->opts.fingerprint);
+    /* the placement too: it comes from rank 0's measured layer times, and
+     * ranks that cut the layers differently would exchange the wrong tensors */
+    h = pm_fnv1a64(h, pp->first, (size_t)(pp->S + 1) * sizeof *pp->first);
     for (int d = 0; d < pp->p; d++)
         h = pm_fnv1a64(h, pm_sched_dev(&pp->sched, d), (size_t)pp->sched.len[d] * sizeof(pm_pass));
     return h;
