@@ -438,7 +438,10 @@ void pm_head_b(const pm_gpt_config *c, int layer, int B, int T, const float *lp,
     pm_gpt_par_for(N, 32, probs_rows, &gr);
     float *acc = h.first ? (float *)scratch : din;
     if (!h.last) memcpy(acc, dout, N * C * sizeof(float));
-    if (!h.first) memcpy(din + N * C, lse, N * sizeof(float));
+    if (!h.first) { /* lse, then the two floats the message does not use */
+        memcpy(din + N * C, lse, N * sizeof(float));
+        memset(din + N * (C + 1), 0, 2 * N * sizeof(float));
+    }
     const float *W = lp + head_w(&h);
     for (size_t q = ng; q-- > 0;) {
         size_t c0 = q * PM_HEAD_GROUP, n = h.R - c0 < PM_HEAD_GROUP ? h.R - c0 : PM_HEAD_GROUP;
