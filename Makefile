@@ -167,9 +167,12 @@ $(BUILD)/obj/src/schedule/milp.o $(BUILD)/pic/src/schedule/milp.o: \
 $(BUILD)/obj/src/runtime/transport_mpi.o $(BUILD)/pic/src/runtime/transport_mpi.o: \
   FINAL_CFLAGS += $(if $(MPI_LIBS),-DPM_HAVE_MPI $(MPI_CFLAGS))
 $(BUILD)/bench/bench_mpi: FINAL_CFLAGS += $(if $(MPI_LIBS),-DPM_HAVE_MPI $(MPI_CFLAGS))
-# AdamW's loop vectorises once sqrtf may skip errno (exact either way: see optim.c)
+# AdamW's loop vectorises once sqrtf may skip errno (exact either way: see
+# optim.c); GCC's -O2 cost model also needs loosening (clang has no such flag)
+VECT_CFLAGS := $(shell $(CC) -fvect-cost-model=dynamic -E -x c /dev/null >/dev/null 2>&1 && \
+  echo -fvect-cost-model=dynamic)
 $(BUILD)/obj/src/train/optim.o $(BUILD)/pic/src/train/optim.o: \
-  FINAL_CFLAGS += -fno-math-errno -fvect-cost-model=dynamic
+  FINAL_CFLAGS += -fno-math-errno $(VECT_CFLAGS)
 
 $(BUILD)/tests/%: tests/%.c $(TEST_HELP_OBJ) $(LIB)
 	$(if $(CHECK_LIBS),,$(error Jansson or libxml2 not found: run 'make deps' (or apt-get install libjansson-dev libxml2-dev)))

@@ -197,8 +197,10 @@ typedef struct {
     size_t scratch_f; /* transient bytes of `scratch` during F */
     size_t scratch_b; /* ... during B */
     size_t scratch_w; /* ... during W (BW: max of b and w) */
-    size_t in;        /* bytes of F's input message (tokens for the embedding) */
-    size_t out;       /* bytes of F's output message (0 for the head) */
+    size_t in;        /* bytes of F's input message (tokens for the embedding; (B,T,C+3)
+                       * floats on a head part after the first) */
+    size_t out;       /* bytes of F's output message (0 for the head's last part, (B,T,C+3)
+                       * floats for its earlier parts) */
     double flops_f;   /* floating-point operations of F: matmuls only, 2*M*N*K each, as
                        * computed (causal attention skips the row blocks' upper right) */
     double flops_b;   /* ... of B */
@@ -212,10 +214,12 @@ pm_status pm_gpt_layer_sizes(const pm_gpt_config *cfg, int layer, int B, int T, 
                              pm_err *err);
 
 /* Where F keeps its copy of the input inside `saved` (tokens for the
- * embedding; (B,T,C) floats otherwise). */
+ * embedding; (B,T,C+3) floats on a head part after the first; (B,T,C)
+ * floats otherwise). */
 void *pm_gpt_layer_input_slot(const pm_gpt_config *cfg, int layer, int B, int T, void *saved);
 
-/* The head's softmax probabilities (B,T,V) after its F, before its B. */
+/* The head's softmax probabilities (B,T,V) after its F, before its B; a
+ * one-part head only (PM_ASSERT). */
 const float *pm_gpt_head_probs(const pm_gpt_config *cfg, int B, int T, const void *saved);
 
 /* ---- passes ------------------------------------------------------------------
@@ -233,16 +237,25 @@ void pm_gpt_layer_w(const pm_gpt_config *cfg, int layer, int B, int T, float *lg
 void pm_gpt_layer_bw(const pm_gpt_config *cfg, int layer, int B, int T, const float *lp, float *lg,
                      const float *dout, float *din, float scale, void *saved, void *scratch);
 
+/* Times one layer's F, B and W (t[0..2], seconds) on one microbatch of its
+ * own buffers, on the calling thread with one compute thread (as a device
+ * thread runs), best of two runs. Allocates about one layer's parameters
+ * and saved buffer. PM_ERR_ARG for a bad layer or shape, PM_ERR_NOMEM. */
+pm_status pm_gpt_time_layer(const pm_gpt_config *cfg, int layer, int B, int T, double t[3],
+                            pm_err *err);
+
 /* ---- whole model on one device --------------------------------------------- */
 
 /* Bytes of the workspace pm_gpt_forward/_forward_backward need for (B, T):
- * every layer's saved buffer, two (B,T,C) messages and the largest scratch.
+ * every layer's saved buffer, two messages ((B,T,C), or (B,T,C+3) with the
+ * head in parts) and the largest scratch.
  * A workspace sized for (B, T) also serves any smaller T. 0 on overflow or a
  * bad config. */
 size_t pm_gpt_work_bytes(const pm_gpt_config *cfg, int B, int T);
 
 /* Forward of all layers; returns the mean loss (0 if targets is NULL).
- * Afterwards pm_gpt_work_probs() points at the (B,T,V) probabilities. */
+ * Afterwards pm_gpt_work_probs() points at the (B,T,V) probabilities (a
+ * one-part head). */
 float pm_gpt_forward(const pm_gpt_config *cfg, int B, int T, const float *params,
                      const int32_t *tokens, const int32_t *targets, void *work);
 const float *pm_gpt_work_probs(const pm_gpt_config *cfg, int B, int T, const void *work);

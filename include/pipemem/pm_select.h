@@ -116,16 +116,16 @@ pm_status pm_select_simulate(const pm_select_work *w, int D, pm_select_policy po
                              pm_select_sim *out, pm_err *err);
 void pm_select_sim_free(pm_select_sim *s);
 
+/* The FLOP rate one device thread reaches on these tasks, measured before
+ * running: F, B and W of one microbatch through one block of the widest
+ * task, on the calling thread with one compute thread (pm_gpt_time_layer).
+ * The dry run's forecast divides the passes' FLOPs by it. */
+pm_status pm_select_rate(const pm_select_task *t, int n, double *rate, pm_err *err);
+
 /* The pass list of `steps` optimizer steps of a task with S shards: per
  * step F of shards 0..S-2, the fused last shard, B of shards S-2..0
  * (2S - 1 passes), costed by FLOPs / rate with K microbatches per pass.
  * shard and cost must hold steps * (2S - 1) entries. */
-/* The FLOP rate one device thread reaches on these tasks, measured before
- * running: F, B and W of one microbatch through one block of the widest
- * task, on the calling thread with one compute thread (pm_place_measure).
- * The dry run's forecast divides the passes' FLOPs by it. */
-pm_status pm_select_rate(const pm_select_task *t, int n, double *rate, pm_err *err);
-
 void pm_select_task_passes(const pm_select_task *t, int64_t steps, double rate, int *shard,
                            double *cost);
 

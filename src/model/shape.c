@@ -116,13 +116,12 @@ size_t pm_gpt_layer_params(const pm_gpt_config *cfg, int layer) {
 size_t pm_gpt_layer_offset(const pm_gpt_config *cfg, int layer) {
     PM_ASSERT(layer >= 0 && layer < pm_gpt_num_layers(cfg));
     if (layer == 0) return 0;
-    size_t head = kind_params(cfg, PM_LAYER_EMBED) +
-                  (size_t)cfg->layers * kind_params(cfg, PM_LAYER_BLOCK), r0, r1;
-    if (layer <= cfg->layers + 1)
-        return kind_params(cfg, PM_LAYER_EMBED) +
-               (size_t)(layer - 1) * kind_params(cfg, PM_LAYER_BLOCK);
-    pm_gpt_head_rows(cfg, layer, &r0, &r1); /* a later part: after ln_f and the rows before */
-    return head + 2 * (size_t)cfg->dim + r0 * (size_t)cfg->dim;
+    int l = layer <= cfg->layers + 1 ? layer : cfg->layers + 1;
+    size_t at = kind_params(cfg, PM_LAYER_EMBED) + (size_t)(l - 1) * kind_params(cfg, PM_LAYER_BLOCK);
+    if (l == layer) return at;
+    size_t r0, r1; /* a later head part: after ln_f and the rows before it */
+    pm_gpt_head_rows(cfg, layer, &r0, &r1);
+    return at + 2 * (size_t)cfg->dim + r0 * (size_t)cfg->dim;
 }
 
 size_t pm_gpt_num_params(const pm_gpt_config *cfg) {

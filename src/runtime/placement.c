@@ -39,61 +39,6 @@ pm_status pm_place_flops(const pm_gpt_config *cfg0, int B, int T, pm_layer_costs
     return st;
 }
 
-/* One layer of kind k, run on its own buffers: best of two runs of F, B, W
- * (the first also pays the page faults). */
-static pm_status time_layer(const pm_gpt_config *cfg, int layer, int B, int T, pm_pass_times *t,
-                            pm_err *err) {
-    pm_gpt_sizes z;
-    pm_status st = pm_gpt_layer_sizes(cfg, layer, B, T, &z, err);
-    if (st) return st;
-    size_t np = pm_gpt_layer_params(cfg, layer), N = (size_t)B * (size_t)T;
-    size_t sc = z.scratch_b > z.scratch_w ? z.scratch_b : z.scratch_w;
-    size_t msg = z.in > z.out ? z.in : z.out;
-    float *lp = pm_malloc(np * sizeof *lp), *lg = pm_calloc(np, sizeof *lg);
-    void *saved = pm_malloc(z.saved ? z.saved : 1), *scratch = pm_malloc(sc ? sc : 1);
-    float *in = pm_calloc(msg / sizeof(float) + 1, sizeof(float));
-    float *out = pm_calloc(msg / sizeof(float) + 1, sizeof(float));
-    int32_t *tgt = pm_malloc(N * sizeof *tgt);
-    if (!lp || !lg || !saved || !scratch || !in || !out || !tgt) {
-        st = pm_errf(err, PM_ERR_NOMEM, "placement: out of memory measuring layer %d (%s)",
-                     layer, pm_layer_kind_names[pm_gpt_layer_kind(cfg, layer)]);
-        goto done;
-    }
-    pm_layer_kind k = pm_gpt_layer_kind(cfg, layer);
-    pm_gpt_init_layer(cfg, layer, 1, lp);
-    for (size_t r = 0; r < N; r++) tgt[r] = (int32_t)(r * 2654435761u % (uint32_t)cfg->vocab);
-    if (k == PM_LAYER_EMBED) memcpy(in, tgt, N * sizeof *tgt);
-    else
-        for (size_t i = 0; i < z.in / sizeof(float); i++) in[i] = (float)(i % 17) * 0.05f - 0.4f;
-    for (size_t i = 0; i < z.out / sizeof(float); i++) out[i] = 1e-3f;
-    *t = (pm_pass_times){1e300, 1e300, 1e300};
-    for (int rep = 0; rep < 2; rep++) {
-        float loss;
-        double t0 = pm_now();
-        pm_gpt_layer_f(cfg, layer, B, T, lp, in, k == PM_LAYER_HEAD ? tgt : NULL,
-                       k == PM_LAYER_HEAD ? NULL : out, &loss, saved, scratch);
-        double t1 = pm_now();
-        pm_gpt_layer_b(cfg, layer, B, T, lp, k == PM_LAYER_HEAD ? NULL : out,
-                       k == PM_LAYER_EMBED ? NULL : in, 1.0f, saved, scratch);
-        double t2 = pm_now();
-        pm_gpt_layer_w(cfg, layer, B, T, lg, saved, scratch);
-        double t3 = pm_now();
-        if (t1 - t0 < t->f) t->f = t1 - t0;
-        if (t2 - t1 < t->b) t->b = t2 - t1;
-        if (t3 - t2 < t->w) t->w = t3 - t2;
-        if (k == PM_LAYER_EMBED) memcpy(in, tgt, N * sizeof *tgt); /* B kept dout there */
-    }
-done:
-    pm_free(lp);
-    pm_free(lg);
-    pm_free(saved);
-    pm_free(scratch);
-    pm_free(in);
-    pm_free(out);
-    pm_free(tgt);
-    return st;
-}
-
 pm_status pm_place_measure(const pm_gpt_config *cfg0, int B, int T, pm_layer_costs *lc,
                            pm_err *err) {
     pm_gpt_config one = *cfg0, *cfg = &one; /* the whole head */
@@ -104,8 +49,11 @@ pm_status pm_place_measure(const pm_gpt_config *cfg0, int B, int T, pm_layer_cos
                      "model (ctx %d)", B, T, cfg->ctx);
     int keep = pm_blas_threads_get(), kind_layer[PM_LAYER_KIND_COUNT] = {0, 1, cfg->layers + 1};
     pm_blas_threads(1); /* as a device thread runs */
-    for (int k = 0; k < PM_LAYER_KIND_COUNT && !st; k++)
-        st = time_layer(cfg, kind_layer[k], B, T, &lc->k[k], err);
+    for (int k = 0; k < PM_LAYER_KIND_COUNT && !st; k++) {
+        double t[3];
+        st = pm_gpt_time_layer(cfg, kind_layer[k], B, T, t, err);
+        lc->k[k] = (pm_pass_times){t[0], t[1], t[2]};
+    }
     pm_blas_threads(keep);
     lc->unit = "s";
     return st;
@@ -179,11 +127,12 @@ static pm_status search_init(place_search *q, const pm_gpt_config *cfg, int B, i
     if (st) return st;
     if (!lc) lc = &flops;
     q->dbl = pm_calloc(4 * nn + 2 * np, sizeof *q->dbl);
-    q->ints = pm_calloc(4 * ns, sizeof *q->ints);
+    q->ints = pm_calloc(5 * ns, sizeof *q->ints);
     if (!q->dbl || !q->ints) return pm_errf(err, PM_ERR_NOMEM, "placement: out of memory");
     q->pre = q->dbl, q->prem = q->pre + nn, q->pres = q->prem + nn, q->inb = q->pres + nn;
     q->load = q->inb + nn, q->mem = q->load + np;
     q->dev = q->ints, q->hold = q->dev + ns, q->cut = q->hold + ns;
+    int *live = q->cut + ns; /* stage_inflight's scratch */
     for (int l = 0; l < n; l++) {
         pm_gpt_sizes z;
         if ((st = pm_gpt_layer_sizes(cfg, l, B, T, &z, err))) return st;
@@ -202,7 +151,7 @@ static pm_status search_init(place_search *q, const pm_gpt_config *cfg, int B, i
         q->inb[l] = l ? (double)z.in : 0;
     }
     for (int k = 0; k < s->S; k++) q->dev[k] = pm_sched_stage_device(s, k);
-    stage_inflight(s, q->hold, q->cut);
+    stage_inflight(s, q->hold, live);
     return PM_OK;
 }
 

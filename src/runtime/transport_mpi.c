@@ -180,10 +180,9 @@ static void reap_sends(pm_tp_mpi *w) {
     for (int k = 0; k < w->nbuf; k++) {
         int flag = 0, rc;
         if (w->send[k].req == MPI_REQUEST_NULL) continue;
-        if ((rc = MPI_Test(&w->send[k].req, &flag, MPI_STATUS_IGNORE)) != MPI_SUCCESS) {
+        /* a failed send keeps its request: its buffer is never handed out again */
+        if ((rc = MPI_Test(&w->send[k].req, &flag, MPI_STATUS_IGNORE)) != MPI_SUCCESS)
             mpi_call_failed(w, rc, "MPI_Test of a send", w->send[k].peer);
-            w->send[k].req = MPI_REQUEST_NULL;
-        }
     }
 }
 
@@ -443,15 +442,15 @@ static void cancel(MPI_Request *r) {
     MPI_Wait(r, MPI_STATUS_IGNORE);
 }
 
-/* Cancels *r and waits up to a second for it to complete; 0 if it is still
- * pending (its buffer must then outlive the process's MPI). */
-static int settle(MPI_Request *r) {
+/* Cancels *r and waits until `until` (pm_now) for it to complete; 0 if it
+ * is still pending (its buffer must then outlive the process's MPI). */
+static int settle(MPI_Request *r, double until) {
     if (*r == MPI_REQUEST_NULL) return 1;
     MPI_Cancel(r);
     double t0 = pm_now();
     long ns = 0;
     int flag = 0;
-    while (MPI_Test(r, &flag, MPI_STATUS_IGNORE) == MPI_SUCCESS && !flag && pm_now() - t0 < 1)
+    while (MPI_Test(r, &flag, MPI_STATUS_IGNORE) == MPI_SUCCESS && !flag && pm_now() < until)
         nap(pm_now() - t0, &ns);
     return flag;
 }
@@ -472,10 +471,11 @@ void pm_tp_mpi_destroy(pm_tp_mpi *w) {
      * neither completes nor cancels keeps its buffer, and so does the abort
      * line's, held in w. Leaked on purpose: the process is ending. */
     int keep = 0;
+    double until = pm_now() + 1; /* one second for all of them */
     for (int k = 0; k < w->nbuf; k++)
-        if (settle(&w->send[k].req)) pm_free(w->send[k].buf);
+        if (settle(&w->send[k].req, until)) pm_free(w->send[k].buf);
         else keep = 1;
-    for (int r = 0; w->out_req && r < w->size; r++) keep |= !settle(&w->out_req[r]);
+    for (int r = 0; w->out_req && r < w->size; r++) keep |= !settle(&w->out_req[r], until);
     for (int k = 0; k < NRECV; k++) cancel(&w->recv[k]);
     cancel(&w->in_req);
     if (w->data != MPI_COMM_NULL) MPI_Comm_free(&w->data);

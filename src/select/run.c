@@ -497,7 +497,9 @@ static pm_status run_threads(sel_run *r, pm_err *err) {
  * the host holds the state its last step ended in; then a spilled state
  * goes out to its file. -1 on a store error (t->why says). */
 static int finish_task(sel_task *t) {
-    if (t->state != PM_SELECT_FAILED && t->host->step > 0) {
+    int pending = 0;
+    for (int s = 0; s < t->S; s++) pending |= t->updated[s] < t->host->step;
+    if (t->state != PM_SELECT_FAILED && pending) {
         if (sel_store_materialize(t)) return -1;
         sel_flush_updates(t);
     }

@@ -11,7 +11,6 @@
 #include <math.h>
 #include <string.h>
 
-#include "pipemem/pm_runtime.h" /* pm_place_measure: the layers' times */
 #include "pipemem/pm_select.h"
 
 const char *const pm_select_policy_names[PM_POLICY_COUNT] = {"shard", "task", "sequential"};
@@ -203,11 +202,12 @@ pm_status pm_select_rate(const pm_select_task *t, int n, double *rate, pm_err *e
     for (int i = 1; i < n; i++)
         if (t[i].cfg.model.dim > t[w].cfg.model.dim) w = i;
     const pm_train_cfg *c = &t[w].cfg;
-    pm_layer_costs tm, fl;
-    pm_status st = pm_place_measure(&c->model, c->batch / c->micro, c->model.ctx, &tm, err);
-    if (!st) st = pm_place_flops(&c->model, c->batch / c->micro, c->model.ctx, &fl, err);
+    int B = c->batch / c->micro;
+    double tm[3];
+    pm_gpt_sizes z;
+    pm_status st = pm_gpt_time_layer(&c->model, 1, B, c->model.ctx, tm, err);
+    if (!st) st = pm_gpt_layer_sizes(&c->model, 1, B, c->model.ctx, &z, err);
     if (st) return st;
-    const pm_pass_times *a = &tm.k[PM_LAYER_BLOCK], *b = &fl.k[PM_LAYER_BLOCK];
-    *rate = (b->f + b->b + b->w) / (a->f + a->b + a->w);
+    *rate = (z.flops_f + z.flops_b + z.flops_w) / (tm[0] + tm[1] + tm[2]);
     return PM_OK;
 }

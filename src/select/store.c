@@ -112,11 +112,12 @@ pm_status pm_select_spill(pm_trainer *h, const char *dir, const char *name, pm_e
     if (fd < 0) return pm_errf(err, PM_ERR_IO, "--spill %s: %s: %s", dir, path, strerror(errno));
     unlink(path); /* the state needs no name: it goes when the run ends */
     h->spilled = 1, h->spill_fd = fd;
-    pm_status st = pm_select_host_unload(h, err);
+    pm_err e;
+    pm_status st = pm_select_host_unload(h, &e);
     if (st) {
         close(fd);
         h->spilled = 0;
-        return pm_errf(err, st, "--spill %s: writing task %s's state: %s", dir, name, err->msg);
+        return pm_errf(err, st, "--spill %s: writing task %s's state: %s", dir, name, e.msg);
     }
     return PM_OK;
 }
