@@ -82,9 +82,10 @@ static pm_mem model_mem(const pm_train_cfg *cfg, int p, int v) {
 
 /* Peak activation of schedule s on the real model, the layers placed as
  * the runtime places them, each stage's exact byte deltas: the largest
- * device's (x M) and each device's in bytes (NULL: not wanted). */
+ * device's (x M) and each device's in bytes, with its state's bytes (both
+ * NULL: not wanted). */
 static pm_status real_peak(const pp_world *w, const pm_train_cfg *cfg, const pm_sched *s,
-                           double *peak, double *bytes, pm_err *err) {
+                           double *peak, double *bytes, double *state, pm_err *err) {
     int mb = cfg->batch / cfg->micro, *first = pm_malloc((size_t)(s->S + 1) * sizeof *first);
     if (!first) return pm_errf(err, PM_ERR_NOMEM, "out of memory placing %d stages", s->S);
     pm_cost c = {0};
@@ -95,7 +96,11 @@ static pm_status real_peak(const pp_world *w, const pm_train_cfg *cfg, const pm_
                                    &c, err);
     if (!st) st = pm_sim_run(&sim, s, &c, err);
     if (!st) *peak = pm_sim_peak_max_x(&sim);
-    for (int d = 0; !st && bytes && d < s->p; d++) bytes[d] = sim.peak[d];
+    for (int d = 0; !st && bytes && d < s->p; d++) bytes[d] = sim.peak[d], state[d] = 0;
+    for (int k = 0; !st && bytes && k < s->S; k++) /* parameters, gradients, AdamW moments */
+        for (int l = first[k]; l < first[k + 1]; l++)
+            state[pm_sched_stage_device(s, k)] +=
+                4.0 * sizeof(float) * (double)pm_gpt_layer_params(&cfg->model, l);
     pm_sim_free(&sim);
     pm_cost_free(&c);
     pm_free(first);
@@ -103,34 +108,40 @@ static pm_status real_peak(const pp_world *w, const pm_train_cfg *cfg, const pm_
 }
 
 /* Refuses, before anything big is allocated, a run this machine cannot
- * hold: the host's copy (pm_train_mem_bytes) plus, per process, the
- * devices' parameters, gradients and moments and their activation peaks
- * (s NULL: before the schedule is known, without the activations). */
+ * hold: the host's copy (pm_train_mem_bytes) plus the devices' parameters,
+ * gradients and moments and their activation peaks (s NULL: before the
+ * schedule is known, without the activations). With threads every device
+ * is in this process; under MPI each rank holds a host copy and its
+ * device, and the ranks mpirun put on this machine share its memory. */
 static pm_status check_fits(const pp_world *w, const pm_train_cfg *cfg, const pm_sched *s,
                             pm_err *err) {
-    double x, act = 0, host = (double)pm_train_mem_bytes(cfg, NULL);
+    double x, act = 0, state = 0, host = (double)pm_train_mem_bytes(cfg, NULL);
     if (!host) return PM_OK; /* a bad configuration: pm_trainer_init says what */
     int mpi = w->opts.transport == PM_TRANSPORT_MPI, dp = w->opts.dp > 1 ? w->opts.dp : 1;
+    const char *ls = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    double local = mpi && ls && atoi(ls) > 0 ? atoi(ls) : 1; /* ranks on this machine */
+    if (!s && !mpi) state = 4.0 * sizeof(float) * (double)pm_gpt_num_params(&cfg->model) * dp;
     if (s) {
-        double *peaks = pm_malloc((size_t)s->p * sizeof *peaks);
+        double *peaks = pm_malloc(2 * (size_t)s->p * sizeof *peaks), *st_b = peaks + s->p;
         if (!peaks) return pm_errf(err, PM_ERR_NOMEM, "out of memory");
-        pm_status st = real_peak(w, cfg, s, &x, peaks, err);
-        for (int d = 0; !st && d < s->p; d++) act = mpi ? (peaks[d] > act ? peaks[d] : act)
-                                                         : act + dp * peaks[d];
+        pm_status st = real_peak(w, cfg, s, &x, peaks, st_b, err);
+        for (int d = 0; !st && d < s->p; d++) {
+            if (!mpi) act += dp * peaks[d], state += dp * st_b[d];
+            else if (peaks[d] + st_b[d] > act + state) act = peaks[d], state = st_b[d];
+        }
         pm_free(peaks);
         if (st) return st;
     }
-    double state = 4.0 * sizeof(float) * (double)pm_gpt_num_params(&cfg->model) * (mpi ? 1 : dp);
-    double need = host + state + act;
-    double have = (double)pm_mem_physical(), G = 1 << 30;
+    host *= local, state *= local, act *= local;
+    double need = host + state + act, have = (double)pm_mem_physical(), G = 1 << 30;
     if (have > 0 && need > have)
         return pm_errf(err, PM_ERR_MEMLIMIT, "train: the pipeline needs %s%.2f GiB%s (%.2f for "
                        "the host's copy of the model, %.2f for the devices' parameters, "
                        "gradients and AdamW moments, %s%.2f for their activations) but this "
                        "machine has %.2f GiB; use a smaller model, more --microbatches or a "
                        "schedule with less memory (--mem-limit)", s ? "" : "over ", need / G,
-                       mpi ? " per rank" : "", host / G, state / G, s ? "" : "more than ",
-                       act / G, have / G);
+                       mpi ? " for the ranks on this machine" : "", host / G, state / G,
+                       s ? "" : "more than ", act / G, have / G);
     return PM_OK;
 }
 
@@ -189,7 +200,7 @@ static pm_status choose_head_parts(const pp_world *w, const pm_cli_train_opts *o
     mc->head_parts = pick;
     double real;
     if (!st && pick > 1 && !o->sched_file && !strcmp(o->kind, "auto") &&
-        !(st = real_peak(w, cfg, s, &real, NULL, err)) && real > o->mem_limit * (1 + 1e-9))
+        !(st = real_peak(w, cfg, s, &real, NULL, NULL, err)) && real > o->mem_limit * (1 + 1e-9))
         mc->head_parts = 1;
     return st;
 }
@@ -255,7 +266,7 @@ static pm_status make_sched(const pp_world *w, const pm_cli_train_opts *o,
                              "M; raise the limit", o->mem_limit, real);
             return st;
         }
-        if ((st = real_peak(w, cfg, s, &real, NULL, err))) break;
+        if ((st = real_peak(w, cfg, s, &real, NULL, NULL, err))) break;
         if (real <= o->mem_limit * (1 + 1e-9) || tries == 4) break;
         pm_sched_free(s);
         req.mem_limit *= o->mem_limit / real * (1 - 1e-6);
