@@ -378,7 +378,14 @@ static pm_status pipe_init(pm_pipe *pp, const pm_train_cfg *cfg, const pm_sched 
         goto fail;
     }
     if ((st = check_w_order(&pp->sched, err))) goto fail;
-    if ((st = plan(pp, err)) || (st = pm_pipe_world_create(pp, err))) goto fail;
+    st = plan(pp, err);
+    /* Under MPI the world's creation is collective: a rank whose plan failed
+     * (out of memory) must not leave the others waiting in it for ever */
+    int bad = pp->opts.transport == PM_TRANSPORT_MPI ? pm_mpi_agree(!st) : -1;
+    if (!st && bad >= 0)
+        st = pm_errf(err, PM_ERR_NOMEM, "rank %d could not plan its device's activation "
+                     "memory (out of memory there?)", bad);
+    if (st || (st = pm_pipe_world_create(pp, err))) goto fail;
     /* under MPI a rank that fails here tells the others (the handshake) */
     st = devices_init(pp, err);
     if (!st && !pp->mpi) st = pm_pipe_pool_start(pp, err);
