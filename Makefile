@@ -243,7 +243,7 @@ FUZZ_SAN = -fsanitize=address,undefined -fno-sanitize-recover=all
 FUZZ_BIN = $(FUZZ_NAMES:%=build/fuzz/fuzz_%)
 fuzz:
 	@scripts/deps.sh clang libclang-rt-dev
-	@$(MAKE) --no-print-directory BUILD=build/fuzz CC=clang CFLAGS="-g -O1" \
+	@$(MAKE) --no-print-directory BUILD=build/fuzz CC=clang CXX=clang++ CFLAGS="-g -O1" \
 	  SAN="-fsanitize=fuzzer-no-link $(FUZZ_SAN)" $(FUZZ_BIN)
 	@for n in $(FUZZ_NAMES); do echo "run: mkdir -p build/fuzz/corpus/$$n && build/fuzz/fuzz_$$n" \
 	  "$$(test -f fuzz/$$n.dict && echo -dict=fuzz/$$n.dict) -max_total_time=300" \
