@@ -525,6 +525,9 @@ static int run(const pm_cli_train_opts *op, pp_world *w) {
     }
     if (failed) return 1;
     w->opts.fingerprint = pm_tokens_identity(&tr);
+    /* an explicit --head-parts counts from the start: auto's search checks the
+     * real peak with it */
+    if (o.head_parts) cfg.model.head_parts = o.head_parts;
     if (place_costs(w, &o, &cfg, &err) || make_sched(w, &o, &cfg, &t, &s, &err) ||
         choose_head_parts(w, &o, &cfg, &s, &err) || check_fits(w, &cfg, &s, &err) ||
         pm_pipe_create(&pp, &cfg, &s, &w->opts, &err)) {
