@@ -200,8 +200,10 @@ int sel_write_csv(const char *path, const pm_select_task *t, const pm_select_res
                 c->model.ctx, c->batch, c->micro, c->opt.warmup, (unsigned long long)c->seed,
                 (long long)r[i].steps, r[i].final_loss, r[i].val_loss, r[i].wall_s, r[i].busy_s,
                 t[i].nshard, state_names[r[i].state]);
-        for (const char *q = r[i].why; *q; q++) /* CSV quoting: a quote doubled */
-            fputs(*q == '"' ? "\"\"" : (char[2]){*q, 0}, w.f);
+        for (const char *q = r[i].why; *q; q++) { /* CSV quoting: a quote doubled */
+            if (*q == '"') fputc('"', w.f);
+            fputc(*q, w.f);
+        }
         fputs("\"\n", w.f);
     }
     if (pm_wfile_commit(&w, &e)) return pm_cli_fail("%s", e.msg);

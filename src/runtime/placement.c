@@ -24,39 +24,34 @@ enum { PLACE_NODES = 4000000 };
 
 /* ---- the layers' costs --------------------------------------------------- */
 
-pm_status pm_place_flops(const pm_gpt_config *cfg0, int B, int T, pm_layer_costs *lc,
-                         pm_err *err) {
-    pm_gpt_config one = *cfg0, *cfg = &one; /* the whole head */
+/* Each layer kind's F, B and W: counted (FLOPs) or timed (seconds), the
+ * head whole whatever cfg's parts (a part is charged its share later). */
+static pm_status kind_costs(const pm_gpt_config *cfg, int B, int T, int timed,
+                            pm_layer_costs *lc, pm_err *err) {
+    pm_gpt_config one = *cfg;
     one.head_parts = 0;
-    pm_status st = pm_gpt_config_check(cfg, err);
-    int kind_layer[PM_LAYER_KIND_COUNT] = {0, 1, cfg->layers + 1};
+    pm_status st = pm_gpt_config_check(&one, err);
+    const int layer[PM_LAYER_KIND_COUNT] = {0, 1, one.layers + 1};
     for (int k = 0; k < PM_LAYER_KIND_COUNT && !st; k++) {
         pm_gpt_sizes z;
-        if (!(st = pm_gpt_layer_sizes(cfg, kind_layer[k], B, T, &z, err)))
+        double t[3];
+        if (timed && !(st = pm_gpt_time_layer(&one, layer[k], B, T, t, err)))
+            lc->k[k] = (pm_pass_times){t[0], t[1], t[2]};
+        else if (!timed && !(st = pm_gpt_layer_sizes(&one, layer[k], B, T, &z, err)))
             lc->k[k] = (pm_pass_times){z.flops_f, z.flops_b, z.flops_w};
     }
-    lc->unit = "flop";
+    lc->unit = timed ? "s" : "flop";
     return st;
 }
 
-pm_status pm_place_measure(const pm_gpt_config *cfg0, int B, int T, pm_layer_costs *lc,
+pm_status pm_place_flops(const pm_gpt_config *cfg, int B, int T, pm_layer_costs *lc,
+                         pm_err *err) {
+    return kind_costs(cfg, B, T, 0, lc, err);
+}
+
+pm_status pm_place_measure(const pm_gpt_config *cfg, int B, int T, pm_layer_costs *lc,
                            pm_err *err) {
-    pm_gpt_config one = *cfg0, *cfg = &one; /* the whole head */
-    one.head_parts = 0;
-    pm_status st = pm_gpt_config_check(cfg, err);
-    if (!st && (B < 1 || T < 1 || T > cfg->ctx))
-        st = pm_errf(err, PM_ERR_ARG, "placement: microbatch %d x %d tokens does not fit the "
-                     "model (ctx %d)", B, T, cfg->ctx);
-    int keep = pm_blas_threads_get(), kind_layer[PM_LAYER_KIND_COUNT] = {0, 1, cfg->layers + 1};
-    pm_blas_threads(1); /* as a device thread runs */
-    for (int k = 0; k < PM_LAYER_KIND_COUNT && !st; k++) {
-        double t[3];
-        st = pm_gpt_time_layer(cfg, kind_layer[k], B, T, t, err);
-        lc->k[k] = (pm_pass_times){t[0], t[1], t[2]};
-    }
-    pm_blas_threads(keep);
-    lc->unit = "s";
-    return st;
+    return kind_costs(cfg, B, T, 1, lc, err);
 }
 
 /* ---- the cut ------------------------------------------------------------- */
