@@ -47,6 +47,12 @@ ifeq ($(SELF_INSTALLING),)
   ifeq ($(NO_CBC),)
     CBC_LIBS := $(shell pkg-config --libs cbc 2>/dev/null)
   endif
+  # The optimal kinds search time slots with the SAT solver CaDiCaL when it
+  # is there (libcadical-dev: a static C++ library with a C API, no
+  # pkg-config file); NO_SAT=1 builds without it (they then use the MILP).
+  ifeq ($(NO_SAT),)
+    SAT_LIBS := $(if $(wildcard /usr/include/ccadical.h),-lcadical)
+  endif
   # Subword tokenizers (--tokenizer) are built when SentencePiece is there
   # (libsentencepiece-dev, whose API is C++: src/data/spm.cc); NO_SPM=1
   # builds without it (the options then say so).
@@ -63,7 +69,8 @@ endif
 
 FINAL_CFLAGS = $(PM_CFLAGS) $(BLAS_CFLAGS) $(CFLAGS)
 # OpenBLAS first: CBC pulls in -lblas, and sgemm must come from OpenBLAS.
-FINAL_LIBS = $(BLAS_LIBS) $(CBC_LIBS) $(MPI_LIBS) $(if $(SPM_LIBS),$(SPM_LIBS) -lstdc++) \
+FINAL_LIBS = $(BLAS_LIBS) $(CBC_LIBS) $(MPI_LIBS) $(SAT_LIBS) \
+  $(if $(SPM_LIBS)$(SAT_LIBS),$(SPM_LIBS) -lstdc++) \
   -lm -lpthread $(SAN) $(LDFLAGS)
 CXX ?= g++
 FINAL_CXXFLAGS = -std=c++17 -Wall -Wextra -Wshadow -MMD -MP -Iinclude -Isrc $(SAN) $(CFLAGS)
@@ -131,9 +138,9 @@ $(SO): $(PIC_OBJ)
 $(MAN): $(BIN) scripts/manpage.sh
 	scripts/manpage.sh $(BIN) > $@.tmp && mv $@.tmp $@
 
-$(PC): scripts/pipemem.pc.in include/pipemem/pm_util.h
+$(PC): scripts/pipemem.pc.in include/pipemem/pm_util.h Makefile
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(LIBDIR)|' -e 's|@VERSION@|$(VERSION)|' \
-	  -e 's|@PRIVATE@|$(strip $(BLAS_LIBS) $(CBC_LIBS) $(MPI_LIBS) $(if $(SPM_LIBS),$(SPM_LIBS) -lstdc++) -lm -lpthread)|' $< > $@
+	  -e 's|@PRIVATE@|$(strip $(BLAS_LIBS) $(CBC_LIBS) $(MPI_LIBS) $(SAT_LIBS) $(if $(SPM_LIBS)$(SAT_LIBS),$(SPM_LIBS) -lstdc++) -lm -lpthread)|' $< > $@
 
 install: all $(SO) $(MAN) $(PC)
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(LIBDIR)/pkgconfig \
@@ -164,6 +171,8 @@ install-check: all $(SO) $(MAN) $(PC)
 $(BUILD)/obj/tests/%.o: FINAL_CFLAGS += $(CHECK_CFLAGS)
 $(BUILD)/obj/src/schedule/milp.o $(BUILD)/pic/src/schedule/milp.o: \
   FINAL_CFLAGS += $(if $(CBC_LIBS),-DPM_HAVE_CBC)
+$(BUILD)/obj/src/schedule/slots.o $(BUILD)/pic/src/schedule/slots.o: \
+  FINAL_CFLAGS += $(if $(SAT_LIBS),-DPM_HAVE_CADICAL)
 $(BUILD)/obj/src/runtime/transport_mpi.o $(BUILD)/pic/src/runtime/transport_mpi.o: \
   FINAL_CFLAGS += $(if $(MPI_LIBS),-DPM_HAVE_MPI $(MPI_CFLAGS))
 $(BUILD)/bench/bench_mpi: FINAL_CFLAGS += $(if $(MPI_LIBS),-DPM_HAVE_MPI $(MPI_CFLAGS))

@@ -6,11 +6,12 @@
 # Subword tokenizers (--tokenizer): libsentencepiece-dev
 # Test output checks: libjansson-dev (Chrome traces), libxml2-dev (SVG timelines)
 # MPI transport: libopenmpi-dev openmpi-bin
-# Exact schedules (--kind optimal): coinor-libcbc-dev (COIN-OR CBC, a MILP solver)
+# Exact schedules (--kind optimal): coinor-libcbc-dev (COIN-OR CBC, a MILP solver),
+#   libcadical-dev (CaDiCaL, a SAT solver, for costs on one time unit)
 # make install's check (man page, soname): man-db groff-base binutils
 # Demo corpus: fortunes.   Reference vectors: python3-torch (optional, see README).
 set -eu
-PKGS="gcc g++ make pkg-config libopenblas-dev libcmocka-dev libjansson-dev libxml2-dev libopenmpi-dev openmpi-bin coinor-libcbc-dev libsentencepiece-dev man-db groff-base binutils fortunes $*"
+PKGS="gcc g++ make pkg-config libopenblas-dev libcmocka-dev libjansson-dev libxml2-dev libopenmpi-dev openmpi-bin coinor-libcbc-dev libcadical-dev libsentencepiece-dev man-db groff-base binutils fortunes $*"
 missing=""
 for p in $PKGS; do
     if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then

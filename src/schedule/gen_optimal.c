@@ -28,9 +28,11 @@
 #include <string.h>
 
 #include "milp.h"
+#include "slots.h"
 #include "pipemem/pm_sched.h"
 
-#define MAX_PASSES 400 /* beyond this the model does not solve in useful time */
+#define MAX_PASSES 400       /* beyond this the MILP does not solve in useful time */
+#define MAX_SLOT_PASSES 1200 /* and the slot model (slots.c) */
 
 typedef struct {
     const pm_sched *s;
@@ -327,17 +329,39 @@ static pm_status solve(pm_sched *out, const pm_sched *s0, const pm_cost *c, cons
     return st;
 }
 
+/* The exact search: the slot model when the costs sit on one time unit
+ * (slots.c), else the MILP over the seed's order. */
+static pm_status search(pm_sched *s, const pm_sched *s0, const pm_cost *c, const pm_sim *sim0,
+                        const pm_sched_req *req, const char *kind, pm_milp_result *res,
+                        pm_err *err) {
+    double cap = req->mem_limit > 0 ? req->mem_limit * pm_cost_M(c) : 0;
+    double unit = pm_slots_unit(s0, c, sim0->makespan);
+    double secs = req->time_limit > 0 ? req->time_limit : 60;
+    int64_t passes = (int64_t)3 * s0->p * s0->m * s0->v;
+    if (unit > 0 && passes <= MAX_SLOT_PASSES)
+        return pm_slots_solve(s, s0, c, cap, unit, sim0->makespan,
+                              pm_sched_lower_bound_at(s0, c, cap), secs, kind, res, err);
+    if (2 * passes / 3 > MAX_PASSES) /* 2 p m v: as if B and W were fused */
+        return pm_errf(err, PM_ERR_ARG, "%s: p=%d m=%d makes at least %lld passes; the MILP "
+                       "solves at most %d (p m <= %d), the slot search %d passes when every "
+                       "cost is a whole number of one unit", kind, req->p, req->m,
+                       (long long)(2 * passes / 3), MAX_PASSES, MAX_PASSES / (2 * s0->v),
+                       MAX_SLOT_PASSES);
+    if (!pm_milp_available())
+        return pm_errf(err, PM_ERR_ARG, "%s: this pipemem was built without a MILP solver; "
+                       "install coinor-libcbc-dev (make deps) and rebuild", kind);
+    return solve(s, s0, c, sim0, req, kind, res, err);
+}
+
 static pm_status build(pm_sched *s, const pm_sched_req *req, pm_place place, const char *kind,
                        pm_err *err) {
     *s = (pm_sched){0};
     int v = place == PM_PLACE_V ? 2 : 1;
-    if ((int64_t)2 * req->p * req->m * v > MAX_PASSES)
-        return pm_errf(err, PM_ERR_ARG, "%s: p=%d m=%d makes at least %lld passes; the MILP "
-                       "solves at most %d (small cases: p m <= %d)", kind, req->p, req->m,
-                       (long long)2 * req->p * req->m * v, MAX_PASSES, MAX_PASSES / (2 * v));
-    if (!pm_milp_available())
-        return pm_errf(err, PM_ERR_ARG, "%s: this pipemem was built without a MILP solver; "
-                       "install coinor-libcbc-dev (make deps) and rebuild", kind);
+    if ((int64_t)3 * req->p * req->m * v > MAX_SLOT_PASSES)
+        return pm_errf(err, PM_ERR_ARG, "%s: p=%d m=%d makes %lld passes; the exact search "
+                       "takes at most %d (p m <= %d)", kind, req->p, req->m,
+                       (long long)3 * req->p * req->m * v, MAX_SLOT_PASSES,
+                       MAX_SLOT_PASSES / (3 * v));
     pm_sched s0;
     pm_cost c;
     pm_sim sim0, sim1;
@@ -346,7 +370,7 @@ static pm_status build(pm_sched *s, const pm_sched_req *req, pm_place place, con
     if (st) return st;
     if ((st = pm_cost_init_uniform(&c, &s0, req->t, req->mem, err))) goto out0;
     if ((st = pm_sim_run(&sim0, &s0, &c, err))) goto out1;
-    if ((st = solve(s, &s0, &c, &sim0, req, kind, &res, err))) goto out2;
+    if ((st = search(s, &s0, &c, &sim0, req, kind, &res, err))) goto out2;
     int better = !pm_sched_validate(s, &c, req->mem_limit, NULL) &&
                  !pm_sim_run(&sim1, s, &c, NULL);
     double mk = sim0.makespan;
