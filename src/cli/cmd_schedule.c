@@ -20,7 +20,7 @@ static const char usage[] =
     "  --mem F,B,W[,R]   activation deltas of F, B, W for one device's share (1,0,-1),\n"
     "                    and R what a recomputed F keeps (default F/16)\n"
     "  --mem-limit X     reject the schedule if a device exceeds X times M\n"
-    "  --time-limit S    optimal, optimal-v: seconds the MILP may search (default 60)\n"
+    "  --time-limit S    optimal, optimal-v: seconds the exact search may take (default 60)\n"
     "  --dp D            D data-parallel replicas: each stage's gradients are summed\n"
     "                    across them from the end of its last weight pass on; -m is\n"
     "                    one replica's microbatches (train's --microbatches is D m)\n"
