@@ -284,6 +284,19 @@ static pm_status model_init(slot_model *md, const pm_sched *s0, const pm_cost *c
     return PM_OK;
 }
 
+/* The longest device span of the solution, in slots. */
+static int span_of(const slot_model *md) {
+    int mx = 0;
+    for (int d = 0; d < md->p; d++) {
+        int z = md->start[id_of(md, md->lo[d], 0, KF)], end = z;
+        for (int s = 0; s < md->S; s++)
+            for (int x = id_of(md, s, 0, 0); md->dev[s] == d && x < id_of(md, s + 1, 0, 0); x++)
+                if (md->start[x] + dur_of(md, x) > end) end = md->start[x] + dur_of(md, x);
+        if (end - z > mx) mx = end - z;
+    }
+    return mx;
+}
+
 static int by_key(const void *a, const void *b) {
     int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
     return (x > y) - (x < y);
@@ -357,22 +370,29 @@ pm_status pm_slots_solve(pm_sched *out, const pm_sched *s0, const pm_cost *c, do
     dl.end.tv_sec += (time_t)seconds;
     dl.end.tv_nsec += (long)((seconds - floor(seconds)) * 1e9);
     if (dl.end.tv_nsec >= 1000000000L) dl.end.tv_sec++, dl.end.tv_nsec -= 1000000000L;
-    int T0 = (int)ceil(lb / unit - 1e-9), T1 = (int)floor(mk0 / unit + 0.5), found = 0;
-    for (int T = T0 < 1 ? 1 : T0; T < T1 && !found; T++) {
-        int r = solve_at(&md, T, &dl);
-        if (r < 0) snprintf(res->note, sizeof res->note, "the slot model at %d slots is too big", T);
+    /* Down from the best known: each answer is a shorter schedule (its own
+     * span may undercut T), and the first refusal proves the last one. */
+    int lo = (int)ceil(lb / unit - 1e-9), hi = (int)floor(mk0 / unit + 0.5), found = 0;
+    while (!st && hi > lo) {
+        int r = solve_at(&md, hi - 1, &dl);
+        if (r < 0) snprintf(res->note, sizeof res->note, "the slot model at %d slots is too big", hi - 1);
         if (r <= 0) {
             res->timed_out = 1;
             break;
         }
-        if (r == 20) res->bound = (T + 1) * unit;
-        else found = 1, res->obj = T * unit;
+        if (r == 20) {
+            lo = hi;
+            break;
+        }
+        hi = span_of(&md);
+        if (found) pm_sched_free(out);
+        st = extract(out, &md, kind, err);
+        found = !st;
     }
-    if (found) st = extract(out, &md, kind, err);
-    else if (!(st = pm_sched_copy(out, s0, err))) {
+    res->bound = lo * unit > lb ? lo * unit : lb;
+    res->obj = hi * unit;
+    if (!st && !found && !(st = pm_sched_copy(out, s0, err)))
         snprintf(out->kind, sizeof out->kind, "%s", kind);
-        if (!res->timed_out) res->bound = mk0;
-    }
     res->proven = !res->timed_out;
     struct timespec t1;
     clock_gettime(CLOCK_MONOTONIC, &t1);
