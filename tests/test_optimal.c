@@ -24,6 +24,7 @@
 #include <cmocka.h>
 
 #include "pipemem/pm_sched.h"
+#include "schedule/slots.h"
 
 typedef struct {
     double makespan, peak;
@@ -127,6 +128,7 @@ static double best_heuristic(const pm_sched_req *q, int v) {
 
 static void slots_agree_with_the_milp(void **state) {
     (void)state;
+    if (!pm_slots_available()) skip(); /* built with NO_SAT=1 */
     const pm_costs costs[] = {{1, 1, 1, 0}, {2, 2, 1, 1}, {2, 3, 2, 0}};
     const double limits[] = {1.0, 0.75, 0.5};
     static const int shapes[][3] = {{0, 2, 2}, {0, 2, 3}, {0, 2, 4}, {0, 3, 2}, {0, 3, 3},
@@ -160,6 +162,7 @@ static void slots_agree_with_the_milp(void **state) {
 
 static void slots_prove_a_point_of_the_v_curve(void **state) {
     (void)state;
+    if (!pm_slots_available()) skip();
     pm_sched_req q = {.p = 4, .m = 8, .t = {1, 1, 1, 0}, .mem = PM_MEM_DEFAULT,
                       .mem_limit = 0.875, .time_limit = 120};
     figs f;
@@ -174,6 +177,21 @@ static void slots_prove_a_point_of_the_v_curve(void **state) {
     assert_int_equal(run("optimal-v", &q, &f, &e), PM_OK);
     assert_int_equal(f.status, PM_OPT_TIMEOUT);
     assert_true(f.bound > 0 && f.bound < f.makespan && f.peak <= 0.875 + 1e-9);
+    /* a limit far above any need, and a time limit beyond time_t: the same
+     * optimum as without them (they once overflowed) */
+    pm_sched_req a = {.p = 2, .m = 3, .t = {2, 3, 2, 0}, .mem = PM_MEM_DEFAULT,
+                      .mem_limit = 0.75, .time_limit = 1e19};
+    pm_sched_req b = {.p = 2, .m = 4, .t = {2, 3, 1, 1}, .mem = PM_MEM_DEFAULT,
+                      .mem_limit = 5e9};
+    figs fa, fb, fc;
+    assert_int_equal(run("optimal-v", &a, &fa, &e), PM_OK);
+    a.time_limit = 20;
+    assert_int_equal(run("optimal-v", &a, &fc, &e), PM_OK);
+    assert_true(fa.status == PM_OPT_PROVEN && fa.makespan == fc.makespan);
+    assert_int_equal(run("optimal", &b, &fb, &e), PM_OK);
+    b.mem_limit = 0;
+    assert_int_equal(run("optimal", &b, &fc, &e), PM_OK);
+    assert_true(fb.status == PM_OPT_PROVEN && fb.makespan == fc.makespan);
 }
 
 static void too_big_refused(void **state) {

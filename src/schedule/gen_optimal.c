@@ -106,8 +106,9 @@ static pm_status seed(pm_sched *best, const pm_sched_req *req, pm_place place, p
         pm_sched_free(&s);
     }
     if (!best->p)
-        return pm_errf(err, PM_ERR_MEMLIMIT, "optimal: no heuristic schedule of the %s placement "
-                       "fits --mem-limit %g M to start from", pm_place_names[place],
+        return pm_errf(err, PM_ERR_MEMLIMIT, "%s: no heuristic schedule of the %s placement "
+                       "fits --mem-limit %g M to start from",
+                       place == PM_PLACE_V ? "optimal-v" : "optimal", pm_place_names[place],
                        req->mem_limit);
     return PM_OK;
 }
@@ -343,10 +344,12 @@ static pm_status search(pm_sched *s, const pm_sched *s0, const pm_cost *c, const
                               pm_sched_lower_bound_at(s0, c, cap), secs, kind, res, err);
     if (2 * passes / 3 > MAX_PASSES) /* 2 p m v: as if B and W were fused */
         return pm_errf(err, PM_ERR_ARG, "%s: p=%d m=%d makes at least %lld passes; the MILP "
-                       "solves at most %d (p m <= %d), the slot search %d passes when every "
-                       "cost is a whole number of one unit", kind, req->p, req->m,
+                       "solves at most %d (p m <= %d), and the slot search, which takes up to "
+                       "%d, does not apply: it needs a SAT solver in the build, costs that "
+                       "are small whole multiples of one unit (at most %d units each), the "
+                       "default memory deltas and no recomputation", kind, req->p, req->m,
                        (long long)(2 * passes / 3), MAX_PASSES, MAX_PASSES / (2 * s0->v),
-                       MAX_SLOT_PASSES);
+                       MAX_SLOT_PASSES, PM_SLOTS_MAX_UNITS);
     if (!pm_milp_available())
         return pm_errf(err, PM_ERR_ARG, "%s: this pipemem was built without a MILP solver; "
                        "install coinor-libcbc-dev (make deps) and rebuild", kind);

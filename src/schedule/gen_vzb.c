@@ -441,6 +441,7 @@ static double list_once(vzb_state *g, list_opt *o) {
     reset(g);
     memset(o->fly, 0, 2 * (size_t)p * sizeof *o->fly);
     for (int k = 0; k < 2 * o->n; k++) o->tree[k] = k >= o->n && k - o->n < p ? k - o->n : -1;
+    for (int d = 0; d < p; d++) o->act[d] = -1; /* a refresh reads its siblings' */
     for (int d = 0; d < p; d++) list_refresh(g, o, d);
     for (size_t left = 6 * (size_t)p * (size_t)g->m; left > 0 && !g->bad; left--) {
         int d = o->tree[1];

@@ -23,9 +23,14 @@
  *             at slot t (F number j+q started, W number j+1 not); per
  *             device, H(a) of one stage and H(k+1-a) of the other exclude
  *             each other: at most k activations, F's rise included.
- * Any order the simulator runs is a solution at its own makespan, and the
- * order of a solution, simulated, starts every pass no later than the
- * solution does: the smallest satisfiable T is the simulated optimum. */
+ * Any order the simulator runs that keeps each (stage, kind)'s microbatches
+ * in order (as every generator here does) is a solution at its own
+ * makespan, and the order of a solution, simulated, starts every pass no
+ * later than the solution does: the smallest satisfiable T is the
+ * simulated optimum over those orders. (An order that starts a device on a
+ * later microbatch, and so later than its first input arrives, is outside:
+ * the pin would not hold. The MILP, which lets a device wait before its
+ * first pass, agreed on every case tested.) */
 #include <limits.h>
 #include <math.h>
 #include <stdlib.h>
@@ -39,14 +44,14 @@
 #include "slots.h"
 
 #define MAX_SLOT_VARS 3000000 /* window variables of one model (a few seconds to build) */
-#define MAX_MULT 1024         /* largest cost in units */
 
 enum { KF = 0, KB = 1, KW = 2 };
 
 /* v as a whole number of units u (-1 if it is not one, or too many). */
 static int units(double v, double u) {
     double r = v / u, n = floor(r + 0.5);
-    return fabs(r - n) <= 1e-9 * (n > 1 ? n : 1) && n >= 0 && n <= MAX_MULT ? (int)n : -1;
+    int whole = fabs(r - n) <= 1e-9 * (n > 1 ? n : 1);
+    return whole && n >= 0 && n <= PM_SLOTS_MAX_UNITS ? (int)n : -1;
 }
 
 #ifdef PM_HAVE_CADICAL
@@ -264,7 +269,9 @@ static pm_status model_init(slot_model *md, const pm_sched *s0, const pm_cost *c
                             double u, pm_err *err) {
     int p = s0->p, S = s0->S, m = s0->m, N = 3 * S * m;
     *md = (slot_model){.s0 = s0, .p = p, .S = S, .m = m, .N = N, .c = units(c->c, u)};
-    md->k = cap > 0 ? (int)floor(cap / c->st[0].mf + 1e-9) : INT_MAX / 2;
+    /* more than 2 m activations never binds (and must not overflow) */
+    double k = cap > 0 ? floor(cap / c->st[0].mf + 1e-9) : INFINITY;
+    md->k = k < 2.0 * m + 1 ? (int)k : 2 * m + 1;
     md->dev = pm_malloc((size_t)S * sizeof(int)), md->dur = pm_malloc(3 * (size_t)S * sizeof(int));
     md->lo = pm_malloc((size_t)p * sizeof(int)), md->hi = pm_malloc((size_t)p * sizeof(int));
     md->es = pm_malloc((size_t)N * sizeof(int)), md->ls = pm_malloc((size_t)N * sizeof(int));
@@ -367,6 +374,7 @@ pm_status pm_slots_solve(pm_sched *out, const pm_sched *s0, const pm_cost *c, do
     struct timespec t0;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     deadline dl = {t0};
+    if (!(seconds < 1e9)) seconds = 1e9; /* about 30 years: no time_t overflow */
     dl.end.tv_sec += (time_t)seconds;
     dl.end.tv_nsec += (long)((seconds - floor(seconds)) * 1e9);
     if (dl.end.tv_nsec >= 1000000000L) dl.end.tv_sec++, dl.end.tv_nsec -= 1000000000L;

@@ -7,6 +7,8 @@
 #include "milp.h"
 #include "pipemem/pm_sched.h"
 
+#define PM_SLOTS_MAX_UNITS 1024 /* largest pass time or latency, in units */
+
 /* 1 if this build has the SAT solver (CaDiCaL). */
 int pm_slots_available(void);
 
