@@ -65,8 +65,8 @@ int main(int argc, char **argv) {
     }
     double sum = 0, worst = 0;
     int proven = 0, cases = 0;
-    printf("bench_gap: best heuristic (search) against the optimum, costs %g,%g,%g,%g, %.0f s "
-           "per search\n", t.f, t.b, t.w, t.c, secs);
+    printf("bench_gap: best heuristic (search) against the optimum, costs %g,%g,%g,%g, "
+           "%.0f s per search\n", t.f, t.b, t.w, t.c, secs);
     printf("%3s %3s %7s  %-14s %12s  %12s %-10s %12s  %8s %8s\n", "p", "m", "limit", "heuristic",
            "makespan", "optimum", "status", "bound", "gap", "to bound");
     for (int pi = 0; pi < 3; pi++)
@@ -96,9 +96,9 @@ int main(int argc, char **argv) {
                 int ok = best.status == PM_OPT_PROVEN &&
                          (!other.status || other.bound >= best.makespan * (1 - 1e-9));
                 double gap = pt.makespan / best.makespan - 1, gb = pt.makespan / bound - 1;
-                printf("%3d %3d %7.4f  %-14s %12.6g  %12.6g %-10s %12.6g  %7.2f%% %7.2f%%\n", p,
-                       m, lim, pt.kind, pt.makespan, best.makespan, ok ? "proven" : "open", bound,
-                       100 * gap, 100 * gb);
+                printf("%3d %3d %7.4f  %-14s %12.6g  %12.6g %-10s %12.6g  %7.2f%% %7.2f%%\n",
+                       p, m, lim, pt.kind, pt.makespan, best.makespan, ok ? "proven" : "open",
+                       bound, 100 * gap, 100 * gb);
                 cases++;
                 if (ok) {
                     proven++;

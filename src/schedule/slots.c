@@ -79,7 +79,8 @@ static int preds(const slot_model *md, int x, int *q, int *gap) {
     const int *du = md->dur;
 #define LAT(a, b) (md->dev[a] != md->dev[b] ? md->c : 0)
     if (j > 0) q[n] = x - 3, gap[n++] = du[s * 3 + k];
-    if (k == KF && s > 0) q[n] = id_of(md, s - 1, j, KF), gap[n++] = du[(s - 1) * 3 + KF] + LAT(s - 1, s);
+    if (k == KF && s > 0)
+        q[n] = id_of(md, s - 1, j, KF), gap[n++] = du[(s - 1) * 3 + KF] + LAT(s - 1, s);
     if (k == KB) q[n] = id_of(md, s, j, KF), gap[n++] = du[s * 3 + KF];
     if (k == KB && s < md->S - 1)
         q[n] = id_of(md, s + 1, j, KB), gap[n++] = du[(s + 1) * 3 + KB] + LAT(s + 1, s);
@@ -276,7 +277,8 @@ static pm_status model_init(slot_model *md, const pm_sched *s0, const pm_cost *c
     md->lo = pm_malloc((size_t)p * sizeof(int)), md->hi = pm_malloc((size_t)p * sizeof(int));
     md->es = pm_malloc((size_t)N * sizeof(int)), md->ls = pm_malloc((size_t)N * sizeof(int));
     md->var0 = pm_malloc((size_t)N * sizeof(int)), md->start = pm_malloc((size_t)N * sizeof(int));
-    if (!md->dev || !md->dur || !md->lo || !md->hi || !md->es || !md->ls || !md->var0 || !md->start) {
+    if (!md->dev || !md->dur || !md->lo || !md->hi || !md->es || !md->ls || !md->var0 ||
+        !md->start) {
         model_free(md);
         return pm_errf(err, PM_ERR_NOMEM, "out of memory for the slot model of %d passes", N);
     }
@@ -356,7 +358,8 @@ double pm_slots_unit(const pm_sched *s0, const pm_cost *c, double mk0) {
         double u = u0 / div;
         int ok = units(c->c, u) >= 0 && 3.0 * c->S * s0->m * (mk0 / u) <= MAX_SLOT_VARS;
         for (int s = 0; s < c->S && ok; s++)
-            ok = units(c->st[s].tf, u) > 0 && units(c->st[s].tb, u) > 0 && units(c->st[s].tw, u) > 0;
+            ok = units(c->st[s].tf, u) > 0 && units(c->st[s].tb, u) > 0 &&
+                 units(c->st[s].tw, u) > 0;
         if (ok) return u;
     }
     return 0;
@@ -383,7 +386,8 @@ pm_status pm_slots_solve(pm_sched *out, const pm_sched *s0, const pm_cost *c, do
     int lo = (int)ceil(lb / unit - 1e-9), hi = (int)floor(mk0 / unit + 0.5), found = 0;
     while (!st && hi > lo) {
         int r = solve_at(&md, hi - 1, &dl);
-        if (r < 0) snprintf(res->note, sizeof res->note, "the slot model at %d slots is too big", hi - 1);
+        if (r < 0)
+            snprintf(res->note, sizeof res->note, "the slot model at %d slots is too big", hi - 1);
         if (r <= 0) {
             res->timed_out = 1;
             break;
