@@ -76,7 +76,8 @@ static int dep_of(const model *md, const int *tab, int x) {
 }
 
 /* The seed: the fastest heuristic schedule of the placement within limit. */
-static pm_status seed(pm_sched *best, const pm_sched_req *req, pm_place place, pm_err *err) {
+static pm_status seed(pm_sched *best, const pm_sched_req *req, pm_place place, const char *kind,
+                      pm_err *err) {
     static const char *const single[] = {"gpipe", "1f1b", "zb-h1", "zb-h2", "zb"};
     static const char *const v[] = {"v-min", "v-half", "1f1b-v", "zb-v", "v-zb", "auto-v"};
     const char *const *k = place == PM_PLACE_V ? v : single;
@@ -107,8 +108,7 @@ static pm_status seed(pm_sched *best, const pm_sched_req *req, pm_place place, p
     }
     if (!best->p)
         return pm_errf(err, PM_ERR_MEMLIMIT, "%s: no heuristic schedule of the %s placement "
-                       "fits --mem-limit %g M to start from",
-                       place == PM_PLACE_V ? "optimal-v" : "optimal", pm_place_names[place],
+                       "fits --mem-limit %g M to start from", kind, pm_place_names[place],
                        req->mem_limit);
     return PM_OK;
 }
@@ -338,8 +338,8 @@ static pm_status search(pm_sched *s, const pm_sched *s0, const pm_cost *c, const
     double cap = req->mem_limit > 0 ? req->mem_limit * pm_cost_M(c) : 0;
     double unit = pm_slots_unit(s0, c, sim0->makespan);
     double secs = req->time_limit > 0 ? req->time_limit : 60;
-    int64_t passes = (int64_t)3 * s0->p * s0->m * s0->v;
-    if (unit > 0 && passes <= MAX_SLOT_PASSES)
+    int64_t passes = (int64_t)3 * s0->p * s0->m * s0->v; /* <= MAX_SLOT_PASSES (build) */
+    if (unit > 0)
         return pm_slots_solve(s, s0, c, cap, unit, sim0->makespan,
                               pm_sched_lower_bound_at(s0, c, cap), secs, kind, res, err);
     if (2 * passes / 3 > MAX_PASSES) /* 2 p m v: as if B and W were fused */
@@ -369,7 +369,7 @@ static pm_status build(pm_sched *s, const pm_sched_req *req, pm_place place, con
     pm_cost c;
     pm_sim sim0, sim1;
     pm_milp_result res;
-    pm_status st = seed(&s0, req, place, err);
+    pm_status st = seed(&s0, req, place, kind, err);
     if (st) return st;
     if ((st = pm_cost_init_uniform(&c, &s0, req->t, req->mem, err))) goto out0;
     if ((st = pm_sim_run(&sim0, &s0, &c, err))) goto out1;

@@ -193,11 +193,11 @@ static void add_device(slot_model *md, int d, int z) {
 /* Activations on device d at each slot: at most k. */
 static void add_memory(slot_model *md, int d, int z) {
     int m = md->m, k = md->k, stages[2], ns = stages_of(md, d, stages);
-    int top = k + 1 < m ? k + 1 : m, two = ns == 2;
+    int top = k + 1 < m ? k + 1 : m;
     if (k >= ns * m) return;
     for (int t = z; t < z + md->T; t++) {
         int h[2] = {0, 0}; /* H(q) of stage i is variable h[i] + q - 1 */
-        for (int i = 0; i < 1 + two; i++) {
+        for (int i = 0; i < ns; i++) {
             h[i] = md->nv + 1;
             md->nv += top;
             for (int qq = 1; qq <= top; qq++)
@@ -205,7 +205,7 @@ static void add_memory(slot_model *md, int d, int z) {
                     CL(-lit(md, id_of(md, stages[i], j + qq - 1, KF), t),
                        lit(md, id_of(md, stages[i], j, KW), t), h[i] + qq - 1);
         }
-        if (!two) {
+        if (ns == 1) {
             if (k + 1 <= m) CL(-(h[0] + k));
             continue;
         }
