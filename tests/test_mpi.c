@@ -363,6 +363,13 @@ static void test_bad_input(void **state) {
     assert_int_not_equal(rc, 0);
     assert_int_not_equal(rc, 124);
     assert_non_null(strstr(out, "pipemem: rank 1: "));
+    /* a rank alone with a bad option says so itself, and every rank stops */
+    rc = run(out, sizeof out, NULL, MPIRUN " 1 %s train --data %s/d " MODEL " --steps 2 --pp 2 "
+             ": -np 1 %s train --data %s/d " MODEL " --steps 2 --pp 2 --dim x", bin, dir, bin, dir);
+    assert_int_not_equal(rc, 0);
+    assert_int_not_equal(rc, 124);
+    assert_int_equal(count(out, "pipemem: "), 1);
+    assert_int_equal(count(out, "pipemem: rank 1: --dim: 'x' is not an integer"), 1);
 }
 
 static void test_built_without(void **state) {

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "pipemem/pm_runtime.h"
 #include "train_opts.h"
 
 /* Progress lines, validation lines and the step times of a single-device
@@ -47,15 +48,29 @@ static void on_event(void *ctx, const pm_loop_event *ev) {
         fprintf(stderr, "saved %s (step %lld)\n", ev->saved, (long long)ev->step);
 }
 
+/* Under mpirun a rank stopped by its options still meets the others in the
+ * first agreement (the one the ranks that read them fine make once their data
+ * is loaded). Exiting at once raced rank 0: mpirun ends the job on the first
+ * non-zero exit, sometimes before rank 0's line was out. */
+static int stop_together(void) {
+    int rank, size;
+    pm_err err;
+    if (pm_mpi_init(&rank, &size, &err)) return 1;
+    if (pm_mpi_agree(0) > 0) pm_cli_print_held(); /* rank 0 read them fine: ours alone */
+    pm_mpi_finalize();
+    return 1;
+}
+
 int pm_cmd_train(int argc, char **argv) {
     pm_cli_train_opts o;
     /* under mpirun every rank reads the same options, and only rank 0
      * writes the outputs: it alone says what is wrong with them */
     const char *mr = getenv("OMPI_COMM_WORLD_RANK");
     int other = mr && strcmp(mr, "0");
-    pm_cli_set_rank(-1, other);
+    pm_cli_set_rank(other ? atoi(mr) : -1, other);
     int rc = pm_cli_train_parse(argc, argv, &o);
     if (!rc && !other) rc = pm_cli_train_check_outputs(&o);
+    if (rc > 0 && pm_mpi_launched()) rc = stop_together();
     pm_cli_set_rank(-1, 0);
     if (rc) return rc < 0 ? 0 : rc;
     if (o.pipeline) return pm_cli_train_pp(&o);
