@@ -28,7 +28,9 @@
  * reorder warm-up and cool-down under the peak) and joins the fixed V kinds
  * (v-min, v-half, zb-v, 1f1b-v, v-zb at its default 1.0 M) and the V-ZB
  * greedy on a grid of memory levels from V-Min's peak up
- * (search_internal.h); the fastest whose simulated peak fits wins. Nothing
+ * (search_internal.h). Up to PM_POLISH_MAX_PASSES passes the candidates on
+ * the front of peak and makespan are polished (polish.h, through the
+ * pool); the fastest whose simulated peak fits wins. Nothing
  * in a level's choice depends on the limit asked, so the set considered
  * only grows with the limit, and the answer's makespan never grows with it.
  *
@@ -468,6 +470,7 @@ pm_status pm_sched_build_auto_v(pm_sched *s, const pm_sched_req *req, pm_err *er
     if (rs) return rs;
     pm_cand_pool pl = {0};
     pm_status st = pm_cand_pool_v(&pl, req, req->mem_limit, err);
+    if (!st) st = pm_cand_pool_polish(&pl, PM_FAMILY_V, req, req->mem_limit, err);
     if (st) goto done;
     int w = pm_cand_pool_best(&pl, PM_FAMILY_V, req->mem_limit);
     if (w < 0) {

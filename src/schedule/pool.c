@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "polish.h"
 #include "pool.h"
 
 /* A named kind: the registry again, with its chunks and no limit. */
@@ -90,12 +91,14 @@ pm_status pm_cand_pool_named(pm_cand_pool *pl, const pm_sched_req *req, pm_famil
     return pm_cand_pool_add(pl, &c, err);
 }
 
+static double admit_peak(const pm_cand *c) { return c->polished ? c->raw_peak : c->pt.peak; }
+
 int pm_cand_pool_best(const pm_cand_pool *pl, int fam, double limit) {
     int best = -1;
     for (int i = 0; i < pl->n; i++) {
         const pm_cand *c = &pl->c[i];
         if (!c->pt.ok || (fam >= 0 && (int)c->fam != fam)) continue;
-        if (c->pt.peak > limit * (1 + PM_PEAK_TOL)) continue;
+        if (admit_peak(c) > limit * (1 + PM_PEAK_TOL)) continue;
         if (best < 0) {
             best = i;
             continue;
@@ -108,6 +111,73 @@ int pm_cand_pool_best(const pm_cand_pool *pl, int fam, double limit) {
     return best;
 }
 
+/* The rebuilt schedule polished within cap (x M), renamed "KIND+polish". */
+static pm_status polish(pm_sched *s, const pm_sched_req *req, double cap, pm_err *err) {
+    pm_cost c;
+    pm_status st = pm_cost_init_uniform(&c, s, req->t, req->mem, err);
+    if (st) return st;
+    st = pm_sched_polish(s, &c, cap * pm_cost_M(&c), PM_POLISH_BUDGET, NULL, err);
+    pm_cost_free(&c);
+    char kind[sizeof s->kind];
+    snprintf(kind, sizeof kind, "%s", s->kind);
+    snprintf(s->kind, sizeof s->kind, "%.24s+polish", kind);
+    return st;
+}
+
 pm_status pm_cand_build(pm_sched *s, const pm_cand *c, const pm_sched_req *req, pm_err *err) {
-    return c->rebuild(s, c, req, err);
+    pm_status st = c->rebuild(s, c, req, err);
+    if (!st && c->polished && (st = polish(s, req, c->raw_peak, err))) pm_sched_free(s);
+    return st;
+}
+
+/* Whether candidate i is on its family's front among the raw figures: no
+ * candidate of the family with a peak no higher is faster, or as fast with
+ * a lower peak, or the same and listed first. */
+static int on_front(const pm_cand_pool *pl, int i) {
+    const pm_cand *c = &pl->c[i];
+    for (int j = 0; j < pl->n; j++) {
+        const pm_cand *d = &pl->c[j];
+        if (j == i || !d->pt.ok || d->fam != c->fam || d->polished) continue;
+        if (d->pt.peak > c->pt.peak * (1 + PM_PEAK_TOL)) continue;
+        if (d->pt.makespan < c->pt.makespan * (1 - 1e-12)) return 0;
+        if (d->pt.makespan <= c->pt.makespan * (1 + 1e-12) &&
+            (d->pt.peak < c->pt.peak * (1 - PM_PEAK_TOL) || j < i))
+            return 0;
+    }
+    return 1;
+}
+
+pm_status pm_cand_pool_polish(pm_cand_pool *pl, int fam, const pm_sched_req *req, double top,
+                              pm_err *err) {
+    pm_status st = PM_OK;
+    if (3 * (int64_t)req->p * req->m * 2 > PM_POLISH_MAX_PASSES) return PM_OK; /* V's count */
+    char *front = pm_malloc((size_t)(pl->n ? pl->n : 1));
+    if (!front) return pm_errf(err, PM_ERR_NOMEM, "out of memory polishing %d candidates", pl->n);
+    for (int i = 0; i < pl->n; i++) { /* all first: the front is of raw figures */
+        const pm_cand *c = &pl->c[i];
+        front[i] = c->pt.ok && !c->polished && (fam < 0 || (int)c->fam == fam) &&
+                   c->pt.peak <= top * (1 + PM_PEAK_TOL) && on_front(pl, i);
+    }
+    for (int i = 0; i < pl->n && !st; i++) {
+        if (!front[i]) continue;
+        pm_cand *c = &pl->c[i];
+        pm_cand x = *c;
+        x.polished = 1;
+        x.raw_peak = c->pt.peak;
+        pm_sched s;
+        pm_err e;
+        pm_status gs = pm_cand_build(&s, &x, req, &e);
+        if (!gs) {
+            gs = pm_search_eval(&s, req, &x.pt, &e);
+            pm_sched_free(&s);
+        }
+        if (gs) {
+            st = pm_search_fatal(gs, &e, err);
+            continue;
+        }
+        snprintf(x.pt.kind, sizeof x.pt.kind, "%.24s+polish", c->pt.kind);
+        if (x.pt.makespan < c->pt.makespan * (1 - 1e-12)) *c = x;
+    }
+    pm_free(front);
+    return st;
 }

@@ -52,7 +52,9 @@ struct pm_cand {
     double level;         /* limit the greedy ran at (x M) */
     int blk[PM_CAND_BLK]; /* block parameters (gen_autov.c) */
     double bound;         /* memory-theorem bound (blocks) or level; x M */
-    pm_search_point pt;   /* simulated figures */
+    pm_search_point pt;   /* simulated figures (after the polish, if polished) */
+    int polished;         /* 1: rebuilt, then polished (polish.h) within raw_peak */
+    double raw_peak;      /* the peak before the polish, x M: what admits it */
 };
 
 typedef struct {
@@ -69,7 +71,16 @@ pm_status pm_cand_pool_named(pm_cand_pool *pl, const pm_sched_req *req, pm_famil
 /* Index of the fastest candidate of family fam (-1: any) whose peak fits
  * limit (ties to the smaller peak), or -1. */
 int pm_cand_pool_best(const pm_cand_pool *pl, int fam, double limit);
-/* Rebuilds candidate c's schedule. */
+/* Rebuilds candidate c's schedule (and polishes it, if it was). */
 pm_status pm_cand_build(pm_sched *s, const pm_cand *c, const pm_sched_req *req, pm_err *err);
+/* Polishes every candidate of family fam (-1: all) with a peak within top
+ * that is on its family's front (no candidate of the family with a peak no
+ * higher is faster, or as fast with a lower peak), within its own peak,
+ * and keeps the polished figures where they are faster. A polished
+ * candidate is still admitted by its raw peak: which candidates are
+ * polished then depends only on those admitted for a limit, so the answers
+ * stay monotone in the limit and the same whatever top the pool had. */
+pm_status pm_cand_pool_polish(pm_cand_pool *pl, int fam, const pm_sched_req *req, double top,
+                              pm_err *err);
 
 #endif

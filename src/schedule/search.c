@@ -142,6 +142,10 @@ pm_status pm_sched_search(pm_sched *best, const pm_sched_req *req, pm_search_poi
         return pm_errf(err, PM_ERR_ARG, "search needs --mem-limit X (a multiple of M, > 0)");
     pm_cand_pool pl;
     if ((st = pool_all(&pl, req, limit, err))) return st;
+    if ((st = pm_cand_pool_polish(&pl, -1, req, limit, err))) {
+        pm_cand_pool_free(&pl);
+        return st;
+    }
     for (;;) {
         int w = pm_cand_pool_best(&pl, -1, limit);
         if (w < 0) {
@@ -202,6 +206,10 @@ pm_status pm_sched_curve(const pm_sched_req *req, const double *limits, int n,
     }
     pm_cand_pool pl;
     if ((st = pool_all(&pl, req, top, err))) return st;
+    if ((st = pm_cand_pool_polish(&pl, -1, req, top, err))) {
+        pm_cand_pool_free(&pl);
+        return st;
+    }
     for (int f = 0; f < PM_FAMILY_COUNT; f++)
         for (int k = 0; k < n; k++) {
             int w = pm_cand_pool_best(&pl, f, limits[k]);

@@ -1,0 +1,154 @@
+/* polish.c: a local search over a schedule's per-device orders.
+ *
+ * The generators place passes by rules (repeated blocks, greedy rounds).
+ * Under tight memory their worst cases are a few passes that sit one or two
+ * places from where the next device would start sooner: at p = 2 and 0.75 M
+ * the V-ZB greedy loses 2 time units every second microbatch. Moving single
+ * passes finds most of that.
+ *
+ * A move takes one pass to another position within PM_POLISH_WINDOW places
+ * on its own device. A device's memory levels depend on its order alone,
+ * so a move that breaks a dependency within the device or rises over the
+ * cap is refused before any replay; the others are replayed, and kept when
+ * the schedule does not deadlock and its simulated score falls: the makespan,
+ * then the sum of the devices' spans, then the sum of the passes' end times
+ * (the two ties let work drift earlier on devices off the critical one,
+ * which is what later lets the makespan fall). First improvement: a pass
+ * takes the first move that scores better, and rounds repeat over all
+ * passes until one keeps nothing or the budget of simulated passes is
+ * spent. A budget, never seconds, so every machine and every MPI rank
+ * polishes a schedule the same way. */
+#include <math.h>
+#include <string.h>
+
+#include "polish.h"
+
+#define PM_POLISH_WINDOW 4
+
+typedef struct {
+    double makespan, spans, ends;
+} score;
+
+/* Replays s; 0 if it deadlocks or a device exceeds cap (> 0). */
+static int eval(pm_sim *sim, const pm_sched *s, const pm_cost *c, double cap, score *out) {
+    pm_err err;
+    if (pm_sim_replay(sim, s, c, &err)) return 0;
+    score r = {sim->makespan, 0, 0};
+    for (int d = 0; d < s->p; d++) {
+        if (cap > 0 && sim->peak[d] > cap * (1 + PM_POLISH_TOL)) return 0;
+        r.spans += sim->span[d];
+        const double *end = sim->end + (int64_t)d * s->cap;
+        for (int64_t i = 0; i < s->len[d]; i++) r.ends += end[i];
+    }
+    *out = r;
+    return 1;
+}
+
+/* a < b by more than rounding, in one component after equal ones */
+static int less(double a, double b) { return a < b - 1e-12 * fabs(b); }
+static int same(double a, double b) { return !less(a, b) && !less(b, a); }
+static int better(const score *a, const score *b) {
+    if (!same(a->makespan, b->makespan)) return less(a->makespan, b->makespan);
+    if (!same(a->spans, b->spans)) return less(a->spans, b->spans);
+    return less(a->ends, b->ends);
+}
+
+/* Moves list[i] to position j, shifting what lies between. */
+static void move(pm_pass *list, int64_t i, int64_t j) {
+    pm_pass x = list[i];
+    if (i < j) memmove(list + i, list + i + 1, (size_t)(j - i) * sizeof *list);
+    else memmove(list + j + 1, list + j, (size_t)(i - j) * sizeof *list);
+    list[j] = x;
+}
+
+/* Whether b needs a, both of one microbatch: forwards run up the stages and
+ * come before every backward, backwards run down, and a W follows its B. */
+static int needs(const pm_pass *a, const pm_pass *b) {
+    if (a->kind == PM_PASS_W) return 0;
+    if (a->kind == PM_PASS_F) return b->kind != PM_PASS_F || a->stage < b->stage;
+    if (b->kind == PM_PASS_F) return 0;
+    return b->kind == PM_PASS_W ? a->stage >= b->stage : a->stage > b->stage;
+}
+
+/* The state of the search: the schedule, its replay, the cap, and each
+ * device's level before each of its passes (it depends on the order alone,
+ * so a move's memory is checked without a replay). */
+typedef struct {
+    pm_sched *s;
+    const pm_cost *c;
+    pm_sim sim;
+    double cap;
+    double *before; /* (p, cap) like the schedule's passes */
+    int64_t n, budget;
+    score cur;
+} polish_ws;
+
+static void levels(polish_ws *w, int d) {
+    const pm_pass *list = pm_sched_dev(w->s, d);
+    double *before = w->before + (int64_t)d * w->s->cap, lvl = 0;
+    for (int64_t k = 0; k < w->s->len[d]; k++) before[k] = lvl, lvl += pm_cost_mem(w->c, &list[k]);
+}
+
+/* After list[i] moved to j: 0 if the device's order now breaks a
+ * dependency within it or a pass between lo and hi rises over the cap. */
+static int plausible(const polish_ws *w, int d, int64_t i, int64_t j) {
+    const pm_pass *list = pm_sched_dev(w->s, d), *x = &list[j];
+    int64_t lo = i < j ? i : j, hi = i < j ? j : i;
+    for (int64_t k = lo; k <= hi; k++)
+        if (k != j && list[k].mb == x->mb && (k > j ? needs(&list[k], x) : needs(x, &list[k])))
+            return 0;
+    if (!(w->cap > 0)) return 1;
+    double lvl = w->before[(int64_t)d * w->s->cap + lo], cap = w->cap * (1 + PM_POLISH_TOL);
+    for (int64_t k = lo; k <= hi; k++) {
+        if (lvl + pm_cost_rise(w->c, &list[k]) > cap) return 0;
+        lvl += pm_cost_mem(w->c, &list[k]);
+    }
+    return 1;
+}
+
+/* Tries the moves of device d's pass i; 1 if one was kept. */
+static int try_pass(polish_ws *w, int d, int64_t i) {
+    pm_pass *list = pm_sched_dev(w->s, d);
+    for (int64_t j = i - PM_POLISH_WINDOW; j <= i + PM_POLISH_WINDOW; j++) {
+        if (j < 0 || j >= w->s->len[d] || j == i) continue;
+        move(list, i, j);
+        score sc;
+        if (plausible(w, d, i, j) && w->budget >= w->n) {
+            w->budget -= w->n;
+            if (eval(&w->sim, w->s, w->c, w->cap, &sc) && better(&sc, &w->cur)) {
+                w->cur = sc;
+                levels(w, d);
+                return 1;
+            }
+        }
+        move(list, j, i);
+    }
+    return 0;
+}
+
+pm_status pm_sched_polish(pm_sched *s, const pm_cost *c, double cap, int64_t budget, int *moves,
+                          pm_err *err) {
+    if (moves) *moves = 0;
+    polish_ws w = {.s = s, .c = c, .cap = cap, .budget = budget};
+    pm_status st = pm_sim_init(&w.sim, s, err);
+    if (st) return st;
+    w.before = pm_malloc((size_t)s->p * (size_t)s->cap * sizeof *w.before);
+    if (!w.before) {
+        pm_sim_free(&w.sim);
+        return pm_errf(err, PM_ERR_NOMEM, "out of memory polishing a schedule of p=%d", s->p);
+    }
+    int total = 0;
+    if (eval(&w.sim, s, c, cap, &w.cur)) { /* else nothing to start from: s stays */
+        for (int d = 0; d < s->p; d++) w.n += s->len[d], levels(&w, d);
+        for (int kept = 1; kept && w.budget >= w.n;) {
+            kept = 0;
+            for (int d = 0; d < s->p; d++)
+                for (int64_t i = 0; i < s->len[d]; i++) kept += try_pass(&w, d, i);
+            total += kept;
+        }
+    }
+    pm_free(w.before);
+    pm_sim_free(&w.sim);
+    if (moves) *moves = total;
+    return PM_OK;
+}
