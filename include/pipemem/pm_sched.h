@@ -413,7 +413,7 @@ pm_status pm_sched_build_zb_2p(pm_sched *s, const pm_sched_req *req, pm_err *err
 pm_status pm_sched_build_v_zb(pm_sched *s, const pm_sched_req *req, pm_err *err);
 /* auto-v: the adaptive V scheduler; req->mem_limit is required. The best V
  * schedule (searched building blocks, the fixed V blocks, V-ZB's greedy,
- * polished like the search's up to 1200 passes) whose peak fits the limit.
+ * polished like the search's for p m <= 200) whose peak fits the limit.
  * Below the smallest feasible limit it fails
  * with PM_ERR_MEMLIMIT and a message naming that limit. */
 pm_status pm_sched_build_auto_v(pm_sched *s, const pm_sched_req *req, pm_err *err);
@@ -435,10 +435,10 @@ typedef struct {
     double peak;       /* its peak, x M (max over devices) */
 } pm_search_point;
 
-/* The best schedule over every family whose peak fits req->mem_limit (> 0
- * required): smallest makespan, ties to the smaller peak. Up to 1200
- * passes the candidates are first polished by a local search over each
- * device's order (the kind then ends in "+polish"). best receives the
+/* The best schedule over every family that fits req->mem_limit (> 0
+ * required): smallest makespan, ties to the smaller peak. When p m <= 200
+ * the candidates are first polished by a local search over each device's
+ * order (the kind then ends in "+polish"). best receives the
  * schedule (caller frees), *pt its figures and reason (reason_len bytes) a
  * one-line explanation of the choice. If nothing fits, PM_ERR_MEMLIMIT
  * naming the smallest feasible limit. */

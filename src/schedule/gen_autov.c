@@ -28,7 +28,7 @@
  * reorder warm-up and cool-down under the peak) and joins the fixed V kinds
  * (v-min, v-half, zb-v, 1f1b-v, v-zb at its default 1.0 M) and the V-ZB
  * greedy on a grid of memory levels from V-Min's peak up
- * (search_internal.h). Up to PM_POLISH_MAX_PASSES passes the candidates on
+ * (search_internal.h). When p m <= PM_POLISH_MAX_PM the candidates on
  * the front of peak and makespan are polished (polish.h, through the
  * pool); the fastest whose simulated peak fits wins. Nothing
  * in a level's choice depends on the limit asked, so the set considered
@@ -431,22 +431,23 @@ pm_status pm_cand_pool_v(pm_cand_pool *pl, const pm_sched_req *req, double max_l
     return st;
 }
 
-static double pool_min_peak(const pm_cand_pool *pl, const char **who) {
+static double pool_min_admit(const pm_cand_pool *pl, const char **who) {
     double mn = INFINITY;
     for (int i = 0; i < pl->n; i++)
-        if (pl->c[i].pt.ok && pl->c[i].pt.peak < mn) mn = pl->c[i].pt.peak, *who = pl->c[i].kind;
+        if (pl->c[i].pt.ok && pm_cand_admit(&pl->c[i]) < mn)
+            mn = pm_cand_admit(&pl->c[i]), *who = pl->c[i].kind;
     return mn;
 }
 
 pm_status pm_sched_auto_v_min_limit(const pm_sched_req *req, double *limit, pm_err *err) {
     *limit = INFINITY;
     pm_cand_pool pl = {0};
-    /* The whole pool up to 1F1B's memory: a block's or greedy's simulated
-     * peak can lie below the level it was built for, and the greedy fits
-     * below V-Min's peak, so no smaller pool is sure to hold the minimum. */
+    /* The whole pool up to 1F1B's memory: the greedy fits below V-Min's
+     * peak, and a pool holds every candidate admitted below its top (the
+     * larger of peak and level, pool.h), so this one holds the minimum. */
     pm_status st = pm_cand_pool_v(&pl, req, 1.0, err);
     const char *who = "";
-    if (!st) *limit = pool_min_peak(&pl, &who);
+    if (!st) *limit = pool_min_admit(&pl, &who);
     pm_cand_pool_free(&pl);
     if (!st && isinf(*limit))
         st = pm_errf(err, PM_ERR_ARG, "auto-v: no V schedule builds for p=%d m=%d", req->p,

@@ -8,13 +8,13 @@
 
 #define PM_POLISH_TOL 1e-9 /* the validator's tolerance on the cap */
 
-/* The searches polish schedules of at most PM_POLISH_MAX_PASSES passes
- * (p = 8, m = 25 on the V placement), each with a budget of
+/* The searches polish when p m is at most PM_POLISH_MAX_PM (1200 passes
+ * on the V placement, 600 on the single one), each schedule with a budget of
  * PM_POLISH_BUDGET simulated passes (a few ms here). A budget 3 times
  * larger found nothing more at p = 2 and 3, where the polish gains most
  * (up to 5%), and under 0.7% more at p = 4 to 8; a round costs the passes
  * squared. */
-#define PM_POLISH_MAX_PASSES 1200
+#define PM_POLISH_MAX_PM 200
 #define PM_POLISH_BUDGET ((int64_t)300000)
 
 /* Improves s in place: the result replays under c, keeps every device's

@@ -91,14 +91,17 @@ pm_status pm_cand_pool_named(pm_cand_pool *pl, const pm_sched_req *req, pm_famil
     return pm_cand_pool_add(pl, &c, err);
 }
 
-static double admit_peak(const pm_cand *c) { return c->polished ? c->raw_peak : c->pt.peak; }
+double pm_cand_admit(const pm_cand *c) {
+    double peak = c->polished ? c->raw_peak : c->pt.peak;
+    return peak > c->bound ? peak : c->bound;
+}
 
 int pm_cand_pool_best(const pm_cand_pool *pl, int fam, double limit) {
     int best = -1;
     for (int i = 0; i < pl->n; i++) {
         const pm_cand *c = &pl->c[i];
         if (!c->pt.ok || (fam >= 0 && (int)c->fam != fam)) continue;
-        if (admit_peak(c) > limit * (1 + PM_PEAK_TOL)) continue;
+        if (pm_cand_admit(c) > limit * (1 + PM_PEAK_TOL)) continue;
         if (best < 0) {
             best = i;
             continue;
@@ -118,10 +121,11 @@ static pm_status polish(pm_sched *s, const pm_sched_req *req, double cap, pm_err
     if (st) return st;
     st = pm_sched_polish(s, &c, cap * pm_cost_M(&c), PM_POLISH_BUDGET, NULL, err);
     pm_cost_free(&c);
+    if (st) return st;
     char kind[sizeof s->kind];
     snprintf(kind, sizeof kind, "%s", s->kind);
     snprintf(s->kind, sizeof s->kind, "%.24s+polish", kind);
-    return st;
+    return PM_OK;
 }
 
 pm_status pm_cand_build(pm_sched *s, const pm_cand *c, const pm_sched_req *req, pm_err *err) {
@@ -130,18 +134,17 @@ pm_status pm_cand_build(pm_sched *s, const pm_cand *c, const pm_sched_req *req, 
     return st;
 }
 
-/* Whether candidate i is on its family's front among the raw figures: no
- * candidate of the family with a peak no higher is faster, or as fast with
- * a lower peak, or the same and listed first. */
+/* Whether candidate i is on its family's front (pool.h), on raw figures. */
 static int on_front(const pm_cand_pool *pl, int i) {
     const pm_cand *c = &pl->c[i];
+    double a = pm_cand_admit(c);
     for (int j = 0; j < pl->n; j++) {
         const pm_cand *d = &pl->c[j];
-        if (j == i || !d->pt.ok || d->fam != c->fam || d->polished) continue;
-        if (d->pt.peak > c->pt.peak * (1 + PM_PEAK_TOL)) continue;
+        if (j == i || !d->pt.ok || d->fam != c->fam) continue;
+        double b = pm_cand_admit(d);
+        if (b > a * (1 + PM_PEAK_TOL)) continue;
         if (d->pt.makespan < c->pt.makespan * (1 - 1e-12)) return 0;
-        if (d->pt.makespan <= c->pt.makespan * (1 + 1e-12) &&
-            (d->pt.peak < c->pt.peak * (1 - PM_PEAK_TOL) || j < i))
+        if (d->pt.makespan <= c->pt.makespan * (1 + 1e-12) && (b < a * (1 - PM_PEAK_TOL) || j < i))
             return 0;
     }
     return 1;
@@ -150,13 +153,13 @@ static int on_front(const pm_cand_pool *pl, int i) {
 pm_status pm_cand_pool_polish(pm_cand_pool *pl, int fam, const pm_sched_req *req, double top,
                               pm_err *err) {
     pm_status st = PM_OK;
-    if (3 * (int64_t)req->p * req->m * 2 > PM_POLISH_MAX_PASSES) return PM_OK; /* V's count */
+    if ((int64_t)req->p * req->m > PM_POLISH_MAX_PM) return PM_OK;
     char *front = pm_malloc((size_t)(pl->n ? pl->n : 1));
     if (!front) return pm_errf(err, PM_ERR_NOMEM, "out of memory polishing %d candidates", pl->n);
     for (int i = 0; i < pl->n; i++) { /* all first: the front is of raw figures */
         const pm_cand *c = &pl->c[i];
-        front[i] = c->pt.ok && !c->polished && (fam < 0 || (int)c->fam == fam) &&
-                   c->pt.peak <= top * (1 + PM_PEAK_TOL) && on_front(pl, i);
+        front[i] = c->pt.ok && (fam < 0 || (int)c->fam == fam) &&
+                   pm_cand_admit(c) <= top * (1 + PM_PEAK_TOL) && on_front(pl, i);
     }
     for (int i = 0; i < pl->n && !st; i++) {
         if (!front[i]) continue;

@@ -5,8 +5,11 @@
  * hundreds of candidates costs kilobytes, and only the winner is rebuilt.
  * Adding a generator adds a rebuild function beside it, never a case here
  * or in search.c. A pool built for a largest limit L answers every limit up
- * to L: the candidates it holds for a limit l are the same whatever L is,
- * which is what makes the answers monotone in the limit. */
+ * to L: a candidate is admitted for l when both its peak and the level it
+ * was built for are at most l (pm_cand_admit), and every pool built for a
+ * limit of at least l holds those, so the answers are the same whatever L
+ * is and monotone in the limit. (A greedy or block built for a level above
+ * l can peak below l, but only pools built above l hold it.) */
 #ifndef PM_POOL_H
 #define PM_POOL_H
 
@@ -51,10 +54,10 @@ struct pm_cand {
     int v;                /* chunks (named kinds; 0 = default) */
     double level;         /* limit the greedy ran at (x M) */
     int blk[PM_CAND_BLK]; /* block parameters (gen_autov.c) */
-    double bound;         /* memory-theorem bound (blocks) or level; x M */
+    double bound;         /* the level it was built for (named kinds: their peak); x M */
     pm_search_point pt;   /* simulated figures (after the polish, if polished) */
     int polished;         /* 1: rebuilt, then polished (polish.h) within raw_peak */
-    double raw_peak;      /* the peak before the polish, x M: what admits it */
+    double raw_peak;      /* the peak before the polish, x M */
 };
 
 typedef struct {
@@ -68,18 +71,22 @@ pm_status pm_cand_pool_add(pm_cand_pool *pl, const pm_cand *c, pm_err *err);
  * kinds that do not build for req are skipped. */
 pm_status pm_cand_pool_named(pm_cand_pool *pl, const pm_sched_req *req, pm_family fam, const char *kind,
                         int v, pm_err *err);
-/* Index of the fastest candidate of family fam (-1: any) whose peak fits
+/* The smallest limit (x M) that admits c: the larger of its peak (before
+ * any polish) and the level it was built for. */
+double pm_cand_admit(const pm_cand *c);
+/* Index of the fastest candidate of family fam (-1: any) admitted for
  * limit (ties to the smaller peak), or -1. */
 int pm_cand_pool_best(const pm_cand_pool *pl, int fam, double limit);
 /* Rebuilds candidate c's schedule (and polishes it, if it was). */
 pm_status pm_cand_build(pm_sched *s, const pm_cand *c, const pm_sched_req *req, pm_err *err);
-/* Polishes every candidate of family fam (-1: all) with a peak within top
- * that is on its family's front (no candidate of the family with a peak no
- * higher is faster, or as fast with a lower peak), within its own peak,
- * and keeps the polished figures where they are faster. A polished
- * candidate is still admitted by its raw peak: which candidates are
- * polished then depends only on those admitted for a limit, so the answers
- * stay monotone in the limit and the same whatever top the pool had. */
+/* Polishes, within its own peak, every candidate of family fam (-1: all)
+ * admitted for top that is on its family's front: no candidate of the
+ * family admitted from a limit no higher is faster (or as fast and
+ * admitted lower, or listed first). Keeps the polished figures where they
+ * are faster; admission does not change. Whether a candidate is on the
+ * front depends only on candidates every pool that admits it holds, so the
+ * answers stay monotone in the limit and the same whatever top the pool
+ * had. Once per pool, on raw figures. */
 pm_status pm_cand_pool_polish(pm_cand_pool *pl, int fam, const pm_sched_req *req, double top,
                               pm_err *err);
 

@@ -8,11 +8,14 @@
  * searched V blocks and the V-ZB greedy (levels k/2p); and recomputed
  * variants of the fixed kinds that go lowest in memory (alone with
  * --recompute). Recomputation costs a forward per backward, so it wins
- * only where nothing faster fits. A candidate is
- * admitted for limit l when its simulated peak is at most l; the answer is
- * the admitted candidate with the smallest makespan (ties: smaller peak).
- * Since the candidates admitted for l do not depend on anything else, the
- * answer's makespan never grows with the limit.
+ * only where nothing faster fits. A candidate is admitted for limit l
+ * when its simulated peak and the level it was built for are at most l
+ * (pm_cand_admit); the answer is the admitted candidate with the smallest
+ * makespan (ties: smaller peak). When p m <= PM_POLISH_MAX_PM the
+ * candidates on each family's front are first polished (polish.h), within
+ * their own peaks. Since the candidates admitted for l, and which of them
+ * are polished, depend on nothing else, `search` and `curve` give the same
+ * answer for l, and it never grows with the limit.
  *
  * Invariants: a pool entry's figures are those of the schedule that
  * pm_cand_build rebuilds from it (same generator, same request); the
@@ -107,7 +110,7 @@ static pm_status check_req(const pm_sched_req *req, const char *what, pm_err *er
 static double min_peak(const pm_cand_pool *pl) {
     double mn = INFINITY;
     for (int i = 0; i < pl->n; i++)
-        if (pl->c[i].pt.ok && pl->c[i].pt.peak < mn) mn = pl->c[i].pt.peak;
+        if (pl->c[i].pt.ok && pm_cand_admit(&pl->c[i]) < mn) mn = pm_cand_admit(&pl->c[i]);
     return mn;
 }
 
@@ -115,7 +118,8 @@ static void write_reason(char *reason, size_t n, const pm_cand_pool *pl, int w, 
     if (!reason || !n) return;
     const pm_cand *c = &pl->c[w];
     int fit = 0, at = 0;
-    for (int i = 0; i < pl->n; i++) fit += pl->c[i].pt.ok && pl->c[i].pt.peak <= limit * (1 + PM_PEAK_TOL);
+    for (int i = 0; i < pl->n; i++)
+        fit += pl->c[i].pt.ok && pm_cand_admit(&pl->c[i]) <= limit * (1 + PM_PEAK_TOL);
     at = snprintf(reason, n, "%s (%s placement) is the fastest of %d schedules within %.4g M: "
                   "makespan %.6g, bubble %.2f%%, peak %.4g M",
                   c->pt.kind, pm_family_names[c->fam], fit, limit, c->pt.makespan,
