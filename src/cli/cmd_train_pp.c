@@ -341,7 +341,7 @@ static void print_json(const pm_cli_train_opts *o, const pm_pipe *pp, const pm_t
            o->placement ? o->placement : "measured", pm_gpt_head_parts(&pm_pipe_config(pp)->model));
     for (int g = 0; g < nd; g++) {
         double b = ps->busy[g] / n;
-        printf("%s%.3f", g ? ", " : "", b);
+        printf("%s%.6f", g ? ", " : "", b); /* a tiny model's passes take well under 1 ms */
         bmax = b > bmax ? b : bmax, bsum += b;
     }
     printf("], \"busy_max_over_mean\": %.4f", bsum > 0 ? bmax * nd / bsum : 0);
