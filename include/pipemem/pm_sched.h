@@ -211,6 +211,27 @@ double pm_sched_lower_bound(const pm_sched *s, const pm_cost *c);
  * device to idle before its first backward, which tightens the bound. */
 double pm_sched_lower_bound_at(const pm_sched *s, const pm_cost *c, double cap);
 
+/* ---- polish ------------------------------------------------------------ */
+
+typedef struct {
+    int moves;       /* moves kept */
+    int rounds;      /* rounds over every pass */
+    int64_t spent;   /* passes simulated */
+    int converged;   /* 1: the last round kept nothing; 0: the budget ran out first */
+} pm_polish_stats;
+
+/* Improves s in place by a local search over each device's order
+ * (polish.c): one pass at a time moves up to 4 places on its device, and a
+ * move is kept when the replay gets a smaller makespan (then a smaller sum
+ * of device spans, then of end times). The result replays under c, keeps
+ * every device's peak within cap (absolute units, like pm_cost_M; <= 0: no
+ * cap) and its makespan is at most s's. It spends at most `budget`
+ * simulated passes and depends on nothing else (same input, same result,
+ * on any machine). A schedule that does not replay or is over cap to start
+ * with is left as it is. *stats may be NULL. Fails only out of memory. */
+pm_status pm_sched_polish(pm_sched *s, const pm_cost *c, double cap, int64_t budget,
+                          pm_polish_stats *stats, pm_err *err);
+
 /* ---- validator --------------------------------------------------------- */
 
 /* Checks, naming the first offending pass:

@@ -52,6 +52,7 @@ typedef struct {
     pm_sched_req req;   /* -p -m --chunks --costs --mem --mem-limit */
     int have_p, have_m; /* whether -p / -m were given */
     int dp;             /* --dp: data-parallel replicas (1: none) */
+    int polish;         /* --polish (schedule only) */
     double ar;          /* --allreduce-cost: one stage's gradient sum across them */
 } pm_cli_sched_opts;
 
@@ -59,6 +60,8 @@ typedef struct {
  * error. Returns 0, 1 on error (printed), or 2 for --help (after printing
  * usage). */
 int pm_cli_sched_parse(int argc, char **argv, pm_cli_sched_opts *o, const char *usage);
+/* 1 (after one line) if --polish was given to cmd, which polishes itself. */
+int pm_cli_no_polish(const pm_cli_sched_opts *o, const char *cmd);
 
 /* A schedule with its per-stage costs and simulation. */
 typedef struct {

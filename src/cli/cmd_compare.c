@@ -115,6 +115,7 @@ int pm_cmd_compare(int argc, char **argv) {
     int rc = pm_cli_sched_parse(argc, argv, &o, usage);
     if (rc) return rc == 2 ? 0 : rc;
     if (o.kind || o.from) return pm_cli_fail("compare: --kind/--from belong to 'schedule'");
+    if (pm_cli_no_polish(&o, "compare")) return 1;
     if (!o.have_p || !o.have_m) return pm_cli_fail("compare: needs -p P and -m M");
     const char *format = o.format ? o.format : "table";
     if (strcmp(format, "table") && strcmp(format, "json") && strcmp(format, "csv"))

@@ -190,6 +190,7 @@ int pm_cmd_curve(int argc, char **argv) {
     if (rc) return rc == 2 ? 0 : rc;
     if (o.kind) return pm_cli_fail("curve: --kind belongs to 'schedule'");
     if (pm_cli_no_dp(&o, "curve")) return 1;
+    if (pm_cli_no_polish(&o, "curve")) return 1;
     if (!o.have_p || !o.have_m) return pm_cli_fail("curve: needs -p P and -m M");
     if (o.req.mem_limit > 0) return pm_cli_fail("curve: give --from/--to/--step, not --mem-limit");
     const char *format = o.format ? o.format : "table";

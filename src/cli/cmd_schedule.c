@@ -20,6 +20,9 @@ static const char usage[] =
     "  --mem F,B,W[,R]   activation deltas of F, B, W for one device's share (1,0,-1),\n"
     "                    and R what a recomputed F keeps (default F/16)\n"
     "  --mem-limit X     reject the schedule if a device exceeds X times M\n"
+    "  --polish          improve it by a local search over each device's order, within\n"
+    "                    --mem-limit (or its own peak without one); the kind gains\n"
+    "                    \"+polish\" and stderr says what it did\n"
     "  --time-limit S    optimal, optimal-v: seconds the exact search may take (default 60)\n"
     "  --dp D            D data-parallel replicas: each stage's gradients are summed\n"
     "                    across them from the end of its last weight pass on; -m is\n"
@@ -48,6 +51,30 @@ static void summary(FILE *f, const pm_cli_plan *pl) {
                 "device's sums after its passes\n", pl->sim.dp_step, pl->sim.dp_step_serial);
 }
 
+/* Passes --polish may simulate: about a second here. The search's own
+ * polish takes far less (polish.h); asked for by name, it may take more. */
+#define POLISH_BUDGET ((int64_t)100000000)
+
+/* --polish: the local search within --mem-limit, or within the schedule's
+ * own peak without one, then validated and simulated again. */
+static pm_status polish(pm_cli_plan *pl, const pm_sched_req *req, pm_err *err) {
+    double before = pl->sim.makespan;
+    double cap = (req->mem_limit > 0 ? req->mem_limit : pm_sim_peak_max_x(&pl->sim)) * pl->sim.M;
+    pm_polish_stats ps;
+    pm_status st = pm_sched_polish(&pl->s, &pl->c, cap, POLISH_BUDGET, &ps, err);
+    if (!st) st = pm_sched_validate(&pl->s, &pl->c, req->mem_limit, err);
+    if (st) return st;
+    pm_sim_free(&pl->sim);
+    if ((st = pm_sim_run(&pl->sim, &pl->s, &pl->c, err))) return st;
+    char kind[sizeof pl->s.kind];
+    snprintf(kind, sizeof kind, "%s", pl->s.kind);
+    snprintf(pl->s.kind, sizeof pl->s.kind, "%.24s+polish", kind);
+    fprintf(stderr, "pipemem: polish: makespan %.6g -> %.6g, %d moves in %d rounds, %s\n",
+            before, pl->sim.makespan, ps.moves, ps.rounds,
+            ps.converged ? "until no move helped" : "stopped by its budget of simulated passes");
+    return PM_OK;
+}
+
 int pm_cmd_schedule(int argc, char **argv) {
     pm_cli_sched_opts o;
     int rc = pm_cli_sched_parse(argc, argv, &o, usage);
@@ -67,6 +94,7 @@ int pm_cmd_schedule(int argc, char **argv) {
         if (!st && o.req.recompute) pl.s.recompute = 1;
         if (!st) st = pm_cli_plan_adopt(&pl, &o.req, &err);
     }
+    if (!st && o.polish) st = polish(&pl, &o.req, &err);
     if (!st) st = pm_cli_plan_dp(&pl, &o, &err);
     if (st) {
         pm_cli_plan_free(&pl);

@@ -43,6 +43,7 @@ int pm_cmd_search(int argc, char **argv) {
     if (rc) return rc == 2 ? 0 : rc;
     if (o.kind || o.from) return pm_cli_fail("search: --kind/--from belong to 'schedule'");
     if (pm_cli_no_dp(&o, "search")) return 1;
+    if (pm_cli_no_polish(&o, "search")) return 1;
     if (!o.have_p || !o.have_m) return pm_cli_fail("search: needs -p P and -m M");
     if (!(o.req.mem_limit > 0))
         return pm_cli_fail("search: needs --mem-limit X (a multiple of M; 1.0 is 1F1B's peak)");

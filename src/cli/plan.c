@@ -17,6 +17,9 @@ int pm_cli_sched_parse(int argc, char **argv, pm_cli_sched_opts *o, const char *
         } else if (!strcmp(a, "--recompute")) {
             o->req.recompute = 1;
             continue; /* a flag: no value */
+        } else if (!strcmp(a, "--polish")) {
+            o->polish = 1;
+            continue;
         } else if (!strcmp(a, "--kind")) o->kind = val, bad = !val;
         else if (!strcmp(a, "--from")) o->from = val, bad = !val;
         else if (!strcmp(a, "--format")) o->format = val, bad = !val;
@@ -70,6 +73,13 @@ pm_status pm_cli_plan_dp(pm_cli_plan *pl, const pm_cli_sched_opts *o, pm_err *er
     pm_status st = pm_sim_dp(&pl->sim, &pl->s, ar, err);
     free(ar);
     return st;
+}
+
+int pm_cli_no_polish(const pm_cli_sched_opts *o, const char *cmd) {
+    if (o->polish)
+        return pm_cli_fail("%s: --polish belongs to 'schedule' (search, curve and auto-v "
+                           "polish their candidates themselves)", cmd);
+    return 0;
 }
 
 int pm_cli_no_dp(const pm_cli_sched_opts *o, const char *cmd) {

@@ -80,6 +80,7 @@ typedef struct {
     double cap;
     double *before; /* (p, cap) like the schedule's passes */
     int64_t n, budget;
+    int starved; /* a plausible move went unreplayed: the budget ran out */
     score cur;
 } polish_ws;
 
@@ -113,7 +114,9 @@ static int try_pass(polish_ws *w, int d, int64_t i) {
         if (j < 0 || j >= w->s->len[d] || j == i) continue;
         move(list, i, j);
         score sc;
-        if (plausible(w, d, i, j) && w->budget >= w->n) {
+        int replay = plausible(w, d, i, j);
+        if (replay && w->budget < w->n) w->starved = 1, replay = 0;
+        if (replay) {
             w->budget -= w->n;
             if (eval(&w->sim, w->s, w->c, w->cap, &sc) && better(&sc, &w->cur)) {
                 w->cur = sc;
@@ -126,9 +129,10 @@ static int try_pass(polish_ws *w, int d, int64_t i) {
     return 0;
 }
 
-pm_status pm_sched_polish(pm_sched *s, const pm_cost *c, double cap, int64_t budget, int *moves,
-                          pm_err *err) {
-    if (moves) *moves = 0;
+pm_status pm_sched_polish(pm_sched *s, const pm_cost *c, double cap, int64_t budget,
+                          pm_polish_stats *stats, pm_err *err) {
+    pm_polish_stats ps = {0};
+    if (stats) *stats = ps;
     polish_ws w = {.s = s, .c = c, .cap = cap, .budget = budget};
     pm_status st = pm_sim_init(&w.sim, s, err);
     if (st) return st;
@@ -137,18 +141,19 @@ pm_status pm_sched_polish(pm_sched *s, const pm_cost *c, double cap, int64_t bud
         pm_sim_free(&w.sim);
         return pm_errf(err, PM_ERR_NOMEM, "out of memory polishing a schedule of p=%d", s->p);
     }
-    int total = 0;
     if (eval(&w.sim, s, c, cap, &w.cur)) { /* else nothing to start from: s stays */
         for (int d = 0; d < s->p; d++) w.n += s->len[d], levels(&w, d);
         for (int kept = 1; kept && w.budget >= w.n;) {
             kept = 0;
             for (int d = 0; d < s->p; d++)
                 for (int64_t i = 0; i < s->len[d]; i++) kept += try_pass(&w, d, i);
-            total += kept;
+            ps.moves += kept, ps.rounds++;
+            ps.converged = !kept && !w.starved;
         }
     }
+    ps.spent = budget - w.budget;
     pm_free(w.before);
     pm_sim_free(&w.sim);
-    if (moves) *moves = total;
+    if (stats) *stats = ps;
     return PM_OK;
 }

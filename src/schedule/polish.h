@@ -1,6 +1,5 @@
-/* polish.h: the local search that improves a finished schedule by moving
- * single passes within each device's order (polish.c). A leaf: it needs
- * only the simulator. */
+/* polish.h: the settings of the local search (pm_sched_polish, polish.c)
+ * that the searches run on their candidates. */
 #ifndef PM_POLISH_H
 #define PM_POLISH_H
 
@@ -16,14 +15,5 @@
  * squared. */
 #define PM_POLISH_MAX_PM 200
 #define PM_POLISH_BUDGET ((int64_t)300000)
-
-/* Improves s in place: the result replays under c, keeps every device's
- * peak within cap (absolute units, like pm_cost_M; <= 0: no cap) and its
- * makespan is at most s's. Spends at most `budget` simulated passes, so the
- * result depends on nothing else. A schedule that does not replay or is
- * over cap to start with is left as it is. *moves (may be NULL) counts the
- * moves kept. Fails only when out of memory. */
-pm_status pm_sched_polish(pm_sched *s, const pm_cost *c, double cap, int64_t budget, int *moves,
-                          pm_err *err);
 
 #endif
