@@ -558,12 +558,12 @@ static int64_t walk_allocs(const char *what, alloc_op op, const void *ctx) {
 }
 
 /* The searches polish each schedule of their front, and the walk reruns a
- * whole search once per allocation: m = 4 keeps it to seconds and still
- * takes every path (the polish's too). */
+ * whole search once per allocation: p = m = 3 keeps it to seconds and
+ * still takes every path (the polish's too). */
 static pm_status op_generate(const void *ctx, pm_err *err) {
     const char *kind = ctx;
     int searched = pm_sched_kind_find(kind)->tier == PM_TIER_SEARCH;
-    pm_sched_req req = {.p = 4, .m = searched ? 4 : 8, .t = {1, 1.5, 0.75, 0.1},
+    pm_sched_req req = {.p = searched ? 3 : 4, .m = searched ? 3 : 8, .t = {1, 1.5, 0.75, 0.1},
                         .mem = PM_MEM_DEFAULT, .mem_limit = 1};
     pm_sched s;
     pm_status st = pm_sched_generate(&s, kind, &req, err);
@@ -574,7 +574,7 @@ static pm_status op_generate(const void *ctx, pm_err *err) {
 
 static pm_status op_search(const void *ctx, pm_err *err) {
     (void)ctx;
-    pm_sched_req req = {.p = 4, .m = 4, .t = {1, 1.5, 0.75, 0.1}, .mem = PM_MEM_DEFAULT,
+    pm_sched_req req = {.p = 3, .m = 3, .t = {1, 1.5, 0.75, 0.1}, .mem = PM_MEM_DEFAULT,
                         .mem_limit = 0.75};
     pm_sched s;
     char reason[256];

@@ -55,16 +55,20 @@ static void hand_case(void **state) {
     assert_int_equal(pm_cost_init_uniform(&c, &s, PM_COSTS_DEFAULT, PM_MEM_DEFAULT, &e), PM_OK);
     assert_true(fabs(makespan(&s, &c) - 8) < 1e-12);
     pm_polish_stats ps;
-    assert_int_equal(pm_sched_polish(&s, &c, 0, 1000000, &ps, &e), PM_OK);
+    pm_polish_cfg cfg = {0, 1000000, 10};
+    assert_int_equal(pm_sched_polish(&s, &c, &cfg, &ps, &e), PM_OK);
     assert_true(ps.moves > 0 && ps.converged && ps.rounds >= 2 && ps.spent <= 1000000);
+    assert_true(ps.kicks >= 10); /* then 10 restarts in a row gain nothing: 7 is optimal */
     assert_true(fabs(makespan(&s, &c) - 7) < 1e-12);
     assert_int_equal(pm_sched_validate(&s, &c, 0, &e), PM_OK);
     /* no budget, or a cap the schedule is over: left as it is */
     pm_sched t;
     parse(&t, "0F0 0F1 0I0 0W0 0I1 0W1\n1F0 1F1 1I0 1W0 1I1 1W1\n");
-    assert_int_equal(pm_sched_polish(&t, &c, 0, 0, &ps, &e), PM_OK);
+    cfg.budget = 0;
+    assert_int_equal(pm_sched_polish(&t, &c, &cfg, &ps, &e), PM_OK);
     assert_true(ps.moves == 0 && !ps.converged && ps.spent == 0);
-    assert_int_equal(pm_sched_polish(&t, &c, 0.5 * pm_cost_M(&c), 1000000, &ps, &e), PM_OK);
+    cfg = (pm_polish_cfg){0.5 * pm_cost_M(&c), 1000000, 10};
+    assert_int_equal(pm_sched_polish(&t, &c, &cfg, &ps, &e), PM_OK);
     assert_int_equal(ps.moves, 0);
     assert_true(fabs(makespan(&t, &c) - 8) < 1e-12);
     pm_sched_free(&t);
@@ -92,8 +96,9 @@ static int check_kind(const char *kind, const pm_sched_req *q) {
     assert_int_equal(pm_sim_run(&sim, &s, &c, &e), PM_OK);
     double before = sim.makespan, peak = pm_sim_peak_max_x(&sim);
     assert_int_equal(pm_sched_copy(&t, &s, &e), PM_OK);
-    assert_int_equal(pm_sched_polish(&s, &c, peak * sim.M, PM_POLISH_BUDGET, NULL, &e), PM_OK);
-    assert_int_equal(pm_sched_polish(&t, &c, peak * sim.M, PM_POLISH_BUDGET, NULL, &e), PM_OK);
+    pm_polish_cfg cfg = {peak * sim.M, PM_POLISH_BUDGET, PM_POLISH_PATIENCE};
+    assert_int_equal(pm_sched_polish(&s, &c, &cfg, NULL, &e), PM_OK);
+    assert_int_equal(pm_sched_polish(&t, &c, &cfg, NULL, &e), PM_OK);
     if (!same_orders(&s, &t)) fail_msg("%s p=%d m=%d: two polishes differ", kind, q->p, q->m);
     if (pm_sched_validate(&s, &c, peak, &e))
         fail_msg("%s p=%d m=%d: %s", kind, q->p, q->m, e.msg);

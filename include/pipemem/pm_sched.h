@@ -214,22 +214,31 @@ double pm_sched_lower_bound_at(const pm_sched *s, const pm_cost *c, double cap);
 /* ---- polish ------------------------------------------------------------ */
 
 typedef struct {
+    double cap;      /* no device's peak above it (absolute units, like pm_cost_M); <= 0: none */
+    int64_t budget;  /* passes it may simulate */
+    int patience;    /* random restarts in a row without a gain that end it; 0: only the budget */
+} pm_polish_cfg;
+
+typedef struct {
     int moves;       /* moves kept */
-    int rounds;      /* rounds over every pass */
+    int rounds;      /* rounds over every pass in the first climb */
     int64_t spent;   /* passes simulated */
-    int converged;   /* 1: the last round kept nothing; 0: the budget ran out first */
+    int converged;   /* 1: the first climb ended with a round that kept nothing */
+    int kicks;       /* random restarts tried after it, ... */
+    int kicks_kept;  /* ... and those that led to a better schedule */
 } pm_polish_stats;
 
-/* Improves s in place by a local search over each device's order
- * (polish.c): one pass at a time moves up to 4 places on its device, and a
- * move is kept when the replay gets a smaller makespan (then a smaller sum
- * of device spans, then of end times). The result replays under c, keeps
- * every device's peak within cap (absolute units, like pm_cost_M; <= 0: no
- * cap) and its makespan is at most s's. It spends at most `budget`
- * simulated passes and depends on nothing else (same input, same result,
- * on any machine). A schedule that does not replay or is over cap to start
- * with is left as it is. *stats may be NULL. Fails only out of memory. */
-pm_status pm_sched_polish(pm_sched *s, const pm_cost *c, double cap, int64_t budget,
+/* Improves s in place by an iterated local search over each device's order
+ * (polish.c). A climb moves one pass at a time up to 4 places on its
+ * device and keeps a move when the replay gets a smaller makespan (then a
+ * smaller sum of device spans, then of end times), until a round keeps
+ * nothing; then random kicks of 3 moves, each followed by a climb, are kept
+ * when they end better. The result replays under c, stays within cfg->cap
+ * and its makespan is at most s's; it depends on nothing but the inputs
+ * (same result on any machine). A schedule that does not replay or is
+ * over the cap to start with is left as it is. stats may be NULL. Fails
+ * only out of memory. */
+pm_status pm_sched_polish(pm_sched *s, const pm_cost *c, const pm_polish_cfg *cfg,
                           pm_polish_stats *stats, pm_err *err);
 
 /* ---- validator --------------------------------------------------------- */

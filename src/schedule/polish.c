@@ -19,11 +19,13 @@
  * spent. A budget, never seconds, so every machine and every MPI rank
  * polishes a schedule the same way. */
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "polish.h"
 
 #define PM_POLISH_WINDOW 4
+#define PM_POLISH_KICK 3 /* random moves per kick */
 
 typedef struct {
     double makespan, spans, ends;
@@ -129,29 +131,92 @@ static int try_pass(polish_ws *w, int d, int64_t i) {
     return 0;
 }
 
-pm_status pm_sched_polish(pm_sched *s, const pm_cost *c, double cap, int64_t budget,
+/* Climbs: rounds over every pass until one keeps nothing or the budget
+ * ends; 1 if the last round kept nothing. */
+static int climb(polish_ws *w, pm_polish_stats *ps) {
+    int kept = 1;
+    while (kept && w->budget >= w->n) {
+        kept = 0;
+        for (int d = 0; d < w->s->p; d++)
+            for (int64_t i = 0; i < w->s->len[d]; i++) kept += try_pass(w, d, i);
+        ps->moves += kept, ps->rounds++;
+    }
+    return !kept && !w->starved;
+}
+
+static uint64_t next_rand(uint64_t *x) { /* xorshift64: the same on every machine */
+    *x ^= *x << 13, *x ^= *x >> 7, *x ^= *x << 17;
+    return *x;
+}
+
+/* The kick of the iterated search: PM_POLISH_KICK random moves that keep
+ * each device's own order and memory plausible, whatever they score. */
+static void kick(polish_ws *w, uint64_t *rng) {
+    for (int done = 0, tries = 0; done < PM_POLISH_KICK && tries < 100 * PM_POLISH_KICK; tries++) {
+        int d = (int)(next_rand(rng) % (uint64_t)w->s->p);
+        int64_t len = w->s->len[d];
+        if (len < 2) continue;
+        int64_t i = (int64_t)(next_rand(rng) % (uint64_t)len);
+        int64_t j = i + (int64_t)(next_rand(rng) % (2 * PM_POLISH_WINDOW + 1)) - PM_POLISH_WINDOW;
+        if (j < 0 || j >= len || j == i) continue;
+        pm_pass *list = pm_sched_dev(w->s, d);
+        move(list, i, j);
+        if (plausible(w, d, i, j)) levels(w, d), done++;
+        else move(list, j, i);
+    }
+}
+
+/* Puts back (or saves) every device's order. */
+static void copy_orders(pm_pass *dst, const pm_pass *src, const pm_sched *s) {
+    memcpy(dst, src, (size_t)s->p * (size_t)s->cap * sizeof *dst);
+}
+
+/* After the climb stops on its own: kick, climb again, keep the result if
+ * it scores better, else go back; until `patience` kicks in a row gain
+ * nothing (0: never) or the budget ends. */
+static void iterate(polish_ws *w, pm_pass *best, int patience, pm_polish_stats *ps) {
+    uint64_t rng = 0x9e3779b97f4a7c15ull;
+    score top = w->cur;
+    copy_orders(best, w->s->pass, w->s);
+    for (int futile = 0; (!patience || futile < patience) && w->budget >= w->n; futile++) {
+        kick(w, &rng);
+        w->budget -= w->n;
+        pm_polish_stats quiet = {0};
+        if (eval(&w->sim, w->s, w->c, w->cap, &w->cur)) climb(w, &quiet);
+        ps->kicks++;
+        if (better(&w->cur, &top)) {
+            top = w->cur, futile = -1, ps->kicks_kept++, ps->moves += quiet.moves;
+            copy_orders(best, w->s->pass, w->s);
+            continue;
+        }
+        copy_orders(w->s->pass, best, w->s);
+        for (int d = 0; d < w->s->p; d++) levels(w, d);
+        w->cur = top;
+    }
+}
+
+pm_status pm_sched_polish(pm_sched *s, const pm_cost *c, const pm_polish_cfg *cfg,
                           pm_polish_stats *stats, pm_err *err) {
     pm_polish_stats ps = {0};
     if (stats) *stats = ps;
-    polish_ws w = {.s = s, .c = c, .cap = cap, .budget = budget};
+    polish_ws w = {.s = s, .c = c, .cap = cfg->cap, .budget = cfg->budget};
     pm_status st = pm_sim_init(&w.sim, s, err);
     if (st) return st;
     w.before = pm_malloc((size_t)s->p * (size_t)s->cap * sizeof *w.before);
-    if (!w.before) {
+    pm_pass *best = pm_malloc((size_t)s->p * (size_t)s->cap * sizeof *best);
+    if (!w.before || !best) {
+        pm_free(w.before);
+        pm_free(best);
         pm_sim_free(&w.sim);
         return pm_errf(err, PM_ERR_NOMEM, "out of memory polishing a schedule of p=%d", s->p);
     }
-    if (eval(&w.sim, s, c, cap, &w.cur)) { /* else nothing to start from: s stays */
+    if (eval(&w.sim, s, c, w.cap, &w.cur)) { /* else nothing to start from: s stays */
         for (int d = 0; d < s->p; d++) w.n += s->len[d], levels(&w, d);
-        for (int kept = 1; kept && w.budget >= w.n;) {
-            kept = 0;
-            for (int d = 0; d < s->p; d++)
-                for (int64_t i = 0; i < s->len[d]; i++) kept += try_pass(&w, d, i);
-            ps.moves += kept, ps.rounds++;
-            ps.converged = !kept && !w.starved;
-        }
+        ps.converged = climb(&w, &ps);
+        if (ps.converged) iterate(&w, best, cfg->patience, &ps);
     }
-    ps.spent = budget - w.budget;
+    ps.spent = cfg->budget - w.budget;
+    pm_free(best);
     pm_free(w.before);
     pm_sim_free(&w.sim);
     if (stats) *stats = ps;

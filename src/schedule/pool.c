@@ -119,7 +119,8 @@ static pm_status polish(pm_sched *s, const pm_sched_req *req, double cap, pm_err
     pm_cost c;
     pm_status st = pm_cost_init_uniform(&c, s, req->t, req->mem, err);
     if (st) return st;
-    st = pm_sched_polish(s, &c, cap * pm_cost_M(&c), PM_POLISH_BUDGET, NULL, err);
+    pm_polish_cfg cfg = {cap * pm_cost_M(&c), PM_POLISH_BUDGET, PM_POLISH_PATIENCE};
+    st = pm_sched_polish(s, &c, &cfg, NULL, err);
     pm_cost_free(&c);
     if (st) return st;
     char kind[sizeof s->kind];
