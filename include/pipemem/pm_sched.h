@@ -226,6 +226,7 @@ typedef struct {
     int converged;   /* 1: the first climb ended with a round that kept nothing */
     int kicks;       /* random restarts tried after it, ... */
     int kicks_kept;  /* ... and those that led to a better schedule */
+    int optimal;     /* 1: the makespan meets pm_sched_lower_bound_at (then it stops) */
 } pm_polish_stats;
 
 /* Improves s in place by an iterated local search over each device's order

@@ -73,7 +73,10 @@ static pm_status polish(pm_cli_plan *pl, const pm_sched_req *req, pm_err *err) {
     char kind[sizeof pl->s.kind];
     snprintf(kind, sizeof kind, "%s", pl->s.kind);
     snprintf(pl->s.kind, sizeof pl->s.kind, "%.24s+polish", kind);
-    if (ps.converged)
+    if (ps.optimal)
+        fprintf(stderr, "pipemem: polish: makespan %.6g -> %.6g, %d moves; optimal: it meets "
+                "the lower bound\n", before, pl->sim.makespan, ps.moves);
+    else if (ps.converged)
         fprintf(stderr, "pipemem: polish: makespan %.6g -> %.6g, %d moves; %d random restarts, "
                 "%d of them better\n", before, pl->sim.makespan, ps.moves, ps.kicks,
                 ps.kicks_kept);

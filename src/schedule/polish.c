@@ -83,6 +83,7 @@ typedef struct {
     double *before; /* (p, cap) like the schedule's passes */
     int64_t n, budget;
     int starved; /* a plausible move went unreplayed: the budget ran out */
+    double lb;   /* no schedule's makespan is below it (bound.c) */
     score cur;
 } polish_ws;
 
@@ -179,6 +180,7 @@ static void iterate(polish_ws *w, pm_pass *best, int patience, pm_polish_stats *
     score top = w->cur;
     copy_orders(best, w->s->pass, w->s);
     for (int futile = 0; (!patience || futile < patience) && w->budget >= w->n; futile++) {
+        if (!less(w->lb, top.makespan)) break; /* at the lower bound: nothing is faster */
         kick(w, &rng);
         w->budget -= w->n;
         pm_polish_stats quiet = {0};
@@ -212,8 +214,10 @@ pm_status pm_sched_polish(pm_sched *s, const pm_cost *c, const pm_polish_cfg *cf
     }
     if (eval(&w.sim, s, c, w.cap, &w.cur)) { /* else nothing to start from: s stays */
         for (int d = 0; d < s->p; d++) w.n += s->len[d], levels(&w, d);
+        w.lb = pm_sched_lower_bound_at(s, c, w.cap);
         ps.converged = climb(&w, &ps);
         if (ps.converged) iterate(&w, best, cfg->patience, &ps);
+        ps.optimal = !less(w.lb, w.cur.makespan);
     }
     ps.spent = cfg->budget - w.budget;
     pm_free(best);
