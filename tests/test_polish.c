@@ -58,7 +58,7 @@ static void hand_case(void **state) {
     pm_polish_cfg cfg = {0, 1000000, 10};
     assert_int_equal(pm_sched_polish(&s, &c, &cfg, &ps, &e), PM_OK);
     assert_true(ps.moves > 0 && ps.converged && ps.rounds >= 2 && ps.spent <= 1000000);
-    assert_true(ps.optimal); /* 7 meets bound.c's lower bound: no restart is needed */
+    assert_true(ps.optimal && ps.kicks == 0); /* 7 meets bound.c's lower bound: no kick needed */
     assert_true(fabs(makespan(&s, &c) - 7) < 1e-12);
     assert_int_equal(pm_sched_validate(&s, &c, 0, &e), PM_OK);
     /* no budget, or a cap the schedule is over: left as it is */
@@ -96,9 +96,14 @@ static int check_kind(const char *kind, const pm_sched_req *q) {
     assert_int_equal(pm_sim_run(&sim, &s, &c, &e), PM_OK);
     double before = sim.makespan, peak = pm_sim_peak_max_x(&sim);
     assert_int_equal(pm_sched_copy(&t, &s, &e), PM_OK);
-    pm_polish_cfg cfg = {peak * sim.M, PM_POLISH_BUDGET, 10};
-    assert_int_equal(pm_sched_polish(&s, &c, &cfg, NULL, &e), PM_OK);
+    /* odd shapes: a small budget and no patience (kicks until it is spent) */
+    int odd = (q->p + q->m) % 2;
+    pm_polish_cfg cfg = {peak * sim.M, odd ? 20000 : PM_POLISH_BUDGET, odd ? 0 : 10};
+    pm_polish_stats ps;
+    assert_int_equal(pm_sched_polish(&s, &c, &cfg, &ps, &e), PM_OK);
     assert_int_equal(pm_sched_polish(&t, &c, &cfg, NULL, &e), PM_OK);
+    if (ps.spent > cfg.budget) fail_msg("%s: spent %lld of %lld", kind, (long long)ps.spent,
+                                        (long long)cfg.budget);
     if (!same_orders(&s, &t)) fail_msg("%s p=%d m=%d: two polishes differ", kind, q->p, q->m);
     if (pm_sched_validate(&s, &c, peak, &e))
         fail_msg("%s p=%d m=%d: %s", kind, q->p, q->m, e.msg);

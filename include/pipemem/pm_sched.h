@@ -216,16 +216,16 @@ double pm_sched_lower_bound_at(const pm_sched *s, const pm_cost *c, double cap);
 typedef struct {
     double cap;      /* no device's peak above it (absolute units, like pm_cost_M); <= 0: none */
     int64_t budget;  /* passes it may simulate */
-    int patience;    /* random restarts in a row without a gain that end it; 0: only the budget */
+    int patience;    /* kicks in a row without a gain that end it; 0: no such limit */
 } pm_polish_cfg;
 
 typedef struct {
-    int moves;       /* moves kept */
+    int moves;       /* moves kept by the climbs that were kept */
     int rounds;      /* rounds over every pass in the first climb */
-    int64_t spent;   /* passes simulated */
+    int64_t spent;   /* passes simulated (a kick counts at least 256) */
     int converged;   /* 1: the first climb ended with a round that kept nothing */
-    int kicks;       /* random restarts tried after it, ... */
-    int kicks_kept;  /* ... and those that led to a better schedule */
+    int64_t kicks;   /* random kicks tried after it, ... */
+    int64_t kicks_kept; /* ... and those whose climb ended with a better score */
     int optimal;     /* 1: the makespan meets pm_sched_lower_bound_at (then it stops) */
 } pm_polish_stats;
 
@@ -234,7 +234,9 @@ typedef struct {
  * device and keeps a move when the replay gets a smaller makespan (then a
  * smaller sum of device spans, then of end times), until a round keeps
  * nothing; then random kicks of 3 moves, each followed by a climb, are kept
- * when they end better. The result replays under c, stays within cfg->cap
+ * when they end better, until cfg->patience kicks in a row gain nothing,
+ * the makespan meets pm_sched_lower_bound_at, or cfg->budget simulated
+ * passes are spent. The result replays under c, stays within cfg->cap
  * and its makespan is at most s's; it depends on nothing but the inputs
  * (same result on any machine). A schedule that does not replay or is
  * over the cap to start with is left as it is. stats may be NULL. Fails

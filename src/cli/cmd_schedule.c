@@ -51,17 +51,21 @@ static void summary(FILE *f, const pm_cli_plan *pl) {
                 "device's sums after its passes\n", pl->sim.dp_step, pl->sim.dp_step_serial);
 }
 
-/* Passes --polish simulates: about a second here, all of it spent on
- * restarts once the first climb ends. The search's own polish takes far
- * less (polish.h); asked for by name, it may take more: at p = 2, m = 8,
- * costs 3,3,2, 0.75 M it reaches the optimum, 71.5, where the search's
- * stops at 72.5. */
+/* Passes --polish may simulate (about a second here): once the first climb
+ * ends, kicks go on until the budget ends or the makespan meets the lower
+ * bound. The search's own polish stops far sooner (polish.h); asked for by
+ * name, it may take more: at p = 2, m = 8, costs 3,3,2, 0.75 M it reaches
+ * the optimum, 71.5, where the search's stops at 72.5. */
 #define POLISH_BUDGET ((int64_t)100000000)
 
 /* --polish: the local search within --mem-limit, or within the schedule's
  * own peak without one, then validated and simulated again. */
 static pm_status polish(pm_cli_plan *pl, const pm_sched_req *req, pm_err *err) {
     double before = pl->sim.makespan;
+    if (pl->s.opt_status == PM_OPT_PROVEN) {
+        fprintf(stderr, "pipemem: polish: nothing to do, %s is proven optimal\n", pl->s.kind);
+        return PM_OK;
+    }
     double cap = (req->mem_limit > 0 ? req->mem_limit : pm_sim_peak_max_x(&pl->sim)) * pl->sim.M;
     pm_polish_stats ps;
     pm_polish_cfg cfg = {cap, POLISH_BUDGET, 0};
@@ -73,17 +77,15 @@ static pm_status polish(pm_cli_plan *pl, const pm_sched_req *req, pm_err *err) {
     char kind[sizeof pl->s.kind];
     snprintf(kind, sizeof kind, "%s", pl->s.kind);
     snprintf(pl->s.kind, sizeof pl->s.kind, "%.24s+polish", kind);
-    if (ps.optimal)
-        fprintf(stderr, "pipemem: polish: makespan %.6g -> %.6g, %d moves; optimal: it meets "
-                "the lower bound\n", before, pl->sim.makespan, ps.moves);
+    fprintf(stderr, "pipemem: polish: makespan %.6g -> %.6g, %d move%s kept; ", before,
+            pl->sim.makespan, ps.moves, ps.moves == 1 ? "" : "s");
+    if (ps.optimal) fprintf(stderr, "optimal: it meets the lower bound\n");
     else if (ps.converged)
-        fprintf(stderr, "pipemem: polish: makespan %.6g -> %.6g, %d moves; %d random restarts, "
-                "%d of them better\n", before, pl->sim.makespan, ps.moves, ps.kicks,
-                ps.kicks_kept);
+        fprintf(stderr, "%lld random kicks, %lld of them kept\n", (long long)ps.kicks,
+                (long long)ps.kicks_kept);
     else
-        fprintf(stderr, "pipemem: polish: makespan %.6g -> %.6g, %d moves in %d rounds before "
-                "its budget of %.0e simulated passes ran out\n", before, pl->sim.makespan,
-                ps.moves, ps.rounds, (double)POLISH_BUDGET);
+        fprintf(stderr, "its budget of %.0e simulated passes ran out in the first climb\n",
+                (double)POLISH_BUDGET);
     return PM_OK;
 }
 

@@ -77,8 +77,9 @@ pm_status pm_cli_plan_dp(pm_cli_plan *pl, const pm_cli_sched_opts *o, pm_err *er
 
 int pm_cli_no_polish(const pm_cli_sched_opts *o, const char *cmd) {
     if (o->polish)
-        return pm_cli_fail("%s: --polish belongs to 'schedule' (search, curve and auto-v "
-                           "polish their candidates themselves)", cmd);
+        return pm_cli_fail("%s: --polish belongs to 'schedule'%s", cmd,
+                           strcmp(cmd, "compare") ? " (search and curve polish their candidates "
+                           "themselves)" : "");
     return 0;
 }
 

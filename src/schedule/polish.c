@@ -1,4 +1,4 @@
-/* polish.c: a local search over a schedule's per-device orders.
+/* polish.c: an iterated local search over a schedule's per-device orders.
  *
  * The generators place passes by rules (repeated blocks, greedy rounds).
  * Under tight memory their worst cases are a few passes that sit one or two
@@ -6,18 +6,25 @@
  * the V-ZB greedy loses 2 time units every second microbatch. Moving single
  * passes finds most of that.
  *
- * A move takes one pass to another position within PM_POLISH_WINDOW places
- * on its own device. A device's memory levels depend on its order alone,
- * so a move that breaks a dependency within the device or rises over the
- * cap is refused before any replay; the others are replayed, and kept when
- * the schedule does not deadlock and its simulated score falls: the makespan,
- * then the sum of the devices' spans, then the sum of the passes' end times
- * (the two ties let work drift earlier on devices off the critical one,
- * which is what later lets the makespan fall). First improvement: a pass
- * takes the first move that scores better, and rounds repeat over all
- * passes until one keeps nothing or the budget of simulated passes is
- * spent. A budget, never seconds, so every machine and every MPI rank
- * polishes a schedule the same way. */
+ * The climb: a move takes one pass to another position within
+ * PM_POLISH_WINDOW places on its own device. A device's memory levels
+ * depend on its order alone, so a move that breaks a dependency within the
+ * device or rises over the cap is refused before any replay; the others
+ * are replayed, and kept when the schedule does not deadlock and its
+ * simulated score falls: the makespan, then the sum of the devices' spans,
+ * then the sum of the passes' end times (the two ties let work drift
+ * earlier on devices off the critical one, which is what later lets the
+ * makespan fall). First improvement, in rounds over every pass until one
+ * keeps nothing.
+ *
+ * Then the kicks: PM_POLISH_KICK random moves (plausible, whatever they
+ * score) and a climb from there, kept when it ends with a better score,
+ * else undone. A climb stops in a local optimum that single moves cannot
+ * leave; a kick of three can. It ends when `patience` kicks in a row gain
+ * nothing, when the makespan meets the lower bound (bound.c: no schedule is
+ * faster), or when the budget of simulated passes is spent. A budget, never
+ * seconds, and a fixed seed, so every machine and every MPI rank polishes
+ * a schedule the same way. */
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -25,7 +32,8 @@
 #include "polish.h"
 
 #define PM_POLISH_WINDOW 4
-#define PM_POLISH_KICK 3 /* random moves per kick */
+#define PM_POLISH_KICK 3         /* random moves per kick */
+#define PM_POLISH_KICK_COST 256 /* passes a kick is charged at least (iterate) */
 
 typedef struct {
     double makespan, spans, ends;
@@ -151,7 +159,9 @@ static uint64_t next_rand(uint64_t *x) { /* xorshift64: the same on every machin
 }
 
 /* The kick of the iterated search: PM_POLISH_KICK random moves that keep
- * each device's own order and memory plausible, whatever they score. */
+ * each device's own order and memory plausible, whatever they score. Most
+ * random moves are plausible; the bound on tries only ends a schedule
+ * with none (every pass pinned by its neighbours or the cap). */
 static void kick(polish_ws *w, uint64_t *rng) {
     for (int done = 0, tries = 0; done < PM_POLISH_KICK && tries < 100 * PM_POLISH_KICK; tries++) {
         int d = (int)(next_rand(rng) % (uint64_t)w->s->p);
@@ -174,26 +184,30 @@ static void copy_orders(pm_pass *dst, const pm_pass *src, const pm_sched *s) {
 
 /* After the climb stops on its own: kick, climb again, keep the result if
  * it scores better, else go back; until `patience` kicks in a row gain
- * nothing (0: never) or the budget ends. */
+ * nothing (0: never), the makespan meets the lower bound or the budget
+ * ends. A kick is charged at least PM_POLISH_KICK_COST passes: undoing it
+ * rewrites every device's order and levels, which on a small schedule
+ * costs more than its replay. */
 static void iterate(polish_ws *w, pm_pass *best, int patience, pm_polish_stats *ps) {
     uint64_t rng = 0x9e3779b97f4a7c15ull;
     score top = w->cur;
+    int64_t cost = w->n > PM_POLISH_KICK_COST ? w->n : PM_POLISH_KICK_COST;
     copy_orders(best, w->s->pass, w->s);
-    for (int futile = 0; (!patience || futile < patience) && w->budget >= w->n; futile++) {
-        if (!less(w->lb, top.makespan)) break; /* at the lower bound: nothing is faster */
+    for (int futile = 0; w->budget >= cost && less(w->lb, top.makespan);) {
         kick(w, &rng);
-        w->budget -= w->n;
+        w->budget -= cost;
         pm_polish_stats quiet = {0};
         if (eval(&w->sim, w->s, w->c, w->cap, &w->cur)) climb(w, &quiet);
         ps->kicks++;
         if (better(&w->cur, &top)) {
-            top = w->cur, futile = -1, ps->kicks_kept++, ps->moves += quiet.moves;
+            top = w->cur, futile = 0, ps->kicks_kept++, ps->moves += quiet.moves;
             copy_orders(best, w->s->pass, w->s);
             continue;
         }
         copy_orders(w->s->pass, best, w->s);
         for (int d = 0; d < w->s->p; d++) levels(w, d);
         w->cur = top;
+        if (patience && ++futile >= patience) break;
     }
 }
 

@@ -15,7 +15,7 @@
  * squared. */
 #define PM_POLISH_MAX_PM 200
 #define PM_POLISH_BUDGET ((int64_t)300000)
-/* Restarts in a row without a gain that end the searches' polish: with 100
+/* Kicks in a row without a gain that end the searches' polish: with 100
  * it reached the optimum at p = 4, m = 4, 0.75 M, costs 3,3,2 (43 -> 42);
  * spending the whole budget instead gained nothing more on bench_gap's
  * grid and tripled the time of the tests that search. */
