@@ -236,11 +236,11 @@ typedef struct {
  * nothing; then random kicks of 3 moves, each followed by a climb, are kept
  * when they end better, until cfg->patience kicks in a row gain nothing,
  * the makespan meets pm_sched_lower_bound_at, or cfg->budget simulated
- * passes are spent. The result replays under c, stays within cfg->cap
- * and its makespan is at most s's; it depends on nothing but the inputs
- * (same result on any machine). A schedule that does not replay or is
- * over the cap to start with is left as it is. stats may be NULL. Fails
- * only out of memory. */
+ * passes are spent; s->kind gains "+polish". The result replays under c,
+ * stays within cfg->cap and its makespan is at most s's; it depends on
+ * nothing but the inputs (same result on any machine). A schedule that
+ * does not replay or is over the cap to start with is left as it is, kind
+ * and all. stats may be NULL. Fails only out of memory. */
 pm_status pm_sched_polish(pm_sched *s, const pm_cost *c, const pm_polish_cfg *cfg,
                           pm_polish_stats *stats, pm_err *err);
 

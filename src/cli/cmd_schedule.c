@@ -74,9 +74,6 @@ static pm_status polish(pm_cli_plan *pl, const pm_sched_req *req, pm_err *err) {
     if (st) return st;
     pm_sim_free(&pl->sim);
     if ((st = pm_sim_run(&pl->sim, &pl->s, &pl->c, err))) return st;
-    char kind[sizeof pl->s.kind];
-    snprintf(kind, sizeof kind, "%s", pl->s.kind);
-    snprintf(pl->s.kind, sizeof pl->s.kind, "%.24s+polish", kind);
     fprintf(stderr, "pipemem: polish: makespan %.6g -> %.6g, %d move%s kept; ", before,
             pl->sim.makespan, ps.moves, ps.moves == 1 ? "" : "s");
     if (ps.optimal) fprintf(stderr, "optimal: it meets the lower bound\n");

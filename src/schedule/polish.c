@@ -27,9 +27,11 @@
  * a schedule the same way. */
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "polish.h"
+#include "pool.h" /* PM_PEAK_TOL */
 
 #define PM_POLISH_WINDOW 4
 #define PM_POLISH_KICK 3         /* random moves per kick */
@@ -45,7 +47,7 @@ static int eval(pm_sim *sim, const pm_sched *s, const pm_cost *c, double cap, sc
     if (pm_sim_replay(sim, s, c, &err)) return 0;
     score r = {sim->makespan, 0, 0};
     for (int d = 0; d < s->p; d++) {
-        if (cap > 0 && sim->peak[d] > cap * (1 + PM_POLISH_TOL)) return 0;
+        if (cap > 0 && sim->peak[d] > cap * (1 + PM_PEAK_TOL)) return 0;
         r.spans += sim->span[d];
         const double *end = sim->end + (int64_t)d * s->cap;
         for (int64_t i = 0; i < s->len[d]; i++) r.ends += end[i];
@@ -110,7 +112,7 @@ static int plausible(const polish_ws *w, int d, int64_t i, int64_t j) {
         if (k != j && list[k].mb == x->mb && (k > j ? needs(&list[k], x) : needs(x, &list[k])))
             return 0;
     if (!(w->cap > 0)) return 1;
-    double lvl = w->before[(int64_t)d * w->s->cap + lo], cap = w->cap * (1 + PM_POLISH_TOL);
+    double lvl = w->before[(int64_t)d * w->s->cap + lo], cap = w->cap * (1 + PM_PEAK_TOL);
     for (int64_t k = lo; k <= hi; k++) {
         if (lvl + pm_cost_rise(w->c, &list[k]) > cap) return 0;
         lvl += pm_cost_mem(w->c, &list[k]);
@@ -232,6 +234,9 @@ pm_status pm_sched_polish(pm_sched *s, const pm_cost *c, const pm_polish_cfg *cf
         ps.converged = climb(&w, &ps);
         if (ps.converged) iterate(&w, best, cfg->patience, &ps);
         ps.optimal = !less(w.lb, w.cur.makespan);
+        char kind[sizeof s->kind];
+        snprintf(kind, sizeof kind, "%s", s->kind);
+        snprintf(s->kind, sizeof s->kind, "%.24s+polish", kind);
     }
     ps.spent = cfg->budget - w.budget;
     pm_free(best);

@@ -5,8 +5,6 @@
 
 #include "pipemem/pm_sched.h"
 
-#define PM_POLISH_TOL 1e-9 /* the validator's tolerance on the cap */
-
 /* The searches polish when p m is at most PM_POLISH_MAX_PM (1200 passes
  * on the V placement, 600 on the single one), each schedule with a budget of
  * PM_POLISH_BUDGET simulated passes (a few ms here). A budget 3 times

@@ -114,7 +114,7 @@ int pm_cand_pool_best(const pm_cand_pool *pl, int fam, double limit) {
     return best;
 }
 
-/* The rebuilt schedule polished within cap (x M), renamed "KIND+polish". */
+/* The rebuilt schedule polished within cap (x M). */
 static pm_status polish(pm_sched *s, const pm_sched_req *req, double cap, pm_err *err) {
     pm_cost c;
     pm_status st = pm_cost_init_uniform(&c, s, req->t, req->mem, err);
@@ -122,11 +122,7 @@ static pm_status polish(pm_sched *s, const pm_sched_req *req, double cap, pm_err
     pm_polish_cfg cfg = {cap * pm_cost_M(&c), PM_POLISH_BUDGET, PM_POLISH_PATIENCE};
     st = pm_sched_polish(s, &c, &cfg, NULL, err);
     pm_cost_free(&c);
-    if (st) return st;
-    char kind[sizeof s->kind];
-    snprintf(kind, sizeof kind, "%s", s->kind);
-    snprintf(s->kind, sizeof s->kind, "%.24s+polish", kind);
-    return PM_OK;
+    return st;
 }
 
 pm_status pm_cand_build(pm_sched *s, const pm_cand *c, const pm_sched_req *req, pm_err *err) {
