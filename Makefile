@@ -75,7 +75,7 @@ FINAL_LIBS = $(BLAS_LIBS) $(CBC_LIBS) $(MPI_LIBS) $(SAT_LIBS) \
 CXX ?= g++
 FINAL_CXXFLAGS = -std=c++17 -Wall -Wextra -Wshadow -MMD -MP -Iinclude -Isrc $(SAN) $(CFLAGS)
 
-LIB_SRC := $(sort $(wildcard src/util/*.c src/schedule/*.c src/model/*.c src/data/*.c src/train/*.c src/runtime/*.c src/select/*.c))
+LIB_SRC := $(sort $(wildcard src/util/*.c src/schedule/*.c src/model/*.c src/data/*.c src/train/*.c src/plan/*.c src/runtime/*.c src/select/*.c))
 # the tokenizer: SentencePiece's C++ face, or the stub that says it is missing
 LIB_SRC := $(filter-out $(if $(SPM_LIBS),src/data/tokenizer_none.c),$(LIB_SRC))
 LIB_CXX := $(if $(SPM_LIBS),src/data/spm.cc)

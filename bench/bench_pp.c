@@ -63,6 +63,17 @@ static int generate(pm_sched *s, const char *kind, int p, int m, pm_costs t, pm_
     return pm_sched_generate(s, kind, &req, err) != PM_OK;
 }
 
+/* A pipe running s for c (planned with FLOP placement; the pipe keeps the plan). */
+static pm_status make_pipe(pm_pipe **pp, const pm_train_cfg *c, const pm_sched *s, pm_err *err) {
+    pm_plan pl;
+    pm_plan_req rq = {.sched = s};
+    *pp = NULL;
+    pm_status st = pm_plan_make(&pl, c, &rq, err);
+    if (!st) st = pm_pipe_create(pp, &pl, NULL, err);
+    pm_plan_free(&pl);
+    return st;
+}
+
 /* Runs `steps` steps (the first untimed); r gets timed means and the peak;
  * params (if not NULL) the parameters after the first step. */
 static int run(const pm_train_cfg *c, const pm_sched *s, int steps, result *r, float *params,
@@ -71,7 +82,7 @@ static int run(const pm_train_cfg *c, const pm_sched *s, int steps, result *r, f
     pm_err err;
     *r = (result){0};
     if (keep) *keep = NULL;
-    if (pm_pipe_create(&q, c, s, NULL, &err)) {
+    if (make_pipe(&q, c, s, &err)) {
         fprintf(stderr, "bench_pp: %s: %s\n", s->kind, err.msg);
         return 1;
     }
@@ -164,7 +175,7 @@ static int bench_time(int quick) {
                    err.msg);
             continue;
         }
-        if (pm_pipe_create(&pp[k], &c, &s, NULL, &err)) {
+        if (make_pipe(&pp[k], &c, &s, &err)) {
             fprintf(stderr, "bench_pp: %s: %s\n", kinds[k].name, err.msg);
             rc = 1;
         } else {

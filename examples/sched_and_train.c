@@ -33,8 +33,12 @@ int main(void) {
                         .batch = 8, .micro = M, .seed = 1};
     pm_optim_defaults(&cfg.opt, STEPS);
     cfg.opt.lr = 1e-2f;
+    pm_plan plan;
+    pm_plan_req rq = {.sched = &s};
     pm_pipe *pp;
-    if (pm_pipe_create(&pp, &cfg, &s, NULL, &err)) return fprintf(stderr, "%s\n", err.msg), 1;
+    if (pm_plan_make(&plan, &cfg, &rq, &err) || pm_pipe_create(&pp, &plan, NULL, &err))
+        return fprintf(stderr, "%s\n", err.msg), 1;
+    pm_plan_free(&plan);
     int32_t inp[8 * 16], tgt[8 * 16];
     double first = 0, last = 0;
     for (int step = 0; step < STEPS; step++) {

@@ -405,12 +405,25 @@ static void reference(const pm_train_cfg *c, run_result *r) {
     pm_trainer_free(&t);
 }
 
+/* A pipe running schedule s for c with dp replicas (FLOP placement): plans,
+ * creates (the pipe keeps a copy of the plan) and frees the plan. */
+static pm_status make_pipe(pm_pipe **pp, const pm_train_cfg *c, const pm_sched *s, int dp,
+                           const pm_pipe_opts *o, pm_err *err) {
+    pm_plan pl;
+    pm_plan_req rq = {.sched = s, .dp = dp};
+    *pp = NULL;
+    pm_status st = pm_plan_make(&pl, c, &rq, err);
+    if (st) return st;
+    st = pm_pipe_create(pp, &pl, o, err);
+    pm_plan_free(&pl);
+    return st;
+}
+
 /* Trains NSTEPS on schedule s with dp replicas; checks memory on every step. */
 static void run_pipe_dp(const pm_train_cfg *c, const pm_sched *s, int dp, run_result *r) {
     pm_pipe *pp;
     pm_err err = {{0}};
-    pm_pipe_opts o = {.dp = dp};
-    pm_status st = pm_pipe_create(&pp, c, s, &o, &err);
+    pm_status st = make_pipe(&pp, c, s, dp, NULL, &err);
     if (st) fail_msg("%s p=%d: %s", s->kind, s->p, err.msg);
     int32_t inp[TINY_M * 8], tgt[TINY_M * 8];
     size_t peak0 = 0; /* device 0's measured peak, last step */
@@ -586,9 +599,8 @@ static void test_data_parallel(void **state) {
     pm_sched s;
     pm_pipe *pp;
     pm_err err;
-    pm_pipe_opts o = {.dp = 2};
     gen(&s, "zb-h1", 2, TINY_M / 2);
-    assert_int_equal(pm_pipe_create(&pp, &c, &s, &o, &err), PM_OK);
+    assert_int_equal(make_pipe(&pp, &c, &s, 2, NULL, &err), PM_OK);
     int32_t inp[TINY_M * 8], tgt[TINY_M * 8];
     batch_of(0, inp, tgt, &c);
     assert_int_equal(pm_pipe_step(pp, inp, tgt, NULL, &err), PM_OK);
@@ -620,13 +632,11 @@ static void test_data_parallel(void **state) {
     gen(&s, "1f1b", 2, 3);
     pm_train_cfg c3 = c;
     c3.micro = 8, c3.batch = 8;
-    o.dp = 3;
-    assert_int_equal(pm_pipe_create(&pp, &c3, &s, &o, &err), PM_ERR_ARG);
-    assert_non_null(strstr(err.msg, "--dp 3 must divide --microbatches 8"));
-    o.dp = 2;
-    assert_int_equal(pm_pipe_create(&pp, &c3, &s, &o, &err), PM_ERR_ARG);
-    assert_non_null(strstr(err.msg, "the schedule has 3 microbatches but each of the 2 replicas "
-                                    "runs 4"));
+    assert_int_equal(make_pipe(&pp, &c3, &s, 3, NULL, &err), PM_ERR_ARG);
+    assert_non_null(strstr(err.msg, "the replicas (3) must divide the microbatches (8)"));
+    assert_int_equal(make_pipe(&pp, &c3, &s, 2, NULL, &err), PM_ERR_ARG);
+    assert_non_null(strstr(err.msg, "is for 2 devices and 3 microbatches, but the plan has 2 "
+                                    "devices and 4 microbatches per replica"));
     pm_sched_free(&s);
     free(ref.params);
 }
@@ -655,8 +665,8 @@ static void test_gather_scatter_resume(void **state) {
     gen(&s1, "zb-h1", 2, TINY_M);
     gen(&s2, "v-min", 4, TINY_M);
     pm_pipe *a, *b;
-    assert_int_equal(pm_pipe_create(&a, &c, &s1, NULL, &err), PM_OK);
-    assert_int_equal(pm_pipe_create(&b, &c, &s2, NULL, &err), PM_OK);
+    assert_int_equal(make_pipe(&a, &c, &s1, 1, NULL, &err), PM_OK);
+    assert_int_equal(make_pipe(&b, &c, &s2, 1, NULL, &err), PM_OK);
     for (int k = 0; k < 2; k++) {
         batch_of(k, inp, tgt, &c);
         assert_int_equal(pm_pipe_step(a, inp, tgt, NULL, &err), PM_OK);
@@ -724,7 +734,7 @@ static void test_w_order_refused(void **state) {
     pm_sched_push(&s, 0, PM_PASS_W, 0, 0);
     pm_pipe *pp;
     /* split W passes of a stage are interchangeable: relabelled into order */
-    assert_int_equal(pm_pipe_create(&pp, &c, &s, NULL, &err), PM_OK);
+    assert_int_equal(make_pipe(&pp, &c, &s, 1, NULL, &err), PM_OK);
     assert_int_equal(pm_pipe_w_relabeled(pp), 2);
     assert_int_equal(pm_sched_dev(pm_pipe_schedule(pp), 0)[4].mb, 0);
     pm_pipe_destroy(pp);
@@ -735,13 +745,13 @@ static void test_w_order_refused(void **state) {
     pm_sched_push(&s, 0, PM_PASS_F, 0, 1);
     pm_sched_push(&s, 0, PM_PASS_BW, 0, 1);
     pm_sched_push(&s, 0, PM_PASS_BW, 0, 0);
-    assert_int_equal(pm_pipe_create(&pp, &c, &s, NULL, &err), PM_ERR_INVALID);
+    assert_int_equal(make_pipe(&pp, &c, &s, 1, NULL, &err), PM_ERR_INVALID);
     assert_non_null(strstr(err.msg, "microbatch order"));
     pm_sched_free(&s);
     /* too many stages for the layers */
     gen(&s, "v-half", 4, TINY_M);
     c = tiny(2);
-    assert_int_equal(pm_pipe_create(&pp, &c, &s, NULL, &err), PM_ERR_ARG);
+    assert_int_equal(make_pipe(&pp, &c, &s, 1, NULL, &err), PM_ERR_ARG);
     assert_non_null(strstr(err.msg, "layers"));
     pm_sched_free(&s);
 }
@@ -752,7 +762,7 @@ static pm_status faulty(const char *kind, int p, pm_pipe_opts *o, pm_err *err) {
     pm_sched s;
     gen(&s, kind, p, TINY_M);
     pm_pipe *pp;
-    pm_status st = pm_pipe_create(&pp, &c, &s, o, err);
+    pm_status st = make_pipe(&pp, &c, &s, 1, o, err);
     assert_int_equal(st, PM_OK);
     int32_t inp[TINY_M * 8], tgt[TINY_M * 8];
     batch_of(0, inp, tgt, &c);
@@ -786,7 +796,7 @@ static void test_faults(void **state) {
         pm_sched s;
         gen(&s, "zb-h1", 2, TINY_M);
         pm_pipe *pp;
-        assert_int_equal(pm_pipe_create(&pp, &c, &s, NULL, &err), PM_OK);
+        assert_int_equal(make_pipe(&pp, &c, &s, 1, NULL, &err), PM_OK);
         int32_t inp[TINY_M * 8], tgt[TINY_M * 8];
         batch_of(0, inp, tgt, &c);
         inp[3 * 8 + 5] = 64; /* vocab is 64 */
@@ -810,7 +820,7 @@ static void test_timeline_outputs(void **state) {
     gen(&s, "zb-h1", 2, TINY_M);
     pm_pipe *pp;
     pm_err err;
-    assert_int_equal(pm_pipe_create(&pp, &c, &s, NULL, &err), PM_OK);
+    assert_int_equal(make_pipe(&pp, &c, &s, 1, NULL, &err), PM_OK);
     int32_t inp[TINY_M * 8], tgt[TINY_M * 8];
     batch_of(0, inp, tgt, &c);
     assert_int_equal(pm_pipe_step(pp, inp, tgt, NULL, &err), PM_OK);
@@ -928,7 +938,7 @@ static void test_cli_train_pp(void **state) {
     json_field(b, "busy_max_over_mean", v, sizeof v);
     assert_true(fabs(atof(v) - 2 * (b0 > b1 ? b0 : b1) / (b0 + b1)) < 2e-3);
     json_field(b, "placement", v, sizeof v);
-    assert_string_equal(v, "\"measured\"");
+    assert_string_equal(v, "\"flops\"");
     /* the checkpoints are byte for byte the same */
     snprintf(cmd, sizeof cmd, "cmp -s %s/a.ckpt %s/b.ckpt", dir, dir);
     assert_int_equal(sh_quiet(cmd), 0);
@@ -988,7 +998,7 @@ static void test_forecast_and_no_allocation(void **state) {
     gen(&s, "zb-h1", 2, TINY_M);
     pm_pipe *pp;
     pm_err err = {{0}};
-    assert_int_equal(pm_pipe_create(&pp, &c, &s, NULL, &err), PM_OK);
+    assert_int_equal(make_pipe(&pp, &c, &s, 1, NULL, &err), PM_OK);
     int32_t inp[TINY_M * 8], tgt[TINY_M * 8];
     pm_pipe_info in[5];
     for (int k = 0; k < 5; k++) {
@@ -1021,7 +1031,7 @@ static void test_init_allocation_failures(void **state) {
         pm_pipe *pp;
         pm_err err = {{0}};
         pm_alloc_fail_at(n, 0);
-        pm_status st = pm_pipe_create(&pp, &c, &s, NULL, &err);
+        pm_status st = make_pipe(&pp, &c, &s, 1, NULL, &err);
         int fired = pm_alloc_failed();
         pm_alloc_fail_at(0, 0);
         if (!fired) {

@@ -4,21 +4,20 @@
  * per-device arena sized before the step, devices talk only through a
  * transport, and every pass's start and end is measured.
  *
- * Three layers, each usable alone:
+ * Two layers, each usable alone, on top of the planner (pm_plan.h: the
+ * placement, the schedule, the activation arena and every device's bytes):
  *   pm_tp     transport: non-blocking send/receive of byte buffers between
  *             devices, addressed by (peer, tag). The threads implementation
  *             copies every message; an MPI one can replace it behind the
  *             same operations table without touching the executor.
- *   pm_arena  activation arena: first-fit over one slab, exact accounting
- *             of live bytes, never allocates after init.
- *   pm_pipe   pipeline trainer: placement of layers onto stages, the
- *             executors, the optimizer step per device, the timeline.
+ *   pm_pipe   pipeline trainer: runs a plan: the executors, the optimizer
+ *             step per device, the timeline.
  *
  * Exactness contract: weight passes of one stage are interchangeable (same
- * cost, same bytes), so the runtime runs each stage's W passes in microbatch
+ * cost, same bytes), so the plan runs each stage's W passes in microbatch
  * order at the positions the schedule lists them (zb-v lists a few out of
  * order; timing and memory are unchanged). Stages with fused BW passes must
- * already be in order (checked at init). Then pm_pipe_step
+ * already be in order (checked by the planner). Then pm_pipe_step
  * gives bitwise the same loss, gradient norm and parameters as
  * pm_trainer_step_batch on one device with the same configuration, provided
  * OpenBLAS runs one thread per call (pm_pipe_create sets pm_blas_threads(1),
@@ -31,6 +30,7 @@
 #include <stdio.h>
 
 #include "pipemem/pm_gpt.h"
+#include "pipemem/pm_plan.h"
 #include "pipemem/pm_sched.h"
 #include "pipemem/pm_train.h"
 #include "pipemem/pm_util.h"
@@ -147,142 +147,17 @@ pm_status pm_tp_mpi_barrier(pm_tp_mpi *w);
  * they are cancelled), then frees. NULL is a no-op. */
 void pm_tp_mpi_destroy(pm_tp_mpi *w);
 
-/* ---- activation arena -----------------------------------------------------
- * One slab of `cap` bytes. Blocks start on 64-byte boundaries and occupy
- * their size rounded up to 64; `live` counts requested bytes exactly (what
- * the model's sizes say), `peak` is the largest `live` seen, `high` the
- * largest end offset (slab bytes actually touched: live plus rounding and
- * fragmentation). Blocks are found by offset, kept sorted by offset; at most
- * max_blocks at once; nothing is allocated after init.
- *
- * Placement: first fit over the gaps, or a plan. Because a device's
- * allocation sequence depends only on its pass list, the runtime replays
- * the list on a dry arena (base NULL, which logs every block's size, W-prefix
- * size and the event times of its alloc, shrink and release), then plans the
- * offsets offline (pm_arena_plan: greedy lowest offset over the blocks'
- * lifetimes, several orders, each block notched (prefix and released suffix
- * as two rectangles) or solid) and keeps whichever of plan and first fit
- * needs the smaller slab. A planned alloc takes the
- * next offset of the plan and still checks it against the live blocks and
- * the capacity, so a wrong plan is an error, never corruption. */
-typedef struct {
-    size_t off;  /* start, multiple of 64 */
-    size_t size; /* requested bytes (live) */
-    size_t id;   /* dry arena: index of its life record */
-} pm_arena_blk;
-
-/* One block's life on a dry arena (event times count arena calls). */
-typedef struct {
-    size_t size, size_w;    /* bytes at alloc, after shrink (= size if never shrunk) */
-    int64_t t_alloc;        /* alloc event */
-    int64_t t_shrink;       /* shrink event (= t_free if never shrunk) */
-    int64_t t_free;         /* release event */
-} pm_arena_life;
-
-typedef struct {
-    unsigned char *base; /* (cap) slab, owned; NULL when dry */
-    size_t cap;          /* capacity in bytes */
-    pm_arena_blk *blk;   /* (max_blocks) live blocks sorted by offset; owned */
-    size_t nblk;         /* live blocks */
-    size_t max_blocks;   /* capacity of blk */
-    size_t live;         /* requested bytes alive */
-    size_t peak;         /* max live since the last pm_arena_begin */
-    size_t high;         /* max end offset since init */
-    size_t *plan;        /* (nplan) planned offsets in allocation order, or NULL; owned */
-    size_t nplan, next;  /* plan length, next planned allocation */
-    pm_arena_life *log;  /* dry: (max_log) lives in allocation order; owned */
-    size_t nlog, max_log;
-    int64_t clock;       /* dry: event counter */
-} pm_arena;
-
-#define PM_ARENA_ALIGN 64
-
-pm_status pm_arena_init(pm_arena *a, size_t cap, size_t max_blocks, pm_err *err);
-/* A dry arena logging up to max_log allocations. */
-pm_status pm_arena_init_dry(pm_arena *a, size_t max_blocks, size_t max_log, pm_err *err);
-void pm_arena_free(pm_arena *a);
-/* Places `size` bytes (> 0); PM_ERR_MEMLIMIT if nothing fits (first fit),
- * the planned place is taken or past cap (plan), or max_blocks are live.
- * The caller names the pass. Never calls malloc. */
-pm_status pm_arena_alloc(pm_arena *a, size_t size, size_t *off);
-/* Shrinks the block at off to its prefix of `size` bytes (0 < size <= its size). */
-void pm_arena_shrink(pm_arena *a, size_t off, size_t size);
-void pm_arena_release(pm_arena *a, size_t off);
-static inline void *pm_arena_ptr(const pm_arena *a, size_t off) { return a->base + off; }
-/* Starts a step: peak = live, the plan restarts at its first offset. */
-void pm_arena_begin(pm_arena *a);
-/* Offsets for n logged lives (the best of several greedy placements, each
- * block at the lowest offset free of the blocks alive at the same time);
- * *cap receives the slab size needed. */
-pm_status pm_arena_plan(const pm_arena_life *life, size_t n, size_t *off, size_t *cap,
-                        pm_err *err);
-/* Adopts a plan (copied) for the allocations of every later step. */
-pm_status pm_arena_use_plan(pm_arena *a, const size_t *off, size_t n, pm_err *err);
-
-/* ---- placement --------------------------------------------------------------
- * Rule: the L+2 layers (embedding, L blocks, head) are cut into S contiguous
- * non-empty ranges, in order, minimising the busiest device's time for one
- * microbatch (the sum over the stages the schedule puts on it: under V,
- * device 0 holds the embedding's stage and the head's), then the largest
- * device memory (each stage's parameters, gradients and AdamW moments, plus
- * its saved activations times the most microbatches the schedule holds on
- * it at once), then the sum of the devices' squared times. A layer's time is its kind's F + B + W from
- * lc: measured (pm_place_measure) or, with lc NULL, FLOPs. Exact (branch and
- * bound over the cut points) up to millions of partial cuts, far beyond any
- * real pipeline; then the best found.
- * first[s] .. first[s+1]-1 are stage s's layers (first has S+1 entries).
- * Fewer layers than stages is PM_ERR_ARG with the fix. */
-typedef struct {
-    double f, b, w;
-} pm_pass_times;
-typedef struct {
-    pm_pass_times k[PM_LAYER_KIND_COUNT]; /* one microbatch's passes of each layer kind */
-    const char *unit;                     /* "s" measured, "flop" counted */
-} pm_layer_costs;
-
-/* FLOPs of each kind's passes (pm_gpt_layer_sizes). */
-pm_status pm_place_flops(const pm_gpt_config *cfg, int B, int T, pm_layer_costs *lc,
-                         pm_err *err);
-/* Measures each kind's F, B and W on one microbatch of B x T on the calling
- * thread with one compute thread, as a device thread runs (best of two).
- * Takes about two microbatches' worth of one embedding, block and head. */
-pm_status pm_place_measure(const pm_gpt_config *cfg, int B, int T, pm_layer_costs *lc,
-                           pm_err *err);
-pm_status pm_place_layers(const pm_gpt_config *cfg, int B, int T, const pm_sched *s,
-                          const pm_layer_costs *lc, int *first, pm_err *err);
-/* Each device's share under a placement: time[d] (lc's unit, NULL: FLOPs)
- * and mem[d] (bytes), as the rule above counts them; arrays of s->p. */
-pm_status pm_place_shares(const pm_gpt_config *cfg, int B, int T, const pm_sched *s,
-                          const pm_layer_costs *lc, const int *first, double *time,
-                          double *mem, pm_err *err);
-
-/* Per-stage memory deltas of the model under a placement, in bytes: F keeps
- * sum(saved), B releases sum(saved - saved_w), W the rest (pm_gpt.h); with
- * recompute, F keeps only the stage's input (mr: the first layer's input
- * bytes, none on stage 0, whose tokens stay in the batch). Times are the
- * FLOPs of the stage (a prediction before anything is measured). */
-pm_status pm_place_costs(const pm_gpt_config *cfg, int B, int T, const int *first, int S,
-                         int recompute, pm_cost *c, pm_err *err);
-
 /* ---- the pipeline trainer ---------------------------------------------------- */
 
 /* FAIL errors out, NAN poisons the pass's output, KILL ends the process
  * with SIGKILL (a lost MPI rank). */
 typedef enum { PM_FAULT_NONE, PM_FAULT_FAIL, PM_FAULT_NAN, PM_FAULT_KILL, PM_FAULT_COUNT } pm_fault_kind;
 
-typedef enum { PM_TRANSPORT_THREADS, PM_TRANSPORT_MPI } pm_transport;
-
 typedef struct {
     double wait_timeout_s;  /* transport wait limit (0 = 300 s) */
-    int transport;          /* pm_transport: THREADS (every device a thread of this
-                             * process) or MPI (this rank's device; pm_mpi_init first;
-                             * every rank creates the pipe with the same arguments) */
-    int dp;                 /* data-parallel replicas of the pipeline (0 or 1: none) */
-    uint64_t fingerprint;   /* MPI: what must agree across ranks besides the
-                             * configuration and schedule (the CLI: the train data's
-                             * identity); a rank that differs stops every rank */
-    pm_layer_costs place;   /* the layer costs the placement balances (place.unit NULL:
-                             * FLOPs); under MPI every rank must pass the same */
+    uint64_t fingerprint;   /* MPI: what must agree across ranks besides the plan
+                             * (the CLI: the train data's identity); a rank that
+                             * differs stops every rank */
     /* test hooks: fault injection */
     int fault_kind;         /* pm_fault_kind */
     int fault_dev;          /* device of the failing pass */
@@ -320,14 +195,16 @@ typedef struct {
  * pm_pipe_create and read it through the functions below. */
 typedef struct pm_pipe pm_pipe;
 
-/* Checks cfg against the schedule (m == cfg->micro, enough layers for S
- * stages, weight order per stage, validation), places the layers, predicts
- * every device's peak with the simulator, sizes and allocates every device's
- * arena, parameters (initialised from cfg->seed, like pm_trainer_init),
- * gradients, AdamW moments and message buffers, and starts the device
- * threads. opts may be NULL. On error *out is NULL. */
-pm_status pm_pipe_create(pm_pipe **out, const pm_train_cfg *cfg, const pm_sched *s,
-                         const pm_pipe_opts *opts, pm_err *err);
+/* Runs plan pl (pm_plan.h; the pipe keeps a copy): allocates
+ * exactly what the plan says for this process's devices (all of them with
+ * threads, this rank's under MPI, pl->transport): parameters (initialised
+ * from cfg.seed, like pm_trainer_init: each device its own layers),
+ * gradients, AdamW moments, arena, workspace and transport buffers, and
+ * starts the device threads. Under MPI every rank passes the same plan
+ * (checked: a rank that differs stops every rank). opts may be NULL. On
+ * error *out is NULL. */
+pm_status pm_pipe_create(pm_pipe **out, const pm_plan *pl, const pm_pipe_opts *opts,
+                         pm_err *err);
 /* Stops the device threads and frees everything; NULL is a no-op. */
 void pm_pipe_destroy(pm_pipe *pp);
 
@@ -339,6 +216,7 @@ int pm_pipe_replicas(const pm_pipe *pp);            /* dp (1 without data parall
  * writes); with threads always. */
 int pm_pipe_is_root(const pm_pipe *pp);
 int pm_pipe_stages(const pm_pipe *pp);              /* S */
+const pm_plan *pm_pipe_plan(const pm_pipe *pp);     /* the plan it runs */
 const pm_train_cfg *pm_pipe_config(const pm_pipe *pp); /* its copy (the head's parts) */
 const pm_sched *pm_pipe_schedule(const pm_pipe *pp); /* its copy (W in microbatch order) */
 int64_t pm_pipe_w_relabeled(const pm_pipe *pp);     /* W passes that took another microbatch */

@@ -27,121 +27,37 @@
 #include "pipemem/pm_runtime.h"
 #include "train_opts.h"
 
-/* Where the devices run: pipe options shared by every pipe of the run
- * (transport, replicas, the data's identity), and this process's rank. */
+/* Where the devices run: the pipe's options (the data's identity, test
+ * hooks), the layer costs the plan balances, the transport and this
+ * process's rank. */
 typedef struct {
     pm_pipe_opts opts;
-    int rank; /* 0 with threads */
+    pm_layer_costs place; /* measured layer costs; unit NULL: the plan counts FLOPs */
+    int transport;        /* pm_transport */
+    int rank;             /* 0 with threads */
 } pp_world;
 
-/* Device-share costs: one zb-h1 step on the real model, per-stage means.
- * Under MPI only rank 0 measured them: it sends them to every rank, so all
- * search the same way and pick the same schedule. */
-static pm_status profile(const pp_world *w, const pm_train_cfg *cfg, int p, pm_trainer *host,
-                         pm_costs *t, pm_err *err) {
-    pm_sched_req req = {.p = p, .m = cfg->micro / w->opts.dp, .t = PM_COSTS_DEFAULT,
-                        .mem = PM_MEM_DEFAULT};
-    pm_sched s;
-    pm_status st = pm_sched_generate(&s, "zb-h1", &req, err);
-    if (st) return st;
-    pm_pipe *pp;
-    if (!(st = pm_pipe_create(&pp, cfg, &s, &w->opts, err))) {
-        pm_loader ld = host->train; /* a copy: profiling does not consume data */
-        pm_loader_next(&ld, cfg->batch, host->inp, host->tgt);
-        if (!(st = pm_pipe_step(pp, host->inp, host->tgt, NULL, err))) {
-            const pm_cost *c = pm_pipe_cost(pp);
-            *t = (pm_costs){0, 0, 0, 0};
-            for (int k = 0; k < c->S; k++) {
-                t->f += c->st[k].tf / c->S;
-                t->b += c->st[k].tb / c->S;
-                t->w += c->st[k].tw / c->S;
-            }
-            if (w->opts.transport == PM_TRANSPORT_MPI) st = pm_mpi_bcast(t, sizeof *t, err);
-        }
-        pm_pipe_destroy(pp);
-    }
-    pm_sched_free(&s);
-    return st;
-}
-
-/* The model's memory deltas as fractions of one device's share of one
- * microbatch's activation; recomputed, each of a device's v stages keeps one
- * block's input. */
-static pm_mem model_mem(const pm_train_cfg *cfg, int p, int v) {
-    double saved = 0, saved_w = 0, in = 0;
-    int B = cfg->batch / cfg->micro;
-    for (int l = 0; l < pm_gpt_num_layers(&cfg->model); l++) {
-        pm_gpt_sizes z;
-        if (pm_gpt_layer_sizes(&cfg->model, l, B, cfg->model.ctx, &z, NULL)) continue;
-        saved += (double)z.saved, saved_w += (double)z.saved_w;
-        if (l == 1) in = (double)z.in;
-    }
-    double keep = (double)v * p * in / saved;
-    return (pm_mem){1.0, -(saved - saved_w) / saved, -saved_w / saved, keep < 1 ? keep : 1};
-}
-
-/* Peak activation of schedule s on the real model, the layers placed as
- * the runtime places them, each stage's exact byte deltas: the largest
- * device's (x M) and each device's in bytes, with its state's bytes (both
- * NULL: not wanted). */
-static pm_status real_peak(const pp_world *w, const pm_train_cfg *cfg, const pm_sched *s,
-                           double *peak, double *bytes, double *state, pm_err *err) {
-    int mb = cfg->batch / cfg->micro, *first = pm_malloc((size_t)(s->S + 1) * sizeof *first);
-    if (!first) return pm_errf(err, PM_ERR_NOMEM, "out of memory placing %d stages", s->S);
-    pm_cost c = {0};
-    pm_sim sim = {0};
-    const pm_layer_costs *lc = w->opts.place.unit ? &w->opts.place : NULL;
-    pm_status st = pm_place_layers(&cfg->model, mb, cfg->model.ctx, s, lc, first, err);
-    if (!st) st = pm_place_costs(&cfg->model, mb, cfg->model.ctx, first, s->S, s->recompute,
-                                   &c, err);
-    if (!st) st = pm_sim_run(&sim, s, &c, err);
-    if (!st) *peak = pm_sim_peak_max_x(&sim);
-    for (int d = 0; !st && bytes && d < s->p; d++) bytes[d] = sim.peak[d], state[d] = 0;
-    for (int k = 0; !st && bytes && k < s->S; k++) /* parameters, gradients, AdamW moments */
-        for (int l = first[k]; l < first[k + 1]; l++)
-            state[pm_sched_stage_device(s, k)] +=
-                4.0 * sizeof(float) * (double)pm_gpt_layer_params(&cfg->model, l);
-    pm_sim_free(&sim);
-    pm_cost_free(&c);
-    pm_free(first);
-    return st;
-}
-
 /* Refuses, before anything big is allocated, a run this machine cannot
- * hold: the host's copy (pm_train_mem_bytes) plus the devices' parameters,
- * gradients and moments and their activation peaks (s NULL: before the
- * schedule is known, without the activations). With threads every device
- * is in this process; under MPI each rank holds a host copy and its
- * device, and the ranks mpirun put on this machine share its memory. */
-static pm_status check_fits(const pp_world *w, const pm_train_cfg *cfg, const pm_sched *s,
-                            pm_err *err) {
-    double x, act = 0, state = 0, host = (double)pm_train_mem_bytes(cfg, NULL);
-    if (!host) return PM_OK; /* a bad configuration: pm_trainer_init says what */
-    int mpi = w->opts.transport == PM_TRANSPORT_MPI, dp = w->opts.dp > 1 ? w->opts.dp : 1;
+ * hold: the host's copy (pm_train_mem_bytes) and the devices' planned bytes
+ * (with threads every device is in this process; under MPI each rank holds
+ * a host copy and its device, and the ranks mpirun put on this machine
+ * share its memory). */
+static pm_status check_fits(const pp_world *w, const pm_plan *pl, pm_err *err) {
+    double host = (double)pm_train_mem_bytes(&pl->cfg, NULL), dev = 0, G = 1 << 30;
+    int mpi = pl->transport == PM_TRANSPORT_MPI;
     const char *ls = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
     double local = mpi && ls && atoi(ls) > 0 ? atoi(ls) : 1; /* ranks on this machine */
-    if (!s && !mpi) state = 4.0 * sizeof(float) * (double)pm_gpt_num_params(&cfg->model) * dp;
-    if (s) {
-        double *peaks = pm_malloc(2 * (size_t)s->p * sizeof *peaks), *st_b = peaks + s->p;
-        if (!peaks) return pm_errf(err, PM_ERR_NOMEM, "out of memory");
-        pm_status st = real_peak(w, cfg, s, &x, peaks, st_b, err);
-        for (int d = 0; !st && d < s->p; d++) {
-            if (!mpi) act += dp * peaks[d], state += dp * st_b[d];
-            else if (peaks[d] + st_b[d] > act + state) act = peaks[d], state = st_b[d];
-        }
-        pm_free(peaks);
-        if (st) return st;
-    }
-    host *= local, state *= local, act *= local;
-    double need = host + state + act, have = (double)pm_mem_physical(), G = 1 << 30;
+    for (int g = 0; g < pl->nd; g++)
+        if (!mpi) dev += (double)pl->dev[g].total;
+        else if (g == w->rank) dev = (double)pl->dev[g].total;
+    double need = (host + dev) * local, have = (double)pm_mem_physical();
     if (have > 0 && need > have)
-        return pm_errf(err, PM_ERR_MEMLIMIT, "train: the pipeline needs %s%.2f GiB%s (%.2f for "
-                       "the host's copy of the model, %.2f for the devices' parameters, "
-                       "gradients and AdamW moments, %s%.2f for their activations) but this "
+        return pm_errf(err, PM_ERR_MEMLIMIT, "train: the pipeline needs %.2f GiB%s (%.2f for "
+                       "the host's copy of the model, %.2f for the devices' plan) but this "
                        "machine has %.2f GiB; use a smaller model, more --microbatches or a "
-                       "schedule with less memory (--mem-limit)", s ? "" : "over ", need / G,
-                       mpi ? " for the ranks on this machine" : "", host / G, state / G,
-                       s ? "" : "more than ", act / G, have / G);
+                       "schedule with less memory (--mem-limit)", need / G,
+                       mpi ? " for the ranks on this machine" : "", host * local / G,
+                       dev * local / G, have / G);
     return PM_OK;
 }
 
@@ -150,12 +66,12 @@ static pm_status check_fits(const pp_world *w, const pm_train_cfg *cfg, const pm
  * alike; with --placement flops none (the placement counts FLOPs). */
 static pm_status place_costs(pp_world *w, const pm_cli_train_opts *o, const pm_train_cfg *cfg,
                              pm_err *err) {
-    if (o->placement && !strcmp(o->placement, "flops")) return PM_OK;
-    pm_layer_costs *lc = &w->opts.place;
+    if (!o->placement || strcmp(o->placement, "measured")) return PM_OK;
+    pm_layer_costs *lc = &w->place;
     pm_status st = w->rank ? PM_OK
                            : pm_place_measure(&cfg->model, cfg->batch / cfg->micro,
                                               cfg->model.ctx, lc, err);
-    if (w->opts.transport != PM_TRANSPORT_MPI) return st;
+    if (w->transport != PM_TRANSPORT_MPI) return st;
     if (pm_mpi_agree(!st) >= 0)
         return st ? st : pm_errf(err, PM_ERR_NOMEM, "rank 0 could not measure the layers");
     st = pm_mpi_bcast(lc->k, sizeof lc->k, err);
@@ -163,121 +79,66 @@ static pm_status place_costs(pp_world *w, const pm_cli_train_opts *o, const pm_t
     return st;
 }
 
-/* The head's parts (--head-parts, or the fewest that bring the busiest
- * device's time within 1% of the best any number of parts gives), set in
- * cfg. Any number computes the same training; this is placement only.
- * Under auto a pick whose real peak the parts push over --mem-limit keeps
- * the head whole. */
-static pm_status choose_head_parts(const pp_world *w, const pm_cli_train_opts *o,
-                                   pm_train_cfg *cfg, const pm_sched *s, pm_err *err) {
-    pm_gpt_config *mc = &cfg->model;
-    int G = pm_gpt_head_groups(mc), mb = cfg->batch / cfg->micro;
-    if (o->head_parts) {
-        mc->head_parts = o->head_parts;
-        return pm_gpt_config_check(mc, err);
-    }
-    const pm_layer_costs *lc = w->opts.place.unit ? &w->opts.place : NULL;
-    double *t = pm_malloc(2 * (size_t)s->p * sizeof *t), best[17] = {0};
-    int *first = pm_malloc((size_t)(s->S + 1) * sizeof *first), pick = 1;
-    pm_status st = t && first ? PM_OK : pm_errf(err, PM_ERR_NOMEM, "out of memory");
-    for (int h = 1; h <= G && h <= 16 && !st; h++) {
-        mc->head_parts = h;
-        if (pm_gpt_num_layers(mc) < s->S) continue;
-        if ((st = pm_place_layers(mc, mb, mc->ctx, s, lc, first, err)) ||
-            (st = pm_place_shares(mc, mb, mc->ctx, s, lc, first, t, t + s->p, err)))
-            break;
-        for (int d = 0; d < s->p; d++) best[h] = t[d] > best[h] ? t[d] : best[h];
-    }
-    for (int h = 1; h <= G && h <= 16; h++)
-        if (best[h] > 0 && (!best[pick] || best[h] < best[pick])) pick = h;
-    for (int h = 1; h < pick; h++) /* fewer parts within 1% */
-        if (best[h] > 0 && best[h] <= best[pick] * 1.01) {
-            pick = h;
-            break;
-        }
-    pm_free(t);
-    pm_free(first);
-    mc->head_parts = pick;
-    double real;
-    if (!st && pick > 1 && !o->sched_file && !strcmp(o->kind, "auto") &&
-        !(st = real_peak(w, cfg, s, &real, NULL, NULL, err)) && real > o->mem_limit * (1 + 1e-9))
-        mc->head_parts = 1;
-    return st;
-}
-
-/* Each device's layers and its share of the time and memory the placement
- * balanced (rank 0). */
-static void print_placement(const pp_world *w, const pm_train_cfg *cfg, const pm_pipe *pp) {
-    const pm_sched *s = pm_pipe_schedule(pp);
-    const int *first = pm_pipe_stage_first(pp);
-    double *t = malloc(2 * (size_t)s->p * sizeof *t), *m = t + s->p, tt = 0;
+/* Each device's layers, its share of the time per microbatch and its
+ * planned bytes by kind (rank 0). */
+static void print_plan(const pp_world *w, const pm_plan *pl) {
+    if (w->rank) return;
+    const pm_sched *s = &pl->sched;
+    double *t = malloc(2 * (size_t)s->p * sizeof *t), tt = 0;
     pm_err err;
-    const pm_layer_costs *lc = w->opts.place.unit ? &w->opts.place : NULL;
-    if (w->rank || !t ||
-        pm_place_shares(&cfg->model, cfg->batch / cfg->micro, cfg->model.ctx, s, lc, first, t,
-                        m, &err)) {
+    const pm_train_cfg *c = &pl->cfg;
+    if (!t || pm_place_shares(&c->model, c->batch / c->micro, c->model.ctx, s, &pl->place,
+                              pl->first, t, t + s->p, &err)) {
         free(t);
         return;
     }
     for (int d = 0; d < s->p; d++) tt += t[d];
-    for (int d = 0; d < s->p; d++) {
-        fprintf(stderr, "device %d: layers", d);
+    int measured = pl->place.unit && !strcmp(pl->place.unit, "s");
+    for (int g = 0; g < pl->nd; g++) {
+        int d = g % pl->p;
+        const pm_plan_dev *dv = &pl->dev[g];
+        char b[PM_BYTES_COUNT + 2][32];
+        for (int k = 0; k < PM_BYTES_COUNT; k++) pm_plan_bytes_str(dv->bytes[k], b[k], 32);
+        pm_plan_bytes_str(dv->total, b[PM_BYTES_COUNT], 32);
+        pm_plan_bytes_str(dv->act_peak, b[PM_BYTES_COUNT + 1], 32);
+        fprintf(stderr, "device %d: layers", g);
         for (int k = 0; k < s->S; k++)
             if (pm_sched_stage_device(s, k) == d)
-                fprintf(stderr, " %d-%d", first[k], first[k + 1] - 1);
-        fprintf(stderr, ", %.1f%% of the %s per microbatch (%.3g %s), %.1f MiB of state and "
-                "activations\n", 100 * t[d] / tt, lc ? "measured time" : "FLOPs", t[d],
-                lc ? "s" : "flop", m[d] / (1 << 20));
+                fprintf(stderr, " %d-%d", pl->first[k], pl->first[k + 1] - 1);
+        fprintf(stderr, ", %.1f%% of the %s per microbatch; %s planned: %s %s, %s %s, %s %s, "
+                "%s %s (peak %s live), %s %s, %s %s\n", 100 * t[d] / tt,
+                measured ? "measured time (on this machine)" : "FLOPs", b[PM_BYTES_COUNT],
+                pm_bytes_names[0], b[0], pm_bytes_names[1], b[1], pm_bytes_names[2], b[2],
+                pm_bytes_names[3], b[3], b[PM_BYTES_COUNT + 1], pm_bytes_names[4], b[4],
+                pm_bytes_names[5], b[5]);
     }
     free(t);
 }
 
-static pm_status make_sched(const pp_world *w, const pm_cli_train_opts *o,
-                            const pm_train_cfg *cfg, pm_trainer *host, pm_sched *s, pm_err *err) {
-    if (o->sched_file) {
-        pm_status st = pm_sched_load(s, o->sched_file, err);
-        if (!st && o->recompute) s->recompute = 1;
-        if (!st && o->have_pp && s->p != o->pp) {
-            st = pm_errf(err, PM_ERR_ARG, "train: --pp %d but %s is a schedule for %d devices; "
-                         "pass --pp %d or drop --pp", o->pp, o->sched_file, s->p, s->p);
-            pm_sched_free(s);
-        }
-        return st;
-    }
-    const pm_sched_kind *k = pm_sched_kind_find(o->kind);
-    int v = o->chunks ? o->chunks : k && k->place == PM_PLACE_SINGLE ? 1 : 2;
-    pm_sched_req req = {.p = o->pp, .m = cfg->micro / o->dp, .v = o->chunks, .t = PM_COSTS_DEFAULT,
-                        .mem = model_mem(cfg, o->pp, v), .mem_limit = o->mem_limit,
-                        .recompute = o->recompute};
-    if (strcmp(o->kind, "auto")) return pm_sched_generate(s, o->kind, &req, err);
-    pm_status st = profile(w, cfg, o->pp, host, &req.t, err);
+/* The plan of the run: the schedule (a file, a kind, or auto's search),
+ * the head's parts, the placement and every device's bytes. */
+static pm_status make_plan(const pp_world *w, const pm_cli_train_opts *o,
+                           const pm_train_cfg *cfg, pm_plan *pl, pm_err *err) {
+    pm_sched file = {0};
+    pm_status st = o->sched_file ? pm_sched_load(&file, o->sched_file, err) : PM_OK;
     if (st) return st;
-    /* The search assumes equal stages; the real layers are not (embedding
-     * and head differ), so a pick can peak above the limit. Search again
-     * under a limit scaled by how far the real peak overshot. */
-    pm_search_point pt;
-    char why[256];
-    double real = 0;
-    for (int tries = 0;; tries++) {
-        if ((st = pm_sched_search(s, &req, &pt, why, sizeof why, err))) {
-            if (tries && st == PM_ERR_MEMLIMIT)
-                st = pm_errf(err, st, "train: no schedule meets --mem-limit %.4g M on this "
-                             "model: its stages are unequal, and the best pick peaked at %.4g "
-                             "M; raise the limit", o->mem_limit, real);
-            return st;
-        }
-        if ((st = real_peak(w, cfg, s, &real, NULL, NULL, err))) break;
-        if (real <= o->mem_limit * (1 + 1e-9) || tries == 4) break;
-        pm_sched_free(s);
-        req.mem_limit *= o->mem_limit / real * (1 - 1e-6);
-    }
-    if (st) {
-        pm_sched_free(s);
+    if (o->sched_file && o->have_pp && file.p != o->pp) {
+        st = pm_errf(err, PM_ERR_ARG, "train: --pp %d but %s is a schedule for %d devices; "
+                     "pass --pp %d or drop --pp", o->pp, o->sched_file, file.p, file.p);
+        pm_sched_free(&file);
         return st;
     }
-    if (!w->rank)
+    pm_plan_req rq = {.p = o->sched_file ? 0 : o->pp, .dp = o->dp, .transport = w->transport,
+                      .sched = o->sched_file ? &file : NULL, .kind = o->kind,
+                      .chunks = o->chunks, .recompute = o->recompute,
+                      .mem_limit = o->mem_limit, .head_parts = o->head_parts,
+                      .costs = w->place.unit ? &w->place : NULL};
+    st = pm_plan_make(pl, cfg, &rq, err);
+    pm_sched_free(&file);
+    if (st) return st;
+    if (!w->rank && !o->sched_file && !strcmp(o->kind, "auto"))
         fprintf(stderr, "train: --schedule auto under %.3g M picked %s (%s)\n", o->mem_limit,
-                s->kind, why);
+                pl->sched.kind, pl->why);
     return PM_OK;
 }
 
@@ -338,7 +199,7 @@ static void print_json(const pm_cli_train_opts *o, const pm_pipe *pp, const pm_t
     json_sizes("arena_bytes", ps->last.arena, nd);
     double bmax = 0, bsum = 0;
     printf(", \"placement\": \"%s\", \"head_parts\": %d, \"device_busy_ms\": [",
-           o->placement ? o->placement : "measured", pm_gpt_head_parts(&pm_pipe_config(pp)->model));
+           o->placement ? o->placement : "flops", pm_gpt_head_parts(&pm_pipe_config(pp)->model));
     for (int g = 0; g < nd; g++) {
         double b = ps->busy[g] / n;
         printf("%s%.6f", g ? ", " : "", b); /* a tiny model's passes take well under 1 ms */
@@ -467,25 +328,30 @@ static int pp_train(const pm_cli_train_opts *o, pm_pipe *pp, pm_trainer *t, cons
     return root ? write_outputs(o, pp, ps->last.peak != NULL) : 0;
 }
 
-/* Refuses a schedule whose exact peak is over --mem-limit; prints the
- * prediction (rank 0). */
-static int check_peak(const pm_cli_train_opts *o, const pm_sched *s, pm_pipe *pp, int rank) {
-    double M = pm_cost_M(pm_pipe_cost(pp)), peak = 0;
-    const size_t *pred = pm_pipe_predicted_peak(pp);
-    int at = 0;
-    for (int d = 0; d < pm_pipe_devices(pp); d++)
-        if ((double)pred[d] > peak) peak = (double)pred[d], at = d;
-    if (o->mem_limit > 0 && peak / M > o->mem_limit * (1 + 1e-9))
-        /* The simulator's peak with the model's exact byte deltas is what the
-         * arena will hold: a run over the limit is refused, not noted. */
-        return pm_cli_fail("train: schedule %s peaks at %.4g M (%.0f bytes) on device %d, over "
-                           "--mem-limit %.4g M; the smallest limit it meets is %.4g M (--schedule "
-                           "auto searches every schedule under a limit)", s->kind, peak / M, peak,
-                           at, o->mem_limit, ceil(peak / M * 1e4) / 1e4);
-    if (!rank)
+/* The predicted peak activation (rank 0). */
+static void print_peak(const pp_world *w, const pm_plan *pl) {
+    int at;
+    double x = pm_plan_peak_x(pl, &at);
+    if (!w->rank)
         fprintf(stderr, "train: predicted peak activation %.3f M (%.0f bytes; M = %.0f bytes)\n",
-                peak / M, peak, M);
-    return 0;
+                x, pl->sim.peak[at], pl->M);
+}
+
+/* The plan's error in the CLI's words: the library names its parameters,
+ * the command line its flags. */
+static int plan_fail(const char *msg) {
+    char line[sizeof(pm_err) + 64];
+    const char *from[] = {"the memory limit of ", "meets the memory limit", "the device budget is "};
+    const char *to[] = {"--mem-limit ", "meets --mem-limit", "--device-mem is "};
+    snprintf(line, sizeof line, "%s", msg);
+    for (int k = 0; k < 3; k++) {
+        char *at = strstr(line, from[k]);
+        if (!at) continue;
+        char rest[sizeof line];
+        snprintf(rest, sizeof rest, "%s", at + strlen(from[k]));
+        snprintf(at, sizeof line - (size_t)(at - line), "%s%s", to[k], rest);
+    }
+    return pm_cli_fail("train: %s", line);
 }
 
 static int run(const pm_cli_train_opts *op, pp_world *w) {
@@ -494,47 +360,43 @@ static int run(const pm_cli_train_opts *op, pp_world *w) {
     pm_train_cfg cfg;
     pm_err err = {{0}};
     pm_trainer t;
-    pm_sched s = {0};
+    pm_plan plan = {0};
     pm_pipe *pp = NULL;
     pp_stats ps = {.final_loss = NAN};
+    int mpi = w->transport == PM_TRANSPORT_MPI;
     /* under MPI the ranks other than 0 hold their lines back until they
      * know whether rank 0 failed as well (then its line says it) */
-    if (w->opts.transport == PM_TRANSPORT_MPI) pm_cli_set_rank(w->rank, w->rank != 0);
+    if (mpi) pm_cli_set_rank(w->rank, w->rank != 0);
     int rc = 1, failed = pm_cli_train_data(&o, &tr, &va);
     if (!failed) pm_cli_train_cfg(&o, &tr, &cfg);
-    if (!failed && check_fits(w, &cfg, NULL, &err)) { /* before the host's copy is made */
-        failed = pm_cli_fail("%s", err.msg);
-        pm_tokens_free(&tr);
-        pm_tokens_free(&va);
-    }
-    else if (!failed && (failed = pm_cli_train_start(&o, &cfg, &tr, &va, &t))) {
-        pm_tokens_free(&tr);
-        pm_tokens_free(&va);
-    }
     /* under MPI every rank stops here if any failed to load (rank 0's line,
      * or those of the ranks that alone failed); later errors are shared and
      * rank 0 alone prints them */
-    if (w->opts.transport == PM_TRANSPORT_MPI) {
+    if (mpi) {
         int first_bad = pm_mpi_agree(!failed);
         if (first_bad > 0 && failed) pm_cli_print_held(); /* rank 0 was fine: ours alone */
         if (first_bad >= 0) {
-            if (!failed) pm_trainer_free(&t), pm_tokens_free(&tr), pm_tokens_free(&va);
+            if (!failed) pm_tokens_free(&tr), pm_tokens_free(&va);
             return 1;
         }
         pm_cli_set_rank(-1, w->rank != 0);
     }
     if (failed) return 1;
     w->opts.fingerprint = pm_tokens_identity(&tr);
-    /* an explicit --head-parts counts from the start: auto's search checks the
-     * real peak with it */
-    if (o.head_parts) cfg.model.head_parts = o.head_parts;
-    if (place_costs(w, &o, &cfg, &err) || make_sched(w, &o, &cfg, &t, &s, &err) ||
-        choose_head_parts(w, &o, &cfg, &s, &err) || check_fits(w, &cfg, &s, &err) ||
-        pm_pipe_create(&pp, &cfg, &s, &w->opts, &err)) {
+    if (place_costs(w, &o, &cfg, &err) || make_plan(w, &o, &cfg, &plan, &err)) {
+        plan_fail(err.msg);
+        goto out_tok;
+    }
+    if (check_fits(w, &plan, &err)) {
+        pm_cli_fail("%s", err.msg);
+        goto out_plan;
+    }
+    if (pm_cli_train_start(&o, &plan.cfg, &tr, &va, &t)) goto out_plan;
+    if (pm_pipe_create(&pp, &plan, &w->opts, &err)) {
         pm_cli_fail("%s", err.msg);
         goto out;
     }
-    if (check_peak(&o, &s, pp, w->rank)) goto out;
+    print_peak(w, &plan);
     if (o.resume) {
         pm_pipe_scatter(pp, t.params, t.m, t.v);
         pm_pipe_set_steps_done(pp, t.step);
@@ -543,13 +405,13 @@ static int run(const pm_cli_train_opts *op, pp_world *w) {
         fprintf(stderr, "train: %zu parameters, %d layers, dim %d, %d heads, ctx %d, batch %d in "
                 "%d microbatches; schedule %s on %d devices x %d replica%s (%s), %d stages, "
                 "%s, head in %d part%s%s\n", t.n_params, o.layers, o.dim, o.heads, o.ctx,
-                o.batch, o.micro, s.kind, pm_pipe_devices(pp), o.dp, o.dp > 1 ? "s" : "",
-                w->opts.transport ? "mpi" : "threads", pm_pipe_stages(pp),
-                pm_place_names[s.place], pm_gpt_head_parts(&cfg.model),
-                pm_gpt_head_parts(&cfg.model) > 1 ? "s" : "", o.resume ? ", resumed" : "");
-    print_placement(w, &cfg, pp);
+                o.batch, o.micro, plan.sched.kind, plan.p, plan.dp, plan.dp > 1 ? "s" : "",
+                mpi ? "mpi" : "threads", plan.S, pm_place_names[plan.sched.place],
+                pm_gpt_head_parts(&plan.cfg.model),
+                pm_gpt_head_parts(&plan.cfg.model) > 1 ? "s" : "", o.resume ? ", resumed" : "");
+    print_plan(w, &plan);
     ps.times = malloc(((size_t)o.steps + 1) * sizeof *ps.times);
-    ps.busy = calloc((size_t)pm_pipe_devices(pp) * (size_t)o.dp, sizeof *ps.busy);
+    ps.busy = calloc((size_t)plan.nd, sizeof *ps.busy);
     if (!ps.times || !ps.busy) {
         pm_cli_fail("out of memory");
         goto out;
@@ -560,8 +422,10 @@ out:
     free(ps.times);
     free(ps.busy);
     pm_pipe_destroy(pp);
-    pm_sched_free(&s);
     pm_trainer_free(&t);
+out_plan:
+    pm_plan_free(&plan);
+out_tok:
     pm_tokens_free(&tr);
     pm_tokens_free(&va);
     return rc;
@@ -586,13 +450,13 @@ static int fault_hook(pm_pipe_opts *po) {
 
 int pm_cli_train_pp(const pm_cli_train_opts *o) {
     pm_blas_threads(1);
-    pp_world w = {.opts = {.dp = o->dp}};
+    pp_world w = {0};
     int mpi = o->transport ? !strcmp(o->transport, "mpi") : pm_mpi_launched();
     if (fault_hook(&w.opts)) return 1;
     if (!mpi) return run(o, &w);
     pm_err err;
     int size;
-    w.opts.transport = PM_TRANSPORT_MPI;
+    w.transport = PM_TRANSPORT_MPI;
     if (pm_mpi_init(&w.rank, &size, &err)) return pm_cli_fail("%s", err.msg);
     pm_cli_set_rank(w.rank, 0);
     pm_cli_train_opts oo = *o;

@@ -48,70 +48,7 @@
 static int stage_dev(const pm_pipe *pp, int s) { return pm_sched_stage_device(&pp->sched, s); }
 
 static void *saved_ptr(pm_pipe_dev *dv, int l, int j) {
-    return pm_arena_ptr(&dv->arena, dv->off[(size_t)l * (size_t)dv->pp->m + (size_t)j]);
-}
-
-/* ---- arena bookkeeping (also replayed dry at init) ------------------------- */
-
-size_t pm_dev_keep_bytes(const pm_pipe *pp, int s) {
-    return pp->sched.recompute && s > 0 ? pp->sz[pp->first[s]].in : 0;
-}
-
-static size_t *keep_off(pm_pipe_dev *dv, int s, int j) {
-    return &dv->koff[(size_t)s * (size_t)dv->pp->m + (size_t)j];
-}
-
-static pm_status mem_alloc(pm_pipe_dev *dv, int s, int j, int *bad) {
-    const pm_pipe *pp = dv->pp;
-    for (int l = pp->first[s]; l < pp->first[s + 1]; l++) {
-        size_t *o = &dv->off[(size_t)l * (size_t)pp->m + (size_t)j];
-        if (pm_arena_alloc(&dv->arena, pp->sz[l].saved, o)) {
-            *bad = l;
-            return PM_ERR_MEMLIMIT;
-        }
-    }
-    return PM_OK;
-}
-
-/* keep_w: shrink each saved to its W prefix (B); else release it whole. */
-static void mem_release(pm_pipe_dev *dv, int s, int j, int keep_w) {
-    const pm_pipe *pp = dv->pp;
-    for (int l = pp->first[s]; l < pp->first[s + 1]; l++) {
-        size_t o = dv->off[(size_t)l * (size_t)pp->m + (size_t)j];
-        if (keep_w && pp->sz[l].saved_w) pm_arena_shrink(&dv->arena, o, pp->sz[l].saved_w);
-        else pm_arena_release(&dv->arena, o);
-    }
-}
-
-static void mem_release_w(pm_pipe_dev *dv, int s, int j) {
-    const pm_pipe *pp = dv->pp;
-    for (int l = pp->first[s]; l < pp->first[s + 1]; l++)
-        if (pp->sz[l].saved_w)
-            pm_arena_release(&dv->arena, dv->off[(size_t)l * (size_t)pp->m + (size_t)j]);
-}
-
-pm_status pm_dev_mem(pm_pipe_dev *dv, const pm_pass *ps, pm_mem_phase ph, int *bad) {
-    int s = ps->stage, j = ps->mb, rec = dv->pp->sched.recompute;
-    int k = ps->kind, back = k == PM_PASS_B || k == PM_PASS_BW;
-    size_t keep = pm_dev_keep_bytes(dv->pp, s);
-    switch (ph) {
-    case PM_MEM_PRE:
-        if (k == PM_PASS_F && keep && pm_arena_alloc(&dv->arena, keep, keep_off(dv, s, j))) {
-            *bad = -1;
-            return PM_ERR_MEMLIMIT;
-        }
-        return k == PM_PASS_F || (back && rec) ? mem_alloc(dv, s, j, bad) : PM_OK;
-    case PM_MEM_REDONE:
-        if (back && keep) pm_arena_release(&dv->arena, *keep_off(dv, s, j));
-        return PM_OK;
-    case PM_MEM_POST:
-        if (k == PM_PASS_F && rec) mem_release(dv, s, j, 0);
-        if (back) mem_release(dv, s, j, 1);
-        return PM_OK;
-    default:
-        if (k == PM_PASS_W || k == PM_PASS_BW) mem_release_w(dv, s, j);
-        return PM_OK;
-    }
+    return pm_devmem_saved(&dv->mem, l, j, dv->pp->m);
 }
 
 /* ---- messages ------------------------------------------------------------------ */
@@ -244,13 +181,13 @@ static pm_status arena_full(pass_ctx *x, int bad) {
     pm_pipe_dev *dv = x->dv;
     const pm_pipe *pp = dv->pp;
     char why[256];
-    size_t need = bad < 0 ? pm_dev_keep_bytes(pp, x->ps->stage) : pp->sz[bad].saved;
+    size_t need = bad < 0 ? pm_plan_keep_bytes(pp->pl, x->ps->stage) : pp->sz[bad].saved;
     char what[48];
     if (bad < 0) snprintf(what, sizeof what, "the kept input of stage %d", x->ps->stage);
     else snprintf(what, sizeof what, "layer %d", bad);
     snprintf(why, sizeof why, "activation arena full: %s needs %zu bytes with %zu of %zu live "
-             "(the arena is sized from the predicted peak)", what, need, dv->arena.live,
-             dv->arena.cap);
+             "(the arena is sized from the predicted peak)", what, need, dv->mem.arena.live,
+             dv->mem.arena.cap);
     return pass_fail(x, PM_ERR_MEMLIMIT, why);
 }
 
@@ -260,7 +197,7 @@ static pm_status run_f(pass_ctx *x) {
     const pm_gpt_config *c = &pp->cfg.model;
     int s = x->ps->stage, j = x->ps->mb, a = pp->first[s], b = pp->first[s + 1], bad = 0;
     int head = pm_gpt_num_layers(c) - 1;
-    size_t mtok = (size_t)pp->mbsz * (size_t)pp->T, keep = pm_dev_keep_bytes(pp, s);
+    size_t mtok = (size_t)pp->mbsz * (size_t)pp->T, keep = pm_plan_keep_bytes(pp->pl, s);
     const void *in = dv->inp + (size_t)j * mtok;
     float *rx = NULL, *out = NULL, loss = 0;
     pm_status st = PM_OK;
@@ -271,10 +208,10 @@ static pm_status run_f(pass_ctx *x) {
         return st; /* the stage holds (a part of) the head */
     if (b - 1 != head && (st = tx_buf(dv, &out))) return st;
     x->t_start = pm_now();
-    if (pm_dev_mem(dv, x->ps, PM_MEM_PRE, &bad)) return arena_full(x, bad);
-    if (keep) memcpy(pm_arena_ptr(&dv->arena, dv->koff[(size_t)s * pp->m + j]), in, keep);
+    if (pm_devmem_pass(&dv->mem, x->ps, PM_MEM_PRE, &bad)) return arena_full(x, bad);
+    if (keep) memcpy(pm_arena_ptr(&dv->mem.arena, dv->mem.koff[(size_t)s * pp->m + j]), in, keep);
     stage_forward(dv, s, j, in, out, &loss);
-    pm_dev_mem(dv, x->ps, PM_MEM_POST, &bad);
+    pm_devmem_pass(&dv->mem, x->ps, PM_MEM_POST, &bad);
     done_msg(dv, x->i);
     if (x->fault == PM_FAULT_NAN) {
         if (out) out[0] = NAN;
@@ -301,13 +238,13 @@ static pm_status redo_forward(pass_ctx *x) {
     pm_pipe_dev *dv = x->dv;
     pm_pipe *pp = dv->pp;
     int s = x->ps->stage, j = x->ps->mb, bad = 0;
-    size_t mtok = (size_t)pp->mbsz * (size_t)pp->T, keep = pm_dev_keep_bytes(pp, s);
-    if (pm_dev_mem(dv, x->ps, PM_MEM_PRE, &bad)) return arena_full(x, bad);
-    const void *in = keep ? pm_arena_ptr(&dv->arena, dv->koff[(size_t)s * pp->m + j])
+    size_t mtok = (size_t)pp->mbsz * (size_t)pp->T, keep = pm_plan_keep_bytes(pp->pl, s);
+    if (pm_devmem_pass(&dv->mem, x->ps, PM_MEM_PRE, &bad)) return arena_full(x, bad);
+    const void *in = keep ? pm_arena_ptr(&dv->mem.arena, dv->mem.koff[(size_t)s * pp->m + j])
                           : (const void *)(dv->inp + (size_t)j * mtok);
     float loss = 0;
     stage_forward(dv, s, j, in, dv->bb[0], &loss);
-    pm_dev_mem(dv, x->ps, PM_MEM_REDONE, &bad);
+    pm_devmem_pass(&dv->mem, x->ps, PM_MEM_REDONE, &bad);
     return PM_OK;
 }
 
@@ -330,7 +267,7 @@ static pm_status run_b(pass_ctx *x) {
         dout = din;
     }
     done_msg(dv, x->i);
-    pm_dev_mem(dv, x->ps, PM_MEM_POST, &bad);
+    pm_devmem_pass(&dv->mem, x->ps, PM_MEM_POST, &bad);
     if (x->fault == PM_FAULT_NAN && last) last[0] = NAN;
     /* a fused BW sends when the whole pass is done (run_pass) */
     if (a == 0 || x->ps->kind == PM_PASS_BW) return PM_OK;
@@ -348,7 +285,7 @@ static pm_status run_w(pass_ctx *x) {
         pm_gpt_layer_w(c, l, pp->mbsz, pp->T, lg, saved_ptr(dv, l, j), dv->scratch);
     }
     int bad;
-    pm_dev_mem(dv, x->ps, PM_MEM_WDONE, &bad);
+    pm_devmem_pass(&dv->mem, x->ps, PM_MEM_WDONE, &bad);
     return PM_OK;
 }
 
@@ -488,7 +425,7 @@ static pm_status dev_step(pm_pipe_dev *dv) {
     memset(dv->slab + dv->n, 0, dv->n * sizeof(float)); /* gradients */
     dv->rxpass[0] = dv->rxpass[1] = -1;
     dv->scan = 0;
-    pm_arena_begin(&dv->arena);
+    pm_arena_begin(&dv->mem.arena);
     pm_status st;
     for (int64_t i = 0; i < len; i++) {
         if ((st = pm_tp_status(dv->tp, NULL))) return st;
@@ -507,7 +444,7 @@ static pm_status dev_step(pm_pipe_dev *dv) {
         pp->t0[base + i] = (x.t_start - dv->t_base) * 1e6;
         pp->t1[base + i] = (t_end - dv->t_base) * 1e6;
         pp->tmid[base + i] = (x.t_mid - dv->t_base) * 1e6;
-        pp->live_after[base + i] = (double)dv->arena.live;
+        pp->live_after[base + i] = (double)dv->mem.arena.live;
     }
     for (int k = 0; k < 2; k++)
         if ((st = pm_tp_wait(dv->tp, &dv->txreq[k]))) return st;

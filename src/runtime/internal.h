@@ -10,17 +10,18 @@ typedef struct pm_pipe_dev pm_pipe_dev;
 struct pm_pipe_pool; /* the parked device threads (pipe_threads.c) */
 
 struct pm_pipe {
-    pm_train_cfg cfg;     /* copy of the training configuration */
-    pm_sched sched;       /* owned copy of the schedule, W passes in microbatch order */
-    int64_t w_relabeled;  /* W passes that took another microbatch of their stage */
+    const pm_plan *pl;    /* the plan it runs: &plan */
+    pm_plan plan;         /* owned copy of the caller's */
+    pm_train_cfg cfg;     /* the plan's configuration (a copy) */
+    pm_sched sched;       /* the plan's schedule (a shallow copy: the arrays are the plan's) */
     pm_pipe_opts opts;    /* copy */
     int p, S, m;          /* devices, stages, microbatches of one replica's schedule */
     int dp, nd;           /* replicas (data parallel), devices in all (dp * p) */
     int lo, hi;           /* this process's devices: lo .. hi-1 (all with threads,
                            * its rank's one under MPI) */
     int mbsz, T;          /* sequences per microbatch, tokens per sequence */
-    int *first;           /* (S+1) stage s holds layers first[s] .. first[s+1]-1 */
-    pm_gpt_sizes *sz;     /* (L+2) per-layer sizes for one microbatch */
+    const int *first;     /* (S+1) the plan's: stage s holds layers first[s] .. first[s+1]-1 */
+    const pm_gpt_sizes *sz; /* (L+2) the plan's per-layer sizes for one microbatch */
     pm_cost cost;         /* per stage: model byte deltas; times of the last step (us) */
     pm_sim pred;          /* simulation with cost (after a step: measured times) */
     pm_cost prof;         /* per stage: times profiled over the steps so far (forecast) */
@@ -31,8 +32,7 @@ struct pm_pipe {
     size_t *peak;         /* (nd) measured peak bytes of the last step */
     size_t *pred_peak;    /* (nd) predicted peak bytes */
     double *busy;         /* (nd) ms each device spent in passes, last step */
-    size_t *arena_cap;    /* (nd) arena capacities (plan or first fit, the smaller) */
-    size_t *arena_ff;     /* (nd) what first fit alone would need (for comparison) */
+    size_t *arena_cap;    /* (nd) arena capacities (the plan's, or opts.arena_cap) */
     double *t0, *t1;      /* (nd, cap) measured pass start / end, us from step start;
                            * the figures use replica 0's rows */
     double *tmid;         /* (nd, cap) BW: end of its B part */
@@ -79,9 +79,7 @@ struct pm_pipe_dev {
     int d;                /* this device in its replica's schedule */
     int g, rep;           /* this device in all (rep * p + d), its replica */
     pm_tp *tp;            /* its transport endpoint; borrowed from the world */
-    pm_arena arena;       /* activations (the saved buffers) */
-    size_t *off;          /* (L+2, m) arena offset of layer l's saved for mb j */
-    size_t *koff;         /* (S, m) recompute: arena offset of stage s's kept input */
+    pm_devmem mem;        /* activations: the arena and where each saved lives */
     float *slab;          /* params | grads | m | v of this device's stages; owned */
     size_t n;             /* floats in each of the four parts */
     float **sp, **sg;     /* (S) stage s's params / grads (NULL if not held); owned arrays */
@@ -109,24 +107,10 @@ struct pm_pipe_dev {
     pm_err err;
 };
 
-/* Arena bookkeeping of a pass, shared by the dry replay (sizing) and the
- * executor so both make the same sequence of calls: the executor calls each
- * phase at its point in the pass, the replay calls all four in order, and a
- * phase that does not concern the pass's kind does nothing.
- *   PRE     before the compute: F allocates its layers' saved (recomputed:
- *           first the kept input); a recomputed B or BW allocates the saved
- *           it is about to rebuild;
- *   REDONE  a recomputed B or BW has rebuilt them: the kept input goes;
- *   POST    F recomputed drops its saved (the input stays kept); B and BW
- *           shrink each saved to its W prefix;
- *   WDONE   W and BW release the prefixes.
- * An allocation that does not fit returns PM_ERR_MEMLIMIT with the layer in
- * *bad (-1: the kept input). */
-typedef enum { PM_MEM_PRE, PM_MEM_REDONE, PM_MEM_POST, PM_MEM_WDONE } pm_mem_phase;
-pm_status pm_dev_mem(pm_pipe_dev *dv, const pm_pass *ps, pm_mem_phase ph, int *bad);
-/* Bytes a recomputed stage s keeps per microbatch (0 on stage 0: its
- * tokens stay in the batch; 0 without recomputation). */
-size_t pm_dev_keep_bytes(const pm_pipe *pp, int s);
+/* Floats of stage s's parameters. */
+static inline size_t pm_stage_floats(const pm_pipe *pp, int s) {
+    return pm_plan_stage_floats(pp->pl, s);
+}
 
 /* Transport peer of stage s's device in dv's replica. */
 static inline int pm_dev_peer(const pm_pipe_dev *dv, int s) {
@@ -135,9 +119,6 @@ static inline int pm_dev_peer(const pm_pipe_dev *dv, int s) {
 
 /* The device thread's body: passes, norm, AdamW. Sets dv->st / dv->err. */
 void *pm_dev_main(void *arg);
-
-/* Floats of stage s's parameters (pipe.c). */
-size_t pm_stage_floats(const pm_pipe *pp, int s);
 
 /* The transport world (pipe_world.c): threads or MPI.
  *   world_create  the transport, this process's devices (lo, hi), buffers

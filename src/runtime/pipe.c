@@ -1,23 +1,17 @@
-/* pipe.c: the pipeline trainer around the executors: checks and placement,
- * the memory prediction and arena sizing, per-device allocation, one step
- * (run the device threads, collect results and figures), and gathering the
- * parameters back into one slab. The device threads are in pipe_threads.c,
- * the step's measurements and the forecast in pipe_measure.c, the measured
- * timeline and its writers in pipe_timeline.c.
- *
- * Sizing: the simulator is run with the model's exact per-stage byte deltas
- * (pm_place_costs); its per-device peak is the predicted peak. Each device's
- * arena is then sized by replaying its pass list on a dry arena with the
- * executor's own bookkeeping calls (pm_dev_mem_*): the dry run's peak of live
- * bytes must equal the prediction (checked: a mismatch is a bug). The dry
- * run also logs every block's life; the offline planner (pm_arena_plan)
- * places them, a second dry replay proves the plan, and the capacity is the
- * smaller of the plan's slab and first fit's highest end offset (live bytes
- * plus 64-byte rounding and fragmentation). The real step makes the same
- * calls in the same order, so it never needs more. Message buffers (two receive slots,
- * two send buffers, two between-layer gradient buffers, each one (B,T,C)
- * activation) and the scratch are allocated per device beside the arena and
- * are not activation memory.
+/* pipe.c: the pipeline trainer around the executors: it runs a plan
+ * (pm_plan.h), which already holds the schedule, the placement, the
+ * per-device arena (slab and offsets, proven by the planner's dry replay
+ * against the simulator) and every device's bytes. Here: per-device
+ * allocation of exactly those bytes, one step (run the device threads,
+ * collect results and figures), and moving parameters in and out. The
+ * device threads are in pipe_threads.c, the step's measurements and the
+ * forecast in pipe_measure.c, the measured timeline and its writers in
+ * pipe_timeline.c. The executor makes the planner's allocation sequence
+ * (pm_devmem_pass) at the same points of the real passes, so the arena
+ * never needs more than planned. Message buffers (two receive slots, two
+ * send buffers, two between-layer gradient buffers, each one (B,T,C)
+ * activation) and the scratch sit beside the arena and are not activation
+ * memory.
  *
  * State: init -> (step)* -> free. A failed step sets `dead`; later steps
  * return the same error. The p device threads start in init and park
@@ -29,9 +23,7 @@
 #include "runtime/internal.h"
 
 static void dev_free(pm_pipe_dev *dv) {
-    pm_arena_free(&dv->arena);
-    pm_free(dv->off);
-    pm_free(dv->koff);
+    pm_devmem_free(&dv->mem);
     pm_free(dv->slab);
     pm_free(dv->sp);
     pm_free(dv->sg);
@@ -53,18 +45,15 @@ static void pipe_free(pm_pipe *pp) {
         for (int g = 0; g < pp->nd; g++) dev_free(&pp->dev[g]);
     pm_free(pp->dev);
     pm_tp_threads_destroy(pp->world);
-    pm_sched_free(&pp->sched);
+    pm_plan_free(&pp->plan);
     pm_cost_free(&pp->cost);
     pm_cost_free(&pp->prof);
     pm_sim_free(&pp->pred);
     pm_sim_free(&pp->fcast);
-    pm_free(pp->first);
-    pm_free(pp->sz);
     pm_free(pp->peak);
     pm_free(pp->pred_peak);
     pm_free(pp->busy);
     pm_free(pp->arena_cap);
-    pm_free(pp->arena_ff);
     pm_free(pp->t0);
     pm_free(pp->t1);
     pm_free(pp->tmid);
@@ -77,74 +66,6 @@ static void pipe_free(pm_pipe *pp) {
     pm_free(pp->loss_mb);
     pm_free(pp->dep_end);
     *pp = (pm_pipe){0};
-}
-
-/* Weight passes of one stage are interchangeable: same cost, same bytes
- * released. So where a schedule lists a stage's W passes out of microbatch
- * order (zb-v's cool-down does), the runtime keeps their positions and hands
- * them the stage's microbatches in ascending order: timing and memory are
- * unchanged and gradients accumulate in the single-device order. Stages with
- * fused BW passes cannot be relabelled (B is not interchangeable). Returns
- * the number of passes relabelled; the caller validates the result. */
-static int64_t normalize_w(pm_sched *s) {
-    int64_t changed = 0;
-    for (int d = 0; d < s->p; d++) {
-        pm_pass *ps = pm_sched_dev(s, d);
-        for (int st = 0; st < s->S; st++) {
-            int next = 0, has_bw = 0;
-            for (int64_t i = 0; i < s->len[d]; i++)
-                has_bw |= ps[i].stage == st && ps[i].kind == PM_PASS_BW;
-            if (has_bw) continue;
-            /* the W microbatches of this stage, in list order, get 0, 1, ... in turn
-             * only if the stage has exactly one W per microbatch (validated) */
-            for (int64_t i = 0; i < s->len[d]; i++)
-                if (ps[i].stage == st && ps[i].kind == PM_PASS_W) {
-                    if (ps[i].mb != next) changed++;
-                    ps[i].mb = next++;
-                }
-        }
-    }
-    return changed;
-}
-
-/* Every stage's weight passes must run in microbatch order, or gradient
- * accumulation order (and so the last bits) would differ from one device. */
-static pm_status check_w_order(const pm_sched *s, pm_err *err) {
-    for (int d = 0; d < s->p; d++) {
-        const pm_pass *ps = pm_sched_dev(s, d);
-        for (int64_t i = 0; i < s->len[d]; i++) {
-            if (ps[i].kind != PM_PASS_W && ps[i].kind != PM_PASS_BW) continue;
-            for (int64_t k = i + 1; k < s->len[d]; k++)
-                if ((ps[k].kind == PM_PASS_W || ps[k].kind == PM_PASS_BW) &&
-                    ps[k].stage == ps[i].stage && ps[k].mb < ps[i].mb)
-                    return pm_errf(err, PM_ERR_INVALID,
-                                   "schedule %s: device %d runs the weight pass of stage %d for "
-                                   "microbatch %d (#%lld) after microbatch %d (#%lld); the "
-                                   "runtime accumulates weight gradients in microbatch order "
-                                   "(bitwise equal to one device), so reorder those passes",
-                                   s->kind, d, ps[i].stage, ps[k].mb, (long long)k, ps[i].mb,
-                                   (long long)i);
-        }
-    }
-    return PM_OK;
-}
-
-static pm_status check_cfg(const pm_train_cfg *cfg, const pm_sched *s, int dp, pm_err *err) {
-    pm_status st = pm_gpt_config_check(&cfg->model, err);
-    if (st) return st;
-    if (cfg->micro < 1 || cfg->batch < 1 || cfg->batch % cfg->micro)
-        return pm_errf(err, PM_ERR_ARG, "--microbatches %d must divide --batch %d", cfg->micro,
-                       cfg->batch);
-    if (dp < 1 || dp > 4096) return pm_errf(err, PM_ERR_ARG, "--dp %d: must be 1..4096", dp);
-    if (cfg->micro % dp)
-        return pm_errf(err, PM_ERR_ARG, "--dp %d must divide --microbatches %d (each replica "
-                       "runs an equal share)", dp, cfg->micro);
-    if (s->m != cfg->micro / dp)
-        return pm_errf(err, PM_ERR_ARG,
-                       "the schedule has %d microbatches but each of the %d replicas runs %d; "
-                       "make them equal (--microbatches)", s->m, dp, cfg->micro / dp);
-    if (cfg->opt.steps < 1) return pm_errf(err, PM_ERR_ARG, "steps must be >= 1");
-    return pm_sched_validate(s, NULL, 0, err);
 }
 
 static pm_status nomem(pm_err *err, const char *what) {
@@ -179,80 +100,12 @@ static pm_status dev_slab(pm_pipe *pp, pm_pipe_dev *dv, pm_err *err) {
     return PM_OK;
 }
 
-/* Replays the device's list on dv->arena (dry, first fit or a plan). */
-static pm_status replay(pm_pipe *pp, pm_pipe_dev *dv) {
-    const pm_pass *ps = pm_sched_dev(&pp->sched, dv->d);
-    for (int64_t i = 0; i < pp->sched.len[dv->d]; i++) {
-        int bad;
-        for (int ph = PM_MEM_PRE; ph <= PM_MEM_WDONE; ph++)
-            if (pm_dev_mem(dv, &ps[i], (pm_mem_phase)ph, &bad)) return PM_ERR_MEMLIMIT;
-    }
-    return PM_OK;
-}
-
-/* Sizes the device's arena: a dry first-fit replay logs every block's life
- * and must peak at the prediction; the planner places the same blocks
- * offline; a second dry replay proves the plan; the smaller slab wins. */
+/* The device's arena: the plan's slab and offsets (or the test hook's
+ * capacity). */
 static pm_status dev_arena(pm_pipe *pp, pm_pipe_dev *dv, pm_err *err) {
-    size_t nl = (size_t)pm_gpt_num_layers(&pp->cfg.model), maxb = 0, nlog = 0, nkeep = 0;
-    for (int s = 0; s < pp->S; s++)
-        if (pm_sched_stage_device(&pp->sched, s) == dv->d) {
-            maxb += (size_t)(pp->first[s + 1] - pp->first[s]) * (size_t)pp->m;
-            nkeep += pm_dev_keep_bytes(pp, s) ? (size_t)pp->m : 0;
-        }
-    /* every (layer, mb) of the device is allocated once per step, twice when
-     * recomputed, and each kept input once */
-    nlog = maxb * (pp->sched.recompute ? 2 : 1) + nkeep;
-    maxb += nkeep;
-    dv->off = pm_calloc(nl * (size_t)pp->m, sizeof(size_t));
-    dv->koff = pm_calloc((size_t)pp->S * (size_t)pp->m, sizeof(size_t));
-    size_t *plan = pm_malloc((nlog ? nlog : 1) * sizeof *plan);
-    pm_status st = PM_OK;
-    if (!dv->off || !dv->koff || !plan) {
-        pm_free(plan);
-        return nomem(err, "arena offsets");
-    }
-    if ((st = pm_arena_init_dry(&dv->arena, maxb, nlog, err))) goto done;
-    PM_ASSERT(!replay(pp, dv));
-    size_t peak = dv->arena.peak, ff = dv->arena.high, live = dv->arena.live, cap = 0;
-    if (peak != pp->pred_peak[dv->g] || live != 0) {
-        st = pm_errf(err, PM_ERR_INVALID,
-                     "device %d: replaying the schedule gives a peak of %zu activation bytes "
-                     "(%zu left at the end) but the simulator predicts %zu (a runtime bug)",
-                     dv->g, peak, live, pp->pred_peak[dv->g]);
-        goto done;
-    }
-    if ((st = pm_arena_plan(dv->arena.log, dv->arena.nlog, plan, &cap, err))) goto done;
-    size_t nplan = dv->arena.nlog;
-    pm_arena_free(&dv->arena);
-    int use_plan = cap < ff;
-    if (use_plan) {
-        if ((st = pm_arena_init_dry(&dv->arena, maxb, nlog, err)) ||
-            (st = pm_arena_use_plan(&dv->arena, plan, nplan, err)))
-            goto done;
-        dv->arena.cap = cap;
-        if (replay(pp, dv) || dv->arena.high > cap) {
-            st = pm_errf(err, PM_ERR_INVALID, "device %d: the arena plan (%zu bytes, first fit "
-                         "%zu) does not replay: stopped at allocation %zu (a runtime bug)", dv->g,
-                         cap, ff, dv->arena.next);
-            goto done;
-        }
-        pm_arena_free(&dv->arena);
-    }
-    pp->arena_cap[dv->g] = pp->opts.arena_cap ? pp->opts.arena_cap : use_plan ? cap : ff;
-    pp->arena_ff[dv->g] = ff;
-    if ((st = pm_arena_init(&dv->arena, pp->arena_cap[dv->g], maxb, err))) goto done;
-    if (use_plan) st = pm_arena_use_plan(&dv->arena, plan, nplan, err);
-done:
-    pm_free(plan);
-    return st;
-}
-
-size_t pm_stage_floats(const pm_pipe *pp, int s) {
-    const pm_gpt_config *c = &pp->cfg.model;
-    int b = pp->first[s + 1];
-    size_t end = b < pm_gpt_num_layers(c) ? pm_gpt_layer_offset(c, b) : pm_gpt_num_params(c);
-    return end - pm_gpt_layer_offset(c, pp->first[s]);
+    size_t cap = pp->opts.arena_cap ? pp->opts.arena_cap : pp->pl->arena[dv->d].cap;
+    pp->arena_cap[dv->g] = cap;
+    return pm_devmem_init(&dv->mem, pp->pl, dv->d, cap ? cap : 1, err);
 }
 
 static size_t max_stage_floats(const pm_pipe *pp) {
@@ -296,18 +149,15 @@ static pm_status dev_work(pm_pipe *pp, pm_pipe_dev *dv, pm_err *err) {
     return dv->red ? PM_OK : nomem(err, "a gradient reduction buffer");
 }
 
-/* Placement, sizes, the byte-delta cost table and the memory prediction. */
-static pm_status plan(pm_pipe *pp, pm_err *err) {
-    const pm_gpt_config *c = &pp->cfg.model;
-    int nl = pm_gpt_num_layers(c);
+/* The step's tables, the cost table (the plan's, whose times each step
+ * replaces with its measurements) and both simulations, sized once here: a
+ * step only replays them. */
+static pm_status tables(pm_pipe *pp, pm_err *err) {
     size_t np = (size_t)pp->nd, nt = np * (size_t)pp->sched.cap, nr = np * (size_t)pp->S;
-    pp->first = pm_malloc(((size_t)pp->S + 1) * sizeof(int));
-    pp->sz = pm_calloc((size_t)nl, sizeof(pm_gpt_sizes));
     pp->peak = pm_calloc(np, sizeof(size_t));
     pp->pred_peak = pm_calloc(np, sizeof(size_t));
     pp->busy = pm_calloc(np, sizeof(double));
     pp->arena_cap = pm_calloc(np, sizeof(size_t));
-    pp->arena_ff = pm_calloc(np, sizeof(size_t));
     pp->t0 = pm_calloc(nt, sizeof(double));
     pp->t1 = pm_calloc(nt, sizeof(double));
     pp->tmid = pm_calloc(nt, sizeof(double));
@@ -316,22 +166,17 @@ static pm_status plan(pm_pipe *pp, pm_err *err) {
     pp->red1 = pm_calloc(nr, sizeof(double));
     pp->loss_mb = pm_calloc((size_t)pp->m * (size_t)pp->dp, sizeof(float));
     pp->dep_end = pm_calloc(2 * (size_t)pp->S * (size_t)pp->m, sizeof(double));
-    if (!pp->first || !pp->sz || !pp->peak || !pp->pred_peak || !pp->busy || !pp->arena_cap || !pp->arena_ff || !pp->t0 ||
-        !pp->t1 || !pp->tmid || !pp->live_after || !pp->red0 || !pp->red1 || !pp->loss_mb ||
-        !pp->dep_end)
+    if (!pp->peak || !pp->pred_peak || !pp->busy || !pp->arena_cap || !pp->t0 || !pp->t1 ||
+        !pp->tmid || !pp->live_after || !pp->red0 || !pp->red1 || !pp->loss_mb || !pp->dep_end)
         return nomem(err, "the pipeline's tables");
-    const pm_layer_costs *lc = pp->opts.place.unit ? &pp->opts.place : NULL;
-    pm_status st = pm_place_layers(c, pp->mbsz, pp->T, &pp->sched, lc, pp->first, err);
-    for (int l = 0; l < nl && !st; l++) st = pm_gpt_layer_sizes(c, l, pp->mbsz, pp->T, &pp->sz[l], err);
-    if (!st) st = pm_place_costs(c, pp->mbsz, pp->T, pp->first, pp->S, pp->sched.recompute, &pp->cost,
-                                   err);
-    /* Both simulations are sized once here; a step only replays them. */
-    if (!st) st = pm_sim_run(&pp->pred, &pp->sched, &pp->cost, err);
-    if (!st) st = pm_sim_init(&pp->fcast, &pp->sched, err);
+    pm_status st = pm_cost_init(&pp->cost, pp->S, err);
     if (!st) st = pm_cost_init(&pp->prof, pp->S, err);
     if (st) return st;
-    for (int k = 0; k < pp->S; k++) pp->prof.st[k] = pp->cost.st[k];
-    if (pp->dp > 1) { /* the reductions' tables, sized here: a step allocates nothing */
+    for (int k = 0; k < pp->S; k++) pp->cost.st[k] = pp->prof.st[k] = pp->pl->cost.st[k];
+    if ((st = pm_sim_run(&pp->pred, &pp->sched, &pp->cost, err)) ||
+        (st = pm_sim_init(&pp->fcast, &pp->sched, err)))
+        return st;
+    if (pp->dp > 1) { /* the reductions' tables */
         pp->ar = pm_calloc((size_t)pp->S, sizeof(double));
         pp->prof_ar = pm_calloc((size_t)pp->S, sizeof(double));
         pp->fcast.red_start = pm_malloc((size_t)pp->S * sizeof(double));
@@ -340,7 +185,7 @@ static pm_status plan(pm_pipe *pp, pm_err *err) {
             return nomem(err, "the reductions' tables");
         if ((st = pm_sim_dp(&pp->pred, &pp->sched, pp->ar, err))) return st;
     }
-    for (int g = 0; g < pp->nd; g++) pp->pred_peak[g] = (size_t)pp->pred.peak[g % pp->p];
+    for (int g = 0; g < pp->nd; g++) pp->pred_peak[g] = pp->pl->dev[g].act_peak;
     return PM_OK;
 }
 
@@ -359,32 +204,27 @@ static pm_status devices_init(pm_pipe *pp, pm_err *err) {
     return st;
 }
 
-static pm_status pipe_init(pm_pipe *pp, const pm_train_cfg *cfg, const pm_sched *s,
-                           const pm_pipe_opts *opts, pm_err *err) {
+static pm_status pipe_init(pm_pipe *pp, const pm_plan *plan, const pm_pipe_opts *opts,
+                           pm_err *err) {
     *pp = (pm_pipe){0};
-    if (opts) pp->opts = *opts;
-    pp->dp = pp->opts.dp > 1 ? pp->opts.dp : 1;
-    pm_status st = check_cfg(cfg, s, pp->dp, err);
+    pm_status st = pm_plan_copy(&pp->plan, plan, err);
     if (st) return st;
-    pp->cfg = *cfg;
-    pp->p = s->p, pp->S = s->S, pp->m = s->m, pp->nd = pp->dp * s->p;
-    pp->mbsz = cfg->batch / cfg->micro, pp->T = cfg->model.ctx;
-    if ((st = pm_sched_copy(&pp->sched, s, err))) return st;
-    pp->w_relabeled = normalize_w(&pp->sched);
-    pm_err why;
-    if (pp->w_relabeled && (st = pm_sched_validate(&pp->sched, NULL, 0, &why))) {
-        pm_errf(err, st, "schedule %s: running its weight passes in microbatch order breaks "
-                "it (%s)", s->kind, why.msg);
+    const pm_plan *pl = pp->pl = &pp->plan;
+    pp->cfg = pl->cfg, pp->sched = pl->sched, pp->first = pl->first, pp->sz = pl->sz;
+    pp->p = pl->p, pp->S = pl->S, pp->m = pl->m, pp->dp = pl->dp, pp->nd = pl->nd;
+    pp->mbsz = pl->cfg.batch / pl->cfg.micro, pp->T = pl->cfg.model.ctx;
+    if (opts) pp->opts = *opts;
+    if (pl->zero) {
+        st = pm_errf(err, PM_ERR_ARG, "ZeRO stage 1 is not run by this runtime yet");
         goto fail;
     }
-    if ((st = check_w_order(&pp->sched, err))) goto fail;
-    st = plan(pp, err);
-    /* Under MPI the world's creation is collective: a rank whose plan failed
-     * (out of memory) must not leave the others waiting in it for ever */
-    int bad = pp->opts.transport == PM_TRANSPORT_MPI ? pm_mpi_agree(!st) : -1;
+    st = tables(pp, err);
+    /* Under MPI the world's creation is collective: a rank whose tables
+     * failed (out of memory) must not leave the others waiting in it for ever */
+    int bad = pl->transport == PM_TRANSPORT_MPI ? pm_mpi_agree(!st) : -1;
     if (!st && bad >= 0)
-        st = pm_errf(err, PM_ERR_NOMEM, "rank %d could not plan its device's activation "
-                     "memory (out of memory there?)", bad);
+        st = pm_errf(err, PM_ERR_NOMEM, "rank %d could not make its pipeline's tables (out of "
+                     "memory there?)", bad);
     if (st || (st = pm_pipe_world_create(pp, err))) goto fail;
     /* under MPI a rank that fails here tells the others (the handshake) */
     st = devices_init(pp, err);
@@ -399,13 +239,13 @@ fail:
     return st;
 }
 
-pm_status pm_pipe_create(pm_pipe **out, const pm_train_cfg *cfg, const pm_sched *s,
-                         const pm_pipe_opts *opts, pm_err *err) {
+pm_status pm_pipe_create(pm_pipe **out, const pm_plan *pl, const pm_pipe_opts *opts,
+                         pm_err *err) {
     *out = NULL;
     /* The device threads point at the pipe: it lives on the heap, never moved. */
     pm_pipe *pp = pm_malloc(sizeof *pp);
     if (!pp) return pm_errf(err, PM_ERR_NOMEM, "out of memory for the pipeline");
-    pm_status st = pipe_init(pp, cfg, s, opts, err);
+    pm_status st = pipe_init(pp, pl, opts, err);
     if (st) {
         pm_free(pp);
         return st;
@@ -425,8 +265,9 @@ int pm_pipe_replicas(const pm_pipe *pp) { return pp->dp; }
 int pm_pipe_is_root(const pm_pipe *pp) { return pp->lo == 0; }
 const pm_train_cfg *pm_pipe_config(const pm_pipe *pp) { return &pp->cfg; }
 int pm_pipe_stages(const pm_pipe *pp) { return pp->S; }
+const pm_plan *pm_pipe_plan(const pm_pipe *pp) { return pp->pl; }
 const pm_sched *pm_pipe_schedule(const pm_pipe *pp) { return &pp->sched; }
-int64_t pm_pipe_w_relabeled(const pm_pipe *pp) { return pp->w_relabeled; }
+int64_t pm_pipe_w_relabeled(const pm_pipe *pp) { return pp->pl->w_relabeled; }
 const int *pm_pipe_stage_first(const pm_pipe *pp) { return pp->first; }
 const pm_cost *pm_pipe_cost(const pm_pipe *pp) { return &pp->cost; }
 const size_t *pm_pipe_predicted_peak(const pm_pipe *pp) { return pp->pred_peak; }
@@ -470,7 +311,7 @@ static void step_figures(pm_pipe *pp, double t_start, const pm_pipe_info *fc) {
     *in = (pm_pipe_info){.loss = loss, .grad_norm = pp->dev[pp->lo].norm,
                          .lr = pm_optim_lr_at(&pp->cfg.opt, pp->step)};
     in->step_ms = (pm_now() - t_start) * 1e3;
-    for (int g = pp->lo; g < pp->hi; g++) pp->peak[g] = pp->dev[g].arena.peak;
+    for (int g = pp->lo; g < pp->hi; g++) pp->peak[g] = pp->dev[g].mem.arena.peak;
     in->peak = pp->peak, in->pred_peak = pp->pred_peak, in->arena = pp->arena_cap;
     for (int g = 0; g < pp->nd; g++) {
         int64_t base = (int64_t)g * pp->sched.cap;

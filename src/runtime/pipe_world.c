@@ -81,7 +81,7 @@ static pm_status mpi_create(pm_pipe *pp, pm_err *err) {
 }
 
 pm_status pm_pipe_world_create(pm_pipe *pp, pm_err *err) {
-    return pp->opts.transport == PM_TRANSPORT_MPI ? mpi_create(pp, err) : threads_create(pp, err);
+    return pp->pl->transport == PM_TRANSPORT_MPI ? mpi_create(pp, err) : threads_create(pp, err);
 }
 
 pm_tp *pm_pipe_endpoint(pm_pipe *pp, int g) {
@@ -159,7 +159,7 @@ pm_status pm_pipe_handshake(pm_pipe *pp, pm_status local_st, pm_err *err) {
 static void pack(const pm_pipe *pp, int g, double *x) {
     int64_t len = pp->sched.len[g % pp->p], base = (int64_t)g * pp->sched.cap;
     const double *rows[4] = {pp->t0, pp->t1, pp->tmid, pp->live_after};
-    *x++ = (double)pp->dev[g].arena.peak;
+    *x++ = (double)pp->dev[g].mem.arena.peak;
     *x++ = (double)pp->arena_cap[g];
     for (int k = 0; k < 4; k++, x += len) memcpy(x, rows[k] + base, (size_t)len * sizeof *x);
     memcpy(x, pp->red0 + (size_t)g * pp->S, (size_t)pp->S * sizeof *x), x += pp->S;

@@ -24,7 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "pipemem/pm_runtime.h"
+#include "pipemem/pm_plan.h"
 
 static size_t round_up(size_t n) { return (n + PM_ARENA_ALIGN - 1) / PM_ARENA_ALIGN * PM_ARENA_ALIGN; }
 

@@ -17,7 +17,7 @@
  * machine has devices for. */
 #include <string.h>
 
-#include "pipemem/pm_runtime.h"
+#include "pipemem/pm_plan.h"
 
 enum { PLACE_NODES = 4000000 };
 #define TIE 1e-9 /* relative: times closer than this are equal */
