@@ -756,6 +756,54 @@ static void test_w_order_refused(void **state) {
     pm_sched_free(&s);
 }
 
+/* Evaluation through the pipeline: every microbatch's loss bitwise what
+ * pm_gpt_forward gives on one device with the same parameters (after a
+ * step, so they are not the initial ones), for single, loop and V
+ * placements, recomputation, head parts, data parallelism and short rounds
+ * (n < dp * m, n = 0). */
+static void test_eval_through_pipe(void **state) {
+    (void)state;
+    struct { const char *kind; int p, dp, rec, parts; } cases[] = {
+        {"1f1b", 2, 1, 0, 1}, {"v-half", 2, 1, 0, 1}, {"interleaved", 2, 1, 0, 1},
+        {"zb-v", 4, 1, 0, 1}, {"1f1b", 2, 2, 0, 1}, {"v-min", 2, 1, 1, 1}, {"1f1b", 3, 1, 0, 2},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        pm_train_cfg c = tiny(6);
+        c.model.head_parts = cases[k].parts;
+        if (cases[k].parts > 1) c.model.vocab = 8200; /* two groups of 4096 rows */
+        pm_sched s;
+        gen_rec(&s, cases[k].kind, cases[k].p, TINY_M / cases[k].dp, cases[k].rec);
+        pm_pipe *pp;
+        pm_err err = {{0}};
+        if (make_pipe(&pp, &c, &s, cases[k].dp, NULL, &err)) fail_msg("%s: %s", s.kind, err.msg);
+        int32_t inp[TINY_M * 8], tgt[TINY_M * 8];
+        batch_of(0, inp, tgt, &c);
+        assert_int_equal(pm_pipe_step(pp, inp, tgt, NULL, &err), PM_OK);
+        size_t np = pm_gpt_num_params(&c.model);
+        float *params = malloc(np * sizeof *params), losses[TINY_M];
+        assert_int_equal(pm_pipe_gather(pp, PM_SLAB_PARAMS, params, &err), PM_OK);
+        void *work = malloc(pm_gpt_work_bytes(&c.model, 1, c.model.ctx));
+        batch_of(1, inp, tgt, &c);
+        for (int n = TINY_M; n >= 0; n -= 3) {
+            assert_int_equal(pm_pipe_eval(pp, inp, tgt, n, losses, &err), PM_OK);
+            for (int i = 0; i < n; i++) {
+                size_t at = (size_t)i * (size_t)c.model.ctx;
+                float want = pm_gpt_forward(&c.model, 1, c.model.ctx, params, inp + at, tgt + at,
+                                            work);
+                if (memcmp(&want, &losses[i], sizeof want))
+                    fail_msg("%s p=%d dp=%d: microbatch %d of %d: %.9g, one device %.9g",
+                             s.kind, cases[k].p, cases[k].dp, i, n, losses[i], want);
+            }
+        }
+        /* a step after evaluating still trains as before (nothing was left behind) */
+        assert_int_equal(pm_pipe_step(pp, inp, tgt, NULL, &err), PM_OK);
+        free(work);
+        free(params);
+        pm_pipe_destroy(pp);
+        pm_sched_free(&s);
+    }
+}
+
 /* Runs one step with a fault; returns the status and the message. */
 static pm_status faulty(const char *kind, int p, pm_pipe_opts *o, pm_err *err) {
     pm_train_cfg c = tiny(6);
@@ -1085,6 +1133,7 @@ int main(void) {
         cmocka_unit_test(test_exact_every_schedule),
         cmocka_unit_test(test_gather_scatter_resume),
         cmocka_unit_test(test_data_parallel),
+        cmocka_unit_test(test_eval_through_pipe),
         cmocka_unit_test(test_csv_schedule),
         cmocka_unit_test(test_w_order_refused),
         cmocka_unit_test(test_faults),

@@ -232,7 +232,8 @@ typedef struct {
                              * over it is refused; 0: none */
     size_t device_mem;      /* bytes a device may hold: a plan over it is refused, and
                              * "auto" searches under what the state leaves; 0: none */
-    int head_parts;         /* 0: the fewest parts that balance the devices best */
+    int head_parts;         /* 0: the configuration's (cfg.model.head_parts), and when that
+                             * is 0 too, the fewest parts that balance the devices best */
     const pm_layer_costs *costs; /* what the placement balances (and auto's search costs);
                              * NULL: FLOPs, the same on every machine */
     double time_limit;      /* seconds the exact (optimal) kinds may search; 0: theirs */

@@ -240,6 +240,18 @@ void pm_pipe_set_steps_done(pm_pipe *pp, int64_t steps);
 pm_status pm_pipe_step(pm_pipe *pp, const int32_t *inp, const int32_t *tgt, pm_pipe_info *info,
                        pm_err *err);
 
+/* Evaluation through the pipeline: the loss of each of n microbatches
+ * (0 <= n <= dp * m; microbatch i is rows i*B/K .. (i+1)*B/K of inp and
+ * tgt, as in a step) by forward passes only, on the devices that hold the
+ * layers: each device runs its stages' F in wavefront order (microbatch +
+ * stage), replica r takes microbatches r*m .. (r+1)*m-1, and nothing is
+ * kept for a backward. Each loss is bitwise the one pm_gpt_forward gives
+ * on one device. Under MPI every rank calls it with the same tokens and
+ * every rank gets the losses. A non-finite loss is returned, not an error.
+ * A failing pass kills the pipe as a step's does. */
+pm_status pm_pipe_eval(pm_pipe *pp, const int32_t *inp, const int32_t *tgt, int n,
+                       float *losses, pm_err *err);
+
 /* The per-parameter slabs a pipe keeps on its devices. */
 typedef enum { PM_SLAB_PARAMS, PM_SLAB_ADAM_M, PM_SLAB_ADAM_V, PM_SLAB_COUNT } pm_slab;
 

@@ -158,14 +158,32 @@ pm_status pm_trainer_eval(pm_trainer *t, const pm_tokens *val, int batches, doub
                           pm_err *err);
 
 /* ---- the training loop --------------------------------------------------------
- * One loop for every way of training (one device, a pipeline, and later
- * model selection and MPI ranks): draw the step's batch from the host
- * trainer's loader, run a step through the driver, report it, evaluate and
- * checkpoint at intervals, and at the end evaluate and save. The host
- * pm_trainer holds the loader, the step count, validation and checkpoints;
- * a driver that trains elsewhere (a pipeline's devices) copies its
- * parameters and moments into the host before each evaluation or save.
- * The loop allocates nothing and prints nothing: reports go to a callback. */
+ * One loop for every way of training (one device, a pipeline's devices,
+ * MPI ranks): the loop's own state (pm_train_state: configuration, train
+ * loader, step count, the data's identity and tokenizer, one step's tokens)
+ * draws each step's batch; a driver runs the step wherever the model lives,
+ * evaluates it and saves it; the loop reports each event, evaluates and
+ * checkpoints at intervals, and at the end evaluates and saves. The model's
+ * state never passes through the loop, so a pipeline needs no whole-model
+ * copy anywhere. The loop allocates nothing and prints nothing: reports go
+ * to a callback. A validation loss that is not finite (the parameters
+ * diverged) ends the loop with PM_ERR_NUMERIC before anything is saved. */
+
+typedef struct {
+    pm_train_cfg cfg;       /* the run (a copy) */
+    pm_loader train;        /* train windows; tokens borrowed from the caller */
+    uint64_t data_id;       /* pm_tokens_identity of the train tokens (checkpoints) */
+    const void *tok_model;  /* the data's tokenizer model, borrowed (NULL: bytes) */
+    size_t tok_model_len;
+    int64_t step;           /* optimizer steps completed */
+    int32_t *inp, *tgt;     /* (B, ctx) one step's tokens; owned */
+} pm_train_state;
+
+/* Checks cfg, that the train tokens hold ctx+1 tokens, and allocates one
+ * step's tokens; step 0 at the loader's start. On error *st is zeroed. */
+pm_status pm_train_state_init(pm_train_state *st, const pm_train_cfg *cfg,
+                              const pm_tokens *train, pm_err *err);
+void pm_train_state_free(pm_train_state *st);
 
 typedef struct {
     int64_t step;        /* steps completed after this event's step */
@@ -177,13 +195,18 @@ typedef struct {
 } pm_loop_event;
 
 typedef struct {
-    void *ctx; /* the driver's state, passed back to step and sync */
+    void *ctx; /* the driver's state, passed back to each call */
     /* One optimizer step on inp, tgt (B, ctx) as pm_trainer_step_batch. */
     pm_status (*step)(void *ctx, const int32_t *inp, const int32_t *tgt, pm_step_info *info,
                       pm_err *err);
-    /* Parameters and AdamW moments into host (before eval and save); NULL
-     * when the host trainer is the one training. May fail (a transport). */
-    pm_status (*sync)(void *ctx, pm_trainer *host, pm_err *err);
+    /* The loss of each of n <= K microbatches of inp, tgt (microbatch i is
+     * rows i*B/K .. (i+1)*B/K), forward only, each bitwise what
+     * pm_gpt_forward gives; a non-finite loss is a value, not an error. */
+    pm_status (*eval)(void *ctx, const int32_t *inp, const int32_t *tgt, int n, float *losses,
+                      pm_err *err);
+    /* Writes the model's state as a checkpoint at path, with the run's
+     * state (step, data position, identity, tokenizer) from st. */
+    pm_status (*save)(void *ctx, const char *path, const pm_train_state *st, pm_err *err);
     /* Every event, in order, with report_ctx (the caller's: progress lines,
      * statistics); may be NULL. */
     void (*report)(void *report_ctx, const pm_loop_event *ev);
@@ -191,19 +214,28 @@ typedef struct {
 } pm_train_driver;
 
 typedef struct {
-    int64_t stop_at;        /* run until host->step reaches this (<= opt.steps) */
+    int64_t stop_at;        /* run until st->step reaches this (<= opt.steps) */
     int eval_every;         /* evaluate (and save) every N steps; 0 never, but at the end */
     int eval_batches;       /* microbatches per evaluation */
     const pm_tokens *val;   /* validation tokens */
     const char *save;       /* checkpoint path, or NULL */
 } pm_loop_opts;
 
-/* Runs steps until host->step == o->stop_at, then evaluates and saves. The
+/* Runs steps until st->step == o->stop_at, then evaluates and saves. The
  * first failing step, evaluation or save ends the loop with its error. */
-pm_status pm_train_loop(pm_trainer *host, const pm_train_driver *drv, const pm_loop_opts *o,
+pm_status pm_train_loop(pm_train_state *st, const pm_train_driver *drv, const pm_loop_opts *o,
                         pm_err *err);
 
-/* The single-device driver: the host trainer trains itself. */
+/* Mean loss over `batches` microbatches of B/K windows of `val`, drawn from
+ * a loader seeded with cfg.seed ^ PM_VAL_SEED and restarted every call (so
+ * each evaluation sees the same text), K at a time through drv->eval,
+ * summed in double in microbatch order (so any driver gives the same bits
+ * as pm_trainer_eval). */
+pm_status pm_train_eval(pm_train_state *st, const pm_train_driver *drv, const pm_tokens *val,
+                        int batches, double *loss, pm_err *err);
+
+/* The single-device driver: t trains itself (its step count follows the
+ * loop's; a save records the state's data position). */
 pm_train_driver pm_trainer_driver(pm_trainer *t,
                                   void (*report)(void *ctx, const pm_loop_event *ev),
                                   void *report_ctx);

@@ -38,6 +38,9 @@ void pm_cli_json_str(FILE *f, const char *s);
 int pm_cli_int(const char *opt, const char *val, int lo, int *out); /* lo..2^24 */
 int pm_cli_int_range(const char *opt, const char *val, int lo, int hi, int *out);
 int pm_cli_double(const char *opt, const char *val, double *out);
+/* A byte size: a positive number with an optional K, M, G or T (powers of
+ * 1024), e.g. 512M or 1.5G. */
+int pm_cli_size(const char *opt, const char *val, size_t *out);
 int pm_cli_costs(const char *val, pm_costs *out);
 int pm_cli_mem(const char *val, pm_mem *out);
 

@@ -88,21 +88,26 @@ int pm_cmd_train(int argc, char **argv) {
             (double)pm_train_mem_bytes(&cfg, NULL) / (1 << 20), o.layers, o.dim, o.heads, o.ctx,
             cfg.model.vocab, o.batch, o.micro, o.threads, o.resume ? ", resumed" : "");
     times = malloc(((size_t)o.steps + 1) * sizeof *times);
-    if (!times) {
-        pm_cli_fail("out of memory");
+    pm_train_state st;
+    pm_err err = {{0}};
+    if (!times || pm_train_state_init(&st, &cfg, &tr, &err)) {
+        pm_cli_fail("%s", times ? err.msg : "out of memory");
         goto out;
     }
+    /* the loop's state continues where the trainer (resumed or not) is */
+    st.step = t.step, st.train.next = t.train.next;
+    st.tok_model = t.tok_model, st.tok_model_len = t.tok_model_len;
     progress pr = {.o = &o, .t = &t, .times = times, .final_loss = NAN, .tty = isatty(2),
                    .every = o.steps >= 20 ? o.steps / 20 : 1};
     pm_train_driver drv = pm_trainer_driver(&t, on_event, &pr);
     pm_loop_opts lo = {.stop_at = pm_cli_train_stop_at(&o, &cfg), .eval_every = o.eval_every,
                        .eval_batches = o.eval_batches, .val = &va, .save = o.save};
-    pm_err err = {{0}};
-    rc = pm_train_loop(&t, &drv, &lo, &err) ? pm_cli_fail("%s", err.msg) : 0;
+    rc = pm_train_loop(&st, &drv, &lo, &err) ? pm_cli_fail("%s", err.msg) : 0;
     if (!rc && o.json) {
-        pm_cli_train_json_head(&o, &t, times, pr.n, pr.final_loss, pr.val_loss);
+        pm_cli_train_json_head(&o, &cfg, st.step, times, pr.n, pr.final_loss, pr.val_loss);
         printf("}\n");
     }
+    pm_train_state_free(&st);
 out:
     free(times);
     pm_trainer_free(&t);

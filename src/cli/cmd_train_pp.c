@@ -132,13 +132,13 @@ static pm_status make_plan(const pp_world *w, const pm_cli_train_opts *o,
                       .sched = o->sched_file ? &file : NULL, .kind = o->kind,
                       .chunks = o->chunks, .recompute = o->recompute,
                       .mem_limit = o->mem_limit, .head_parts = o->head_parts,
+                      .device_mem = o->device_mem, .zero = o->zero,
                       .costs = w->place.unit ? &w->place : NULL};
     st = pm_plan_make(pl, cfg, &rq, err);
     pm_sched_free(&file);
     if (st) return st;
     if (!w->rank && !o->sched_file && !strcmp(o->kind, "auto"))
-        fprintf(stderr, "train: --schedule auto under %.3g M picked %s (%s)\n", o->mem_limit,
-                pl->sched.kind, pl->why);
+        fprintf(stderr, "train: --schedule auto picked %s (%s)\n", pl->sched.kind, pl->why);
     return PM_OK;
 }
 
@@ -175,11 +175,12 @@ typedef struct {
     double final_loss, val_loss;
 } pp_stats;
 
-static void print_json(const pm_cli_train_opts *o, const pm_pipe *pp, const pm_trainer *t,
+static void print_json(const pm_cli_train_opts *o, const pm_pipe *pp, const pm_train_state *st,
                        pp_stats *ps) {
     double n = ps->n ? ps->n : 1;
     int p = pm_pipe_devices(pp), S = pm_pipe_stages(pp), nd = p * pm_pipe_replicas(pp);
-    pm_cli_train_json_head(o, t, ps->times, ps->nt, ps->final_loss, ps->val_loss);
+    pm_cli_train_json_head(o, &st->cfg, st->step, ps->times, ps->nt, ps->final_loss,
+                           ps->val_loss);
     printf(", \"schedule\": \"%s\", \"pp\": %d, \"dp\": %d, \"transport\": \"%s\", "
            "\"stages\": %d, \"measured_bubble\": %.4f, \"predicted_bubble\": %.4f, "
            "\"measured_step_ms\": %.3f, \"predicted_step_ms\": %.3f",
@@ -242,12 +243,14 @@ static int write_outputs(const pm_cli_train_opts *o, const pm_pipe *pp, int ran)
 }
 
 /* The pipeline as a driver of the library's training loop (pm_train_loop):
- * its step is a pipe step, its sync gathers the devices' state into the
- * host, its reports print the pipeline's progress lines and keep the
- * statistics the JSON summary needs. */
+ * its step is a pipe step, its evaluation forward passes on the devices,
+ * its save gathers the devices' state into the host (for now), its
+ * reports print the pipeline's progress lines and keep the statistics the
+ * JSON summary needs. */
 typedef struct {
     const pm_cli_train_opts *o;
     pm_pipe *pp;
+    pm_trainer *host;
     pp_stats *ps;
     double spent;      /* seconds in steps so far (ETA) */
     int tty, every, steps;
@@ -262,8 +265,18 @@ static pm_status pp_step(void *ctx, const int32_t *inp, const int32_t *tgt, pm_s
     return st;
 }
 
-static pm_status pp_sync(void *ctx, pm_trainer *host, pm_err *err) {
-    return to_host(((pp_run *)ctx)->pp, host, err);
+static pm_status pp_eval(void *ctx, const int32_t *inp, const int32_t *tgt, int n,
+                         float *losses, pm_err *err) {
+    return pm_pipe_eval(((pp_run *)ctx)->pp, inp, tgt, n, losses, err);
+}
+
+/* Under MPI every rank gathers (collective); rank 0 writes. */
+static pm_status pp_save(void *ctx, const char *path, const pm_train_state *st, pm_err *err) {
+    pp_run *r = ctx;
+    pm_status s = to_host(r->pp, r->host, err);
+    r->host->step = st->step, r->host->train.next = st->train.next;
+    if (!s && pm_pipe_is_root(r->pp)) s = pm_ckpt_save(r->host, path, err);
+    return s;
 }
 
 /* Sums over the steps after the first (cold) one, for the JSON means. */
@@ -310,21 +323,20 @@ static void pp_report(void *ctx, const pm_loop_event *ev) {
     if (ev->saved) fprintf(stderr, "saved %s (step %lld)\n", ev->saved, (long long)ev->step);
 }
 
-/* Under MPI only rank 0 holds the gathered parameters: it alone
- * evaluates, saves, reports and writes; the others run the same loop (the
- * gathers are collective) with evaluation and saving off. */
-static int pp_train(const pm_cli_train_opts *o, pm_pipe *pp, pm_trainer *t, const pm_tokens *val,
-                    pp_stats *ps) {
+/* Every rank runs the same loop (steps, evaluations and saves are
+ * collective); rank 0 alone reports and writes. */
+static int pp_train(const pm_cli_train_opts *o, pm_pipe *pp, pm_trainer *t, pm_train_state *st,
+                    const pm_tokens *val, pp_stats *ps) {
     int root = pm_pipe_is_root(pp);
-    pp_run r = {.o = o, .pp = pp, .ps = ps, .tty = isatty(2), .steps = t->cfg.opt.steps,
-                .every = o->steps >= 20 ? o->steps / 20 : 1, .quiet = !root};
-    pm_train_driver drv = {.ctx = &r, .step = pp_step, .sync = pp_sync, .report = pp_report,
-                           .report_ctx = &r};
-    pm_loop_opts lo = {.stop_at = pm_cli_train_stop_at(o, &t->cfg), .eval_every = o->eval_every,
-                       .eval_batches = root ? o->eval_batches : 0, .val = val,
-                       .save = root ? o->save : NULL};
+    pp_run r = {.o = o, .pp = pp, .host = t, .ps = ps, .tty = isatty(2),
+                .steps = st->cfg.opt.steps, .every = o->steps >= 20 ? o->steps / 20 : 1,
+                .quiet = !root};
+    pm_train_driver drv = {.ctx = &r, .step = pp_step, .eval = pp_eval, .save = pp_save,
+                           .report = pp_report, .report_ctx = &r};
+    pm_loop_opts lo = {.stop_at = pm_cli_train_stop_at(o, &st->cfg), .eval_every = o->eval_every,
+                       .eval_batches = o->eval_batches, .val = val, .save = o->save};
     pm_err err = {{0}};
-    if (pm_train_loop(t, &drv, &lo, &err)) return pm_cli_fail("%s", err.msg);
+    if (pm_train_loop(st, &drv, &lo, &err)) return pm_cli_fail("%s", err.msg);
     return root ? write_outputs(o, pp, ps->last.peak != NULL) : 0;
 }
 
@@ -416,8 +428,16 @@ static int run(const pm_cli_train_opts *op, pp_world *w) {
         pm_cli_fail("out of memory");
         goto out;
     }
-    rc = pp_train(&o, pp, &t, &va, &ps);
-    if (!rc && o.json && !w->rank) print_json(&o, pp, &t, &ps);
+    pm_train_state st;
+    if (pm_train_state_init(&st, &plan.cfg, &tr, &err)) {
+        pm_cli_fail("%s", err.msg);
+        goto out;
+    }
+    st.step = t.step, st.train.next = t.train.next;
+    st.tok_model = t.tok_model, st.tok_model_len = t.tok_model_len;
+    rc = pp_train(&o, pp, &t, &st, &va, &ps);
+    if (!rc && o.json && !w->rank) print_json(&o, pp, &st, &ps);
+    pm_train_state_free(&st);
 out:
     free(ps.times);
     free(ps.busy);

@@ -48,6 +48,22 @@ int pm_cli_int_range(const char *opt, const char *val, int lo, int hi, int *out)
     return 0;
 }
 
+int pm_cli_size(const char *opt, const char *val, size_t *out) {
+    if (!val) return pm_cli_fail("%s needs a value", opt);
+    char *end;
+    errno = 0;
+    double x = strtod(val, &end), mul = 1;
+    if (*end == 'K' || *end == 'k') mul = 1024.0, end++;
+    else if (*end == 'M' || *end == 'm') mul = 1024.0 * 1024, end++;
+    else if (*end == 'G' || *end == 'g') mul = 1024.0 * 1024 * 1024, end++;
+    else if (*end == 'T' || *end == 't') mul = 1024.0 * 1024 * 1024 * 1024, end++;
+    if (errno || end == val || *end || !(x > 0) || !(x * mul < 1e18) || x * mul < 1)
+        return pm_cli_fail("%s: '%s' is not a size (bytes, or with K, M, G, T: 512M, 1.5G)", opt,
+                           val);
+    *out = (size_t)(x * mul);
+    return 0;
+}
+
 int pm_cli_double(const char *opt, const char *val, double *out) {
     if (!val) return pm_cli_fail("%s needs a value", opt);
     char *end;

@@ -17,7 +17,7 @@
 
 typedef struct {
     const char *name;
-    char type; /* 'i' int >= lo, 'u' seed, 'd' double > 0, 's' string, 'f' flag */
+    char type; /* 'i' int >= lo, 'u' seed, 'd' double > 0, 's' string, 'f' flag, 'z' size */
     char mode; /* 0 both, 'p' pipeline only, 't' selects the pipeline, 's' single only */
     int lo;
     size_t off; /* of the field in pm_cli_train_opts */
@@ -42,6 +42,7 @@ static const opt_def OPTS[] = {
     {"--timeline", 's', 'p', 0, F(svg)},    {"--recompute", 'f', 'p', 0, F(recompute)},
     {"--dp", 'i', 't', 1, F(dp)},            {"--transport", 's', 't', 0, F(transport)},
     {"--placement", 's', 'p', 0, F(placement)}, {"--head-parts", 'i', 'p', 1, F(head_parts)},
+    {"--device-mem", 'z', 0, 0, F(device_mem)}, {"--zero", 'i', 'p', 0, F(zero)},
 };
 #undef F
 
@@ -55,7 +56,8 @@ static void usage(FILE *f) {
             "         [--threads N | --pp P [--schedule KIND | --schedule-file FILE]\n"
             "          [--chunks V] [--mem-limit X] [--recompute] [--trace FILE]\n"
             "          [--timeline FILE.svg] [--dp D] [--transport threads|mpi]\n"
-            "          [--placement flops|measured] [--head-parts N]]\n"
+            "          [--placement flops|measured] [--head-parts N]\n"
+            "          [--device-mem SIZE] [--zero 0|1]]\n"
             "  Trains the GPT on DIR/train.bin (made by 'pipemem prepare'), or on token\n"
             "  files named with --train/--val (pipemem's or llm.c's, e.g.\n"
             "  tiny_shakespeare_train.bin); the vocabulary is the data's, rounded up to a\n"
@@ -85,6 +87,12 @@ static void usage(FILE *f) {
             "  A big vocabulary's head can be cut into N layers (--head-parts N, at most\n"
             "  one per 4096 words; by default the number that best evens out the\n"
             "  devices): the same training to the bit, only placed differently.\n"
+            "  Each device holds only its own stages (parameters, gradients, AdamW\n"
+            "  moments, activations, workspace); the plan prints every device's bytes\n"
+            "  by kind before anything is allocated. --device-mem SIZE (K, M, G: 2G) is\n"
+            "  one device's budget: a plan whose busiest device needs more is refused,\n"
+            "  naming it and its bytes; with --schedule auto the search runs under what\n"
+            "  the budget leaves for activations (--mem-limit not needed then).\n"
             "  --dp D trains D replicas of the P-device pipeline on D x P devices, each on\n"
             "  K/D of the microbatches, gradients summed across replicas in a fixed order.\n"
             "  --transport mpi runs one device per rank: mpirun -np D*P pipemem train ...\n"
@@ -118,6 +126,8 @@ static int apply(const opt_def *d, const char *v, pm_cli_train_opts *o) {
         return 0;
     case 'i':
         return pm_cli_int(d->name, v, d->lo, dst);
+    case 'z':
+        return pm_cli_size(d->name, v, dst);
     case 'u':
         if (pm_cli_int_range(d->name, v, 0, 1 << 30, &s)) return 1;
         *(uint64_t *)dst = (uint64_t)s;
@@ -145,8 +155,14 @@ static int check(pm_cli_train_opts *o, const char *pipe_only, const char *single
     if (!o->pipeline && pipe_only)
         return pm_cli_fail("train: %s is for pipeline runs; add --pp P and --schedule KIND",
                            pipe_only);
-    if (o->pipeline && !o->sched_file && !strcmp(o->kind, "auto") && !(o->mem_limit > 0))
-        return pm_cli_fail("--schedule auto needs --mem-limit X (a multiple of M, e.g. 0.5)");
+    if (o->pipeline && !o->sched_file && !strcmp(o->kind, "auto") && !(o->mem_limit > 0) &&
+        !o->device_mem)
+        return pm_cli_fail("--schedule auto needs --mem-limit X (a multiple of M, e.g. 0.5) or "
+                           "--device-mem SIZE");
+    if (o->zero > 1) return pm_cli_fail("train: --zero %d: use 0 or 1 (ZeRO stage 1)", o->zero);
+    if (o->zero && o->dp < 2)
+        return pm_cli_fail("train: --zero 1 shards the AdamW moments across data-parallel "
+                           "replicas: add --dp 2 or more");
     if (o->placement && strcmp(o->placement, "measured") && strcmp(o->placement, "flops"))
         return pm_cli_fail("train: --placement %s: use measured or flops", o->placement);
     if (o->transport && strcmp(o->transport, "threads") && strcmp(o->transport, "mpi"))
@@ -256,14 +272,13 @@ static int cmp_double(const void *a, const void *b) {
 /* Throughput comes from the median step time (robust to the first, cold
  * step): tokens_per_s = B*T / median, gflops_per_s = the model's counted
  * FLOPs per step (pm_train_step_flops) / median. */
-void pm_cli_train_json_head(const pm_cli_train_opts *o, const pm_trainer *t, double *times,
-                            int n, double final_loss, double val_loss) {
+void pm_cli_train_json_head(const pm_cli_train_opts *o, const pm_train_cfg *c, int64_t step,
+                            double *times, int n, double final_loss, double val_loss) {
     double med = 0;
     if (n > 0) {
         qsort(times, (size_t)n, sizeof *times, cmp_double);
         med = n % 2 ? times[n / 2] : 0.5 * (times[n / 2 - 1] + times[n / 2]);
     }
-    const pm_train_cfg *c = &t->cfg;
     double tok = med > 0 ? (double)c->batch * c->model.ctx / med : 0;
     double gf = med > 0 ? pm_train_step_flops(c) / med / 1e9 : 0;
     char fl[32];
@@ -272,8 +287,8 @@ void pm_cli_train_json_head(const pm_cli_train_opts *o, const pm_trainer *t, dou
     printf("{\"steps\": %lld, \"steps_run\": %d, \"final_loss\": %s, \"val_loss\": %.6f, "
            "\"median_step_ms\": %.3f, \"tokens_per_s\": %.1f, \"gflops_per_s\": %.2f, "
            "\"params\": %zu, \"threads\": %d, \"batch\": %d, \"microbatches\": %d, "
-           "\"ctx\": %d", (long long)t->step, n, fl, val_loss, med * 1e3, tok, gf,
-           t->n_params, o->threads, c->batch, c->micro, c->model.ctx);
+           "\"ctx\": %d", (long long)step, n, fl, val_loss, med * 1e3, tok, gf,
+           pm_gpt_num_params(&c->model), o->threads, c->batch, c->micro, c->model.ctx);
 }
 
 int pm_cli_train_start(const pm_cli_train_opts *o, const pm_train_cfg *cfg, const pm_tokens *tr,
@@ -283,6 +298,17 @@ int pm_cli_train_start(const pm_cli_train_opts *o, const pm_train_cfg *cfg, cons
     *t = (pm_trainer){0};
     if (pm_loader_init(&vcheck, va, o->ctx, 0, "val.bin", &err))
         return pm_cli_fail("%s/%s", o->data, err.msg);
+    size_t need = pm_train_mem_bytes(cfg, NULL);
+    if (o->device_mem && !o->pipeline && need > o->device_mem) {
+        char a[32], b[32], c[32];
+        pm_plan_bytes_str(need, a, sizeof a);
+        pm_plan_bytes_str(16 * pm_gpt_num_params(&cfg->model), b, sizeof b);
+        pm_plan_bytes_str(o->device_mem, c, sizeof c);
+        return pm_cli_fail("train: one device needs %s (%s of parameters, gradients and AdamW "
+                           "moments, the rest one microbatch's activations and workspace) but "
+                           "--device-mem is %s; train it on several devices, each holding only "
+                           "its stages (--pp 4)", a, b, c);
+    }
     if (pm_trainer_init(t, cfg, tr, 0, &err)) return pm_cli_fail("%s", err.msg);
     if ((tr->tokenizer && pm_cli_data_tokenizer(o->data ? o->data : o->train_file, tr, t)) ||
         (o->resume && pm_ckpt_load(t, o->resume, &err))) {

@@ -9,6 +9,7 @@
 
 #include "cli.h"
 #include "pipemem/pm_data.h"
+#include "pipemem/pm_plan.h"
 #include "pipemem/pm_train.h"
 
 typedef struct {
@@ -33,6 +34,8 @@ typedef struct {
     const char *transport; /* --transport threads|mpi; NULL: mpi when mpirun started us */
     const char *placement; /* --placement measured|flops; NULL: measured */
     int head_parts;        /* --head-parts N; 0: chosen by the placement */
+    size_t device_mem;     /* --device-mem SIZE: one device's budget in bytes; 0: none */
+    int zero;              /* --zero 1: ZeRO stage 1 across the --dp replicas */
 } pm_cli_train_opts;
 
 /* Parses argv[1..]: 0 on success, 1 on error (one line printed), -1 after
@@ -71,8 +74,8 @@ int pm_cli_data_tokenizer(const char *dir, const pm_tokens *tr, pm_trainer *t);
 
 /* Prints the JSON fields both modes share, from "{" to the "ctx" field
  * without the closing brace; sorts times (the step wall times, n of them). */
-void pm_cli_train_json_head(const pm_cli_train_opts *o, const pm_trainer *t, double *times,
-                            int n, double final_loss, double val_loss);
+void pm_cli_train_json_head(const pm_cli_train_opts *o, const pm_train_cfg *c, int64_t step,
+                            double *times, int n, double final_loss, double val_loss);
 
 /* `pipemem train` in pipeline mode (cmd_train_pp.c). */
 int pm_cli_train_pp(const pm_cli_train_opts *o);

@@ -418,9 +418,10 @@ static pm_status plan_schedule(pm_plan *pl, const pm_plan_req *rq, pm_err *err) 
         return pm_errf(err, PM_ERR_ARG, "schedule %s is for %d devices and %d microbatches, "
                        "but the plan has %d devices and %d microbatches per replica",
                        pl->sched.kind, pl->sched.p, pl->sched.m, pl->p, pl->m);
-    pl->cfg.model.head_parts = rq->head_parts;
+    int parts = rq->head_parts ? rq->head_parts : pl->cfg.model.head_parts;
+    pl->cfg.model.head_parts = parts;
     if ((st = pm_gpt_config_check(&pl->cfg.model, err))) return st;
-    if (!rq->head_parts && (st = head_parts(pl, err))) return st;
+    if (!parts && (st = head_parts(pl, err))) return st;
     if ((st = place(pl, err))) return st;
     for (int d = 0; d < pl->p; d++) {
         pm_free(pl->arena[d].off);

@@ -70,8 +70,8 @@ static int pass_msg(const pm_pipe_dev *dv, const pm_pass *ps, int *peer, int *ta
 /* Posts receives in list order into free slots (at most two ahead). */
 static pm_status post_ahead(pm_pipe_dev *dv) {
     const pm_pipe *pp = dv->pp;
-    const pm_pass *ps = pm_sched_dev(&pp->sched, dv->d);
-    int64_t len = pp->sched.len[dv->d];
+    const pm_pass *ps = dv->list;
+    int64_t len = dv->len;
     for (int k = 0; k < 2; k++) {
         if (dv->rxpass[k] >= 0) continue;
         int peer = 0, tag = 0;
@@ -208,10 +208,13 @@ static pm_status run_f(pass_ctx *x) {
         return st; /* the stage holds (a part of) the head */
     if (b - 1 != head && (st = tx_buf(dv, &out))) return st;
     x->t_start = pm_now();
-    if (pm_devmem_pass(&dv->mem, x->ps, PM_MEM_PRE, &bad)) return arena_full(x, bad);
-    if (keep) memcpy(pm_arena_ptr(&dv->mem.arena, dv->mem.koff[(size_t)s * pp->m + j]), in, keep);
+    int eval = pp->run == PM_RUN_EVAL;
+    if (eval) pm_devmem_forward_layout(&dv->mem, s, j); /* nothing outlives the pass */
+    else if (pm_devmem_pass(&dv->mem, x->ps, PM_MEM_PRE, &bad)) return arena_full(x, bad);
+    if (keep && !eval)
+        memcpy(pm_arena_ptr(&dv->mem.arena, dv->mem.koff[(size_t)s * pp->m + j]), in, keep);
     stage_forward(dv, s, j, in, out, &loss);
-    pm_devmem_pass(&dv->mem, x->ps, PM_MEM_POST, &bad);
+    if (!eval) pm_devmem_pass(&dv->mem, x->ps, PM_MEM_POST, &bad);
     done_msg(dv, x->i);
     if (x->fault == PM_FAULT_NAN) {
         if (out) out[0] = NAN;
@@ -219,7 +222,7 @@ static pm_status run_f(pass_ctx *x) {
     }
     if (b - 1 == head) {
         pp->loss_mb[(size_t)dv->rep * pp->m + j] = loss;
-        if (!isfinite(loss)) {
+        if (!isfinite(loss) && !eval) { /* an evaluation reports it; the caller decides */
             char why[128];
             snprintf(why, sizeof why, "the loss is %g; lower the learning rate", (double)loss);
             return pass_fail(x, PM_ERR_NUMERIC, why);
@@ -419,8 +422,8 @@ static void adamw_dev(pm_pipe_dev *dv) {
 
 static pm_status dev_step(pm_pipe_dev *dv) {
     pm_pipe *pp = dv->pp;
-    const pm_pass *ps = pm_sched_dev(&pp->sched, dv->d);
-    int64_t len = pp->sched.len[dv->d], base = (int64_t)dv->g * pp->sched.cap;
+    const pm_pass *ps = dv->list = pm_sched_dev(&pp->sched, dv->d);
+    int64_t len = dv->len = pp->sched.len[dv->d], base = (int64_t)dv->g * pp->sched.cap;
     const pm_pipe_opts *op = &pp->opts;
     memset(dv->slab + dv->n, 0, dv->n * sizeof(float)); /* gradients */
     dv->rxpass[0] = dv->rxpass[1] = -1;
@@ -454,9 +457,32 @@ static pm_status dev_step(pm_pipe_dev *dv) {
     return PM_OK;
 }
 
+/* Forward passes only: this device's stages for the round's microbatches
+ * of its replica, in wavefront order; the head's device keeps the losses. */
+static pm_status dev_eval(pm_pipe_dev *dv) {
+    pm_pipe *pp = dv->pp;
+    int have = pp->eval_n - dv->rep * pp->m; /* this replica's share of the round */
+    const pm_pass *all = pp->fwd + (int64_t)dv->d * pp->fcap;
+    dv->len = 0;
+    for (int64_t i = 0; i < pp->fwd_len[dv->d]; i++)
+        if (all[i].mb < have) dv->elist[dv->len++] = all[i];
+    dv->list = dv->elist;
+    dv->rxpass[0] = dv->rxpass[1] = -1;
+    dv->scan = 0;
+    pm_status st;
+    for (int64_t i = 0; i < dv->len; i++) {
+        if ((st = pm_tp_status(dv->tp, NULL))) return st;
+        pass_ctx x = {dv, i, &dv->list[i], PM_FAULT_NONE, 0, NAN};
+        if ((st = run_pass(&x))) return st;
+    }
+    for (int k = 0; k < 2; k++)
+        if ((st = pm_tp_wait(dv->tp, &dv->txreq[k]))) return st;
+    return PM_OK;
+}
+
 void *pm_dev_main(void *arg) {
     pm_pipe_dev *dv = arg;
     dv->err.msg[0] = 0;
-    dv->st = dev_step(dv);
+    dv->st = dv->pp->run == PM_RUN_EVAL ? dev_eval(dv) : dev_step(dv);
     return NULL;
 }

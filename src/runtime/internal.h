@@ -7,6 +7,10 @@
 
 
 typedef struct pm_pipe_dev pm_pipe_dev;
+
+/* What the devices run when woken: a training step, or forward passes
+ * only (evaluation). */
+typedef enum { PM_RUN_STEP, PM_RUN_EVAL } pm_run_kind;
 struct pm_pipe_pool; /* the parked device threads (pipe_threads.c) */
 
 struct pm_pipe {
@@ -46,6 +50,12 @@ struct pm_pipe {
     pm_tp_threads *world; /* threads transport, or */
     pm_tp_mpi *mpi;       /* the MPI transport */
     struct pm_pipe_pool *pool; /* device threads, started in init; owned */
+    pm_pass *fwd;         /* (p, fcap) each device's forward-only list: its stages' F for
+                           * microbatches 0..m-1, in wavefront order (microbatch + stage) */
+    int64_t *fwd_len;     /* (p) */
+    int64_t fcap;         /* row length of fwd */
+    pm_run_kind run;      /* what the devices run next */
+    int eval_n;           /* evaluation: microbatches in this round (of dp * m) */
     int64_t step;         /* optimizer steps done */
     pm_status dead;       /* sticky: a failed step leaves the pipe unusable */
     pm_err dead_err;
@@ -93,6 +103,9 @@ struct pm_pipe_dev {
     pm_tp_req rxreq[2];   /* receive of each slot */
     int64_t rxpass[2];    /* pass index a slot serves, -1 if free */
     int64_t scan;         /* next pass whose receive is not posted yet */
+    const pm_pass *list;  /* the passes this run walks: the schedule's, or eval's */
+    int64_t len;
+    pm_pass *elist;       /* (fcap) this device's evaluation passes of the round; owned */
     pm_tp_req txreq[2];   /* send of each tx buffer */
     int txnext;           /* tx buffer the next send uses */
     pm_tp_req *nreq;      /* (S + p) norm chain sends, then the broadcast */
@@ -132,6 +145,9 @@ pm_status pm_pipe_world_create(pm_pipe *pp, pm_err *err);
 pm_tp *pm_pipe_endpoint(pm_pipe *pp, int g);
 pm_status pm_pipe_handshake(pm_pipe *pp, pm_status local_st, pm_err *err);
 pm_status pm_pipe_report(pm_pipe *pp, pm_err *err);
+/* MPI, after an evaluation: each replica's losses from its head's rank to
+ * every rank (threads: already shared). */
+pm_status pm_pipe_share_losses(pm_pipe *pp, int n, pm_err *err);
 
 /* Device threads (pipe_threads.c): start p parked threads; run one step on
  * all and wait; stop and join them (safe on a pipe whose start failed). */

@@ -34,6 +34,7 @@ static void dev_free(pm_pipe_dev *dv) {
     pm_free(dv->nreq);
     pm_free(dv->red);
     pm_free(dv->rreq);
+    pm_free(dv->elist);
 }
 
 
@@ -65,6 +66,8 @@ static void pipe_free(pm_pipe *pp) {
     pm_free(pp->report);
     pm_free(pp->loss_mb);
     pm_free(pp->dep_end);
+    pm_free(pp->fwd);
+    pm_free(pp->fwd_len);
     *pp = (pm_pipe){0};
 }
 
@@ -141,12 +144,34 @@ static pm_status dev_work(pm_pipe *pp, pm_pipe_dev *dv, pm_err *err) {
         dv->bb[k] = (float *)(dv->work + scr + (size_t)(4 + k) * act);
     }
     dv->rxpass[0] = dv->rxpass[1] = -1;
+    dv->elist = pm_malloc((size_t)pp->fcap * sizeof *dv->elist);
+    if (!dv->elist) return nomem(err, "an evaluation list");
     if (pp->dp == 1) return PM_OK;
     dv->rreq = pm_calloc((size_t)pp->S, sizeof(pm_tp_req));
     if (!dv->rreq) return nomem(err, "reduction requests");
     if (dv->rep == 0) return PM_OK;
     dv->red = pm_malloc(max_stage_floats(pp) * sizeof(float));
     return dv->red ? PM_OK : nomem(err, "a gradient reduction buffer");
+}
+
+/* Each device's forward-only list for evaluation: F of its stages for
+ * microbatches 0..m-1 ordered by (microbatch + stage, stage), a wavefront:
+ * every pass's input comes from a pass earlier in that order, so no device
+ * waits on one that waits on it, and a round of m microbatches leaves at
+ * most as many messages unreceived as a training step. */
+static pm_status fwd_lists(pm_pipe *pp, pm_err *err) {
+    pp->fcap = (int64_t)pp->S * pp->m; /* enough for any device */
+    pp->fwd = pm_malloc((size_t)pp->p * (size_t)pp->fcap * sizeof *pp->fwd);
+    pp->fwd_len = pm_calloc((size_t)pp->p, sizeof *pp->fwd_len);
+    if (!pp->fwd || !pp->fwd_len) return nomem(err, "the evaluation lists");
+    for (int t = 0; t < pp->m + pp->S - 1; t++)
+        for (int s = 0; s < pp->S; s++) {
+            int j = t - s, d = pm_sched_stage_device(&pp->sched, s);
+            if (j < 0 || j >= pp->m) continue;
+            pp->fwd[(int64_t)d * pp->fcap + pp->fwd_len[d]++] =
+                (pm_pass){.kind = PM_PASS_F, .stage = s, .mb = j};
+        }
+    return PM_OK;
 }
 
 /* The step's tables, the cost table (the plan's, whose times each step
@@ -169,7 +194,8 @@ static pm_status tables(pm_pipe *pp, pm_err *err) {
     if (!pp->peak || !pp->pred_peak || !pp->busy || !pp->arena_cap || !pp->t0 || !pp->t1 ||
         !pp->tmid || !pp->live_after || !pp->red0 || !pp->red1 || !pp->loss_mb || !pp->dep_end)
         return nomem(err, "the pipeline's tables");
-    pm_status st = pm_cost_init(&pp->cost, pp->S, err);
+    pm_status st = fwd_lists(pp, err);
+    if (!st) st = pm_cost_init(&pp->cost, pp->S, err);
     if (!st) st = pm_cost_init(&pp->prof, pp->S, err);
     if (st) return st;
     for (int k = 0; k < pp->S; k++) pp->cost.st[k] = pp->prof.st[k] = pp->pl->cost.st[k];
@@ -359,6 +385,7 @@ pm_status pm_pipe_step(pm_pipe *pp, const int32_t *inp, const int32_t *tgt, pm_p
         dv->inp = inp + (size_t)dv->rep * share, dv->tgt = tgt + (size_t)dv->rep * share;
         dv->t_base = t_start, dv->st = PM_OK, dv->norm = 0;
     }
+    pp->run = PM_RUN_STEP;
     if (pp->mpi) pm_dev_main(&pp->dev[pp->lo]);
     else pm_pipe_pool_run(pp);
     st = collect_error(pp, err);
@@ -367,6 +394,31 @@ pm_status pm_pipe_step(pm_pipe *pp, const int32_t *inp, const int32_t *tgt, pm_p
     if (pm_pipe_is_root(pp)) step_figures(pp, t_start, &fc);
     pp->step++;
     if (info) *info = pp->info;
+    return PM_OK;
+}
+
+/* ---- evaluation ------------------------------------------------------------------ */
+
+pm_status pm_pipe_eval(pm_pipe *pp, const int32_t *inp, const int32_t *tgt, int n,
+                       float *losses, pm_err *err) {
+    if (pp->dead) {
+        if (err) *err = pp->dead_err;
+        return pp->dead;
+    }
+    PM_ASSERT(n >= 0 && n <= pp->m * pp->dp);
+    size_t share = (size_t)pp->m * (size_t)pp->mbsz * (size_t)pp->T;
+    for (int g = pp->lo; g < pp->hi; g++) {
+        pm_pipe_dev *dv = &pp->dev[g];
+        dv->inp = inp + (size_t)dv->rep * share, dv->tgt = tgt + (size_t)dv->rep * share;
+        dv->st = PM_OK;
+    }
+    pp->run = PM_RUN_EVAL, pp->eval_n = n;
+    if (pp->mpi) pm_dev_main(&pp->dev[pp->lo]);
+    else pm_pipe_pool_run(pp);
+    pm_status st = collect_error(pp, err);
+    if (!st && (st = pm_pipe_share_losses(pp, n, &pp->dead_err))) return step_fail(pp, st, err);
+    if (st) return st;
+    memcpy(losses, pp->loss_mb, (size_t)n * sizeof *losses);
     return PM_OK;
 }
 

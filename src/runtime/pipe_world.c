@@ -14,7 +14,7 @@
 #include "pipemem/pm_data.h"
 #include "runtime/internal.h"
 
-enum { CTL_REPORT, CTL_GATHER, CTL_PRINT, CTL_OK };
+enum { CTL_REPORT, CTL_GATHER, CTL_PRINT, CTL_OK, CTL_LOSSES };
 
 /* Doubles in device g's report: peak, arena, 4 rows of pass figures, the
  * reduction times, its replica's losses. */
@@ -193,6 +193,27 @@ pm_status pm_pipe_report(pm_pipe *pp, pm_err *err) {
         st = wait_msg(tp, g, pm_tag_ctl(pp, CTL_REPORT), pp->report,
                       report_len(pp, g) * sizeof(double));
         if (!st) unpack(pp, g, pp->report);
+    }
+    if (st) pm_tp_status(tp, err);
+    return st;
+}
+
+/* ---- after an evaluation ---------------------------------------------------- */
+
+pm_status pm_pipe_share_losses(pm_pipe *pp, int n, pm_err *err) {
+    if (!pp->mpi) return PM_OK;
+    pm_tp *tp = pm_tp_mpi_endpoint(pp->mpi);
+    int head = pm_sched_stage_device(&pp->sched, pp->S - 1);
+    pm_status st = PM_OK;
+    for (int r = 0; r < pp->dp && !st; r++) {
+        int from = r * pp->p + head, k = n - r * pp->m;
+        size_t bytes = (size_t)(k < 0 ? 0 : k > pp->m ? pp->m : k) * sizeof(float);
+        float *x = pp->loss_mb + (size_t)r * pp->m;
+        if (!bytes) continue;
+        if (pp->lo == from)
+            for (int g = 0; g < pp->nd && !st; g++)
+                st = g == from ? PM_OK : send_msg(tp, g, pm_tag_ctl(pp, CTL_LOSSES), x, bytes);
+        else st = wait_msg(tp, from, pm_tag_ctl(pp, CTL_LOSSES), x, bytes);
     }
     if (st) pm_tp_status(tp, err);
     return st;

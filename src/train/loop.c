@@ -1,63 +1,146 @@
 /* loop.c: the training loop every driver shares (pm_train.h): the batch
- * from the host's loader, a step through the driver, a report, evaluation
- * and checkpoint at intervals, evaluation and checkpoint at the end.
+ * from the loop state's loader, a step through the driver, a report,
+ * evaluation and checkpoint at intervals, evaluation and checkpoint at the
+ * end; and the single-device driver.
  *
- * The host trainer's step count is the loop's: after a driver's step it is
- * one more than before, whether the driver advanced it itself (the
- * single-device trainer) or not (a pipeline keeps its own). */
+ * The state's step count is the loop's: after a driver's step it is one
+ * more than before, whatever the driver keeps itself. The model's state
+ * stays with the driver: evaluation and saving are the driver's calls. */
 #include "pipemem/pm_train.h"
+
+#include <math.h>
+#include <string.h>
+
+pm_status pm_train_state_init(pm_train_state *st, const pm_train_cfg *cfg,
+                              const pm_tokens *train, pm_err *err) {
+    *st = (pm_train_state){0};
+    pm_status s = pm_gpt_config_check(&cfg->model, err);
+    if (s) return s;
+    if (cfg->batch < 1 || cfg->micro < 1 || cfg->batch % cfg->micro)
+        return pm_errf(err, PM_ERR_ARG, "the microbatches (%d) must divide the batch (%d)",
+                       cfg->micro, cfg->batch);
+    if ((s = pm_loader_init(&st->train, train, cfg->model.ctx, cfg->seed, "train.bin", err)))
+        return s;
+    size_t n = (size_t)cfg->batch * (size_t)cfg->model.ctx;
+    st->inp = pm_malloc(n * sizeof *st->inp);
+    st->tgt = pm_malloc(n * sizeof *st->tgt);
+    if (!st->inp || !st->tgt) {
+        pm_train_state_free(st);
+        return pm_errf(err, PM_ERR_NOMEM, "out of memory for one step's tokens");
+    }
+    st->cfg = *cfg;
+    st->data_id = pm_tokens_identity(train);
+    return PM_OK;
+}
+
+void pm_train_state_free(pm_train_state *st) {
+    if (!st) return;
+    pm_free(st->inp);
+    pm_free(st->tgt);
+    *st = (pm_train_state){0};
+}
 
 static void report(const pm_train_driver *drv, const pm_loop_event *ev) {
     if (drv->report) drv->report(drv->report_ctx, ev);
 }
 
-/* Validation loss, then the checkpoint (if any), with the driver's state
- * in the host first. */
-static pm_status eval_save(pm_trainer *host, const pm_train_driver *drv, const pm_loop_opts *o,
-                           pm_loop_event *ev, pm_err *err) {
-    pm_status st = drv->sync ? drv->sync(drv->ctx, host, err) : PM_OK;
-    if (!st) st = pm_trainer_eval(host, o->val, o->eval_batches, &ev->val_loss, err);
-    if (!st && o->save) {
-        st = pm_ckpt_save(host, o->save, err);
-        if (!st) ev->saved = o->save;
+pm_status pm_train_eval(pm_train_state *st, const pm_train_driver *drv, const pm_tokens *val,
+                        int batches, double *loss, pm_err *err) {
+    const pm_train_cfg *c = &st->cfg;
+    pm_loader ld;
+    pm_status s = pm_loader_init(&ld, val, c->model.ctx, c->seed ^ PM_VAL_SEED, "val.bin", err);
+    if (s) return s;
+    int mb = c->batch / c->micro;
+    float losses[64];
+    double sum = 0.0;
+    for (int done = 0; done < batches;) {
+        int n = batches - done, most = c->micro < 64 ? c->micro : 64;
+        n = n < most ? n : most;
+        pm_loader_next(&ld, n * mb, st->inp, st->tgt); /* n microbatches, in order */
+        if ((s = drv->eval(drv->ctx, st->inp, st->tgt, n, losses, err))) return s;
+        for (int i = 0; i < n; i++) sum += losses[i];
+        done += n;
     }
-    return st;
+    *loss = batches > 0 ? sum / batches : 0.0;
+    return PM_OK;
 }
 
-pm_status pm_train_loop(pm_trainer *host, const pm_train_driver *drv, const pm_loop_opts *o,
+/* Validation loss, then the checkpoint (if any). A diverged model is not
+ * saved: the previous checkpoint is the one to go back to. */
+static pm_status eval_save(pm_train_state *st, const pm_train_driver *drv, const pm_loop_opts *o,
+                           pm_loop_event *ev, pm_err *err) {
+    pm_status s = pm_train_eval(st, drv, o->val, o->eval_batches, &ev->val_loss, err);
+    if (s) return s;
+    if (!isfinite(ev->val_loss))
+        return pm_errf(err, PM_ERR_NUMERIC, "step %lld: the validation loss is %g: the "
+                       "parameters are no longer finite%s; lower the learning rate",
+                       (long long)st->step, ev->val_loss,
+                       o->save ? ", so the checkpoint was not saved" : "");
+    if (o->save) {
+        if ((s = drv->save(drv->ctx, o->save, st, err))) return s;
+        ev->saved = o->save;
+    }
+    return PM_OK;
+}
+
+pm_status pm_train_loop(pm_train_state *st, const pm_train_driver *drv, const pm_loop_opts *o,
                         pm_err *err) {
-    const pm_train_cfg *c = &host->cfg;
-    pm_status st = PM_OK;
-    while (host->step < o->stop_at) {
+    const pm_train_cfg *c = &st->cfg;
+    pm_status s = PM_OK;
+    while (st->step < o->stop_at) {
         pm_loop_event ev = {.kind = PM_LOOP_STEP};
-        int64_t before = host->step;
-        pm_loader_next(&host->train, c->batch, host->inp, host->tgt);
+        int64_t before = st->step;
+        pm_loader_next(&st->train, c->batch, st->inp, st->tgt);
         double t0 = pm_now();
-        if ((st = drv->step(drv->ctx, host->inp, host->tgt, &ev.info, err))) return st;
+        if ((s = drv->step(drv->ctx, st->inp, st->tgt, &ev.info, err))) return s;
         ev.seconds = pm_now() - t0;
-        host->step = ev.step = before + 1;
+        st->step = ev.step = before + 1;
         report(drv, &ev);
         /* the last step's evaluation and save are the end's (not twice) */
-        if (o->eval_every > 0 && host->step % o->eval_every == 0 && host->step < o->stop_at) {
-            pm_loop_event ee = {.kind = PM_LOOP_EVAL, .step = host->step};
-            if ((st = eval_save(host, drv, o, &ee, err))) return st;
+        if (o->eval_every > 0 && st->step % o->eval_every == 0 && st->step < o->stop_at) {
+            pm_loop_event ee = {.kind = PM_LOOP_EVAL, .step = st->step};
+            if ((s = eval_save(st, drv, o, &ee, err))) return s;
             report(drv, &ee);
         }
     }
-    pm_loop_event end = {.kind = PM_LOOP_END, .step = host->step};
-    if ((st = eval_save(host, drv, o, &end, err))) return st;
+    pm_loop_event end = {.kind = PM_LOOP_END, .step = st->step};
+    if ((s = eval_save(st, drv, o, &end, err))) return s;
     report(drv, &end);
     return PM_OK;
 }
+
+/* ---- the single-device driver -------------------------------------------------- */
 
 static pm_status trainer_step(void *ctx, const int32_t *inp, const int32_t *tgt,
                               pm_step_info *info, pm_err *err) {
     return pm_trainer_step_batch(ctx, inp, tgt, info, err);
 }
 
+static pm_status trainer_eval(void *ctx, const int32_t *inp, const int32_t *tgt, int n,
+                              float *losses, pm_err *err) {
+    pm_trainer *t = ctx;
+    const pm_train_cfg *c = &t->cfg;
+    int mb = c->batch / c->micro, T = c->model.ctx;
+    size_t mtok = (size_t)mb * (size_t)T;
+    (void)err;
+    for (int i = 0; i < n; i++)
+        losses[i] = pm_gpt_forward(&c->model, mb, T, t->params, inp + (size_t)i * mtok,
+                                   tgt + (size_t)i * mtok, t->work);
+    return PM_OK;
+}
+
+static pm_status trainer_save(void *ctx, const char *path, const pm_train_state *st,
+                              pm_err *err) {
+    pm_trainer *t = ctx;
+    t->step = st->step; /* the loop's count and data position are the run's */
+    t->train.next = st->train.next;
+    return pm_ckpt_save(t, path, err);
+}
+
 pm_train_driver pm_trainer_driver(pm_trainer *t,
                                   void (*report_fn)(void *ctx, const pm_loop_event *ev),
                                   void *report_ctx) {
-    return (pm_train_driver){.ctx = t, .step = trainer_step, .sync = NULL, .report = report_fn,
+    return (pm_train_driver){.ctx = t, .step = trainer_step, .eval = trainer_eval,
+                             .save = trainer_save, .report = report_fn,
                              .report_ctx = report_ctx};
 }
