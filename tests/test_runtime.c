@@ -804,6 +804,53 @@ static void test_eval_through_pipe(void **state) {
     }
 }
 
+/* Each device allocates what its plan says and no more: the allocation
+ * hook's count per device (state, arena, workspace, transport buffers and
+ * its small tables) is at least the plan's big buffers and at most the
+ * plan's total plus 2% and 64 KiB of bookkeeping; a device that held a
+ * whole-model copy (4 slabs of every parameter) would be far over. And the
+ * caller's own thread allocates only tables through plan, create, steps and
+ * an evaluation: under 5% of one device's planned bytes. */
+static void test_allocations_follow_plan(void **state) {
+    (void)state;
+    struct { const char *kind; int p, dp; } cases[] = {{"1f1b", 4, 1}, {"v-half", 2, 1}};
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        pm_train_cfg c = tiny(8);
+        c.model.dim = 64, c.model.heads = 4; /* state well above the tables */
+        pm_sched s;
+        gen(&s, cases[k].kind, cases[k].p, TINY_M / cases[k].dp);
+        pm_plan pl;
+        pm_plan_req rq = {.sched = &s, .dp = cases[k].dp};
+        pm_err err = {{0}};
+        int64_t host = 0, *was = pm_alloc_account(&host);
+        assert_int_equal(pm_plan_make(&pl, &c, &rq, &err), PM_OK);
+        pm_pipe *pp;
+        assert_int_equal(pm_pipe_create(&pp, &pl, NULL, &err), PM_OK);
+        int32_t inp[TINY_M * 8], tgt[TINY_M * 8];
+        float losses[TINY_M];
+        batch_of(0, inp, tgt, &c);
+        for (int st = 0; st < 2; st++) assert_int_equal(pm_pipe_step(pp, inp, tgt, NULL, &err), PM_OK);
+        assert_int_equal(pm_pipe_eval(pp, inp, tgt, TINY_M, losses, &err), PM_OK);
+        pm_alloc_account(was);
+        const int64_t *got = pm_pipe_allocated(pp);
+        for (int g = 0; g < pl.nd; g++) {
+            const pm_plan_dev *dv = &pl.dev[g];
+            size_t big = dv->bytes[PM_BYTES_PARAMS] + dv->bytes[PM_BYTES_GRADS] +
+                         dv->bytes[PM_BYTES_MOMENTS] + dv->bytes[PM_BYTES_ACTIVATIONS];
+            if ((size_t)got[g] < big || (double)got[g] > (double)dv->total * 1.02 + 65536)
+                fail_msg("%s p=%d dp=%d device %d: allocated %lld bytes, plan %zu (state and "
+                         "arena %zu)", s.kind, cases[k].p, cases[k].dp, g, (long long)got[g],
+                         dv->total, big);
+        }
+        if ((double)host > 0.05 * (double)pl.dev[0].total)
+            fail_msg("%s: the caller's thread allocated %lld bytes (a device plans %zu)", s.kind,
+                     (long long)host, pl.dev[0].total);
+        pm_pipe_destroy(pp);
+        pm_plan_free(&pl);
+        pm_sched_free(&s);
+    }
+}
+
 /* Runs one step with a fault; returns the status and the message. */
 static pm_status faulty(const char *kind, int p, pm_pipe_opts *o, pm_err *err) {
     pm_train_cfg c = tiny(6);
@@ -1134,6 +1181,7 @@ int main(void) {
         cmocka_unit_test(test_gather_scatter_resume),
         cmocka_unit_test(test_data_parallel),
         cmocka_unit_test(test_eval_through_pipe),
+        cmocka_unit_test(test_allocations_follow_plan),
         cmocka_unit_test(test_csv_schedule),
         cmocka_unit_test(test_w_order_refused),
         cmocka_unit_test(test_faults),

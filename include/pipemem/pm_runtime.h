@@ -217,6 +217,16 @@ int pm_pipe_replicas(const pm_pipe *pp);            /* dp (1 without data parall
 int pm_pipe_is_root(const pm_pipe *pp);
 int pm_pipe_stages(const pm_pipe *pp);              /* S */
 const pm_plan *pm_pipe_plan(const pm_pipe *pp);     /* the plan it runs */
+/* Every process's n figures (its peak resident memory, say) at the root:
+ * all is (dp * p, n), row g from device g's process (with threads every
+ * row is this process's). Under MPI a collective; only the root's all is
+ * filled. */
+pm_status pm_pipe_gather_figures(pm_pipe *pp, const double *mine, int n, double *all,
+                                 pm_err *err);
+/* (dp * p) bytes each of this process's devices has allocated so far
+ * (counted by pm_alloc_account: its state, arena, workspace, transport
+ * buffers and small tables); 0 for devices of other ranks. */
+const int64_t *pm_pipe_allocated(const pm_pipe *pp);
 const pm_train_cfg *pm_pipe_config(const pm_pipe *pp); /* its copy (the head's parts) */
 const pm_sched *pm_pipe_schedule(const pm_pipe *pp); /* its copy (W in microbatch order) */
 int64_t pm_pipe_w_relabeled(const pm_pipe *pp);     /* W passes that took another microbatch */

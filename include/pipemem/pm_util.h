@@ -74,6 +74,17 @@ void pm_alloc_fail_at(int64_t n, int sticky);
 int64_t pm_alloc_calls(void);
 /* 1 if the hook made at least one allocation fail since pm_alloc_fail_at. */
 int pm_alloc_failed(void);
+/* Accounting: while set, the bytes of every allocation the CALLING THREAD
+ * makes through pm_malloc, pm_calloc, pm_realloc and pm_aligned_alloc are
+ * added to *acct (frees are not subtracted: a total, not a level). NULL
+ * stops counting. Returns the account it replaces (to restore it after).
+ * The runtime counts each device's allocations so; the tests compare them
+ * with the plan. */
+int64_t *pm_alloc_account(int64_t *acct);
+
+/* The process's peak resident memory (VmHWM in /proc/self/status), in
+ * bytes; 0 where the system does not say. */
+size_t pm_mem_peak_rss(void);
 
 /* ---- files ------------------------------------------------------------------ */
 

@@ -175,8 +175,28 @@ typedef struct {
     double final_loss, val_loss;
 } pp_stats;
 
+/* Each device's planned bytes by kind, what it allocated (the allocation
+ * hook's count) and each process's peak resident memory (VmHWM): fig is
+ * (nd, 2) from pm_pipe_gather_figures (allocated, peak RSS). */
+static void json_memory(const pm_pipe *pp, const double *fig, int mpi) {
+    const pm_plan *pl = pm_pipe_plan(pp);
+    printf(", \"planned_bytes\": [");
+    for (int g = 0; g < pl->nd; g++) {
+        printf("%s{", g ? ", " : "");
+        for (int k = 0; k < PM_BYTES_COUNT; k++)
+            printf("\"%s\": %zu, ", pm_bytes_names[k], pl->dev[g].bytes[k]);
+        printf("\"total\": %zu}", pl->dev[g].total);
+    }
+    printf("], \"allocated_bytes\": [");
+    for (int g = 0; g < pl->nd; g++)
+        printf("%s%.0f", g ? ", " : "", mpi ? fig[2 * g] : (double)pm_pipe_allocated(pp)[g]);
+    printf("], \"peak_rss_bytes\": [");
+    for (int g = 0; g < (mpi ? pl->nd : 1); g++) printf("%s%.0f", g ? ", " : "", fig[2 * g + 1]);
+    printf("]");
+}
+
 static void print_json(const pm_cli_train_opts *o, const pm_pipe *pp, const pm_train_state *st,
-                       pp_stats *ps) {
+                       pp_stats *ps, const double *fig) {
     double n = ps->n ? ps->n : 1;
     int p = pm_pipe_devices(pp), S = pm_pipe_stages(pp), nd = p * pm_pipe_replicas(pp);
     pm_cli_train_json_head(o, &st->cfg, st->step, ps->times, ps->nt, ps->final_loss,
@@ -207,6 +227,7 @@ static void print_json(const pm_cli_train_opts *o, const pm_pipe *pp, const pm_t
         bmax = b > bmax ? b : bmax, bsum += b;
     }
     printf("], \"busy_max_over_mean\": %.4f", bsum > 0 ? bmax * nd / bsum : 0);
+    json_memory(pp, fig, o->transport && !strcmp(o->transport, "mpi"));
     printf(", \"stage_layers\": [");
     const int *first = pm_pipe_stage_first(pp);
     for (int s = 0; s < S; s++) printf("%s%d", s ? ", " : "", first[s + 1] - first[s]);
@@ -436,7 +457,12 @@ static int run(const pm_cli_train_opts *op, pp_world *w) {
     st.step = t.step, st.train.next = t.train.next;
     st.tok_model = t.tok_model, st.tok_model_len = t.tok_model_len;
     rc = pp_train(&o, pp, &t, &st, &va, &ps);
-    if (!rc && o.json && !w->rank) print_json(&o, pp, &st, &ps);
+    double mine[2] = {(double)pm_pipe_allocated(pp)[w->rank], (double)pm_mem_peak_rss()};
+    double *fig = calloc(2 * (size_t)plan.nd, sizeof *fig);
+    if (!rc && o.json && (!fig || pm_pipe_gather_figures(pp, mine, 2, fig, &err)))
+        rc = pm_cli_fail("%s", fig ? err.msg : "out of memory");
+    if (!rc && o.json && !w->rank) print_json(&o, pp, &st, &ps, fig);
+    free(fig);
     pm_train_state_free(&st);
 out:
     free(ps.times);

@@ -37,6 +37,7 @@ struct pm_pipe {
     size_t *pred_peak;    /* (nd) predicted peak bytes */
     double *busy;         /* (nd) ms each device spent in passes, last step */
     size_t *arena_cap;    /* (nd) arena capacities (the plan's, or opts.arena_cap) */
+    int64_t *acct;        /* (nd) bytes each of this process's devices allocated (pm_alloc_account) */
     double *t0, *t1;      /* (nd, cap) measured pass start / end, us from step start;
                            * the figures use replica 0's rows */
     double *tmid;         /* (nd, cap) BW: end of its B part */

@@ -55,6 +55,7 @@ static void pipe_free(pm_pipe *pp) {
     pm_free(pp->pred_peak);
     pm_free(pp->busy);
     pm_free(pp->arena_cap);
+    pm_free(pp->acct);
     pm_free(pp->t0);
     pm_free(pp->t1);
     pm_free(pp->tmid);
@@ -183,6 +184,7 @@ static pm_status tables(pm_pipe *pp, pm_err *err) {
     pp->pred_peak = pm_calloc(np, sizeof(size_t));
     pp->busy = pm_calloc(np, sizeof(double));
     pp->arena_cap = pm_calloc(np, sizeof(size_t));
+    pp->acct = pm_calloc(np, sizeof(int64_t));
     pp->t0 = pm_calloc(nt, sizeof(double));
     pp->t1 = pm_calloc(nt, sizeof(double));
     pp->tmid = pm_calloc(nt, sizeof(double));
@@ -191,7 +193,7 @@ static pm_status tables(pm_pipe *pp, pm_err *err) {
     pp->red1 = pm_calloc(nr, sizeof(double));
     pp->loss_mb = pm_calloc((size_t)pp->m * (size_t)pp->dp, sizeof(float));
     pp->dep_end = pm_calloc(2 * (size_t)pp->S * (size_t)pp->m, sizeof(double));
-    if (!pp->peak || !pp->pred_peak || !pp->busy || !pp->arena_cap || !pp->t0 || !pp->t1 ||
+    if (!pp->peak || !pp->pred_peak || !pp->busy || !pp->arena_cap || !pp->acct || !pp->t0 || !pp->t1 ||
         !pp->tmid || !pp->live_after || !pp->red0 || !pp->red1 || !pp->loss_mb || !pp->dep_end)
         return nomem(err, "the pipeline's tables");
     pm_status st = fwd_lists(pp, err);
@@ -224,8 +226,10 @@ static pm_status devices_init(pm_pipe *pp, pm_err *err) {
         pm_pipe_dev *dv = &pp->dev[g];
         dv->pp = pp, dv->g = g, dv->d = g % pp->p, dv->rep = g / pp->p;
         dv->tp = pm_pipe_endpoint(pp, g);
+        int64_t *was = pm_alloc_account(&pp->acct[g]); /* the device's own */
         if (!(st = dev_slab(pp, dv, err)) && !(st = dev_arena(pp, dv, err)))
             st = dev_work(pp, dv, err);
+        pm_alloc_account(was);
     }
     return st;
 }
@@ -292,6 +296,7 @@ int pm_pipe_is_root(const pm_pipe *pp) { return pp->lo == 0; }
 const pm_train_cfg *pm_pipe_config(const pm_pipe *pp) { return &pp->cfg; }
 int pm_pipe_stages(const pm_pipe *pp) { return pp->S; }
 const pm_plan *pm_pipe_plan(const pm_pipe *pp) { return pp->pl; }
+const int64_t *pm_pipe_allocated(const pm_pipe *pp) { return pp->acct; }
 const pm_sched *pm_pipe_schedule(const pm_pipe *pp) { return &pp->sched; }
 int64_t pm_pipe_w_relabeled(const pm_pipe *pp) { return pp->pl->w_relabeled; }
 const int *pm_pipe_stage_first(const pm_pipe *pp) { return pp->first; }

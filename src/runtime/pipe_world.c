@@ -14,7 +14,7 @@
 #include "pipemem/pm_data.h"
 #include "runtime/internal.h"
 
-enum { CTL_REPORT, CTL_GATHER, CTL_PRINT, CTL_OK, CTL_LOSSES };
+enum { CTL_REPORT, CTL_GATHER, CTL_PRINT, CTL_OK, CTL_LOSSES, CTL_FIGURES };
 
 /* Doubles in device g's report: peak, arena, 4 rows of pass figures, the
  * reduction times, its replica's losses. */
@@ -38,10 +38,12 @@ static pm_status threads_create(pm_pipe *pp, pm_err *err) {
      * stage. */
     size_t act = pm_msg_bytes(pp) > sizeof(double) ? pm_msg_bytes(pp) : sizeof(double);
     for (int g = 0; g < pp->nd && !st; g++) {
+        int64_t *was = pm_alloc_account(&pp->acct[g]); /* messages to g are g's */
         st = pm_tp_threads_reserve(pp->world, g, (int)pp->sched.len[g % pp->p] + pp->S + pp->p + 2,
                                    act, err);
         if (!st && pp->dp > 1)
             st = pm_tp_threads_reserve(pp->world, g, 2 * pp->S, max_stage_bytes(pp), err);
+        pm_alloc_account(was);
     }
     pp->lo = 0, pp->hi = pp->nd;
     return st;
@@ -62,11 +64,14 @@ static pm_status mpi_create(pm_pipe *pp, pm_err *err) {
     int64_t maxlen = 0;
     for (int d = 0; d < pp->p; d++)
         if (pp->sched.len[d] > maxlen) maxlen = pp->sched.len[d];
+    int64_t made = 0, *was = pm_alloc_account(&made);
     pm_status st = pm_tp_mpi_create(&w, (int)maxlen + 4 * pp->S + pp->p + 8, bytes,
                                     pp->opts.wait_timeout_s, err);
+    pm_alloc_account(was);
     if (st) return st;
     pp->mpi = w;
     rank = pm_tp_mpi_endpoint(w)->dev, size = pm_tp_mpi_endpoint(w)->ndev;
+    if (rank < pp->nd) pp->acct[rank] += made;
     if (size != pp->nd)
         return pm_errf(err, PM_ERR_ARG, "mpirun started %d ranks, but %d replicas x %d devices "
                        "need %d: start it with mpirun -np %d", size, pp->dp, pp->p, pp->nd,
@@ -215,6 +220,23 @@ pm_status pm_pipe_share_losses(pm_pipe *pp, int n, pm_err *err) {
                 st = g == from ? PM_OK : send_msg(tp, g, pm_tag_ctl(pp, CTL_LOSSES), x, bytes);
         else st = wait_msg(tp, from, pm_tag_ctl(pp, CTL_LOSSES), x, bytes);
     }
+    if (st) pm_tp_status(tp, err);
+    return st;
+}
+
+pm_status pm_pipe_gather_figures(pm_pipe *pp, const double *mine, int n, double *all,
+                                 pm_err *err) {
+    if (!pp->mpi) {
+        for (int g = 0; g < pp->nd; g++) memcpy(all + (size_t)g * n, mine, (size_t)n * sizeof *all);
+        return PM_OK;
+    }
+    pm_tp *tp = pm_tp_mpi_endpoint(pp->mpi);
+    size_t bytes = (size_t)n * sizeof *all;
+    pm_status st = PM_OK;
+    if (pp->lo) st = send_msg(tp, 0, pm_tag_ctl(pp, CTL_FIGURES), mine, bytes);
+    else memcpy(all, mine, bytes);
+    for (int g = 1; g < pp->nd && !pp->lo && !st; g++)
+        st = wait_msg(tp, g, pm_tag_ctl(pp, CTL_FIGURES), all + (size_t)g * n, bytes);
     if (st) pm_tp_status(tp, err);
     return st;
 }

@@ -57,3 +57,17 @@ double pm_now(void) {
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
+
+size_t pm_mem_peak_rss(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f) return 0;
+    char line[256];
+    size_t kb = 0;
+    while (fgets(line, sizeof line, f))
+        if (!strncmp(line, "VmHWM:", 6)) {
+            kb = (size_t)strtoull(line + 6, NULL, 10);
+            break;
+        }
+    fclose(f);
+    return kb * 1024;
+}
