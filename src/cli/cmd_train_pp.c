@@ -271,7 +271,8 @@ static int write_outputs(const pm_cli_train_opts *o, const pm_pipe *pp, int ran)
 typedef struct {
     const pm_cli_train_opts *o;
     pm_pipe *pp;
-    pm_trainer *host;
+    pm_trainer *host;  /* made at the first save (for now) */
+    const pm_tokens *train;
     pp_stats *ps;
     double spent;      /* seconds in steps so far (ETA) */
     int tty, every, steps;
@@ -291,12 +292,18 @@ static pm_status pp_eval(void *ctx, const int32_t *inp, const int32_t *tgt, int 
     return pm_pipe_eval(((pp_run *)ctx)->pp, inp, tgt, n, losses, err);
 }
 
-/* Under MPI every rank gathers (collective); rank 0 writes. */
+/* Under MPI every rank gathers (collective); rank 0 writes. For now the
+ * parameters and moments meet in a whole copy of the model, made at the
+ * first save. */
 static pm_status pp_save(void *ctx, const char *path, const pm_train_state *st, pm_err *err) {
     pp_run *r = ctx;
-    pm_status s = to_host(r->pp, r->host, err);
-    r->host->step = st->step, r->host->train.next = st->train.next;
-    if (!s && pm_pipe_is_root(r->pp)) s = pm_ckpt_save(r->host, path, err);
+    pm_trainer *h = r->host;
+    pm_status s = h->params ? PM_OK : pm_trainer_init(h, &st->cfg, r->train, 0, err);
+    if (!s && st->tok_model && !h->tok_model)
+        s = pm_trainer_set_tokenizer(h, st->tok_model, st->tok_model_len, err);
+    if (!s) s = to_host(r->pp, h, err);
+    h->step = st->step, h->train.next = st->train.next;
+    if (!s && pm_pipe_is_root(r->pp)) s = pm_ckpt_save(h, path, err);
     return s;
 }
 
@@ -347,9 +354,9 @@ static void pp_report(void *ctx, const pm_loop_event *ev) {
 /* Every rank runs the same loop (steps, evaluations and saves are
  * collective); rank 0 alone reports and writes. */
 static int pp_train(const pm_cli_train_opts *o, pm_pipe *pp, pm_trainer *t, pm_train_state *st,
-                    const pm_tokens *val, pp_stats *ps) {
+                    const pm_tokens *train, const pm_tokens *val, pp_stats *ps) {
     int root = pm_pipe_is_root(pp);
-    pp_run r = {.o = o, .pp = pp, .host = t, .ps = ps, .tty = isatty(2),
+    pp_run r = {.o = o, .pp = pp, .host = t, .train = train, .ps = ps, .tty = isatty(2),
                 .steps = st->cfg.opt.steps, .every = o->steps >= 20 ? o->steps / 20 : 1,
                 .quiet = !root};
     pm_train_driver drv = {.ctx = &r, .step = pp_step, .eval = pp_eval, .save = pp_save,
@@ -387,93 +394,131 @@ static int plan_fail(const char *msg) {
     return pm_cli_fail("train: %s", line);
 }
 
-static int run(const pm_cli_train_opts *op, pp_world *w) {
-    const pm_cli_train_opts o = *op;
-    pm_tokens tr, va;
-    pm_train_cfg cfg;
-    pm_err err = {{0}};
-    pm_trainer t;
-    pm_plan plan = {0};
-    pm_pipe *pp = NULL;
-    pp_stats ps = {.final_loss = NAN};
+/* Everything a pipeline run holds in this process: no model state (the
+ * devices hold that), only the data, the plan and the loop's state. */
+typedef struct {
+    pm_tokens tr, va;     /* the data (mapped) */
+    pm_train_cfg cfg;     /* from the options and the data */
+    char *tok;            /* the data's tokenizer model, or NULL for bytes; owned */
+    size_t tok_len;
+    pm_plan plan;
+    pm_pipe *pp;
+    pm_train_state st;
+    pm_trainer host;      /* only while saving or resuming needs a whole copy */
+} pp_job;
+
+/* Data, configuration, tokenizer and the validation split's length; under
+ * MPI every rank stops here if any failed (rank 0's line, or those of the
+ * ranks that alone failed); later errors are shared and rank 0 alone
+ * prints them. */
+static int load(const pm_cli_train_opts *o, const pp_world *w, pp_job *j) {
     int mpi = w->transport == PM_TRANSPORT_MPI;
     /* under MPI the ranks other than 0 hold their lines back until they
      * know whether rank 0 failed as well (then its line says it) */
     if (mpi) pm_cli_set_rank(w->rank, w->rank != 0);
-    int rc = 1, failed = pm_cli_train_data(&o, &tr, &va);
-    if (!failed) pm_cli_train_cfg(&o, &tr, &cfg);
-    /* under MPI every rank stops here if any failed to load (rank 0's line,
-     * or those of the ranks that alone failed); later errors are shared and
-     * rank 0 alone prints them */
-    if (mpi) {
-        int first_bad = pm_mpi_agree(!failed);
-        if (first_bad > 0 && failed) pm_cli_print_held(); /* rank 0 was fine: ours alone */
-        if (first_bad >= 0) {
-            if (!failed) pm_tokens_free(&tr), pm_tokens_free(&va);
-            return 1;
-        }
-        pm_cli_set_rank(-1, w->rank != 0);
+    int failed = pm_cli_train_data(o, &j->tr, &j->va);
+    pm_loader vcheck;
+    pm_err err = {{0}};
+    if (!failed) {
+        pm_cli_train_cfg(o, &j->tr, &j->cfg);
+        if (j->tr.tokenizer)
+            failed = pm_cli_read_tokenizer(o->data ? o->data : o->train_file, &j->tr, &j->tok,
+                                           &j->tok_len);
+        if (!failed && pm_loader_init(&vcheck, &j->va, o->ctx, 0, "val.bin", &err))
+            failed = pm_cli_fail("%s/%s", o->data ? o->data : o->val_file, err.msg);
+        if (failed) pm_tokens_free(&j->tr), pm_tokens_free(&j->va);
     }
-    if (failed) return 1;
-    w->opts.fingerprint = pm_tokens_identity(&tr);
-    if (place_costs(w, &o, &cfg, &err) || make_plan(w, &o, &cfg, &plan, &err)) {
+    if (!mpi) return failed;
+    int first_bad = pm_mpi_agree(!failed);
+    if (first_bad > 0 && failed) pm_cli_print_held(); /* rank 0 was fine: ours alone */
+    if (first_bad >= 0) {
+        if (!failed) pm_tokens_free(&j->tr), pm_tokens_free(&j->va);
+        pm_free(j->tok);
+        return 1;
+    }
+    pm_cli_set_rank(-1, w->rank != 0);
+    return 0;
+}
+
+/* --resume (for now through a whole copy of the model in this process). */
+static int resume(const pm_cli_train_opts *o, pp_job *j) {
+    pm_err err = {{0}};
+    pm_trainer *t = &j->host;
+    if (pm_trainer_init(t, &j->plan.cfg, &j->tr, 0, &err)) return pm_cli_fail("%s", err.msg);
+    if (pm_ckpt_load(t, o->resume, &err)) return pm_cli_fail("%s", err.msg);
+    pm_pipe_scatter(j->pp, t->params, t->m, t->v);
+    pm_pipe_set_steps_done(j->pp, t->step);
+    j->st.step = t->step, j->st.train.next = t->train.next;
+    pm_trainer_free(t);
+    return 0;
+}
+
+static void print_start(const pm_cli_train_opts *o, const pp_world *w, const pp_job *j) {
+    const pm_plan *pl = &j->plan;
+    int parts = pm_gpt_head_parts(&pl->cfg.model);
+    if (w->rank) return;
+    fprintf(stderr, "train: %zu parameters, %d layers, dim %d, %d heads, ctx %d, batch %d in %d "
+            "microbatches; schedule %s on %d devices x %d replica%s (%s), %d stages, %s, head "
+            "in %d part%s%s\n", pm_gpt_num_params(&pl->cfg.model), o->layers, o->dim, o->heads,
+            o->ctx, o->batch, o->micro, pl->sched.kind, pl->p, pl->dp, pl->dp > 1 ? "s" : "",
+            w->transport == PM_TRANSPORT_MPI ? "mpi" : "threads", pl->S,
+            pm_place_names[pl->sched.place], parts, parts > 1 ? "s" : "",
+            o->resume ? ", resumed" : "");
+    print_plan(w, pl);
+}
+
+/* After the loop, for --json: what each process allocated and its peak
+ * resident memory (collective under MPI); rank 0 prints. */
+static int finish_json(const pm_cli_train_opts *o, const pp_world *w, pp_job *j, pp_stats *ps) {
+    pm_err err = {{0}};
+    double mine[2] = {(double)pm_pipe_allocated(j->pp)[w->rank], (double)pm_mem_peak_rss()};
+    double *fig = calloc(2 * (size_t)j->plan.nd, sizeof *fig);
+    int rc = 0;
+    if (!fig || pm_pipe_gather_figures(j->pp, mine, 2, fig, &err))
+        rc = pm_cli_fail("%s", fig ? err.msg : "out of memory");
+    if (!rc && !w->rank) print_json(o, j->pp, &j->st, ps, fig);
+    free(fig);
+    return rc;
+}
+
+static int run(const pm_cli_train_opts *o, pp_world *w) {
+    pp_job j = {0};
+    pm_err err = {{0}};
+    pp_stats ps = {.final_loss = NAN};
+    int rc = 1;
+    if (load(o, w, &j)) return 1;
+    w->opts.fingerprint = pm_tokens_identity(&j.tr);
+    if (place_costs(w, o, &j.cfg, &err) || make_plan(w, o, &j.cfg, &j.plan, &err)) {
         plan_fail(err.msg);
-        goto out_tok;
+        goto out;
     }
-    if (check_fits(w, &plan, &err)) {
-        pm_cli_fail("%s", err.msg);
-        goto out_plan;
-    }
-    if (pm_cli_train_start(&o, &plan.cfg, &tr, &va, &t)) goto out_plan;
-    if (pm_pipe_create(&pp, &plan, &w->opts, &err)) {
+    if (check_fits(w, &j.plan, &err) || pm_train_state_init(&j.st, &j.plan.cfg, &j.tr, &err) ||
+        pm_pipe_create(&j.pp, &j.plan, &w->opts, &err)) {
         pm_cli_fail("%s", err.msg);
         goto out;
     }
-    print_peak(w, &plan);
-    if (o.resume) {
-        pm_pipe_scatter(pp, t.params, t.m, t.v);
-        pm_pipe_set_steps_done(pp, t.step);
-    }
-    if (!w->rank)
-        fprintf(stderr, "train: %zu parameters, %d layers, dim %d, %d heads, ctx %d, batch %d in "
-                "%d microbatches; schedule %s on %d devices x %d replica%s (%s), %d stages, "
-                "%s, head in %d part%s%s\n", t.n_params, o.layers, o.dim, o.heads, o.ctx,
-                o.batch, o.micro, plan.sched.kind, plan.p, plan.dp, plan.dp > 1 ? "s" : "",
-                mpi ? "mpi" : "threads", plan.S, pm_place_names[plan.sched.place],
-                pm_gpt_head_parts(&plan.cfg.model),
-                pm_gpt_head_parts(&plan.cfg.model) > 1 ? "s" : "", o.resume ? ", resumed" : "");
-    print_plan(w, &plan);
-    ps.times = malloc(((size_t)o.steps + 1) * sizeof *ps.times);
-    ps.busy = calloc((size_t)plan.nd, sizeof *ps.busy);
+    j.st.tok_model = j.tok, j.st.tok_model_len = j.tok_len;
+    print_peak(w, &j.plan);
+    if (o->resume && resume(o, &j)) goto out;
+    print_start(o, w, &j);
+    ps.times = malloc(((size_t)o->steps + 1) * sizeof *ps.times);
+    ps.busy = calloc((size_t)j.plan.nd, sizeof *ps.busy);
     if (!ps.times || !ps.busy) {
         pm_cli_fail("out of memory");
         goto out;
     }
-    pm_train_state st;
-    if (pm_train_state_init(&st, &plan.cfg, &tr, &err)) {
-        pm_cli_fail("%s", err.msg);
-        goto out;
-    }
-    st.step = t.step, st.train.next = t.train.next;
-    st.tok_model = t.tok_model, st.tok_model_len = t.tok_model_len;
-    rc = pp_train(&o, pp, &t, &st, &va, &ps);
-    double mine[2] = {(double)pm_pipe_allocated(pp)[w->rank], (double)pm_mem_peak_rss()};
-    double *fig = calloc(2 * (size_t)plan.nd, sizeof *fig);
-    if (!rc && o.json && (!fig || pm_pipe_gather_figures(pp, mine, 2, fig, &err)))
-        rc = pm_cli_fail("%s", fig ? err.msg : "out of memory");
-    if (!rc && o.json && !w->rank) print_json(&o, pp, &st, &ps, fig);
-    free(fig);
-    pm_train_state_free(&st);
+    rc = pp_train(o, j.pp, &j.host, &j.st, &j.tr, &j.va, &ps);
+    if (!rc && o->json) rc = finish_json(o, w, &j, &ps);
 out:
     free(ps.times);
     free(ps.busy);
-    pm_pipe_destroy(pp);
-    pm_trainer_free(&t);
-out_plan:
-    pm_plan_free(&plan);
-out_tok:
-    pm_tokens_free(&tr);
-    pm_tokens_free(&va);
+    pm_pipe_destroy(j.pp);
+    pm_train_state_free(&j.st);
+    pm_trainer_free(&j.host);
+    pm_plan_free(&j.plan);
+    pm_free(j.tok);
+    pm_tokens_free(&j.tr);
+    pm_tokens_free(&j.va);
     return rc;
 }
 

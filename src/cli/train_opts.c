@@ -319,7 +319,7 @@ int pm_cli_train_start(const pm_cli_train_opts *o, const pm_train_cfg *cfg, cons
     return 0;
 }
 
-int pm_cli_data_tokenizer(const char *dir, const pm_tokens *tr, pm_trainer *t) {
+int pm_cli_read_tokenizer(const char *dir, const pm_tokens *tr, char **model, size_t *len) {
     char path[4096];
     /* --train FILE: the model beside it */
     struct stat sb;
@@ -330,16 +330,22 @@ int pm_cli_data_tokenizer(const char *dir, const pm_tokens *tr, pm_trainer *t) {
     } else {
         snprintf(path, sizeof path, "%s/tokenizer.model", dir);
     }
+    pm_err err = {{0}};
+    *model = NULL, *len = 0;
+    if (pm_read_file(path, PM_TEXT_MAX, model, len, &err)) return pm_cli_fail("%s", err.msg);
+    if (pm_fnv1a64(PM_FNV_OFFSET, *model, *len) == tr->tokenizer) return 0;
+    pm_free(*model);
+    *model = NULL, *len = 0;
+    return pm_cli_fail("%s is not the tokenizer the train tokens were made with; prepare the "
+                       "directory again", path);
+}
+
+int pm_cli_data_tokenizer(const char *dir, const pm_tokens *tr, pm_trainer *t) {
     char *m;
     size_t len;
     pm_err err = {{0}};
-    if (pm_read_file(path, PM_TEXT_MAX, &m, &len, &err)) return pm_cli_fail("%s", err.msg);
-    int bad = pm_fnv1a64(PM_FNV_OFFSET, m, len) != tr->tokenizer;
-    if (bad)
-        pm_cli_fail("%s is not the tokenizer the train tokens were made with; prepare the "
-                    "directory again", path);
-    else if (pm_trainer_set_tokenizer(t, m, len, &err))
-        bad = pm_cli_fail("%s", err.msg);
+    if (pm_cli_read_tokenizer(dir, tr, &m, &len)) return 1;
+    int bad = pm_trainer_set_tokenizer(t, m, len, &err) ? pm_cli_fail("%s", err.msg) : 0;
     pm_free(m);
     return bad;
 }

@@ -71,6 +71,9 @@ int pm_cli_train_start(const pm_cli_train_opts *o, const pm_train_cfg *cfg, cons
  * checked against the checksum train.bin records; prints and returns 1 on
  * error. */
 int pm_cli_data_tokenizer(const char *dir, const pm_tokens *tr, pm_trainer *t);
+/* The same model's bytes (*model from pm_malloc; NULL for byte data is the
+ * caller's case: call it only when tr->tokenizer is set). */
+int pm_cli_read_tokenizer(const char *dir, const pm_tokens *tr, char **model, size_t *len);
 
 /* Prints the JSON fields both modes share, from "{" to the "ctx" field
  * without the closing brace; sorts times (the step wall times, n of them). */
