@@ -804,6 +804,51 @@ static void test_eval_through_pipe(void **state) {
     }
 }
 
+/* Sampling through the pipeline: a forward-only plan (parameters alone:
+ * no gradients or moments planned or allocated) gives, for any length T,
+ * the next-token probabilities pm_gpt_forward gives on one device, bit for
+ * bit; it refuses to train. */
+static void test_forward_only(void **state) {
+    (void)state;
+    pm_train_cfg c = tiny(6);
+    c.batch = c.micro = 1;
+    size_t np = pm_gpt_num_params(&c.model);
+    float *params = malloc(np * sizeof *params), *probs = malloc(64 * sizeof(float));
+    pm_gpt_init(&c.model, 99, params); /* not the pipe's own initialisation */
+    void *work = malloc(pm_gpt_work_bytes(&c.model, 1, c.model.ctx));
+    const char *kinds[] = {"1f1b", "v-half"};
+    for (int k = 0; k < 2; k++) {
+        pm_plan pl;
+        pm_plan_req rq = {.p = 2, .kind = kinds[k], .forward_only = 1};
+        pm_err err = {{0}};
+        if (pm_plan_make(&pl, &c, &rq, &err)) fail_msg("%s", err.msg);
+        for (int g = 0; g < pl.nd; g++)
+            assert_true(pl.dev[g].bytes[PM_BYTES_GRADS] == 0 &&
+                        pl.dev[g].bytes[PM_BYTES_MOMENTS] == 0);
+        pm_pipe *pp;
+        assert_int_equal(pm_pipe_create(&pp, &pl, NULL, &err), PM_OK);
+        for (int g = 0; g < pl.nd; g++) /* parameters and bookkeeping, not 4 slabs */
+            assert_true((double)pm_pipe_allocated(pp)[g] <= (double)pl.dev[g].total * 1.02 + 65536);
+        pm_pipe_scatter(pp, params, NULL, NULL);
+        int32_t tok[8] = {3, 1, 4, 1, 5, 9, 2, 6};
+        for (int T = 1; T <= c.model.ctx; T += 3) {
+            assert_int_equal(pm_pipe_forward(pp, tok, T, probs, &err), PM_OK);
+            pm_gpt_forward(&c.model, 1, T, params, tok, NULL, work);
+            const float *want = pm_gpt_work_probs(&c.model, 1, T, work) + (size_t)(T - 1) * 64;
+            if (memcmp(want, probs, 64 * sizeof(float)))
+                fail_msg("%s: T = %d: the pipeline's probabilities differ from one device's",
+                         kinds[k], T);
+        }
+        assert_int_equal(pm_pipe_step(pp, tok, tok, NULL, &err), PM_ERR_ARG);
+        assert_non_null(strstr(err.msg, "forward passes only"));
+        pm_pipe_destroy(pp);
+        pm_plan_free(&pl);
+    }
+    free(work);
+    free(probs);
+    free(params);
+}
+
 /* Each device allocates what its plan says and no more: the allocation
  * hook's count per device (state, arena, workspace, transport buffers and
  * its small tables) is at least the plan's big buffers and at most the
@@ -1182,6 +1227,7 @@ int main(void) {
         cmocka_unit_test(test_data_parallel),
         cmocka_unit_test(test_eval_through_pipe),
         cmocka_unit_test(test_allocations_follow_plan),
+        cmocka_unit_test(test_forward_only),
         cmocka_unit_test(test_csv_schedule),
         cmocka_unit_test(test_w_order_refused),
         cmocka_unit_test(test_faults),

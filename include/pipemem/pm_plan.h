@@ -237,6 +237,8 @@ typedef struct {
     const pm_layer_costs *costs; /* what the placement balances (and auto's search costs);
                              * NULL: FLOPs, the same on every machine */
     double time_limit;      /* seconds the exact (optimal) kinds may search; 0: theirs */
+    int forward_only;       /* 1: only forward passes will run (evaluation, sampling): the
+                             * devices hold parameters, no gradients or moments */
 } pm_plan_req;
 
 typedef struct pm_plan {
@@ -244,6 +246,7 @@ typedef struct pm_plan {
     int p, S, m;            /* devices, stages and microbatches of one replica */
     int dp, nd;             /* replicas, devices in all (dp * p) */
     int zero, transport;    /* as requested */
+    int forward_only;       /* as requested: no gradients or moments */
     pm_sched sched;         /* owned: the schedule, weight passes in microbatch order */
     int64_t w_relabeled;    /* weight passes that took another microbatch of their stage */
     int *first;             /* (S+1) owned: stage s holds layers first[s] .. first[s+1]-1 */

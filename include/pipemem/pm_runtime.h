@@ -262,6 +262,14 @@ pm_status pm_pipe_step(pm_pipe *pp, const int32_t *inp, const int32_t *tgt, pm_p
 pm_status pm_pipe_eval(pm_pipe *pp, const int32_t *inp, const int32_t *tgt, int n,
                        float *losses, pm_err *err);
 
+/* Sampling through the pipeline: one sequence of T (1..ctx) tokens
+ * forward, and the head's softmax probabilities for the token after the
+ * last (vocab floats) into probs: bitwise what pm_gpt_forward and
+ * pm_gpt_work_probs give on one device for the same T. Needs a plan with
+ * one sequence per microbatch and the head in one part, on device threads
+ * (a forward-only plan holds parameters alone). */
+pm_status pm_pipe_forward(pm_pipe *pp, const int32_t *tok, int T, float *probs, pm_err *err);
+
 /* The per-parameter slabs a pipe keeps on its devices. */
 typedef enum { PM_SLAB_PARAMS, PM_SLAB_ADAM_M, PM_SLAB_ADAM_V, PM_SLAB_COUNT } pm_slab;
 

@@ -365,7 +365,9 @@ static void device_bytes(pm_plan *pl) {
             mom += 2 * count * sizeof(float);
         }
         pm_plan_dev *dv = &pl->dev[g];
-        *dv = (pm_plan_dev){.bytes = {state, state, mom, pl->arena[d].cap, workspace(pl, g),
+        size_t grads = pl->forward_only ? 0 : state;
+        mom = pl->forward_only ? 0 : mom;
+        *dv = (pm_plan_dev){.bytes = {state, grads, mom, pl->arena[d].cap, workspace(pl, g),
                                       transport(pl, d)},
                             .act_peak = (size_t)pl->sim.peak[d]};
         for (int k = 0; k < PM_BYTES_COUNT; k++) dv->total += dv->bytes[k];
@@ -500,6 +502,7 @@ pm_status pm_plan_make(pm_plan *pl, const pm_train_cfg *cfg, const pm_plan_req *
     pl->cfg = *cfg;
     pl->p = rq->sched ? rq->sched->p : rq->p, pl->dp = dp, pl->nd = dp * pl->p;
     pl->m = cfg->micro / dp, pl->zero = rq->zero, pl->transport = rq->transport;
+    pl->forward_only = rq->forward_only;
     int mb = cfg->batch / cfg->micro;
     if (rq->costs) pl->place = *rq->costs;
     else if ((st = pm_place_flops(&cfg->model, mb, cfg->model.ctx, &pl->place, err))) return st;

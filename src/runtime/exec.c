@@ -172,7 +172,7 @@ static void stage_forward(pm_pipe_dev *dv, int s, int j, const void *in, float *
         /* every head part reads the targets (the target's logit, the one-hot) */
         int vocab = pm_gpt_layer_kind(c, l) == PM_LAYER_HEAD;
         pm_gpt_layer_f(c, l, pp->mbsz, pp->T, lp, lin,
-                       vocab ? dv->tgt + (size_t)j * mtok : NULL, lout,
+                       vocab && dv->tgt ? dv->tgt + (size_t)j * mtok : NULL, lout,
                        l == head ? loss : NULL, sv, dv->scratch);
     }
 }
@@ -204,7 +204,8 @@ static pm_status run_f(pass_ctx *x) {
     if (s > 0 && (st = take_msg(dv, x->i, &rx))) return st;
     if (rx) in = rx;
     if (a == 0 && (st = check_tokens(x, in, mtok, "token"))) return st;
-    if (b - 1 > c->layers && (st = check_tokens(x, dv->tgt + (size_t)j * mtok, mtok, "target")))
+    if (b - 1 > c->layers && dv->tgt &&
+        (st = check_tokens(x, dv->tgt + (size_t)j * mtok, mtok, "target")))
         return st; /* the stage holds (a part of) the head */
     if (b - 1 != head && (st = tx_buf(dv, &out))) return st;
     x->t_start = pm_now();
@@ -219,6 +220,11 @@ static pm_status run_f(pass_ctx *x) {
     if (x->fault == PM_FAULT_NAN) {
         if (out) out[0] = NAN;
         else loss = NAN;
+    }
+    if (b - 1 == head && pp->probs && eval) { /* sampling: the last position's row */
+        const float *pr = pm_gpt_head_probs(c, pp->mbsz, pp->T, saved_ptr(dv, head, j));
+        memcpy(pp->probs, pr + (size_t)(pp->T - 1) * (size_t)c->vocab,
+               (size_t)c->vocab * sizeof(float));
     }
     if (b - 1 == head) {
         pp->loss_mb[(size_t)dv->rep * pp->m + j] = loss;

@@ -57,6 +57,8 @@ struct pm_pipe {
     int64_t fcap;         /* row length of fwd */
     pm_run_kind run;      /* what the devices run next */
     int eval_n;           /* evaluation: microbatches in this round (of dp * m) */
+    float *probs;         /* sampling: the head's device writes the next-token
+                           * probabilities after the last position here (vocab) */
     int64_t step;         /* optimizer steps done */
     pm_status dead;       /* sticky: a failed step leaves the pipe unusable */
     pm_err dead_err;

@@ -76,10 +76,11 @@ static pm_status nomem(pm_err *err, const char *what) {
     return pm_errf(err, PM_ERR_NOMEM, "out of memory allocating %s", what);
 }
 
-/* Parameters, gradients and moments of the device's stages, initialised. */
+/* Parameters, gradients and moments of the device's stages (parameters
+ * only when the plan is forward only), initialised. */
 static pm_status dev_slab(pm_pipe *pp, pm_pipe_dev *dv, pm_err *err) {
     const pm_gpt_config *c = &pp->cfg.model;
-    size_t S = (size_t)pp->S, n = 0;
+    size_t S = (size_t)pp->S, n = 0, slabs = pp->pl->forward_only ? 1 : 4;
     dv->sp = pm_calloc(S, sizeof(float *));
     dv->sg = pm_calloc(S, sizeof(float *));
     dv->sm = pm_calloc(S, sizeof(float *));
@@ -89,13 +90,15 @@ static pm_status dev_slab(pm_pipe *pp, pm_pipe_dev *dv, pm_err *err) {
         if (pm_sched_stage_device(&pp->sched, s) == dv->d)
             for (int l = pp->first[s]; l < pp->first[s + 1]; l++) n += pm_gpt_layer_params(c, l);
     dv->n = n;
-    dv->slab = pm_calloc(4 * (n ? n : 1), sizeof(float));
+    dv->slab = pm_calloc(slabs * (n ? n : 1), sizeof(float));
     if (!dv->slab) return nomem(err, "a device's parameters");
     size_t at = 0;
     for (int s = 0; s < pp->S; s++) {
         if (pm_sched_stage_device(&pp->sched, s) != dv->d) continue;
-        dv->sp[s] = dv->slab + at, dv->sg[s] = dv->slab + n + at;
-        dv->sm[s] = dv->slab + 2 * n + at, dv->sv[s] = dv->slab + 3 * n + at;
+        dv->sp[s] = dv->slab + at;
+        if (slabs == 4)
+            dv->sg[s] = dv->slab + n + at, dv->sm[s] = dv->slab + 2 * n + at,
+            dv->sv[s] = dv->slab + 3 * n + at;
         for (int l = pp->first[s]; l < pp->first[s + 1]; l++) {
             pm_gpt_init_layer(c, l, pp->cfg.seed, dv->slab + at);
             at += pm_gpt_layer_params(c, l);
@@ -374,6 +377,10 @@ pm_status pm_pipe_step(pm_pipe *pp, const int32_t *inp, const int32_t *tgt, pm_p
         if (err) *err = pp->dead_err;
         return pp->dead;
     }
+    if (pp->pl->forward_only)
+        return pm_errf(err, PM_ERR_ARG, "this pipeline was planned for forward passes only "
+                       "(no gradients or moments): it cannot train");
+    pp->T = pp->cfg.model.ctx;
     pm_pipe_info fc;
     pm_pipe_forecast(pp, &fc); /* made before the step runs */
     /* under MPI every rank's clock starts together, so the pass times the
@@ -404,27 +411,47 @@ pm_status pm_pipe_step(pm_pipe *pp, const int32_t *inp, const int32_t *tgt, pm_p
 
 /* ---- evaluation ------------------------------------------------------------------ */
 
-pm_status pm_pipe_eval(pm_pipe *pp, const int32_t *inp, const int32_t *tgt, int n,
-                       float *losses, pm_err *err) {
+/* Forward passes of n microbatches of T tokens (evaluation, sampling). */
+static pm_status run_forward(pm_pipe *pp, const int32_t *inp, const int32_t *tgt, int n, int T,
+                             float *probs, pm_err *err) {
     if (pp->dead) {
         if (err) *err = pp->dead_err;
         return pp->dead;
     }
-    PM_ASSERT(n >= 0 && n <= pp->m * pp->dp);
-    size_t share = (size_t)pp->m * (size_t)pp->mbsz * (size_t)pp->T;
+    PM_ASSERT(n >= 0 && n <= pp->m * pp->dp && T >= 1 && T <= pp->cfg.model.ctx);
+    pp->T = T; /* messages, layers and token offsets all follow it */
+    size_t share = (size_t)pp->m * (size_t)pp->mbsz * (size_t)T;
     for (int g = pp->lo; g < pp->hi; g++) {
         pm_pipe_dev *dv = &pp->dev[g];
-        dv->inp = inp + (size_t)dv->rep * share, dv->tgt = tgt + (size_t)dv->rep * share;
+        dv->inp = inp + (size_t)dv->rep * share, dv->tgt = tgt ? tgt + (size_t)dv->rep * share : NULL;
         dv->st = PM_OK;
     }
-    pp->run = PM_RUN_EVAL, pp->eval_n = n;
+    pp->run = PM_RUN_EVAL, pp->eval_n = n, pp->probs = probs;
     if (pp->mpi) pm_dev_main(&pp->dev[pp->lo]);
     else pm_pipe_pool_run(pp);
+    pp->probs = NULL;
     pm_status st = collect_error(pp, err);
     if (!st && (st = pm_pipe_share_losses(pp, n, &pp->dead_err))) return step_fail(pp, st, err);
-    if (st) return st;
-    memcpy(losses, pp->loss_mb, (size_t)n * sizeof *losses);
-    return PM_OK;
+    return st;
+}
+
+pm_status pm_pipe_eval(pm_pipe *pp, const int32_t *inp, const int32_t *tgt, int n,
+                       float *losses, pm_err *err) {
+    pm_status st = run_forward(pp, inp, tgt, n, pp->cfg.model.ctx, NULL, err);
+    if (!st) memcpy(losses, pp->loss_mb, (size_t)n * sizeof *losses);
+    return st;
+}
+
+pm_status pm_pipe_forward(pm_pipe *pp, const int32_t *tok, int T, float *probs, pm_err *err) {
+    if (pp->mbsz != 1 || pm_gpt_head_parts(&pp->cfg.model) != 1 || pp->mpi)
+        return pm_errf(err, PM_ERR_ARG, "sampling through the pipeline needs one sequence per "
+                       "microbatch, the head in one part and device threads (this pipeline "
+                       "has %d sequences, %d head parts%s)", pp->mbsz,
+                       pm_gpt_head_parts(&pp->cfg.model), pp->mpi ? ", MPI" : "");
+    if (T < 1 || T > pp->cfg.model.ctx)
+        return pm_errf(err, PM_ERR_ARG, "sampling: %d tokens, the model takes 1 to %d", T,
+                       pp->cfg.model.ctx);
+    return run_forward(pp, tok, NULL, 1, T, probs, err);
 }
 
 /* ---- parameters in -------------------------------------------------------------- */
@@ -436,6 +463,7 @@ void pm_pipe_scatter(pm_pipe *pp, const float *params, const float *m, const flo
             if (pm_sched_stage_device(&pp->sched, s) != dv->d) continue;
             size_t off = pm_gpt_layer_offset(&pp->cfg.model, pp->first[s]), n = pm_stage_floats(pp, s);
             memcpy(dv->sp[s], params + off, n * sizeof(float));
+            if (!dv->sm[s]) continue; /* forward only: no moments */
             if (m) memcpy(dv->sm[s], m + off, n * sizeof(float));
             else memset(dv->sm[s], 0, n * sizeof(float));
             if (v) memcpy(dv->sv[s], v + off, n * sizeof(float));

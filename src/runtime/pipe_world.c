@@ -249,6 +249,8 @@ static const float *slab_of(const pm_pipe_dev *dv, pm_slab which, int s) {
 
 pm_status pm_pipe_gather(pm_pipe *pp, pm_slab which, float *out, pm_err *err) {
     PM_ASSERT(which >= 0 && which < PM_SLAB_COUNT);
+    if (which != PM_SLAB_PARAMS && pp->pl->forward_only)
+        return pm_errf(err, PM_ERR_ARG, "a forward-only pipeline holds no AdamW moments");
     for (int s = 0; s < pp->S; s++) {
         int g = pm_sched_stage_device(&pp->sched, s); /* replica 0's device */
         size_t n = pm_stage_floats(pp, s), off = pm_gpt_layer_offset(&pp->cfg.model, pp->first[s]);
