@@ -1,6 +1,9 @@
 /* test_runtime.c: the pipeline runtime.
  *   transport: order per (peer, tag) both ways, copy semantics, length
- *     mismatch is a sticky error, abort wakes a blocked device;
+ *     mismatch is a sticky error, abort wakes a blocked device; rendezvous
+ *     sends (issend): done only after the receive, read at receive time (no
+ *     copy), ordered with copied sends, the same errors, an abort wakes a
+ *     sender and drops its message, a timeout names device, peer and tag;
  *   arena: exact live/peak accounting, first fit reuse, overflow; the offline
  *     plan never overlaps two blocks alive at once, replays, and a wrong
  *     plan is refused;
@@ -23,8 +26,10 @@
  *     trace and timeline, and refuses too few layers with a clear message. */
 #include <math.h>
 #include <pthread.h>
+#include <sched.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -131,6 +136,143 @@ static void test_tp_abort_wakes(void **state) {
     assert_string_equal(err.msg, "device 0 failed");
     pm_tp_threads_reset(w);
     assert_int_equal(pm_tp_status(pm_tp_threads_endpoint(w, 2), &err), PM_OK);
+    pm_tp_threads_destroy(w);
+}
+
+/* Rendezvous sends (issend), on one thread so every step is deterministic:
+ * not done before the matching receive, done after; the receive reads the
+ * sender's buffer when it runs. The contract says the caller keeps the
+ * buffer unchanged until the send is done; this test changes it on purpose
+ * between issend and irecv, and the receiver getting the changed bytes
+ * proves no copy was taken. */
+static void test_tp_issend(void **state) {
+    (void)state;
+    pm_tp_threads *w;
+    pm_err err;
+    assert_int_equal(pm_tp_threads_create(&w, 2, 5, &err), PM_OK);
+    pm_tp *a = pm_tp_threads_endpoint(w, 0), *b = pm_tp_threads_endpoint(w, 1);
+    pm_tp_req sr[4], rr[4];
+    int done = 1;
+    /* queued: not done until the receive; the receive reads buf then */
+    int32_t buf[3] = {1, 2, 3}, got[3] = {0};
+    assert_int_equal(pm_tp_issend(a, 1, 7, buf, sizeof buf, &sr[0]), PM_OK);
+    assert_int_equal(pm_tp_test(a, &sr[0], &done), PM_OK);
+    assert_int_equal(done, 0);
+    buf[1] = 20;
+    assert_int_equal(pm_tp_irecv(b, 0, 7, got, sizeof got, &rr[0]), PM_OK);
+    assert_int_equal(pm_tp_test(b, &rr[0], &done), PM_OK);
+    assert_int_equal(done, 1);
+    assert_int_equal(got[1], 20); /* the changed byte: read at receive time */
+    assert_int_equal(got[0] + got[2], 4);
+    assert_int_equal(pm_tp_test(a, &sr[0], &done), PM_OK);
+    assert_int_equal(done, 1);
+    assert_int_equal(pm_tp_wait(a, &sr[0]), PM_OK);
+    /* posted first: copied straight in, done at once */
+    int32_t v = 5, one = 0;
+    assert_int_equal(pm_tp_irecv(b, 0, 8, &one, sizeof one, &rr[0]), PM_OK);
+    assert_int_equal(pm_tp_issend(a, 1, 8, &v, sizeof v, &sr[0]), PM_OK);
+    assert_int_equal(pm_tp_test(a, &sr[0], &done), PM_OK);
+    assert_int_equal(done, 1);
+    assert_int_equal(one, 5);
+    assert_int_equal(pm_tp_wait(b, &rr[0]), PM_OK);
+    /* one (peer, tag), isend and issend interleaved, all queued before any
+     * receive: received in the order sent; each issend done only once its
+     * own receive ran */
+    int32_t x[4] = {10, 11, 12, 13}, y[4] = {0};
+    for (int i = 0; i < 4; i++)
+        assert_int_equal((i % 2 ? pm_tp_issend : pm_tp_isend)(a, 1, 9, &x[i], sizeof x[i], &sr[i]),
+                         PM_OK);
+    x[0] = -1; /* the isend's copy was taken: no effect */
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(pm_tp_irecv(b, 0, 9, &y[i], sizeof y[i], &rr[i]), PM_OK);
+        assert_int_equal(pm_tp_wait(b, &rr[i]), PM_OK);
+        assert_int_equal(y[i], 10 + i);
+        if (i == 1) {
+            assert_int_equal(pm_tp_test(a, &sr[1], &done), PM_OK);
+            assert_int_equal(done, 1);
+            assert_int_equal(pm_tp_test(a, &sr[3], &done), PM_OK);
+            assert_int_equal(done, 0);
+        }
+    }
+    assert_int_equal(pm_tp_wait(a, &sr[3]), PM_OK);
+    /* to itself: the same device's receive completes it */
+    int32_t self = 0;
+    v = 6;
+    assert_int_equal(pm_tp_issend(a, 0, 1, &v, sizeof v, &sr[0]), PM_OK);
+    assert_int_equal(pm_tp_irecv(a, 0, 1, &self, sizeof self, &rr[0]), PM_OK);
+    assert_int_equal(pm_tp_wait(a, &sr[0]), PM_OK);
+    assert_int_equal(self, 6);
+    /* a length mismatch at the receive: sticky, naming both sizes; the
+     * waiting sender gets the error */
+    int64_t big = 0;
+    assert_int_equal(pm_tp_issend(a, 1, 3, &v, sizeof v, &sr[0]), PM_OK);
+    assert_int_equal(pm_tp_irecv(b, 0, 3, &big, sizeof big, &rr[0]), PM_ERR_TRANSPORT);
+    assert_int_equal(pm_tp_wait(a, &sr[0]), PM_ERR_TRANSPORT);
+    assert_int_equal(pm_tp_issend(a, 1, 4, &v, sizeof v, &sr[1]), PM_ERR_TRANSPORT);
+    assert_int_equal(pm_tp_status(b, &err), PM_ERR_TRANSPORT);
+    assert_string_equal(err.msg, "device 0 sent 4 bytes with tag 3 to device 1, which posted a "
+                                 "receive of 8 bytes");
+    /* and at the send, when the receive was posted first */
+    pm_tp_threads_reset(w);
+    assert_int_equal(pm_tp_irecv(b, 0, 3, &big, sizeof big, &rr[0]), PM_OK);
+    assert_int_equal(pm_tp_issend(a, 1, 3, &v, sizeof v, &sr[0]), PM_ERR_TRANSPORT);
+    assert_int_equal(pm_tp_status(a, &err), PM_ERR_TRANSPORT);
+    assert_string_equal(err.msg, "device 0 sent 4 bytes with tag 3 to device 1, which posted a "
+                                 "receive of 8 bytes");
+    pm_tp_threads_destroy(w);
+}
+
+typedef struct {
+    pm_tp *tp;
+    int peer;
+    atomic_int queued; /* the issend returned */
+    pm_status st;
+} ssender;
+
+/* Sends from its own stack by rendezvous and waits: returns (the buffer
+ * gone) only when received or aborted. */
+static void *ssend_and_wait(void *arg) {
+    ssender *x = arg;
+    int32_t v[64];
+    for (int i = 0; i < 64; i++) v[i] = i;
+    pm_tp_req r;
+    x->st = pm_tp_issend(x->tp, x->peer, 5, v, sizeof v, &r);
+    atomic_store(&x->queued, 1);
+    if (!x->st) x->st = pm_tp_wait(x->tp, &r);
+    return NULL;
+}
+
+/* A device blocked on a rendezvous send nobody receives: an abort wakes it
+ * with the abort's error, and the message is gone with its buffer (a later
+ * receive on the same tag does not match it); a wait past the timeout
+ * fails naming the device, the peer and the tag. */
+static void test_tp_issend_abort(void **state) {
+    (void)state;
+    pm_tp_threads *w;
+    pm_err err;
+    assert_int_equal(pm_tp_threads_create(&w, 2, 30, &err), PM_OK);
+    ssender x = {pm_tp_threads_endpoint(w, 0), 1, 0, PM_OK};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, ssend_and_wait, &x), 0);
+    while (!atomic_load(&x.queued)) sched_yield(); /* queued: the abort must unlink it */
+    pm_tp_abort(pm_tp_threads_endpoint(w, 1), PM_ERR_NUMERIC, "device 1 failed");
+    pthread_join(th, NULL);
+    assert_int_equal(x.st, PM_ERR_NUMERIC);
+    pm_tp_threads_reset(w);
+    int32_t got[64], v = 0;
+    pm_tp_req rr, sr;
+    int done = 1;
+    assert_int_equal(pm_tp_irecv(pm_tp_threads_endpoint(w, 1), 0, 5, got, sizeof got, &rr), PM_OK);
+    assert_int_equal(pm_tp_test(pm_tp_threads_endpoint(w, 1), &rr, &done), PM_OK);
+    assert_int_equal(done, 0);
+    pm_tp_threads_destroy(w);
+    /* nobody receives: the sender's wait times out naming it all */
+    assert_int_equal(pm_tp_threads_create(&w, 2, 1, &err), PM_OK);
+    assert_int_equal(pm_tp_issend(pm_tp_threads_endpoint(w, 0), 1, 6, &v, sizeof v, &sr), PM_OK);
+    assert_int_equal(pm_tp_wait(pm_tp_threads_endpoint(w, 0), &sr), PM_ERR_TRANSPORT);
+    assert_int_equal(pm_tp_status(pm_tp_threads_endpoint(w, 1), &err), PM_ERR_TRANSPORT);
+    assert_non_null(strstr(err.msg, "device 0 waited 1 s for device 1 to receive its message "
+                                    "with tag 6"));
     pm_tp_threads_destroy(w);
 }
 
@@ -1069,6 +1211,8 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tp_order_and_copy),
         cmocka_unit_test(test_tp_abort_wakes),
+        cmocka_unit_test(test_tp_issend),
+        cmocka_unit_test(test_tp_issend_abort),
         cmocka_unit_test(test_arena),
         cmocka_unit_test(test_arena_plan),
         cmocka_unit_test(test_placement),

@@ -51,7 +51,7 @@ static pm_status mpi_create(pm_pipe *pp, pm_err *err) {
     int rank, size;
     if (!pm_mpi_built()) {
         pm_tp_mpi *none;
-        return pm_tp_mpi_create(&none, 0, 0, 0, err); /* says it was built without */
+        return pm_tp_mpi_create(&none, 0, 0, 0, 0, err); /* says it was built without */
     }
     pm_tp_mpi *w;
     size_t bytes = pm_msg_bytes(pp), b2 = max_stage_bytes(pp), b3 = 0;
@@ -62,7 +62,7 @@ static pm_status mpi_create(pm_pipe *pp, pm_err *err) {
     int64_t maxlen = 0;
     for (int d = 0; d < pp->p; d++)
         if (pp->sched.len[d] > maxlen) maxlen = pp->sched.len[d];
-    pm_status st = pm_tp_mpi_create(&w, (int)maxlen + 4 * pp->S + pp->p + 8, bytes,
+    pm_status st = pm_tp_mpi_create(&w, (int)maxlen + 4 * pp->S + pp->p + 8, bytes, 256,
                                     pp->opts.wait_timeout_s, err);
     if (st) return st;
     pp->mpi = w;
