@@ -10,11 +10,13 @@
 #include <stdlib.h>
 
 static atomic_llong calls;     /* allocation calls so far */
+static atomic_llong bytes;     /* bytes those calls asked for (successful or not) */
 static atomic_llong fail_from; /* call number that fails first; 0 = never */
 static atomic_int fail_sticky; /* later calls fail too */
 static atomic_int failed;      /* the hook fired */
 
-static int should_fail(void) {
+static int should_fail(size_t size) {
+    atomic_fetch_add_explicit(&bytes, (long long)size, memory_order_relaxed);
     long long n = atomic_fetch_add_explicit(&calls, 1, memory_order_relaxed) + 1;
     long long at = atomic_load_explicit(&fail_from, memory_order_relaxed);
     if (at == 0 || n < at) return 0;
@@ -23,17 +25,19 @@ static int should_fail(void) {
     return 1;
 }
 
-void *pm_malloc(size_t n) { return should_fail() ? NULL : malloc(n ? n : 1); }
+void *pm_malloc(size_t n) { return should_fail(n) ? NULL : malloc(n ? n : 1); }
 
 void *pm_calloc(size_t count, size_t size) {
-    if (should_fail()) return NULL;
+    size_t n = 0;
+    pm_size_mul(count, size, &n); /* on overflow calloc fails: counted as 0 */
+    if (should_fail(n)) return NULL;
     return count && size ? calloc(count, size) : calloc(1, 1);
 }
 
-void *pm_realloc(void *p, size_t n) { return should_fail() ? NULL : realloc(p, n ? n : 1); }
+void *pm_realloc(void *p, size_t n) { return should_fail(n) ? NULL : realloc(p, n ? n : 1); }
 
 void *pm_aligned_alloc(size_t align, size_t n) {
-    if (should_fail()) return NULL;
+    if (should_fail(n)) return NULL;
     if (!align || n > SIZE_MAX - align) return NULL; /* rounding up would wrap */
     size_t r = n ? (n + align - 1) / align * align : align; /* C11: a multiple of align */
     return aligned_alloc(align, r);
@@ -48,5 +52,7 @@ void pm_alloc_fail_at(int64_t n, int sticky) {
 }
 
 int64_t pm_alloc_calls(void) { return (int64_t)atomic_load(&calls); }
+
+int64_t pm_alloc_bytes(void) { return (int64_t)atomic_load(&bytes); }
 
 int pm_alloc_failed(void) { return atomic_load(&failed); }
