@@ -1,8 +1,8 @@
 /* test_mpi.c: the MPI transport and data parallelism, through mpirun.
  *
  * Two halves in one program. Started by mpirun (OMPI_COMM_WORLD_SIZE set),
- * it is a probe of the transport itself: argv[1] names a case, every rank
- * runs it and prints "ok" or the transport's error line. Started plainly,
+ * it is a probe of the transport (and of a small pipe): argv[1] names a
+ * case, every rank runs it and prints "ok" or the error line. Started plainly,
  * it is the cmocka suite: it runs the probe cases and `pipemem train`
  * (PM_BIN) through mpirun and checks
  *   - the transport's contract, for copied (isend) and rendezvous (issend)
@@ -13,7 +13,10 @@
  *   - checkpoints under --transport mpi byte for byte equal to threads, for
  *     several schedule kinds, P = 2 and 4;
  *   - data parallelism: --dp 2 bitwise equal across schedules and between
- *     transports, close to --dp 1 (only the summation order differs);
+ *     transports, close to --dp 1 (only the summation order differs); its
+ *     gradient sums and the parameter gather in chunks bitwise equal to one
+ *     message per stage, and what each rank allocates beyond its slabs and
+ *     arena far from growing with the stages (no stage-sized buffer);
  *   - a failing, NaN or killed rank stops every rank promptly, non-zero;
  *   - checkpoints move between transports (save under one, resume under
  *     the other) bitwise;
@@ -177,6 +180,100 @@ static int probe_abort(pm_tp *tp, int rdv) {
     return 0;
 }
 
+/* ---- the probe: a pipe of 2 devices x 2 replicas (mpirun -np 4) ---------- */
+
+enum { PB = 8, PT = 8 }; /* batch (= microbatches), context */
+
+typedef struct {
+    double mine;     /* bytes this process allocated in create and the first step, less
+                      * its devices' parameter slabs */
+    double arena[4]; /* the root's: each device's arena (the step's report) */
+    double stage;    /* the largest stage's parameter bytes */
+} pipe_mem;
+
+/* Two steps of `layers` blocks of width 64 on device dev of an MPI world
+ * (dev -1: every device, threads in this process), the gradient sums and
+ * the gather in messages of `chunk` floats (0: the default); the root's
+ * gathered parameters into params. */
+static pm_status pipe_run(int layers, int dev, size_t chunk, float *params, pipe_mem *pm,
+                          pm_err *err) {
+    pm_train_cfg c = {.model = {64, PT, 64, 4, layers}, .batch = PB, .micro = PB, .seed = 5};
+    pm_optim_defaults(&c.opt, 4);
+    pm_sched s;
+    pm_sched_req req = {.p = 2, .m = PB / 2, .t = PM_COSTS_DEFAULT, .mem = PM_MEM_DEFAULT};
+    pm_status st = pm_sched_generate(&s, "1f1b", &req, err);
+    if (st) return st;
+    pm_pipe_opts o = {.dp = 2, .transport = dev < 0 ? PM_TRANSPORT_THREADS : PM_TRANSPORT_MPI,
+                      .chunk_floats = chunk, .wait_timeout_s = 30};
+    int32_t inp[PB * PT], tgt[PB * PT];
+    for (int i = 0; i < PB * PT; i++) inp[i] = (i * 7 + 3) % 64, tgt[i] = (i * 11 + 5) % 64;
+    pm_pipe *pp;
+    pm_pipe_info in;
+    int64_t b0 = pm_alloc_bytes();
+    if ((st = pm_pipe_create(&pp, &c, &s, &o, err))) goto done;
+    for (int k = 0; k < 2 && !st; k++)
+        if (!(st = pm_pipe_step(pp, inp, tgt, &in, err)) && k == 0 && pm) {
+            /* device g holds stage g % 2 (1f1b on 2 devices): 16 bytes per parameter */
+            const int *first = pm_pipe_stage_first(pp);
+            pm->mine = (double)(pm_alloc_bytes() - b0), pm->stage = 0;
+            for (int g = 0; g < 4; g++) {
+                double b = 0;
+                for (int l = first[g % 2]; l < first[g % 2 + 1]; l++)
+                    b += 4.0 * (double)pm_gpt_layer_params(&c.model, l);
+                pm->stage = b > pm->stage ? b : pm->stage;
+                if (dev < 0 || dev == g) pm->mine -= 4 * b;
+                if (pm_pipe_is_root(pp)) pm->arena[g] = (double)in.arena[g];
+            }
+        }
+    if (!st && params) st = pm_pipe_gather(pp, PM_SLAB_PARAMS, params, err); /* collective */
+    pm_pipe_destroy(pp);
+done:
+    pm_sched_free(&s);
+    return st;
+}
+
+/* Every rank: the pipe under MPI with sums and gathers in one message per
+ * stage (the default chunk) and in chunks of 100 and 4096 floats; the root
+ * then checks the three bitwise equal and equal to the same pipe on
+ * threads, and that what each rank allocated beyond its slabs and arena
+ * grew far less with 20 layers than the stages did (2 -> 20: about 10
+ * times): no transport buffer is stage-sized. */
+static int probe_pipe(pm_tp *tp) {
+    static float a[3][1 << 18], t[1 << 18];
+    pipe_mem m2 = {0}, m20 = {0};
+    size_t chunks[3] = {0, 100, 4096};
+    pm_err err = {{0}};
+    int dev = tp->dev;
+    for (int k = 0; k < 3; k++)
+        if (pipe_run(2, dev, chunks[k], a[k], k == 2 ? &m2 : NULL, &err))
+            return printf("rank %d: %s\n", dev, err.msg), 3;
+    if (pipe_run(20, dev, 4096, NULL, &m20, &err)) return printf("rank %d: %s\n", dev, err.msg), 3;
+    double mine[2] = {m2.mine, m20.mine};
+    pm_tp_req r;
+    if (dev) {
+        if (pm_tp_isend(tp, 0, 30, mine, sizeof mine, &r) || pm_tp_wait(tp, &r))
+            return probe_fail(tp, "send");
+        printf("rank %d ok\n", dev);
+        return 0;
+    }
+    if (pipe_run(2, -1, 0, t, NULL, &err)) return printf("rank 0 threads: %s\n", err.msg), 3;
+    for (int k = 1; k < 3; k++)
+        if (memcmp(a[0], a[k], sizeof a[0]))
+            return printf("rank 0: chunks of %zu floats differ from one message\n", chunks[k]), 3;
+    if (memcmp(a[0], t, sizeof t)) return printf("rank 0: MPI and threads differ\n"), 3;
+    for (int g = 0; g < 4; g++) {
+        if (g && (pm_tp_irecv(tp, g, 30, mine, sizeof mine, &r) || pm_tp_wait(tp, &r)))
+            return probe_fail(tp, "recv");
+        double e2 = mine[0] - m2.arena[g], e20 = mine[1] - m20.arena[g];
+        if (!(m20.stage > 8 * m2.stage) || e20 - e2 >= (m20.stage - m2.stage) / 4)
+            return printf("rank %d: the largest stage grew from %.0f to %.0f bytes and the "
+                          "other allocations from %.0f to %.0f\n", g, m2.stage, m20.stage, e2,
+                          e20), 3;
+    }
+    printf("rank 0 ok\n");
+    return 0;
+}
+
 static int probe_main(int argc, char **argv) {
     int rank, size, rc = 2;
     pm_err err = {{0}};
@@ -201,6 +298,7 @@ static int probe_main(int argc, char **argv) {
              : !strcmp(c, "silent")  ? probe_silent(tp, 0)
              : !strcmp(c, "ssilent") ? probe_silent(tp, 1)
              : !strcmp(c, "sabort")  ? probe_abort(tp, 1)
+             : !strcmp(c, "pipe")    ? probe_pipe(tp)
                                      : probe_abort(tp, 0);
         fflush(stdout);
         pm_tp_mpi_destroy(w);
@@ -336,6 +434,10 @@ static double json_num(const char *out, const char *key) {
 static void test_data_parallel(void **state) {
     (void)state;
     static char out[16384];
+    /* gradient sums and gathers in chunks: bitwise one message, bitwise
+     * threads, and no stage-sized buffer on any rank */
+    assert_int_equal(run(out, sizeof out, NULL, MPIRUN " 4 %s pipe", self), 0);
+    assert_int_equal(count(out, " ok\n"), 4);
     same_as_threads("zb-h1", 2, 2, "");
     same_as_threads("1f1b", 1, 2, "");
     /* bitwise across schedules for the same D (threads checkpoints above) */

@@ -547,11 +547,13 @@ static void reference(const pm_train_cfg *c, run_result *r) {
     pm_trainer_free(&t);
 }
 
-/* Trains NSTEPS on schedule s with dp replicas; checks memory on every step. */
-static void run_pipe_dp(const pm_train_cfg *c, const pm_sched *s, int dp, run_result *r) {
+/* Trains NSTEPS on schedule s with dp replicas, the gradient sums in
+ * messages of `chunk` floats (0: the default); checks memory on every step. */
+static void run_pipe_dpc(const pm_train_cfg *c, const pm_sched *s, int dp, size_t chunk,
+                         run_result *r) {
     pm_pipe *pp;
     pm_err err = {{0}};
-    pm_pipe_opts o = {.dp = dp};
+    pm_pipe_opts o = {.dp = dp, .chunk_floats = chunk};
     pm_status st = pm_pipe_create(&pp, c, s, &o, &err);
     if (st) fail_msg("%s p=%d: %s", s->kind, s->p, err.msg);
     int32_t inp[TINY_M * 8], tgt[TINY_M * 8];
@@ -610,6 +612,10 @@ static void run_pipe_dp(const pm_train_cfg *c, const pm_sched *s, int dp, run_re
     r->params = malloc(n * sizeof(float));
     assert_int_equal(pm_pipe_gather(pp, PM_SLAB_PARAMS, r->params, NULL), PM_OK);
     pm_pipe_destroy(pp);
+}
+
+static void run_pipe_dp(const pm_train_cfg *c, const pm_sched *s, int dp, run_result *r) {
+    run_pipe_dpc(c, s, dp, 0, r);
 }
 
 static void run_pipe(const pm_train_cfg *c, const pm_sched *s, run_result *r) {
@@ -686,10 +692,12 @@ static void test_exact_every_schedule(void **state) {
 }
 
 /* Data parallelism: D replicas each on TINY_M / D microbatches. For one D,
- * every schedule gives bitwise the same run; against one device only the
- * order of the gradient sum differs, so losses, norms and parameters agree
- * to float rounding (a lost replica or a wrong scale would be off by far
- * more). D = 4 takes the middle replicas' path of the sum. */
+ * every schedule gives bitwise the same run, and so does any chunk size of
+ * the gradient sums (stages of a few thousand floats in messages of 1000
+ * or 7: several per stage, the last one short); against one device only
+ * the order of the gradient sum differs, so losses, norms and parameters
+ * agree to float rounding (a lost replica or a wrong scale would be off by
+ * far more). D = 4 takes the middle replicas' path of the sum. */
 static void test_data_parallel(void **state) {
     (void)state;
     pm_train_cfg c = tiny(6);
@@ -709,6 +717,15 @@ static void test_data_parallel(void **state) {
             char what[64];
             snprintf(what, sizeof what, "%s p=%d dp=%d", kinds[k], devs[t], dps[t]);
             if (k) expect_same(&c, &first, &got, what);
+            for (int ci = 0; ci < 2 && k == 0; ci++) {
+                size_t chunks[2] = {1000, 7};
+                run_result part;
+                run_pipe_dpc(&c, &s, dps[t], chunks[ci], &part);
+                char w2[96];
+                snprintf(w2, sizeof w2, "%s, sums in chunks of %zu floats", what, chunks[ci]);
+                expect_same(&c, &got, &part, w2);
+                free(part.params);
+            }
             for (int j = 0; j < NSTEPS; j++) {
                 assert_true(fabs(got.loss[j] - ref.loss[j]) <= 1e-6 * fabs(ref.loss[j]));
                 assert_true(fabs(got.norm[j] - ref.norm[j]) <= 1e-5 * ref.norm[j]);
@@ -1122,33 +1139,89 @@ static void test_cli_train_pp(void **state) {
 /* The forecast is made before a step from earlier warm steps only: none
  * for the first two (step 0 is cold and never used); for the third,
  * exactly the replay of the second (the one warm step so far). A warm step
- * allocates nothing (the simulations are sized at init). */
+ * allocates nothing (the simulations are sized at init), with data
+ * parallelism too (its gradient sums in several chunks per stage). */
 static void test_forecast_and_no_allocation(void **state) {
     (void)state;
-    pm_train_cfg c = tiny(4);
+    for (int dp = 1; dp <= 2; dp++) {
+        pm_train_cfg c = tiny(4);
+        pm_sched s;
+        gen(&s, "zb-h1", 2, TINY_M / dp);
+        pm_pipe *pp;
+        pm_err err = {{0}};
+        pm_pipe_opts o = {.dp = dp, .chunk_floats = 1000};
+        assert_int_equal(pm_pipe_create(&pp, &c, &s, &o, &err), PM_OK);
+        int32_t inp[TINY_M * 8], tgt[TINY_M * 8];
+        pm_pipe_info in[5];
+        for (int k = 0; k < 5; k++) {
+            batch_of(k, inp, tgt, &c);
+            int64_t calls = pm_alloc_calls();
+            assert_int_equal(pm_pipe_step(pp, inp, tgt, &in[k], &err), PM_OK);
+            if (k >= 1 && pm_alloc_calls() != calls)
+                fail_msg("step %d made %lld allocations", k, (long long)(pm_alloc_calls() - calls));
+        }
+        assert_true(isnan(in[0].forecast_makespan_ms));
+        assert_true(isnan(in[1].forecast_makespan_ms));
+        assert_true(in[2].forecast_makespan_ms == in[1].pred_makespan_ms);
+        for (int k = 2; k < 5; k++) {
+            assert_true(in[k].forecast_makespan_ms > 0);
+            assert_true(in[k].forecast_bubble >= 0 && in[k].forecast_bubble < 1);
+        }
+        pm_pipe_destroy(pp);
+        pm_sched_free(&s);
+    }
+}
+
+/* What a pipe allocates (pm_pipe_create and its first step) beyond the
+ * bytes that must grow with the model: the parameter slabs (parameters,
+ * gradients and two AdamW moments, 16 bytes per parameter per replica)
+ * and the activation arenas (the step's report). *stage: the largest
+ * stage's parameter bytes. */
+static double extra_bytes(int layers, int dp, double *stage) {
+    pm_train_cfg c = {.model = {64, 8, 64, 4, layers}, .batch = TINY_M, .micro = TINY_M,
+                      .seed = 11};
+    pm_optim_defaults(&c.opt, 4);
     pm_sched s;
-    gen(&s, "zb-h1", 2, TINY_M);
+    gen(&s, "1f1b", 2, TINY_M / dp);
     pm_pipe *pp;
     pm_err err = {{0}};
-    assert_int_equal(pm_pipe_create(&pp, &c, &s, NULL, &err), PM_OK);
+    pm_pipe_opts o = {.dp = dp, .chunk_floats = 4096};
     int32_t inp[TINY_M * 8], tgt[TINY_M * 8];
-    pm_pipe_info in[5];
-    for (int k = 0; k < 5; k++) {
-        batch_of(k, inp, tgt, &c);
-        int64_t calls = pm_alloc_calls();
-        assert_int_equal(pm_pipe_step(pp, inp, tgt, &in[k], &err), PM_OK);
-        if (k >= 1 && pm_alloc_calls() != calls)
-            fail_msg("step %d made %lld allocations", k, (long long)(pm_alloc_calls() - calls));
-    }
-    assert_true(isnan(in[0].forecast_makespan_ms));
-    assert_true(isnan(in[1].forecast_makespan_ms));
-    assert_true(in[2].forecast_makespan_ms == in[1].pred_makespan_ms);
-    for (int k = 2; k < 5; k++) {
-        assert_true(in[k].forecast_makespan_ms > 0);
-        assert_true(in[k].forecast_bubble >= 0 && in[k].forecast_bubble < 1);
+    batch_of(0, inp, tgt, &c);
+    pm_pipe_info in;
+    int64_t b0 = pm_alloc_bytes();
+    assert_int_equal(pm_pipe_create(&pp, &c, &s, &o, &err), PM_OK);
+    assert_int_equal(pm_pipe_step(pp, inp, tgt, &in, &err), PM_OK);
+    double extra = (double)(pm_alloc_bytes() - b0);
+    extra -= 16.0 * (double)pm_gpt_num_params(&c.model) * dp;
+    for (int g = 0; g < 2 * dp; g++) extra -= (double)in.arena[g];
+    const int *first = pm_pipe_stage_first(pp);
+    *stage = 0;
+    for (int k = 0; k < pm_pipe_stages(pp); k++) {
+        double b = 0;
+        for (int l = first[k]; l < first[k + 1]; l++) b += 4.0 * pm_gpt_layer_params(&c.model, l);
+        if (b > *stage) *stage = b;
     }
     pm_pipe_destroy(pp);
     pm_sched_free(&s);
+    return extra;
+}
+
+/* No buffer grows with a stage: with 20 layers instead of 2 the stages
+ * hold about 10 times the parameters, but what the pipe allocates beyond
+ * the slabs and arenas grows only with its per-layer tables, far less
+ * than one stage. A stage-sized buffer anywhere (a mailbox reserve for the
+ * gradient sums, a receive buffer for a partial sum) would add at least
+ * the stage's growth. */
+static void test_no_stage_sized_buffers(void **state) {
+    (void)state;
+    for (int dp = 1; dp <= 2; dp++) {
+        double s2, s20, e2 = extra_bytes(2, dp, &s2), e20 = extra_bytes(20, dp, &s20);
+        assert_true(s20 > 8 * s2);
+        if (e20 - e2 >= (s20 - s2) / 4)
+            fail_msg("dp %d: the largest stage grew from %.0f to %.0f bytes and the other "
+                     "allocations from %.0f to %.0f", dp, s2, s20, e2, e20);
+    }
 }
 
 /* Every allocation of pipeline init failing in turn: one clean error, the
@@ -1224,6 +1297,7 @@ int main(void) {
         cmocka_unit_test(test_faults),
         cmocka_unit_test(test_timeline_outputs),
         cmocka_unit_test(test_forecast_and_no_allocation),
+        cmocka_unit_test(test_no_stage_sized_buffers),
         cmocka_unit_test(test_init_allocation_failures),
         cmocka_unit_test(test_cli_train_pp),
     };

@@ -326,6 +326,8 @@ typedef struct {
     int64_t fault_pass;     /* index in that device's pass list */
     int64_t fault_step;     /* step (0-based) the fault fires in */
     size_t arena_cap;       /* > 0: every device's arena capacity in bytes (overflow tests) */
+    size_t chunk_floats;    /* > 0: floats per message of the gradient sums and gathers
+                             * (default 1 Mi; tests make stages span several) */
 } pm_pipe_opts;
 
 /* What one step measured and predicted. Arrays are owned by the pipe, one
