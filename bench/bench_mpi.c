@@ -138,7 +138,7 @@ static int pingpong_main(void) {
     size_t maxn = (size_t)64 << 20;
     unsigned char *buf = calloc(1, maxn);
     pm_tp_mpi *w;
-    if (!buf || pm_tp_mpi_create(&w, 2, maxn, 60, &err)) return 1;
+    if (!buf || pm_tp_mpi_create(&w, 2, maxn, 8, 60, &err)) return 1;
     if (!rank)
         printf("(b) ping-pong, half round trip: pm_tp_mpi against raw MPI_Send/MPI_Recv\n"
                "  %9s %12s %12s %8s %12s %12s\n", "bytes", "raw us", "pm us", "pm/raw",

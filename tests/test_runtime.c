@@ -1,6 +1,9 @@
 /* test_runtime.c: the pipeline runtime.
  *   transport: order per (peer, tag) both ways, copy semantics, length
- *     mismatch is a sticky error, abort wakes a blocked device;
+ *     mismatch is a sticky error, abort wakes a blocked device; rendezvous
+ *     sends (issend): done only after the receive, read at receive time (no
+ *     copy), ordered with copied sends, the same errors, an abort wakes a
+ *     sender and drops its message, a timeout names device, peer and tag;
  *   arena: exact live/peak accounting, first fit reuse, overflow; the offline
  *     plan never overlaps two blocks alive at once, replays, and a wrong
  *     plan is refused;
@@ -23,8 +26,10 @@
  *     trace and timeline, and refuses too few layers with a clear message. */
 #include <math.h>
 #include <pthread.h>
+#include <sched.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -131,6 +136,143 @@ static void test_tp_abort_wakes(void **state) {
     assert_string_equal(err.msg, "device 0 failed");
     pm_tp_threads_reset(w);
     assert_int_equal(pm_tp_status(pm_tp_threads_endpoint(w, 2), &err), PM_OK);
+    pm_tp_threads_destroy(w);
+}
+
+/* Rendezvous sends (issend), on one thread so every step is deterministic:
+ * not done before the matching receive, done after; the receive reads the
+ * sender's buffer when it runs. The contract says the caller keeps the
+ * buffer unchanged until the send is done; this test changes it on purpose
+ * between issend and irecv, and the receiver getting the changed bytes
+ * proves no copy was taken. */
+static void test_tp_issend(void **state) {
+    (void)state;
+    pm_tp_threads *w;
+    pm_err err;
+    assert_int_equal(pm_tp_threads_create(&w, 2, 5, &err), PM_OK);
+    pm_tp *a = pm_tp_threads_endpoint(w, 0), *b = pm_tp_threads_endpoint(w, 1);
+    pm_tp_req sr[4], rr[4];
+    int done = 1;
+    /* queued: not done until the receive; the receive reads buf then */
+    int32_t buf[3] = {1, 2, 3}, got[3] = {0};
+    assert_int_equal(pm_tp_issend(a, 1, 7, buf, sizeof buf, &sr[0]), PM_OK);
+    assert_int_equal(pm_tp_test(a, &sr[0], &done), PM_OK);
+    assert_int_equal(done, 0);
+    buf[1] = 20;
+    assert_int_equal(pm_tp_irecv(b, 0, 7, got, sizeof got, &rr[0]), PM_OK);
+    assert_int_equal(pm_tp_test(b, &rr[0], &done), PM_OK);
+    assert_int_equal(done, 1);
+    assert_int_equal(got[1], 20); /* the changed byte: read at receive time */
+    assert_int_equal(got[0] + got[2], 4);
+    assert_int_equal(pm_tp_test(a, &sr[0], &done), PM_OK);
+    assert_int_equal(done, 1);
+    assert_int_equal(pm_tp_wait(a, &sr[0]), PM_OK);
+    /* posted first: copied straight in, done at once */
+    int32_t v = 5, one = 0;
+    assert_int_equal(pm_tp_irecv(b, 0, 8, &one, sizeof one, &rr[0]), PM_OK);
+    assert_int_equal(pm_tp_issend(a, 1, 8, &v, sizeof v, &sr[0]), PM_OK);
+    assert_int_equal(pm_tp_test(a, &sr[0], &done), PM_OK);
+    assert_int_equal(done, 1);
+    assert_int_equal(one, 5);
+    assert_int_equal(pm_tp_wait(b, &rr[0]), PM_OK);
+    /* one (peer, tag), isend and issend interleaved, all queued before any
+     * receive: received in the order sent; each issend done only once its
+     * own receive ran */
+    int32_t x[4] = {10, 11, 12, 13}, y[4] = {0};
+    for (int i = 0; i < 4; i++)
+        assert_int_equal((i % 2 ? pm_tp_issend : pm_tp_isend)(a, 1, 9, &x[i], sizeof x[i], &sr[i]),
+                         PM_OK);
+    x[0] = -1; /* the isend's copy was taken: no effect */
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(pm_tp_irecv(b, 0, 9, &y[i], sizeof y[i], &rr[i]), PM_OK);
+        assert_int_equal(pm_tp_wait(b, &rr[i]), PM_OK);
+        assert_int_equal(y[i], 10 + i);
+        if (i == 1) {
+            assert_int_equal(pm_tp_test(a, &sr[1], &done), PM_OK);
+            assert_int_equal(done, 1);
+            assert_int_equal(pm_tp_test(a, &sr[3], &done), PM_OK);
+            assert_int_equal(done, 0);
+        }
+    }
+    assert_int_equal(pm_tp_wait(a, &sr[3]), PM_OK);
+    /* to itself: the same device's receive completes it */
+    int32_t self = 0;
+    v = 6;
+    assert_int_equal(pm_tp_issend(a, 0, 1, &v, sizeof v, &sr[0]), PM_OK);
+    assert_int_equal(pm_tp_irecv(a, 0, 1, &self, sizeof self, &rr[0]), PM_OK);
+    assert_int_equal(pm_tp_wait(a, &sr[0]), PM_OK);
+    assert_int_equal(self, 6);
+    /* a length mismatch at the receive: sticky, naming both sizes; the
+     * waiting sender gets the error */
+    int64_t big = 0;
+    assert_int_equal(pm_tp_issend(a, 1, 3, &v, sizeof v, &sr[0]), PM_OK);
+    assert_int_equal(pm_tp_irecv(b, 0, 3, &big, sizeof big, &rr[0]), PM_ERR_TRANSPORT);
+    assert_int_equal(pm_tp_wait(a, &sr[0]), PM_ERR_TRANSPORT);
+    assert_int_equal(pm_tp_issend(a, 1, 4, &v, sizeof v, &sr[1]), PM_ERR_TRANSPORT);
+    assert_int_equal(pm_tp_status(b, &err), PM_ERR_TRANSPORT);
+    assert_string_equal(err.msg, "device 0 sent 4 bytes with tag 3 to device 1, which posted a "
+                                 "receive of 8 bytes");
+    /* and at the send, when the receive was posted first */
+    pm_tp_threads_reset(w);
+    assert_int_equal(pm_tp_irecv(b, 0, 3, &big, sizeof big, &rr[0]), PM_OK);
+    assert_int_equal(pm_tp_issend(a, 1, 3, &v, sizeof v, &sr[0]), PM_ERR_TRANSPORT);
+    assert_int_equal(pm_tp_status(a, &err), PM_ERR_TRANSPORT);
+    assert_string_equal(err.msg, "device 0 sent 4 bytes with tag 3 to device 1, which posted a "
+                                 "receive of 8 bytes");
+    pm_tp_threads_destroy(w);
+}
+
+typedef struct {
+    pm_tp *tp;
+    int peer;
+    atomic_int queued; /* the issend returned */
+    pm_status st;
+} ssender;
+
+/* Sends from its own stack by rendezvous and waits: returns (the buffer
+ * gone) only when received or aborted. */
+static void *ssend_and_wait(void *arg) {
+    ssender *x = arg;
+    int32_t v[64];
+    for (int i = 0; i < 64; i++) v[i] = i;
+    pm_tp_req r;
+    x->st = pm_tp_issend(x->tp, x->peer, 5, v, sizeof v, &r);
+    atomic_store(&x->queued, 1);
+    if (!x->st) x->st = pm_tp_wait(x->tp, &r);
+    return NULL;
+}
+
+/* A device blocked on a rendezvous send nobody receives: an abort wakes it
+ * with the abort's error, and the message is gone with its buffer (a later
+ * receive on the same tag does not match it); a wait past the timeout
+ * fails naming the device, the peer and the tag. */
+static void test_tp_issend_abort(void **state) {
+    (void)state;
+    pm_tp_threads *w;
+    pm_err err;
+    assert_int_equal(pm_tp_threads_create(&w, 2, 30, &err), PM_OK);
+    ssender x = {pm_tp_threads_endpoint(w, 0), 1, 0, PM_OK};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, ssend_and_wait, &x), 0);
+    while (!atomic_load(&x.queued)) sched_yield(); /* queued: the abort must unlink it */
+    pm_tp_abort(pm_tp_threads_endpoint(w, 1), PM_ERR_NUMERIC, "device 1 failed");
+    pthread_join(th, NULL);
+    assert_int_equal(x.st, PM_ERR_NUMERIC);
+    pm_tp_threads_reset(w);
+    int32_t got[64], v = 0;
+    pm_tp_req rr, sr;
+    int done = 1;
+    assert_int_equal(pm_tp_irecv(pm_tp_threads_endpoint(w, 1), 0, 5, got, sizeof got, &rr), PM_OK);
+    assert_int_equal(pm_tp_test(pm_tp_threads_endpoint(w, 1), &rr, &done), PM_OK);
+    assert_int_equal(done, 0);
+    pm_tp_threads_destroy(w);
+    /* nobody receives: the sender's wait times out naming it all */
+    assert_int_equal(pm_tp_threads_create(&w, 2, 1, &err), PM_OK);
+    assert_int_equal(pm_tp_issend(pm_tp_threads_endpoint(w, 0), 1, 6, &v, sizeof v, &sr), PM_OK);
+    assert_int_equal(pm_tp_wait(pm_tp_threads_endpoint(w, 0), &sr), PM_ERR_TRANSPORT);
+    assert_int_equal(pm_tp_status(pm_tp_threads_endpoint(w, 1), &err), PM_ERR_TRANSPORT);
+    assert_non_null(strstr(err.msg, "device 0 waited 1 s for device 1 to receive its message "
+                                    "with tag 6"));
     pm_tp_threads_destroy(w);
 }
 
@@ -419,11 +561,14 @@ static pm_status make_pipe(pm_pipe **pp, const pm_train_cfg *c, const pm_sched *
     return st;
 }
 
-/* Trains NSTEPS on schedule s with dp replicas; checks memory on every step. */
-static void run_pipe_dp(const pm_train_cfg *c, const pm_sched *s, int dp, run_result *r) {
+/* Trains NSTEPS on schedule s with dp replicas, the gradient sums in
+ * messages of `chunk` floats (0: the default); checks memory on every step. */
+static void run_pipe_dpc(const pm_train_cfg *c, const pm_sched *s, int dp, size_t chunk,
+                         run_result *r) {
     pm_pipe *pp;
     pm_err err = {{0}};
-    pm_status st = make_pipe(&pp, c, s, dp, NULL, &err);
+    pm_pipe_opts o = {.chunk_floats = chunk};
+    pm_status st = make_pipe(&pp, c, s, dp, &o, &err);
     if (st) fail_msg("%s p=%d: %s", s->kind, s->p, err.msg);
     int32_t inp[TINY_M * 8], tgt[TINY_M * 8];
     size_t peak0 = 0; /* device 0's measured peak, last step */
@@ -481,6 +626,10 @@ static void run_pipe_dp(const pm_train_cfg *c, const pm_sched *s, int dp, run_re
     r->params = malloc(n * sizeof(float));
     assert_int_equal(pm_pipe_gather(pp, PM_SLAB_PARAMS, r->params, NULL), PM_OK);
     pm_pipe_destroy(pp);
+}
+
+static void run_pipe_dp(const pm_train_cfg *c, const pm_sched *s, int dp, run_result *r) {
+    run_pipe_dpc(c, s, dp, 0, r);
 }
 
 static void run_pipe(const pm_train_cfg *c, const pm_sched *s, run_result *r) {
@@ -557,10 +706,12 @@ static void test_exact_every_schedule(void **state) {
 }
 
 /* Data parallelism: D replicas each on TINY_M / D microbatches. For one D,
- * every schedule gives bitwise the same run; against one device only the
- * order of the gradient sum differs, so losses, norms and parameters agree
- * to float rounding (a lost replica or a wrong scale would be off by far
- * more). D = 4 takes the middle replicas' path of the sum. */
+ * every schedule gives bitwise the same run, and so does any chunk size of
+ * the gradient sums (stages of a few thousand floats in messages of 1000
+ * or 7: several per stage, the last one short); against one device only
+ * the order of the gradient sum differs, so losses, norms and parameters
+ * agree to float rounding (a lost replica or a wrong scale would be off by
+ * far more). D = 4 takes the middle replicas' path of the sum. */
 static void test_data_parallel(void **state) {
     (void)state;
     pm_train_cfg c = tiny(6);
@@ -580,6 +731,15 @@ static void test_data_parallel(void **state) {
             char what[64];
             snprintf(what, sizeof what, "%s p=%d dp=%d", kinds[k], devs[t], dps[t]);
             if (k) expect_same(&c, &first, &got, what);
+            for (int ci = 0; ci < 2 && k == 0; ci++) {
+                size_t chunks[2] = {1000, 7};
+                run_result part;
+                run_pipe_dpc(&c, &s, dps[t], chunks[ci], &part);
+                char w2[96];
+                snprintf(w2, sizeof w2, "%s, sums in chunks of %zu floats", what, chunks[ci]);
+                expect_same(&c, &got, &part, w2);
+                free(part.params);
+            }
             for (int j = 0; j < NSTEPS; j++) {
                 assert_true(fabs(got.loss[j] - ref.loss[j]) <= 1e-6 * fabs(ref.loss[j]));
                 assert_true(fabs(got.norm[j] - ref.norm[j]) <= 1e-5 * ref.norm[j]);
@@ -858,7 +1018,8 @@ static void test_forward_only(void **state) {
  * an evaluation: under 5% of one device's planned bytes. */
 static void test_allocations_follow_plan(void **state) {
     (void)state;
-    struct { const char *kind; int p, dp; } cases[] = {{"1f1b", 4, 1}, {"v-half", 2, 1}};
+    struct { const char *kind; int p, dp; } cases[] = {{"1f1b", 4, 1}, {"v-half", 2, 1},
+                                                      {"zb-h1", 2, 2}};
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         pm_train_cfg c = tiny(8);
         c.model.dim = 64, c.model.heads = 4; /* state well above the tables */
@@ -1130,33 +1291,89 @@ static void test_cli_train_pp(void **state) {
 /* The forecast is made before a step from earlier warm steps only: none
  * for the first two (step 0 is cold and never used); for the third,
  * exactly the replay of the second (the one warm step so far). A warm step
- * allocates nothing (the simulations are sized at init). */
+ * allocates nothing (the simulations are sized at init), with data
+ * parallelism too (its gradient sums in several chunks per stage). */
 static void test_forecast_and_no_allocation(void **state) {
     (void)state;
-    pm_train_cfg c = tiny(4);
+    for (int dp = 1; dp <= 2; dp++) {
+        pm_train_cfg c = tiny(4);
+        pm_sched s;
+        gen(&s, "zb-h1", 2, TINY_M / dp);
+        pm_pipe *pp;
+        pm_err err = {{0}};
+        pm_pipe_opts o = {.chunk_floats = 1000};
+        assert_int_equal(make_pipe(&pp, &c, &s, dp, &o, &err), PM_OK);
+        int32_t inp[TINY_M * 8], tgt[TINY_M * 8];
+        pm_pipe_info in[5];
+        for (int k = 0; k < 5; k++) {
+            batch_of(k, inp, tgt, &c);
+            int64_t calls = pm_alloc_calls();
+            assert_int_equal(pm_pipe_step(pp, inp, tgt, &in[k], &err), PM_OK);
+            if (k >= 1 && pm_alloc_calls() != calls)
+                fail_msg("step %d made %lld allocations", k, (long long)(pm_alloc_calls() - calls));
+        }
+        assert_true(isnan(in[0].forecast_makespan_ms));
+        assert_true(isnan(in[1].forecast_makespan_ms));
+        assert_true(in[2].forecast_makespan_ms == in[1].pred_makespan_ms);
+        for (int k = 2; k < 5; k++) {
+            assert_true(in[k].forecast_makespan_ms > 0);
+            assert_true(in[k].forecast_bubble >= 0 && in[k].forecast_bubble < 1);
+        }
+        pm_pipe_destroy(pp);
+        pm_sched_free(&s);
+    }
+}
+
+/* What a pipe allocates (pm_pipe_create and its first step) beyond the
+ * bytes that must grow with the model: the parameter slabs (parameters,
+ * gradients and two AdamW moments, 16 bytes per parameter per replica)
+ * and the activation arenas (the step's report). *stage: the largest
+ * stage's parameter bytes. */
+static double extra_bytes(int layers, int dp, double *stage) {
+    pm_train_cfg c = {.model = {64, 8, 64, 4, layers}, .batch = TINY_M, .micro = TINY_M,
+                      .seed = 11};
+    pm_optim_defaults(&c.opt, 4);
     pm_sched s;
-    gen(&s, "zb-h1", 2, TINY_M);
+    gen(&s, "1f1b", 2, TINY_M / dp);
     pm_pipe *pp;
     pm_err err = {{0}};
-    assert_int_equal(make_pipe(&pp, &c, &s, 1, NULL, &err), PM_OK);
+    pm_pipe_opts o = {.chunk_floats = 4096};
     int32_t inp[TINY_M * 8], tgt[TINY_M * 8];
-    pm_pipe_info in[5];
-    for (int k = 0; k < 5; k++) {
-        batch_of(k, inp, tgt, &c);
-        int64_t calls = pm_alloc_calls();
-        assert_int_equal(pm_pipe_step(pp, inp, tgt, &in[k], &err), PM_OK);
-        if (k >= 1 && pm_alloc_calls() != calls)
-            fail_msg("step %d made %lld allocations", k, (long long)(pm_alloc_calls() - calls));
-    }
-    assert_true(isnan(in[0].forecast_makespan_ms));
-    assert_true(isnan(in[1].forecast_makespan_ms));
-    assert_true(in[2].forecast_makespan_ms == in[1].pred_makespan_ms);
-    for (int k = 2; k < 5; k++) {
-        assert_true(in[k].forecast_makespan_ms > 0);
-        assert_true(in[k].forecast_bubble >= 0 && in[k].forecast_bubble < 1);
+    batch_of(0, inp, tgt, &c);
+    pm_pipe_info in;
+    int64_t b0 = pm_alloc_bytes();
+    assert_int_equal(make_pipe(&pp, &c, &s, dp, &o, &err), PM_OK);
+    assert_int_equal(pm_pipe_step(pp, inp, tgt, &in, &err), PM_OK);
+    double extra = (double)(pm_alloc_bytes() - b0);
+    extra -= 16.0 * (double)pm_gpt_num_params(&c.model) * dp;
+    for (int g = 0; g < 2 * dp; g++) extra -= (double)in.arena[g];
+    const int *first = pm_pipe_stage_first(pp);
+    *stage = 0;
+    for (int k = 0; k < pm_pipe_stages(pp); k++) {
+        double b = 0;
+        for (int l = first[k]; l < first[k + 1]; l++) b += 4.0 * pm_gpt_layer_params(&c.model, l);
+        if (b > *stage) *stage = b;
     }
     pm_pipe_destroy(pp);
     pm_sched_free(&s);
+    return extra;
+}
+
+/* No buffer grows with a stage: with 20 layers instead of 2 the stages
+ * hold about 10 times the parameters, but what the pipe allocates beyond
+ * the slabs and arenas grows only with its per-layer tables, far less
+ * than one stage. A stage-sized buffer anywhere (a mailbox reserve for the
+ * gradient sums, a receive buffer for a partial sum) would add at least
+ * the stage's growth. */
+static void test_no_stage_sized_buffers(void **state) {
+    (void)state;
+    for (int dp = 1; dp <= 2; dp++) {
+        double s2, s20, e2 = extra_bytes(2, dp, &s2), e20 = extra_bytes(20, dp, &s20);
+        assert_true(s20 > 8 * s2);
+        if (e20 - e2 >= (s20 - s2) / 4)
+            fail_msg("dp %d: the largest stage grew from %.0f to %.0f bytes and the other "
+                     "allocations from %.0f to %.0f", dp, s2, s20, e2, e20);
+    }
 }
 
 /* Every allocation of pipeline init failing in turn: one clean error, the
@@ -1219,6 +1436,8 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tp_order_and_copy),
         cmocka_unit_test(test_tp_abort_wakes),
+        cmocka_unit_test(test_tp_issend),
+        cmocka_unit_test(test_tp_issend_abort),
         cmocka_unit_test(test_arena),
         cmocka_unit_test(test_arena_plan),
         cmocka_unit_test(test_placement),
@@ -1233,6 +1452,7 @@ int main(void) {
         cmocka_unit_test(test_faults),
         cmocka_unit_test(test_timeline_outputs),
         cmocka_unit_test(test_forecast_and_no_allocation),
+        cmocka_unit_test(test_no_stage_sized_buffers),
         cmocka_unit_test(test_init_allocation_failures),
         cmocka_unit_test(test_cli_train_pp),
     };

@@ -191,6 +191,10 @@ static inline void *pm_devmem_saved(const pm_devmem *dm, int l, int j, int m) {
 
 typedef enum { PM_TRANSPORT_THREADS, PM_TRANSPORT_MPI } pm_transport;
 
+/* Floats per message of the data-parallel gradient sums: the one buffer a
+ * replica's partial sum arrives in is this long (or the largest stage). */
+#define PM_PLAN_CHUNK ((size_t)1 << 20)
+
 /* What a device holds, by kind. */
 typedef enum {
     PM_BYTES_PARAMS,      /* its stages' parameters */

@@ -72,6 +72,9 @@ void pm_free(void *p);
 void pm_alloc_fail_at(int64_t n, int sticky);
 /* Allocation calls made since the process started (successful or not). */
 int64_t pm_alloc_calls(void);
+/* Bytes those calls asked for (a realloc counts its new size): tests bound
+ * what a call allocates. */
+int64_t pm_alloc_bytes(void);
 /* 1 if the hook made at least one allocation fail since pm_alloc_fail_at. */
 int pm_alloc_failed(void);
 /* Accounting: while set, the bytes of every allocation the CALLING THREAD

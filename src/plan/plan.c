@@ -317,7 +317,7 @@ static size_t round64(size_t n) { return (n + 63) / 64 * 64; }
 
 /* The scratch of its passes, the six message buffers (two receive slots,
  * two send buffers, two gradients between a stage's layers) and, on
- * replicas after the first, the buffer a partial gradient sum arrives in:
+ * replicas after the first, the chunk a partial gradient sum arrives in:
  * as the runtime allocates them (pipe.c, dev_work). Small tables (offsets,
  * requests, a few per stage and pass) are not counted. */
 static size_t workspace(const pm_plan *pl, int g) {
@@ -333,7 +333,7 @@ static size_t workspace(const pm_plan *pl, int g) {
         }
     }
     size_t bytes = round64(scr) + 6 * round64(pl->msg_bytes);
-    if (pl->dp > 1 && rep > 0) bytes += most * sizeof(float);
+    if (pl->dp > 1 && rep > 0) bytes += (most < PM_PLAN_CHUNK ? most : PM_PLAN_CHUNK) * sizeof(float);
     return bytes;
 }
 

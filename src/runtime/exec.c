@@ -19,6 +19,9 @@
  * Receives are posted ahead: the current pass's and the next one's, into two
  * receive slots. Sends use two alternating buffers, each waited for before
  * reuse (the threads transport copies at once; MPI need not).
+ * With replicas, a stage's gradients are summed across them right after
+ * its last weight pass (reduce_start: in chunks, by rendezvous from the
+ * gradient slab); the totals are waited for after the passes.
  * After the passes: the gradient sum of squares runs as a chain through the
  * stages in layer order (device of stage 0 starts from 0.0, each stage adds
  * its slice in index order and passes the running double on), which is
@@ -31,13 +34,16 @@
  *
  * Device state machine (one step):
  *   passes --(pass i done, i+1 < len: run_pass)--> passes
- *   passes --(last pass done: wait sends)--> norm --(norm_chain)--> update
+ *   passes --(a stage's last W with replicas: reduce_start)--> passes
+ *   passes --(last pass done: wait sends, reduce_finish)--> norm --(norm_chain)--> update
  *   update --(adamw_dev)--> done
  *   any    --(a pass fails or the transport is aborted)--> failed
  * Invariants: at most two receives are posted (rxpass[] names their passes,
  * in list order); a posted receive's buffer is not touched until its wait
- * returns; a send buffer is reused only after its send completed; the
- * device writes only its own gradient slab, arena, message buffers and its
+ * returns; a send buffer is reused only after its send completed (a
+ * gradient chunk handed on by rendezvous too: the totals' receive into it
+ * is posted only then; the last replica's totals stay unchanged until
+ * reduce_finish saw their sends done); the device writes only its own gradient slab, arena, message buffers and its
  * row of the pipe's timing tables (loss_mb: only the head's device). */
 #include <math.h>
 #include <signal.h>
@@ -367,21 +373,22 @@ static pm_status norm_chain(pm_pipe_dev *dv) {
 
 static double now_us(const pm_pipe_dev *dv) { return (pm_now() - dv->t_base) * 1e6; }
 
-/* Stage s's gradients are complete on this replica (its last weight pass
- * ran), so its share of the sum starts now, while later passes run: the
- * sum goes along the replicas in order, replica r adding its own to what
- * r-1 passed on (a fixed order: bitwise the same whatever the timing or
- * transport), and the last replica sends the total back to the others,
- * whose receive is posted here and waited for after the passes. Sends copy
- * (both transports), so the gradient slab is free once isend returns. */
-static pm_status reduce_start(pm_pipe_dev *dv, int s) {
+/* One chunk of stage s's sum on replica r: floats g[0 .. n) of its
+ * gradients; tot: the chunk's requests for the totals (pm_dev_sum_reqs).
+ * Replica r adds its own to what r-1 passed on (red + g, as the single
+ * sum's order) and hands the partial sum on by rendezvous straight from g
+ * (waited for: g is read until r+1 has it, and r+1 is here, receiving);
+ * the last replica sends the total back the same way to every other,
+ * whose receive into g is posted once g is free again. Neither side waits
+ * for the totals here: the others may be in later passes, and MPI moves a
+ * message only while its receiver is inside MPI; both wait after the
+ * passes (reduce_finish), and nothing writes g until then. */
+static pm_status reduce_chunk(pm_pipe_dev *dv, int s, float *g, size_t n, pm_tp_req *tot) {
     pm_pipe *pp = dv->pp;
-    size_t n = pm_stage_floats(pp, s), bytes = n * sizeof(float), k = (size_t)dv->g * pp->S + s;
     int r = dv->rep, last = pp->dp - 1, p = pp->p, d = dv->d;
-    float *g = dv->sg[s];
+    size_t bytes = n * sizeof(float);
     pm_tp_req q;
     pm_status st;
-    pp->red0[k] = now_us(dv);
     if (r > 0) {
         if ((st = pm_tp_irecv(dv->tp, (r - 1) * p + d, pm_tag_red(pp, s), dv->red, bytes, &q)) ||
             (st = pm_tp_wait(dv->tp, &q)))
@@ -389,28 +396,54 @@ static pm_status reduce_start(pm_pipe_dev *dv, int s) {
         for (size_t i = 0; i < n; i++) g[i] = dv->red[i] + g[i];
     }
     if (r < last) {
-        if ((st = pm_tp_isend(dv->tp, (r + 1) * p + d, pm_tag_red(pp, s), g, bytes, &q)) ||
+        if ((st = pm_tp_issend(dv->tp, (r + 1) * p + d, pm_tag_red(pp, s), g, bytes, &q)) ||
             (st = pm_tp_wait(dv->tp, &q)))
             return st;
-        return pm_tp_irecv(dv->tp, last * p + d, pm_tag_sum(pp, s), g, bytes, &dv->rreq[s]);
+        return pm_tp_irecv(dv->tp, last * p + d, pm_tag_sum(pp, s), g, bytes, tot);
     }
     for (int o = 0; o < last; o++)
-        if ((st = pm_tp_isend(dv->tp, o * p + d, pm_tag_sum(pp, s), g, bytes, &q)) ||
-            (st = pm_tp_wait(dv->tp, &q)))
+        if ((st = pm_tp_issend(dv->tp, o * p + d, pm_tag_sum(pp, s), g, bytes, &tot[o])))
             return st;
-    pp->red1[k] = now_us(dv);
     return PM_OK;
 }
 
-/* After the passes: the totals the last replica sent back. */
+/* Stage s's gradients are complete on this replica (its last weight pass
+ * ran), so its share of the sum starts now, while later passes run: the
+ * sum goes along the replicas in order (a fixed order: bitwise the same
+ * whatever the timing, transport or chunk size), chunk by chunk, so the
+ * only buffer it needs is one chunk (dv->red) and nothing is copied into
+ * the transport. Rendezvous makes a replica wait for the next to arrive
+ * here; that cannot deadlock, because every replica of a device runs the
+ * same pass list and so reduces the same stages in the same order (each
+ * reduction acts as a meeting point of identical positions), and the
+ * pipeline's own messages are still copied (a sender never waits). */
+static pm_status reduce_start(pm_pipe_dev *dv, int s) {
+    pm_pipe *pp = dv->pp;
+    size_t n = pm_stage_floats(pp, s), c = pm_chunk(pp), k = (size_t)dv->g * pp->S + s;
+    size_t per = pm_dev_sum_per(dv);
+    pm_tp_req *tot = dv->rreq + pm_dev_sum_reqs(dv, s);
+    pp->red0[k] = now_us(dv);
+    for (size_t lo = 0; lo < n; lo += c, tot += per) {
+        pm_status st = reduce_chunk(dv, s, dv->sg[s] + lo, n - lo < c ? n - lo : c, tot);
+        if (st) return st;
+    }
+    /* the last replica's share is done: the totals are on their way */
+    if (dv->rep == pp->dp - 1) pp->red1[k] = now_us(dv);
+    return PM_OK;
+}
+
+/* After the passes: the totals the last replica sent back have arrived
+ * (the others), or have been received (the last: its slab may change). */
 static pm_status reduce_finish(pm_pipe_dev *dv) {
     pm_pipe *pp = dv->pp;
-    if (pp->dp == 1 || dv->rep == pp->dp - 1) return PM_OK;
+    if (pp->dp == 1) return PM_OK;
     for (int s = 0; s < pp->S; s++) {
         if (stage_dev(pp, s) != dv->d) continue;
-        pm_status st = pm_tp_wait(dv->tp, &dv->rreq[s]);
-        if (st) return st;
-        pp->red1[(size_t)dv->g * pp->S + s] = now_us(dv);
+        for (size_t i = pm_dev_sum_reqs(dv, s); i < pm_dev_sum_reqs(dv, s + 1); i++) {
+            pm_status st = pm_tp_wait(dv->tp, &dv->rreq[i]);
+            if (st) return st;
+        }
+        if (dv->rep < pp->dp - 1) pp->red1[(size_t)dv->g * pp->S + s] = now_us(dv);
     }
     return PM_OK;
 }

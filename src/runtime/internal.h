@@ -73,6 +73,25 @@ static inline size_t pm_msg_bytes(const pm_pipe *pp) {
     return (size_t)pp->mbsz * (size_t)pp->T * w * sizeof(float);
 }
 
+/* Stage-sized arrays (a stage's gradients in the data-parallel sum, its
+ * parameters in a gather) travel by rendezvous (pm_tp_issend: read from
+ * the sender's slab, nothing copied into a buffer of the transport) in
+ * messages of at most PM_CHUNK floats, so the one buffer the sum needs (a
+ * partial sum arriving to be added) is a chunk, not a stage, and no
+ * message nears MPI's 2 GiB. 1 Mi floats (4 MiB): large enough that a
+ * message's fixed cost (a wake-up, MPI's handshake) is small against its
+ * copy. pm_pipe_opts.chunk_floats replaces it (tests). */
+#define PM_CHUNK PM_PLAN_CHUNK
+
+static inline size_t pm_chunk(const pm_pipe *pp) {
+    return pp->opts.chunk_floats ? pp->opts.chunk_floats : PM_CHUNK;
+}
+
+/* Messages that carry n floats. */
+static inline size_t pm_chunks(const pm_pipe *pp, size_t n) {
+    return (n + pm_chunk(pp) - 1) / pm_chunk(pp);
+}
+
 /* Message tags: activation into stage s for microbatch j, its gradient back
  * out of stage s+1 into stage s, the gradient-norm chain into stage s, and
  * the norm broadcast. Unique per step, so matching never depends on timing. */
@@ -112,9 +131,11 @@ struct pm_pipe_dev {
     pm_tp_req txreq[2];   /* send of each tx buffer */
     int txnext;           /* tx buffer the next send uses */
     pm_tp_req *nreq;      /* (S + p) norm chain sends, then the broadcast */
-    float *red;           /* data parallel, replicas after the first: a partial sum
-                           * arrives here (the largest stage's gradients) */
-    pm_tp_req *rreq;      /* (S) data parallel: the full sum's receive per stage */
+    float *red;           /* data parallel, replicas after the first: a chunk of a
+                           * partial sum arrives here (min(chunk, largest stage) floats) */
+    pm_tp_req *rreq;      /* data parallel, per chunk of each of the device's stages:
+                           * the totals' receive, or (the last replica) their send to
+                           * every other replica (pm_dev_sum_reqs) */
     /* per step */
     const int32_t *inp, *tgt; /* the step's batch (input data, read only) */
     double t_base;        /* step start (pm_now) */
@@ -135,6 +156,29 @@ static inline int pm_dev_peer(const pm_pipe_dev *dv, int s) {
 
 /* The device thread's body: passes, norm, AdamW. Sets dv->st / dv->err. */
 void *pm_dev_main(void *arg);
+
+/* Data parallelism: chunks of the device's stages before stage s (s = S:
+ * all of them). */
+static inline size_t pm_dev_chunk_base(const pm_pipe_dev *dv, int s) {
+    size_t k = 0;
+    for (int t = 0; t < s; t++)
+        if (pm_sched_stage_device(&dv->pp->sched, t) == dv->d)
+            k += pm_chunks(dv->pp, pm_stage_floats(dv->pp, t));
+    return k;
+}
+
+/* Requests for the totals per chunk: one receive (replicas before the
+ * last) or one send to every other replica (the last). */
+static inline size_t pm_dev_sum_per(const pm_pipe_dev *dv) {
+    int last = dv->pp->dp - 1;
+    return dv->rep == last && last > 0 ? (size_t)last : 1;
+}
+
+/* Where stage s's requests for the totals start in dv->rreq (s = S: their
+ * count). */
+static inline size_t pm_dev_sum_reqs(const pm_pipe_dev *dv, int s) {
+    return pm_dev_chunk_base(dv, s) * pm_dev_sum_per(dv);
+}
 
 /* The transport world (pipe_world.c): threads or MPI.
  *   world_create  the transport, this process's devices (lo, hi), buffers

@@ -41,9 +41,15 @@ static void dev_free(pm_pipe_dev *dv) {
 static void pipe_free(pm_pipe *pp) {
     if (!pp) return;
     pm_pipe_pool_free(pp); /* threads first: they use everything below */
-    pm_tp_mpi_destroy(pp->mpi); /* MPI next: it may still write into receive buffers */
+    /* MPI next: it may still write into receive buffers; after an abort it
+     * may still read a slab a rendezvous send left pending: those stay
+     * (leaked on purpose: the process is ending) */
+    int keep_slabs = pm_tp_mpi_destroy(pp->mpi);
     if (pp->dev)
-        for (int g = 0; g < pp->nd; g++) dev_free(&pp->dev[g]);
+        for (int g = 0; g < pp->nd; g++) {
+            if (keep_slabs) pp->dev[g].slab = NULL;
+            dev_free(&pp->dev[g]);
+        }
     pm_free(pp->dev);
     pm_tp_threads_destroy(pp->world);
     pm_plan_free(&pp->plan);
@@ -115,11 +121,13 @@ static pm_status dev_arena(pm_pipe *pp, pm_pipe_dev *dv, pm_err *err) {
     return pm_devmem_init(&dv->mem, pp->pl, dv->d, cap ? cap : 1, err);
 }
 
-static size_t max_stage_floats(const pm_pipe *pp) {
+/* Floats of the buffer a partial gradient sum arrives in: one chunk, or
+ * the largest stage if that is smaller. */
+static size_t red_floats(const pm_pipe *pp) {
     size_t n = 1;
     for (int s = 0; s < pp->S; s++)
         if (pm_stage_floats(pp, s) > n) n = pm_stage_floats(pp, s);
-    return n;
+    return n < pm_chunk(pp) ? n : pm_chunk(pp);
 }
 
 /* Scratch and message buffers in one allocation. */
@@ -151,10 +159,10 @@ static pm_status dev_work(pm_pipe *pp, pm_pipe_dev *dv, pm_err *err) {
     dv->elist = pm_malloc((size_t)pp->fcap * sizeof *dv->elist);
     if (!dv->elist) return nomem(err, "an evaluation list");
     if (pp->dp == 1) return PM_OK;
-    dv->rreq = pm_calloc((size_t)pp->S, sizeof(pm_tp_req));
+    dv->rreq = pm_calloc(pm_dev_sum_reqs(dv, pp->S), sizeof(pm_tp_req));
     if (!dv->rreq) return nomem(err, "reduction requests");
     if (dv->rep == 0) return PM_OK;
-    dv->red = pm_malloc(max_stage_floats(pp) * sizeof(float));
+    dv->red = pm_malloc(red_floats(pp) * sizeof(float));
     return dv->red ? PM_OK : nomem(err, "a gradient reduction buffer");
 }
 

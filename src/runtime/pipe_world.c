@@ -5,7 +5,8 @@
  *              configuration, the schedule, the caller's data identity);
  *   per step   a report: the device's pass times, arena peak, reduction
  *              times and its replica's losses (if it holds the head);
- *   on demand  the parameters and moments of each stage (pm_pipe_gather).
+ *   on demand  the parameters and moments of each stage (pm_pipe_gather),
+ *              by rendezvous from the stage's slab, in chunks.
  * Every rank makes the same calls in the same order, so these exchanges
  * need no extra synchronisation; their tags (pm_tag_ctl) never meet a
  * step's. */
@@ -22,27 +23,18 @@ static size_t report_len(const pm_pipe *pp, int g) {
     return 2 + 4 * (size_t)pp->sched.len[g % pp->p] + 2 * (size_t)pp->S + (size_t)pp->m;
 }
 
-static size_t max_stage_bytes(const pm_pipe *pp) {
-    size_t n = 0;
-    for (int s = 0; s < pp->S; s++)
-        if (pm_stage_floats(pp, s) > n) n = pm_stage_floats(pp, s);
-    return n * sizeof(float);
-}
-
 static pm_status threads_create(pm_pipe *pp, pm_err *err) {
     pm_status st = pm_tp_threads_create(&pp->world, pp->nd, pp->opts.wait_timeout_s, err);
-    /* Every message a device can receive in a step may arrive before its
-     * receive is posted; buffers for all of them up front keep the step
-     * free of allocations whatever the timing: one activation per pass,
-     * the norm chain's doubles, and with replicas two stage gradients per
-     * stage. */
+    /* Every copied message a device can receive in a step may arrive before
+     * its receive is posted; buffers for all of them up front keep the step
+     * free of allocations whatever the timing: one activation per pass and
+     * the norm chain's doubles. The gradient sums go by rendezvous and
+     * need none. */
     size_t act = pm_msg_bytes(pp) > sizeof(double) ? pm_msg_bytes(pp) : sizeof(double);
     for (int g = 0; g < pp->nd && !st; g++) {
         int64_t *was = pm_alloc_account(&pp->acct[g]); /* messages to g are g's */
         st = pm_tp_threads_reserve(pp->world, g, (int)pp->sched.len[g % pp->p] + pp->S + pp->p + 2,
                                    act, err);
-        if (!st && pp->dp > 1)
-            st = pm_tp_threads_reserve(pp->world, g, 2 * pp->S, max_stage_bytes(pp), err);
         pm_alloc_account(was);
     }
     pp->lo = 0, pp->hi = pp->nd;
@@ -53,20 +45,26 @@ static pm_status mpi_create(pm_pipe *pp, pm_err *err) {
     int rank, size;
     if (!pm_mpi_built()) {
         pm_tp_mpi *none;
-        return pm_tp_mpi_create(&none, 0, 0, 0, err); /* says it was built without */
+        return pm_tp_mpi_create(&none, 0, 0, 0, 0, err); /* says it was built without */
     }
     pm_tp_mpi *w;
-    size_t bytes = pm_msg_bytes(pp), b2 = max_stage_bytes(pp), b3 = 0;
-    for (int g = 0; g < pp->nd; g++)
-        if (report_len(pp, g) * sizeof(double) > b3) b3 = report_len(pp, g) * sizeof(double);
-    if (b2 > bytes) bytes = b2;
-    if (b3 > bytes) bytes = b3;
+    /* Copied sends carry an activation, a norm or a handshake word; the
+     * step reports, losses and stage-sized arrays go by rendezvous from
+     * their own buffers (no send buffer: pm_plan counts these). Pending at
+     * once: two activation receives, the norm chain's and the broadcast's,
+     * a partial sum's receive and its rendezvous send, a handshake or
+     * gather message, and with replicas the totals of every chunk of the
+     * device's stages (at most every stage's): a receive, or on the last
+     * replica a send to each other replica. */
+    size_t bytes = pm_msg_bytes(pp) > 64 ? pm_msg_bytes(pp) : 64, nchunk = 0;
+    for (int s = 0; s < pp->S && pp->dp > 1; s++)
+        nchunk += pm_chunks(pp, pm_stage_floats(pp, s)) * (size_t)(pp->dp - 1);
     int64_t maxlen = 0;
     for (int d = 0; d < pp->p; d++)
         if (pp->sched.len[d] > maxlen) maxlen = pp->sched.len[d];
     int64_t made = 0, *was = pm_alloc_account(&made);
     pm_status st = pm_tp_mpi_create(&w, (int)maxlen + 4 * pp->S + pp->p + 8, bytes,
-                                    pp->opts.wait_timeout_s, err);
+                                    (int)nchunk + 16, pp->opts.wait_timeout_s, err);
     pm_alloc_account(was);
     if (st) return st;
     pp->mpi = w;
@@ -120,6 +118,13 @@ static pm_status wait_msg(pm_tp *tp, int peer, int tag, void *buf, size_t len) {
 static pm_status send_msg(pm_tp *tp, int peer, int tag, const void *buf, size_t len) {
     pm_tp_req r;
     pm_status st = pm_tp_isend(tp, peer, tag, buf, len, &r); /* copies: done at once */
+    return st ? st : pm_tp_wait(tp, &r);
+}
+
+/* Rendezvous: returns once the receiver has the bytes (none copied). */
+static pm_status ssend_msg(pm_tp *tp, int peer, int tag, const void *buf, size_t len) {
+    pm_tp_req r;
+    pm_status st = pm_tp_issend(tp, peer, tag, buf, len, &r);
     return st ? st : pm_tp_wait(tp, &r);
 }
 
@@ -191,8 +196,8 @@ pm_status pm_pipe_report(pm_pipe *pp, pm_err *err) {
     pm_status st = PM_OK;
     if (pp->lo) {
         pack(pp, pp->lo, pp->report);
-        st = send_msg(tp, 0, pm_tag_ctl(pp, CTL_REPORT), pp->report,
-                      report_len(pp, pp->lo) * sizeof(double));
+        st = ssend_msg(tp, 0, pm_tag_ctl(pp, CTL_REPORT), pp->report,
+                       report_len(pp, pp->lo) * sizeof(double));
     }
     for (int g = 1; g < pp->nd && !pp->lo && !st; g++) {
         st = wait_msg(tp, g, pm_tag_ctl(pp, CTL_REPORT), pp->report,
@@ -217,7 +222,7 @@ pm_status pm_pipe_share_losses(pm_pipe *pp, int n, pm_err *err) {
         if (!bytes) continue;
         if (pp->lo == from)
             for (int g = 0; g < pp->nd && !st; g++)
-                st = g == from ? PM_OK : send_msg(tp, g, pm_tag_ctl(pp, CTL_LOSSES), x, bytes);
+                st = g == from ? PM_OK : ssend_msg(tp, g, pm_tag_ctl(pp, CTL_LOSSES), x, bytes);
         else st = wait_msg(tp, from, pm_tag_ctl(pp, CTL_LOSSES), x, bytes);
     }
     if (st) pm_tp_status(tp, err);
@@ -233,7 +238,7 @@ pm_status pm_pipe_gather_figures(pm_pipe *pp, const double *mine, int n, double 
     pm_tp *tp = pm_tp_mpi_endpoint(pp->mpi);
     size_t bytes = (size_t)n * sizeof *all;
     pm_status st = PM_OK;
-    if (pp->lo) st = send_msg(tp, 0, pm_tag_ctl(pp, CTL_FIGURES), mine, bytes);
+    if (pp->lo) st = ssend_msg(tp, 0, pm_tag_ctl(pp, CTL_FIGURES), mine, bytes);
     else memcpy(all, mine, bytes);
     for (int g = 1; g < pp->nd && !pp->lo && !st; g++)
         st = wait_msg(tp, g, pm_tag_ctl(pp, CTL_FIGURES), all + (size_t)g * n, bytes);
@@ -247,21 +252,33 @@ static const float *slab_of(const pm_pipe_dev *dv, pm_slab which, int s) {
     return which == PM_SLAB_PARAMS ? dv->sp[s] : which == PM_SLAB_ADAM_M ? dv->sm[s] : dv->sv[s];
 }
 
+/* Stage s's slab from device g to the root, straight from the slab into
+ * `out` (rendezvous), in chunks. */
+static pm_status gather_stage(pm_pipe *pp, pm_slab which, int s, int g, float *out) {
+    size_t n = pm_stage_floats(pp, s), c = pm_chunk(pp);
+    int local = g >= pp->lo && g < pp->hi, tag = pm_tag_ctl(pp, CTL_GATHER);
+    const float *x = local ? slab_of(&pp->dev[g], which, s) : NULL;
+    if (local && pm_pipe_is_root(pp)) {
+        memcpy(out, x, n * sizeof(float));
+        return PM_OK;
+    }
+    pm_status st = PM_OK;
+    for (size_t lo = 0; lo < n && !st; lo += c) {
+        size_t bytes = (n - lo < c ? n - lo : c) * sizeof(float);
+        if (local) st = ssend_msg(pp->dev[g].tp, 0, tag, x + lo, bytes);
+        else if (pm_pipe_is_root(pp)) st = wait_msg(pp->dev[0].tp, g, tag, out + lo, bytes);
+    }
+    return st;
+}
+
 pm_status pm_pipe_gather(pm_pipe *pp, pm_slab which, float *out, pm_err *err) {
     PM_ASSERT(which >= 0 && which < PM_SLAB_COUNT);
     if (which != PM_SLAB_PARAMS && pp->pl->forward_only)
         return pm_errf(err, PM_ERR_ARG, "a forward-only pipeline holds no AdamW moments");
     for (int s = 0; s < pp->S; s++) {
         int g = pm_sched_stage_device(&pp->sched, s); /* replica 0's device */
-        size_t n = pm_stage_floats(pp, s), off = pm_gpt_layer_offset(&pp->cfg.model, pp->first[s]);
-        int local = g >= pp->lo && g < pp->hi;
-        pm_status st = PM_OK;
-        if (local && pm_pipe_is_root(pp)) memcpy(out + off, slab_of(&pp->dev[g], which, s),
-                                                 n * sizeof(float));
-        else if (local) st = send_msg(pp->dev[g].tp, 0, pm_tag_ctl(pp, CTL_GATHER),
-                                      slab_of(&pp->dev[g], which, s), n * sizeof(float));
-        else if (pm_pipe_is_root(pp)) st = wait_msg(pp->dev[0].tp, g, pm_tag_ctl(pp, CTL_GATHER),
-                                                    out + off, n * sizeof(float));
+        size_t off = pm_gpt_layer_offset(&pp->cfg.model, pp->first[s]);
+        pm_status st = gather_stage(pp, which, s, g, out ? out + off : NULL);
         if (st) {
             pm_tp_status(pp->dev[pp->lo].tp, err);
             return st;

@@ -9,15 +9,23 @@
  * Sends: isend copies the payload into a send buffer of the transport and
  * starts MPI_Isend from there; the caller's request is complete at once.
  * A buffer is free again when its MPI send completed (reaped on every
- * call). Receives: a slot of `recv` holds the MPI request of each pending
- * receive; the caller's pm_tp_req names the slot.
+ * call). issend starts MPI_Issend straight from the caller's buffer (MPI's
+ * synchronous mode: complete only once the matching receive has started),
+ * so no buffer of the transport grows with the message. Receives and
+ * rendezvous sends: a slot of `slot` holds the MPI request of each pending
+ * one; the caller's pm_tp_req names the slot.
  *
- * Request state machine (receives):
- *   idle --irecv--> posted (slot taken) --wait/test sees MPI complete--> done
- *   posted --abort or destroy--> cancelled (slot freed, buffer untouched)
+ * Request state machine (receives and rendezvous sends):
+ *   idle --irecv/issend--> pending (slot taken) --wait/test sees MPI
+ *        complete--> done (slot freed)
+ *   pending --destroy--> receive: cancelled (slot freed, buffer untouched);
+ *        rendezvous send: cancelled if MPI can (OpenMPI's ob1 cannot cancel
+ *        sends), else left pending and reported (pm_tp_mpi_destroy returns
+ *        1: MPI may still read the caller's buffer, which must outlive it)
  * Invariants: a send buffer is touched by the caller's data only while its
- * request is MPI_REQUEST_NULL; the sticky error is set once, by the first
- * local failure or the first abort line received. */
+ * request is MPI_REQUEST_NULL; a slot is MPI_REQUEST_NULL exactly when free;
+ * the sticky error is set once, by the first local failure or the first
+ * abort line received. */
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,9 +51,9 @@ pm_status pm_mpi_bcast(void *buf, size_t bytes, pm_err *err) {
     (void)buf, (void)bytes;
     return no_mpi(err);
 }
-pm_status pm_tp_mpi_create(pm_tp_mpi **w, int nsend, size_t send_bytes, double timeout_s,
-                           pm_err *err) {
-    (void)nsend, (void)send_bytes, (void)timeout_s;
+pm_status pm_tp_mpi_create(pm_tp_mpi **w, int nsend, size_t send_bytes, int nreq,
+                           double timeout_s, pm_err *err) {
+    (void)nsend, (void)send_bytes, (void)nreq, (void)timeout_s;
     *w = NULL;
     return no_mpi(err);
 }
@@ -57,13 +65,14 @@ pm_status pm_tp_mpi_barrier(pm_tp_mpi *w) {
     (void)w;
     return no_mpi(NULL);
 }
-void pm_tp_mpi_destroy(pm_tp_mpi *w) { (void)w; }
+int pm_tp_mpi_destroy(pm_tp_mpi *w) {
+    (void)w;
+    return 0;
+}
 
 #else
 
 #include <mpi.h>
-
-enum { NRECV = 256 }; /* receives pending at once (the executor posts a few) */
 
 typedef struct {
     int32_t st, rank;
@@ -76,6 +85,11 @@ typedef struct {
     int peer;        /* of the last send (error lines) */
 } send_buf;
 
+typedef struct {
+    MPI_Request req; /* a pending receive or rendezvous send; MPI_REQUEST_NULL when free */
+    int send;        /* 1: a rendezvous send (MPI_Issend), 0: a receive */
+} req_slot;
+
 struct pm_tp_mpi {
     MPI_Comm data, ctl;
     int rank, size, tag_ub;
@@ -84,7 +98,8 @@ struct pm_tp_mpi {
     send_buf *send;           /* (nsend) buffers; the first nbuf allocated */
     int nsend, nbuf;
     size_t send_bytes;
-    MPI_Request recv[NRECV];  /* pending receives */
+    req_slot *slot;           /* (nslot) pending receives and rendezvous sends */
+    int nslot;
     abort_line in, out;       /* the posted abort receive's buffer; the line we sent */
     MPI_Request in_req, *out_req; /* (size) */
     int aborted;
@@ -278,25 +293,54 @@ static pm_status mp_isend(pm_tp *tp, int peer, int tag, const void *buf, size_t 
     return PM_OK;
 }
 
+/* A free request slot, or the error (more pending than the caller said). */
+static pm_status free_slot(pm_tp_mpi *w, int *k) {
+    for (*k = 0; *k < w->nslot; (*k)++)
+        if (w->slot[*k].req == MPI_REQUEST_NULL) return PM_OK;
+    return fail(w, PM_ERR_TRANSPORT, "rank %d: more than %d receives and rendezvous sends "
+                "pending (a runtime bug)", w->rank, w->nslot);
+}
+
+static pm_status mp_issend(pm_tp *tp, int peer, int tag, const void *buf, size_t len,
+                           pm_tp_req *r) {
+    pm_tp_mpi *w = world_of(tp);
+    int k;
+    pm_status st = sticky(w);
+    if (st || (st = check_peer(w, peer, tag, len)) || (st = free_slot(w, &k))) return st;
+    int rc = MPI_Issend(buf, (int)len, MPI_BYTE, peer, tag, w->data, &w->slot[k].req);
+    if (rc != MPI_SUCCESS) return mpi_call_failed(w, rc, "MPI_Issend", peer);
+    w->slot[k].send = 1;
+    *r = (pm_tp_req){.op = 3, .peer = peer, .tag = tag, .sbuf = buf, .len = len, .slot = k};
+    return PM_OK;
+}
+
 static pm_status mp_irecv(pm_tp *tp, int peer, int tag, void *buf, size_t len, pm_tp_req *r) {
     pm_tp_mpi *w = world_of(tp);
+    int k;
     pm_status st = sticky(w);
-    if (st || (st = check_peer(w, peer, tag, len))) return st;
-    int k = 0;
-    while (k < NRECV && w->recv[k] != MPI_REQUEST_NULL) k++;
-    if (k == NRECV)
-        return fail(w, PM_ERR_TRANSPORT, "rank %d: more than %d receives pending (a runtime "
-                    "bug)", w->rank, NRECV);
-    int rc = MPI_Irecv(buf, (int)len, MPI_BYTE, peer, tag, w->data, &w->recv[k]);
+    if (st || (st = check_peer(w, peer, tag, len)) || (st = free_slot(w, &k))) return st;
+    int rc = MPI_Irecv(buf, (int)len, MPI_BYTE, peer, tag, w->data, &w->slot[k].req);
     if (rc != MPI_SUCCESS) return mpi_call_failed(w, rc, "MPI_Irecv", peer);
+    w->slot[k].send = 0;
     *r = (pm_tp_req){.op = 2, .peer = peer, .tag = tag, .buf = buf, .len = len, .slot = k};
+    return PM_OK;
+}
+
+/* Tests a pending rendezvous send once. */
+static pm_status test_ssend(pm_tp_mpi *w, pm_tp_req *r, int *done) {
+    int flag = 0, rc = MPI_Test(&w->slot[r->slot].req, &flag, MPI_STATUS_IGNORE);
+    *done = 0;
+    if (rc != MPI_SUCCESS) return mpi_call_failed(w, rc, "MPI_Test of a rendezvous send", r->peer);
+    if (!flag) return PM_OK;
+    r->op = 0, r->done = 1, r->slot = -1;
+    *done = 1;
     return PM_OK;
 }
 
 /* Tests a pending receive once; checks the length when it completed. */
 static pm_status test_recv(pm_tp_mpi *w, pm_tp_req *r, int *done) {
     MPI_Status ms;
-    int flag = 0, rc = MPI_Test(&w->recv[r->slot], &flag, &ms);
+    int flag = 0, rc = MPI_Test(&w->slot[r->slot].req, &flag, &ms);
     *done = 0;
     if (rc != MPI_SUCCESS) {
         int cls = rc;
@@ -322,9 +366,9 @@ static pm_status mp_test(pm_tp *tp, pm_tp_req *r, int *done) {
     pm_tp_mpi *w = world_of(tp);
     *done = 1;
     pm_status st = sticky(w);
-    if (st || r->op != 2) return st;
+    if (st || (r->op != 2 && r->op != 3)) return st;
     reap_sends(w);
-    return test_recv(w, r, done);
+    return r->op == 3 ? test_ssend(w, r, done) : test_recv(w, r, done);
 }
 
 static pm_status mp_wait(pm_tp *tp, pm_tp_req *r) {
@@ -336,6 +380,10 @@ static pm_status mp_wait(pm_tp *tp, pm_tp_req *r) {
         pm_status st = mp_test(tp, r, &done);
         if (st || done) return st;
         double t = pm_now() - t0;
+        if (t > w->timeout_s && r->op == 3)
+            return fail(w, PM_ERR_TRANSPORT, "rank %d waited %.0f s for rank %d to receive its "
+                        "message with tag %d (that rank died or hangs)", w->rank, w->timeout_s,
+                        r->peer, r->tag);
         if (t > w->timeout_s)
             return fail(w, PM_ERR_TRANSPORT, "rank %d waited %.0f s for a message with tag %d "
                         "from rank %d that never came (that rank died or hangs)", w->rank,
@@ -383,11 +431,11 @@ static pm_status mp_status(const pm_tp *tp, pm_err *err) {
     return st;
 }
 
-static const pm_tp_ops mpi_ops = {"mpi", mp_isend, mp_irecv, mp_wait, mp_test, mp_abort,
-                                  mp_status};
+static const pm_tp_ops mpi_ops = {"mpi",   mp_isend, mp_issend, mp_irecv,
+                                  mp_wait, mp_test,  mp_abort,  mp_status};
 
-pm_status pm_tp_mpi_create(pm_tp_mpi **out, int nsend, size_t send_bytes, double timeout_s,
-                           pm_err *err) {
+pm_status pm_tp_mpi_create(pm_tp_mpi **out, int nsend, size_t send_bytes, int nreq,
+                           double timeout_s, pm_err *err) {
     *out = NULL;
     int inited = 0;
     MPI_Initialized(&inited);
@@ -398,16 +446,18 @@ pm_status pm_tp_mpi_create(pm_tp_mpi **out, int nsend, size_t send_bytes, double
     MPI_Comm_size(MPI_COMM_WORLD, &w->size);
     w->nsend = nsend > 0 ? nsend : 1, w->send_bytes = send_bytes;
     w->timeout_s = timeout_s > 0 ? timeout_s : 300;
+    w->nslot = nreq > 0 ? nreq : 1;
     w->send = pm_calloc((size_t)w->nsend, sizeof *w->send);
+    w->slot = pm_calloc((size_t)w->nslot, sizeof *w->slot);
     w->out_req = pm_calloc((size_t)w->size, sizeof *w->out_req);
     w->data = w->ctl = MPI_COMM_NULL;
     pm_status st = PM_OK;
     int rc = MPI_SUCCESS, *ub = NULL, flag = 0;
-    if (!w->send || !w->out_req) {
+    if (!w->send || !w->slot || !w->out_req) {
         st = pm_errf(err, PM_ERR_NOMEM, "out of memory creating the MPI transport");
         goto fail;
     }
-    for (int k = 0; k < NRECV; k++) w->recv[k] = MPI_REQUEST_NULL;
+    for (int k = 0; k < w->nslot; k++) w->slot[k].req = MPI_REQUEST_NULL;
     for (int r = 0; r < w->size; r++) w->out_req[r] = MPI_REQUEST_NULL;
     if ((rc = MPI_Comm_dup(MPI_COMM_WORLD, &w->data)) != MPI_SUCCESS ||
         (rc = MPI_Comm_dup(MPI_COMM_WORLD, &w->ctl)) != MPI_SUCCESS) {
@@ -455,8 +505,8 @@ static int settle(MPI_Request *r, double until) {
     return flag;
 }
 
-void pm_tp_mpi_destroy(pm_tp_mpi *w) {
-    if (!w) return;
+int pm_tp_mpi_destroy(pm_tp_mpi *w) {
+    if (!w) return 0;
     /* after success every copy has a receiver: let them leave */
     double t0 = pm_now();
     long ns = 0;
@@ -470,20 +520,27 @@ void pm_tp_mpi_destroy(pm_tp_mpi *w) {
      * messages go by rendezvous, read straight from it): a send that
      * neither completes nor cancels keeps its buffer, and so does the abort
      * line's, held in w. Leaked on purpose: the process is ending. */
-    int keep = 0;
+    int keep = 0, caller_keep = 0;
     double until = pm_now() + 1; /* one second for all of them */
     for (int k = 0; k < w->nbuf; k++)
         if (settle(&w->send[k].req, until)) pm_free(w->send[k].buf);
         else keep = 1;
     for (int r = 0; w->out_req && r < w->size; r++) keep |= !settle(&w->out_req[r], until);
-    for (int k = 0; k < NRECV; k++) cancel(&w->recv[k]);
+    /* a rendezvous send still pending (only after an abort: callers wait
+     * for theirs) reads the caller's buffer: the caller keeps it */
+    for (int k = 0; w->slot && k < w->nslot; k++) {
+        if (w->slot[k].send) caller_keep |= !settle(&w->slot[k].req, until);
+        else cancel(&w->slot[k].req);
+    }
     cancel(&w->in_req);
     if (w->data != MPI_COMM_NULL) MPI_Comm_free(&w->data);
     if (w->ctl != MPI_COMM_NULL) MPI_Comm_free(&w->ctl);
-    if (keep) return;
+    if (keep) return caller_keep;
     pm_free(w->send);
+    pm_free(w->slot);
     pm_free(w->out_req);
     pm_free(w);
+    return caller_keep;
 }
 
 #endif

@@ -10,16 +10,17 @@
 #include <stdlib.h>
 
 static atomic_llong calls;     /* allocation calls so far */
+static atomic_llong bytes;     /* bytes those calls asked for (successful or not) */
 static atomic_llong fail_from; /* call number that fails first; 0 = never */
 static atomic_int fail_sticky; /* later calls fail too */
 static atomic_int failed;      /* the hook fired */
 static _Thread_local int64_t *account; /* the calling thread's byte count, or NULL */
 
-static void count(size_t n) {
-    if (account) *account += (int64_t)n;
-}
-
-static int should_fail(void) {
+/* Counts the call and its bytes (also into the thread's account); 1 if the
+ * fault hook makes it fail. */
+static int should_fail(size_t size) {
+    atomic_fetch_add_explicit(&bytes, (long long)size, memory_order_relaxed);
+    if (account) *account += (int64_t)size;
     long long n = atomic_fetch_add_explicit(&calls, 1, memory_order_relaxed) + 1;
     long long at = atomic_load_explicit(&fail_from, memory_order_relaxed);
     if (at == 0 || n < at) return 0;
@@ -28,29 +29,21 @@ static int should_fail(void) {
     return 1;
 }
 
-void *pm_malloc(size_t n) {
-    if (should_fail()) return NULL;
-    count(n);
-    return malloc(n ? n : 1);
+void *pm_malloc(size_t n) { return should_fail(n) ? NULL : malloc(n ? n : 1); }
+
+void *pm_calloc(size_t count, size_t size) {
+    size_t n = 0;
+    pm_size_mul(count, size, &n); /* on overflow calloc fails: counted as 0 */
+    if (should_fail(n)) return NULL;
+    return count && size ? calloc(count, size) : calloc(1, 1);
 }
 
-void *pm_calloc(size_t n, size_t size) {
-    if (should_fail()) return NULL;
-    if (n && size && n <= SIZE_MAX / size) count(n * size);
-    return n && size ? calloc(n, size) : calloc(1, 1);
-}
-
-void *pm_realloc(void *p, size_t n) {
-    if (should_fail()) return NULL;
-    count(n);
-    return realloc(p, n ? n : 1);
-}
+void *pm_realloc(void *p, size_t n) { return should_fail(n) ? NULL : realloc(p, n ? n : 1); }
 
 void *pm_aligned_alloc(size_t align, size_t n) {
-    if (should_fail()) return NULL;
+    if (should_fail(n)) return NULL;
     if (!align || n > SIZE_MAX - align) return NULL; /* rounding up would wrap */
     size_t r = n ? (n + align - 1) / align * align : align; /* C11: a multiple of align */
-    count(r);
     return aligned_alloc(align, r);
 }
 
@@ -63,6 +56,8 @@ void pm_alloc_fail_at(int64_t n, int sticky) {
 }
 
 int64_t pm_alloc_calls(void) { return (int64_t)atomic_load(&calls); }
+
+int64_t pm_alloc_bytes(void) { return (int64_t)atomic_load(&bytes); }
 
 int pm_alloc_failed(void) { return atomic_load(&failed); }
 
