@@ -427,7 +427,7 @@ static pm_status check_start(const char *path, const uint8_t *h, size_t got, uin
  * describes was most likely cut short; anything else is corruption. */
 static pm_status bad_fnv(const char *path, uint64_t size, uint64_t claimed, const char *what,
                          pm_err *err) {
-    if (claimed > size)
+    if (claimed > size && claimed < UINT64_MAX)
         return pm_errf(err, PM_ERR_FORMAT, "%s: truncated: %llu bytes, its header describes %llu "
                        "(checksum mismatch); use another checkpoint", path,
                        (unsigned long long)size, (unsigned long long)claimed);
@@ -448,8 +448,8 @@ static pm_status verify_old(const char *path, int fd, const uint8_t *h, pm_ckpt_
     if (scan(fd, at, size - TAIL_OLD - at, NULL, 0, &fnv, NULL)) return read_failed(err, path, at);
     if (pread_all(fd, tail, 8, size - TAIL_OLD)) return read_failed(err, path, size - TAIL_OLD);
     if (pm_get_u64(tail) != fnv)
-        return bad_fnv(path, size, n <= MAX_PARAMS ? slab_at(n, 3, 0) + TAIL_OLD : UINT64_MAX,
-                       "the file", err);
+        return bad_fnv(path, size, n <= MAX_PARAMS ? slab_at(n, PM_CKPT_SLABS, 0) + TAIL_OLD
+                                                   : UINT64_MAX, "the file", err);
     return PM_OK;
 }
 
@@ -458,8 +458,14 @@ static pm_status verify_v4(const char *path, int fd, const uint8_t *h, pm_ckpt_i
                            pm_err *err) {
     uint64_t size = info->size, n = pm_get_u64(h + 112);
     uint64_t end = n <= MAX_PARAMS ? slab_at(n, PM_CKPT_SLABS, 0) : UINT64_MAX;
-    if (end > size - 8 - TAIL_V4) /* the tokenizer length is not even there */
-        return bad_fnv(path, size, end < UINT64_MAX ? end + 8 + TAIL_V4 : UINT64_MAX, "", err);
+    if (end > size - 8 - TAIL_V4) { /* the tokenizer length is not even there */
+        if (end == UINT64_MAX)
+            return pm_errf(err, PM_ERR_FORMAT, "%s: %llu parameters at offset 112 (the file is "
+                           "corrupted); use another checkpoint", path, (unsigned long long)n);
+        return pm_errf(err, PM_ERR_FORMAT, "%s: truncated: %llu bytes, its header describes "
+                       "at least %llu; use another checkpoint", path, (unsigned long long)size,
+                       (unsigned long long)(end + 8 + TAIL_V4));
+    }
     uint64_t fnv = pm_fnv1a64(PM_FNV_OFFSET, h, PM_CKPT_HEADER);
     uint8_t len[8], tail[8];
     if (scan(fd, end, size - 8 - end, NULL, 0, &fnv, NULL)) return read_failed(err, path, end);
