@@ -6,8 +6,9 @@
  * carry the run to its end, where the checkpoint must be byte for byte the
  * one an uninterrupted run writes. The same for a pipeline run (--pp 2,
  * zb-h1), whose end must also equal the single-device run's. Only the CLI
- * and pm_ckpt_info_read are used, so the test does not depend on the
- * checkpoint's layout.
+ * and the library's checkpoint readers are used, so the test does not
+ * depend on the checkpoint's layout. And a writer in parts killed between
+ * pm_ckpt_create and pm_ckpt_commit leaves the previous checkpoint.
  *
  * The kill moments are drawn from a seeded generator (PM_KILL_SEED overrides
  * the seed, which failures print) as fractions of the uninterrupted run's
@@ -108,6 +109,16 @@ static double uniform(uint64_t *s) {
     return (double)((*s * 2685821657736338717ull) >> 11) / 9007199254740992.0;
 }
 
+/* Verifies every byte of a checkpoint: the header (info) and each slab's
+ * checksum. */
+static pm_status verify_whole(const char *path, pm_ckpt_info *info, pm_err *err) {
+    pm_status st = pm_ckpt_info_read(path, info, err);
+    uint64_t sums[PM_CKPT_SLABS];
+    for (int s = 0; s < PM_CKPT_SLABS && !st; s++)
+        st = pm_ckpt_read_part(path, info, s, 0, NULL, info->n_params, &sums[s], err);
+    return st ? st : pm_ckpt_check_sums(path, info, PM_CKPT_ALL, sums, err);
+}
+
 static void kill_and_resume(int pp) {
     const char *bin = getenv("PM_BIN");
     if (!bin) skip();
@@ -122,7 +133,7 @@ static void kill_and_resume(int pp) {
     double full = now_s() - t0;
     pm_ckpt_info info;
     pm_err err;
-    if (pm_ckpt_info_read(ref, &info, &err)) fail_msg("%s", err.msg);
+    if (verify_whole(ref, &info, &err)) fail_msg("%s", err.msg);
     assert_int_equal(info.step, STEPS);
     /* Kills at 2%..37% of a full run's time each: later kills land further
      * into the run (resumed runs start where the last checkpoint stopped). */
@@ -146,7 +157,7 @@ static void kill_and_resume(int pp) {
          * no older than the previous one. */
         int64_t step = -1;
         if (exists(run)) {
-            if (pm_ckpt_info_read(run, &info, &err))
+            if (verify_whole(run, &info, &err))
                 fail_msg("seed %llu: after kill %d at %.3f s: %s", (unsigned long long)seed, k,
                          delay, err.msg);
             step = info.step;
@@ -193,6 +204,50 @@ static void test_sigkill_then_resume_pp(void **state) {
     kill_and_resume(1);
 }
 
+/* A writer in parts SIGKILLed after pm_ckpt_create and a pm_ckpt_write_part,
+ * before the commit: the previous checkpoint is byte for byte there and
+ * loads; the dead writer's temporary is cleared by the next writer's check. */
+static void test_sigkill_between_create_and_commit(void **state) {
+    (void)state;
+    static uint8_t text[2000];
+    for (size_t i = 0; i < sizeof text; i++) text[i] = (uint8_t)("killed mid-save "[i % 16]);
+    pm_tokens toks = PM_TOKENS_BYTES(text, sizeof text);
+    pm_train_cfg c = {.model = {256, 8, 16, 2, 2}, .batch = 2, .micro = 1, .seed = 3};
+    pm_optim_defaults(&c.opt, 4);
+    pm_trainer t;
+    pm_err err = {{0}};
+    pm_step_info si;
+    char path[300], cmd[700];
+    snprintf(path, sizeof path, "%s/parts.ckpt", dir);
+    assert_int_equal(pm_trainer_init(&t, &c, &toks, 0, &err), PM_OK);
+    assert_int_equal(pm_trainer_step(&t, &si, &err), PM_OK);
+    assert_int_equal(pm_ckpt_save(&t, path, &err), PM_OK);
+    snprintf(cmd, sizeof cmd, "cp %s %s.before", path, path);
+    assert_int_equal(system(cmd), 0);
+    assert_int_equal(pm_trainer_step(&t, &si, &err), PM_OK);
+    pid_t pid = fork();
+    if (pid == 0) {
+        pm_ckpt_meta meta = pm_ckpt_meta_of(&t);
+        char *tmp;
+        uint64_t sum;
+        if (!pm_ckpt_create(path, &meta, &tmp, &err) &&
+            !pm_ckpt_write_part(tmp, t.n_params, PM_CKPT_PARAMS, 0, t.params, t.n_params, &sum,
+                                &err))
+            raise(SIGKILL);
+        _exit(1);
+    }
+    assert_int_equal(wait_for(pid), 128 + SIGKILL);
+    snprintf(cmd, sizeof cmd, "cmp -s %s %s.before", path, path);
+    assert_int_equal(system(cmd), 0);
+    pm_ckpt_info info;
+    if (verify_whole(path, &info, &err)) fail_msg("%s", err.msg);
+    assert_int_equal(info.step, 1);
+    assert_int_equal(chk_tmp_count(path), 1); /* the dead writer's */
+    assert_int_equal(pm_path_check_writable(path, &err), PM_OK);
+    assert_int_equal(chk_tmp_count(path), 0);
+    pm_trainer_free(&t);
+}
+
 static int setup(void **state) {
     (void)state;
     const char *bin = getenv("PM_BIN");
@@ -223,6 +278,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sigkill_then_resume),
         cmocka_unit_test(test_sigkill_then_resume_pp),
+        cmocka_unit_test(test_sigkill_between_create_and_commit),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -261,7 +261,7 @@ const char *pm_blas_better_coretype(void);
  * the pipemem binary does, in src/cli/reexec.c; the library never execs.) */
 
 /* ---- checkpoints ------------------------------------------------------------
- * File format, version 3, little-endian, floats IEEE-754 binary32:
+ * File format, version 4, little-endian, floats IEEE-754 binary32:
  *   offset size field
  *        0    8 magic "PMCKPT01"
  *        8    4 version (u32) = PM_CKPT_VERSION
@@ -283,48 +283,153 @@ const char *pm_blas_better_coretype(void);
  *      128  4n parameters, layer slab order (pm_gpt.h)
  *     +4n   4n AdamW first moments m
  *     +4n   4n AdamW second moments v
- *     +4n    8 tokenizer length L (u64; version 3; 0: the data is bytes)
+ *     +4n    8 tokenizer length L (u64; 0: the data is bytes)
  *     +8     L the tokenizer model (SentencePiece), so `sample` decodes on its own
- *     end-8  8 FNV-1a-64 of every preceding byte
- * Gradients are not stored: every step starts from zero. Saving writes
- * a temporary, fsyncs it, renames it and fsyncs the directory (pm_wfile), so a
- * crash or a full disk never leaves half a checkpoint at FILE. Versions 1
- * to 3 are read (1 and 2 have no tokenizer section). */
+ *     +L    24 slab checksums of the parameters, m and v (u64 each)
+ *     +24    8 FNV-1a-64 of every byte outside the three slabs, in file order
+ *               (header, tokenizer length and model, slab checksums)
+ * A slab's checksum is additive, so each writer or reader of a range computes
+ * its part and the parts of any partition add up to it: with b_i the 32 bits
+ * of the slab's element i (0-based index within the slab), modulo 2^64,
+ *   sum = SUM_i fmix64((i * 0x9E3779B97F4A7C15) XOR b_i)
+ *   fmix64(k) = k ^= k >> 33, k *= 0xff51afd7ed558ccd, k ^= k >> 33,
+ *               k *= 0xc4ceb9fe1a85ec53, k ^= k >> 33   (MurmurHash3's finalizer)
+ * The index in the mix makes moved or swapped values count. Versions 1 to 3
+ * are read, not written: they have no slab checksums and end in one FNV-1a-64
+ * of every preceding byte; version 3 has the tokenizer section after v,
+ * versions 1 and 2 end with v. Gradients are not stored: every step starts
+ * from zero.
+ *
+ * Writing in parts (a pipeline's devices each write their own layers' ranges,
+ * with ZeRO-1 their own pieces of the moments): the root pm_ckpt_create()s a
+ * temporary PATH.tmp.PID.N the size of the whole file, all zero (its header is
+ * not valid until the commit, so a crash never leaves a file that reads as a
+ * checkpoint); every writer, a thread or a process on any machine sharing the
+ * file system, pm_ckpt_write_part()s its ranges (pwrite at their offsets,
+ * fsync) and gets each range's part of its slab's checksum; once every writer
+ * succeeded the root adds the parts and pm_ckpt_commit()s (header, tokenizer,
+ * checksums, fsync, rename over PATH, directory fsync), or after any failure
+ * pm_ckpt_abandon()s. PATH holds its old content or the whole new checkpoint,
+ * never a mix. pm_ckpt_save is these steps for a whole trainer.
+ *
+ * Reading in parts: pm_ckpt_info_read() verifies the header, the tokenizer and
+ * the checksums' FNV (version 4; cheap) or the whole file (versions 1 to 3);
+ * then each reader pm_ckpt_read_part()s its ranges, the caller adds the parts
+ * and pm_ckpt_check_sums() compares the slabs read whole. pm_ckpt_load is
+ * these steps for a whole trainer. */
 #define PM_CKPT_MAGIC "PMCKPT01"
-#define PM_CKPT_VERSION 3u
+#define PM_CKPT_VERSION 4u
 #define PM_CKPT_HEADER 128
 
+/* Slabs of a checkpoint, in file order; PM_CKPT_MASK(s) selects one. */
+enum { PM_CKPT_PARAMS, PM_CKPT_M, PM_CKPT_V, PM_CKPT_SLABS };
+#define PM_CKPT_MASK(s) (1u << (s))
+#define PM_CKPT_ALL 7u
+
+/* What a checkpoint holds besides the slabs. */
+typedef struct {
+    pm_train_cfg cfg;      /* the run's configuration (n = pm_gpt_num_params(&cfg.model)) */
+    int64_t step;          /* optimizer steps completed */
+    uint64_t data_pos;     /* train windows drawn */
+    uint64_t data_seed;    /* the train loader's seed */
+    uint64_t data_id;      /* pm_tokens_identity of the train tokens (0: unknown) */
+    const void *tok_model; /* the tokenizer model (borrowed; NULL with tok_len 0: bytes) */
+    size_t tok_len;
+} pm_ckpt_meta;
+
+/* A trainer's metadata (tok_model borrowed from it). */
+pm_ckpt_meta pm_ckpt_meta_of(const pm_trainer *t);
+
+/* Whether path can take a checkpoint: a regular file or a new name in a
+ * writable directory (a directory, device or FIFO is refused in one line).
+ * Clears the temporaries killed writers left (pm_path_check_writable). */
+pm_status pm_ckpt_check_path(const char *path, pm_err *err);
+
+/* Writes t's checkpoint to path (create, three write_parts, commit): on
+ * error path is unchanged. */
 pm_status pm_ckpt_save(const pm_trainer *t, const char *path, pm_err *err);
 
-/* The header of a checkpoint, checked for magic, version, size and
- * checksum (the whole file is read through once) before any field is
- * believed. */
+/* Starts a checkpoint of meta at path: checks the path (pm_ckpt_check_path),
+ * creates the temporary sized to the whole file and returns its name in
+ * *tmp (pm_malloc'd: the caller pm_frees it after commit or abandon). On
+ * error nothing was created and *tmp is NULL. */
+pm_status pm_ckpt_create(const char *path, const pm_ckpt_meta *meta, char **tmp, pm_err *err);
+
+/* Writes x[0 .. count) as elements first .. first+count-1 of slab (a
+ * PM_CKPT_* slab) of a checkpoint of n_params floats per slab into the
+ * temporary tmp, fsyncs it, and sets *sum to the range's part of the slab's
+ * checksum. Safe to call concurrently for disjoint ranges, from threads or
+ * processes. Errors (one line naming tmp) leave *sum unset; the root must
+ * then abandon. */
+pm_status pm_ckpt_write_part(const char *tmp, size_t n_params, int slab, size_t first,
+                             const float *x, size_t count, uint64_t *sum, pm_err *err);
+
+/* Finishes the checkpoint once every range of every slab was written:
+ * meta must be the one given to create, sums[s] the sum of slab s's parts.
+ * Writes the header, tokenizer and checksums, fsyncs, renames tmp over path
+ * and fsyncs the directory. On error tmp is removed and path is unchanged
+ * (unless only the directory's fsync failed: the message says so). */
+pm_status pm_ckpt_commit(const char *path, const char *tmp, const pm_ckpt_meta *meta,
+                         const uint64_t sums[PM_CKPT_SLABS], pm_err *err);
+
+/* Removes the temporary (after a writer failed); path stays as it was.
+ * NULL is a no-op. Does not free tmp. */
+void pm_ckpt_abandon(const char *tmp);
+
+/* The header of a checkpoint, believed only after the magic, version, size
+ * and checksums passed: version 4's FNV of the bytes outside the slabs (the
+ * slabs are verified by whoever reads them), versions 1 to 3's FNV of the
+ * whole file (read through once, the slab checksums computed on the way). */
 typedef struct {
-    pm_train_cfg cfg;  /* as saved */
-    int64_t step;      /* steps completed */
-    uint64_t data_pos; /* train windows drawn */
-    size_t n_params;   /* floats per slab */
-    uint32_t version;  /* file format version (1 to 3) */
-    uint64_t data_id;  /* identity of the train tokens; 0 if unknown (version 1) */
-    size_t tok_len;    /* bytes of the embedded tokenizer model (version 3; 0: bytes) */
+    pm_train_cfg cfg;   /* as saved */
+    int64_t step;       /* steps completed */
+    uint64_t data_pos;  /* train windows drawn */
+    uint64_t data_seed; /* the train loader's seed */
+    size_t n_params;    /* floats per slab */
+    uint32_t version;   /* file format version (1 to 4) */
+    uint64_t data_id;   /* identity of the train tokens; 0 if unknown (version 1) */
+    size_t tok_len;     /* bytes of the embedded tokenizer model (version 3 on; 0: bytes) */
+    uint64_t tok_off;   /* file offset of the tokenizer model (version 3 on) */
+    uint64_t size;      /* file bytes */
+    uint64_t sums[PM_CKPT_SLABS]; /* slab checksums: stored (version 4), or
+                                   * computed while the file was verified (1 to 3) */
 } pm_ckpt_info;
 pm_status pm_ckpt_info_read(const char *path, pm_ckpt_info *info, pm_err *err);
 
-/* Loads a checkpoint into an initialised trainer. The model config, batch,
- * microbatches, seed, lr and the train data's identity must equal the
- * trainer's (else PM_ERR_ARG naming the field and both values); the
- * trainer's total steps may differ (the cosine then spans the new total).
- * Every check runs before the trainer is touched, so on error it is
- * unchanged (unless the file changes while it is read: then the error says
- * so and the parameters are unspecified). */
+/* Whether a checkpoint's run is this one: the model config, batch,
+ * microbatches, seed, lr and the train data's identity (0 on either side:
+ * unknown, not compared) must be equal, else PM_ERR_ARG naming the field,
+ * both values and the option to pass. The total steps may differ (the
+ * cosine then spans the new total). */
+pm_status pm_ckpt_check_run(const char *path, const pm_ckpt_info *info, const pm_train_cfg *cfg,
+                            uint64_t data_id, pm_err *err);
+
+/* Reads elements first .. first+count-1 of slab from path (info from
+ * pm_ckpt_info_read) into dst, or only hashes them with dst NULL (to verify
+ * before anything is overwritten), and sets *sum to the range's part of the
+ * slab's checksum. Concurrent readers are fine. */
+pm_status pm_ckpt_read_part(const char *path, const pm_ckpt_info *info, int slab, size_t first,
+                            float *dst, size_t count, uint64_t *sum, pm_err *err);
+
+/* Compares sums[s] (the parts of every reader of slab s, added) with the
+ * checkpoint's for the slabs in mask (PM_CKPT_MASK bits: only slabs read
+ * whole can be checked). A mismatch names the slab: corruption (version 4),
+ * or a file that changed since it was verified (1 to 3). */
+pm_status pm_ckpt_check_sums(const char *path, const pm_ckpt_info *info, unsigned mask,
+                             const uint64_t sums[PM_CKPT_SLABS], pm_err *err);
+
+/* Loads a checkpoint into an initialised trainer: info, check_run, every
+ * slab hashed and checked, then read into the trainer (hashed again: a file
+ * changed in between is reported, and the parameters are then unspecified).
+ * Every other error comes before the trainer is touched: it is unchanged. */
 pm_status pm_ckpt_load(pm_trainer *t, const char *path, pm_err *err);
 
 /* The tokenizer model a checkpoint embeds: *model from pm_malloc (caller
  * frees), NULL and *len 0 when the model was trained on bytes. */
 pm_status pm_ckpt_load_tokenizer(const char *path, void **model, size_t *len, pm_err *err);
 
-/* Loads only the parameters (for sampling): *params is malloc'd
- * (info->n_params floats, caller frees). */
+/* Loads only the parameters (for sampling), checked against their checksum:
+ * *params is pm_malloc'd (info->n_params floats, caller frees). */
 pm_status pm_ckpt_load_params(const char *path, pm_ckpt_info *info, float **params,
                               pm_err *err);
 
