@@ -309,6 +309,25 @@ pm_status pm_pipe_eval(pm_pipe *pp, const int32_t *inp, const int32_t *tgt, int 
  * (a forward-only plan holds parameters alone). */
 pm_status pm_pipe_forward(pm_pipe *pp, const int32_t *tok, int T, float *probs, pm_err *err);
 
+/* Checkpoints by stage (pm_train.h, format version 4): every device
+ * writes its own stages' parameters and AdamW moments (under ZeRO-1 each
+ * replica its slice of the moments) into one temporary, in parallel; the
+ * root commits it only if every device succeeded, so PATH holds the old
+ * checkpoint or the whole new one, whatever fails or is killed. No process
+ * holds the whole model. meta is the run's (step, data position, identity,
+ * tokenizer). Under MPI every rank calls it (the same meta) and every rank
+ * returns the same status; PATH must be on a file system every rank sees. */
+pm_status pm_pipe_save(pm_pipe *pp, const char *path, const pm_ckpt_meta *meta, pm_err *err);
+/* Loads a checkpoint saved under any plan (any P, placement, schedule,
+ * transport, replicas, ZeRO, or one device; versions 1 to 4): each device
+ * reads only its own ranges, the slab checksums are checked over all of
+ * them, and the run's configuration and data identity must match (named
+ * on a mismatch). Sets the pipe's step count; *info (may be NULL) gets the
+ * header (step, data position). A failure after the devices read leaves
+ * their state unspecified. Collective under MPI. */
+pm_status pm_pipe_load(pm_pipe *pp, const char *path, uint64_t data_id, pm_ckpt_info *info,
+                       pm_err *err);
+
 /* The per-parameter slabs a pipe keeps on its devices. */
 typedef enum { PM_SLAB_PARAMS, PM_SLAB_ADAM_M, PM_SLAB_ADAM_V, PM_SLAB_COUNT } pm_slab;
 

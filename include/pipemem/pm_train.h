@@ -339,6 +339,8 @@ typedef struct {
 
 /* A trainer's metadata (tok_model borrowed from it). */
 pm_ckpt_meta pm_ckpt_meta_of(const pm_trainer *t);
+/* A training loop state's metadata (tok_model borrowed from it). */
+pm_ckpt_meta pm_train_state_meta(const pm_train_state *st);
 
 /* Whether path can take a checkpoint: a regular file or a new name in a
  * writable directory (a directory, device or FIFO is refused in one line).

@@ -7,9 +7,9 @@
  * measures the F, B, W times, the model gives the exact memory deltas, and
  * pm_sched_search picks the fastest schedule under the limit.
  *
- * A host pm_trainer holds the loader, validation and checkpoint state: the
- * batches come from its loader, evaluation and --save gather the devices'
- * parameters and moments into it, --resume scatters them out.
+ * No process holds the model: the devices hold their stages, evaluate by
+ * forward passes and write and read their own layers of the checkpoints;
+ * this file holds the data, the plan and the training loop's state.
  *
  * Per step the runtime reports measured makespan and bubble and the
  * simulator's prediction from the same step's per-stage pass times; the
@@ -38,26 +38,23 @@ typedef struct {
 } pp_world;
 
 /* Refuses, before anything big is allocated, a run this machine cannot
- * hold: the host's copy (pm_train_mem_bytes) and the devices' planned bytes
- * (with threads every device is in this process; under MPI each rank holds
- * a host copy and its device, and the ranks mpirun put on this machine
- * share its memory). */
-static pm_status check_fits(const pp_world *w, const pm_plan *pl, pm_err *err) {
-    double host = (double)pm_train_mem_bytes(&pl->cfg, NULL), dev = 0, G = 1 << 30;
+ * hold: with threads every device is in this process; under MPI each rank
+ * holds its device, and the ranks mpirun put on this machine share its
+ * memory (counted as if each held the busiest device). */
+static pm_status check_fits(const pm_plan *pl, pm_err *err) {
+    double need = 0, G = 1 << 30;
     int mpi = pl->transport == PM_TRANSPORT_MPI;
     const char *ls = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
     double local = mpi && ls && atoi(ls) > 0 ? atoi(ls) : 1; /* ranks on this machine */
-    for (int g = 0; g < pl->nd; g++)
-        if (!mpi) dev += (double)pl->dev[g].total;
-        else if (g == w->rank) dev = (double)pl->dev[g].total;
-    double need = (host + dev) * local, have = (double)pm_mem_physical();
+    for (int g = 0; g < pl->nd; g++) need += mpi ? 0 : (double)pl->dev[g].total;
+    if (mpi) need = local * (double)pl->dev[pl->busiest].total;
+    double have = (double)pm_mem_physical();
     if (have > 0 && need > have)
-        return pm_errf(err, PM_ERR_MEMLIMIT, "train: the pipeline needs %.2f GiB%s (%.2f for "
-                       "the host's copy of the model, %.2f for the devices' plan) but this "
-                       "machine has %.2f GiB; use a smaller model, more --microbatches or a "
-                       "schedule with less memory (--mem-limit)", need / G,
-                       mpi ? " for the ranks on this machine" : "", host * local / G,
-                       dev * local / G, have / G);
+        return pm_errf(err, PM_ERR_MEMLIMIT, "train: the pipeline needs %.2f GiB%s (the "
+                       "devices' plan) but this machine has %.2f GiB; use a smaller model, more "
+                       "--microbatches, more devices or a schedule with less memory "
+                       "(--mem-limit)", need / G, mpi ? " for the ranks on this machine" : "",
+                       have / G);
     return PM_OK;
 }
 
@@ -140,15 +137,6 @@ static pm_status make_plan(const pp_world *w, const pm_cli_train_opts *o,
     if (!w->rank && !o->sched_file && !strcmp(o->kind, "auto"))
         fprintf(stderr, "train: --schedule auto picked %s (%s)\n", pl->sched.kind, pl->why);
     return PM_OK;
-}
-
-/* Parameters and moments back into the host trainer (eval, checkpoints). */
-static pm_status to_host(pm_pipe *pp, pm_trainer *t, pm_err *err) {
-    pm_status st = pm_pipe_gather(pp, PM_SLAB_PARAMS, t->params, err);
-    if (!st) st = pm_pipe_gather(pp, PM_SLAB_ADAM_M, t->m, err);
-    if (!st) st = pm_pipe_gather(pp, PM_SLAB_ADAM_V, t->v, err);
-    t->step = pm_pipe_steps_done(pp);
-    return st;
 }
 
 /* x is NULL when no step ran (a resumed run that was already complete). */
@@ -265,14 +253,12 @@ static int write_outputs(const pm_cli_train_opts *o, const pm_pipe *pp, int ran)
 
 /* The pipeline as a driver of the library's training loop (pm_train_loop):
  * its step is a pipe step, its evaluation forward passes on the devices,
- * its save gathers the devices' state into the host (for now), its
- * reports print the pipeline's progress lines and keep the statistics the
- * JSON summary needs. */
+ * its save every device writing its own stages, its reports print the
+ * pipeline's progress lines and keep the statistics the JSON summary
+ * needs. */
 typedef struct {
     const pm_cli_train_opts *o;
     pm_pipe *pp;
-    pm_trainer *host;  /* made at the first save (for now) */
-    const pm_tokens *train;
     pp_stats *ps;
     double spent;      /* seconds in steps so far (ETA) */
     int tty, every, steps;
@@ -292,19 +278,10 @@ static pm_status pp_eval(void *ctx, const int32_t *inp, const int32_t *tgt, int 
     return pm_pipe_eval(((pp_run *)ctx)->pp, inp, tgt, n, losses, err);
 }
 
-/* Under MPI every rank gathers (collective); rank 0 writes. For now the
- * parameters and moments meet in a whole copy of the model, made at the
- * first save. */
+/* Collective: every device writes its own layers; rank 0 commits. */
 static pm_status pp_save(void *ctx, const char *path, const pm_train_state *st, pm_err *err) {
-    pp_run *r = ctx;
-    pm_trainer *h = r->host;
-    pm_status s = h->params ? PM_OK : pm_trainer_init(h, &st->cfg, r->train, 0, err);
-    if (!s && st->tok_model && !h->tok_model)
-        s = pm_trainer_set_tokenizer(h, st->tok_model, st->tok_model_len, err);
-    if (!s) s = to_host(r->pp, h, err);
-    h->step = st->step, h->train.next = st->train.next;
-    if (!s && pm_pipe_is_root(r->pp)) s = pm_ckpt_save(h, path, err);
-    return s;
+    pm_ckpt_meta meta = pm_train_state_meta(st);
+    return pm_pipe_save(((pp_run *)ctx)->pp, path, &meta, err);
 }
 
 /* Sums over the steps after the first (cold) one, for the JSON means. */
@@ -353,10 +330,10 @@ static void pp_report(void *ctx, const pm_loop_event *ev) {
 
 /* Every rank runs the same loop (steps, evaluations and saves are
  * collective); rank 0 alone reports and writes. */
-static int pp_train(const pm_cli_train_opts *o, pm_pipe *pp, pm_trainer *t, pm_train_state *st,
-                    const pm_tokens *train, const pm_tokens *val, pp_stats *ps) {
+static int pp_train(const pm_cli_train_opts *o, pm_pipe *pp, pm_train_state *st,
+                    const pm_tokens *val, pp_stats *ps) {
     int root = pm_pipe_is_root(pp);
-    pp_run r = {.o = o, .pp = pp, .host = t, .train = train, .ps = ps, .tty = isatty(2),
+    pp_run r = {.o = o, .pp = pp, .ps = ps, .tty = isatty(2),
                 .steps = st->cfg.opt.steps, .every = o->steps >= 20 ? o->steps / 20 : 1,
                 .quiet = !root};
     pm_train_driver drv = {.ctx = &r, .step = pp_step, .eval = pp_eval, .save = pp_save,
@@ -404,7 +381,6 @@ typedef struct {
     pm_plan plan;
     pm_pipe *pp;
     pm_train_state st;
-    pm_trainer host;      /* only while saving or resuming needs a whole copy */
 } pp_job;
 
 /* Data, configuration, tokenizer and the validation split's length; under
@@ -440,16 +416,15 @@ static int load(const pm_cli_train_opts *o, const pp_world *w, pp_job *j) {
     return 0;
 }
 
-/* --resume (for now through a whole copy of the model in this process). */
+/* --resume: every device reads its own layers (any checkpoint: saved on
+ * one device or any pipeline); the loop continues at its step and data
+ * position. */
 static int resume(const pm_cli_train_opts *o, pp_job *j) {
     pm_err err = {{0}};
-    pm_trainer *t = &j->host;
-    if (pm_trainer_init(t, &j->plan.cfg, &j->tr, 0, &err)) return pm_cli_fail("%s", err.msg);
-    if (pm_ckpt_load(t, o->resume, &err)) return pm_cli_fail("%s", err.msg);
-    pm_pipe_scatter(j->pp, t->params, t->m, t->v);
-    pm_pipe_set_steps_done(j->pp, t->step);
-    j->st.step = t->step, j->st.train.next = t->train.next;
-    pm_trainer_free(t);
+    pm_ckpt_info info;
+    if (pm_pipe_load(j->pp, o->resume, j->st.data_id, &info, &err))
+        return pm_cli_fail("%s", err.msg);
+    j->st.step = info.step, j->st.train.next = info.data_pos;
     return 0;
 }
 
@@ -492,7 +467,7 @@ static int run(const pm_cli_train_opts *o, pp_world *w) {
         plan_fail(err.msg);
         goto out;
     }
-    if (check_fits(w, &j.plan, &err) || pm_train_state_init(&j.st, &j.plan.cfg, &j.tr, &err) ||
+    if (check_fits(&j.plan, &err) || pm_train_state_init(&j.st, &j.plan.cfg, &j.tr, &err) ||
         pm_pipe_create(&j.pp, &j.plan, &w->opts, &err)) {
         pm_cli_fail("%s", err.msg);
         goto out;
@@ -507,14 +482,13 @@ static int run(const pm_cli_train_opts *o, pp_world *w) {
         pm_cli_fail("out of memory");
         goto out;
     }
-    rc = pp_train(o, j.pp, &j.host, &j.st, &j.tr, &j.va, &ps);
+    rc = pp_train(o, j.pp, &j.st, &j.va, &ps);
     if (!rc && o->json) rc = finish_json(o, w, &j, &ps);
 out:
     free(ps.times);
     free(ps.busy);
     pm_pipe_destroy(j.pp);
     pm_train_state_free(&j.st);
-    pm_trainer_free(&j.host);
     pm_plan_free(&j.plan);
     pm_free(j.tok);
     pm_tokens_free(&j.tr);

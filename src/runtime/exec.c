@@ -523,7 +523,8 @@ void *pm_dev_main(void *arg) {
     pm_pipe_dev *dv = arg;
     dv->err.msg[0] = 0;
     int64_t *was = pm_alloc_account(&dv->pp->acct[dv->g]); /* MPI's send buffers: lazily */
-    dv->st = dv->pp->run == PM_RUN_EVAL ? dev_eval(dv) : dev_step(dv);
+    pm_run_kind run = dv->pp->run;
+    dv->st = run == PM_RUN_EVAL ? dev_eval(dv) : run == PM_RUN_STEP ? dev_step(dv) : pm_dev_ckpt(dv);
     pm_alloc_account(was);
     return NULL;
 }

@@ -10,7 +10,7 @@ typedef struct pm_pipe_dev pm_pipe_dev;
 
 /* What the devices run when woken: a training step, or forward passes
  * only (evaluation). */
-typedef enum { PM_RUN_STEP, PM_RUN_EVAL } pm_run_kind;
+typedef enum { PM_RUN_STEP, PM_RUN_EVAL, PM_RUN_SAVE, PM_RUN_LOAD } pm_run_kind;
 struct pm_pipe_pool; /* the parked device threads (pipe_threads.c) */
 
 struct pm_pipe {
@@ -57,6 +57,9 @@ struct pm_pipe {
     int64_t fcap;         /* row length of fwd */
     pm_run_kind run;      /* what the devices run next */
     int eval_n;           /* evaluation: microbatches in this round (of dp * m) */
+    const char *ck_tmp;   /* save: the checkpoint's temporary every device writes into */
+    const char *ck_path;  /* load: the checkpoint every device reads from */
+    pm_ckpt_info ck_info; /* load: its header, checked by every process */
     float *probs;         /* sampling: the head's device writes the next-token
                            * probabilities after the last position here (vocab) */
     int64_t step;         /* optimizer steps done */
@@ -136,6 +139,7 @@ struct pm_pipe_dev {
     pm_tp_req *rreq;      /* data parallel, per chunk of each of the device's stages:
                            * the totals' receive, or (the last replica) their send to
                            * every other replica (pm_dev_sum_reqs) */
+    uint64_t sums[PM_CKPT_SLABS]; /* save, load: its parts of the slab checksums */
     /* per step */
     const int32_t *inp, *tgt; /* the step's batch (input data, read only) */
     double t_base;        /* step start (pm_now) */
@@ -154,8 +158,12 @@ static inline int pm_dev_peer(const pm_pipe_dev *dv, int s) {
     return dv->rep * dv->pp->p + pm_sched_stage_device(&dv->pp->sched, s);
 }
 
-/* The device thread's body: passes, norm, AdamW. Sets dv->st / dv->err. */
+/* The device thread's body: a step's passes, norm and AdamW, an
+ * evaluation's forward passes, or its part of a checkpoint (pp->run). Sets
+ * dv->st / dv->err. */
 void *pm_dev_main(void *arg);
+/* The device's ranges of a checkpoint written or read (pipe_ckpt.c). */
+pm_status pm_dev_ckpt(pm_pipe_dev *dv);
 
 /* Data parallelism: chunks of the device's stages before stage s (s = S:
  * all of them). */
@@ -195,6 +203,16 @@ pm_status pm_pipe_report(pm_pipe *pp, pm_err *err);
 /* MPI, after an evaluation: each replica's losses from its head's rank to
  * every rank (threads: already shared). */
 pm_status pm_pipe_share_losses(pm_pipe *pp, int n, pm_err *err);
+/* Checkpoints, collective (threads: within the process):
+ *   share_name     the root's status and the temporary's name to every
+ *                  process (*name set there, pm_malloc'd; on the root its own);
+ *   gather_parts   every device's status and checksum parts to the root
+ *                  (the first failure's line in err, the parts summed);
+ *   share_outcome  the root's status and line to every process, which all
+ *                  return. */
+pm_status pm_pipe_share_name(pm_pipe *pp, pm_status st, pm_err *err, char **name);
+pm_status pm_pipe_gather_parts(pm_pipe *pp, uint64_t sums[PM_CKPT_SLABS], pm_err *err);
+pm_status pm_pipe_share_outcome(pm_pipe *pp, pm_status st, pm_err *err);
 
 /* Device threads (pipe_threads.c): start p parked threads; run one step on
  * all and wait; stop and join them (safe on a pipe whose start failed). */

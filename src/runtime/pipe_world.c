@@ -15,7 +15,8 @@
 #include "pipemem/pm_data.h"
 #include "runtime/internal.h"
 
-enum { CTL_REPORT, CTL_GATHER, CTL_PRINT, CTL_OK, CTL_LOSSES, CTL_FIGURES };
+enum { CTL_REPORT, CTL_GATHER, CTL_PRINT, CTL_OK, CTL_LOSSES, CTL_FIGURES, CTL_NAME, CTL_PARTS,
+       CTL_OUTCOME };
 
 /* Doubles in device g's report: peak, arena, 4 rows of pass figures, the
  * reduction times, its replica's losses. */
@@ -244,6 +245,81 @@ pm_status pm_pipe_gather_figures(pm_pipe *pp, const double *mine, int n, double 
         st = wait_msg(tp, g, pm_tag_ctl(pp, CTL_FIGURES), all + (size_t)g * n, bytes);
     if (st) pm_tp_status(tp, err);
     return st;
+}
+
+/* ---- checkpoints --------------------------------------------------------------- */
+
+/* A status and its line (or, from the root before a save, the temporary's
+ * name), and a device's checksum parts. */
+typedef struct {
+    int32_t st;
+    uint64_t sums[PM_CKPT_SLABS];
+    char text[4096 + sizeof(pm_err)];
+} ctl_record;
+
+/* The root's record to every other process; the others receive it. */
+static pm_status bcast_record(pm_pipe *pp, int tag, ctl_record *r) {
+    pm_tp *tp = pm_tp_mpi_endpoint(pp->mpi);
+    if (pp->lo) return wait_msg(tp, 0, tag, r, sizeof *r);
+    pm_status st = PM_OK;
+    for (int g = 1; g < pp->nd && !st; g++) st = ssend_msg(tp, g, tag, r, sizeof *r);
+    return st;
+}
+
+static pm_status transport_failed(pm_pipe *pp, pm_status st, pm_err *err) {
+    pm_tp_status(pm_tp_mpi_endpoint(pp->mpi), err);
+    return st;
+}
+
+pm_status pm_pipe_share_name(pm_pipe *pp, pm_status st, pm_err *err, char **name) {
+    if (!pp->mpi) return st;
+    ctl_record r = {.st = (int32_t)st};
+    if (!pp->lo) snprintf(r.text, sizeof r.text, "%s", st ? err->msg : *name);
+    pm_status ts = bcast_record(pp, pm_tag_ctl(pp, CTL_NAME), &r);
+    if (ts) return transport_failed(pp, ts, err);
+    if (r.st) {
+        snprintf(err->msg, sizeof err->msg, "%.*s", 500, r.text);
+        return (pm_status)r.st;
+    }
+    if (pp->lo && !(*name = pm_malloc(strlen(r.text) + 1)))
+        return pm_errf(err, PM_ERR_NOMEM, "out of memory for a checkpoint's name");
+    if (pp->lo) memcpy(*name, r.text, strlen(r.text) + 1);
+    return PM_OK;
+}
+
+pm_status pm_pipe_gather_parts(pm_pipe *pp, uint64_t sums[PM_CKPT_SLABS], pm_err *err) {
+    pm_status st = PM_OK;
+    for (int g = pp->lo; g < pp->hi; g++) { /* this process's devices */
+        const pm_pipe_dev *dv = &pp->dev[g];
+        if (dv->st && !st) st = dv->st, *err = dv->err;
+        for (int k = 0; k < PM_CKPT_SLABS; k++) sums[k] += dv->sums[k];
+    }
+    if (!pp->mpi) return st;
+    pm_tp *tp = pm_tp_mpi_endpoint(pp->mpi);
+    ctl_record r = {.st = (int32_t)st};
+    pm_status ts = PM_OK;
+    if (pp->lo) {
+        memcpy(r.sums, sums, sizeof r.sums);
+        snprintf(r.text, sizeof r.text, "%s", st ? err->msg : "");
+        ts = ssend_msg(tp, 0, pm_tag_ctl(pp, CTL_PARTS), &r, sizeof r);
+    }
+    for (int g = 1; g < pp->nd && !pp->lo && !ts; g++) {
+        if ((ts = wait_msg(tp, g, pm_tag_ctl(pp, CTL_PARTS), &r, sizeof r))) break;
+        for (int k = 0; k < PM_CKPT_SLABS; k++) sums[k] += r.sums[k];
+        if (r.st && !st)
+            st = (pm_status)r.st, snprintf(err->msg, sizeof err->msg, "%.*s", 500, r.text);
+    }
+    return ts ? transport_failed(pp, ts, err) : st;
+}
+
+pm_status pm_pipe_share_outcome(pm_pipe *pp, pm_status st, pm_err *err) {
+    if (!pp->mpi) return st;
+    ctl_record r = {.st = (int32_t)st};
+    if (!pp->lo && st) snprintf(r.text, sizeof r.text, "%s", err->msg);
+    pm_status ts = bcast_record(pp, pm_tag_ctl(pp, CTL_OUTCOME), &r);
+    if (ts) return transport_failed(pp, ts, err);
+    if (r.st) snprintf(err->msg, sizeof err->msg, "%.*s", 500, r.text);
+    return (pm_status)r.st;
 }
 
 /* ---- parameters out ----------------------------------------------------------- */

@@ -33,6 +33,12 @@ pm_status pm_train_state_init(pm_train_state *st, const pm_train_cfg *cfg,
     return PM_OK;
 }
 
+pm_ckpt_meta pm_train_state_meta(const pm_train_state *st) {
+    return (pm_ckpt_meta){.cfg = st->cfg, .step = st->step, .data_pos = st->train.next,
+                          .data_seed = st->train.seed, .data_id = st->data_id,
+                          .tok_model = st->tok_model, .tok_len = st->tok_model_len};
+}
+
 void pm_train_state_free(pm_train_state *st) {
     if (!st) return;
     pm_free(st->inp);
