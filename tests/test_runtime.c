@@ -916,6 +916,83 @@ static void test_w_order_refused(void **state) {
     pm_sched_free(&s);
 }
 
+/* NSTEPS steps with dp replicas, ZeRO-1 or not (sums in chunks of
+ * `chunk` floats): the losses, norms, parameters and both moments. */
+typedef struct {
+    double loss[NSTEPS], norm[NSTEPS];
+    float *slab[3]; /* parameters, m, v (gathered) */
+} zero_run;
+
+static void run_zero(const pm_train_cfg *c, const pm_sched *s, int dp, int zero, size_t chunk,
+                     zero_run *r) {
+    pm_plan pl;
+    pm_plan_req rq = {.sched = s, .dp = dp, .zero = zero};
+    pm_pipe_opts o = {.chunk_floats = chunk};
+    pm_err err = {{0}};
+    pm_pipe *pp;
+    if (pm_plan_make(&pl, c, &rq, &err) || pm_pipe_create(&pp, &pl, &o, &err))
+        fail_msg("%s dp=%d zero=%d: %s", s->kind, dp, zero, err.msg);
+    size_t n = pm_gpt_num_params(&c->model), slice = 0;
+    for (int g = 0; g < pl.nd; g++) { /* ZeRO-1: each device keeps 1/dp of its moments */
+        size_t state = pl.dev[g].bytes[PM_BYTES_PARAMS], mom = pl.dev[g].bytes[PM_BYTES_MOMENTS];
+        assert_true(zero ? mom < 2 * state : mom == 2 * state);
+        /* (a test's tiny chunks need a request per chunk: not what the plan counts) */
+        if (!chunk && (double)pm_pipe_allocated(pp)[g] > (double)pl.dev[g].total * 1.02 + 65536)
+            fail_msg("%s dp=%d zero=%d device %d: allocated %lld, planned %zu", s->kind, dp, zero,
+                     g, (long long)pm_pipe_allocated(pp)[g], pl.dev[g].total);
+        slice += mom / 8;
+    }
+    assert_int_equal(slice, zero ? n : n * (size_t)dp); /* the slices cover every parameter once */
+    int32_t inp[TINY_M * 8], tgt[TINY_M * 8];
+    for (int k = 0; k < NSTEPS; k++) {
+        pm_pipe_info in;
+        batch_of(k, inp, tgt, c);
+        if (pm_pipe_step(pp, inp, tgt, &in, &err)) fail_msg("%s: %s", s->kind, err.msg);
+        r->loss[k] = in.loss, r->norm[k] = in.grad_norm;
+    }
+    for (int k = 0; k < 3; k++) {
+        r->slab[k] = malloc(n * sizeof(float));
+        assert_int_equal(pm_pipe_gather(pp, (pm_slab)k, r->slab[k], &err), PM_OK);
+    }
+    pm_pipe_destroy(pp);
+    pm_plan_free(&pl);
+}
+
+/* ZeRO-1 (each replica keeps and updates only its slice of every stage's
+ * AdamW moments, the totals reduce-scattered and the updated parameters
+ * all-gathered) trains bitwise as without it: losses, norms, parameters
+ * and moments, for even and uneven slices, chunks that cut the slices, and
+ * single and V placements. */
+static void test_zero(void **state) {
+    (void)state;
+    struct { const char *kind; int p, dp; size_t chunk; } cases[] = {
+        {"zb-h1", 2, 2, 0}, {"v-half", 2, 2, 7}, {"1f1b", 1, 3, 100}, {"1f1b", 2, 4, 0}};
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        pm_train_cfg c = tiny(6);
+        if (cases[k].dp == 3) c.batch = c.micro = 6; /* two microbatches a replica */
+        size_t n = pm_gpt_num_params(&c.model);
+        pm_sched s;
+        gen(&s, cases[k].kind, cases[k].p, c.micro / cases[k].dp);
+        zero_run a, b;
+        run_zero(&c, &s, cases[k].dp, 0, 0, &a);
+        run_zero(&c, &s, cases[k].dp, 1, cases[k].chunk, &b);
+        for (int j = 0; j < NSTEPS; j++)
+            if (memcmp(&a.loss[j], &b.loss[j], sizeof(double)) ||
+                memcmp(&a.norm[j], &b.norm[j], sizeof(double)))
+                fail_msg("%s dp=%d step %d: zero 1 loss %.17g norm %.17g, zero 0 %.17g %.17g",
+                         s.kind, cases[k].dp, j, b.loss[j], b.norm[j], a.loss[j], a.norm[j]);
+        for (int q = 0; q < 3; q++) {
+            for (size_t i = 0; i < n; i++)
+                if (memcmp(&a.slab[q][i], &b.slab[q][i], sizeof(float)))
+                    fail_msg("%s dp=%d: slab %d element %zu: zero 1 %.9g, zero 0 %.9g", s.kind,
+                             cases[k].dp, q, i, b.slab[q][i], a.slab[q][i]);
+            free(a.slab[q]);
+            free(b.slab[q]);
+        }
+        pm_sched_free(&s);
+    }
+}
+
 /* Evaluation through the pipeline: every microbatch's loss bitwise what
  * pm_gpt_forward gives on one device with the same parameters (after a
  * step, so they are not the initial ones), for single, loop and V
@@ -988,7 +1065,7 @@ static void test_forward_only(void **state) {
         pm_pipe *pp;
         assert_int_equal(pm_pipe_create(&pp, &pl, NULL, &err), PM_OK);
         for (int g = 0; g < pl.nd; g++) /* parameters and bookkeeping, not 4 slabs */
-            assert_true((double)pm_pipe_allocated(pp)[g] <= (double)pl.dev[g].total * 1.02 + 65536);
+                assert_true((double)pm_pipe_allocated(pp)[g] <= (double)pl.dev[g].total * 1.02 + 65536);
         pm_pipe_scatter(pp, params, NULL, NULL);
         int32_t tok[8] = {3, 1, 4, 1, 5, 9, 2, 6};
         for (int T = 1; T <= c.model.ctx; T += 3) {
@@ -1444,6 +1521,7 @@ int main(void) {
         cmocka_unit_test(test_exact_every_schedule),
         cmocka_unit_test(test_gather_scatter_resume),
         cmocka_unit_test(test_data_parallel),
+        cmocka_unit_test(test_zero),
         cmocka_unit_test(test_eval_through_pipe),
         cmocka_unit_test(test_allocations_follow_plan),
         cmocka_unit_test(test_forward_only),

@@ -97,6 +97,13 @@ typedef struct {
 void pm_optim_step_layers(const pm_train_cfg *cfg, int l0, int l1, int64_t step, float gscale,
                           float *p, const float *g, float *m, float *v);
 
+/* The same update for parameters a .. b-1 of the whole slab (any range,
+ * cutting layers and tensors anywhere: each element's update is its own,
+ * so a ZeRO-1 slice gets exactly the bits the whole update gives it);
+ * p, g, m, v start at element a. */
+void pm_optim_step_range(const pm_train_cfg *cfg, size_t a, size_t b, int64_t step, float gscale,
+                         float *p, const float *g, float *m, float *v);
+
 /* Exact bytes pm_trainer_init allocates for cfg; 0 (and err) on a bad config
  * or overflow. */
 size_t pm_train_mem_bytes(const pm_train_cfg *cfg, pm_err *err);

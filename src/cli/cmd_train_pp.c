@@ -189,10 +189,10 @@ static void print_json(const pm_cli_train_opts *o, const pm_pipe *pp, const pm_t
     int p = pm_pipe_devices(pp), S = pm_pipe_stages(pp), nd = p * pm_pipe_replicas(pp);
     pm_cli_train_json_head(o, &st->cfg, st->step, ps->times, ps->nt, ps->final_loss,
                            ps->val_loss);
-    printf(", \"schedule\": \"%s\", \"pp\": %d, \"dp\": %d, \"transport\": \"%s\", "
+    printf(", \"schedule\": \"%s\", \"pp\": %d, \"dp\": %d, \"zero\": %d, \"transport\": \"%s\", "
            "\"stages\": %d, \"measured_bubble\": %.4f, \"predicted_bubble\": %.4f, "
            "\"measured_step_ms\": %.3f, \"predicted_step_ms\": %.3f",
-           pm_pipe_schedule(pp)->kind, p, pm_pipe_replicas(pp),
+           pm_pipe_schedule(pp)->kind, p, pm_pipe_replicas(pp), pm_pipe_plan(pp)->zero,
            o->transport && !strcmp(o->transport, "mpi") ? "mpi" : "threads", S, ps->bub / n,
            ps->pbub / n, ps->mk / n, ps->pmk / n);
     /* predicted_step_ms is the replay (kept for compatibility); the forecast
@@ -433,9 +433,10 @@ static void print_start(const pm_cli_train_opts *o, const pp_world *w, const pp_
     int parts = pm_gpt_head_parts(&pl->cfg.model);
     if (w->rank) return;
     fprintf(stderr, "train: %zu parameters, %d layers, dim %d, %d heads, ctx %d, batch %d in %d "
-            "microbatches; schedule %s on %d devices x %d replica%s (%s), %d stages, %s, head "
+            "microbatches; schedule %s on %d devices x %d replica%s%s (%s), %d stages, %s, head "
             "in %d part%s%s\n", pm_gpt_num_params(&pl->cfg.model), o->layers, o->dim, o->heads,
             o->ctx, o->batch, o->micro, pl->sched.kind, pl->p, pl->dp, pl->dp > 1 ? "s" : "",
+            pl->zero ? " with ZeRO-1" : "",
             w->transport == PM_TRANSPORT_MPI ? "mpi" : "threads", pl->S,
             pm_place_names[pl->sched.place], parts, parts > 1 ? "s" : "",
             o->resume ? ", resumed" : "");

@@ -334,10 +334,18 @@ static double sumsq_from(double s, const float *g, size_t n) {
     return s;
 }
 
+/* The global gradient norm, bitwise pm_optim_sumsq over the whole slab: a
+ * chain through the stages in layer order, each device adding its stages'
+ * squares in index order to the running double. Each replica chains its
+ * own (the totals are the same everywhere); under ZeRO-1 only the last
+ * replica holds every total, so it alone chains and its last stage's
+ * device sends the norm to every device of every replica. */
 static pm_status norm_chain(pm_pipe_dev *dv) {
     pm_pipe *pp = dv->pp;
-    pm_status st;
-    for (int s = 0; s < pp->S; s++) {
+    pm_status st = PM_OK;
+    int zero = pp->pl->zero, chain = !zero || dv->rep == pp->dp - 1;
+    int to = zero ? pp->nd : pp->p, from0 = zero ? 0 : dv->rep * pp->p;
+    for (int s = 0; s < pp->S && chain; s++) {
         if (stage_dev(pp, s) != dv->d) continue;
         double acc = 0;
         pm_tp_req r;
@@ -353,18 +361,18 @@ static pm_status norm_chain(pm_pipe_dev *dv) {
                              sizeof(double), &dv->nreq[s]);
         } else {
             dv->nbuf[pp->S] = sqrt(dv->nbuf[s]);
-            for (int d = 0; d < pp->p && !st; d++)
-                st = pm_tp_isend(dv->tp, dv->rep * pp->p + d, pm_tag_bcast(pp), &dv->nbuf[pp->S], sizeof(double),
-                                 &dv->nreq[pp->S + d]);
+            for (int g = 0; g < to && !st; g++)
+                st = pm_tp_isend(dv->tp, from0 + g, pm_tag_bcast(pp), &dv->nbuf[pp->S],
+                                 sizeof(double), &dv->nreq[pp->S + g]);
         }
         if (st) return st;
     }
+    int root = (zero ? pp->dp - 1 : dv->rep) * pp->p + stage_dev(pp, pp->S - 1);
     pm_tp_req r;
-    if ((st = pm_tp_irecv(dv->tp, pm_dev_peer(dv, pp->S - 1), pm_tag_bcast(pp), &dv->norm,
-                          sizeof dv->norm, &r)) ||
+    if ((st = pm_tp_irecv(dv->tp, root, pm_tag_bcast(pp), &dv->norm, sizeof dv->norm, &r)) ||
         (st = pm_tp_wait(dv->tp, &r)))
         return st;
-    for (int k = 0; k < pp->S + pp->p; k++)
+    for (int k = 0; k < pp->S + to; k++)
         if ((st = pm_tp_wait(dv->tp, &dv->nreq[k]))) return st;
     return PM_OK;
 }
@@ -372,6 +380,18 @@ static pm_status norm_chain(pm_pipe_dev *dv) {
 /* ---- data parallelism: the gradient sum across replicas ----------------------- */
 
 static double now_us(const pm_pipe_dev *dv) { return (pm_now() - dv->t_base) * 1e6; }
+
+/* The part of chunk [lo, lo + n) of stage s that replica r needs the
+ * totals of: the whole chunk, or under ZeRO-1 its intersection with r's
+ * slice, as [lo + *a, lo + *a + *c). 0 if empty. */
+static int slice_part(const pm_pipe *pp, int s, int r, size_t lo, size_t n, size_t *a, size_t *c) {
+    size_t first, count;
+    pm_plan_moment_slice(pp->pl, s, r, &first, &count);
+    size_t x = first > lo ? first : lo, y = first + count < lo + n ? first + count : lo + n;
+    if (x >= y) return 0;
+    *a = x - lo, *c = y - x;
+    return 1;
+}
 
 /* One chunk of stage s's sum on replica r: floats g[0 .. n) of its
  * gradients; tot: the chunk's requests for the totals (pm_dev_sum_reqs).
@@ -383,10 +403,11 @@ static double now_us(const pm_pipe_dev *dv) { return (pm_now() - dv->t_base) * 1
  * for the totals here: the others may be in later passes, and MPI moves a
  * message only while its receiver is inside MPI; both wait after the
  * passes (reduce_finish), and nothing writes g until then. */
-static pm_status reduce_chunk(pm_pipe_dev *dv, int s, float *g, size_t n, pm_tp_req *tot) {
+static pm_status reduce_chunk(pm_pipe_dev *dv, int s, size_t lo, size_t n, pm_tp_req *tot) {
     pm_pipe *pp = dv->pp;
     int r = dv->rep, last = pp->dp - 1, p = pp->p, d = dv->d;
-    size_t bytes = n * sizeof(float);
+    float *g = dv->sg[s] + lo;
+    size_t bytes = n * sizeof(float), a, c;
     pm_tp_req q;
     pm_status st;
     if (r > 0) {
@@ -399,11 +420,17 @@ static pm_status reduce_chunk(pm_pipe_dev *dv, int s, float *g, size_t n, pm_tp_
         if ((st = pm_tp_issend(dv->tp, (r + 1) * p + d, pm_tag_red(pp, s), g, bytes, &q)) ||
             (st = pm_tp_wait(dv->tp, &q)))
             return st;
-        return pm_tp_irecv(dv->tp, last * p + d, pm_tag_sum(pp, s), g, bytes, tot);
+        /* the totals come back: all of the chunk, or under ZeRO-1 only the
+         * part inside this replica's slice (none: the request stays idle) */
+        if (!slice_part(pp, s, r, lo, n, &a, &c)) return PM_OK;
+        return pm_tp_irecv(dv->tp, last * p + d, pm_tag_sum(pp, s), g + a, c * sizeof(float), tot);
     }
-    for (int o = 0; o < last; o++)
-        if ((st = pm_tp_issend(dv->tp, o * p + d, pm_tag_sum(pp, s), g, bytes, &tot[o])))
+    for (int o = 0; o < last; o++) {
+        if (!slice_part(pp, s, o, lo, n, &a, &c)) continue;
+        if ((st = pm_tp_issend(dv->tp, o * p + d, pm_tag_sum(pp, s), g + a, c * sizeof(float),
+                               &tot[o])))
             return st;
+    }
     return PM_OK;
 }
 
@@ -424,7 +451,7 @@ static pm_status reduce_start(pm_pipe_dev *dv, int s) {
     pm_tp_req *tot = dv->rreq + pm_dev_sum_reqs(dv, s);
     pp->red0[k] = now_us(dv);
     for (size_t lo = 0; lo < n; lo += c, tot += per) {
-        pm_status st = reduce_chunk(dv, s, dv->sg[s] + lo, n - lo < c ? n - lo : c, tot);
+        pm_status st = reduce_chunk(dv, s, lo, n - lo < c ? n - lo : c, tot);
         if (st) return st;
     }
     /* the last replica's share is done: the totals are on their way */
@@ -448,15 +475,53 @@ static pm_status reduce_finish(pm_pipe_dev *dv) {
     return PM_OK;
 }
 
-/* AdamW on each of the device's stages: the trainer's own loop
- * (pm_optim_step_layers) on the stage's slabs. */
+/* AdamW on each of the device's stages: the trainer's own loop on the
+ * stage's slabs, or under ZeRO-1 on the replica's slice of each. */
 static void adamw_dev(pm_pipe_dev *dv) {
     pm_pipe *pp = dv->pp;
     float gscale = pm_optim_clip_scale(dv->norm, pp->cfg.opt.grad_clip);
-    for (int s = 0; s < pp->S; s++)
-        if (stage_dev(pp, s) == dv->d)
-            pm_optim_step_layers(&pp->cfg, pp->first[s], pp->first[s + 1], pp->step, gscale,
-                                 dv->sp[s], dv->sg[s], dv->sm[s], dv->sv[s]);
+    for (int s = 0; s < pp->S; s++) {
+        if (stage_dev(pp, s) != dv->d) continue;
+        size_t first, count, base = pm_plan_stage_offset(pp->pl, s);
+        pm_plan_moment_slice(pp->pl, s, dv->rep, &first, &count);
+        pm_optim_step_range(&pp->cfg, base + first, base + first + count, pp->step, gscale,
+                            dv->sp[s] + first, dv->sg[s] + first, dv->sm[s], dv->sv[s]);
+    }
+}
+
+/* ZeRO-1, after the update: every replica's updated slice of each stage to
+ * every other replica, straight between the parameter slabs (rendezvous,
+ * in chunks; every receive posted before any send waits, so no replica
+ * waits on one that waits on it). */
+static pm_status gather_slices(pm_pipe_dev *dv) {
+    pm_pipe *pp = dv->pp;
+    size_t c = pm_chunk(pp), k = 0;
+    pm_status st = PM_OK;
+    for (int pass = 0; pass < 2 && !st; pass++) /* receives, then sends */
+        for (int s = 0; s < pp->S && !st; s++) {
+            if (stage_dev(pp, s) != dv->d) continue;
+            for (int r = 0; r < pp->dp && !st; r++) {
+                size_t first, count;
+                pm_plan_moment_slice(pp->pl, s, r, &first, &count);
+                int mine = r == dv->rep;
+                if (mine != pass) continue;
+                for (size_t lo = 0; lo < count && !st; lo += c) {
+                    size_t n = count - lo < c ? count - lo : c;
+                    float *x = dv->sp[s] + first + lo;
+                    for (int o = 0; o < pp->dp && !st; o++) {
+                        if (mine && o == dv->rep) continue;
+                        int peer = (mine ? o : r) * pp->p + dv->d;
+                        st = mine ? pm_tp_issend(dv->tp, peer, pm_tag_gath(pp, s), x,
+                                                 n * sizeof(float), &dv->greq[k++])
+                                  : pm_tp_irecv(dv->tp, peer, pm_tag_gath(pp, s), x,
+                                                n * sizeof(float), &dv->greq[k++]);
+                        if (!mine) break; /* one receive per chunk */
+                    }
+                }
+            }
+        }
+    for (size_t i = 0; i < k && !st; i++) st = pm_tp_wait(dv->tp, &dv->greq[i]);
+    return st;
 }
 
 static pm_status dev_step(pm_pipe_dev *dv) {
@@ -493,7 +558,7 @@ static pm_status dev_step(pm_pipe_dev *dv) {
     if ((st = reduce_finish(dv)) || (st = norm_chain(dv))) return st;
     if (!isfinite(dv->norm)) return PM_ERR_NUMERIC; /* every device sees it: no update */
     adamw_dev(dv);
-    return PM_OK;
+    return pp->pl->zero ? gather_slices(dv) : PM_OK;
 }
 
 /* Forward passes only: this device's stages for the round's microbatches

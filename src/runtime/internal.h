@@ -106,8 +106,10 @@ static inline int pm_tag_bcast(const pm_pipe *pp) { return 2 * pp->S * pp->m + p
  * the full sum back from the last replica. */
 static inline int pm_tag_red(const pm_pipe *pp, int s) { return pm_tag_bcast(pp) + 1 + s; }
 static inline int pm_tag_sum(const pm_pipe *pp, int s) { return pm_tag_red(pp, pp->S) + s; }
+/* ZeRO-1: a replica's updated slice of stage s's parameters to the others. */
+static inline int pm_tag_gath(const pm_pipe *pp, int s) { return pm_tag_sum(pp, pp->S) + s; }
 /* Between steps (MPI): reports, parameter gathers, the handshake. */
-static inline int pm_tag_ctl(const pm_pipe *pp, int k) { return pm_tag_sum(pp, pp->S) + k; }
+static inline int pm_tag_ctl(const pm_pipe *pp, int k) { return pm_tag_gath(pp, pp->S) + k; }
 
 struct pm_pipe_dev {
     pm_pipe *pp;          /* the pipeline (config, schedule, tables); borrowed */
@@ -133,12 +135,15 @@ struct pm_pipe_dev {
     pm_pass *elist;       /* (fcap) this device's evaluation passes of the round; owned */
     pm_tp_req txreq[2];   /* send of each tx buffer */
     int txnext;           /* tx buffer the next send uses */
-    pm_tp_req *nreq;      /* (S + p) norm chain sends, then the broadcast */
+    pm_tp_req *nreq;      /* (S + nd) norm chain sends, then the broadcast */
     float *red;           /* data parallel, replicas after the first: a chunk of a
                            * partial sum arrives here (min(chunk, largest stage) floats) */
     pm_tp_req *rreq;      /* data parallel, per chunk of each of the device's stages:
                            * the totals' receive, or (the last replica) their send to
                            * every other replica (pm_dev_sum_reqs) */
+    pm_tp_req *greq;      /* (ngreq) ZeRO-1: receives of the other replicas' slices of
+                           * the updated parameters, and sends of its own */
+    size_t ngreq;
     uint64_t sums[PM_CKPT_SLABS]; /* save, load: its parts of the slab checksums */
     /* per step */
     const int32_t *inp, *tgt; /* the step's batch (input data, read only) */

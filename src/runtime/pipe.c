@@ -34,6 +34,7 @@ static void dev_free(pm_pipe_dev *dv) {
     pm_free(dv->nreq);
     pm_free(dv->red);
     pm_free(dv->rreq);
+    pm_free(dv->greq);
     pm_free(dv->elist);
 }
 
@@ -82,33 +83,43 @@ static pm_status nomem(pm_err *err, const char *what) {
     return pm_errf(err, PM_ERR_NOMEM, "out of memory allocating %s", what);
 }
 
-/* Parameters, gradients and moments of the device's stages (parameters
- * only when the plan is forward only), initialised. */
+/* Parameters, gradients and moments of the device's stages, initialised:
+ * one allocation, params | grads | m | v; under ZeRO-1 m and v hold only
+ * the replica's slice of each stage (sm[s], sv[s] point at its start), and
+ * a forward-only plan holds the parameters alone. */
 static pm_status dev_slab(pm_pipe *pp, pm_pipe_dev *dv, pm_err *err) {
     const pm_gpt_config *c = &pp->cfg.model;
-    size_t S = (size_t)pp->S, n = 0, slabs = pp->pl->forward_only ? 1 : 4;
+    size_t S = (size_t)pp->S, n = 0, nm = 0;
+    int fwd = pp->pl->forward_only;
     dv->sp = pm_calloc(S, sizeof(float *));
     dv->sg = pm_calloc(S, sizeof(float *));
     dv->sm = pm_calloc(S, sizeof(float *));
     dv->sv = pm_calloc(S, sizeof(float *));
     if (!dv->sp || !dv->sg || !dv->sm || !dv->sv) return nomem(err, "stage tables");
-    for (int s = 0; s < pp->S; s++)
-        if (pm_sched_stage_device(&pp->sched, s) == dv->d)
-            for (int l = pp->first[s]; l < pp->first[s + 1]; l++) n += pm_gpt_layer_params(c, l);
-    dv->n = n;
-    dv->slab = pm_calloc(slabs * (n ? n : 1), sizeof(float));
-    if (!dv->slab) return nomem(err, "a device's parameters");
-    size_t at = 0;
     for (int s = 0; s < pp->S; s++) {
         if (pm_sched_stage_device(&pp->sched, s) != dv->d) continue;
+        size_t first, count;
+        pm_plan_moment_slice(pp->pl, s, dv->rep, &first, &count);
+        n += pm_stage_floats(pp, s), nm += count;
+    }
+    dv->n = n;
+    size_t total = fwd ? n : 2 * n + 2 * nm;
+    dv->slab = pm_calloc(total ? total : 1, sizeof(float));
+    if (!dv->slab) return nomem(err, "a device's parameters");
+    size_t at = 0, mat = 0;
+    for (int s = 0; s < pp->S; s++) {
+        if (pm_sched_stage_device(&pp->sched, s) != dv->d) continue;
+        size_t first, count;
+        pm_plan_moment_slice(pp->pl, s, dv->rep, &first, &count);
         dv->sp[s] = dv->slab + at;
-        if (slabs == 4)
-            dv->sg[s] = dv->slab + n + at, dv->sm[s] = dv->slab + 2 * n + at,
-            dv->sv[s] = dv->slab + 3 * n + at;
+        if (!fwd)
+            dv->sg[s] = dv->slab + n + at, dv->sm[s] = dv->slab + 2 * n + mat,
+            dv->sv[s] = dv->slab + 2 * n + nm + mat;
         for (int l = pp->first[s]; l < pp->first[s + 1]; l++) {
             pm_gpt_init_layer(c, l, pp->cfg.seed, dv->slab + at);
             at += pm_gpt_layer_params(c, l);
         }
+        mat += count;
     }
     return PM_OK;
 }
@@ -146,7 +157,7 @@ static pm_status dev_work(pm_pipe *pp, pm_pipe_dev *dv, pm_err *err) {
     act = (act + 63) / 64 * 64;
     dv->work = pm_aligned_alloc(64, scr + 6 * act);
     dv->nbuf = pm_calloc((size_t)pp->S + 1, sizeof(double));
-    dv->nreq = pm_calloc((size_t)(pp->S + pp->p), sizeof(pm_tp_req));
+    dv->nreq = pm_calloc((size_t)(pp->S + pp->nd), sizeof(pm_tp_req));
     if (!dv->work || !dv->nbuf || !dv->nreq) return nomem(err, "message buffers");
     memset(dv->work, 0, scr + 6 * act);
     dv->scratch = dv->work;
@@ -161,6 +172,18 @@ static pm_status dev_work(pm_pipe *pp, pm_pipe_dev *dv, pm_err *err) {
     if (pp->dp == 1) return PM_OK;
     dv->rreq = pm_calloc(pm_dev_sum_reqs(dv, pp->S), sizeof(pm_tp_req));
     if (!dv->rreq) return nomem(err, "reduction requests");
+    if (pp->pl->zero) { /* every other replica's slices in, its own out to each */
+        for (int s = 0; s < pp->S; s++) {
+            if (pm_sched_stage_device(&pp->sched, s) != dv->d) continue;
+            for (int r = 0; r < pp->dp; r++) {
+                size_t first, count;
+                pm_plan_moment_slice(pp->pl, s, r, &first, &count);
+                dv->ngreq += pm_chunks(pp, count) * (r == dv->rep ? (size_t)(pp->dp - 1) : 1);
+            }
+        }
+        dv->greq = pm_calloc(dv->ngreq ? dv->ngreq : 1, sizeof(pm_tp_req));
+        if (!dv->greq) return nomem(err, "the parameter slices' requests");
+    }
     if (dv->rep == 0) return PM_OK;
     dv->red = pm_malloc(red_floats(pp) * sizeof(float));
     return dv->red ? PM_OK : nomem(err, "a gradient reduction buffer");
@@ -255,10 +278,6 @@ static pm_status pipe_init(pm_pipe *pp, const pm_plan *plan, const pm_pipe_opts 
     pp->p = pl->p, pp->S = pl->S, pp->m = pl->m, pp->dp = pl->dp, pp->nd = pl->nd;
     pp->mbsz = pl->cfg.batch / pl->cfg.micro, pp->T = pl->cfg.model.ctx;
     if (opts) pp->opts = *opts;
-    if (pl->zero) {
-        st = pm_errf(err, PM_ERR_ARG, "ZeRO stage 1 is not run by this runtime yet");
-        goto fail;
-    }
     st = tables(pp, err);
     /* Under MPI the world's creation is collective: a rank whose tables
      * failed (out of memory) must not leave the others waiting in it for ever */
@@ -472,10 +491,12 @@ void pm_pipe_scatter(pm_pipe *pp, const float *params, const float *m, const flo
             size_t off = pm_gpt_layer_offset(&pp->cfg.model, pp->first[s]), n = pm_stage_floats(pp, s);
             memcpy(dv->sp[s], params + off, n * sizeof(float));
             if (!dv->sm[s]) continue; /* forward only: no moments */
-            if (m) memcpy(dv->sm[s], m + off, n * sizeof(float));
-            else memset(dv->sm[s], 0, n * sizeof(float));
-            if (v) memcpy(dv->sv[s], v + off, n * sizeof(float));
-            else memset(dv->sv[s], 0, n * sizeof(float));
+            size_t first, count; /* ZeRO-1: the replica's slice */
+            pm_plan_moment_slice(pp->pl, s, dv->rep, &first, &count);
+            if (m) memcpy(dv->sm[s], m + off + first, count * sizeof(float));
+            else memset(dv->sm[s], 0, count * sizeof(float));
+            if (v) memcpy(dv->sv[s], v + off + first, count * sizeof(float));
+            else memset(dv->sv[s], 0, count * sizeof(float));
         }
     }
 }

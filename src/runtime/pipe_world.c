@@ -330,10 +330,14 @@ static const float *slab_of(const pm_pipe_dev *dv, pm_slab which, int s) {
 
 /* Stage s's slab from device g to the root, straight from the slab into
  * `out` (rendezvous), in chunks. */
+/* Device g's part of stage s's slab `which` into out (the stage's start):
+ * the whole stage, or under ZeRO-1 a moment's slice of g's replica. */
 static pm_status gather_stage(pm_pipe *pp, pm_slab which, int s, int g, float *out) {
-    size_t n = pm_stage_floats(pp, s), c = pm_chunk(pp);
+    size_t first = 0, n = pm_stage_floats(pp, s), c = pm_chunk(pp);
+    if (which != PM_SLAB_PARAMS) pm_plan_moment_slice(pp->pl, s, g / pp->p, &first, &n);
     int local = g >= pp->lo && g < pp->hi, tag = pm_tag_ctl(pp, CTL_GATHER);
     const float *x = local ? slab_of(&pp->dev[g], which, s) : NULL;
+    if (out) out += first;
     if (local && pm_pipe_is_root(pp)) {
         memcpy(out, x, n * sizeof(float));
         return PM_OK;
@@ -351,14 +355,17 @@ pm_status pm_pipe_gather(pm_pipe *pp, pm_slab which, float *out, pm_err *err) {
     PM_ASSERT(which >= 0 && which < PM_SLAB_COUNT);
     if (which != PM_SLAB_PARAMS && pp->pl->forward_only)
         return pm_errf(err, PM_ERR_ARG, "a forward-only pipeline holds no AdamW moments");
-    for (int s = 0; s < pp->S; s++) {
-        int g = pm_sched_stage_device(&pp->sched, s); /* replica 0's device */
-        size_t off = pm_gpt_layer_offset(&pp->cfg.model, pp->first[s]);
-        pm_status st = gather_stage(pp, which, s, g, out ? out + off : NULL);
-        if (st) {
-            pm_tp_status(pp->dev[pp->lo].tp, err);
-            return st;
+    /* replica 0's devices; under ZeRO-1 a moment's slices from every replica */
+    int reps = which != PM_SLAB_PARAMS && pp->pl->zero ? pp->dp : 1;
+    for (int s = 0; s < pp->S; s++)
+        for (int r = 0; r < reps; r++) {
+            int g = r * pp->p + pm_sched_stage_device(&pp->sched, s);
+            size_t off = pm_gpt_layer_offset(&pp->cfg.model, pp->first[s]);
+            pm_status st = gather_stage(pp, which, s, g, out ? out + off : NULL);
+            if (st) {
+                pm_tp_status(pp->dev[pp->lo].tp, err);
+                return st;
+            }
         }
-    }
     return PM_OK;
 }

@@ -87,21 +87,33 @@ void pm_optim_adamw_update(float *restrict p, const float *restrict g, float *re
     pm_gpt_par_for(n, (size_t)1 << 16, adamw_range, &j);
 }
 
-void pm_optim_step_layers(const pm_train_cfg *cfg, int l0, int l1, int64_t step, float gscale,
-                          float *p, const float *g, float *m, float *v) {
+void pm_optim_step_range(const pm_train_cfg *cfg, size_t a, size_t b, int64_t step, float gscale,
+                         float *p, const float *g, float *m, float *v) {
     const pm_gpt_config *c = &cfg->model;
     const pm_optim_cfg *o = &cfg->opt;
     float lr = (float)pm_optim_lr_at(o, step);
-    size_t base0 = pm_gpt_layer_offset(c, l0);
     pm_gpt_tensor tens[PM_GPT_MAX_TENSORS];
-    for (int l = l0; l < l1; l++) {
-        size_t base = pm_gpt_layer_offset(c, l) - base0;
+    for (int l = 0; l < pm_gpt_num_layers(c) && a < b; l++) {
+        size_t base = pm_gpt_layer_offset(c, l);
+        if (base + pm_gpt_layer_params(c, l) <= a) continue;
+        if (base >= b) break;
         int nt = pm_gpt_layer_tensors(c, l, tens);
-        for (int i = 0; i < nt; i++) {
-            size_t off = base + tens[i].offset;
-            pm_optim_adamw_args a = {lr, tens[i].decay ? o->weight_decay : 0.0f, o->beta1, o->beta2,
-                               o->eps, step + 1, gscale};
-            pm_optim_adamw_update(p + off, g + off, m + off, v + off, tens[i].numel, &a);
+        for (int i = 0; i < nt; i++) { /* the tensor's part inside [a, b) */
+            size_t lo = base + tens[i].offset, hi = lo + tens[i].numel;
+            lo = lo > a ? lo : a, hi = hi < b ? hi : b;
+            if (lo >= hi) continue;
+            pm_optim_adamw_args arg = {lr, tens[i].decay ? o->weight_decay : 0.0f, o->beta1,
+                                       o->beta2, o->eps, step + 1, gscale};
+            size_t at = lo - a;
+            pm_optim_adamw_update(p + at, g + at, m + at, v + at, hi - lo, &arg);
         }
     }
+}
+
+void pm_optim_step_layers(const pm_train_cfg *cfg, int l0, int l1, int64_t step, float gscale,
+                          float *p, const float *g, float *m, float *v) {
+    const pm_gpt_config *c = &cfg->model;
+    size_t a = pm_gpt_layer_offset(c, l0);
+    size_t b = l1 < pm_gpt_num_layers(c) ? pm_gpt_layer_offset(c, l1) : pm_gpt_num_params(c);
+    pm_optim_step_range(cfg, a, b, step, gscale, p, g, m, v);
 }
