@@ -1337,6 +1337,22 @@ static void test_cli_train_pp(void **state) {
     assert_int_equal(sh_quiet(cmd), 0);
     snprintf(cmd, sizeof cmd, "cmp -s %s/b.ckpt %s/b2.ckpt", dir, dir);
     assert_int_equal(sh_quiet(cmd), 0);
+    /* sampling from the pipeline's checkpoint through 3 device threads, and
+     * with a device budget too small for the model on one device, prints
+     * the text one device prints (which test_train checks against its own
+     * drawing from the parameters) */
+    for (int k = 0; k < 3; k++) {
+        const char *how[] = {"", "--pp 3", "--device-mem 80K"}; /* one device: 104 KiB */
+        snprintf(cmd, sizeof cmd, "%s sample --ckpt %s/b.ckpt --prompt 'the ' -n 30 --seed 4 %s "
+                 "> %s/s%d.txt 2> %s/s%d.err", bin, dir, how[k], dir, k, dir, k);
+        assert_int_equal(sh_quiet(cmd), 0);
+    }
+    for (int k = 1; k < 3; k++) {
+        snprintf(cmd, sizeof cmd, "cmp -s %s/s0.txt %s/s%d.txt && grep -q 'sampling through' "
+                 "%s/s%d.err", dir, dir, k, dir, k);
+        if (sh_quiet(cmd)) fail_msg("sample %d: not the one device's text, or not through the "
+                                    "pipeline", k);
+    }
     /* --recompute: the same checkpoint again, the recomputed schedule named,
      * and device 0 (stage 0 keeps only its tokens) below plain v-half */
     snprintf(cmd, sizeof cmd, "%s train --data %s/d %s --pp 2 --schedule v-half --recompute "

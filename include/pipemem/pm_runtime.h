@@ -322,7 +322,7 @@ pm_status pm_pipe_save(pm_pipe *pp, const char *path, const pm_ckpt_meta *meta, 
  * transport, replicas, ZeRO, or one device; versions 1 to 4): each device
  * reads only its own ranges, the slab checksums are checked over all of
  * them, and the run's configuration and data identity must match (named
- * on a mismatch). Sets the pipe's step count; *info (may be NULL) gets the
+ * on a mismatch; a forward-only pipe needs only the same model). Sets the pipe's step count; *info (may be NULL) gets the
  * header (step, data position). A failure after the devices read leaves
  * their state unspecified. Collective under MPI. */
 pm_status pm_pipe_load(pm_pipe *pp, const char *path, uint64_t data_id, pm_ckpt_info *info,

@@ -1,24 +1,32 @@
-/* cmd_sample.c: `pipemem sample --ckpt FILE --prompt TEXT -n N`: loads a
- * checkpoint's parameters and prints the prompt followed by N generated
- * bytes. Each new byte re-runs the forward pass over the last ctx tokens
- * and samples from softmax(logits / temperature) with a seeded PCG32. */
+/* cmd_sample.c: `pipemem sample --ckpt FILE --prompt TEXT -n N`: prints
+ * the prompt followed by N generated tokens. Each new token re-runs the
+ * forward pass over the last ctx tokens and samples from
+ * softmax(logits / temperature) with a seeded PCG32. The forward runs on
+ * one device when the parameters and one sequence's workspace fit
+ * (--device-mem, or this machine), else through a pipeline of device
+ * threads (--pp P, or the fewest that fit), each loading only its own
+ * layers from the checkpoint: the same tokens either way. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
-#include "pipemem/pm_tokenizer.h"
 #include "pipemem/pm_gpt.h"
+#include "pipemem/pm_runtime.h"
+#include "pipemem/pm_tokenizer.h"
 #include "pipemem/pm_train.h"
 
 static void sample_usage(FILE *f) {
     fprintf(f, "usage: pipemem sample --ckpt FILE [--prompt TEXT] [-n N] [--temperature X]\n"
-               "         [--seed S] [--threads N]\n"
+               "         [--seed S] [--threads N] [--device-mem SIZE] [--pp P]\n"
                "  Prints TEXT and N tokens the model generates after it, decoded with the\n"
                "  tokenizer the checkpoint carries (bytes without one). Defaults: prompt\n"
                "  \"\\n\", N 200, temperature 1, seed 1; below 1, the temperature keeps to\n"
-               "  likelier tokens.\n"
+               "  likelier tokens. The model runs on one device when its parameters and one\n"
+               "  sequence's work fit --device-mem SIZE (default: this machine's memory),\n"
+               "  else through P device threads (--pp P, or the fewest that fit), each\n"
+               "  reading only its own layers from the checkpoint: the same text either way.\n"
                "  example: pipemem sample --ckpt model.ckpt --prompt 'The ' -n 100\n");
 }
 
@@ -54,33 +62,51 @@ static int open_tokenizer(const char *ckpt, const char *prompt, pm_tokenizer **t
     return 0;
 }
 
+/* Where the forward passes run: one device's parameters and workspace, or
+ * a forward-only pipeline; either way the next token's probabilities. */
+typedef struct {
+    const pm_gpt_config *c;
+    float *params;   /* one device: the whole model's parameters (owned) */
+    void *work;      /* one device: its workspace (owned) */
+    pm_pipe *pp;     /* or a pipeline of forward-only devices (owned) */
+    float *probs;    /* (vocab) the pipeline's answer */
+} sampler;
+
+static const float *next_probs(sampler *sm, const int32_t *tok, int T) {
+    if (!sm->pp) {
+        pm_gpt_forward(sm->c, 1, T, sm->params, tok, NULL, sm->work);
+        return pm_gpt_work_probs(sm->c, 1, T, sm->work) + (size_t)(T - 1) * sm->c->vocab;
+    }
+    pm_err err = {{0}};
+    if (pm_pipe_forward(sm->pp, tok, T, sm->probs, &err)) {
+        pm_cli_fail("sample: %s", err.msg);
+        return NULL;
+    }
+    return sm->probs;
+}
+
 /* Prints the prompt and n drawn tokens after it: bytes one at a time, or
  * with a tokenizer the decoded text at the end (a piece alone may be part
  * of a character). */
-static int generate(const pm_gpt_config *c, const float *params, const pm_tokenizer *tk,
-                    const uint32_t *ptok, size_t plen, const char *prompt, size_t n, double temp,
-                    int seed) {
+static int generate(sampler *sm, const pm_tokenizer *tk, const uint32_t *ptok, size_t plen,
+                    const char *prompt, size_t n, double temp, int seed) {
+    const pm_gpt_config *c = sm->c;
     size_t total = plen + n;
     int32_t *tok = malloc((total ? total : 1) * sizeof *tok);
-    void *work = malloc(pm_gpt_work_bytes(c, 1, c->ctx));
-    if (!tok || !work) {
-        free(tok), free(work);
-        return pm_cli_fail("out of memory");
-    }
+    if (!tok) return pm_cli_fail("out of memory");
     for (size_t i = 0; i < plen; i++) tok[i] = tk ? (int32_t)ptok[i] : (uint8_t)prompt[i];
     if (!tk) fwrite(prompt, 1, plen, stdout);
     pm_gpt_rng rng;
     pm_gpt_rng_seed(&rng, (uint64_t)seed, 0x73616d706c65ull);
-    for (size_t k = plen; k < total; k++) {
-        size_t start = k > (size_t)c->ctx ? k - (size_t)c->ctx : 0;
-        int T = (int)(k - start);
-        pm_gpt_forward(c, 1, T, params, tok + start, NULL, work);
-        const float *probs = pm_gpt_work_probs(c, 1, T, work) + (size_t)(T - 1) * c->vocab;
-        tok[k] = draw(probs, c->vocab, temp, &rng);
-        if (!tk) putchar(tok[k]), fflush(stdout);
-    }
     int rc = 0;
-    if (tk) {
+    for (size_t k = plen; k < total && !rc; k++) {
+        size_t start = k > (size_t)c->ctx ? k - (size_t)c->ctx : 0;
+        const float *probs = next_probs(sm, tok + start, (int)(k - start));
+        if (!probs) rc = 1;
+        else tok[k] = draw(probs, c->vocab, temp, &rng);
+        if (!rc && !tk) putchar(tok[k]), fflush(stdout);
+    }
+    if (!rc && tk) {
         char *text;
         size_t len;
         pm_err err = {{0}};
@@ -93,13 +119,53 @@ static int generate(const pm_gpt_config *c, const float *params, const pm_tokeni
     }
     putchar('\n');
     free(tok);
-    free(work);
     return rc;
+}
+
+/* One device: the whole parameters and one sequence's workspace. */
+static size_t one_device_bytes(const pm_gpt_config *c) {
+    return pm_gpt_num_params(c) * sizeof(float) + pm_gpt_work_bytes(c, 1, c->ctx);
+}
+
+/* A forward-only plan on p devices (one sequence, the head whole). */
+static pm_status plan_on(pm_plan *pl, const pm_gpt_config *c, int p, size_t budget, pm_err *err) {
+    pm_train_cfg cfg = {.model = *c, .batch = 1, .micro = 1, .seed = 1};
+    cfg.model.head_parts = 1;
+    pm_optim_defaults(&cfg.opt, 1);
+    pm_plan_req rq = {.p = p, .kind = "1f1b", .forward_only = 1, .device_mem = budget,
+                      .head_parts = 1};
+    return pm_plan_make(pl, &cfg, &rq, err);
+}
+
+/* The pipeline: --pp P, or the fewest devices (up to the layers) whose
+ * forward-only plan fits the budget; each loads only its layers. */
+static int open_pipeline(sampler *sm, const char *ckpt, int pp_opt, size_t budget) {
+    pm_err err = {{0}};
+    pm_plan pl = {0};
+    int most = pm_gpt_num_layers(sm->c), p = pp_opt ? pp_opt : 2;
+    pm_status st = PM_ERR_MEMLIMIT;
+    for (; p <= most && st == PM_ERR_MEMLIMIT; p++) {
+        st = plan_on(&pl, sm->c, p, budget, &err);
+        if (pp_opt) break;
+    }
+    if (st) return pm_cli_fail("sample: %s", err.msg);
+    char one[32], dev[32];
+    pm_plan_bytes_str(one_device_bytes(sm->c), one, sizeof one);
+    pm_plan_bytes_str(pl.dev[pl.busiest].total, dev, sizeof dev);
+    fprintf(stderr, "sample: the model needs %s on one device; sampling through %d devices "
+            "(%s the busiest)\n", one, pl.p, dev);
+    sm->probs = malloc((size_t)sm->c->vocab * sizeof *sm->probs);
+    if (!sm->probs) st = pm_errf(&err, PM_ERR_NOMEM, "out of memory");
+    if (!st) st = pm_pipe_create(&sm->pp, &pl, NULL, &err);
+    pm_plan_free(&pl);
+    if (!st) st = pm_pipe_load(sm->pp, ckpt, 0, NULL, &err);
+    return st ? pm_cli_fail("%s", err.msg) : 0;
 }
 
 int pm_cmd_sample(int argc, char **argv) {
     const char *ckpt = NULL, *prompt = "\n";
-    int n = 200, threads = 1, seed = 1;
+    int n = 200, threads = 1, seed = 1, pp_opt = 0;
+    size_t budget = 0;
     double temp = 1.0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -113,6 +179,10 @@ int pm_cmd_sample(int argc, char **argv) {
             if (pm_cli_int(a, v, 0, &n)) return 1;
         } else if (!strcmp(a, "--threads")) {
             if (pm_cli_int_range(a, v, 1, 64, &threads)) return 1;
+        } else if (!strcmp(a, "--device-mem")) {
+            if (pm_cli_size(a, v, &budget)) return 1;
+        } else if (!strcmp(a, "--pp")) {
+            if (pm_cli_int_range(a, v, 1, 1024, &pp_opt)) return 1;
         } else if (!strcmp(a, "--seed")) {
             if (pm_cli_int(a, v, 0, &seed)) return 1;
         } else if (!strcmp(a, "--temperature")) {
@@ -131,18 +201,28 @@ int pm_cmd_sample(int argc, char **argv) {
     pm_blas_threads(threads);
     pm_err err = {{0}};
     pm_ckpt_info info;
-    float *params;
-    if (pm_ckpt_load_params(ckpt, &info, &params, &err)) return pm_cli_fail("%s", err.msg);
+    if (pm_ckpt_info_read(ckpt, &info, &err)) return pm_cli_fail("%s", err.msg);
+    sampler sm = {.c = &info.cfg.model};
+    size_t need = one_device_bytes(sm.c), have = budget ? budget : pm_mem_physical();
+    int rc = 1;
+    if (pp_opt || (have && need > have)) {
+        if (open_pipeline(&sm, ckpt, pp_opt, budget)) goto out;
+    } else if (pm_ckpt_load_params(ckpt, &info, &sm.params, &err) ||
+               !(sm.work = malloc(pm_gpt_work_bytes(sm.c, 1, sm.c->ctx)))) {
+        pm_cli_fail("%s", sm.params ? "out of memory" : err.msg);
+        goto out;
+    }
     pm_tokenizer *tk = NULL;
     uint32_t *ptok = NULL;
     size_t plen = strlen(prompt);
-    if (open_tokenizer(ckpt, prompt, &tk, &ptok, &plen)) {
-        free(params);
-        return 1;
-    }
-    int rc = generate(&info.cfg.model, params, tk, ptok, plen, prompt, (size_t)n, temp, seed);
+    if (open_tokenizer(ckpt, prompt, &tk, &ptok, &plen)) goto out;
+    rc = generate(&sm, tk, ptok, plen, prompt, (size_t)n, temp, seed);
     pm_free(ptok);
     pm_tokenizer_free(tk);
-    free(params);
+out:
+    pm_pipe_destroy(sm.pp);
+    free(sm.probs);
+    free(sm.work);
+    pm_free(sm.params);
     return rc;
 }

@@ -108,6 +108,20 @@ done:
     return st;
 }
 
+/* A forward-only pipe (sampling) needs only the same model: the run that
+ * trained it (batch, seed, learning rate, data) does not matter. */
+static pm_status check_model(const pm_pipe *pp, const char *path, const pm_ckpt_info *in,
+                             pm_err *err) {
+    const pm_gpt_config *a = &in->cfg.model, *b = &pp->cfg.model;
+    if (a->vocab == b->vocab && a->ctx == b->ctx && a->dim == b->dim && a->heads == b->heads &&
+        a->layers == b->layers)
+        return PM_OK;
+    return pm_errf(err, PM_ERR_ARG, "%s: the checkpoint's model (vocabulary %d, context %d, "
+                   "width %d, %d heads, %d layers) is not the pipeline's (%d, %d, %d, %d, %d)",
+                   path, a->vocab, a->ctx, a->dim, a->heads, a->layers, b->vocab, b->ctx, b->dim,
+                   b->heads, b->layers);
+}
+
 pm_status pm_pipe_load(pm_pipe *pp, const char *path, uint64_t data_id, pm_ckpt_info *info,
                        pm_err *err) {
     if (pp->dead) {
@@ -117,7 +131,8 @@ pm_status pm_pipe_load(pm_pipe *pp, const char *path, uint64_t data_id, pm_ckpt_
     pm_err mine = {{0}};
     uint64_t sums[PM_CKPT_SLABS] = {0};
     pm_status st = pm_ckpt_info_read(path, &pp->ck_info, &mine);
-    if (!st) st = pm_ckpt_check_run(path, &pp->ck_info, &pp->cfg, data_id, &mine);
+    if (!st && pp->pl->forward_only) st = check_model(pp, path, &pp->ck_info, &mine);
+    else if (!st) st = pm_ckpt_check_run(path, &pp->ck_info, &pp->cfg, data_id, &mine);
     if ((st = pm_pipe_share_outcome(pp, st, &mine))) goto done;
     pp->ck_path = path;
     st = run_parts(pp, PM_RUN_LOAD, sums, &mine);
