@@ -1,8 +1,9 @@
 #!/bin/sh
 # Checks `make install` and `make uninstall` as a user would meet them:
 # installs into a temporary DESTDIR (PREFIX /usr/local), builds
-# examples/sched_and_train.c against the installed copy with pkg-config
-# (shared, then static), runs both, checks the binary's --version and that
+# examples/sched_and_train.c (shared, then static) and
+# examples/plan_and_train.c against the installed copy with pkg-config,
+# runs them, checks the binary's --version and that
 # the man page renders without warnings and covers every subcommand, then
 # uninstalls and checks nothing is left. Prints one line per check and
 # "install check: N passed"; exits non-zero at the first failure.
@@ -50,6 +51,12 @@ cc -std=c11 -Wall -Werror examples/sched_and_train.c $cflags "$root/lib/libpipem
 [ "$(grep -o 'loss [0-9.]*' "$dest/ex.out")" = "$(grep -o 'loss [0-9.]*' "$dest/ex_static.out")" ] \
     || die "static and shared examples give other losses"
 ok "example built static with pkg-config --static, same losses"
+cc -std=c11 -Wall -Werror examples/plan_and_train.c $cflags $libs -o "$dest/plan" \
+    || die "building examples/plan_and_train.c against the installed library"
+LD_LIBRARY_PATH="$root/lib" "$dest/plan" > "$dest/plan.out" \
+    || die "examples/plan_and_train.c failed: $(tail -1 "$dest/plan.out")"
+grep -q "the same bits" "$dest/plan.out" || die "the reloaded pipeline evaluated differently"
+ok "plan_and_train: planned under a budget, trained, saved by stage, reloaded on 3 devices"
 
 page=$root/share/man/man1/pipemem.1
 warn=$(groff -man -Tutf8 -ww -z "$page" 2>&1) || die "groff failed on the man page"
