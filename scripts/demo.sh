@@ -6,12 +6,15 @@
 #      under --schedule auto with half of 1F1B's activation memory; its
 #      measured peak is printed beside 1F1B's (measured in the same run), then
 #      text sampled from it, the measured timeline as SVG and a Chrome trace;
-#   3. every main schedule trains a few steps of the same model, and a table
+#   3. a model whose state does not fit one device's budget (--device-mem)
+#      is refused on one device and trains on four, each holding only its
+#      stages (the plan printed, then the process's measured peak);
+#   4. every main schedule trains a few steps of the same model, and a table
 #      puts each one's measured step time, bubble and peak activation memory
 #      beside the simulator's prediction;
-#   4. the schedule engine compares every schedule for p = 8, m = 24 with
+#   5. the schedule engine compares every schedule for p = 8, m = 24 with
 #      unequal costs and draws four of them;
-#   5. model selection: 2 learning rates x 2 depths trained at once on 2
+#   6. model selection: 2 learning rates x 2 depths trained at once on 2
 #      devices under a memory budget that cuts every model into shards.
 # Everything lands in out/demo/ (PM_DEMO_OUT overrides; PM_DEMO_STEPS sets
 # the length of the main run).
@@ -33,7 +36,7 @@ TEXT=$(find /usr/share/games/fortunes -maxdepth 1 -type f ! -name '*.dat' ! -nam
 # shellcheck disable=SC2086
 "$BIN" prepare $TEXT -o "$OUT/words" --tokenizer "$OUT/fortunes.model"
 # shellcheck disable=SC2086
-"$BIN" prepare $TEXT -o "$OUT/data"    # bytes, for acts 3 and 5
+"$BIN" prepare $TEXT -o "$OUT/data"    # bytes, for acts 3, 4 and 6
 
 echo
 echo "== 2. train: GPT $WMODEL on 4 device threads, --schedule auto --mem-limit $LIMIT"
@@ -58,7 +61,27 @@ echo "sample:"
 "$BIN" sample --ckpt "$OUT/gpt.ckpt" --prompt "The" -n 80 --temperature 0.7
 echo
 
-echo "== 3. measured against forecast, p = 2, m = 8 (6 steps each, means after the first)"
+BIG="--layers 8 --dim 384 --heads 6 --ctx 64 --batch 8 --microbatches 8"
+echo "== 3. a model one device cannot hold: GPT $BIG, --device-mem 128M"
+# shellcheck disable=SC2086
+if "$BIN" train --data "$OUT/data" $BIG --steps 6 --device-mem 128M 2> "$OUT/one.err"; then
+    echo "demo: one device should have been refused" >&2
+    exit 1
+fi
+cat "$OUT/one.err"
+echo "   the same model on 4 device threads, each holding only its stages:"
+# shellcheck disable=SC2086
+big=$("$BIN" train --data "$OUT/data" $BIG --pp 4 --steps 6 --eval-every 0 --device-mem 128M \
+    --save "$OUT/big.ckpt" --json 2> "$OUT/big.err")
+grep -E '^device [0-9]: layers' "$OUT/big.err"
+rss=$(echo "$big" | sed -n 's/.*"peak_rss_bytes": \[\([0-9]*\)\].*/\1/p')
+mib=$(awk "BEGIN {printf \"%.0f\", $rss / 1048576}")
+loss=$(echo "$big" | sed -n 's/.*"final_loss": \([0-9.]*\).*/\1/p')
+echo "trained: final loss $loss; the whole process, 4 devices, peaked at $mib MiB;"
+echo "the checkpoint was written by stage: $OUT/big.ckpt"
+echo
+
+echo "== 4. measured against forecast, p = 2, m = 8 (6 steps each, means after the first)"
 echo "   forecast: made before each step from the steps before it; replay: the simulator"
 echo "   fed with the same step's measured pass times (a check of the executor)"
 field() { sed -n "s/.*\"$1\": \([^,}]*\).*/\1/p"; }
@@ -82,7 +105,7 @@ echo " V schedules keep 1F1B's memory, their savings grow with p: see README, Re
 echo
 
 COSTS=4959,5217,3519,213   # F, B, W, C in microseconds, unequal as in real models
-echo "== 4. pipemem compare -p 8 -m 24 --costs $COSTS"
+echo "== 5. pipemem compare -p 8 -m 24 --costs $COSTS"
 "$BIN" compare -p 8 -m 24 --costs "$COSTS"
 for k in 1f1b zb-h1 v-half v-min; do
     "$BIN" schedule --kind "$k" -p 8 -m 24 --costs "$COSTS" --format svg -o "$OUT/$k.svg"
@@ -90,7 +113,7 @@ done
 echo
 
 SEL="--lr 1e-3,3e-3 --layers 2,4 --dim 128 --heads 4 --ctx 64 --batch 8 --microbatches 2"
-echo "== 5. pipemem select: 4 models at once on 2 devices of 14 MiB each (shard parallelism)"
+echo "== 6. pipemem select: 4 models at once on 2 devices of 14 MiB each (shard parallelism)"
 # shellcheck disable=SC2086
 "$BIN" select --data "$OUT/data" --devices 2 --device-mem 14M $SEL --steps 60 --dry-run | head -6
 # shellcheck disable=SC2086
@@ -98,5 +121,5 @@ echo "== 5. pipemem select: 4 models at once on 2 devices of 14 MiB each (shard 
     --save-best "$OUT/best.ckpt" --csv "$OUT/select.csv" --timeline "$OUT/select.svg"
 echo
 echo "demo output in $OUT/: auto-measured.svg (the real run), auto-trace.json (Perfetto),"
-echo "  1f1b.svg zb-h1.svg v-half.svg v-min.svg (simulated timelines), gpt.ckpt, data/,"
+echo "  1f1b.svg zb-h1.svg v-half.svg v-min.svg (simulated timelines), gpt.ckpt, big.ckpt, data/,"
 echo "  best.ckpt, select.csv and select.svg (model selection)"
