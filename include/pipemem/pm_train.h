@@ -18,8 +18,8 @@
  * LayerNorm gains and biases, and both embeddings do not decay.
  *
  * Clipping: the global norm is sqrt of the sum of squares over every gradient
- * element (of the mean-loss gradient); if it exceeds grad_clip every gradient
- * is scaled by grad_clip / (norm + 1e-6). */
+ * element (of the mean-loss gradient; pm_optim_norm says in which order);
+ * if it exceeds grad_clip every gradient is scaled by grad_clip / (norm + 1e-6). */
 #ifndef PM_TRAIN_H
 #define PM_TRAIN_H
 
@@ -48,9 +48,42 @@ void pm_optim_defaults(pm_optim_cfg *c, int steps);
 /* Learning rate of step `step` (0-based). */
 double pm_optim_lr_at(const pm_optim_cfg *c, int64_t step);
 
-/* Sum of squares in double, in index order (add slabs' sums for a global
- * norm, then sqrt). */
+/* The global gradient norm, defined so that every trainer (one device, any
+ * pipeline, model selection) computes the same bits and each device can
+ * compute its own part early and in parallel:
+ *   - the slab is cut into units: the embedding, each block, and the
+ *     head's groups of PM_HEAD_GROUP rows of lm_head (ln_f's 2C floats with
+ *     the first), so every stage boundary of every placement and head-part
+ *     count is a unit boundary;
+ *   - a unit's sum of squares is pm_optim_sumsq over its floats;
+ *   - norm = sqrt of the units' sums added in unit order (a double).
+ * pm_optim_sumsq: blocks of PM_NORM_BLOCK floats from the start, each in 8
+ * double lanes (element i into lane i % 8, lanes added
+ * ((l0+l1)+(l2+l3))+((l4+l5)+(l6+l7))), the blocks' sums added in order;
+ * the blocks run on the calling thread's compute threads, the result does
+ * not depend on how many. */
+#define PM_NORM_BLOCK ((size_t)1 << 16)
 double pm_optim_sumsq(const float *g, size_t n);
+/* Units in layers l0 .. l1-1. */
+int pm_optim_units(const pm_gpt_config *c, int l0, int l1);
+/* The units' sums of squares of layers l0 .. l1-1 (g starts at layer l0's
+ * first parameter) into sums, in order; returns how many. */
+int pm_optim_unit_sums(const pm_gpt_config *c, int l0, int l1, const float *g, double *sums);
+/* The norm of a whole slab of c's parameters. */
+double pm_optim_norm(const pm_gpt_config *c, const float *g);
+/* The same norm from the slab read in pieces, in order (a slab spilled to
+ * a file): init, add every float once, end. Bitwise pm_optim_norm. */
+typedef struct {
+    const pm_gpt_config *c;
+    int l, k;          /* the current unit: layer l's k-th */
+    size_t left;       /* its floats still to come */
+    size_t pos;        /* position in the current block */
+    double lane[8];    /* the block's lanes so far */
+    double unit, total;
+} pm_norm_stream;
+void pm_norm_stream_init(pm_norm_stream *s, const pm_gpt_config *c);
+void pm_norm_stream_add(pm_norm_stream *s, const float *x, size_t n);
+double pm_norm_stream_end(const pm_norm_stream *s);
 
 /* Factor to scale gradients by for global norm `norm` under limit `clip`. */
 float pm_optim_clip_scale(double norm, float clip);

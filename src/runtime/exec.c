@@ -22,11 +22,13 @@
  * With replicas, a stage's gradients are summed across them right after
  * its last weight pass (reduce_start: in chunks, by rendezvous from the
  * gradient slab); the totals are waited for after the passes.
- * After the passes: the gradient sum of squares runs as a chain through the
- * stages in layer order (device of stage 0 starts from 0.0, each stage adds
- * its slice in index order and passes the running double on), which is
- * exactly pm_optim_sumsq over the whole slab; the last stage's device sends the
- * norm to every device; each device steps AdamW on its own layers.
+ * Each stage's sums of squares per unit (pm_optim_norm's definition) are
+ * made as soon as its gradients are final; after the passes they run as a
+ * chain through the stages in layer order (device of stage 0 starts from
+ * 0.0, each adds its units' sums in order and passes the running double
+ * on), which is exactly pm_optim_norm over the whole slab; the last stage's
+ * device sends the norm to every device; each device steps AdamW on its
+ * own layers.
  *
  * Errors: a failing pass formats one line naming device, stage, microbatch
  * and pass, aborts the transport (waking every device) and returns; a device
@@ -329,17 +331,22 @@ static pm_status run_pass(pass_ctx *x) {
 
 /* ---- after the passes: norm chain and AdamW ----------------------------------- */
 
-static double sumsq_from(double s, const float *g, size_t n) {
-    for (size_t i = 0; i < n; i++) s += (double)g[i] * (double)g[i];
-    return s;
+/* Stage s's gradients are final here: the norm's sums of its units, now
+ * (while other devices still compute), so the chain after the passes only
+ * adds them. */
+static void unit_sums(pm_pipe_dev *dv, int s) {
+    const pm_pipe *pp = dv->pp;
+    pm_optim_unit_sums(&pp->cfg.model, pp->first[s], pp->first[s + 1], dv->sg[s],
+                       dv->usum + dv->ubase[s]);
 }
 
-/* The global gradient norm, bitwise pm_optim_sumsq over the whole slab: a
+/* The global gradient norm, bitwise pm_optim_norm over the whole slab: a
  * chain through the stages in layer order, each device adding its stages'
- * squares in index order to the running double. Each replica chains its
- * own (the totals are the same everywhere); under ZeRO-1 only the last
- * replica holds every total, so it alone chains and its last stage's
- * device sends the norm to every device of every replica. */
+ * unit sums (made as each stage's gradients became final) in order to the
+ * running double. Each replica chains its own (the totals are the same
+ * everywhere); under ZeRO-1 only the last replica holds every total, so it
+ * alone chains and its last stage's device sends the norm to every device
+ * of every replica. */
 static pm_status norm_chain(pm_pipe_dev *dv) {
     pm_pipe *pp = dv->pp;
     pm_status st = PM_OK;
@@ -355,7 +362,9 @@ static pm_status norm_chain(pm_pipe_dev *dv) {
                 (st = pm_tp_wait(dv->tp, &r)))
                 return st;
         }
-        dv->nbuf[s] = sumsq_from(acc, dv->sg[s], pm_stage_floats(pp, s));
+        if (pp->dp > 1 && dv->rep < pp->dp - 1) unit_sums(dv, s); /* its totals came late */
+        for (int u = dv->ubase[s]; u < dv->ubase[s + 1]; u++) acc += dv->usum[u];
+        dv->nbuf[s] = acc;
         if (s + 1 < pp->S) {
             st = pm_tp_isend(dv->tp, pm_dev_peer(dv, s + 1), pm_tag_norm(pp, s + 1), &dv->nbuf[s],
                              sizeof(double), &dv->nreq[s]);
@@ -543,11 +552,13 @@ static pm_status dev_step(pm_pipe_dev *dv) {
         pass_ctx x = {dv, i, &ps[i], fault, 0, NAN};
         if ((st = run_pass(&x))) return st;
         double t_end = pm_now();
-        /* weight passes run in microbatch order: m-1 is the stage's last */
-        if (pp->dp > 1 && ps[i].mb == pp->m - 1 &&
-            (ps[i].kind == PM_PASS_W || ps[i].kind == PM_PASS_BW) &&
-            (st = reduce_start(dv, ps[i].stage)))
-            return st;
+        /* weight passes run in microbatch order: m-1 is the stage's last; its
+         * gradients are final now (one replica), or its totals once the last
+         * replica has summed them */
+        if (ps[i].mb == pp->m - 1 && (ps[i].kind == PM_PASS_W || ps[i].kind == PM_PASS_BW)) {
+            if (pp->dp > 1 && (st = reduce_start(dv, ps[i].stage))) return st;
+            if (dv->rep == pp->dp - 1) unit_sums(dv, ps[i].stage);
+        }
         pp->t0[base + i] = (x.t_start - dv->t_base) * 1e6;
         pp->t1[base + i] = (t_end - dv->t_base) * 1e6;
         pp->tmid[base + i] = (x.t_mid - dv->t_base) * 1e6;

@@ -127,6 +127,8 @@ struct pm_pipe_dev {
     float *tx[2];         /* (mbsz, T, C) send buffers, alternating */
     float *bb[2];         /* (mbsz, T, C) gradients between a stage's layers in B */
     double *nbuf;         /* (S + 1) gradient-norm messages */
+    double *usum;         /* the norm's unit sums of its stages (pm_optim_unit_sums) */
+    int *ubase;           /* (S + 1) where stage s's unit sums start in usum */
     pm_tp_req rxreq[2];   /* receive of each slot */
     int64_t rxpass[2];    /* pass index a slot serves, -1 if free */
     int64_t scan;         /* next pass whose receive is not posted yet */

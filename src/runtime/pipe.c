@@ -31,6 +31,8 @@ static void dev_free(pm_pipe_dev *dv) {
     pm_free(dv->sv);
     pm_free(dv->work);
     pm_free(dv->nbuf);
+    pm_free(dv->usum);
+    pm_free(dv->ubase);
     pm_free(dv->nreq);
     pm_free(dv->red);
     pm_free(dv->rreq);
@@ -157,8 +159,16 @@ static pm_status dev_work(pm_pipe *pp, pm_pipe_dev *dv, pm_err *err) {
     act = (act + 63) / 64 * 64;
     dv->work = pm_aligned_alloc(64, scr + 6 * act);
     dv->nbuf = pm_calloc((size_t)pp->S + 1, sizeof(double));
+    dv->ubase = pm_calloc((size_t)pp->S + 1, sizeof(int));
+    if (!dv->ubase) return nomem(err, "the norm's tables");
+    for (int s = 0; s < pp->S; s++) /* the units of the device's stages, in order */
+        dv->ubase[s + 1] = dv->ubase[s] + (pm_sched_stage_device(&pp->sched, s) == dv->d
+                                               ? pm_optim_units(&pp->cfg.model, pp->first[s],
+                                                                pp->first[s + 1])
+                                               : 0);
+    dv->usum = pm_calloc((size_t)dv->ubase[pp->S] + 1, sizeof(double));
     dv->nreq = pm_calloc((size_t)(pp->S + pp->nd), sizeof(pm_tp_req));
-    if (!dv->work || !dv->nbuf || !dv->nreq) return nomem(err, "message buffers");
+    if (!dv->work || !dv->nbuf || !dv->nreq || !dv->usum) return nomem(err, "message buffers");
     memset(dv->work, 0, scr + 6 * act);
     dv->scratch = dv->work;
     for (int k = 0; k < 2; k++) {

@@ -40,7 +40,9 @@ typedef struct {
  * v; n floats from float `at`, read (wr 0) or written. -1 on an I/O error
  * (t->why says). */
 int sel_store_io(sel_task *t, int slab, size_t at, size_t n, float *buf, int wr);
-int sel_store_sumsq(sel_task *t, double *out);
+/* The task's global gradient norm (pm_optim_norm), from RAM or the spill
+ * file; -1 on an I/O error. */
+int sel_store_norm(sel_task *t, double *out);
 int sel_store_materialize(sel_task *t);
 int sel_store_release(sel_task *t);
 pm_status sel_store_open(sel_task *t, const char *dir, pm_err *err);

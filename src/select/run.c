@@ -181,8 +181,7 @@ static int end_step(sel_run *r, sel_task *t, double *loss, double *val, int *sta
     *loss = t->loss_sum / t->K;
     *val = NAN;
     *state = PM_SELECT_RUNNING;
-    if (sel_store_sumsq(t, &norm)) return *state = PM_SELECT_FAILED, PM_SELECT_EV_FAILED;
-    norm = sqrt(norm);
+    if (sel_store_norm(t, &norm)) return *state = PM_SELECT_FAILED, PM_SELECT_EV_FAILED;
     if (!isfinite(*loss) || !isfinite(norm)) {
         snprintf(t->why, sizeof t->why, "step %lld: loss %g, gradient norm %g is not finite; "
                  "lower its lr", (long long)h->step + 1, *loss, norm);

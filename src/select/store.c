@@ -54,22 +54,24 @@ int sel_store_io(sel_task *t, int slab, size_t at, size_t n, float *buf, int wr)
     return 0;
 }
 
-/* The global gradient norm's sum of squares in index order: what
- * pm_optim_sumsq computes over the whole slab, read in pieces. */
-int sel_store_sumsq(sel_task *t, double *out) {
+/* The global gradient norm (pm_optim_norm), from the slab in RAM or read
+ * from the spill file in pieces. */
+int sel_store_norm(sel_task *t, double *out) {
+    const pm_gpt_config *c = &t->host->cfg.model;
     if (!t->host->spilled || t->host->params) {
-        *out = pm_optim_sumsq(t->host->grads, t->host->n_params);
+        *out = pm_optim_norm(c, t->host->grads);
         return 0;
     }
     float buf[4096];
-    double s = 0;
+    pm_norm_stream ns;
+    pm_norm_stream_init(&ns, c);
     for (size_t at = 0, n = t->host->n_params; at < n;) {
         size_t k = n - at < 4096 ? n - at : 4096;
         if (sel_store_io(t, 1, at, k, buf, 0)) return -1;
-        for (size_t i = 0; i < k; i++) s += (double)buf[i] * (double)buf[i];
+        pm_norm_stream_add(&ns, buf, k);
         at += k;
     }
-    *out = s;
+    *out = pm_norm_stream_end(&ns);
     return 0;
 }
 

@@ -7,6 +7,7 @@
 #include "pipemem/pm_gpt.h"
 
 #include <math.h>
+#include <string.h>
 
 #define PM_PI 3.14159265358979323846
 
@@ -34,11 +35,133 @@ double pm_optim_lr_at(const pm_optim_cfg *c, int64_t step) {
     return lo + 0.5 * (lr - lo) * (1.0 + cos(PM_PI * prog));
 }
 
-double pm_optim_sumsq(const float *g, size_t n) {
-    double s = 0.0;
-    for (size_t i = 0; i < n; i++) s += (double)g[i] * (double)g[i];
-    return s;
+/* One block (n <= PM_NORM_BLOCK floats): element i into lane i % 8, the
+ * lanes added in a fixed tree. Eight independent accumulators vectorise
+ * (and overlap the adds' latency) where one running sum cannot. */
+static double block_sumsq(const float *g, size_t n) {
+    double l[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int k = 0; k < 8; k++) l[k] += (double)g[i + k] * (double)g[i + k];
+    for (int k = 0; i < n; i++, k++) l[k] += (double)g[i] * (double)g[i];
+    return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7])); /* lanes_total */
 }
+
+typedef struct {
+    const float *g;
+    size_t n;
+    double *out; /* one per block */
+} sumsq_job;
+
+static void blocks_range(const void *arg, size_t lo, size_t hi) {
+    const sumsq_job *j = arg;
+    for (size_t b = lo; b < hi; b++) {
+        size_t at = b * PM_NORM_BLOCK, n = j->n - at < PM_NORM_BLOCK ? j->n - at : PM_NORM_BLOCK;
+        j->out[b] = block_sumsq(j->g + at, n);
+    }
+}
+
+double pm_optim_sumsq(const float *g, size_t n) {
+    enum { GROUP = 64 }; /* blocks computed at once (on the compute threads), then added */
+    double sum = 0, part[GROUP];
+    for (size_t at = 0; at < n; at += (size_t)GROUP * PM_NORM_BLOCK) {
+        size_t rest = n - at, nb = (rest + PM_NORM_BLOCK - 1) / PM_NORM_BLOCK;
+        nb = nb < GROUP ? nb : GROUP;
+        sumsq_job j = {g + at, rest, part};
+        pm_gpt_par_for(nb, 1, blocks_range, &j);
+        for (size_t b = 0; b < nb; b++) sum += part[b]; /* in order: any thread count */
+    }
+    return sum;
+}
+
+/* Units of layer l: one for the embedding and each block; a head part has
+ * one per group of PM_HEAD_GROUP rows of lm_head it holds, the first group
+ * of all with ln_f's 2C floats. */
+static int layer_units(const pm_gpt_config *c, int l) {
+    if (pm_gpt_layer_kind(c, l) != PM_LAYER_HEAD) return 1;
+    size_t r0, r1;
+    pm_gpt_head_rows(c, l, &r0, &r1);
+    return (int)((r1 - r0 + PM_HEAD_GROUP - 1) / PM_HEAD_GROUP);
+}
+
+/* Floats of layer l's unit k. */
+static size_t unit_floats(const pm_gpt_config *c, int l, int k) {
+    if (pm_gpt_layer_kind(c, l) != PM_LAYER_HEAD) return pm_gpt_layer_params(c, l);
+    size_t r0, r1;
+    pm_gpt_head_rows(c, l, &r0, &r1);
+    size_t r = r0 + (size_t)k * PM_HEAD_GROUP, rows = r1 - r < PM_HEAD_GROUP ? r1 - r : PM_HEAD_GROUP;
+    return (rows + (r ? 0 : 2)) * (size_t)c->dim;
+}
+
+int pm_optim_units(const pm_gpt_config *c, int l0, int l1) {
+    int u = 0;
+    for (int l = l0; l < l1; l++) u += layer_units(c, l);
+    return u;
+}
+
+int pm_optim_unit_sums(const pm_gpt_config *c, int l0, int l1, const float *g, double *sums) {
+    size_t at = 0;
+    int u = 0;
+    for (int l = l0; l < l1; l++)
+        for (int k = 0; k < layer_units(c, l); k++, u++) {
+            size_t n = unit_floats(c, l, k);
+            sums[u] = pm_optim_sumsq(g + at, n);
+            at += n;
+        }
+    return u;
+}
+
+double pm_optim_norm(const pm_gpt_config *c, const float *g) {
+    double s = 0;
+    size_t at = 0;
+    for (int l = 0; l < pm_gpt_num_layers(c); l++) /* unit by unit, in order */
+        for (int k = 0; k < layer_units(c, l); k++) {
+            size_t n = unit_floats(c, l, k);
+            s += pm_optim_sumsq(g + at, n);
+            at += n;
+        }
+    return sqrt(s);
+}
+
+/* ---- the same norm, read in pieces --------------------------------------------- */
+
+static double lanes_total(const double *l) {
+    return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
+}
+
+/* Moves on to the next unit with floats (the total gets the unit's sum). */
+static void stream_next_unit(pm_norm_stream *s) {
+    int nl = pm_gpt_num_layers(s->c);
+    while (!s->left && s->l < nl) {
+        if (++s->k >= layer_units(s->c, s->l)) s->k = 0, s->l++;
+        if (s->l < nl) s->left = unit_floats(s->c, s->l, s->k);
+    }
+}
+
+void pm_norm_stream_init(pm_norm_stream *s, const pm_gpt_config *c) {
+    *s = (pm_norm_stream){.c = c, .l = 0, .k = 0};
+    s->left = unit_floats(c, 0, 0);
+}
+
+void pm_norm_stream_add(pm_norm_stream *s, const float *x, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        PM_ASSERT(s->left > 0 && "more floats than the model has");
+        s->lane[s->pos % 8] += (double)x[i] * (double)x[i];
+        s->left--;
+        if (++s->pos == PM_NORM_BLOCK || !s->left) { /* a block ends */
+            s->unit += lanes_total(s->lane);
+            memset(s->lane, 0, sizeof s->lane);
+            s->pos = 0;
+        }
+        if (!s->left) { /* a unit ends */
+            s->total += s->unit;
+            s->unit = 0;
+            stream_next_unit(s);
+        }
+    }
+}
+
+double pm_norm_stream_end(const pm_norm_stream *s) { return sqrt(s->total); }
 
 float pm_optim_clip_scale(double norm, float clip) {
     if (clip <= 0.0f || !(norm > (double)clip)) return 1.0f;

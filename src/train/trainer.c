@@ -124,7 +124,7 @@ pm_status pm_trainer_step_batch(pm_trainer *t, const int32_t *inp, const int32_t
                                         inp + (size_t)k * mtok, tgt + (size_t)k * mtok,
                                         1.0f / (float)K, t->work);
     loss /= K;
-    double norm = sqrt(pm_optim_sumsq(t->grads, t->n_params));
+    double norm = pm_optim_norm(&c->model, t->grads);
     if (!isfinite(loss) || !isfinite(norm))
         return pm_errf(err, PM_ERR_NUMERIC,
                        "step %lld: loss %g, gradient norm %g is not finite; lower --lr",
