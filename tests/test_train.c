@@ -111,6 +111,65 @@ static void test_clipping(void **state) {
     assert_true(pm_optim_clip_scale(norm, 0.0f) == 1.0f); /* disabled */
 }
 
+/* The gradient norm's definition (pm_train.h), written again from the text:
+ * units (embedding, blocks, lm_head groups of 4096 rows with ln_f in the
+ * first), blocks of 65536 floats from each unit's start, 8 lanes, units in
+ * order. pm_optim_norm, the streaming reader in pieces of any size, and the
+ * unit sums of any head-part cut give exactly it. */
+static double norm_by_hand(const pm_gpt_config *c, const float *g) {
+    size_t C = (size_t)c->dim, at = 0, units[64];
+    int nu = 0;
+    for (int l = 0; l <= c->layers; l++) units[nu++] = pm_gpt_layer_params(c, l);
+    for (size_t r = 0; r < (size_t)c->vocab; r += 4096)
+        units[nu++] = ((size_t)c->vocab - r < 4096 ? (size_t)c->vocab - r : 4096) * C +
+                      (r ? 0 : 2 * C);
+    double total = 0;
+    for (int u = 0; u < nu; u++) {
+        double unit = 0;
+        for (size_t b = 0; b < units[u]; b += 65536) {
+            double lane[8] = {0};
+            for (size_t i = b; i < units[u] && i < b + 65536; i++)
+                lane[(i - b) % 8] += (double)g[at + i] * (double)g[at + i];
+            unit += ((lane[0] + lane[1]) + (lane[2] + lane[3])) +
+                    ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+        }
+        total += unit, at += units[u];
+    }
+    return sqrt(total);
+}
+
+static void test_norm_definition(void **state) {
+    (void)state;
+    pm_gpt_config c = {.vocab = 9000, .ctx = 8, .dim = 40, .heads = 2, .layers = 2};
+    size_t n = pm_gpt_num_params(&c);
+    float *g = malloc(n * sizeof *g);
+    pm_gpt_rng r;
+    pm_gpt_rng_seed(&r, 3, 7);
+    for (size_t i = 0; i < n; i++) g[i] = (float)pm_gpt_rng_normal(&r) * (i % 5 ? 1.0f : 30.0f);
+    double want = norm_by_hand(&c, g), got = pm_optim_norm(&c, g);
+    assert_memory_equal(&want, &got, sizeof want);
+    size_t pieces[] = {1, 7, 4096, 100000};
+    for (int k = 0; k < 4; k++) {
+        pm_norm_stream ns;
+        pm_norm_stream_init(&ns, &c);
+        for (size_t at = 0; at < n; at += pieces[k])
+            pm_norm_stream_add(&ns, g + at, n - at < pieces[k] ? n - at : pieces[k]);
+        double s = pm_norm_stream_end(&ns);
+        assert_memory_equal(&want, &s, sizeof want);
+    }
+    for (int parts = 1; parts <= 3; parts++) { /* the head cut into layers any way */
+        pm_gpt_config cp = c;
+        cp.head_parts = parts;
+        double sums[64], t = 0;
+        int u = pm_optim_unit_sums(&cp, 0, pm_gpt_num_layers(&cp), g, sums);
+        assert_int_equal(u, pm_optim_units(&cp, 0, pm_gpt_num_layers(&cp)));
+        for (int i = 0; i < u; i++) t += sums[i];
+        t = sqrt(t);
+        assert_memory_equal(&want, &t, sizeof want);
+    }
+    free(g);
+}
+
 /* Runs `steps` steps, storing each loss; returns the trainer (caller frees). */
 static void run_steps(pm_trainer *t, int steps, double *loss) {
     pm_err err = {{0}};
@@ -1023,6 +1082,7 @@ int main(void) {
         cmocka_unit_test(test_adamw_hand_step),
         cmocka_unit_test(test_lr_schedule_shape),
         cmocka_unit_test(test_clipping),
+        cmocka_unit_test(test_norm_definition),
         cmocka_unit_test(test_resume_is_bitwise),
         cmocka_unit_test(test_accumulation_matches_one_batch),
         cmocka_unit_test(test_training_lowers_loss),
