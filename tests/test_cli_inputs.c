@@ -87,6 +87,34 @@ static void test_prepare_inputs_bounded(void **state) {
     assert_int_equal(r.status, 1);
     assert_int_equal(r.lines, 1);
 }
+
+/* prepare -o onto a file or a device: one line, the file untouched (it was
+ * a double free, exit 134: issue 19). */
+static void test_prepare_output_not_a_directory(void **state) {
+    (void)state;
+    if (!bin) skip();
+    char text[300], out[300], args[800];
+    snprintf(text, sizeof text, "%s/in.txt", dir);
+    snprintf(out, sizeof out, "%s/existing", dir);
+    FILE *f = fopen(text, "w");
+    assert_non_null(f);
+    fputs("enough text for a train and a validation split\n", f);
+    fclose(f);
+    f = fopen(out, "w");
+    assert_non_null(f);
+    fputs("keep", f);
+    fclose(f);
+    snprintf(args, sizeof args, "prepare %s -o %s", text, out);
+    expect_error(args, "existing: exists and is not a directory", 10);
+    char back[8] = {0};
+    f = fopen(out, "r");
+    assert_non_null(f);
+    assert_int_equal(fread(back, 1, sizeof back, f), 4);
+    fclose(f);
+    assert_string_equal(back, "keep");
+    snprintf(args, sizeof args, "prepare %s -o /dev/full", text);
+    expect_error(args, "/dev/full: exists and is not a directory", 10);
+}
 /* A small prepared corpus in dir/d. */
 static void prepare_data(void) {
     char path[300], args[700];
@@ -173,6 +201,7 @@ static void test_outputs_checked_before_training(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_prepare_inputs_bounded),
+        cmocka_unit_test(test_prepare_output_not_a_directory),
         cmocka_unit_test(test_pipeline_refusals),
         cmocka_unit_test(test_outputs_checked_before_training),
     };
