@@ -115,6 +115,18 @@ static void test_prepare_output_not_a_directory(void **state) {
     snprintf(args, sizeof args, "prepare %s -o /dev/full", text);
     expect_error(args, "/dev/full: exists and is not a directory", 10);
 }
+/* A pipeline of 131072 devices is a few million passes: its lower bound
+ * and zb-v's pattern were quadratic in p and ran for minutes; run()'s
+ * 60 s guard stops them (each now takes about a second). */
+static void test_huge_pipelines_finish(void **state) {
+    (void)state;
+    if (!bin) skip();
+    run_result r = run("schedule --kind 1f1b -p 131072 -m 5 --format json");
+    if (r.status != 0) fail_msg("schedule -p 131072: status %d, '%s'", r.status, r.err);
+    r = run("compare -p 65536 -m 1");
+    if (r.status != 0) fail_msg("compare -p 65536: status %d, '%s'", r.status, r.err);
+}
+
 /* A small prepared corpus in dir/d. */
 static void prepare_data(void) {
     char path[300], args[700];
@@ -202,6 +214,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_prepare_inputs_bounded),
         cmocka_unit_test(test_prepare_output_not_a_directory),
+        cmocka_unit_test(test_huge_pipelines_finish),
         cmocka_unit_test(test_pipeline_refusals),
         cmocka_unit_test(test_outputs_checked_before_training),
     };

@@ -232,6 +232,70 @@ static void test_zb_v_facts(void **state) {
     }
 }
 
+/* ZB-V's pattern as first written: every rank runs n = max(2p-1, m)
+ * microbatches through the pattern and drops the passes of those >= m
+ * (O(p) per rank). The generator now skips what cannot emit; it must give
+ * these lists pass for pass. */
+typedef struct {
+    pm_sched *s;
+    int r, f[2], b[2];
+} ref_zbv;
+
+static void ref_emit(ref_zbv *d, pm_pass_kind kind, int chunk, int mb) {
+    int stage = chunk == 0 ? d->r : 2 * d->s->p - 1 - d->r;
+    if (mb < d->s->m) pm_sched_push(d->s, d->r, kind, stage, mb);
+}
+static void ref_f(ref_zbv *d, int chunk) { ref_emit(d, PM_PASS_F, chunk, d->f[chunk]++); }
+static int ref_b(ref_zbv *d, int chunk) {
+    int mb = d->b[chunk]++;
+    ref_emit(d, PM_PASS_B, chunk, mb);
+    return mb;
+}
+static void ref_w(ref_zbv *d, int chunk, int mb) { ref_emit(d, PM_PASS_W, chunk, mb); }
+
+static void ref_zbv_rank(pm_sched *s, int r, int n) {
+    int p = s->p;
+    ref_zbv d = {.s = s, .r = r};
+    for (int i = 0; i < 2 * (p - r) - 1; i++) ref_f(&d, 0);
+    for (int i = 0; i < r; i++) ref_f(&d, 1), ref_f(&d, 0);
+    for (int i = 0; i < p - r; i++) ref_f(&d, 1), ref_w(&d, 1, ref_b(&d, 1));
+    while (d.f[1] < d.f[0] || d.f[0] < n) {
+        if (d.f[0] < n) ref_f(&d, 0);
+        ref_w(&d, 0, ref_b(&d, 0));
+        ref_f(&d, 1);
+        ref_w(&d, 1, ref_b(&d, 1));
+    }
+    int held0 = d.b[0], held1 = d.b[1];
+    for (int i = 0; i < r; i++) ref_b(&d, 0), ref_b(&d, 1);
+    for (int i = 0; i < p - r; i++) ref_w(&d, 0, ref_b(&d, 0));
+    for (int i = 0; i < r; i++) ref_w(&d, 1, held1 + i);
+    for (int i = 0; i < r; i++) ref_w(&d, 0, held0 + i);
+}
+
+static void test_zb_v_equals_first_version(void **state) {
+    (void)state;
+    for (int p = 1; p <= 24; p++)
+        for (int m = 1; m <= 3 * p + 3; m++) {
+            pm_sched s, want;
+            gen(&s, "zb-v", p, m, 0);
+            assert_int_equal(pm_sched_init(&want, "zb-v", PM_PLACE_V, p, m, 2, NULL), PM_OK);
+            for (int r = 0; r < p; r++) ref_zbv_rank(&want, r, m > 2 * p - 1 ? m : 2 * p - 1);
+            for (int r = 0; r < p; r++) {
+                if (s.len[r] != want.len[r])
+                    fail_msg("zb-v p=%d m=%d rank %d: %lld passes, the first version %lld", p,
+                             m, r, (long long)s.len[r], (long long)want.len[r]);
+                for (int64_t i = 0; i < s.len[r]; i++) {
+                    const pm_pass *a = &s.pass[r * s.cap + i], *b = &want.pass[r * s.cap + i];
+                    if (a->kind != b->kind || a->stage != b->stage || a->mb != b->mb)
+                        fail_msg("zb-v p=%d m=%d rank %d pass %lld differs", p, m, r,
+                                 (long long)i);
+                }
+            }
+            pm_sched_free(&want);
+            pm_sched_free(&s);
+        }
+}
+
 /* Interleaved 1F1B: Megatron's (Narayanan et al. 2021) bubble time is
  * (p-1)(T_F+T_B+T_W)/v at c = 0, so makespan m(T_F+T_B+T_W) + that, which
  * is below 1F1B's. Rank r holds min(2(p-r-1) + (v-1)p + 1, m v) chunk
@@ -639,6 +703,7 @@ int main(void) {
         cmocka_unit_test(test_zb_h1_facts),
         cmocka_unit_test(test_zb_h2_facts),
         cmocka_unit_test(test_zb_v_facts),
+        cmocka_unit_test(test_zb_v_equals_first_version),
         cmocka_unit_test(test_interleaved_facts),
         cmocka_unit_test(test_every_kind_validates),
         cmocka_unit_test(test_one_device),
