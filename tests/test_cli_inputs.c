@@ -4,6 +4,7 @@
  * --mem-limit or whose schedule file disagrees with --pp. Each bad request
  * must end in one line on stderr, exit 1, quickly, before any step runs.
  * (The schedule commands' hostile inputs are in test_generators.c.) */
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -210,6 +211,96 @@ static void test_outputs_checked_before_training(void **state) {
     assert_int_not_equal(access(tmp, F_OK), 0);
 }
 
+/* ---- select ---------------------------------------------------------------- */
+
+#define SELECT "select --devices 2 --device-mem 8M --layers 2 --dim 32 --heads 2 --ctx 16 " \
+               "--batch 4 --steps 10 --eval-every 5 --data "
+
+typedef struct {
+    char name[32];
+    double loss, val; /* final_loss and val_loss */
+    char val_text[40]; /* val_loss as written */
+} csv_row;
+
+/* The rows of a `select --csv` file (task first, final_loss and val_loss
+ * the 12th and 13th columns); the count. */
+static int read_csv(const char *path, csv_row *rows, int cap) {
+    FILE *f = fopen(path, "r");
+    if (!f) fail_msg("%s: not written", path);
+    char line[2048];
+    int n = 0;
+    if (!fgets(line, sizeof line, f)) fail_msg("%s: empty", path);
+    while (n < cap && fgets(line, sizeof line, f)) {
+        char *col[13], *save = NULL;
+        int k = 0;
+        for (char *c = strtok_r(line, ",", &save); c && k < 13; c = strtok_r(NULL, ",", &save))
+            col[k++] = c;
+        if (k < 13) fail_msg("%s: a short row", path);
+        snprintf(rows[n].name, sizeof rows[n].name, "%s", col[0]);
+        snprintf(rows[n].val_text, sizeof rows[n].val_text, "%s", col[12]);
+        rows[n].loss = strtod(col[11], NULL);
+        rows[n].val = strtod(col[12], NULL);
+        n++;
+    }
+    fclose(f);
+    return n;
+}
+
+/* Every row has finite losses, ranked by validation loss; the number of rows. */
+static int expect_ranked(const char *path, csv_row *rows, int cap) {
+    int n = read_csv(path, rows, cap);
+    for (int i = 0; i < n; i++) {
+        if (!isfinite(rows[i].loss) || !isfinite(rows[i].val))
+            fail_msg("%s: task %s has loss %g, val loss %g", path, rows[i].name, rows[i].loss,
+                     rows[i].val);
+        if (i && rows[i].val < rows[i - 1].val) fail_msg("%s: not ranked by val loss", path);
+    }
+    return n;
+}
+
+static int same_files(const char *a, const char *b) {
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "cmp -s %s %s", a, b);
+    return system(cmd) == 0;
+}
+
+/* --resume after some tasks finished: those keep their losses (they showed
+ * nan and ranked last), --save-best takes the best by them, and a finished
+ * sweep resumed again shows the same table. */
+static void test_select_resume_keeps_losses(void **state) {
+    (void)state;
+    if (!bin) skip();
+    prepare_data();
+    char args[1200], a[300], b[300], c[300], best[300], ck[300];
+    snprintf(a, sizeof a, "%s/a.csv", dir);
+    snprintf(b, sizeof b, "%s/b.csv", dir);
+    snprintf(c, sizeof c, "%s/c.csv", dir);
+    snprintf(best, sizeof best, "%s/best.ckpt", dir);
+    /* t0 runs to its end alone; then t1 joins it, t0 resumed done */
+    snprintf(args, sizeof args, SELECT "%s/d --lr 1e-2 --resume %s/sv --csv %s", dir, dir, a);
+    assert_int_equal(run(args).status, 0);
+    snprintf(args, sizeof args, SELECT "%s/d --lr 1e-2,1e-3 --resume %s/sv --csv %s "
+             "--save-best %s", dir, dir, b, best);
+    assert_int_equal(run(args).status, 0);
+    csv_row ra[2], rb[2], rc[2];
+    assert_int_equal(expect_ranked(a, ra, 2), 1);
+    assert_int_equal(expect_ranked(b, rb, 2), 2);
+    int t0 = strcmp(rb[0].name, "t0") ? 1 : 0;
+    assert_string_equal(rb[t0].val_text, ra[0].val_text); /* what it ended with */
+    snprintf(ck, sizeof ck, "%s/sv/%s.ckpt", dir, rb[0].name);
+    if (!same_files(best, ck)) fail_msg("--save-best is not the best task's (%s)", rb[0].name);
+    /* the finished sweep again: nothing runs, the same table */
+    snprintf(args, sizeof args, SELECT "%s/d --lr 1e-2,1e-3 --resume %s/sv --csv %s "
+             "--save-best %s", dir, dir, c, best);
+    assert_int_equal(run(args).status, 0);
+    assert_int_equal(expect_ranked(c, rc, 2), 2);
+    for (int i = 0; i < 2; i++) {
+        assert_string_equal(rc[i].name, rb[i].name);
+        assert_string_equal(rc[i].val_text, rb[i].val_text);
+    }
+    if (!same_files(best, ck)) fail_msg("--save-best of the finished sweep changed");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_prepare_inputs_bounded),
@@ -217,6 +308,7 @@ int main(void) {
         cmocka_unit_test(test_huge_pipelines_finish),
         cmocka_unit_test(test_pipeline_refusals),
         cmocka_unit_test(test_outputs_checked_before_training),
+        cmocka_unit_test(test_select_resume_keeps_losses),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -183,6 +183,11 @@ typedef struct {
     int64_t stop_after;       /* > 0: every task stops after this step, as if killed
                                  (tests and interrupted sweeps) */
     const unsigned char *skip; /* NULL, or (n) 1 for tasks halving stopped earlier */
+    const double *prior_loss;  /* NULL, or (n) each task's last step's loss before this run
+                                  (a resumed task's, pm_select_saved_losses; NAN unknown) */
+    const double *prior_val;   /* NULL, or (n) the validation loss of each task's state as
+                                  it starts (NAN unknown): what a task that runs no step
+                                  (done, or stopped before the resume) reports */
     const _Atomic int *interrupt; /* NULL, or a flag (a SIGINT handler's): once set, no
                                       pass starts; the running ones finish and every
                                       unfinished task stops where its last step ended */
@@ -191,6 +196,14 @@ typedef struct {
     void (*report)(void *ctx, const pm_select_event *ev);
     void *report_ctx;
 } pm_select_opts;
+
+/* What a save directory holds beside each checkpoint DIR/NAME.ckpt:
+ * DIR/NAME.loss, one line "step K loss X val_loss Y" (%.17g; val_loss nan
+ * when the save followed no evaluation), written after the checkpoint.
+ * Returns 1 with *loss and *val from it when it is there and names step
+ * `step` (the checkpoint's), else 0 with both NAN. */
+int pm_select_saved_losses(const char *dir, const char *name, int64_t step, double *loss,
+                           double *val);
 
 /* One pass as it ran. */
 typedef struct {

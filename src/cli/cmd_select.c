@@ -50,9 +50,10 @@ static const char usage[] =
     "  --halving ETA  successive halving: at each evaluation round the best 1/ETA\n"
     "           of the tasks still running (by validation loss) go on, the rest stop\n"
     "  --resume DIR  each task's checkpoint goes to DIR/NAME.ckpt at every evaluation\n"
-    "           and at its end; run again with the same options to continue a\n"
-    "           killed sweep from there, bit for bit (--stop-after N: stop every task\n"
-    "           after step N, saved, as an interruption on purpose)\n"
+    "           and at its end (its losses to DIR/NAME.loss, which a resumed task that\n"
+    "           runs no further step reports); run again with the same options to\n"
+    "           continue a killed sweep from there, bit for bit (--stop-after N: stop\n"
+    "           every task after step N, saved, as an interruption on purpose)\n"
     "  --spill DIR  keep every task's state (parameters, gradients, AdamW moments) in\n"
     "           a file in DIR instead of RAM, read and written a shard at a time, so a\n"
     "           sweep can hold more state than memory (default: ram)\n"
@@ -330,16 +331,23 @@ static void on_sigint(int sig) {
 
 /* --resume DIR: each task with a checkpoint there continues from it
  * (pm_ckpt_load checks it is this task's configuration and data), each with
- * a .stopped marker stays stopped. 1 if it resumed, 0 if not, -1 on error. */
-static int resume_task(const char *dir, const pm_select_task *t, pm_trainer *host,
-                       unsigned char *skip) {
+ * a .stopped marker stays stopped. Its losses at the checkpoint come from
+ * NAME.loss; a validation loss not measured there is measured now (the
+ * same number the run would have: evaluation is deterministic), so a task
+ * that runs no further step still ranks by it. 1 if it resumed, 0 if not,
+ * -1 on error. */
+static int resume_task(const sel_opts *o, const pm_tokens *va, const pm_select_task *t,
+                       pm_trainer *host, unsigned char *skip, double *loss, double *val) {
     char path[4096];
     pm_err e;
-    snprintf(path, sizeof path, "%s/%s.stopped", dir, t->name);
+    snprintf(path, sizeof path, "%s/%s.stopped", o->resume, t->name);
     *skip = access(path, F_OK) == 0;
-    snprintf(path, sizeof path, "%s/%s.ckpt", dir, t->name);
+    snprintf(path, sizeof path, "%s/%s.ckpt", o->resume, t->name);
     if (access(path, F_OK)) return 0;
     if (pm_ckpt_load(host, path, &e)) return -pm_cli_fail("task %s: %s", t->name, e.msg);
+    pm_select_saved_losses(o->resume, t->name, host->step, loss, val);
+    if (!isfinite(*val) && pm_trainer_eval(host, va, o->eval_batches, val, &e))
+        return -pm_cli_fail("task %s: evaluating its checkpoint: %s", t->name, e.msg);
     return 1;
 }
 
@@ -347,7 +355,8 @@ static int resume_task(const char *dir, const pm_select_task *t, pm_trainer *hos
  * --spill DIR spilled at once, so RAM holds one task's state at a time.
  * hosts[0 .. *ready-1] are initialised (the caller frees them). */
 static int make_hosts(const sel_opts *o, const pm_select_task *t, int n, const pm_tokens *tr,
-                      pm_trainer *hosts, unsigned char *skip, int *ready) {
+                      const pm_tokens *va, pm_trainer *hosts, unsigned char *skip, double *loss,
+                      double *val, int *ready) {
     const char *spill = o->spill && strcmp(o->spill, "ram") ? o->spill : NULL;
     if (o->resume && mkdir(o->resume, 0777) && errno != EEXIST)
         return pm_cli_fail("--resume %s: %s", o->resume, strerror(errno));
@@ -358,7 +367,8 @@ static int make_hosts(const sel_opts *o, const pm_select_task *t, int n, const p
             return pm_cli_fail("task %s: %s", t[i].name, e.msg); /* left nothing allocated */
         *ready = i + 1;
         if (tr->tokenizer && pm_cli_data_tokenizer(o->data, tr, &hosts[i])) return 1;
-        int r = o->resume ? resume_task(o->resume, &t[i], &hosts[i], &skip[i]) : 0;
+        loss[i] = val[i] = NAN;
+        int r = o->resume ? resume_task(o, va, &t[i], &hosts[i], &skip[i], &loss[i], &val[i]) : 0;
         if (r < 0) return 1;
         resumed += r;
         if (spill && pm_select_spill(&hosts[i], spill, t[i].name, &e))
@@ -408,8 +418,9 @@ static int train_tasks(const sel_opts *o, const pm_select_task *t, int n,
     int *order = pm_malloc((size_t)n * sizeof *order), rc = 0, ready = 0;
     if (!hosts || !res || !order) rc = pm_cli_fail("select: out of memory for %d tasks", n);
     unsigned char *skip = pm_calloc((size_t)n, 1);
-    if (!rc && !skip) rc = pm_cli_fail("select: out of memory");
-    if (!rc) rc = make_hosts(o, t, n, &tr, hosts, skip, &ready);
+    double *prior = pm_malloc(2 * (size_t)n * sizeof *prior); /* (2, n) loss, val loss */
+    if (!rc && (!skip || !prior)) rc = pm_cli_fail("select: out of memory");
+    if (!rc) rc = make_hosts(o, t, n, &tr, &va, hosts, skip, prior, prior + n, &ready);
     pm_select_stats st;
     pm_err e;
     sel_progress pg = {.t = t, .n = n, .devices = o->devices, .t0 = pm_now()};
@@ -417,7 +428,8 @@ static int train_tasks(const sel_opts *o, const pm_select_task *t, int n,
     pm_select_opts so = {.devices = o->devices, .policy = o->policy, .prefetch = o->prefetch,
                          .eval_every = o->eval_every, .halving = o->halving,
                          .eval_batches = o->eval_batches, .val = &va, .save_dir = o->resume,
-                         .stop_after = o->stop_after, .skip = skip, .report = sel_on_event,
+                         .stop_after = o->stop_after, .skip = skip, .prior_loss = prior,
+                         .prior_val = prior ? prior + n : NULL, .report = sel_on_event,
                          .report_ctx = &pg, .interrupt = &interrupt_flag,
                          .spill_dir = o->spill && strcmp(o->spill, "ram") ? o->spill : NULL};
     struct sigaction sa = {0}, old;
@@ -450,7 +462,7 @@ static int train_tasks(const sel_opts *o, const pm_select_task *t, int n,
         pm_select_stats_free(&st);
     }
     for (int i = 0; i < ready; i++) pm_trainer_free(&hosts[i]);
-    pm_free(hosts), pm_free(res), pm_free(order), pm_free(skip);
+    pm_free(hosts), pm_free(res), pm_free(order), pm_free(skip), pm_free(prior);
     pm_tokens_free(&tr), pm_tokens_free(&va);
     return rc ? rc : stopped ? 130 : 0; /* 128 + SIGINT, as a shell reports it */
 }
