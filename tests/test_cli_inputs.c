@@ -38,6 +38,7 @@ typedef struct {
     int status;      /* exit status, -1 if killed */
     int lines;       /* lines of stderr */
     char err[1024];  /* first line of stderr */
+    char last[1024]; /* last line of stderr */
     double seconds;  /* wall time */
 } run_result;
 
@@ -60,6 +61,7 @@ static run_result run(const char *args) {
     char buf[1024];
     while (fgets(buf, sizeof buf, f)) {
         if (!r.lines) snprintf(r.err, sizeof r.err, "%s", buf);
+        snprintf(r.last, sizeof r.last, "%s", buf);
         r.lines++;
     }
     fclose(f);
@@ -301,6 +303,47 @@ static void test_select_resume_keeps_losses(void **state) {
     if (!same_files(best, ck)) fail_msg("--save-best of the finished sweep changed");
 }
 
+/* A failure that comes out of the run (after progress lines): exit 1 and
+ * the last line of stderr says it. */
+static void expect_last_line(const char *args, const char *want) {
+    run_result r = run(args);
+    if (r.status != 1 || !strstr(r.last, want))
+        fail_msg("pipemem %s: status %d, last line '%s' (wanted '%s')", args, r.status, r.last,
+                 want);
+}
+
+/* A sweep whose every task fails exits 1 saying so (it exited 0); a
+ * --resume that is no directory is refused before anything runs. */
+static void test_select_all_failed(void **state) {
+    (void)state;
+    if (!bin) skip();
+    prepare_data();
+    char args[1200], path[400];
+    snprintf(args, sizeof args, SELECT "%s/d --lr 1e30,1e31", dir);
+    expect_last_line(args, "select: every task failed (the table says why)");
+    snprintf(path, sizeof path, "%s/notadir", dir);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fclose(f);
+    snprintf(args, sizeof args, SELECT "%s/d --resume %s", dir, path);
+    expect_error(args, "notadir: exists and is not a directory", 30);
+    snprintf(args, sizeof args, SELECT "%s/d --resume /dev/full", dir);
+    expect_error(args, "/dev/full: exists and is not a directory", 30);
+    /* a checkpoint to resume that is a directory: refused at the start */
+    snprintf(path, sizeof path, "mkdir -p %s/blocked/t0.ckpt", dir);
+    assert_int_equal(system(path), 0);
+    snprintf(args, sizeof args, SELECT "%s/d --resume %s/blocked", dir, dir);
+    expect_error(args, "t0.ckpt: is a directory", 30);
+    /* a save directory where the task's losses cannot go: the task fails */
+    snprintf(path, sizeof path, "mkdir -p %s/blocked2/t0.loss", dir);
+    assert_int_equal(system(path), 0);
+    snprintf(args, sizeof args, SELECT "%s/d --resume %s/blocked2", dir, dir);
+    expect_last_line(args, "select: the task failed (the table says why)");
+    /* one task failing beside one that ends is a result, not a failure */
+    snprintf(args, sizeof args, SELECT "%s/d --lr 1e-3,1e31", dir);
+    assert_int_equal(run(args).status, 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_prepare_inputs_bounded),
@@ -309,6 +352,7 @@ int main(void) {
         cmocka_unit_test(test_pipeline_refusals),
         cmocka_unit_test(test_outputs_checked_before_training),
         cmocka_unit_test(test_select_resume_keeps_losses),
+        cmocka_unit_test(test_select_all_failed),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -358,8 +358,12 @@ static int make_hosts(const sel_opts *o, const pm_select_task *t, int n, const p
                       const pm_tokens *va, pm_trainer *hosts, unsigned char *skip, double *loss,
                       double *val, int *ready) {
     const char *spill = o->spill && strcmp(o->spill, "ram") ? o->spill : NULL;
+    struct stat sb;
     if (o->resume && mkdir(o->resume, 0777) && errno != EEXIST)
         return pm_cli_fail("--resume %s: %s", o->resume, strerror(errno));
+    if (o->resume && (stat(o->resume, &sb) || !S_ISDIR(sb.st_mode)))
+        return pm_cli_fail("--resume %s: exists and is not a directory; give a directory for "
+                           "the tasks' checkpoints", o->resume);
     int resumed = 0;
     for (int i = 0; i < n; i++) {
         pm_err e;
@@ -459,6 +463,11 @@ static int train_tasks(const sel_opts *o, const pm_select_task *t, int n,
         if (!rc && o->svg) rc = sel_write_timeline(o->svg, &st, t, n, bound, 0);
         if (!rc && o->trace) rc = sel_write_timeline(o->trace, &st, t, n, bound, 1);
         if (!rc && o->save_best) rc = save_best(o->save_best, t, hosts, res, order, n);
+        int failed = 0;
+        for (int i = 0; i < n; i++) failed += res[i].state == PM_SELECT_FAILED;
+        if (!rc && failed == n)
+            rc = pm_cli_fail("select: %s failed (the table says why)",
+                             n == 1 ? "the task" : "every task");
         pm_select_stats_free(&st);
     }
     for (int i = 0; i < ready; i++) pm_trainer_free(&hosts[i]);
