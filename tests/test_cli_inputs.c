@@ -42,14 +42,13 @@ typedef struct {
     double seconds;  /* wall time */
 } run_result;
 
-/* Runs `PM_BIN args` with stdout discarded (a time limit of 60 s stops a
+/* Runs `PM_BIN args` with stdout to `out` (a time limit of 60 s stops a
  * runaway); stderr is captured. */
-static run_result run(const char *args) {
+static run_result run_to(const char *args, const char *out) {
     run_result r = {0};
-    char cmd[1200], errf[300];
+    char cmd[1400], errf[300];
     snprintf(errf, sizeof errf, "%s/stderr", dir);
-    snprintf(cmd, sizeof cmd, "timeout 60 %s %s >/dev/null 2>%s", bin, args,
-             errf);
+    snprintf(cmd, sizeof cmd, "timeout 60 %s %s >%s 2>%s", bin, args, out, errf);
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     int st = system(cmd);
@@ -67,6 +66,9 @@ static run_result run(const char *args) {
     fclose(f);
     return r;
 }
+
+/* The same with stdout discarded. */
+static run_result run(const char *args) { return run_to(args, "/dev/null"); }
 
 /* A bad request: exit 1, one line containing `want`, within `secs`. */
 static void expect_error(const char *args, const char *want, double secs) {
@@ -344,6 +346,37 @@ static void test_select_all_failed(void **state) {
     assert_int_equal(run(args).status, 0);
 }
 
+/* Standard output on a full disk: every command that prints ends saying
+ * so in one line and exits 1 (they exited 0 silently); train's checkpoint
+ * is still written. */
+static void test_stdout_full(void **state) {
+    (void)state;
+    if (!bin) skip();
+    prepare_data();
+    char args[1200], cmd[700];
+    snprintf(args, sizeof args, TRAIN "%s/d --save %s/full.ckpt", dir, dir);
+    assert_int_equal(run(args).status, 0);
+    snprintf(args, sizeof args, "block --named v-half -p 4 -o %s/v.block", dir);
+    assert_int_equal(run(args).status, 0);
+    static const char *const fmts[] = {
+        TRAIN "%s/d --json --save %s/json.ckpt",
+        SELECT "%s/d --lr 1e-3",
+        SELECT "%s/d --lr 1e-3 --dry-run",
+        "sample --ckpt %s/full.ckpt --prompt the -n 20",
+        "block %s/v.block",
+        "compare -p 4 -m 8%.0s",
+        "--version%.0s",
+    };
+    for (size_t k = 0; k < sizeof fmts / sizeof fmts[0]; k++) {
+        snprintf(args, sizeof args, fmts[k], dir, dir);
+        run_result r = run_to(args, "/dev/full");
+        if (r.status != 1 || !strstr(r.last, "standard output: write failed"))
+            fail_msg("pipemem %s >/dev/full: status %d, last line '%s'", args, r.status, r.last);
+    }
+    snprintf(cmd, sizeof cmd, "%s/json.ckpt", dir);
+    assert_int_equal(access(cmd, F_OK), 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_prepare_inputs_bounded),
@@ -353,6 +386,7 @@ int main(void) {
         cmocka_unit_test(test_outputs_checked_before_training),
         cmocka_unit_test(test_select_resume_keeps_losses),
         cmocka_unit_test(test_select_all_failed),
+        cmocka_unit_test(test_stdout_full),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
