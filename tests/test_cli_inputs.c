@@ -263,7 +263,7 @@ static int expect_ranked(const char *path, csv_row *rows, int cap) {
 }
 
 static int same_files(const char *a, const char *b) {
-    char cmd[700];
+    char cmd[2100];
     snprintf(cmd, sizeof cmd, "cmp -s %s %s", a, b);
     return system(cmd) == 0;
 }
@@ -377,6 +377,62 @@ static void test_stdout_full(void **state) {
     assert_int_equal(access(cmd, F_OK), 0);
 }
 
+/* 1 if the file at path has exactly the bytes of the file at copy. */
+static int unchanged(const char *path, const char *copy) { return same_files(path, copy); }
+
+/* Outputs onto inputs or onto each other are refused before anything runs
+ * (train --data d --save d/train.bin overwrote the data; --save X --trace X
+ * replaced the checkpoint with the trace): one line, nothing written.
+ * --resume X --save X continues a run in place and stays allowed. */
+static void test_outputs_onto_inputs(void **state) {
+    (void)state;
+    if (!bin) skip();
+    prepare_data();
+    char args[1500], cmd[900], keep[300], ck[300], x[300], sched[300];
+    snprintf(keep, sizeof keep, "%s/train.copy", dir);
+    snprintf(ck, sizeof ck, "%s/run.ckpt", dir);
+    snprintf(x, sizeof x, "%s/x", dir);
+    snprintf(sched, sizeof sched, "%s/s2.txt", dir);
+    snprintf(cmd, sizeof cmd, "cp %s/d/train.bin %s", dir, keep);
+    assert_int_equal(system(cmd), 0);
+    snprintf(args, sizeof args, "schedule --kind 1f1b -p 2 -m 4 -o %s", sched);
+    assert_int_equal(run(args).status, 0);
+    snprintf(args, sizeof args, TRAIN "%s/d --save %s", dir, ck);
+    assert_int_equal(run(args).status, 0);
+    snprintf(cmd, sizeof cmd, "cp %s %s.copy", ck, ck);
+    assert_int_equal(system(cmd), 0);
+    struct { const char *fmt, *want; } bad[] = {
+        {TRAIN "%s/d --save %s/d/train.bin", "would overwrite the training data (--data"},
+        {TRAIN "%s/d --save %s/d/../d/val.bin", "would overwrite the validation data"},
+        {TRAIN "%s/d --pp 2 --save %s/x --trace %s/./x", "are one file"},
+        {TRAIN "%s/d --pp 2 --trace %s/x --timeline %s/x", "are one file"},
+        {TRAIN "%s/d --pp 2 --resume %s/run.ckpt --trace %s/run.ckpt",
+         "would overwrite the checkpoint to resume"},
+        {TRAIN "%s/d --pp 2 --schedule-file %s/s2.txt --timeline %s/s2.txt",
+         "would overwrite the schedule"},
+        {"train --train %s/d/train.bin --val %s/d/val.bin --steps 1 --save %s/d/train.bin",
+         "would overwrite the training data (--train)"},
+        {SELECT "%s/d --csv %s/d/train.bin", "would overwrite the training data (--data"},
+        {SELECT "%s/d --timeline %s/x --trace %s/x", "are one file"},
+        {SELECT "%s/d --resume %s/sv2 --save-best %s/sv2/t0.ckpt",
+         "would overwrite task t0's checkpoint"},
+    };
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        snprintf(args, sizeof args, bad[k].fmt, dir, dir, dir);
+        expect_error(args, bad[k].want, 30);
+    }
+    assert_true(unchanged(keep, strcat(strcpy(cmd, dir), "/d/train.bin")));
+    snprintf(cmd, sizeof cmd, "%s.copy", ck);
+    assert_true(unchanged(ck, cmd));
+    assert_int_not_equal(access(x, F_OK), 0);
+    /* continuing in place, and two outputs on /dev/null, stay allowed */
+    snprintf(args, sizeof args, "train --layers 4 --dim 32 --heads 2 --ctx 16 --batch 8 "
+             "--microbatches 4 --steps 3 --data %s/d --resume %s --save %s", dir, ck, ck);
+    assert_int_equal(run(args).status, 0);
+    snprintf(args, sizeof args, TRAIN "%s/d --pp 2 --trace /dev/null --timeline /dev/null", dir);
+    assert_int_equal(run(args).status, 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_prepare_inputs_bounded),
@@ -387,6 +443,7 @@ int main(void) {
         cmocka_unit_test(test_select_resume_keeps_losses),
         cmocka_unit_test(test_select_all_failed),
         cmocka_unit_test(test_stdout_full),
+        cmocka_unit_test(test_outputs_onto_inputs),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

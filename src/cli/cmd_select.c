@@ -476,6 +476,42 @@ static int train_tasks(const sel_opts *o, const pm_select_task *t, int n,
     return rc ? rc : stopped ? 130 : 0; /* 128 + SIGINT, as a shell reports it */
 }
 
+/* No output onto an input or another output: the data, the tasks file,
+ * and with --resume DIR each task's checkpoint and losses there. */
+static int outputs_distinct(const sel_opts *o, const pm_select_task *t, int n) {
+    int nres = o->resume ? 2 * n : 0, rc;
+    pm_cli_file *f = pm_calloc((size_t)(8 + nres), sizeof *f);
+    char (*names)[4200] = pm_calloc((size_t)(6 + 2 * nres), sizeof *names);
+    if (!f || !names) {
+        pm_free(f), pm_free(names);
+        return pm_cli_fail("select: out of memory");
+    }
+    static const char *const split[3] = {"train.bin", "val.bin", "tokenizer.model"};
+    static const char *const role[3] = {"the training data", "the validation data",
+                                        "the tokenizer"};
+    f[0] = (pm_cli_file){"--csv", o->csv, 1, 0};
+    f[1] = (pm_cli_file){"--timeline", o->svg, 1, 0};
+    f[2] = (pm_cli_file){"--trace", o->trace, 1, 0};
+    f[3] = (pm_cli_file){"--save-best", o->save_best, 1, 0};
+    f[4] = (pm_cli_file){"the task list (--tasks)", o->tasks_file, 0, 0};
+    for (int k = 0; k < 3 && o->data; k++) {
+        snprintf(names[2 * k], sizeof names[0], "%s (--data %s)", role[k], o->data);
+        snprintf(names[2 * k + 1], sizeof names[0], "%s/%s", o->data, split[k]);
+        f[5 + k] = (pm_cli_file){names[2 * k], names[2 * k + 1], 0, 0};
+    }
+    for (int i = 0; i < nres; i++) {
+        char *what = names[6 + 2 * i], *path = names[7 + 2 * i];
+        const char *name = t[i / 2].name;
+        snprintf(what, sizeof names[0], "task %s's %s (--resume %s)", name,
+                 i % 2 ? "losses" : "checkpoint", o->resume);
+        snprintf(path, sizeof names[0], "%s/%s.%s", o->resume, name, i % 2 ? "loss" : "ckpt");
+        f[8 + i] = (pm_cli_file){what, path, 0, 0};
+    }
+    rc = pm_cli_files_distinct("select", f, 8 + nres);
+    pm_free(f), pm_free(names);
+    return rc;
+}
+
 int pm_cmd_select(int argc, char **argv) {
     sel_opts o;
     int rc = parse_args(argc, argv, &o);
@@ -497,7 +533,8 @@ int pm_cmd_select(int argc, char **argv) {
         sel_print_plan(t, n, &lay);
         rc = sel_print_policies(t, n, o.devices, o.steps);
     } else if (!rc) {
-        if (o.save_best && pm_cli_out_check(o.save_best)) rc = 1;
+        rc = outputs_distinct(&o, t, n);
+        if (!rc && o.save_best && pm_cli_out_check(o.save_best)) rc = 1;
         if (!rc && o.csv && pm_cli_out_check(o.csv)) rc = 1;
         if (!rc && o.svg && pm_cli_out_check(o.svg)) rc = 1;
         if (!rc && o.trace && pm_cli_out_check(o.trace)) rc = 1;
