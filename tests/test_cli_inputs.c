@@ -433,6 +433,26 @@ static void test_outputs_onto_inputs(void **state) {
     assert_int_equal(run(args).status, 0);
 }
 
+/* schedule --from FILE: the file decides p, m and the chunks; -p, -m and
+ * --chunks beside it were ignored silently, now refused in one line. */
+static void test_schedule_from_conflicts(void **state) {
+    (void)state;
+    if (!bin) skip();
+    char args[900];
+    snprintf(args, sizeof args, "schedule --kind interleaved -p 2 -m 4 --chunks 2 -o %s/il.txt",
+             dir);
+    assert_int_equal(run(args).status, 0);
+    static const char *const opt[] = {"-p 4", "-m 8", "--chunks 2", "-p 2 -m 4"};
+    static const char *const want[] = {"-p with --from", "-m with --from", "--chunks with --from",
+                                       "-p with --from"};
+    for (size_t k = 0; k < sizeof opt / sizeof opt[0]; k++) {
+        snprintf(args, sizeof args, "schedule --from %s/il.txt %s", dir, opt[k]);
+        expect_error(args, want[k], 10);
+    }
+    snprintf(args, sizeof args, "schedule --from %s/il.txt --costs 1,2,1", dir);
+    assert_int_equal(run(args).status, 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_prepare_inputs_bounded),
@@ -444,6 +464,7 @@ int main(void) {
         cmocka_unit_test(test_select_all_failed),
         cmocka_unit_test(test_stdout_full),
         cmocka_unit_test(test_outputs_onto_inputs),
+        cmocka_unit_test(test_schedule_from_conflicts),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
