@@ -816,6 +816,41 @@ static void cli_spill_bounds_ram(void **state) {
     assert_int_equal(sh(cmd), 0);
 }
 
+/* A device takes what the largest shard needs, not the whole --device-mem:
+ * 2 devices of 1 GiB for a task of under 2 MiB touched 2.1 GB, and 64 such
+ * devices ran the machine out of memory. Both now stay far below 1 GiB
+ * (the slabs are 2 and 64 x 1.8 MB; AddressSanitizer adds its own). A
+ * request this machine cannot hold is refused before anything is
+ * allocated, naming both numbers. */
+static void cli_slab_is_the_need(void **state) {
+    (void)state;
+    const char *bin = getenv("PM_BIN");
+    if (!bin) skip();
+    char dir[128], cmd[4096];
+    snprintf(dir, sizeof dir, "/tmp/pm_test_slab_cli_%d", (int)getpid());
+    snprintf(cmd, sizeof cmd, "mkdir -p %s && for i in $(seq 1 300); do echo \"line $i: the "
+             "quick brown fox\"; done > %s/t.txt && %s prepare %s/t.txt -o %s/d >/dev/null 2>&1",
+             dir, dir, bin, dir, dir);
+    assert_int_equal(sh(cmd), 0);
+    static const int devices[] = {2, 64};
+    for (int k = 0; k < 2; k++) {
+        snprintf(cmd, sizeof cmd, "ASAN_OPTIONS=quarantine_size_mb=0 exec %s select --data %s/d "
+                 "--devices %d --device-mem 1G --layers 2 --dim 32 --heads 2 --ctx 16 --batch 4 "
+                 "--steps 2 >/dev/null 2>&1", bin, dir, devices[k]);
+        long kib = peak_kib(cmd);
+        print_message("--devices %d --device-mem 1G: peak RSS %ld KiB\n", devices[k], kib);
+        assert_true(kib < 1024 * 1024);
+    }
+    snprintf(cmd, sizeof cmd, "%s select --data %s/d --devices 4096 --device-mem 1024G --dim 4096 "
+             "--layers 48 --heads 32 --ctx 16 --batch 4 --steps 1 > %s/out 2> %s/err; "
+             "test $? -eq 1 && test $(wc -l < %s/err) -eq 1 && "
+             "grep -q \"4096 devices' slabs of .* GiB, but this machine has\" %s/err", bin, dir,
+             dir, dir, dir, dir);
+    if (sh(cmd)) fail_msg("a request larger than the machine was not refused (%s)", cmd);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    assert_int_equal(sh(cmd), 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(toy_case),
@@ -830,6 +865,7 @@ int main(void) {
         cmocka_unit_test(halving_keeps_the_best),
         cmocka_unit_test(cli_train_matches),
         cmocka_unit_test(cli_spill_bounds_ram),
+        cmocka_unit_test(cli_slab_is_the_need),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -66,6 +66,11 @@ typedef struct {
     size_t act_slot;   /* bytes of the activation area: the largest shard act */
 } pm_select_layout;
 
+/* Bytes each device allocates and touches: slots * state_slot + act_slot,
+ * what the largest shards need (at most device_mem, which is a cap: a
+ * sweep of small tasks under a large budget does not take the budget). */
+size_t pm_select_slab_bytes(const pm_select_layout *L);
+
 /* Bytes of one layer: its state and its activation area (as above) for one
  * microbatch of cfg (B / K sequences of ctx tokens). */
 pm_status pm_select_layer_bytes(const pm_train_cfg *cfg, int layer, size_t *state, size_t *act,
@@ -253,7 +258,7 @@ pm_status pm_select_host_unload(pm_trainer *host, pm_err *err);
  * initialised on its configuration and the train tokens, or loaded from a
  * checkpoint; with o->spill_dir spilled there, if not already), and runs
  * until hosts[i].step reaches its cfg.opt.steps. Each
- * device allocates one slab of exactly layout->device_mem bytes at start.
+ * device allocates one slab of pm_select_slab_bytes(layout) at start.
  * Losses and parameters end bitwise equal to pm_trainer_step on each task
  * alone; a task whose loss or norm is not finite fails alone. res (n) gets
  * each task's outcome, stats the devices'. */

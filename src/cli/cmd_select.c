@@ -476,6 +476,33 @@ static int train_tasks(const sel_opts *o, const pm_select_task *t, int n,
     return rc ? rc : stopped ? 130 : 0; /* 128 + SIGINT, as a shell reports it */
 }
 
+/* Before anything is allocated: the devices' slabs (what the largest
+ * shards need, pm_select_slab_bytes) and the tasks' state in RAM against
+ * this machine's memory (pm_trainer_init checks one task at a time). With
+ * --spill a task's state is in RAM only while a device evaluates it. */
+static int memory_fits(const sel_opts *o, const pm_select_task *t, int n,
+                       const pm_select_layout *lay) {
+    double slab = (double)pm_select_slab_bytes(lay), dev = o->devices * slab, tasks = 0;
+    double biggest = 0, G = 1 << 30, have = (double)pm_mem_physical();
+    int spill = o->spill && strcmp(o->spill, "ram");
+    for (int i = 0; i < n; i++) {
+        pm_err e;
+        size_t b = pm_train_mem_bytes(&t[i].cfg, &e);
+        if (!b) return pm_cli_fail("task %s: %s", t[i].name, e.msg);
+        double state = 4.0 * sizeof(float) * (double)pm_gpt_num_params(&t[i].cfg.model);
+        tasks += spill ? (double)b - state : (double)b;
+        biggest = fmax(biggest, state);
+    }
+    if (spill) tasks += fmin(o->devices, n) * biggest;
+    if (have > 0 && dev + tasks > have)
+        return pm_cli_fail("select: %d devices' slabs of %.3f GiB (%.2f GiB) and the tasks' "
+                           "state in RAM (%.2f GiB) need %.2f GiB, but this machine has %.2f "
+                           "GiB; use fewer --devices, a smaller --device-mem (smaller shards)%s",
+                           o->devices, slab / G, dev / G, tasks / G, (dev + tasks) / G, have / G,
+                           spill ? "" : " or --spill DIR");
+    return 0;
+}
+
 /* No output onto an input or another output: the data, the tasks file,
  * and with --resume DIR each task's checkpoint and losses there. */
 static int outputs_distinct(const sel_opts *o, const pm_select_task *t, int n) {
@@ -538,6 +565,7 @@ int pm_cmd_select(int argc, char **argv) {
         if (!rc && o.csv && pm_cli_out_check(o.csv)) rc = 1;
         if (!rc && o.svg && pm_cli_out_check(o.svg)) rc = 1;
         if (!rc && o.trace && pm_cli_out_check(o.trace)) rc = 1;
+        if (!rc) rc = memory_fits(&o, t, n, &lay);
         if (!rc) rc = train_tasks(&o, t, n, &lay);
     }
     for (int i = 0; i < n; i++) pm_select_task_free(&t[i]);

@@ -546,7 +546,7 @@ pm_status pm_select_run(const pm_select_task *tasks, pm_trainer *hosts, int n,
     if (n < 1 || o->devices < 1)
         return pm_errf(err, PM_ERR_ARG, "select needs tasks and devices (got %d, %d)", n,
                        o->devices);
-    if ((size_t)layout->slots * layout->state_slot + layout->act_slot > layout->device_mem)
+    if (pm_select_slab_bytes(layout) > layout->device_mem)
         return pm_errf(err, PM_ERR_ARG, "the layout does not fit its device memory");
     sel_run r = {.o = o, .lay = layout, .n = n, .stats = stats};
     stats->peak = pm_calloc((size_t)o->devices, sizeof(size_t));
