@@ -391,6 +391,44 @@ static void expect_gen_error(const char *kind, int p, int m, int v, const char *
     assert_null(s.len);
 }
 
+/* zb-1p's greedy keeps k microbatches in flight per device and peaks at
+ * (k - 1) F + (F + B) over p F: with F 1, B 0.2 on 5 devices, 0.24, 0.44,
+ * ..., 0.84, 1.04 M. A limit between two levels (1.0) fails, and the
+ * message said the smallest feasible limit was 0.24 M; it names the levels
+ * nearest below and above, and each one named works. */
+static void test_zb_limit_hint_names_working_limits(void **state) {
+    (void)state;
+    static const struct { double limit, below, above; } cases[] = {
+        {1.0, 0.84, 1.04}, {0.6, 0.44, 0.64}, {0.2, 0, 0.24}};
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        pm_sched s;
+        pm_err err = {{0}};
+        pm_sched_req req = {.p = 5, .m = 7, .t = {1, 1, 1, 0}, .mem = {1, 0.2, -1.2, 0},
+                            .mem_limit = cases[k].limit};
+        assert_int_equal(pm_sched_generate(&s, "zb-1p", &req, &err), PM_ERR_MEMLIMIT);
+        char want[128];
+        if (cases[k].below > 0)
+            snprintf(want, sizeof want, "it meets %.4g M and %.4g M", cases[k].below,
+                     cases[k].above);
+        else
+            snprintf(want, sizeof want, "it meets %.4g M (none fits under 0.24 M", cases[k].above);
+        if (!strstr(err.msg, want)) fail_msg("'%s' lacks '%s'", err.msg, want);
+        double told[2] = {cases[k].below, cases[k].above};
+        for (int i = 0; i < 2; i++) {
+            if (!told[i]) continue;
+            req.mem_limit = told[i];
+            pm_status st = pm_sched_generate(&s, "zb-1p", &req, &err);
+            if (st) fail_msg("zb-1p at the named %.4g M: %s", told[i], err.msg);
+            pm_cost c;
+            pm_sim sim;
+            assert_int_equal(pm_cost_init_uniform(&c, &s, req.t, req.mem, &err), PM_OK);
+            assert_int_equal(pm_sim_run(&sim, &s, &c, &err), PM_OK);
+            assert_true(pm_sim_peak_max_x(&sim) <= told[i] + 1e-9);
+            pm_sim_free(&sim), pm_cost_free(&c), pm_sched_free(&s);
+        }
+    }
+}
+
 static void test_generate_errors(void **state) {
     (void)state;
     expect_gen_error("2f2b", 4, 8, 0, "unknown schedule kind '2f2b'");
@@ -708,6 +746,7 @@ int main(void) {
         cmocka_unit_test(test_every_kind_validates),
         cmocka_unit_test(test_one_device),
         cmocka_unit_test(test_generate_errors),
+        cmocka_unit_test(test_zb_limit_hint_names_working_limits),
         cmocka_unit_test(test_range_refused_before_allocating),
         cmocka_unit_test(test_costs_overflow_refused),
         cmocka_unit_test(test_alloc_failure_walk),
