@@ -588,7 +588,10 @@ static void test_cli_limits_and_messages(void **state) {
     /* data parallelism's options */
     expect_one_line(bin, "schedule --kind 1f1b -p 2 -m 2 --dp 0", "--dp: 0 is outside");
     expect_one_line(bin, "schedule --kind 1f1b -p 2 -m 2 --dp 2 --allreduce-cost -1",
-                    "--allreduce-cost must be >= 0");
+                    "--allreduce-cost -1: must be >= 0 and below 1e300");
+    /* 1e300 is finite: the limit is named, not finiteness (issue 19) */
+    expect_one_line(bin, "schedule --kind 1f1b -p 2 -m 2 --dp 2 --allreduce-cost 1e300",
+                    "--allreduce-cost 1e300: must be >= 0 and below 1e300");
     expect_one_line(bin, "schedule --kind 1f1b -p 2 -m 2 --allreduce-cost 1",
                     "--allreduce-cost needs --dp D > 1");
     expect_one_line(bin, "compare -p 4 -m 8 --allreduce-cost 500",

@@ -31,8 +31,8 @@ int pm_cli_sched_parse(int argc, char **argv, pm_cli_sched_opts *o, const char *
         else if (!strcmp(a, "--allreduce-cost")) {
             bad = pm_cli_double(a, val, &o->ar);
             if (!bad && !(o->ar >= 0 && o->ar < 1e300))
-                bad = pm_cli_fail("--allreduce-cost must be >= 0 and finite (a time in the "
-                                  "units of --costs)");
+                bad = pm_cli_fail("--allreduce-cost %s: must be >= 0 and below 1e300 (a "
+                                  "time in the units of --costs)", val);
         }
         else if (!strcmp(a, "--costs")) bad = pm_cli_costs(val, &o->req.t);
         else if (!strcmp(a, "--mem")) bad = pm_cli_mem(val, &o->req.mem);
