@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+#include <jansson.h>
 
 static char dir[] = "/tmp/pm_test_cli_inputs_XXXXXX";
 static const char *bin;
@@ -453,6 +454,57 @@ static void test_schedule_from_conflicts(void **state) {
     assert_int_equal(run(args).status, 0);
 }
 
+/* select's hints say what is wrong: a tasks-file pair is named with what
+ * its key takes (layers=0 said "not key=value"), an empty name is not a
+ * name, a default name taken says whose it is (it said "the name  is
+ * taken"), --lr beyond a float says so (it said "must be a positive
+ * number"); and --dry-run --json prints JSON (it printed the text). */
+static void test_select_hints(void **state) {
+    (void)state;
+    if (!bin) skip();
+    char tf[300], args[900], out[300];
+    snprintf(tf, sizeof tf, "%s/tasks.txt", dir);
+    static const char *const file[][2] = {
+        {"layers=0\n", "tasks.txt:1: 'layers=0': layers must be an integer 1..16777216"},
+        {"lr=1e308\n", "'lr=1e308': lr must be a positive number up to 3.4e38"},
+        {"name= lr=1e-3\n", "'name=' is not a name (1 to 31 of"},
+        {"speed=3\n", "'speed=3' has an unknown key (name, lr,"},
+        {"lr 1e-3\n", "'lr' is not key=value"},
+        {"name=t1 lr=1e-3\n# a comment\n\nlr=2e-3\n",
+         "tasks.txt:4: the name t1 (its default) is taken by the task of line 1"},
+    };
+    for (size_t k = 0; k < sizeof file / sizeof file[0]; k++) {
+        FILE *f = fopen(tf, "w");
+        assert_non_null(f);
+        fputs(file[k][0], f);
+        fclose(f);
+        snprintf(args, sizeof args, "select --devices 1 --device-mem 64M --dry-run --tasks %s", tf);
+        expect_error(args, file[k][1], 10);
+    }
+    expect_error("select --devices 1 --device-mem 64M --dry-run --lr 1e-3,1e308",
+                 "--lr: '1e308' is not a positive number up to 3.4e38 (a float)", 10);
+    expect_error("train --data /nonexistent --lr 1e308", "--lr 1e+308 is beyond a float", 10);
+    snprintf(out, sizeof out, "%s/dry.json", dir);
+    run_result r = run_to("select --devices 2 --device-mem 6M --lr 1e-3,2e-3 --layers 2 --dim 64 "
+                          "--heads 2 --steps 10 --dry-run --json", out);
+    assert_int_equal(r.status, 0);
+    json_error_t je;
+    json_t *root = json_load_file(out, 0, &je);
+    if (!root) fail_msg("%s: not JSON: %s (line %d)", out, je.text, je.line);
+    json_t *tasks = json_object_get(root, "tasks"), *pol = json_object_get(root, "policies");
+    assert_int_equal(json_array_size(tasks), 2);
+    assert_int_equal(json_array_size(pol), 3);
+    assert_true(json_is_true(json_object_get(root, "dry_run")));
+    double lb = json_number_value(json_object_get(root, "lower_bound_s"));
+    for (size_t k = 0; k < 3; k++) /* no policy beats the bound */
+        assert_true(json_number_value(json_object_get(json_array_get(pol, k), "makespan_s")) >=
+                    lb * (1 - 1e-9));
+    json_t *t0 = json_array_get(tasks, 0);
+    assert_string_equal(json_string_value(json_object_get(t0, "task")), "t0");
+    assert_true(json_array_size(json_object_get(t0, "shards")) >= 1);
+    json_decref(root);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_prepare_inputs_bounded),
@@ -465,6 +517,7 @@ int main(void) {
         cmocka_unit_test(test_stdout_full),
         cmocka_unit_test(test_outputs_onto_inputs),
         cmocka_unit_test(test_schedule_from_conflicts),
+        cmocka_unit_test(test_select_hints),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

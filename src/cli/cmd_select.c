@@ -8,6 +8,7 @@
  * select_out.c's. */
 #include <ctype.h>
 #include <errno.h>
+#include <float.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <math.h>
@@ -44,7 +45,7 @@ static const char usage[] =
     "  --dry-run     print every task's shards (layers, bytes) and the simulated\n"
     "           makespan of the policies shard, task and sequential against the lower\n"
     "           bound max(total work / D, longest task), from the model's FLOPs at an\n"
-    "           estimated 50 GFLOP/s per device\n"
+    "           estimated 50 GFLOP/s per device (--json: all of it as one object)\n"
     "  --policy  shard (default: sharded-LRTF), task (a whole task per device) or\n"
     "           sequential (plain model parallelism), for comparison\n"
     "  --halving ETA  successive halving: at each evaluation round the best 1/ETA\n"
@@ -90,8 +91,15 @@ static int key_of(const char *name) {
     return -1;
 }
 
-/* A value of key k: lr is a positive number, seed a non-negative integer,
- * warmup a non-negative integer, the rest positive integers. */
+/* What a value of key k must be (parse_value's rule, for messages). */
+static const char *value_rule(int k) {
+    if (k == K_LR) return "a positive number up to 3.4e38 (a float)";
+    return k == K_SEED || k == K_WARMUP ? "an integer 0..16777216" : "an integer 1..16777216";
+}
+
+/* A value of key k: lr is a positive number a float holds (train keeps it
+ * as one), seed and warmup non-negative integers, the rest positive
+ * integers (value_rule). */
 static int parse_value(int k, const char *s, size_t len, double *out) {
     char buf[64], *end;
     if (len == 0 || len >= sizeof buf) return 1;
@@ -101,7 +109,7 @@ static int parse_value(int k, const char *s, size_t len, double *out) {
     double x = strtod(buf, &end);
     if (errno || *end || !isfinite(x)) return 1;
     *out = x;
-    if (k == K_LR) return !(x > 0);
+    if (k == K_LR) return !(x > 0 && x <= FLT_MAX);
     if (x != floor(x) || x > (1 << 24)) return 1;
     return k == K_SEED || k == K_WARMUP ? x < 0 : x < 1;
 }
@@ -115,8 +123,8 @@ static int parse_list(int k, const char *val, sel_opts *o) {
         if (o->n[k] == MAX_VALUES)
             return pm_cli_fail("--%s: more than %d values", key_names[k], MAX_VALUES);
         if (parse_value(k, p, len, &o->v[k][o->n[k]++]))
-            return pm_cli_fail("--%s: '%.*s' is not a valid value (in '%s')", key_names[k],
-                               (int)len, p, val);
+            return pm_cli_fail("--%s: '%.*s' is not %s (in '%s')", key_names[k], (int)len, p,
+                               value_rule(k), val);
         if (!c) return 0;
         p = c + 1;
     }
@@ -266,23 +274,38 @@ static int parse_task_line(const char *file, int line, const char *b, const char
         size_t kl = eq ? (size_t)(eq - p) : 0, vl = eq ? (size_t)(q - eq - 1) : 0;
         char key[32] = "";
         if (eq && kl < sizeof key) memcpy(key, p, kl), key[kl] = 0;
-        int k = key_of(key), ok;
-        if (!strcmp(key, "name")) {
-            ok = good_name(eq + 1, vl);
-            if (ok) memcpy(name, eq + 1, vl), name[vl] = 0;
-        } else {
-            ok = k >= 0 && !parse_value(k, eq + 1, vl, &x[k]);
+        int k = key_of(key), named = !strcmp(key, "name");
+        const char *bad = NULL; /* what is wrong with the pair */
+        if (!eq) bad = "is not key=value";
+        else if (named && !good_name(eq + 1, vl))
+            bad = "is not a name (1 to 31 of letters, digits, _ . -, not starting with .)";
+        else if (named) memcpy(name, eq + 1, vl), name[vl] = 0;
+        else if (k < 0)
+            bad = "has an unknown key (name, lr, layers, dim, heads, ctx, batch, "
+                  "microbatches, warmup, seed)";
+        else if (parse_value(k, eq + 1, vl, &x[k])) {
+            pm_cli_fail("%s:%d: '%.*s': %s must be %s", file, line, (int)(q - p), p, key,
+                        value_rule(k));
+            return -1;
         }
-        if (!ok) {
-            pm_cli_fail("%s:%d: '%.*s' is not key=value with a key of name, lr, layers, dim, "
-                        "heads, ctx, batch, microbatches, warmup, seed (a name: up to 31 of "
-                        "letters, digits, _ . -)", file, line, (int)(q - p), p);
+        if (bad) {
+            pm_cli_fail("%s:%d: '%.*s' %s", file, line, (int)(q - p), p, bad);
             return -1;
         }
         any++;
         p = q;
     }
     return any;
+}
+
+/* Task i (from line at[i]) takes a name no earlier task has. */
+static int name_free(const char *file, const pm_select_task *t, const int *at, int i, int given) {
+    for (int j = 0; j < i; j++)
+        if (!strcmp(t[j].name, t[i].name))
+            return pm_cli_fail("%s:%d: the name %s%s is taken by the task of line %d; give this "
+                               "one name=NAME", file, at[i], t[i].name,
+                               given ? "" : " (its default)", at[j]);
+    return 0;
 }
 
 /* --tasks FILE: one task per line, key=value pairs; swept lists are not
@@ -292,7 +315,8 @@ static int read_tasks(const sel_opts *o, pm_select_task *t, int *n) {
     size_t len = 0;
     pm_err e;
     if (pm_read_file(o->tasks_file, PM_TEXT_MAX, &text, &len, &e)) return pm_cli_fail("%s", e.msg);
-    int line = 0, rc = 0;
+    int line = 0, rc = 0, *at = pm_malloc(MAX_TASKS * sizeof *at); /* each task's line */
+    if (!at) rc = pm_cli_fail("select: out of memory");
     for (size_t i = 0; i < len && !rc;) {
         size_t end = i;
         while (end < len && text[end] != '\n') end++;
@@ -305,15 +329,13 @@ static int read_tasks(const sel_opts *o, pm_select_task *t, int *n) {
             rc = pm_cli_fail("%s: more than %d tasks", o->tasks_file, MAX_TASKS);
         else if (got && !(rc = make_task(o, x, &t[*n], *n))) {
             if (name[0]) snprintf(t[*n].name, sizeof t[*n].name, "%s", name);
-            for (int j = 0; j < *n && !rc; j++)
-                if (!strcmp(t[j].name, t[*n].name))
-                    rc = pm_cli_fail("%s:%d: the name %s is taken by another task",
-                                     o->tasks_file, line, name);
+            at[*n] = line;
+            rc = name_free(o->tasks_file, t, at, *n, name[0] != 0);
             (*n)++;
         }
         i = end + 1;
     }
-    pm_free(text);
+    pm_free(text), pm_free(at);
     if (!rc && !*n) rc = pm_cli_fail("%s: no tasks in it", o->tasks_file);
     return rc;
 }
@@ -556,7 +578,9 @@ int pm_cmd_select(int argc, char **argv) {
     pm_err e;
     if (!rc && pm_select_partition(t, n, o.device_mem, 2, &lay, &e))
         rc = pm_cli_fail("%s", e.msg);
-    if (!rc && o.dry_run) {
+    if (!rc && o.dry_run && o.json) {
+        rc = sel_print_dry_json(t, n, &lay, o.devices, o.steps);
+    } else if (!rc && o.dry_run) {
         sel_print_plan(t, n, &lay);
         rc = sel_print_policies(t, n, o.devices, o.steps);
     } else if (!rc) {
