@@ -151,7 +151,12 @@ int pm_cli_plan_write(const pm_cli_plan *pl, const char *format, const char *pat
     if (!f) return 1;
     pm_status st = PM_OK;
     if (!strcmp(format, "text")) st = pm_sched_write_text(f, &pl->s);
-    else if (!strcmp(format, "csv")) st = pm_sched_write_csv(f, &pl->s);
+    else if (!strcmp(format, "csv")) {
+        st = pm_sched_write_csv(f, &pl->s);
+        if (pl->s.recompute) /* PyTorch's layout has no place for it (format_text.c) */
+            fprintf(stderr, "pipemem: note: the CSV holds the actions only; this schedule "
+                    "recomputes: read it with --recompute (--format text keeps the mark)\n");
+    }
     else if (!strcmp(format, "json")) st = pm_sched_write_json(f, &pl->s, &pl->c, &pl->sim);
     else if (!strcmp(format, "trace")) st = pm_sched_write_trace(f, &pl->s, &pl->sim);
     else st = pm_sched_write_svg(f, &pl->s, &pl->sim, NULL);
