@@ -1,9 +1,13 @@
-/* test_cli_inputs.c: `prepare` and `train` under hostile input, through the
- * built binary (PM_BIN): endless and directory inputs to `prepare`, a
- * missing data directory, a pipeline run whose schedule cannot meet its
- * --mem-limit or whose schedule file disagrees with --pp. Each bad request
- * must end in one line on stderr, exit 1, quickly, before any step runs.
- * (The schedule commands' hostile inputs are in test_generators.c.) */
+/* test_cli_inputs.c: the commands under hostile input, through the built
+ * binary (PM_BIN): endless and directory inputs to `prepare` and its -o
+ * onto a file; a missing data directory; a pipeline run whose schedule
+ * cannot meet its --mem-limit or whose schedule file disagrees with --pp;
+ * outputs onto inputs or onto each other; standard output on a full disk;
+ * `select` resumed, failing everywhere, or given bad task files; `schedule
+ * --from` with options the file decides, and its CSV under recomputation;
+ * pipelines of 131072 devices. Each bad request must end in one line on
+ * stderr and a non-zero exit, quickly, with nothing overwritten. (More of
+ * the schedule commands' hostile inputs are in test_generators.c.) */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
