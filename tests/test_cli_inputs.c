@@ -1,9 +1,14 @@
-/* test_cli_inputs.c: `prepare` and `train` under hostile input, through the
- * built binary (PM_BIN): endless and directory inputs to `prepare`, a
- * missing data directory, a pipeline run whose schedule cannot meet its
- * --mem-limit or whose schedule file disagrees with --pp. Each bad request
- * must end in one line on stderr, exit 1, quickly, before any step runs.
- * (The schedule commands' hostile inputs are in test_generators.c.) */
+/* test_cli_inputs.c: the commands under hostile input, through the built
+ * binary (PM_BIN): endless and directory inputs to `prepare` and its -o
+ * onto a file; a missing data directory; a pipeline run whose schedule
+ * cannot meet its --mem-limit or whose schedule file disagrees with --pp;
+ * outputs onto inputs or onto each other; standard output on a full disk;
+ * `select` resumed, failing everywhere, or given bad task files; `schedule
+ * --from` with options the file decides, and its CSV under recomputation;
+ * pipelines of 131072 devices. Each bad request must end in one line on
+ * stderr and a non-zero exit, quickly, with nothing overwritten. (More of
+ * the schedule commands' hostile inputs are in test_generators.c.) */
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -16,6 +21,7 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+#include <jansson.h>
 
 static char dir[] = "/tmp/pm_test_cli_inputs_XXXXXX";
 static const char *bin;
@@ -37,17 +43,17 @@ typedef struct {
     int status;      /* exit status, -1 if killed */
     int lines;       /* lines of stderr */
     char err[1024];  /* first line of stderr */
+    char last[1024]; /* last line of stderr */
     double seconds;  /* wall time */
 } run_result;
 
-/* Runs `PM_BIN args` with stdout discarded (a time limit of 60 s stops a
+/* Runs `PM_BIN args` with stdout to `out` (a time limit of 60 s stops a
  * runaway); stderr is captured. */
-static run_result run(const char *args) {
+static run_result run_to(const char *args, const char *out) {
     run_result r = {0};
-    char cmd[1200], errf[300];
+    char cmd[1400], errf[300];
     snprintf(errf, sizeof errf, "%s/stderr", dir);
-    snprintf(cmd, sizeof cmd, "timeout 60 %s %s >/dev/null 2>%s", bin, args,
-             errf);
+    snprintf(cmd, sizeof cmd, "timeout 60 %s %s >%s 2>%s", bin, args, out, errf);
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     int st = system(cmd);
@@ -59,11 +65,15 @@ static run_result run(const char *args) {
     char buf[1024];
     while (fgets(buf, sizeof buf, f)) {
         if (!r.lines) snprintf(r.err, sizeof r.err, "%s", buf);
+        snprintf(r.last, sizeof r.last, "%s", buf);
         r.lines++;
     }
     fclose(f);
     return r;
 }
+
+/* The same with stdout discarded. */
+static run_result run(const char *args) { return run_to(args, "/dev/null"); }
 
 /* A bad request: exit 1, one line containing `want`, within `secs`. */
 static void expect_error(const char *args, const char *want, double secs) {
@@ -87,6 +97,46 @@ static void test_prepare_inputs_bounded(void **state) {
     assert_int_equal(r.status, 1);
     assert_int_equal(r.lines, 1);
 }
+
+/* prepare -o onto a file or a device: one line, the file untouched (it was
+ * a double free, exit 134: issue 19). */
+static void test_prepare_output_not_a_directory(void **state) {
+    (void)state;
+    if (!bin) skip();
+    char text[300], out[300], args[800];
+    snprintf(text, sizeof text, "%s/in.txt", dir);
+    snprintf(out, sizeof out, "%s/existing", dir);
+    FILE *f = fopen(text, "w");
+    assert_non_null(f);
+    fputs("enough text for a train and a validation split\n", f);
+    fclose(f);
+    f = fopen(out, "w");
+    assert_non_null(f);
+    fputs("keep", f);
+    fclose(f);
+    snprintf(args, sizeof args, "prepare %s -o %s", text, out);
+    expect_error(args, "existing: exists and is not a directory", 10);
+    char back[8] = {0};
+    f = fopen(out, "r");
+    assert_non_null(f);
+    assert_int_equal(fread(back, 1, sizeof back, f), 4);
+    fclose(f);
+    assert_string_equal(back, "keep");
+    snprintf(args, sizeof args, "prepare %s -o /dev/full", text);
+    expect_error(args, "/dev/full: exists and is not a directory", 10);
+}
+/* A pipeline of 131072 devices is a few million passes: its lower bound
+ * and zb-v's pattern were quadratic in p and ran for minutes; run()'s
+ * 60 s guard stops them (each now takes about a second). */
+static void test_huge_pipelines_finish(void **state) {
+    (void)state;
+    if (!bin) skip();
+    run_result r = run("schedule --kind 1f1b -p 131072 -m 5 --format json");
+    if (r.status != 0) fail_msg("schedule -p 131072: status %d, '%s'", r.status, r.err);
+    r = run("compare -p 65536 -m 1");
+    if (r.status != 0) fail_msg("compare -p 65536: status %d, '%s'", r.status, r.err);
+}
+
 /* A small prepared corpus in dir/d. */
 static void prepare_data(void) {
     char path[300], args[700];
@@ -178,11 +228,361 @@ static void test_outputs_checked_before_training(void **state) {
     assert_int_not_equal(access(tmp, F_OK), 0);
 }
 
+/* ---- select ---------------------------------------------------------------- */
+
+#define SELECT "select --devices 2 --device-mem 8M --layers 2 --dim 32 --heads 2 --ctx 16 " \
+               "--batch 4 --steps 10 --eval-every 5 --data "
+
+typedef struct {
+    char name[32];
+    double loss, val; /* final_loss and val_loss */
+    char val_text[40]; /* val_loss as written */
+} csv_row;
+
+/* The rows of a `select --csv` file (task first, final_loss and val_loss
+ * the 12th and 13th columns); the count. */
+static int read_csv(const char *path, csv_row *rows, int cap) {
+    FILE *f = fopen(path, "r");
+    if (!f) fail_msg("%s: not written", path);
+    char line[2048];
+    int n = 0;
+    if (!fgets(line, sizeof line, f)) fail_msg("%s: empty", path);
+    while (n < cap && fgets(line, sizeof line, f)) {
+        char *col[13], *save = NULL;
+        int k = 0;
+        for (char *c = strtok_r(line, ",", &save); c && k < 13; c = strtok_r(NULL, ",", &save))
+            col[k++] = c;
+        if (k < 13) fail_msg("%s: a short row", path);
+        snprintf(rows[n].name, sizeof rows[n].name, "%s", col[0]);
+        snprintf(rows[n].val_text, sizeof rows[n].val_text, "%s", col[12]);
+        rows[n].loss = strtod(col[11], NULL);
+        rows[n].val = strtod(col[12], NULL);
+        n++;
+    }
+    fclose(f);
+    return n;
+}
+
+/* Every row has finite losses, ranked by validation loss; the number of rows. */
+static int expect_ranked(const char *path, csv_row *rows, int cap) {
+    int n = read_csv(path, rows, cap);
+    for (int i = 0; i < n; i++) {
+        if (!isfinite(rows[i].loss) || !isfinite(rows[i].val))
+            fail_msg("%s: task %s has loss %g, val loss %g", path, rows[i].name, rows[i].loss,
+                     rows[i].val);
+        if (i && rows[i].val < rows[i - 1].val) fail_msg("%s: not ranked by val loss", path);
+    }
+    return n;
+}
+
+static int same_files(const char *a, const char *b) {
+    char cmd[2100];
+    snprintf(cmd, sizeof cmd, "cmp -s %s %s", a, b);
+    return system(cmd) == 0;
+}
+
+/* --resume after some tasks finished: those keep their losses (they showed
+ * nan and ranked last), --save-best takes the best by them, and a finished
+ * sweep resumed again shows the same table. */
+static void test_select_resume_keeps_losses(void **state) {
+    (void)state;
+    if (!bin) skip();
+    prepare_data();
+    char args[1200], a[300], b[300], c[300], best[300], ck[300];
+    snprintf(a, sizeof a, "%s/a.csv", dir);
+    snprintf(b, sizeof b, "%s/b.csv", dir);
+    snprintf(c, sizeof c, "%s/c.csv", dir);
+    snprintf(best, sizeof best, "%s/best.ckpt", dir);
+    /* t0 runs to its end alone; then t1 joins it, t0 resumed done */
+    snprintf(args, sizeof args, SELECT "%s/d --lr 1e-2 --resume %s/sv --csv %s", dir, dir, a);
+    assert_int_equal(run(args).status, 0);
+    snprintf(args, sizeof args, SELECT "%s/d --lr 1e-2,1e-3 --resume %s/sv --csv %s "
+             "--save-best %s", dir, dir, b, best);
+    assert_int_equal(run(args).status, 0);
+    csv_row ra[2], rb[2], rc[2];
+    assert_int_equal(expect_ranked(a, ra, 2), 1);
+    assert_int_equal(expect_ranked(b, rb, 2), 2);
+    int t0 = strcmp(rb[0].name, "t0") ? 1 : 0;
+    assert_string_equal(rb[t0].val_text, ra[0].val_text); /* what it ended with */
+    snprintf(ck, sizeof ck, "%s/sv/%s.ckpt", dir, rb[0].name);
+    if (!same_files(best, ck)) fail_msg("--save-best is not the best task's (%s)", rb[0].name);
+    /* the finished sweep again: nothing runs, the same table */
+    snprintf(args, sizeof args, SELECT "%s/d --lr 1e-2,1e-3 --resume %s/sv --csv %s "
+             "--save-best %s", dir, dir, c, best);
+    assert_int_equal(run(args).status, 0);
+    assert_int_equal(expect_ranked(c, rc, 2), 2);
+    for (int i = 0; i < 2; i++) {
+        assert_string_equal(rc[i].name, rb[i].name);
+        assert_string_equal(rc[i].val_text, rb[i].val_text);
+    }
+    if (!same_files(best, ck)) fail_msg("--save-best of the finished sweep changed");
+}
+
+/* A failure that comes out of the run (after progress lines): exit 1 and
+ * the last line of stderr says it. */
+static void expect_last_line(const char *args, const char *want) {
+    run_result r = run(args);
+    if (r.status != 1 || !strstr(r.last, want))
+        fail_msg("pipemem %s: status %d, last line '%s' (wanted '%s')", args, r.status, r.last,
+                 want);
+}
+
+/* A sweep whose every task fails exits 1 saying so (it exited 0); a
+ * --resume that is no directory is refused before anything runs. */
+static void test_select_all_failed(void **state) {
+    (void)state;
+    if (!bin) skip();
+    prepare_data();
+    char args[1200], path[400];
+    snprintf(args, sizeof args, SELECT "%s/d --lr 1e30,1e31", dir);
+    expect_last_line(args, "select: every task failed (the table says why)");
+    snprintf(path, sizeof path, "%s/notadir", dir);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fclose(f);
+    snprintf(args, sizeof args, SELECT "%s/d --resume %s", dir, path);
+    expect_error(args, "notadir: exists and is not a directory", 30);
+    snprintf(args, sizeof args, SELECT "%s/d --resume /dev/full", dir);
+    expect_error(args, "/dev/full: exists and is not a directory", 30);
+    /* a checkpoint to resume that is a directory: refused at the start */
+    snprintf(path, sizeof path, "mkdir -p %s/blocked/t0.ckpt", dir);
+    assert_int_equal(system(path), 0);
+    snprintf(args, sizeof args, SELECT "%s/d --resume %s/blocked", dir, dir);
+    expect_error(args, "t0.ckpt: is a directory", 30);
+    /* a save directory where the task's losses cannot go: the task fails */
+    snprintf(path, sizeof path, "mkdir -p %s/blocked2/t0.loss", dir);
+    assert_int_equal(system(path), 0);
+    snprintf(args, sizeof args, SELECT "%s/d --resume %s/blocked2", dir, dir);
+    expect_last_line(args, "select: the task failed (the table says why)");
+    /* one task failing beside one that ends is a result, not a failure */
+    snprintf(args, sizeof args, SELECT "%s/d --lr 1e-3,1e31", dir);
+    assert_int_equal(run(args).status, 0);
+}
+
+/* Standard output on a full disk: every command that prints ends saying
+ * so in one line and exits 1 (they exited 0 silently); train's checkpoint
+ * is still written. */
+static void test_stdout_full(void **state) {
+    (void)state;
+    if (!bin) skip();
+    prepare_data();
+    char args[1200], cmd[700];
+    snprintf(args, sizeof args, TRAIN "%s/d --save %s/full.ckpt", dir, dir);
+    assert_int_equal(run(args).status, 0);
+    snprintf(args, sizeof args, "block --named v-half -p 4 -o %s/v.block", dir);
+    assert_int_equal(run(args).status, 0);
+    static const char *const fmts[] = {
+        TRAIN "%s/d --json --save %s/json.ckpt",
+        SELECT "%s/d --lr 1e-3",
+        SELECT "%s/d --lr 1e-3 --dry-run",
+        "sample --ckpt %s/full.ckpt --prompt the -n 20",
+        "block %s/v.block",
+        "compare -p 4 -m 8%.0s",
+        "--version%.0s",
+    };
+    for (size_t k = 0; k < sizeof fmts / sizeof fmts[0]; k++) {
+        snprintf(args, sizeof args, fmts[k], dir, dir);
+        run_result r = run_to(args, "/dev/full");
+        if (r.status != 1 || !strstr(r.last, "standard output: write failed"))
+            fail_msg("pipemem %s >/dev/full: status %d, last line '%s'", args, r.status, r.last);
+    }
+    snprintf(cmd, sizeof cmd, "%s/json.ckpt", dir);
+    assert_int_equal(access(cmd, F_OK), 0);
+}
+
+/* 1 if the file at path has exactly the bytes of the file at copy. */
+static int unchanged(const char *path, const char *copy) { return same_files(path, copy); }
+
+/* Outputs onto inputs or onto each other are refused before anything runs
+ * (train --data d --save d/train.bin overwrote the data; --save X --trace X
+ * replaced the checkpoint with the trace): one line, nothing written.
+ * --resume X --save X continues a run in place and stays allowed. */
+static void test_outputs_onto_inputs(void **state) {
+    (void)state;
+    if (!bin) skip();
+    prepare_data();
+    char args[1500], cmd[900], keep[300], ck[300], x[300], sched[300];
+    snprintf(keep, sizeof keep, "%s/train.copy", dir);
+    snprintf(ck, sizeof ck, "%s/run.ckpt", dir);
+    snprintf(x, sizeof x, "%s/x", dir);
+    snprintf(sched, sizeof sched, "%s/s2.txt", dir);
+    snprintf(cmd, sizeof cmd, "cp %s/d/train.bin %s", dir, keep);
+    assert_int_equal(system(cmd), 0);
+    snprintf(args, sizeof args, "schedule --kind 1f1b -p 2 -m 4 -o %s", sched);
+    assert_int_equal(run(args).status, 0);
+    snprintf(args, sizeof args, TRAIN "%s/d --save %s", dir, ck);
+    assert_int_equal(run(args).status, 0);
+    snprintf(cmd, sizeof cmd, "cp %s %s.copy", ck, ck);
+    assert_int_equal(system(cmd), 0);
+    struct { const char *fmt, *want; } bad[] = {
+        {TRAIN "%s/d --save %s/d/train.bin", "would overwrite the training data (--data"},
+        {TRAIN "%s/d --save %s/d/../d/val.bin", "would overwrite the validation data"},
+        {TRAIN "%s/d --pp 2 --save %s/x --trace %s/./x", "are one file"},
+        {TRAIN "%s/d --pp 2 --trace %s/x --timeline %s/x", "are one file"},
+        {TRAIN "%s/d --pp 2 --resume %s/run.ckpt --trace %s/run.ckpt",
+         "would overwrite the checkpoint to resume"},
+        {TRAIN "%s/d --pp 2 --schedule-file %s/s2.txt --timeline %s/s2.txt",
+         "would overwrite the schedule"},
+        {"train --train %s/d/train.bin --val %s/d/val.bin --steps 1 --save %s/d/train.bin",
+         "would overwrite the training data (--train)"},
+        {SELECT "%s/d --csv %s/d/train.bin", "would overwrite the training data (--data"},
+        {SELECT "%s/d --timeline %s/x --trace %s/x", "are one file"},
+        {SELECT "%s/d --resume %s/sv2 --save-best %s/sv2/t0.ckpt",
+         "would overwrite task t0's checkpoint"},
+    };
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        snprintf(args, sizeof args, bad[k].fmt, dir, dir, dir);
+        expect_error(args, bad[k].want, 30);
+    }
+    assert_true(unchanged(keep, strcat(strcpy(cmd, dir), "/d/train.bin")));
+    snprintf(cmd, sizeof cmd, "%s.copy", ck);
+    assert_true(unchanged(ck, cmd));
+    assert_int_not_equal(access(x, F_OK), 0);
+    /* continuing in place, and two outputs on /dev/null, stay allowed */
+    snprintf(args, sizeof args, "train --layers 4 --dim 32 --heads 2 --ctx 16 --batch 8 "
+             "--microbatches 4 --steps 3 --data %s/d --resume %s --save %s", dir, ck, ck);
+    assert_int_equal(run(args).status, 0);
+    snprintf(args, sizeof args, TRAIN "%s/d --pp 2 --trace /dev/null --timeline /dev/null", dir);
+    assert_int_equal(run(args).status, 0);
+}
+
+/* schedule --from FILE: the file decides p, m and the chunks; -p, -m and
+ * --chunks beside it were ignored silently, now refused in one line. */
+static void test_schedule_from_conflicts(void **state) {
+    (void)state;
+    if (!bin) skip();
+    char args[900];
+    snprintf(args, sizeof args, "schedule --kind interleaved -p 2 -m 4 --chunks 2 -o %s/il.txt",
+             dir);
+    assert_int_equal(run(args).status, 0);
+    static const char *const opt[] = {"-p 4", "-m 8", "--chunks 2", "-p 2 -m 4"};
+    static const char *const want[] = {"-p with --from", "-m with --from", "--chunks with --from",
+                                       "-p with --from"};
+    for (size_t k = 0; k < sizeof opt / sizeof opt[0]; k++) {
+        snprintf(args, sizeof args, "schedule --from %s/il.txt %s", dir, opt[k]);
+        expect_error(args, want[k], 10);
+    }
+    snprintf(args, sizeof args, "schedule --from %s/il.txt --costs 1,2,1", dir);
+    assert_int_equal(run(args).status, 0);
+}
+
+/* select's hints say what is wrong: a tasks-file pair is named with what
+ * its key takes (layers=0 said "not key=value"), an empty name is not a
+ * name, a default name taken says whose it is (it said "the name  is
+ * taken"), --lr beyond a float says so (it said "must be a positive
+ * number"); and --dry-run --json prints JSON (it printed the text). */
+static void test_select_hints(void **state) {
+    (void)state;
+    if (!bin) skip();
+    char tf[300], args[900], out[300];
+    snprintf(tf, sizeof tf, "%s/tasks.txt", dir);
+    static const char *const file[][2] = {
+        {"layers=0\n", "tasks.txt:1: 'layers=0': layers must be an integer 1..16777216"},
+        {"lr=1e308\n", "'lr=1e308': lr must be a positive number up to 3.4e38"},
+        {"name= lr=1e-3\n", "'name=' is not a name (1 to 31 of"},
+        {"speed=3\n", "'speed=3' has an unknown key (name, lr,"},
+        {"lr 1e-3\n", "'lr' is not key=value"},
+        {"name=t1 lr=1e-3\n# a comment\n\nlr=2e-3\n",
+         "tasks.txt:4: the name t1 (its default) is taken by the task of line 1"},
+    };
+    for (size_t k = 0; k < sizeof file / sizeof file[0]; k++) {
+        FILE *f = fopen(tf, "w");
+        assert_non_null(f);
+        fputs(file[k][0], f);
+        fclose(f);
+        snprintf(args, sizeof args, "select --devices 1 --device-mem 64M --dry-run --tasks %s", tf);
+        expect_error(args, file[k][1], 10);
+    }
+    expect_error("select --devices 1 --device-mem 64M --dry-run --lr 1e-3,1e308",
+                 "--lr: '1e308' is not a positive number up to 3.4e38 (a float)", 10);
+    expect_error("train --data /nonexistent --lr 1e308", "--lr 1e+308 is beyond a float", 10);
+    snprintf(out, sizeof out, "%s/dry.json", dir);
+    run_result r = run_to("select --devices 2 --device-mem 6M --lr 1e-3,2e-3 --layers 2 --dim 64 "
+                          "--heads 2 --steps 10 --dry-run --json", out);
+    assert_int_equal(r.status, 0);
+    json_error_t je;
+    json_t *root = json_load_file(out, 0, &je);
+    if (!root) fail_msg("%s: not JSON: %s (line %d)", out, je.text, je.line);
+    json_t *tasks = json_object_get(root, "tasks"), *pol = json_object_get(root, "policies");
+    assert_int_equal(json_array_size(tasks), 2);
+    assert_int_equal(json_array_size(pol), 3);
+    assert_true(json_is_true(json_object_get(root, "dry_run")));
+    double lb = json_number_value(json_object_get(root, "lower_bound_s"));
+    for (size_t k = 0; k < 3; k++) /* no policy beats the bound */
+        assert_true(json_number_value(json_object_get(json_array_get(pol, k), "makespan_s")) >=
+                    lb * (1 - 1e-9));
+    json_t *t0 = json_array_get(tasks, 0);
+    assert_string_equal(json_string_value(json_object_get(t0, "task")), "t0");
+    assert_true(json_array_size(json_object_get(t0, "shards")) >= 1);
+    json_decref(root);
+}
+
+/* The file's lines from the first that does not start with '#'. */
+static void body_of(const char *path, char *out, size_t cap) {
+    FILE *f = fopen(path, "r");
+    if (!f) fail_msg("%s: not written", path);
+    char line[4096];
+    size_t n = 0;
+    out[0] = 0;
+    while (fgets(line, sizeof line, f))
+        if (line[0] != '#' && n + strlen(line) < cap) n += (size_t)snprintf(out + n, cap - n, "%s", line);
+    fclose(f);
+}
+
+/* schedule --format csv of a recomputed schedule is PyTorch's compute-only
+ * layout: no comment line (it began with '# pipemem: recompute', which
+ * _load_csv refuses), a note on stderr, and read back with --recompute it
+ * is the schedule the text format gives. */
+static void test_schedule_csv_recompute(void **state) {
+    (void)state;
+    if (!bin) skip();
+    char args[900], csv[300], a[300], b[300], ta[8192], tb[8192];
+    snprintf(csv, sizeof csv, "%s/vr.csv", dir);
+    snprintf(a, sizeof a, "%s/vr.txt", dir);
+    snprintf(b, sizeof b, "%s/back.txt", dir);
+    snprintf(args, sizeof args, "schedule --kind v-half-r -p 4 -m 8 --format csv -o %s", csv);
+    run_result r = run(args);
+    assert_int_equal(r.status, 0);
+    assert_non_null(strstr(r.err, "read it with --recompute"));
+    FILE *f = fopen(csv, "r");
+    assert_non_null(f);
+    int c = fgetc(f);
+    fclose(f);
+    assert_true(c >= '0' && c <= '9'); /* an action, first */
+    snprintf(args, sizeof args, "schedule --kind v-half-r -p 4 -m 8 -o %s", a);
+    assert_int_equal(run(args).status, 0);
+    snprintf(args, sizeof args, "schedule --from %s --recompute -o %s", csv, b);
+    assert_int_equal(run(args).status, 0);
+    body_of(a, ta, sizeof ta);
+    body_of(b, tb, sizeof tb);
+    assert_true(ta[0] != 0);
+    assert_string_equal(ta, tb);
+    char ha[4096], hb[4096]; /* the same peak and makespan: recomputed both ways */
+    f = fopen(a, "r");
+    assert_non_null(f);
+    assert_non_null(fgets(ha, sizeof ha, f)), assert_non_null(fgets(ha, sizeof ha, f));
+    fclose(f);
+    f = fopen(b, "r");
+    assert_non_null(f);
+    assert_non_null(fgets(hb, sizeof hb, f)), assert_non_null(fgets(hb, sizeof hb, f));
+    fclose(f);
+    assert_string_equal(ha, hb);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_prepare_inputs_bounded),
+        cmocka_unit_test(test_prepare_output_not_a_directory),
+        cmocka_unit_test(test_huge_pipelines_finish),
         cmocka_unit_test(test_pipeline_refusals),
         cmocka_unit_test(test_outputs_checked_before_training),
+        cmocka_unit_test(test_select_resume_keeps_losses),
+        cmocka_unit_test(test_select_all_failed),
+        cmocka_unit_test(test_stdout_full),
+        cmocka_unit_test(test_outputs_onto_inputs),
+        cmocka_unit_test(test_schedule_from_conflicts),
+        cmocka_unit_test(test_select_hints),
+        cmocka_unit_test(test_schedule_csv_recompute),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

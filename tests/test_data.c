@@ -98,6 +98,44 @@ static void test_prepare_empty_text(void **state) {
     assert_non_null(strstr(err.msg, "missing.txt"));
 }
 
+/* An output that cannot be opened (a file where the directory should be,
+ * train.bin or val.bin a directory) is one error, leaves what was there
+ * untouched and frees each path once (it was freed twice: issue 19). */
+static void test_prepare_unwritable_outputs(void **state) {
+    (void)state;
+    char mk[700], in[300], out[300], sub[400];
+    snprintf(mk, sizeof mk, "mkdir -p %s", tmpdir);
+    assert_int_equal(system(mk), 0);
+    snprintf(in, sizeof in, "%s/text.txt", tmpdir);
+    write_text(in, "some text that is long enough to split\n", 39);
+    const char *files[] = {in};
+    pm_err err = {{0}};
+    /* -o an existing file: refused, the file keeps its bytes */
+    snprintf(out, sizeof out, "%s/afile", tmpdir);
+    write_text(out, "keep", 4);
+    assert_int_equal(pm_data_prepare(files, 1, out, NULL, 0, NULL, &err), PM_ERR_IO);
+    assert_non_null(strstr(err.msg, "not a directory"));
+    FILE *f = fopen(out, "rb");
+    char back[8] = {0};
+    assert_non_null(f);
+    assert_int_equal(fread(back, 1, sizeof back, f), 4);
+    fclose(f);
+    assert_string_equal(back, "keep");
+    /* the first writer fails, then the second (the first was open) */
+    static const char *const blocked[] = {"train.bin", "val.bin"};
+    for (int k = 0; k < 2; k++) {
+        snprintf(out, sizeof out, "%s/blocked%d", tmpdir, k);
+        snprintf(sub, sizeof sub, "%s/%s", out, blocked[k]);
+        snprintf(mk, sizeof mk, "mkdir -p %s", sub);
+        assert_int_equal(system(mk), 0);
+        assert_int_equal(pm_data_prepare(files, 1, out, NULL, 0, NULL, &err), PM_ERR_IO);
+        assert_non_null(strstr(err.msg, blocked[k]));
+        assert_null(strchr(err.msg, '\n'));
+        snprintf(sub, sizeof sub, "%s/%s", out, blocked[1 - k]);
+        assert_int_not_equal(access(sub, F_OK), 0); /* nothing half-written */
+    }
+}
+
 /* Writes a valid token file, then damages it in place by `how`. */
 static void damaged(const char *path, int how) {
     uint8_t tok[50];
@@ -360,6 +398,7 @@ int main(void) {
         cmocka_unit_test(test_fnv_known_values),
         cmocka_unit_test(test_prepare_split_and_roundtrip),
         cmocka_unit_test(test_prepare_empty_text),
+        cmocka_unit_test(test_prepare_unwritable_outputs),
         cmocka_unit_test(test_token_file_errors),
         cmocka_unit_test(test_loader_deterministic_resumable),
         cmocka_unit_test(test_loader_context_too_large),

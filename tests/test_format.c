@@ -387,6 +387,78 @@ static void test_csv_pytorch_features(void **state) {
     expect_error(1, "\xEF\xBB\xBF" "0F0,0Z0\n", 1, 6, "unknown action type");
 }
 
+/* What PyTorch's _load_csv (torch.distributed.pipelining, format
+ * "compute_only") accepts, restated from its source: csv.reader gives one
+ * row per line, row r is rank r's list, and every cell, stripped, must be
+ * empty (an idle step) or match (\d+)(F|I|B|W|UNSHARD|RESHARD|SEND_F|
+ * RECV_F|SEND_B|RECV_B)(\d*) from its start; anything else raises "Invalid
+ * action string". Returns the rows (ranks), or -1 with the bad cell in msg. */
+static int pytorch_load_csv(const char *text, char *msg, size_t cap) {
+    static const char *const types[] = {"UNSHARD", "RESHARD", "SEND_F", "RECV_F", "SEND_B",
+                                        "RECV_B", "F", "I", "B", "W"};
+    int rows = 0;
+    for (const char *line = text; *line;) {
+        const char *end = strchr(line, '\n');
+        if (!end) end = line + strlen(line);
+        rows++;
+        for (const char *c = line; c <= end;) {
+            const char *ce = memchr(c, ',', (size_t)(end - c));
+            if (!ce) ce = end;
+            const char *a = c, *b = ce;
+            while (a < b && (*a == ' ' || *a == '\t' || *a == '\r')) a++;
+            while (b > a && (b[-1] == ' ' || b[-1] == '\t' || b[-1] == '\r')) b--;
+            const char *q = a;
+            while (q < b && *q >= '0' && *q <= '9') q++;
+            int ok = a == b; /* empty: None */
+            for (size_t k = 0; !ok && q > a && k < sizeof types / sizeof types[0]; k++)
+                ok = (size_t)(b - q) >= strlen(types[k]) && !strncmp(q, types[k], strlen(types[k]));
+            if (!ok) {
+                snprintf(msg, cap, "rank %d: Invalid action string: %.*s", rows - 1,
+                         (int)(b - a), a);
+                return -1;
+            }
+            c = ce + 1;
+        }
+        line = *end ? end + 1 : end;
+    }
+    return rows;
+}
+
+/* A recomputed schedule written as CSV is what PyTorch loads: p ranks of
+ * actions, no comment line (it started with "# pipemem: recompute", which
+ * _load_csv refused); read back it has the same passes, without the mark,
+ * which the text format keeps. */
+static void test_csv_loadable_by_pytorch(void **state) {
+    (void)state;
+    pm_sched s, back;
+    pm_err err;
+    build_1f1b(&s, 3, 5);
+    s.recompute = 1;
+    char *csv, *txt, msg[200];
+    size_t n;
+    write_str(pm_sched_write_csv, &s, &csv, &n);
+    int rows = pytorch_load_csv(csv, msg, sizeof msg);
+    if (rows != s.p) fail_msg("%d ranks (want %d): %s\n%s", rows, s.p, rows < 0 ? msg : "", csv);
+    assert_int_equal(pm_sched_parse_csv(&back, csv, n, &err), PM_OK);
+    assert_same_sched(&s, &back);
+    assert_int_equal(back.recompute, 0);
+    pm_sched_free(&back);
+    write_str(pm_sched_write_text, &s, &txt, &n);
+    assert_int_equal(pm_sched_parse_text(&back, txt, n, &err), PM_OK);
+    assert_int_equal(back.recompute, 1);
+    pm_sched_free(&back);
+    /* the checker refuses what PyTorch refuses: the old first line */
+    assert_int_equal(pytorch_load_csv("# pipemem: recompute\n0F0,0B0\n", msg, sizeof msg), -1);
+    assert_non_null(strstr(msg, "Invalid action string: # pipemem: recompute"));
+    /* and pipemem still reads a CSV written with it */
+    const char *old = "# pipemem: recompute\n0F0,0B0\n";
+    assert_int_equal(pm_sched_parse_csv(&back, old, strlen(old), &err), PM_OK);
+    assert_int_equal(back.recompute, 1);
+    pm_sched_free(&back);
+    free(csv), free(txt);
+    pm_sched_free(&s);
+}
+
 static void test_load_detects_format(void **state) {
     (void)state;
     char path[] = "/tmp/pm_test_format_XXXXXX";
@@ -617,6 +689,7 @@ int main(void) {
         cmocka_unit_test(test_placement_errors),
         cmocka_unit_test(test_malformed_line_and_column),
         cmocka_unit_test(test_csv_pytorch_features),
+        cmocka_unit_test(test_csv_loadable_by_pytorch),
         cmocka_unit_test(test_load_detects_format),
         cmocka_unit_test(test_json_1f1b),
         cmocka_unit_test(test_json_peaks_v_gpipe),

@@ -232,6 +232,70 @@ static void test_zb_v_facts(void **state) {
     }
 }
 
+/* ZB-V's pattern as first written: every rank runs n = max(2p-1, m)
+ * microbatches through the pattern and drops the passes of those >= m
+ * (O(p) per rank). The generator now skips what cannot emit; it must give
+ * these lists pass for pass. */
+typedef struct {
+    pm_sched *s;
+    int r, f[2], b[2];
+} ref_zbv;
+
+static void ref_emit(ref_zbv *d, pm_pass_kind kind, int chunk, int mb) {
+    int stage = chunk == 0 ? d->r : 2 * d->s->p - 1 - d->r;
+    if (mb < d->s->m) pm_sched_push(d->s, d->r, kind, stage, mb);
+}
+static void ref_f(ref_zbv *d, int chunk) { ref_emit(d, PM_PASS_F, chunk, d->f[chunk]++); }
+static int ref_b(ref_zbv *d, int chunk) {
+    int mb = d->b[chunk]++;
+    ref_emit(d, PM_PASS_B, chunk, mb);
+    return mb;
+}
+static void ref_w(ref_zbv *d, int chunk, int mb) { ref_emit(d, PM_PASS_W, chunk, mb); }
+
+static void ref_zbv_rank(pm_sched *s, int r, int n) {
+    int p = s->p;
+    ref_zbv d = {.s = s, .r = r};
+    for (int i = 0; i < 2 * (p - r) - 1; i++) ref_f(&d, 0);
+    for (int i = 0; i < r; i++) ref_f(&d, 1), ref_f(&d, 0);
+    for (int i = 0; i < p - r; i++) ref_f(&d, 1), ref_w(&d, 1, ref_b(&d, 1));
+    while (d.f[1] < d.f[0] || d.f[0] < n) {
+        if (d.f[0] < n) ref_f(&d, 0);
+        ref_w(&d, 0, ref_b(&d, 0));
+        ref_f(&d, 1);
+        ref_w(&d, 1, ref_b(&d, 1));
+    }
+    int held0 = d.b[0], held1 = d.b[1];
+    for (int i = 0; i < r; i++) ref_b(&d, 0), ref_b(&d, 1);
+    for (int i = 0; i < p - r; i++) ref_w(&d, 0, ref_b(&d, 0));
+    for (int i = 0; i < r; i++) ref_w(&d, 1, held1 + i);
+    for (int i = 0; i < r; i++) ref_w(&d, 0, held0 + i);
+}
+
+static void test_zb_v_equals_first_version(void **state) {
+    (void)state;
+    for (int p = 1; p <= 24; p++)
+        for (int m = 1; m <= 3 * p + 3; m++) {
+            pm_sched s, want;
+            gen(&s, "zb-v", p, m, 0);
+            assert_int_equal(pm_sched_init(&want, "zb-v", PM_PLACE_V, p, m, 2, NULL), PM_OK);
+            for (int r = 0; r < p; r++) ref_zbv_rank(&want, r, m > 2 * p - 1 ? m : 2 * p - 1);
+            for (int r = 0; r < p; r++) {
+                if (s.len[r] != want.len[r])
+                    fail_msg("zb-v p=%d m=%d rank %d: %lld passes, the first version %lld", p,
+                             m, r, (long long)s.len[r], (long long)want.len[r]);
+                for (int64_t i = 0; i < s.len[r]; i++) {
+                    const pm_pass *a = &s.pass[r * s.cap + i], *b = &want.pass[r * s.cap + i];
+                    if (a->kind != b->kind || a->stage != b->stage || a->mb != b->mb)
+                        fail_msg("zb-v p=%d m=%d rank %d pass %lld differs", p, m, r,
+                                 (long long)i);
+                }
+            }
+            pm_sched_free(&want);
+            pm_sched_free(&s);
+        }
+}
+
 /* Interleaved 1F1B: Megatron's (Narayanan et al. 2021) bubble time is
  * (p-1)(T_F+T_B+T_W)/v at c = 0, so makespan m(T_F+T_B+T_W) + that, which
  * is below 1F1B's. Rank r holds min(2(p-r-1) + (v-1)p + 1, m v) chunk
@@ -325,6 +389,44 @@ static void expect_gen_error(const char *kind, int p, int m, int v, const char *
     assert_null(strchr(err.msg, '\n'));
     assert_null(s.pass);
     assert_null(s.len);
+}
+
+/* zb-1p's greedy keeps k microbatches in flight per device and peaks at
+ * (k - 1) F + (F + B) over p F: with F 1, B 0.2 on 5 devices, 0.24, 0.44,
+ * ..., 0.84, 1.04 M. A limit between two levels (1.0) fails, and the
+ * message said the smallest feasible limit was 0.24 M; it names the levels
+ * nearest below and above, and each one named works. */
+static void test_zb_limit_hint_names_working_limits(void **state) {
+    (void)state;
+    static const struct { double limit, below, above; } cases[] = {
+        {1.0, 0.84, 1.04}, {0.6, 0.44, 0.64}, {0.2, 0, 0.24}};
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        pm_sched s;
+        pm_err err = {{0}};
+        pm_sched_req req = {.p = 5, .m = 7, .t = {1, 1, 1, 0}, .mem = {1, 0.2, -1.2, 0},
+                            .mem_limit = cases[k].limit};
+        assert_int_equal(pm_sched_generate(&s, "zb-1p", &req, &err), PM_ERR_MEMLIMIT);
+        char want[128];
+        if (cases[k].below > 0)
+            snprintf(want, sizeof want, "it meets %.4g M and %.4g M", cases[k].below,
+                     cases[k].above);
+        else
+            snprintf(want, sizeof want, "it meets %.4g M (none fits under 0.24 M", cases[k].above);
+        if (!strstr(err.msg, want)) fail_msg("'%s' lacks '%s'", err.msg, want);
+        double told[2] = {cases[k].below, cases[k].above};
+        for (int i = 0; i < 2; i++) {
+            if (!told[i]) continue;
+            req.mem_limit = told[i];
+            pm_status st = pm_sched_generate(&s, "zb-1p", &req, &err);
+            if (st) fail_msg("zb-1p at the named %.4g M: %s", told[i], err.msg);
+            pm_cost c;
+            pm_sim sim;
+            assert_int_equal(pm_cost_init_uniform(&c, &s, req.t, req.mem, &err), PM_OK);
+            assert_int_equal(pm_sim_run(&sim, &s, &c, &err), PM_OK);
+            assert_true(pm_sim_peak_max_x(&sim) <= told[i] + 1e-9);
+            pm_sim_free(&sim), pm_cost_free(&c), pm_sched_free(&s);
+        }
+    }
 }
 
 static void test_generate_errors(void **state) {
@@ -486,7 +588,10 @@ static void test_cli_limits_and_messages(void **state) {
     /* data parallelism's options */
     expect_one_line(bin, "schedule --kind 1f1b -p 2 -m 2 --dp 0", "--dp: 0 is outside");
     expect_one_line(bin, "schedule --kind 1f1b -p 2 -m 2 --dp 2 --allreduce-cost -1",
-                    "--allreduce-cost must be >= 0");
+                    "--allreduce-cost -1: must be >= 0 and below 1e300");
+    /* 1e300 is finite: the limit is named, not finiteness (issue 19) */
+    expect_one_line(bin, "schedule --kind 1f1b -p 2 -m 2 --dp 2 --allreduce-cost 1e300",
+                    "--allreduce-cost 1e300: must be >= 0 and below 1e300");
     expect_one_line(bin, "schedule --kind 1f1b -p 2 -m 2 --allreduce-cost 1",
                     "--allreduce-cost needs --dp D > 1");
     expect_one_line(bin, "compare -p 4 -m 8 --allreduce-cost 500",
@@ -639,10 +744,12 @@ int main(void) {
         cmocka_unit_test(test_zb_h1_facts),
         cmocka_unit_test(test_zb_h2_facts),
         cmocka_unit_test(test_zb_v_facts),
+        cmocka_unit_test(test_zb_v_equals_first_version),
         cmocka_unit_test(test_interleaved_facts),
         cmocka_unit_test(test_every_kind_validates),
         cmocka_unit_test(test_one_device),
         cmocka_unit_test(test_generate_errors),
+        cmocka_unit_test(test_zb_limit_hint_names_working_limits),
         cmocka_unit_test(test_range_refused_before_allocating),
         cmocka_unit_test(test_costs_overflow_refused),
         cmocka_unit_test(test_alloc_failure_walk),

@@ -548,6 +548,65 @@ static void nan_task_fails_alone(void **state) {
     pm_select_stats_free(&stats);
 }
 
+/* A save directory records each task's last loss and validation loss
+ * beside its checkpoint (NAME.loss), and a sweep resumed from there
+ * reports them for the tasks that run no further step: done tasks keep
+ * their losses instead of NAN (they ranked last, issue 19). Expected values
+ * are each configuration's own run, alone. */
+static void saved_losses_resume(void **state) {
+    (void)state;
+    corpus_init();
+    pm_tokens tok = PM_TOKENS_BYTES(corpus, sizeof corpus);
+    sel_ref ref;
+    reference_runs(&tok, &ref);
+    char dir[128], path[256];
+    snprintf(dir, sizeof dir, "/tmp/pm_test_select_saved_%d", (int)getpid());
+    assert_int_equal(mkdir(dir, 0777), 0);
+    pm_select_task tasks[NT];
+    pm_trainer hosts[NT];
+    pm_err e;
+    tasks_of(tasks);
+    pm_select_layout lay;
+    assert_int_equal(pm_select_partition(tasks, NT, 1 << 22, 2, &lay, &e), PM_OK);
+    for (int i = 0; i < NT; i++)
+        assert_int_equal(pm_trainer_init(&hosts[i], &tasks[i].cfg, &tok, 0, &e), PM_OK);
+    pm_select_opts o = {.devices = 2, .policy = PM_POLICY_SHARD, .prefetch = 1, .eval_every = 2,
+                        .eval_batches = 2, .val = &tok, .save_dir = dir};
+    pm_select_result res[NT];
+    pm_select_stats stats;
+    assert_int_equal(pm_select_run(tasks, hosts, NT, &lay, &o, res, &stats, &e), PM_OK);
+    pm_select_stats_free(&stats);
+    double loss[NT], val[NT];
+    for (int i = 0; i < NT; i++) {
+        int steps = tasks[i].cfg.opt.steps;
+        assert_int_equal(pm_select_saved_losses(dir, tasks[i].name, steps - 1, &loss[i], &val[i]), 0);
+        assert_true(isnan(loss[i]) && isnan(val[i])); /* another step's: not these */
+        assert_int_equal(pm_select_saved_losses(dir, tasks[i].name, steps, &loss[i], &val[i]), 1);
+        assert_true(loss[i] == ref.loss[i][steps - 1] && val[i] == ref.val[i]);
+        pm_trainer_free(&hosts[i]);
+    }
+    /* resumed: every task is done from the start and reports what it ended with */
+    for (int i = 0; i < NT; i++) {
+        assert_int_equal(pm_trainer_init(&hosts[i], &tasks[i].cfg, &tok, 0, &e), PM_OK);
+        snprintf(path, sizeof path, "%s/%s.ckpt", dir, tasks[i].name);
+        assert_int_equal(pm_ckpt_load(&hosts[i], path, &e), PM_OK);
+    }
+    o.prior_loss = loss, o.prior_val = val;
+    assert_int_equal(pm_select_run(tasks, hosts, NT, &lay, &o, res, &stats, &e), PM_OK);
+    for (int i = 0; i < NT; i++) {
+        int steps = tasks[i].cfg.opt.steps;
+        assert_int_equal(res[i].state, PM_SELECT_DONE);
+        assert_int_equal(res[i].steps, steps);
+        assert_true(res[i].final_loss == ref.loss[i][steps - 1] && res[i].val_loss == ref.val[i]);
+    }
+    assert_int_equal(stats.nlog, 0);
+    pm_select_stats_free(&stats);
+    for (int i = 0; i < NT; i++) pm_trainer_free(&hosts[i]), pm_select_task_free(&tasks[i]);
+    for (int i = 0; i < NT; i++) free(ref.params[i]);
+    snprintf(path, sizeof path, "rm -rf %s", dir);
+    assert_int_equal(system(path), 0);
+}
+
 /* Successive halving with ETA 2 over 4 learning rates, evaluating every 2
  * of 6 steps: after step 2 the two best by validation loss go on, after
  * step 4 the best one, which finishes as if alone. The ranking comes from
@@ -757,6 +816,41 @@ static void cli_spill_bounds_ram(void **state) {
     assert_int_equal(sh(cmd), 0);
 }
 
+/* A device takes what the largest shard needs, not the whole --device-mem:
+ * 2 devices of 1 GiB for a task of under 2 MiB touched 2.1 GB, and 64 such
+ * devices ran the machine out of memory. Both now stay far below 1 GiB
+ * (the slabs are 2 and 64 x 1.8 MB; AddressSanitizer adds its own). A
+ * request this machine cannot hold is refused before anything is
+ * allocated, naming both numbers. */
+static void cli_slab_is_the_need(void **state) {
+    (void)state;
+    const char *bin = getenv("PM_BIN");
+    if (!bin) skip();
+    char dir[128], cmd[4096];
+    snprintf(dir, sizeof dir, "/tmp/pm_test_slab_cli_%d", (int)getpid());
+    snprintf(cmd, sizeof cmd, "mkdir -p %s && for i in $(seq 1 300); do echo \"line $i: the "
+             "quick brown fox\"; done > %s/t.txt && %s prepare %s/t.txt -o %s/d >/dev/null 2>&1",
+             dir, dir, bin, dir, dir);
+    assert_int_equal(sh(cmd), 0);
+    static const int devices[] = {2, 64};
+    for (int k = 0; k < 2; k++) {
+        snprintf(cmd, sizeof cmd, "ASAN_OPTIONS=quarantine_size_mb=0 exec %s select --data %s/d "
+                 "--devices %d --device-mem 1G --layers 2 --dim 32 --heads 2 --ctx 16 --batch 4 "
+                 "--steps 2 >/dev/null 2>&1", bin, dir, devices[k]);
+        long kib = peak_kib(cmd);
+        print_message("--devices %d --device-mem 1G: peak RSS %ld KiB\n", devices[k], kib);
+        assert_true(kib < 1024 * 1024);
+    }
+    snprintf(cmd, sizeof cmd, "%s select --data %s/d --devices 4096 --device-mem 1024G --dim 4096 "
+             "--layers 48 --heads 32 --ctx 16 --batch 4 --steps 1 > %s/out 2> %s/err; "
+             "test $? -eq 1 && test $(wc -l < %s/err) -eq 1 && "
+             "grep -q \"4096 devices' slabs of .* GiB, but this machine has\" %s/err", bin, dir,
+             dir, dir, dir, dir);
+    if (sh(cmd)) fail_msg("a request larger than the machine was not refused (%s)", cmd);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    assert_int_equal(sh(cmd), 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(toy_case),
@@ -767,9 +861,11 @@ int main(void) {
         cmocka_unit_test(train_exact),
         cmocka_unit_test(spill_exact),
         cmocka_unit_test(nan_task_fails_alone),
+        cmocka_unit_test(saved_losses_resume),
         cmocka_unit_test(halving_keeps_the_best),
         cmocka_unit_test(cli_train_matches),
         cmocka_unit_test(cli_spill_bounds_ram),
+        cmocka_unit_test(cli_slab_is_the_need),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -10,6 +10,7 @@
 #include <cmocka.h>
 
 #include "pipemem/pm_sched.h"
+#include "pipemem/pm_util.h"
 
 /* 1F1B, p = 2, m = 3, fused BW: warm-up 1 F on device 0. */
 static void build_1f1b_p2m3(pm_sched *s) {
@@ -266,6 +267,140 @@ static void test_lower_bound_never_beaten(void **state) {
     pm_cost_free(&c), pm_sched_free(&s);
 }
 
+/* ---- bound.c's first version, O(S) per device and O(S) per stage of it
+ * (O(S^2) in all), kept as the independent reference for the linear one:
+ * each sum is written out as the formula at the top of bound.c states it. */
+static double ref_lat(const pm_sched *s, double c, int a, int b) {
+    double t = 0;
+    for (int k = a; k < b; k++)
+        if (pm_sched_stage_device(s, k) != pm_sched_stage_device(s, k + 1)) t += c;
+    return t;
+}
+
+static double ref_tb(const pm_stage_cost *x) { return x->tb + (x->rec ? x->tf : 0); }
+
+static double ref_forward_work(const pm_sched *s, const pm_cost *c, int d, double cap) {
+    double ratio = 0;
+    for (int k = 0; k < s->S; k++) {
+        if (pm_sched_stage_device(s, k) != d) continue;
+        const pm_stage_cost *x = &c->st[k];
+        double delta = x->rec ? x->mr : x->mf;
+        if (!(delta > 0)) return INFINITY;
+        if (x->tf / delta > ratio) ratio = x->tf / delta;
+    }
+    return cap * ratio;
+}
+
+static double ref_device_bound(const pm_sched *s, const pm_cost *c, int d, double cap) {
+    const pm_stage_cost *st = c->st;
+    int S = s->S, lo = S, hi = -1;
+    double f = 0, bw = 0;
+    for (int k = 0; k < S; k++) {
+        if (pm_sched_stage_device(s, k) != d) continue;
+        lo = k < lo ? k : lo, hi = k > hi ? k : hi;
+        f += st[k].tf, bw += ref_tb(&st[k]) + st[k].tw;
+    }
+    if (hi < 0) return 0;
+    double m = s->m, work = m * (f + bw), R = 0;
+    for (int k = lo; k < S; k++) R += st[k].tf;
+    for (int k = hi + 1; k < S; k++) R += ref_tb(&st[k]);
+    R += ref_lat(s, c->c, lo, S - 1) + ref_lat(s, c->c, hi, S - 1);
+    double early = m * f;
+    if (cap > 0) {
+        double fw = ref_forward_work(s, c, d, cap);
+        early = fw < early ? fw : early;
+    }
+    double head = R + work - (early < R ? early : R), tail = -1;
+    for (int k = lo; k <= hi; k++) {
+        if (pm_sched_stage_device(s, k) != d) continue;
+        double down = 0;
+        for (int u = k + 1; u < S; u++) down += st[u].tf + ref_tb(&st[u]);
+        down += 2 * ref_lat(s, c->c, k, S - 1) + ref_tb(&st[k]) + st[k].tw;
+        if (tail < 0 || down < tail) tail = down;
+    }
+    tail += m * f;
+    double b = work > head ? work : head;
+    return b > tail ? b : tail;
+}
+
+static double ref_lower_bound_at(const pm_sched *s, const pm_cost *c, double cap) {
+    double b = 0;
+    for (int d = 0; d < s->p; d++) {
+        double x = ref_device_bound(s, c, d, cap);
+        if (x > b) b = x;
+    }
+    return b;
+}
+
+static uint64_t lcg_state = 12345;
+static double lcg_unit(void) { /* [0, 1), a fixed sequence */
+    lcg_state = lcg_state * 6364136223846793005ull + 1442695040888963407ull;
+    return (double)(lcg_state >> 11) / 9007199254740992.0;
+}
+
+/* The linear bound gives the first version's values on every placement,
+ * p 1..12 and 300 (above the devices one sweep gathers without an
+ * allocation, and then without it), several m, per-stage costs that differ (some F keeping nothing,
+ * some stages recomputed), with and without latency and a memory cap:
+ * exactly with small integer costs (every sum exact), to 1e-12 with real
+ * ones (the sums are taken in another order). */
+static void test_lower_bound_equals_reference(void **state) {
+    (void)state;
+    static const struct { pm_place place; int v; } shapes[] = {
+        {PM_PLACE_SINGLE, 1}, {PM_PLACE_V, 2}, {PM_PLACE_LOOP, 2}, {PM_PLACE_LOOP, 3},
+        {PM_PLACE_LOOP, 4}};
+    static const int ms[] = {1, 2, 5, 17};
+    static const int ps[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 300};
+    int checked = 0;
+    for (size_t sh = 0; sh < sizeof shapes / sizeof shapes[0]; sh++)
+    for (size_t pi = 0; pi < sizeof ps / sizeof ps[0]; pi++)
+    for (size_t mi = 0; mi < sizeof ms / sizeof ms[0]; mi++)
+    for (int integer = 0; integer < 2; integer++)
+    for (int trial = 0; trial < 4; trial++) {
+        int p = ps[pi];
+        if (p > 12 && mi > 0) continue; /* the reference is O(S^2): one m will do */
+        pm_sched s;
+        pm_cost c;
+        assert_int_equal(pm_sched_init(&s, "shape", shapes[sh].place, p, ms[mi], shapes[sh].v,
+                                       NULL), PM_OK);
+        assert_int_equal(pm_cost_init(&c, s.S, NULL), PM_OK);
+        double scale = integer ? 8 : 3;
+        for (int k = 0; k < s.S; k++) {
+            pm_stage_cost *x = &c.st[k];
+            double *t[] = {&x->tf, &x->tb, &x->tw, &x->mf, &x->mr};
+            for (int i = 0; i < 5; i++) {
+                double u = lcg_unit() * scale;
+                *t[i] = integer ? floor(u) : u;
+            }
+            if (lcg_unit() < 0.1) x->mf = 0; /* an F that keeps nothing */
+            x->mb = -x->mf / 2, x->mw = -x->mf / 2;
+            x->rec = trial >= 2 && lcg_unit() < 0.5;
+        }
+        c.c = trial % 2 ? (integer ? 2 : 0.7) : 0;
+        double caps[] = {0, 0.5, 3, 1000};
+        for (int ci = 0; ci < 4; ci++) {
+            double want = ref_lower_bound_at(&s, &c, caps[ci]);
+            double got = pm_sched_lower_bound_at(&s, &c, caps[ci]);
+            int same = integer ? got == want : fabs(got - want) <= 1e-12 * fabs(want);
+            if (p > 256 && ci == 1) { /* no memory for p accumulators: the same bound */
+                pm_alloc_fail_at(1, 0);
+                double again = pm_sched_lower_bound_at(&s, &c, caps[ci]);
+                int fired = pm_alloc_failed();
+                pm_alloc_fail_at(0, 0);
+                assert_true(fired && again == got);
+            }
+            if (!same)
+                fail_msg("place %d v %d p %d m %d trial %d cap %g: bound %.17g, the first "
+                         "version %.17g", shapes[sh].place, shapes[sh].v, p, ms[mi], trial,
+                         caps[ci], got, want);
+            checked++;
+        }
+        pm_cost_free(&c);
+        pm_sched_free(&s);
+    }
+    assert_int_equal(checked, 5 * (12 * 4 + 1) * 2 * 4 * 4);
+}
+
 /* 1F1B-R by hand: each device's BW reruns its forward, so at c = 0 the
  * pipeline runs (m + p - 1) slots of F + (F + B + W); device d holds p - d
  * kept inputs (r each) when a backward rebuilds one stage's activation f on
@@ -385,6 +520,7 @@ int main(void) {
         cmocka_unit_test(test_placements),
         cmocka_unit_test(test_linear_in_passes),
         cmocka_unit_test(test_lower_bound_never_beaten),
+        cmocka_unit_test(test_lower_bound_equals_reference),
         cmocka_unit_test(test_recompute_1f1b),
         cmocka_unit_test(test_recompute_in_formats),
         cmocka_unit_test(test_data_parallel_sums),

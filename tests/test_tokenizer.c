@@ -120,6 +120,46 @@ static void test_bad_requests(void **state) {
     assert_non_null(strstr(err, "is not the tokenizer"));
 }
 
+/* tokenizer train reads its inputs as prepare does (issue 19): a name with
+ * a comma is one file (SentencePiece's own reader split it there), and the
+ * model is the one the same text gives under a plain name; a directory, a
+ * stream and an empty file are refused in one line before anything is read
+ * (a directory gave SentencePiece's internal assertion, /dev/zero read 1 GB
+ * first); --help prints the usage. */
+static void test_train_inputs(void **state) {
+    (void)state;
+    if (!bin || !pm_tokenizer_available()) skip();
+    char a[1200], out[4096], err[4096], p1[300], p2[300];
+    snprintf(a, sizeof a, "cp %s/corpus.txt '%s/com,ma.txt'", dir, dir);
+    assert_int_equal(system(a), 0);
+    snprintf(a, sizeof a, "tokenizer train '%s/com,ma.txt' --vocab 300 -o %s/comma.model", dir,
+             dir);
+    if (run(a, NULL, 0, err, sizeof err)) fail_msg("a name with a comma: %s", err);
+    snprintf(a, sizeof a, "tokenizer train %s/corpus.txt --vocab 300 -o %s/plain.model", dir, dir);
+    assert_int_equal(run(a, NULL, 0, err, sizeof err), 0);
+    snprintf(p1, sizeof p1, "%s/comma.model", dir);
+    snprintf(p2, sizeof p2, "%s/plain.model", dir);
+    assert_true(same_file(p1, p2));
+    char empty[300];
+    snprintf(empty, sizeof empty, "%s/empty.txt", dir);
+    FILE *f = fopen(empty, "w");
+    assert_non_null(f);
+    fclose(f);
+    const char *bad[][2] = {{dir, "is a directory; give a file"},
+                            {"/dev/zero", "/dev/zero: not a regular file"},
+                            {empty, "the text has no bytes"}};
+    for (int k = 0; k < 3; k++) {
+        snprintf(a, sizeof a, "tokenizer train %s --vocab 300 -o %s/bad.model", bad[k][0], dir);
+        assert_int_equal(run(a, NULL, 0, err, sizeof err), 1);
+        if (!strstr(err, bad[k][1]) || strchr(err, '\n') != strrchr(err, '\n'))
+            fail_msg("%s: '%s' (wanted one line with '%s')", bad[k][0], err, bad[k][1]);
+    }
+    snprintf(a, sizeof a, "%s/bad.model", dir);
+    assert_int_not_equal(access(a, F_OK), 0);
+    assert_int_equal(run("tokenizer train --help", out, sizeof out, err, sizeof err), 0);
+    assert_non_null(strstr(out, "usage: pipemem tokenizer train"));
+}
+
 /* llm.c token files (written here by their documented layout: 256 int32
  * header with magic 20240520, version 1, token count; then uint16 ids)
  * named with --train/--val, GPT-2's vocabulary padded to 50304 as llm.c
@@ -202,6 +242,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_end_to_end),
         cmocka_unit_test(test_bad_requests),
+        cmocka_unit_test(test_train_inputs),
         cmocka_unit_test(test_llmc_gpt2_vocab),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

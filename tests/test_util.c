@@ -2,7 +2,7 @@
  * oversized inputs, directories, FIFOs) and all-or-nothing writes (the old
  * file survives a dropped or failed write; stale temporaries are cleared;
  * a planted symlink is never followed; concurrent writers never share a
- * temporary). */
+ * temporary), and whether two paths name one file. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -210,6 +210,57 @@ static void test_fifo_refused(void **state) {
 }
 
 /* Rounding a size near SIZE_MAX up to the alignment must not wrap. */
+/* pm_same_file: one file under every name it has (hard link, symlink,
+ * "./", "..", doubled and trailing slashes), outputs not yet written in one
+ * directory, and files that differ. */
+static void test_same_file(void **state) {
+    (void)state;
+    char a[400], b[400], sub[400], cwd[4096];
+    snprintf(a, sizeof a, "%s/a", dir);
+    FILE *f = fopen(a, "w");
+    assert_non_null(f);
+    fclose(f);
+    snprintf(sub, sizeof sub, "%s/sub", dir);
+    assert_int_equal(mkdir(sub, 0777), 0);
+    static const char *const same[] = {"%s/a", "%s//a", "%s/./a", "%s/sub/../a", "%s/hard",
+                                       "%s/soft"};
+    snprintf(b, sizeof b, "%s/hard", dir);
+    assert_int_equal(link(a, b), 0);
+    snprintf(b, sizeof b, "%s/soft", dir);
+    assert_int_equal(symlink("a", b), 0);
+    for (size_t k = 0; k < sizeof same / sizeof same[0]; k++) {
+        snprintf(b, sizeof b, same[k], dir);
+        if (!pm_same_file(a, b)) fail_msg("%s and %s: not the same file", a, b);
+    }
+    /* not there yet: the same directory and name, however written */
+    static const char *const later[][2] = {{"%s/new", "%s/./new"}, {"%s/new", "%s/sub/../new"},
+                                           {"%s/new", "%s//new/"}, {"%s/sub/x", "%s/sub/./x"}};
+    for (size_t k = 0; k < sizeof later / sizeof later[0]; k++) {
+        char x[400], y[400];
+        snprintf(x, sizeof x, later[k][0], dir);
+        snprintf(y, sizeof y, later[k][1], dir);
+        if (!pm_same_file(x, y)) fail_msg("%s and %s: not the same file", x, y);
+    }
+    /* a relative name is the current directory's */
+    assert_non_null(getcwd(cwd, sizeof cwd));
+    assert_int_equal(chdir(dir), 0);
+    snprintf(b, sizeof b, "%s/not-yet", dir);
+    int rel_new = pm_same_file("not-yet", b), rel_old = pm_same_file("a", a);
+    int rel_none = pm_same_file("not-yet", "sub/not-yet");
+    assert_int_equal(chdir(cwd), 0);
+    assert_true(rel_new && rel_old && !rel_none);
+    /* different files: another name, one there and one not, another directory */
+    snprintf(b, sizeof b, "%s/b", dir);
+    assert_false(pm_same_file(a, b));
+    snprintf(b, sizeof b, "%s/sub/a", dir);
+    assert_false(pm_same_file(a, b));
+    assert_false(pm_same_file(a, sub));
+    assert_false(pm_same_file(a, NULL));
+    assert_false(pm_same_file("", ""));
+    assert_false(pm_same_file("/nonexistent-dir/x", "/nonexistent-dir/y"));
+    assert_true(pm_same_file("/nonexistent-dir/x", "/nonexistent-dir/x"));
+}
+
 static void test_aligned_alloc_overflow(void **state) {
     (void)state;
     assert_null(pm_aligned_alloc(64, SIZE_MAX - 10));
@@ -227,6 +278,7 @@ int main(void) {
         cmocka_unit_test(test_writable_check),
         cmocka_unit_test(test_symlink_and_concurrent_writers),
         cmocka_unit_test(test_fifo_refused),
+        cmocka_unit_test(test_same_file),
         cmocka_unit_test(test_aligned_alloc_overflow),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

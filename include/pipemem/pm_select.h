@@ -66,6 +66,11 @@ typedef struct {
     size_t act_slot;   /* bytes of the activation area: the largest shard act */
 } pm_select_layout;
 
+/* Bytes each device allocates and touches: slots * state_slot + act_slot,
+ * what the largest shards need (at most device_mem, which is a cap: a
+ * sweep of small tasks under a large budget does not take the budget). */
+size_t pm_select_slab_bytes(const pm_select_layout *L);
+
 /* Bytes of one layer: its state and its activation area (as above) for one
  * microbatch of cfg (B / K sequences of ctx tokens). */
 pm_status pm_select_layer_bytes(const pm_train_cfg *cfg, int layer, size_t *state, size_t *act,
@@ -183,6 +188,11 @@ typedef struct {
     int64_t stop_after;       /* > 0: every task stops after this step, as if killed
                                  (tests and interrupted sweeps) */
     const unsigned char *skip; /* NULL, or (n) 1 for tasks halving stopped earlier */
+    const double *prior_loss;  /* NULL, or (n) each task's last step's loss before this run
+                                  (a resumed task's, pm_select_saved_losses; NAN unknown) */
+    const double *prior_val;   /* NULL, or (n) the validation loss of each task's state as
+                                  it starts (NAN unknown): what a task that runs no step
+                                  (done, or stopped before the resume) reports */
     const _Atomic int *interrupt; /* NULL, or a flag (a SIGINT handler's): once set, no
                                       pass starts; the running ones finish and every
                                       unfinished task stops where its last step ended */
@@ -191,6 +201,14 @@ typedef struct {
     void (*report)(void *ctx, const pm_select_event *ev);
     void *report_ctx;
 } pm_select_opts;
+
+/* What a save directory holds beside each checkpoint DIR/NAME.ckpt:
+ * DIR/NAME.loss, one line "step K loss X val_loss Y" (%.17g; val_loss nan
+ * when the save followed no evaluation), written after the checkpoint.
+ * Returns 1 with *loss and *val from it when it is there and names step
+ * `step` (the checkpoint's), else 0 with both NAN. */
+int pm_select_saved_losses(const char *dir, const char *name, int64_t step, double *loss,
+                           double *val);
 
 /* One pass as it ran. */
 typedef struct {
@@ -240,7 +258,7 @@ pm_status pm_select_host_unload(pm_trainer *host, pm_err *err);
  * initialised on its configuration and the train tokens, or loaded from a
  * checkpoint; with o->spill_dir spilled there, if not already), and runs
  * until hosts[i].step reaches its cfg.opt.steps. Each
- * device allocates one slab of exactly layout->device_mem bytes at start.
+ * device allocates one slab of pm_select_slab_bytes(layout) at start.
  * Losses and parameters end bitwise equal to pm_trainer_step on each task
  * alone; a task whose loss or norm is not finite fails alone. res (n) gets
  * each task's outcome, stats the devices'. */

@@ -136,6 +136,13 @@ void pm_wfile_abort(pm_wfile *w);
  * creating and removing a temporary, which also clears stale ones). */
 pm_status pm_path_check_writable(const char *path, pm_err *err);
 
+/* 1 if paths a and b name one file, else 0 (a or b NULL or empty: 0).
+ * Both existing: the same device and inode (through hard links and
+ * symlinks). Neither existing: the same directory (resolved: "d", "./d"
+ * and "d/../d" are one) and the same last component, so two outputs not
+ * yet written are caught too. One existing and one not: 0. */
+int pm_same_file(const char *a, const char *b);
+
 /* Little-endian encoding for the binary file formats (token files,
  * checkpoints), independent of the host's byte order. */
 static inline void pm_put_u32(uint8_t *p, uint32_t x) {

@@ -44,6 +44,20 @@ int pm_cli_size(const char *opt, const char *val, size_t *out);
 int pm_cli_costs(const char *val, pm_costs *out);
 int pm_cli_mem(const char *val, pm_mem *out);
 
+/* A file a command reads or writes, for pm_cli_files_distinct. */
+typedef struct {
+    const char *what; /* an output: its option ("--save"); an input: what it is and
+                         where it came from ("the training data (--data d)") */
+    const char *path; /* NULL: not given */
+    int output;       /* 1 written by the command, 0 read */
+    int shared;       /* nonzero: may be the file of the entry with the same tag
+                         (train's --resume X --save X continues a run in place) */
+} pm_cli_file;
+/* Before any work: no output is an input or another output (pm_same_file;
+ * a character device such as /dev/null may take several). Else one line
+ * naming both, and 1. */
+int pm_cli_files_distinct(const char *cmd, const pm_cli_file *f, int n);
+
 
 /* ---- options shared by the schedule commands (plan.c) ----------------- */
 

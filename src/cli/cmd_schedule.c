@@ -14,7 +14,8 @@ static const char usage[] =
     "  --recompute       every stage keeps only its input and B reruns its forward\n"
     "  -p P, -m M        devices and microbatches\n"
     "  --chunks V        chunks per device (interleaved only)\n"
-    "  --from FILE       read a schedule in PyTorch's action text or CSV format\n"
+    "  --from FILE       read a schedule in PyTorch's action text or CSV format (it\n"
+    "                    decides P, M and V: -p, -m and --chunks are refused)\n"
     "  --costs F,B,W[,C] times of F, B, W through one device's share of the model,\n"
     "                    and the point-to-point latency C (default 1,1,1,0)\n"
     "  --mem F,B,W[,R]   activation deltas of F, B, W for one device's share (1,0,-1),\n"
@@ -28,7 +29,10 @@ static const char usage[] =
     "                    across them from the end of its last weight pass on; -m is\n"
     "                    one replica's microbatches (train's --microbatches is D m)\n"
     "  --allreduce-cost C  that sum's time per stage, in the units of --costs\n"
-    "  --format F        text (default), csv, json, svg or trace\n"
+    "  --format F        text (default), csv, json, svg or trace; csv is PyTorch's\n"
+    "                    compute-only layout, which has no place for recomputation:\n"
+    "                    read a recomputed schedule's CSV with --recompute (the text\n"
+    "                    format marks it with the line '# pipemem: recompute')\n"
     "  -o FILE           write there instead of standard output (replaced whole, or\n"
     "                    left as it was on any error)\n"
     "\n"
@@ -93,6 +97,11 @@ int pm_cmd_schedule(int argc, char **argv) {
     if (!o.kind == !o.from) return pm_cli_fail("schedule: give either --kind K or --from FILE");
     if (o.kind && (!o.have_p || !o.have_m))
         return pm_cli_fail("schedule: --kind %s needs -p P and -m M", o.kind);
+    if (o.from && (o.have_p || o.have_m || o.req.v)) { /* they were ignored */
+        const char *opt = o.have_p ? "-p" : o.have_m ? "-m" : "--chunks";
+        return pm_cli_fail("schedule: %s with --from %s: the file decides the devices, "
+                           "microbatches and chunks; drop %s", opt, o.from, opt);
+    }
     const char *format = o.format ? o.format : "text";
     if (pm_cli_sched_format_ok(format) || pm_cli_out_check(o.out)) return 1;
     pm_cli_plan pl = {0};

@@ -8,6 +8,7 @@
  * select_out.c's. */
 #include <ctype.h>
 #include <errno.h>
+#include <float.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <math.h>
@@ -44,15 +45,16 @@ static const char usage[] =
     "  --dry-run     print every task's shards (layers, bytes) and the simulated\n"
     "           makespan of the policies shard, task and sequential against the lower\n"
     "           bound max(total work / D, longest task), from the model's FLOPs at an\n"
-    "           estimated 50 GFLOP/s per device\n"
+    "           estimated 50 GFLOP/s per device (--json: all of it as one object)\n"
     "  --policy  shard (default: sharded-LRTF), task (a whole task per device) or\n"
     "           sequential (plain model parallelism), for comparison\n"
     "  --halving ETA  successive halving: at each evaluation round the best 1/ETA\n"
     "           of the tasks still running (by validation loss) go on, the rest stop\n"
     "  --resume DIR  each task's checkpoint goes to DIR/NAME.ckpt at every evaluation\n"
-    "           and at its end; run again with the same options to continue a\n"
-    "           killed sweep from there, bit for bit (--stop-after N: stop every task\n"
-    "           after step N, saved, as an interruption on purpose)\n"
+    "           and at its end (its losses to DIR/NAME.loss, which a resumed task that\n"
+    "           runs no further step reports); run again with the same options to\n"
+    "           continue a killed sweep from there, bit for bit (--stop-after N: stop\n"
+    "           every task after step N, saved, as an interruption on purpose)\n"
     "  --spill DIR  keep every task's state (parameters, gradients, AdamW moments) in\n"
     "           a file in DIR instead of RAM, read and written a shard at a time, so a\n"
     "           sweep can hold more state than memory (default: ram)\n"
@@ -89,8 +91,15 @@ static int key_of(const char *name) {
     return -1;
 }
 
-/* A value of key k: lr is a positive number, seed a non-negative integer,
- * warmup a non-negative integer, the rest positive integers. */
+/* What a value of key k must be (parse_value's rule, for messages). */
+static const char *value_rule(int k) {
+    if (k == K_LR) return "a positive number up to 3.4e38 (a float)";
+    return k == K_SEED || k == K_WARMUP ? "an integer 0..16777216" : "an integer 1..16777216";
+}
+
+/* A value of key k: lr is a positive number a float holds (train keeps it
+ * as one), seed and warmup non-negative integers, the rest positive
+ * integers (value_rule). */
 static int parse_value(int k, const char *s, size_t len, double *out) {
     char buf[64], *end;
     if (len == 0 || len >= sizeof buf) return 1;
@@ -100,7 +109,7 @@ static int parse_value(int k, const char *s, size_t len, double *out) {
     double x = strtod(buf, &end);
     if (errno || *end || !isfinite(x)) return 1;
     *out = x;
-    if (k == K_LR) return !(x > 0);
+    if (k == K_LR) return !(x > 0 && x <= FLT_MAX);
     if (x != floor(x) || x > (1 << 24)) return 1;
     return k == K_SEED || k == K_WARMUP ? x < 0 : x < 1;
 }
@@ -114,8 +123,8 @@ static int parse_list(int k, const char *val, sel_opts *o) {
         if (o->n[k] == MAX_VALUES)
             return pm_cli_fail("--%s: more than %d values", key_names[k], MAX_VALUES);
         if (parse_value(k, p, len, &o->v[k][o->n[k]++]))
-            return pm_cli_fail("--%s: '%.*s' is not a valid value (in '%s')", key_names[k],
-                               (int)len, p, val);
+            return pm_cli_fail("--%s: '%.*s' is not %s (in '%s')", key_names[k], (int)len, p,
+                               value_rule(k), val);
         if (!c) return 0;
         p = c + 1;
     }
@@ -265,23 +274,38 @@ static int parse_task_line(const char *file, int line, const char *b, const char
         size_t kl = eq ? (size_t)(eq - p) : 0, vl = eq ? (size_t)(q - eq - 1) : 0;
         char key[32] = "";
         if (eq && kl < sizeof key) memcpy(key, p, kl), key[kl] = 0;
-        int k = key_of(key), ok;
-        if (!strcmp(key, "name")) {
-            ok = good_name(eq + 1, vl);
-            if (ok) memcpy(name, eq + 1, vl), name[vl] = 0;
-        } else {
-            ok = k >= 0 && !parse_value(k, eq + 1, vl, &x[k]);
+        int k = key_of(key), named = !strcmp(key, "name");
+        const char *bad = NULL; /* what is wrong with the pair */
+        if (!eq) bad = "is not key=value";
+        else if (named && !good_name(eq + 1, vl))
+            bad = "is not a name (1 to 31 of letters, digits, _ . -, not starting with .)";
+        else if (named) memcpy(name, eq + 1, vl), name[vl] = 0;
+        else if (k < 0)
+            bad = "has an unknown key (name, lr, layers, dim, heads, ctx, batch, "
+                  "microbatches, warmup, seed)";
+        else if (parse_value(k, eq + 1, vl, &x[k])) {
+            pm_cli_fail("%s:%d: '%.*s': %s must be %s", file, line, (int)(q - p), p, key,
+                        value_rule(k));
+            return -1;
         }
-        if (!ok) {
-            pm_cli_fail("%s:%d: '%.*s' is not key=value with a key of name, lr, layers, dim, "
-                        "heads, ctx, batch, microbatches, warmup, seed (a name: up to 31 of "
-                        "letters, digits, _ . -)", file, line, (int)(q - p), p);
+        if (bad) {
+            pm_cli_fail("%s:%d: '%.*s' %s", file, line, (int)(q - p), p, bad);
             return -1;
         }
         any++;
         p = q;
     }
     return any;
+}
+
+/* Task i (from line at[i]) takes a name no earlier task has. */
+static int name_free(const char *file, const pm_select_task *t, const int *at, int i, int given) {
+    for (int j = 0; j < i; j++)
+        if (!strcmp(t[j].name, t[i].name))
+            return pm_cli_fail("%s:%d: the name %s%s is taken by the task of line %d; give this "
+                               "one name=NAME", file, at[i], t[i].name,
+                               given ? "" : " (its default)", at[j]);
+    return 0;
 }
 
 /* --tasks FILE: one task per line, key=value pairs; swept lists are not
@@ -291,7 +315,8 @@ static int read_tasks(const sel_opts *o, pm_select_task *t, int *n) {
     size_t len = 0;
     pm_err e;
     if (pm_read_file(o->tasks_file, PM_TEXT_MAX, &text, &len, &e)) return pm_cli_fail("%s", e.msg);
-    int line = 0, rc = 0;
+    int line = 0, rc = 0, *at = pm_malloc(MAX_TASKS * sizeof *at); /* each task's line */
+    if (!at) rc = pm_cli_fail("select: out of memory");
     for (size_t i = 0; i < len && !rc;) {
         size_t end = i;
         while (end < len && text[end] != '\n') end++;
@@ -304,15 +329,13 @@ static int read_tasks(const sel_opts *o, pm_select_task *t, int *n) {
             rc = pm_cli_fail("%s: more than %d tasks", o->tasks_file, MAX_TASKS);
         else if (got && !(rc = make_task(o, x, &t[*n], *n))) {
             if (name[0]) snprintf(t[*n].name, sizeof t[*n].name, "%s", name);
-            for (int j = 0; j < *n && !rc; j++)
-                if (!strcmp(t[j].name, t[*n].name))
-                    rc = pm_cli_fail("%s:%d: the name %s is taken by another task",
-                                     o->tasks_file, line, name);
+            at[*n] = line;
+            rc = name_free(o->tasks_file, t, at, *n, name[0] != 0);
             (*n)++;
         }
         i = end + 1;
     }
-    pm_free(text);
+    pm_free(text), pm_free(at);
     if (!rc && !*n) rc = pm_cli_fail("%s: no tasks in it", o->tasks_file);
     return rc;
 }
@@ -330,16 +353,23 @@ static void on_sigint(int sig) {
 
 /* --resume DIR: each task with a checkpoint there continues from it
  * (pm_ckpt_load checks it is this task's configuration and data), each with
- * a .stopped marker stays stopped. 1 if it resumed, 0 if not, -1 on error. */
-static int resume_task(const char *dir, const pm_select_task *t, pm_trainer *host,
-                       unsigned char *skip) {
+ * a .stopped marker stays stopped. Its losses at the checkpoint come from
+ * NAME.loss; a validation loss not measured there is measured now (the
+ * same number the run would have: evaluation is deterministic), so a task
+ * that runs no further step still ranks by it. 1 if it resumed, 0 if not,
+ * -1 on error. */
+static int resume_task(const sel_opts *o, const pm_tokens *va, const pm_select_task *t,
+                       pm_trainer *host, unsigned char *skip, double *loss, double *val) {
     char path[4096];
     pm_err e;
-    snprintf(path, sizeof path, "%s/%s.stopped", dir, t->name);
+    snprintf(path, sizeof path, "%s/%s.stopped", o->resume, t->name);
     *skip = access(path, F_OK) == 0;
-    snprintf(path, sizeof path, "%s/%s.ckpt", dir, t->name);
+    snprintf(path, sizeof path, "%s/%s.ckpt", o->resume, t->name);
     if (access(path, F_OK)) return 0;
     if (pm_ckpt_load(host, path, &e)) return -pm_cli_fail("task %s: %s", t->name, e.msg);
+    pm_select_saved_losses(o->resume, t->name, host->step, loss, val);
+    if (!isfinite(*val) && pm_trainer_eval(host, va, o->eval_batches, val, &e))
+        return -pm_cli_fail("task %s: evaluating its checkpoint: %s", t->name, e.msg);
     return 1;
 }
 
@@ -347,10 +377,15 @@ static int resume_task(const char *dir, const pm_select_task *t, pm_trainer *hos
  * --spill DIR spilled at once, so RAM holds one task's state at a time.
  * hosts[0 .. *ready-1] are initialised (the caller frees them). */
 static int make_hosts(const sel_opts *o, const pm_select_task *t, int n, const pm_tokens *tr,
-                      pm_trainer *hosts, unsigned char *skip, int *ready) {
+                      const pm_tokens *va, pm_trainer *hosts, unsigned char *skip, double *loss,
+                      double *val, int *ready) {
     const char *spill = o->spill && strcmp(o->spill, "ram") ? o->spill : NULL;
+    struct stat sb;
     if (o->resume && mkdir(o->resume, 0777) && errno != EEXIST)
         return pm_cli_fail("--resume %s: %s", o->resume, strerror(errno));
+    if (o->resume && (stat(o->resume, &sb) || !S_ISDIR(sb.st_mode)))
+        return pm_cli_fail("--resume %s: exists and is not a directory; give a directory for "
+                           "the tasks' checkpoints", o->resume);
     int resumed = 0;
     for (int i = 0; i < n; i++) {
         pm_err e;
@@ -358,7 +393,8 @@ static int make_hosts(const sel_opts *o, const pm_select_task *t, int n, const p
             return pm_cli_fail("task %s: %s", t[i].name, e.msg); /* left nothing allocated */
         *ready = i + 1;
         if (tr->tokenizer && pm_cli_data_tokenizer(o->data, tr, &hosts[i])) return 1;
-        int r = o->resume ? resume_task(o->resume, &t[i], &hosts[i], &skip[i]) : 0;
+        loss[i] = val[i] = NAN;
+        int r = o->resume ? resume_task(o, va, &t[i], &hosts[i], &skip[i], &loss[i], &val[i]) : 0;
         if (r < 0) return 1;
         resumed += r;
         if (spill && pm_select_spill(&hosts[i], spill, t[i].name, &e))
@@ -408,8 +444,9 @@ static int train_tasks(const sel_opts *o, const pm_select_task *t, int n,
     int *order = pm_malloc((size_t)n * sizeof *order), rc = 0, ready = 0;
     if (!hosts || !res || !order) rc = pm_cli_fail("select: out of memory for %d tasks", n);
     unsigned char *skip = pm_calloc((size_t)n, 1);
-    if (!rc && !skip) rc = pm_cli_fail("select: out of memory");
-    if (!rc) rc = make_hosts(o, t, n, &tr, hosts, skip, &ready);
+    double *prior = pm_malloc(2 * (size_t)n * sizeof *prior); /* (2, n) loss, val loss */
+    if (!rc && (!skip || !prior)) rc = pm_cli_fail("select: out of memory");
+    if (!rc) rc = make_hosts(o, t, n, &tr, &va, hosts, skip, prior, prior + n, &ready);
     pm_select_stats st;
     pm_err e;
     sel_progress pg = {.t = t, .n = n, .devices = o->devices, .t0 = pm_now()};
@@ -417,7 +454,8 @@ static int train_tasks(const sel_opts *o, const pm_select_task *t, int n,
     pm_select_opts so = {.devices = o->devices, .policy = o->policy, .prefetch = o->prefetch,
                          .eval_every = o->eval_every, .halving = o->halving,
                          .eval_batches = o->eval_batches, .val = &va, .save_dir = o->resume,
-                         .stop_after = o->stop_after, .skip = skip, .report = sel_on_event,
+                         .stop_after = o->stop_after, .skip = skip, .prior_loss = prior,
+                         .prior_val = prior ? prior + n : NULL, .report = sel_on_event,
                          .report_ctx = &pg, .interrupt = &interrupt_flag,
                          .spill_dir = o->spill && strcmp(o->spill, "ram") ? o->spill : NULL};
     struct sigaction sa = {0}, old;
@@ -447,12 +485,80 @@ static int train_tasks(const sel_opts *o, const pm_select_task *t, int n,
         if (!rc && o->svg) rc = sel_write_timeline(o->svg, &st, t, n, bound, 0);
         if (!rc && o->trace) rc = sel_write_timeline(o->trace, &st, t, n, bound, 1);
         if (!rc && o->save_best) rc = save_best(o->save_best, t, hosts, res, order, n);
+        int failed = 0;
+        for (int i = 0; i < n; i++) failed += res[i].state == PM_SELECT_FAILED;
+        if (!rc && failed == n)
+            rc = pm_cli_fail("select: %s failed (the table says why)",
+                             n == 1 ? "the task" : "every task");
         pm_select_stats_free(&st);
     }
     for (int i = 0; i < ready; i++) pm_trainer_free(&hosts[i]);
-    pm_free(hosts), pm_free(res), pm_free(order), pm_free(skip);
+    pm_free(hosts), pm_free(res), pm_free(order), pm_free(skip), pm_free(prior);
     pm_tokens_free(&tr), pm_tokens_free(&va);
     return rc ? rc : stopped ? 130 : 0; /* 128 + SIGINT, as a shell reports it */
+}
+
+/* Before anything is allocated: the devices' slabs (what the largest
+ * shards need, pm_select_slab_bytes) and the tasks' state in RAM against
+ * this machine's memory (pm_trainer_init checks one task at a time). With
+ * --spill a task's state is in RAM only while a device evaluates it. */
+static int memory_fits(const sel_opts *o, const pm_select_task *t, int n,
+                       const pm_select_layout *lay) {
+    double slab = (double)pm_select_slab_bytes(lay), dev = o->devices * slab, tasks = 0;
+    double biggest = 0, G = 1 << 30, have = (double)pm_mem_physical();
+    int spill = o->spill && strcmp(o->spill, "ram");
+    for (int i = 0; i < n; i++) {
+        pm_err e;
+        size_t b = pm_train_mem_bytes(&t[i].cfg, &e);
+        if (!b) return pm_cli_fail("task %s: %s", t[i].name, e.msg);
+        double state = 4.0 * sizeof(float) * (double)pm_gpt_num_params(&t[i].cfg.model);
+        tasks += spill ? (double)b - state : (double)b;
+        biggest = fmax(biggest, state);
+    }
+    if (spill) tasks += fmin(o->devices, n) * biggest;
+    if (have > 0 && dev + tasks > have)
+        return pm_cli_fail("select: %d devices' slabs of %.3f GiB (%.2f GiB) and the tasks' "
+                           "state in RAM (%.2f GiB) need %.2f GiB, but this machine has %.2f "
+                           "GiB; use fewer --devices, a smaller --device-mem (smaller shards)%s",
+                           o->devices, slab / G, dev / G, tasks / G, (dev + tasks) / G, have / G,
+                           spill ? "" : " or --spill DIR");
+    return 0;
+}
+
+/* No output onto an input or another output: the data, the tasks file,
+ * and with --resume DIR each task's checkpoint and losses there. */
+static int outputs_distinct(const sel_opts *o, const pm_select_task *t, int n) {
+    int nres = o->resume ? 2 * n : 0, rc;
+    pm_cli_file *f = pm_calloc((size_t)(8 + nres), sizeof *f);
+    char (*names)[4200] = pm_calloc((size_t)(6 + 2 * nres), sizeof *names);
+    if (!f || !names) {
+        pm_free(f), pm_free(names);
+        return pm_cli_fail("select: out of memory");
+    }
+    static const char *const split[3] = {"train.bin", "val.bin", "tokenizer.model"};
+    static const char *const role[3] = {"the training data", "the validation data",
+                                        "the tokenizer"};
+    f[0] = (pm_cli_file){"--csv", o->csv, 1, 0};
+    f[1] = (pm_cli_file){"--timeline", o->svg, 1, 0};
+    f[2] = (pm_cli_file){"--trace", o->trace, 1, 0};
+    f[3] = (pm_cli_file){"--save-best", o->save_best, 1, 0};
+    f[4] = (pm_cli_file){"the task list (--tasks)", o->tasks_file, 0, 0};
+    for (int k = 0; k < 3 && o->data; k++) {
+        snprintf(names[2 * k], sizeof names[0], "%s (--data %s)", role[k], o->data);
+        snprintf(names[2 * k + 1], sizeof names[0], "%s/%s", o->data, split[k]);
+        f[5 + k] = (pm_cli_file){names[2 * k], names[2 * k + 1], 0, 0};
+    }
+    for (int i = 0; i < nres; i++) {
+        char *what = names[6 + 2 * i], *path = names[7 + 2 * i];
+        const char *name = t[i / 2].name;
+        snprintf(what, sizeof names[0], "task %s's %s (--resume %s)", name,
+                 i % 2 ? "losses" : "checkpoint", o->resume);
+        snprintf(path, sizeof names[0], "%s/%s.%s", o->resume, name, i % 2 ? "loss" : "ckpt");
+        f[8 + i] = (pm_cli_file){what, path, 0, 0};
+    }
+    rc = pm_cli_files_distinct("select", f, 8 + nres);
+    pm_free(f), pm_free(names);
+    return rc;
 }
 
 int pm_cmd_select(int argc, char **argv) {
@@ -472,14 +578,18 @@ int pm_cmd_select(int argc, char **argv) {
     pm_err e;
     if (!rc && pm_select_partition(t, n, o.device_mem, 2, &lay, &e))
         rc = pm_cli_fail("%s", e.msg);
-    if (!rc && o.dry_run) {
+    if (!rc && o.dry_run && o.json) {
+        rc = sel_print_dry_json(t, n, &lay, o.devices, o.steps);
+    } else if (!rc && o.dry_run) {
         sel_print_plan(t, n, &lay);
         rc = sel_print_policies(t, n, o.devices, o.steps);
     } else if (!rc) {
-        if (o.save_best && pm_cli_out_check(o.save_best)) rc = 1;
+        rc = outputs_distinct(&o, t, n);
+        if (!rc && o.save_best && pm_cli_out_check(o.save_best)) rc = 1;
         if (!rc && o.csv && pm_cli_out_check(o.csv)) rc = 1;
         if (!rc && o.svg && pm_cli_out_check(o.svg)) rc = 1;
         if (!rc && o.trace && pm_cli_out_check(o.trace)) rc = 1;
+        if (!rc) rc = memory_fits(&o, t, n, &lay);
         if (!rc) rc = train_tasks(&o, t, n, &lay);
     }
     for (int i = 0; i < n; i++) pm_select_task_free(&t[i]);

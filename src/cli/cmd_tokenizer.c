@@ -12,7 +12,10 @@ static const char usage[] =
     "  Trains a SentencePiece (BPE) model of N pieces on the text files and writes it\n"
     "  to MODEL. It keeps text as it is (no normalization; spaces and newlines are\n"
     "  pieces; unknown characters fall back to bytes), so decoding gives the text\n"
-    "  back. Use it with: pipemem prepare FILE... -o DIR --tokenizer MODEL\n"
+    "  back. The files are read as `prepare` reads them: regular files only (a\n"
+    "  directory or a stream such as /dev/zero is refused before anything is read),\n"
+    "  at most 1 GiB in all; any name works, commas included.\n"
+    "  Use it with: pipemem prepare FILE... -o DIR --tokenizer MODEL\n"
     "  example: pipemem tokenizer train /usr/share/games/fortunes/fortunes --vocab 2000 "
     "-o fortunes.model\n";
 
@@ -29,10 +32,15 @@ int pm_cmd_tokenizer(int argc, char **argv) {
     if (!files) return pm_cli_fail("out of memory");
     for (int i = 2; i < argc && !bad; i++) {
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(argv[i], "--vocab")) bad = pm_cli_int_range("--vocab", v, 260, 1 << 20, &vocab), i++;
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            fputs(usage, stdout);
+            free(files);
+            return 0;
+        } else if (!strcmp(argv[i], "--vocab")) bad = pm_cli_int_range("--vocab", v, 260, 1 << 20, &vocab), i++;
         else if (!strcmp(argv[i], "-o")) out = v, bad = !v && pm_cli_fail("-o needs a file"), i++;
         else if (argv[i][0] == '-' && argv[i][1])
-            bad = pm_cli_fail("tokenizer: unknown option '%s'", argv[i]);
+            bad = pm_cli_fail("tokenizer: unknown option '%s' (try 'pipemem tokenizer --help')",
+                              argv[i]);
         else files[nf++] = argv[i];
     }
     if (!bad && (!nf || !out || !vocab))

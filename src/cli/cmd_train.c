@@ -4,6 +4,7 @@
  * itself is the library's (pm_train_loop); this file prints its events.
  * The options (one parser for both modes) are in train_opts.c; pipeline
  * runs (--pp, --schedule, --schedule-file) go to cmd_train_pp.c. */
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -69,6 +70,9 @@ int pm_cmd_train(int argc, char **argv) {
     int other = mr && strcmp(mr, "0");
     pm_cli_set_rank(other ? atoi(mr) : -1, other);
     int rc = pm_cli_train_parse(argc, argv, &o);
+    if (!rc && !other && !(o.lr <= FLT_MAX)) /* kept as a float: above it, inf */
+        rc = pm_cli_fail("train: --lr %g is beyond a float; give a positive number up to 3.4e38",
+                         o.lr);
     if (!rc && !other) rc = pm_cli_train_check_outputs(&o);
     if (rc > 0 && pm_mpi_launched()) rc = stop_together();
     pm_cli_set_rank(-1, 0);

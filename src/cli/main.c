@@ -1,4 +1,5 @@
 /* main.c: the pipemem binary: dispatches to one subcommand per file. */
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -26,8 +27,7 @@ static void usage(FILE *f) {
         fprintf(f, "  %-10s %s\n", cmds[i].name, cmds[i].summary);
 }
 
-int main(int argc, char **argv) {
-    pm_cli_blas_reexec(argv); /* OpenBLAS on a CPU it does not know: see reexec.c */
+static int dispatch(int argc, char **argv) {
     if (argc >= 2 && !strcmp(argv[1], "--version")) {
         printf("pipemem %s\n", pm_version());
         return 0;
@@ -41,4 +41,20 @@ int main(int argc, char **argv) {
         if (!strcmp(argv[1], cmds[i].name)) return cmds[i].run(argc - 1, argv + 1);
     fprintf(stderr, "pipemem: unknown command '%s' (try 'pipemem help')\n", argv[1]);
     return 2;
+}
+
+/* Whatever a command printed must have reached standard output: a full disk
+ * or a closed pipe under it is a failure (it exited 0 silently), checked
+ * here once for every command. An error the command reported stands. */
+static int stdout_written(int rc) {
+    errno = 0;
+    int flushed = fflush(stdout) == 0;
+    if ((flushed && !ferror(stdout)) || rc != 0) return rc;
+    return pm_cli_fail("standard output: write failed%s%s; the command's output is lost",
+                       !flushed && errno ? ": " : "", !flushed && errno ? strerror(errno) : "");
+}
+
+int main(int argc, char **argv) {
+    pm_cli_blas_reexec(argv); /* OpenBLAS on a CPU it does not know: see reexec.c */
+    return stdout_written(dispatch(argc, argv));
 }

@@ -5,6 +5,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 
 #include "cli.h"
 
@@ -123,4 +124,23 @@ void pm_cli_json_str(FILE *f, const char *s) {
         if ((unsigned char)*s >= 0x20) fputc(*s, f);
     }
     fputc('"', f);
+}
+
+int pm_cli_files_distinct(const char *cmd, const pm_cli_file *f, int n) {
+    for (int i = 0; i < n; i++) {
+        struct stat sb;
+        if (!f[i].output || !f[i].path) continue;
+        if (stat(f[i].path, &sb) == 0 && S_ISCHR(sb.st_mode)) continue; /* /dev/null */
+        for (int j = 0; j < n; j++) {
+            if (j == i || (f[j].output && j < i) || !pm_same_file(f[i].path, f[j].path) ||
+                (f[i].shared && f[i].shared == f[j].shared))
+                continue;
+            if (f[j].output)
+                return pm_cli_fail("%s: %s %s and %s %s are one file; give each output its "
+                                   "own path", cmd, f[i].what, f[i].path, f[j].what, f[j].path);
+            return pm_cli_fail("%s: %s %s would overwrite %s; give another path", cmd,
+                               f[i].what, f[i].path, f[j].what);
+        }
+    }
+    return 0;
 }

@@ -31,8 +31,8 @@ int pm_cli_sched_parse(int argc, char **argv, pm_cli_sched_opts *o, const char *
         else if (!strcmp(a, "--allreduce-cost")) {
             bad = pm_cli_double(a, val, &o->ar);
             if (!bad && !(o->ar >= 0 && o->ar < 1e300))
-                bad = pm_cli_fail("--allreduce-cost must be >= 0 and finite (a time in the "
-                                  "units of --costs)");
+                bad = pm_cli_fail("--allreduce-cost %s: must be >= 0 and below 1e300 (a "
+                                  "time in the units of --costs)", val);
         }
         else if (!strcmp(a, "--costs")) bad = pm_cli_costs(val, &o->req.t);
         else if (!strcmp(a, "--mem")) bad = pm_cli_mem(val, &o->req.mem);
@@ -151,7 +151,12 @@ int pm_cli_plan_write(const pm_cli_plan *pl, const char *format, const char *pat
     if (!f) return 1;
     pm_status st = PM_OK;
     if (!strcmp(format, "text")) st = pm_sched_write_text(f, &pl->s);
-    else if (!strcmp(format, "csv")) st = pm_sched_write_csv(f, &pl->s);
+    else if (!strcmp(format, "csv")) {
+        st = pm_sched_write_csv(f, &pl->s);
+        if (pl->s.recompute) /* PyTorch's layout has no place for it (format_text.c) */
+            fprintf(stderr, "pipemem: note: the CSV holds the actions only; this schedule "
+                    "recomputes: read it with --recompute (--format text keeps the mark)\n");
+    }
     else if (!strcmp(format, "json")) st = pm_sched_write_json(f, &pl->s, &pl->c, &pl->sim);
     else if (!strcmp(format, "trace")) st = pm_sched_write_trace(f, &pl->s, &pl->sim);
     else st = pm_sched_write_svg(f, &pl->s, &pl->sim, NULL);

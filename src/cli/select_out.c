@@ -27,11 +27,12 @@ void sel_print_plan(const pm_select_task *t, int n, const pm_select_layout *lay)
 }
 
 /* Simulated makespan of each policy for `steps` steps of every task, the
- * passes' FLOPs at the rate measured on one block (pm_select_rate). */
-int sel_print_policies(const pm_select_task *t, int n, int D, int steps) {
-    double rate;
+ * passes' FLOPs at the rate measured on one block (pm_select_rate):
+ * mk[p] per policy and *bound, the lower bound. */
+static int simulate_policies(const pm_select_task *t, int n, int D, int steps, double *rate,
+                             double mk[PM_POLICY_COUNT], double *bound) {
     pm_err e0;
-    if (pm_select_rate(t, n, &rate, &e0)) return pm_cli_fail("select: %s", e0.msg);
+    if (pm_select_rate(t, n, rate, &e0)) return pm_cli_fail("select: %s", e0.msg);
     int64_t *np = pm_calloc((size_t)n, sizeof *np);
     int **sh = pm_calloc((size_t)n, sizeof *sh);
     double **co = pm_calloc((size_t)n, sizeof *co);
@@ -41,12 +42,10 @@ int sel_print_policies(const pm_select_task *t, int n, int D, int steps) {
         sh[i] = pm_malloc((size_t)np[i] * sizeof(int));
         co[i] = pm_malloc((size_t)np[i] * sizeof(double));
         if (!sh[i] || !co[i]) rc = 1;
-        else pm_select_task_passes(&t[i], steps, rate, sh[i], co[i]);
+        else pm_select_task_passes(&t[i], steps, *rate, sh[i], co[i]);
     }
     if (rc) rc = pm_cli_fail("select: out of memory for the simulation");
     pm_select_work w = {n, np, (const int *const *)sh, (const double *const *)co};
-    printf("%-11s %12s %9s  (simulated, %d steps, %.0f GFLOP/s per device, measured on one "
-           "block)\n", "policy", "makespan s", "vs bound", steps, rate / 1e9);
     for (int p = 0; p < PM_POLICY_COUNT && !rc; p++) {
         pm_select_sim r;
         pm_err e;
@@ -54,14 +53,58 @@ int sel_print_policies(const pm_select_task *t, int n, int D, int steps) {
             rc = pm_cli_fail("%s", e.msg);
             break;
         }
-        printf("%-11s %12.3f %8.3fx\n", pm_select_policy_names[p], r.makespan,
-               r.makespan / r.lower_bound);
-        if (p == PM_POLICY_COUNT - 1) printf("%-11s %12.3f\n", "lower bound", r.lower_bound);
+        mk[p] = r.makespan, *bound = r.lower_bound;
         pm_select_sim_free(&r);
     }
     for (int i = 0; i < n && sh && co; i++) pm_free(sh[i]), pm_free(co[i]);
     pm_free(np), pm_free(sh), pm_free(co);
     return rc;
+}
+
+int sel_print_policies(const pm_select_task *t, int n, int D, int steps) {
+    double rate, mk[PM_POLICY_COUNT], bound;
+    if (simulate_policies(t, n, D, steps, &rate, mk, &bound)) return 1;
+    printf("%-11s %12s %9s  (simulated, %d steps, %.0f GFLOP/s per device, measured on one "
+           "block)\n", "policy", "makespan s", "vs bound", steps, rate / 1e9);
+    for (int p = 0; p < PM_POLICY_COUNT; p++)
+        printf("%-11s %12.3f %8.3fx\n", pm_select_policy_names[p], mk[p], mk[p] / bound);
+    printf("%-11s %12.3f\n", "lower bound", bound);
+    return 0;
+}
+
+static void json_config(const pm_train_cfg *c) {
+    printf("{\"lr\": %.9g, \"layers\": %d, \"dim\": %d, \"heads\": %d, \"ctx\": %d, "
+           "\"batch\": %d, \"microbatches\": %d, \"warmup\": %d, \"seed\": %llu}",
+           (double)c->opt.lr, c->model.layers, c->model.dim, c->model.heads, c->model.ctx,
+           c->batch, c->micro, c->opt.warmup, (unsigned long long)c->seed);
+}
+
+int sel_print_dry_json(const pm_select_task *t, int n, const pm_select_layout *lay, int D,
+                       int steps) {
+    double rate, mk[PM_POLICY_COUNT], bound;
+    if (simulate_policies(t, n, D, steps, &rate, mk, &bound)) return 1;
+    printf("{\"dry_run\": true, \"devices\": %d, \"device_mem\": %zu, \"slab\": {\"slots\": "
+           "%d, \"state_slot\": %zu, \"act_slot\": %zu, \"bytes\": %zu}, \"tasks\": [", D,
+           lay->device_mem, lay->slots, lay->state_slot, lay->act_slot,
+           pm_select_slab_bytes(lay));
+    for (int i = 0; i < n; i++) {
+        printf("%s{\"task\": ", i ? ", " : "");
+        pm_cli_json_str(stdout, t[i].name);
+        printf(", \"config\": ");
+        json_config(&t[i].cfg);
+        printf(", \"shards\": [");
+        for (int k = 0; k < t[i].nshard; k++)
+            printf("%s{\"first_layer\": %d, \"last_layer\": %d, \"state\": %zu, \"act\": %zu}",
+                   k ? ", " : "", t[i].shard[k].first, t[i].shard[k].last - 1,
+                   t[i].shard[k].state, t[i].shard[k].act);
+        printf("]}");
+    }
+    printf("], \"steps\": %d, \"flops_per_s\": %.6g, \"policies\": [", steps, rate);
+    for (int p = 0; p < PM_POLICY_COUNT; p++)
+        printf("%s{\"policy\": \"%s\", \"makespan_s\": %.9g}", p ? ", " : "",
+               pm_select_policy_names[p], mk[p]);
+    printf("], \"lower_bound_s\": %.9g}\n", bound);
+    return 0;
 }
 
 /* One status line: tasks done, stopped, failed and running, steps, each
@@ -165,14 +208,11 @@ void sel_print_json(pm_select_policy policy, int devices, size_t device_mem,
     printf("], \"tasks\": [");
     for (int k = 0; k < n; k++) {
         int i = order[k];
-        const pm_train_cfg *c = &t[i].cfg;
         printf("%s{\"task\": ", k ? ", " : "");
         pm_cli_json_str(stdout, t[i].name);
-        printf(", \"config\": {\"lr\": %.9g, \"layers\": %d, \"dim\": %d, \"heads\": %d, "
-               "\"ctx\": %d, \"batch\": %d, \"microbatches\": %d, \"warmup\": %d, "
-               "\"seed\": %llu}, \"final_loss\": ", (double)c->opt.lr, c->model.layers,
-               c->model.dim, c->model.heads, c->model.ctx, c->batch, c->micro, c->opt.warmup,
-               (unsigned long long)c->seed);
+        printf(", \"config\": ");
+        json_config(&t[i].cfg);
+        printf(", \"final_loss\": ");
         json_num(stdout, r[i].final_loss);
         printf(", \"val_loss\": ");
         json_num(stdout, r[i].val_loss);

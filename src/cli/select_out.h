@@ -12,6 +12,9 @@
  * simulated from FLOPs at an assumed 50 GFLOP/s per device. */
 void sel_print_plan(const pm_select_task *t, int n, const pm_select_layout *lay);
 int sel_print_policies(const pm_select_task *t, int n, int D, int steps);
+/* --dry-run --json: the same as one JSON object on standard output. */
+int sel_print_dry_json(const pm_select_task *t, int n, const pm_select_layout *lay, int D,
+                       int steps);
 
 /* Progress lines on standard error (pm_select_opts.report). */
 typedef struct {

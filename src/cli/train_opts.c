@@ -179,7 +179,37 @@ int64_t pm_cli_train_stop_at(const pm_cli_train_opts *o, const pm_train_cfg *cfg
     return o->stop_after && o->stop_after < cfg->opt.steps ? o->stop_after : cfg->opt.steps;
 }
 
+/* No output onto an input or another output: the data (the split files of
+ * --data DIR, its tokenizer, or --train/--val), the checkpoint to resume
+ * (--save may be it: a run continued in place), the schedule file. */
+static int outputs_distinct(const pm_cli_train_opts *o) {
+    char tr[4096], va[4096], tok[4096], what[3][4200];
+    const char *d = o->data;
+    if (d) {
+        snprintf(tr, sizeof tr, "%s/train.bin", d);
+        snprintf(va, sizeof va, "%s/val.bin", d);
+        snprintf(tok, sizeof tok, "%s/tokenizer.model", d);
+        snprintf(what[0], sizeof what[0], "the training data (--data %s)", d);
+        snprintf(what[1], sizeof what[1], "the validation data (--data %s)", d);
+        snprintf(what[2], sizeof what[2], "the tokenizer (--data %s)", d);
+    }
+    const pm_cli_file f[] = {
+        {"--save", o->save, 1, 1},
+        {"--trace", o->trace, 1, 0},
+        {"--timeline", o->svg, 1, 0},
+        {what[0], d ? tr : NULL, 0, 0},
+        {what[1], d ? va : NULL, 0, 0},
+        {what[2], d ? tok : NULL, 0, 0},
+        {"the training data (--train)", o->train_file, 0, 0},
+        {"the validation data (--val)", o->val_file, 0, 0},
+        {"the checkpoint to resume (--resume)", o->resume, 0, 1},
+        {"the schedule (--schedule-file)", o->sched_file, 0, 0},
+    };
+    return pm_cli_files_distinct("train", f, (int)(sizeof f / sizeof f[0]));
+}
+
 int pm_cli_train_check_outputs(const pm_cli_train_opts *o) {
+    if (outputs_distinct(o)) return 1;
     const char *paths[3] = {o->save, o->trace, o->svg};
     const char *opts[3] = {"--save", "--trace", "--timeline"};
     for (int k = 0; k < 3; k++) {

@@ -83,6 +83,8 @@ static pm_status total_size(const char *const *files, int nfiles, size_t *total,
     return PM_OK;
 }
 
+/* Opens both writers; on error neither is open and both are zeroed (run()
+ * then finds no path to free: the writer keeps the strdup'd path). */
 static pm_status open_outputs(prep *P, const char *dir, pm_err *err) {
     char path[2][4096];
     snprintf(path[0], sizeof path[0], "%s/train.bin", dir);
@@ -95,7 +97,12 @@ static pm_status open_outputs(prep *P, const char *dir, pm_err *err) {
         pm_status st = pm_tokwriter_open(&P->out[k], keep, P->tok ? 2 : 1, vocab, sum, err);
         if (st) {
             free(keep);
-            if (k) pm_tokwriter_abort(&P->out[0]), free((char *)P->out[0].path);
+            P->out[k] = (pm_tokwriter){0};
+            if (k) {
+                pm_tokwriter_abort(&P->out[0]);
+                free((char *)P->out[0].path);
+                P->out[0] = (pm_tokwriter){0};
+            }
             return st;
         }
     }
@@ -152,6 +159,10 @@ pm_status pm_data_prepare(const char *const *files, int nfiles, const char *dir,
                        "train and a validation split", total);
     if (mkdir(dir, 0777) != 0 && errno != EEXIST)
         return pm_errf(err, PM_ERR_IO, "%s: cannot create directory: %s", dir, strerror(errno));
+    struct stat sb;
+    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
+        return pm_errf(err, PM_ERR_IO, "%s: exists and is not a directory; give a directory "
+                       "for the token files", dir);
     prep P = {.tok = tok, .cap = chunk ? chunk : (size_t)1 << 20};
     P.buf = pm_malloc(P.cap);
     if (!P.buf) return pm_errf(err, PM_ERR_NOMEM, "out of memory for a %zu-byte chunk", P.cap);

@@ -4,6 +4,12 @@
 #include <sentencepiece_processor.h>
 #include <sentencepiece_trainer.h>
 
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <new>
 #include <string>
 #include <unordered_map>
@@ -109,31 +115,109 @@ extern "C" pm_status pm_tokenizer_decode(const pm_tokenizer *t, const uint32_t *
     }
 }
 
+// The training text, line by line, from files opened and sized as
+// `prepare` does (regular files only, so an endless stream or a directory
+// is refused before anything is read; at most PM_CORPUS_MAX bytes in all),
+// handed to SentencePiece through its iterator: its own "input" option
+// splits names at commas and stops on a directory with an internal
+// assertion.
+class file_lines : public sentencepiece::SentenceIterator {
+  public:
+    file_lines(FILE **f, int n) : f_(f), n_(n) { Next(); }
+    ~file_lines() override { free(buf_); }
+    bool done() const override { return done_; }
+    const std::string &value() const override { return line_; }
+    sentencepiece::util::Status status() const override { return {}; }
+    int failed() const { return failed_; } // the file a read failed in, or -1
+    void Next() override {
+        while (at_ < n_) {
+            ssize_t got = getline(&buf_, &cap_, f_[at_]);
+            if (got >= 0) {
+                line_.assign(buf_, got > 0 && buf_[got - 1] == '\n' ? got - 1 : got);
+                return;
+            }
+            if (ferror(f_[at_])) {
+                failed_ = at_;
+                break;
+            }
+            at_++;
+        }
+        done_ = true;
+    }
+
+  private:
+    FILE **f_;
+    int n_, at_ = 0, failed_ = -1;
+    bool done_ = false;
+    char *buf_ = nullptr;
+    size_t cap_ = 0;
+    std::string line_;
+};
+
+// Opens every input (regular files) into f and sums their sizes.
+static pm_status open_inputs(const char *const *files, int n, FILE **f, pm_err *err) {
+    size_t total = 0;
+    pm_status st = PM_OK;
+    int k = 0;
+    for (; k < n && !st; k++) {
+        st = pm_file_open_read(files[k], 1, &f[k], err);
+        struct stat sb;
+        if (!st && fstat(fileno(f[k]), &sb) != 0)
+            st = pm_errf(err, PM_ERR_IO, "%s: %s", files[k], strerror(errno));
+        if (!st) total += static_cast<size_t>(sb.st_size);
+        if (!st && total > PM_CORPUS_MAX)
+            st = pm_errf(err, PM_ERR_ARG, "tokenizer train: the text is over the %zu-byte limit "
+                         "at %s; train on less (a sample is enough)", PM_CORPUS_MAX, files[k]);
+    }
+    if (!st && total == 0)
+        st = pm_errf(err, PM_ERR_ARG, "tokenizer train: the text has no bytes; give a non-empty "
+                     "file");
+    return st; // what was opened is the caller's to close, on error too
+}
+
 // Round-trip settings (pm_tokenizer.h): no normalization, whitespace as it
 // is, no dummy prefix, newline a piece of its own, unknown characters as
 // bytes; BPE, quiet.
+static pm_status train_lines(FILE **f, const char *const *files, int n, int vocab,
+                             std::string *model, pm_err *err) {
+    std::unordered_map<std::string, std::string> kw = {
+        {"vocab_size", std::to_string(vocab)},
+        {"model_type", "bpe"}, {"character_coverage", "1.0"}, {"byte_fallback", "true"},
+        {"normalization_rule_name", "identity"}, {"remove_extra_whitespaces", "false"},
+        {"add_dummy_prefix", "false"}, {"user_defined_symbols", "\n"},
+        {"hard_vocab_limit", "false"}, {"num_threads", "1"}, {"minloglevel", "2"},
+        {"input_sentence_size", "2000000"}, {"shuffle_input_sentence", "true"}};
+    file_lines lines(f, n);
+    auto st = sentencepiece::SentencePieceTrainer::Train(kw, &lines, model);
+    if (lines.failed() >= 0)
+        return pm_errf(err, PM_ERR_IO, "%s: read failed", files[lines.failed()]);
+    if (!st.ok())
+        return pm_errf(err, PM_ERR_ARG, "tokenizer train: %s", st.ToString().c_str());
+    return PM_OK;
+}
+
 extern "C" pm_status pm_tokenizer_train(const char *const *files, int nfiles, int vocab,
                                         const char *path, pm_err *err) {
     if (nfiles < 1) return pm_errf(err, PM_ERR_ARG, "tokenizer train: no input files given");
     if (vocab < 260 || vocab > (1 << 20))
         return pm_errf(err, PM_ERR_ARG, "--vocab %d: must be 260..1048576 (the 256 byte pieces "
                        "and a few more)", vocab);
+    struct closer { // the inputs are closed however training ends (an exception too)
+        std::vector<FILE *> f;
+        ~closer() {
+            for (FILE *x : f)
+                if (x) fclose(x);
+        }
+    };
     try {
-        std::string input;
-        for (int i = 0; i < nfiles; i++) input += (i ? "," : "") + std::string(files[i]);
-        std::unordered_map<std::string, std::string> kw = {
-            {"input", input}, {"vocab_size", std::to_string(vocab)},
-            {"model_type", "bpe"}, {"character_coverage", "1.0"}, {"byte_fallback", "true"},
-            {"normalization_rule_name", "identity"}, {"remove_extra_whitespaces", "false"},
-            {"add_dummy_prefix", "false"}, {"user_defined_symbols", "\n"},
-            {"hard_vocab_limit", "false"}, {"num_threads", "1"}, {"minloglevel", "2"},
-            {"input_sentence_size", "2000000"}, {"shuffle_input_sentence", "true"}};
+        closer in{std::vector<FILE *>(static_cast<size_t>(nfiles), nullptr)};
+        pm_status s = open_inputs(files, nfiles, in.f.data(), err);
+        if (s) return s;
         std::string model;
-        auto st = sentencepiece::SentencePieceTrainer::Train(kw, nullptr, &model);
-        if (!st.ok())
-            return pm_errf(err, PM_ERR_ARG, "tokenizer train: %s", st.ToString().c_str());
+        s = train_lines(in.f.data(), files, nfiles, vocab, &model, err);
+        if (s) return s;
         pm_wfile w;
-        pm_status s = pm_wfile_open(&w, path, err);
+        s = pm_wfile_open(&w, path, err);
         if (s) return s;
         if (fwrite(model.data(), 1, model.size(), static_cast<FILE *>(w.f)) != model.size()) {
             pm_wfile_abort(&w);

@@ -32,64 +32,68 @@
  * one device. A recomputed stage's B counts its rerun forward, and its F
  * delta is what it keeps. */
 #include <math.h>
+#include <string.h>
 
 #include "pipemem/pm_sched.h"
-
-/* Latency of the steps from stage a to stage b (a < b) that cross devices. */
-static double lat(const pm_sched *s, double c, int a, int b) {
-    double t = 0;
-    for (int k = a; k < b; k++)
-        if (pm_sched_stage_device(s, k) != pm_sched_stage_device(s, k + 1)) t += c;
-    return t;
-}
+#include "pipemem/pm_util.h"
 
 /* B's time: a recomputed B reruns the forward first (pm_cost_time). */
 static double tb_of(const pm_stage_cost *x) { return x->tb + (x->rec ? x->tf : 0); }
 
-/* The most forward work device d can do on `cap` of memory (the fractional
- * knapsack above); INFINITY when some F of d frees or keeps nothing. */
-static double forward_work(const pm_sched *s, const pm_cost *c, int d, double cap) {
-    double ratio = 0;
-    for (int k = 0; k < s->S; k++) {
-        if (pm_sched_stage_device(s, k) != d) continue;
-        const pm_stage_cost *x = &c->st[k];
-        double delta = x->rec ? x->mr : x->mf;
-        if (!(delta > 0)) return INFINITY;
-        if (x->tf / delta > ratio) ratio = x->tf / delta;
+/* What one sweep over the stages, from the last down, gathers per device;
+ * the suffix sums it needs (sum_{k..S-1} tf, tb, and the latency of the
+ * steps k..S-1 that cross devices) are running totals of that sweep, so the
+ * bound costs O(S + p) however the stages are placed (it was O(S^2)); if
+ * the p accumulators cannot be allocated, one sweep per BOUND_BLOCK devices
+ * gives the same values. */
+typedef struct {
+    int seen;      /* 1 once a stage of the device was met */
+    double f, bw;  /* sum over H_d of tf, and of tb + tw */
+    double r_lo;   /* sum_{lo..S-1} tf + lat(lo, S-1): the lowest stage's share of R */
+    double r_hi;   /* sum_{hi+1..S-1} tb + lat(hi, S-1): the highest stage's */
+    double tail;   /* the smallest down(k) over H_d (the tail's second term) */
+    double ratio;  /* the largest tf / F delta over H_d (INFINITY: a delta <= 0) */
+} dev_acc;
+
+/* One sweep gathering devices d0 .. d0 + nd - 1 into acc[0 .. nd). */
+static void sweep(const pm_sched *s, const pm_cost *c, dev_acc *acc, int d0, int nd) {
+    const pm_stage_cost *st = c->st;
+    double suf_f = 0, suf_b = 0, suf_l = 0; /* over the stages after k */
+    for (int k = s->S - 1; k >= 0; k--) {
+        int d = pm_sched_stage_device(s, k);
+        if (k + 1 < s->S && pm_sched_stage_device(s, k + 1) != d) suf_l += c->c;
+        const pm_stage_cost *x = &st[k];
+        if (d >= d0 && d < d0 + nd) {
+            dev_acc *a = &acc[d - d0];
+            double down = suf_f + suf_b + 2 * suf_l + tb_of(x) + x->tw;
+            double delta = x->rec ? x->mr : x->mf;
+            double ratio = delta > 0 ? x->tf / delta : INFINITY;
+            if (!a->seen) { /* k is the device's highest stage */
+                a->seen = 1;
+                a->r_hi = suf_b + suf_l;
+                a->tail = down;
+                a->ratio = ratio;
+            }
+            a->f += x->tf, a->bw += tb_of(x) + x->tw;
+            a->r_lo = suf_f + x->tf + suf_l; /* k is the lowest so far */
+            if (down < a->tail) a->tail = down;
+            if (ratio > a->ratio) a->ratio = ratio;
+        }
+        suf_f += x->tf, suf_b += tb_of(x);
     }
-    return cap * ratio;
 }
 
-static double device_bound(const pm_sched *s, const pm_cost *c, int d, double cap) {
-    const pm_stage_cost *st = c->st;
-    int S = s->S, lo = S, hi = -1;
-    double f = 0, bw = 0;
-    for (int k = 0; k < S; k++) {
-        if (pm_sched_stage_device(s, k) != d) continue;
-        lo = k < lo ? k : lo, hi = k > hi ? k : hi;
-        f += st[k].tf, bw += tb_of(&st[k]) + st[k].tw;
-    }
-    if (hi < 0) return 0; /* a device without stages */
-    double m = s->m, work = m * (f + bw);
-    double R = 0, down = 0;
-    for (int k = lo; k < S; k++) R += st[k].tf;
-    for (int k = hi + 1; k < S; k++) R += tb_of(&st[k]);
-    R += lat(s, c->c, lo, S - 1) + lat(s, c->c, hi, S - 1);
-    double early = m * f; /* forward work possible before the first backward */
+static double device_bound(const pm_sched *s, const dev_acc *a, double cap) {
+    if (!a->seen) return 0; /* a device without stages */
+    double m = s->m, work = m * (a->f + a->bw);
+    double R = a->r_lo + a->r_hi;
+    double early = m * a->f; /* forward work possible before the first backward */
     if (cap > 0) {
-        double fw = forward_work(s, c, d, cap);
+        double fw = cap * a->ratio; /* the fractional knapsack above */
         early = fw < early ? fw : early;
     }
     double head = R + work - (early < R ? early : R);
-    double tail = -1;
-    for (int k = lo; k <= hi; k++) {
-        if (pm_sched_stage_device(s, k) != d) continue;
-        down = 0;
-        for (int u = k + 1; u < S; u++) down += st[u].tf + tb_of(&st[u]);
-        down += 2 * lat(s, c->c, k, S - 1) + tb_of(&st[k]) + st[k].tw;
-        if (tail < 0 || down < tail) tail = down;
-    }
-    tail += m * f;
+    double tail = m * a->f + a->tail;
     double b = work > head ? work : head;
     return b > tail ? b : tail;
 }
@@ -98,11 +102,25 @@ double pm_sched_lower_bound(const pm_sched *s, const pm_cost *c) {
     return pm_sched_lower_bound_at(s, c, 0);
 }
 
+/* Devices gathered per sweep on the stack; more take one allocation. */
+enum { BOUND_BLOCK = 256 };
+
 double pm_sched_lower_bound_at(const pm_sched *s, const pm_cost *c, double cap) {
+    dev_acc local[BOUND_BLOCK];
+    int block = s->p;
+    dev_acc *acc = s->p <= BOUND_BLOCK ? local : pm_malloc((size_t)s->p * sizeof *acc);
+    if (!acc) /* out of memory: a sweep per block of devices, the same values */
+        acc = local, block = BOUND_BLOCK;
     double b = 0;
-    for (int d = 0; d < s->p; d++) {
-        double x = device_bound(s, c, d, cap);
-        if (x > b) b = x;
+    for (int d0 = 0; d0 < s->p; d0 += block) {
+        int nd = s->p - d0 < block ? s->p - d0 : block;
+        memset(acc, 0, (size_t)nd * sizeof *acc);
+        sweep(s, c, acc, d0, nd);
+        for (int d = 0; d < nd; d++) {
+            double x = device_bound(s, &acc[d], cap);
+            if (x > b) b = x;
+        }
     }
+    if (acc != local) pm_free(acc);
     return b;
 }

@@ -36,10 +36,17 @@
  * in this order: single (S == p, stage s on row s), V (S == 2p, stages i and
  * 2p-1-i on row i), loop (S == v*p, stage s on row s mod p). The kind of the
  * schedule read is "file". One comment is read: a line that is exactly
- * RECOMPUTE_LINE (below) marks a schedule with recomputation (pm_sched.h);
- * writers put it first when the schedule has it. Writers emit exactly this grammar, one space (text)
- * or comma (CSV) between actions and LF after each device, so writing a
- * schedule that was read from a writer's output reproduces it byte for byte.
+ * RECOMPUTE_LINE (below) marks a schedule with recomputation (pm_sched.h).
+ * The text writer puts it first when the schedule has it; the CSV writer
+ * never does: PyTorch's _load_csv takes every line for a rank and every
+ * cell for an action, so a comment there is refused ("Invalid action
+ * string"). A recomputed schedule's CSV is therefore its compute-only
+ * actions alone, and whoever reads it says --recompute (the text format
+ * keeps the mark; the CSV reader still reads it, for files written before).
+ * Writers emit exactly this grammar, one space (text) or comma (CSV)
+ * between actions and LF after each device, so writing a schedule that was
+ * read from a writer's output reproduces it byte for byte (a CSV of a
+ * recomputed schedule, read back, lacks only the mark).
  *
  * Invariants and limits: readers never read past len (no NUL terminator is
  * needed; a NUL byte is an error), never allocate more than a bounded amount
@@ -444,7 +451,7 @@ pm_status pm_sched_load(pm_sched *s, const char *path, pm_err *err) {
 /* ---- writers -------------------------------------------------------------- */
 
 static pm_status fmt_write(FILE *f, const pm_sched *s, char sep) {
-    if (s->recompute) fputs(RECOMPUTE_LINE "\n", f);
+    if (s->recompute && sep != ',') fputs(RECOMPUTE_LINE "\n", f); /* not in CSV: above */
     for (int d = 0; d < s->p; d++) {
         const pm_pass *ps = pm_sched_dev(s, d);
         for (int64_t i = 0; i < s->len[d]; i++) {

@@ -294,9 +294,8 @@ pm_status pm_sched_zb_greedy(pm_sched *s, const pm_sched_req *req, double limit,
     if (!st && isinf(best)) {
         double need = (req->mem.f > req->mem.f + req->mem.b ? req->mem.f : req->mem.f + req->mem.b);
         st = pm_errf(err, PM_ERR_MEMLIMIT,
-                     "%s: no schedule fits --mem-limit %.4g M for p=%d m=%d; the smallest "
-                     "feasible limit is about %.4g M (one microbatch in flight per device)",
-                     kind, limit, S, m, need / M);
+                     "%s: no schedule fits --mem-limit %.4g M for p=%d m=%d; none fits under "
+                     "%.4g M (one microbatch in flight per device)", kind, limit, S, m, need / M);
     }
 done:
     zb_state_free(&g);
@@ -306,16 +305,61 @@ done:
     return st;
 }
 
+/* x rounded up to 4 significant digits: a limit printed for the user to
+ * pass back must not round below the one that was tried. */
+static double ceil4(double x) {
+    double e = pow(10, floor(log10(x)) - 3);
+    return ceil(x / e * (1 - 1e-12)) * e;
+}
+
+/* 1 if the greedy meets `limit` (printed as the user would pass it). */
+static int meets(const pm_sched_req *req, double limit, const char *kind) {
+    pm_sched t;
+    pm_err e;
+    pm_status st = pm_sched_zb_greedy(&t, req, limit, kind, 1, NULL, &e);
+    pm_sched_free(&t);
+    return st == PM_OK;
+}
+
+/* The greedy keeps k microbatches in flight per device, and its peak is
+ * the level (k - 1) F + max(F, F + B), over p F (M); a limit between two
+ * levels can make it overshoot and fail where the level below works (p=5
+ * m=7, --mem 1,0.2,-1.2: it meets 0.84 and 1.04 but not 1.0; the hint said
+ * 0.24 was the smallest feasible limit). So a failure names the nearest
+ * levels on each side that it was seen to meet (a few tries each way). */
+static pm_status hinted(pm_sched *s, const pm_sched_req *req, double limit, const char *kind,
+                        pm_err *err) {
+    pm_status st = pm_sched_zb_greedy(s, req, limit, kind, 1, NULL, err);
+    if (st != PM_ERR_MEMLIMIT || !(limit > 0) || !(req->mem.f > 0)) return st;
+    double f = req->mem.f, one = f > f + req->mem.b ? f : f + req->mem.b, M = req->p * f;
+    double k0 = floor((limit * M - one) / f) + 1, below = 0, above = 0; /* k0: levels <= limit */
+    for (int i = 0; i < 4 && !below && k0 - i >= 1; i++) {
+        double x = ceil4(((k0 - i - 1) * f + one) / M);
+        if (x <= limit && meets(req, x, kind)) below = x;
+    }
+    for (int i = 0; i < 4 && !above; i++) {
+        double x = ceil4(((k0 + i) * f + one) / M);
+        if (x > limit && meets(req, x, kind)) above = x;
+    }
+    if (below && above)
+        return pm_errf(err, PM_ERR_MEMLIMIT, "%s: no schedule fits --mem-limit %.4g M for p=%d "
+                       "m=%d; it meets %.4g M and %.4g M (the limits nearest below and above)",
+                       kind, limit, req->p, req->m, below, above);
+    if (above)
+        return pm_errf(err, PM_ERR_MEMLIMIT, "%s: no schedule fits --mem-limit %.4g M for p=%d "
+                       "m=%d; it meets %.4g M (none fits under %.4g M: one microbatch in "
+                       "flight per device)", kind, limit, req->p, req->m, above, one / M);
+    return st; /* nothing seen to work nearby: the greedy's own message */
+}
+
 pm_status pm_sched_build_zb_auto(pm_sched *s, const pm_sched_req *req, pm_err *err) {
-    return pm_sched_zb_greedy(s, req, req->mem_limit, "zb", 1, NULL, err);
+    return hinted(s, req, req->mem_limit, "zb", err);
 }
 
 pm_status pm_sched_build_zb_1p(pm_sched *s, const pm_sched_req *req, pm_err *err) {
-    return pm_sched_zb_greedy(s, req, req->mem_limit > 0 ? req->mem_limit : 1.0, "zb-1p", 1, NULL,
-                              err);
+    return hinted(s, req, req->mem_limit > 0 ? req->mem_limit : 1.0, "zb-1p", err);
 }
 
 pm_status pm_sched_build_zb_2p(pm_sched *s, const pm_sched_req *req, pm_err *err) {
-    return pm_sched_zb_greedy(s, req, req->mem_limit > 0 ? req->mem_limit : 2.0, "zb-2p", 1, NULL,
-                              err);
+    return hinted(s, req, req->mem_limit > 0 ? req->mem_limit : 2.0, "zb-2p", err);
 }

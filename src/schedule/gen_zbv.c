@@ -38,19 +38,43 @@ static int bwd(zbv_dev *d, int chunk) {
 }
 static void wgt(zbv_dev *d, int chunk, int mb) { emit(d, PM_PASS_W, chunk, mb); }
 
+/* Of `count` iterations that each step counters starting at `lowest` (the
+ * smallest of them) by one, how many can still emit a pass: the rest only
+ * step the counters, which the caller does at once. This keeps a rank's
+ * work O(m) when m < 2p - 1 (it was O(p) per rank, O(p^2) in all). */
+static int live(const zbv_dev *d, int count, int lowest) {
+    int k = d->s->m - lowest;
+    return k < 0 ? 0 : k < count ? k : count;
+}
+
+static int min2(int a, int b) { return a < b ? a : b; }
+
 static void build_rank(pm_sched *s, int r, int n) {
-    int p = s->p;
+    int p = s->p, k;
     zbv_dev d = {.s = s, .r = r};
-    for (int i = 0; i < 2 * (p - r) - 1; i++) fwd(&d, 0);
-    for (int i = 0; i < r; i++) {
+    k = live(&d, 2 * (p - r) - 1, d.f[0]);
+    for (int i = 0; i < k; i++) fwd(&d, 0);
+    d.f[0] += 2 * (p - r) - 1 - k;
+    k = live(&d, r, min2(d.f[0], d.f[1]));
+    for (int i = 0; i < k; i++) {
         fwd(&d, 1);
         fwd(&d, 0);
     }
-    for (int i = 0; i < p - r; i++) {
+    d.f[0] += r - k, d.f[1] += r - k;
+    k = live(&d, p - r, min2(d.f[1], d.b[1]));
+    for (int i = 0; i < k; i++) {
         fwd(&d, 1);
         wgt(&d, 1, bwd(&d, 1));
     }
+    d.f[1] += p - r - k, d.b[1] += p - r - k;
+    /* f[1] <= f[0] <= n here; each steady round steps f[1], b[0], b[1]
+     * (and f[0] until n), so it ends after n - f[1] rounds */
     while (d.f[1] < d.f[0] || d.f[0] < n) {
+        if (min2(min2(d.f[0], d.f[1]), min2(d.b[0], d.b[1])) >= s->m) {
+            k = n - d.f[1];
+            d.f[0] = d.f[1] = n, d.b[0] += k, d.b[1] += k;
+            break;
+        }
         if (d.f[0] < n) fwd(&d, 0);
         wgt(&d, 0, bwd(&d, 0));
         fwd(&d, 1);
@@ -58,13 +82,19 @@ static void build_rank(pm_sched *s, int r, int n) {
     }
     /* The r held (B0, B1) pairs are the next r microbatches of each chunk. */
     int held0 = d.b[0], held1 = d.b[1];
-    for (int i = 0; i < r; i++) {
+    k = live(&d, r, min2(d.b[0], d.b[1]));
+    for (int i = 0; i < k; i++) {
         bwd(&d, 0);
         bwd(&d, 1);
     }
-    for (int i = 0; i < p - r; i++) wgt(&d, 0, bwd(&d, 0));
-    for (int i = 0; i < r; i++) wgt(&d, 1, held1 + i);
-    for (int i = 0; i < r; i++) wgt(&d, 0, held0 + i);
+    d.b[0] += r - k, d.b[1] += r - k;
+    k = live(&d, p - r, d.b[0]);
+    for (int i = 0; i < k; i++) wgt(&d, 0, bwd(&d, 0));
+    d.b[0] += p - r - k;
+    k = live(&d, r, held1);
+    for (int i = 0; i < k; i++) wgt(&d, 1, held1 + i);
+    k = live(&d, r, held0);
+    for (int i = 0; i < k; i++) wgt(&d, 0, held0 + i);
     PM_ASSERT(d.f[0] == n && d.f[1] == n && d.b[0] == n && d.b[1] == n);
 }
 

@@ -1,7 +1,8 @@
 /* device.c: one model-selection device (internal.h): its slab of exactly
- * the budget's bytes (state slots, then the activation area), allocated and
- * touched once, and its copy thread, which loads the next pass's shard
- * state into the other slot while the device computes (prefetch).
+ * the bytes the layout needs (state slots, then the activation area; at
+ * most the budget), allocated and touched once, and its copy thread, which
+ * loads the next pass's shard state into the other slot while the device
+ * computes (prefetch).
  * Copy thread states: job 0 idle, 1 a copy to do, 2 quit. */
 #include <string.h>
 
@@ -43,11 +44,11 @@ void sel_copy_wait(sel_dev *dv) {
 }
 
 pm_status sel_dev_init(sel_dev *dv, const pm_select_layout *L, int d, pm_err *err) {
-    dv->slab = pm_aligned_alloc(64, L->device_mem);
+    size_t bytes = pm_select_slab_bytes(L); /* the need, not the whole budget */
+    dv->slab = pm_aligned_alloc(64, bytes);
     if (!dv->slab)
-        return pm_errf(err, PM_ERR_NOMEM, "out of memory for device %d's %zu bytes", d,
-                       L->device_mem);
-    memset(dv->slab, 0, L->device_mem); /* the budget is real: every page touched */
+        return pm_errf(err, PM_ERR_NOMEM, "out of memory for device %d's %zu bytes", d, bytes);
+    memset(dv->slab, 0, bytes); /* the slab is real: every page touched at the start */
     dv->slots = L->slots;
     dv->state_off[0] = 0, dv->state_off[1] = L->state_slot;
     dv->act_off = (size_t)L->slots * L->state_slot;
@@ -76,4 +77,8 @@ void sel_dev_free(sel_dev *dv) {
     }
     pm_free(dv->slab);
     dv->slab = NULL;
+}
+
+size_t pm_select_slab_bytes(const pm_select_layout *L) {
+    return (size_t)L->slots * L->state_slot + L->act_slot;
 }

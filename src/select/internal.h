@@ -26,6 +26,7 @@ typedef struct {
     double loss_sum;      /* this step's microbatch losses, in order */
     double last_loss;     /* the last completed step's mean loss */
     double val_loss;      /* the last evaluation's loss (NAN before one) */
+    int64_t val_step;     /* the step val_loss was measured after (-1: none) */
     float gscale;         /* clipping factor of the last step (pending updates) */
     int64_t *updated;     /* (S) AdamW updates applied to each shard */
     int64_t *zeroed;      /* (S) steps whose gradients each shard has zeroed */

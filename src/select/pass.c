@@ -196,7 +196,7 @@ int sel_run_pass(sel_task *t, sel_dev *dv, const pm_select_layout *lay, int k, i
     dv->res_version[slot] = t->version[s]; /* the slot holds what the host now has */
     dv->last_slot = slot;
     size_t used = dv->act_off + sh->act, st_end = dv->state_off[slot] + 4 * n * sizeof(float);
-    PM_ASSERT(used <= lay->device_mem && st_end <= lay->device_mem);
+    PM_ASSERT(used <= pm_select_slab_bytes(lay) && st_end <= pm_select_slab_bytes(lay));
     if (used > dv->peak) dv->peak = used;
     if (st_end > dv->peak) dv->peak = st_end;
     return 0;

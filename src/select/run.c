@@ -132,16 +132,46 @@ static void emit(sel_run *r, int task, int kind, double loss, double val) {
     r->o->report(r->o->report_ctx, &ev);
 }
 
-/* Task t's checkpoint in the save directory (its updates flushed first);
- * on failure the reason goes to t->why. */
+/* Task t's losses beside its checkpoint (pm_select_saved_losses): the
+ * validation loss only if it was measured on this very state. */
+static pm_status save_losses(sel_run *r, const sel_task *t, pm_err *err) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s.loss", r->o->save_dir, t->task->name);
+    int64_t step = t->host->step;
+    pm_wfile w;
+    pm_status st = pm_wfile_open(&w, path, err);
+    if (st) return st;
+    fprintf(w.f, "step %lld loss %.17g val_loss %.17g\n", (long long)step, t->last_loss,
+            t->val_step == step ? t->val_loss : NAN);
+    return pm_wfile_commit(&w, err);
+}
+
+/* Task t's checkpoint in the save directory (its updates flushed first),
+ * then its losses; on failure the reason goes to t->why. */
 static int save_task(sel_run *r, sel_task *t) {
     char path[4096];
     pm_err e;
     snprintf(path, sizeof path, "%s/%s.ckpt", r->o->save_dir, t->task->name);
     sel_flush_updates(t);
-    if (!pm_ckpt_save(t->host, path, &e)) return 0;
+    if (!pm_ckpt_save(t->host, path, &e) && !save_losses(r, t, &e)) return 0;
     snprintf(t->why, sizeof t->why, "saving: %.140s", e.msg);
     return 1;
+}
+
+int pm_select_saved_losses(const char *dir, const char *name, int64_t step, double *loss,
+                           double *val) {
+    char path[4096], *text = NULL;
+    size_t len;
+    long long k;
+    double x, y;
+    pm_err e;
+    *loss = *val = NAN;
+    snprintf(path, sizeof path, "%s/%s.loss", dir, name);
+    if (pm_read_file(path, 256, &text, &len, &e)) return 0;
+    int ok = sscanf(text, "step %lld loss %lf val_loss %lf", &k, &x, &y) == 3 && k == step;
+    pm_free(text);
+    if (ok) *loss = x, *val = y;
+    return ok;
 }
 
 /* The end-of-step work that needs the task's whole state in RAM: the
@@ -164,6 +194,7 @@ static int host_work(sel_run *r, sel_task *t, int end, int ev, int stop, double 
             return *state = PM_SELECT_FAILED, PM_SELECT_EV_FAILED;
         }
         t->val_loss = *val;
+        t->val_step = h->step;
     }
     if (r->o->save_dir && save_task(r, t)) return *state = PM_SELECT_FAILED, PM_SELECT_EV_FAILED;
     if (end) return *state = PM_SELECT_DONE, PM_SELECT_EV_DONE;
@@ -414,7 +445,9 @@ static pm_status tasks_init(sel_run *r, const pm_select_task *tasks, pm_trainer 
         *t = (sel_task){.task = &tasks[i], .index = i, .host = &hosts[i], .S = S, .K = K,
                         .nc = nc, .act = pm_malloc(nb * sizeof(float)),
                         .grad = pm_malloc(nb * sizeof(float)), .stop_at = c->opt.steps,
-                        .val_loss = NAN, .last_loss = NAN, .first_start = -1,
+                        .val_loss = r->o->prior_val ? r->o->prior_val[i] : NAN,
+                        .last_loss = r->o->prior_loss ? r->o->prior_loss[i] : NAN,
+                        .val_step = r->o->prior_val ? hosts[i].step : -1, .first_start = -1,
                         .updated = pm_malloc((size_t)S * sizeof(int64_t)),
                         .zeroed = pm_malloc((size_t)S * sizeof(int64_t)),
                         .version = pm_calloc((size_t)S, sizeof(uint64_t))};
@@ -512,7 +545,7 @@ pm_status pm_select_run(const pm_select_task *tasks, pm_trainer *hosts, int n,
     if (n < 1 || o->devices < 1)
         return pm_errf(err, PM_ERR_ARG, "select needs tasks and devices (got %d, %d)", n,
                        o->devices);
-    if ((size_t)layout->slots * layout->state_slot + layout->act_slot > layout->device_mem)
+    if (pm_select_slab_bytes(layout) > layout->device_mem)
         return pm_errf(err, PM_ERR_ARG, "the layout does not fit its device memory");
     sel_run r = {.o = o, .lay = layout, .n = n, .stats = stats};
     stats->peak = pm_calloc((size_t)o->devices, sizeof(size_t));

@@ -9,7 +9,9 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
+#include <stdlib.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
@@ -267,4 +269,32 @@ pm_status pm_path_check_writable(const char *path, pm_err *err) {
     unlink(tmp);
     pm_free(tmp);
     return PM_OK;
+}
+
+/* A path not (yet) there as its resolved directory and its last component
+ * ("a/b/" is "a/b"); -1 when the directory cannot be resolved either. */
+static int resolved_name(const char *path, char out[PATH_MAX]) {
+    size_t n = strlen(path);
+    while (n > 1 && path[n - 1] == '/') n--; /* trailing slashes */
+    size_t cut = n;
+    while (cut > 0 && path[cut - 1] != '/') cut--;
+    char dir[PATH_MAX], real[PATH_MAX];
+    if (cut >= sizeof dir || n - cut >= sizeof dir) return -1;
+    if (cut == 0) snprintf(dir, sizeof dir, ".");
+    else memcpy(dir, path, cut), dir[cut] = 0; /* "d/", or "/" */
+    if (!realpath(dir, real)) return -1;
+    int len = snprintf(out, PATH_MAX, "%s/%.*s", strcmp(real, "/") ? real : "", (int)(n - cut),
+                       path + cut);
+    return len < 0 || len >= PATH_MAX ? -1 : 0;
+}
+
+int pm_same_file(const char *a, const char *b) {
+    if (!a || !b || !*a || !*b) return 0;
+    struct stat sa, sb;
+    int ea = stat(a, &sa) == 0, eb = stat(b, &sb) == 0;
+    if (ea && eb) return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+    if (ea || eb) return 0;
+    char na[PATH_MAX], nb[PATH_MAX];
+    if (resolved_name(a, na) || resolved_name(b, nb)) return !strcmp(a, b);
+    return !strcmp(na, nb);
 }
