@@ -533,6 +533,43 @@ static void body_of(const char *path, char *out, size_t cap) {
  * layout: no comment line (it began with '# pipemem: recompute', which
  * _load_csv refuses), a note on stderr, and read back with --recompute it
  * is the schedule the text format gives. */
+/* A learning rate that blows the parameters up (issue 19, 2.3): the run
+ * stops at the first evaluation that is not finite, names the step and the
+ * reason, exits 1, and saves nothing: no new checkpoint, and a good one
+ * already at the path stays byte for byte (one device and a pipeline). */
+static void test_diverged_saves_nothing(void **state) {
+    (void)state;
+    if (!bin) skip();
+    prepare_data();
+    char args[900], path[600];
+    const char *how[] = {"", "--pp 2"};
+    for (int k = 0; k < 2; k++) {
+        snprintf(path, sizeof path, "%s/diverged%d.ckpt", dir, k);
+        unlink(path);
+        snprintf(args, sizeof args, TRAIN "%s/d %s --lr 1e10 --eval-every 1 --save %s", dir,
+                 how[k], path);
+        run_result r = run(args);
+        if (r.status != 1 || !strstr(r.last, "the parameters are no longer finite, so the "
+                                      "checkpoint was not saved"))
+            fail_msg("pipemem %s: status %d, '%s'", args, r.status, r.last);
+        assert_int_not_equal(access(path, F_OK), 0);
+        /* a good checkpoint first; the diverging run must leave it as it was */
+        snprintf(args, sizeof args, TRAIN "%s/d %s --save %s", dir, how[k], path);
+        assert_int_equal(run(args).status, 0);
+        char before[700], cmd[1500];
+        snprintf(before, sizeof before, "%s.good", path);
+        snprintf(cmd, sizeof cmd, "cp %s %s", path, before);
+        assert_int_equal(system(cmd), 0);
+        snprintf(args, sizeof args, TRAIN "%s/d %s --lr 1e10 --eval-every 1 --save %s", dir,
+                 how[k], path);
+        r = run(args);
+        if (r.status != 1 || !strstr(r.last, "step 1: the validation loss is"))
+            fail_msg("pipemem %s: status %d, '%s'", args, r.status, r.last);
+        snprintf(cmd, sizeof cmd, "cmp -s %s %s", path, before);
+        assert_int_equal(system(cmd), 0);
+    }
+}
+
 static void test_schedule_csv_recompute(void **state) {
     (void)state;
     if (!bin) skip();
@@ -583,6 +620,7 @@ int main(void) {
         cmocka_unit_test(test_schedule_from_conflicts),
         cmocka_unit_test(test_select_hints),
         cmocka_unit_test(test_schedule_csv_recompute),
+        cmocka_unit_test(test_diverged_saves_nothing),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
