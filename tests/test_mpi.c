@@ -561,6 +561,30 @@ static void test_bad_input(void **state) {
     assert_int_not_equal(rc, 124);
     assert_int_equal(count(out, "pipemem: "), 1);
     assert_int_equal(count(out, "pipemem: rank 1: --dim: 'x' is not an integer"), 1);
+    /* ranks started with other options that decide what they do together
+     * (issue 19, 2.8): one resuming, one not; other evaluation steps; one
+     * on threads. Each stops at once with one line, no 300 s wait */
+    char ck[300];
+    snprintf(ck, sizeof ck, "%s/bad_input.ckpt", dir);
+    rc = run(out, sizeof out, NULL, "%s train --data %s/d " MODEL " --steps 2 --pp 2 --save %s",
+             bin, dir, ck);
+    assert_int_equal(rc, 0);
+    const char *other[] = {"--resume", "--eval-every 1 --resume"};
+    for (int k = 0; k < 2; k++) {
+        rc = run(out, sizeof out, NULL, MPIRUN " 1 %s train --data %s/d " MODEL " --steps 3 "
+                 "--pp 2 %s %s : -np 1 %s train --data %s/d " MODEL " --steps 3 --pp 2 %s%s", bin,
+                 dir, other[k], ck, bin, dir, k ? "--resume " : "", k ? ck : "");
+        assert_int_not_equal(rc, 0);
+        assert_int_not_equal(rc, 124);
+        if (count(out, "rank 1 was started with other options") != 1)
+            fail_msg("case %d: exit %d: %s", k, rc, out);
+    }
+    rc = run(out, sizeof out, NULL, MPIRUN " 1 %s train --data %s/d " MODEL " --steps 2 --pp 2 "
+             "--transport threads : -np 1 %s train --data %s/d " MODEL " --steps 2 --pp 2", bin,
+             dir, bin, dir);
+    assert_int_not_equal(rc, 0);
+    assert_int_not_equal(rc, 124);
+    assert_non_null(strstr(out, "--transport threads under mpirun with 2 ranks"));
 }
 
 static void test_built_without(void **state) {

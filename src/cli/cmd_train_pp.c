@@ -371,6 +371,19 @@ static int plan_fail(const char *msg) {
     return pm_cli_fail("train: %s", line);
 }
 
+/* What every rank must agree on besides the plan (which the pipe checks
+ * itself): the training data, and every option that decides what the ranks
+ * do together (a rank resuming while another starts afresh, or evaluating
+ * or saving at other steps, would wait for ever in a collective). */
+static uint64_t options_fingerprint(const pm_cli_train_opts *o, const pm_tokens *tr) {
+    uint64_t h = pm_tokens_identity(tr);
+    const char *s[] = {o->resume ? o->resume : "", o->save ? o->save : "",
+                       o->trace ? o->trace : "", o->svg ? o->svg : ""};
+    for (int k = 0; k < 4; k++) h = pm_fnv1a64(h, s[k], strlen(s[k]) + 1);
+    int32_t v[6] = {o->eval_every, o->eval_batches, o->stop_after, o->json, o->zero, o->dp};
+    return pm_fnv1a64(h, v, sizeof v);
+}
+
 /* Everything a pipeline run holds in this process: no model state (the
  * devices hold that), only the data, the plan and the loop's state. */
 typedef struct {
@@ -463,7 +476,7 @@ static int run(const pm_cli_train_opts *o, pp_world *w) {
     pp_stats ps = {.final_loss = NAN};
     int rc = 1;
     if (load(o, w, &j)) return 1;
-    w->opts.fingerprint = pm_tokens_identity(&j.tr);
+    w->opts.fingerprint = options_fingerprint(o, &j.tr);
     if (place_costs(w, o, &j.cfg, &err) || make_plan(w, o, &j.cfg, &j.plan, &err)) {
         plan_fail(err.msg);
         goto out;
@@ -519,6 +532,12 @@ int pm_cli_train_pp(const pm_cli_train_opts *o) {
     pp_world w = {0};
     int mpi = o->transport ? !strcmp(o->transport, "mpi") : pm_mpi_launched();
     if (fault_hook(&w.opts)) return 1;
+    const char *size_env = getenv("OMPI_COMM_WORLD_SIZE");
+    if (!mpi && size_env && atoi(size_env) > 1) /* the other ranks would wait for ever */
+        return pm_cli_fail("train: --transport threads under mpirun with %s ranks would run the "
+                           "whole pipeline on every rank, and the ranks on MPI would wait for "
+                           "this one: drop --transport threads, or run without mpirun",
+                           size_env);
     if (!mpi) return run(o, &w);
     pm_err err;
     int size;

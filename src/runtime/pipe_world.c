@@ -97,7 +97,7 @@ pm_tp *pm_pipe_endpoint(pm_pipe *pp, int g) {
 static uint64_t fingerprint(const pm_pipe *pp) {
     const pm_train_cfg *c = &pp->cfg;
     uint64_t h = pm_fnv1a64(PM_FNV_OFFSET, &c->model, sizeof c->model);
-    int32_t v[3] = {c->batch, c->micro, pp->dp};
+    int32_t v[5] = {c->batch, c->micro, pp->dp, pp->pl->zero, pp->pl->forward_only};
     h = pm_fnv1a64(h, v, sizeof v);
     h = pm_fnv1a64(h, &c->seed, sizeof c->seed);
     h = pm_fnv1a64(h, &c->opt, sizeof c->opt);
