@@ -193,6 +193,14 @@ static void test_pipeline_refusals(void **state) {
     expect_error(args, "--placement even: use measured or flops", 30);
     snprintf(args, sizeof args, TRAIN "%s/d --placement flops", dir);
     expect_error(args, "--placement is for pipeline runs", 30);
+    /* the file decides the kind and the chunks: either beside it is refused
+     * (issue 19, 2.9), also with auto's limit */
+    const char *beside[] = {"--schedule v-half", "--schedule auto --mem-limit 0.5", "--chunks 2"};
+    for (int k = 0; k < 3; k++) {
+        snprintf(args, sizeof args, TRAIN "%s/d --schedule-file %s/s4.txt %s", dir, dir,
+                 beside[k]);
+        expect_error(args, k < 2 ? "is the schedule: drop --schedule" : "drop --chunks", 30);
+    }
     snprintf(args, sizeof args, TRAIN "%s/d --schedule-file %s/s4.txt --mem-limit 0.2",
              dir, dir);
     expect_error(args, "over --mem-limit 0.2 M", 30);

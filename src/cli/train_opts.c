@@ -163,6 +163,11 @@ static int check(pm_cli_train_opts *o, const char *pipe_only, const char *single
     if (o->zero && o->dp < 2)
         return pm_cli_fail("train: --zero 1 shards the AdamW moments across data-parallel "
                            "replicas: add --dp 2 or more");
+    /* the file decides the kind and the chunks (--mem-limit still checks it,
+     * --recompute still applies to it) */
+    if (o->sched_file && (o->have_kind || o->chunks))
+        return pm_cli_fail("train: --schedule-file %s is the schedule: drop %s (the file decides "
+                           "it)", o->sched_file, o->have_kind ? "--schedule" : "--chunks");
     if (o->placement && strcmp(o->placement, "measured") && strcmp(o->placement, "flops"))
         return pm_cli_fail("train: --placement %s: use measured or flops", o->placement);
     if (o->transport && strcmp(o->transport, "threads") && strcmp(o->transport, "mpi"))
@@ -238,6 +243,7 @@ int pm_cli_train_parse(int argc, char **argv, pm_cli_train_opts *o) {
         if (d->type != 'f') i++;
         if (d->mode == 't') o->pipeline = 1;
         if (!strcmp(d->name, "--pp")) o->have_pp = 1;
+        if (!strcmp(d->name, "--schedule")) o->have_kind = 1;
         if (d->mode == 'p' && !pipe_only) pipe_only = d->name;
         if (d->mode == 's' && !single_only) single_only = d->name;
     }

@@ -27,6 +27,7 @@ typedef struct {
     /* pipeline (--pp, --schedule, --schedule-file set pipeline) */
     int pipeline, pp, chunks;
     int have_pp; /* --pp was given (a schedule file must then agree with it) */
+    int have_kind; /* --schedule was given (refused beside --schedule-file) */
     int recompute; /* --recompute: the schedule's stages recompute in B */
     const char *kind, *sched_file, *trace, *svg;
     double mem_limit;
