@@ -10,7 +10,8 @@
  * --device-mem before allocating anything. Implemented in src/plan/:
  * placement.c (the cut), arena.c (the activation arena and its offline
  * offsets), devmem.c (the allocation sequence of each pass, shared by the
- * planner's dry replay and the executor), plan.c (the planner).
+ * planner's dry replay and the executor), plan.c (the planner), query.c
+ * (what a plan answers).
  *
  * Reproducible: given the same inputs (the layer costs included) the plan
  * is the same on every machine; only measured layer costs

@@ -35,42 +35,6 @@ static pm_status nomem(pm_err *err, const char *what) {
     return pm_errf(err, PM_ERR_NOMEM, "plan: out of memory for %s", what);
 }
 
-/* ---- queries ------------------------------------------------------------------ */
-
-size_t pm_plan_stage_offset(const pm_plan *pl, int s) {
-    return pm_gpt_layer_offset(&pl->cfg.model, pl->first[s]);
-}
-
-size_t pm_plan_stage_floats(const pm_plan *pl, int s) {
-    const pm_gpt_config *c = &pl->cfg.model;
-    int b = pl->first[s + 1];
-    size_t end = b < pm_gpt_num_layers(c) ? pm_gpt_layer_offset(c, b) : pm_gpt_num_params(c);
-    return end - pm_plan_stage_offset(pl, s);
-}
-
-void pm_plan_moment_slice(const pm_plan *pl, int s, int r, size_t *first, size_t *count) {
-    size_t n = pm_plan_stage_floats(pl, s), D = (size_t)pl->dp;
-    if (!pl->zero) {
-        *first = 0, *count = n;
-        return;
-    }
-    *first = n * (size_t)r / D;
-    *count = n * (size_t)(r + 1) / D - *first;
-}
-
-size_t pm_plan_keep_bytes(const pm_plan *pl, int s) {
-    return pl->sched.recompute && s > 0 ? pl->sz[pl->first[s]].in : 0;
-}
-
-double pm_plan_peak_x(const pm_plan *pl, int *dev) {
-    double peak = 0;
-    int at = 0;
-    for (int d = 0; d < pl->p; d++)
-        if (pl->sim.peak[d] > peak) peak = pl->sim.peak[d], at = d;
-    if (dev) *dev = at;
-    return pl->M > 0 ? peak / pl->M : 0;
-}
-
 /* ---- the schedule --------------------------------------------------------------- */
 
 /* Weight passes of one stage are interchangeable: same cost, same bytes
@@ -375,14 +339,6 @@ static void device_bytes(pm_plan *pl) {
     }
 }
 
-void pm_plan_bytes_str(size_t n, char *buf, size_t cap) {
-    double x = (double)n;
-    const char *unit[] = {"bytes", "KiB", "MiB", "GiB", "TiB"};
-    int u = 0;
-    while (x >= 1024 && u < 4) x /= 1024, u++;
-    if (u == 0) snprintf(buf, cap, "%zu bytes", n);
-    else snprintf(buf, cap, "%.*f %s", x < 10 ? 2 : x < 100 ? 1 : 0, x, unit[u]);
-}
 
 /* One line: the busiest device's bytes by kind against the budget. */
 static pm_status over_budget(const pm_plan *pl, size_t budget, pm_err *err) {

@@ -533,7 +533,7 @@ static pm_status gather_slices(pm_pipe_dev *dv) {
     return st;
 }
 
-static pm_status dev_step(pm_pipe_dev *dv) {
+pm_status pm_dev_step(pm_pipe_dev *dv) {
     pm_pipe *pp = dv->pp;
     const pm_pass *ps = dv->list = pm_sched_dev(&pp->sched, dv->d);
     int64_t len = dv->len = pp->sched.len[dv->d], base = (int64_t)dv->g * pp->sched.cap;
@@ -574,7 +574,7 @@ static pm_status dev_step(pm_pipe_dev *dv) {
 
 /* Forward passes only: this device's stages for the round's microbatches
  * of its replica, in wavefront order; the head's device keeps the losses. */
-static pm_status dev_eval(pm_pipe_dev *dv) {
+pm_status pm_dev_eval(pm_pipe_dev *dv) {
     pm_pipe *pp = dv->pp;
     int have = pp->eval_n - dv->rep * pp->m; /* this replica's share of the round */
     const pm_pass *all = pp->fwd + (int64_t)dv->d * pp->fcap;
@@ -595,12 +595,3 @@ static pm_status dev_eval(pm_pipe_dev *dv) {
     return PM_OK;
 }
 
-void *pm_dev_main(void *arg) {
-    pm_pipe_dev *dv = arg;
-    dv->err.msg[0] = 0;
-    int64_t *was = pm_alloc_account(&dv->pp->acct[dv->g]); /* MPI's send buffers: lazily */
-    pm_run_kind run = dv->pp->run;
-    dv->st = run == PM_RUN_EVAL ? dev_eval(dv) : run == PM_RUN_STEP ? dev_step(dv) : pm_dev_ckpt(dv);
-    pm_alloc_account(was);
-    return NULL;
-}

@@ -56,6 +56,7 @@ struct pm_pipe {
     int64_t *fwd_len;     /* (p) */
     int64_t fcap;         /* row length of fwd */
     pm_run_kind run;      /* what the devices run next */
+    pm_status (*body)(pm_pipe_dev *dv); /* ... and the function that runs it */
     int eval_n;           /* evaluation: microbatches in this round (of dp * m) */
     const char *ck_tmp;   /* save: the checkpoint's temporary every device writes into */
     const char *ck_path;  /* load: the checkpoint every device reads from */
@@ -165,12 +166,13 @@ static inline int pm_dev_peer(const pm_pipe_dev *dv, int s) {
     return dv->rep * dv->pp->p + pm_sched_stage_device(&dv->pp->sched, s);
 }
 
-/* The device thread's body: a step's passes, norm and AdamW, an
- * evaluation's forward passes, or its part of a checkpoint (pp->run). Sets
- * dv->st / dv->err. */
-void *pm_dev_main(void *arg);
-/* The device's ranges of a checkpoint written or read (pipe_ckpt.c). */
-pm_status pm_dev_ckpt(pm_pipe_dev *dv);
+/* What a device runs (exec.c): a step's passes, norm and AdamW, or an
+ * evaluation's forward passes. */
+pm_status pm_dev_step(pm_pipe_dev *dv);
+pm_status pm_dev_eval(pm_pipe_dev *dv);
+
+/* Whether this process holds device 0 (prints, writes, commits). */
+static inline int pm_root(const pm_pipe *pp) { return pp->lo == 0; }
 
 /* Data parallelism: chunks of the device's stages before stage s (s = S:
  * all of them). */
@@ -221,10 +223,12 @@ pm_status pm_pipe_share_name(pm_pipe *pp, pm_status st, pm_err *err, char **name
 pm_status pm_pipe_gather_parts(pm_pipe *pp, uint64_t sums[PM_CKPT_SLABS], pm_err *err);
 pm_status pm_pipe_share_outcome(pm_pipe *pp, pm_status st, pm_err *err);
 
-/* Device threads (pipe_threads.c): start p parked threads; run one step on
- * all and wait; stop and join them (safe on a pipe whose start failed). */
+/* Device threads (pipe_threads.c): start p parked threads; stop and join
+ * them (safe on a pipe whose start failed). pm_pipe_run runs kind with
+ * body on every device of this process (its threads, or this rank's device
+ * on the calling thread), each setting dv->st / dv->err, and waits. */
 pm_status pm_pipe_pool_start(pm_pipe *pp, pm_err *err);
-void pm_pipe_pool_run(pm_pipe *pp);
+void pm_pipe_run(pm_pipe *pp, pm_run_kind kind, pm_status (*body)(pm_pipe_dev *dv));
 void pm_pipe_pool_free(pm_pipe *pp);
 
 /* Measurements (pipe_measure.c), from the last step's pass times:

@@ -332,7 +332,7 @@ void pm_pipe_destroy(pm_pipe *pp) {
 
 int pm_pipe_devices(const pm_pipe *pp) { return pp->p; }
 int pm_pipe_replicas(const pm_pipe *pp) { return pp->dp; }
-int pm_pipe_is_root(const pm_pipe *pp) { return pp->lo == 0; }
+int pm_pipe_is_root(const pm_pipe *pp) { return pm_root(pp); }
 const pm_train_cfg *pm_pipe_config(const pm_pipe *pp) { return &pp->cfg; }
 int pm_pipe_stages(const pm_pipe *pp) { return pp->S; }
 const pm_plan *pm_pipe_plan(const pm_pipe *pp) { return pp->pl; }
@@ -434,13 +434,11 @@ pm_status pm_pipe_step(pm_pipe *pp, const int32_t *inp, const int32_t *tgt, pm_p
         dv->inp = inp + (size_t)dv->rep * share, dv->tgt = tgt + (size_t)dv->rep * share;
         dv->t_base = t_start, dv->st = PM_OK, dv->norm = 0;
     }
-    pp->run = PM_RUN_STEP;
-    if (pp->mpi) pm_dev_main(&pp->dev[pp->lo]);
-    else pm_pipe_pool_run(pp);
+    pm_pipe_run(pp, PM_RUN_STEP, pm_dev_step);
     st = collect_error(pp, err);
     if (!st && (st = pm_pipe_report(pp, &pp->dead_err))) return step_fail(pp, st, err);
     if (st) return st;
-    if (pm_pipe_is_root(pp)) step_figures(pp, t_start, &fc);
+    if (pm_root(pp)) step_figures(pp, t_start, &fc);
     pp->step++;
     if (info) *info = pp->info;
     return PM_OK;
@@ -463,9 +461,8 @@ static pm_status run_forward(pm_pipe *pp, const int32_t *inp, const int32_t *tgt
         dv->inp = inp + (size_t)dv->rep * share, dv->tgt = tgt ? tgt + (size_t)dv->rep * share : NULL;
         dv->st = PM_OK;
     }
-    pp->run = PM_RUN_EVAL, pp->eval_n = n, pp->probs = probs;
-    if (pp->mpi) pm_dev_main(&pp->dev[pp->lo]);
-    else pm_pipe_pool_run(pp);
+    pp->eval_n = n, pp->probs = probs;
+    pm_pipe_run(pp, PM_RUN_EVAL, pm_dev_eval);
     pp->probs = NULL;
     pm_status st = collect_error(pp, err);
     if (!st && (st = pm_pipe_share_losses(pp, n, &pp->dead_err))) return step_fail(pp, st, err);

@@ -47,7 +47,7 @@ static int slabs(const pm_pipe *pp) { return pp->pl->forward_only ? 1 : PM_CKPT_
 
 /* Runs on the device (its thread, or the rank): its part of a save or a
  * load, into dv->st / dv->err and dv->sums. */
-pm_status pm_dev_ckpt(pm_pipe_dev *dv) {
+static pm_status dev_ckpt(pm_pipe_dev *dv) {
     pm_pipe *pp = dv->pp;
     size_t n = pm_gpt_num_params(&pp->cfg.model);
     memset(dv->sums, 0, sizeof dv->sums);
@@ -77,9 +77,7 @@ pm_status pm_dev_ckpt(pm_pipe_dev *dv) {
  * checksum parts at the root (the first failure's line wins). */
 static pm_status run_parts(pm_pipe *pp, pm_run_kind kind, uint64_t sums[PM_CKPT_SLABS],
                            pm_err *err) {
-    pp->run = kind;
-    if (pp->mpi) pm_dev_main(&pp->dev[pp->lo]);
-    else pm_pipe_pool_run(pp);
+    pm_pipe_run(pp, kind, dev_ckpt);
     return pm_pipe_gather_parts(pp, sums, err);
 }
 
@@ -91,12 +89,12 @@ pm_status pm_pipe_save(pm_pipe *pp, const char *path, const pm_ckpt_meta *meta, 
     pm_err mine = {{0}};
     uint64_t sums[PM_CKPT_SLABS] = {0};
     char *tmp = NULL;
-    pm_status st = pm_pipe_is_root(pp) ? pm_ckpt_create(path, meta, &tmp, &mine) : PM_OK;
+    pm_status st = pm_root(pp) ? pm_ckpt_create(path, meta, &tmp, &mine) : PM_OK;
     /* every process learns the temporary's name, or the root's failure */
     if ((st = pm_pipe_share_name(pp, st, &mine, &tmp))) goto done;
     pp->ck_tmp = tmp;
     st = run_parts(pp, PM_RUN_SAVE, sums, &mine);
-    if (pm_pipe_is_root(pp)) {
+    if (pm_root(pp)) {
         if (!st) st = pm_ckpt_commit(path, tmp, meta, sums, &mine);
         else pm_ckpt_abandon(tmp);
     }
@@ -137,7 +135,7 @@ pm_status pm_pipe_load(pm_pipe *pp, const char *path, uint64_t data_id, pm_ckpt_
     pp->ck_path = path;
     st = run_parts(pp, PM_RUN_LOAD, sums, &mine);
     unsigned mask = pp->pl->forward_only ? PM_CKPT_MASK(PM_CKPT_PARAMS) : PM_CKPT_ALL;
-    if (!st && pm_pipe_is_root(pp)) st = pm_ckpt_check_sums(path, &pp->ck_info, mask, sums, &mine);
+    if (!st && pm_root(pp)) st = pm_ckpt_check_sums(path, &pp->ck_info, mask, sums, &mine);
     st = pm_pipe_share_outcome(pp, st, &mine);
     pp->ck_path = NULL;
     if (!st) {

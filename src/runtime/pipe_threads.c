@@ -1,7 +1,7 @@
 /* pipe_threads.c: the pipe's device threads, one per device. Started once
  * in init, parked between steps, so no thread is created in a step. A step
  * bumps `gen` and waits until every device has finished it; free sets `quit` and joins.
- *   parked --(gen changes: pm_dev_main)--> running --(finished++)--> parked
+ *   parked --(gen changes: the body)--> running --(finished++)--> parked
  *   parked --(quit)--> exit */
 #include <pthread.h>
 
@@ -17,6 +17,15 @@ struct pm_pipe_pool {
     pthread_t *th;   /* (p) */
 };
 
+/* A device's run: the body the caller chose, its allocations counted as
+ * the device's own (MPI's send buffers are made as needed). */
+static void dev_run(pm_pipe_dev *dv) {
+    dv->err.msg[0] = 0;
+    int64_t *was = pm_alloc_account(&dv->pp->acct[dv->g]);
+    dv->st = dv->pp->body(dv);
+    pm_alloc_account(was);
+}
+
 static void *worker(void *arg) {
     pm_pipe_dev *dv = arg;
     struct pm_pipe_pool *pl = dv->pp->pool;
@@ -30,7 +39,7 @@ static void *worker(void *arg) {
         }
         seen = pl->gen;
         pthread_mutex_unlock(&pl->mu);
-        pm_dev_main(dv);
+        dev_run(dv);
         pthread_mutex_lock(&pl->mu);
         pl->finished++;
         pthread_cond_signal(&pl->done);
@@ -73,8 +82,12 @@ pm_status pm_pipe_pool_start(pm_pipe *pp, pm_err *err) {
     return PM_OK;
 }
 
-/* Runs one step on every device and waits for all of them. */
-void pm_pipe_pool_run(pm_pipe *pp) {
+void pm_pipe_run(pm_pipe *pp, pm_run_kind kind, pm_status (*body)(pm_pipe_dev *dv)) {
+    pp->run = kind, pp->body = body;
+    if (pp->mpi) { /* this rank's device, here */
+        dev_run(&pp->dev[pp->lo]);
+        return;
+    }
     struct pm_pipe_pool *pl = pp->pool;
     pthread_mutex_lock(&pl->mu);
     pl->finished = 0;

@@ -338,7 +338,7 @@ static pm_status gather_stage(pm_pipe *pp, pm_slab which, int s, int g, float *o
     int local = g >= pp->lo && g < pp->hi, tag = pm_tag_ctl(pp, CTL_GATHER);
     const float *x = local ? slab_of(&pp->dev[g], which, s) : NULL;
     if (out) out += first;
-    if (local && pm_pipe_is_root(pp)) {
+    if (local && pm_root(pp)) {
         memcpy(out, x, n * sizeof(float));
         return PM_OK;
     }
@@ -346,7 +346,7 @@ static pm_status gather_stage(pm_pipe *pp, pm_slab which, int s, int g, float *o
     for (size_t lo = 0; lo < n && !st; lo += c) {
         size_t bytes = (n - lo < c ? n - lo : c) * sizeof(float);
         if (local) st = ssend_msg(pp->dev[g].tp, 0, tag, x + lo, bytes);
-        else if (pm_pipe_is_root(pp)) st = wait_msg(pp->dev[0].tp, g, tag, out + lo, bytes);
+        else if (pm_root(pp)) st = wait_msg(pp->dev[0].tp, g, tag, out + lo, bytes);
     }
     return st;
 }

@@ -78,7 +78,3 @@ void sel_dev_free(sel_dev *dv) {
     pm_free(dv->slab);
     dv->slab = NULL;
 }
-
-size_t pm_select_slab_bytes(const pm_select_layout *L) {
-    return (size_t)L->slots * L->state_slot + L->act_slot;
-}

@@ -247,3 +247,7 @@ pm_status pm_select_partition(pm_select_task *tasks, int n, size_t device_mem, i
     table_free(&lt);
     return st;
 }
+
+size_t pm_select_slab_bytes(const pm_select_layout *L) {
+    return (size_t)L->slots * L->state_slot + L->act_slot;
+}
