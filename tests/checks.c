@@ -423,6 +423,16 @@ static double planned(json_t *pl, int g, const char *k) {
     return json_is_number(x) ? json_number_value(x) : -1;
 }
 
+int chk_json_planned(const char *out, const char *kind, double *v, int max) {
+    json_t *j = train_json(out);
+    json_t *pl = json_object_get(j, "planned_bytes");
+    int n = json_is_array(pl) ? (int)json_array_size(pl) : -1;
+    for (int g = 0; g < n && g < max; g++)
+        if ((v[g] = planned(pl, g, kind)) < 0) n = -1;
+    json_decref(j);
+    return n;
+}
+
 int chk_train_alloc(const char *out, double whole, char *msg, size_t cap) {
     json_t *j = train_json(out);
     if (!j) return bad(msg, cap, "no JSON summary line in the output");

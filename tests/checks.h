@@ -55,6 +55,11 @@ int chk_tmp_count(const char *path);
  * JSON, no such key, or not an array of numbers). */
 int chk_json_array(const char *out, const char *key, double *v, int max);
 
+/* Each device's planned bytes of `kind` ("parameters", "gradients",
+ * "moments", "activations", "workspace", "transport" or "total") from that
+ * summary's planned_bytes into v (at most max); how many devices, or -1. */
+int chk_json_planned(const char *out, const char *kind, double *v, int max);
+
 /* What the devices of a pipeline run (`train --pp ... --json`) allocated,
  * against their plan: each device's allocated_bytes is at least its
  * planned parameters, gradients, AdamW moments and activations, at most its
