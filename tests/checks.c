@@ -387,3 +387,79 @@ int chk_tmp_count(const char *path) {
     globfree(&g);
     return n;
 }
+
+/* ---- train --json ------------------------------------------------------------ */
+
+/* The summary line of a train run's output, parsed; NULL if none. */
+static json_t *train_json(const char *out) {
+    const char *p = strstr(out, "{\"steps\"");
+    if (!p) return NULL;
+    const char *e = strchr(p, '\n');
+    size_t n = e ? (size_t)(e - p) : strlen(p);
+    return json_loadb(p, n, 0, NULL);
+}
+
+static int array_of(json_t *a, double *v, int max) {
+    if (!json_is_array(a)) return -1;
+    int n = (int)json_array_size(a);
+    for (int i = 0; i < n; i++) {
+        json_t *x = json_array_get(a, (size_t)i);
+        if (!json_is_number(x)) return -1;
+        if (i < max) v[i] = json_number_value(x);
+    }
+    return n;
+}
+
+int chk_json_array(const char *out, const char *key, double *v, int max) {
+    json_t *j = train_json(out);
+    int n = j ? array_of(json_object_get(j, key), v, max) : -1;
+    json_decref(j);
+    return n;
+}
+
+/* Planned bytes of kind `k` of device g; -1 if missing. */
+static double planned(json_t *pl, int g, const char *k) {
+    json_t *x = json_object_get(json_array_get(pl, (size_t)g), k);
+    return json_is_number(x) ? json_number_value(x) : -1;
+}
+
+int chk_json_planned(const char *out, const char *kind, double *v, int max) {
+    json_t *j = train_json(out);
+    json_t *pl = json_object_get(j, "planned_bytes");
+    int n = json_is_array(pl) ? (int)json_array_size(pl) : -1;
+    for (int g = 0; g < n && g < max; g++)
+        if ((v[g] = planned(pl, g, kind)) < 0) n = -1;
+    json_decref(j);
+    return n;
+}
+
+int chk_train_alloc(const char *out, double whole, char *msg, size_t cap) {
+    json_t *j = train_json(out);
+    if (!j) return bad(msg, cap, "no JSON summary line in the output");
+    json_t *pl = json_object_get(j, "planned_bytes");
+    double al[64], params = json_number_value(json_object_get(j, "params"));
+    int nd = array_of(json_object_get(j, "allocated_bytes"), al, 64);
+    int dp = (int)json_integer_value(json_object_get(j, "dp")), rc = 0;
+    double sum = 0;
+    if (nd <= 0 || nd > 64 || !json_is_array(pl) || (int)json_array_size(pl) != nd ||
+        params <= 0 || dp <= 0)
+        rc = bad(msg, cap, "the summary lacks planned_bytes, allocated_bytes (one per device), "
+                 "params or dp");
+    for (int g = 0; g < nd && !rc; g++) {
+        double big = planned(pl, g, "parameters") + planned(pl, g, "gradients") +
+                     planned(pl, g, "moments") + planned(pl, g, "activations");
+        double total = planned(pl, g, "total");
+        sum += planned(pl, g, "parameters");
+        if (!(al[g] >= big && al[g] <= total * 1.02 + 65536))
+            rc = bad(msg, cap, "device %d allocated %.0f bytes; its plan: %.0f in all, %.0f of "
+                     "state and arena", g, al[g], total, big);
+        else if (al[g] > whole * 16 * params)
+            rc = bad(msg, cap, "device %d allocated %.0f bytes, over %.2f of the whole model's "
+                     "%.0f (16 per parameter)", g, al[g], whole, 16 * params);
+    }
+    if (!rc && sum != 4 * params * dp)
+        rc = bad(msg, cap, "the devices plan %.0f bytes of parameters; %d replica(s) of %.0f "
+                 "parameters are %.0f", sum, dp, params, 4 * params * dp);
+    json_decref(j);
+    return rc;
+}

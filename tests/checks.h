@@ -49,4 +49,24 @@ int chk_sample(const char *bin, const char *ckpt, const char *prompt, int n, int
  * PATH.tmp.PID.N: pm_wfile's names). */
 int chk_tmp_count(const char *path);
 
+/* The numbers of the array `key` in the JSON summary of a `pipemem train
+ * --json` run (the line of out that starts with {"steps"; parsed by
+ * Jansson) into v (at most max); how many, or -1 (no summary, not valid
+ * JSON, no such key, or not an array of numbers). */
+int chk_json_array(const char *out, const char *key, double *v, int max);
+
+/* Each device's planned bytes of `kind` ("parameters", "gradients",
+ * "moments", "activations", "workspace", "transport" or "total") from that
+ * summary's planned_bytes into v (at most max); how many devices, or -1. */
+int chk_json_planned(const char *out, const char *kind, double *v, int max);
+
+/* What the devices of a pipeline run (`train --pp ... --json`) allocated,
+ * against their plan: each device's allocated_bytes is at least its
+ * planned parameters, gradients, AdamW moments and activations, at most its
+ * planned total plus 2% and 64 KiB of bookkeeping, and at most `whole` of
+ * the whole model's 16 bytes per parameter; and the devices' planned
+ * parameter bytes add up to 4 per parameter per replica (every layer on
+ * one device of each replica). */
+int chk_train_alloc(const char *out, double whole, char *msg, size_t cap);
+
 #endif

@@ -1,21 +1,27 @@
 /* test_kill.c: kill safety of `pipemem train --save` (when PM_BIN names the
  * built binary). A run that saves a checkpoint at every step (1.6 MB, 100
- * steps, so kills land inside saves as well as between them) is killed with
- * SIGKILL at random moments, several times; after each kill the checkpoint
- * on disk (if one was written yet) must load, and `--resume` from it must
- * carry the run to its end, where the checkpoint must be byte for byte the
- * one an uninterrupted run writes. The same for a pipeline run (--pp 2,
- * zb-h1), whose end must also equal the single-device run's. Only the CLI
- * and the library's checkpoint readers are used, so the test does not
- * depend on the checkpoint's layout. And a writer in parts killed between
- * pm_ckpt_create and pm_ckpt_commit leaves the previous checkpoint.
+ * steps) is killed with SIGKILL several times, each run resuming from the
+ * checkpoint the last one left: on one device, and as a pipeline (--pp 2,
+ * zb-h1, device threads), where every device writes its own stages into
+ * the one temporary the root commits. Before each kill the run is frozen
+ * (SIGSTOP) and the checkpoint on disk copied; every other kill is made
+ * while a save is in progress (the run's temporary exists while frozen).
+ * The run is killed still frozen or after running on a little; then the
+ * checkpoint must be the copy byte for byte or a newer whole checkpoint
+ * (header and every slab verified against its checksum), and at the end
+ * `--resume` must carry the run to a checkpoint byte for byte the one an
+ * uninterrupted run writes (for --pp 2 also the single-device one). Only
+ * the CLI and the library's checkpoint readers are used, so the test does
+ * not depend on the checkpoint's layout. And a writer in parts killed
+ * between pm_ckpt_create and pm_ckpt_commit leaves the previous checkpoint.
  *
  * The kill moments are drawn from a seeded generator (PM_KILL_SEED overrides
- * the seed, which failures print) as fractions of the uninterrupted run's
- * wall time, so the same seed kills at the same points of the run's
- * progress on a fast or a slow (sanitized, shared) machine. */
+ * the seed, which the test prints) in steps of progress (the checkpoint's
+ * step), never in wall time, so a slow or loaded machine kills at the same
+ * points of the run. */
 #include <errno.h>
 #include <fcntl.h>
+#include <glob.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -37,12 +43,6 @@
 enum { KILLS = 6, STEPS = 100 };
 
 static char dir[256];
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static void sleep_s(double s) {
     struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
@@ -119,6 +119,109 @@ static pm_status verify_whole(const char *path, pm_ckpt_info *info, pm_err *err)
     return st ? st : pm_ckpt_check_sums(path, info, PM_CKPT_ALL, sums, err);
 }
 
+/* The whole file at path (pm_malloc'd into *buf); 0, or -1 if unreadable. */
+static int slurp(const char *path, char **buf, size_t *len) {
+    pm_err err;
+    *buf = NULL, *len = 0;
+    return pm_read_file(path, (size_t)64 << 20, buf, len, &err) ? -1 : 0;
+}
+
+/* Whether the writer pid has a temporary of path open (PATH.tmp.PID.N:
+ * created at the start of a save, renamed or removed at its end). */
+static int saving(const char *path, pid_t pid) {
+    char pat[400];
+    snprintf(pat, sizeof pat, "%s.tmp.%ld.*", path, (long)pid);
+    glob_t g;
+    int n = glob(pat, 0, NULL, &g) == 0 ? (int)g.gl_pathc : 0;
+    globfree(&g);
+    return n > 0;
+}
+
+/* Stops pid (SIGSTOP, every thread) and waits until it is stopped: 1; or
+ * 0 if it ended first (*rc its status). */
+static int freeze(pid_t pid, int *rc) {
+    int st;
+    kill(pid, SIGSTOP);
+    while (waitpid(pid, &st, WUNTRACED) < 0)
+        if (errno != EINTR) return *rc = -1, 0;
+    if (WIFSTOPPED(st)) return 1;
+    *rc = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    return 0;
+}
+
+/* The step of the checkpoint at path, -1 if there is none (yet). */
+static int64_t step_of(const char *path) {
+    pm_ckpt_info info;
+    pm_err err;
+    return pm_ckpt_info_read(path, &info, &err) ? -1 : info.step;
+}
+
+/* One kill of a run saving to path (resumed from it if it exists): once
+ * the checkpoint on disk reaches step `target`, the run is frozen
+ * (SIGSTOP) at a random moment, or (in_save) at the first of repeated
+ * random moments at which it is inside a save (its temporary exists);
+ * while frozen the checkpoint is copied; the run is then SIGKILLed,
+ * still frozen or after a random moment of running on. Afterwards the
+ * checkpoint must be the copy byte for byte, or a newer whole checkpoint.
+ * Moments count progress (steps saved), never wall time, so a slow or
+ * loaded machine kills at the same points of the run. Returns 1 if the
+ * freeze found a save in progress, 0 if not, -1 if the run ended first. */
+static int kill_once(const char *bin, const char *path, int pp, int64_t target, int in_save,
+                     uint64_t *rng, char *log, size_t cap) {
+    pid_t pid = start_train(bin, path, exists(path), pp);
+    assert_true(pid > 0);
+    int rc = 0, frozen = 0, was_saving = 0;
+    while (step_of(path) < target) {
+        if (waitpid(pid, &rc, WNOHANG) == pid) fail_msg("the run ended before step %lld",
+                                                         (long long)target);
+        sleep_s(0.0005);
+    }
+    for (int tries = 0; !frozen; tries++) {
+        sleep_s(in_save ? 0.001 * uniform(rng) : 0.005 * uniform(rng));
+        if (!freeze(pid, &rc)) {
+            if (rc != 0) fail_msg("the run exited with %d", rc);
+            snprintf(log, cap, " ended");
+            return -1;
+        }
+        was_saving = saving(path, pid);
+        if (was_saving || !in_save || tries == 100000) frozen = 1;
+        else kill(pid, SIGCONT);
+    }
+    char *before;
+    size_t n;
+    int had = slurp(path, &before, &n) == 0;
+    pm_ckpt_info info;
+    pm_err err;
+    int64_t step0 = -1;
+    if (had && verify_whole(path, &info, &err)) fail_msg("while frozen: %s", err.msg);
+    if (had) step0 = info.step;
+    int late = uniform(rng) < 0.5; /* kill after running on a little */
+    if (late) {
+        kill(pid, SIGCONT);
+        sleep_s(0.003 * uniform(rng));
+    }
+    kill(pid, SIGKILL);
+    rc = wait_for(pid);
+    if (rc != 128 + SIGKILL && rc != 0) fail_msg("the killed run exited with %d", rc);
+    char *after;
+    size_t m;
+    int has = slurp(path, &after, &m) == 0;
+    if (had && !has) fail_msg("the checkpoint at step %lld is gone", (long long)step0);
+    int same = had && has && n == m && !memcmp(before, after, n);
+    if (has && !same) { /* not the copy: a newer whole checkpoint */
+        if (verify_whole(path, &info, &err)) fail_msg("after the kill: %s", err.msg);
+        if (info.step <= step0 || info.step > STEPS)
+            fail_msg("after the kill the checkpoint is at step %lld (was %lld)",
+                     (long long)info.step, (long long)step0);
+    }
+    if (!late && had && !same) fail_msg("killed while frozen, yet the checkpoint changed");
+    snprintf(log, cap, " %lld%s%s->%s", (long long)step0, was_saving ? "(saving)" : "",
+             late ? "+run" : "", same ? "same" : "newer");
+    pm_free(before);
+    pm_free(after);
+    return was_saving;
+}
+
 static void kill_and_resume(int pp) {
     const char *bin = getenv("PM_BIN");
     if (!bin) skip();
@@ -127,61 +230,37 @@ static void kill_and_resume(int pp) {
     char ref[300], run[300];
     snprintf(ref, sizeof ref, "%s/ref%d.ckpt", dir, pp);
     snprintf(run, sizeof run, "%s/run%d.ckpt", dir, pp);
-    /* The uninterrupted run, timed: the scale for the kill moments. */
-    double t0 = now_s();
+    /* the uninterrupted run */
     assert_int_equal(wait_for(start_train(bin, ref, 0, pp)), 0);
-    double full = now_s() - t0;
     pm_ckpt_info info;
     pm_err err;
     if (verify_whole(ref, &info, &err)) fail_msg("%s", err.msg);
     assert_int_equal(info.step, STEPS);
-    /* Kills at 2%..37% of a full run's time each: later kills land further
-     * into the run (resumed runs start where the last checkpoint stopped). */
-    int killed = 0, finished = 0;
-    int64_t last = 0;
+    /* kills at increasing steps, 1 to 12 apart (all before step 73), every
+     * other one inside a save */
+    int in_saves = 0;
+    int64_t target = 0;
     char log[1024] = "";
     size_t at = 0;
-    for (int k = 0; k < KILLS && !finished; k++) {
-        double delay = full * (0.02 + 0.35 * uniform(&rng));
-        int resume = exists(run);
-        pid_t pid = start_train(bin, run, resume, pp);
-        assert_true(pid > 0);
-        sleep_s(delay);
-        kill(pid, SIGKILL);
-        int rc = wait_for(pid);
-        if (rc == 128 + SIGKILL) killed++;
-        else if (rc == 0) finished = 1;
-        else fail_msg("seed %llu: run %d (resume %d) exited with %d", (unsigned long long)seed,
-                      k, resume, rc);
-        /* Whatever moment it died at, the file on disk is a whole checkpoint
-         * no older than the previous one. */
-        int64_t step = -1;
-        if (exists(run)) {
-            if (verify_whole(run, &info, &err))
-                fail_msg("seed %llu: after kill %d at %.3f s: %s", (unsigned long long)seed, k,
-                         delay, err.msg);
-            step = info.step;
-            if (step < last || step > STEPS)
-                fail_msg("seed %llu: after kill %d the checkpoint is at step %lld (was %lld)",
-                         (unsigned long long)seed, k, (long long)step, (long long)last);
-            last = step;
-        }
-        at += (size_t)snprintf(log + at, sizeof log - at, " %.3fs->%lld", delay,
-                               (long long)step);
-        if (at >= sizeof log) at = sizeof log - 1;
+    for (int k = 0; k < KILLS; k++) {
+        target += 1 + (int64_t)(uniform(&rng) * 12);
+        int r = kill_once(bin, run, pp, target, k % 2, &rng, log + at, sizeof log - at);
+        at = strlen(log);
+        if (r < 0) fail_msg("seed %llu: run %d ended before it was killed:%s",
+                            (unsigned long long)seed, k, log);
+        in_saves += r;
     }
-    /* At least half the runs died mid-way, some after saving something. */
-    if (killed < KILLS / 2 || last == 0)
-        fail_msg("seed %llu: only %d of %d runs were killed before the end (full run %.3f s;"
-                 " delay->step:%s)", (unsigned long long)seed, killed, KILLS, full, log);
-    print_message("%s: seed %llu, full run %.3f s, %d kills, kill delay->checkpoint step:%s\n",
-                  pp ? "pp 2, zb-h1" : "one device", (unsigned long long)seed, full, killed, log);
-    if (!finished) assert_int_equal(wait_for(start_train(bin, run, exists(run), pp)), 0);
+    print_message("%s: seed %llu, %d kills, %d inside a save; checkpoint step at the kill"
+                  "(saving)(+run: killed after running on)->after:%s\n",
+                  pp ? "pp 2, zb-h1" : "one device", (unsigned long long)seed, KILLS, in_saves,
+                  log);
+    if (in_saves < KILLS / 2) fail_msg("only %d kills landed inside a save", in_saves);
+    assert_int_equal(wait_for(start_train(bin, run, 1, pp)), 0);
     char cmd[700];
     snprintf(cmd, sizeof cmd, "cmp -s %s %s", ref, run);
     if (system(cmd) != 0)
         fail_msg("seed %llu: the resumed run's checkpoint differs from the uninterrupted one "
-                 "(delay->step:%s)", (unsigned long long)seed, log);
+                 "(%s)", (unsigned long long)seed, log);
     /* a finished save leaves no temporary behind (the killed runs' are
      * cleared by the next writer: their processes are gone) */
     assert_int_equal(chk_tmp_count(run), 0);
@@ -197,8 +276,8 @@ static void test_sigkill_then_resume(void **state) {
     kill_and_resume(0);
 }
 
-/* The pipeline driver saves through its own path (gathered from the device
- * threads): the same guarantees. */
+/* The pipeline saves by stage (every device thread writes its own ranges
+ * of one temporary; the root commits): the same guarantees. */
 static void test_sigkill_then_resume_pp(void **state) {
     (void)state;
     kill_and_resume(1);

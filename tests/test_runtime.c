@@ -20,10 +20,12 @@
  *     injected failures (error, NaN, a token outside the vocabulary, arena
  *     overflow) stop every device with
  *     one message naming device, stage, microbatch and pass, and stay sticky;
- *   CLI (when PM_BIN names the binary): `train --pp 2 --schedule v-half`
- *     ends with the same losses and a byte-identical checkpoint as the
- *     single-device `train`, reports the runtime's JSON fields, writes the
- *     trace and timeline, and refuses too few layers with a clear message. */
+ *   CLI (when PM_BIN names the binary): `train --pp 2 --schedule v-half`,
+ *     and --pp 4 with 1f1b and zb-v, end with the same losses and a
+ *     byte-identical checkpoint as the single-device `train`; each device
+ *     allocates what its plan says (--pp 4: at most half the whole model's
+ *     state); it reports the runtime's JSON fields, writes the trace and
+ *     timeline, and refuses too few layers with a clear message. */
 #include <math.h>
 #include <pthread.h>
 #include <sched.h>
@@ -1261,6 +1263,45 @@ static void json_field(const char *json, const char *key, char *out, size_t n) {
     out[k] = 0;
 }
 
+/* P = 4 on threads, a single (1f1b) and a V (zb-v: 8 stages) placement:
+ * the final and validation losses and the checkpoint bytes of one device;
+ * and each device allocates what its plan says (train --json's
+ * allocated_bytes, the allocation hook's count, through the steps, the
+ * evaluations and the saves), at most half the whole model's 16 bytes per
+ * parameter (a whole-model copy anywhere would be all of them). */
+static void cli_train_p4(const char *bin, const char *dir) {
+    const char *model = "--layers 6 --dim 64 --heads 4 --ctx 8 --batch 8 --microbatches 8 "
+                        "--steps 2 --eval-every 1 --seed 3";
+    const char *kinds[2] = {"1f1b", "zb-v"};
+    char cmd[1024], path[256], msg[512];
+    static char a[8192], b[8192];
+    snprintf(cmd, sizeof cmd, "%s train --data %s/d %s --threads 1 --save %s/a4.ckpt --json "
+             "> %s/a4.json 2>/dev/null", bin, dir, model, dir, dir);
+    assert_int_equal(sh_quiet(cmd), 0);
+    snprintf(path, sizeof path, "%s/a4.json", dir);
+    read_all(path, a, sizeof a);
+    for (int k = 0; k < 2; k++) {
+        snprintf(cmd, sizeof cmd, "%s train --data %s/d %s --pp 4 --schedule %s --save "
+                 "%s/b4.ckpt --json > %s/b4.json 2>/dev/null", bin, dir, model, kinds[k], dir,
+                 dir);
+        assert_int_equal(sh_quiet(cmd), 0);
+        snprintf(path, sizeof path, "%s/b4.json", dir);
+        read_all(path, b, sizeof b);
+        const char *same[] = {"final_loss", "val_loss", "steps"};
+        for (int i = 0; i < 3; i++) {
+            char x[256], y[256];
+            json_field(a, same[i], x, sizeof x);
+            json_field(b, same[i], y, sizeof y);
+            if (strcmp(x, y)) fail_msg("%s: %s (one device) != %s (%s, 4 devices)", same[i], x,
+                                       y, kinds[k]);
+        }
+        snprintf(cmd, sizeof cmd, "cmp -s %s/a4.ckpt %s/b4.ckpt", dir, dir);
+        if (sh_quiet(cmd)) fail_msg("%s, 4 devices: the checkpoint differs from one device's",
+                                    kinds[k]);
+        if (chk_train_alloc(b, 0.5, msg, sizeof msg)) fail_msg("%s, 4 devices: %s", kinds[k], msg);
+    }
+}
+
 static void test_cli_train_pp(void **state) {
     (void)state;
     const char *bin = getenv("PM_BIN");
@@ -1320,6 +1361,9 @@ static void test_cli_train_pp(void **state) {
     /* the checkpoints are byte for byte the same */
     snprintf(cmd, sizeof cmd, "cmp -s %s/a.ckpt %s/b.ckpt", dir, dir);
     assert_int_equal(sh_quiet(cmd), 0);
+    /* each device allocated what its plan says (the allocation hook's count) */
+    if (chk_train_alloc(b, 1, c1, sizeof c1)) fail_msg("v-half, 2 devices: %s", c1);
+    cli_train_p4(bin, dir);
     /* the measured trace and timeline of the last step: one event and one
      * box per pass of v-half p=2 m=8, in each device's order, no overlap */
     pm_sched vh;

@@ -316,7 +316,9 @@ pm_status pm_pipe_forward(pm_pipe *pp, const int32_t *tok, int T, float *probs, 
  * checkpoint or the whole new one, whatever fails or is killed. No process
  * holds the whole model. meta is the run's (step, data position, identity,
  * tokenizer). Under MPI every rank calls it (the same meta) and every rank
- * returns the same status; PATH must be on a file system every rank sees. */
+ * returns the same status; PATH must be on a file system every rank sees.
+ * A device's failed write (or read, in pm_pipe_load) is named in the error
+ * line: "device D, stage S: ..." ("rank R: device D, ..." under MPI). */
 pm_status pm_pipe_save(pm_pipe *pp, const char *path, const pm_ckpt_meta *meta, pm_err *err);
 /* Loads a checkpoint saved under any plan (any P, placement, schedule,
  * transport, replicas, ZeRO, or one device; versions 1 to 4): each device

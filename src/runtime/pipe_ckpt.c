@@ -45,6 +45,15 @@ static float *slab_of(const pm_pipe_dev *dv, int k, int s) {
 
 static int slabs(const pm_pipe *pp) { return pp->pl->forward_only ? 1 : PM_CKPT_SLABS; }
 
+/* A device's failed read or write, named: which device and stage, and
+ * under MPI which rank (whose file system, quota or limits failed). */
+static pm_status dev_fail(pm_pipe_dev *dv, int s, pm_status st) {
+    pm_err e = dv->err;
+    if (dv->pp->mpi)
+        return pm_errf(&dv->err, st, "rank %d: device %d, stage %d: %s", dv->g, dv->g, s, e.msg);
+    return pm_errf(&dv->err, st, "device %d, stage %d: %s", dv->g, s, e.msg);
+}
+
 /* Runs on the device (its thread, or the rank): its part of a save or a
  * load, into dv->st / dv->err and dv->sums. */
 static pm_status dev_ckpt(pm_pipe_dev *dv) {
@@ -66,7 +75,7 @@ static pm_status dev_ckpt(pm_pipe_dev *dv) {
             else /* every replica reads the parameters; moments where it keeps them */
                 st = pm_ckpt_read_part(pp->ck_path, &pp->ck_info, k, base + first,
                                        slab_of(dv, k, s), count, &part, &dv->err);
-            if (st) return st;
+            if (st) return dev_fail(dv, s, st);
             if (mine) dv->sums[k] += part;
         }
     }
