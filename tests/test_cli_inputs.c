@@ -578,6 +578,48 @@ static void test_diverged_saves_nothing(void **state) {
     }
 }
 
+/* One bubble under recomputation (issue 19, 2.12): the search's line, the
+ * schedule's JSON and its text header give the same rate, and it is the
+ * model's work against device time, by hand: with unit costs each device
+ * does 3 m units of F, B and W, so bubble = 1 - 3 m / makespan (the reruns
+ * of the forward are overhead, not work). */
+static void test_one_bubble(void **state) {
+    (void)state;
+    if (!bin) skip();
+    char args[600], path[400], cmd[900], buf[8192];
+    snprintf(path, sizeof path, "%s/b.json", dir);
+    snprintf(args, sizeof args, "search -p 8 -m 16 --mem-limit 0.2 --recompute --format json "
+             "-o %s", path);
+    run_result r = run(args);
+    assert_int_equal(r.status, 0);
+    double said = atof(strstr(r.err, "bubble ") + 7) / 100;
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    buf[n] = 0;
+    fclose(f);
+    double json = atof(strstr(buf, "\"bubble\": ") + 10);
+    double mk = atof(strstr(buf, "\"makespan\": ") + 12);
+    assert_true(fabs(said - json) < 5e-5); /* the line prints 2 decimals of a percent */
+    assert_true(fabs(json - (1 - 3.0 * 16 / mk)) < 1e-9);
+    /* the measured timeline of a recomputed run: its peak is the arena's (a
+     * rebuilt activation inside a backward counts), its time axis says its
+     * unit, and it fits a screen */
+    snprintf(path, sizeof path, "%s/t.svg", dir);
+    snprintf(args, sizeof args, TRAIN "%s/d --pp 2 --schedule 1f1b-r --timeline %s --json",
+             dir, path);
+    snprintf(cmd, sizeof cmd, "%s/t.out", dir);
+    r = run_to(args, cmd);
+    assert_int_equal(r.status, 0);
+    f = fopen(path, "r");
+    assert_non_null(f);
+    n = fread(buf, 1, sizeof buf - 1, f);
+    buf[n] = 0;
+    fclose(f);
+    assert_non_null(strstr(buf, "time (us)"));
+    assert_true(atof(strstr(buf, "width=\"") + 7) <= 1700);
+}
+
 static void test_schedule_csv_recompute(void **state) {
     (void)state;
     if (!bin) skip();
@@ -629,6 +671,7 @@ int main(void) {
         cmocka_unit_test(test_select_hints),
         cmocka_unit_test(test_schedule_csv_recompute),
         cmocka_unit_test(test_diverged_saves_nothing),
+        cmocka_unit_test(test_one_bubble),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

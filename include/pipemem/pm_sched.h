@@ -160,8 +160,10 @@ typedef struct {
     double *peak;      /* (p) peak activation (absolute units) */
     int64_t *peak_at;  /* (p) index of the pass that first reached the peak */
     double makespan;   /* max span */
-    double bubble;     /* 1 - sum busy / (p * makespan) */
+    double bubble;     /* 1 - the model's work / (p * makespan): busy time, less the
+                          reruns of recomputed forwards (overhead, not work) */
     double M;          /* activation of one microbatch through the model */
+    const char *unit;  /* the times' unit for people ("us" measured); NULL: the costs' */
     int S, m;          /* stages and microbatches it was sized for */
     /* data parallelism, filled by pm_sim_dp (NULL and 0 before) */
     double *red_start, *red_end; /* (S) stage s's gradient reduction across replicas */
@@ -462,9 +464,8 @@ typedef struct {
     int ok;            /* 1 if some schedule fits the limit */
     char kind[32];     /* the generator of the best one */
     double makespan;   /* its simulated makespan */
-    double bubble;     /* 1 - the model's work / (p makespan): the simulator's bubble,
-                          except that a recomputed forward counts as lost time, so
-                          the rates of all schedules of one shape compare */
+    double bubble;     /* the simulator's bubble (a recomputed forward counts as lost
+                          time, so the rates of all schedules of one shape compare) */
     double peak;       /* its peak, x M (max over devices) */
 } pm_search_point;
 

@@ -135,7 +135,8 @@ static pm_status make_plan(const pp_world *w, const pm_cli_train_opts *o,
     pm_sched_free(&file);
     if (st) return st;
     if (!w->rank && !o->sched_file && !strcmp(o->kind, "auto"))
-        fprintf(stderr, "train: --schedule auto picked %s (%s)\n", pl->sched.kind, pl->why);
+        fprintf(stderr, "train: --schedule auto picked %s (%s; the search's M is equal stages' "
+                "activation, the model's own peak follows)\n", pl->sched.kind, pl->why);
     return PM_OK;
 }
 

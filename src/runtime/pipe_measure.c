@@ -132,7 +132,14 @@ void pm_pipe_measure_span(const pm_pipe *pp, double *makespan, double *bubble) {
             if (pm_sched_stage_device(&pp->sched, k) == d && pp->red1[(size_t)g * pp->S + k] > end)
                 end = pp->red1[(size_t)g * pp->S + k];
         if (end - pp->t0[base] > mk) mk = end - pp->t0[base];
-        for (int64_t i = 0; i < n; i++) busy += pp->t1[base + i] - pp->t0[base + i];
+        const pm_pass *ps = pm_sched_dev(&pp->sched, d);
+        for (int64_t i = 0; i < n; i++) {
+            double t = pp->t1[base + i] - pp->t0[base + i];
+            busy += t;
+            /* recomputed: a backward reruns its forward, which lasts what the
+             * forward did; like the simulator, not the model's work */
+            if (pp->sched.recompute && ps[i].kind == PM_PASS_F) busy -= t;
+        }
     }
     *makespan = mk;
     *bubble = mk > 0 ? 1.0 - busy / (pp->nd * mk) : 0;

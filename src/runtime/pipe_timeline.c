@@ -19,11 +19,14 @@ pm_status pm_pipe_timeline(const pm_pipe *pp, pm_sim *out, pm_err *err) {
         int64_t base = (int64_t)d * pp->sched.cap, len = pp->sched.len[d];
         for (int64_t i = 0; i < len; i++) {
             t->busy[d] += pp->t1[base + i] - pp->t0[base + i];
-            if (pp->live_after[base + i] > t->peak[d])
-                t->peak[d] = pp->live_after[base + i], t->peak_at[d] = i;
+            if (pp->live_after[base + i] > pp->live_after[base + t->peak_at[d]]) t->peak_at[d] = i;
         }
+        /* the arena's measured peak (a level inside a pass, not only after it:
+         * a recomputed backward rebuilds its activations on top) */
+        t->peak[d] = (double)pp->peak[d];
         if (len) t->span[d] = pp->t1[base + len - 1] - pp->t0[base];
     }
+    t->unit = "us";
     pm_pipe_measure_span(pp, &t->makespan, &t->bubble);
     t->M = pm_cost_M(&pp->cost);
     if (pp->dp == 1) return PM_OK;

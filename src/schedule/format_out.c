@@ -252,11 +252,13 @@ static svg_geo svg_layout(const pm_sched *s, const pm_sim *sim) {
     for (int k = 0; sim->red_end && k < s->S; k++)
         if (sim->red_end[k] > span) span = sim->red_end[k];
     /* Time runs from 0 to the last end (a device's span may start late).
-     * Aim for the shortest pass to fit two digits, within 600..8000 px. */
+     * Aim for the shortest pass to fit two digits, within 600..1600 px (a
+     * screen's width: passes too short for their number keep it in their
+     * tooltip). */
     if (!(span > 0) || !isfinite(span)) span = 1;
     g.t_end = span;
     double want = isfinite(dmin) ? 2.2 * g.font / dmin * span : 600;
-    g.plot_w = want < 600 ? 600 : want > 8000 ? 8000 : want;
+    g.plot_w = want < 600 ? 600 : want > 1600 ? 1600 : want;
     g.k = g.plot_w / span;
     g.width = g.left + g.plot_w + 20;
     g.height = g.top + s->p * g.row_h + 36;
@@ -344,7 +346,7 @@ static void svg_pass(FILE *f, const pm_sched *s, const pm_sim *sim, const svg_ge
     fputc('\n', f);
 }
 
-static void svg_axis(FILE *f, const svg_geo *g, double span) {
+static void svg_axis(FILE *f, const svg_geo *g, double span, const char *unit) {
     double y = g->height - 30, raw = span / 10, step = 1;
     while (step * 10 <= raw) step *= 10;
     while (step > raw && step > 1e-9) step /= 10;
@@ -359,8 +361,8 @@ static void svg_axis(FILE *f, const svg_geo *g, double span) {
         fprintf(f, "<text x=\"%.1f\" y=\"%.0f\" text-anchor=\"middle\">%g</text>\n",
                 g->left + t * g->k, y + 13, t);
     }
-    fprintf(f, "<text x=\"%.0f\" y=\"%.0f\" text-anchor=\"end\">time</text>\n</g>\n",
-            g->left + g->plot_w, y + 26);
+    fprintf(f, "<text x=\"%.0f\" y=\"%.0f\" text-anchor=\"end\">time (%s)</text>\n</g>\n",
+            g->left + g->plot_w, y + 26, unit ? unit : "cost units");
 }
 
 pm_status pm_sched_write_svg(FILE *f, const pm_sched *s, const pm_sim *sim, const char *title) {
@@ -382,7 +384,7 @@ pm_status pm_sched_write_svg(FILE *f, const pm_sched *s, const pm_sim *sim, cons
         fputs("</g>\n", f);
     }
     svg_reductions(f, s, sim, &g);
-    svg_axis(f, &g, g.t_end);
+    svg_axis(f, &g, g.t_end, sim->unit);
     fputs("</svg>\n", f);
     return ferror(f) ? PM_ERR_IO : PM_OK;
 }

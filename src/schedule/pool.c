@@ -41,13 +41,7 @@ pm_status pm_search_eval(const pm_sched *s, const pm_sched_req *req, pm_search_p
     snprintf(pt->kind, sizeof pt->kind, "%s", s->kind);
     pt->ok = 1;
     pt->makespan = sim.makespan;
-    pt->bubble = sim.bubble;
-    if (s->recompute) { /* the reruns of the forward are not the model's work */
-        double busy = 0;
-        for (int d = 0; d < s->p; d++) busy += sim.busy[d];
-        for (int k = 0; k < c.S; k++) busy -= s->m * c.st[k].tf;
-        pt->bubble = sim.makespan > 0 ? 1 - busy / (s->p * sim.makespan) : 0;
-    }
+    pt->bubble = sim.bubble; /* the reruns of the forward count as lost (sim.c) */
     pt->peak = pm_sim_peak_max_x(&sim);
     pm_sim_free(&sim);
     pm_cost_free(&c);

@@ -173,7 +173,11 @@ static void advance(pm_sim *sim, deps *g, const pm_cost *c, int d, int64_t *pos,
     }
 }
 
-static void summarize(pm_sim *sim, const pm_sched *s) {
+/* The bubble is the share of device time not spent on the model's own
+ * work: a recomputed backward's rerun of its forward is overhead, not work,
+ * so every schedule of one shape (with or without recomputation) compares
+ * on one scale. */
+static void summarize(pm_sim *sim, const pm_sched *s, const pm_cost *c) {
     double busy = 0;
     sim->makespan = 0;
     for (int d = 0; d < s->p; d++) {
@@ -182,6 +186,8 @@ static void summarize(pm_sim *sim, const pm_sched *s) {
         if (sim->span[d] > sim->makespan) sim->makespan = sim->span[d];
         busy += sim->busy[d];
     }
+    for (int k = 0; k < c->S; k++)
+        if (c->st[k].rec) busy -= s->m * c->st[k].tf; /* each microbatch's rerun */
     sim->bubble = sim->makespan > 0 ? 1.0 - busy / (s->p * sim->makespan) : 0;
 }
 
@@ -209,7 +215,7 @@ pm_status pm_sim_replay(pm_sim *out, const pm_sched *s, const pm_cost *c, pm_err
         advance(out, &g, c, d, pos, free_at, &cur[d]);
     }
     if ((st = deadlock(s, pos, err))) return st;
-    summarize(out, s);
+    summarize(out, s, c);
     return PM_OK;
 }
 
