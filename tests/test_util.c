@@ -2,7 +2,7 @@
  * oversized inputs, directories, FIFOs) and all-or-nothing writes (the old
  * file survives a dropped or failed write; stale temporaries are cleared;
  * a planted symlink is never followed; concurrent writers never share a
- * temporary), and whether two paths name one file. */
+ * temporary), whether two paths name one file, and the checksum. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -261,6 +261,16 @@ static void test_same_file(void **state) {
     assert_true(pm_same_file("/nonexistent-dir/x", "/nonexistent-dir/x"));
 }
 
+static void test_fnv_known_values(void **state) {
+    (void)state;
+    /* Published FNV-1a-64 test vectors. */
+    assert_true(pm_fnv1a64(PM_FNV_OFFSET, "", 0) == 0xcbf29ce484222325ull);
+    assert_true(pm_fnv1a64(PM_FNV_OFFSET, "a", 1) == 0xaf63dc4c8601ec8cull);
+    assert_true(pm_fnv1a64(PM_FNV_OFFSET, "foobar", 6) == 0x85944171f73967e8ull);
+    /* continuing from h hashes the concatenation */
+    assert_true(pm_fnv1a64(pm_fnv1a64(PM_FNV_OFFSET, "foo", 3), "bar", 3) == 0x85944171f73967e8ull);
+}
+
 static void test_aligned_alloc_overflow(void **state) {
     (void)state;
     assert_null(pm_aligned_alloc(64, SIZE_MAX - 10));
@@ -280,6 +290,7 @@ int main(void) {
         cmocka_unit_test(test_fifo_refused),
         cmocka_unit_test(test_same_file),
         cmocka_unit_test(test_aligned_alloc_overflow),
+        cmocka_unit_test(test_fnv_known_values),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

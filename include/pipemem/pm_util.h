@@ -143,6 +143,12 @@ pm_status pm_path_check_writable(const char *path, pm_err *err);
  * yet written are caught too. One existing and one not: 0. */
 int pm_same_file(const char *a, const char *b);
 
+/* FNV-1a 64-bit hash of n bytes, continuing from h (start with
+ * PM_FNV_OFFSET). Every pipemem binary format's checksum (token files,
+ * checkpoints) and the fingerprints ranks compare at start. */
+#define PM_FNV_OFFSET 0xcbf29ce484222325ull
+uint64_t pm_fnv1a64(uint64_t h, const void *p, size_t n);
+
 /* Little-endian encoding for the binary file formats (token files,
  * checkpoints), independent of the host's byte order. */
 static inline void pm_put_u32(uint8_t *p, uint32_t x) {
