@@ -29,8 +29,6 @@ const char *const pm_bytes_names[PM_BYTES_COUNT] = {"parameters", "gradients", "
                                                     "activations", "workspace", "transport"};
 _Static_assert(sizeof pm_bytes_names / sizeof pm_bytes_names[0] == PM_BYTES_COUNT, "names");
 
-#define PEAK_TOL 1e-9 /* relative: a peak this close to a limit meets it */
-
 static pm_status nomem(pm_err *err, const char *what) {
     return pm_errf(err, PM_ERR_NOMEM, "plan: out of memory for %s", what);
 }
@@ -357,7 +355,7 @@ static pm_status over_budget(const pm_plan *pl, size_t budget, pm_err *err) {
 static pm_status check_limits(const pm_plan *pl, const pm_plan_req *rq, pm_err *err) {
     int at;
     double x = pm_plan_peak_x(pl, &at);
-    if (rq->mem_limit > 0 && x > rq->mem_limit * (1 + PEAK_TOL))
+    if (rq->mem_limit > 0 && x > rq->mem_limit * (1 + PM_PEAK_TOL))
         return pm_errf(err, PM_ERR_MEMLIMIT, "schedule %s peaks at %.4g M (%.0f bytes) on "
                        "device %d, over the memory limit of %.4g M; the smallest limit it meets "
                        "is %.4g M", pl->sched.kind, x, pl->sim.peak[at], at, rq->mem_limit,
@@ -408,7 +406,7 @@ static pm_status plan_auto(pm_plan *pl, const pm_plan_req *rq, pm_err *err) {
         if ((st = plan_schedule(pl, rq, err))) return st;
         real = pm_plan_peak_x(pl, NULL);
         double shrink = 1;
-        if (rq->mem_limit > 0 && real > rq->mem_limit * (1 + PEAK_TOL))
+        if (rq->mem_limit > 0 && real > rq->mem_limit * (1 + PM_PEAK_TOL))
             shrink = rq->mem_limit / real;
         const pm_plan_dev *dv = &pl->dev[pl->busiest];
         if (rq->device_mem && dv->total > rq->device_mem) {

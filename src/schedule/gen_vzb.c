@@ -318,7 +318,7 @@ static pm_status ctx_init(vzb_ctx *x, const pm_sched_req *req, double limit, pm_
     *g = (vzb_state){.s = &x->work, .p = p, .m = m, .c = req->t.c,
                      .t = {req->t.f / 2, req->t.b / 2, req->t.w / 2},
                      .dm = {req->mem.f / 2, req->mem.b / 2, req->mem.w / 2},
-                     .cap = limit * M * (1 + 1e-9)};
+                     .cap = limit * M * (1 + PM_PEAK_TOL)};
     size_t np = (size_t)p, nk = 2 * np * (size_t)m;
     g->cnt = pm_malloc(4 * np * sizeof *g->cnt);
     g->cur = pm_malloc(np * sizeof(double)), g->first = pm_malloc(np * sizeof(double));

@@ -246,7 +246,7 @@ pm_status pm_sched_zb_greedy(pm_sched *s, const pm_sched_req *req, double limit,
     zb_state g = {.s = &work, .S = S, .m = m, .c = req->t.c,
                   .t = {req->t.f, req->t.b, req->t.w},
                   .dm = {req->mem.f, req->mem.b, req->mem.w},
-                  .cap = limit > 0 ? limit * M * (1 + 1e-9) : INFINITY};
+                  .cap = limit > 0 ? limit * M * (1 + PM_PEAK_TOL) : INFINITY};
     size_t nk = (size_t)S * (size_t)m;
     g.n = pm_malloc(3 * (size_t)S * sizeof *g.n);
     g.e = pm_malloc((size_t)S * sizeof(double));
@@ -283,7 +283,7 @@ pm_status pm_sched_zb_greedy(pm_sched *s, const pm_sched_req *req, double limit,
             continue;
         }
         double mk = pt.makespan;
-        if (limit > 0 && pt.peak > limit * (1 + 1e-9)) g.hit = 1;
+        if (limit > 0 && pt.peak > limit * (1 + PM_PEAK_TOL)) g.hit = 1;
         else if (mk < best) {
             best = mk;
             keep(s, &hs);
