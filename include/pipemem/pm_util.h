@@ -143,6 +143,11 @@ pm_status pm_path_check_writable(const char *path, pm_err *err);
  * yet written are caught too. One existing and one not: 0. */
 int pm_same_file(const char *a, const char *b);
 
+/* Writes s to f as a JSON string: quoted, '"' and '\\' escaped, control
+ * bytes as \u00XX (nothing dropped, so a name or message reads back
+ * whole); other bytes as they are (UTF-8 passes through). */
+void pm_json_str(FILE *f, const char *s);
+
 /* FNV-1a 64-bit hash of n bytes, continuing from h (start with
  * PM_FNV_OFFSET). Every pipemem binary format's checksum (token files,
  * checkpoints) and the fingerprints ranks compare at start. */

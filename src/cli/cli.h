@@ -31,8 +31,6 @@ int pm_cli_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
  * lines. */
 void pm_cli_set_rank(int rank, int quiet);
 void pm_cli_print_held(void);
-/* s as a JSON string: quoted, '"' and '\\' escaped, control bytes dropped. */
-void pm_cli_json_str(FILE *f, const char *s);
 
 /* Option value parsers: 0 on success, else print one line and return 1. */
 int pm_cli_int(const char *opt, const char *val, int lo, int *out); /* lo..2^24 */

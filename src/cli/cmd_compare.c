@@ -70,10 +70,10 @@ static void print_json(FILE *f, const row *r, int n, const pm_cli_sched_opts *o)
             q->mem.w, o->dp, o->ar);
     for (int i = 0; i < n; i++) {
         fprintf(f, "%s\n  {\"kind\": ", i ? "," : "");
-        pm_cli_json_str(f, r[i].st ? r[i].k->name : r[i].pl.s.kind);
+        pm_json_str(f, r[i].st ? r[i].k->name : r[i].pl.s.kind);
         if (r[i].st) {
             fprintf(f, ", \"error\": ");
-            pm_cli_json_str(f, r[i].err.msg);
+            pm_json_str(f, r[i].err.msg);
             fputc('}', f);
             continue;
         }

@@ -117,15 +117,6 @@ int pm_cli_mem(const char *val, pm_mem *out) {
     return 0;
 }
 
-void pm_cli_json_str(FILE *f, const char *s) {
-    fputc('"', f);
-    for (; *s; s++) {
-        if (*s == '"' || *s == '\\') fputc('\\', f);
-        if ((unsigned char)*s >= 0x20) fputc(*s, f);
-    }
-    fputc('"', f);
-}
-
 int pm_cli_files_distinct(const char *cmd, const pm_cli_file *f, int n) {
     for (int i = 0; i < n; i++) {
         struct stat sb;

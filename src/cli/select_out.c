@@ -89,7 +89,7 @@ int sel_print_dry_json(const pm_select_task *t, int n, const pm_select_layout *l
            pm_select_slab_bytes(lay));
     for (int i = 0; i < n; i++) {
         printf("%s{\"task\": ", i ? ", " : "");
-        pm_cli_json_str(stdout, t[i].name);
+        pm_json_str(stdout, t[i].name);
         printf(", \"config\": ");
         json_config(&t[i].cfg);
         printf(", \"shards\": [");
@@ -209,7 +209,7 @@ void sel_print_json(pm_select_policy policy, int devices, size_t device_mem,
     for (int k = 0; k < n; k++) {
         int i = order[k];
         printf("%s{\"task\": ", k ? ", " : "");
-        pm_cli_json_str(stdout, t[i].name);
+        pm_json_str(stdout, t[i].name);
         printf(", \"config\": ");
         json_config(&t[i].cfg);
         printf(", \"final_loss\": ");
@@ -219,7 +219,7 @@ void sel_print_json(pm_select_policy policy, int devices, size_t device_mem,
         printf(", \"steps_run\": %lld, \"wall_s\": %.6f, \"busy_s\": %.6f, \"shards\": %d, "
                "\"state\": \"%s\", \"why\": ", (long long)r[i].steps, r[i].wall_s, r[i].busy_s,
                t[i].nshard, state_names[r[i].state]);
-        pm_cli_json_str(stdout, r[i].why);
+        pm_json_str(stdout, r[i].why);
         printf("}");
     }
     printf("]}\n");

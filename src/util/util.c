@@ -1,5 +1,5 @@
 /* util.c: status names, error formatting, checked size arithmetic, the
- * clock and the checksum shared by every module. */
+ * clock, the checksum and JSON strings shared by every module. */
 #include "pipemem/pm_util.h"
 
 #include <stdarg.h>
@@ -79,4 +79,15 @@ uint64_t pm_fnv1a64(uint64_t h, const void *p, size_t n) {
         h *= 0x100000001b3ull;
     }
     return h;
+}
+
+void pm_json_str(FILE *f, const char *s) {
+    fputc('"', f);
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
+        else if (c < 0x20) fprintf(f, "\\u%04x", c);
+        else fputc(c, f);
+    }
+    fputc('"', f);
 }
