@@ -106,7 +106,12 @@ int pm_cli_out_check(const char *path);
  * the tmp file so path keeps its old content. Returns 0 or 1 (printed). */
 FILE *pm_cli_out_open(pm_wfile *w, const char *path);
 int pm_cli_out_close(pm_wfile *w, int bad, const char *path);
-/* Writes the plan in format (text|csv|json|svg|trace) to path or stdout. */
-int pm_cli_plan_write(const pm_cli_plan *pl, const char *format, const char *path);
+/* The plan's facts, one per line as '#' comments the text reader skips:
+ * kind, p, m, placement, stages; makespan, bubble, peak per device (x M);
+ * with data parallelism the step with and without overlapped sums. */
+void pm_cli_plan_summary(FILE *f, const pm_cli_plan *pl);
+/* Writes the plan in format (text|csv|json|svg|trace) to path or stdout;
+ * summary: the text format opens with pm_cli_plan_summary. */
+int pm_cli_plan_write(const pm_cli_plan *pl, const char *format, const char *path, int summary);
 
 #endif

@@ -152,7 +152,7 @@ static int run_file(const block_opts *o) {
         goto done;
     }
     report_sched(rep, &pl);
-    rc = o->format ? pm_cli_plan_write(&pl, o->format, o->out) : 0;
+    rc = o->format ? pm_cli_plan_write(&pl, o->format, o->out, 0) : 0;
     if (!rc && o->out) fprintf(rep, "wrote %s (%s)\n", o->out, o->format);
 done:
     free(text);

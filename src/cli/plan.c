@@ -144,13 +144,28 @@ int pm_cli_out_close(pm_wfile *w, int bad, const char *path) {
     return 0;
 }
 
-int pm_cli_plan_write(const pm_cli_plan *pl, const char *format, const char *path) {
+void pm_cli_plan_summary(FILE *f, const pm_cli_plan *pl) {
+    fprintf(f, "# %s: p=%d m=%d placement=%s stages=%d\n", pl->s.kind, pl->s.p, pl->s.m,
+            pm_place_names[pl->s.place], pl->s.S);
+    fprintf(f, "# makespan %.6g  bubble %.4f  peak %.4f M (per device:", pl->sim.makespan,
+            pl->sim.bubble, pm_sim_peak_max_x(&pl->sim));
+    for (int d = 0; d < pl->s.p; d++) fprintf(f, " %.4f", pm_sim_peak_x(&pl->sim, d));
+    fprintf(f, ")\n");
+    if (pl->sim.red_start)
+        fprintf(f, "# data parallel: step %.6g with the gradient sums overlapped, %.6g with each "
+                "device's sums after its passes\n", pl->sim.dp_step, pl->sim.dp_step_serial);
+}
+
+int pm_cli_plan_write(const pm_cli_plan *pl, const char *format, const char *path, int summary) {
     if (pm_cli_sched_format_ok(format)) return 1;
     pm_wfile w;
     FILE *f = pm_cli_out_open(&w, path);
     if (!f) return 1;
     pm_status st = PM_OK;
-    if (!strcmp(format, "text")) st = pm_sched_write_text(f, &pl->s);
+    if (!strcmp(format, "text")) {
+        if (summary) pm_cli_plan_summary(f, pl);
+        st = pm_sched_write_text(f, &pl->s);
+    }
     else if (!strcmp(format, "csv")) {
         st = pm_sched_write_csv(f, &pl->s);
         if (pl->s.recompute) /* PyTorch's layout has no place for it (format_text.c) */
