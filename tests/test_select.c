@@ -1,6 +1,8 @@
 /* test_select.c: model selection's partitioner and policy simulator
  * (issue 10), against facts from shared/reference/hydra.md and brute
  * force:
+ *   - Sharded-LRTF's choice rule on hand-made ties (most work left, then
+ *     the shard the device holds, then the lower index);
  *   - the paper's toy case: 3 tasks of 2 shards, 4 unit passes each, 2
  *     devices: sequential 12, task 8, shard 6;
  *   - on random instances no policy beats max(total / D, longest task), the
@@ -26,6 +28,7 @@
 #include <cmocka.h>
 
 #include "pipemem/pm_select.h"
+#include "select/internal.h"
 
 static double simulate(int n, const int64_t *np, const int *const *sh, const double *const *c,
                        int D, pm_select_policy pol, pm_select_sim *out) {
@@ -33,6 +36,36 @@ static double simulate(int n, const int64_t *np, const int *const *sh, const dou
     pm_err e;
     if (pm_select_simulate(&w, D, pol, out, &e)) fail_msg("%s", e.msg);
     return out->makespan;
+}
+
+/* Sharded-LRTF's one choice rule (sel_lrtf_pick, used by the simulator and
+ * the executor) on hand-made tasks: most work left; within a relative
+ * 1e-12 the task whose shard the device holds, then the lower index. */
+typedef struct {
+    const int *ready, *here;
+    const double *left;
+} lrtf_case;
+static int lc_ready(const void *c, int t) { return ((const lrtf_case *)c)->ready[t]; }
+static double lc_left(const void *c, int t) { return ((const lrtf_case *)c)->left[t]; }
+static int lc_here(const void *c, int t) { return ((const lrtf_case *)c)->here[t]; }
+
+static int lrtf(const int *ready, const double *left, const int *here, int n) {
+    lrtf_case c = {ready, here, left};
+    sel_lrtf q = {lc_ready, lc_left, lc_here, &c};
+    return sel_lrtf_pick(&q, n);
+}
+
+static void lrtf_choice(void **state) {
+    (void)state;
+    static const int all[] = {1, 1, 1, 1}, none[] = {0, 0, 0, 0}, not1[] = {1, 0, 1, 1};
+    static const int here2[] = {0, 0, 1, 0}, here13[] = {0, 1, 0, 1};
+    const double tie[] = {1, 3, 3 * (1 + 1e-13), 2}, apart[] = {1, 3, 3 * (1 + 1e-11), 2};
+    assert_int_equal(lrtf(all, tie, none, 4), 1);     /* equal: the lower index */
+    assert_int_equal(lrtf(all, tie, here2, 4), 2);    /* equal: the one held */
+    assert_int_equal(lrtf(all, apart, none, 4), 2);   /* more left wins */
+    assert_int_equal(lrtf(all, apart, here13, 4), 2); /* ... over being held */
+    assert_int_equal(lrtf(not1, tie, none, 4), 2);    /* only ready tasks */
+    assert_int_equal(lrtf(none, tie, here2, 4), -1);
 }
 
 static void toy_case(void **state) {
@@ -853,6 +886,7 @@ static void cli_slab_is_the_need(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(lrtf_choice),
         cmocka_unit_test(toy_case),
         cmocka_unit_test(random_instances),
         cmocka_unit_test(partition_fits_and_is_minimal),

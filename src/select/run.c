@@ -71,27 +71,33 @@ static double time_left(const sel_run *r, const sel_task *t) {
     return ((steps > 0 ? (double)steps * step : 0) + rest) / rate;
 }
 
-static int resident(const sel_dev *dv, const sel_task *t) {
-    int s = sel_pass_shard(t->S, t->pass);
-    for (int k = 0; k < dv->slots; k++)
-        if (dv->res_task[k] == t->index && dv->res_shard[k] == s &&
-            dv->res_version[k] == t->version[s])
-            return 1;
-    return 0;
+/* Sharded-LRTF in the run: ready is neither running, finished nor waiting
+ * at a rung; device d holds the task's next shard, current, in a slot. */
+typedef struct {
+    const sel_run *r;
+    int d;
+} run_pick;
+
+static int run_ready(const void *ctx, int i) {
+    const sel_task *t = &((const run_pick *)ctx)->r->t[i];
+    return !t->running && !finished(t) && !t->at_rung;
+}
+
+static double run_left(const void *ctx, int i) {
+    const run_pick *c = ctx;
+    return time_left(c->r, &c->r->t[i]);
+}
+
+static int run_here(const void *ctx, int i) {
+    const run_pick *c = ctx;
+    const sel_task *t = &c->r->t[i];
+    return sel_resident(&c->r->dev[c->d], t, sel_pass_shard(t->S, t->pass)) >= 0;
 }
 
 static int pick_shard(sel_run *r, int d) {
-    int best = -1;
-    double bl = 0;
-    for (int i = 0; i < r->n; i++) {
-        sel_task *t = &r->t[i];
-        if (t->running || finished(t) || t->at_rung) continue;
-        double l = time_left(r, t);
-        if (best < 0 || l > bl * (1 + 1e-12) ||
-            (l >= bl * (1 - 1e-12) && resident(&r->dev[d], t) && !resident(&r->dev[d], &r->t[best])))
-            best = i, bl = l;
-    }
-    return best;
+    run_pick c = {r, d};
+    sel_lrtf q = {run_ready, run_left, run_here, &c};
+    return sel_lrtf_pick(&q, r->n);
 }
 
 static int pick_task(sel_run *r, int d) {
