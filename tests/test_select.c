@@ -463,7 +463,7 @@ static void train_exact(void **state) {
                                      ref.loss[i][k]);
                     if (memcmp(&res[i].val_loss, &ref.val[i], sizeof(double)))
                         fail_msg("task %d: val %.17g, alone %.17g", i, res[i].val_loss, ref.val[i]);
-                    assert_int_equal(pm_select_host_load(&hosts[i], &e), PM_OK);
+                    assert_int_equal(pm_select_host_load(&tasks[i], &hosts[i], &e), PM_OK);
                     if (memcmp(hosts[i].params, ref.params[i], hosts[i].n_params * sizeof(float)))
                         fail_msg("slots %d D=%d %s task %d: parameters differ", slots, D,
                                  pm_select_policy_names[pol], i);
@@ -508,7 +508,7 @@ static void spill_exact(void **state) {
     for (int i = 0; i < NT; i++) {
         assert_int_equal(pm_trainer_init(&hosts[i], &tasks[i].cfg, &tok, 0, &e), PM_OK);
         /* half spilled as soon as made (as the CLI does), half by the run */
-        if (i % 2) assert_int_equal(pm_select_spill(&hosts[i], sdir, tasks[i].name, &e), PM_OK);
+        if (i % 2) assert_int_equal(pm_select_spill(&tasks[i], &hosts[i], sdir, &e), PM_OK);
         if (i % 2) assert_null(hosts[i].params);
     }
     spill_hosts = hosts, spill_seen = 0;
@@ -521,8 +521,8 @@ static void spill_exact(void **state) {
     assert_true(spill_seen > NT);
     for (int i = 0; i < NT; i++) {
         assert_int_equal(res[i].state, PM_SELECT_DONE);
-        assert_true(hosts[i].spilled && !hosts[i].params); /* still spilled after the run */
-        assert_int_equal(pm_select_host_load(&hosts[i], &e), PM_OK);
+        assert_true(tasks[i].spilled && !hosts[i].params); /* still spilled after the run */
+        assert_int_equal(pm_select_host_load(&tasks[i], &hosts[i], &e), PM_OK);
         assert_memory_equal(hosts[i].params, ref.params[i], hosts[i].n_params * sizeof(float));
         assert_memory_equal(&res[i].val_loss, &ref.val[i], sizeof(double));
         pm_trainer_free(&hosts[i]), pm_select_task_free(&tasks[i]), free(ref.params[i]);

@@ -376,7 +376,7 @@ static int resume_task(const sel_opts *o, const pm_tokens *va, const pm_select_t
 /* Each task's trainer, resumed if --resume has its checkpoint, and with
  * --spill DIR spilled at once, so RAM holds one task's state at a time.
  * hosts[0 .. *ready-1] are initialised (the caller frees them). */
-static int make_hosts(const sel_opts *o, const pm_select_task *t, int n, const pm_tokens *tr,
+static int make_hosts(const sel_opts *o, pm_select_task *t, int n, const pm_tokens *tr,
                       const pm_tokens *va, pm_trainer *hosts, unsigned char *skip, double *loss,
                       double *val, int *ready) {
     const char *spill = o->spill && strcmp(o->spill, "ram") ? o->spill : NULL;
@@ -397,7 +397,7 @@ static int make_hosts(const sel_opts *o, const pm_select_task *t, int n, const p
         int r = o->resume ? resume_task(o, va, &t[i], &hosts[i], &skip[i], &loss[i], &val[i]) : 0;
         if (r < 0) return 1;
         resumed += r;
-        if (spill && pm_select_spill(&hosts[i], spill, t[i].name, &e))
+        if (spill && pm_select_spill(&t[i], &hosts[i], spill, &e))
             return pm_cli_fail("%s", e.msg);
     }
     if (resumed) fprintf(stderr, "select: resumed %d of %d tasks from %s\n", resumed, n, o->resume);
@@ -425,7 +425,7 @@ static int save_best(const char *path, const pm_select_task *t, pm_trainer *host
         int i = order[k];
         if (res[i].state == PM_SELECT_FAILED || !isfinite(res[i].val_loss)) continue;
         pm_err e;
-        if (pm_select_host_load(&hosts[i], &e) || pm_ckpt_save(&hosts[i], path, &e))
+        if (pm_select_host_load(&t[i], &hosts[i], &e) || pm_ckpt_save(&hosts[i], path, &e))
             return pm_cli_fail("%s", e.msg);
         fprintf(stderr, "select: wrote %s (task %s, %s, val loss %.4f)\n", path, t[i].name,
                 res[i].state == PM_SELECT_DONE ? "done" : "stopped", res[i].val_loss);
@@ -435,7 +435,7 @@ static int save_best(const char *path, const pm_select_task *t, pm_trainer *host
                        "failed, or none was evaluated); nothing written", path);
 }
 
-static int train_tasks(const sel_opts *o, const pm_select_task *t, int n,
+static int train_tasks(const sel_opts *o, pm_select_task *t, int n,
                        const pm_select_layout *lay) {
     pm_tokens tr, va;
     if (pm_cli_train_load(o->data, &tr, &va)) return 1;

@@ -7,11 +7,12 @@
 
 #include "pipemem/pm_select.h"
 
-/* A task while it runs. The host trainer is the task's store (RAM spill):
- * parameters, gradients, moments, loader, step count. Between shards the
- * boundary activations live here too. */
+/* A task while it runs. The host trainer is the task's store: parameters,
+ * gradients, moments (in RAM, or spilled to the file the caller's task
+ * records), loader, step count. Between shards the boundary activations
+ * live here too. */
 typedef struct {
-    const pm_select_task *task;
+    pm_select_task *task; /* the caller's; records the spill (store.c) */
     int index;            /* in the caller's task array */
     pm_trainer *host;     /* borrowed: the caller's trainer for this task */
     int S, K;             /* shards, microbatches */

@@ -16,6 +16,7 @@
  * layers is about 25 million steps. */
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h> /* close: a task's spill file */
 
 #include "pipemem/pm_select.h"
 
@@ -63,6 +64,8 @@ void pm_select_task_free(pm_select_task *t) {
     pm_free(t->shard);
     t->shard = NULL;
     t->nshard = 0;
+    if (t->spilled) close(t->spill_fd);
+    t->spilled = 0;
 }
 
 /* Every task's layers, in one table: info[off[t] + l]. */
@@ -204,7 +207,7 @@ static pm_status fill_shards(const layer_table *lt, pm_select_task *t, size_t K,
                 x->state += li->state, x->flops_f += li->ff, x->flops_bw += li->fbw;
             }
         }
-        pm_select_task_free(&t[i]);
+        pm_free(t[i].shard);
         t[i].shard = sh, t[i].nshard = ns;
     }
     return PM_OK;

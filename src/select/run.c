@@ -435,7 +435,7 @@ static void tasks_free(sel_task *t, int n) {
     pm_free(t);
 }
 
-static pm_status tasks_init(sel_run *r, const pm_select_task *tasks, pm_trainer *hosts,
+static pm_status tasks_init(sel_run *r, pm_select_task *tasks, pm_trainer *hosts,
                             pm_err *err) {
     r->t = pm_calloc((size_t)r->n, sizeof *r->t);
     if (!r->t) return pm_errf(err, PM_ERR_NOMEM, "out of memory for %d tasks", r->n);
@@ -544,7 +544,7 @@ static int finish_task(sel_task *t) {
     return sel_store_close(t);
 }
 
-pm_status pm_select_run(const pm_select_task *tasks, pm_trainer *hosts, int n,
+pm_status pm_select_run(pm_select_task *tasks, pm_trainer *hosts, int n,
                         const pm_select_layout *layout, const pm_select_opts *o,
                         pm_select_result *res, pm_select_stats *stats, pm_err *err) {
     *stats = (pm_select_stats){0};

@@ -103,7 +103,6 @@ pm_status pm_trainer_set_tokenizer(pm_trainer *t, const void *model, size_t len,
 
 void pm_trainer_free(pm_trainer *t) {
     if (!t) return;
-    if (t->spilled) close(t->spill_fd);
     pm_free((void *)t->tok_model);
     pm_free(t->params);
     pm_free(t->work);
