@@ -537,7 +537,7 @@ static void spill_exact(void **state) {
     o.spill_dir = "/nonexistent-dir";
     o.report = NULL;
     assert_int_equal(pm_select_run(tasks, hosts, NT, &lay, &o, res, &stats, &e), PM_ERR_IO);
-    assert_non_null(strstr(e.msg, "--spill /nonexistent-dir"));
+    assert_non_null(strstr(e.msg, "spill_dir /nonexistent-dir"));
     for (int i = 0; i < NT; i++) {
         assert_non_null(hosts[i].params); /* nothing lost */
         pm_trainer_free(&hosts[i]), pm_select_task_free(&tasks[i]);
@@ -570,7 +570,7 @@ static void nan_task_fails_alone(void **state) {
     assert_int_equal(pm_select_run(tasks, hosts, NT, &lay, &o, res, &stats, &e), PM_OK);
     assert_int_equal(res[1].state, PM_SELECT_FAILED);
     assert_true(res[1].steps >= 1 && res[1].steps < tasks[1].cfg.opt.steps);
-    assert_non_null(strstr(res[1].why, "not finite"));
+    assert_non_null(strstr(res[1].why, "not finite; lower its opt.lr"));
     for (int i = 0; i < NT; i += 2) {
         assert_int_equal(res[i].state, PM_SELECT_DONE);
         assert_memory_equal(hosts[i].params, ref.params[i], hosts[i].n_params * sizeof(float));
@@ -749,8 +749,10 @@ static void cli_train_matches(void **state) {
     snprintf(cmd, sizeof cmd, "%s select --data %s/d --devices 2 --device-mem 1200K %s "
              "--lr 1e5,1e6 --save-best %s/none.ckpt > %s/fail.out 2>&1; test $? -ne 0 && "
              "grep -q 'no task ended with a validation loss' %s/fail.out && "
-             "grep -q 'failed: step' %s/fail.out && test ! -e %s/none.ckpt", bin, dir, model,
-             dir, dir, dir, dir, dir);
+             "grep -q 'failed: step' %s/fail.out && test ! -e %s/none.ckpt && "
+             /* the reason in the library's words, with the flag (pm_cli_flags) */
+             "grep -q 'is not finite; lower its --lr' %s/fail.out", bin, dir, model,
+             dir, dir, dir, dir, dir, dir);
     if (sh(cmd)) fail_msg("a sweep whose tasks all fail (%s)", cmd);
     snprintf(cmd, sizeof cmd, "%s train --data %s/d %s --lr %g --threads 1 --save %s/alone.ckpt "
              ">/dev/null 2>&1 && cmp -s %s/best.ckpt %s/alone.ckpt", bin, dir, model,

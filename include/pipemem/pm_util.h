@@ -32,7 +32,12 @@ typedef enum {
 
 const char *pm_status_str(pm_status st);
 
-/* One line of error text, owned by the caller (usually on its stack). */
+/* One line of error text, owned by the caller (usually on its stack). A
+ * parameter is named as the caller set it: by its field in the struct the
+ * caller passed or by its argument's name, bare where the name cannot be a
+ * word of prose (mem_limit, micro, opt.lr, model.dim, device_mem), else
+ * with its value (batch=8, v=3, seed=1), so a front end can say its own
+ * name for it (the CLI says the flag: src/cli/options.c). */
 typedef struct {
     char msg[512];
 } pm_err;

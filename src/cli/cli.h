@@ -22,8 +22,16 @@ int pm_cmd_train(int argc, char **argv);
 int pm_cmd_sample(int argc, char **argv);
 int pm_cmd_select(int argc, char **argv);
 
-/* Prints "pipemem: <msg>" on stderr; returns 1 (the exit status). */
+/* Prints "pipemem: <msg>" on stderr, the library's parameter names in it
+ * turned into flags (pm_cli_flags); returns 1 (the exit status). */
 int pm_cli_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* A library message as the CLI's user reads it, in out (cap bytes, cut to
+ * fit): a parameter the library names by its field or argument becomes
+ * the flag that sets it: "mem_limit=0.5" -> "--mem-limit 0.5", "lower
+ * opt.lr" -> "lower --lr", "v=3" -> "--chunks 3". The library writes a name
+ * bare only where it cannot be a word of prose (mem_limit, micro,
+ * model.dim, opt.lr), else as name=VALUE (batch=8, v=3, seed=1). */
+void pm_cli_flags(const char *msg, char *out, size_t cap);
 /* Under MPI: rank >= 0 prefixes every error line with it (a rank's own
  * failure); quiet holds them back (errors every rank shares, which rank 0
  * prints): pm_cli_print_held prints the last one held, for a failure that

@@ -134,6 +134,10 @@ int pm_cmd_compare(int argc, char **argv) {
         r[i].k = &kinds[i];
         r[i].st = pm_cli_plan_make(&r[i].pl, kinds[i].name, &q, &r[i].err);
         if (!r[i].st) r[i].st = pm_cli_plan_dp(&r[i].pl, &o, &r[i].err);
+        if (r[i].st) { /* in the table: the library's words with the flags */
+            pm_err e = r[i].err;
+            pm_cli_flags(e.msg, r[i].err.msg, sizeof r[i].err.msg);
+        }
     }
     pm_wfile w;
     FILE *f = pm_cli_out_open(&w, o.out);

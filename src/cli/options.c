@@ -1,10 +1,12 @@
 /* options.c: parsing of option values shared by the subcommands, each
- * failure one line naming the option and what it accepts. */
+ * failure one line naming the option and what it accepts; the library's
+ * parameter names turned into the flags that set them. */
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/stat.h>
 
 #include "cli.h"
@@ -12,16 +14,68 @@
 static int g_rank = -1, g_quiet;
 static char g_held[1024]; /* the last line a quiet rank did not print */
 
+/* What the library calls a parameter (its field in the caller's struct, or
+ * its argument) and the flag that sets it. valued: named only as
+ * name=VALUE, since the bare name could be a word of prose. */
+static const struct {
+    const char *name, *flag;
+    int valued;
+} lib_flags[] = {
+    {"mem_limit", "--mem-limit", 0},   {"time_limit", "--time-limit", 0},
+    {"device_mem", "--device-mem", 0}, {"spill_dir", "--spill", 0},
+    {"stop_after", "--stop-after", 0}, {"micro", "--microbatches", 0},
+    {"opt.lr", "--lr", 0},             {"opt.steps", "--steps", 0},
+    {"model.layers", "--layers", 0},   {"model.dim", "--dim", 0},
+    {"model.ctx", "--ctx", 0},         {"model.heads", "--heads", 0},
+    {"batch", "--batch", 1},           {"seed", "--seed", 1},
+    {"v", "--chunks", 1},              {"t", "--costs", 1},
+    {"vocab", "--vocab", 1},           {"the MPI transport", "--transport mpi", 0},
+};
+
+/* Length of the name of entry k at s (after prev), 0 if it does not
+ * stand there as a whole name; *valued: it is followed by '='. */
+static size_t flag_at(int k, const char *s, char prev, int *valued) {
+    const char *name = lib_flags[k].name;
+    size_t len = strlen(name);
+    if (strncmp(s, name, len)) return 0;
+    if (prev && prev != ' ' && (prev != '(' || lib_flags[k].valued)) return 0;
+    char next = s[len];
+    *valued = next == '=';
+    if (*valued) return len + 1;
+    if (lib_flags[k].valued) return 0;
+    if (next == '.') next = s[len + 1] == ' ' ? 0 : s[len + 1];
+    return !next || strchr(" ,;:)", next) ? len : 0;
+}
+
+void pm_cli_flags(const char *msg, char *out, size_t cap) {
+    size_t o = 0;
+    for (const char *s = msg; *s && o + 1 < cap;) {
+        size_t len = 0;
+        int k = 0, valued = 0;
+        for (; k < (int)(sizeof lib_flags / sizeof lib_flags[0]); k++)
+            if ((len = flag_at(k, s, s == msg ? 0 : s[-1], &valued))) break;
+        if (!len) {
+            out[o++] = *s++;
+            continue;
+        }
+        o += (size_t)snprintf(out + o, cap - o, "%s%s", lib_flags[k].flag, valued ? " " : "");
+        if (o >= cap) o = cap - 1;
+        s += len;
+    }
+    out[o] = 0;
+}
+
 void pm_cli_set_rank(int rank, int quiet) { g_rank = rank, g_quiet = quiet, g_held[0] = 0; }
 
 int pm_cli_fail(const char *fmt, ...) {
-    char line[sizeof g_held];
-    int n = snprintf(line, sizeof line, "pipemem: ");
-    if (g_rank >= 0) n += snprintf(line + n, sizeof line - (size_t)n, "rank %d: ", g_rank);
+    char text[sizeof g_held], line[sizeof g_held];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(line + n, sizeof line - (size_t)n, fmt, ap);
+    vsnprintf(text, sizeof text, fmt, ap);
     va_end(ap);
+    int n = snprintf(line, sizeof line, "pipemem: ");
+    if (g_rank >= 0) n += snprintf(line + n, sizeof line - (size_t)n, "rank %d: ", g_rank);
+    pm_cli_flags(text, line + n, sizeof line - (size_t)n);
     if (g_quiet) snprintf(g_held, sizeof g_held, "%s", line);
     else fprintf(stderr, "%s\n", line);
     return 1;

@@ -563,7 +563,7 @@ pm_status pm_sched_vzb_greedy(pm_sched *s, const pm_sched_req *req, double limit
     if (isinf(best)) {
         pm_sched_free(s);
         return pm_errf(err, PM_ERR_MEMLIMIT,
-                       "%s: the V greedy finds no schedule under --mem-limit %.4g M for p=%d "
+                       "%s: the V greedy finds no schedule under mem_limit=%.4g M for p=%d "
                        "m=%d; try a larger limit (1.0 always works for m >= 2p)",
                        kind, limit, req->p, req->m);
     }
@@ -574,7 +574,7 @@ pm_status pm_sched_build_v_zb(pm_sched *s, const pm_sched_req *req, pm_err *err)
     *s = (pm_sched){0};
     if (req->v != 0 && req->v != 2)
         return pm_errf(err, PM_ERR_ARG,
-                       "v-zb has 2 chunks per device (V placement); --chunks %d only fits "
+                       "v-zb has 2 chunks per device (V placement); v=%d only fits "
                        "interleaved", req->v);
     return pm_sched_vzb_greedy(s, req, req->mem_limit > 0 ? req->mem_limit : 1.0, "v-zb", NULL,
                                err);

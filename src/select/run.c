@@ -187,7 +187,7 @@ static int host_work(sel_run *r, sel_task *t, int end, int ev, int stop, double 
     pm_trainer *h = t->host;
     sel_flush_updates(t);
     if (stop) { /* interrupted on purpose, saved where it stands (train --stop-after) */
-        snprintf(t->why, sizeof t->why, "interrupted after step %lld (--stop-after)",
+        snprintf(t->why, sizeof t->why, "interrupted after step %lld (stop_after)",
                  (long long)h->step);
         if (r->o->save_dir && save_task(r, t)) return *state = PM_SELECT_FAILED, PM_SELECT_EV_FAILED;
         *state = PM_SELECT_STOPPED;
@@ -221,7 +221,7 @@ static int end_step(sel_run *r, sel_task *t, double *loss, double *val, int *sta
     if (sel_store_norm(t, &norm)) return *state = PM_SELECT_FAILED, PM_SELECT_EV_FAILED;
     if (!isfinite(*loss) || !isfinite(norm)) {
         snprintf(t->why, sizeof t->why, "step %lld: loss %g, gradient norm %g is not finite; "
-                 "lower its lr", (long long)h->step + 1, *loss, norm);
+                 "lower its opt.lr", (long long)h->step + 1, *loss, norm);
         *state = PM_SELECT_FAILED;
         return PM_SELECT_EV_FAILED;
     }

@@ -112,7 +112,8 @@ pm_status pm_select_spill(pm_select_task *task, pm_trainer *h, const char *dir, 
     char path[4096];
     snprintf(path, sizeof path, "%s/%s.state", dir, name);
     int fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    if (fd < 0) return pm_errf(err, PM_ERR_IO, "--spill %s: %s: %s", dir, path, strerror(errno));
+    if (fd < 0)
+        return pm_errf(err, PM_ERR_IO, "spill_dir %s: %s: %s", dir, path, strerror(errno));
     unlink(path); /* the state needs no name: it goes when the run ends */
     task->spilled = 1, task->spill_fd = fd;
     pm_err e;
@@ -120,7 +121,7 @@ pm_status pm_select_spill(pm_select_task *task, pm_trainer *h, const char *dir, 
     if (st) {
         close(fd);
         task->spilled = 0;
-        return pm_errf(err, st, "--spill %s: writing task %s's state: %s", dir, name, e.msg);
+        return pm_errf(err, st, "spill_dir %s: writing task %s's state: %s", dir, name, e.msg);
     }
     return PM_OK;
 }
