@@ -218,10 +218,12 @@ deps:
 	@scripts/deps.sh
 
 # check: the tests and the fuzz replay against this build (the benchmarks
-# are built too, so an API change cannot leave them broken unseen); test:
+# are built too, so an API change cannot leave them broken unseen), after
+# scripts/lib_words.sh (no CLI flag in the library's messages); test:
 # deps, check, the same suite under AddressSanitizer and
 # UndefinedBehaviorSanitizer, then the threaded tests under ThreadSanitizer.
 check: all $(TEST_BIN) $(REPLAY_BIN) $(if $(SAN),,$(SO) $(MAN) $(PC) $(BENCH_BIN))
+	@scripts/lib_words.sh
 	@PM_BIN=$(BIN) scripts/run_tests.sh $(TEST_BIN) $(REPLAY_BIN)
 	@$(if $(SAN),true,scripts/install_check.sh "$(MAKE)" "$(BUILD)")
 
