@@ -5,7 +5,9 @@
  * outputs onto inputs or onto each other; standard output on a full disk;
  * `select` resumed, failing everywhere, or given bad task files; `schedule
  * --from` with options the file decides, and its CSV under recomputation;
- * the library's parameter names said as the flags that set them;
+ * the library's parameter names said as the flags that set them; every
+ * command's options through the one parser (the same refusal of an unknown
+ * option, --help);
  * pipelines of 131072 devices. Each bad request must end in one line on
  * stderr and a non-zero exit, quickly, with nothing overwritten. (More of
  * the schedule commands' hostile inputs are in test_generators.c.) */
@@ -507,6 +509,40 @@ static void test_library_names_as_flags(void **state) {
         fail_msg("%s: exit %d, last line '%s'", args, r.status, r.last);
 }
 
+/* Every command parses its options with the one parser (pm_cli_parse): an
+ * unknown option is refused in the same words, --help prints the usage on
+ * standard output and exits 0, a value missing at the end is named. */
+static void test_one_option_parser(void **state) {
+    (void)state;
+    if (!bin) skip();
+    static const char *const cmd[] = {"schedule", "compare", "search", "curve", "block",
+                                      "select", "sample", "prepare", "tokenizer", "train"};
+    char args[300], want[300], out[300];
+    snprintf(out, sizeof out, "%s/help.out", dir);
+    for (size_t k = 0; k < sizeof cmd / sizeof cmd[0]; k++) {
+        const char *sub = strcmp(cmd[k], "tokenizer") ? "" : " train";
+        snprintf(args, sizeof args, "%s%s --bogus", cmd[k], sub);
+        snprintf(want, sizeof want, "pipemem: %s: unknown option '--bogus' (try 'pipemem %s "
+                 "--help')", cmd[k], cmd[k]);
+        expect_error(args, want, 30);
+        snprintf(args, sizeof args, "%s%s --help", cmd[k], sub);
+        run_result r = run_to(args, out);
+        char line[300] = "";
+        FILE *f = fopen(out, "r");
+        assert_non_null(f);
+        if (!fgets(line, sizeof line, f)) line[0] = 0;
+        fclose(f);
+        if (r.status || r.lines || strncmp(line, "usage: pipemem ", 15))
+            fail_msg("%s: exit %d, %d stderr lines, first out '%s'", args, r.status, r.lines,
+                     line);
+    }
+    expect_error("schedule --kind 1f1b -p 2 -m", "-m needs a value", 30);
+    expect_error("sample --ckpt", "--ckpt needs a value", 30);
+    expect_error("prepare x.txt -o", "-o needs a directory", 30);
+    expect_error("tokenizer train x.txt --vocab 300 -o", "-o needs a file", 30);
+    expect_error("train --data", "--data needs a value", 30);
+}
+
 /* select's hints say what is wrong: a tasks-file pair is named with what
  * its key takes (layers=0 said "not key=value"), an empty name is not a
  * name, a default name taken says whose it is (it said "the name  is
@@ -661,6 +697,7 @@ int main(void) {
         cmocka_unit_test(test_schedule_from_conflicts),
         cmocka_unit_test(test_select_hints),
         cmocka_unit_test(test_library_names_as_flags),
+        cmocka_unit_test(test_one_option_parser),
         cmocka_unit_test(test_schedule_csv_recompute),
         cmocka_unit_test(test_diverged_saves_nothing),
     };

@@ -112,7 +112,7 @@ static void print_csv(FILE *f, const row *r, int n, int dp) {
 
 int pm_cmd_compare(int argc, char **argv) {
     pm_cli_sched_opts o;
-    int rc = pm_cli_sched_parse(argc, argv, &o, usage);
+    int rc = pm_cli_sched_parse(argc, argv, &o, usage, NULL);
     if (rc) return rc == 2 ? 0 : rc;
     if (o.kind || o.from) return pm_cli_fail("compare: --kind/--from belong to 'schedule'");
     if (pm_cli_no_polish(&o, "compare")) return 1;

@@ -79,7 +79,7 @@ static pm_status polish(pm_cli_plan *pl, const pm_sched_req *req, pm_err *err) {
 
 int pm_cmd_schedule(int argc, char **argv) {
     pm_cli_sched_opts o;
-    int rc = pm_cli_sched_parse(argc, argv, &o, usage);
+    int rc = pm_cli_sched_parse(argc, argv, &o, usage, NULL);
     if (rc) return rc == 2 ? 0 : rc;
     if (!o.kind == !o.from) return pm_cli_fail("schedule: give either --kind K or --from FILE");
     if (o.kind && (!o.have_p || !o.have_m))

@@ -22,7 +22,7 @@ static const char usage[] =
 
 int pm_cmd_search(int argc, char **argv) {
     pm_cli_sched_opts o;
-    int rc = pm_cli_sched_parse(argc, argv, &o, usage);
+    int rc = pm_cli_sched_parse(argc, argv, &o, usage, NULL);
     if (rc) return rc == 2 ? 0 : rc;
     if (o.kind || o.from) return pm_cli_fail("search: --kind/--from belong to 'schedule'");
     if (pm_cli_no_dp(&o, "search")) return 1;

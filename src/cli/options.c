@@ -1,6 +1,7 @@
-/* options.c: parsing of option values shared by the subcommands, each
- * failure one line naming the option and what it accepts; the library's
- * parameter names turned into the flags that set them. */
+/* options.c: the one option parser every subcommand uses (a table of
+ * rows: name, type, range, field; pm_cli_parse), the value parsers it
+ * calls, each failure one line naming the option and what it accepts; and
+ * the library's parameter names turned into the flags that set them. */
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
@@ -86,10 +87,6 @@ void pm_cli_print_held(void) {
     g_held[0] = 0;
 }
 
-int pm_cli_int(const char *opt, const char *val, int lo, int *out) {
-    return pm_cli_int_range(opt, val, lo, 1 << 24, out);
-}
-
 int pm_cli_int_range(const char *opt, const char *val, int lo, int hi, int *out) {
     if (!val) return pm_cli_fail("%s needs a value", opt);
     char *end;
@@ -147,17 +144,19 @@ static int parse_list(const char *val, double *x, int n) {
     return -1;
 }
 
-int pm_cli_costs(const char *val, pm_costs *out) {
+int pm_cli_costs(const pm_cli_opt *d, const char *val, void *out) {
+    (void)d;
     double x[4] = {0, 0, 0, 0};
     int k = val ? parse_list(val, x, 4) : -1;
     if (k < 3 || x[0] <= 0 || x[1] <= 0 || x[2] < 0 || x[3] < 0)
         return pm_cli_fail("--costs: '%s' is not F,B,W[,C] (F and B > 0, W and C >= 0)",
                            val ? val : "");
-    *out = (pm_costs){x[0], x[1], x[2], x[3]};
+    *(pm_costs *)out = (pm_costs){x[0], x[1], x[2], x[3]};
     return 0;
 }
 
-int pm_cli_mem(const char *val, pm_mem *out) {
+int pm_cli_mem(const pm_cli_opt *d, const char *val, void *out) {
+    (void)d;
     double x[4] = {0, 0, 0, 0};
     int k = val ? parse_list(val, x, 4) : -1;
     if (k < 3 || x[0] <= 0 || fabs(x[0] + x[1] + x[2]) > 1e-9 * fabs(x[0]))
@@ -167,7 +166,71 @@ int pm_cli_mem(const char *val, pm_mem *out) {
     if (k == 4 && !(x[3] > 0 && x[3] <= x[0]))
         return pm_cli_fail("--mem: R = %g must be in (0, F] (what a recomputed F keeps of "
                            "its F = %g)", x[3], x[0]);
-    *out = (pm_mem){x[0], x[1], x[2], x[3]};
+    *(pm_mem *)out = (pm_mem){x[0], x[1], x[2], x[3]};
+    return 0;
+}
+
+/* Stores option d's value v (NULL when argv ran out) into dst. */
+static int apply(const pm_cli_opt *d, const char *v, void *dst) {
+    switch (d->type) {
+    case 'f':
+        *(int *)dst = d->lo;
+        return 0;
+    case 's':
+        if (!v) return pm_cli_fail("%s needs %s", d->name, d->need ? d->need : "a value");
+        *(const char **)dst = v;
+        return 0;
+    case 'i':
+        return pm_cli_int_range(d->name, v, d->lo, d->hi ? d->hi : 1 << 24, dst);
+    case 'd':
+        return pm_cli_double(d->name, v, dst);
+    case 'p':
+        if (pm_cli_double(d->name, v, dst)) return 1;
+        if (*(double *)dst <= 0) return pm_cli_fail("%s: '%s' must be > 0", d->name, v);
+        return 0;
+    case 'z':
+        return pm_cli_size(d->name, v, dst);
+    default:
+        return d->fn(d, v, dst);
+    }
+}
+
+int pm_cli_parse(const char *cmd, int argc, char **argv, int first, const pm_cli_opts *sets,
+                 int nsets, int (*positional)(void *ctx, const char *arg), void *ctx) {
+    for (int s = 0; s < nsets; s++)
+        for (int k = 0; sets[s].at && k < sets[s].n; k++) sets[s].at[k] = 0;
+    for (int i = first; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) return 2;
+        if (positional && (a[0] != '-' || !a[1])) {
+            if (positional(ctx, a)) return 1;
+            continue;
+        }
+        const pm_cli_opts *set = NULL;
+        int k = -1;
+        for (int s = 0; s < nsets && k < 0; s++)
+            for (int j = 0; j < sets[s].n && k < 0; j++)
+                if (!strcmp(a, sets[s].opt[j].name)) set = &sets[s], k = j;
+        if (k < 0)
+            return pm_cli_fail("%s: unknown option '%s' (try 'pipemem %s --help')", cmd, a, cmd);
+        const pm_cli_opt *d = &set->opt[k];
+        if (apply(d, v, (char *)set->dst + d->off)) return 1;
+        if (set->at && !set->at[k]) set->at[k] = i;
+        if (d->type != 'f') i++;
+    }
+    return 0;
+}
+
+int pm_cli_collect(void *ctx, const char *arg) {
+    pm_cli_args *a = ctx;
+    a->arg[a->n++] = arg;
+    return 0;
+}
+
+int pm_cli_given(const pm_cli_opts *set, const char *name) {
+    for (int k = 0; k < set->n; k++)
+        if (!strcmp(set->opt[k].name, name)) return set->at[k];
+    PM_ASSERT(!"pm_cli_given: no such option");
     return 0;
 }
 
