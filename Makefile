@@ -131,8 +131,22 @@ $(BUILD)/pic/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(FINAL_CFLAGS) -fPIC -c $< -o $@
 
-$(SO): $(PIC_OBJ)
-	$(CC) $(FINAL_CFLAGS) -shared -Wl,-soname,$(SONAME) -o $@ $^ $(FINAL_LIBS)
+# The shared library exports the public headers' API and nothing else: a
+# linker version script made from the headers (scripts/api_symbols.sh) hides
+# the rest. A version script rather than -fvisibility=hidden with an export
+# macro because it also hides what the static libraries linked in define
+# (CaDiCaL's C++ classes, the C++ runtime's template instances), the headers
+# stay plain declarations, and the static library (which the CLI, the tests
+# and the benchmarks link, using internal functions through src/) is built
+# exactly as before. install_check.sh compares `nm -D` with the same list.
+$(BUILD)/libpipemem.map: scripts/api_symbols.sh $(wildcard include/pipemem/*.h)
+	@mkdir -p $(dir $@)
+	{ echo '{ global:'; scripts/api_symbols.sh | sed 's/$$/;/'; echo 'local: *; };'; } > $@.tmp
+	mv $@.tmp $@
+
+$(SO): $(PIC_OBJ) $(BUILD)/libpipemem.map
+	$(CC) $(FINAL_CFLAGS) -shared -Wl,-soname,$(SONAME) -Wl,--version-script=$(BUILD)/libpipemem.map \
+	  -o $@ $(PIC_OBJ) $(FINAL_LIBS)
 
 # The man page comes from the binary's own --help texts.
 $(MAN): $(BIN) scripts/manpage.sh
@@ -204,10 +218,12 @@ deps:
 	@scripts/deps.sh
 
 # check: the tests and the fuzz replay against this build (the benchmarks
-# are built too, so an API change cannot leave them broken unseen); test:
+# are built too, so an API change cannot leave them broken unseen), after
+# scripts/lib_words.sh (no CLI flag in the library's messages); test:
 # deps, check, the same suite under AddressSanitizer and
 # UndefinedBehaviorSanitizer, then the threaded tests under ThreadSanitizer.
 check: all $(TEST_BIN) $(REPLAY_BIN) $(if $(SAN),,$(SO) $(MAN) $(PC) $(BENCH_BIN))
+	@scripts/lib_words.sh
 	@PM_BIN=$(BIN) scripts/run_tests.sh $(TEST_BIN) $(REPLAY_BIN)
 	@$(if $(SAN),true,scripts/install_check.sh "$(MAKE)" "$(BUILD)")
 

@@ -1,6 +1,7 @@
 #!/bin/sh
 # Checks `make install` and `make uninstall` as a user would meet them:
-# installs into a temporary DESTDIR (PREFIX /usr/local), builds
+# installs into a temporary DESTDIR (PREFIX /usr/local), checks that the
+# shared library exports exactly what include/pipemem/*.h declare, builds
 # examples/sched_and_train.c (shared, then static) and
 # examples/plan_and_train.c against the installed copy with pkg-config,
 # runs them, checks the binary's --version and that
@@ -29,6 +30,27 @@ ok "files installed under DESTDIR"
 soname=$(objdump -p "$root/lib/libpipemem.so" | awk '/SONAME/ {print $2}')
 [ -n "$soname" ] && [ -e "$root/lib/$soname" ] || die "libpipemem.so has no soname link ($soname)"
 ok "shared library with soname $soname"
+# The shared library exports the public headers' declarations and nothing
+# else (no CaDiCaL, no internal pm_/sel_ functions), and defines every one.
+scripts/api_symbols.sh > "$dest/api"
+nm -D --defined-only "$root/lib/libpipemem.so" | awk '{print $3}' | sort -u > "$dest/exported"
+cmp -s "$dest/api" "$dest/exported" || die "libpipemem.so exports other names than \
+include/pipemem/*.h declare (< declared only, > exported only): \
+$(diff "$dest/api" "$dest/exported" | grep '^[<>]' | head -20 | tr '\n' ' ')"
+# A second reading of the headers where the compiler can give one: GCC's
+# list of the functions they declare, against the script's list less the
+# objects (the name tables).
+printf '#include <pipemem/%s>\n' $(cd include/pipemem && ls *.h) > "$dest/all.c"
+if cc -std=c11 -D_POSIX_C_SOURCE=200809L -Iinclude -aux-info "$dest/aux" -c "$dest/all.c" \
+       -o "$dest/all.o" 2>/dev/null; then
+    grep 'include/pipemem/' "$dest/aux" | grep -v ' static ' \
+        | sed -n 's/^[^(]*[ *]\([A-Za-z_][A-Za-z_0-9]*\) (.*/\1/p' | sort -u > "$dest/gcc_fns"
+    nm -D --defined-only "$root/lib/libpipemem.so" | awk '$2 != "T" {print $3}' | sort -u \
+        | comm -23 "$dest/api" - > "$dest/api_fns"
+    cmp -s "$dest/gcc_fns" "$dest/api_fns" || die "scripts/api_symbols.sh and GCC read other \
+functions in include/pipemem/*.h: $(diff "$dest/gcc_fns" "$dest/api_fns" | grep '^[<>]' | tr '\n' ' ')"
+fi
+ok "libpipemem.so exports exactly the $(wc -l < "$dest/api") names include/pipemem/*.h declare"
 [ "$("$root/bin/pipemem" --version)" = "pipemem $(sed -n 's/^#define PM_VERSION "\(.*\)"/\1/p' include/pipemem/pm_util.h)" ] \
     || die "pipemem --version"
 ok "pipemem --version"

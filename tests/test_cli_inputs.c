@@ -5,6 +5,9 @@
  * outputs onto inputs or onto each other; standard output on a full disk;
  * `select` resumed, failing everywhere, or given bad task files; `schedule
  * --from` with options the file decides, and its CSV under recomputation;
+ * the library's parameter names said as the flags that set them; every
+ * command's options through the one parser (the same refusal of an unknown
+ * option, --help);
  * pipelines of 131072 devices. Each bad request must end in one line on
  * stderr and a non-zero exit, quickly, with nothing overwritten. (More of
  * the schedule commands' hostile inputs are in test_generators.c.) */
@@ -474,6 +477,72 @@ static void test_schedule_from_conflicts(void **state) {
     assert_int_equal(run(args).status, 0);
 }
 
+/* The library names its parameters (model.layers, seed, opt.lr, micro,
+ * device_mem); the commands say the flags that set them. */
+static void test_library_names_as_flags(void **state) {
+    (void)state;
+    if (!bin) skip();
+    prepare_data();
+    char args[900];
+    snprintf(args, sizeof args, TRAIN "%s/d --save %s/lf.ckpt", dir, dir);
+    assert_int_equal(run(args).status, 0);
+    struct { const char *fmt, *want; } bad[] = {
+        {"train --layers 2 --dim 32 --heads 2 --ctx 16 --batch 8 --microbatches 4 --steps 3 "
+         "--data %s/d --resume %s/lf.ckpt", "lf.ckpt: the checkpoint was made with --layers 4, "
+         "this run has 2; resume with --layers 4, or start without resuming"},
+        {TRAIN "%s/d --seed 5 --resume %s/lf.ckpt", "made with --seed 1, this run has 5"},
+        {TRAIN "%s/d --lr 0.5 --resume %s/lf.ckpt", "made with --lr 0.001, this run has 0.5; "
+         "resume with --lr 0.001"},
+        {SELECT "%s/d --device-mem 20K", "but --device-mem is 20480; raise it or shrink the "
+         "task (a smaller batch or more --microbatches, a smaller --dim or --ctx)"},
+        {"train --layers 1 --dim 32 --heads 2 --ctx 16 --batch 8 --microbatches 8 --steps 2 "
+         "--pp 4 --data %s/d", "each needing at least one layer; use --layers >= 2, fewer"},
+    };
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        snprintf(args, sizeof args, bad[k].fmt, dir, dir);
+        expect_error(args, bad[k].want, 30);
+    }
+    /* a diverging step: "lower opt.lr" in the library's words */
+    snprintf(args, sizeof args, TRAIN "%s/d --lr 1e10 --steps 3", dir);
+    run_result r = run(args);
+    if (r.status != 1 || !strstr(r.last, "is not finite; lower --lr"))
+        fail_msg("%s: exit %d, last line '%s'", args, r.status, r.last);
+}
+
+/* Every command parses its options with the one parser (pm_cli_parse): an
+ * unknown option is refused in the same words, --help prints the usage on
+ * standard output and exits 0, a value missing at the end is named. */
+static void test_one_option_parser(void **state) {
+    (void)state;
+    if (!bin) skip();
+    static const char *const cmd[] = {"schedule", "compare", "search", "curve", "block",
+                                      "select", "sample", "prepare", "tokenizer", "train"};
+    char args[300], want[300], out[300];
+    snprintf(out, sizeof out, "%s/help.out", dir);
+    for (size_t k = 0; k < sizeof cmd / sizeof cmd[0]; k++) {
+        const char *sub = strcmp(cmd[k], "tokenizer") ? "" : " train";
+        snprintf(args, sizeof args, "%s%s --bogus", cmd[k], sub);
+        snprintf(want, sizeof want, "pipemem: %s: unknown option '--bogus' (try 'pipemem %s "
+                 "--help')", cmd[k], cmd[k]);
+        expect_error(args, want, 30);
+        snprintf(args, sizeof args, "%s%s --help", cmd[k], sub);
+        run_result r = run_to(args, out);
+        char line[300] = "";
+        FILE *f = fopen(out, "r");
+        assert_non_null(f);
+        if (!fgets(line, sizeof line, f)) line[0] = 0;
+        fclose(f);
+        if (r.status || r.lines || strncmp(line, "usage: pipemem ", 15))
+            fail_msg("%s: exit %d, %d stderr lines, first out '%s'", args, r.status, r.lines,
+                     line);
+    }
+    expect_error("schedule --kind 1f1b -p 2 -m", "-m needs a value", 30);
+    expect_error("sample --ckpt", "--ckpt needs a value", 30);
+    expect_error("prepare x.txt -o", "-o needs a directory", 30);
+    expect_error("tokenizer train x.txt --vocab 300 -o", "-o needs a file", 30);
+    expect_error("train --data", "--data needs a value", 30);
+}
+
 /* select's hints say what is wrong: a tasks-file pair is named with what
  * its key takes (layers=0 said "not key=value"), an empty name is not a
  * name, a default name taken says whose it is (it said "the name  is
@@ -669,6 +738,8 @@ int main(void) {
         cmocka_unit_test(test_outputs_onto_inputs),
         cmocka_unit_test(test_schedule_from_conflicts),
         cmocka_unit_test(test_select_hints),
+        cmocka_unit_test(test_library_names_as_flags),
+        cmocka_unit_test(test_one_option_parser),
         cmocka_unit_test(test_schedule_csv_recompute),
         cmocka_unit_test(test_diverged_saves_nothing),
         cmocka_unit_test(test_one_bubble),

@@ -436,14 +436,15 @@ static void test_generate_errors(void **state) {
     expect_gen_error("1f1b", 0, 8, 0, "p must be at least 1 (got 0)");
     expect_gen_error("zb-v", -3, 8, 0, "got -3");
     expect_gen_error("1f1b", 4, 0, 0, "1f1b needs m >= 1 for p = 4 (got 0)");
-    expect_gen_error("1f1b", 4, 8, 3, "1f1b has 1 chunk per device; --chunks 3 only fits interleaved");
+    /* the library names its parameters (req's fields), the CLI their flags */
+    expect_gen_error("1f1b", 4, 8, 3, "1f1b has 1 chunk per device; v=3 only fits interleaved");
     expect_gen_error("zb-h2", 4, 8, 2, "zb-h2 has 1 chunk per device");
-    expect_gen_error("zb-v", 4, 8, 3, "--chunks 3 only fits interleaved");
+    expect_gen_error("zb-v", 4, 8, 3, "v=3 only fits interleaved");
     expect_gen_error("zb-v", 4, 8, 1, "single-placement");
-    expect_gen_error("interleaved", 4, 8, 1, "interleaved needs --chunks >= 2 (got 1)");
+    expect_gen_error("interleaved", 4, 8, 1, "interleaved needs 2 or more chunks per device (got v=1)");
     expect_gen_error("interleaved", 4, 2, 2, "interleaved needs m >= 4 for p = 4 (got 2)");
     expect_gen_error("interleaved", 4, 6, 2, "multiple of p = 4 (got m = 6); try m = 4 or 8");
-    expect_gen_error("gpipe", 2, 4, -1, "--chunks must be at least 1");
+    expect_gen_error("gpipe", 2, 4, -1, "v=-1: chunks per device must be at least 1");
     /* Defaults: 0 chunks is the kind's own count. */
     pm_sched s;
     gen(&s, "interleaved", 2, 4, 0);
@@ -504,7 +505,8 @@ static void test_range_refused_before_allocating(void **state) {
 }
 
 /* Costs whose makespan could overflow a double are refused, naming
- * --costs; the largest accepted costs give a finite makespan. */
+ * req.t (--costs on the command line); the largest accepted costs give a
+ * finite makespan. */
 static void test_costs_overflow_refused(void **state) {
     (void)state;
     pm_sched s;
@@ -512,9 +514,9 @@ static void test_costs_overflow_refused(void **state) {
     pm_sched_req req = {.p = 4, .m = 8, .t = {1e308, 1e308, 1e308, 0}, .mem = PM_MEM_DEFAULT,
                         .mem_limit = 1};
     assert_int_equal(pm_sched_generate(&s, "1f1b", &req, &err), PM_ERR_ARG);
-    assert_non_null(strstr(err.msg, "--costs"));
+    assert_non_null(strstr(err.msg, "t=1e+308,1e+308,1e+308,0: a makespan"));
     assert_int_equal(pm_sched_search(&s, &req, NULL, NULL, 0, &err), PM_ERR_ARG);
-    assert_non_null(strstr(err.msg, "--costs"));
+    assert_non_null(strstr(err.msg, "t=1e+308,1e+308,1e+308,0: a makespan"));
     req.t = (pm_costs){1e290, 1e290, 1e290, 0};
     assert_int_equal(pm_sched_generate(&s, "1f1b", &req, &err), PM_OK);
     pm_cost c;
@@ -578,8 +580,17 @@ static void test_cli_limits_and_messages(void **state) {
     expect_one_line(bin, "schedule --kind 1f1b -p", "-p needs a value");
     expect_one_line(bin, "schedule --kind", "--kind needs a value");
     /* 1.7: costs whose makespan overflows */
-    expect_one_line(bin, "search -p 4 -m 8 --costs 1e308,1e308,1e308 --mem-limit 1", "--costs");
-    expect_one_line(bin, "compare -p 4 -m 8 --costs 1e308,1,1", "--costs");
+    expect_one_line(bin, "search -p 4 -m 8 --costs 1e308,1e308,1e308 --mem-limit 1",
+                    "--costs 1e+308,1e+308,1e+308,0: a makespan");
+    expect_one_line(bin, "compare -p 4 -m 8 --costs 1e308,1,1", "--costs 1e+308,1,1,0: a makespan");
+    /* the library's parameter names (req.v, req.mem_limit) as the flags */
+    expect_one_line(bin, "schedule --kind 1f1b -p 4 -m 8 --chunks 3",
+                    "1f1b has 1 chunk per device; --chunks 3 only fits interleaved");
+    expect_one_line(bin, "schedule --kind interleaved -p 4 -m 8 --chunks 1",
+                    "interleaved needs 2 or more chunks per device (got --chunks 1)");
+    expect_one_line(bin, "schedule --kind auto-v -p 4 -m 8", "auto-v needs --mem-limit X");
+    expect_one_line(bin, "schedule --kind zb -p 4 -m 8 --mem-limit 0.1",
+                    "zb: no schedule fits --mem-limit 0.1 M for p=4 m=8");
     /* 1.2: endless inputs stop at the size limit (64 MiB), directories are named */
     expect_one_line(bin, "schedule --from /dev/zero", "/dev/zero: larger than the 67108864");
     expect_one_line(bin, "block /dev/zero", "/dev/zero: larger than the 67108864");

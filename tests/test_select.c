@@ -1,6 +1,8 @@
 /* test_select.c: model selection's partitioner and policy simulator
  * (issue 10), against facts from shared/reference/hydra.md and brute
  * force:
+ *   - Sharded-LRTF's choice rule on hand-made ties (most work left, then
+ *     the shard the device holds, then the lower index);
  *   - the paper's toy case: 3 tasks of 2 shards, 4 unit passes each, 2
  *     devices: sequential 12, task 8, shard 6;
  *   - on random instances no policy beats max(total / D, longest task), the
@@ -26,6 +28,7 @@
 #include <cmocka.h>
 
 #include "pipemem/pm_select.h"
+#include "select/internal.h"
 
 static double simulate(int n, const int64_t *np, const int *const *sh, const double *const *c,
                        int D, pm_select_policy pol, pm_select_sim *out) {
@@ -33,6 +36,36 @@ static double simulate(int n, const int64_t *np, const int *const *sh, const dou
     pm_err e;
     if (pm_select_simulate(&w, D, pol, out, &e)) fail_msg("%s", e.msg);
     return out->makespan;
+}
+
+/* Sharded-LRTF's one choice rule (sel_lrtf_pick, used by the simulator and
+ * the executor) on hand-made tasks: most work left; within a relative
+ * 1e-12 the task whose shard the device holds, then the lower index. */
+typedef struct {
+    const int *ready, *here;
+    const double *left;
+} lrtf_case;
+static int lc_ready(const void *c, int t) { return ((const lrtf_case *)c)->ready[t]; }
+static double lc_left(const void *c, int t) { return ((const lrtf_case *)c)->left[t]; }
+static int lc_here(const void *c, int t) { return ((const lrtf_case *)c)->here[t]; }
+
+static int lrtf(const int *ready, const double *left, const int *here, int n) {
+    lrtf_case c = {ready, here, left};
+    sel_lrtf q = {lc_ready, lc_left, lc_here, &c};
+    return sel_lrtf_pick(&q, n);
+}
+
+static void lrtf_choice(void **state) {
+    (void)state;
+    static const int all[] = {1, 1, 1, 1}, none[] = {0, 0, 0, 0}, not1[] = {1, 0, 1, 1};
+    static const int here2[] = {0, 0, 1, 0}, here13[] = {0, 1, 0, 1};
+    const double tie[] = {1, 3, 3 * (1 + 1e-13), 2}, apart[] = {1, 3, 3 * (1 + 1e-11), 2};
+    assert_int_equal(lrtf(all, tie, none, 4), 1);     /* equal: the lower index */
+    assert_int_equal(lrtf(all, tie, here2, 4), 2);    /* equal: the one held */
+    assert_int_equal(lrtf(all, apart, none, 4), 2);   /* more left wins */
+    assert_int_equal(lrtf(all, apart, here13, 4), 2); /* ... over being held */
+    assert_int_equal(lrtf(not1, tie, none, 4), 2);    /* only ready tasks */
+    assert_int_equal(lrtf(none, tie, here2, 4), -1);
 }
 
 static void toy_case(void **state) {
@@ -430,7 +463,7 @@ static void train_exact(void **state) {
                                      ref.loss[i][k]);
                     if (memcmp(&res[i].val_loss, &ref.val[i], sizeof(double)))
                         fail_msg("task %d: val %.17g, alone %.17g", i, res[i].val_loss, ref.val[i]);
-                    assert_int_equal(pm_select_host_load(&hosts[i], &e), PM_OK);
+                    assert_int_equal(pm_select_host_load(&tasks[i], &hosts[i], &e), PM_OK);
                     if (memcmp(hosts[i].params, ref.params[i], hosts[i].n_params * sizeof(float)))
                         fail_msg("slots %d D=%d %s task %d: parameters differ", slots, D,
                                  pm_select_policy_names[pol], i);
@@ -475,7 +508,7 @@ static void spill_exact(void **state) {
     for (int i = 0; i < NT; i++) {
         assert_int_equal(pm_trainer_init(&hosts[i], &tasks[i].cfg, &tok, 0, &e), PM_OK);
         /* half spilled as soon as made (as the CLI does), half by the run */
-        if (i % 2) assert_int_equal(pm_select_spill(&hosts[i], sdir, tasks[i].name, &e), PM_OK);
+        if (i % 2) assert_int_equal(pm_select_spill(&tasks[i], &hosts[i], sdir, &e), PM_OK);
         if (i % 2) assert_null(hosts[i].params);
     }
     spill_hosts = hosts, spill_seen = 0;
@@ -488,8 +521,8 @@ static void spill_exact(void **state) {
     assert_true(spill_seen > NT);
     for (int i = 0; i < NT; i++) {
         assert_int_equal(res[i].state, PM_SELECT_DONE);
-        assert_true(hosts[i].spilled && !hosts[i].params); /* still spilled after the run */
-        assert_int_equal(pm_select_host_load(&hosts[i], &e), PM_OK);
+        assert_true(tasks[i].spilled && !hosts[i].params); /* still spilled after the run */
+        assert_int_equal(pm_select_host_load(&tasks[i], &hosts[i], &e), PM_OK);
         assert_memory_equal(hosts[i].params, ref.params[i], hosts[i].n_params * sizeof(float));
         assert_memory_equal(&res[i].val_loss, &ref.val[i], sizeof(double));
         pm_trainer_free(&hosts[i]), pm_select_task_free(&tasks[i]), free(ref.params[i]);
@@ -504,7 +537,7 @@ static void spill_exact(void **state) {
     o.spill_dir = "/nonexistent-dir";
     o.report = NULL;
     assert_int_equal(pm_select_run(tasks, hosts, NT, &lay, &o, res, &stats, &e), PM_ERR_IO);
-    assert_non_null(strstr(e.msg, "--spill /nonexistent-dir"));
+    assert_non_null(strstr(e.msg, "spill_dir /nonexistent-dir"));
     for (int i = 0; i < NT; i++) {
         assert_non_null(hosts[i].params); /* nothing lost */
         pm_trainer_free(&hosts[i]), pm_select_task_free(&tasks[i]);
@@ -537,7 +570,7 @@ static void nan_task_fails_alone(void **state) {
     assert_int_equal(pm_select_run(tasks, hosts, NT, &lay, &o, res, &stats, &e), PM_OK);
     assert_int_equal(res[1].state, PM_SELECT_FAILED);
     assert_true(res[1].steps >= 1 && res[1].steps < tasks[1].cfg.opt.steps);
-    assert_non_null(strstr(res[1].why, "not finite"));
+    assert_non_null(strstr(res[1].why, "not finite; lower its opt.lr"));
     for (int i = 0; i < NT; i += 2) {
         assert_int_equal(res[i].state, PM_SELECT_DONE);
         assert_memory_equal(hosts[i].params, ref.params[i], hosts[i].n_params * sizeof(float));
@@ -716,8 +749,10 @@ static void cli_train_matches(void **state) {
     snprintf(cmd, sizeof cmd, "%s select --data %s/d --devices 2 --device-mem 1200K %s "
              "--lr 1e5,1e6 --save-best %s/none.ckpt > %s/fail.out 2>&1; test $? -ne 0 && "
              "grep -q 'no task ended with a validation loss' %s/fail.out && "
-             "grep -q 'failed: step' %s/fail.out && test ! -e %s/none.ckpt", bin, dir, model,
-             dir, dir, dir, dir, dir);
+             "grep -q 'failed: step' %s/fail.out && test ! -e %s/none.ckpt && "
+             /* the reason in the library's words, with the flag (pm_cli_flags) */
+             "grep -q 'is not finite; lower its --lr' %s/fail.out", bin, dir, model,
+             dir, dir, dir, dir, dir, dir);
     if (sh(cmd)) fail_msg("a sweep whose tasks all fail (%s)", cmd);
     snprintf(cmd, sizeof cmd, "%s train --data %s/d %s --lr %g --threads 1 --save %s/alone.ckpt "
              ">/dev/null 2>&1 && cmp -s %s/best.ckpt %s/alone.ckpt", bin, dir, model,
@@ -853,6 +888,7 @@ static void cli_slab_is_the_need(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(lrtf_choice),
         cmocka_unit_test(toy_case),
         cmocka_unit_test(random_instances),
         cmocka_unit_test(partition_fits_and_is_minimal),

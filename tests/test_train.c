@@ -302,10 +302,16 @@ static void test_ckpt_errors(void **state) {
     make_ckpt(p);
     pm_train_cfg other = c;
     other.model.layers = 3;
-    expect_load_error(p, &other, PM_ERR_ARG, "layers = 2 but this run asks for 3");
+    /* the library names the fields of pm_train_cfg (the CLI their flags) */
+    expect_load_error(p, &other, PM_ERR_ARG, "made with model.layers=2, this run has 3; resume "
+                      "with model.layers=2, or start without resuming");
     other = c;
     other.batch = 8;
-    expect_load_error(p, &other, PM_ERR_ARG, "batch = 4");
+    expect_load_error(p, &other, PM_ERR_ARG, "made with batch=4, this run has 8");
+    other = c;
+    other.model.vocab = 300; /* the data's, not a setting: no name to pass */
+    expect_load_error(p, &other, PM_ERR_ARG, "vocabulary has 256 tokens, this run's data 300; "
+                      "resume on the data (and tokenizer) it was made with");
     snprintf(p, sizeof p, "%s/none.ckpt", dir);
     expect_load_error(p, &c, PM_ERR_IO, "none.ckpt");
 }
@@ -941,7 +947,7 @@ static void test_config_and_memory_errors(void **state) {
     pm_trainer t;
     pm_train_cfg c = tiny(4, 3, 4);
     assert_int_equal(pm_trainer_init(&t, &c, &toks, 0, &err), PM_ERR_ARG);
-    assert_non_null(strstr(err.msg, "--microbatches 3 must divide --batch 4"));
+    assert_non_null(strstr(err.msg, "micro=3 must divide batch=4"));
     c = tiny(4, 1, 4);
     c.model.heads = 3; /* 16 % 3 != 0 */
     assert_int_not_equal(pm_trainer_init(&t, &c, &toks, 0, &err), PM_OK);
@@ -1056,7 +1062,7 @@ static void test_cli_end_to_end(void **state) {
         {"train --data %s/d --ctx 8 --dim 16384 --heads 16 --layers 48 --steps 1", "needs"},
         {"train --data %s/v2 --ctx 8 --dim 16 --heads 2 --layers 1 --steps 1", "version 3"},
         {"train --data %s/d --ctx 8 --dim 16 --heads 2 --layers 2 --steps 8 --batch 2 "
-         "--microbatches 2 --resume %s/m.ckpt", "layers = 1"},
+         "--microbatches 2 --resume %s/m.ckpt", "made with --layers 1, this run has 2"},
         /* one parser for both modes: mode-only options are refused in the other */
         {"train --data %s/d --pp 2 --schedule 1f1b --threads 2", "--threads is for single-device"},
         {"train --data %s/d --steps 1 --timeline %s/t.svg", "--timeline is for pipeline runs"},

@@ -2,7 +2,8 @@
  * oversized inputs, directories, FIFOs) and all-or-nothing writes (the old
  * file survives a dropped or failed write; stale temporaries are cleared;
  * a planted symlink is never followed; concurrent writers never share a
- * temporary), and whether two paths name one file. */
+ * temporary), whether two paths name one file, the checksum and JSON
+ * strings. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -14,6 +15,7 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+#include <jansson.h>
 
 #include "checks.h"
 #include "pipemem/pm_util.h"
@@ -261,6 +263,39 @@ static void test_same_file(void **state) {
     assert_true(pm_same_file("/nonexistent-dir/x", "/nonexistent-dir/x"));
 }
 
+static void test_fnv_known_values(void **state) {
+    (void)state;
+    /* Published FNV-1a-64 test vectors. */
+    assert_true(pm_fnv1a64(PM_FNV_OFFSET, "", 0) == 0xcbf29ce484222325ull);
+    assert_true(pm_fnv1a64(PM_FNV_OFFSET, "a", 1) == 0xaf63dc4c8601ec8cull);
+    assert_true(pm_fnv1a64(PM_FNV_OFFSET, "foobar", 6) == 0x85944171f73967e8ull);
+    /* continuing from h hashes the concatenation */
+    assert_true(pm_fnv1a64(pm_fnv1a64(PM_FNV_OFFSET, "foo", 3), "bar", 3) == 0x85944171f73967e8ull);
+}
+
+/* What pm_json_str writes reads back whole with a real JSON parser, every
+ * byte from 1 to 255 (control bytes included, UTF-8 passing through). */
+static void test_json_str_reads_back(void **state) {
+    (void)state;
+    const char *texts[] = {"", "plain", "a \"quoted\" \\path\\", "tab\there\nline\r\x01\x1f\x7f",
+                           "caf\xc3\xa9 \xe2\x86\x92"};
+    for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++) {
+        char *buf = NULL;
+        size_t len = 0;
+        FILE *f = open_memstream(&buf, &len);
+        assert_non_null(f);
+        pm_json_str(f, texts[i]);
+        assert_int_equal(fclose(f), 0);
+        json_error_t je;
+        json_t *v = json_loadb(buf, len, JSON_DECODE_ANY, &je);
+        if (!v) fail_msg("'%s' is not JSON: %s", buf, je.text);
+        assert_true(json_is_string(v));
+        assert_string_equal(json_string_value(v), texts[i]);
+        json_decref(v);
+        free(buf);
+    }
+}
+
 static void test_aligned_alloc_overflow(void **state) {
     (void)state;
     assert_null(pm_aligned_alloc(64, SIZE_MAX - 10));
@@ -280,6 +315,8 @@ int main(void) {
         cmocka_unit_test(test_fifo_refused),
         cmocka_unit_test(test_same_file),
         cmocka_unit_test(test_aligned_alloc_overflow),
+        cmocka_unit_test(test_fnv_known_values),
+        cmocka_unit_test(test_json_str_reads_back),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

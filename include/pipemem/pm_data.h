@@ -58,11 +58,6 @@
 #define PM_LLMC_VOCAB 50257
 #define PM_DATA_VAL_PERCENT 10
 
-/* FNV-1a 64-bit hash of n bytes, continuing from h (start with
- * PM_FNV_OFFSET). Used by every pipemem binary format as its checksum. */
-#define PM_FNV_OFFSET 0xcbf29ce484222325ull
-uint64_t pm_fnv1a64(uint64_t h, const void *p, size_t n);
-
 /* SplitMix64: one step of a counter-based generator (deterministic, tiny). */
 uint64_t pm_splitmix64(uint64_t x);
 

@@ -287,10 +287,4 @@ int pm_blas_threads_get(void); /* the calling thread's compute threads */
 void pm_gpt_par_for(size_t n, size_t chunk,
                     void (*fn)(const void *arg, size_t lo, size_t hi), const void *arg);
 
-/* The OpenBLAS kernel in use ("Cooperlake", "Haswell", ...). OpenBLAS 0.3.21
- * does not know some newer CPUs and falls back to "Prescott" (SSE3, ~5x
- * slower sgemm); OPENBLAS_CORETYPE=<name> in the environment at process
- * start overrides the choice (it cannot be changed from inside). */
-const char *pm_blas_core(void);
-
 #endif

@@ -248,6 +248,12 @@ pm_status pm_sched_polish(pm_sched *s, const pm_cost *c, const pm_polish_cfg *cf
 
 /* ---- validator --------------------------------------------------------- */
 
+/* A peak meets a memory limit when it is at most limit * (1 + PM_PEAK_TOL):
+ * the sums of pass deltas that reach a peak round differently in different
+ * orders, so a schedule built to a limit can overshoot it by a few ulps.
+ * The validator, the generators, the searches and the planner all use it. */
+#define PM_PEAK_TOL 1e-9
+
 /* Checks, naming the first offending pass:
  *   1. every pass names a stage in 0..S-1 and a microbatch in 0..m-1;
  *   2. each device only runs stages it holds;
@@ -258,7 +264,7 @@ pm_status pm_sched_polish(pm_sched *s, const pm_cost *c, const pm_polish_cfg *cf
  *      stages are local, and so on);
  *   5. the schedule does not deadlock under the simulation rule;
  *   6. if mem_limit > 0 (a multiple of M) and c is given, no device's peak
- *      exceeds it.
+ *      exceeds it (by more than PM_PEAK_TOL).
  * c may be NULL (unit costs and the default memory are used for 5). */
 pm_status pm_sched_validate(const pm_sched *s, const pm_cost *c, double mem_limit, pm_err *err);
 

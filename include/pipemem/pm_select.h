@@ -57,6 +57,10 @@ typedef struct {
     char name[64];    /* "t0", "t1", ... or as the caller names it */
     int nshard;       /* shards after pm_select_partition */
     pm_shard *shard;  /* (nshard); owned */
+    int spilled;      /* 1: its trainer's parameters, gradients and moments live in
+                         spill_fd's (unlinked) file (pm_select_spill), and the
+                         trainer's slabs are NULL unless brought back */
+    int spill_fd;     /* owned while spilled: pm_select_task_free closes it */
 } pm_select_task;
 
 typedef struct {
@@ -86,6 +90,7 @@ pm_status pm_select_layer_bytes(const pm_train_cfg *cfg, int layer, size_t *stat
 pm_status pm_select_partition(pm_select_task *tasks, int n, size_t device_mem, int slots,
                               pm_select_layout *out, pm_err *err);
 
+/* Frees the shards and closes the spill file (safe twice). */
 void pm_select_task_free(pm_select_task *t);
 
 /* ---- work and its simulation ---------------------------------------------- */
@@ -241,28 +246,30 @@ pm_status pm_select_write_svg(FILE *f, const pm_select_stats *st, const pm_selec
 pm_status pm_select_write_trace(FILE *f, const pm_select_stats *st, const pm_select_task *tasks,
                                 int n);
 
-/* The spill store: moves host's parameters, gradients and AdamW moments
- * into an unlinked file DIR/NAME.state and frees them from RAM
- * (host->spilled); pm_select_run then reads and writes them a shard at a
- * time. Spill each host as soon as it is made and a sweep holds one task's
- * state in RAM at a time, not all. A spilled host stays spilled after the
- * run: pm_select_host_load reads its slabs back (for a checkpoint, say),
- * pm_select_host_unload writes them out and frees them again;
- * pm_trainer_free closes the file. */
-pm_status pm_select_spill(pm_trainer *host, const char *dir, const char *name, pm_err *err);
-pm_status pm_select_host_load(pm_trainer *host, pm_err *err);
-pm_status pm_select_host_unload(pm_trainer *host, pm_err *err);
+/* The spill store: moves the parameters, gradients and AdamW moments of
+ * task's trainer host into an unlinked file DIR/NAME.state (NAME the
+ * task's) and frees them from RAM; the task records the file
+ * (task->spilled), the trainer knows nothing of it. pm_select_run then
+ * reads and writes them a shard at a time. Spill each host as soon as it
+ * is made and a sweep holds one task's state in RAM at a time, not all. A
+ * spilled task stays spilled after the run: pm_select_host_load reads its
+ * host's slabs back (for a checkpoint, say), pm_select_host_unload writes
+ * them out and frees them again; pm_select_task_free closes the file. */
+pm_status pm_select_spill(pm_select_task *task, pm_trainer *host, const char *dir, pm_err *err);
+pm_status pm_select_host_load(const pm_select_task *task, pm_trainer *host, pm_err *err);
+pm_status pm_select_host_unload(const pm_select_task *task, pm_trainer *host, pm_err *err);
 
 /* Trains every task on o->devices device threads under the layout from
  * pm_select_partition: hosts[i] is task i's store (a pm_trainer
  * initialised on its configuration and the train tokens, or loaded from a
- * checkpoint; with o->spill_dir spilled there, if not already), and runs
+ * checkpoint; with o->spill_dir spilled there, if not already: tasks[i]
+ * then records the spill), and runs
  * until hosts[i].step reaches its cfg.opt.steps. Each
  * device allocates one slab of pm_select_slab_bytes(layout) at start.
  * Losses and parameters end bitwise equal to pm_trainer_step on each task
  * alone; a task whose loss or norm is not finite fails alone. res (n) gets
  * each task's outcome, stats the devices'. */
-pm_status pm_select_run(const pm_select_task *tasks, pm_trainer *hosts, int n,
+pm_status pm_select_run(pm_select_task *tasks, pm_trainer *hosts, int n,
                         const pm_select_layout *layout, const pm_select_opts *o,
                         pm_select_result *res, pm_select_stats *stats, pm_err *err);
 

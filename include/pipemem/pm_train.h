@@ -158,9 +158,6 @@ typedef struct {
                             * in checkpoints so they sample text on their own */
     size_t tok_model_len;
     int64_t step;       /* optimizer steps completed */
-    int spilled;        /* 1: the four slabs live in spill_fd's (unlinked) file, and
-                         * params .. v are NULL unless brought back (pm_select.h) */
-    int spill_fd;
 } pm_trainer;
 
 /* Checks cfg (config, B % K, steps), that pm_train_mem_bytes fits under

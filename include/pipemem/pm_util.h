@@ -32,7 +32,12 @@ typedef enum {
 
 const char *pm_status_str(pm_status st);
 
-/* One line of error text, owned by the caller (usually on its stack). */
+/* One line of error text, owned by the caller (usually on its stack). A
+ * parameter is named as the caller set it: by its field in the struct the
+ * caller passed or by its argument's name, bare where the name cannot be a
+ * word of prose (mem_limit, micro, opt.lr, model.dim, device_mem), else
+ * with its value (batch=8, v=3, seed=1), so a front end can say its own
+ * name for it (the CLI says the flag: src/cli/options.c). */
 typedef struct {
     char msg[512];
 } pm_err;
@@ -142,6 +147,17 @@ pm_status pm_path_check_writable(const char *path, pm_err *err);
  * and "d/../d" are one) and the same last component, so two outputs not
  * yet written are caught too. One existing and one not: 0. */
 int pm_same_file(const char *a, const char *b);
+
+/* Writes s to f as a JSON string: quoted, '"' and '\\' escaped, control
+ * bytes as \u00XX (nothing dropped, so a name or message reads back
+ * whole); other bytes as they are (UTF-8 passes through). */
+void pm_json_str(FILE *f, const char *s);
+
+/* FNV-1a 64-bit hash of n bytes, continuing from h (start with
+ * PM_FNV_OFFSET). Every pipemem binary format's checksum (token files,
+ * checkpoints) and the fingerprints ranks compare at start. */
+#define PM_FNV_OFFSET 0xcbf29ce484222325ull
+uint64_t pm_fnv1a64(uint64_t h, const void *p, size_t n);
 
 /* Little-endian encoding for the binary file formats (token files,
  * checkpoints), independent of the host's byte order. */

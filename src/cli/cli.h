@@ -22,8 +22,16 @@ int pm_cmd_train(int argc, char **argv);
 int pm_cmd_sample(int argc, char **argv);
 int pm_cmd_select(int argc, char **argv);
 
-/* Prints "pipemem: <msg>" on stderr; returns 1 (the exit status). */
+/* Prints "pipemem: <msg>" on stderr, the library's parameter names in it
+ * turned into flags (pm_cli_flags); returns 1 (the exit status). */
 int pm_cli_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* A library message as the CLI's user reads it, in out (cap bytes, cut to
+ * fit): a parameter the library names by its field or argument becomes
+ * the flag that sets it: "mem_limit=0.5" -> "--mem-limit 0.5", "lower
+ * opt.lr" -> "lower --lr", "v=3" -> "--chunks 3". The library writes a name
+ * bare only where it cannot be a word of prose (mem_limit, micro,
+ * model.dim, opt.lr), else as name=VALUE (batch=8, v=3, seed=1). */
+void pm_cli_flags(const char *msg, char *out, size_t cap);
 /* Under MPI: rank >= 0 prefixes every error line with it (a rank's own
  * failure); quiet holds them back (errors every rank shares, which rank 0
  * prints): pm_cli_print_held prints the last one held, for a failure that
@@ -31,18 +39,66 @@ int pm_cli_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
  * lines. */
 void pm_cli_set_rank(int rank, int quiet);
 void pm_cli_print_held(void);
-/* s as a JSON string: quoted, '"' and '\\' escaped, control bytes dropped. */
-void pm_cli_json_str(FILE *f, const char *s);
 
 /* Option value parsers: 0 on success, else print one line and return 1. */
-int pm_cli_int(const char *opt, const char *val, int lo, int *out); /* lo..2^24 */
 int pm_cli_int_range(const char *opt, const char *val, int lo, int hi, int *out);
 int pm_cli_double(const char *opt, const char *val, double *out);
 /* A byte size: a positive number with an optional K, M, G or T (powers of
  * 1024), e.g. 512M or 1.5G. */
 int pm_cli_size(const char *opt, const char *val, size_t *out);
-int pm_cli_costs(const char *val, pm_costs *out);
-int pm_cli_mem(const char *val, pm_mem *out);
+
+/* ---- the option parser every command uses (options.c) ----------------- */
+
+typedef struct pm_cli_opt pm_cli_opt;
+/* Parses val (NULL when the arguments ran out) into dst: 0, or 1 after
+ * printing one line. */
+typedef int (*pm_cli_opt_fn)(const pm_cli_opt *d, const char *val, void *dst);
+
+/* One option, one row. type: 'f' a flag (stores lo as an int), 's' a
+ * string (missing: "NAME needs " need, or "a value"), 'i' an int in lo..hi
+ * (hi 0: 2^24; pm_cli_int_range), 'd' a finite double (pm_cli_double), 'p'
+ * a double > 0, 'z' a byte size (pm_cli_size), 'x' fn's own. Every type
+ * but 'f' takes the next argument as its value. */
+struct pm_cli_opt {
+    const char *name; /* "--steps", "-o" */
+    char type;
+    int lo, hi;
+    size_t off;       /* of the field in the set's struct (fn may take the whole) */
+    pm_cli_opt_fn fn; /* 'x' */
+    const char *need; /* 's': what a missing value is ("a directory"); NULL "a value" */
+    int tag;          /* the command's own (train: the mode; select: the key) */
+};
+
+/* A table of options and the struct their offsets point into. */
+typedef struct {
+    const pm_cli_opt *opt;
+    int n;
+    void *dst;
+    int *at; /* NULL, or (n): the argv index each row was first given at, 0 if not */
+} pm_cli_opts;
+
+/* Parses argv[first..] against the sets in order (the first set naming an
+ * option takes it; a row given twice keeps the last value). An argument
+ * not starting with '-' (or "-" alone) goes to positional (NULL: an unknown
+ * option), which returns 0 or 1 (printed). Returns 0; 1 after one line
+ * ("CMD: unknown option 'X' (try 'pipemem CMD --help')", or the option's
+ * own); 2 at -h/--help, nothing printed (the caller prints its usage). */
+int pm_cli_parse(const char *cmd, int argc, char **argv, int first, const pm_cli_opts *sets,
+                 int nsets, int (*positional)(void *ctx, const char *arg), void *ctx);
+/* Arguments that are not options, in order (a positional for
+ * pm_cli_parse: pm_cli_collect with a pm_cli_args as its ctx). */
+typedef struct {
+    const char **arg; /* room for argc, the caller's */
+    int n;
+} pm_cli_args;
+int pm_cli_collect(void *ctx, const char *arg);
+/* Where option `name` of set (parsed with its at) was given: its argv
+ * index, 0 if it was not. */
+int pm_cli_given(const pm_cli_opts *set, const char *name);
+/* Option parsers ('x') of --costs F,B,W[,C] (into a pm_costs) and --mem
+ * F,B,W[,R] (into a pm_mem). */
+int pm_cli_costs(const pm_cli_opt *d, const char *val, void *out);
+int pm_cli_mem(const pm_cli_opt *d, const char *val, void *out);
 
 /* A file a command reads or writes, for pm_cli_files_distinct. */
 typedef struct {
@@ -73,10 +129,12 @@ typedef struct {
     double ar;          /* --allreduce-cost: one stage's gradient sum across them */
 } pm_cli_sched_opts;
 
-/* Parses the options above starting at argv[1]; any other option is an
- * error. Returns 0, 1 on error (printed), or 2 for --help (after printing
- * usage). */
-int pm_cli_sched_parse(int argc, char **argv, pm_cli_sched_opts *o, const char *usage);
+/* Parses the options above starting at argv[1] (argv[0] the command's
+ * name), with extra (NULL: none) a command's own, which come first (curve's
+ * --from X shadows schedule's --from FILE); any other option is an error.
+ * Returns 0, 1 on error (printed), or 2 for --help (after printing usage). */
+int pm_cli_sched_parse(int argc, char **argv, pm_cli_sched_opts *o, const char *usage,
+                       const pm_cli_opts *extra);
 /* 1 (after one line) if --polish was given to cmd, which polishes itself. */
 int pm_cli_no_polish(const pm_cli_sched_opts *o, const char *cmd);
 
@@ -108,7 +166,12 @@ int pm_cli_out_check(const char *path);
  * the tmp file so path keeps its old content. Returns 0 or 1 (printed). */
 FILE *pm_cli_out_open(pm_wfile *w, const char *path);
 int pm_cli_out_close(pm_wfile *w, int bad, const char *path);
-/* Writes the plan in format (text|csv|json|svg|trace) to path or stdout. */
-int pm_cli_plan_write(const pm_cli_plan *pl, const char *format, const char *path);
+/* The plan's facts, one per line as '#' comments the text reader skips:
+ * kind, p, m, placement, stages; makespan, bubble, peak per device (x M);
+ * with data parallelism the step with and without overlapped sums. */
+void pm_cli_plan_summary(FILE *f, const pm_cli_plan *pl);
+/* Writes the plan in format (text|csv|json|svg|trace) to path or stdout;
+ * summary: the text format opens with pm_cli_plan_summary. */
+int pm_cli_plan_write(const pm_cli_plan *pl, const char *format, const char *path, int summary);
 
 #endif

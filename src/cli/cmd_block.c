@@ -7,6 +7,7 @@
  * The report goes to standard output, unless the schedule itself does
  * (--format without -o): then the report goes to standard error so the
  * output stays machine-readable. */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,34 +33,35 @@ typedef struct {
     pm_mem mem;
 } block_opts;
 
+#define F(x) offsetof(block_opts, x)
+static const pm_cli_opt OPTS[] = {
+    {"--named", 's', 0, 0, F(named), NULL, NULL, 0},
+    {"--format", 's', 0, 0, F(format), NULL, NULL, 0},
+    {"-o", 's', 0, 0, F(out), NULL, NULL, 0},
+    {"-p", 'i', 1, PM_SCHED_MAX_P, F(p), NULL, NULL, 0},
+    {"-m", 'i', 1, PM_SCHED_MAX_M, F(m), NULL, NULL, 0},
+    {"--costs", 'x', 0, 0, F(t), pm_cli_costs, NULL, 0},
+    {"--mem", 'x', 0, 0, F(mem), pm_cli_mem, NULL, 0},
+};
+#undef F
+
+/* The block file: one only. */
+static int take_file(void *ctx, const char *a) {
+    block_opts *o = ctx;
+    if (o->file) return pm_cli_fail("block: one block file only ('%s' and '%s')", o->file, a);
+    o->file = a;
+    return 0;
+}
+
 /* 0 ok, 1 error (printed), 2 --help printed. */
 static int parse_opts(int argc, char **argv, block_opts *o) {
     *o = (block_opts){.t = PM_COSTS_DEFAULT, .mem = PM_MEM_DEFAULT};
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
-        int bad = 0;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            fputs(usage, stdout);
-            return 2;
-        }
-        if (a[0] != '-' || !strcmp(a, "-")) {
-            if (o->file)
-                return pm_cli_fail("block: one block file only ('%s' and '%s')", o->file, a);
-            o->file = a;
-            continue;
-        }
-        if (!val) return pm_cli_fail("%s needs a value", a);
-        if (!strcmp(a, "--named")) o->named = val;
-        else if (!strcmp(a, "--format")) o->format = val;
-        else if (!strcmp(a, "-o")) o->out = val;
-        else if (!strcmp(a, "-p")) bad = pm_cli_int_range(a, val, 1, PM_SCHED_MAX_P, &o->p), o->have_p = 1;
-        else if (!strcmp(a, "-m")) bad = pm_cli_int_range(a, val, 1, PM_SCHED_MAX_M, &o->m), o->have_m = 1;
-        else if (!strcmp(a, "--costs")) bad = pm_cli_costs(val, &o->t);
-        else if (!strcmp(a, "--mem")) bad = pm_cli_mem(val, &o->mem);
-        else return pm_cli_fail("unknown option '%s' (see pipemem block --help)", a);
-        if (bad) return 1;
-        i++;
-    }
+    int at[sizeof OPTS / sizeof OPTS[0]];
+    pm_cli_opts set = {OPTS, sizeof OPTS / sizeof OPTS[0], o, at};
+    int rc = pm_cli_parse("block", argc, argv, 1, &set, 1, take_file, o);
+    if (rc == 2) fputs(usage, stdout);
+    if (rc) return rc;
+    o->have_p = pm_cli_given(&set, "-p") > 0, o->have_m = pm_cli_given(&set, "-m") > 0;
     return 0;
 }
 
@@ -152,7 +154,7 @@ static int run_file(const block_opts *o) {
         goto done;
     }
     report_sched(rep, &pl);
-    rc = o->format ? pm_cli_plan_write(&pl, o->format, o->out) : 0;
+    rc = o->format ? pm_cli_plan_write(&pl, o->format, o->out, 0) : 0;
     if (!rc && o->out) fprintf(rep, "wrote %s (%s)\n", o->out, o->format);
 done:
     free(text);

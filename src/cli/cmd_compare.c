@@ -70,10 +70,10 @@ static void print_json(FILE *f, const row *r, int n, const pm_cli_sched_opts *o)
             q->mem.w, o->dp, o->ar);
     for (int i = 0; i < n; i++) {
         fprintf(f, "%s\n  {\"kind\": ", i ? "," : "");
-        pm_cli_json_str(f, r[i].st ? r[i].k->name : r[i].pl.s.kind);
+        pm_json_str(f, r[i].st ? r[i].k->name : r[i].pl.s.kind);
         if (r[i].st) {
             fprintf(f, ", \"error\": ");
-            pm_cli_json_str(f, r[i].err.msg);
+            pm_json_str(f, r[i].err.msg);
             fputc('}', f);
             continue;
         }
@@ -112,7 +112,7 @@ static void print_csv(FILE *f, const row *r, int n, int dp) {
 
 int pm_cmd_compare(int argc, char **argv) {
     pm_cli_sched_opts o;
-    int rc = pm_cli_sched_parse(argc, argv, &o, usage);
+    int rc = pm_cli_sched_parse(argc, argv, &o, usage, NULL);
     if (rc) return rc == 2 ? 0 : rc;
     if (o.kind || o.from) return pm_cli_fail("compare: --kind/--from belong to 'schedule'");
     if (pm_cli_no_polish(&o, "compare")) return 1;
@@ -134,6 +134,10 @@ int pm_cmd_compare(int argc, char **argv) {
         r[i].k = &kinds[i];
         r[i].st = pm_cli_plan_make(&r[i].pl, kinds[i].name, &q, &r[i].err);
         if (!r[i].st) r[i].st = pm_cli_plan_dp(&r[i].pl, &o, &r[i].err);
+        if (r[i].st) { /* in the table: the library's words with the flags */
+            pm_err e = r[i].err;
+            pm_cli_flags(e.msg, r[i].err.msg, sizeof r[i].err.msg);
+        }
     }
     pm_wfile w;
     FILE *f = pm_cli_out_open(&w, o.out);

@@ -3,6 +3,7 @@
  * limit, as a table, JSON or an SVG plot, so a user sees where memory buys
  * speed. The numbers come from pm_sched_curve (src/schedule/search.c). */
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,23 +28,15 @@ typedef struct {
     double from, to, step;
 } range;
 
-/* Takes --from/--to/--step out of argv (they mean numbers here, not the
- * --from FILE of `schedule`), leaving the rest for pm_cli_sched_parse. */
-static int take_range(int *argc, char **argv, range *r) {
-    *r = (range){0.25, 2.0, 0.05};
-    int n = 1;
-    for (int i = 1; i < *argc; i++) {
-        const char *a = argv[i];
-        double *dst = !strcmp(a, "--from") ? &r->from : !strcmp(a, "--to") ? &r->to
-                      : !strcmp(a, "--step") ? &r->step : NULL;
-        if (!dst) {
-            argv[n++] = argv[i];
-            continue;
-        }
-        if (pm_cli_double(a, i + 1 < *argc ? argv[i + 1] : NULL, dst)) return 1;
-        i++;
-    }
-    *argc = n;
+/* --from/--to/--step: numbers here (not the --from FILE of `schedule`),
+ * parsed before the schedule commands' options. */
+static const pm_cli_opt RANGE_OPTS[] = {
+    {"--from", 'd', 0, 0, offsetof(range, from), NULL, NULL, 0},
+    {"--to", 'd', 0, 0, offsetof(range, to), NULL, NULL, 0},
+    {"--step", 'd', 0, 0, offsetof(range, step), NULL, NULL, 0},
+};
+
+static int check_range(const range *r) {
     if (!(r->from > 0) || !(r->to >= r->from) || !(r->step > 0))
         return pm_cli_fail("curve: need 0 < --from <= --to and --step > 0 (got %g, %g, %g)",
                            r->from, r->to, r->step);
@@ -178,16 +171,12 @@ static void print_svg(FILE *f, const pm_sched_req *q, const double *lim, int n,
 }
 
 int pm_cmd_curve(int argc, char **argv) {
-    range r;
-    for (int i = 1; i < argc; i++)
-        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            fputs(usage, stdout);
-            return 0;
-        }
-    if (take_range(&argc, argv, &r)) return 1;
+    range r = {0.25, 2.0, 0.05};
+    pm_cli_opts extra = {RANGE_OPTS, sizeof RANGE_OPTS / sizeof RANGE_OPTS[0], &r, NULL};
     pm_cli_sched_opts o;
-    int rc = pm_cli_sched_parse(argc, argv, &o, usage);
+    int rc = pm_cli_sched_parse(argc, argv, &o, usage, &extra);
     if (rc) return rc == 2 ? 0 : rc;
+    if (check_range(&r)) return 1;
     if (o.kind) return pm_cli_fail("curve: --kind belongs to 'schedule'");
     if (pm_cli_no_dp(&o, "curve")) return 1;
     if (pm_cli_no_polish(&o, "curve")) return 1;

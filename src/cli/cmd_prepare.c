@@ -1,6 +1,7 @@
 /* cmd_prepare.c: `pipemem prepare FILE... -o DIR [--tokenizer MODEL]`: text
  * files to token files DIR/train.bin (first 90%) and DIR/val.bin (last 10%),
  * bytes or a SentencePiece model's ids. */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,38 +21,28 @@ static void prepare_usage(FILE *f) {
             100 - PM_DATA_VAL_PERCENT, PM_DATA_VAL_PERCENT);
 }
 
+typedef struct {
+    const char *dir, *model; /* -o DIR, --tokenizer MODEL */
+    pm_cli_args files;       /* the text files */
+} prepare_opts;
+
+static const pm_cli_opt OPTS[] = {
+    {"-o", 's', 0, 0, offsetof(prepare_opts, dir), NULL, "a directory", 0},
+    {"--out", 's', 0, 0, offsetof(prepare_opts, dir), NULL, "a directory", 0},
+    {"--tokenizer", 's', 0, 0, offsetof(prepare_opts, model), NULL, "a model file", 0},
+};
+
 int pm_cmd_prepare(int argc, char **argv) {
-    const char *dir = NULL, *model = NULL;
-    const char **files = calloc((size_t)argc + 1, sizeof *files);
-    if (!files) return pm_cli_fail("out of memory");
-    int nf = 0;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            prepare_usage(stdout);
-            free(files);
-            return 0;
-        } else if (!strcmp(argv[i], "-o") || !strcmp(argv[i], "--out")) {
-            if (i + 1 >= argc) {
-                free(files);
-                return pm_cli_fail("%s needs a directory", argv[i]);
-            }
-            dir = argv[++i];
-        } else if (!strcmp(argv[i], "--tokenizer")) {
-            if (i + 1 >= argc) {
-                free(files);
-                return pm_cli_fail("--tokenizer needs a model file");
-            }
-            model = argv[++i];
-        } else if (argv[i][0] == '-' && argv[i][1]) {
-            free(files);
-            return pm_cli_fail("prepare: unknown option '%s' (try 'pipemem prepare --help')",
-                               argv[i]);
-        } else {
-            files[nf++] = argv[i];
-        }
-    }
-    if (!dir || nf == 0) {
+    prepare_opts o = {.files = {calloc((size_t)argc + 1, sizeof(char *)), 0}};
+    if (!o.files.arg) return pm_cli_fail("out of memory");
+    pm_cli_opts set = {OPTS, sizeof OPTS / sizeof OPTS[0], &o, NULL};
+    int rc = pm_cli_parse("prepare", argc, argv, 1, &set, 1, pm_cli_collect, &o.files);
+    const char **files = o.files.arg, *dir = o.dir, *model = o.model;
+    int nf = o.files.n;
+    if (rc == 2) prepare_usage(stdout);
+    if (rc || !dir || nf == 0) {
         free(files);
+        if (rc) return rc == 2 ? 0 : 1;
         prepare_usage(stderr);
         return 2;
     }

@@ -7,6 +7,7 @@
  * threads (--pp P, or the fewest that fit), each loading only its own
  * layers from the checkpoint: the same tokens either way. */
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -162,51 +163,46 @@ static int open_pipeline(sampler *sm, const char *ckpt, int pp_opt, size_t budge
     return st ? pm_cli_fail("%s", err.msg) : 0;
 }
 
+typedef struct {
+    const char *ckpt, *prompt;
+    int n, threads, seed, pp;
+    size_t budget; /* --device-mem; 0: this machine's memory */
+    double temp;
+} sample_opts;
+
+#define F(x) offsetof(sample_opts, x)
+static const pm_cli_opt OPTS[] = {
+    {"--ckpt", 's', 0, 0, F(ckpt), NULL, NULL, 0},
+    {"--prompt", 's', 0, 0, F(prompt), NULL, NULL, 0},
+    {"-n", 'i', 0, 0, F(n), NULL, NULL, 0},
+    {"--threads", 'i', 1, 64, F(threads), NULL, NULL, 0},
+    {"--device-mem", 'z', 0, 0, F(budget), NULL, NULL, 0},
+    {"--pp", 'i', 1, 1024, F(pp), NULL, NULL, 0},
+    {"--seed", 'i', 0, 0, F(seed), NULL, NULL, 0},
+    {"--temperature", 'p', 0, 0, F(temp), NULL, NULL, 0},
+};
+#undef F
+
 int pm_cmd_sample(int argc, char **argv) {
-    const char *ckpt = NULL, *prompt = "\n";
-    int n = 200, threads = 1, seed = 1, pp_opt = 0;
-    size_t budget = 0;
-    double temp = 1.0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            sample_usage(stdout);
-            return 0;
-        } else if (!strcmp(a, "--ckpt") || !strcmp(a, "--prompt")) {
-            if (!v) return pm_cli_fail("%s needs a value", a);
-            *(a[2] == 'c' ? &ckpt : &prompt) = v;
-        } else if (!strcmp(a, "-n")) {
-            if (pm_cli_int(a, v, 0, &n)) return 1;
-        } else if (!strcmp(a, "--threads")) {
-            if (pm_cli_int_range(a, v, 1, 64, &threads)) return 1;
-        } else if (!strcmp(a, "--device-mem")) {
-            if (pm_cli_size(a, v, &budget)) return 1;
-        } else if (!strcmp(a, "--pp")) {
-            if (pm_cli_int_range(a, v, 1, 1024, &pp_opt)) return 1;
-        } else if (!strcmp(a, "--seed")) {
-            if (pm_cli_int(a, v, 0, &seed)) return 1;
-        } else if (!strcmp(a, "--temperature")) {
-            if (pm_cli_double(a, v, &temp)) return 1;
-            if (temp <= 0) return pm_cli_fail("--temperature: '%s' must be > 0", v);
-        } else {
-            return pm_cli_fail("sample: unknown option '%s' (try 'pipemem sample --help')", a);
-        }
-        i++;
-    }
-    if (!ckpt) {
+    sample_opts o = {.prompt = "\n", .n = 200, .threads = 1, .seed = 1, .temp = 1.0};
+    pm_cli_opts set = {OPTS, sizeof OPTS / sizeof OPTS[0], &o, NULL};
+    int rc = pm_cli_parse("sample", argc, argv, 1, &set, 1, NULL, NULL);
+    if (rc == 2) sample_usage(stdout);
+    if (rc) return rc == 2 ? 0 : 1;
+    if (!o.ckpt) {
         sample_usage(stderr);
         return pm_cli_fail("sample: --ckpt FILE is required");
     }
-    if (!*prompt) prompt = "\n";
-    pm_blas_threads(threads);
+    const char *ckpt = o.ckpt, *prompt = *o.prompt ? o.prompt : "\n";
+    pm_blas_threads(o.threads);
     pm_err err = {{0}};
     pm_ckpt_info info;
     if (pm_ckpt_info_read(ckpt, &info, &err)) return pm_cli_fail("%s", err.msg);
     sampler sm = {.c = &info.cfg.model};
-    size_t need = one_device_bytes(sm.c), have = budget ? budget : pm_mem_physical();
-    int rc = 1;
-    if (pp_opt || (have && need > have)) {
-        if (open_pipeline(&sm, ckpt, pp_opt, budget)) goto out;
+    size_t need = one_device_bytes(sm.c), have = o.budget ? o.budget : pm_mem_physical();
+    rc = 1;
+    if (o.pp || (have && need > have)) {
+        if (open_pipeline(&sm, ckpt, o.pp, o.budget)) goto out;
     } else if (pm_ckpt_load_params(ckpt, &info, &sm.params, &err) ||
                !(sm.work = malloc(pm_gpt_work_bytes(sm.c, 1, sm.c->ctx)))) {
         pm_cli_fail("%s", sm.params ? "out of memory" : err.msg);
@@ -216,7 +212,7 @@ int pm_cmd_sample(int argc, char **argv) {
     uint32_t *ptok = NULL;
     size_t plen = strlen(prompt);
     if (open_tokenizer(ckpt, prompt, &tk, &ptok, &plen)) goto out;
-    rc = generate(&sm, tk, ptok, plen, prompt, (size_t)n, temp, seed);
+    rc = generate(&sm, tk, ptok, plen, prompt, (size_t)o.n, o.temp, o.seed);
     pm_free(ptok);
     pm_tokenizer_free(tk);
 out:

@@ -42,19 +42,6 @@ static const char usage[] =
 
 _Static_assert(PM_SCHED_MAX_PASSES == (int64_t)1 << 24, "the help text says 2^24 passes");
 
-/* One summary line per fact, as '#' comments the text reader skips. */
-static void summary(FILE *f, const pm_cli_plan *pl) {
-    fprintf(f, "# %s: p=%d m=%d placement=%s stages=%d\n", pl->s.kind, pl->s.p, pl->s.m,
-            pm_place_names[pl->s.place], pl->s.S);
-    fprintf(f, "# makespan %.6g  bubble %.4f  peak %.4f M (per device:", pl->sim.makespan,
-            pl->sim.bubble, pm_sim_peak_max_x(&pl->sim));
-    for (int d = 0; d < pl->s.p; d++) fprintf(f, " %.4f", pm_sim_peak_x(&pl->sim, d));
-    fprintf(f, ")\n");
-    if (pl->sim.red_start)
-        fprintf(f, "# data parallel: step %.6g with the gradient sums overlapped, %.6g with each "
-                "device's sums after its passes\n", pl->sim.dp_step, pl->sim.dp_step_serial);
-}
-
 /* Passes --polish may simulate (about a second here): once the first climb
  * ends, kicks go on until the budget ends or the makespan meets the lower
  * bound. The search's own polish stops far sooner (polish.h); asked for by
@@ -92,7 +79,7 @@ static pm_status polish(pm_cli_plan *pl, const pm_sched_req *req, pm_err *err) {
 
 int pm_cmd_schedule(int argc, char **argv) {
     pm_cli_sched_opts o;
-    int rc = pm_cli_sched_parse(argc, argv, &o, usage);
+    int rc = pm_cli_sched_parse(argc, argv, &o, usage, NULL);
     if (rc) return rc == 2 ? 0 : rc;
     if (!o.kind == !o.from) return pm_cli_fail("schedule: give either --kind K or --from FILE");
     if (o.kind && (!o.have_p || !o.have_m))
@@ -120,18 +107,7 @@ int pm_cmd_schedule(int argc, char **argv) {
         pm_cli_plan_free(&pl);
         return pm_cli_fail("%s", err.msg);
     }
-    if (!strcmp(format, "text")) {
-        pm_wfile w;
-        FILE *f = pm_cli_out_open(&w, o.out);
-        if (!f) {
-            pm_cli_plan_free(&pl);
-            return 1;
-        }
-        summary(f, &pl);
-        rc = pm_cli_out_close(&w, pm_sched_write_text(f, &pl.s) != PM_OK, o.out);
-    } else {
-        rc = pm_cli_plan_write(&pl, format, o.out);
-    }
+    rc = pm_cli_plan_write(&pl, format, o.out, 1);
     if (pl.s.opt_status) {
         static const char *const how[] = {"", "proven optimal", "time limit reached",
                                            "search ended unproven", "solver failed"};

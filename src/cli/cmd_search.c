@@ -20,26 +20,9 @@ static const char usage[] =
     "candidates too, so limits below V-Min's fit; --recompute searches only them.\n"
     "Supported range: p <= 128 and p m <= 2^15 (the search builds O(p) schedules).\n";
 
-static void summary(FILE *f, const pm_cli_plan *pl) {
-    fprintf(f, "# %s: p=%d m=%d placement=%s stages=%d\n", pl->s.kind, pl->s.p, pl->s.m,
-            pm_place_names[pl->s.place], pl->s.S);
-    fprintf(f, "# makespan %.6g  bubble %.4f  peak %.4f M (per device:", pl->sim.makespan,
-            pl->sim.bubble, pm_sim_peak_max_x(&pl->sim));
-    for (int d = 0; d < pl->s.p; d++) fprintf(f, " %.4f", pm_sim_peak_x(&pl->sim, d));
-    fprintf(f, ")\n");
-}
-
-static int write_text(const pm_cli_plan *pl, const char *path) {
-    pm_wfile w;
-    FILE *f = pm_cli_out_open(&w, path);
-    if (!f) return 1;
-    summary(f, pl);
-    return pm_cli_out_close(&w, pm_sched_write_text(f, &pl->s) != PM_OK, path);
-}
-
 int pm_cmd_search(int argc, char **argv) {
     pm_cli_sched_opts o;
-    int rc = pm_cli_sched_parse(argc, argv, &o, usage);
+    int rc = pm_cli_sched_parse(argc, argv, &o, usage, NULL);
     if (rc) return rc == 2 ? 0 : rc;
     if (o.kind || o.from) return pm_cli_fail("search: --kind/--from belong to 'schedule'");
     if (pm_cli_no_dp(&o, "search")) return 1;
@@ -60,10 +43,10 @@ int pm_cmd_search(int argc, char **argv) {
         return pm_cli_fail("search: %s", err.msg);
     }
     fprintf(stderr, "pipemem: search: %s\n", reason);
-    rc = !strcmp(format, "text") ? write_text(&pl, o.out) : pm_cli_plan_write(&pl, format, o.out);
+    rc = pm_cli_plan_write(&pl, format, o.out, 1);
     if (!rc && o.out) {
         fprintf(stderr, "pipemem: wrote %s: ", o.out);
-        summary(stderr, &pl);
+        pm_cli_plan_summary(stderr, &pl);
     }
     pm_cli_plan_free(&pl);
     return rc;

@@ -12,6 +12,7 @@
 #include <signal.h>
 #include <stdatomic.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -114,7 +115,10 @@ static int parse_value(int k, const char *s, size_t len, double *out) {
     return k == K_SEED || k == K_WARMUP ? x < 0 : x < 1;
 }
 
-static int parse_list(int k, const char *val, sel_opts *o) {
+/* A swept list, --KEY v1,v2,...: the option's tag is the key. */
+static int parse_list(const pm_cli_opt *d, const char *val, void *dst) {
+    int k = d->tag;
+    sel_opts *o = dst;
     if (!val) return pm_cli_fail("--%s needs a value", key_names[k]);
     o->n[k] = 0;
     for (const char *p = val;;) {
@@ -130,7 +134,9 @@ static int parse_list(int k, const char *val, sel_opts *o) {
     }
 }
 
-static int parse_size(const char *val, size_t *out) {
+static int parse_size(const pm_cli_opt *d, const char *val, void *dst) {
+    (void)d;
+    size_t *out = dst;
     char *end;
     errno = 0;
     double x = val ? strtod(val, &end) : 0;
@@ -147,7 +153,9 @@ bad:
                        val ? val : "");
 }
 
-static int parse_policy(const char *val, pm_select_policy *out) {
+static int parse_policy(const pm_cli_opt *d, const char *val, void *dst) {
+    (void)d;
+    pm_select_policy *out = dst;
     for (int p = 0; val && p < PM_POLICY_COUNT; p++)
         if (!strcmp(val, pm_select_policy_names[p])) {
             *out = (pm_select_policy)p;
@@ -156,48 +164,37 @@ static int parse_policy(const char *val, pm_select_policy *out) {
     return pm_cli_fail("--policy: '%s' is not shard, task or sequential", val ? val : "");
 }
 
+#define F(x) offsetof(sel_opts, x)
+#define L(name, k) {"--" name, 'x', 0, 0, 0, parse_list, NULL, k} /* key_names[k] */
+#define S(name, field) {name, 's', 0, 0, F(field), NULL, NULL, 0}
+static const pm_cli_opt OPTS[] = {
+    L("lr", K_LR), L("layers", K_LAYERS), L("dim", K_DIM), L("heads", K_HEADS),
+    L("ctx", K_CTX), L("batch", K_BATCH), L("microbatches", K_MICRO), L("warmup", K_WARMUP),
+    L("seed", K_SEED),
+    {"--dry-run", 'f', 1, 0, F(dry_run), NULL, NULL, 0},
+    {"--no-prefetch", 'f', 0, 0, F(prefetch), NULL, NULL, 0},
+    {"--json", 'f', 1, 0, F(json), NULL, NULL, 0},
+    {"--policy", 'x', 0, 0, F(policy), parse_policy, NULL, 0},
+    {"--eval-every", 'i', 0, 0, F(eval_every), NULL, NULL, 0},
+    {"--eval-batches", 'i', 1, 0, F(eval_batches), NULL, NULL, 0},
+    {"--halving", 'i', 2, 0, F(halving), NULL, NULL, 0},
+    {"--stop-after", 'i', 1, 0, F(stop_after), NULL, NULL, 0},
+    S("--spill", spill), S("--timeline", svg), S("--trace", trace), S("--resume", resume),
+    S("--csv", csv), S("--save-best", save_best), S("--tasks", tasks_file), S("--data", data),
+    {"--devices", 'i', 1, 4096, F(devices), NULL, NULL, 0},
+    {"--steps", 'i', 1, 0, F(steps), NULL, NULL, 0},
+    {"--device-mem", 'x', 0, 0, F(device_mem), parse_size, NULL, 0},
+};
+#undef S
+#undef L
+#undef F
+
 static int parse_args(int argc, char **argv, sel_opts *o) {
     *o = (sel_opts){.steps = 100, .prefetch = 1, .eval_every = -1, .eval_batches = 4};
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
-        int k = strncmp(a, "--", 2) ? -1 : key_of(a + 2), bad = 0;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            fputs(usage, stdout);
-            return 2;
-        } else if (!strcmp(a, "--dry-run")) {
-            o->dry_run = 1;
-            continue;
-        } else if (!strcmp(a, "--no-prefetch")) {
-            o->prefetch = 0;
-            continue;
-        } else if (!strcmp(a, "--json")) {
-            o->json = 1;
-            continue;
-        } else if (k >= 0) bad = parse_list(k, val, o);
-        else if (!strcmp(a, "--policy")) bad = parse_policy(val, &o->policy);
-        else if (!strcmp(a, "--eval-every")) bad = pm_cli_int(a, val, 0, &o->eval_every);
-        else if (!strcmp(a, "--eval-batches")) bad = pm_cli_int(a, val, 1, &o->eval_batches);
-        else if (!strcmp(a, "--halving")) bad = pm_cli_int(a, val, 2, &o->halving);
-        else if (!strcmp(a, "--stop-after")) bad = pm_cli_int(a, val, 1, &o->stop_after);
-        else if (!strcmp(a, "--spill")) o->spill = val, bad = !val && pm_cli_fail("--spill needs a value");
-        else if (!strcmp(a, "--timeline"))
-            o->svg = val, bad = !val && pm_cli_fail("--timeline needs a value");
-        else if (!strcmp(a, "--trace"))
-            o->trace = val, bad = !val && pm_cli_fail("--trace needs a value");
-        else if (!strcmp(a, "--resume"))
-            o->resume = val, bad = !val && pm_cli_fail("--resume needs a value");
-        else if (!strcmp(a, "--csv")) o->csv = val, bad = !val && pm_cli_fail("--csv needs a value");
-        else if (!strcmp(a, "--save-best"))
-            o->save_best = val, bad = !val && pm_cli_fail("--save-best needs a value");
-        else if (!strcmp(a, "--devices")) bad = pm_cli_int_range(a, val, 1, 4096, &o->devices);
-        else if (!strcmp(a, "--steps")) bad = pm_cli_int(a, val, 1, &o->steps);
-        else if (!strcmp(a, "--device-mem")) bad = parse_size(val, &o->device_mem);
-        else if (!strcmp(a, "--tasks")) o->tasks_file = val, bad = !val && pm_cli_fail("--tasks needs a value");
-        else if (!strcmp(a, "--data")) o->data = val, bad = !val && pm_cli_fail("--data needs a value");
-        else return pm_cli_fail("unknown option '%s' (see pipemem select --help)", a);
-        if (bad) return 1;
-        i++;
-    }
+    pm_cli_opts set = {OPTS, sizeof OPTS / sizeof OPTS[0], o, NULL};
+    int rc = pm_cli_parse("select", argc, argv, 1, &set, 1, NULL, NULL);
+    if (rc == 2) fputs(usage, stdout);
+    if (rc) return rc;
     if (!o->devices) return pm_cli_fail("select: --devices D is required");
     if (!o->device_mem) return pm_cli_fail("select: --device-mem SIZE is required (e.g. 64M)");
     if (!o->dry_run && !o->data)
@@ -376,7 +373,7 @@ static int resume_task(const sel_opts *o, const pm_tokens *va, const pm_select_t
 /* Each task's trainer, resumed if --resume has its checkpoint, and with
  * --spill DIR spilled at once, so RAM holds one task's state at a time.
  * hosts[0 .. *ready-1] are initialised (the caller frees them). */
-static int make_hosts(const sel_opts *o, const pm_select_task *t, int n, const pm_tokens *tr,
+static int make_hosts(const sel_opts *o, pm_select_task *t, int n, const pm_tokens *tr,
                       const pm_tokens *va, pm_trainer *hosts, unsigned char *skip, double *loss,
                       double *val, int *ready) {
     const char *spill = o->spill && strcmp(o->spill, "ram") ? o->spill : NULL;
@@ -397,7 +394,7 @@ static int make_hosts(const sel_opts *o, const pm_select_task *t, int n, const p
         int r = o->resume ? resume_task(o, va, &t[i], &hosts[i], &skip[i], &loss[i], &val[i]) : 0;
         if (r < 0) return 1;
         resumed += r;
-        if (spill && pm_select_spill(&hosts[i], spill, t[i].name, &e))
+        if (spill && pm_select_spill(&t[i], &hosts[i], spill, &e))
             return pm_cli_fail("%s", e.msg);
     }
     if (resumed) fprintf(stderr, "select: resumed %d of %d tasks from %s\n", resumed, n, o->resume);
@@ -425,7 +422,7 @@ static int save_best(const char *path, const pm_select_task *t, pm_trainer *host
         int i = order[k];
         if (res[i].state == PM_SELECT_FAILED || !isfinite(res[i].val_loss)) continue;
         pm_err e;
-        if (pm_select_host_load(&hosts[i], &e) || pm_ckpt_save(&hosts[i], path, &e))
+        if (pm_select_host_load(&t[i], &hosts[i], &e) || pm_ckpt_save(&hosts[i], path, &e))
             return pm_cli_fail("%s", e.msg);
         fprintf(stderr, "select: wrote %s (task %s, %s, val loss %.4f)\n", path, t[i].name,
                 res[i].state == PM_SELECT_DONE ? "done" : "stopped", res[i].val_loss);
@@ -435,7 +432,7 @@ static int save_best(const char *path, const pm_select_task *t, pm_trainer *host
                        "failed, or none was evaluated); nothing written", path);
 }
 
-static int train_tasks(const sel_opts *o, const pm_select_task *t, int n,
+static int train_tasks(const sel_opts *o, pm_select_task *t, int n,
                        const pm_select_layout *lay) {
     pm_tokens tr, va;
     if (pm_cli_train_load(o->data, &tr, &va)) return 1;

@@ -1,5 +1,6 @@
 /* cmd_tokenizer.c: `pipemem tokenizer train FILE... --vocab N -o MODEL`: a
  * SentencePiece model trained on text files, for `prepare --tokenizer`. */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +20,17 @@ static const char usage[] =
     "  example: pipemem tokenizer train /usr/share/games/fortunes/fortunes --vocab 2000 "
     "-o fortunes.model\n";
 
+typedef struct {
+    const char *out;   /* -o MODEL */
+    int vocab;         /* --vocab N */
+    pm_cli_args files; /* the text files */
+} tok_opts;
+
+static const pm_cli_opt OPTS[] = {
+    {"--vocab", 'i', 260, 1 << 20, offsetof(tok_opts, vocab), NULL, NULL, 0},
+    {"-o", 's', 0, 0, offsetof(tok_opts, out), NULL, "a file", 0},
+};
+
 int pm_cmd_tokenizer(int argc, char **argv) {
     if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
         fputs(usage, argc < 2 ? stderr : stdout);
@@ -27,21 +39,16 @@ int pm_cmd_tokenizer(int argc, char **argv) {
     if (strcmp(argv[1], "train"))
         return pm_cli_fail("tokenizer: unknown action '%s' (try 'pipemem tokenizer --help')",
                            argv[1]);
-    const char **files = calloc((size_t)argc, sizeof *files), *out = NULL;
-    int nf = 0, vocab = 0, bad = 0;
-    if (!files) return pm_cli_fail("out of memory");
-    for (int i = 2; i < argc && !bad; i++) {
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            fputs(usage, stdout);
-            free(files);
-            return 0;
-        } else if (!strcmp(argv[i], "--vocab")) bad = pm_cli_int_range("--vocab", v, 260, 1 << 20, &vocab), i++;
-        else if (!strcmp(argv[i], "-o")) out = v, bad = !v && pm_cli_fail("-o needs a file"), i++;
-        else if (argv[i][0] == '-' && argv[i][1])
-            bad = pm_cli_fail("tokenizer: unknown option '%s' (try 'pipemem tokenizer --help')",
-                              argv[i]);
-        else files[nf++] = argv[i];
+    tok_opts o = {.files = {calloc((size_t)argc, sizeof(char *)), 0}};
+    if (!o.files.arg) return pm_cli_fail("out of memory");
+    pm_cli_opts set = {OPTS, sizeof OPTS / sizeof OPTS[0], &o, NULL};
+    int bad = pm_cli_parse("tokenizer", argc, argv, 2, &set, 1, pm_cli_collect, &o.files);
+    const char **files = o.files.arg, *out = o.out;
+    int nf = o.files.n, vocab = o.vocab;
+    if (bad == 2) {
+        fputs(usage, stdout);
+        free(files);
+        return 0;
     }
     if (!bad && (!nf || !out || !vocab))
         bad = pm_cli_fail("tokenizer train: needs FILE..., --vocab N and -o MODEL");

@@ -355,22 +355,6 @@ static void print_peak(const pp_world *w, const pm_plan *pl) {
                 x, pl->sim.peak[at], pl->M);
 }
 
-/* The plan's error in the CLI's words: the library names its parameters,
- * the command line its flags. */
-static int plan_fail(const char *msg) {
-    char line[sizeof(pm_err) + 64];
-    const char *from[] = {"the memory limit of ", "meets the memory limit", "the device budget is "};
-    const char *to[] = {"--mem-limit ", "meets --mem-limit", "--device-mem is "};
-    snprintf(line, sizeof line, "%s", msg);
-    for (int k = 0; k < 3; k++) {
-        char *at = strstr(line, from[k]);
-        if (!at) continue;
-        char rest[sizeof line];
-        snprintf(rest, sizeof rest, "%s", at + strlen(from[k]));
-        snprintf(at, sizeof line - (size_t)(at - line), "%s%s", to[k], rest);
-    }
-    return pm_cli_fail("train: %s", line);
-}
 
 /* What every rank must agree on besides the plan (which the pipe checks
  * itself): the training data, and every option that decides what the ranks
@@ -479,7 +463,7 @@ static int run(const pm_cli_train_opts *o, pp_world *w) {
     if (load(o, w, &j)) return 1;
     w->opts.fingerprint = options_fingerprint(o, &j.tr);
     if (place_costs(w, o, &j.cfg, &err) || make_plan(w, o, &j.cfg, &j.plan, &err)) {
-        plan_fail(err.msg);
+        pm_cli_fail("train: %s", err.msg); /* its parameters as the flags (pm_cli_flags) */
         goto out;
     }
     if (check_fits(&j.plan, &err) || pm_train_state_init(&j.st, &j.plan.cfg, &j.tr, &err) ||

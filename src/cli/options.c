@@ -1,10 +1,13 @@
-/* options.c: parsing of option values shared by the subcommands, each
- * failure one line naming the option and what it accepts. */
+/* options.c: the one option parser every subcommand uses (a table of
+ * rows: name, type, range, field; pm_cli_parse), the value parsers it
+ * calls, each failure one line naming the option and what it accepts; and
+ * the library's parameter names turned into the flags that set them. */
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/stat.h>
 
 #include "cli.h"
@@ -12,16 +15,68 @@
 static int g_rank = -1, g_quiet;
 static char g_held[1024]; /* the last line a quiet rank did not print */
 
+/* What the library calls a parameter (its field in the caller's struct, or
+ * its argument) and the flag that sets it. valued: named only as
+ * name=VALUE, since the bare name could be a word of prose. */
+static const struct {
+    const char *name, *flag;
+    int valued;
+} lib_flags[] = {
+    {"mem_limit", "--mem-limit", 0},   {"time_limit", "--time-limit", 0},
+    {"device_mem", "--device-mem", 0}, {"spill_dir", "--spill", 0},
+    {"stop_after", "--stop-after", 0}, {"micro", "--microbatches", 0},
+    {"opt.lr", "--lr", 0},             {"opt.steps", "--steps", 0},
+    {"model.layers", "--layers", 0},   {"model.dim", "--dim", 0},
+    {"model.ctx", "--ctx", 0},         {"model.heads", "--heads", 0},
+    {"batch", "--batch", 1},           {"seed", "--seed", 1},
+    {"v", "--chunks", 1},              {"t", "--costs", 1},
+    {"vocab", "--vocab", 1},           {"the MPI transport", "--transport mpi", 0},
+};
+
+/* Length of the name of entry k at s (after prev), 0 if it does not
+ * stand there as a whole name; *valued: it is followed by '='. */
+static size_t flag_at(int k, const char *s, char prev, int *valued) {
+    const char *name = lib_flags[k].name;
+    size_t len = strlen(name);
+    if (strncmp(s, name, len)) return 0;
+    if (prev && prev != ' ' && (prev != '(' || lib_flags[k].valued)) return 0;
+    char next = s[len];
+    *valued = next == '=';
+    if (*valued) return len + 1;
+    if (lib_flags[k].valued) return 0;
+    if (next == '.') next = s[len + 1] == ' ' ? 0 : s[len + 1];
+    return !next || strchr(" ,;:)", next) ? len : 0;
+}
+
+void pm_cli_flags(const char *msg, char *out, size_t cap) {
+    size_t o = 0;
+    for (const char *s = msg; *s && o + 1 < cap;) {
+        size_t len = 0;
+        int k = 0, valued = 0;
+        for (; k < (int)(sizeof lib_flags / sizeof lib_flags[0]); k++)
+            if ((len = flag_at(k, s, s == msg ? 0 : s[-1], &valued))) break;
+        if (!len) {
+            out[o++] = *s++;
+            continue;
+        }
+        o += (size_t)snprintf(out + o, cap - o, "%s%s", lib_flags[k].flag, valued ? " " : "");
+        if (o >= cap) o = cap - 1;
+        s += len;
+    }
+    out[o] = 0;
+}
+
 void pm_cli_set_rank(int rank, int quiet) { g_rank = rank, g_quiet = quiet, g_held[0] = 0; }
 
 int pm_cli_fail(const char *fmt, ...) {
-    char line[sizeof g_held];
-    int n = snprintf(line, sizeof line, "pipemem: ");
-    if (g_rank >= 0) n += snprintf(line + n, sizeof line - (size_t)n, "rank %d: ", g_rank);
+    char text[sizeof g_held], line[sizeof g_held];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(line + n, sizeof line - (size_t)n, fmt, ap);
+    vsnprintf(text, sizeof text, fmt, ap);
     va_end(ap);
+    int n = snprintf(line, sizeof line, "pipemem: ");
+    if (g_rank >= 0) n += snprintf(line + n, sizeof line - (size_t)n, "rank %d: ", g_rank);
+    pm_cli_flags(text, line + n, sizeof line - (size_t)n);
     if (g_quiet) snprintf(g_held, sizeof g_held, "%s", line);
     else fprintf(stderr, "%s\n", line);
     return 1;
@@ -30,10 +85,6 @@ int pm_cli_fail(const char *fmt, ...) {
 void pm_cli_print_held(void) {
     if (g_held[0]) fprintf(stderr, "%s\n", g_held);
     g_held[0] = 0;
-}
-
-int pm_cli_int(const char *opt, const char *val, int lo, int *out) {
-    return pm_cli_int_range(opt, val, lo, 1 << 24, out);
 }
 
 int pm_cli_int_range(const char *opt, const char *val, int lo, int hi, int *out) {
@@ -93,17 +144,19 @@ static int parse_list(const char *val, double *x, int n) {
     return -1;
 }
 
-int pm_cli_costs(const char *val, pm_costs *out) {
+int pm_cli_costs(const pm_cli_opt *d, const char *val, void *out) {
+    (void)d;
     double x[4] = {0, 0, 0, 0};
     int k = val ? parse_list(val, x, 4) : -1;
     if (k < 3 || x[0] <= 0 || x[1] <= 0 || x[2] < 0 || x[3] < 0)
         return pm_cli_fail("--costs: '%s' is not F,B,W[,C] (F and B > 0, W and C >= 0)",
                            val ? val : "");
-    *out = (pm_costs){x[0], x[1], x[2], x[3]};
+    *(pm_costs *)out = (pm_costs){x[0], x[1], x[2], x[3]};
     return 0;
 }
 
-int pm_cli_mem(const char *val, pm_mem *out) {
+int pm_cli_mem(const pm_cli_opt *d, const char *val, void *out) {
+    (void)d;
     double x[4] = {0, 0, 0, 0};
     int k = val ? parse_list(val, x, 4) : -1;
     if (k < 3 || x[0] <= 0 || fabs(x[0] + x[1] + x[2]) > 1e-9 * fabs(x[0]))
@@ -113,17 +166,72 @@ int pm_cli_mem(const char *val, pm_mem *out) {
     if (k == 4 && !(x[3] > 0 && x[3] <= x[0]))
         return pm_cli_fail("--mem: R = %g must be in (0, F] (what a recomputed F keeps of "
                            "its F = %g)", x[3], x[0]);
-    *out = (pm_mem){x[0], x[1], x[2], x[3]};
+    *(pm_mem *)out = (pm_mem){x[0], x[1], x[2], x[3]};
     return 0;
 }
 
-void pm_cli_json_str(FILE *f, const char *s) {
-    fputc('"', f);
-    for (; *s; s++) {
-        if (*s == '"' || *s == '\\') fputc('\\', f);
-        if ((unsigned char)*s >= 0x20) fputc(*s, f);
+/* Stores option d's value v (NULL when argv ran out) into dst. */
+static int apply(const pm_cli_opt *d, const char *v, void *dst) {
+    switch (d->type) {
+    case 'f':
+        *(int *)dst = d->lo;
+        return 0;
+    case 's':
+        if (!v) return pm_cli_fail("%s needs %s", d->name, d->need ? d->need : "a value");
+        *(const char **)dst = v;
+        return 0;
+    case 'i':
+        return pm_cli_int_range(d->name, v, d->lo, d->hi ? d->hi : 1 << 24, dst);
+    case 'd':
+        return pm_cli_double(d->name, v, dst);
+    case 'p':
+        if (pm_cli_double(d->name, v, dst)) return 1;
+        if (*(double *)dst <= 0) return pm_cli_fail("%s: '%s' must be > 0", d->name, v);
+        return 0;
+    case 'z':
+        return pm_cli_size(d->name, v, dst);
+    default:
+        return d->fn(d, v, dst);
     }
-    fputc('"', f);
+}
+
+int pm_cli_parse(const char *cmd, int argc, char **argv, int first, const pm_cli_opts *sets,
+                 int nsets, int (*positional)(void *ctx, const char *arg), void *ctx) {
+    for (int s = 0; s < nsets; s++)
+        for (int k = 0; sets[s].at && k < sets[s].n; k++) sets[s].at[k] = 0;
+    for (int i = first; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) return 2;
+        if (positional && (a[0] != '-' || !a[1])) {
+            if (positional(ctx, a)) return 1;
+            continue;
+        }
+        const pm_cli_opts *set = NULL;
+        int k = -1;
+        for (int s = 0; s < nsets && k < 0; s++)
+            for (int j = 0; j < sets[s].n && k < 0; j++)
+                if (!strcmp(a, sets[s].opt[j].name)) set = &sets[s], k = j;
+        if (k < 0)
+            return pm_cli_fail("%s: unknown option '%s' (try 'pipemem %s --help')", cmd, a, cmd);
+        const pm_cli_opt *d = &set->opt[k];
+        if (apply(d, v, (char *)set->dst + d->off)) return 1;
+        if (set->at && !set->at[k]) set->at[k] = i;
+        if (d->type != 'f') i++;
+    }
+    return 0;
+}
+
+int pm_cli_collect(void *ctx, const char *arg) {
+    pm_cli_args *a = ctx;
+    a->arg[a->n++] = arg;
+    return 0;
+}
+
+int pm_cli_given(const pm_cli_opts *set, const char *name) {
+    for (int k = 0; k < set->n; k++)
+        if (!strcmp(set->opt[k].name, name)) return set->at[k];
+    PM_ASSERT(!"pm_cli_given: no such option");
+    return 0;
 }
 
 int pm_cli_files_distinct(const char *cmd, const pm_cli_file *f, int n) {

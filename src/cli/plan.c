@@ -1,62 +1,56 @@
 /* plan.c: what the schedule commands share: their options, and the
  * generate -> validate -> simulate -> write pipeline. */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
 
-int pm_cli_sched_parse(int argc, char **argv, pm_cli_sched_opts *o, const char *usage) {
+/* --allreduce-cost, --time-limit, --mem-limit: a number with its own range. */
+static int parse_ranged(const pm_cli_opt *d, const char *val, void *dst) {
+    double *x = dst;
+    if (pm_cli_double(d->name, val, x)) return 1;
+    if (d->tag == 'a' && !(*x >= 0 && *x < 1e300))
+        return pm_cli_fail("--allreduce-cost %s: must be >= 0 and below 1e300 (a time in the "
+                           "units of --costs)", val);
+    if (d->tag == 't' && !(*x > 0)) return pm_cli_fail("--time-limit must be > 0 seconds");
+    if (d->tag == 'm' && *x <= 0) return pm_cli_fail("--mem-limit must be > 0 (a multiple of M)");
+    return 0;
+}
+
+#define F(x) offsetof(pm_cli_sched_opts, x)
+static const pm_cli_opt SCHED_OPTS[] = {
+    {"--recompute", 'f', 1, 0, F(req.recompute), NULL, NULL, 0},
+    {"--polish", 'f', 1, 0, F(polish), NULL, NULL, 0},
+    {"--kind", 's', 0, 0, F(kind), NULL, NULL, 0},
+    {"--from", 's', 0, 0, F(from), NULL, NULL, 0},
+    {"--format", 's', 0, 0, F(format), NULL, NULL, 0},
+    {"-o", 's', 0, 0, F(out), NULL, NULL, 0},
+    {"-p", 'i', 1, PM_SCHED_MAX_P, F(req.p), NULL, NULL, 0},
+    {"-m", 'i', 1, PM_SCHED_MAX_M, F(req.m), NULL, NULL, 0},
+    {"--chunks", 'i', 1, 0, F(req.v), NULL, NULL, 0},
+    {"--dp", 'i', 1, 1024, F(dp), NULL, NULL, 0},
+    {"--allreduce-cost", 'x', 0, 0, F(ar), parse_ranged, NULL, 'a'},
+    {"--costs", 'x', 0, 0, F(req.t), pm_cli_costs, NULL, 0},
+    {"--mem", 'x', 0, 0, F(req.mem), pm_cli_mem, NULL, 0},
+    {"--time-limit", 'x', 0, 0, F(req.time_limit), parse_ranged, NULL, 't'},
+    {"--mem-limit", 'x', 0, 0, F(req.mem_limit), parse_ranged, NULL, 'm'},
+};
+#undef F
+enum { N_SCHED_OPTS = sizeof SCHED_OPTS / sizeof SCHED_OPTS[0] };
+
+int pm_cli_sched_parse(int argc, char **argv, pm_cli_sched_opts *o, const char *usage,
+                       const pm_cli_opts *extra) {
     *o = (pm_cli_sched_opts){.req = {.t = PM_COSTS_DEFAULT, .mem = PM_MEM_DEFAULT}, .dp = 1};
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
-        int bad = 0;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            fputs(usage, stdout);
-            return 2;
-        } else if (!strcmp(a, "--recompute")) {
-            o->req.recompute = 1;
-            continue; /* a flag: no value */
-        } else if (!strcmp(a, "--polish")) {
-            o->polish = 1;
-            continue;
-        } else if (!strcmp(a, "--kind")) o->kind = val, bad = !val;
-        else if (!strcmp(a, "--from")) o->from = val, bad = !val;
-        else if (!strcmp(a, "--format")) o->format = val, bad = !val;
-        else if (!strcmp(a, "-o")) o->out = val, bad = !val;
-        else if (!strcmp(a, "-p")) bad = pm_cli_int_range(a, val, 1, PM_SCHED_MAX_P, &o->req.p), o->have_p = 1;
-        else if (!strcmp(a, "-m")) bad = pm_cli_int_range(a, val, 1, PM_SCHED_MAX_M, &o->req.m), o->have_m = 1;
-        else if (!strcmp(a, "--chunks")) bad = pm_cli_int(a, val, 1, &o->req.v);
-        else if (!strcmp(a, "--dp")) bad = pm_cli_int_range(a, val, 1, 1024, &o->dp);
-        else if (!strcmp(a, "--allreduce-cost")) {
-            bad = pm_cli_double(a, val, &o->ar);
-            if (!bad && !(o->ar >= 0 && o->ar < 1e300))
-                bad = pm_cli_fail("--allreduce-cost %s: must be >= 0 and below 1e300 (a "
-                                  "time in the units of --costs)", val);
-        }
-        else if (!strcmp(a, "--costs")) bad = pm_cli_costs(val, &o->req.t);
-        else if (!strcmp(a, "--mem")) bad = pm_cli_mem(val, &o->req.mem);
-        else if (!strcmp(a, "--time-limit")) {
-            bad = pm_cli_double(a, val, &o->req.time_limit);
-            if (!bad && !(o->req.time_limit > 0))
-                bad = pm_cli_fail("--time-limit must be > 0 seconds");
-        }
-        else if (!strcmp(a, "--mem-limit")) {
-            bad = pm_cli_double(a, val, &o->req.mem_limit);
-            if (!bad && o->req.mem_limit <= 0)
-                bad = pm_cli_fail("--mem-limit must be > 0 (a multiple of M)");
-        } else {
-            return pm_cli_fail("unknown option '%s' (see pipemem %s --help)", a, argv[0]);
-        }
-        if (bad) {
-            /* the parsers above already printed; a bare --kind etc. did not */
-            if (!val && (!strcmp(a, "--kind") || !strcmp(a, "--from") || !strcmp(a, "--format") ||
-                         !strcmp(a, "-o")))
-                pm_cli_fail("%s needs a value", a);
-            return 1;
-        }
-        i++; /* every option but --help takes a value */
-    }
+    int at[N_SCHED_OPTS];
+    pm_cli_opts sets[2] = {{SCHED_OPTS, N_SCHED_OPTS, o, at}};
+    if (extra) sets[1] = sets[0], sets[0] = *extra;
+    int rc = pm_cli_parse(argv[0], argc, argv, 1, sets, extra ? 2 : 1, NULL, NULL);
+    if (rc == 2) fputs(usage, stdout);
+    if (rc) return rc;
+    o->have_p = pm_cli_given(&sets[extra ? 1 : 0], "-p") > 0;
+    o->have_m = pm_cli_given(&sets[extra ? 1 : 0], "-m") > 0;
     if (o->dp <= 1 && o->ar > 0)
         return pm_cli_fail("--allreduce-cost needs --dp D > 1 (one replica sums nothing)");
     return 0;
@@ -144,13 +138,28 @@ int pm_cli_out_close(pm_wfile *w, int bad, const char *path) {
     return 0;
 }
 
-int pm_cli_plan_write(const pm_cli_plan *pl, const char *format, const char *path) {
+void pm_cli_plan_summary(FILE *f, const pm_cli_plan *pl) {
+    fprintf(f, "# %s: p=%d m=%d placement=%s stages=%d\n", pl->s.kind, pl->s.p, pl->s.m,
+            pm_place_names[pl->s.place], pl->s.S);
+    fprintf(f, "# makespan %.6g  bubble %.4f  peak %.4f M (per device:", pl->sim.makespan,
+            pl->sim.bubble, pm_sim_peak_max_x(&pl->sim));
+    for (int d = 0; d < pl->s.p; d++) fprintf(f, " %.4f", pm_sim_peak_x(&pl->sim, d));
+    fprintf(f, ")\n");
+    if (pl->sim.red_start)
+        fprintf(f, "# data parallel: step %.6g with the gradient sums overlapped, %.6g with each "
+                "device's sums after its passes\n", pl->sim.dp_step, pl->sim.dp_step_serial);
+}
+
+int pm_cli_plan_write(const pm_cli_plan *pl, const char *format, const char *path, int summary) {
     if (pm_cli_sched_format_ok(format)) return 1;
     pm_wfile w;
     FILE *f = pm_cli_out_open(&w, path);
     if (!f) return 1;
     pm_status st = PM_OK;
-    if (!strcmp(format, "text")) st = pm_sched_write_text(f, &pl->s);
+    if (!strcmp(format, "text")) {
+        if (summary) pm_cli_plan_summary(f, pl);
+        st = pm_sched_write_text(f, &pl->s);
+    }
     else if (!strcmp(format, "csv")) {
         st = pm_sched_write_csv(f, &pl->s);
         if (pl->s.recompute) /* PyTorch's layout has no place for it (format_text.c) */

@@ -89,7 +89,7 @@ int sel_print_dry_json(const pm_select_task *t, int n, const pm_select_layout *l
            pm_select_slab_bytes(lay));
     for (int i = 0; i < n; i++) {
         printf("%s{\"task\": ", i ? ", " : "");
-        pm_cli_json_str(stdout, t[i].name);
+        pm_json_str(stdout, t[i].name);
         printf(", \"config\": ");
         json_config(&t[i].cfg);
         printf(", \"shards\": [");
@@ -123,10 +123,21 @@ static void status_line(sel_progress *p, const pm_select_event *ev) {
     p->last = ev->elapsed;
 }
 
+/* A task's reason (the library's words) with the flags the user knows. */
+typedef struct {
+    char s[2 * sizeof ((pm_select_result *)0)->why];
+} why_text;
+static why_text why_flags(const char *why) {
+    why_text w;
+    pm_cli_flags(why ? why : "", w.s, sizeof w.s);
+    return w;
+}
+
 void sel_on_event(void *ctx, const pm_select_event *ev) {
     sel_progress *p = ctx;
     const char *name = p->t[ev->task].name;
     double el = ev->elapsed;
+    why_text why = why_flags(ev->why);
     p->done += ev->kind == PM_SELECT_EV_DONE;
     p->stopped += ev->kind == PM_SELECT_EV_STOPPED;
     p->failed += ev->kind == PM_SELECT_EV_FAILED;
@@ -138,12 +149,12 @@ void sel_on_event(void *ctx, const pm_select_event *ev) {
         return;
     }
     if (ev->kind == PM_SELECT_EV_STOPPED && isfinite(ev->val_loss))
-        fprintf(stderr, "select: %s stopped: %s (val loss %.4f, %.1f s)\n", name,
-                ev->why ? ev->why : "", ev->val_loss, el);
+        fprintf(stderr, "select: %s stopped: %s (val loss %.4f, %.1f s)\n", name, why.s,
+                ev->val_loss, el);
     else if (ev->kind == PM_SELECT_EV_STOPPED)
-        fprintf(stderr, "select: %s stopped: %s (%.1f s)\n", name, ev->why ? ev->why : "", el);
+        fprintf(stderr, "select: %s stopped: %s (%.1f s)\n", name, why.s, el);
     else if (ev->kind == PM_SELECT_EV_FAILED)
-        fprintf(stderr, "select: %s failed: %s (%.1f s)\n", name, ev->why ? ev->why : "?", el);
+        fprintf(stderr, "select: %s failed: %s (%.1f s)\n", name, ev->why ? why.s : "?", el);
     else if (ev->kind == PM_SELECT_EV_DONE)
         fprintf(stderr, "select: %s done: %lld steps, loss %.4f, val loss %.4f (%.1f s)\n", name,
                 (long long)ev->step, ev->loss, ev->val_loss, el);
@@ -181,7 +192,7 @@ void sel_print_table(FILE *f, const pm_select_task *t, const pm_select_result *r
                 c->model.dim, c->model.heads, c->model.ctx, c->batch, c->micro, c->opt.warmup,
                 (unsigned long long)c->seed, (long long)r[i].steps, r[i].final_loss,
                 r[i].val_loss, r[i].wall_s, r[i].busy_s, t[i].nshard, state_names[r[i].state],
-                r[i].why[0] ? ": " : "", r[i].why);
+                r[i].why[0] ? ": " : "", why_flags(r[i].why).s);
     }
 }
 
@@ -209,7 +220,7 @@ void sel_print_json(pm_select_policy policy, int devices, size_t device_mem,
     for (int k = 0; k < n; k++) {
         int i = order[k];
         printf("%s{\"task\": ", k ? ", " : "");
-        pm_cli_json_str(stdout, t[i].name);
+        pm_json_str(stdout, t[i].name);
         printf(", \"config\": ");
         json_config(&t[i].cfg);
         printf(", \"final_loss\": ");
@@ -219,7 +230,7 @@ void sel_print_json(pm_select_policy policy, int devices, size_t device_mem,
         printf(", \"steps_run\": %lld, \"wall_s\": %.6f, \"busy_s\": %.6f, \"shards\": %d, "
                "\"state\": \"%s\", \"why\": ", (long long)r[i].steps, r[i].wall_s, r[i].busy_s,
                t[i].nshard, state_names[r[i].state]);
-        pm_cli_json_str(stdout, r[i].why);
+        pm_json_str(stdout, why_flags(r[i].why).s);
         printf("}");
     }
     printf("]}\n");
@@ -240,7 +251,8 @@ int sel_write_csv(const char *path, const pm_select_task *t, const pm_select_res
                 c->model.ctx, c->batch, c->micro, c->opt.warmup, (unsigned long long)c->seed,
                 (long long)r[i].steps, r[i].final_loss, r[i].val_loss, r[i].wall_s, r[i].busy_s,
                 t[i].nshard, state_names[r[i].state]);
-        for (const char *q = r[i].why; *q; q++) { /* CSV quoting: a quote doubled */
+        why_text why = why_flags(r[i].why);
+        for (const char *q = why.s; *q; q++) { /* CSV quoting: a quote doubled */
             if (*q == '"') fputc('"', w.f);
             fputc(*q, w.f);
         }

@@ -15,36 +15,43 @@
 
 #include "train_opts.h"
 
-typedef struct {
-    const char *name;
-    char type; /* 'i' int >= lo, 'u' seed, 'd' double > 0, 's' string, 'f' flag, 'z' size */
-    char mode; /* 0 both, 'p' pipeline only, 't' selects the pipeline, 's' single only */
-    int lo;
-    size_t off; /* of the field in pm_cli_train_opts */
-} opt_def;
+/* --seed S: 0..2^30 into a uint64_t. */
+static int parse_seed(const pm_cli_opt *d, const char *val, void *dst) {
+    int s;
+    if (pm_cli_int_range(d->name, val, 0, 1 << 30, &s)) return 1;
+    *(uint64_t *)dst = (uint64_t)s;
+    return 0;
+}
 
+/* The tag is the option's mode: 0 both, 'p' pipeline only, 't' selects the
+ * pipeline, 's' single device only. */
 #define F(x) offsetof(pm_cli_train_opts, x)
-static const opt_def OPTS[] = {
-    {"--data", 's', 0, 0, F(data)},          {"--save", 's', 0, 0, F(save)},
-    {"--train", 's', 0, 0, F(train_file)},   {"--val", 's', 0, 0, F(val_file)},
-    {"--pad-vocab", 'i', 0, 1, F(pad_vocab)},
-    {"--resume", 's', 0, 0, F(resume)},      {"--layers", 'i', 0, 1, F(layers)},
-    {"--dim", 'i', 0, 1, F(dim)},            {"--heads", 'i', 0, 1, F(heads)},
-    {"--ctx", 'i', 0, 1, F(ctx)},            {"--batch", 'i', 0, 1, F(batch)},
-    {"--microbatches", 'i', 0, 1, F(micro)}, {"--steps", 'i', 0, 1, F(steps)},
-    {"--lr", 'd', 0, 0, F(lr)},              {"--warmup", 'i', 0, 0, F(warmup)},
-    {"--eval-every", 'i', 0, 0, F(eval_every)}, {"--eval-batches", 'i', 0, 1, F(eval_batches)},
-    {"--seed", 'u', 0, 0, F(seed)},          {"--stop-after", 'i', 0, 1, F(stop_after)},
-    {"--json", 'f', 0, 0, F(json)},          {"--threads", 'i', 's', 1, F(threads)},
-    {"--pp", 'i', 't', 1, F(pp)},            {"--schedule", 's', 't', 0, F(kind)},
-    {"--schedule-file", 's', 't', 0, F(sched_file)}, {"--chunks", 'i', 'p', 1, F(chunks)},
-    {"--mem-limit", 'd', 'p', 0, F(mem_limit)}, {"--trace", 's', 'p', 0, F(trace)},
-    {"--timeline", 's', 'p', 0, F(svg)},    {"--recompute", 'f', 'p', 0, F(recompute)},
-    {"--dp", 'i', 't', 1, F(dp)},            {"--transport", 's', 't', 0, F(transport)},
-    {"--placement", 's', 'p', 0, F(placement)}, {"--head-parts", 'i', 'p', 1, F(head_parts)},
-    {"--device-mem", 'z', 0, 0, F(device_mem)}, {"--zero", 'i', 'p', 0, F(zero)},
+#define I(name, lo, field, mode) {name, 'i', lo, 0, F(field), NULL, NULL, mode}
+#define S(name, field, mode) {name, 's', 0, 0, F(field), NULL, NULL, mode}
+static const pm_cli_opt OPTS[] = {
+    S("--data", data, 0),           S("--save", save, 0),
+    S("--train", train_file, 0),    S("--val", val_file, 0),
+    I("--pad-vocab", 1, pad_vocab, 0),
+    S("--resume", resume, 0),       I("--layers", 1, layers, 0),
+    I("--dim", 1, dim, 0),          I("--heads", 1, heads, 0),
+    I("--ctx", 1, ctx, 0),          I("--batch", 1, batch, 0),
+    I("--microbatches", 1, micro, 0), I("--steps", 1, steps, 0),
+    {"--lr", 'p', 0, 0, F(lr), NULL, NULL, 0}, I("--warmup", 0, warmup, 0),
+    I("--eval-every", 0, eval_every, 0), I("--eval-batches", 1, eval_batches, 0),
+    {"--seed", 'x', 0, 0, F(seed), parse_seed, NULL, 0}, I("--stop-after", 1, stop_after, 0),
+    {"--json", 'f', 1, 0, F(json), NULL, NULL, 0}, I("--threads", 1, threads, 's'),
+    I("--pp", 1, pp, 't'),          S("--schedule", kind, 't'),
+    S("--schedule-file", sched_file, 't'), I("--chunks", 1, chunks, 'p'),
+    {"--mem-limit", 'p', 0, 0, F(mem_limit), NULL, NULL, 'p'}, S("--trace", trace, 'p'),
+    S("--timeline", svg, 'p'),      {"--recompute", 'f', 1, 0, F(recompute), NULL, NULL, 'p'},
+    I("--dp", 1, dp, 't'),          S("--transport", transport, 't'),
+    S("--placement", placement, 'p'), I("--head-parts", 1, head_parts, 'p'),
+    {"--device-mem", 'z', 0, 0, F(device_mem), NULL, NULL, 0}, I("--zero", 0, zero, 'p'),
 };
+#undef S
+#undef I
 #undef F
+enum { N_OPTS = sizeof OPTS / sizeof OPTS[0] };
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -110,33 +117,6 @@ static void defaults(pm_cli_train_opts *o) {
                              .warmup = -1, .lr = 1e-3, .seed = 1,
                              .threads = nproc > 0 ? (int)nproc : 1, .pp = 1, .kind = "1f1b",
                              .dp = 1};
-}
-
-/* Stores option d's value v (NULL when argv ran out); 0 or 1 (printed). */
-static int apply(const opt_def *d, const char *v, pm_cli_train_opts *o) {
-    void *dst = (char *)o + d->off;
-    int s;
-    switch (d->type) {
-    case 'f':
-        *(int *)dst = 1;
-        return 0;
-    case 's':
-        if (!v) return pm_cli_fail("%s needs a value", d->name);
-        *(const char **)dst = v;
-        return 0;
-    case 'i':
-        return pm_cli_int(d->name, v, d->lo, dst);
-    case 'z':
-        return pm_cli_size(d->name, v, dst);
-    case 'u':
-        if (pm_cli_int_range(d->name, v, 0, 1 << 30, &s)) return 1;
-        *(uint64_t *)dst = (uint64_t)s;
-        return 0;
-    default:
-        if (pm_cli_double(d->name, v, dst)) return 1;
-        if (*(double *)dst <= 0) return pm_cli_fail("%s: '%s' must be > 0", d->name, v);
-        return 0;
-    }
 }
 
 /* Cross-option checks once all are read; the first mode-only option seen
@@ -225,29 +205,25 @@ int pm_cli_train_check_outputs(const pm_cli_train_opts *o) {
     return 0;
 }
 
+/* The mode-only option given first (lowest argv index) of mode, or NULL. */
+static const char *first_of(const int *at, int mode) {
+    int k0 = -1;
+    for (int k = 0; k < N_OPTS; k++)
+        if (at[k] && OPTS[k].tag == mode && (k0 < 0 || at[k] < at[k0])) k0 = k;
+    return k0 < 0 ? NULL : OPTS[k0].name;
+}
+
 int pm_cli_train_parse(int argc, char **argv, pm_cli_train_opts *o) {
-    const char *pipe_only = NULL, *single_only = NULL;
-    size_t n = sizeof OPTS / sizeof OPTS[0];
     defaults(o);
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            return -1;
-        }
-        size_t k;
-        for (k = 0; k < n && strcmp(a, OPTS[k].name); k++) continue;
-        if (k == n) return pm_cli_fail("train: unknown option '%s' (try 'pipemem train --help')", a);
-        const opt_def *d = &OPTS[k];
-        if (apply(d, v, o)) return 1;
-        if (d->type != 'f') i++;
-        if (d->mode == 't') o->pipeline = 1;
-        if (!strcmp(d->name, "--pp")) o->have_pp = 1;
-        if (!strcmp(d->name, "--schedule")) o->have_kind = 1;
-        if (d->mode == 'p' && !pipe_only) pipe_only = d->name;
-        if (d->mode == 's' && !single_only) single_only = d->name;
-    }
-    return check(o, pipe_only, single_only);
+    int at[N_OPTS];
+    pm_cli_opts set = {OPTS, N_OPTS, o, at};
+    int rc = pm_cli_parse("train", argc, argv, 1, &set, 1, NULL, NULL);
+    if (rc == 2) usage(stdout);
+    if (rc) return rc == 2 ? -1 : 1;
+    o->pipeline = first_of(at, 't') != NULL;
+    o->have_pp = pm_cli_given(&set, "--pp") > 0;
+    o->have_kind = pm_cli_given(&set, "--schedule") > 0;
+    return check(o, first_of(at, 'p'), first_of(at, 's'));
 }
 
 void pm_cli_train_cfg(const pm_cli_train_opts *o, const pm_tokens *tr, pm_train_cfg *cfg) {

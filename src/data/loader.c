@@ -15,8 +15,8 @@ pm_status pm_loader_init(pm_loader *ld, const pm_tokens *t, int ctx, uint64_t se
     if (ctx < 1) return pm_errf(err, PM_ERR_ARG, "context must be >= 1 (got %d)", ctx);
     if (t->n < (size_t)ctx + 1)
         return pm_errf(err, PM_ERR_ARG,
-                       "%s holds %zu tokens, fewer than context+1 = %d; use a smaller --ctx "
-                       "or more text", what ? what : "token data", t->n, ctx + 1);
+                       "%s holds %zu tokens, fewer than context+1 = %d; use a smaller context "
+                       "(model.ctx) or more text", what ? what : "token data", t->n, ctx + 1);
     *ld = (pm_loader){*t, t->n, ctx, seed, 0};
     ld->t.map = NULL; /* a view: the mapping stays the caller's */
     return PM_OK;

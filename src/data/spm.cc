@@ -200,7 +200,7 @@ extern "C" pm_status pm_tokenizer_train(const char *const *files, int nfiles, in
                                         const char *path, pm_err *err) {
     if (nfiles < 1) return pm_errf(err, PM_ERR_ARG, "tokenizer train: no input files given");
     if (vocab < 260 || vocab > (1 << 20))
-        return pm_errf(err, PM_ERR_ARG, "--vocab %d: must be 260..1048576 (the 256 byte pieces "
+        return pm_errf(err, PM_ERR_ARG, "vocab=%d: must be 260..1048576 (the 256 byte pieces "
                        "and a few more)", vocab);
     struct closer { // the inputs are closed however training ends (an exception too)
         std::vector<FILE *> f;

@@ -4,7 +4,7 @@
 
 static pm_status none(pm_err *err) {
     return pm_errf(err, PM_ERR_ARG, "this pipemem was built without SentencePiece; install "
-                   "libsentencepiece-dev and rebuild for --tokenizer");
+                   "libsentencepiece-dev and rebuild for subword tokenizers");
 }
 
 int pm_tokenizer_available(void) { return 0; }

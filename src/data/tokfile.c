@@ -13,15 +13,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-uint64_t pm_fnv1a64(uint64_t h, const void *p, size_t n) {
-    const uint8_t *b = p;
-    for (size_t i = 0; i < n; i++) {
-        h ^= b[i];
-        h *= 0x100000001b3ull;
-    }
-    return h;
-}
-
 /* ---- writing ------------------------------------------------------------------- */
 
 static int header_len(int version) { return version == 1 ? PM_TOK_HEADER : PM_TOK_HEADER2; }

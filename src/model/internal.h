@@ -93,10 +93,6 @@ void pm_k_layernorm_f_rows(float *out, float *mean, float *rstd, const float *x,
 void pm_k_layernorm_b(float *dx, const float *res, const float *dout, const float *x,
                       const float *mean, const float *rstd, const float *w, float *dw, float *db,
                       size_t N, int C);
-/* Each of the N rows of y (ld ldy, n wide) = bias; bias may be NULL (zeros). */
-void pm_k_fill_rows(float *y, const float *bias, size_t N, int n);
-/* y = x + bias (rows) */
-void pm_k_add_bias_rows(float *y, const float *x, const float *bias, size_t N, int n);
 /* g (n) += column sums of d (N,n), rows in order. */
 void pm_k_colsum_add(float *g, const float *d, size_t N, int n);
 /* The same for columns [lo, hi) only, on the calling thread. */
@@ -135,8 +131,6 @@ void pm_k_matmul(int ta, int tb, size_t M, size_t N, size_t K, float alpha, cons
                  size_t lda, const float *Bm, size_t ldb, float beta, float *C, size_t ldc,
                  const float *bias, const float *res, pm_rows_fn post, const void *post_ctx);
 size_t pm_k_matmul_rows(size_t M); /* block size for a dimension of M */
-/* d logits = (probs - onehot(tgt)) * f, in place over the rows of probs (N,V). */
-void pm_k_xent_grad(float *probs, const int32_t *tgt, size_t N, int V, float f);
 /* Head, one vocabulary group of n columns starting at vocabulary row c0, in
  * g (ld ldg), rows [lo, hi): each row becomes exp(l - max) in place, its
  * max goes to gmax[r * ldm], the running max m[r] and sum s[r] take the

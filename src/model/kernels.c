@@ -347,45 +347,14 @@ void pm_k_layernorm_b(float *dx, const float *res, const float *dout, const floa
     pm_gpt_par_for(N, ROW_CHUNK, ln_b_rows, &a);
 }
 
-/* ---- bias and sums ------------------------------------------------------------ */
+/* ---- column sums (bias gradients) --------------------------------------------- */
 
 typedef struct {
     float *y;
-    const float *x, *bias;
+    const float *x;
     size_t N;
     int n;
 } rows_args;
-
-static void fill_rows_range(const void *arg, size_t lo, size_t hi) {
-    const rows_args *a = arg;
-    size_t n = (size_t)a->n;
-    for (size_t r = lo; r < hi; r++) {
-        if (a->bias)
-            memcpy(a->y + r * n, a->bias, n * sizeof(float));
-        else
-            memset(a->y + r * n, 0, n * sizeof(float));
-    }
-}
-
-void pm_k_fill_rows(float *y, const float *bias, size_t N, int n) {
-    rows_args a = {y, NULL, bias, N, n};
-    pm_gpt_par_for(N, ROW_CHUNK, fill_rows_range, &a);
-}
-
-static void add_bias_range(const void *arg, size_t lo, size_t hi) {
-    const rows_args *a = arg;
-    size_t n = (size_t)a->n;
-    for (size_t r = lo; r < hi; r++) {
-        const float *xr = a->x + r * n;
-        float *yr = a->y + r * n;
-        for (size_t i = 0; i < n; i++) yr[i] = xr[i] + a->bias[i];
-    }
-}
-
-void pm_k_add_bias_rows(float *y, const float *x, const float *bias, size_t N, int n) {
-    rows_args a = {y, x, bias, N, n};
-    pm_gpt_par_for(N, ROW_CHUNK, add_bias_range, &a);
-}
 
 /* columns lo..hi of g += sum over rows (in order) of d */
 static void colsum_range(const void *arg, size_t lo, size_t hi) {
@@ -400,12 +369,12 @@ static void colsum_range(const void *arg, size_t lo, size_t hi) {
 }
 
 void pm_k_colsum_cols(float *g, const float *d, size_t N, int n, size_t lo, size_t hi) {
-    rows_args a = {g, d, NULL, N, n};
+    rows_args a = {g, d, N, n};
     colsum_range(&a, lo, hi);
 }
 
 void pm_k_colsum_add(float *g, const float *d, size_t N, int n) {
-    rows_args a = {g, d, NULL, N, n};
+    rows_args a = {g, d, N, n};
     if (N < 256) /* not worth a thread */
         colsum_range(&a, 0, (size_t)n);
     else
@@ -591,29 +560,6 @@ double pm_k_softmax_xent(float *logits, const int32_t *tgt, size_t N, int V) {
     double loss = 0;
     for (size_t i = 0; i < n; i++) loss += part[i];
     return loss;
-}
-
-typedef struct {
-    float *d;
-    const int32_t *tgt;
-    int V;
-    float f;
-} xgrad_args;
-
-static void xent_grad_rows(const void *p, size_t lo, size_t hi) {
-    const xgrad_args *a = p;
-    size_t V = (size_t)a->V;
-    for (size_t r = lo; r < hi; r++) {
-        PM_ASSERT(a->tgt[r] >= 0); /* F ran without targets */
-        float *row = a->d + r * V;
-        row[a->tgt[r]] -= 1.0f;
-        for (size_t j = 0; j < V; j++) row[j] *= a->f;
-    }
-}
-
-void pm_k_xent_grad(float *probs, const int32_t *tgt, size_t N, int V, float f) {
-    xgrad_args a = {probs, tgt, V, f};
-    pm_gpt_par_for(N, ROW_CHUNK, xent_grad_rows, &a);
 }
 
 /* ---- the head's vocabulary groups ----------------------------------------------- */

@@ -190,8 +190,6 @@ void pm_blas_threads(int n) {
 
 int pm_blas_threads_get(void) { return tl_threads; }
 
-const char *pm_blas_core(void) { return openblas_get_corename(); }
-
 /* Inside a task (on any thread) kernels see one thread: nested pm_par_run
  * calls run serially instead of re-entering the busy pool. */
 int pm_par_threads(void) { return tl_in_task ? 1 : tl_threads; }

@@ -231,7 +231,7 @@ pm_status pm_place_layers(const pm_gpt_config *cfg, int B, int T, const pm_sched
     if (n < S)
         return pm_errf(err, PM_ERR_ARG,
                        "placement: the model has %d layers (embedding, %d blocks, head) but the "
-                       "schedule has %d stages, each needing at least one layer; use --layers "
+                       "schedule has %d stages, each needing at least one layer; use model.layers "
                        ">= %d, fewer devices or fewer chunks", n, cfg->layers, S, S - 2);
     place_search q;
     if (!(st = search_init(&q, cfg, B, T, s, lc, err)) && !balanced_cut(q.pre, n, S, first))

@@ -29,8 +29,6 @@ const char *const pm_bytes_names[PM_BYTES_COUNT] = {"parameters", "gradients", "
                                                     "activations", "workspace", "transport"};
 _Static_assert(sizeof pm_bytes_names / sizeof pm_bytes_names[0] == PM_BYTES_COUNT, "names");
 
-#define PEAK_TOL 1e-9 /* relative: a peak this close to a limit meets it */
-
 static pm_status nomem(pm_err *err, const char *what) {
     return pm_errf(err, PM_ERR_NOMEM, "plan: out of memory for %s", what);
 }
@@ -348,7 +346,7 @@ static pm_status over_budget(const pm_plan *pl, size_t budget, pm_err *err) {
     pm_plan_bytes_str(budget, bud, sizeof bud);
     for (int k = 0; k < PM_BYTES_COUNT; k++) pm_plan_bytes_str(dv->bytes[k], part[k], 32);
     return pm_errf(err, PM_ERR_MEMLIMIT, "device %d needs %s (%s %s, %s %s, %s %s, %s %s, %s "
-                   "%s, %s %s) but the device budget is %s", pl->busiest, tot,
+                   "%s, %s %s) but device_mem is %s", pl->busiest, tot,
                    pm_bytes_names[0], part[0], pm_bytes_names[1], part[1], pm_bytes_names[2],
                    part[2], pm_bytes_names[3], part[3], pm_bytes_names[4], part[4],
                    pm_bytes_names[5], part[5], bud);
@@ -357,9 +355,9 @@ static pm_status over_budget(const pm_plan *pl, size_t budget, pm_err *err) {
 static pm_status check_limits(const pm_plan *pl, const pm_plan_req *rq, pm_err *err) {
     int at;
     double x = pm_plan_peak_x(pl, &at);
-    if (rq->mem_limit > 0 && x > rq->mem_limit * (1 + PEAK_TOL))
+    if (rq->mem_limit > 0 && x > rq->mem_limit * (1 + PM_PEAK_TOL))
         return pm_errf(err, PM_ERR_MEMLIMIT, "schedule %s peaks at %.4g M (%.0f bytes) on "
-                       "device %d, over the memory limit of %.4g M; the smallest limit it meets "
+                       "device %d, over mem_limit=%.4g M; the smallest limit it meets "
                        "is %.4g M", pl->sched.kind, x, pl->sim.peak[at], at, rq->mem_limit,
                        ceil(x * 1e4) / 1e4);
     if (rq->device_mem && pl->dev[pl->busiest].total > rq->device_mem)
@@ -400,7 +398,7 @@ static pm_status plan_auto(pm_plan *pl, const pm_plan_req *rq, pm_err *err) {
     for (int tries = 0; tries < 6; tries++) {
         if ((st = make_sched(pl, rq, limit, err))) {
             if (tries && st == PM_ERR_MEMLIMIT)
-                st = pm_errf(err, st, "no schedule meets the memory limit of %.4g M on this "
+                st = pm_errf(err, st, "no schedule meets mem_limit=%.4g M on this "
                              "model (its stages are unequal; the best pick peaked at %.4g M)",
                              rq->mem_limit, real);
             return st;
@@ -408,7 +406,7 @@ static pm_status plan_auto(pm_plan *pl, const pm_plan_req *rq, pm_err *err) {
         if ((st = plan_schedule(pl, rq, err))) return st;
         real = pm_plan_peak_x(pl, NULL);
         double shrink = 1;
-        if (rq->mem_limit > 0 && real > rq->mem_limit * (1 + PEAK_TOL))
+        if (rq->mem_limit > 0 && real > rq->mem_limit * (1 + PM_PEAK_TOL))
             shrink = rq->mem_limit / real;
         const pm_plan_dev *dv = &pl->dev[pl->busiest];
         if (rq->device_mem && dv->total > rq->device_mem) {

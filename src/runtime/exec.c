@@ -238,7 +238,8 @@ static pm_status run_f(pass_ctx *x) {
         pp->loss_mb[(size_t)dv->rep * pp->m + j] = loss;
         if (!isfinite(loss) && !eval) { /* an evaluation reports it; the caller decides */
             char why[128];
-            snprintf(why, sizeof why, "the loss is %g; lower the learning rate", (double)loss);
+            snprintf(why, sizeof why, "the loss is %g; lower the learning rate (opt.lr)",
+                     (double)loss);
             return pass_fail(x, PM_ERR_NUMERIC, why);
         }
         return PM_OK;

@@ -361,7 +361,7 @@ static pm_status collect_error(pm_pipe *pp, pm_err *err) {
         if (dv->st == PM_ERR_NUMERIC) {
             pm_errf(&pp->dead_err, PM_ERR_NUMERIC,
                     "step %lld: the gradient norm is %g (not finite); no update was made; lower "
-                    "--lr", (long long)pp->step + 1, dv->norm);
+                    "the learning rate (opt.lr)", (long long)pp->step + 1, dv->norm);
             return step_fail(pp, PM_ERR_NUMERIC, err);
         }
         if (dv->st) {

@@ -36,7 +36,7 @@
 #ifndef PM_HAVE_MPI
 
 static pm_status no_mpi(pm_err *err) {
-    return pm_errf(err, PM_ERR_ARG, "--transport mpi: this pipemem was built without MPI "
+    return pm_errf(err, PM_ERR_ARG, "the MPI transport: this pipemem was built without MPI "
                    "(install libopenmpi-dev and rebuild without NO_MPI=1)");
 }
 int pm_mpi_built(void) { return 0; }
@@ -124,7 +124,7 @@ pm_status pm_mpi_init(int *rank, int *size, pm_err *err) {
     *rank = 0, *size = 1;
     if ((rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &have)) != MPI_SUCCESS)
         return pm_errf(err, PM_ERR_TRANSPORT, "MPI_Init failed (code %d); start pipemem with "
-                       "mpirun, or without --transport mpi", rc);
+                       "mpirun, or without the MPI transport", rc);
     g_inited = 1;
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     MPI_Comm_rank(MPI_COMM_WORLD, rank);

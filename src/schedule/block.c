@@ -155,8 +155,6 @@ done:
     return st;
 }
 
-pm_status pm_block_check(const pm_block *b, pm_err *err) { return pm_block_check_lines(b, NULL, 0, err); }
-
 /* ---- filling in W passes ----------------------------------------------- */
 
 typedef struct {

@@ -32,10 +32,9 @@ static inline int pm_block_tab(const int *tab, int stage, int kind) {
 
 /* Checks the block's shape: ranges, one F per stage, B and W or one BW,
  * and that every pass starts no earlier than its dependencies end (the
- * rule of pm_sched.h in slot units). On failure err names the pass. */
-pm_status pm_block_check(const pm_block *b, pm_err *err);
-/* The same check; line (may be NULL) gives each pass's text line for the
- * message, allow_missing_w accepts stages whose W is still to be filled. */
+ * rule of pm_sched.h in slot units). On failure err names the pass; line
+ * (may be NULL) gives each pass's text line for the message,
+ * allow_missing_w accepts stages whose W is still to be filled. */
 pm_status pm_block_check_lines(const pm_block *b, const int *line, int allow_missing_w,
                                pm_err *err);
 /* Zeroed block with room for cap passes. */

@@ -43,17 +43,6 @@ static void out_num(FILE *f, double x) {
     else fprintf(f, "%.12g", x == 0 ? 0.0 : x); /* no "-0" */
 }
 
-static void out_json_str(FILE *f, const char *s) {
-    fputc('"', f);
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
-        else if (c < 0x20) fprintf(f, "\\u%04x", c);
-        else fputc(c, f);
-    }
-    fputc('"', f);
-}
-
 static void out_xml_str(FILE *f, const char *s) {
     for (; *s; s++) {
         switch (*s) {
@@ -136,7 +125,7 @@ static void out_json_device(FILE *f, const pm_sched *s, const pm_sim *sim, int d
 pm_status pm_sched_write_json(FILE *f, const pm_sched *s, const pm_cost *c, const pm_sim *sim) {
     if (!f || !s || (sim && !out_sim_fits(s, sim)) || (c && c->S != s->S)) return PM_ERR_ARG;
     fputs("{\n  \"kind\": ", f);
-    out_json_str(f, s->kind);
+    pm_json_str(f, s->kind);
     fprintf(f, ",\n  \"placement\": \"%s\",\n  \"p\": %d,\n  \"m\": %d,\n  \"v\": %d,\n"
                "  \"stages\": %d,\n  \"recompute\": %s,\n  \"costs\": ",
             (unsigned)s->place < PM_PLACE_COUNT ? pm_place_names[s->place] : "unknown", s->p,
@@ -395,14 +384,14 @@ pm_status pm_sched_write_trace(FILE *f, const pm_sched *s, const pm_sim *sim) {
     if (!f || !s || !out_sim_fits(s, sim)) return PM_ERR_ARG;
     fputs("{\"otherData\": {\"time_unit\": "
           "\"1 cost unit = 1 us\", \"kind\": ", f);
-    out_json_str(f, s->kind);
+    pm_json_str(f, s->kind);
     fprintf(f, ", \"p\": %d, \"m\": %d, \"bubble\": ", s->p, s->m);
     out_num(f, sim->bubble);
     fputs("},\n \"traceEvents\": [\n  {\"ph\": \"M\", \"pid\": 0, \"tid\": 0, "
           "\"name\": \"process_name\", \"args\": {\"name\": ", f);
     char pname[64];
     snprintf(pname, sizeof pname, "pipemem %s p=%d m=%d", s->kind, s->p, s->m);
-    out_json_str(f, pname);
+    pm_json_str(f, pname);
     fputs("}}", f);
     for (int d = 0; d < s->p; d++)
         fprintf(f, ",\n  {\"ph\": \"M\", \"pid\": 0, \"tid\": %d, \"name\": \"thread_name\", "

@@ -459,11 +459,11 @@ pm_status pm_sched_build_auto_v(pm_sched *s, const pm_sched_req *req, pm_err *er
     *s = (pm_sched){0};
     if (req->v != 0 && req->v != 2)
         return pm_errf(err, PM_ERR_ARG,
-                       "auto-v has 2 chunks per device (V placement); --chunks %d only fits "
+                       "auto-v has 2 chunks per device (V placement); v=%d only fits "
                        "interleaved", req->v);
     if (!(req->mem_limit > 0))
         return pm_errf(err, PM_ERR_ARG,
-                       "auto-v needs --mem-limit X (a multiple of M; e.g. 0.5 for half of "
+                       "auto-v needs mem_limit=X (a multiple of M; e.g. 0.5 for half of "
                        "1F1B's activation memory)");
     if (!(req->mem.f > 0))
         return pm_errf(err, PM_ERR_ARG, "auto-v needs a positive forward memory delta");
@@ -480,7 +480,7 @@ pm_status pm_sched_build_auto_v(pm_sched *s, const pm_sched_req *req, pm_err *er
         double mn;
         if ((st = pm_sched_auto_v_min_limit(req, &mn, err))) goto done;
         st = pm_errf(err, PM_ERR_MEMLIMIT,
-                     "auto-v: no V schedule fits --mem-limit %.4g M for p=%d m=%d; the smallest "
+                     "auto-v: no V schedule fits mem_limit=%.4g M for p=%d m=%d; the smallest "
                      "feasible limit is %.4g M", req->mem_limit, req->p, req->m, mn);
         goto done;
     }

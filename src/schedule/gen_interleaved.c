@@ -28,7 +28,7 @@ pm_status pm_sched_build_interleaved(pm_sched *s, const pm_sched_req *req, pm_er
     int p = req->p, m = req->m, v = req->v ? req->v : 2;
     if (v < 2)
         return pm_errf(err, PM_ERR_ARG,
-                       "interleaved needs --chunks >= 2 (got %d); use 1f1b for 1 chunk", v);
+                       "interleaved needs 2 or more chunks per device (got v=%d); with 1 use 1f1b", v);
     if (p >= 1 && m >= 1 && m % p != 0)
         return pm_errf(err, PM_ERR_ARG,
                        "interleaved needs m to be a multiple of p = %d (got m = %d); try m = %d",

@@ -108,7 +108,7 @@ static pm_status seed(pm_sched *best, const pm_sched_req *req, pm_place place, c
     }
     if (!best->p)
         return pm_errf(err, PM_ERR_MEMLIMIT, "%s: no heuristic schedule of the %s placement "
-                       "fits --mem-limit %g M to start from", kind, pm_place_names[place],
+                       "fits mem_limit=%g M to start from", kind, pm_place_names[place],
                        req->mem_limit);
     return PM_OK;
 }

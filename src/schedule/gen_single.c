@@ -18,7 +18,7 @@ static pm_status single_init(pm_sched *s, const char *kind, const pm_sched_req *
     *s = (pm_sched){0};
     if (req->v != 0 && req->v != 1)
         return pm_errf(err, PM_ERR_ARG,
-                       "%s has 1 chunk per device; --chunks %d only fits interleaved", kind,
+                       "%s has 1 chunk per device; v=%d only fits interleaved", kind,
                        req->v);
     return pm_sched_init(s, kind, PM_PLACE_SINGLE, req->p, req->m, 1, err);
 }

@@ -318,7 +318,7 @@ static pm_status ctx_init(vzb_ctx *x, const pm_sched_req *req, double limit, pm_
     *g = (vzb_state){.s = &x->work, .p = p, .m = m, .c = req->t.c,
                      .t = {req->t.f / 2, req->t.b / 2, req->t.w / 2},
                      .dm = {req->mem.f / 2, req->mem.b / 2, req->mem.w / 2},
-                     .cap = limit * M * (1 + 1e-9)};
+                     .cap = limit * M * (1 + PM_PEAK_TOL)};
     size_t np = (size_t)p, nk = 2 * np * (size_t)m;
     g->cnt = pm_malloc(4 * np * sizeof *g->cnt);
     g->cur = pm_malloc(np * sizeof(double)), g->first = pm_malloc(np * sizeof(double));
@@ -563,7 +563,7 @@ pm_status pm_sched_vzb_greedy(pm_sched *s, const pm_sched_req *req, double limit
     if (isinf(best)) {
         pm_sched_free(s);
         return pm_errf(err, PM_ERR_MEMLIMIT,
-                       "%s: the V greedy finds no schedule under --mem-limit %.4g M for p=%d "
+                       "%s: the V greedy finds no schedule under mem_limit=%.4g M for p=%d "
                        "m=%d; try a larger limit (1.0 always works for m >= 2p)",
                        kind, limit, req->p, req->m);
     }
@@ -574,7 +574,7 @@ pm_status pm_sched_build_v_zb(pm_sched *s, const pm_sched_req *req, pm_err *err)
     *s = (pm_sched){0};
     if (req->v != 0 && req->v != 2)
         return pm_errf(err, PM_ERR_ARG,
-                       "v-zb has 2 chunks per device (V placement); --chunks %d only fits "
+                       "v-zb has 2 chunks per device (V placement); v=%d only fits "
                        "interleaved", req->v);
     return pm_sched_vzb_greedy(s, req, req->mem_limit > 0 ? req->mem_limit : 1.0, "v-zb", NULL,
                                err);

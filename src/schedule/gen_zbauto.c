@@ -230,7 +230,7 @@ pm_status pm_sched_zb_greedy(pm_sched *s, const pm_sched_req *req, double limit,
     *s = (pm_sched){0};
     if (req->v != 0 && req->v != 1)
         return pm_errf(err, PM_ERR_ARG,
-                       "%s has 1 chunk per device; --chunks %d only fits interleaved", kind,
+                       "%s has 1 chunk per device; v=%d only fits interleaved", kind,
                        req->v);
     pm_status rs = pm_sched_check_range(PM_TIER_GREEDY, kind, req->p, req->m, 1, err);
     if (rs) return rs;
@@ -246,7 +246,7 @@ pm_status pm_sched_zb_greedy(pm_sched *s, const pm_sched_req *req, double limit,
     zb_state g = {.s = &work, .S = S, .m = m, .c = req->t.c,
                   .t = {req->t.f, req->t.b, req->t.w},
                   .dm = {req->mem.f, req->mem.b, req->mem.w},
-                  .cap = limit > 0 ? limit * M * (1 + 1e-9) : INFINITY};
+                  .cap = limit > 0 ? limit * M * (1 + PM_PEAK_TOL) : INFINITY};
     size_t nk = (size_t)S * (size_t)m;
     g.n = pm_malloc(3 * (size_t)S * sizeof *g.n);
     g.e = pm_malloc((size_t)S * sizeof(double));
@@ -283,7 +283,7 @@ pm_status pm_sched_zb_greedy(pm_sched *s, const pm_sched_req *req, double limit,
             continue;
         }
         double mk = pt.makespan;
-        if (limit > 0 && pt.peak > limit * (1 + 1e-9)) g.hit = 1;
+        if (limit > 0 && pt.peak > limit * (1 + PM_PEAK_TOL)) g.hit = 1;
         else if (mk < best) {
             best = mk;
             keep(s, &hs);
@@ -294,7 +294,7 @@ pm_status pm_sched_zb_greedy(pm_sched *s, const pm_sched_req *req, double limit,
     if (!st && isinf(best)) {
         double need = (req->mem.f > req->mem.f + req->mem.b ? req->mem.f : req->mem.f + req->mem.b);
         st = pm_errf(err, PM_ERR_MEMLIMIT,
-                     "%s: no schedule fits --mem-limit %.4g M for p=%d m=%d; none fits under "
+                     "%s: no schedule fits mem_limit=%.4g M for p=%d m=%d; none fits under "
                      "%.4g M (one microbatch in flight per device)", kind, limit, S, m, need / M);
     }
 done:
@@ -342,11 +342,11 @@ static pm_status hinted(pm_sched *s, const pm_sched_req *req, double limit, cons
         if (x > limit && meets(req, x, kind)) above = x;
     }
     if (below && above)
-        return pm_errf(err, PM_ERR_MEMLIMIT, "%s: no schedule fits --mem-limit %.4g M for p=%d "
+        return pm_errf(err, PM_ERR_MEMLIMIT, "%s: no schedule fits mem_limit=%.4g M for p=%d "
                        "m=%d; it meets %.4g M and %.4g M (the limits nearest below and above)",
                        kind, limit, req->p, req->m, below, above);
     if (above)
-        return pm_errf(err, PM_ERR_MEMLIMIT, "%s: no schedule fits --mem-limit %.4g M for p=%d "
+        return pm_errf(err, PM_ERR_MEMLIMIT, "%s: no schedule fits mem_limit=%.4g M for p=%d "
                        "m=%d; it meets %.4g M (none fits under %.4g M: one microbatch in "
                        "flight per device)", kind, limit, req->p, req->m, above, one / M);
     return st; /* nothing seen to work nearby: the greedy's own message */

@@ -102,7 +102,7 @@ pm_status pm_sched_build_zb_v(pm_sched *s, const pm_sched_req *req, pm_err *err)
     *s = (pm_sched){0};
     if (req->v != 0 && req->v != 2)
         return pm_errf(err, PM_ERR_ARG,
-                       "zb-v has 2 chunks per device (V placement); --chunks %d only fits "
+                       "zb-v has 2 chunks per device (V placement); v=%d only fits "
                        "interleaved",
                        req->v);
     pm_status st = pm_sched_init(s, "zb-v", PM_PLACE_V, req->p, req->m, 2, err);

@@ -31,7 +31,6 @@
 #include <string.h>
 
 #include "polish.h"
-#include "pool.h" /* PM_PEAK_TOL */
 
 #define PM_POLISH_WINDOW 4
 #define PM_POLISH_KICK 3         /* random moves per kick */

@@ -15,8 +15,6 @@
 
 #include "pipemem/pm_sched.h"
 
-#define PM_PEAK_TOL 1e-9 /* the validator's tolerance on limit * M */
-
 /* Simulates s with req's costs into pt (pt->ok = 1); on error pt->ok = 0
  * and the status is returned (err filled). */
 pm_status pm_search_eval(const pm_sched *s, const pm_sched_req *req, pm_search_point *pt,

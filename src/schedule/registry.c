@@ -43,21 +43,21 @@ static const pm_sched_kind kinds[] = {
     {"1f1b-v", "1F1B on the V placement with fused BW; about 2/3 of 1F1B's peak", PM_PLACE_V,
      min_m_any, pm_sched_build_1f1b_v, PM_TIER_BLOCK},
     /* searched under a memory limit (gen_zbauto.c, gen_vzb.c, gen_autov.c) */
-    {"zb-1p", "Zero Bubble adaptive heuristic, real costs, limit 1.0 M (or --mem-limit)",
+    {"zb-1p", "Zero Bubble adaptive heuristic, real costs, limit 1.0 M (or mem_limit)",
      PM_PLACE_SINGLE, min_m_any, pm_sched_build_zb_1p, PM_TIER_GREEDY},
-    {"zb-2p", "Zero Bubble adaptive heuristic, real costs, limit 2.0 M (or --mem-limit)",
+    {"zb-2p", "Zero Bubble adaptive heuristic, real costs, limit 2.0 M (or mem_limit)",
      PM_PLACE_SINGLE, min_m_any, pm_sched_build_zb_2p, PM_TIER_GREEDY},
-    {"zb", "Zero Bubble adaptive heuristic under --mem-limit X (none if not given)",
+    {"zb", "Zero Bubble adaptive heuristic under mem_limit (none if 0)",
      PM_PLACE_SINGLE, min_m_any, pm_sched_build_zb_auto, PM_TIER_GREEDY},
-    {"v-zb", "V-ZB greedy: V placement, real costs, limit 1.0 M (or --mem-limit)", PM_PLACE_V,
+    {"v-zb", "V-ZB greedy: V placement, real costs, limit 1.0 M (or mem_limit)", PM_PLACE_V,
      min_m_any, pm_sched_build_v_zb, PM_TIER_GREEDY},
-    {"auto-v", "adaptive V scheduler: fastest V schedule under --mem-limit X (required)",
+    {"auto-v", "adaptive V scheduler: fastest V schedule under mem_limit (required)",
      PM_PLACE_V, min_m_any, pm_sched_build_auto_v, PM_TIER_SEARCH},
     /* exact, small cases only (gen_optimal.c); last, and not in
      * pm_sched_kinds: a solve can take minutes */
-    {"optimal", "the optimum by a MILP (CBC), single placement, under --mem-limit; small p m",
+    {"optimal", "the optimum by a MILP (CBC), single placement, under mem_limit; small p m",
      PM_PLACE_SINGLE, min_m_any, pm_sched_build_optimal, PM_TIER_SEARCH},
-    {"optimal-v", "the optimum by a MILP (CBC), V placement, under --mem-limit; small p m",
+    {"optimal-v", "the optimum by a MILP (CBC), V placement, under mem_limit; small p m",
      PM_PLACE_V, min_m_any, pm_sched_build_optimal_v, PM_TIER_SEARCH},
 };
 
@@ -77,26 +77,26 @@ const pm_sched_kind *pm_sched_kind_find(const char *name) {
 
 /* Chunks per device the request asks for, 0 meaning the kind's default. */
 static pm_status check_chunks(const pm_sched_kind *k, int v, pm_err *err) {
-    if (v < 0) return pm_errf(err, PM_ERR_ARG, "--chunks must be at least 1 (got %d)", v);
+    if (v < 0) return pm_errf(err, PM_ERR_ARG, "v=%d: chunks per device must be at least 1", v);
     if (v == 0) return PM_OK;
     switch (k->place) {
     case PM_PLACE_SINGLE:
         if (v == 1) return PM_OK;
-        return pm_errf(err, PM_ERR_ARG, "%s has 1 chunk per device; --chunks %d only fits %s",
+        return pm_errf(err, PM_ERR_ARG, "%s has 1 chunk per device; v=%d only fits %s",
                        k->name, v,
                        v == 2 ? "interleaved or the V kinds (zb-v, v-min, v-half, 1f1b-v)"
                               : "interleaved");
     case PM_PLACE_V:
         if (v == 2) return PM_OK;
         return pm_errf(err, PM_ERR_ARG,
-                       "%s has 2 chunks per device (V placement); --chunks %d only fits %s",
+                       "%s has 2 chunks per device (V placement); v=%d only fits %s",
                        k->name, v,
                        v == 1 ? "the single-placement kinds (gpipe, 1f1b, zb-h1, zb-h2)"
                               : "interleaved");
     default:
         if (v >= 2) return PM_OK;
         return pm_errf(err, PM_ERR_ARG,
-                       "%s needs --chunks >= 2 (got %d); with 1 chunk per device use 1f1b",
+                       "%s needs 2 or more chunks per device (got v=%d); with 1 use 1f1b",
                        k->name, v);
     }
 }
@@ -138,7 +138,7 @@ pm_status pm_sched_check_costs(const pm_sched_req *req, pm_err *err) {
     double bound = unit * 4 * (double)(req->p > 0 ? req->p : 1) * (req->m > 0 ? req->m : 1);
     if (!(t->f >= 0 && t->b >= 0 && t->w >= 0 && t->c >= 0) || !(bound < 1e300))
         return pm_errf(err, PM_ERR_ARG,
-                       "--costs %g,%g,%g,%g: a makespan for p=%d m=%d could reach %g, which a "
+                       "t=%g,%g,%g,%g: a makespan for p=%d m=%d could reach %g, which a "
                        "double cannot hold with margin; give costs whose sum F+B+W+2C is below "
                        "%g",
                        t->f, t->b, t->w, t->c, req->p, req->m, bound,
@@ -189,13 +189,13 @@ static pm_status build_recompute(pm_sched *s, const pm_sched_kind *k, const pm_s
     if (req->mem_limit > 0 && !(q.mem_limit > 0)) {
         pm_mem m = req->mem.f > 0 ? req->mem : PM_MEM_DEFAULT;
         return pm_errf(err, PM_ERR_MEMLIMIT,
-                       "%s-r: --mem-limit %.4g M is below one stage's activation, %.4g M, which "
+                       "%s-r: mem_limit=%.4g M is below one stage's activation, %.4g M, which "
                        "a recomputing pass holds while it runs",
                        k->name, req->mem_limit, m.f / v / (req->p * m.f));
     }
     pm_status st = k->build(s, &q, err);
     if (st == PM_ERR_MEMLIMIT && !(req->mem_limit > 0))
-        return pm_errf(err, st, "%s-r: give --mem-limit X (x M): %s's default limit does not "
+        return pm_errf(err, st, "%s-r: give mem_limit=X (x M): %s's default limit does not "
                        "fit with recomputation, whose backward holds what its forward "
                        "dropped", k->name, k->name);
     if (st) return st;

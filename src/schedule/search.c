@@ -143,7 +143,7 @@ pm_status pm_sched_search(pm_sched *best, const pm_sched_req *req, pm_search_poi
     if (st) return st;
     double limit = req->mem_limit;
     if (!(limit > 0))
-        return pm_errf(err, PM_ERR_ARG, "search needs --mem-limit X (a multiple of M, > 0)");
+        return pm_errf(err, PM_ERR_ARG, "search needs mem_limit=X (a multiple of M, > 0)");
     pm_cand_pool pl;
     if ((st = pool_all(&pl, req, limit, err))) return st;
     if ((st = pm_cand_pool_polish(&pl, -1, req, limit, err))) {
@@ -166,7 +166,7 @@ pm_status pm_sched_search(pm_sched *best, const pm_sched_req *req, pm_search_poi
                 break;
             }
             st = pm_errf(err, PM_ERR_MEMLIMIT,
-                         "no schedule fits --mem-limit %.4g M for p=%d m=%d; the smallest "
+                         "no schedule fits mem_limit=%.4g M for p=%d m=%d; the smallest "
                          "feasible limit is %.4g M",
                          limit, req->p, req->m, mn);
             break;

@@ -243,7 +243,7 @@ static pm_status check_memory(const pm_sched *s, const pm_cost *c, double limit,
     if (!(M > 0))
         return pm_errf(err, PM_ERR_ARG,
                        "a memory limit needs a positive forward memory delta (M = %g)", M);
-    double cap = limit * M * (1 + 1e-9);
+    double cap = limit * M * (1 + PM_PEAK_TOL);
     char nb[48];
     for (int d = 0; d < s->p; d++) {
         const pm_pass *l = pm_sched_dev(s, d);

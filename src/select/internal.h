@@ -7,11 +7,12 @@
 
 #include "pipemem/pm_select.h"
 
-/* A task while it runs. The host trainer is the task's store (RAM spill):
- * parameters, gradients, moments, loader, step count. Between shards the
- * boundary activations live here too. */
+/* A task while it runs. The host trainer is the task's store: parameters,
+ * gradients, moments (in RAM, or spilled to the file the caller's task
+ * records), loader, step count. Between shards the boundary activations
+ * live here too. */
 typedef struct {
-    const pm_select_task *task;
+    pm_select_task *task; /* the caller's; records the spill (store.c) */
     int index;            /* in the caller's task array */
     pm_trainer *host;     /* borrowed: the caller's trainer for this task */
     int S, K;             /* shards, microbatches */
@@ -100,6 +101,20 @@ int sel_pick_slot(const sel_dev *dv, const sel_task *t, int s);
 /* Copies shard s's state from the host into `slot` and records it there
  * (the prefetch thread runs this while the device computes in the other). */
 int sel_load_state(sel_task *t, sel_dev *dv, int s, int slot);
+
+/* Sharded-LRTF's choice (simulate.c), one rule for the simulator and the
+ * executor: among tasks 0..n-1 that ready() accepts, the one with the most
+ * work left (left(); values within a relative 1e-12 are equal, so rounding
+ * cannot reorder them); a tie goes to a task whose next shard the device
+ * already holds (here()), then to the lower index. -1: none is ready.
+ * left() is asked once per ready task, here() only to break a tie. */
+typedef struct {
+    int (*ready)(const void *ctx, int t);
+    double (*left)(const void *ctx, int t);
+    int (*here)(const void *ctx, int t);
+    const void *ctx; /* the caller's state and the choosing device */
+} sel_lrtf;
+int sel_lrtf_pick(const sel_lrtf *q, int n);
 
 /* Applies every shard's pending update to the host slabs (before an
  * evaluation, a save or the end), as the device would have on next load.

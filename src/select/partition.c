@@ -16,6 +16,7 @@
  * layers is about 25 million steps. */
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h> /* close: a task's spill file */
 
 #include "pipemem/pm_select.h"
 
@@ -63,6 +64,8 @@ void pm_select_task_free(pm_select_task *t) {
     pm_free(t->shard);
     t->shard = NULL;
     t->nshard = 0;
+    if (t->spilled) close(t->spill_fd);
+    t->spilled = 0;
 }
 
 /* Every task's layers, in one table: info[off[t] + l]. */
@@ -165,8 +168,9 @@ static pm_status check_layers(const layer_table *lt, const pm_select_task *t, si
             if (need > mem)
                 return pm_errf(err, PM_ERR_MEMLIMIT,
                                "task %s: layer %d (%s) needs %zu bytes on a device (%d x %zu of "
-                               "state, %zu of activations) but --device-mem is %zu; raise it "
-                               "or shrink the task (--batch/--microbatches, --dim, --ctx)",
+                               "state, %zu of activations) but device_mem is %zu; raise it "
+                               "or shrink the task (a smaller batch or more micro, a smaller "
+                               "model.dim or model.ctx)",
                                t[i].name, l,
                                pm_layer_kind_names[pm_gpt_layer_kind(&t[i].cfg.model, l)], need,
                                slots, li->state, act, mem);
@@ -204,7 +208,7 @@ static pm_status fill_shards(const layer_table *lt, pm_select_task *t, size_t K,
                 x->state += li->state, x->flops_f += li->ff, x->flops_bw += li->fbw;
             }
         }
-        pm_select_task_free(&t[i]);
+        pm_free(t[i].shard);
         t[i].shard = sh, t[i].nshard = ns;
     }
     return PM_OK;
@@ -233,9 +237,9 @@ pm_status pm_select_partition(pm_select_task *tasks, int n, size_t device_mem, i
     }
     if (!st && best < 0)
         st = pm_errf(err, PM_ERR_MEMLIMIT,
-                     "every layer fits --device-mem %zu alone, but no one pair of slot sizes "
+                     "every layer fits device_mem %zu alone, but no one pair of slot sizes "
                      "fits the largest state and the largest activations of these tasks "
-                     "together; raise --device-mem or sweep fewer shapes at once", device_mem);
+                     "together; raise device_mem or sweep fewer shapes at once", device_mem);
     if (!st) {
         size_t A = device_mem - (size_t)slots * bestK, s, a;
         score(&lt, tasks, bestK, A, cuts, &s, &a);

@@ -71,27 +71,33 @@ static double time_left(const sel_run *r, const sel_task *t) {
     return ((steps > 0 ? (double)steps * step : 0) + rest) / rate;
 }
 
-static int resident(const sel_dev *dv, const sel_task *t) {
-    int s = sel_pass_shard(t->S, t->pass);
-    for (int k = 0; k < dv->slots; k++)
-        if (dv->res_task[k] == t->index && dv->res_shard[k] == s &&
-            dv->res_version[k] == t->version[s])
-            return 1;
-    return 0;
+/* Sharded-LRTF in the run: ready is neither running, finished nor waiting
+ * at a rung; device d holds the task's next shard, current, in a slot. */
+typedef struct {
+    const sel_run *r;
+    int d;
+} run_pick;
+
+static int run_ready(const void *ctx, int i) {
+    const sel_task *t = &((const run_pick *)ctx)->r->t[i];
+    return !t->running && !finished(t) && !t->at_rung;
+}
+
+static double run_left(const void *ctx, int i) {
+    const run_pick *c = ctx;
+    return time_left(c->r, &c->r->t[i]);
+}
+
+static int run_here(const void *ctx, int i) {
+    const run_pick *c = ctx;
+    const sel_task *t = &c->r->t[i];
+    return sel_resident(&c->r->dev[c->d], t, sel_pass_shard(t->S, t->pass)) >= 0;
 }
 
 static int pick_shard(sel_run *r, int d) {
-    int best = -1;
-    double bl = 0;
-    for (int i = 0; i < r->n; i++) {
-        sel_task *t = &r->t[i];
-        if (t->running || finished(t) || t->at_rung) continue;
-        double l = time_left(r, t);
-        if (best < 0 || l > bl * (1 + 1e-12) ||
-            (l >= bl * (1 - 1e-12) && resident(&r->dev[d], t) && !resident(&r->dev[d], &r->t[best])))
-            best = i, bl = l;
-    }
-    return best;
+    run_pick c = {r, d};
+    sel_lrtf q = {run_ready, run_left, run_here, &c};
+    return sel_lrtf_pick(&q, r->n);
 }
 
 static int pick_task(sel_run *r, int d) {
@@ -181,7 +187,7 @@ static int host_work(sel_run *r, sel_task *t, int end, int ev, int stop, double 
     pm_trainer *h = t->host;
     sel_flush_updates(t);
     if (stop) { /* interrupted on purpose, saved where it stands (train --stop-after) */
-        snprintf(t->why, sizeof t->why, "interrupted after step %lld (--stop-after)",
+        snprintf(t->why, sizeof t->why, "interrupted after step %lld (stop_after)",
                  (long long)h->step);
         if (r->o->save_dir && save_task(r, t)) return *state = PM_SELECT_FAILED, PM_SELECT_EV_FAILED;
         *state = PM_SELECT_STOPPED;
@@ -215,7 +221,7 @@ static int end_step(sel_run *r, sel_task *t, double *loss, double *val, int *sta
     if (sel_store_norm(t, &norm)) return *state = PM_SELECT_FAILED, PM_SELECT_EV_FAILED;
     if (!isfinite(*loss) || !isfinite(norm)) {
         snprintf(t->why, sizeof t->why, "step %lld: loss %g, gradient norm %g is not finite; "
-                 "lower its lr", (long long)h->step + 1, *loss, norm);
+                 "lower its opt.lr", (long long)h->step + 1, *loss, norm);
         *state = PM_SELECT_FAILED;
         return PM_SELECT_EV_FAILED;
     }
@@ -429,7 +435,7 @@ static void tasks_free(sel_task *t, int n) {
     pm_free(t);
 }
 
-static pm_status tasks_init(sel_run *r, const pm_select_task *tasks, pm_trainer *hosts,
+static pm_status tasks_init(sel_run *r, pm_select_task *tasks, pm_trainer *hosts,
                             pm_err *err) {
     r->t = pm_calloc((size_t)r->n, sizeof *r->t);
     if (!r->t) return pm_errf(err, PM_ERR_NOMEM, "out of memory for %d tasks", r->n);
@@ -538,7 +544,7 @@ static int finish_task(sel_task *t) {
     return sel_store_close(t);
 }
 
-pm_status pm_select_run(const pm_select_task *tasks, pm_trainer *hosts, int n,
+pm_status pm_select_run(pm_select_task *tasks, pm_trainer *hosts, int n,
                         const pm_select_layout *layout, const pm_select_opts *o,
                         pm_select_result *res, pm_select_stats *stats, pm_err *err) {
     *stats = (pm_select_stats){0};

@@ -11,7 +11,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "pipemem/pm_select.h"
+#include "select/internal.h"
 
 const char *const pm_select_policy_names[PM_POLICY_COUNT] = {"shard", "task", "sequential"};
 
@@ -56,22 +56,43 @@ static int earliest_device(const simx *x) {
     return d;
 }
 
-/* Sharded-LRTF: the ready task (not running at `at`) with the most work
- * left; ties to the one whose shard device d holds, then the lower index. */
-static int pick_shard(const simx *x, int d, double at) {
+int sel_lrtf_pick(const sel_lrtf *q, int n) {
     int best = -1;
-    for (int t = 0; t < x->w->ntask; t++) {
-        if (x->next[t] >= x->w->npass[t] || x->ready[t] > at) continue;
-        if (best < 0 || x->left[t] > x->left[best] * (1 + 1e-12)) {
-            best = t;
-            continue;
-        }
-        if (x->left[t] < x->left[best] * (1 - 1e-12)) continue;
-        int here = x->last_task[d] == t && x->last_shard[d] == x->w->shard[t][x->next[t]];
-        int here_b = x->last_task[d] == best && x->last_shard[d] == x->w->shard[best][x->next[best]];
-        if (here && !here_b) best = t;
+    double bl = 0;
+    for (int t = 0; t < n; t++) {
+        if (!q->ready(q->ctx, t)) continue;
+        double l = q->left(q->ctx, t);
+        if (best < 0 || l > bl * (1 + 1e-12) ||
+            (l >= bl * (1 - 1e-12) && q->here(q->ctx, t) && !q->here(q->ctx, best)))
+            best = t, bl = l;
     }
     return best;
+}
+
+/* Sharded-LRTF in the simulation: ready is not running at `at`; device d
+ * holds the shard it ran last. */
+typedef struct {
+    const simx *x;
+    int d;
+    double at;
+} sim_pick;
+
+static int sim_ready(const void *ctx, int t) {
+    const sim_pick *c = ctx;
+    return c->x->next[t] < c->x->w->npass[t] && c->x->ready[t] <= c->at;
+}
+
+static double sim_left(const void *ctx, int t) { return ((const sim_pick *)ctx)->x->left[t]; }
+
+static int sim_here(const void *ctx, int t) {
+    const sim_pick *c = ctx;
+    return c->x->last_task[c->d] == t && c->x->last_shard[c->d] == c->x->w->shard[t][c->x->next[t]];
+}
+
+static int pick_shard(const simx *x, int d, double at) {
+    sim_pick c = {x, d, at};
+    sel_lrtf q = {sim_ready, sim_left, sim_here, &c};
+    return sel_lrtf_pick(&q, x->w->ntask);
 }
 
 /* Earliest time an unfinished task's next pass is ready (INFINITY: none). */

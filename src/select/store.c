@@ -4,9 +4,10 @@
  * and written with pread/pwrite a shard at a time, so a sweep can hold more
  * state than memory. A spilled task has no slabs in RAM between passes;
  * they are read whole only around an evaluation or a checkpoint (one task
- * at a time) and written out again. The trainer itself records the spill
- * (pm_trainer.spilled), so a host spilled as soon as it is made (the CLI
- * does that) stays spilled after the run until its caller loads it. */
+ * at a time) and written out again. The caller's task records the spill
+ * (pm_select_task.spilled; the trainer knows nothing of it), so a host
+ * spilled as soon as it is made (the CLI does that) stays spilled after the
+ * run until its caller loads it. */
 #define _XOPEN_SOURCE 700 /* pread, pwrite */
 #include <errno.h>
 #include <fcntl.h>
@@ -40,14 +41,13 @@ static float *host_slab(const sel_task *t, int slab) {
 }
 
 int sel_store_io(sel_task *t, int slab, size_t at, size_t n, float *buf, int wr) {
-    pm_trainer *h = t->host;
-    if (!h->spilled || h->params) { /* in RAM, or brought back around an evaluation */
+    if (!t->task->spilled || t->host->params) { /* in RAM, or brought back around an evaluation */
         float *x = host_slab(t, slab) + at;
         if (wr) memcpy(x, buf, n * sizeof(float));
         else memcpy(buf, x, n * sizeof(float));
         return 0;
     }
-    if (io_all(h->spill_fd, buf, n * sizeof(float), slab_off(t, slab, at), wr)) {
+    if (io_all(t->task->spill_fd, buf, n * sizeof(float), slab_off(t, slab, at), wr)) {
         snprintf(t->why, sizeof t->why, "spill file: %s", strerror(errno ? errno : EIO));
         return -1;
     }
@@ -58,7 +58,7 @@ int sel_store_io(sel_task *t, int slab, size_t at, size_t n, float *buf, int wr)
  * from the spill file in pieces. */
 int sel_store_norm(sel_task *t, double *out) {
     const pm_gpt_config *c = &t->host->cfg.model;
-    if (!t->host->spilled || t->host->params) {
+    if (!t->task->spilled || t->host->params) {
         *out = pm_optim_norm(c, t->host->grads);
         return 0;
     }
@@ -77,8 +77,8 @@ int sel_store_norm(sel_task *t, double *out) {
 
 /* The slabs, and the model workspace an evaluation needs (scratch: its
  * contents do not matter between uses, so it goes out with the slabs). */
-pm_status pm_select_host_load(pm_trainer *h, pm_err *err) {
-    if (!h->spilled || h->params) return PM_OK;
+pm_status pm_select_host_load(const pm_select_task *task, pm_trainer *h, pm_err *err) {
+    if (!task->spilled || h->params) return PM_OK;
     size_t n = h->n_params, wb = pm_gpt_work_bytes(&h->cfg.model, h->cfg.batch / h->cfg.micro,
                                                    h->cfg.model.ctx);
     float *b = pm_malloc(4 * n * sizeof(float));
@@ -87,7 +87,7 @@ pm_status pm_select_host_load(pm_trainer *h, pm_err *err) {
         pm_free(b), pm_free(w);
         return pm_errf(err, PM_ERR_NOMEM, "out of memory reading a spilled task's state");
     }
-    if (io_all(h->spill_fd, b, 4 * n * sizeof(float), 0, 0)) {
+    if (io_all(task->spill_fd, b, 4 * n * sizeof(float), 0, 0)) {
         pm_free(b), pm_free(w);
         return pm_errf(err, PM_ERR_IO, "spill file: %s", strerror(errno ? errno : EIO));
     }
@@ -95,9 +95,9 @@ pm_status pm_select_host_load(pm_trainer *h, pm_err *err) {
     return PM_OK;
 }
 
-pm_status pm_select_host_unload(pm_trainer *h, pm_err *err) {
-    if (!h->spilled || !h->params) return PM_OK;
-    if (io_all(h->spill_fd, h->params, 4 * h->n_params * sizeof(float), 0, 1))
+pm_status pm_select_host_unload(const pm_select_task *task, pm_trainer *h, pm_err *err) {
+    if (!task->spilled || !h->params) return PM_OK;
+    if (io_all(task->spill_fd, h->params, 4 * h->n_params * sizeof(float), 0, 1))
         return pm_errf(err, PM_ERR_IO, "spill file: %s", strerror(errno ? errno : EIO));
     pm_free(h->params);
     pm_free(h->work);
@@ -106,20 +106,22 @@ pm_status pm_select_host_unload(pm_trainer *h, pm_err *err) {
     return PM_OK;
 }
 
-pm_status pm_select_spill(pm_trainer *h, const char *dir, const char *name, pm_err *err) {
-    if (h->spilled) return PM_OK;
+pm_status pm_select_spill(pm_select_task *task, pm_trainer *h, const char *dir, pm_err *err) {
+    if (task->spilled) return PM_OK;
+    const char *name = task->name;
     char path[4096];
     snprintf(path, sizeof path, "%s/%s.state", dir, name);
     int fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    if (fd < 0) return pm_errf(err, PM_ERR_IO, "--spill %s: %s: %s", dir, path, strerror(errno));
+    if (fd < 0)
+        return pm_errf(err, PM_ERR_IO, "spill_dir %s: %s: %s", dir, path, strerror(errno));
     unlink(path); /* the state needs no name: it goes when the run ends */
-    h->spilled = 1, h->spill_fd = fd;
+    task->spilled = 1, task->spill_fd = fd;
     pm_err e;
-    pm_status st = pm_select_host_unload(h, &e);
+    pm_status st = pm_select_host_unload(task, h, &e);
     if (st) {
         close(fd);
-        h->spilled = 0;
-        return pm_errf(err, st, "--spill %s: writing task %s's state: %s", dir, name, e.msg);
+        task->spilled = 0;
+        return pm_errf(err, st, "spill_dir %s: writing task %s's state: %s", dir, name, e.msg);
     }
     return PM_OK;
 }
@@ -128,20 +130,20 @@ pm_status pm_select_spill(pm_trainer *h, const char *dir, const char *name, pm_e
  * whole, and go out again after. */
 int sel_store_materialize(sel_task *t) {
     pm_err e;
-    if (!pm_select_host_load(t->host, &e)) return 0;
+    if (!pm_select_host_load(t->task, t->host, &e)) return 0;
     snprintf(t->why, sizeof t->why, "%.150s", e.msg);
     return -1;
 }
 
 int sel_store_release(sel_task *t) {
     pm_err e;
-    if (!pm_select_host_unload(t->host, &e)) return 0;
+    if (!pm_select_host_unload(t->task, t->host, &e)) return 0;
     snprintf(t->why, sizeof t->why, "%.150s", e.msg);
     return -1;
 }
 
 pm_status sel_store_open(sel_task *t, const char *dir, pm_err *err) {
-    return dir ? pm_select_spill(t->host, dir, t->task->name, err) : PM_OK;
+    return dir ? pm_select_spill(t->task, t->host, dir, err) : PM_OK;
 }
 
 /* At the end: a spilled task's slabs written out (its host stays spilled). */

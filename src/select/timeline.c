@@ -68,10 +68,14 @@ pm_status pm_select_write_trace(FILE *f, const pm_select_stats *st, const pm_sel
                    "\"args\": {\"name\": \"device %d\"}}", d ? "," : "", d, d);
     for (int64_t k = 0; k < st->nlog; k++) {
         const pm_select_pass *p = &st->log[k];
-        fprintf(f, ",\n{\"name\": \"%s %s%d\", \"cat\": \"%s\", \"ph\": \"X\", \"pid\": 0, "
-                   "\"tid\": %d, \"ts\": %.3f, \"dur\": %.3f}",
-                p->task >= 0 && p->task < n ? tasks[p->task].name : "?", kind_names[p->kind],
-                p->shard, kind_names[p->kind], p->dev, p->start * 1e6,
+        char name[sizeof tasks->name + 32]; /* a caller's task name: escaped */
+        snprintf(name, sizeof name, "%s %s%d",
+                 p->task >= 0 && p->task < n ? tasks[p->task].name : "?", kind_names[p->kind],
+                 p->shard);
+        fputs(",\n{\"name\": ", f);
+        pm_json_str(f, name);
+        fprintf(f, ", \"cat\": \"%s\", \"ph\": \"X\", \"pid\": 0, \"tid\": %d, \"ts\": %.3f, "
+                   "\"dur\": %.3f}", kind_names[p->kind], p->dev, p->start * 1e6,
                 (p->end - p->start) * 1e6);
         if (p->wait1 - p->wait0 >= WAIT_MIN)
             fprintf(f, ",\n{\"name\": \"wait\", \"cat\": \"wait\", \"ph\": \"X\", \"pid\": 0, "

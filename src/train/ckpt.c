@@ -555,34 +555,39 @@ pm_status pm_ckpt_info_read(const char *path, pm_ckpt_info *info, pm_err *err) {
 
 /* ---- reading ------------------------------------------------------------------ */
 
-static pm_status mismatch(pm_err *err, const char *path, const char *field, const char *opt,
-                          long long file, long long run) {
+/* The field by its place in pm_train_cfg (the CLI turns it into a flag). */
+static pm_status mismatch(pm_err *err, const char *path, const char *field, long long file,
+                          long long run) {
     return pm_errf(err, PM_ERR_ARG,
-                   "%s: checkpoint has %s = %lld but this run asks for %lld; pass %s %lld "
-                   "or start without --resume", path, field, file, run, opt, file);
+                   "%s: the checkpoint was made with %s=%lld, this run has %lld; resume with "
+                   "%s=%lld, or start without resuming", path, field, file, run, field, file);
 }
 
 pm_status pm_ckpt_check_run(const char *path, const pm_ckpt_info *info, const pm_train_cfg *cfg,
                             uint64_t data_id, pm_err *err) {
     const pm_train_cfg *a = &info->cfg, *b = cfg;
-    const char *name[] = {"vocab", "ctx", "dim", "heads", "layers", "batch", "microbatches"};
-    const char *opt[] = {"--vocab", "--ctx", "--dim", "--heads", "--layers", "--batch",
-                         "--microbatches"};
-    const int va[] = {a->model.vocab, a->model.ctx, a->model.dim, a->model.heads,
-                      a->model.layers, a->batch, a->micro};
-    const int vb[] = {b->model.vocab, b->model.ctx, b->model.dim, b->model.heads,
-                      b->model.layers, b->batch, b->micro};
-    for (int i = 0; i < 7; i++)
-        if (va[i] != vb[i]) return mismatch(err, path, name[i], opt[i], va[i], vb[i]);
+    /* the vocabulary is the data's (its tokenizer's), no setting of its own */
+    if (a->model.vocab != b->model.vocab)
+        return pm_errf(err, PM_ERR_ARG, "%s: the checkpoint's vocabulary has %d tokens, this "
+                       "run's data %d; resume on the data (and tokenizer) it was made with, "
+                       "or start without resuming", path, a->model.vocab, b->model.vocab);
+    const char *name[] = {"model.ctx", "model.dim", "model.heads", "model.layers", "batch",
+                          "micro"};
+    const int va[] = {a->model.ctx, a->model.dim, a->model.heads, a->model.layers, a->batch,
+                      a->micro};
+    const int vb[] = {b->model.ctx, b->model.dim, b->model.heads, b->model.layers, b->batch,
+                      b->micro};
+    for (int i = 0; i < 6; i++)
+        if (va[i] != vb[i]) return mismatch(err, path, name[i], va[i], vb[i]);
     if (a->seed != b->seed)
-        return mismatch(err, path, "seed", "--seed", (long long)a->seed, (long long)b->seed);
+        return mismatch(err, path, "seed", (long long)a->seed, (long long)b->seed);
     if (a->opt.lr != b->opt.lr)
-        return pm_errf(err, PM_ERR_ARG, "%s: checkpoint has lr = %g but this run asks for "
-                       "%g; pass --lr %g", path, a->opt.lr, b->opt.lr, a->opt.lr);
+        return pm_errf(err, PM_ERR_ARG, "%s: the checkpoint was made with opt.lr=%g, this run "
+                       "has %g; resume with opt.lr=%g", path, a->opt.lr, b->opt.lr, a->opt.lr);
     if (info->data_id && data_id && info->data_id != data_id)
         return pm_errf(err, PM_ERR_ARG,
                        "%s: checkpoint was trained on other data (train tokens identity "
-                       "%016llx, this run's %016llx); pass the --data it was made with",
+                       "%016llx, this run's %016llx); resume on the data it was made with",
                        path, (unsigned long long)info->data_id, (unsigned long long)data_id);
     return PM_OK;
 }

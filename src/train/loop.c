@@ -79,7 +79,7 @@ static pm_status eval_save(pm_train_state *st, const pm_train_driver *drv, const
     if (s) return s;
     if (!isfinite(ev->val_loss))
         return pm_errf(err, PM_ERR_NUMERIC, "step %lld: the validation loss is %g: the "
-                       "parameters are no longer finite%s; lower the learning rate",
+                       "parameters are no longer finite%s; lower the learning rate (opt.lr)",
                        (long long)st->step, ev->val_loss,
                        o->save ? ", so the checkpoint was not saved" : "");
     if (o->save) {

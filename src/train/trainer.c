@@ -15,18 +15,18 @@ static int micro_size(const pm_train_cfg *c) { return c->batch / c->micro; }
 static pm_status check_cfg(const pm_train_cfg *c, pm_err *err) {
     pm_status st = pm_gpt_config_check(&c->model, err);
     if (st) return st;
-    if (c->batch < 1) return pm_errf(err, PM_ERR_ARG, "--batch must be >= 1 (got %d)", c->batch);
+    if (c->batch < 1) return pm_errf(err, PM_ERR_ARG, "batch=%d: must be >= 1", c->batch);
     if (c->micro < 1 || c->batch % c->micro)
         return pm_errf(err, PM_ERR_ARG,
-                       "--microbatches %d must divide --batch %d (each microbatch holds "
-                       "batch/microbatches sequences)", c->micro, c->batch);
+                       "micro=%d must divide batch=%d (the microbatches share the batch's "
+                       "sequences equally)", c->micro, c->batch);
     if (c->opt.steps < 1)
-        return pm_errf(err, PM_ERR_ARG, "--steps must be >= 1 (got %d)", c->opt.steps);
+        return pm_errf(err, PM_ERR_ARG, "opt.steps=%d: must be >= 1", c->opt.steps);
     if (c->opt.warmup < 0 || c->opt.warmup > c->opt.steps)
         return pm_errf(err, PM_ERR_ARG, "warm-up %d must lie in 0..steps (%d)", c->opt.warmup,
                        c->opt.steps);
     if (!(c->opt.lr > 0.0f) || !isfinite(c->opt.lr))
-        return pm_errf(err, PM_ERR_ARG, "--lr must be a positive number");
+        return pm_errf(err, PM_ERR_ARG, "opt.lr=%g: must be a positive number", c->opt.lr);
     return PM_OK;
 }
 
@@ -61,7 +61,8 @@ pm_status pm_trainer_init(pm_trainer *t, const pm_train_cfg *cfg, const pm_token
         return pm_errf(err, PM_ERR_MEMLIMIT,
                        "the model needs %.2f GiB (parameters, gradients, AdamW moments and "
                        "one microbatch's activations) but only %.2f GiB is available; use "
-                       "fewer --layers/--dim or more --microbatches", (double)need / (1 << 30),
+                       "fewer model.layers, a smaller model.dim or more micro",
+                       (double)need / (1 << 30),
                        (double)mem_limit / (1 << 30));
     pm_status st = pm_loader_init(&t->train, train, cfg->model.ctx, cfg->seed, "train.bin", err);
     if (st) return st;
@@ -103,7 +104,6 @@ pm_status pm_trainer_set_tokenizer(pm_trainer *t, const void *model, size_t len,
 
 void pm_trainer_free(pm_trainer *t) {
     if (!t) return;
-    if (t->spilled) close(t->spill_fd);
     pm_free((void *)t->tok_model);
     pm_free(t->params);
     pm_free(t->work);
@@ -127,7 +127,7 @@ pm_status pm_trainer_step_batch(pm_trainer *t, const int32_t *inp, const int32_t
     double norm = pm_optim_norm(&c->model, t->grads);
     if (!isfinite(loss) || !isfinite(norm))
         return pm_errf(err, PM_ERR_NUMERIC,
-                       "step %lld: loss %g, gradient norm %g is not finite; lower --lr",
+                       "step %lld: loss %g, gradient norm %g is not finite; lower opt.lr",
                        (long long)t->step + 1, loss, norm);
     double lr = pm_optim_lr_at(&c->opt, t->step);
     pm_optim_step_layers(c, 0, pm_gpt_num_layers(&c->model), t->step,

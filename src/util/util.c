@@ -1,5 +1,5 @@
-/* util.c: status names, error formatting, checked size arithmetic and the
- * clock shared by every module. */
+/* util.c: status names, error formatting, checked size arithmetic, the
+ * clock, the checksum and JSON strings shared by every module. */
 #include "pipemem/pm_util.h"
 
 #include <stdarg.h>
@@ -70,4 +70,24 @@ size_t pm_mem_peak_rss(void) {
         }
     fclose(f);
     return kb * 1024;
+}
+
+uint64_t pm_fnv1a64(uint64_t h, const void *p, size_t n) {
+    const uint8_t *b = p;
+    for (size_t i = 0; i < n; i++) {
+        h ^= b[i];
+        h *= 0x100000001b3ull;
+    }
+    return h;
+}
+
+void pm_json_str(FILE *f, const char *s) {
+    fputc('"', f);
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
+        else if (c < 0x20) fprintf(f, "\\u%04x", c);
+        else fputc(c, f);
+    }
+    fputc('"', f);
 }
