@@ -647,6 +647,22 @@ static void test_diverged_saves_nothing(void **state) {
     }
 }
 
+/* Too few layers for the stages: the hint counts the head's parts (issue
+ * 19, 2.11): v-half on 4 devices has 8 stages; embedding + L blocks + a
+ * head in 2 parts is L + 3 layers, so L >= 5, and 5 works. */
+static void test_layers_hint_counts_head_parts(void **state) {
+    (void)state;
+    if (!bin) skip();
+    prepare_data();
+    char args[600];
+    const char *m = "train --dim 32 --heads 2 --ctx 16 --batch 4 --microbatches 4 --steps 1 "
+                    "--pp 4 --schedule v-half --head-parts 2 --pad-vocab 8192 --eval-batches 1";
+    snprintf(args, sizeof args, "%s --layers 3 --data %s/d", m, dir);
+    expect_error(args, "use --layers >= 5,", 30);
+    snprintf(args, sizeof args, "%s --layers 5 --data %s/d", m, dir);
+    assert_int_equal(run(args).status, 0);
+}
+
 /* One bubble under recomputation (issue 19, 2.12): the search's line, the
  * schedule's JSON and its text header give the same rate, and it is the
  * model's work against device time, by hand: with unit costs each device
@@ -743,6 +759,7 @@ int main(void) {
         cmocka_unit_test(test_schedule_csv_recompute),
         cmocka_unit_test(test_diverged_saves_nothing),
         cmocka_unit_test(test_one_bubble),
+        cmocka_unit_test(test_layers_hint_counts_head_parts),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -230,9 +230,11 @@ pm_status pm_place_layers(const pm_gpt_config *cfg, int B, int T, const pm_sched
     int n = pm_gpt_num_layers(cfg), S = s->S;
     if (n < S)
         return pm_errf(err, PM_ERR_ARG,
-                       "placement: the model has %d layers (embedding, %d blocks, head) but the "
-                       "schedule has %d stages, each needing at least one layer; use model.layers "
-                       ">= %d, fewer devices or fewer chunks", n, cfg->layers, S, S - 2);
+                       "placement: the model has %d layers (embedding, %d blocks, head in %d "
+                       "part%s) but the schedule has %d stages, each needing at least one layer; "
+                       "use model.layers >= %d, fewer devices or fewer chunks", n, cfg->layers,
+                       pm_gpt_head_parts(cfg), pm_gpt_head_parts(cfg) > 1 ? "s" : "", S,
+                       S - 1 - pm_gpt_head_parts(cfg));
     place_search q;
     if (!(st = search_init(&q, cfg, B, T, s, lc, err)) && !balanced_cut(q.pre, n, S, first))
         st = pm_errf(err, PM_ERR_NOMEM, "placement: out of memory");
