@@ -15,7 +15,9 @@
  * (the CLI prints 6 decimals: the tests check the bits); DP, which only
  * reorders the gradient sum, the same losses to 4 decimals. Then one line
  * per run: peak resident memory (VmHWM) of each process and its ratio to
- * one device's, tokens/s (median step) over one device's, the planned bytes
+ * one device's, tokens/s (median step) over one device's (with the step,
+ * and for a pipeline its busiest device's time in passes and its measured
+ * and predicted bubble: where a shortfall goes), the planned bytes
  * over the peak (how much of the process the plan accounts for), for ZeRO
  * each rank's cut against --zero 0; a line per process with the plan by
  * kind; the issue's goals, met or not (reported, not enforced). First, the
@@ -83,6 +85,9 @@ typedef struct {
     char loss[32], val[32]; /* final and validation loss as printed */
     double tok;             /* tokens/s: the best round's */
     double round_tok[2];    /* each round's tokens/s (round 2: one, pp2, pp2-zbv only) */
+    double step_ms;         /* the median step (the best round's, like all below) */
+    double busy_ms;         /* the busiest device's time in passes, a step's mean (pipelines) */
+    double bubble[2];       /* measured and predicted bubble (pipelines) */
     double secs;            /* wall time of the whole command */
     double wait_rss;        /* wait4's ru_maxrss: the largest process, bytes */
     int np;                 /* processes with a peak (1 on threads, 4 ranks) */
@@ -187,6 +192,20 @@ static int one_plan(const shape *sh, result *r) {
     return 0;
 }
 
+/* The step's timings of `out` (run k) into r. */
+static void timings(result *r, int k) {
+    char x[32];
+    double busy[MAXP];
+    text_field("median_step_ms", x, sizeof x);
+    r->step_ms = atof(x);
+    int n = k == ONE ? 0 : array_field("device_busy_ms", busy, MAXP);
+    for (int d = 0; d < n; d++) r->busy_ms = fmax(r->busy_ms, busy[d]);
+    text_field("measured_bubble", x, sizeof x);
+    r->bubble[0] = k == ONE ? 0 : atof(x);
+    text_field("predicted_bubble", x, sizeof x);
+    r->bubble[1] = k == ONE ? 0 : atof(x);
+}
+
 /* Trains shape sh under run k; fills r. 0, or 1 after printing the command
  * and the end of its stderr. */
 static int train(const shape *sh, int k, result *r) {
@@ -206,6 +225,7 @@ static int train(const shape *sh, int k, result *r) {
     char tok[32];
     text_field("tokens_per_s", tok, sizeof tok);
     r->tok = r->round_tok[0] = atof(tok);
+    timings(r, k);
     r->np = k == ONE ? 1 : array_field("peak_rss_bytes", r->rss, MAXP);
     if (k == ONE) r->rss[0] = r->wait_rss;
     bad = bad || !r->loss[0] || !strcmp(r->loss, "null") || !(r->tok > 0) ||
@@ -273,6 +293,10 @@ static void print_run(const shape *sh, const result *res, int k) {
     print_list("each_vs_one", vs, r->np, "%.3f");
     printf(" tokens_per_s=%.1f tokens_vs_one=%.3f", r->tok, r->tok / res[ONE].tok);
     print_list("rounds", r->round_tok, k <= PP2ZBV ? 2 : 1, "%.1f");
+    printf(" step_ms=%.0f", r->step_ms);
+    if (k != ONE)
+        printf(" busiest_device_ms=%.0f bubble=%.3f predicted_bubble=%.3f", r->busy_ms,
+               r->bubble[0], r->bubble[1]);
     print_list("plan_vs_rss", pl, r->np, "%.3f");
     if (k == DP2Z) print_list("zero_cut", cut, r->np, "%.3f");
     printf(" wait4_rss_mib=%.1f secs=%.0f\n", MIB(r->wait_rss), r->secs);
@@ -331,8 +355,10 @@ static int second_round(const shape *sh, result *res) {
                     res[k].val);
             return 1;
         }
+        double first = res[k].round_tok[0];
+        if (r.tok > res[k].tok) res[k] = r;
+        res[k].round_tok[0] = first;
         res[k].round_tok[1] = r.tok;
-        res[k].tok = fmax(res[k].tok, r.tok);
     }
     return 0;
 }
