@@ -107,9 +107,13 @@ int pm_cmd_train(int argc, char **argv) {
     pm_loop_opts lo = {.stop_at = pm_cli_train_stop_at(&o, &cfg), .eval_every = o.eval_every,
                        .eval_batches = o.eval_batches, .val = &va, .save = o.save};
     rc = pm_train_loop(&st, &drv, &lo, &err) ? pm_cli_fail("%s", err.msg) : 0;
-    if (!rc && o.json) {
+    if (!rc && o.json) { /* one device's bytes by kind, as the pipeline prints its devices' */
+        size_t n = pm_gpt_num_params(&cfg.model) * sizeof(float);
+        size_t work = pm_train_mem_bytes(&cfg, NULL) - 4 * n;
         pm_cli_train_json_head(&o, &cfg, st.step, times, pr.n, pr.final_loss, pr.val_loss);
-        printf("}\n");
+        printf(", \"planned_bytes\": [{\"parameters\": %zu, \"gradients\": %zu, \"moments\": "
+               "%zu, \"activations and workspace\": %zu, \"total\": %zu}], \"peak_rss_bytes\": "
+               "[%zu]}\n", n, n, 2 * n, work, 4 * n + work, pm_mem_peak_rss());
     }
     pm_train_state_free(&st);
 out:
