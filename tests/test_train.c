@@ -1021,6 +1021,18 @@ static void test_cli_end_to_end(void **state) {
                           "\"tokens_per_s\"", "\"gflops_per_s\""};
     for (int i = 0; i < 6; i++)
         if (!strstr(out, keys[i])) fail_msg("no %s in %s", keys[i], out);
+    /* the device's bytes by kind: 4 bytes a parameter each for parameters and
+     * gradients, 8 for the moments (the model's own count), and the process's
+     * peak resident memory, which holds at least that state */
+    size_t np = pm_gpt_num_params(&(pm_gpt_config){.vocab = 256, .ctx = 8, .dim = 16,
+                                                  .heads = 2, .layers = 1});
+    char want[160];
+    snprintf(want, sizeof want, "\"parameters\": %zu, \"gradients\": %zu, \"moments\": %zu",
+             4 * np, 4 * np, 8 * np);
+    if (!strstr(out, want)) fail_msg("no '%s' in %s", want, out);
+    const char *rss = strstr(out, "\"peak_rss_bytes\": [");
+    assert_non_null(rss);
+    assert_true(strtod(rss + 19, NULL) >= 16.0 * (double)np);
     /* sample: the prompt, then exactly the 40 bytes the model draws, then '\n' */
     snprintf(cmd, sizeof cmd, "%s/m.ckpt", dir);
     if (chk_sample(bin, cmd, "the", 40, 7, line, sizeof line)) fail_msg("%s", line);
