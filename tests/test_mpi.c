@@ -32,6 +32,7 @@
  *   - bad input: rank count, --dp, ranks with other data: one line each.
  * mpirun runs as root here only with OMPI_ALLOW_RUN_AS_ROOT(_CONFIRM), which
  * the suite sets; --oversubscribe lets 4 ranks share 2 cores. */
+#define _XOPEN_SOURCE 700 /* realpath */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -819,6 +820,56 @@ static int teardown(void **state) {
     return system(cmd) ? -1 : 0;
 }
 
+/* Failure paths between collectives (found in review): each must end in
+ * one line, promptly, on every rank, never in the 300 s wait:
+ *   - replica 1's ranks see another file at the same path (a node's own
+ *     copy): refused, naming the rank, before any step;
+ *   - one rank alone refuses its plan (here: it believes a million ranks
+ *     share its machine): every rank stops, the line names it;
+ *   - rank 0 alone cannot write --trace with --json: the others do not
+ *     wait for a gather it never makes;
+ *   - ZeRO-1 with many replicas of one device (9 ranks): the all-gather's
+ *     requests fit the transport's slots. */
+static void test_failure_paths(void **state) {
+    (void)state;
+    static char out[16384];
+    const char *m = MODEL " --microbatches 4 --steps 4 --pp 2 --dp 2";
+    char a[300], b[300], line[900];
+    snprintf(a, sizeof a, "%s/fp_a", dir);
+    snprintf(b, sizeof b, "%s/fp_b", dir);
+    for (int k = 0; k < 2; k++) {
+        if (run(out, sizeof out, NULL, "mkdir -p %s && %s train --data %s/d %s --stop-after %d "
+                "--save %s/c.ckpt", k ? b : a, bin, dir, m, k ? 2 : 3, k ? b : a))
+            fail_msg("%s", out);
+    }
+    char *abs = realpath(bin, NULL); /* the ranks change directory */
+    assert_non_null(abs);
+    snprintf(line, sizeof line, "exec %s train --data %s/d %s --resume c.ckpt", abs, dir, m);
+    free(abs);
+    double secs;
+    int rc = run(out, sizeof out, &secs, MPIRUN " 2 sh -c \"cd %s && %s\" : -np 2 sh -c \"cd %s "
+                 "&& %s\"", a, line, b, line);
+    assert_true(rc != 0 && rc != 124 && secs < 60);
+    if (count(out, "pipemem: ") != 1 || !strstr(out, "rank 2 reads another checkpoint"))
+        fail_msg("another file on replica 1: %s", out);
+    rc = run(out, sizeof out, &secs, MPIRUN " 1 %s train --data %s/d " MODEL " --steps 2 --pp 2 "
+             ": -np 1 env OMPI_COMM_WORLD_LOCAL_SIZE=1000000 %s train --data %s/d " MODEL
+             " --steps 2 --pp 2", bin, dir, bin, dir);
+    assert_true(rc != 0 && rc != 124 && secs < 60);
+    if (count(out, "pipemem: ") != 1 || !strstr(out, "pipemem: rank 1: train: the pipeline needs"))
+        fail_msg("one rank's plan refused: %s", out);
+    snprintf(line, sizeof line, "%s train --data %s/d " MODEL " --steps 2 --pp 2 --json "
+             "--trace %s/fp.trace", bin, dir, dir);
+    rc = run(out, sizeof out, &secs, MPIRUN " 1 sh -c \"ulimit -f 1; trap '' XFSZ; exec %s\" "
+             ": -np 1 %s", line, line);
+    assert_true(rc != 0 && rc != 124 && secs < 60);
+    if (!strstr(out, "fp.trace: write failed")) fail_msg("rank 0's trace: %s", out);
+    rc = run(out, sizeof out, &secs, MPIRUN " 9 %s train --data %s/d --layers 1 --dim 32 "
+             "--heads 2 --ctx 16 --batch 18 --microbatches 18 --steps 1 --eval-batches 1 --pp 1 "
+             "--dp 9 --zero 1", bin, dir);
+    if (rc) fail_msg("ZeRO-1 on 9 replicas: exit %d: %s", rc, out);
+}
+
 int main(int argc, char **argv) {
     if (pm_mpi_launched()) return probe_main(argc, argv);
     bin = getenv("PM_BIN");
@@ -837,7 +888,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_data_parallel),      cmocka_unit_test(test_faults),
         cmocka_unit_test(test_checkpoints_move),   cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_zero1),              cmocka_unit_test(test_resharding),
-        cmocka_unit_test(test_failed_write),
+        cmocka_unit_test(test_failed_write),       cmocka_unit_test(test_failure_paths),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

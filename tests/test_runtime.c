@@ -995,6 +995,28 @@ static void test_zero(void **state) {
     }
 }
 
+/* A save's metadata must describe the pipe: another model, or a step count
+ * the pipe has not reached, is refused before anything is written. */
+static void test_save_checks_meta(void **state) {
+    (void)state;
+    pm_train_cfg c = tiny(6);
+    pm_sched s;
+    gen(&s, "1f1b", 2, TINY_M);
+    pm_pipe *pp;
+    pm_err err = {{0}};
+    assert_int_equal(make_pipe(&pp, &c, &s, 1, NULL, &err), PM_OK);
+    const char *path = "/tmp/pm_meta_never_written.ckpt";
+    pm_ckpt_meta meta = {.cfg = c, .step = 0};
+    meta.cfg.model.layers = 7;
+    assert_int_equal(pm_pipe_save(pp, path, &meta, &err), PM_ERR_ARG);
+    assert_non_null(strstr(err.msg, "is not this pipeline's"));
+    meta.cfg = c, meta.step = 3;
+    assert_int_equal(pm_pipe_save(pp, path, &meta, &err), PM_ERR_ARG);
+    assert_int_not_equal(access(path, F_OK), 0);
+    pm_pipe_destroy(pp);
+    pm_sched_free(&s);
+}
+
 /* Evaluation through the pipeline: every microbatch's loss bitwise what
  * pm_gpt_forward gives on one device with the same parameters (after a
  * step, so they are not the initial ones), for single, loop and V
@@ -1080,6 +1102,11 @@ static void test_forward_only(void **state) {
         }
         assert_int_equal(pm_pipe_step(pp, tok, tok, NULL, &err), PM_ERR_ARG);
         assert_non_null(strstr(err.msg, "forward passes only"));
+        /* and it holds no moments: a checkpoint of it would not load */
+        pm_ckpt_meta meta = {.cfg = c, .step = 0};
+        assert_int_equal(pm_pipe_save(pp, "/tmp/pm_never_written.ckpt", &meta, &err), PM_ERR_ARG);
+        assert_non_null(strstr(err.msg, "cannot save"));
+        assert_int_not_equal(access("/tmp/pm_never_written.ckpt", F_OK), 0);
         pm_pipe_destroy(pp);
         pm_plan_free(&pl);
     }
@@ -1582,6 +1609,7 @@ int main(void) {
         cmocka_unit_test(test_gather_scatter_resume),
         cmocka_unit_test(test_data_parallel),
         cmocka_unit_test(test_zero),
+        cmocka_unit_test(test_save_checks_meta),
         cmocka_unit_test(test_eval_through_pipe),
         cmocka_unit_test(test_allocations_follow_plan),
         cmocka_unit_test(test_forward_only),

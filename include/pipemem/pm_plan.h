@@ -290,6 +290,18 @@ void pm_plan_moment_slice(const pm_plan *pl, int s, int r, size_t *first, size_t
 size_t pm_plan_keep_bytes(const pm_plan *pl, int s);
 /* The largest device peak in units of M, and the device it is on. */
 double pm_plan_peak_x(const pm_plan *pl, int *dev);
+/* What a device's runtime allocates besides its state and arena, as the
+ * plan counts it (the runtime allocates from these, so the two cannot
+ * drift): the largest scratch of device d's passes; the floats of the
+ * buffer a partial gradient sum arrives in (replicas after the first); one
+ * transport buffer (an activation message, at least 64 bytes); how many
+ * the threads transport reserves for messages to device d (one a pass,
+ * and the norm chain's); how many copy buffers MPI may hold at once. */
+size_t pm_plan_scratch_bytes(const pm_plan *pl, int d);
+size_t pm_plan_red_floats(const pm_plan *pl);
+size_t pm_plan_msg_buffer(const pm_plan *pl);
+int64_t pm_plan_mailbox_buffers(const pm_plan *pl, int d);
+int64_t pm_plan_send_buffers(const pm_plan *pl);
 /* n bytes for people: "123 bytes", "1.50 KiB", "12.3 MiB", "1.23 GiB". */
 void pm_plan_bytes_str(size_t n, char *buf, size_t cap);
 

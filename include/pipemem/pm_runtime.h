@@ -282,7 +282,9 @@ void pm_pipe_set_steps_done(pm_pipe *pp, int64_t steps);
  * With dp replicas, replica r takes microbatches r*m .. (r+1)*m-1 (m the
  * schedule's), each stage's gradients are summed over the replicas in
  * replica order as soon as the stage's last weight pass is done, and every
- * replica steps AdamW on the same sums: bitwise the same whatever the
+ * replica steps AdamW on the same sums (under ZeRO-1 each replica updates
+ * only its slice of every stage and the slices are all-gathered after):
+ * bitwise the same whatever the
  * schedule or transport; against dp = 1 only the summation order differs.
  * A failing pass stops every device; the error names device, stage,
  * microbatch and pass, and the pipe is dead afterwards (sticky). */
@@ -309,21 +311,25 @@ pm_status pm_pipe_eval(pm_pipe *pp, const int32_t *inp, const int32_t *tgt, int 
  * (a forward-only plan holds parameters alone). */
 pm_status pm_pipe_forward(pm_pipe *pp, const int32_t *tok, int T, float *probs, pm_err *err);
 
-/* Checkpoints by stage (pm_train.h, format version 4): every device
- * writes its own stages' parameters and AdamW moments (under ZeRO-1 each
- * replica its slice of the moments) into one temporary, in parallel; the
- * root commits it only if every device succeeded, so PATH holds the old
- * checkpoint or the whole new one, whatever fails or is killed. No process
- * holds the whole model. meta is the run's (step, data position, identity,
- * tokenizer). Under MPI every rank calls it (the same meta) and every rank
- * returns the same status; PATH must be on a file system every rank sees.
+/* Checkpoints by stage (pm_train.h, format version 4): replica 0's devices
+ * write their own stages' parameters and AdamW moments (under ZeRO-1 each
+ * replica writes its slices of the moments) into one temporary, in
+ * parallel, every float once; the root commits it only if every device
+ * succeeded, so PATH holds the old checkpoint or the whole new one,
+ * whatever fails or is killed. No process holds the whole model. meta is
+ * the run's (step, data position, identity, tokenizer) and must describe
+ * this pipe (its model, batch, microbatches and step: else PM_ERR_ARG); a
+ * forward-only pipe holds no moments and cannot save. Under MPI every rank
+ * calls it (the same meta) and every rank returns the same status; PATH
+ * must be on a file system every rank sees.
  * A device's failed write (or read, in pm_pipe_load) is named in the error
  * line: "device D, stage S: ..." ("rank R: device D, ..." under MPI). */
 pm_status pm_pipe_save(pm_pipe *pp, const char *path, const pm_ckpt_meta *meta, pm_err *err);
 /* Loads a checkpoint saved under any plan (any P, placement, schedule,
- * transport, replicas, ZeRO, or one device; versions 1 to 4): each device
- * reads only its own ranges, the slab checksums are checked over all of
- * them, and the run's configuration and data identity must match (named
+ * transport, replicas, ZeRO, or one device; versions 1 to 4): every process
+ * checks the header (and the root that all read the same file), each
+ * device reads only its own ranges, and the slab checksums are checked
+ * over every replica's reads, and the run's configuration and data identity must match (named
  * on a mismatch; a forward-only pipe needs only the same model). Sets the pipe's step count; *info (may be NULL) gets the
  * header (step, data position). A failure after the devices read leaves
  * their state unspecified. Collective under MPI. */

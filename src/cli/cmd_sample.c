@@ -3,9 +3,12 @@
  * forward pass over the last ctx tokens and samples from
  * softmax(logits / temperature) with a seeded PCG32. The forward runs on
  * one device when the parameters and one sequence's workspace fit
- * (--device-mem, or this machine), else through a pipeline of device
- * threads (--pp P, or the fewest that fit), each loading only its own
- * layers from the checkpoint: the same tokens either way. */
+ * --device-mem (default: this machine), else through a pipeline of device
+ * threads (--pp P, or the fewest whose every device fits the budget), each
+ * loading only its own layers from the checkpoint: the same tokens either
+ * way. The threads share this process, so together they must fit the
+ * machine: the pipeline serves per-device budgets, not a model larger than
+ * the machine. */
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -150,6 +153,17 @@ static int open_pipeline(sampler *sm, const char *ckpt, int pp_opt, size_t budge
         if (pp_opt) break;
     }
     if (st) return pm_cli_fail("sample: %s", err.msg);
+    /* the devices are threads of this process: together they need the machine */
+    size_t all = 0, have = pm_mem_physical();
+    for (int g = 0; g < pl.nd; g++) all += pl.dev[g].total;
+    if (have && all > have) {
+        char a[32], b[32];
+        int devices = pl.p;
+        pm_plan_bytes_str(all, a, sizeof a), pm_plan_bytes_str(have, b, sizeof b);
+        pm_plan_free(&pl);
+        return pm_cli_fail("sample: %d device threads need %s together but this machine has %s",
+                           devices, a, b);
+    }
     char one[32], dev[32];
     pm_plan_bytes_str(one_device_bytes(sm->c), one, sizeof one);
     pm_plan_bytes_str(pl.dev[pl.busiest].total, dev, sizeof dev);
@@ -201,6 +215,12 @@ int pm_cmd_sample(int argc, char **argv) {
     sampler sm = {.c = &info.cfg.model};
     size_t need = one_device_bytes(sm.c), have = o.budget ? o.budget : pm_mem_physical();
     rc = 1;
+    if (!o.pp && !o.budget && have && need > have) { /* threads would need it all the same */
+        char a[32], b[32];
+        pm_plan_bytes_str(need, a, sizeof a), pm_plan_bytes_str(have, b, sizeof b);
+        pm_cli_fail("sample: the model needs %s but this machine has %s", a, b);
+        goto out;
+    }
     if (o.pp || (have && need > have)) {
         if (open_pipeline(&sm, ckpt, o.pp, o.budget)) goto out;
     } else if (pm_ckpt_load_params(ckpt, &info, &sm.params, &err) ||

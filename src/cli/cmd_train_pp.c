@@ -159,6 +159,7 @@ typedef struct {
     int nf;
     pm_pipe_info last;         /* the last step's figures (arrays: the pipe's) */
     double *times;             /* wall time of each step (s) */
+    double *fig;               /* (nd, 2) each process's allocated bytes and peak RSS (--json) */
     double *busy;              /* (dp * p) each device's busy ms, summed like mk */
     int nt;
     double final_loss, val_loss;
@@ -342,8 +343,7 @@ static int pp_train(const pm_cli_train_opts *o, pm_pipe *pp, pm_train_state *st,
     pm_loop_opts lo = {.stop_at = pm_cli_train_stop_at(o, &st->cfg), .eval_every = o->eval_every,
                        .eval_batches = o->eval_batches, .val = val, .save = o->save};
     pm_err err = {{0}};
-    if (pm_train_loop(st, &drv, &lo, &err)) return pm_cli_fail("%s", err.msg);
-    return root ? write_outputs(o, pp, ps->last.peak != NULL) : 0;
+    return pm_train_loop(st, &drv, &lo, &err) ? pm_cli_fail("%s", err.msg) : 0;
 }
 
 /* The predicted peak activation (rank 0). */
@@ -410,7 +410,7 @@ static int load(const pm_cli_train_opts *o, const pp_world *w, pp_job *j) {
         pm_free(j->tok);
         return 1;
     }
-    pm_cli_set_rank(-1, w->rank != 0);
+    pm_cli_set_rank(w->rank ? w->rank : -1, w->rank != 0); /* a line a rank holds names it */
     return 0;
 }
 
@@ -446,46 +446,53 @@ static void print_start(const pm_cli_train_opts *o, const pp_world *w, const pp_
 static int finish_json(const pm_cli_train_opts *o, const pp_world *w, pp_job *j, pp_stats *ps) {
     pm_err err = {{0}};
     double mine[2] = {(double)pm_pipe_allocated(j->pp)[w->rank], (double)pm_mem_peak_rss()};
-    double *fig = calloc(2 * (size_t)j->plan.nd, sizeof *fig);
-    int rc = 0;
-    if (!fig || pm_pipe_gather_figures(j->pp, mine, 2, fig, &err))
-        rc = pm_cli_fail("%s", fig ? err.msg : "out of memory");
-    if (!rc && !w->rank) print_json(o, j->pp, &j->st, ps, fig);
-    free(fig);
-    return rc;
+    if (pm_pipe_gather_figures(j->pp, mine, 2, ps->fig, &err)) return pm_cli_fail("%s", err.msg);
+    if (!w->rank) print_json(o, j->pp, &j->st, ps, ps->fig);
+    return 0;
+}
+
+/* Under MPI: every rank learns whether any failed since the last
+ * agreement, and all stop together (rank 0's line, or a rank's own when it
+ * alone failed): a rank that stopped alone would leave the others waiting
+ * in the next collective. */
+static int agreed_failure(const pp_world *w, int failed) {
+    if (w->transport != PM_TRANSPORT_MPI) return failed;
+    int first_bad = pm_mpi_agree(!failed);
+    if (first_bad > 0 && failed) pm_cli_print_held(); /* rank 0 was fine: ours alone */
+    return first_bad >= 0;
 }
 
 static int run(const pm_cli_train_opts *o, pp_world *w) {
     pp_job j = {0};
     pm_err err = {{0}};
     pp_stats ps = {.final_loss = NAN};
-    int rc = 1;
+    int rc = 1, failed = 0;
     if (load(o, w, &j)) return 1;
     w->opts.fingerprint = options_fingerprint(o, &j.tr);
-    if (place_costs(w, o, &j.cfg, &err) || make_plan(w, o, &j.cfg, &j.plan, &err)) {
-        pm_cli_fail("train: %s", err.msg); /* its parameters as the flags (pm_cli_flags) */
-        goto out;
-    }
-    if (check_fits(&j.plan, &err) || pm_train_state_init(&j.st, &j.plan.cfg, &j.tr, &err) ||
-        pm_pipe_create(&j.pp, &j.plan, &w->opts, &err)) {
+    if (place_costs(w, o, &j.cfg, &err) || make_plan(w, o, &j.cfg, &j.plan, &err))
+        failed = pm_cli_fail("train: %s", err.msg); /* its parameters as flags (pm_cli_flags) */
+    else if (check_fits(&j.plan, &err) || pm_train_state_init(&j.st, &j.plan.cfg, &j.tr, &err))
+        failed = pm_cli_fail("%s", err.msg);
+    ps.times = malloc(((size_t)o->steps + 1) * sizeof *ps.times);
+    ps.busy = calloc(j.plan.nd > 0 ? (size_t)j.plan.nd : 1, sizeof *ps.busy);
+    ps.fig = calloc(j.plan.nd > 0 ? 2 * (size_t)j.plan.nd : 1, sizeof *ps.fig);
+    if (!failed && (!ps.times || !ps.busy || !ps.fig)) failed = pm_cli_fail("out of memory");
+    if (agreed_failure(w, failed)) goto out;
+    if (pm_pipe_create(&j.pp, &j.plan, &w->opts, &err)) { /* collective: all fail together */
         pm_cli_fail("%s", err.msg);
         goto out;
     }
     j.st.tok_model = j.tok, j.st.tok_model_len = j.tok_len;
     print_peak(w, &j.plan);
-    if (o->resume && resume(o, &j)) goto out;
+    if (o->resume && resume(o, &j)) goto out; /* a shared outcome */
     print_start(o, w, &j);
-    ps.times = malloc(((size_t)o->steps + 1) * sizeof *ps.times);
-    ps.busy = calloc((size_t)j.plan.nd, sizeof *ps.busy);
-    if (!ps.times || !ps.busy) {
-        pm_cli_fail("out of memory");
-        goto out;
-    }
-    rc = pp_train(o, j.pp, &j.st, &j.va, &ps);
-    if (!rc && o->json) rc = finish_json(o, w, &j, &ps);
+    rc = pp_train(o, j.pp, &j.st, &j.va, &ps); /* the same on every rank */
+    if (!rc && o->json) rc = finish_json(o, w, &j, &ps); /* collective, before any writing */
+    if (!rc && pm_pipe_is_root(j.pp)) rc = write_outputs(o, j.pp, ps.last.peak != NULL);
 out:
     free(ps.times);
     free(ps.busy);
+    free(ps.fig);
     pm_pipe_destroy(j.pp);
     pm_train_state_free(&j.st);
     pm_plan_free(&j.plan);

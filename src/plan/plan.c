@@ -280,36 +280,22 @@ static size_t round64(size_t n) { return (n + 63) / 64 * 64; }
 /* The scratch of its passes, the six message buffers (two receive slots,
  * two send buffers, two gradients between a stage's layers) and, on
  * replicas after the first, the chunk a partial gradient sum arrives in:
- * as the runtime allocates them (pipe.c, dev_work). Small tables (offsets,
- * requests, a few per stage and pass) are not counted. */
+ * what the runtime allocates (pipe.c, dev_work, from the same queries).
+ * Small tables (offsets, requests, a few per stage and pass) are not
+ * counted. */
 static size_t workspace(const pm_plan *pl, int g) {
-    int d = g % pl->p, rep = g / pl->p;
-    size_t scr = 0, most = 0;
-    for (int s = 0; s < pl->S; s++) {
-        if (pm_plan_stage_floats(pl, s) > most) most = pm_plan_stage_floats(pl, s);
-        if (pm_sched_stage_device(&pl->sched, s) != d) continue;
-        for (int l = pl->first[s]; l < pl->first[s + 1]; l++) {
-            const pm_gpt_sizes *z = &pl->sz[l];
-            size_t need[3] = {z->scratch_f, z->scratch_b, z->scratch_w};
-            for (int k = 0; k < 3; k++) scr = need[k] > scr ? need[k] : scr;
-        }
-    }
-    size_t bytes = round64(scr) + 6 * round64(pl->msg_bytes);
-    if (pl->dp > 1 && rep > 0) bytes += (most < PM_PLAN_CHUNK ? most : PM_PLAN_CHUNK) * sizeof(float);
+    size_t bytes = round64(pm_plan_scratch_bytes(pl, g % pl->p)) + 6 * round64(pl->msg_bytes);
+    if (pl->dp > 1 && g / pl->p > 0) bytes += pm_plan_red_floats(pl) * sizeof(float);
     return bytes;
 }
 
 /* Buffers for messages sent before their receive is posted: the threads
- * transport reserves one per pass of the device and the norm chain's; the
- * MPI transport copies every send into one of up to nsend buffers of the
- * largest message (pipe_world.c sizes both). */
+ * transport reserves them per receiving device; the MPI transport copies
+ * every send into one of at most pm_plan_send_buffers. */
 static size_t transport(const pm_plan *pl, int d) {
-    size_t b = pl->msg_bytes > 64 ? pl->msg_bytes : 64;
-    if (pl->transport == PM_TRANSPORT_THREADS)
-        return ((size_t)pl->sched.len[d] + (size_t)pl->S + (size_t)pl->p + 2) * b;
-    int64_t maxlen = 0;
-    for (int k = 0; k < pl->p; k++) maxlen = pl->sched.len[k] > maxlen ? pl->sched.len[k] : maxlen;
-    return ((size_t)maxlen + 4 * (size_t)pl->S + (size_t)pl->p + 8) * b;
+    int64_t n = pl->transport == PM_TRANSPORT_THREADS ? pm_plan_mailbox_buffers(pl, d)
+                                                       : pm_plan_send_buffers(pl);
+    return (size_t)n * pm_plan_msg_buffer(pl);
 }
 
 /* ---- what each device holds, and the limits ------------------------------------- */
@@ -394,15 +380,19 @@ static pm_status plan_schedule(pm_plan *pl, const pm_plan_req *rq, pm_err *err) 
  * by the overshoot (a few times at most). */
 static pm_status plan_auto(pm_plan *pl, const pm_plan_req *rq, pm_err *err) {
     double limit = rq->mem_limit > 0 ? rq->mem_limit : 1e6, real = 0;
+    int parts = pl->cfg.model.head_parts; /* each pick chooses its own */
     pm_status st = PM_OK;
     for (int tries = 0; tries < 6; tries++) {
         if ((st = make_sched(pl, rq, limit, err))) {
-            if (tries && st == PM_ERR_MEMLIMIT)
+            if (tries && st == PM_ERR_MEMLIMIT && rq->mem_limit > 0)
                 st = pm_errf(err, st, "no schedule meets mem_limit=%.4g M on this "
                              "model (its stages are unequal; the best pick peaked at %.4g M)",
                              rq->mem_limit, real);
+            else if (tries && st == PM_ERR_MEMLIMIT) /* the last pick's, over the budget */
+                st = over_budget(pl, rq->device_mem, err);
             return st;
         }
+        pl->cfg.model.head_parts = parts;
         if ((st = plan_schedule(pl, rq, err))) return st;
         real = pm_plan_peak_x(pl, NULL);
         double shrink = 1;

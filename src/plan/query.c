@@ -48,3 +48,37 @@ void pm_plan_bytes_str(size_t n, char *buf, size_t cap) {
     if (u == 0) snprintf(buf, cap, "%zu bytes", n);
     else snprintf(buf, cap, "%.*f %s", x < 10 ? 2 : x < 100 ? 1 : 0, x, unit[u]);
 }
+
+/* ---- what a device's runtime allocates (plan.c counts the same) -------------- */
+
+size_t pm_plan_scratch_bytes(const pm_plan *pl, int d) {
+    size_t scr = 0;
+    for (int s = 0; s < pl->S; s++) {
+        if (pm_sched_stage_device(&pl->sched, s) != d) continue;
+        for (int l = pl->first[s]; l < pl->first[s + 1]; l++) {
+            const pm_gpt_sizes *z = &pl->sz[l];
+            size_t need[3] = {z->scratch_f, z->scratch_b, z->scratch_w};
+            for (int k = 0; k < 3; k++) scr = need[k] > scr ? need[k] : scr;
+        }
+    }
+    return scr;
+}
+
+size_t pm_plan_red_floats(const pm_plan *pl) {
+    size_t most = 1;
+    for (int s = 0; s < pl->S; s++)
+        if (pm_plan_stage_floats(pl, s) > most) most = pm_plan_stage_floats(pl, s);
+    return most < PM_PLAN_CHUNK ? most : PM_PLAN_CHUNK;
+}
+
+size_t pm_plan_msg_buffer(const pm_plan *pl) { return pl->msg_bytes > 64 ? pl->msg_bytes : 64; }
+
+int64_t pm_plan_mailbox_buffers(const pm_plan *pl, int d) {
+    return pl->sched.len[d] + pl->S + pl->p + 2;
+}
+
+int64_t pm_plan_send_buffers(const pm_plan *pl) {
+    int64_t maxlen = 0;
+    for (int k = 0; k < pl->p; k++) maxlen = pl->sched.len[k] > maxlen ? pl->sched.len[k] : maxlen;
+    return maxlen + 4 * (int64_t)pl->S + pl->p + 8;
+}

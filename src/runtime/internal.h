@@ -13,6 +13,8 @@ typedef struct pm_pipe_dev pm_pipe_dev;
 typedef enum { PM_RUN_STEP, PM_RUN_EVAL, PM_RUN_SAVE, PM_RUN_LOAD } pm_run_kind;
 struct pm_pipe_pool; /* the parked device threads (pipe_threads.c) */
 
+#define PM_CKPT_NAME 4096 /* bytes of a checkpoint temporary's name */
+
 struct pm_pipe {
     const pm_plan *pl;    /* the plan it runs: &plan */
     pm_plan plan;         /* owned copy of the caller's */
@@ -58,9 +60,10 @@ struct pm_pipe {
     pm_run_kind run;      /* what the devices run next */
     pm_status (*body)(pm_pipe_dev *dv); /* ... and the function that runs it */
     int eval_n;           /* evaluation: microbatches in this round (of dp * m) */
-    const char *ck_tmp;   /* save: the checkpoint's temporary every device writes into */
+    char ck_name[PM_CKPT_NAME]; /* save: the temporary every device writes into */
     const char *ck_path;  /* load: the checkpoint every device reads from */
     pm_ckpt_info ck_info; /* load: its header, checked by every process */
+    uint64_t *ck_sums;    /* (dp, 3) the checksum parts summed by replica, at the root */
     float *probs;         /* sampling: the head's device writes the next-token
                            * probabilities after the last position here (vocab) */
     int64_t step;         /* optimizer steps done */
@@ -197,6 +200,22 @@ static inline size_t pm_dev_sum_reqs(const pm_pipe_dev *dv, int s) {
     return pm_dev_chunk_base(dv, s) * pm_dev_sum_per(dv);
 }
 
+/* ZeRO-1: device g's requests of the updated parameters' all-gather: a
+ * receive per chunk of every other replica's slice of its stages, and its
+ * own slices' chunks sent to each other replica. */
+static inline size_t pm_dev_gather_reqs(const pm_pipe *pp, int g) {
+    size_t n = 0;
+    for (int s = 0; pp->pl->zero && s < pp->S; s++) {
+        if (pm_sched_stage_device(&pp->sched, s) != g % pp->p) continue;
+        for (int r = 0; r < pp->dp; r++) {
+            size_t first, count;
+            pm_plan_moment_slice(pp->pl, s, r, &first, &count);
+            n += pm_chunks(pp, count) * (r == g / pp->p ? (size_t)(pp->dp - 1) : 1);
+        }
+    }
+    return n;
+}
+
 /* The transport world (pipe_world.c): threads or MPI.
  *   world_create  the transport, this process's devices (lo, hi), buffers
  *                 for every message a step can leave unreceived;
@@ -212,15 +231,18 @@ pm_status pm_pipe_report(pm_pipe *pp, pm_err *err);
 /* MPI, after an evaluation: each replica's losses from its head's rank to
  * every rank (threads: already shared). */
 pm_status pm_pipe_share_losses(pm_pipe *pp, int n, pm_err *err);
-/* Checkpoints, collective (threads: within the process):
- *   share_name     the root's status and the temporary's name to every
- *                  process (*name set there, pm_malloc'd; on the root its own);
- *   gather_parts   every device's status and checksum parts to the root
- *                  (the first failure's line in err, the parts summed);
+/* Checkpoints, collective (threads: within the process); every process
+ * makes each call whatever happened before, so none waits on one that left:
+ *   share_name     the root's status and the temporary's name (pp->ck_name)
+ *                  to every process;
+ *   gather_parts   every process's status (st) and identity (id: 0, or what
+ *                  it read, which must be the root's) and every device's
+ *                  status and checksum parts to the root: the first failure's
+ *                  line in err, the parts summed by replica into pp->ck_sums;
  *   share_outcome  the root's status and line to every process, which all
  *                  return. */
-pm_status pm_pipe_share_name(pm_pipe *pp, pm_status st, pm_err *err, char **name);
-pm_status pm_pipe_gather_parts(pm_pipe *pp, uint64_t sums[PM_CKPT_SLABS], pm_err *err);
+pm_status pm_pipe_share_name(pm_pipe *pp, pm_status st, pm_err *err);
+pm_status pm_pipe_gather_parts(pm_pipe *pp, pm_status st, uint64_t id, pm_err *err);
 pm_status pm_pipe_share_outcome(pm_pipe *pp, pm_status st, pm_err *err);
 
 /* Device threads (pipe_threads.c): start p parked threads; stop and join

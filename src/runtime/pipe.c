@@ -65,6 +65,7 @@ static void pipe_free(pm_pipe *pp) {
     pm_free(pp->busy);
     pm_free(pp->arena_cap);
     pm_free(pp->acct);
+    pm_free(pp->ck_sums);
     pm_free(pp->t0);
     pm_free(pp->t1);
     pm_free(pp->tmid);
@@ -136,25 +137,10 @@ static pm_status dev_arena(pm_pipe *pp, pm_pipe_dev *dv, pm_err *err) {
 
 /* Floats of the buffer a partial gradient sum arrives in: one chunk, or
  * the largest stage if that is smaller. */
-static size_t red_floats(const pm_pipe *pp) {
-    size_t n = 1;
-    for (int s = 0; s < pp->S; s++)
-        if (pm_stage_floats(pp, s) > n) n = pm_stage_floats(pp, s);
-    return n < pm_chunk(pp) ? n : pm_chunk(pp);
-}
 
 /* Scratch and message buffers in one allocation. */
 static pm_status dev_work(pm_pipe *pp, pm_pipe_dev *dv, pm_err *err) {
-    size_t scr = 0, act = pm_msg_bytes(pp);
-    for (int s = 0; s < pp->S; s++) {
-        if (pm_sched_stage_device(&pp->sched, s) != dv->d) continue;
-        for (int l = pp->first[s]; l < pp->first[s + 1]; l++) {
-            const pm_gpt_sizes *z = &pp->sz[l];
-            size_t m = z->scratch_f > z->scratch_b ? z->scratch_f : z->scratch_b;
-            if (z->scratch_w > m) m = z->scratch_w;
-            if (m > scr) scr = m;
-        }
-    }
+    size_t scr = pm_plan_scratch_bytes(pp->pl, dv->d), act = pp->pl->msg_bytes;
     scr = (scr + 63) / 64 * 64;
     act = (act + 63) / 64 * 64;
     dv->work = pm_aligned_alloc(64, scr + 6 * act);
@@ -183,19 +169,13 @@ static pm_status dev_work(pm_pipe *pp, pm_pipe_dev *dv, pm_err *err) {
     dv->rreq = pm_calloc(pm_dev_sum_reqs(dv, pp->S), sizeof(pm_tp_req));
     if (!dv->rreq) return nomem(err, "reduction requests");
     if (pp->pl->zero) { /* every other replica's slices in, its own out to each */
-        for (int s = 0; s < pp->S; s++) {
-            if (pm_sched_stage_device(&pp->sched, s) != dv->d) continue;
-            for (int r = 0; r < pp->dp; r++) {
-                size_t first, count;
-                pm_plan_moment_slice(pp->pl, s, r, &first, &count);
-                dv->ngreq += pm_chunks(pp, count) * (r == dv->rep ? (size_t)(pp->dp - 1) : 1);
-            }
-        }
+        dv->ngreq = pm_dev_gather_reqs(pp, dv->g);
         dv->greq = pm_calloc(dv->ngreq ? dv->ngreq : 1, sizeof(pm_tp_req));
         if (!dv->greq) return nomem(err, "the parameter slices' requests");
     }
     if (dv->rep == 0) return PM_OK;
-    dv->red = pm_malloc(red_floats(pp) * sizeof(float));
+    size_t red = pm_plan_red_floats(pp->pl); /* a test's smaller chunk needs less */
+    dv->red = pm_malloc((red < pm_chunk(pp) ? red : pm_chunk(pp)) * sizeof(float));
     return dv->red ? PM_OK : nomem(err, "a gradient reduction buffer");
 }
 
@@ -229,6 +209,7 @@ static pm_status tables(pm_pipe *pp, pm_err *err) {
     pp->busy = pm_calloc(np, sizeof(double));
     pp->arena_cap = pm_calloc(np, sizeof(size_t));
     pp->acct = pm_calloc(np, sizeof(int64_t));
+    pp->ck_sums = pm_calloc((size_t)pp->dp * PM_CKPT_SLABS, sizeof *pp->ck_sums);
     pp->t0 = pm_calloc(nt, sizeof(double));
     pp->t1 = pm_calloc(nt, sizeof(double));
     pp->tmid = pm_calloc(nt, sizeof(double));
@@ -237,7 +218,8 @@ static pm_status tables(pm_pipe *pp, pm_err *err) {
     pp->red1 = pm_calloc(nr, sizeof(double));
     pp->loss_mb = pm_calloc((size_t)pp->m * (size_t)pp->dp, sizeof(float));
     pp->dep_end = pm_calloc(2 * (size_t)pp->S * (size_t)pp->m, sizeof(double));
-    if (!pp->peak || !pp->pred_peak || !pp->busy || !pp->arena_cap || !pp->acct || !pp->t0 || !pp->t1 ||
+    if (!pp->peak || !pp->pred_peak || !pp->busy || !pp->arena_cap || !pp->acct || !pp->ck_sums ||
+        !pp->t0 || !pp->t1 ||
         !pp->tmid || !pp->live_after || !pp->red0 || !pp->red1 || !pp->loss_mb || !pp->dep_end)
         return nomem(err, "the pipeline's tables");
     pm_status st = fwd_lists(pp, err);
@@ -278,24 +260,32 @@ static pm_status devices_init(pm_pipe *pp, pm_err *err) {
     return st;
 }
 
+/* Under MPI: whether any rank failed so far (every rank calls it at the
+ * same point, so none is left waiting in the next collective). */
+static pm_status agree(const pm_plan *plan, pm_status st, const char *what, pm_err *err) {
+    int bad = plan->transport == PM_TRANSPORT_MPI ? pm_mpi_agree(!st) : -1;
+    if (!st && bad >= 0)
+        st = pm_errf(err, PM_ERR_NOMEM, "rank %d could not %s (out of memory there?)", bad, what);
+    return st;
+}
+
 static pm_status pipe_init(pm_pipe *pp, const pm_plan *plan, const pm_pipe_opts *opts,
                            pm_err *err) {
     *pp = (pm_pipe){0};
     pm_status st = pm_plan_copy(&pp->plan, plan, err);
-    if (st) return st;
-    const pm_plan *pl = pp->pl = &pp->plan;
-    pp->cfg = pl->cfg, pp->sched = pl->sched, pp->first = pl->first, pp->sz = pl->sz;
-    pp->p = pl->p, pp->S = pl->S, pp->m = pl->m, pp->dp = pl->dp, pp->nd = pl->nd;
-    pp->mbsz = pl->cfg.batch / pl->cfg.micro, pp->T = pl->cfg.model.ctx;
-    if (opts) pp->opts = *opts;
-    st = tables(pp, err);
-    /* Under MPI the world's creation is collective: a rank whose tables
-     * failed (out of memory) must not leave the others waiting in it for ever */
-    int bad = pl->transport == PM_TRANSPORT_MPI ? pm_mpi_agree(!st) : -1;
-    if (!st && bad >= 0)
-        st = pm_errf(err, PM_ERR_NOMEM, "rank %d could not make its pipeline's tables (out of "
-                     "memory there?)", bad);
-    if (st || (st = pm_pipe_world_create(pp, err))) goto fail;
+    if (!st) {
+        const pm_plan *pl = pp->pl = &pp->plan;
+        pp->cfg = pl->cfg, pp->sched = pl->sched, pp->first = pl->first, pp->sz = pl->sz;
+        pp->p = pl->p, pp->S = pl->S, pp->m = pl->m, pp->dp = pl->dp, pp->nd = pl->nd;
+        pp->mbsz = pl->cfg.batch / pl->cfg.micro, pp->T = pl->cfg.model.ctx;
+        if (opts) pp->opts = *opts;
+        st = tables(pp, err);
+    }
+    /* the world's creation is collective under MPI: no rank enters it, or
+     * leaves it for the handshake, while another has failed */
+    if ((st = agree(plan, st, "make its pipeline's tables", err))) goto fail;
+    st = pm_pipe_world_create(pp, err);
+    if ((st = agree(plan, st, "create its transport", err))) goto fail;
     /* under MPI a rank that fails here tells the others (the handshake) */
     st = devices_init(pp, err);
     if (!st && !pp->mpi) st = pm_pipe_pool_start(pp, err);

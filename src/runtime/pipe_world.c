@@ -7,9 +7,12 @@
  *              times and its replica's losses (if it holds the head);
  *   on demand  the parameters and moments of each stage (pm_pipe_gather),
  *              by rendezvous from the stage's slab, in chunks.
- * Every rank makes the same calls in the same order, so these exchanges
- * need no extra synchronisation; their tags (pm_tag_ctl) never meet a
- * step's. */
+ *   checkpoints  the temporary's name, every process's status and checksum
+ *              parts, the outcome (pipe_ckpt.c).
+ * Every rank makes the same calls in the same order, failures included (a
+ * rank that failed still makes the next call, with its status, and every
+ * rank leaves on the shared outcome), so these exchanges need no extra
+ * synchronisation; their tags (pm_tag_ctl) never meet a step's. */
 #include <string.h>
 
 #include "pipemem/pm_data.h"
@@ -31,11 +34,10 @@ static pm_status threads_create(pm_pipe *pp, pm_err *err) {
      * free of allocations whatever the timing: one activation per pass and
      * the norm chain's doubles. The gradient sums go by rendezvous and
      * need none. */
-    size_t act = pm_msg_bytes(pp) > sizeof(double) ? pm_msg_bytes(pp) : sizeof(double);
-    for (int g = 0; g < pp->nd && !st; g++) {
+    for (int g = 0; g < pp->nd && !st; g++) { /* the plan's count and size */
         int64_t *was = pm_alloc_account(&pp->acct[g]); /* messages to g are g's */
-        st = pm_tp_threads_reserve(pp->world, g, (int)pp->sched.len[g % pp->p] + pp->S + pp->p + 2,
-                                   act, err);
+        st = pm_tp_threads_reserve(pp->world, g, (int)pm_plan_mailbox_buffers(pp->pl, g % pp->p),
+                                   pm_plan_msg_buffer(pp->pl), err);
         pm_alloc_account(was);
     }
     pp->lo = 0, pp->hi = pp->nd;
@@ -57,15 +59,18 @@ static pm_status mpi_create(pm_pipe *pp, pm_err *err) {
      * gather message, and with replicas the totals of every chunk of the
      * device's stages (at most every stage's): a receive, or on the last
      * replica a send to each other replica. */
-    size_t bytes = pm_msg_bytes(pp) > 64 ? pm_msg_bytes(pp) : 64, nchunk = 0;
-    for (int s = 0; s < pp->S && pp->dp > 1; s++)
-        nchunk += pm_chunks(pp, pm_stage_floats(pp, s)) * (size_t)(pp->dp - 1);
-    int64_t maxlen = 0;
-    for (int d = 0; d < pp->p; d++)
-        if (pp->sched.len[d] > maxlen) maxlen = pp->sched.len[d];
+    size_t slots = 0; /* every device's most requests at once, with room for the rest */
+    for (int g = 0; g < pp->nd; g++) {
+        size_t n = pm_dev_gather_reqs(pp, g);
+        for (int s = 0; s < pp->S && pp->dp > 1; s++)
+            if (pm_sched_stage_device(&pp->sched, s) == g % pp->p)
+                n += pm_chunks(pp, pm_stage_floats(pp, s)) * (size_t)(pp->dp - 1);
+        slots = n > slots ? n : slots;
+    }
     int64_t made = 0, *was = pm_alloc_account(&made);
-    pm_status st = pm_tp_mpi_create(&w, (int)maxlen + 4 * pp->S + pp->p + 8, bytes,
-                                    (int)nchunk + 16, pp->opts.wait_timeout_s, err);
+    pm_status st = pm_tp_mpi_create(&w, (int)pm_plan_send_buffers(pp->pl),
+                                    pm_plan_msg_buffer(pp->pl), (int)slots + 16,
+                                    pp->opts.wait_timeout_s, err);
     pm_alloc_account(was);
     if (st) return st;
     pp->mpi = w;
@@ -250,11 +255,12 @@ pm_status pm_pipe_gather_figures(pm_pipe *pp, const double *mine, int n, double 
 /* ---- checkpoints --------------------------------------------------------------- */
 
 /* A status and its line (or, from the root before a save, the temporary's
- * name), and a device's checksum parts. */
+ * name), an identity to compare, and a device's checksum parts. */
 typedef struct {
-    int32_t st;
+    int32_t st, rep;
+    uint64_t id;
     uint64_t sums[PM_CKPT_SLABS];
-    char text[4096 + sizeof(pm_err)];
+    char text[PM_CKPT_NAME + sizeof(pm_err)];
 } ctl_record;
 
 /* The root's record to every other process; the others receive it. */
@@ -271,43 +277,57 @@ static pm_status transport_failed(pm_pipe *pp, pm_status st, pm_err *err) {
     return st;
 }
 
-pm_status pm_pipe_share_name(pm_pipe *pp, pm_status st, pm_err *err, char **name) {
+pm_status pm_pipe_share_name(pm_pipe *pp, pm_status st, pm_err *err) {
     if (!pp->mpi) return st;
     ctl_record r = {.st = (int32_t)st};
-    if (!pp->lo) snprintf(r.text, sizeof r.text, "%s", st ? err->msg : *name);
+    if (!pp->lo) snprintf(r.text, sizeof r.text, "%s", st ? err->msg : pp->ck_name);
     pm_status ts = bcast_record(pp, pm_tag_ctl(pp, CTL_NAME), &r);
     if (ts) return transport_failed(pp, ts, err);
     if (r.st) {
         snprintf(err->msg, sizeof err->msg, "%.*s", 500, r.text);
         return (pm_status)r.st;
     }
-    if (pp->lo && !(*name = pm_malloc(strlen(r.text) + 1)))
-        return pm_errf(err, PM_ERR_NOMEM, "out of memory for a checkpoint's name");
-    if (pp->lo) memcpy(*name, r.text, strlen(r.text) + 1);
+    if (pp->lo) snprintf(pp->ck_name, sizeof pp->ck_name, "%.*s", PM_CKPT_NAME - 1, r.text);
     return PM_OK;
 }
 
-pm_status pm_pipe_gather_parts(pm_pipe *pp, uint64_t sums[PM_CKPT_SLABS], pm_err *err) {
-    pm_status st = PM_OK;
+/* The root takes a record in: its status (the first failure wins, by rank)
+ * and its identity (one unlike the root's is a failure naming the rank). */
+static void take_record(pm_pipe *pp, const ctl_record *r, int g, uint64_t id, pm_status *st,
+                        pm_err *err) {
+    if (r->st && !*st) {
+        *st = (pm_status)r->st;
+        snprintf(err->msg, sizeof err->msg, "%.*s", 500, r->text);
+    } else if (!*st && r->id != id) {
+        *st = pm_errf(err, PM_ERR_ARG, "rank %d reads another checkpoint (another file, or "
+                      "one that changed) than rank 0 at the same path: every rank needs the "
+                      "same file", g);
+    }
+    for (int k = 0; k < PM_CKPT_SLABS; k++) pp->ck_sums[(size_t)r->rep * PM_CKPT_SLABS + k] += r->sums[k];
+}
+
+pm_status pm_pipe_gather_parts(pm_pipe *pp, pm_status st, uint64_t id, pm_err *err) {
+    memset(pp->ck_sums, 0, (size_t)pp->dp * PM_CKPT_SLABS * sizeof *pp->ck_sums);
     for (int g = pp->lo; g < pp->hi; g++) { /* this process's devices */
         const pm_pipe_dev *dv = &pp->dev[g];
-        if (dv->st && !st) st = dv->st, *err = dv->err;
-        for (int k = 0; k < PM_CKPT_SLABS; k++) sums[k] += dv->sums[k];
+        ctl_record r = {.st = (int32_t)dv->st, .rep = dv->rep, .id = id};
+        memcpy(r.sums, dv->sums, sizeof r.sums);
+        if (dv->st) snprintf(r.text, sizeof r.text, "%s", dv->err.msg);
+        take_record(pp, &r, g, id, &st, err);
     }
     if (!pp->mpi) return st;
     pm_tp *tp = pm_tp_mpi_endpoint(pp->mpi);
-    ctl_record r = {.st = (int32_t)st};
     pm_status ts = PM_OK;
     if (pp->lo) {
-        memcpy(r.sums, sums, sizeof r.sums);
+        ctl_record r = {.st = (int32_t)st, .rep = pp->dev[pp->lo].rep, .id = id};
+        memcpy(r.sums, pp->dev[pp->lo].sums, sizeof r.sums);
         snprintf(r.text, sizeof r.text, "%s", st ? err->msg : "");
         ts = ssend_msg(tp, 0, pm_tag_ctl(pp, CTL_PARTS), &r, sizeof r);
     }
     for (int g = 1; g < pp->nd && !pp->lo && !ts; g++) {
+        ctl_record r;
         if ((ts = wait_msg(tp, g, pm_tag_ctl(pp, CTL_PARTS), &r, sizeof r))) break;
-        for (int k = 0; k < PM_CKPT_SLABS; k++) sums[k] += r.sums[k];
-        if (r.st && !st)
-            st = (pm_status)r.st, snprintf(err->msg, sizeof err->msg, "%.*s", 500, r.text);
+        take_record(pp, &r, g, id, &st, err);
     }
     return ts ? transport_failed(pp, ts, err) : st;
 }
