@@ -6,8 +6,8 @@
  *
  * Only what this run measured is printed: times (best of 5 after one
  * untimed warm-up, CLOCK_MONOTONIC via pm_now) and the simulated makespan
- * and peak. The papers' own Python generators are not run here; their
- * timings, measured elsewhere, are quoted in README with their source.
+ * and peak. The papers' own Python generators are not run here, and their
+ * timings, measured elsewhere, are not quoted (nothing here reproduces them).
  * Every schedule is validated before its time is taken.
  *
  * Output, one line:

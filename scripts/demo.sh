@@ -101,7 +101,7 @@ for k in gpipe 1f1b zb-h1 zb-h2 zb-v v-min v-half v-zb; do
         "final $(echo "$j" | field final_loss)"
 done
 echo "(every schedule computes the same training: the final losses agree bitwise; at p = 2 the"
-echo " V schedules keep 1F1B's memory, their savings grow with p: see README, Results)"
+echo " V schedules keep 1F1B's memory, their savings grow with p: see docs/runtime.md, bench_pp)"
 echo
 
 COSTS=4959,5217,3519,213   # F, B, W, C in microseconds, unequal as in real models

@@ -9,7 +9,7 @@
 # Exact schedules (--kind optimal): coinor-libcbc-dev (COIN-OR CBC, a MILP solver),
 #   libcadical-dev (CaDiCaL, a SAT solver, for costs on one time unit)
 # make install's check (man page, soname): man-db groff-base binutils
-# Demo corpus: fortunes.   Reference vectors: python3-torch (optional, see README).
+# Demo corpus: fortunes.   Reference vectors: python3-torch (optional, see docs/training.md).
 set -eu
 PKGS="gcc g++ make pkg-config libopenblas-dev libcmocka-dev libjansson-dev libxml2-dev libopenmpi-dev openmpi-bin coinor-libcbc-dev libcadical-dev libsentencepiece-dev man-db groff-base binutils fortunes $*"
 missing=""

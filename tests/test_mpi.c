@@ -450,7 +450,7 @@ static const one_run *one_device(const char *model) {
  * more model options, opts: more pipeline options) and compares the
  * checkpoints byte for byte, and the losses; with one replica, both also
  * with the single-device run of the same model (with several, only the
- * order of the gradient sums differs from one device: README). */
+ * order of the gradient sums differs from one device: docs/mpi.md). */
 static void same_as_threads(const char *kind, int p, int dp, const char *model,
                             const char *opts) {
     static char out[16384], tout[16384];
@@ -508,7 +508,7 @@ static void test_data_parallel(void **state) {
     snprintf(b, sizeof b, "%s/t_vh.ckpt", dir);
     assert_true(same_file(a, b));
     /* against one replica: the same global batch, only the summation order
-     * differs, so the losses agree closely (README: how close) */
+     * differs, so the losses agree closely (docs/mpi.md: how close) */
     rc = run(out, sizeof out, NULL, "%s train --data %s/d " MODEL " --microbatches 4 --steps 6 "
              "--pp 2 --dp 2 --json", bin, dir);
     assert_int_equal(rc, 0);

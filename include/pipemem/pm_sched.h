@@ -291,8 +291,8 @@ void pm_sched_req_recompute(const pm_sched_req *req, int v, pm_sched_req *out);
 
 /* Supported range. Every request outside it is refused at once, before any
  * allocation, with one line naming the limit. The limits keep each command
- * under about ten seconds and a few hundred MB on one core (README,
- * "Supported range", has the measured times):
+ * under about ten seconds and a few hundred MB on one core (docs/schedules.md,
+ * "Supported ranges", has the measured times):
  *   every kind:  1 <= p <= PM_SCHED_MAX_P, 1 <= m <= PM_SCHED_MAX_M, and at
  *                most PM_SCHED_MAX_PASSES passes (3 p m v: F, B, W of every
  *                stage and microbatch); validation and simulation are
@@ -334,7 +334,7 @@ pm_status pm_sched_check_range(pm_sched_tier tier, const char *what, int p, int 
 
 typedef struct {
     const char *name;  /* "1f1b" */
-    const char *about; /* one line for --help and README */
+    const char *about; /* one line for --help */
     pm_place place;
     /* Smallest m the kind accepts for p devices and v chunks (0 if any). */
     int (*min_m)(int p, int v);
@@ -400,7 +400,7 @@ typedef struct {
     double *bound;      /* (p) memory theorem bound per device, multiple of M */
 } pm_block_info;
 
-/* Text format (documented in README, "Building blocks"). Errors name line and
+/* Text format (documented in docs/formats.md, "Building blocks"). Errors name line and
  * column. */
 pm_status pm_block_parse(pm_block *b, const char *text, size_t len, pm_err *err);
 pm_status pm_block_write(FILE *f, const pm_block *b);

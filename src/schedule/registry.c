@@ -1,8 +1,8 @@
 /* registry.c: the table of named generators and the one entry point that
  * checks a request against a kind before building it.
  *
- * The order of the table is stable (the CLI, `compare` and the README list
- * kinds in it). Every check here produces one line that names the kind, the
+ * The order of the table is stable (the CLI, `compare` and docs/schedules.md
+ * list kinds in it). Every check here produces one line that names the kind, the
  * offending value and what would fit, so the CLI can print it unchanged. */
 #include <stdint.h>
 #include <string.h>
