@@ -73,10 +73,11 @@ int sel_print_policies(const pm_select_task *t, int n, int D, int steps) {
 }
 
 static void json_config(const pm_train_cfg *c) {
-    printf("{\"lr\": %.9g, \"layers\": %d, \"dim\": %d, \"heads\": %d, \"ctx\": %d, "
+    char lr[PM_FLOAT_TEXT];
+    printf("{\"lr\": %s, \"layers\": %d, \"dim\": %d, \"heads\": %d, \"ctx\": %d, "
            "\"batch\": %d, \"microbatches\": %d, \"warmup\": %d, \"seed\": %llu}",
-           (double)c->opt.lr, c->model.layers, c->model.dim, c->model.heads, c->model.ctx,
-           c->batch, c->micro, c->opt.warmup, (unsigned long long)c->seed);
+           pm_float_text(lr, c->opt.lr), c->model.layers, c->model.dim, c->model.heads,
+           c->model.ctx, c->batch, c->micro, c->opt.warmup, (unsigned long long)c->seed);
 }
 
 int sel_print_dry_json(const pm_select_task *t, int n, const pm_select_layout *lay, int D,
@@ -246,8 +247,9 @@ int sel_write_csv(const char *path, const pm_select_task *t, const pm_select_res
     for (int k = 0; k < n; k++) {
         int i = order[k];
         const pm_train_cfg *c = &t[i].cfg;
-        fprintf(w.f, "%s,%.9g,%d,%d,%d,%d,%d,%d,%d,%llu,%lld,%.9g,%.9g,%.6f,%.6f,%d,%s,\"",
-                t[i].name, (double)c->opt.lr, c->model.layers, c->model.dim, c->model.heads,
+        char lr[PM_FLOAT_TEXT];
+        fprintf(w.f, "%s,%s,%d,%d,%d,%d,%d,%d,%d,%llu,%lld,%.9g,%.9g,%.6f,%.6f,%d,%s,\"",
+                t[i].name, pm_float_text(lr, c->opt.lr), c->model.layers, c->model.dim, c->model.heads,
                 c->model.ctx, c->batch, c->micro, c->opt.warmup, (unsigned long long)c->seed,
                 (long long)r[i].steps, r[i].final_loss, r[i].val_loss, r[i].wall_s, r[i].busy_s,
                 t[i].nshard, state_names[r[i].state]);
