@@ -12,13 +12,15 @@ void sel_print_plan(const pm_select_task *t, int n, const pm_select_layout *lay)
     printf("device slab: %d state slot%s of %zu bytes + activations %zu bytes = %zu of %zu\n",
            lay->slots, lay->slots > 1 ? "s" : "", lay->state_slot, lay->act_slot,
            (size_t)lay->slots * lay->state_slot + lay->act_slot, lay->device_mem);
-    printf("%-10s %-9s %6s %5s %5s %4s %5s %5s %5s  %s\n", "task", "lr", "layers", "dim", "heads",
-           "ctx", "batch", "micro", "shards", "layers: state bytes / activation bytes");
+    printf("%-10s %-10s %6s %5s %5s %4s %5s %5s %6s %5s  %s\n", "task", "lr", "layers", "dim",
+           "heads", "ctx", "batch", "micro", "steps", "shards",
+           "layers: state bytes / activation bytes");
     for (int i = 0; i < n; i++) {
         const pm_train_cfg *c = &t[i].cfg;
-        printf("%-10s %-9.3g %6d %5d %5d %4d %5d %5d %5d ", t[i].name, (double)c->opt.lr,
-               c->model.layers, c->model.dim, c->model.heads, c->model.ctx, c->batch, c->micro,
-               t[i].nshard);
+        char lr[PM_FLOAT_TEXT];
+        printf("%-10s %-10s %6d %5d %5d %4d %5d %5d %6d %5d ", t[i].name,
+               pm_float_text(lr, c->opt.lr), c->model.layers, c->model.dim, c->model.heads,
+               c->model.ctx, c->batch, c->micro, c->opt.steps, t[i].nshard);
         for (int k = 0; k < t[i].nshard; k++)
             printf(" %d-%d: %zu/%zu", t[i].shard[k].first, t[i].shard[k].last - 1,
                    t[i].shard[k].state, t[i].shard[k].act);
@@ -26,10 +28,10 @@ void sel_print_plan(const pm_select_task *t, int n, const pm_select_layout *lay)
     }
 }
 
-/* Simulated makespan of each policy for `steps` steps of every task, the
- * passes' FLOPs at the rate measured on one block (pm_select_rate):
- * mk[p] per policy and *bound, the lower bound. */
-static int simulate_policies(const pm_select_task *t, int n, int D, int steps, double *rate,
+/* Simulated makespan of each policy for every task's steps, the passes'
+ * FLOPs at the rate measured on one block (pm_select_rate): mk[p] per
+ * policy and *bound, the lower bound. */
+static int simulate_policies(const pm_select_task *t, int n, int D, double *rate,
                              double mk[PM_POLICY_COUNT], double *bound) {
     pm_err e0;
     if (pm_select_rate(t, n, rate, &e0)) return pm_cli_fail("select: %s", e0.msg);
@@ -38,7 +40,8 @@ static int simulate_policies(const pm_select_task *t, int n, int D, int steps, d
     double **co = pm_calloc((size_t)n, sizeof *co);
     int rc = !np || !sh || !co;
     for (int i = 0; i < n && !rc; i++) {
-        np[i] = (int64_t)steps * (2 * t[i].nshard - 1);
+        int64_t steps = t[i].cfg.opt.steps;
+        np[i] = steps * (2 * t[i].nshard - 1);
         sh[i] = pm_malloc((size_t)np[i] * sizeof(int));
         co[i] = pm_malloc((size_t)np[i] * sizeof(double));
         if (!sh[i] || !co[i]) rc = 1;
@@ -63,9 +66,10 @@ static int simulate_policies(const pm_select_task *t, int n, int D, int steps, d
 
 int sel_print_policies(const pm_select_task *t, int n, int D, int steps) {
     double rate, mk[PM_POLICY_COUNT], bound;
-    if (simulate_policies(t, n, D, steps, &rate, mk, &bound)) return 1;
-    printf("%-11s %12s %9s  (simulated, %d steps, %.0f GFLOP/s per device, measured on one "
-           "block)\n", "policy", "makespan s", "vs bound", steps, rate / 1e9);
+    if (simulate_policies(t, n, D, &rate, mk, &bound)) return 1;
+    printf("%-11s %12s %9s  (simulated, every task's steps (the longest %d), %.0f GFLOP/s per "
+           "device, measured on one block)\n", "policy", "makespan s", "vs bound", steps,
+           rate / 1e9);
     for (int p = 0; p < PM_POLICY_COUNT; p++)
         printf("%-11s %12.3f %8.3fx\n", pm_select_policy_names[p], mk[p], mk[p] / bound);
     printf("%-11s %12.3f\n", "lower bound", bound);
@@ -74,16 +78,19 @@ int sel_print_policies(const pm_select_task *t, int n, int D, int steps) {
 
 static void json_config(const pm_train_cfg *c) {
     char lr[PM_FLOAT_TEXT];
+    char wd[PM_FLOAT_TEXT];
     printf("{\"lr\": %s, \"layers\": %d, \"dim\": %d, \"heads\": %d, \"ctx\": %d, "
-           "\"batch\": %d, \"microbatches\": %d, \"warmup\": %d, \"seed\": %llu}",
+           "\"batch\": %d, \"microbatches\": %d, \"warmup\": %d, \"seed\": %llu, "
+           "\"steps\": %d, \"weight_decay\": %s}",
            pm_float_text(lr, c->opt.lr), c->model.layers, c->model.dim, c->model.heads,
-           c->model.ctx, c->batch, c->micro, c->opt.warmup, (unsigned long long)c->seed);
+           c->model.ctx, c->batch, c->micro, c->opt.warmup, (unsigned long long)c->seed,
+           c->opt.steps, pm_float_text(wd, c->opt.weight_decay));
 }
 
 int sel_print_dry_json(const pm_select_task *t, int n, const pm_select_layout *lay, int D,
                        int steps) {
     double rate, mk[PM_POLICY_COUNT], bound;
-    if (simulate_policies(t, n, D, steps, &rate, mk, &bound)) return 1;
+    if (simulate_policies(t, n, D, &rate, mk, &bound)) return 1;
     printf("{\"dry_run\": true, \"devices\": %d, \"device_mem\": %zu, \"slab\": {\"slots\": "
            "%d, \"state_slot\": %zu, \"act_slot\": %zu, \"bytes\": %zu}, \"tasks\": [", D,
            lay->device_mem, lay->slots, lay->state_slot, lay->act_slot,

@@ -1,0 +1,289 @@
+/* test_sweep.c: `pipemem select` as a person writes a sweep (issue 20,
+ * part 3), through the built binary (PM_BIN): random search over lists and
+ * ranges (reproducible, within range, integers integer, log-uniform where
+ * asked, distinct), duplicate tasks warned about, per-task steps and
+ * weight decay (each such task bitwise `pipemem train` with those options),
+ * numbers printed as given. Expected values come from the ranges and
+ * lists themselves, from probabilities worked out by hand, and from
+ * `pipemem train` run alone. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <jansson.h>
+
+static char dir[] = "/tmp/pm_test_sweep_XXXXXX";
+static const char *bin;
+
+static int setup(void **state) {
+    (void)state;
+    bin = getenv("PM_BIN");
+    return mkdtemp(dir) ? 0 : -1;
+}
+
+static int teardown(void **state) {
+    (void)state;
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+/* Runs `PM_BIN args` (a time limit stops a runaway), stdout to DIR/out and
+ * stderr to DIR/err; the exit status. */
+static int run(const char *args) {
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "timeout 120 %s %s >%s/out 2>%s/err", bin, args, dir, dir);
+    int st = system(cmd);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* The text of DIR/name (at most cap - 1 bytes). */
+static char *slurp(const char *name, char *buf, size_t cap) {
+    char path[300];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "r");
+    if (!f) fail_msg("%s: not written", path);
+    size_t n = fread(buf, 1, cap - 1, f);
+    buf[n] = 0;
+    fclose(f);
+    return buf;
+}
+
+static int lines_of(const char *s) {
+    int n = 0;
+    for (; *s; s++) n += *s == '\n';
+    return n;
+}
+
+/* A small corpus prepared once in DIR/d. */
+static void prepare_data(void) {
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "test -e %s/d/train.bin || (for i in $(seq 1 300); do echo "
+             "\"line $i: pack my box with five dozen liquor jugs\"; done > %s/t.txt && %s "
+             "prepare %s/t.txt -o %s/d >/dev/null 2>&1)", dir, dir, bin, dir, dir);
+    assert_int_equal(system(cmd), 0);
+}
+
+/* The dry run's tasks (--dry-run --json on DIR/out): a new reference. */
+static json_t *dry_tasks(const char *args, json_t **root) {
+    char a[2048], path[300];
+    snprintf(a, sizeof a, "select --devices 2 --device-mem 8M --dim 32 --heads 2 --ctx 16 "
+             "--batch 4 --dry-run --json %s", args);
+    int st = run(a);
+    if (st) {
+        char err[2048];
+        fail_msg("pipemem %s: status %d: %s", a, st, slurp("err", err, sizeof err));
+    }
+    snprintf(path, sizeof path, "%s/out", dir);
+    json_error_t je;
+    *root = json_load_file(path, 0, &je);
+    if (!*root) fail_msg("%s: not JSON: %s", path, je.text);
+    return json_object_get(*root, "tasks");
+}
+
+static double cfg_num(json_t *task, const char *key) {
+    json_t *v = json_object_get(json_object_get(task, "config"), key);
+    if (!json_is_number(v)) fail_msg("no number %s in a task's config", key);
+    return json_number_value(v);
+}
+
+static const char *const cfg_keys[] = {"lr", "layers", "dim", "heads", "ctx", "batch",
+                                       "microbatches", "warmup", "seed", "steps",
+                                       "weight_decay"};
+enum { NKEYS = sizeof cfg_keys / sizeof cfg_keys[0] };
+
+static int same_task(json_t *a, json_t *b) {
+    for (int k = 0; k < NKEYS; k++)
+        if (cfg_num(a, cfg_keys[k]) != cfg_num(b, cfg_keys[k])) return 0;
+    return 1;
+}
+
+/* --sample N: the same seed draws the same tasks, another seed others;
+ * every value within its range (as floats: the text printed reads back
+ * as the float the task holds),
+ * integers integer, a list's values only, no task twice. Log-uniform:
+ * P(lr < 1e-3) for log:1e-4..1e-2 is 1/2 (1e-3 is the ends' geometric
+ * middle), where uniform gives 0.9e-3 / 9.9e-3 = 0.09; for the integers
+ * log:1..16, P(layers <= 4) = ln 5 / ln 17 = 0.568, uniform 4/16 = 0.25.
+ * 200 draws: 100 +- 20 and 114 +- 22 (three standard deviations). */
+static void sampling(void **state) {
+    (void)state;
+    if (!bin) skip();
+    const char *space = "--lr log:1e-4..1e-2 --layers log:1..16 --steps 10,20 "
+                        "--weight-decay 0..0.2 --warmup 0..3 --sample 200";
+    char args[1024];
+    json_t *r1, *r2, *r3;
+    snprintf(args, sizeof args, "%s --sample-seed 7", space);
+    json_t *a = dry_tasks(args, &r1);
+    json_t *b = dry_tasks(args, &r2);
+    snprintf(args, sizeof args, "%s --sample-seed 8", space);
+    json_t *c = dry_tasks(args, &r3);
+    assert_int_equal(json_array_size(a), 200);
+    assert_int_equal(json_array_size(b), 200);
+    int differ = 0, low_lr = 0, low_layers = 0, steps10 = 0;
+    for (size_t i = 0; i < 200; i++) {
+        json_t *t = json_array_get(a, i);
+        if (!same_task(t, json_array_get(b, i))) fail_msg("task %zu: the same seed drew another", i);
+        differ += !same_task(t, json_array_get(c, i));
+        double lr = cfg_num(t, "lr"), layers = cfg_num(t, "layers"), wd = cfg_num(t, "weight_decay");
+        double steps = cfg_num(t, "steps"), warm = cfg_num(t, "warmup");
+        if (!((float)lr >= 1e-4f && (float)lr <= 1e-2f)) fail_msg("lr %g outside", lr);
+        if (!(layers >= 1 && layers <= 16 && layers == floor(layers)))
+            fail_msg("layers %g is not an integer 1..16", layers);
+        if (!(wd >= 0 && (float)wd <= 0.2f)) fail_msg("weight decay %g outside", wd);
+        if (steps != 10 && steps != 20) fail_msg("steps %g is not listed", steps);
+        if (!(warm >= 0 && warm <= 3 && warm == floor(warm))) fail_msg("warmup %g", warm);
+        assert_true(cfg_num(t, "dim") == 32 && cfg_num(t, "heads") == 2);
+        low_lr += lr < 1e-3, low_layers += layers <= 4, steps10 += steps == 10;
+        for (size_t j = 0; j < i; j++)
+            if (same_task(t, json_array_get(a, j))) fail_msg("tasks %zu and %zu are one", j, i);
+    }
+    print_message("200 draws: lr < 1e-3 %d, layers <= 4 %d, steps 10 %d; seed 8 differs in %d\n",
+                  low_lr, low_layers, steps10, differ);
+    assert_true(differ > 190);
+    assert_true(low_lr >= 80 && low_lr <= 120);
+    assert_true(low_layers >= 92 && low_layers <= 136);
+    assert_true(steps10 >= 79 && steps10 <= 121); /* a list's values alike: 1/2 */
+    json_decref(r1), json_decref(r2), json_decref(r3);
+}
+
+/* Distinct tasks only: sampling the 4 tasks of two 2-value lists gives
+ * each once; a fifth cannot exist and is refused in one line; and a range
+ * without --sample is refused, naming the fix. */
+static void sampling_distinct(void **state) {
+    (void)state;
+    if (!bin) skip();
+    json_t *root;
+    json_t *t = dry_tasks("--lr 1e-3,2e-3 --layers 2,3 --sample 4", &root);
+    assert_int_equal(json_array_size(t), 4);
+    int seen[2][2] = {{0}};
+    for (size_t i = 0; i < 4; i++) {
+        json_t *x = json_array_get(t, i);
+        int l = (float)cfg_num(x, "lr") == 2e-3f, y = (int)cfg_num(x, "layers") - 2;
+        assert_true(y == 0 || y == 1);
+        seen[l][y]++;
+    }
+    for (int l = 0; l < 2; l++)
+        for (int y = 0; y < 2; y++) assert_int_equal(seen[l][y], 1);
+    json_decref(root);
+    char err[2048];
+    static const char *const refused[][2] = {
+        {"--lr 1e-3,2e-3 --layers 2,3 --sample 5", "the lists make only 4 distinct tasks"},
+        {"--lr log:1e-4..1e-2", "--lr is a range (lo..hi): add --sample N"},
+        {"--warmup log:0..5 --sample 2", "a log-uniform range needs a low end above 0"},
+        {"--layers 8..2 --sample 2", "the low end must be below the high end"},
+        {"--layers 2.5..8 --sample 2", "is not a range lo..hi (or log:lo..hi) of an integer"},
+        {"--lr 1e-3 --sample-seed 3", "--sample-seed S seeds --sample N"},
+    };
+    for (size_t k = 0; k < sizeof refused / sizeof refused[0]; k++) {
+        char a[600];
+        snprintf(a, sizeof a, "select --devices 2 --device-mem 8M --dim 32 --heads 2 --dry-run %s",
+                 refused[k][0]);
+        int st = run(a);
+        slurp("err", err, sizeof err);
+        if (st != 1 || lines_of(err) != 1 || !strstr(err, refused[k][1]))
+            fail_msg("%s: status %d, stderr '%s' (wanted one line with '%s')", a, st, err,
+                     refused[k][1]);
+    }
+}
+
+/* A task repeating another's configuration is warned about, naming both:
+ * 0.001 is 1e-3 on the command line, and two lines of a tasks file. */
+static void duplicates_warned(void **state) {
+    (void)state;
+    if (!bin) skip();
+    char err[4096], a[600];
+    assert_int_equal(run("select --devices 1 --device-mem 8M --dim 32 --heads 2 --dry-run "
+                         "--lr 1e-3,2e-3,0.001"), 0);
+    if (!strstr(slurp("err", err, sizeof err), "task t2 has the configuration of task t0"))
+        fail_msg("no warning: '%s'", err);
+    assert_int_equal(lines_of(err), 1);
+    char tf[300];
+    snprintf(tf, sizeof tf, "%s/dup.txt", dir);
+    FILE *f = fopen(tf, "w");
+    assert_non_null(f);
+    fputs("name=a lr=3e-3 steps=5\nname=b lr=3e-3 steps=6\nname=c lr=0.003 steps=5\n", f);
+    fclose(f);
+    snprintf(a, sizeof a, "select --devices 1 --device-mem 64M --dry-run --tasks %s", tf);
+    assert_int_equal(run(a), 0);
+    if (!strstr(slurp("err", err, sizeof err), "task c has the configuration of task a"))
+        fail_msg("no warning: '%s'", err);
+    assert_int_equal(lines_of(err), 1); /* b differs in its steps */
+}
+
+/* Per-task budgets: a tasks file's steps= and weight_decay=, and --steps
+ * and --weight-decay as lists. Each task runs exactly its steps and ends
+ * with the checkpoint `pipemem train` writes with those options, byte for
+ * byte; the CSV prints the numbers as given (lr 0.003, not 0.00300000003). */
+static void per_task_budgets(void **state) {
+    (void)state;
+    if (!bin) skip();
+    prepare_data();
+    const char *model = "--layers 2 --dim 32 --heads 2 --ctx 16 --batch 4 --microbatches 2";
+    char tf[300], a[2048], csv[8192];
+    snprintf(tf, sizeof tf, "%s/budgets.txt", dir);
+    /* (the tasks file gives the model too: the line's keys, else the defaults) */
+    FILE *f = fopen(tf, "w");
+    assert_non_null(f);
+    fputs("name=short lr=3e-3 steps=4 weight_decay=0 layers=2 dim=32 heads=2 ctx=16 batch=4 "
+          "microbatches=2\nname=long lr=1e-3 steps=7 layers=2 dim=32 heads=2 ctx=16 batch=4 "
+          "microbatches=2\n", f);
+    fclose(f);
+    snprintf(a, sizeof a, "select --data %s/d --devices 2 --device-mem 1200K --tasks %s "
+             "--resume %s/bud --csv %s/bud.csv", dir, tf, dir, dir);
+    assert_int_equal(run(a), 0);
+    slurp("bud.csv", csv, sizeof csv);
+    if (!strstr(csv, "\nshort,0.003,") || !strstr(csv, "\nlong,0.001,"))
+        fail_msg("lr not as given in:\n%s", csv);
+    static const struct {
+        const char *name, *opts;
+        int steps;
+    } want[] = {{"short", "--lr 3e-3 --steps 4 --weight-decay 0", 4},
+                {"long", "--lr 1e-3 --steps 7", 7}};
+    for (int i = 0; i < 2; i++) {
+        char row[64];
+        snprintf(row, sizeof row, "\n%s,", want[i].name);
+        const char *r = strstr(csv, row);
+        assert_non_null(r);
+        int col = 0;
+        for (r++; col < 10; r++) col += *r == ',';
+        if (atoi(r) != want[i].steps) fail_msg("%s ran %d steps, want %d", want[i].name, atoi(r),
+                                               want[i].steps);
+        snprintf(a, sizeof a, "train --data %s/d %s %s --threads 1 --save %s/alone.ckpt", dir,
+                 model, want[i].opts, dir);
+        assert_int_equal(run(a), 0);
+        snprintf(a, sizeof a, "cmp -s %s/alone.ckpt %s/bud/%s.ckpt", dir, dir, want[i].name);
+        if (system(a)) fail_msg("task %s ends apart from train %s", want[i].name, want[i].opts);
+    }
+    /* as lists: 2 x 2 tasks, t1 = steps 3, weight decay 0.05 */
+    snprintf(a, sizeof a, "select --data %s/d --devices 2 --device-mem 1200K %s --lr 2e-3 "
+             "--steps 3,5 --weight-decay 0,0.05 --resume %s/lists --json", dir, model, dir);
+    assert_int_equal(run(a), 0);
+    char out[16384];
+    slurp("out", out, sizeof out);
+    if (!strstr(out, "\"lr\": 0.002,") || !strstr(out, "\"weight_decay\": 0.05}"))
+        fail_msg("numbers not as given in:\n%s", out);
+    snprintf(a, sizeof a, "train --data %s/d %s --lr 2e-3 --steps 3 --weight-decay 0.05 "
+             "--threads 1 --save %s/alone.ckpt", dir, model, dir);
+    assert_int_equal(run(a), 0);
+    snprintf(a, sizeof a, "cmp -s %s/alone.ckpt %s/lists/t1.ckpt", dir, dir);
+    if (system(a)) fail_msg("task t1 (steps 3, weight decay 0.05) ends apart from train");
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(sampling),
+        cmocka_unit_test(sampling_distinct),
+        cmocka_unit_test(duplicates_warned),
+        cmocka_unit_test(per_task_budgets),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
