@@ -278,12 +278,177 @@ static void per_task_budgets(void **state) {
     if (system(a)) fail_msg("task t1 (steps 3, weight decay 0.05) ends apart from train");
 }
 
+/* One row of a select CSV: the columns a test reads. */
+typedef struct {
+    char name[32], state[16], val_text[40];
+    int steps_run;
+    double loss, val;
+    long val_step; /* -1: empty */
+} csv_row;
+
+/* The rows of DIR/name (task, ..., steps_run 10, final_loss 11, val_loss
+ * 12, val_step 13, ..., state 19); how many. */
+static int read_csv(const char *name, csv_row *rows, int cap) {
+    char text[16384];
+    slurp(name, text, sizeof text);
+    char *line = strchr(text, '\n'), *save = NULL;
+    int n = 0;
+    for (line = line ? strtok_r(line + 1, "\n", &save) : NULL; line && n < cap;
+         line = strtok_r(NULL, "\n", &save)) {
+        char *col[21];
+        int k = 0;
+        for (char *c = line; k < 21; k++) {
+            col[k] = c;
+            char *e = strchr(c, ',');
+            if (!e) break;
+            *e = 0, c = e + 1;
+        }
+        if (k < 19) fail_msg("%s: a short row", name);
+        csv_row *r = &rows[n++];
+        snprintf(r->name, sizeof r->name, "%s", col[0]);
+        snprintf(r->val_text, sizeof r->val_text, "%s", col[12]);
+        snprintf(r->state, sizeof r->state, "%s", col[19]);
+        r->steps_run = atoi(col[10]);
+        r->loss = strtod(col[11], NULL), r->val = strtod(col[12], NULL);
+        r->val_step = *col[13] ? atol(col[13]) : -1;
+    }
+    return n;
+}
+
+static const csv_row *row_of(const csv_row *rows, int n, const char *name) {
+    for (int i = 0; i < n; i++)
+        if (!strcmp(rows[i].name, name)) return &rows[i];
+    fail_msg("no row %s", name);
+    return NULL;
+}
+
+/* The table says at which step each validation loss was taken, and a task
+ * stopped early ranks after one that ran every step even with a lower
+ * loss: "fast" (lr 1e-2, 8 steps, stopped after step 4 by --stop-after,
+ * its last evaluation at step 4) against "slow" (lr 1e-4, 3 steps, done).
+ * Under successive halving every stopped task's validation loss is its
+ * last step's, and the stopped rank by that step, later first. */
+static void table_ranks_and_steps(void **state) {
+    (void)state;
+    if (!bin) skip();
+    prepare_data();
+    char tf[300], a[2048], out[16384];
+    snprintf(tf, sizeof tf, "%s/rank.txt", dir);
+    FILE *f = fopen(tf, "w");
+    assert_non_null(f);
+    fputs("name=fast lr=1e-2 steps=8 layers=2 dim=32 heads=2 ctx=16 batch=4\n"
+          "name=slow lr=1e-4 steps=3 layers=2 dim=32 heads=2 ctx=16 batch=4\n", f);
+    fclose(f);
+    snprintf(a, sizeof a, "select --data %s/d --devices 2 --device-mem 8M --tasks %s "
+             "--eval-every 2 --stop-after 5 --csv %s/rank.csv", dir, tf, dir);
+    assert_int_equal(run(a), 0);
+    csv_row r[2];
+    assert_int_equal(read_csv("rank.csv", r, 2), 2);
+    assert_string_equal(r[0].name, "slow");
+    assert_string_equal(r[0].state, "done");
+    assert_int_equal(r[0].val_step, 3);
+    assert_string_equal(r[1].name, "fast");
+    assert_string_equal(r[1].state, "stopped");
+    assert_int_equal(r[1].steps_run, 5);
+    assert_int_equal(r[1].val_step, 4);
+    if (!(r[1].val < r[0].val)) /* else the rule was not what placed it */
+        fail_msg("fast's val loss %g is not below slow's %g", r[1].val, r[0].val);
+    slurp("out", out, sizeof out);
+    if (!strstr(out, "ranked: tasks that ran every step by validation loss, then tasks stopped "
+                     "early") || !strstr(out, "at step"))
+        fail_msg("the table does not say how it ranks or at which step:\n%s", out);
+    /* halving: 4 tasks, evaluations every 2 of 8 steps, ETA 2 */
+    snprintf(a, sizeof a, "select --data %s/d --devices 2 --device-mem 8M --layers 2 --dim 32 "
+             "--heads 2 --ctx 16 --batch 4 --steps 8 --eval-every 2 --halving 2 "
+             "--lr 1e-3,3e-3,1e-2,2e-2 --csv %s/halv.csv", dir, dir);
+    assert_int_equal(run(a), 0);
+    csv_row h[4];
+    assert_int_equal(read_csv("halv.csv", h, 4), 4);
+    assert_string_equal(h[0].state, "done");
+    for (int i = 1; i < 4; i++) {
+        assert_string_equal(h[i].state, "stopped");
+        assert_int_equal(h[i].val_step, h[i].steps_run);
+        assert_true(h[i].val_step <= h[i - 1].val_step);
+        if (h[i].val_step == h[i - 1].val_step && i > 1) assert_true(h[i].val >= h[i - 1].val);
+    }
+}
+
+/* Resuming: a sweep interrupted (SIGINT) after its short task finished
+ * keeps that task's losses; run again it finishes the long one, prints
+ * every loss and exits 0, and --save-best takes the best of both; the
+ * finished sweep run once more prints the same table and exits 0; the
+ * same sweep with other --steps is refused in one line saying what
+ * changed. */
+static void resume_finished(void **state) {
+    (void)state;
+    if (!bin) skip();
+    prepare_data();
+    char tf[300], a[3000], err[4096];
+    snprintf(tf, sizeof tf, "%s/res.txt", dir);
+    FILE *f = fopen(tf, "w");
+    assert_non_null(f);
+    fputs("name=short lr=1e-3 steps=3 layers=2 dim=32 heads=2 ctx=16 batch=4\n"
+          "name=long lr=3e-3 steps=2000 layers=2 dim=32 heads=2 ctx=16 batch=4\n", f);
+    fclose(f);
+    char sweep[1200];
+    snprintf(sweep, sizeof sweep, "%s select --data %s/d --devices 2 --device-mem 8M --tasks %s "
+             "--eval-every 200 --resume %s/rs", bin, dir, tf, dir);
+    snprintf(a, sizeof a, "%s --csv %s/r1.csv > %s/r1.out 2> %s/r1.err & pid=$!; n=0; "
+             "until grep -q 'short done' %s/r1.err || [ $n -gt 600 ]; do sleep 0.05; "
+             "n=$((n+1)); done; kill -INT $pid; wait $pid; test $? -eq 130", sweep, dir, dir,
+             dir, dir);
+    if (system(a)) fail_msg("the sweep was not interrupted cleanly (%s)", a);
+    csv_row r1[2], r2[2], r3[2];
+    assert_int_equal(read_csv("r1.csv", r1, 2), 2);
+    const csv_row *s1 = row_of(r1, 2, "short");
+    assert_string_equal(s1->state, "done");
+    assert_true(isfinite(s1->loss) && isfinite(s1->val));
+    assert_string_equal(row_of(r1, 2, "long")->state, "stopped");
+    /* resumed: long runs to its end, short keeps its losses */
+    snprintf(a, sizeof a, "%s --csv %s/r2.csv --save-best %s/best.ckpt > %s/out 2> %s/err",
+             sweep, dir, dir, dir, dir);
+    assert_int_equal(system(a), 0);
+    assert_int_equal(read_csv("r2.csv", r2, 2), 2);
+    for (int i = 0; i < 2; i++) {
+        assert_string_equal(r2[i].state, "done");
+        assert_true(isfinite(r2[i].loss) && isfinite(r2[i].val));
+    }
+    assert_string_equal(row_of(r2, 2, "short")->val_text, s1->val_text);
+    assert_int_equal(row_of(r2, 2, "long")->steps_run, 2000);
+    snprintf(a, sizeof a, "cmp -s %s/best.ckpt %s/rs/%s.ckpt", dir, dir, r2[0].name);
+    if (system(a)) fail_msg("--save-best is not the best task's (%s)", r2[0].name);
+    /* finished: nothing runs, the same table, exit 0 */
+    snprintf(a, sizeof a, "%s --csv %s/r3.csv > %s/out 2> %s/err", sweep, dir, dir, dir);
+    assert_int_equal(system(a), 0);
+    assert_int_equal(read_csv("r3.csv", r3, 2), 2);
+    for (int i = 0; i < 2; i++) {
+        assert_string_equal(r3[i].name, r2[i].name);
+        assert_string_equal(r3[i].val_text, r2[i].val_text);
+    }
+    char out[8192];
+    slurp("out", out, sizeof out);
+    if (strstr(out, " nan ") || strstr(out, " -nan ")) fail_msg("a loss missing in:\n%s", out);
+    /* other steps: refused before anything runs, in one line */
+    f = fopen(tf, "w");
+    fputs("name=short lr=1e-3 steps=5 layers=2 dim=32 heads=2 ctx=16 batch=4\n"
+          "name=long lr=3e-3 steps=2000 layers=2 dim=32 heads=2 ctx=16 batch=4\n", f);
+    fclose(f);
+    snprintf(a, sizeof a, "%s > %s/out 2> %s/err", sweep, dir, dir);
+    assert_int_equal(WEXITSTATUS(system(a)), 1);
+    slurp("err", err, sizeof err);
+    if (lines_of(err) != 1 || !strstr(err, "task short: ") ||
+        !strstr(err, "was made with --steps 3, this run has --steps 5"))
+        fail_msg("a changed --steps: '%s'", err);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(sampling),
         cmocka_unit_test(sampling_distinct),
         cmocka_unit_test(duplicates_warned),
         cmocka_unit_test(per_task_budgets),
+        cmocka_unit_test(table_ranks_and_steps),
+        cmocka_unit_test(resume_finished),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

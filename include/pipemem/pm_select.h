@@ -156,6 +156,7 @@ typedef struct {
     double busy_s;     /* seconds its passes ran */
     double wall_s;     /* from its first pass's start to its last pass's end (this run) */
     char why[160];     /* why it failed or stopped ("" when done) */
+    int64_t val_step;  /* the step val_loss was taken after (-1: none) */
 } pm_select_result;
 
 typedef struct {

@@ -199,6 +199,36 @@ static void on_sigint(int sig) {
     signal(SIGINT, SIG_DFL);
 }
 
+/* The learning-rate schedule of the checkpoint at path is the task's: a
+ * resumed run with other steps (and so another cosine and warm-up) would
+ * train neither sweep, so it is refused, saying what changed. (The model,
+ * data, lr and weight decay pm_ckpt_load checks.) */
+static int schedule_kept(const char *path, const pm_select_task *t) {
+    pm_ckpt_info in;
+    pm_err e;
+    if (pm_ckpt_info_read(path, &in, &e)) return pm_cli_fail("task %s: %s", t->name, e.msg);
+    const pm_optim_cfg *a = &in.cfg.opt, *b = &t->cfg.opt;
+    char was[200] = "", now[200] = "";
+    size_t w = 0, m = 0;
+    if (a->steps != b->steps) {
+        w += (size_t)snprintf(was + w, sizeof was - w, " --steps %d", a->steps);
+        m += (size_t)snprintf(now + m, sizeof now - m, " --steps %d", b->steps);
+    }
+    if (a->warmup != b->warmup) {
+        w += (size_t)snprintf(was + w, sizeof was - w, " --warmup %d", a->warmup);
+        m += (size_t)snprintf(now + m, sizeof now - m, " --warmup %d", b->warmup);
+    }
+    if (a->lr_min_frac != b->lr_min_frac || a->beta1 != b->beta1 || a->beta2 != b->beta2 ||
+        a->eps != b->eps || a->grad_clip != b->grad_clip) {
+        w += (size_t)snprintf(was + w, sizeof was - w, " other AdamW settings");
+        m += (size_t)snprintf(now + m, sizeof now - m, " select's");
+    }
+    if (!w) return 0;
+    return pm_cli_fail("task %s: %s was made with%s, this run has%s (the learning-rate schedule "
+                       "would change mid-run); resume with%s, or give another --resume DIR",
+                       t->name, path, was, now, was);
+}
+
 /* --resume DIR: each task with a checkpoint there continues from it
  * (pm_ckpt_load checks it is this task's configuration and data), each with
  * a .stopped marker stays stopped. Its losses at the checkpoint come from
@@ -214,6 +244,7 @@ static int resume_task(const sel_opts *o, const pm_tokens *va, const pm_select_t
     *skip = access(path, F_OK) == 0;
     snprintf(path, sizeof path, "%s/%s.ckpt", o->resume, t->name);
     if (access(path, F_OK)) return 0;
+    if (schedule_kept(path, t)) return -1;
     if (pm_ckpt_load(host, path, &e)) return -pm_cli_fail("task %s: %s", t->name, e.msg);
     pm_select_saved_losses(o->resume, t->name, host->step, loss, val);
     if (!isfinite(*val) && pm_trainer_eval(host, va, o->eval_batches, val, &e))

@@ -174,32 +174,55 @@ void sel_on_event(void *ctx, const pm_select_event *ev) {
 
 static const char *const state_names[] = {"running", "done", "failed", "stopped"};
 
-/* Tasks by validation loss, unknown last (stable: index order on ties). */
+/* A task's place in the ranking: 0 finished (every step run) with a
+ * validation loss, 1 stopped early with one (halving, ASHA, an
+ * interruption), 2 failed or without one. */
+static int rank_group(const pm_select_result *r) {
+    if (r->state == PM_SELECT_FAILED || isnan(r->val_loss)) return 2;
+    return r->state == PM_SELECT_DONE ? 0 : 1;
+}
+
+/* 1 if task b ranks above task a (sel_rank's order). */
+static int ranks_above(const pm_select_result *a, const pm_select_result *b) {
+    int ga = rank_group(a), gb = rank_group(b);
+    if (ga != gb) return gb < ga;
+    if (ga == 1 && a->val_step != b->val_step) return b->val_step > a->val_step;
+    return ga < 2 && b->val_loss < a->val_loss;
+}
+
+/* Insertion sort: stable, so ties keep the index order. */
 void sel_rank(const pm_select_result *res, int n, int *order) {
     for (int i = 0; i < n; i++) order[i] = i;
     for (int i = 1; i < n; i++)
-        for (int j = i; j > 0; j--) {
-            double a = res[order[j - 1]].val_loss, b = res[order[j]].val_loss;
-            int swap = (isnan(a) && !isnan(b)) || (!isnan(a) && !isnan(b) && b < a);
-            if (!swap) break;
+        for (int j = i; j > 0 && ranks_above(&res[order[j - 1]], &res[order[j]]); j--) {
             int x = order[j];
             order[j] = order[j - 1], order[j - 1] = x;
         }
 }
 
+const char sel_rank_rule[] =
+    "ranked: tasks that ran every step by validation loss, then tasks stopped early by the "
+    "step of their last validation loss (later first) and that loss, then the rest";
+
 void sel_print_table(FILE *f, const pm_select_task *t, const pm_select_result *r,
                      const int *order, int n) {
-    fprintf(f, "%-10s %-9s %6s %5s %5s %4s %5s %5s %6s %6s %7s %10s %10s %8s %8s %6s  %s\n",
-            "task", "lr", "layers", "dim", "heads", "ctx", "batch", "micro", "warmup", "seed",
-            "steps", "loss", "val loss", "wall s", "busy s", "shards", "state");
+    fprintf(f, "%s\n", sel_rank_rule);
+    fprintf(f, "%-10s %-10s %6s %5s %5s %4s %5s %5s %6s %-6s %6s %11s %10s %10s %7s %8s %8s "
+            "%6s  %s\n", "task", "lr", "layers", "dim", "heads", "ctx", "batch", "micro",
+            "warmup", "wd", "seed", "steps", "loss", "val loss", "at step", "wall s", "busy s",
+            "shards", "state");
     for (int k = 0; k < n; k++) {
         int i = order[k];
         const pm_train_cfg *c = &t[i].cfg;
-        fprintf(f, "%-10s %-9.3g %6d %5d %5d %4d %5d %5d %6d %6llu %7lld %10.4f %10.4f %8.2f "
-                "%8.2f %6d  %s%s%s\n", t[i].name, (double)c->opt.lr, c->model.layers,
-                c->model.dim, c->model.heads, c->model.ctx, c->batch, c->micro, c->opt.warmup,
-                (unsigned long long)c->seed, (long long)r[i].steps, r[i].final_loss,
-                r[i].val_loss, r[i].wall_s, r[i].busy_s, t[i].nshard, state_names[r[i].state],
+        char lr[PM_FLOAT_TEXT], wd[PM_FLOAT_TEXT], steps[40], at[24] = "-";
+        snprintf(steps, sizeof steps, "%lld/%d", (long long)r[i].steps, c->opt.steps);
+        if (r[i].val_step >= 0) snprintf(at, sizeof at, "%lld", (long long)r[i].val_step);
+        fprintf(f, "%-10s %-10s %6d %5d %5d %4d %5d %5d %6d %-6s %6llu %11s %10.4f %10.4f %7s "
+                "%8.2f %8.2f %6d  %s%s%s\n", t[i].name, pm_float_text(lr, c->opt.lr),
+                c->model.layers, c->model.dim, c->model.heads, c->model.ctx, c->batch, c->micro,
+                c->opt.warmup, pm_float_text(wd, c->opt.weight_decay),
+                (unsigned long long)c->seed, steps, r[i].final_loss, r[i].val_loss, at,
+                r[i].wall_s, r[i].busy_s, t[i].nshard, state_names[r[i].state],
                 r[i].why[0] ? ": " : "", why_flags(r[i].why).s);
     }
 }
@@ -235,6 +258,8 @@ void sel_print_json(pm_select_policy policy, int devices, size_t device_mem,
         json_num(stdout, r[i].final_loss);
         printf(", \"val_loss\": ");
         json_num(stdout, r[i].val_loss);
+        if (r[i].val_step >= 0) printf(", \"val_step\": %lld", (long long)r[i].val_step);
+        else printf(", \"val_step\": null");
         printf(", \"steps_run\": %lld, \"wall_s\": %.6f, \"busy_s\": %.6f, \"shards\": %d, "
                "\"state\": \"%s\", \"why\": ", (long long)r[i].steps, r[i].wall_s, r[i].busy_s,
                t[i].nshard, state_names[r[i].state]);
@@ -250,16 +275,19 @@ int sel_write_csv(const char *path, const pm_select_task *t, const pm_select_res
     pm_err e;
     if (pm_wfile_open(&w, path, &e)) return pm_cli_fail("%s", e.msg);
     fprintf(w.f, "task,lr,layers,dim,heads,ctx,batch,microbatches,warmup,seed,steps_run,"
-                 "final_loss,val_loss,wall_s,busy_s,shards,state,why\n");
+                 "final_loss,val_loss,val_step,steps,weight_decay,wall_s,busy_s,shards,state,"
+                 "why\n");
     for (int k = 0; k < n; k++) {
         int i = order[k];
         const pm_train_cfg *c = &t[i].cfg;
-        char lr[PM_FLOAT_TEXT];
-        fprintf(w.f, "%s,%s,%d,%d,%d,%d,%d,%d,%d,%llu,%lld,%.9g,%.9g,%.6f,%.6f,%d,%s,\"",
-                t[i].name, pm_float_text(lr, c->opt.lr), c->model.layers, c->model.dim, c->model.heads,
-                c->model.ctx, c->batch, c->micro, c->opt.warmup, (unsigned long long)c->seed,
-                (long long)r[i].steps, r[i].final_loss, r[i].val_loss, r[i].wall_s, r[i].busy_s,
-                t[i].nshard, state_names[r[i].state]);
+        char lr[PM_FLOAT_TEXT], wd[PM_FLOAT_TEXT], at[24] = "";
+        if (r[i].val_step >= 0) snprintf(at, sizeof at, "%lld", (long long)r[i].val_step);
+        fprintf(w.f, "%s,%s,%d,%d,%d,%d,%d,%d,%d,%llu,%lld,%.9g,%.9g,%s,%d,%s,%.6f,%.6f,%d,%s,\"",
+                t[i].name, pm_float_text(lr, c->opt.lr), c->model.layers, c->model.dim,
+                c->model.heads, c->model.ctx, c->batch, c->micro, c->opt.warmup,
+                (unsigned long long)c->seed, (long long)r[i].steps, r[i].final_loss,
+                r[i].val_loss, at, c->opt.steps, pm_float_text(wd, c->opt.weight_decay),
+                r[i].wall_s, r[i].busy_s, t[i].nshard, state_names[r[i].state]);
         why_text why = why_flags(r[i].why);
         for (const char *q = why.s; *q; q++) { /* CSV quoting: a quote doubled */
             if (*q == '"') fputc('"', w.f);

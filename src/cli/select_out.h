@@ -25,8 +25,13 @@ typedef struct {
 } sel_progress;
 void sel_on_event(void *ctx, const pm_select_event *ev);
 
-/* The results: order[] ranks tasks by validation loss (unknown last). */
+/* The results: order[] ranks the tasks that ran every step by validation
+ * loss, then those stopped early (halving, ASHA, an interruption) by the
+ * step of their last validation loss, later first, then by that loss, then
+ * failed tasks and those without a validation loss (ties: index order);
+ * sel_rank_rule says so in one line, above the table. */
 void sel_rank(const pm_select_result *res, int n, int *order);
+extern const char sel_rank_rule[];
 void sel_print_table(FILE *f, const pm_select_task *t, const pm_select_result *r,
                      const int *order, int n);
 void sel_print_json(pm_select_policy policy, int devices, size_t device_mem,

@@ -577,7 +577,8 @@ pm_status pm_select_run(pm_select_task *tasks, pm_trainer *hosts, int n,
     for (int i = 0; r.t && i < n; i++) {
         sel_task *t = &r.t[i];
         res[i] = (pm_select_result){t->state, hosts[i].step, t->last_loss, t->val_loss, t->busy,
-                                    t->first_start < 0 ? 0 : t->last_end - t->first_start, {0}};
+                                    t->first_start < 0 ? 0 : t->last_end - t->first_start, {0},
+                                    isnan(t->val_loss) ? -1 : t->val_step};
         memcpy(res[i].why, t->why, sizeof res[i].why);
     }
     for (int d = 0; r.dev && d < o->devices; d++)
