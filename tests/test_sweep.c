@@ -20,6 +20,8 @@
 #include <cmocka.h>
 #include <jansson.h>
 
+#include "pipemem/pm_select.h"
+
 static char dir[] = "/tmp/pm_test_sweep_XXXXXX";
 static const char *bin;
 
@@ -441,6 +443,69 @@ static void resume_finished(void **state) {
         fail_msg("a changed --steps: '%s'", err);
 }
 
+/* The memory check, a pure function given numbers: 64 devices of 1 GiB and
+ * 2 GiB of state need 66 GiB: refused against 16 GiB, naming both and the
+ * fixes; exactly 66 GiB passes, a byte less does not; unknown (0) passes.
+ * What a sweep needs: each task's trainer bytes, and spilled, its state
+ * (16 bytes a parameter) only for as many tasks as devices. */
+static void memory_check(void **state) {
+    (void)state;
+    const double G = 1 << 30;
+    pm_select_ram need = {64, 1 * G, 2 * G, 0};
+    pm_err e;
+    assert_int_equal(pm_select_ram_check(&need, 16 * G, &e), PM_ERR_MEMLIMIT);
+    static const char *const said[] = {"64 devices' slabs of 1.000 GiB (64.00 GiB)",
+                                       "state in RAM (2.00 GiB)", "need 66.00 GiB",
+                                       "has 16.00 GiB available", "device_mem", "spill_dir"};
+    for (size_t k = 0; k < sizeof said / sizeof said[0]; k++)
+        if (!strstr(e.msg, said[k])) fail_msg("'%s' does not say '%s'", e.msg, said[k]);
+    assert_int_equal(pm_select_ram_check(&need, 66 * G, &e), PM_OK);
+    assert_int_equal(pm_select_ram_check(&need, 66 * G - 1, &e), PM_ERR_MEMLIMIT);
+    assert_int_equal(pm_select_ram_check(&need, 0, &e), PM_OK);
+    need.spilled = 1;
+    assert_int_equal(pm_select_ram_check(&need, 16 * G, &e), PM_ERR_MEMLIMIT);
+    assert_null(strstr(e.msg, "spill_dir")); /* already spilled */
+    /* the need of three tasks on 2 devices */
+    pm_select_task t[3];
+    for (int i = 0; i < 3; i++) {
+        t[i] = (pm_select_task){.cfg = {.model = {256, 16, 32 * (i + 1), 2, 2}, .batch = 4,
+                                        .micro = 1, .seed = 1}};
+        pm_optim_defaults(&t[i].cfg.opt, 10);
+    }
+    pm_select_layout lay;
+    assert_int_equal(pm_select_partition(t, 3, 64 << 20, 2, &lay, &e), PM_OK);
+    double all = 0, states = 0, biggest = 0;
+    for (int i = 0; i < 3; i++) {
+        double st = 16.0 * (double)pm_gpt_num_params(&t[i].cfg.model);
+        all += (double)pm_train_mem_bytes(&t[i].cfg, &e), states += st;
+        biggest = st > biggest ? st : biggest;
+    }
+    pm_select_ram r;
+    assert_int_equal(pm_select_ram_need(t, 3, &lay, 2, 0, &r, &e), PM_OK);
+    assert_int_equal(r.devices, 2);
+    assert_true(r.slab == (double)(2 * lay.state_slot + lay.act_slot) && r.store == all);
+    assert_int_equal(pm_select_ram_need(t, 3, &lay, 2, 1, &r, &e), PM_OK);
+    assert_true(r.store == all - states + 2 * biggest);
+    for (int i = 0; i < 3; i++) pm_select_task_free(&t[i]);
+}
+
+/* A request far beyond any machine (4096 devices whose slabs hold a
+ * 48-layer, 4096-wide model's shards) is refused before anything is
+ * allocated, in one line naming what it needs and what the machine has. */
+static void memory_refused(void **state) {
+    (void)state;
+    if (!bin) skip();
+    prepare_data();
+    char a[1024], err[4096];
+    snprintf(a, sizeof a, "select --data %s/d --devices 4096 --device-mem 64G --dim 4096 "
+             "--layers 48 --heads 32 --ctx 16 --batch 4 --steps 1", dir);
+    assert_int_equal(run(a), 1);
+    slurp("err", err, sizeof err);
+    if (lines_of(err) != 1 || !strstr(err, "4096 devices' slabs of ") ||
+        !strstr(err, "GiB available; use fewer devices") || !strstr(err, "--device-mem"))
+        fail_msg("refusal: '%s'", err);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(sampling),
@@ -449,6 +514,8 @@ int main(void) {
         cmocka_unit_test(per_task_budgets),
         cmocka_unit_test(table_ranks_and_steps),
         cmocka_unit_test(resume_finished),
+        cmocka_unit_test(memory_check),
+        cmocka_unit_test(memory_refused),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -90,6 +90,22 @@ pm_status pm_select_layer_bytes(const pm_train_cfg *cfg, int layer, size_t *stat
 pm_status pm_select_partition(pm_select_task *tasks, int n, size_t device_mem, int slots,
                               pm_select_layout *out, pm_err *err);
 
+/* What a sweep takes in RAM beyond the program: `devices` slabs of the
+ * layout and the tasks' store (each task's trainer, pm_train_mem_bytes;
+ * spilled, without its parameters, gradients and moments, but for one
+ * task's per device, brought back around an evaluation or a checkpoint). */
+typedef struct {
+    int devices;
+    double slab;  /* bytes of one device's slab (pm_select_slab_bytes) */
+    double store; /* bytes of the tasks' state and trainers in RAM */
+    int spilled;  /* the state spilled (the message then suggests no spill) */
+} pm_select_ram;
+pm_status pm_select_ram_need(const pm_select_task *t, int n, const pm_select_layout *lay,
+                             int devices, int spilled, pm_select_ram *out, pm_err *err);
+/* PM_ERR_MEMLIMIT, one line naming both numbers, if devices * slab + store
+ * exceeds `available` bytes (pm_mem_available; 0: unknown, passes). */
+pm_status pm_select_ram_check(const pm_select_ram *need, double available, pm_err *err);
+
 /* Frees the shards and closes the spill file (safe twice). */
 void pm_select_task_free(pm_select_task *t);
 

@@ -143,6 +143,10 @@ size_t pm_train_mem_bytes(const pm_train_cfg *cfg, pm_err *err);
 
 /* Physical memory of this machine in bytes (sysconf), 0 if unknown. */
 size_t pm_mem_physical(void);
+/* Memory a new allocation can take now without swapping: MemAvailable of
+ * /proc/meminfo (else the physical memory), or less under a cgroup v2
+ * limit (memory.max less memory.current); 0 if unknown. */
+size_t pm_mem_available(void);
 
 typedef struct {
     pm_train_cfg cfg;   /* copy of the configuration */

@@ -378,29 +378,18 @@ static int train_tasks(const sel_opts *o, pm_select_task *t, int n,
 }
 
 /* Before anything is allocated: the devices' slabs (what the largest
- * shards need, pm_select_slab_bytes) and the tasks' state in RAM against
- * this machine's memory (pm_trainer_init checks one task at a time). With
- * --spill a task's state is in RAM only while a device evaluates it. */
+ * shards need, at most --device-mem) and the tasks' state in RAM against
+ * the memory this machine has available now (pm_trainer_init checks one
+ * task at a time). With --spill a task's state is in RAM only while a
+ * device evaluates it. */
 static int memory_fits(const sel_opts *o, const pm_select_task *t, int n,
                        const pm_select_layout *lay) {
-    double slab = (double)pm_select_slab_bytes(lay), dev = o->devices * slab, tasks = 0;
-    double biggest = 0, G = 1 << 30, have = (double)pm_mem_physical();
+    pm_select_ram need;
+    pm_err e;
     int spill = o->spill && strcmp(o->spill, "ram");
-    for (int i = 0; i < n; i++) {
-        pm_err e;
-        size_t b = pm_train_mem_bytes(&t[i].cfg, &e);
-        if (!b) return pm_cli_fail("task %s: %s", t[i].name, e.msg);
-        double state = 4.0 * sizeof(float) * (double)pm_gpt_num_params(&t[i].cfg.model);
-        tasks += spill ? (double)b - state : (double)b;
-        biggest = fmax(biggest, state);
-    }
-    if (spill) tasks += fmin(o->devices, n) * biggest;
-    if (have > 0 && dev + tasks > have)
-        return pm_cli_fail("select: %d devices' slabs of %.3f GiB (%.2f GiB) and the tasks' "
-                           "state in RAM (%.2f GiB) need %.2f GiB, but this machine has %.2f "
-                           "GiB; use fewer --devices, a smaller --device-mem (smaller shards)%s",
-                           o->devices, slab / G, dev / G, tasks / G, (dev + tasks) / G, have / G,
-                           spill ? "" : " or --spill DIR");
+    if (pm_select_ram_need(t, n, lay, o->devices, spill, &need, &e) ||
+        pm_select_ram_check(&need, (double)pm_mem_available(), &e))
+        return pm_cli_fail("select: %s", e.msg);
     return 0;
 }
 
