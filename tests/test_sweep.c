@@ -506,6 +506,69 @@ static void memory_refused(void **state) {
         fail_msg("refusal: '%s'", err);
 }
 
+static double num(json_t *o, const char *key) {
+    json_t *v = json_object_get(o, key);
+    if (!json_is_number(v)) fail_msg("no number %s", key);
+    return json_number_value(v);
+}
+
+/* The dry run forecasts with the measured costs of moving state, not the
+ * compute alone: one task of 3 shards on one device, 6 steps. By hand,
+ * from pass.c: a step's 2S - 1 = 5 passes each bring their shard's state
+ * in (shards 0, 1, 2, 1, 0); each shard's first pass (the forwards and
+ * the fused last) writes all of it back after AdamW's update (a quarter
+ * of the state's bytes are parameters), the backwards their gradients (a
+ * quarter). Spilled, each of the 2 evaluations (steps 4 and 6, every 4 and
+ * the last) also brings the whole state in and back. On one device the
+ * makespan is the task's compute and moves; --help no longer says the
+ * rate is assumed. */
+static void dry_run_forecast(void **state) {
+    (void)state;
+    if (!bin) skip();
+    char a[1024], help[16384];
+    for (int spill = 0; spill < 2; spill++) {
+        snprintf(a, sizeof a, "select --devices 1 --device-mem 1M --layers 3 --dim 32 "
+                 "--heads 2 --ctx 16 --batch 4 --steps 6 --eval-every 4 --dry-run --json%s%s",
+                 spill ? " --spill " : "", spill ? dir : "");
+        assert_int_equal(run(a), 0);
+        char path[300];
+        snprintf(path, sizeof path, "%s/out", dir);
+        json_error_t je;
+        json_t *root = json_load_file(path, 0, &je);
+        if (!root) fail_msg("not JSON: %s", je.text);
+        assert_string_equal(json_string_value(json_object_get(root, "store")),
+                            spill ? "spill" : "ram");
+        double rd = num(root, "state_read_bytes_per_s"), wr = num(root, "state_write_bytes_per_s");
+        double adam = num(root, "adamw_s_per_param");
+        assert_true(rd > 0 && wr > 0 && adam > 0 && num(root, "flops_per_s") > 0);
+        json_t *t = json_array_get(json_object_get(root, "tasks"), 0);
+        json_t *sh = json_object_get(t, "shards");
+        assert_int_equal(json_array_size(sh), 3);
+        double st[3], all = 0;
+        for (int k = 0; k < 3; k++) all += st[k] = num(json_array_get(sh, (size_t)k), "state");
+        double step = (2 * st[0] + 2 * st[1] + st[2]) / rd /* in, every pass */
+                      + all / wr                           /* first passes: all back */
+                      + (st[0] + st[1]) / 4 / wr           /* backwards: gradients */
+                      + all / 16 * adam;                   /* the updates */
+        double want = 6 * step + (spill ? 2 * (all / rd + all / wr) : 0);
+        double move = num(t, "move_s"), compute = num(t, "compute_s");
+        if (fabs(move - want) > 1e-6 * want)
+            fail_msg("spill %d: moves forecast %.9g s, by hand %.9g s", spill, move, want);
+        json_t *pol = json_object_get(root, "policies");
+        for (size_t p = 0; p < 3; p++) {
+            double mk = num(json_array_get(pol, p), "makespan_s");
+            if (fabs(mk - (compute + move)) > 1e-6 * mk)
+                fail_msg("one device: makespan %.9g s, compute %.9g + moves %.9g", mk, compute,
+                         move);
+        }
+        json_decref(root);
+    }
+    assert_int_equal(run("select --help"), 0);
+    slurp("out", help, sizeof help);
+    assert_null(strstr(help, "50 GFLOP/s"));
+    assert_non_null(strstr(help, "measured on this machine first"));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(sampling),
@@ -516,6 +579,7 @@ int main(void) {
         cmocka_unit_test(resume_finished),
         cmocka_unit_test(memory_check),
         cmocka_unit_test(memory_refused),
+        cmocka_unit_test(dry_run_forecast),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -155,6 +155,35 @@ pm_status pm_select_rate(const pm_select_task *t, int n, double *rate, pm_err *e
 void pm_select_task_passes(const pm_select_task *t, int64_t steps, double rate, int *shard,
                            double *cost);
 
+/* What moving shard state costs on this machine, measured before running
+ * (forecast.c): the FLOP rate (pm_select_rate), the bytes per second a
+ * shard's state comes into a slot from the store and goes back (RAM: a
+ * memcpy; with spill_dir: pread and pwrite of a file there), and AdamW's
+ * seconds per parameter, each the best of 3 on up to 64 MiB. */
+typedef struct {
+    double flops;     /* FLOP/s of one device thread */
+    double read_bps;  /* bytes/s from the store into a slot */
+    double write_bps; /* bytes/s from a slot back to the store */
+    double adamw_s;   /* seconds per parameter of AdamW's update */
+    int spilled;      /* the store is spill_dir's files (evaluations move the state) */
+} pm_select_rates;
+pm_status pm_select_measure(const pm_select_task *t, int n, const pm_select_layout *lay,
+                            const char *spill_dir, pm_select_rates *out, pm_err *err);
+
+/* The forecast of `steps` steps of a task, pass by pass (the order of
+ * pm_select_task_passes): compute[i] its FLOPs at r->flops, move[i] what
+ * its shard's state costs: coming in (every pass of a task with several
+ * shards; none with one, whose shard stays on its device), going back
+ * (all of it after the shard's first pass of a step, which also runs the
+ * AdamW update; the gradients, a quarter, after every later pass but a
+ * forward) at r's rates. The last pass of a step that evaluates (every
+ * eval_every steps, 0 none, and the last) adds eval_batches microbatches'
+ * forward through every shard to compute and, spilled, the whole state in
+ * and back to move. Each array holds steps * (2S - 1). */
+void pm_select_task_costs(const pm_select_task *t, int64_t steps, int eval_every,
+                          int eval_batches, const pm_select_rates *r, int *shard,
+                          double *compute, double *move);
+
 /* ---- running the tasks ---------------------------------------------------- */
 
 typedef enum {

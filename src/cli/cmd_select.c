@@ -54,11 +54,12 @@ static const char usage[] =
     "           name it (else tN); '#' starts a comment\n"
     "  Tasks with the same configuration are warned about (they train the same).\n"
     "  SIZE     bytes, with K, M or G (binary) suffixes: 64M\n"
-    "  --dry-run     print every task's shards (layers, bytes) and the simulated\n"
+    "  --dry-run     print every task's shards (layers, bytes) and the forecast\n"
     "           makespan of the policies shard, task and sequential against the lower\n"
-    "           bound max(total work / D, longest task), from the model's FLOPs at the\n"
-    "           rate one device thread reaches on one block, measured first (--json: all\n"
-    "           of it as one object)\n"
+    "           bound max(total work / D, longest task): each pass's FLOPs at the rate\n"
+    "           one device thread reaches on one block, plus moving its shard's state in\n"
+    "           and back (from RAM, or --spill DIR's files) and AdamW's update, at rates\n"
+    "           measured on this machine first (--json: all of it as one object)\n"
     "  --policy  shard (default: sharded-LRTF), task (a whole task per device) or\n"
     "           sequential (plain model parallelism), for comparison\n"
     "  --halving ETA  successive halving: at each evaluation round the best 1/ETA\n"
@@ -442,11 +443,13 @@ int pm_cmd_select(int argc, char **argv) {
     pm_err e;
     if (!rc && pm_select_partition(t, n, o.device_mem, 2, &lay, &e))
         rc = pm_cli_fail("%s", e.msg);
+    const char *spill = o.spill && strcmp(o.spill, "ram") ? o.spill : NULL;
+    sel_eval ev = {o.eval_every, o.eval_batches};
     if (!rc && o.dry_run && o.json) {
-        rc = sel_print_dry_json(t, n, &lay, o.devices, o.steps);
+        rc = sel_print_dry_json(t, n, &lay, o.devices, o.steps, spill, &ev);
     } else if (!rc && o.dry_run) {
         sel_print_plan(t, n, &lay);
-        rc = sel_print_policies(t, n, o.devices, o.steps);
+        rc = sel_print_policies(t, n, o.devices, &lay, spill, &ev);
     } else if (!rc) {
         rc = outputs_distinct(&o, t, n);
         if (!rc && o.save_best && pm_cli_out_check(o.save_best)) rc = 1;

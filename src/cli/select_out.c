@@ -28,24 +28,48 @@ void sel_print_plan(const pm_select_task *t, int n, const pm_select_layout *lay)
     }
 }
 
-/* Simulated makespan of each policy for every task's steps, the passes'
- * FLOPs at the rate measured on one block (pm_select_rate): mk[p] per
- * policy and *bound, the lower bound. */
-static int simulate_policies(const pm_select_task *t, int n, int D, double *rate,
-                             double mk[PM_POLICY_COUNT], double *bound) {
+/* The forecast (forecast.c): every task's steps pass by pass, compute
+ * and the state's moves at rates measured first, each policy simulated
+ * over them. */
+typedef struct {
+    pm_select_rates r;
+    double mk[PM_POLICY_COUNT], bound;
+    double *compute, *move; /* (n) each task's seconds of compute and moves, all its steps */
+} sel_forecast;
+
+static void forecast_free(sel_forecast *f) { pm_free(f->compute), pm_free(f->move); }
+
+/* Task i's pass list, costed, into sh/co (and its totals into f). */
+static int task_costs(const pm_select_task *t, const sel_eval *ev, const pm_select_rates *r,
+                      int64_t np, int *sh, double *co, double *compute, double *move) {
+    double *mv = pm_malloc((size_t)np * sizeof *mv);
+    if (!mv) return 1;
+    pm_select_task_costs(t, t->cfg.opt.steps, ev->every, ev->batches, r, sh, co, mv);
+    *compute = *move = 0;
+    for (int64_t k = 0; k < np; k++) *compute += co[k], *move += mv[k], co[k] += mv[k];
+    pm_free(mv);
+    return 0;
+}
+
+static int forecast(const pm_select_task *t, int n, int D, const pm_select_layout *lay,
+                    const char *spill, const sel_eval *ev, sel_forecast *f) {
     pm_err e0;
-    if (pm_select_rate(t, n, rate, &e0)) return pm_cli_fail("select: %s", e0.msg);
+    *f = (sel_forecast){.compute = pm_calloc((size_t)n, sizeof(double)),
+                        .move = pm_calloc((size_t)n, sizeof(double))};
+    if (pm_select_measure(t, n, lay, spill, &f->r, &e0)) {
+        forecast_free(f);
+        return pm_cli_fail("select: %s", e0.msg);
+    }
     int64_t *np = pm_calloc((size_t)n, sizeof *np);
     int **sh = pm_calloc((size_t)n, sizeof *sh);
     double **co = pm_calloc((size_t)n, sizeof *co);
-    int rc = !np || !sh || !co;
+    int rc = !np || !sh || !co || !f->compute || !f->move;
     for (int i = 0; i < n && !rc; i++) {
-        int64_t steps = t[i].cfg.opt.steps;
-        np[i] = steps * (2 * t[i].nshard - 1);
+        np[i] = (int64_t)t[i].cfg.opt.steps * (2 * t[i].nshard - 1);
         sh[i] = pm_malloc((size_t)np[i] * sizeof(int));
         co[i] = pm_malloc((size_t)np[i] * sizeof(double));
-        if (!sh[i] || !co[i]) rc = 1;
-        else pm_select_task_passes(&t[i], steps, *rate, sh[i], co[i]);
+        rc = !sh[i] || !co[i] ||
+             task_costs(&t[i], ev, &f->r, np[i], sh[i], co[i], &f->compute[i], &f->move[i]);
     }
     if (rc) rc = pm_cli_fail("select: out of memory for the simulation");
     pm_select_work w = {n, np, (const int *const *)sh, (const double *const *)co};
@@ -56,23 +80,33 @@ static int simulate_policies(const pm_select_task *t, int n, int D, double *rate
             rc = pm_cli_fail("%s", e.msg);
             break;
         }
-        mk[p] = r.makespan, *bound = r.lower_bound;
+        f->mk[p] = r.makespan, f->bound = r.lower_bound;
         pm_select_sim_free(&r);
     }
     for (int i = 0; i < n && sh && co; i++) pm_free(sh[i]), pm_free(co[i]);
     pm_free(np), pm_free(sh), pm_free(co);
+    if (rc) forecast_free(f);
     return rc;
 }
 
-int sel_print_policies(const pm_select_task *t, int n, int D, int steps) {
-    double rate, mk[PM_POLICY_COUNT], bound;
-    if (simulate_policies(t, n, D, &rate, mk, &bound)) return 1;
-    printf("%-11s %12s %9s  (simulated, every task's steps (the longest %d), %.0f GFLOP/s per "
-           "device, measured on one block)\n", "policy", "makespan s", "vs bound", steps,
-           rate / 1e9);
+int sel_print_policies(const pm_select_task *t, int n, int D, const pm_select_layout *lay,
+                       const char *spill, const sel_eval *ev) {
+    sel_forecast f;
+    if (forecast(t, n, D, lay, spill, ev, &f)) return 1;
+    double compute = 0, move = 0;
+    for (int i = 0; i < n; i++) compute += f.compute[i], move += f.move[i];
+    printf("forecast, measured on this machine first: compute at %.1f GFLOP/s per device "
+           "(one block), the shards' state in from %s at %.2f GB/s and back at %.2f GB/s, "
+           "AdamW at %.0f M parameters/s; evaluations included; the moves are %.0f%% of the work "
+           "(%.3f of %.3f s)\n",
+           f.r.flops / 1e9, spill ? "the spill files" : "RAM", f.r.read_bps / 1e9,
+           f.r.write_bps / 1e9, 1e-6 / f.r.adamw_s, 100 * move / (compute + move), move,
+           compute + move);
+    printf("%-11s %12s %9s\n", "policy", "makespan s", "vs bound");
     for (int p = 0; p < PM_POLICY_COUNT; p++)
-        printf("%-11s %12.3f %8.3fx\n", pm_select_policy_names[p], mk[p], mk[p] / bound);
-    printf("%-11s %12.3f\n", "lower bound", bound);
+        printf("%-11s %12.3f %8.3fx\n", pm_select_policy_names[p], f.mk[p], f.mk[p] / f.bound);
+    printf("%-11s %12.3f\n", "lower bound", f.bound);
+    forecast_free(&f);
     return 0;
 }
 
@@ -88,9 +122,9 @@ static void json_config(const pm_train_cfg *c) {
 }
 
 int sel_print_dry_json(const pm_select_task *t, int n, const pm_select_layout *lay, int D,
-                       int steps) {
-    double rate, mk[PM_POLICY_COUNT], bound;
-    if (simulate_policies(t, n, D, &rate, mk, &bound)) return 1;
+                       int steps, const char *spill, const sel_eval *ev) {
+    sel_forecast f;
+    if (forecast(t, n, D, lay, spill, ev, &f)) return 1;
     printf("{\"dry_run\": true, \"devices\": %d, \"device_mem\": %zu, \"slab\": {\"slots\": "
            "%d, \"state_slot\": %zu, \"act_slot\": %zu, \"bytes\": %zu}, \"tasks\": [", D,
            lay->device_mem, lay->slots, lay->state_slot, lay->act_slot,
@@ -105,13 +139,17 @@ int sel_print_dry_json(const pm_select_task *t, int n, const pm_select_layout *l
             printf("%s{\"first_layer\": %d, \"last_layer\": %d, \"state\": %zu, \"act\": %zu}",
                    k ? ", " : "", t[i].shard[k].first, t[i].shard[k].last - 1,
                    t[i].shard[k].state, t[i].shard[k].act);
-        printf("]}");
+        printf("], \"compute_s\": %.9g, \"move_s\": %.9g}", f.compute[i], f.move[i]);
     }
-    printf("], \"steps\": %d, \"flops_per_s\": %.6g, \"policies\": [", steps, rate);
+    printf("], \"steps\": %d, \"store\": \"%s\", \"flops_per_s\": %.9g, "
+           "\"state_read_bytes_per_s\": %.9g, \"state_write_bytes_per_s\": %.9g, "
+           "\"adamw_s_per_param\": %.9g, \"policies\": [", steps, spill ? "spill" : "ram",
+           f.r.flops, f.r.read_bps, f.r.write_bps, f.r.adamw_s);
     for (int p = 0; p < PM_POLICY_COUNT; p++)
         printf("%s{\"policy\": \"%s\", \"makespan_s\": %.9g}", p ? ", " : "",
-               pm_select_policy_names[p], mk[p]);
-    printf("], \"lower_bound_s\": %.9g}\n", bound);
+               pm_select_policy_names[p], f.mk[p]);
+    printf("], \"lower_bound_s\": %.9g}\n", f.bound);
+    forecast_free(&f);
     return 0;
 }
 
