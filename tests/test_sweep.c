@@ -569,6 +569,141 @@ static void dry_run_forecast(void **state) {
     assert_non_null(strstr(help, "measured on this machine first"));
 }
 
+/* ASHA's rungs: steps / ETA^k while at least the minimum (default steps /
+ * ETA^2), ascending, the last the steps. */
+static void asha_rungs(void **state) {
+    (void)state;
+    int64_t r[8];
+    assert_int_equal(pm_select_asha_rungs(100, 3, 0, r, 8), 3);
+    assert_true(r[0] == 11 && r[1] == 33 && r[2] == 100);
+    assert_int_equal(pm_select_asha_rungs(12, 3, 0, r, 8), 3);
+    assert_true(r[0] == 1 && r[1] == 4 && r[2] == 12);
+    assert_int_equal(pm_select_asha_rungs(9, 3, 3, r, 8), 2);
+    assert_true(r[0] == 3 && r[1] == 9);
+    assert_int_equal(pm_select_asha_rungs(10, 2, 3, r, 8), 2);
+    assert_true(r[0] == 5 && r[1] == 10);
+    assert_int_equal(pm_select_asha_rungs(8, 2, 1, r, 8), 4);
+    assert_true(r[0] == 1 && r[1] == 2 && r[2] == 4 && r[3] == 8);
+    assert_int_equal(pm_select_asha_rungs(10, 1, 0, r, 8), 0);
+}
+
+/* One step of a hand-worked ASHA case: n reporters with these losses and
+ * states (W waiting, P went on, O out); want[j] 1 for those that go on now. */
+static void promote_case(int eta, int entrants, int closed, int n, const double *loss,
+                         const char *states, const char *want) {
+    unsigned char st[16], up[16];
+    int order[16], expect = 0;
+    for (int j = 0; j < n; j++)
+        st[j] = states[j] == 'W' ? PM_ASHA_WAITING : states[j] == 'P' ? PM_ASHA_PROMOTED
+                                                                      : PM_ASHA_OUT;
+    int got = pm_select_asha_promote(eta, entrants, closed, n, loss, st, up, order);
+    for (int j = 0; j < n; j++) {
+        expect += want[j] == '1';
+        if (up[j] != (want[j] == '1'))
+            fail_msg("eta %d, %d reported (%s), closed %d: task %d %s, want %s", eta, n, states,
+                     closed, j, up[j] ? "goes on" : "stays", want[j] == '1' ? "on" : "staying");
+    }
+    assert_int_equal(got, expect);
+}
+
+/* ASHA's promotions on a case worked by hand: ETA 3, 9 tasks, so at most
+ * ceil(9/3) = 3 ever leave the rung. Reports arrive one at a time; a task
+ * goes on once it is among the best floor(m/3) of the m reported:
+ *   m 1, 2: floor = 0, nobody;  m 3 (5, 4, 6): the best, task 1 (4);
+ *   m 4 (+3): the best is now task 3, which goes on too (task 1, gone on,
+ *   is no longer the best: a mispromotion, the price of not waiting);
+ *   m 5 (+4.5): the best 1 is task 3, gone already: nobody;
+ *   m 6 (+2): the best 2 are tasks 5 and 3: task 5 goes on, the third;
+ *   m 7 (+1): task 6 is the best, but the quota of 3 is spent: it stays;
+ *   closed at m 9 (+nan, +7): ceil(9/3) = 3, quota spent: nobody (the
+ *   caller then stops those still waiting).
+ * Then: a rung closed with every task waiting sends its best ceil(m/ETA);
+ * failures leave 4 of 9 reporting, closed: the best ceil(4/3) = 2 go on;
+ * a task out (stopped) still takes its place among the best; a loss that
+ * is not a number never goes on. */
+static void asha_promotions(void **state) {
+    (void)state;
+    const double L[9] = {5, 4, 6, 3, 4.5, 2, 1, NAN, 7};
+    promote_case(3, 9, 0, 1, L, "W", "0");
+    promote_case(3, 9, 0, 2, L, "WW", "00");
+    promote_case(3, 9, 0, 3, L, "WWW", "010");
+    promote_case(3, 9, 0, 4, L, "WPWW", "0001");
+    promote_case(3, 9, 0, 5, L, "WPWPW", "00000");
+    promote_case(3, 9, 0, 6, L, "WPWPWW", "000001");
+    promote_case(3, 9, 0, 7, L, "WPWPWPW", "0000000");
+    promote_case(3, 9, 1, 9, L, "WPWPWPWWW", "000000000");
+    const double D[9] = {9, 8, 7, 6, 5, 4, 3, 2, 1};
+    promote_case(3, 9, 1, 9, D, "WWWWWWWWW", "000000111");
+    promote_case(3, 9, 0, 9, D, "WWWWWWWWW", "000000111");
+    promote_case(3, 9, 1, 4, D, "WWWW", "0011");
+    const double O[4] = {1, 2, 3, 4};
+    promote_case(2, 4, 1, 4, O, "OWWW", "0100");
+    const double N[2] = {NAN, NAN};
+    promote_case(2, 2, 1, 2, N, "WW", "00");
+}
+
+/* ASHA end to end: 9 learning rates, ETA 3, 9 steps. With --asha-min 3
+ * the rungs are 3 and 9: exactly 3 tasks go past step 3 (at most
+ * ceil(9/3) leave the first rung, and once every task has reported there
+ * the best fill that quota), the other 6 stop at step 3 with their loss
+ * taken there; the finished ones rank first and train bitwise as `pipemem
+ * train` alone. With the default rungs 1, 3, 9 exactly one runs to the end,
+ * 2 stop at step 3 and 6 at step 1. */
+static void asha_end_to_end(void **state) {
+    (void)state;
+    if (!bin) skip();
+    prepare_data();
+    const char *model = "--layers 2 --dim 32 --heads 2 --ctx 16 --batch 4";
+    const char *lrs = "1e-4,2e-4,5e-4,1e-3,2e-3,3e-3,5e-3,1e-2,2e-2";
+    char a[2048];
+    for (int dflt = 0; dflt < 2; dflt++) {
+        snprintf(a, sizeof a, "select --data %s/d --devices 2 --device-mem 8M %s --steps 9 "
+                 "--eval-every 0 --lr %s --asha 3%s --resume %s/asha%d --csv %s/asha.csv", dir,
+                 model, lrs, dflt ? "" : " --asha-min 3", dir, dflt, dir);
+        assert_int_equal(run(a), 0);
+        csv_row r[9];
+        assert_int_equal(read_csv("asha.csv", r, 9), 9);
+        int at[10] = {0};
+        for (int i = 0; i < 9; i++) {
+            int s = r[i].steps_run;
+            if (s != 1 && s != 3 && s != 9) fail_msg("%s stopped after %d steps", r[i].name, s);
+            at[s]++;
+            assert_int_equal(r[i].val_step, s);
+            assert_string_equal(r[i].state, s == 9 ? "done" : "stopped");
+            if (i && r[i].steps_run > r[i - 1].steps_run) fail_msg("not ranked by steps");
+        }
+        if (dflt) assert_true(at[9] == 1 && at[3] == 2 && at[1] == 6);
+        else assert_true(at[9] == 3 && at[3] == 6 && at[1] == 0);
+        /* the best finished task as train alone */
+        double lr = 0;
+        char text[16384], key[48];
+        slurp("asha.csv", text, sizeof text);
+        snprintf(key, sizeof key, "\n%s,", r[0].name);
+        lr = atof(strstr(text, key) + strlen(key));
+        snprintf(a, sizeof a, "train --data %s/d %s --steps 9 --lr %g --threads 1 --save "
+                 "%s/alone.ckpt", dir, model, lr, dir);
+        assert_int_equal(run(a), 0);
+        snprintf(a, sizeof a, "cmp -s %s/alone.ckpt %s/asha%d/%s.ckpt", dir, dir, dflt, r[0].name);
+        if (system(a)) fail_msg("ASHA's finished %s ends apart from train", r[0].name);
+    }
+    /* refusals: one line each */
+    static const char *const refused[][2] = {
+        {"--asha 3 --halving 2", "--asha and --halving are two ways"},
+        {"--asha-min 2", "--asha-min N needs --asha ETA"},
+        {"--asha 3 --asha-min 5", "leaves no rung at or above --asha-min 5"},
+        {"--asha 3 --steps 9,10", "--asha compares tasks at the same steps"},
+    };
+    for (size_t k = 0; k < sizeof refused / sizeof refused[0]; k++) {
+        char err[2048];
+        snprintf(a, sizeof a, "select --devices 2 --device-mem 8M %s --dry-run --lr 1e-3,2e-3 "
+                 "--steps 9 %s", model, refused[k][0]);
+        int st = run(a);
+        slurp("err", err, sizeof err);
+        if (st != 1 || lines_of(err) != 1 || !strstr(err, refused[k][1]))
+            fail_msg("%s: status %d, '%s'", refused[k][0], st, err);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(sampling),
@@ -580,6 +715,9 @@ int main(void) {
         cmocka_unit_test(memory_check),
         cmocka_unit_test(memory_refused),
         cmocka_unit_test(dry_run_forecast),
+        cmocka_unit_test(asha_rungs),
+        cmocka_unit_test(asha_promotions),
+        cmocka_unit_test(asha_end_to_end),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

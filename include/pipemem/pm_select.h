@@ -229,6 +229,12 @@ typedef struct {
     int halving;              /* successive halving: at each evaluation round (every
                                  eval_every steps) the best ceil(k / halving) of the k
                                  tasks still running, by validation loss, go on; 0 off */
+    int asha;                 /* asynchronous successive halving (asha.c): a task goes on
+                                 to the next rung as soon as it is in the top 1/asha of
+                                 those that reported at its rung; 0 off (not with halving) */
+    const int64_t *rungs;     /* asha: (nrung) step budgets, ascending, the last every
+                                 task's opt.steps (pm_select_asha_rungs) */
+    int nrung;
     int eval_batches;         /* microbatches per evaluation */
     const pm_tokens *val;     /* validation tokens */
     const char *spill_dir;    /* NULL: task state in RAM; else in an (unlinked) file in this
@@ -252,6 +258,24 @@ typedef struct {
     void (*report)(void *ctx, const pm_select_event *ev);
     void *report_ctx;
 } pm_select_opts;
+
+/* ASHA's rungs: steps / eta^k for k = 0, 1, ... while at least min (min
+ * < 1: steps / eta^2, at least 1), ascending into rungs (cap of them);
+ * returns how many (the last is steps; 0 if eta < 2). */
+int pm_select_asha_rungs(int64_t steps, int eta, int64_t min, int64_t *rungs, int cap);
+
+/* ASHA's promotions at one rung, a pure function: n tasks have reported
+ * there, loss[j] the validation loss of the j-th (NAN ranks last and never
+ * goes on), state[j] whether it waits there, went on already, or is out
+ * (stopped or failed: it ranks, but stays). Of the best floor(n / eta)
+ * (ceil(n / eta) once the rung is closed: no task can still report there;
+ * ties to the lower j), those waiting go on (promote[j] = 1) while fewer
+ * than ceil(entrants / eta) have gone on in all, entrants the tasks that
+ * could ever reach the rung. order is n ints of scratch. Returns how many
+ * it promoted. */
+typedef enum { PM_ASHA_WAITING, PM_ASHA_PROMOTED, PM_ASHA_OUT } pm_select_asha_state;
+int pm_select_asha_promote(int eta, int entrants, int closed, int n, const double *loss,
+                           const unsigned char *state, unsigned char *promote, int *order);
 
 /* What a save directory holds beside each checkpoint DIR/NAME.ckpt:
  * DIR/NAME.loss, one line "step K loss X val_loss Y" (%.17g; val_loss nan

@@ -33,6 +33,7 @@ static const char usage[] =
     "                      [--sample N [--sample-seed S]]\n"
     "                      [--policy shard|task|sequential] [--no-prefetch] [--spill ram|DIR]\n"
     "                      [--eval-every N] [--eval-batches N] [--halving ETA]\n"
+    "                      [--asha ETA [--asha-min N]]\n"
     "                      [--save-best FILE] [--resume DIR] [--stop-after N]\n"
     "                      [--json] [--csv FILE] [--timeline FILE.svg] [--trace FILE]\n"
     "\n"
@@ -52,7 +53,8 @@ static const char usage[] =
     "  --tasks FILE  one task per line as key=value pairs with the same names\n"
     "           (lr=3e-4 layers=8 dim=256 steps=50 weight_decay=0), and name=NAME to\n"
     "           name it (else tN); '#' starts a comment\n"
-    "  Tasks with the same configuration are warned about (they train the same).\n"
+    "  Tasks with the same configuration are warned about (they train the same).\n";
+static const char usage_more[] = /* (two strings: C keeps one under 4096 bytes) */
     "  SIZE     bytes, with K, M or G (binary) suffixes: 64M\n"
     "  --dry-run     print every task's shards (layers, bytes) and the forecast\n"
     "           makespan of the policies shard, task and sequential against the lower\n"
@@ -64,6 +66,15 @@ static const char usage[] =
     "           sequential (plain model parallelism), for comparison\n"
     "  --halving ETA  successive halving: at each evaluation round the best 1/ETA\n"
     "           of the tasks still running (by validation loss) go on, the rest stop\n"
+    "  --asha ETA  asynchronous successive halving (ASHA, Li et al. 2018, as Ray\n"
+    "           Tune's): rungs at steps/ETA^k steps (k = 0, 1, ... while at least\n"
+    "           --asha-min, default steps/ETA^2), the last --steps; each task is\n"
+    "           evaluated at each rung it reaches and goes on at once if it is among the\n"
+    "           best floor(m/ETA) of the m tasks that reached that rung so far, else waits\n"
+    "           (its device runs others); at most ceil(N_k/ETA) of the N_k tasks that\n"
+    "           can reach rung k go on (N_0 all tasks), so of 9 tasks and ETA 3 at most 3\n"
+    "           pass the first rung; once no task can still reach a rung, its best\n"
+    "           ceil(m/ETA) fill the rest of that and the others there stop\n"
     "  --resume DIR  each task's checkpoint goes to DIR/NAME.ckpt at every evaluation\n"
     "           and at its end (its losses to DIR/NAME.loss, which a resumed task that\n"
     "           runs no further step reports); run again with the same options to\n"
@@ -87,6 +98,8 @@ typedef struct {
     sel_space sp;   /* the swept keys */
     int devices, steps, prefetch, dry_run, json, eval_every, eval_batches, halving;
     int sample, sample_seed;
+    int asha, asha_min, nrung; /* --asha ETA, --asha-min N; the rungs' count */
+    int64_t rungs[64];         /* ASHA's rungs in steps, ascending */
     size_t device_mem;
     pm_select_policy policy;
     const char *tasks_file, *data, *csv, *save_best, *resume, *svg, *trace, *spill;
@@ -143,6 +156,8 @@ static const pm_cli_opt OPTS[] = {
     {"--eval-every", 'i', 0, 0, F(eval_every), NULL, NULL, 0},
     {"--eval-batches", 'i', 1, 0, F(eval_batches), NULL, NULL, 0},
     {"--halving", 'i', 2, 0, F(halving), NULL, NULL, 0},
+    {"--asha", 'i', 2, 0, F(asha), NULL, NULL, 0},
+    {"--asha-min", 'i', 1, 0, F(asha_min), NULL, NULL, 0},
     {"--stop-after", 'i', 1, 0, F(stop_after), NULL, NULL, 0},
     {"--sample", 'i', 1, SEL_MAX_TASKS, F(sample), NULL, NULL, 0},
     {"--sample-seed", 'i', 0, 0, F(sample_seed), NULL, NULL, 0},
@@ -159,7 +174,7 @@ static int parse_args(int argc, char **argv, sel_opts *o) {
     *o = (sel_opts){.prefetch = 1, .eval_every = -1, .eval_batches = 4, .sample_seed = -1};
     pm_cli_opts set = {OPTS, sizeof OPTS / sizeof OPTS[0], o, NULL};
     int rc = pm_cli_parse("select", argc, argv, 1, &set, 1, NULL, NULL);
-    if (rc == 2) fputs(usage, stdout);
+    if (rc == 2) fputs(usage, stdout), fputs(usage_more, stdout);
     if (rc) return rc;
     if (!o->devices) return pm_cli_fail("select: --devices D is required");
     if (!o->device_mem) return pm_cli_fail("select: --device-mem SIZE is required (e.g. 64M)");
@@ -170,6 +185,26 @@ static int parse_args(int argc, char **argv, sel_opts *o) {
                            "or as --tasks FILE, not both");
     if (o->sample_seed >= 0 && !o->sample)
         return pm_cli_fail("select: --sample-seed S seeds --sample N; add --sample N");
+    if (o->asha && o->halving)
+        return pm_cli_fail("select: --asha and --halving are two ways to stop tasks early; "
+                           "give one");
+    if (o->asha_min && !o->asha) return pm_cli_fail("select: --asha-min N needs --asha ETA");
+    return 0;
+}
+
+/* --asha: the rungs from the tasks' steps (one budget for all: ASHA
+ * compares them at the same steps) and --asha-min. */
+static int asha_rungs(sel_opts *o, const pm_select_task *t, int n) {
+    for (int i = 0; i < n; i++)
+        if (t[i].cfg.opt.steps != o->steps)
+            return pm_cli_fail("select: --asha compares tasks at the same steps, but task %s has "
+                               "--steps %d and others %d; give every task the same --steps",
+                               t[i].name, t[i].cfg.opt.steps, o->steps);
+    o->nrung = pm_select_asha_rungs(o->steps, o->asha, o->asha_min, o->rungs, 64);
+    if (o->nrung < 2)
+        return pm_cli_fail("select: --asha %d: --steps %d leaves no rung at or above --asha-min "
+                           "%d below it; lower --asha-min or --asha, or raise --steps", o->asha,
+                           o->steps, o->asha_min);
     return 0;
 }
 
@@ -186,7 +221,7 @@ static int make_tasks(sel_opts *o, pm_select_task *t, int *n) {
     for (int i = 0; i < *n; i++)
         if (t[i].cfg.opt.steps > o->steps) o->steps = t[i].cfg.opt.steps;
     if (o->eval_every < 0) o->eval_every = o->steps >= 5 ? o->steps / 5 : o->steps;
-    return 0;
+    return o->asha ? asha_rungs(o, t, *n) : 0;
 }
 
 /* ---- training ------------------------------------------------------------- */
@@ -333,6 +368,7 @@ static int train_tasks(const sel_opts *o, pm_select_task *t, int n,
     for (int i = 0; i < n; i++) pg.steps_all += t[i].cfg.opt.steps - hosts[i].step;
     pm_select_opts so = {.devices = o->devices, .policy = o->policy, .prefetch = o->prefetch,
                          .eval_every = o->eval_every, .halving = o->halving,
+                         .asha = o->asha, .rungs = o->rungs, .nrung = o->nrung,
                          .eval_batches = o->eval_batches, .val = &va, .save_dir = o->resume,
                          .stop_after = o->stop_after, .skip = skip, .prior_loss = prior,
                          .prior_val = prior ? prior + n : NULL, .report = sel_on_event,
