@@ -133,9 +133,11 @@ static void sampling(void **state) {
     int differ = 0, low_lr = 0, low_layers = 0, steps10 = 0;
     for (size_t i = 0; i < 200; i++) {
         json_t *t = json_array_get(a, i);
-        if (!same_task(t, json_array_get(b, i))) fail_msg("task %zu: the same seed drew another", i);
+        if (!same_task(t, json_array_get(b, i)))
+            fail_msg("task %zu: the same seed drew another", i);
         differ += !same_task(t, json_array_get(c, i));
-        double lr = cfg_num(t, "lr"), layers = cfg_num(t, "layers"), wd = cfg_num(t, "weight_decay");
+        double lr = cfg_num(t, "lr"), layers = cfg_num(t, "layers");
+        double wd = cfg_num(t, "weight_decay");
         double steps = cfg_num(t, "steps"), warm = cfg_num(t, "warmup");
         if (!((float)lr >= 1e-4f && (float)lr <= 1e-2f)) fail_msg("lr %g outside", lr);
         if (!(layers >= 1 && layers <= 16 && layers == floor(layers)))

@@ -113,7 +113,8 @@ static void task_cfg(const double *x, pm_train_cfg *c) {
     pm_optim_defaults(&c->opt, steps);
     c->opt.lr = (float)d[SEL_K_LR];
     /* as train: a warm-up longer than the run is the run */
-    if (d[SEL_K_WARMUP] >= 0) c->opt.warmup = d[SEL_K_WARMUP] < steps ? (int)d[SEL_K_WARMUP] : steps;
+    if (d[SEL_K_WARMUP] >= 0)
+        c->opt.warmup = d[SEL_K_WARMUP] < steps ? (int)d[SEL_K_WARMUP] : steps;
     if (d[SEL_K_WD] >= 0) c->opt.weight_decay = (float)d[SEL_K_WD];
 }
 

@@ -93,7 +93,8 @@ pm_status sel_asha_init(sel_asha *a, const pm_select_opts *o, sel_task *t, int n
     if (!a->loss || !a->key || !a->idx || !a->state || !a->entrants)
         return pm_errf(err, PM_ERR_NOMEM, "out of memory for asha's rungs of %d tasks", n);
     a->entrants[0] = n;
-    for (int k = 1; k < o->nrung; k++) a->entrants[k] = (a->entrants[k - 1] + o->asha - 1) / o->asha;
+    for (int k = 1; k < o->nrung; k++)
+        a->entrants[k] = (a->entrants[k - 1] + o->asha - 1) / o->asha;
     /* where each task stands (a resumed one from its step): past a rung it
      * was promoted there (its loss there unknown: it ranks first), at a
      * rung it reported there (its loss the one it starts with) */

@@ -109,7 +109,8 @@ pm_status pm_select_measure(const pm_select_task *t, int n, const pm_select_layo
 static double eval_cost(const pm_select_task *t, const pm_select_rates *r, int batches,
                         double *move) {
     double fl = 0, state = 0;
-    for (int s = 0; s < t->nshard; s++) fl += t->shard[s].flops_f, state += (double)t->shard[s].state;
+    for (int s = 0; s < t->nshard; s++)
+        fl += t->shard[s].flops_f, state += (double)t->shard[s].state;
     *move = r->spilled ? state / r->read_bps + state / r->write_bps : 0;
     return batches * fl / r->flops;
 }
