@@ -4,6 +4,7 @@
  * a planted symlink is never followed; concurrent writers never share a
  * temporary), whether two paths name one file, the checksum and JSON
  * strings. */
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -296,6 +297,40 @@ static void test_json_str_reads_back(void **state) {
     }
 }
 
+/* A float as the text it was given as: the expected texts are written by
+ * hand (0.003f printed 0.00300000003 with %.9g); then 2000 floats spread
+ * over 2^-40 .. 2^40 each read back exactly, and one digit fewer does not. */
+static void test_float_text(void **state) {
+    (void)state;
+    static const struct {
+        float x;
+        const char *want;
+    } known[] = {{3e-3f, "0.003"},    {1e-3f, "0.001"}, {0.1f, "0.1"},
+                 {2.5e-4f, "0.00025"}, {1e-5f, "1e-05"}, {1.0f, "1"},
+                 {16777217.0f, "16777216"}, {123456789.0f, "1.2345679e+08"},
+                 {-0.5f, "-0.5"},      {0.0f, "0"}};
+    char buf[PM_FLOAT_TEXT];
+    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
+        assert_string_equal(pm_float_text(buf, known[i].x), known[i].want);
+    assert_string_equal(pm_float_text(buf, NAN), "nan");
+    assert_string_equal(pm_float_text(buf, -INFINITY), "-inf");
+    uint64_t s = 88172645463325252ull;
+    for (int i = 0; i < 2000; i++) {
+        s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+        float x = ldexpf(1.0f + (float)(s >> 40) / 16777216.0f, (int)(s % 81) - 40);
+        pm_float_text(buf, x);
+        if (strtof(buf, NULL) != x) fail_msg("%.9g printed as %s", (double)x, buf);
+        char fewer[400];
+        int digits = 0, lead = 1; /* significant digits of the mantissa */
+        for (const char *q = buf; *q && *q != 'e'; q++)
+            if (*q >= '1' && *q <= '9') digits++, lead = 0;
+            else if (*q == '0' && !lead) digits++;
+        snprintf(fewer, sizeof fewer, "%.*g", digits - 1, (double)x);
+        if (digits > 1 && strtof(fewer, NULL) == x)
+            fail_msg("%.9g printed as %s, but %s reads back too", (double)x, buf, fewer);
+    }
+}
+
 static void test_aligned_alloc_overflow(void **state) {
     (void)state;
     assert_null(pm_aligned_alloc(64, SIZE_MAX - 10));
@@ -317,6 +352,7 @@ int main(void) {
         cmocka_unit_test(test_aligned_alloc_overflow),
         cmocka_unit_test(test_fnv_known_values),
         cmocka_unit_test(test_json_str_reads_back),
+        cmocka_unit_test(test_float_text),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

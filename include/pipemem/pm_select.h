@@ -90,6 +90,22 @@ pm_status pm_select_layer_bytes(const pm_train_cfg *cfg, int layer, size_t *stat
 pm_status pm_select_partition(pm_select_task *tasks, int n, size_t device_mem, int slots,
                               pm_select_layout *out, pm_err *err);
 
+/* What a sweep takes in RAM beyond the program: `devices` slabs of the
+ * layout and the tasks' store (each task's trainer, pm_train_mem_bytes;
+ * spilled, without its parameters, gradients and moments, but for one
+ * task's per device, brought back around an evaluation or a checkpoint). */
+typedef struct {
+    int devices;
+    double slab;  /* bytes of one device's slab (pm_select_slab_bytes) */
+    double store; /* bytes of the tasks' state and trainers in RAM */
+    int spilled;  /* the state spilled (the message then suggests no spill) */
+} pm_select_ram;
+pm_status pm_select_ram_need(const pm_select_task *t, int n, const pm_select_layout *lay,
+                             int devices, int spilled, pm_select_ram *out, pm_err *err);
+/* PM_ERR_MEMLIMIT, one line naming both numbers, if devices * slab + store
+ * exceeds `available` bytes (pm_mem_available; 0: unknown, passes). */
+pm_status pm_select_ram_check(const pm_select_ram *need, double available, pm_err *err);
+
 /* Frees the shards and closes the spill file (safe twice). */
 void pm_select_task_free(pm_select_task *t);
 
@@ -139,6 +155,35 @@ pm_status pm_select_rate(const pm_select_task *t, int n, double *rate, pm_err *e
 void pm_select_task_passes(const pm_select_task *t, int64_t steps, double rate, int *shard,
                            double *cost);
 
+/* What moving shard state costs on this machine, measured before running
+ * (forecast.c): the FLOP rate (pm_select_rate), the bytes per second a
+ * shard's state comes into a slot from the store and goes back (RAM: a
+ * memcpy; with spill_dir: pread and pwrite of a file there), and AdamW's
+ * seconds per parameter, each the best of 3 on up to 64 MiB. */
+typedef struct {
+    double flops;     /* FLOP/s of one device thread */
+    double read_bps;  /* bytes/s from the store into a slot */
+    double write_bps; /* bytes/s from a slot back to the store */
+    double adamw_s;   /* seconds per parameter of AdamW's update */
+    int spilled;      /* the store is spill_dir's files (evaluations move the state) */
+} pm_select_rates;
+pm_status pm_select_measure(const pm_select_task *t, int n, const pm_select_layout *lay,
+                            const char *spill_dir, pm_select_rates *out, pm_err *err);
+
+/* The forecast of `steps` steps of a task, pass by pass (the order of
+ * pm_select_task_passes): compute[i] its FLOPs at r->flops, move[i] what
+ * its shard's state costs: coming in (every pass of a task with several
+ * shards; none with one, whose shard stays on its device), going back
+ * (all of it after the shard's first pass of a step, which also runs the
+ * AdamW update; the gradients, a quarter, after every later pass but a
+ * forward) at r's rates. The last pass of a step that evaluates (every
+ * eval_every steps, 0 none, and the last) adds eval_batches microbatches'
+ * forward through every shard to compute and, spilled, the whole state in
+ * and back to move. Each array holds steps * (2S - 1). */
+void pm_select_task_costs(const pm_select_task *t, int64_t steps, int eval_every,
+                          int eval_batches, const pm_select_rates *r, int *shard,
+                          double *compute, double *move);
+
 /* ---- running the tasks ---------------------------------------------------- */
 
 typedef enum {
@@ -156,6 +201,7 @@ typedef struct {
     double busy_s;     /* seconds its passes ran */
     double wall_s;     /* from its first pass's start to its last pass's end (this run) */
     char why[160];     /* why it failed or stopped ("" when done) */
+    int64_t val_step;  /* the step val_loss was taken after (-1: none) */
 } pm_select_result;
 
 typedef struct {
@@ -183,6 +229,12 @@ typedef struct {
     int halving;              /* successive halving: at each evaluation round (every
                                  eval_every steps) the best ceil(k / halving) of the k
                                  tasks still running, by validation loss, go on; 0 off */
+    int asha;                 /* asynchronous successive halving (asha.c): a task goes on
+                                 to the next rung as soon as it is in the top 1/asha of
+                                 those that reported at its rung; 0 off (not with halving) */
+    const int64_t *rungs;     /* asha: (nrung) step budgets, ascending, the last every
+                                 task's opt.steps (pm_select_asha_rungs) */
+    int nrung;
     int eval_batches;         /* microbatches per evaluation */
     const pm_tokens *val;     /* validation tokens */
     const char *spill_dir;    /* NULL: task state in RAM; else in an (unlinked) file in this
@@ -206,6 +258,24 @@ typedef struct {
     void (*report)(void *ctx, const pm_select_event *ev);
     void *report_ctx;
 } pm_select_opts;
+
+/* ASHA's rungs: steps / eta^k for k = 0, 1, ... while at least min (min
+ * < 1: steps / eta^2, at least 1), ascending into rungs (cap of them);
+ * returns how many (the last is steps; 0 if eta < 2). */
+int pm_select_asha_rungs(int64_t steps, int eta, int64_t min, int64_t *rungs, int cap);
+
+/* ASHA's promotions at one rung, a pure function: n tasks have reported
+ * there, loss[j] the validation loss of the j-th (NAN ranks last and never
+ * goes on), state[j] whether it waits there, went on already, or is out
+ * (stopped or failed: it ranks, but stays). Of the best floor(n / eta)
+ * (ceil(n / eta) once the rung is closed: no task can still report there;
+ * ties to the lower j), those waiting go on (promote[j] = 1) while fewer
+ * than ceil(entrants / eta) have gone on in all, entrants the tasks that
+ * could ever reach the rung. order is n ints of scratch. Returns how many
+ * it promoted. */
+typedef enum { PM_ASHA_WAITING, PM_ASHA_PROMOTED, PM_ASHA_OUT } pm_select_asha_state;
+int pm_select_asha_promote(int eta, int entrants, int closed, int n, const double *loss,
+                           const unsigned char *state, unsigned char *promote, int *order);
 
 /* What a save directory holds beside each checkpoint DIR/NAME.ckpt:
  * DIR/NAME.loss, one line "step K loss X val_loss Y" (%.17g; val_loss nan

@@ -143,6 +143,10 @@ size_t pm_train_mem_bytes(const pm_train_cfg *cfg, pm_err *err);
 
 /* Physical memory of this machine in bytes (sysconf), 0 if unknown. */
 size_t pm_mem_physical(void);
+/* Memory a new allocation can take now without swapping: MemAvailable of
+ * /proc/meminfo (else the physical memory), or less under a cgroup v2
+ * limit (memory.max less memory.current); 0 if unknown. */
+size_t pm_mem_available(void);
 
 typedef struct {
     pm_train_cfg cfg;   /* copy of the configuration */
@@ -436,9 +440,9 @@ typedef struct {
 pm_status pm_ckpt_info_read(const char *path, pm_ckpt_info *info, pm_err *err);
 
 /* Whether a checkpoint's run is this one: the model config, batch,
- * microbatches, seed, lr and the train data's identity (0 on either side:
- * unknown, not compared) must be equal, else PM_ERR_ARG naming the field,
- * both values and the option to pass. The total steps may differ (the
+ * microbatches, seed, lr, weight decay and the train data's identity (0 on
+ * either side: unknown, not compared) must be equal, else PM_ERR_ARG naming
+ * the field, both values and the option to pass. The total steps may differ (the
  * cosine then spans the new total). */
 pm_status pm_ckpt_check_run(const char *path, const pm_ckpt_info *info, const pm_train_cfg *cfg,
                             uint64_t data_id, pm_err *err);

@@ -153,6 +153,13 @@ int pm_same_file(const char *a, const char *b);
  * whole); other bytes as they are (UTF-8 passes through). */
 void pm_json_str(FILE *f, const char *s);
 
+/* x as the shortest %g text that reads back (strtof) as the same float:
+ * 0.003f as "0.003", where %.9g says 0.00300000003 (a float holds no
+ * 0.003, and nine digits show its error). Not finite: "nan", "inf",
+ * "-inf". buf holds at least PM_FLOAT_TEXT bytes; returns buf. */
+#define PM_FLOAT_TEXT 24
+char *pm_float_text(char *buf, float x);
+
 /* FNV-1a 64-bit hash of n bytes, continuing from h (start with
  * PM_FNV_OFFSET). Every pipemem binary format's checksum (token files,
  * checkpoints) and the fingerprints ranks compare at start. */

@@ -22,35 +22,59 @@
 #include "cli.h"
 #include "pipemem/pm_select.h"
 #include "select_out.h"
+#include "select_tasks.h"
 #include "train_opts.h"
 
 static const char usage[] =
     "usage: pipemem select --data DIR --devices D --device-mem SIZE [--dry-run]\n"
-    "                      [--lr LIST] [--layers LIST] [--dim LIST] [--heads LIST]\n"
-    "                      [--ctx LIST] [--batch LIST] [--microbatches LIST]\n"
-    "                      [--warmup LIST] [--seed LIST] [--tasks FILE] [--steps N]\n"
+    "                      [--lr V] [--layers V] [--dim V] [--heads V] [--ctx V]\n"
+    "                      [--batch V] [--microbatches V] [--warmup V] [--seed V]\n"
+    "                      [--steps V] [--weight-decay V] [--tasks FILE]\n"
+    "                      [--sample N [--sample-seed S]]\n"
     "                      [--policy shard|task|sequential] [--no-prefetch] [--spill ram|DIR]\n"
     "                      [--eval-every N] [--eval-batches N] [--halving ETA]\n"
+    "                      [--asha ETA [--asha-min N]]\n"
     "                      [--save-best FILE] [--resume DIR] [--stop-after N]\n"
     "                      [--json] [--csv FILE] [--timeline FILE.svg] [--trace FILE]\n"
     "\n"
     "Model selection: many GPT configurations (tasks) trained at once, each cut into\n"
     "shards that fit one device's memory, scheduled so every device stays busy with\n"
     "shards of different tasks (Hydra's shard parallelism, with AdamW).\n"
-    "  LIST     comma-separated values; the lists' cartesian product is the task set\n"
-    "           (--lr 1e-3,3e-4 --layers 4,8 is four tasks)\n"
+    "  V        a comma-separated list; the lists' cartesian product is the task set\n"
+    "           (--lr 1e-3,3e-4 --layers 4,8 is four tasks); or, with --sample, a\n"
+    "           range: lo..hi (uniform) or log:lo..hi (log-uniform), integers drawn as\n"
+    "           integers (--lr log:1e-4..1e-2 --layers 2..8)\n"
+    "  --steps V, --weight-decay V  each task's steps (its cosine spans them) and\n"
+    "           AdamW weight decay (default 100 and 0.1), swept like the rest\n"
+    "  --sample N  N distinct tasks drawn at random from the lists (a value each,\n"
+    "           alike) and ranges, instead of the product; a draw that is no model\n"
+    "           (heads not dividing dim) or repeats a task is drawn again\n"
+    "  --sample-seed S  the draw's seed (default 1): the same S, the same tasks\n"
     "  --tasks FILE  one task per line as key=value pairs with the same names\n"
-    "           (lr=3e-4 layers=8 dim=256), and name=NAME to name it (else tN);\n"
-    "           '#' starts a comment\n"
+    "           (lr=3e-4 layers=8 dim=256 steps=50 weight_decay=0), and name=NAME to\n"
+    "           name it (else tN); '#' starts a comment\n"
+    "  Tasks with the same configuration are warned about (they train the same).\n";
+static const char usage_more[] = /* (two strings: C keeps one under 4096 bytes) */
     "  SIZE     bytes, with K, M or G (binary) suffixes: 64M\n"
-    "  --dry-run     print every task's shards (layers, bytes) and the simulated\n"
+    "  --dry-run     print every task's shards (layers, bytes) and the forecast\n"
     "           makespan of the policies shard, task and sequential against the lower\n"
-    "           bound max(total work / D, longest task), from the model's FLOPs at an\n"
-    "           estimated 50 GFLOP/s per device (--json: all of it as one object)\n"
+    "           bound max(total work / D, longest task): each pass's FLOPs at the rate\n"
+    "           one device thread reaches on one block, plus moving its shard's state in\n"
+    "           and back (from RAM, or --spill DIR's files) and AdamW's update, at rates\n"
+    "           measured on this machine first (--json: all of it as one object)\n"
     "  --policy  shard (default: sharded-LRTF), task (a whole task per device) or\n"
     "           sequential (plain model parallelism), for comparison\n"
     "  --halving ETA  successive halving: at each evaluation round the best 1/ETA\n"
     "           of the tasks still running (by validation loss) go on, the rest stop\n"
+    "  --asha ETA  asynchronous successive halving (ASHA, Li et al. 2018, as Ray\n"
+    "           Tune's): rungs at steps/ETA^k steps (k = 0, 1, ... while at least\n"
+    "           --asha-min, default steps/ETA^2), the last --steps; each task is\n"
+    "           evaluated at each rung it reaches and goes on at once if it is among the\n"
+    "           best floor(m/ETA) of the m tasks that reached that rung so far, else waits\n"
+    "           (its device runs others); at most ceil(N_k/ETA) of the N_k tasks that\n"
+    "           can reach rung k go on (N_0 all tasks), so of 9 tasks and ETA 3 at most 3\n"
+    "           pass the first rung; once no task can still reach a rung, its best\n"
+    "           ceil(m/ETA) fill the rest of that and the others there stop\n"
     "  --resume DIR  each task's checkpoint goes to DIR/NAME.ckpt at every evaluation\n"
     "           and at its end (its losses to DIR/NAME.loss, which a resumed task that\n"
     "           runs no further step reports); run again with the same options to\n"
@@ -67,71 +91,24 @@ static const char usage[] =
     "losses and parameters bit for bit. At the end a table sorted by validation loss\n"
     "(--json: one object on standard output; --csv FILE: the same rows).\n"
     "Options not swept take train's defaults (layers 4, dim 128, heads 4, ctx 64,\n"
-    "batch 8, microbatches 1, steps 100, lr 1e-3, warm-up steps/10, seed 1).\n";
-
-#define MAX_VALUES 64
-#define MAX_TASKS 4096
-
-enum { K_LR, K_LAYERS, K_DIM, K_HEADS, K_CTX, K_BATCH, K_MICRO, K_WARMUP, K_SEED, K_COUNT };
-static const char *const key_names[K_COUNT] = {"lr",    "layers", "dim",          "heads", "ctx",
-                                               "batch", "microbatches", "warmup", "seed"};
+    "batch 8, microbatches 1, steps 100, lr 1e-3, warm-up steps/10, weight decay\n"
+    "0.1, seed 1).\n";
 
 typedef struct {
-    double v[K_COUNT][MAX_VALUES];
-    int n[K_COUNT]; /* 0: not swept (the default) */
+    sel_space sp;   /* the swept keys */
     int devices, steps, prefetch, dry_run, json, eval_every, eval_batches, halving;
+    int sample, sample_seed;
+    int asha, asha_min, nrung; /* --asha ETA, --asha-min N; the rungs' count */
+    int64_t rungs[64];         /* ASHA's rungs in steps, ascending */
     size_t device_mem;
     pm_select_policy policy;
     const char *tasks_file, *data, *csv, *save_best, *resume, *svg, *trace, *spill;
     int stop_after;
 } sel_opts;
 
-static int key_of(const char *name) {
-    for (int k = 0; k < K_COUNT; k++)
-        if (!strcmp(name, key_names[k])) return k;
-    return -1;
-}
-
-/* What a value of key k must be (parse_value's rule, for messages). */
-static const char *value_rule(int k) {
-    if (k == K_LR) return "a positive number up to 3.4e38 (a float)";
-    return k == K_SEED || k == K_WARMUP ? "an integer 0..16777216" : "an integer 1..16777216";
-}
-
-/* A value of key k: lr is a positive number a float holds (train keeps it
- * as one), seed and warmup non-negative integers, the rest positive
- * integers (value_rule). */
-static int parse_value(int k, const char *s, size_t len, double *out) {
-    char buf[64], *end;
-    if (len == 0 || len >= sizeof buf) return 1;
-    memcpy(buf, s, len);
-    buf[len] = 0;
-    errno = 0;
-    double x = strtod(buf, &end);
-    if (errno || *end || !isfinite(x)) return 1;
-    *out = x;
-    if (k == K_LR) return !(x > 0 && x <= FLT_MAX);
-    if (x != floor(x) || x > (1 << 24)) return 1;
-    return k == K_SEED || k == K_WARMUP ? x < 0 : x < 1;
-}
-
-/* A swept list, --KEY v1,v2,...: the option's tag is the key. */
-static int parse_list(const pm_cli_opt *d, const char *val, void *dst) {
-    int k = d->tag;
-    sel_opts *o = dst;
-    if (!val) return pm_cli_fail("--%s needs a value", key_names[k]);
-    o->n[k] = 0;
-    for (const char *p = val;;) {
-        const char *c = strchr(p, ',');
-        size_t len = c ? (size_t)(c - p) : strlen(p);
-        if (o->n[k] == MAX_VALUES)
-            return pm_cli_fail("--%s: more than %d values", key_names[k], MAX_VALUES);
-        if (parse_value(k, p, len, &o->v[k][o->n[k]++]))
-            return pm_cli_fail("--%s: '%.*s' is not %s (in '%s')", key_names[k], (int)len, p,
-                               value_rule(k), val);
-        if (!c) return 0;
-        p = c + 1;
-    }
+/* A swept key, --KEY LIST or a range: the option's tag is the key. */
+static int parse_key(const pm_cli_opt *d, const char *val, void *dst) {
+    return sel_parse_key(&((sel_opts *)dst)->sp, d->tag, val);
 }
 
 static int parse_size(const pm_cli_opt *d, const char *val, void *dst) {
@@ -165,12 +142,13 @@ static int parse_policy(const pm_cli_opt *d, const char *val, void *dst) {
 }
 
 #define F(x) offsetof(sel_opts, x)
-#define L(name, k) {"--" name, 'x', 0, 0, 0, parse_list, NULL, k} /* key_names[k] */
+#define L(name, k) {name, 'x', 0, 0, 0, parse_key, NULL, k} /* sel_key_flags[k] */
 #define S(name, field) {name, 's', 0, 0, F(field), NULL, NULL, 0}
 static const pm_cli_opt OPTS[] = {
-    L("lr", K_LR), L("layers", K_LAYERS), L("dim", K_DIM), L("heads", K_HEADS),
-    L("ctx", K_CTX), L("batch", K_BATCH), L("microbatches", K_MICRO), L("warmup", K_WARMUP),
-    L("seed", K_SEED),
+    L("--lr", SEL_K_LR), L("--layers", SEL_K_LAYERS), L("--dim", SEL_K_DIM),
+    L("--heads", SEL_K_HEADS), L("--ctx", SEL_K_CTX), L("--batch", SEL_K_BATCH),
+    L("--microbatches", SEL_K_MICRO), L("--warmup", SEL_K_WARMUP), L("--seed", SEL_K_SEED),
+    L("--steps", SEL_K_STEPS), L("--weight-decay", SEL_K_WD),
     {"--dry-run", 'f', 1, 0, F(dry_run), NULL, NULL, 0},
     {"--no-prefetch", 'f', 0, 0, F(prefetch), NULL, NULL, 0},
     {"--json", 'f', 1, 0, F(json), NULL, NULL, 0},
@@ -178,11 +156,14 @@ static const pm_cli_opt OPTS[] = {
     {"--eval-every", 'i', 0, 0, F(eval_every), NULL, NULL, 0},
     {"--eval-batches", 'i', 1, 0, F(eval_batches), NULL, NULL, 0},
     {"--halving", 'i', 2, 0, F(halving), NULL, NULL, 0},
+    {"--asha", 'i', 2, 0, F(asha), NULL, NULL, 0},
+    {"--asha-min", 'i', 1, 0, F(asha_min), NULL, NULL, 0},
     {"--stop-after", 'i', 1, 0, F(stop_after), NULL, NULL, 0},
+    {"--sample", 'i', 1, SEL_MAX_TASKS, F(sample), NULL, NULL, 0},
+    {"--sample-seed", 'i', 0, 0, F(sample_seed), NULL, NULL, 0},
     S("--spill", spill), S("--timeline", svg), S("--trace", trace), S("--resume", resume),
     S("--csv", csv), S("--save-best", save_best), S("--tasks", tasks_file), S("--data", data),
     {"--devices", 'i', 1, 4096, F(devices), NULL, NULL, 0},
-    {"--steps", 'i', 1, 0, F(steps), NULL, NULL, 0},
     {"--device-mem", 'x', 0, 0, F(device_mem), parse_size, NULL, 0},
 };
 #undef S
@@ -190,151 +171,57 @@ static const pm_cli_opt OPTS[] = {
 #undef F
 
 static int parse_args(int argc, char **argv, sel_opts *o) {
-    *o = (sel_opts){.steps = 100, .prefetch = 1, .eval_every = -1, .eval_batches = 4};
+    *o = (sel_opts){.prefetch = 1, .eval_every = -1, .eval_batches = 4, .sample_seed = -1};
     pm_cli_opts set = {OPTS, sizeof OPTS / sizeof OPTS[0], o, NULL};
     int rc = pm_cli_parse("select", argc, argv, 1, &set, 1, NULL, NULL);
-    if (rc == 2) fputs(usage, stdout);
+    if (rc == 2) fputs(usage, stdout), fputs(usage_more, stdout);
     if (rc) return rc;
     if (!o->devices) return pm_cli_fail("select: --devices D is required");
     if (!o->device_mem) return pm_cli_fail("select: --device-mem SIZE is required (e.g. 64M)");
     if (!o->dry_run && !o->data)
         return pm_cli_fail("select: --data DIR is required to train (or --dry-run for the plan)");
+    if (o->tasks_file && (sel_swept(&o->sp) || o->sample))
+        return pm_cli_fail("select: give the tasks either as lists (or ranges with --sample N) "
+                           "or as --tasks FILE, not both");
+    if (o->sample_seed >= 0 && !o->sample)
+        return pm_cli_fail("select: --sample-seed S seeds --sample N; add --sample N");
+    if (o->asha && o->halving)
+        return pm_cli_fail("select: --asha and --halving are two ways to stop tasks early; "
+                           "give one");
+    if (o->asha_min && !o->asha) return pm_cli_fail("select: --asha-min N needs --asha ETA");
+    return 0;
+}
+
+/* --asha: the rungs from the tasks' steps (one budget for all: ASHA
+ * compares them at the same steps) and --asha-min. */
+static int asha_rungs(sel_opts *o, const pm_select_task *t, int n) {
+    for (int i = 0; i < n; i++)
+        if (t[i].cfg.opt.steps != o->steps)
+            return pm_cli_fail("select: --asha compares tasks at the same steps, but task %s has "
+                               "--steps %d and others %d; give every task the same --steps",
+                               t[i].name, t[i].cfg.opt.steps, o->steps);
+    o->nrung = pm_select_asha_rungs(o->steps, o->asha, o->asha_min, o->rungs, 64);
+    if (o->nrung < 2)
+        return pm_cli_fail("select: --asha %d: --steps %d leaves no rung at or above --asha-min "
+                           "%d below it; lower --asha-min or --asha, or raise --steps", o->asha,
+                           o->steps, o->asha_min);
+    return 0;
+}
+
+/* The tasks: a tasks file, a sample, or the grid; then what depends on
+ * them all (the longest task's steps, the evaluation interval). */
+static int make_tasks(sel_opts *o, pm_select_task *t, int *n) {
+    uint64_t seed = o->sample_seed >= 0 ? (uint64_t)o->sample_seed : 1;
+    int rc = o->tasks_file ? sel_read_tasks(o->tasks_file, t, n)
+             : o->sample   ? sel_sample(&o->sp, o->sample, seed, t, n)
+                           : sel_expand(&o->sp, t, n);
+    if (rc) return rc;
+    sel_warn_duplicates(t, *n);
+    o->steps = 0;
+    for (int i = 0; i < *n; i++)
+        if (t[i].cfg.opt.steps > o->steps) o->steps = t[i].cfg.opt.steps;
     if (o->eval_every < 0) o->eval_every = o->steps >= 5 ? o->steps / 5 : o->steps;
-    return 0;
-}
-
-/* One task's configuration from its key values (NAN: the default). */
-static int make_task(const sel_opts *o, const double *x, pm_select_task *t, int id) {
-    double d[K_COUNT] = {1e-3, 4, 128, 4, 64, 8, 1, -1, 1};
-    for (int k = 0; k < K_COUNT; k++)
-        if (!isnan(x[k])) d[k] = x[k];
-    pm_train_cfg c = {.model = {256, (int32_t)d[K_CTX], (int32_t)d[K_DIM], (int32_t)d[K_HEADS],
-                                (int32_t)d[K_LAYERS]},
-                      .batch = (int)d[K_BATCH], .micro = (int)d[K_MICRO],
-                      .seed = (uint64_t)d[K_SEED]};
-    pm_optim_defaults(&c.opt, o->steps);
-    c.opt.lr = (float)d[K_LR];
-    if (d[K_WARMUP] >= 0) c.opt.warmup = (int)d[K_WARMUP];
-    *t = (pm_select_task){.cfg = c};
-    snprintf(t->name, sizeof t->name, "t%d", id);
-    pm_err e;
-    if (pm_gpt_config_check(&c.model, &e))
-        return pm_cli_fail("task %s: %s", t->name, e.msg);
-    if (c.batch % c.micro)
-        return pm_cli_fail("task %s: --batch %d is not a multiple of --microbatches %d", t->name,
-                           c.batch, c.micro);
-    return 0;
-}
-
-/* The cartesian product of the swept lists, first key slowest. */
-static int expand(const sel_opts *o, pm_select_task *t, int *n) {
-    long total = 1;
-    for (int k = 0; k < K_COUNT; k++) total *= o->n[k] ? o->n[k] : 1;
-    if (total > MAX_TASKS)
-        return pm_cli_fail("select: the lists make %ld tasks; at most %d", total, MAX_TASKS);
-    for (long i = 0; i < total; i++) {
-        double x[K_COUNT];
-        long r = i;
-        for (int k = K_COUNT - 1; k >= 0; k--) {
-            int nk = o->n[k] ? o->n[k] : 1;
-            x[k] = o->n[k] ? o->v[k][r % nk] : NAN;
-            r /= nk;
-        }
-        if (make_task(o, x, &t[*n], *n)) return 1;
-        (*n)++;
-    }
-    return 0;
-}
-
-/* A task's name from the tasks file: letters, digits, '_', '.' and '-' (it
- * names files under --resume and rows in every output). */
-static int good_name(const char *s, size_t n) {
-    if (n < 1 || n > 31) return 0;
-    for (size_t i = 0; i < n; i++)
-        if (!isalnum((unsigned char)s[i]) && s[i] != '_' && s[i] != '.' && s[i] != '-') return 0;
-    return s[0] != '.';
-}
-
-/* One line of the tasks file, [b, e): its values into x (NAN: default) and
- * its name (empty: none). Returns -1 on a bad pair (printed), else the
- * number of pairs read. */
-static int parse_task_line(const char *file, int line, const char *b, const char *e, double *x,
-                           char name[32]) {
-    int any = 0;
-    name[0] = 0;
-    for (const char *p = b; p < e;) {
-        while (p < e && isspace((unsigned char)*p)) p++;
-        if (p == e || *p == '#') break;
-        const char *q = p, *eq;
-        while (q < e && !isspace((unsigned char)*q)) q++;
-        eq = memchr(p, '=', (size_t)(q - p));
-        size_t kl = eq ? (size_t)(eq - p) : 0, vl = eq ? (size_t)(q - eq - 1) : 0;
-        char key[32] = "";
-        if (eq && kl < sizeof key) memcpy(key, p, kl), key[kl] = 0;
-        int k = key_of(key), named = !strcmp(key, "name");
-        const char *bad = NULL; /* what is wrong with the pair */
-        if (!eq) bad = "is not key=value";
-        else if (named && !good_name(eq + 1, vl))
-            bad = "is not a name (1 to 31 of letters, digits, _ . -, not starting with .)";
-        else if (named) memcpy(name, eq + 1, vl), name[vl] = 0;
-        else if (k < 0)
-            bad = "has an unknown key (name, lr, layers, dim, heads, ctx, batch, "
-                  "microbatches, warmup, seed)";
-        else if (parse_value(k, eq + 1, vl, &x[k])) {
-            pm_cli_fail("%s:%d: '%.*s': %s must be %s", file, line, (int)(q - p), p, key,
-                        value_rule(k));
-            return -1;
-        }
-        if (bad) {
-            pm_cli_fail("%s:%d: '%.*s' %s", file, line, (int)(q - p), p, bad);
-            return -1;
-        }
-        any++;
-        p = q;
-    }
-    return any;
-}
-
-/* Task i (from line at[i]) takes a name no earlier task has. */
-static int name_free(const char *file, const pm_select_task *t, const int *at, int i, int given) {
-    for (int j = 0; j < i; j++)
-        if (!strcmp(t[j].name, t[i].name))
-            return pm_cli_fail("%s:%d: the name %s%s is taken by the task of line %d; give this "
-                               "one name=NAME", file, at[i], t[i].name,
-                               given ? "" : " (its default)", at[j]);
-    return 0;
-}
-
-/* --tasks FILE: one task per line, key=value pairs; swept lists are not
- * allowed beside it (one way to say what runs). */
-static int read_tasks(const sel_opts *o, pm_select_task *t, int *n) {
-    char *text = NULL;
-    size_t len = 0;
-    pm_err e;
-    if (pm_read_file(o->tasks_file, PM_TEXT_MAX, &text, &len, &e)) return pm_cli_fail("%s", e.msg);
-    int line = 0, rc = 0, *at = pm_malloc(MAX_TASKS * sizeof *at); /* each task's line */
-    if (!at) rc = pm_cli_fail("select: out of memory");
-    for (size_t i = 0; i < len && !rc;) {
-        size_t end = i;
-        while (end < len && text[end] != '\n') end++;
-        double x[K_COUNT];
-        char name[32];
-        for (int k = 0; k < K_COUNT; k++) x[k] = NAN;
-        int got = parse_task_line(o->tasks_file, ++line, text + i, text + end, x, name);
-        if (got < 0) rc = 1;
-        else if (got && *n == MAX_TASKS)
-            rc = pm_cli_fail("%s: more than %d tasks", o->tasks_file, MAX_TASKS);
-        else if (got && !(rc = make_task(o, x, &t[*n], *n))) {
-            if (name[0]) snprintf(t[*n].name, sizeof t[*n].name, "%s", name);
-            at[*n] = line;
-            rc = name_free(o->tasks_file, t, at, *n, name[0] != 0);
-            (*n)++;
-        }
-        i = end + 1;
-    }
-    pm_free(text), pm_free(at);
-    if (!rc && !*n) rc = pm_cli_fail("%s: no tasks in it", o->tasks_file);
-    return rc;
+    return o->asha ? asha_rungs(o, t, *n) : 0;
 }
 
 /* ---- training ------------------------------------------------------------- */
@@ -346,6 +233,36 @@ static void on_sigint(int sig) {
     (void)sig;
     atomic_store(&interrupt_flag, 1);
     signal(SIGINT, SIG_DFL);
+}
+
+/* The learning-rate schedule of the checkpoint at path is the task's: a
+ * resumed run with other steps (and so another cosine and warm-up) would
+ * train neither sweep, so it is refused, saying what changed. (The model,
+ * data, lr and weight decay pm_ckpt_load checks.) */
+static int schedule_kept(const char *path, const pm_select_task *t) {
+    pm_ckpt_info in;
+    pm_err e;
+    if (pm_ckpt_info_read(path, &in, &e)) return pm_cli_fail("task %s: %s", t->name, e.msg);
+    const pm_optim_cfg *a = &in.cfg.opt, *b = &t->cfg.opt;
+    char was[200] = "", now[200] = "";
+    size_t w = 0, m = 0;
+    if (a->steps != b->steps) {
+        w += (size_t)snprintf(was + w, sizeof was - w, " --steps %d", a->steps);
+        m += (size_t)snprintf(now + m, sizeof now - m, " --steps %d", b->steps);
+    }
+    if (a->warmup != b->warmup) {
+        w += (size_t)snprintf(was + w, sizeof was - w, " --warmup %d", a->warmup);
+        m += (size_t)snprintf(now + m, sizeof now - m, " --warmup %d", b->warmup);
+    }
+    if (a->lr_min_frac != b->lr_min_frac || a->beta1 != b->beta1 || a->beta2 != b->beta2 ||
+        a->eps != b->eps || a->grad_clip != b->grad_clip) {
+        w += (size_t)snprintf(was + w, sizeof was - w, " other AdamW settings");
+        m += (size_t)snprintf(now + m, sizeof now - m, " select's");
+    }
+    if (!w) return 0;
+    return pm_cli_fail("task %s: %s was made with%s, this run has%s (the learning-rate schedule "
+                       "would change mid-run); resume with%s, or give another --resume DIR",
+                       t->name, path, was, now, was);
 }
 
 /* --resume DIR: each task with a checkpoint there continues from it
@@ -363,6 +280,7 @@ static int resume_task(const sel_opts *o, const pm_tokens *va, const pm_select_t
     *skip = access(path, F_OK) == 0;
     snprintf(path, sizeof path, "%s/%s.ckpt", o->resume, t->name);
     if (access(path, F_OK)) return 0;
+    if (schedule_kept(path, t)) return -1;
     if (pm_ckpt_load(host, path, &e)) return -pm_cli_fail("task %s: %s", t->name, e.msg);
     pm_select_saved_losses(o->resume, t->name, host->step, loss, val);
     if (!isfinite(*val) && pm_trainer_eval(host, va, o->eval_batches, val, &e))
@@ -450,6 +368,7 @@ static int train_tasks(const sel_opts *o, pm_select_task *t, int n,
     for (int i = 0; i < n; i++) pg.steps_all += t[i].cfg.opt.steps - hosts[i].step;
     pm_select_opts so = {.devices = o->devices, .policy = o->policy, .prefetch = o->prefetch,
                          .eval_every = o->eval_every, .halving = o->halving,
+                         .asha = o->asha, .rungs = o->rungs, .nrung = o->nrung,
                          .eval_batches = o->eval_batches, .val = &va, .save_dir = o->resume,
                          .stop_after = o->stop_after, .skip = skip, .prior_loss = prior,
                          .prior_val = prior ? prior + n : NULL, .report = sel_on_event,
@@ -496,29 +415,18 @@ static int train_tasks(const sel_opts *o, pm_select_task *t, int n,
 }
 
 /* Before anything is allocated: the devices' slabs (what the largest
- * shards need, pm_select_slab_bytes) and the tasks' state in RAM against
- * this machine's memory (pm_trainer_init checks one task at a time). With
- * --spill a task's state is in RAM only while a device evaluates it. */
+ * shards need, at most --device-mem) and the tasks' state in RAM against
+ * the memory this machine has available now (pm_trainer_init checks one
+ * task at a time). With --spill a task's state is in RAM only while a
+ * device evaluates it. */
 static int memory_fits(const sel_opts *o, const pm_select_task *t, int n,
                        const pm_select_layout *lay) {
-    double slab = (double)pm_select_slab_bytes(lay), dev = o->devices * slab, tasks = 0;
-    double biggest = 0, G = 1 << 30, have = (double)pm_mem_physical();
+    pm_select_ram need;
+    pm_err e;
     int spill = o->spill && strcmp(o->spill, "ram");
-    for (int i = 0; i < n; i++) {
-        pm_err e;
-        size_t b = pm_train_mem_bytes(&t[i].cfg, &e);
-        if (!b) return pm_cli_fail("task %s: %s", t[i].name, e.msg);
-        double state = 4.0 * sizeof(float) * (double)pm_gpt_num_params(&t[i].cfg.model);
-        tasks += spill ? (double)b - state : (double)b;
-        biggest = fmax(biggest, state);
-    }
-    if (spill) tasks += fmin(o->devices, n) * biggest;
-    if (have > 0 && dev + tasks > have)
-        return pm_cli_fail("select: %d devices' slabs of %.3f GiB (%.2f GiB) and the tasks' "
-                           "state in RAM (%.2f GiB) need %.2f GiB, but this machine has %.2f "
-                           "GiB; use fewer --devices, a smaller --device-mem (smaller shards)%s",
-                           o->devices, slab / G, dev / G, tasks / G, (dev + tasks) / G, have / G,
-                           spill ? "" : " or --spill DIR");
+    if (pm_select_ram_need(t, n, lay, o->devices, spill, &need, &e) ||
+        pm_select_ram_check(&need, (double)pm_mem_available(), &e))
+        return pm_cli_fail("select: %s", e.msg);
     return 0;
 }
 
@@ -562,24 +470,22 @@ int pm_cmd_select(int argc, char **argv) {
     sel_opts o;
     int rc = parse_args(argc, argv, &o);
     if (rc) return rc == 2 ? 0 : rc;
-    int swept = 0;
-    for (int k = 0; k < K_COUNT; k++) swept |= o.n[k] > 0;
-    if (o.tasks_file && swept)
-        return pm_cli_fail("select: give the tasks either as lists or as --tasks FILE, not both");
-    pm_select_task *t = pm_calloc(MAX_TASKS, sizeof *t);
+    pm_select_task *t = pm_calloc(SEL_MAX_TASKS, sizeof *t);
     if (!t) return pm_cli_fail("select: out of memory for the tasks");
     int n = 0;
-    rc = o.tasks_file ? read_tasks(&o, t, &n) : expand(&o, t, &n);
+    rc = make_tasks(&o, t, &n);
     if (!rc && o.data) rc = take_vocab(o.data, t, n);
     pm_select_layout lay;
     pm_err e;
     if (!rc && pm_select_partition(t, n, o.device_mem, 2, &lay, &e))
         rc = pm_cli_fail("%s", e.msg);
+    const char *spill = o.spill && strcmp(o.spill, "ram") ? o.spill : NULL;
+    sel_eval ev = {o.eval_every, o.eval_batches};
     if (!rc && o.dry_run && o.json) {
-        rc = sel_print_dry_json(t, n, &lay, o.devices, o.steps);
+        rc = sel_print_dry_json(t, n, &lay, o.devices, o.steps, spill, &ev);
     } else if (!rc && o.dry_run) {
         sel_print_plan(t, n, &lay);
-        rc = sel_print_policies(t, n, o.devices, o.steps);
+        rc = sel_print_policies(t, n, o.devices, &lay, spill, &ev);
     } else if (!rc) {
         rc = outputs_distinct(&o, t, n);
         if (!rc && o.save_best && pm_cli_out_check(o.save_best)) rc = 1;

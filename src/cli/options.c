@@ -26,6 +26,7 @@ static const struct {
     {"device_mem", "--device-mem", 0}, {"spill_dir", "--spill", 0},
     {"stop_after", "--stop-after", 0}, {"micro", "--microbatches", 0},
     {"opt.lr", "--lr", 0},             {"opt.steps", "--steps", 0},
+    {"opt.weight_decay", "--weight-decay", 0}, {"opt.warmup", "--warmup", 0},
     {"model.layers", "--layers", 0},   {"model.dim", "--dim", 0},
     {"model.ctx", "--ctx", 0},         {"model.heads", "--heads", 0},
     {"batch", "--batch", 1},           {"seed", "--seed", 1},

@@ -12,13 +12,15 @@ void sel_print_plan(const pm_select_task *t, int n, const pm_select_layout *lay)
     printf("device slab: %d state slot%s of %zu bytes + activations %zu bytes = %zu of %zu\n",
            lay->slots, lay->slots > 1 ? "s" : "", lay->state_slot, lay->act_slot,
            (size_t)lay->slots * lay->state_slot + lay->act_slot, lay->device_mem);
-    printf("%-10s %-9s %6s %5s %5s %4s %5s %5s %5s  %s\n", "task", "lr", "layers", "dim", "heads",
-           "ctx", "batch", "micro", "shards", "layers: state bytes / activation bytes");
+    printf("%-10s %-10s %6s %5s %5s %4s %5s %5s %6s %5s  %s\n", "task", "lr", "layers", "dim",
+           "heads", "ctx", "batch", "micro", "steps", "shards",
+           "layers: state bytes / activation bytes");
     for (int i = 0; i < n; i++) {
         const pm_train_cfg *c = &t[i].cfg;
-        printf("%-10s %-9.3g %6d %5d %5d %4d %5d %5d %5d ", t[i].name, (double)c->opt.lr,
-               c->model.layers, c->model.dim, c->model.heads, c->model.ctx, c->batch, c->micro,
-               t[i].nshard);
+        char lr[PM_FLOAT_TEXT];
+        printf("%-10s %-10s %6d %5d %5d %4d %5d %5d %6d %5d ", t[i].name,
+               pm_float_text(lr, c->opt.lr), c->model.layers, c->model.dim, c->model.heads,
+               c->model.ctx, c->batch, c->micro, c->opt.steps, t[i].nshard);
         for (int k = 0; k < t[i].nshard; k++)
             printf(" %d-%d: %zu/%zu", t[i].shard[k].first, t[i].shard[k].last - 1,
                    t[i].shard[k].state, t[i].shard[k].act);
@@ -26,23 +28,48 @@ void sel_print_plan(const pm_select_task *t, int n, const pm_select_layout *lay)
     }
 }
 
-/* Simulated makespan of each policy for `steps` steps of every task, the
- * passes' FLOPs at the rate measured on one block (pm_select_rate):
- * mk[p] per policy and *bound, the lower bound. */
-static int simulate_policies(const pm_select_task *t, int n, int D, int steps, double *rate,
-                             double mk[PM_POLICY_COUNT], double *bound) {
+/* The forecast (forecast.c): every task's steps pass by pass, compute
+ * and the state's moves at rates measured first, each policy simulated
+ * over them. */
+typedef struct {
+    pm_select_rates r;
+    double mk[PM_POLICY_COUNT], bound;
+    double *compute, *move; /* (n) each task's seconds of compute and moves, all its steps */
+} sel_forecast;
+
+static void forecast_free(sel_forecast *f) { pm_free(f->compute), pm_free(f->move); }
+
+/* Task i's pass list, costed, into sh/co (and its totals into f). */
+static int task_costs(const pm_select_task *t, const sel_eval *ev, const pm_select_rates *r,
+                      int64_t np, int *sh, double *co, double *compute, double *move) {
+    double *mv = pm_malloc((size_t)np * sizeof *mv);
+    if (!mv) return 1;
+    pm_select_task_costs(t, t->cfg.opt.steps, ev->every, ev->batches, r, sh, co, mv);
+    *compute = *move = 0;
+    for (int64_t k = 0; k < np; k++) *compute += co[k], *move += mv[k], co[k] += mv[k];
+    pm_free(mv);
+    return 0;
+}
+
+static int forecast(const pm_select_task *t, int n, int D, const pm_select_layout *lay,
+                    const char *spill, const sel_eval *ev, sel_forecast *f) {
     pm_err e0;
-    if (pm_select_rate(t, n, rate, &e0)) return pm_cli_fail("select: %s", e0.msg);
+    *f = (sel_forecast){.compute = pm_calloc((size_t)n, sizeof(double)),
+                        .move = pm_calloc((size_t)n, sizeof(double))};
+    if (pm_select_measure(t, n, lay, spill, &f->r, &e0)) {
+        forecast_free(f);
+        return pm_cli_fail("select: %s", e0.msg);
+    }
     int64_t *np = pm_calloc((size_t)n, sizeof *np);
     int **sh = pm_calloc((size_t)n, sizeof *sh);
     double **co = pm_calloc((size_t)n, sizeof *co);
-    int rc = !np || !sh || !co;
+    int rc = !np || !sh || !co || !f->compute || !f->move;
     for (int i = 0; i < n && !rc; i++) {
-        np[i] = (int64_t)steps * (2 * t[i].nshard - 1);
+        np[i] = (int64_t)t[i].cfg.opt.steps * (2 * t[i].nshard - 1);
         sh[i] = pm_malloc((size_t)np[i] * sizeof(int));
         co[i] = pm_malloc((size_t)np[i] * sizeof(double));
-        if (!sh[i] || !co[i]) rc = 1;
-        else pm_select_task_passes(&t[i], steps, *rate, sh[i], co[i]);
+        rc = !sh[i] || !co[i] ||
+             task_costs(&t[i], ev, &f->r, np[i], sh[i], co[i], &f->compute[i], &f->move[i]);
     }
     if (rc) rc = pm_cli_fail("select: out of memory for the simulation");
     pm_select_work w = {n, np, (const int *const *)sh, (const double *const *)co};
@@ -53,36 +80,51 @@ static int simulate_policies(const pm_select_task *t, int n, int D, int steps, d
             rc = pm_cli_fail("%s", e.msg);
             break;
         }
-        mk[p] = r.makespan, *bound = r.lower_bound;
+        f->mk[p] = r.makespan, f->bound = r.lower_bound;
         pm_select_sim_free(&r);
     }
     for (int i = 0; i < n && sh && co; i++) pm_free(sh[i]), pm_free(co[i]);
     pm_free(np), pm_free(sh), pm_free(co);
+    if (rc) forecast_free(f);
     return rc;
 }
 
-int sel_print_policies(const pm_select_task *t, int n, int D, int steps) {
-    double rate, mk[PM_POLICY_COUNT], bound;
-    if (simulate_policies(t, n, D, steps, &rate, mk, &bound)) return 1;
-    printf("%-11s %12s %9s  (simulated, %d steps, %.0f GFLOP/s per device, measured on one "
-           "block)\n", "policy", "makespan s", "vs bound", steps, rate / 1e9);
+int sel_print_policies(const pm_select_task *t, int n, int D, const pm_select_layout *lay,
+                       const char *spill, const sel_eval *ev) {
+    sel_forecast f;
+    if (forecast(t, n, D, lay, spill, ev, &f)) return 1;
+    double compute = 0, move = 0;
+    for (int i = 0; i < n; i++) compute += f.compute[i], move += f.move[i];
+    printf("forecast, measured on this machine first: compute at %.1f GFLOP/s per device "
+           "(one block), the shards' state in from %s at %.2f GB/s and back at %.2f GB/s, "
+           "AdamW at %.0f M parameters/s; evaluations included; the moves are %.0f%% of the work "
+           "(%.3f of %.3f s)\n",
+           f.r.flops / 1e9, spill ? "the spill files" : "RAM", f.r.read_bps / 1e9,
+           f.r.write_bps / 1e9, 1e-6 / f.r.adamw_s, 100 * move / (compute + move), move,
+           compute + move);
+    printf("%-11s %12s %9s\n", "policy", "makespan s", "vs bound");
     for (int p = 0; p < PM_POLICY_COUNT; p++)
-        printf("%-11s %12.3f %8.3fx\n", pm_select_policy_names[p], mk[p], mk[p] / bound);
-    printf("%-11s %12.3f\n", "lower bound", bound);
+        printf("%-11s %12.3f %8.3fx\n", pm_select_policy_names[p], f.mk[p], f.mk[p] / f.bound);
+    printf("%-11s %12.3f\n", "lower bound", f.bound);
+    forecast_free(&f);
     return 0;
 }
 
 static void json_config(const pm_train_cfg *c) {
-    printf("{\"lr\": %.9g, \"layers\": %d, \"dim\": %d, \"heads\": %d, \"ctx\": %d, "
-           "\"batch\": %d, \"microbatches\": %d, \"warmup\": %d, \"seed\": %llu}",
-           (double)c->opt.lr, c->model.layers, c->model.dim, c->model.heads, c->model.ctx,
-           c->batch, c->micro, c->opt.warmup, (unsigned long long)c->seed);
+    char lr[PM_FLOAT_TEXT];
+    char wd[PM_FLOAT_TEXT];
+    printf("{\"lr\": %s, \"layers\": %d, \"dim\": %d, \"heads\": %d, \"ctx\": %d, "
+           "\"batch\": %d, \"microbatches\": %d, \"warmup\": %d, \"seed\": %llu, "
+           "\"steps\": %d, \"weight_decay\": %s}",
+           pm_float_text(lr, c->opt.lr), c->model.layers, c->model.dim, c->model.heads,
+           c->model.ctx, c->batch, c->micro, c->opt.warmup, (unsigned long long)c->seed,
+           c->opt.steps, pm_float_text(wd, c->opt.weight_decay));
 }
 
 int sel_print_dry_json(const pm_select_task *t, int n, const pm_select_layout *lay, int D,
-                       int steps) {
-    double rate, mk[PM_POLICY_COUNT], bound;
-    if (simulate_policies(t, n, D, steps, &rate, mk, &bound)) return 1;
+                       int steps, const char *spill, const sel_eval *ev) {
+    sel_forecast f;
+    if (forecast(t, n, D, lay, spill, ev, &f)) return 1;
     printf("{\"dry_run\": true, \"devices\": %d, \"device_mem\": %zu, \"slab\": {\"slots\": "
            "%d, \"state_slot\": %zu, \"act_slot\": %zu, \"bytes\": %zu}, \"tasks\": [", D,
            lay->device_mem, lay->slots, lay->state_slot, lay->act_slot,
@@ -97,13 +139,17 @@ int sel_print_dry_json(const pm_select_task *t, int n, const pm_select_layout *l
             printf("%s{\"first_layer\": %d, \"last_layer\": %d, \"state\": %zu, \"act\": %zu}",
                    k ? ", " : "", t[i].shard[k].first, t[i].shard[k].last - 1,
                    t[i].shard[k].state, t[i].shard[k].act);
-        printf("]}");
+        printf("], \"compute_s\": %.9g, \"move_s\": %.9g}", f.compute[i], f.move[i]);
     }
-    printf("], \"steps\": %d, \"flops_per_s\": %.6g, \"policies\": [", steps, rate);
+    printf("], \"steps\": %d, \"store\": \"%s\", \"flops_per_s\": %.9g, "
+           "\"state_read_bytes_per_s\": %.9g, \"state_write_bytes_per_s\": %.9g, "
+           "\"adamw_s_per_param\": %.9g, \"policies\": [", steps, spill ? "spill" : "ram",
+           f.r.flops, f.r.read_bps, f.r.write_bps, f.r.adamw_s);
     for (int p = 0; p < PM_POLICY_COUNT; p++)
         printf("%s{\"policy\": \"%s\", \"makespan_s\": %.9g}", p ? ", " : "",
-               pm_select_policy_names[p], mk[p]);
-    printf("], \"lower_bound_s\": %.9g}\n", bound);
+               pm_select_policy_names[p], f.mk[p]);
+    printf("], \"lower_bound_s\": %.9g}\n", f.bound);
+    forecast_free(&f);
     return 0;
 }
 
@@ -166,32 +212,55 @@ void sel_on_event(void *ctx, const pm_select_event *ev) {
 
 static const char *const state_names[] = {"running", "done", "failed", "stopped"};
 
-/* Tasks by validation loss, unknown last (stable: index order on ties). */
+/* A task's place in the ranking: 0 finished (every step run) with a
+ * validation loss, 1 stopped early with one (halving, ASHA, an
+ * interruption), 2 failed or without one. */
+static int rank_group(const pm_select_result *r) {
+    if (r->state == PM_SELECT_FAILED || isnan(r->val_loss)) return 2;
+    return r->state == PM_SELECT_DONE ? 0 : 1;
+}
+
+/* 1 if task b ranks above task a (sel_rank's order). */
+static int ranks_above(const pm_select_result *a, const pm_select_result *b) {
+    int ga = rank_group(a), gb = rank_group(b);
+    if (ga != gb) return gb < ga;
+    if (ga == 1 && a->val_step != b->val_step) return b->val_step > a->val_step;
+    return ga < 2 && b->val_loss < a->val_loss;
+}
+
+/* Insertion sort: stable, so ties keep the index order. */
 void sel_rank(const pm_select_result *res, int n, int *order) {
     for (int i = 0; i < n; i++) order[i] = i;
     for (int i = 1; i < n; i++)
-        for (int j = i; j > 0; j--) {
-            double a = res[order[j - 1]].val_loss, b = res[order[j]].val_loss;
-            int swap = (isnan(a) && !isnan(b)) || (!isnan(a) && !isnan(b) && b < a);
-            if (!swap) break;
+        for (int j = i; j > 0 && ranks_above(&res[order[j - 1]], &res[order[j]]); j--) {
             int x = order[j];
             order[j] = order[j - 1], order[j - 1] = x;
         }
 }
 
+const char sel_rank_rule[] =
+    "ranked: tasks that ran every step by validation loss, then tasks stopped early by the "
+    "step of their last validation loss (later first) and that loss, then the rest";
+
 void sel_print_table(FILE *f, const pm_select_task *t, const pm_select_result *r,
                      const int *order, int n) {
-    fprintf(f, "%-10s %-9s %6s %5s %5s %4s %5s %5s %6s %6s %7s %10s %10s %8s %8s %6s  %s\n",
-            "task", "lr", "layers", "dim", "heads", "ctx", "batch", "micro", "warmup", "seed",
-            "steps", "loss", "val loss", "wall s", "busy s", "shards", "state");
+    fprintf(f, "%s\n", sel_rank_rule);
+    fprintf(f, "%-10s %-10s %6s %5s %5s %4s %5s %5s %6s %-6s %6s %11s %10s %10s %7s %8s %8s "
+            "%6s  %s\n", "task", "lr", "layers", "dim", "heads", "ctx", "batch", "micro",
+            "warmup", "wd", "seed", "steps", "loss", "val loss", "at step", "wall s", "busy s",
+            "shards", "state");
     for (int k = 0; k < n; k++) {
         int i = order[k];
         const pm_train_cfg *c = &t[i].cfg;
-        fprintf(f, "%-10s %-9.3g %6d %5d %5d %4d %5d %5d %6d %6llu %7lld %10.4f %10.4f %8.2f "
-                "%8.2f %6d  %s%s%s\n", t[i].name, (double)c->opt.lr, c->model.layers,
-                c->model.dim, c->model.heads, c->model.ctx, c->batch, c->micro, c->opt.warmup,
-                (unsigned long long)c->seed, (long long)r[i].steps, r[i].final_loss,
-                r[i].val_loss, r[i].wall_s, r[i].busy_s, t[i].nshard, state_names[r[i].state],
+        char lr[PM_FLOAT_TEXT], wd[PM_FLOAT_TEXT], steps[40], at[24] = "-";
+        snprintf(steps, sizeof steps, "%lld/%d", (long long)r[i].steps, c->opt.steps);
+        if (r[i].val_step >= 0) snprintf(at, sizeof at, "%lld", (long long)r[i].val_step);
+        fprintf(f, "%-10s %-10s %6d %5d %5d %4d %5d %5d %6d %-6s %6llu %11s %10.4f %10.4f %7s "
+                "%8.2f %8.2f %6d  %s%s%s\n", t[i].name, pm_float_text(lr, c->opt.lr),
+                c->model.layers, c->model.dim, c->model.heads, c->model.ctx, c->batch, c->micro,
+                c->opt.warmup, pm_float_text(wd, c->opt.weight_decay),
+                (unsigned long long)c->seed, steps, r[i].final_loss, r[i].val_loss, at,
+                r[i].wall_s, r[i].busy_s, t[i].nshard, state_names[r[i].state],
                 r[i].why[0] ? ": " : "", why_flags(r[i].why).s);
     }
 }
@@ -227,6 +296,8 @@ void sel_print_json(pm_select_policy policy, int devices, size_t device_mem,
         json_num(stdout, r[i].final_loss);
         printf(", \"val_loss\": ");
         json_num(stdout, r[i].val_loss);
+        if (r[i].val_step >= 0) printf(", \"val_step\": %lld", (long long)r[i].val_step);
+        else printf(", \"val_step\": null");
         printf(", \"steps_run\": %lld, \"wall_s\": %.6f, \"busy_s\": %.6f, \"shards\": %d, "
                "\"state\": \"%s\", \"why\": ", (long long)r[i].steps, r[i].wall_s, r[i].busy_s,
                t[i].nshard, state_names[r[i].state]);
@@ -242,15 +313,19 @@ int sel_write_csv(const char *path, const pm_select_task *t, const pm_select_res
     pm_err e;
     if (pm_wfile_open(&w, path, &e)) return pm_cli_fail("%s", e.msg);
     fprintf(w.f, "task,lr,layers,dim,heads,ctx,batch,microbatches,warmup,seed,steps_run,"
-                 "final_loss,val_loss,wall_s,busy_s,shards,state,why\n");
+                 "final_loss,val_loss,val_step,steps,weight_decay,wall_s,busy_s,shards,state,"
+                 "why\n");
     for (int k = 0; k < n; k++) {
         int i = order[k];
         const pm_train_cfg *c = &t[i].cfg;
-        fprintf(w.f, "%s,%.9g,%d,%d,%d,%d,%d,%d,%d,%llu,%lld,%.9g,%.9g,%.6f,%.6f,%d,%s,\"",
-                t[i].name, (double)c->opt.lr, c->model.layers, c->model.dim, c->model.heads,
-                c->model.ctx, c->batch, c->micro, c->opt.warmup, (unsigned long long)c->seed,
-                (long long)r[i].steps, r[i].final_loss, r[i].val_loss, r[i].wall_s, r[i].busy_s,
-                t[i].nshard, state_names[r[i].state]);
+        char lr[PM_FLOAT_TEXT], wd[PM_FLOAT_TEXT], at[24] = "";
+        if (r[i].val_step >= 0) snprintf(at, sizeof at, "%lld", (long long)r[i].val_step);
+        fprintf(w.f, "%s,%s,%d,%d,%d,%d,%d,%d,%d,%llu,%lld,%.9g,%.9g,%s,%d,%s,%.6f,%.6f,%d,%s,\"",
+                t[i].name, pm_float_text(lr, c->opt.lr), c->model.layers, c->model.dim,
+                c->model.heads, c->model.ctx, c->batch, c->micro, c->opt.warmup,
+                (unsigned long long)c->seed, (long long)r[i].steps, r[i].final_loss,
+                r[i].val_loss, at, c->opt.steps, pm_float_text(wd, c->opt.weight_decay),
+                r[i].wall_s, r[i].busy_s, t[i].nshard, state_names[r[i].state]);
         why_text why = why_flags(r[i].why);
         for (const char *q = why.s; *q; q++) { /* CSV quoting: a quote doubled */
             if (*q == '"') fputc('"', w.f);

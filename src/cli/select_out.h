@@ -9,12 +9,19 @@
 #include "pipemem/pm_select.h"
 
 /* --dry-run: every task's shards and the slab, then each policy's makespan
- * simulated from FLOPs at an assumed 50 GFLOP/s per device. */
+ * forecast from the passes' FLOPs and their shards' state moves, at rates
+ * measured first (pm_select_measure; spill: the spill directory, or NULL
+ * for RAM). */
+typedef struct {
+    int every, batches; /* --eval-every (0: only at the end), --eval-batches */
+} sel_eval;
 void sel_print_plan(const pm_select_task *t, int n, const pm_select_layout *lay);
-int sel_print_policies(const pm_select_task *t, int n, int D, int steps);
-/* --dry-run --json: the same as one JSON object on standard output. */
+int sel_print_policies(const pm_select_task *t, int n, int D, const pm_select_layout *lay,
+                       const char *spill, const sel_eval *ev);
+/* --dry-run --json: the same as one JSON object on standard output (steps:
+ * the longest task's). */
 int sel_print_dry_json(const pm_select_task *t, int n, const pm_select_layout *lay, int D,
-                       int steps);
+                       int steps, const char *spill, const sel_eval *ev);
 
 /* Progress lines on standard error (pm_select_opts.report). */
 typedef struct {
@@ -25,8 +32,13 @@ typedef struct {
 } sel_progress;
 void sel_on_event(void *ctx, const pm_select_event *ev);
 
-/* The results: order[] ranks tasks by validation loss (unknown last). */
+/* The results: order[] ranks the tasks that ran every step by validation
+ * loss, then those stopped early (halving, ASHA, an interruption) by the
+ * step of their last validation loss, later first, then by that loss, then
+ * failed tasks and those without a validation loss (ties: index order);
+ * sel_rank_rule says so in one line, above the table. */
 void sel_rank(const pm_select_result *res, int n, int *order);
+extern const char sel_rank_rule[];
 void sel_print_table(FILE *f, const pm_select_task *t, const pm_select_result *r,
                      const int *order, int n);
 void sel_print_json(pm_select_policy policy, int devices, size_t device_mem,

@@ -5,6 +5,7 @@
  * Invariants: every option is one row of OPTS, so both modes accept the same
  * names with the same defaults and ranges; an option that makes sense in one
  * mode only is rejected in the other with a one-line error naming it. */
+#include <float.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -23,6 +24,17 @@ static int parse_seed(const pm_cli_opt *d, const char *val, void *dst) {
     return 0;
 }
 
+/* --weight-decay X: a number from 0 a float holds (AdamW's decay of the
+ * matrices, as lr * X per step; 0 turns it off). */
+static int parse_decay(const pm_cli_opt *d, const char *val, void *dst) {
+    double x;
+    if (pm_cli_double(d->name, val, &x)) return 1;
+    if (!(x >= 0 && x <= FLT_MAX))
+        return pm_cli_fail("%s: %s is not a number from 0 up to 3.4e38 (a float)", d->name, val);
+    *(double *)dst = x;
+    return 0;
+}
+
 /* The tag is the option's mode: 0 both, 'p' pipeline only, 't' selects the
  * pipeline, 's' single device only. */
 #define F(x) offsetof(pm_cli_train_opts, x)
@@ -37,6 +49,7 @@ static const pm_cli_opt OPTS[] = {
     I("--ctx", 1, ctx, 0),          I("--batch", 1, batch, 0),
     I("--microbatches", 1, micro, 0), I("--steps", 1, steps, 0),
     {"--lr", 'p', 0, 0, F(lr), NULL, NULL, 0}, I("--warmup", 0, warmup, 0),
+    {"--weight-decay", 'x', 0, 0, F(weight_decay), parse_decay, NULL, 0},
     I("--eval-every", 0, eval_every, 0), I("--eval-batches", 1, eval_batches, 0),
     {"--seed", 'x', 0, 0, F(seed), parse_seed, NULL, 0}, I("--stop-after", 1, stop_after, 0),
     {"--json", 'f', 1, 0, F(json), NULL, NULL, 0}, I("--threads", 1, threads, 's'),
@@ -58,6 +71,7 @@ static void usage(FILE *f) {
             "usage: pipemem train (--data DIR | --train FILE --val FILE) [--pad-vocab N]\n"
             "         [--layers L] [--dim C] [--heads H] [--ctx T]\n"
             "         [--batch B] [--microbatches K] [--steps N] [--lr X] [--warmup N]\n"
+            "         [--weight-decay X]\n"
             "         [--eval-every N] [--eval-batches N] [--save FILE] [--resume FILE]\n"
             "         [--seed S] [--stop-after N] [--json]\n"
             "         [--threads N | --pp P [--schedule KIND | --schedule-file FILE]\n"
@@ -72,6 +86,7 @@ static void usage(FILE *f) {
             "  786). B sequences of T\n"
             "  tokens per step, split into K microbatches whose gradients accumulate.\n"
             "  Defaults: L 4, C 128, H 4, T 64, B 8, K 1, N 100, lr 1e-3, warm-up N/10,\n"
+            "  weight decay 0.1 (AdamW's, of the matrices),\n"
             "  threads = cores, eval every N/5 steps on 4 batches, seed 1.\n"
             "  --save writes the checkpoint at every evaluation and at the end; --resume\n"
             "  with the same options continues bitwise as if never stopped. --stop-after N\n"
@@ -114,7 +129,7 @@ static void defaults(pm_cli_train_opts *o) {
     long nproc = sysconf(_SC_NPROCESSORS_ONLN);
     *o = (pm_cli_train_opts){.layers = 4, .dim = 128, .heads = 4, .ctx = 64, .batch = 8,
                              .micro = 1, .steps = 100, .eval_every = -1, .eval_batches = 4,
-                             .warmup = -1, .lr = 1e-3, .seed = 1,
+                             .warmup = -1, .lr = 1e-3, .weight_decay = -1, .seed = 1,
                              .threads = nproc > 0 ? (int)nproc : 1, .pp = 1, .kind = "1f1b",
                              .dp = 1};
 }
@@ -234,6 +249,7 @@ void pm_cli_train_cfg(const pm_cli_train_opts *o, const pm_tokens *tr, pm_train_
     pm_optim_defaults(&cfg->opt, o->steps);
     cfg->opt.lr = (float)o->lr;
     if (o->warmup >= 0) cfg->opt.warmup = o->warmup < o->steps ? o->warmup : o->steps;
+    if (o->weight_decay >= 0) cfg->opt.weight_decay = (float)o->weight_decay;
 }
 
 static int load_split(const char *dir, const char *name, pm_tokens *t) {

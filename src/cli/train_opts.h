@@ -22,6 +22,7 @@ typedef struct {
     int stop_after; /* stop after this step as if interrupted (0: run to --steps) */
     int json;
     double lr;
+    double weight_decay; /* AdamW's decoupled decay of matrices; -1: the default 0.1 */
     uint64_t seed;
     int threads; /* BLAS threads: --threads (single device) or 1 (pipeline) */
     /* pipeline (--pp, --schedule, --schedule-file set pipeline) */

@@ -22,7 +22,10 @@ typedef struct {
     int64_t stop_at;      /* steps to run */
     int pass;             /* next pass of the current step, 0 .. 2S-2 */
     int running;          /* a device is running its pass */
-    int at_rung;          /* halving: evaluated, waiting for the others' evaluations */
+    int at_rung;          /* halving: evaluated, waiting for the others' evaluations;
+                             ASHA: reported at its rung, waiting for a promotion */
+    int rung;             /* ASHA: the rung it runs toward or waits at */
+    int reached;          /* ASHA: rungs it reported at (0 .. nrung - 1) */
     int state;            /* pm_select_state */
     double loss_sum;      /* this step's microbatch losses, in order */
     double last_loss;     /* the last completed step's mean loss */
@@ -115,6 +118,29 @@ typedef struct {
     const void *ctx; /* the caller's state and the choosing device */
 } sel_lrtf;
 int sel_lrtf_pick(const sel_lrtf *q, int n);
+
+/* ASHA's bookkeeping (asha.c), under the scheduler's lock. */
+typedef struct {
+    int eta, nrung, n;     /* off unless eta >= 2 */
+    const int64_t *rungs;  /* (nrung) the caller's */
+    int *entrants;         /* (nrung) N_k: at most ceil(N_k / eta) leave rung k */
+    double *loss;          /* (n, nrung) each task's validation loss at each rung it reported */
+    double *key;           /* (n) scratch: the losses at one rung */
+    int *idx;              /* (2n) scratch: the reporters, their order */
+    unsigned char *state;  /* (2n) scratch: their pm_select_asha_state, the promotions */
+} sel_asha;
+/* Where each task stands from its step (a resumed sweep's too); after the
+ * tasks' run state is made. Refuses tasks whose steps are not the last rung. */
+pm_status sel_asha_init(sel_asha *a, const pm_select_opts *o, sel_task *t, int n, pm_err *err);
+void sel_asha_free(sel_asha *a);
+/* 1 if t's step is the rung it runs toward (its evaluation there is due). */
+int sel_asha_due(const sel_asha *a, const sel_task *t);
+/* t reported val at its rung and waits there. */
+void sel_asha_report(sel_asha *a, sel_task *t, double val);
+/* Promotes what ASHA promotes now (rung by rung, upward); the tasks that
+ * must stop (waiting at a rung no task can still reach) are set stopped and
+ * listed in stop (n); returns how many. */
+int sel_asha_decide(sel_asha *a, sel_task *t, int *stop);
 
 /* Applies every shard's pending update to the host slabs (before an
  * evaluation, a save or the end), as the device would have on next load.

@@ -33,7 +33,8 @@ typedef struct {
     pthread_cond_t cv;
     int busy_global;      /* sequential: a pass is running somewhere */
     int *owner;           /* (n) task policy: the device a task is pinned to, -1 none */
-    int *rank;            /* (n) halving: scratch for the ranking */
+    int *rank;            /* (n) halving: scratch for the ranking; ASHA: the stopped */
+    sel_asha asha;        /* ASHA's rungs (off unless o->asha >= 2) */
     int64_t log_cap;      /* passes the run can make: stats->log's size */
     double fl_done, sec_done; /* FLOPs and seconds of every pass run (the rate) */
     double t0;
@@ -230,7 +231,8 @@ static int end_step(sel_run *r, sel_task *t, double *loss, double *val, int *sta
     h->step++;
     int end = h->step >= t->stop_at;
     int stop = !end && r->o->stop_after > 0 && h->step >= r->o->stop_after;
-    int ev = r->o->eval_every > 0 && h->step % r->o->eval_every == 0;
+    int ev = (r->o->eval_every > 0 && h->step % r->o->eval_every == 0) ||
+             sel_asha_due(&r->asha, t);
     if (!end && !stop && !ev) return PM_SELECT_EV_STEP;
     if (sel_store_materialize(t)) return *state = PM_SELECT_FAILED, PM_SELECT_EV_FAILED;
     int kind = host_work(r, t, end, ev, stop, val, state);
@@ -247,6 +249,26 @@ static int pick(sel_run *r, int d) {
 }
 
 /* ---- successive halving -------------------------------------------------- */
+
+/* Under the lock: task i (no device runs it) stops early, `by` halving or
+ * ASHA: its pending updates go to the host, so it ends as saved, and a
+ * marker in the save directory keeps a resumed sweep from reviving it. */
+static void stop_early(sel_run *r, int i, const char *by) {
+    sel_task *t = &r->t[i];
+    if (!sel_store_materialize(t)) { /* else it stays as its last save left it */
+        sel_flush_updates(t);
+        sel_store_release(t);
+    }
+    t->state = PM_SELECT_STOPPED;
+    snprintf(t->why, sizeof t->why, "by %s after step %lld", by, (long long)t->host->step);
+    if (r->o->save_dir) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s.stopped", r->o->save_dir, t->task->name);
+        FILE *f = fopen(path, "w");
+        if (f) fprintf(f, "%s\n", t->why), fclose(f);
+    }
+    emit(r, i, PM_SELECT_EV_STOPPED, t->last_loss, t->val_loss);
+}
 
 /* Under the lock: once every unfinished task has evaluated at this round
  * (at_rung), the best ceil(k / halving) of the k by validation loss (ties
@@ -269,24 +291,25 @@ static void halve(sel_run *r) {
         }
     int keep = (k + r->o->halving - 1) / r->o->halving;
     for (int j = 0; j < k; j++) {
-        sel_task *t = &r->t[idx[j]];
-        t->at_rung = 0;
-        if (j < keep) continue;
-        if (!sel_store_materialize(t)) { /* else it stays as its last save left it */
-            sel_flush_updates(t);
-            sel_store_release(t);
-        }
-        t->state = PM_SELECT_STOPPED;
-        snprintf(t->why, sizeof t->why, "by halving after step %lld",
-                 (long long)t->host->step);
-        if (r->o->save_dir) { /* a marker, so a resumed sweep does not revive it */
-            char path[4096];
-            snprintf(path, sizeof path, "%s/%s.stopped", r->o->save_dir, t->task->name);
-            FILE *f = fopen(path, "w");
-            if (f) fprintf(f, "%s\n", t->why), fclose(f);
-        }
-        emit(r, idx[j], PM_SELECT_EV_STOPPED, t->last_loss, t->val_loss);
+        r->t[idx[j]].at_rung = 0;
+        if (j >= keep) stop_early(r, idx[j], "halving");
     }
+}
+
+/* ---- ASHA (asha.c decides) ----------------------------------------------- */
+
+/* Under the lock: what ASHA promotes now goes on, what it stops stops. */
+static void asha_settle(sel_run *r) {
+    int k = sel_asha_decide(&r->asha, r->t, r->rank);
+    for (int j = 0; j < k; j++) stop_early(r, r->rank[j], "ASHA");
+}
+
+/* Under the lock, after task t's step ended with event kind: a report at
+ * its rung, then ASHA's decisions (an ended or failed task can close a
+ * rung too). */
+static void asha_step(sel_run *r, sel_task *t, int kind, double val) {
+    if (kind == PM_SELECT_EV_EVAL && sel_asha_due(&r->asha, t)) sel_asha_report(&r->asha, t, val);
+    asha_settle(r);
 }
 
 /* ---- prefetch (the copy thread is device.c's) --------------------------- */
@@ -406,6 +429,8 @@ static void *device_main(void *arg) {
         if (last && r->o->halving > 1) {
             t->at_rung = kind == PM_SELECT_EV_EVAL;
             halve(r);
+        } else if (last && r->o->asha > 1) {
+            asha_step(r, t, kind, val);
         }
         pthread_cond_broadcast(&r->cv);
     }
@@ -466,7 +491,7 @@ static pm_status tasks_init(sel_run *r, pm_select_task *tasks, pm_trainer *hosts
         if (hosts[i].step >= t->stop_at) t->state = PM_SELECT_DONE;
         if (r->o->skip && r->o->skip[i]) {
             t->state = PM_SELECT_STOPPED;
-            snprintf(t->why, sizeof t->why, "by halving (before the resume)");
+            snprintf(t->why, sizeof t->why, "early, before the resume (halving or ASHA)");
         }
     }
     return PM_OK;
@@ -493,6 +518,7 @@ static void run_free(sel_run *r) {
     pm_free(r->dev);
     pm_free(r->owner);
     pm_free(r->rank);
+    sel_asha_free(&r->asha);
     tasks_free(r->t, r->n);
 }
 
@@ -508,6 +534,7 @@ static pm_status run_threads(sel_run *r, pm_err *err) {
         pthread_mutex_init(&r->mu, NULL);
         pthread_cond_init(&r->cv, NULL);
         r->t0 = pm_now();
+        if (r->o->asha > 1) asha_settle(r); /* a resumed sweep may wait at a rung */
         for (; started < D; started++) {
             args[started] = (dev_arg){r, started};
             if (pthread_create(&th[started], NULL, device_main, &args[started])) break;
@@ -568,6 +595,7 @@ pm_status pm_select_run(pm_select_task *tasks, pm_trainer *hosts, int n,
         st = pm_errf(err, PM_ERR_NOMEM, "out of memory for a log of %lld passes",
                      (long long)r.log_cap);
     stats->devices = o->devices;
+    if (!st) st = sel_asha_init(&r.asha, o, r.t, n, err);
     if (!st) st = devices_init(&r, err);
     if (!st) st = run_threads(&r, err);
     for (int i = 0; r.t && i < n; i++) /* its state whole, and a spilled one written out */
@@ -577,7 +605,8 @@ pm_status pm_select_run(pm_select_task *tasks, pm_trainer *hosts, int n,
     for (int i = 0; r.t && i < n; i++) {
         sel_task *t = &r.t[i];
         res[i] = (pm_select_result){t->state, hosts[i].step, t->last_loss, t->val_loss, t->busy,
-                                    t->first_start < 0 ? 0 : t->last_end - t->first_start, {0}};
+                                    t->first_start < 0 ? 0 : t->last_end - t->first_start, {0},
+                                    isnan(t->val_loss) ? -1 : t->val_step};
         memcpy(res[i].why, t->why, sizeof res[i].why);
     }
     for (int d = 0; r.dev && d < o->devices; d++)

@@ -584,6 +584,10 @@ pm_status pm_ckpt_check_run(const char *path, const pm_ckpt_info *info, const pm
     if (a->opt.lr != b->opt.lr)
         return pm_errf(err, PM_ERR_ARG, "%s: the checkpoint was made with opt.lr=%g, this run "
                        "has %g; resume with opt.lr=%g", path, a->opt.lr, b->opt.lr, a->opt.lr);
+    if (a->opt.weight_decay != b->opt.weight_decay)
+        return pm_errf(err, PM_ERR_ARG, "%s: the checkpoint was made with opt.weight_decay=%g, "
+                       "this run has %g; resume with opt.weight_decay=%g", path,
+                       a->opt.weight_decay, b->opt.weight_decay, a->opt.weight_decay);
     if (info->data_id && data_id && info->data_id != data_id)
         return pm_errf(err, PM_ERR_ARG,
                        "%s: checkpoint was trained on other data (train tokens identity "

@@ -2,6 +2,7 @@
  * clock, the checksum and JSON strings shared by every module. */
 #include "pipemem/pm_util.h"
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -90,4 +91,18 @@ void pm_json_str(FILE *f, const char *s) {
         else fputc(c, f);
     }
     fputc('"', f);
+}
+
+char *pm_float_text(char *buf, float x) {
+    if (!isfinite(x)) {
+        snprintf(buf, PM_FLOAT_TEXT, "%s", isnan(x) ? "nan" : x > 0 ? "inf" : "-inf");
+        return buf;
+    }
+    /* nine significant digits always read back (FLT_DECIMAL_DIG); fewer
+     * often do, and the fewest that do is the text the number was given as */
+    for (int p = 1; p <= 9; p++) {
+        snprintf(buf, PM_FLOAT_TEXT, "%.*g", p, (double)x);
+        if (strtof(buf, NULL) == x) break;
+    }
+    return buf;
 }

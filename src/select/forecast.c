@@ -1,0 +1,136 @@
+/* forecast.c: the dry run's forecast of a sweep, before it runs: each
+ * pass's compute (its FLOPs at the rate one device thread reaches on one
+ * block, pm_select_rate) plus what moving the shard's state costs, at
+ * rates measured here on this machine (pm_select_measure): copying it in
+ * from the store (RAM, or the spill file), writing back what the pass
+ * changed, and AdamW's update.
+ *
+ * What a pass moves, as pass.c does it: its shard's state (parameters,
+ * gradients, m, v) comes in unless the device already holds it, taken
+ * here as every pass of a task with several shards and none of a task
+ * with one (it stays on its device); a shard's first pass of a step
+ * applies the last step's AdamW update and writes all four back, every
+ * later pass that is not a plain forward writes its gradients back (a
+ * quarter). Copies are counted in series with the compute: on a machine
+ * whose copy thread shares the devices' cores (as here) prefetching does
+ * not hide them. An evaluation (every eval_every steps and after the last)
+ * runs eval_batches microbatches forward through the whole model on the
+ * device that ran the step's last pass, after bringing a spilled task's
+ * state into RAM and writing it back. Checkpoints are not forecast. */
+#define _XOPEN_SOURCE 700 /* pread, pwrite, mkstemp */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "pipemem/pm_select.h"
+
+#define MEASURE_MAX ((size_t)64 << 20) /* bytes copied per measurement, at most */
+#define ROUNDS 3                       /* the best of: others' load only slows */
+
+/* Seconds of the fastest of ROUNDS memcpy of n bytes, dst from src. */
+static double time_copy(unsigned char *dst, const unsigned char *src, size_t n) {
+    double best = 1e30;
+    for (int r = 0; r < ROUNDS; r++) {
+        double t0 = pm_now();
+        memcpy(dst, src, n);
+        double dt = pm_now() - t0;
+        best = dt < best ? dt : best;
+    }
+    return best;
+}
+
+/* The spill store: n bytes written to and read back from an unlinked file
+ * in dir, the fastest of ROUNDS each (the page cache holds it here, as it
+ * holds a sweep's store that fits in RAM). */
+static pm_status time_file(const char *dir, unsigned char *buf, unsigned char *back, size_t n,
+                           double *wr, double *rd, pm_err *err) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/pipemem-measure-XXXXXX", dir);
+    int fd = mkstemp(path);
+    if (fd < 0) return pm_errf(err, PM_ERR_IO, "spill_dir %s: cannot make a file in it", dir);
+    unlink(path);
+    *wr = *rd = 1e30;
+    pm_status st = PM_OK;
+    for (int r = 0; r < ROUNDS && !st; r++) {
+        double t0 = pm_now();
+        ssize_t w = pwrite(fd, buf, n, 0);
+        double t1 = pm_now();
+        ssize_t g = pread(fd, back, n, 0);
+        double t2 = pm_now();
+        if (w != (ssize_t)n || g != (ssize_t)n)
+            st = pm_errf(err, PM_ERR_IO, "spill_dir %s: writing and reading %zu bytes failed",
+                         dir, n);
+        *wr = t1 - t0 < *wr ? t1 - t0 : *wr;
+        *rd = t2 - t1 < *rd ? t2 - t1 : *rd;
+    }
+    close(fd);
+    return st;
+}
+
+/* Seconds per parameter of AdamW's update over n parameters. */
+static double time_adamw(float *p, size_t n) {
+    float *g = p + n, *m = g + n, *v = m + n;
+    pm_optim_adamw_args a = {1e-3f, 0.1f, 0.9f, 0.95f, 1e-8f, 2, 1.0f};
+    double best = 1e30;
+    for (int r = 0; r < ROUNDS; r++) {
+        double t0 = pm_now();
+        pm_optim_adamw_update(p, g, m, v, n, &a);
+        double dt = pm_now() - t0;
+        best = dt < best ? dt : best;
+    }
+    return best / (double)n;
+}
+
+pm_status pm_select_measure(const pm_select_task *t, int n, const pm_select_layout *lay,
+                            const char *spill_dir, pm_select_rates *out, pm_err *err) {
+    *out = (pm_select_rates){0};
+    pm_status st = pm_select_rate(t, n, &out->flops, err);
+    if (st) return st;
+    size_t bytes = lay->state_slot < MEASURE_MAX ? lay->state_slot : MEASURE_MAX;
+    bytes = (bytes < 4096 ? 4096 : bytes) / 16 * 16;
+    unsigned char *a = pm_malloc(2 * bytes);
+    if (!a) return pm_errf(err, PM_ERR_NOMEM, "out of memory for %zu bytes to measure", 2 * bytes);
+    memset(a, 0, 2 * bytes); /* touched: the copies measure copying, not page faults */
+    double rd = time_copy(a + bytes, a, bytes), wr = time_copy(a, a + bytes, bytes);
+    if (spill_dir) st = time_file(spill_dir, a, a + bytes, bytes, &wr, &rd, err);
+    out->spilled = spill_dir != NULL;
+    if (!st) {
+        out->read_bps = (double)bytes / (rd > 0 ? rd : 1e-9);
+        out->write_bps = (double)bytes / (wr > 0 ? wr : 1e-9);
+        out->adamw_s = time_adamw((float *)a, bytes / 16);
+    }
+    pm_free(a);
+    return st;
+}
+
+/* Seconds of one evaluation of t: its forward FLOPs, and a spilled
+ * state's round trip through RAM. */
+static double eval_cost(const pm_select_task *t, const pm_select_rates *r, int batches,
+                        double *move) {
+    double fl = 0, state = 0;
+    for (int s = 0; s < t->nshard; s++)
+        fl += t->shard[s].flops_f, state += (double)t->shard[s].state;
+    *move = r->spilled ? state / r->read_bps + state / r->write_bps : 0;
+    return batches * fl / r->flops;
+}
+
+void pm_select_task_costs(const pm_select_task *t, int64_t steps, int eval_every,
+                          int eval_batches, const pm_select_rates *r, int *shard,
+                          double *compute, double *move) {
+    int S = t->nshard, np = 2 * S - 1;
+    double ev_move, ev = eval_cost(t, r, eval_batches, &ev_move);
+    pm_select_task_passes(t, steps, r->flops, shard, compute);
+    for (int64_t i = 0; i < steps * np; i++) {
+        int k = (int)(i % np), s = shard[i];
+        int64_t step = i / np + 1; /* steps done once this pass's step ends */
+        double state = (double)t->shard[s].state;
+        int first = k <= S - 1; /* the shard's first pass of the step */
+        double in = S > 1 ? state / r->read_bps : 0;
+        double back = first ? state / r->write_bps : k > S - 1 ? state / 4 / r->write_bps : 0;
+        double update = first ? state / 16 * r->adamw_s : 0;
+        move[i] = in + back + update;
+        if (k == np - 1 && ((eval_every > 0 && step % eval_every == 0) || step == steps))
+            compute[i] += ev, move[i] += ev_move;
+    }
+}
