@@ -593,7 +593,7 @@ static void asha_rungs(void **state) {
  * states (W waiting, P went on, O out); want[j] 1 for those that go on now. */
 static void promote_case(int eta, int entrants, int closed, int n, const double *loss,
                          const char *states, const char *want) {
-    unsigned char st[16], up[16];
+    unsigned char st[16] = {0}, up[16] = {0};
     int order[16], expect = 0;
     for (int j = 0; j < n; j++)
         st[j] = states[j] == 'W' ? PM_ASHA_WAITING : states[j] == 'P' ? PM_ASHA_PROMOTED
