@@ -363,6 +363,9 @@ pm_status pm_sched_build_zb_v(pm_sched *s, const pm_sched_req *req, pm_err *err)
 pm_status pm_sched_build_v_min(pm_sched *s, const pm_sched_req *req, pm_err *err);
 pm_status pm_sched_build_v_half(pm_sched *s, const pm_sched_req *req, pm_err *err);
 pm_status pm_sched_build_1f1b_v(pm_sched *s, const pm_sched_req *req, pm_err *err);
+/* DualPipeV (gen_dualpipev.c): DeepSeek's and PyTorch's per-device order,
+ * overlapped F&B pairs as their two passes, F first; V placement, m >= 2p. */
+pm_status pm_sched_build_dualpipev(pm_sched *s, const pm_sched_req *req, pm_err *err);
 /* The exact optimum by a MILP (gen_optimal.c), single or V placement, under
  * req->mem_limit, for at most req->time_limit seconds; small cases only
  * (a few hundred passes). opt_status, opt_bound say what was proven. */
