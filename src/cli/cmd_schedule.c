@@ -38,7 +38,8 @@ static const char usage[] =
     "\n"
     "Supported range: p, m <= 1048576 and 3 p m v <= 2^24 passes; v-min, v-half,\n"
     "1f1b-v: p <= 1024; zb, zb-1p, zb-2p, v-zb: p <= 1024 and p m <= 2^21; auto-v:\n"
-    "p <= 128 and p m <= 2^15. Costs must keep (F+B+W+2C) 4 p m below 1e300.\n";
+    "p <= 128 and p m <= 2^15; dualpipev: m >= 2p. Costs must keep (F+B+W+2C) 4 p m\n"
+    "below 1e300.\n";
 
 _Static_assert(PM_SCHED_MAX_PASSES == (int64_t)1 << 24, "the help text says 2^24 passes");
 
