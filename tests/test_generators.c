@@ -305,7 +305,9 @@ static void test_zb_v_equals_first_version(void **state) {
  * of that method run without torch (Debian's PyTorch 1.13 predates it), not
  * by pipemem; p = 2, m = 4 was also derived by hand from the method and
  * agrees. The reader expands a pair into its sub-actions in order, F first,
- * as PyTorch's runtime runs them: pass for pass, the generator's order. */
+ * as PyTorch's runtime runs them: pass for pass, the generator's order. The
+ * pairs stay marked, and the generator marks the same ones: its CSV is the
+ * file byte for byte (but for PyTorch's CRLF line ends). */
 static void test_dualpipev_matches_pytorch(void **state) {
     (void)state;
     static const int pm[][2] = {{1, 2}, {1, 5}, {2, 4}, {2, 7}, {3, 6},
@@ -333,6 +335,21 @@ static void test_dualpipev_matches_pytorch(void **state) {
                              pm_pass_names[b->kind], b->stage, b->mb);
             }
         }
+        char *file, *ours;
+        size_t nf, no;
+        pm_err e;
+        assert_int_equal(pm_read_file(path, 1 << 20, &file, &nf, &e), PM_OK);
+        size_t k = 0;
+        for (size_t j = 0; j < nf; j++)
+            if (file[j] != '\r') file[k++] = file[j];
+        FILE *f = open_memstream(&ours, &no);
+        assert_non_null(f);
+        assert_int_equal(pm_sched_write_csv(f, &s), PM_OK);
+        fclose(f);
+        if (no != k || memcmp(ours, file, k))
+            fail_msg("dualpipev p=%d m=%d: our CSV differs from PyTorch's:\n%s", p, m, ours);
+        free(ours);
+        pm_free(file);
         pm_sched_free(&want);
         pm_sched_free(&s);
     }
@@ -380,6 +397,71 @@ static void test_dualpipev_facts(void **state) {
     pm_sched_free(&s);
     expect_gen_error("dualpipev", 4, 7, 0, "needs m >= 8 for p = 4");
     expect_gen_error("dualpipev", 4, 8, 1, "single-placement");
+}
+
+/* Overlapped F&B pairs (pm_cost.fb_overlap). Device r's pairs, by the
+ * rules of both implementations: two per steady round, m-2p+r+1 rounds,
+ * less the last device's first (run apart), and one per phase-5 round,
+ * p-r-1 of them. At p = 1 nothing waits, so by hand at unit costs (F, B, W
+ * 0.5 a chunk, BW 1): 3m, less (1 - X) 0.5 for each of the 2m - 3 pairs
+ * run as one pass of 1 + 0.5 X. Costs without fb_overlap ignore the
+ * marks; a schedule without marks ignores fb_overlap; polishing drops
+ * them. */
+static void test_dualpipev_overlap(void **state) {
+    (void)state;
+    for (int p = 1; p <= 6; p++) {
+        pm_sched s;
+        gen(&s, "dualpipev", p, 2 * p + 3, 0);
+        assert_non_null(s.pair);
+        for (int r = 0; r < p; r++) {
+            int n = 0;
+            for (int64_t i = 0; i < s.len[r]; i++) n += pm_sched_paired(&s, r, i);
+            int want = 2 * (s.m - 2 * p + r + 1) - (r == p - 1) + (p - r - 1);
+            if (n != want) fail_msg("p=%d device %d: %d pairs, expected %d", p, r, n, want);
+        }
+        pm_sched_free(&s);
+    }
+    static const double xs[] = {0, 0.3, 1};
+    for (int m = 2; m <= 6; m++)
+        for (size_t k = 0; k < 3; k++) {
+            pm_sched s;
+            pm_cost c;
+            pm_sim sim;
+            pm_err e;
+            gen(&s, "dualpipev", 1, m, 0);
+            assert_int_equal(pm_cost_init_uniform(&c, &s, PM_COSTS_DEFAULT, PM_MEM_DEFAULT, &e),
+                             PM_OK);
+            c.fb_overlap = 1, c.fb_frac = xs[k];
+            assert_int_equal(pm_sim_run(&sim, &s, &c, &e), PM_OK);
+            expect_near(sim.makespan, 3.0 * m - (2 * m - 3) * 0.5 * (1 - xs[k]), "makespan",
+                        "dualpipev overlapped", 1, m);
+            expect_near(pm_sim_peak_x(&sim, 0), 1.5, "peak", "dualpipev overlapped", 1, m);
+            pm_sim_free(&sim);
+            c.fb_overlap = 0;
+            assert_int_equal(pm_sim_run(&sim, &s, &c, &e), PM_OK);
+            expect_near(sim.makespan, 3.0 * m, "makespan", "dualpipev", 1, m);
+            pm_sim_free(&sim);
+            pm_polish_cfg cfg = {0, 1000, 1};
+            assert_int_equal(pm_sched_polish(&s, &c, &cfg, NULL, &e), PM_OK);
+            assert_null(s.pair);
+            pm_cost_free(&c);
+            pm_sched_free(&s);
+        }
+    pm_sched s;
+    pm_cost c;
+    pm_sim a, b;
+    pm_err e;
+    gen(&s, "zb-v", 4, 8, 0);
+    assert_null(s.pair);
+    assert_int_equal(pm_cost_init_uniform(&c, &s, PM_COSTS_DEFAULT, PM_MEM_DEFAULT, &e), PM_OK);
+    assert_int_equal(pm_sim_run(&a, &s, &c, &e), PM_OK);
+    c.fb_overlap = 1, c.fb_frac = 0;
+    assert_int_equal(pm_sim_run(&b, &s, &c, &e), PM_OK);
+    assert_true(a.makespan == b.makespan);
+    pm_sim_free(&a);
+    pm_sim_free(&b);
+    pm_cost_free(&c);
+    pm_sched_free(&s);
 }
 
 /* Interleaved 1F1B: Megatron's (Narayanan et al. 2021) bubble time is
@@ -695,6 +777,13 @@ static void test_cli_limits_and_messages(void **state) {
                     "--allreduce-cost needs --dp D > 1");
     expect_one_line(bin, "search -p 2 -m 4 --mem-limit 1 --dp 2",
                     "--dp and --allreduce-cost belong to 'schedule' and 'compare'");
+    /* overlapped F&B pairs */
+    expect_one_line(bin, "schedule --kind dualpipev -p 2 -m 4 --overlap-fb 1.5",
+                    "--overlap-fb 1.5: must be between 0");
+    expect_one_line(bin, "schedule --kind dualpipev -p 2 -m 4 --overlap-fb 0.5 --polish",
+                    "--polish with --overlap-fb");
+    expect_one_line(bin, "search -p 2 -m 4 --mem-limit 1 --overlap-fb 0.5",
+                    "--overlap-fb belongs to 'schedule' and 'compare'");
 }
 
 /* 1.5: a bad option or a failed run leaves an existing -o file as it was;
@@ -844,6 +933,7 @@ int main(void) {
         cmocka_unit_test(test_zb_v_equals_first_version),
         cmocka_unit_test(test_dualpipev_matches_pytorch),
         cmocka_unit_test(test_dualpipev_facts),
+        cmocka_unit_test(test_dualpipev_overlap),
         cmocka_unit_test(test_interleaved_facts),
         cmocka_unit_test(test_every_kind_validates),
         cmocka_unit_test(test_one_device),

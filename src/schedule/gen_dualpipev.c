@@ -19,6 +19,12 @@
  *   7  q x (W, B0)
  *   8  r+1 x W
  *
+ * The pairs are marked (pm_sched.pair), as both implementations mark them,
+ * but for phase 4's first (F0, BW1) on the last device, which they run
+ * apart "to further reduce bubble size": its F0 feeds the device's own F1
+ * and need not wait for BW1's gradient. Costs with fb_overlap run a marked
+ * pair as one (sim.c); otherwise they are plain passes.
+ *
  * In phase 6, iteration h = (r+1)/2 (integer division) switches to B: at
  * its X1 when r is odd, at its X0 when r is even. A W always takes the
  * oldest B on the device that has no W yet (both implementations queue the
@@ -67,17 +73,21 @@ static void dpv_w(dpv_dev *d) {
     pm_sched_push(d->s, d->r, PM_PASS_W, b->stage, b->mb);
 }
 
+/* F of chunk fc and BW of the other chunk; an overlapped pair if pair. */
+static void dpv_fb(dpv_dev *d, int fc, int pair) {
+    if (pair) d->s->pair[(int64_t)d->r * d->s->cap + d->s->len[d->r]] = 1;
+    dpv_f(d, fc);
+    dpv_b(d, 1 - fc, 0);
+}
+
 static void dpv_rank(pm_sched *s, int r) {
     int p = s->p, m = s->m, q = p - r - 1;
     dpv_dev d = {.s = s, .r = r};
     for (int i = 0; i < 2 * q; i++) dpv_f(&d, 0);
     for (int i = 0; i <= r; i++) dpv_f(&d, 0), dpv_f(&d, 1);
     for (int i = 0; i < q; i++) dpv_b(&d, 1, 1), dpv_w(&d), dpv_f(&d, 1);
-    for (int i = 0; i < m - 2 * p + r + 1; i++) {
-        dpv_f(&d, 0), dpv_b(&d, 1, 0);
-        dpv_f(&d, 1), dpv_b(&d, 0, 0);
-    }
-    for (int i = 0; i < q; i++) dpv_b(&d, 1, 0), dpv_f(&d, 1), dpv_b(&d, 0, 0);
+    for (int i = 0; i < m - 2 * p + r + 1; i++) dpv_fb(&d, 0, i > 0 || q > 0), dpv_fb(&d, 1, 1);
+    for (int i = 0; i < q; i++) dpv_b(&d, 1, 0), dpv_fb(&d, 1, 1);
     int h = (r + 1) / 2, odd = r % 2;
     for (int i = 0; i <= r; i++) {
         dpv_b(&d, 1, i > h || (i == h && odd));
@@ -98,7 +108,11 @@ pm_status pm_sched_build_dualpipev(pm_sched *s, const pm_sched_req *req, pm_err 
         return pm_errf(err, PM_ERR_ARG, "dualpipev needs p >= 1 and m >= 2p (got p=%d, m=%d)",
                        req->p, req->m);
     pm_status st = pm_sched_init(s, "dualpipev", PM_PLACE_V, req->p, req->m, 2, err);
-    if (st) return st;
+    if (!st) st = pm_sched_pairs_init(s, err);
+    if (st) {
+        pm_sched_free(s);
+        return st;
+    }
     for (int r = 0; r < s->p; r++) dpv_rank(s, r);
     return PM_OK;
 }
