@@ -296,6 +296,174 @@ static void test_zb_v_equals_first_version(void **state) {
         }
 }
 
+/* DualPipeV against PyTorch's own builder. tests/data/dualpipev/pP_mM.csv
+ * is what ScheduleDualPipeV._calculate_single_rank_operations (PyTorch's
+ * main branch, torch/distributed/pipelining/schedules.py) gives for p ranks
+ * and m microbatches, written as its _dump_csv(format="compute_only") writes
+ * pipeline_order: one row per rank, CRLF, overlapped pairs as
+ * "(0F3;3B1)OVERLAP_F_B". The files were made by a throwaway transcription
+ * of that method run without torch (Debian's PyTorch 1.13 predates it), not
+ * by pipemem; p = 2, m = 4 was also derived by hand from the method and
+ * agrees. The reader expands a pair into its sub-actions in order, F first,
+ * as PyTorch's runtime runs them: pass for pass, the generator's order. The
+ * pairs stay marked, and the generator marks the same ones: its CSV is the
+ * file byte for byte (but for PyTorch's CRLF line ends). */
+static void test_dualpipev_matches_pytorch(void **state) {
+    (void)state;
+    static const int pm[][2] = {{1, 2}, {1, 5}, {2, 4}, {2, 7}, {3, 6},
+                                {3, 9}, {4, 8}, {4, 13}, {5, 10}, {8, 16}};
+    for (size_t i = 0; i < sizeof pm / sizeof pm[0]; i++) {
+        int p = pm[i][0], m = pm[i][1];
+        char path[64];
+        snprintf(path, sizeof path, "tests/data/dualpipev/p%d_m%d.csv", p, m);
+        pm_sched want, s;
+        pm_err err;
+        if (pm_sched_load(&want, path, &err)) fail_msg("%s", err.msg);
+        assert_int_equal(want.p, p);
+        assert_int_equal(want.m, m);
+        assert_int_equal(want.place, PM_PLACE_V);
+        gen(&s, "dualpipev", p, m, 0);
+        for (int r = 0; r < p; r++) {
+            if (s.len[r] != want.len[r])
+                fail_msg("dualpipev p=%d m=%d rank %d: %lld passes, PyTorch's %lld", p, m, r,
+                         (long long)s.len[r], (long long)want.len[r]);
+            for (int64_t k = 0; k < s.len[r]; k++) {
+                const pm_pass *a = pm_sched_dev(&s, r) + k, *b = pm_sched_dev(&want, r) + k;
+                if (a->kind != b->kind || a->stage != b->stage || a->mb != b->mb)
+                    fail_msg("dualpipev p=%d m=%d rank %d pass %lld: %s%d.%d, PyTorch's %s%d.%d",
+                             p, m, r, (long long)k, pm_pass_names[a->kind], a->stage, a->mb,
+                             pm_pass_names[b->kind], b->stage, b->mb);
+            }
+        }
+        char *file, *ours;
+        size_t nf, no;
+        pm_err e;
+        assert_int_equal(pm_read_file(path, 1 << 20, &file, &nf, &e), PM_OK);
+        size_t k = 0;
+        for (size_t j = 0; j < nf; j++)
+            if (file[j] != '\r') file[k++] = file[j];
+        FILE *f = open_memstream(&ours, &no);
+        assert_non_null(f);
+        assert_int_equal(pm_sched_write_csv(f, &s), PM_OK);
+        fclose(f);
+        if (no != k || memcmp(ours, file, k))
+            fail_msg("dualpipev p=%d m=%d: our CSV differs from PyTorch's:\n%s", p, m, ours);
+        free(ours);
+        pm_free(file);
+        pm_sched_free(&want);
+        pm_sched_free(&s);
+    }
+}
+
+static void expect_gen_error(const char *kind, int p, int m, int v, const char *needle);
+
+/* DualPipeV's facts. Peak: DeepSeek's table (DualPipe's README) gives PP+1
+ * chunk activations per device for PP = 2p stages, (2p+1)/(2p) M, on every
+ * device (each runs 2p forwards before its first backward frees one, then
+ * one more). Makespan at unit costs, p = 2, m = 4, derived by hand from the
+ * order (docs/schedules.md): 12.5, bubble 1 - 24/25. Its steady phase has
+ * no bubble, so from m = 2p on each further microbatch adds exactly one
+ * microbatch's work, F + B + W, to the makespan, whatever the costs. It
+ * refuses m < 2p, as DeepSeek's and PyTorch's do. */
+static void test_dualpipev_facts(void **state) {
+    (void)state;
+    static const pm_costs costs[] = {{1, 1, 1, 0}, {2, 3, 1, 0}, {3, 1, 2, 0}, {1, 2, 1, 0}};
+    for (int p = 1; p <= 8; p++)
+        for (size_t ci = 0; ci < sizeof costs / sizeof costs[0]; ci++) {
+            pm_costs t = costs[ci];
+            double prev = 0;
+            for (int m = 2 * p; m <= 2 * p + 3; m++) {
+                pm_sched s;
+                pm_sim sim;
+                gen_sim(&s, &sim, "dualpipev", p, m, 0, t);
+                assert_int_equal(s.place, PM_PLACE_V);
+                for (int r = 0; r < p; r++)
+                    expect_near(pm_sim_peak_x(&sim, r), (2.0 * p + 1) / (2 * p), "peak",
+                                "dualpipev", p, m);
+                if (m > 2 * p)
+                    expect_near(sim.makespan - prev, t.f + t.b + t.w, "makespan step",
+                                "dualpipev", p, m);
+                prev = sim.makespan;
+                pm_sim_free(&sim);
+                pm_sched_free(&s);
+            }
+        }
+    pm_sched s;
+    pm_sim sim;
+    gen_sim(&s, &sim, "dualpipev", 2, 4, 0, PM_COSTS_DEFAULT);
+    expect_near(sim.makespan, 12.5, "makespan", "dualpipev", 2, 4);
+    expect_near(sim.bubble, 1 - 24.0 / 25, "bubble", "dualpipev", 2, 4);
+    pm_sim_free(&sim);
+    pm_sched_free(&s);
+    expect_gen_error("dualpipev", 4, 7, 0, "needs m >= 8 for p = 4");
+    expect_gen_error("dualpipev", 4, 8, 1, "single-placement");
+}
+
+/* Overlapped F&B pairs (pm_cost.fb_overlap). Device r's pairs, by the
+ * rules of both implementations: two per steady round, m-2p+r+1 rounds,
+ * less the last device's first (run apart), and one per phase-5 round,
+ * p-r-1 of them. At p = 1 nothing waits, so by hand at unit costs (F, B, W
+ * 0.5 a chunk, BW 1): 3m, less (1 - X) 0.5 for each of the 2m - 3 pairs
+ * run as one pass of 1 + 0.5 X. Costs without fb_overlap ignore the
+ * marks; a schedule without marks ignores fb_overlap; polishing drops
+ * them. */
+static void test_dualpipev_overlap(void **state) {
+    (void)state;
+    for (int p = 1; p <= 6; p++) {
+        pm_sched s;
+        gen(&s, "dualpipev", p, 2 * p + 3, 0);
+        assert_non_null(s.pair);
+        for (int r = 0; r < p; r++) {
+            int n = 0;
+            for (int64_t i = 0; i < s.len[r]; i++) n += pm_sched_paired(&s, r, i);
+            int want = 2 * (s.m - 2 * p + r + 1) - (r == p - 1) + (p - r - 1);
+            if (n != want) fail_msg("p=%d device %d: %d pairs, expected %d", p, r, n, want);
+        }
+        pm_sched_free(&s);
+    }
+    static const double xs[] = {0, 0.3, 1};
+    for (int m = 2; m <= 6; m++)
+        for (size_t k = 0; k < 3; k++) {
+            pm_sched s;
+            pm_cost c;
+            pm_sim sim;
+            pm_err e;
+            gen(&s, "dualpipev", 1, m, 0);
+            assert_int_equal(pm_cost_init_uniform(&c, &s, PM_COSTS_DEFAULT, PM_MEM_DEFAULT, &e),
+                             PM_OK);
+            c.fb_overlap = 1, c.fb_frac = xs[k];
+            assert_int_equal(pm_sim_run(&sim, &s, &c, &e), PM_OK);
+            expect_near(sim.makespan, 3.0 * m - (2 * m - 3) * 0.5 * (1 - xs[k]), "makespan",
+                        "dualpipev overlapped", 1, m);
+            expect_near(pm_sim_peak_x(&sim, 0), 1.5, "peak", "dualpipev overlapped", 1, m);
+            pm_sim_free(&sim);
+            c.fb_overlap = 0;
+            assert_int_equal(pm_sim_run(&sim, &s, &c, &e), PM_OK);
+            expect_near(sim.makespan, 3.0 * m, "makespan", "dualpipev", 1, m);
+            pm_sim_free(&sim);
+            pm_polish_cfg cfg = {0, 1000, 1};
+            assert_int_equal(pm_sched_polish(&s, &c, &cfg, NULL, &e), PM_OK);
+            assert_null(s.pair);
+            pm_cost_free(&c);
+            pm_sched_free(&s);
+        }
+    pm_sched s;
+    pm_cost c;
+    pm_sim a, b;
+    pm_err e;
+    gen(&s, "zb-v", 4, 8, 0);
+    assert_null(s.pair);
+    assert_int_equal(pm_cost_init_uniform(&c, &s, PM_COSTS_DEFAULT, PM_MEM_DEFAULT, &e), PM_OK);
+    assert_int_equal(pm_sim_run(&a, &s, &c, &e), PM_OK);
+    c.fb_overlap = 1, c.fb_frac = 0;
+    assert_int_equal(pm_sim_run(&b, &s, &c, &e), PM_OK);
+    assert_true(a.makespan == b.makespan);
+    pm_sim_free(&a);
+    pm_sim_free(&b);
+    pm_cost_free(&c);
+    pm_sched_free(&s);
+}
+
 /* Interleaved 1F1B: Megatron's (Narayanan et al. 2021) bubble time is
  * (p-1)(T_F+T_B+T_W)/v at c = 0, so makespan m(T_F+T_B+T_W) + that, which
  * is below 1F1B's. Rank r holds min(2(p-r-1) + (v-1)p + 1, m v) chunk
@@ -609,6 +777,13 @@ static void test_cli_limits_and_messages(void **state) {
                     "--allreduce-cost needs --dp D > 1");
     expect_one_line(bin, "search -p 2 -m 4 --mem-limit 1 --dp 2",
                     "--dp and --allreduce-cost belong to 'schedule' and 'compare'");
+    /* overlapped F&B pairs */
+    expect_one_line(bin, "schedule --kind dualpipev -p 2 -m 4 --overlap-fb 1.5",
+                    "--overlap-fb 1.5: must be between 0");
+    expect_one_line(bin, "schedule --kind dualpipev -p 2 -m 4 --overlap-fb 0.5 --polish",
+                    "--polish with --overlap-fb");
+    expect_one_line(bin, "search -p 2 -m 4 --mem-limit 1 --overlap-fb 0.5",
+                    "--overlap-fb belongs to 'schedule' and 'compare'");
 }
 
 /* 1.5: a bad option or a failed run leaves an existing -o file as it was;
@@ -756,6 +931,9 @@ int main(void) {
         cmocka_unit_test(test_zb_h2_facts),
         cmocka_unit_test(test_zb_v_facts),
         cmocka_unit_test(test_zb_v_equals_first_version),
+        cmocka_unit_test(test_dualpipev_matches_pytorch),
+        cmocka_unit_test(test_dualpipev_facts),
+        cmocka_unit_test(test_dualpipev_overlap),
         cmocka_unit_test(test_interleaved_facts),
         cmocka_unit_test(test_every_kind_validates),
         cmocka_unit_test(test_one_device),

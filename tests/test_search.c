@@ -11,7 +11,9 @@
  *     and never slows down as the limit grows; below V-Min's peak
  *     floor((p+4)/3)/p it refuses, naming that limit;
  *   - every schedule these generators return stays within its limit on
- *     every device and passes the validator. */
+ *     every device and passes the validator;
+ *   - the V pool (search, curve, auto-v) holds DualPipeV from m = 2p, with
+ *     the figures of the kind built alone. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -23,6 +25,7 @@
 #include <cmocka.h>
 
 #include "pipemem/pm_sched.h"
+#include "schedule/search_internal.h" /* the V pool, to see what it holds */
 
 static const pm_costs UNIT = {1, 1, 1, 0};
 static const pm_costs REAL = {4959, 5217, 3519, 213}; /* measured, unequal, c > 0 */
@@ -143,9 +146,9 @@ static void autov_monotone_in_limit(void **state) {
 
 static void autov_never_worse_than_fixed_blocks(void **state) {
     (void)state;
-    static const char *const fixed[] = {"v-min", "v-half", "v-zb"};
+    static const char *const fixed[] = {"v-min", "v-half", "v-zb", "dualpipev"};
     for (int p = 3; p <= 7; p += 2)
-        for (size_t k = 0; k < 3; k++) {
+        for (size_t k = 0; k < 4; k++) {
             pm_sched_req q = req_of(p, 3 * p, REAL, 0);
             figs a = must(fixed[k], q);
             q.mem_limit = a.peak;
@@ -153,6 +156,30 @@ static void autov_never_worse_than_fixed_blocks(void **state) {
             if (b.makespan > a.makespan * (1 + 1e-12))
                 fail_msg("auto-v p=%d at %s's peak %g: %g > %g", p, fixed[k], a.peak,
                          b.makespan, a.makespan);
+        }
+}
+
+/* DualPipeV is a V candidate when it builds (m >= 2p), once, with the
+ * makespan and peak it has built alone; below 2p it is not there. */
+static void v_pool_holds_dualpipev(void **state) {
+    (void)state;
+    for (int p = 2; p <= 4; p++)
+        for (int m = 2 * p - 1; m <= 2 * p + 1; m++) {
+            pm_sched_req q = req_of(p, m, REAL, 0);
+            pm_cand_pool pl = {0};
+            pm_err e;
+            assert_int_equal(pm_cand_pool_v(&pl, &q, 2.0, &e), PM_OK);
+            int n = 0;
+            for (int i = 0; i < pl.n; i++) {
+                if (strcmp(pl.c[i].pt.kind, "dualpipev")) continue;
+                figs f = must("dualpipev", q);
+                assert_int_equal(pl.c[i].fam, PM_FAMILY_V);
+                assert_true(fabs(pl.c[i].pt.makespan - f.makespan) <= 1e-12 * f.makespan);
+                assert_true(fabs(pl.c[i].pt.peak - f.peak) <= 1e-12);
+                n++;
+            }
+            if (n != (m >= 2 * p)) fail_msg("p=%d m=%d: %d dualpipev candidates", p, m, n);
+            pm_cand_pool_free(&pl);
         }
 }
 
@@ -387,6 +414,7 @@ int main(void) {
         cmocka_unit_test(vzb_zero_bubble_at_unit_costs),
         cmocka_unit_test(autov_monotone_in_limit),
         cmocka_unit_test(autov_never_worse_than_fixed_blocks),
+        cmocka_unit_test(v_pool_holds_dualpipev),
         cmocka_unit_test(autov_steep_between_half_and_1f1b),
         cmocka_unit_test(limit_respected_everywhere),
         cmocka_unit_test(search_within_limit_and_best),

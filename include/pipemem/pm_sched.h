@@ -64,6 +64,11 @@ typedef struct {
     int64_t cap;    /* pass capacity per device: 3*m*v */
     int64_t *len;   /* (p) passes on each device; owned */
     pm_pass *pass;  /* (p, cap) device d's list is pass[d*cap .. d*cap+len[d]); owned */
+    /* (p, cap) or NULL (no pairs): pair[d*cap+i] = 1 when device d's pass i,
+     * an F, and pass i+1, a BW of another microbatch, are an overlapped
+     * pair (DualPipe's F&B). Only costs with fb_overlap run a pair as one
+     * (pm_cost); elsewhere they are two passes in list order. owned */
+    uint8_t *pair;
 } pm_sched;
 
 /* Allocates an empty schedule (every device's list empty). On error *s is
@@ -77,6 +82,11 @@ pm_status pm_sched_copy(pm_sched *dst, const pm_sched *src, pm_err *err);
 /* Appends a pass to device d's list; the capacity is exact by construction,
  * so overflowing it is a bug (asserted). */
 void pm_sched_push(pm_sched *s, int d, pm_pass_kind kind, int stage, int mb);
+/* Allocates s->pair, every mark 0, if it is not there yet. */
+pm_status pm_sched_pairs_init(pm_sched *s, pm_err *err);
+/* 1 if device d's passes i and i+1 form an overlapped pair: marked, an F
+ * then a BW, of different microbatches (neither needs the other's output). */
+int pm_sched_paired(const pm_sched *s, int d, int64_t i);
 
 static inline pm_pass *pm_sched_dev(const pm_sched *s, int d) { return s->pass + (int64_t)d * s->cap; }
 
@@ -126,6 +136,12 @@ typedef struct {
     int S;             /* stages */
     double c;          /* point-to-point latency */
     pm_stage_cost *st; /* (S); owned */
+    /* 1: a schedule's overlapped pairs (pm_sched.pair) run as one, starting
+     * when both may, both ending after max(tF, tBW) + fb_frac min(tF, tBW):
+     * F and BW of two microbatches sharing the device, each hiding the
+     * other's communication (DualPipe). 0 (the default): two passes. */
+    int fb_overlap;
+    double fb_frac;    /* 0 .. 1: what the overlap does not hide of the shorter one */
 } pm_cost;
 
 pm_status pm_cost_init(pm_cost *c, int S, pm_err *err);
@@ -161,7 +177,8 @@ typedef struct {
     int64_t *peak_at;  /* (p) index of the pass that first reached the peak */
     double makespan;   /* max span */
     double bubble;     /* 1 - the model's work / (p * makespan): busy time, less the
-                          reruns of recomputed forwards (overhead, not work) */
+                          reruns of recomputed forwards (overhead, not work); an
+                          overlapped pair run as one (fb_overlap) is busy once */
     double M;          /* activation of one microbatch through the model */
     const char *unit;  /* the times' unit for people ("us" measured); NULL: the costs' */
     int S, m;          /* stages and microbatches it was sized for */
@@ -242,7 +259,9 @@ typedef struct {
  * stays within cfg->cap and its makespan is at most s's; it depends on
  * nothing but the inputs (same result on any machine). A schedule that
  * does not replay or is over the cap to start with is left as it is, kind
- * and all. stats may be NULL. Fails only out of memory. */
+ * and all, but for the marks of overlapped pairs (pm_sched.pair), which
+ * polishing always drops: a move would break a pair. stats may be NULL.
+ * Fails only out of memory. */
 pm_status pm_sched_polish(pm_sched *s, const pm_cost *c, const pm_polish_cfg *cfg,
                           pm_polish_stats *stats, pm_err *err);
 
@@ -363,6 +382,9 @@ pm_status pm_sched_build_zb_v(pm_sched *s, const pm_sched_req *req, pm_err *err)
 pm_status pm_sched_build_v_min(pm_sched *s, const pm_sched_req *req, pm_err *err);
 pm_status pm_sched_build_v_half(pm_sched *s, const pm_sched_req *req, pm_err *err);
 pm_status pm_sched_build_1f1b_v(pm_sched *s, const pm_sched_req *req, pm_err *err);
+/* DualPipeV (gen_dualpipev.c): DeepSeek's and PyTorch's per-device order,
+ * overlapped F&B pairs as their two passes, F first; V placement, m >= 2p. */
+pm_status pm_sched_build_dualpipev(pm_sched *s, const pm_sched_req *req, pm_err *err);
 /* The exact optimum by a MILP (gen_optimal.c), single or V placement, under
  * req->mem_limit, for at most req->time_limit seconds; small cases only
  * (a few hundred passes). opt_status, opt_bound say what was proven. */

@@ -127,6 +127,8 @@ typedef struct {
     int dp;             /* --dp: data-parallel replicas (1: none) */
     int polish;         /* --polish (schedule only) */
     double ar;          /* --allreduce-cost: one stage's gradient sum across them */
+    double overlap_fb;  /* --overlap-fb X: what an overlapped F&B pair does not hide */
+    int have_overlap_fb; /* whether --overlap-fb was given */
 } pm_cli_sched_opts;
 
 /* Parses the options above starting at argv[1] (argv[0] the command's
@@ -156,6 +158,9 @@ void pm_cli_plan_free(pm_cli_plan *pl);
 pm_status pm_cli_plan_dp(pm_cli_plan *pl, const pm_cli_sched_opts *o, pm_err *err);
 /* search and curve: 1 (printed) if --dp or --allreduce-cost was given. */
 int pm_cli_no_dp(const pm_cli_sched_opts *o, const char *cmd);
+/* With --overlap-fb X: the schedule's overlapped F&B pairs run as one
+ * (pm_cost.fb_overlap) and it is simulated again. Nothing otherwise. */
+pm_status pm_cli_plan_overlap(pm_cli_plan *pl, const pm_cli_sched_opts *o, pm_err *err);
 /* 0 if format is one of text, csv, json, svg, trace; else prints, 1. */
 int pm_cli_sched_format_ok(const char *format);
 /* Before long work: 0 if path (NULL: stdout) can be written later; else

@@ -2,6 +2,7 @@
  * costs, memory) side by side: makespan, bubble rate, peak memory. Kinds
  * that do not fit the request (m too small, m not a multiple of p for
  * interleaved) are listed with the reason instead of numbers. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,13 +12,15 @@
 static const char usage[] =
     "usage: pipemem compare -p P -m M [--costs F,B,W[,C]] [--mem F,B,W[,R]] [--mem-limit X]\n"
     "                       [--chunks V] [--recompute] [--dp D --allreduce-cost C]\n"
-    "                       [--format table|json|csv] [-o FILE]\n"
+    "                       [--overlap-fb X] [--format table|json|csv] [-o FILE]\n"
     "\n"
     "Every named schedule side by side: makespan, bubble rate, peak activation memory\n"
     "(max over devices and per device, as multiples of M, one microbatch's activation\n"
     "through the whole model). --chunks sets interleaved's chunks (default 2).\n"
     "--recompute compares every kind with recomputation (each stage keeps its input,\n"
-    "R of --mem, and reruns its forward in the backward).\n";
+    "R of --mem, and reruns its forward in the backward). --overlap-fb X runs the\n"
+    "overlapped F&B pairs of DualPipeV as one pass of max(F, BW) + X min(F, BW) (then\n"
+    "no gap: the lower bound runs passes one at a time).\n";
 
 typedef struct {
     const pm_sched_kind *k;
@@ -32,9 +35,12 @@ static double bound(const pm_cli_plan *pl) {
     return pm_sched_lower_bound_at(&pl->s, &pl->c, pm_sim_peak_max_x(&pl->sim) * pl->sim.M);
 }
 
-/* makespan / lower bound - 1: how far the schedule could at most improve. */
+/* makespan / lower bound - 1: how far the schedule could at most improve.
+ * NAN for a schedule with overlapped pairs run as one: the bound runs
+ * passes one at a time. */
 static double gap(const pm_cli_plan *pl) {
     double lb = bound(pl);
+    if (pl->c.fb_overlap && pl->s.pair) return NAN;
     return lb > 0 ? pl->sim.makespan / lb - 1 : 0;
 }
 
@@ -44,6 +50,7 @@ static void print_table(FILE *f, const row *r, int n, const pm_cli_sched_opts *o
     fprintf(f, "p=%d m=%d costs F=%g B=%g W=%g C=%g  mem F=%g B=%g W=%g", q->p, q->m, q->t.f,
             q->t.b, q->t.w, q->t.c, q->mem.f, q->mem.b, q->mem.w);
     if (dp) fprintf(f, "  dp=%d sum per stage %g", o->dp, o->ar);
+    if (o->have_overlap_fb) fprintf(f, "  F&B pairs max(F, BW) + %g min", o->overlap_fb);
     fprintf(f, "\n%-13s %12s %8s %8s %9s ", "schedule", "makespan", "bubble", "gap", "peak(xM)");
     if (dp) fprintf(f, "%12s %12s ", "dp step", "dp serial");
     fprintf(f, " %s\n", "peak per device (xM)");
@@ -54,8 +61,10 @@ static void print_table(FILE *f, const row *r, int n, const pm_cli_sched_opts *o
             continue;
         }
         const pm_sim *s = &r[i].pl.sim;
-        fprintf(f, "%-13s %12.6g %7.2f%% %7.2f%% %9.3f ", r[i].pl.s.kind, s->makespan,
-                100 * s->bubble, 100 * gap(&r[i].pl), pm_sim_peak_max_x(s));
+        fprintf(f, "%-13s %12.6g %7.2f%% ", r[i].pl.s.kind, s->makespan, 100 * s->bubble);
+        if (isnan(gap(&r[i].pl))) fprintf(f, "%8s ", "-");
+        else fprintf(f, "%7.2f%% ", 100 * gap(&r[i].pl));
+        fprintf(f, "%9.3f ", pm_sim_peak_max_x(s));
         if (dp) fprintf(f, "%12.6g %12.6g ", s->dp_step, s->dp_step_serial);
         for (int d = 0; d < s->p; d++) fprintf(f, " %.3f", pm_sim_peak_x(s, d));
         fputc('\n', f);
@@ -65,9 +74,11 @@ static void print_table(FILE *f, const row *r, int n, const pm_cli_sched_opts *o
 static void print_json(FILE *f, const row *r, int n, const pm_cli_sched_opts *o) {
     const pm_sched_req *q = &o->req;
     fprintf(f, "{\"p\": %d, \"m\": %d, \"costs\": [%.17g, %.17g, %.17g, %.17g], "
-            "\"mem\": [%.17g, %.17g, %.17g], \"dp\": %d, \"allreduce_cost\": %.17g, "
-            "\"schedules\": [", q->p, q->m, q->t.f, q->t.b, q->t.w, q->t.c, q->mem.f, q->mem.b,
-            q->mem.w, o->dp, o->ar);
+            "\"mem\": [%.17g, %.17g, %.17g], \"dp\": %d, \"allreduce_cost\": %.17g, ",
+            q->p, q->m, q->t.f, q->t.b, q->t.w, q->t.c, q->mem.f, q->mem.b, q->mem.w, o->dp,
+            o->ar);
+    if (o->have_overlap_fb) fprintf(f, "\"overlap_fb\": %.17g, ", o->overlap_fb);
+    fprintf(f, "\"schedules\": [");
     for (int i = 0; i < n; i++) {
         fprintf(f, "%s\n  {\"kind\": ", i ? "," : "");
         pm_json_str(f, r[i].st ? r[i].k->name : r[i].pl.s.kind);
@@ -79,10 +90,14 @@ static void print_json(FILE *f, const row *r, int n, const pm_cli_sched_opts *o)
         }
         const pm_sim *s = &r[i].pl.sim;
         fprintf(f, ", \"placement\": \"%s\", \"stages\": %d, \"makespan\": %.17g, "
-                "\"bubble\": %.17g, \"lower_bound\": %.17g, \"gap\": %.17g, "
-                "\"peak_max\": %.17g, \"peak\": [", pm_place_names[r[i].k->place], r[i].pl.s.S,
-                s->makespan, s->bubble, bound(&r[i].pl),
-                gap(&r[i].pl), pm_sim_peak_max_x(s));
+                "\"bubble\": %.17g, ", pm_place_names[r[i].k->place], r[i].pl.s.S,
+                s->makespan, s->bubble);
+        if (isnan(gap(&r[i].pl))) /* overlapped pairs: no bound */
+            fprintf(f, "\"lower_bound\": null, \"gap\": null, ");
+        else
+            fprintf(f, "\"lower_bound\": %.17g, \"gap\": %.17g, ", bound(&r[i].pl),
+                    gap(&r[i].pl));
+        fprintf(f, "\"peak_max\": %.17g, \"peak\": [", pm_sim_peak_max_x(s));
         for (int d = 0; d < s->p; d++) fprintf(f, "%s%.17g", d ? ", " : "", pm_sim_peak_x(s, d));
         fprintf(f, "]");
         if (s->red_start)
@@ -133,6 +148,7 @@ int pm_cmd_compare(int argc, char **argv) {
         else if (!q.v) q.v = 2;
         r[i].k = &kinds[i];
         r[i].st = pm_cli_plan_make(&r[i].pl, kinds[i].name, &q, &r[i].err);
+        if (!r[i].st) r[i].st = pm_cli_plan_overlap(&r[i].pl, &o, &r[i].err);
         if (!r[i].st) r[i].st = pm_cli_plan_dp(&r[i].pl, &o, &r[i].err);
         if (r[i].st) { /* in the table: the library's words with the flags */
             pm_err e = r[i].err;

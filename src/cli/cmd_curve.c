@@ -94,7 +94,8 @@ static void print_svg(FILE *f, const pm_sched_req *q, const double *lim, int n,
     static const char *const colour[PM_FAMILY_COUNT] = {"#d62728", "#1f77b4", "#2ca02c"};
     static const char *const label[PM_FAMILY_COUNT] = {
         "single placement (1F1B, ZB-H1/H2, ZB heuristic)",
-        "V placement (V-Min, V-Half, ZB-V, V-ZB, auto-v)", "interleaved (loop placement)"};
+        "V placement (V-Min, V-Half, ZB-V, V-ZB, DualPipeV, auto-v)",
+        "interleaved (loop placement)"};
     const double W = 760, H = 480, L = 70, R = 20, Tp = 50, B = 60;
     double x0 = lim[0], x1 = lim[n - 1] > lim[0] ? lim[n - 1] : lim[0] + 1, ymax = 0;
     for (int i = 0; i < PM_FAMILY_COUNT * n; i++)

@@ -21,6 +21,9 @@ static const char usage[] =
     "  --mem F,B,W[,R]   activation deltas of F, B, W for one device's share (1,0,-1),\n"
     "                    and R what a recomputed F keeps (default F/16)\n"
     "  --mem-limit X     reject the schedule if a device exceeds X times M\n"
+    "  --overlap-fb X    run overlapped F&B pairs (DualPipeV's, or a file's\n"
+    "                    OVERLAP_F_B cells) as one pass of max(F, BW) + X min(F, BW),\n"
+    "                    0 <= X <= 1 (default: two passes, one after the other)\n"
     "  --polish          improve it by a local search over each device's order, within\n"
     "                    --mem-limit (or its own peak without one); the kind gains\n"
     "                    \"+polish\" and stderr says what it did\n"
@@ -38,7 +41,8 @@ static const char usage[] =
     "\n"
     "Supported range: p, m <= 1048576 and 3 p m v <= 2^24 passes; v-min, v-half,\n"
     "1f1b-v: p <= 1024; zb, zb-1p, zb-2p, v-zb: p <= 1024 and p m <= 2^21; auto-v:\n"
-    "p <= 128 and p m <= 2^15. Costs must keep (F+B+W+2C) 4 p m below 1e300.\n";
+    "p <= 128 and p m <= 2^15; dualpipev: m >= 2p. Costs must keep (F+B+W+2C) 4 p m\n"
+    "below 1e300.\n";
 
 _Static_assert(PM_SCHED_MAX_PASSES == (int64_t)1 << 24, "the help text says 2^24 passes");
 
@@ -102,6 +106,7 @@ int pm_cmd_schedule(int argc, char **argv) {
         if (!st) st = pm_cli_plan_adopt(&pl, &o.req, &err);
     }
     if (!st && o.polish) st = polish(&pl, &o.req, &err);
+    if (!st) st = pm_cli_plan_overlap(&pl, &o, &err);
     if (!st) st = pm_cli_plan_dp(&pl, &o, &err);
     if (st) {
         pm_cli_plan_free(&pl);

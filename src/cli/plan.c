@@ -16,6 +16,9 @@ static int parse_ranged(const pm_cli_opt *d, const char *val, void *dst) {
                            "units of --costs)", val);
     if (d->tag == 't' && !(*x > 0)) return pm_cli_fail("--time-limit must be > 0 seconds");
     if (d->tag == 'm' && *x <= 0) return pm_cli_fail("--mem-limit must be > 0 (a multiple of M)");
+    if (d->tag == 'o' && !(*x >= 0 && *x <= 1))
+        return pm_cli_fail("--overlap-fb %s: must be between 0 (a pair costs the longer of F "
+                           "and BW) and 1 (their sum)", val);
     return 0;
 }
 
@@ -36,6 +39,7 @@ static const pm_cli_opt SCHED_OPTS[] = {
     {"--mem", 'x', 0, 0, F(req.mem), pm_cli_mem, NULL, 0},
     {"--time-limit", 'x', 0, 0, F(req.time_limit), parse_ranged, NULL, 't'},
     {"--mem-limit", 'x', 0, 0, F(req.mem_limit), parse_ranged, NULL, 'm'},
+    {"--overlap-fb", 'x', 0, 0, F(overlap_fb), parse_ranged, NULL, 'o'},
 };
 #undef F
 enum { N_SCHED_OPTS = sizeof SCHED_OPTS / sizeof SCHED_OPTS[0] };
@@ -51,6 +55,10 @@ int pm_cli_sched_parse(int argc, char **argv, pm_cli_sched_opts *o, const char *
     if (rc) return rc;
     o->have_p = pm_cli_given(&sets[extra ? 1 : 0], "-p") > 0;
     o->have_m = pm_cli_given(&sets[extra ? 1 : 0], "-m") > 0;
+    o->have_overlap_fb = pm_cli_given(&sets[extra ? 1 : 0], "--overlap-fb") > 0;
+    if (o->have_overlap_fb && o->polish)
+        return pm_cli_fail("--polish with --overlap-fb: the polish moves passes one at a time "
+                           "and would break the pairs; drop one");
     if (o->dp <= 1 && o->ar > 0)
         return pm_cli_fail("--allreduce-cost needs --dp D > 1 (one replica sums nothing)");
     return 0;
@@ -81,7 +89,17 @@ int pm_cli_no_dp(const pm_cli_sched_opts *o, const char *cmd) {
     if (o->dp > 1 || o->ar > 0)
         return pm_cli_fail("%s: --dp and --allreduce-cost belong to 'schedule' and 'compare'",
                            cmd);
+    if (o->have_overlap_fb)
+        return pm_cli_fail("%s: --overlap-fb belongs to 'schedule' and 'compare' (the searches "
+                           "and their lower bound run passes one at a time)", cmd);
     return 0;
+}
+
+pm_status pm_cli_plan_overlap(pm_cli_plan *pl, const pm_cli_sched_opts *o, pm_err *err) {
+    if (!o->have_overlap_fb) return PM_OK;
+    pl->c.fb_overlap = 1;
+    pl->c.fb_frac = o->overlap_fb;
+    return pm_sim_replay(&pl->sim, &pl->s, &pl->c, err);
 }
 
 void pm_cli_plan_free(pm_cli_plan *pl) {
@@ -145,6 +163,9 @@ void pm_cli_plan_summary(FILE *f, const pm_cli_plan *pl) {
             pl->sim.bubble, pm_sim_peak_max_x(&pl->sim));
     for (int d = 0; d < pl->s.p; d++) fprintf(f, " %.4f", pm_sim_peak_x(&pl->sim, d));
     fprintf(f, ")\n");
+    if (pl->c.fb_overlap)
+        fprintf(f, "# overlapped F&B pairs run as one: max(F, BW) + %g min(F, BW)\n",
+                pl->c.fb_frac);
     if (pl->sim.red_start)
         fprintf(f, "# data parallel: step %.6g with the gradient sums overlapped, %.6g with each "
                 "device's sums after its passes\n", pl->sim.dp_step, pl->sim.dp_step_serial);

@@ -317,6 +317,10 @@ static void svg_pass(FILE *f, const pm_sched *s, const pm_sim *sim, const svg_ge
     double x = g->left + sim->start[at] * g->k, w = (sim->end[at] - sim->start[at]) * g->k;
     double y = g->top + d * g->row_h, h = g->row_h - g->gap;
     if (!isfinite(x) || !isfinite(w)) return;
+    /* an overlapped pair run as one shares its interval: F above, BW below */
+    if (pm_sched_paired(s, d, i) && sim->start[at + 1] == sim->start[at]) h /= 2;
+    else if (i > 0 && pm_sched_paired(s, d, i - 1) && sim->start[at - 1] == sim->start[at])
+        h /= 2, y += h;
     char col[8];
     svg_colour(col, k, ch, s->v);
     fprintf(f, "<rect x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"%.1f\" fill=\"%s\"%s>", x, y,

@@ -12,7 +12,10 @@
  * UNSHARD, RESHARD, REDUCE_GRAD, microbatch optional: 1SEND_F0, 0UNSHARD) are
  * read and skipped: pipemem schedules are compute only and derive messages
  * from the placement. An overlapped pair "(0F1;1B0)OVERLAP_F_B" is read as
- * its sub-actions in order.
+ * its sub-actions in order; when they are an F then a full backward (B) of
+ * another microbatch they stay marked as a pair (pm_sched.pair, which only
+ * costs with fb_overlap simulate as one), and writers write a marked pair
+ * back the same way.
  *
  * Text format: one line per device, device 0 first; actions separated by
  * spaces or tabs, in the order the device runs them. A '#' starts a comment
@@ -79,6 +82,7 @@ static const char *const skip_names[] = {"SEND_F", "RECV_F",  "SEND_B",     "REC
 typedef struct {
     int32_t row, kind, stage, mb;
     int32_t line, col;
+    int32_t pair; /* 1: the first of an overlapped pair's two sub-actions */
 } fmt_act;
 
 typedef struct {
@@ -176,7 +180,7 @@ static pm_status fmt_action(fmt_parser *ps, const char *b, const char *e) {
                                 : "separate actions with spaces");
     if (skip) return PM_OK;
     PM_ASSERT(ps->n < ps->cap);
-    ps->act[ps->n++] = (fmt_act){ps->rows - 1, kind, stage, mb, ps->line, fmt_col(ps, b)};
+    ps->act[ps->n++] = (fmt_act){ps->rows - 1, kind, stage, mb, ps->line, fmt_col(ps, b), 0};
     return PM_OK;
 }
 
@@ -188,6 +192,7 @@ static pm_status fmt_token(fmt_parser *ps, const char *b, const char *e) {
     if (!close || (size_t)(e - close - 1) != sizeof ov - 1 || memcmp(close + 1, ov, sizeof ov - 1))
         return fmt_fail(ps, b, "malformed overlapped action", b, e,
                         "expected (action;action)OVERLAP_F_B such as (0F1;1B0)OVERLAP_F_B");
+    size_t n0 = ps->n;
     for (const char *q = b + 1; q < close;) {
         const char *semi = memchr(q, ';', (size_t)(close - q));
         const char *end = semi ? semi : close, *sb = q;
@@ -200,6 +205,7 @@ static pm_status fmt_token(fmt_parser *ps, const char *b, const char *e) {
         if (st) return st;
         q = semi ? semi + 1 : close;
     }
+    if (ps->n == n0 + 2) ps->act[n0].pair = 1; /* kept if an F then a BW (pm_sched_paired) */
     return PM_OK;
 }
 
@@ -389,6 +395,11 @@ static pm_status fmt_build(pm_sched *s, fmt_parser *ps) {
             pm_sched_free(s);
             goto done;
         }
+        if (a->pair && (st = pm_sched_pairs_init(s, ps->err))) {
+            pm_sched_free(s);
+            goto done;
+        }
+        if (a->pair) s->pair[(int64_t)a->row * s->cap + s->len[a->row]] = 1;
         pm_sched_push(s, a->row, (pm_pass_kind)a->kind, a->stage, a->mb);
     }
 done:
@@ -457,6 +468,12 @@ static pm_status fmt_write(FILE *f, const pm_sched *s, char sep) {
         for (int64_t i = 0; i < s->len[d]; i++) {
             if (ps[i].kind < 0 || ps[i].kind >= PM_PASS_COUNT) return PM_ERR_ARG;
             if (i > 0) fputc(sep, f);
+            if (pm_sched_paired(s, d, i)) { /* as PyTorch writes it; both kinds checked */
+                fprintf(f, "(%dF%d;%dB%d)OVERLAP_F_B", (int)ps[i].stage, (int)ps[i].mb,
+                        (int)ps[i + 1].stage, (int)ps[i + 1].mb);
+                i++;
+                continue;
+            }
             fprintf(f, "%d%c%d", (int)ps[i].stage, pass_letter[ps[i].kind], (int)ps[i].mb);
         }
         fputc('\n', f);

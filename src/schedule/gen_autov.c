@@ -26,8 +26,8 @@
  * of memory against estimated time). Each kept block whose bound fits is
  * built by the generic constructor (repeat, squeeze with real costs,
  * reorder warm-up and cool-down under the peak) and joins the fixed V kinds
- * (v-min, v-half, zb-v, 1f1b-v, v-zb at its default 1.0 M) and the V-ZB
- * greedy on a grid of memory levels from V-Min's peak up
+ * (v-min, v-half, zb-v, 1f1b-v, v-zb at its default 1.0 M, dualpipev when
+ * m >= 2p) and the V-ZB greedy on a grid of memory levels from V-Min's peak up
  * (search_internal.h). When p m <= PM_POLISH_MAX_PM the candidates on
  * the front of peak and makespan are polished (polish.h, through the
  * pool); the fastest whose simulated peak fits wins. Nothing
@@ -403,7 +403,7 @@ static int vzb_lowest_level(int p) {
 }
 
 pm_status pm_cand_pool_v(pm_cand_pool *pl, const pm_sched_req *req, double max_limit, pm_err *err) {
-    static const char *const fixed[] = {"v-min", "v-half", "zb-v", "1f1b-v", "v-zb"};
+    static const char *const fixed[] = {"v-min", "v-half", "zb-v", "1f1b-v", "v-zb", "dualpipev"};
     pm_status st = PM_OK;
     for (size_t i = 0; i < sizeof fixed / sizeof fixed[0] && !st; i++)
         st = pm_cand_pool_named(pl, req, PM_FAMILY_V, fixed[i], 0, err);

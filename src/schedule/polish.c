@@ -216,6 +216,9 @@ pm_status pm_sched_polish(pm_sched *s, const pm_cost *c, const pm_polish_cfg *cf
                           pm_polish_stats *stats, pm_err *err) {
     pm_polish_stats ps = {0};
     if (stats) *stats = ps;
+    /* a move would break an overlapped pair's adjacency: the marks go */
+    pm_free(s->pair);
+    s->pair = NULL;
     polish_ws w = {.s = s, .c = c, .cap = cfg->cap, .budget = cfg->budget};
     pm_status st = pm_sim_init(&w.sim, s, err);
     if (st) return st;

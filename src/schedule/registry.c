@@ -12,7 +12,7 @@
 /* Smallest m each kind builds a complete, valid schedule for. Every fixed
  * pattern here degrades gracefully to m < p (warm-ups are capped at m, ZB-V
  * drops the passes of the microbatches it pads with), so only interleaved
- * needs more: one full group of p microbatches. */
+ * needs more: one full group of p microbatches; and DualPipeV (below). */
 static int min_m_any(int p, int v) {
     (void)p;
     (void)v;
@@ -21,6 +21,12 @@ static int min_m_any(int p, int v) {
 static int min_m_interleaved(int p, int v) {
     (void)v;
     return p;
+}
+/* DualPipeV fills both chunks' warm-ups before its steady phase, which
+ * needs 2p microbatches (DeepSeek's and PyTorch's own check). */
+static int min_m_dualpipev(int p, int v) {
+    (void)v;
+    return 2 * p;
 }
 
 static const pm_sched_kind kinds[] = {
@@ -51,6 +57,8 @@ static const pm_sched_kind kinds[] = {
      PM_PLACE_SINGLE, min_m_any, pm_sched_build_zb_auto, PM_TIER_GREEDY},
     {"v-zb", "V-ZB greedy: V placement, real costs, limit 1.0 M (or mem_limit)", PM_PLACE_V,
      min_m_any, pm_sched_build_v_zb, PM_TIER_GREEDY},
+    {"dualpipev", "DeepSeek's DualPipeV order (PyTorch's builder), F&B pairs as 2 passes; "
+     "m >= 2p", PM_PLACE_V, min_m_dualpipev, pm_sched_build_dualpipev, PM_TIER_FIXED},
     {"auto-v", "adaptive V scheduler: fastest V schedule under mem_limit (required)",
      PM_PLACE_V, min_m_any, pm_sched_build_auto_v, PM_TIER_SEARCH},
     /* exact, small cases only (gen_optimal.c); last, and not in
@@ -84,7 +92,8 @@ static pm_status check_chunks(const pm_sched_kind *k, int v, pm_err *err) {
         if (v == 1) return PM_OK;
         return pm_errf(err, PM_ERR_ARG, "%s has 1 chunk per device; v=%d only fits %s",
                        k->name, v,
-                       v == 2 ? "interleaved or the V kinds (zb-v, v-min, v-half, 1f1b-v)"
+                       v == 2 ? "interleaved or the V kinds (zb-v, v-min, v-half, 1f1b-v, "
+                                "dualpipev)"
                               : "interleaved");
     case PM_PLACE_V:
         if (v == 2) return PM_OK;

@@ -47,6 +47,7 @@ void pm_sched_free(pm_sched *s) {
     if (!s) return;
     pm_free(s->len);
     pm_free(s->pass);
+    pm_free(s->pair);
     *s = (pm_sched){0};
 }
 
@@ -58,7 +59,27 @@ pm_status pm_sched_copy(pm_sched *dst, const pm_sched *src, pm_err *err) {
     dst->opt_bound = src->opt_bound, dst->opt_seconds = src->opt_seconds;
     memcpy(dst->len, src->len, (size_t)src->p * sizeof *src->len);
     memcpy(dst->pass, src->pass, (size_t)src->p * (size_t)src->cap * sizeof *src->pass);
+    if (src->pair) {
+        if ((st = pm_sched_pairs_init(dst, err))) {
+            pm_sched_free(dst);
+            return st;
+        }
+        memcpy(dst->pair, src->pair, (size_t)src->p * (size_t)src->cap);
+    }
     return PM_OK;
+}
+
+pm_status pm_sched_pairs_init(pm_sched *s, pm_err *err) {
+    if (s->pair) return PM_OK;
+    s->pair = pm_calloc((size_t)s->p * (size_t)s->cap, 1);
+    if (!s->pair) return pm_errf(err, PM_ERR_NOMEM, "out of memory marking overlapped pairs");
+    return PM_OK;
+}
+
+int pm_sched_paired(const pm_sched *s, int d, int64_t i) {
+    if (!s->pair || i + 1 >= s->len[d] || !s->pair[(int64_t)d * s->cap + i]) return 0;
+    const pm_pass *x = pm_sched_dev(s, d) + i;
+    return x[0].kind == PM_PASS_F && x[1].kind == PM_PASS_BW && x[0].mb != x[1].mb;
 }
 
 void pm_sched_push(pm_sched *s, int d, pm_pass_kind kind, int stage, int mb) {

@@ -14,6 +14,12 @@
  * passes. If the worklist empties while passes remain, no device can start
  * its next pass: deadlock.
  *
+ * With costs that overlap F and B (pm_cost.fb_overlap), a marked pair (an F
+ * then a BW of another microbatch, pm_sched_paired) starts when both its
+ * passes may, and both end max(tF, tBW) + fb_frac min(tF, tBW) later; the
+ * device's busy time counts that once, so the bubble is then the share of
+ * device time spent idle. Memory still moves as the two passes in order.
+ *
  * Invariants: done[] of a (stage, mb) is written once, by the first pass that
  * completes it; times are never negative; mem[] is the running sum of
  * deltas in list order, independent of times. */
@@ -146,30 +152,47 @@ static pm_status deadlock(const pm_sched *s, const int64_t *pos, pm_err *err) {
     return PM_OK;
 }
 
+/* Records that pass i of device d ran from st to end: its times, the end
+ * its dependents wait for, the device's memory, and wakes the device that
+ * may wait on it. */
+static void record(pm_sim *sim, deps *g, const pm_cost *c, int d, int64_t i, double st,
+                   double end, double *cur) {
+    const pm_sched *s = g->s;
+    const pm_pass *x = pm_sched_dev(s, d) + i;
+    int64_t k = (int64_t)d * s->cap + i, key = (int64_t)x->stage * s->m + x->mb;
+    sim->start[k] = st;
+    sim->end[k] = end;
+    if (x->kind == PM_PASS_F && isnan(g->fend[key])) g->fend[key] = end;
+    if ((x->kind == PM_PASS_B || x->kind == PM_PASS_BW) && isnan(g->bend[key])) g->bend[key] = end;
+    double hi = *cur + pm_cost_rise(c, x); /* the most it holds while running */
+    *cur += pm_cost_mem(c, x);
+    sim->mem[k] = *cur;
+    if (hi > sim->peak[d]) sim->peak[d] = hi, sim->peak_at[d] = i;
+    wake(g, woken_device(s, x, d));
+}
+
 /* Runs as many passes of device d as are ready, waking the devices that
  * may wait on them. */
 static void advance(pm_sim *sim, deps *g, const pm_cost *c, int d, int64_t *pos,
                     double *free_at, double *cur) {
     const pm_sched *s = g->s;
     const pm_pass *ps = pm_sched_dev(s, d);
-    int64_t base = (int64_t)d * s->cap;
     for (; pos[d] < s->len[d]; pos[d]++) {
         const pm_pass *x = &ps[pos[d]];
-        double t = ready_time(g, x, d, c->c);
+        double t = ready_time(g, x, d, c->c), dur = pm_cost_time(c, x);
         if (isnan(t)) break;
-        double st = t > free_at[d] ? t : free_at[d], dur = pm_cost_time(c, x);
-        int64_t k = base + pos[d], key = (int64_t)x->stage * s->m + x->mb;
-        sim->start[k] = st;
-        sim->end[k] = free_at[d] = st + dur;
+        int pair = c->fb_overlap && pm_sched_paired(s, d, pos[d]);
+        if (pair) { /* x and the BW after it run as one, when both may start */
+            double ty = ready_time(g, x + 1, d, c->c), dy = pm_cost_time(c, x + 1);
+            if (isnan(ty)) break;
+            t = ty > t ? ty : t;
+            dur = (dur > dy ? dur : dy) + c->fb_frac * (dur < dy ? dur : dy);
+        }
+        double st = t > free_at[d] ? t : free_at[d];
+        free_at[d] = st + dur;
         sim->busy[d] += dur;
-        if (x->kind == PM_PASS_F && isnan(g->fend[key])) g->fend[key] = st + dur;
-        if ((x->kind == PM_PASS_B || x->kind == PM_PASS_BW) && isnan(g->bend[key]))
-            g->bend[key] = st + dur;
-        double hi = *cur + pm_cost_rise(c, x); /* the most it holds while running */
-        *cur += pm_cost_mem(c, x);
-        sim->mem[k] = *cur;
-        if (hi > sim->peak[d]) sim->peak[d] = hi, sim->peak_at[d] = pos[d];
-        wake(g, woken_device(s, x, d));
+        record(sim, g, c, d, pos[d], st, st + dur, cur);
+        if (pair) record(sim, g, c, d, ++pos[d], st, st + dur, cur);
     }
 }
 
