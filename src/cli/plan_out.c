@@ -91,7 +91,7 @@ int plan_write_csv(FILE *f, const plan_report *r) {
 static void json_list(FILE *f, const char *key, const pm_cluster_plan *p, int k) {
     fprintf(f, "\"%s\": [", key);
     for (int d = 0; d < p->req.pp; d++)
-        fprintf(f, "%s%.9g", d ? ", " : "", gb(k < 0 ? p->total[d] : dev_bytes(p, d)[k]));
+        fprintf(f, "%s%.12g", d ? ", " : "", gb(k < 0 ? p->total[d] : dev_bytes(p, d)[k]));
     fputc(']', f);
 }
 
