@@ -141,16 +141,25 @@ int plan_write_json(FILE *f, const plan_report *r) {
 
 enum { SVG_W = 780, SVG_H = 520, SVG_L = 72, SVG_R = 170, SVG_T = 56, SVG_B = 56 };
 
+/* One colour per kind in the registry's order (distinct for 14 kinds),
+ * the recomputed variant sharing its kind's (and drawn as a square). */
 static const char *const palette[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
-                                      "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"};
+                                      "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf",
+                                      "#393b79", "#637939", "#8c6d31", "#843c39"};
 
-/* One colour per kind, the recomputed variant sharing its kind's. */
-static const char *kind_colour(const char *kind) {
-    unsigned h = 2166136261u;
+static int recomputed(const char *kind) {
     size_t n = strlen(kind);
-    if (n > 2 && !strcmp(kind + n - 2, "-r")) n -= 2;
-    for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)kind[i]) * 16777619u;
-    return palette[h % (sizeof palette / sizeof palette[0])];
+    return n > 2 && !strcmp(kind + n - 2, "-r");
+}
+
+static const char *kind_colour(const char *kind) {
+    int nk;
+    const pm_sched_kind *k = pm_sched_kinds(&nk);
+    size_t n = strlen(kind) - (recomputed(kind) ? 2 : 0);
+    for (int i = 0; i < nk; i++)
+        if (strlen(k[i].name) == n && !strncmp(k[i].name, kind, n))
+            return palette[i % (sizeof palette / sizeof palette[0])];
+    return "#000000";
 }
 
 /* A round step for about n ticks over span (1, 2 or 5 times a power of 10). */
@@ -237,20 +246,45 @@ static void svg_front(FILE *f, const plan_report *r, const svg_axes *a, const ch
     fputs("\"/>\n", f);
 }
 
-static void svg_point(FILE *f, const plan_report *r, const svg_axes *a, int i, int label) {
+/* Label boxes already drawn, so the next one can step aside. */
+typedef struct {
+    double x, y, w; /* left, baseline, width (11 px high) */
+} label_box;
+
+static int overlaps(const label_box *b, int n, double x, double y, double w) {
+    for (int i = 0; i < n; i++)
+        if (x < b[i].x + b[i].w && b[i].x < x + w && y - 11 < b[i].y && b[i].y - 11 < y) return 1;
+    return 0;
+}
+
+/* The plan's point and, when label is set, its kind beside it: right of
+ * the point, else above, below or left, where no earlier label is (a
+ * Pareto point's label goes right regardless). */
+static void svg_point(FILE *f, const plan_report *r, const svg_axes *a, int i, int label,
+                      int must, label_box *boxes, int *nb) {
     const pm_cluster_plan *p = &r->plan[i];
     double x = px(a, gb(p->act_peak)), y = py(a, plan_y(r, p));
     const char *c = kind_colour(p->req.kind);
-    fprintf(f, "<circle class=\"plan\" cx=\"%.1f\" cy=\"%.1f\" r=\"5\" fill=\"%s\" stroke=\"%s\" "
-            "stroke-width=\"1.5\"><title>%s pp=%d dp=%d mbs=%d m=%d: activations %.2f GB, "
-            "total %.2f GB (%s), %.4g samples/%s", x, y, p->fits ? c : "white", c, p->req.kind,
-            p->req.pp, p->req.dp, p->mbs, p->req.m, gb(p->act_peak), gb(p->total_max),
-            p->fits ? "fits" : "does not fit", p->samples, r->time_unit);
+    if (recomputed(p->req.kind))
+        fprintf(f, "<rect class=\"plan\" x=\"%.1f\" y=\"%.1f\" width=\"9\" height=\"9\"", x - 4.5,
+                y - 4.5);
+    else fprintf(f, "<circle class=\"plan\" cx=\"%.1f\" cy=\"%.1f\" r=\"5\"", x, y);
+    fprintf(f, " fill=\"%s\" stroke=\"%s\" stroke-width=\"1.5\"><title>%s pp=%d dp=%d mbs=%d "
+            "m=%d: activations %.2f GB, total %.2f GB (%s), %.4g samples/%s", p->fits ? c : "white",
+            c, p->req.kind, p->req.pp, p->req.dp, p->mbs, p->req.m, gb(p->act_peak),
+            gb(p->total_max), p->fits ? "fits" : "does not fit", p->samples, r->time_unit);
     if (r->mfu) fprintf(f, ", MFU %.1f%%", 100 * p->mfu);
-    fputs("</title></circle>\n", f);
-    if (label)
-        fprintf(f, "<text class=\"label\" x=\"%.1f\" y=\"%.1f\" font-size=\"11\" fill=\"%s\">"
-                "%s</text>\n", x + 8, y + 4, c, p->req.kind);
+    fprintf(f, "</title></%s>\n", recomputed(p->req.kind) ? "rect" : "circle");
+    if (!label) return;
+    double w = 6.2 * (double)strlen(p->req.kind);
+    const double dx[] = {8, -w / 2, -w / 2, -8 - w}, dy[] = {4, -9, 17, 4};
+    int k = 0;
+    while (k < 4 && overlaps(boxes, *nb, x + dx[k], y + dy[k], w)) k++;
+    if (k == 4 && !must) return;
+    k %= 4;
+    boxes[(*nb)++] = (label_box){x + dx[k], y + dy[k], w};
+    fprintf(f, "<text class=\"label\" x=\"%.1f\" y=\"%.1f\" font-size=\"11\" fill=\"%s\">%s"
+            "</text>\n", x + dx[k], y + dy[k], c, p->req.kind);
 }
 
 int plan_write_svg(FILE *f, const plan_report *r) {
@@ -278,8 +312,14 @@ int plan_write_svg(FILE *f, const plan_report *r) {
             r->device_mem > 0 ? "" : " (no memory limit)");
     svg_grid(f, r, &a);
     svg_front(f, r, &a, front);
-    for (int i = 0; i < r->n; i++) svg_point(f, r, &a, i, r->n <= 40 || front[i]);
+    label_box *boxes = pm_calloc((size_t)r->n + 1, sizeof *boxes);
+    int nb = 0;
+    for (int pass = 0; boxes && pass < 2; pass++) /* the front's labels first */
+        for (int i = 0; i < r->n; i++)
+            if (front[i] == !pass) svg_point(f, r, &a, i, front[i] || r->n <= 40, front[i], boxes, &nb);
     fputs("</svg>\n", f);
+    pm_free(boxes);
     pm_free(front);
+    if (!boxes) return 1;
     return ferror(f) != 0;
 }
