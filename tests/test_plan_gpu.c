@@ -4,7 +4,7 @@
  *   - a block's activation bytes: Korthikanti et al. 2022 (34 s b h +
  *     5 a s^2 b in 16-bit; without the second term under flash
  *     attention); what W keeps: Zero Bubble's 32 h bytes a token; the head:
- *     Korthikanti's 4 s b h (1 + V/h); FLOPs: Narayanan et al. 2021's
+ *     Korthikanti's 4 s b h (1 + V/h); FLOPs: Korthikanti's model FLOPs
  *     72 B s L h^2 (1 + s/(6h) + V/(12 h L)) for the whole model; GPT-2's
  *     12 h^2 + 13 h parameters a block; by hand below;
  *   - a step at one device is the work itself (MFU = the pass efficiency),
