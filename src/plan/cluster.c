@@ -334,6 +334,12 @@ pm_status pm_cluster_search(const pm_gpt_shape *g, const pm_cluster *hw,
     if (hw->devices < 1) return pm_errf(err, PM_ERR_ARG, "hw.devices=%d: must be >= 1", hw->devices);
     if (!rq->m && rq->global_batch < 1)
         return pm_errf(err, PM_ERR_ARG, "give the microbatches per replica (m) or global_batch");
+    if (rq->pp && hw->devices % rq->pp)
+        return pm_errf(err, PM_ERR_ARG, "pp=%d does not divide hw.devices=%d", rq->pp,
+                       hw->devices);
+    if (rq->dp && hw->devices % rq->dp)
+        return pm_errf(err, PM_ERR_ARG, "dp=%d does not divide hw.devices=%d", rq->dp,
+                       hw->devices);
     if (rq->pp && rq->dp && (int64_t)rq->pp * rq->dp != hw->devices)
         return pm_errf(err, PM_ERR_ARG, "pp=%d x dp=%d is not the hw.devices=%d", rq->pp, rq->dp,
                        hw->devices);

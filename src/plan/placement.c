@@ -248,7 +248,8 @@ pm_status pm_place_cut(const pm_place_layer *l, int n, const pm_sched *s, int *f
     int S = s->S;
     if (n < S)
         return pm_errf(err, PM_ERR_ARG, "placement: %d layers cannot fill %d stages (each "
-                       "needs at least one)", n, S);
+                       "needs at least one): use more layers, fewer devices or fewer chunks",
+                       n, S);
     place_search q;
     pm_status st = search_init(&q, l, n, s, err);
     if (!st && !balanced_cut(q.pre, n, S, first))
