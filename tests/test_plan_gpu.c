@@ -278,7 +278,8 @@ static pm_train_cfg gpt_cfg(int layers) {
  * gradients, moments and activation peak, byte for byte. */
 static void test_pipemem_same_bytes(void **state) {
     (void)state;
-    const char *kinds[] = {"1f1b", "zb-h1", "v-half", "zb-v", "1f1b-r"};
+    const char *kinds[] = {"1f1b", "zb-h1", "v-half", "zb-v", "1f1b-r", "zb-1p", "v-zb",
+                           "interleaved"};
     for (int p = 2; p <= 4; p += 2)
         for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
             pm_train_cfg cfg = gpt_cfg(6);

@@ -45,11 +45,8 @@ static double p2p_time(const pm_cluster_model *m, const pm_cluster *hw, double n
 /* Stages per device of a kind (KIND-r as KIND): what a recomputed stage
  * keeps is a fraction of one device's v stages. */
 static int kind_chunks(const char *kind) {
-    char base[40];
-    snprintf(base, sizeof base, "%s", kind);
-    size_t n = strlen(base);
-    if (n > 2 && !strcmp(base + n - 2, "-r")) base[n - 2] = 0;
-    const pm_sched_kind *k = pm_sched_kind_find(base);
+    int rec;
+    const pm_sched_kind *k = pm_sched_kind_find_r(kind, &rec);
     return k && k->place == PM_PLACE_SINGLE ? 1 : 2;
 }
 
@@ -66,8 +63,8 @@ static double recompute_limit(const char *kind) {
     return 0;
 }
 
-/* The generators' request: device-share times and deltas, as fractions of
- * one microbatch's activation (F keeps 1, B releases what W does not
+/* The generators' request: device-share times (or the model's own
+ * weights, gen) and deltas, as fractions of one microbatch's activation (F keeps 1, B releases what W does not
  * need, W the rest; a recomputed stage keeps its input). */
 static pm_sched_req sched_req(const pm_cluster_model *m, const pm_cluster *hw,
                               const pm_cluster_req *rq, double limit) {
@@ -76,6 +73,7 @@ static pm_sched_req sched_req(const pm_cluster_model *m, const pm_cluster *hw,
         tf += m->layer[i].tf, tb += m->layer[i].tb, tw += m->layer[i].tw;
         act += m->layer[i].act, act_w += m->layer[i].act_w;
     }
+    if (m->gen[0] > 0) tf = m->gen[0], tb = m->gen[1], tw = m->gen[2];
     int v = kind_chunks(rq->kind);
     double keep = m->n > 1 && act > 0 ? v * rq->pp * m->layer[1].in / act : 1;
     return (pm_sched_req){.p = rq->pp, .m = rq->m,

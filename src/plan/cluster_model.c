@@ -108,7 +108,10 @@ pm_status pm_cluster_model_pipemem(pm_cluster_model *m, const pm_gpt_config *cfg
     if ((st = alloc_layers(m, n, err))) return st;
     /* bytes and the cut's weights by FLOPs; times from lc when given */
     st = pm_place_table(cfg, mbs, cfg->ctx, NULL, m->layer, err);
-    for (int i = 0; !st && i < n; i++) m->flops += m->layer[i].weight;
+    for (int i = 0; !st && i < n; i++) {
+        const pm_place_layer *l = &m->layer[i];
+        m->flops += l->weight, m->gen[0] += l->tf, m->gen[1] += l->tb, m->gen[2] += l->tw;
+    }
     if (!st && lc) {
         if (!(timed = pm_malloc((size_t)n * sizeof *timed)))
             st = pm_errf(err, PM_ERR_NOMEM, "plan: out of memory for %d layers", n);

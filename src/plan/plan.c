@@ -125,7 +125,8 @@ static pm_costs share_costs(const pm_train_cfg *cfg, const pm_layer_costs *lc, i
 }
 
 static pm_sched_req sched_req(const pm_plan *pl, const pm_plan_req *rq, double limit) {
-    const pm_sched_kind *k = rq->kind ? pm_sched_kind_find(rq->kind) : NULL;
+    int rec;
+    const pm_sched_kind *k = rq->kind ? pm_sched_kind_find_r(rq->kind, &rec) : NULL;
     int v = rq->chunks ? rq->chunks : k && k->place == PM_PLACE_SINGLE ? 1 : 2;
     return (pm_sched_req){.p = pl->p, .m = pl->m, .v = rq->chunks,
                           .t = share_costs(&pl->cfg, &pl->place, pl->p),
