@@ -316,7 +316,8 @@ int plan_write_svg(FILE *f, const plan_report *r) {
     int nb = 0;
     for (int pass = 0; boxes && pass < 2; pass++) /* the front's labels first */
         for (int i = 0; i < r->n; i++)
-            if (front[i] == !pass) svg_point(f, r, &a, i, front[i] || r->n <= 40, front[i], boxes, &nb);
+            if (front[i] == !pass)
+                svg_point(f, r, &a, i, front[i] || r->n <= 40, front[i], boxes, &nb);
     fputs("</svg>\n", f);
     pm_free(boxes);
     pm_free(front);

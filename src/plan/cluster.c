@@ -33,7 +33,9 @@ enum { WORK_MSGS = 6, AUTO_TRIES = 6 };
 static pm_status nomem(pm_err *err) { return pm_errf(err, PM_ERR_NOMEM, "plan: out of memory"); }
 
 /* Bytes per second of the link; 0: free. */
-static double link_bw(const pm_cluster *hw) { return hw->link_gbps > 0 ? hw->link_gbps * 1e9 / 8 : 0; }
+static double link_bw(const pm_cluster *hw) {
+    return hw->link_gbps > 0 ? hw->link_gbps * 1e9 / 8 : 0;
+}
 
 /* Seconds to move n bytes between two devices (0 when free, or when the
  * model's times are FLOPs and seconds cannot be added to them). */
@@ -64,8 +66,9 @@ static double recompute_limit(const char *kind) {
 }
 
 /* The generators' request: device-share times (or the model's own
- * weights, gen) and deltas, as fractions of one microbatch's activation (F keeps 1, B releases what W does not
- * need, W the rest; a recomputed stage keeps its input). */
+ * weights, gen) and deltas, as fractions of one microbatch's activation
+ * (F keeps 1, B releases what W does not need, W the rest; a recomputed
+ * stage keeps its input). */
 static pm_sched_req sched_req(const pm_cluster_model *m, const pm_cluster *hw,
                               const pm_cluster_req *rq, double limit) {
     double tf = 0, tb = 0, tw = 0, act = 0, act_w = 0;
@@ -203,7 +206,8 @@ pm_status pm_cluster_plan_make(pm_cluster_plan *pl, const pm_cluster_model *m,
         return pm_errf(err, PM_ERR_ARG, "pp=%d, dp=%d and m=%d must each be >= 1", rq->pp,
                        rq->dp, rq->m);
     if (hw->devices > 0 && (int64_t)rq->pp * rq->dp != hw->devices)
-        return pm_errf(err, PM_ERR_ARG, "pp=%d x dp=%d is %lld devices, not the hw.devices=%d there are",
+        return pm_errf(err, PM_ERR_ARG,
+                       "pp=%d x dp=%d is %lld devices, not the hw.devices=%d there are",
                        rq->pp, rq->dp, (long long)rq->pp * rq->dp, hw->devices);
     if (rq->zero && rq->dp < 2)
         return pm_errf(err, PM_ERR_ARG, "ZeRO-1 shards the optimizer state across replicas: "
@@ -329,7 +333,8 @@ pm_status pm_cluster_search(const pm_gpt_shape *g, const pm_cluster *hw,
                             int *skipped, pm_err *err) {
     *plans = NULL, *n = 0;
     int skip = 0;
-    if (hw->devices < 1) return pm_errf(err, PM_ERR_ARG, "hw.devices=%d: must be >= 1", hw->devices);
+    if (hw->devices < 1)
+        return pm_errf(err, PM_ERR_ARG, "hw.devices=%d: must be >= 1", hw->devices);
     if (!rq->m && rq->global_batch < 1)
         return pm_errf(err, PM_ERR_ARG, "give the microbatches per replica (m) or global_batch");
     if (rq->pp && hw->devices % rq->pp)

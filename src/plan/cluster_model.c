@@ -25,10 +25,11 @@ static pm_status shape_check(const pm_gpt_shape *g, int mbs, pm_err *err) {
         if (f[i].v < 1 || f[i].v > f[i].max)
             return pm_errf(err, PM_ERR_ARG, "%s=%d: must be 1..%d", f[i].name, f[i].v, f[i].max);
     if (g->hidden % g->heads)
-        return pm_errf(err, PM_ERR_ARG, "shape.heads=%d must divide shape.hidden=%d", g->heads, g->hidden);
+        return pm_errf(err, PM_ERR_ARG, "shape.heads=%d must divide shape.hidden=%d", g->heads,
+                       g->hidden);
     if (g->ffn < 0 || g->ffn > 1 << 22)
-        return pm_errf(err, PM_ERR_ARG, "shape.ffn=%d: must be 0 (4 x shape.hidden) or 1..%d", g->ffn,
-                       1 << 22);
+        return pm_errf(err, PM_ERR_ARG, "shape.ffn=%d: must be 0 (4 x shape.hidden) or 1..%d",
+                       g->ffn, 1 << 22);
     if (g->precision < 0 || g->precision >= PM_PREC_COUNT)
         return pm_errf(err, PM_ERR_ARG, "shape.precision=%d: bf16 or fp32", g->precision);
     return PM_OK;
@@ -90,10 +91,9 @@ pm_status pm_cluster_model_gpt(pm_cluster_model *m, const pm_gpt_shape *g, int m
                            .in = T * h * e, .params = V * h + 2 * h};
     set_times(hd, 2 * T * h * V, 2 * T * h * V, 2 * T * h * V, rate);
 
-    for (int i = 0; i < m->n; i++) {
+    for (int i = 0; i < m->n; i++)
         l[i].state = l[i].params * (m->bytes_param + m->bytes_grad + m->bytes_opt);
-        m->flops += (l[i].tf + l[i].tb + l[i].tw) * rate;
-    }
+    m->flops = g->layers * (6 * T * P + 12 * T * s * h) + 6 * T * h * V;
     return PM_OK;
 }
 
