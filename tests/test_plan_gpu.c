@@ -308,6 +308,22 @@ static void test_pipemem_same_bytes(void **state) {
         }
 }
 
+/* Pass times measured by several threads at once: a time for every pass of
+ * every kind (what the measurement is worth depends on the machine, so
+ * only that it is a time is asserted), and a thread count out of range named. */
+static void test_measure_threads(void **state) {
+    (void)state;
+    pm_gpt_config c = {.vocab = 64, .ctx = 8, .dim = 16, .heads = 2, .layers = 1};
+    pm_layer_costs lc;
+    pm_err err;
+    assert_int_equal(pm_place_measure_threads(&c, 1, 8, 3, &lc, &err), PM_OK);
+    assert_string_equal(lc.unit, "s");
+    for (int k = 0; k < PM_LAYER_KIND_COUNT; k++)
+        assert_true(lc.k[k].f > 0 && lc.k[k].f < 10 && lc.k[k].b >= 0 && lc.k[k].w >= 0);
+    assert_int_equal(pm_place_measure_threads(&c, 1, 8, 0, &lc, &err), PM_ERR_ARG);
+    assert_non_null(strstr(err.msg, "threads=0"));
+}
+
 /* ---- the binary: plan --pipemem-gpt against train --pp's measured bytes -------- */
 
 static const char *bin;
@@ -485,6 +501,7 @@ int main(void) {
         cmocka_unit_test(test_search_fits_first),
         cmocka_unit_test(test_paper_9_6b),
         cmocka_unit_test(test_pipemem_same_bytes),
+        cmocka_unit_test(test_measure_threads),
         cmocka_unit_test(test_cli_train_bytes),
         cmocka_unit_test(test_cli_plan),
     };

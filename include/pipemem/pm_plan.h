@@ -56,6 +56,11 @@ pm_status pm_place_flops(const pm_gpt_config *cfg, int B, int T, pm_layer_costs 
  * Takes about two microbatches' worth of one embedding, block and head. */
 pm_status pm_place_measure(const pm_gpt_config *cfg, int B, int T, pm_layer_costs *lc,
                            pm_err *err);
+/* The same on `threads` threads at once (the caller and threads - 1 more),
+ * each pass's mean over them: what each of a pipeline's device threads
+ * sees while the others compute on the same cores. */
+pm_status pm_place_measure_threads(const pm_gpt_config *cfg, int B, int T, int threads,
+                                   pm_layer_costs *lc, pm_err *err);
 pm_status pm_place_layers(const pm_gpt_config *cfg, int B, int T, const pm_sched *s,
                           const pm_layer_costs *lc, int *first, pm_err *err);
 /* Each device's share under a placement: time[d] (lc's unit, NULL: FLOPs)

@@ -48,7 +48,8 @@ static const char usage[] =
     "  --format F        table (default), json, csv (a row per device of each plan) or svg\n"
     "                    (MFU against activation memory, the Pareto front of those that fit)\n"
     "  --pipemem-gpt     pipemem's own fp32 GPT (its exact bytes) on this machine's device\n"
-    "                    threads, pass times measured here: compare with train --pp --json\n"
+    "                    threads, pass times measured here by P threads at once: compare\n"
+    "                    with train --pp --json\n"
     "\n"
     "Plans are listed those that fit first, each group fastest first. GB is 10^9 bytes.\n";
 
@@ -162,7 +163,8 @@ static int write_report(const plan_opts *o, const plan_report *r) {
     return pm_cli_out_close(&w, bad, o->out);
 }
 
-/* pipemem's own GPT: one plan, pass times measured on this machine. */
+/* pipemem's own GPT: one plan, pass times measured on this machine by P
+ * threads at once, as the run's P device threads will compute. */
 static int run_pipemem(const plan_opts *o, plan_report *r) {
     pm_gpt_config cfg = {.vocab = o->g.vocab, .ctx = o->g.seq, .dim = o->g.hidden,
                          .heads = o->g.heads, .layers = o->g.layers, .head_parts = 1};
@@ -173,7 +175,8 @@ static int run_pipemem(const plan_opts *o, plan_report *r) {
     snprintf(rq.kind, sizeof rq.kind, "%s", o->kind);
     pm_cluster_plan pl;
     pm_err err;
-    pm_status st = pm_place_measure(&cfg, o->mbs, cfg.ctx, &lc, &err);
+    /* as many measuring threads as the run has device threads */
+    pm_status st = pm_place_measure_threads(&cfg, o->mbs, cfg.ctx, o->pp, &lc, &err);
     if (st) return pm_cli_fail("plan: %s", err.msg);
     if ((st = pm_cluster_model_pipemem(&m, &cfg, o->mbs, &lc, &err)))
         return pm_cli_fail("plan: %s", err.msg);

@@ -19,6 +19,7 @@
  * a dynamic program. Exact unless PLACE_NODES partial cuts are visited
  * (then the best found), which takes far more stages and layers than a
  * machine has devices for. */
+#include <pthread.h>
 #include <string.h>
 
 #include "pipemem/pm_plan.h"
@@ -56,6 +57,52 @@ pm_status pm_place_flops(const pm_gpt_config *cfg, int B, int T, pm_layer_costs 
 pm_status pm_place_measure(const pm_gpt_config *cfg, int B, int T, pm_layer_costs *lc,
                            pm_err *err) {
     return kind_costs(cfg, B, T, 1, lc, err);
+}
+
+/* One measuring thread of pm_place_measure_threads. */
+typedef struct {
+    const pm_gpt_config *cfg;
+    int B, T;
+    pm_layer_costs lc;
+    pm_status st;
+    pm_err err;
+} measure_job;
+
+static void *measure_run(void *arg) {
+    measure_job *j = arg;
+    j->st = pm_place_measure(j->cfg, j->B, j->T, &j->lc, &j->err);
+    return NULL;
+}
+
+pm_status pm_place_measure_threads(const pm_gpt_config *cfg, int B, int T, int threads,
+                                   pm_layer_costs *lc, pm_err *err) {
+    if (threads < 1 || threads > 1024)
+        return pm_errf(err, PM_ERR_ARG, "threads=%d: must be 1..1024", threads);
+    measure_job *job = pm_calloc((size_t)threads, sizeof *job);
+    pthread_t *th = pm_calloc((size_t)threads, sizeof *th);
+    int started = 0;
+    pm_status st = job && th ? PM_OK : pm_errf(err, PM_ERR_NOMEM, "placement: out of memory");
+    for (int i = 0; !st && i < threads; i++) job[i] = (measure_job){.cfg = cfg, .B = B, .T = T};
+    /* the others start first, so the caller's measurement overlaps theirs */
+    for (; !st && started < threads - 1; started++)
+        if (pthread_create(&th[started], NULL, measure_run, &job[started + 1]))
+            st = pm_errf(err, PM_ERR_NOMEM, "placement: cannot start a measuring thread");
+    if (!st) measure_run(&job[0]);
+    for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
+    for (int i = 0; !st && i < threads; i++)
+        if (job[i].st) st = pm_errf(err, job[i].st, "%s", job[i].err.msg);
+    if (!st) { /* each pass's mean over the threads */
+        *lc = (pm_layer_costs){.unit = "s"};
+        for (int i = 0; i < threads; i++)
+            for (int k = 0; k < PM_LAYER_KIND_COUNT; k++) {
+                const pm_pass_times *t = &job[i].lc.k[k];
+                lc->k[k].f += t->f / threads, lc->k[k].b += t->b / threads;
+                lc->k[k].w += t->w / threads;
+            }
+    }
+    pm_free(job);
+    pm_free(th);
+    return st;
 }
 
 /* ---- the cut ------------------------------------------------------------- */
