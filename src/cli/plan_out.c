@@ -207,7 +207,7 @@ static void svg_grid(FILE *f, const plan_report *r, const svg_axes *a) {
     fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"none\" "
             "stroke=\"#444\"/>\n", SVG_L, SVG_T, SVG_W - SVG_L - SVG_R, SVG_H - SVG_T - SVG_B);
     fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\">activation memory of the "
-            "busiest device (GB)</text>\n", (SVG_W - SVG_R + SVG_L) / 2, SVG_H - 16);
+            "device with the most (GB)</text>\n", (SVG_W - SVG_R + SVG_L) / 2, SVG_H - 16);
     fprintf(f, "<text transform=\"translate(18 %d) rotate(-90)\" text-anchor=\"middle\">%s"
             "</text>\n</g>\n", (SVG_H - SVG_B + SVG_T) / 2,
             r->mfu ? "MFU (%)" : "samples per time unit");
