@@ -235,9 +235,10 @@ asan:
 # transport, the pipeline step (test_runtime, also through the CLI's
 # train --pp), the model's compute pool (test_kernels, test_model) and a
 # pipeline run resumed from a checkpoint (test_train, through the CLI), and
-# model selection's device threads (test_select).
+# model selection's device threads (test_select), and the pass times
+# measured on several threads at once (test_plan_gpu).
 # scripts/tsan.supp says why OpenBLAS is exempt.
-TSAN_TESTS = test_runtime test_kernels test_model test_train test_select
+TSAN_TESTS = test_runtime test_kernels test_model test_train test_select test_plan_gpu
 tsan:
 	@$(MAKE) --no-print-directory BUILD=build/tsan CFLAGS="-O1 -g $(filter -Werror,$(CFLAGS))" \
 	  SAN="-fsanitize=thread" all $(TSAN_TESTS:%=build/tsan/tests/%)
