@@ -235,10 +235,11 @@ asan:
 # transport, the pipeline step (test_runtime, also through the CLI's
 # train --pp), the model's compute pool (test_kernels, test_model) and a
 # pipeline run resumed from a checkpoint (test_train, through the CLI), and
-# model selection's device threads (test_select), and ASHA's promotions
-# under their lock, through the CLI (test_sweep).
+# model selection's device threads (test_select), ASHA's promotions
+# under their lock, through the CLI (test_sweep), and the pass times
+# measured on several threads at once (test_plan_gpu).
 # scripts/tsan.supp says why OpenBLAS is exempt.
-TSAN_TESTS = test_runtime test_kernels test_model test_train test_select test_sweep
+TSAN_TESTS = test_runtime test_kernels test_model test_train test_select test_sweep test_plan_gpu
 tsan:
 	@$(MAKE) --no-print-directory BUILD=build/tsan CFLAGS="-O1 -g $(filter -Werror,$(CFLAGS))" \
 	  SAN="-fsanitize=thread" all $(TSAN_TESTS:%=build/tsan/tests/%)

@@ -15,7 +15,10 @@
 #   5. the schedule engine compares every schedule for p = 8, m = 24 with
 #      unequal costs and draws four of them;
 #   6. model selection: 2 learning rates x 2 depths trained at once on 2
-#      devices under a memory budget that cuts every model into shards.
+#      devices under a memory budget that cuts every model into shards;
+#   7. pipemem plan: the Controllable Memory paper's 9.6B GPT on 16 GPUs of
+#      80 GB, every schedule kind with each device's memory by kind, its
+#      step and MFU, as a table and as the memory-throughput plane (SVG).
 # Everything lands in out/demo/ (PM_DEMO_OUT overrides; PM_DEMO_STEPS sets
 # the length of the main run).
 set -eu
@@ -123,3 +126,14 @@ echo
 echo "demo output in $OUT/: auto-measured.svg (the real run), auto-trace.json (Perfetto),"
 echo "  1f1b.svg zb-h1.svg v-half.svg v-min.svg (simulated timelines), gpt.ckpt, big.ckpt, data/,"
 echo "  best.ckpt, select.csv and select.svg (model selection)"
+echo
+
+PLAN96="--layers 30 --hidden 5120 --heads 40 --seq 1024 --vocab 51200 --mbs 2 --devices 16 \
+  --pp 16 --microbatches 64 --device-mem 80G --device-tflops 312"
+echo "== 7. pipemem plan: the Controllable Memory paper's 9.6B GPT on 16 A100s of 80 GB"
+echo "   (its Figure 7 setting; docs/plan.md sets the planner beside the paper's figures)"
+# shellcheck disable=SC2086
+"$BIN" plan $PLAN96
+# shellcheck disable=SC2086
+"$BIN" plan $PLAN96 --format svg -o "$OUT/plan-9.6b.svg"
+echo "the memory-throughput plane, each kind's point and the Pareto front: $OUT/plan-9.6b.svg"

@@ -516,7 +516,8 @@ static void test_one_option_parser(void **state) {
     (void)state;
     if (!bin) skip();
     static const char *const cmd[] = {"schedule", "compare", "search", "curve", "block",
-                                      "select", "sample", "prepare", "tokenizer", "train"};
+                                      "select", "sample", "prepare", "tokenizer", "train",
+                                      "plan"};
     char args[300], want[300], out[300];
     snprintf(out, sizeof out, "%s/help.out", dir);
     for (size_t k = 0; k < sizeof cmd / sizeof cmd[0]; k++) {
@@ -541,6 +542,7 @@ static void test_one_option_parser(void **state) {
     expect_error("prepare x.txt -o", "-o needs a directory", 30);
     expect_error("tokenizer train x.txt --vocab 300 -o", "-o needs a file", 30);
     expect_error("train --data", "--data needs a value", 30);
+    expect_error("plan --layers", "--layers needs a value", 30);
 }
 
 /* select's hints say what is wrong: a tasks-file pair is named with what

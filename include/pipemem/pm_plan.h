@@ -56,6 +56,11 @@ pm_status pm_place_flops(const pm_gpt_config *cfg, int B, int T, pm_layer_costs 
  * Takes about two microbatches' worth of one embedding, block and head. */
 pm_status pm_place_measure(const pm_gpt_config *cfg, int B, int T, pm_layer_costs *lc,
                            pm_err *err);
+/* The same on `threads` threads at once (the caller and threads - 1 more),
+ * each pass's mean over them: what each of a pipeline's device threads
+ * sees while the others compute on the same cores. */
+pm_status pm_place_measure_threads(const pm_gpt_config *cfg, int B, int T, int threads,
+                                   pm_layer_costs *lc, pm_err *err);
 pm_status pm_place_layers(const pm_gpt_config *cfg, int B, int T, const pm_sched *s,
                           const pm_layer_costs *lc, int *first, pm_err *err);
 /* Each device's share under a placement: time[d] (lc's unit, NULL: FLOPs)
@@ -64,14 +69,37 @@ pm_status pm_place_shares(const pm_gpt_config *cfg, int B, int T, const pm_sched
                           const pm_layer_costs *lc, const int *first, double *time,
                           double *mem, pm_err *err);
 
-/* Per-stage memory deltas of the model under a placement, in bytes: F keeps
- * sum(saved), B releases sum(saved - saved_w), W the rest (pm_gpt.h); with
- * recompute, F keeps only the stage's input (mr: the first layer's input
- * bytes, none on stage 0, whose tokens stay in the batch). Times are the
- * FLOPs of the stage (a prediction before anything is measured). */
-pm_status pm_place_costs(const pm_gpt_config *cfg, int B, int T, const int *first, int S,
-                         int recompute, pm_cost *c, pm_err *err);
+/* One layer as the cut and the simulator see it, whatever the model:
+ * pipemem's GPT (pm_place_table) or a GPT sized by formulas for GPUs
+ * (pm_cluster.h). Times are in one unit across a table (seconds or FLOPs). */
+typedef struct {
+    double weight;     /* what the cut balances: its F + B + W time (or FLOPs) */
+    double tf, tb, tw; /* time of its F, B and W on one microbatch */
+    double act;        /* activation bytes its F keeps for one microbatch */
+    double act_w;      /* of them, the bytes its W still needs after B */
+    double in;         /* bytes of its input: what a recomputed stage starting here
+                        * keeps per microbatch (0 for the embedding: tokens) */
+    double params;     /* parameters */
+    double state;      /* bytes of its parameters, gradients and optimizer state */
+} pm_place_layer;
 
+/* pipemem's GPT as a table of pm_gpt_num_layers(cfg) rows: times from lc
+ * (NULL: FLOPs), a head part charged its rows' share; activations the
+ * model's exact saved bytes; state 16 bytes per parameter (fp32
+ * parameters, gradients and two AdamW moments). */
+pm_status pm_place_table(const pm_gpt_config *cfg, int B, int T, const pm_layer_costs *lc,
+                         pm_place_layer *l, pm_err *err);
+/* The rule above on any table of n layers: first[] as pm_place_layers. */
+pm_status pm_place_cut(const pm_place_layer *l, int n, const pm_sched *s, int *first,
+                       pm_err *err);
+/* Each device's share under a cut, as pm_place_shares. */
+pm_status pm_place_cut_shares(const pm_place_layer *l, int n, const pm_sched *s,
+                              const int *first, double *time, double *mem, pm_err *err);
+/* Per-stage costs of a cut, what the simulator consumes: times the sums of
+ * the layers', F keeps sum(act), B releases sum(act - act_w), W the rest;
+ * with recompute, F keeps only the stage's first layer's input (mr). */
+pm_status pm_place_stage_costs(const pm_place_layer *l, const int *first, int S, int recompute,
+                               pm_cost *c, pm_err *err);
 
 /* ---- activation arena -----------------------------------------------------
  * One slab of `cap` bytes. Blocks start on 64-byte boundaries and occupy

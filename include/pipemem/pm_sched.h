@@ -368,6 +368,8 @@ typedef struct {
  * (pm_sched_kind_find, pm_sched_generate). */
 const pm_sched_kind *pm_sched_kinds(int *n);
 const pm_sched_kind *pm_sched_kind_find(const char *name);
+/* The same, and "KIND-r" as KIND with *recompute set (else 0). */
+const pm_sched_kind *pm_sched_kind_find_r(const char *name, int *recompute);
 /* Looks the kind up by name, checks p, m and v with clear messages (naming
  * the minimum m, the chunk counts that fit), and builds. */
 pm_status pm_sched_generate(pm_sched *s, const char *kind, const pm_sched_req *req, pm_err *err);

@@ -16,6 +16,7 @@ int pm_cmd_compare(int argc, char **argv);
 int pm_cmd_block(int argc, char **argv);
 int pm_cmd_search(int argc, char **argv);
 int pm_cmd_curve(int argc, char **argv);
+int pm_cmd_plan(int argc, char **argv);
 int pm_cmd_prepare(int argc, char **argv);
 int pm_cmd_tokenizer(int argc, char **argv);
 int pm_cmd_train(int argc, char **argv);

@@ -12,6 +12,7 @@ static const pm_cli_cmd cmds[] = {
     {"compare", pm_cmd_compare, "every schedule side by side: makespan, bubble, peak memory"},
     {"block", pm_cmd_block, "check a building-block file and build the schedule from it"},
     {"search", pm_cmd_search, "the fastest schedule of any family under --mem-limit X"},
+    {"plan", pm_cmd_plan, "size a GPT's pipeline run on a GPU cluster: memory by kind, step, MFU"},
     {"curve", pm_cmd_curve, "bubble rate of the best schedule per family against the memory limit"},
     {"tokenizer", pm_cmd_tokenizer, "train a SentencePiece tokenizer on text files"},
     {"prepare", pm_cmd_prepare, "text files to token files, bytes or a tokenizer's (train/val)"},

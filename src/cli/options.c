@@ -32,6 +32,14 @@ static const struct {
     {"batch", "--batch", 1},           {"seed", "--seed", 1},
     {"v", "--chunks", 1},              {"t", "--costs", 1},
     {"vocab", "--vocab", 1},           {"the MPI transport", "--transport mpi", 0},
+    /* pm_cluster.h (pipemem plan) */
+    {"shape.layers", "--layers", 0},   {"shape.hidden", "--hidden", 0},
+    {"shape.heads", "--heads", 0},     {"shape.seq", "--seq", 0},
+    {"shape.vocab", "--vocab", 0},     {"shape.ffn", "--ffn", 0},
+    {"shape.precision", "--precision", 0}, {"hw.mem", "--device-mem", 0},
+    {"hw.devices", "--devices", 0},    {"global_batch", "--global-batch", 0},
+    {"pp", "--pp", 1},                 {"dp", "--dp", 1},
+    {"mbs", "--mbs", 1},
 };
 
 /* Length of the name of entry k at s (after prev), 0 if it does not

@@ -6,8 +6,12 @@
  * over its stages: under V device 0 holds the embedding's stage and the
  * head's), then the largest device memory (the activations a stage holds
  * count once per microbatch in flight: early stages of 1F1B hold p), then
- * the sum of squared device times (the rest evened out). A layer's time is its kind's measured F + B + W
- * (pm_place_measure) or, before anything is measured, its FLOPs.
+ * the sum of squared device times (the rest evened out). The cut sees a
+ * model only as a table of layers (pm_place_layer: what it balances, its
+ * pass times, activation and state bytes), so pipemem's GPT (pm_place_table:
+ * its kind's measured F + B + W, pm_place_measure, or before anything is
+ * measured its FLOPs) and a GPT sized by formulas for a GPU cluster
+ * (pm_cluster.h) are placed by the same code.
  *
  * Search: depth-first over the cut points with the best device time found
  * so far as the bound (a stage that pushes its device past it ends the
@@ -15,6 +19,7 @@
  * a dynamic program. Exact unless PLACE_NODES partial cuts are visited
  * (then the best found), which takes far more stages and layers than a
  * machine has devices for. */
+#include <pthread.h>
 #include <string.h>
 
 #include "pipemem/pm_plan.h"
@@ -54,6 +59,52 @@ pm_status pm_place_measure(const pm_gpt_config *cfg, int B, int T, pm_layer_cost
     return kind_costs(cfg, B, T, 1, lc, err);
 }
 
+/* One measuring thread of pm_place_measure_threads. */
+typedef struct {
+    const pm_gpt_config *cfg;
+    int B, T;
+    pm_layer_costs lc;
+    pm_status st;
+    pm_err err;
+} measure_job;
+
+static void *measure_run(void *arg) {
+    measure_job *j = arg;
+    j->st = pm_place_measure(j->cfg, j->B, j->T, &j->lc, &j->err);
+    return NULL;
+}
+
+pm_status pm_place_measure_threads(const pm_gpt_config *cfg, int B, int T, int threads,
+                                   pm_layer_costs *lc, pm_err *err) {
+    if (threads < 1 || threads > 1024)
+        return pm_errf(err, PM_ERR_ARG, "threads=%d: must be 1..1024", threads);
+    measure_job *job = pm_calloc((size_t)threads, sizeof *job);
+    pthread_t *th = pm_calloc((size_t)threads, sizeof *th);
+    int started = 0;
+    pm_status st = job && th ? PM_OK : pm_errf(err, PM_ERR_NOMEM, "placement: out of memory");
+    for (int i = 0; !st && i < threads; i++) job[i] = (measure_job){.cfg = cfg, .B = B, .T = T};
+    /* the others start first, so the caller's measurement overlaps theirs */
+    for (; !st && started < threads - 1; started++)
+        if (pthread_create(&th[started], NULL, measure_run, &job[started + 1]))
+            st = pm_errf(err, PM_ERR_NOMEM, "placement: cannot start a measuring thread");
+    if (!st) measure_run(&job[0]);
+    for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
+    for (int i = 0; !st && i < threads; i++)
+        if (job[i].st) st = pm_errf(err, job[i].st, "%s", job[i].err.msg);
+    if (!st) { /* each pass's mean over the threads */
+        *lc = (pm_layer_costs){.unit = "s"};
+        for (int i = 0; i < threads; i++)
+            for (int k = 0; k < PM_LAYER_KIND_COUNT; k++) {
+                const pm_pass_times *t = &job[i].lc.k[k];
+                lc->k[k].f += t->f / threads, lc->k[k].b += t->b / threads;
+                lc->k[k].w += t->w / threads;
+            }
+    }
+    pm_free(job);
+    pm_free(th);
+    return st;
+}
+
 /* ---- the cut ------------------------------------------------------------- */
 
 /* How many microbatches each stage holds at most at once under s (F done,
@@ -75,7 +126,7 @@ typedef struct {
     int rec;        /* the schedule recomputes: a stage in flight keeps its input */
     int *dev;       /* (S) stage -> device */
     int *hold;      /* (S) microbatches a stage holds at most */
-    double *pre;    /* (n+1) prefix sums of layer time */
+    double *pre;    /* (n+1) prefix sums of layer weight (what the cut balances) */
     double *prem;   /* (n+1) prefix sums of layer state bytes */
     double *pres;   /* (n+1) prefix sums of layer saved bytes */
     double *inb;    /* (n+1) bytes of layer l's input (0 for the embedding's tokens) */
@@ -111,16 +162,11 @@ static double stage_mem(const place_search *q, int k, int i, int j) {
     return q->prem[j] - q->prem[i] + act;
 }
 
-/* Fills q for cfg under s with layer costs lc (NULL: FLOPs). */
-static pm_status search_init(place_search *q, const pm_gpt_config *cfg, int B, int T,
-                             const pm_sched *s, const pm_layer_costs *lc, pm_err *err) {
-    int n = pm_gpt_num_layers(cfg);
+/* Fills q for the n layers of l under s. */
+static pm_status search_init(place_search *q, const pm_place_layer *l, int n, const pm_sched *s,
+                             pm_err *err) {
     size_t nn = (size_t)n + 1, ns = (size_t)s->S + 1, np = (size_t)s->p;
     *q = (place_search){.n = n, .S = s->S, .p = s->p, .rec = s->recompute != 0};
-    pm_layer_costs flops;
-    pm_status st = lc ? PM_OK : pm_place_flops(cfg, B, T, &flops, err);
-    if (st) return st;
-    if (!lc) lc = &flops;
     q->dbl = pm_calloc(4 * nn + 2 * np, sizeof *q->dbl);
     q->ints = pm_calloc(5 * ns, sizeof *q->ints);
     if (!q->dbl || !q->ints) return pm_errf(err, PM_ERR_NOMEM, "placement: out of memory");
@@ -128,22 +174,11 @@ static pm_status search_init(place_search *q, const pm_gpt_config *cfg, int B, i
     q->load = q->inb + nn, q->mem = q->load + np;
     q->dev = q->ints, q->hold = q->dev + ns, q->cut = q->hold + ns;
     int *live = q->cut + ns; /* stage_inflight's scratch */
-    for (int l = 0; l < n; l++) {
-        pm_gpt_sizes z;
-        if ((st = pm_gpt_layer_sizes(cfg, l, B, T, &z, err))) return st;
-        pm_layer_kind kind = pm_gpt_layer_kind(cfg, l);
-        const pm_pass_times *t = &lc->k[kind];
-        double time = t->f + t->b + t->w;
-        if (kind == PM_LAYER_HEAD) { /* a head part: its rows' share of the whole head */
-            size_t r0, r1;
-            pm_gpt_head_rows(cfg, l, &r0, &r1);
-            time *= (double)(r1 - r0) / cfg->vocab;
-        }
-        q->pre[l + 1] = q->pre[l] + time;
-        /* parameters, gradients and the two AdamW moments */
-        q->prem[l + 1] = q->prem[l] + 4.0 * sizeof(float) * (double)pm_gpt_layer_params(cfg, l);
-        q->pres[l + 1] = q->pres[l] + (double)z.saved;
-        q->inb[l] = l ? (double)z.in : 0;
+    for (int i = 0; i < n; i++) {
+        q->pre[i + 1] = q->pre[i] + l[i].weight;
+        q->prem[i + 1] = q->prem[i] + l[i].state;
+        q->pres[i + 1] = q->pres[i] + l[i].act;
+        q->inb[i] = l[i].in;
     }
     for (int k = 0; k < s->S; k++) q->dev[k] = pm_sched_stage_device(s, k);
     stage_inflight(s, q->hold, live);
@@ -223,20 +258,48 @@ static int balanced_cut(const double *pre, int n, int S, int *first) {
     return 1;
 }
 
-pm_status pm_place_layers(const pm_gpt_config *cfg, int B, int T, const pm_sched *s,
-                          const pm_layer_costs *lc, int *first, pm_err *err) {
-    pm_status st = pm_gpt_config_check(cfg, err);
+/* ---- pipemem's GPT as a layer table ---------------------------------------- */
+
+pm_status pm_place_table(const pm_gpt_config *cfg, int B, int T, const pm_layer_costs *lc,
+                         pm_place_layer *l, pm_err *err) {
+    pm_layer_costs flops;
+    pm_status st = lc ? PM_OK : pm_place_flops(cfg, B, T, &flops, err);
     if (st) return st;
-    int n = pm_gpt_num_layers(cfg), S = s->S;
+    if (!lc) lc = &flops;
+    for (int i = 0; i < pm_gpt_num_layers(cfg); i++) {
+        pm_gpt_sizes z;
+        if ((st = pm_gpt_layer_sizes(cfg, i, B, T, &z, err))) return st;
+        pm_layer_kind kind = pm_gpt_layer_kind(cfg, i);
+        const pm_pass_times *t = &lc->k[kind];
+        double share = 1; /* a head part: its rows' share of the whole head */
+        if (kind == PM_LAYER_HEAD) {
+            size_t r0, r1;
+            pm_gpt_head_rows(cfg, i, &r0, &r1);
+            share = (double)(r1 - r0) / cfg->vocab;
+        }
+        double params = (double)pm_gpt_layer_params(cfg, i);
+        l[i] = (pm_place_layer){.weight = (t->f + t->b + t->w) * share,
+                                .tf = t->f * share, .tb = t->b * share, .tw = t->w * share,
+                                .act = (double)z.saved, .act_w = (double)z.saved_w,
+                                .in = i ? (double)z.in : 0, .params = params,
+                                /* parameters, gradients and the two AdamW moments */
+                                .state = 4.0 * sizeof(float) * params};
+    }
+    return PM_OK;
+}
+
+/* ---- the cut of any layer table ------------------------------------------- */
+
+pm_status pm_place_cut(const pm_place_layer *l, int n, const pm_sched *s, int *first,
+                       pm_err *err) {
+    int S = s->S;
     if (n < S)
-        return pm_errf(err, PM_ERR_ARG,
-                       "placement: the model has %d layers (embedding, %d blocks, head in %d "
-                       "part%s) but the schedule has %d stages, each needing at least one layer; "
-                       "use model.layers >= %d, fewer devices or fewer chunks", n, cfg->layers,
-                       pm_gpt_head_parts(cfg), pm_gpt_head_parts(cfg) > 1 ? "s" : "", S,
-                       S - 1 - pm_gpt_head_parts(cfg));
+        return pm_errf(err, PM_ERR_ARG, "placement: %d layers cannot fill %d stages (each "
+                       "needs at least one): use more layers, fewer devices or fewer chunks",
+                       n, S);
     place_search q;
-    if (!(st = search_init(&q, cfg, B, T, s, lc, err)) && !balanced_cut(q.pre, n, S, first))
+    pm_status st = search_init(&q, l, n, s, err);
+    if (!st && !balanced_cut(q.pre, n, S, first))
         st = pm_errf(err, PM_ERR_NOMEM, "placement: out of memory");
     if (!st) {
         search_eval(&q, first); /* the seed's figures: the bound to beat */
@@ -251,11 +314,10 @@ pm_status pm_place_layers(const pm_gpt_config *cfg, int B, int T, const pm_sched
     return st;
 }
 
-pm_status pm_place_shares(const pm_gpt_config *cfg, int B, int T, const pm_sched *s,
-                          const pm_layer_costs *lc, const int *first, double *time,
-                          double *mem, pm_err *err) {
+pm_status pm_place_cut_shares(const pm_place_layer *l, int n, const pm_sched *s,
+                              const int *first, double *time, double *mem, pm_err *err) {
     place_search q;
-    pm_status st = search_init(&q, cfg, B, T, s, lc, err);
+    pm_status st = search_init(&q, l, n, s, err);
     if (!st) {
         search_eval(&q, first);
         memcpy(time, q.load, (size_t)q.p * sizeof *time);
@@ -265,25 +327,65 @@ pm_status pm_place_shares(const pm_gpt_config *cfg, int B, int T, const pm_sched
     return st;
 }
 
-pm_status pm_place_costs(const pm_gpt_config *cfg, int B, int T, const int *first, int S,
-                         int recompute, pm_cost *c, pm_err *err) {
+pm_status pm_place_stage_costs(const pm_place_layer *l, const int *first, int S, int recompute,
+                               pm_cost *c, pm_err *err) {
     pm_status st = pm_cost_init(c, S, err);
     if (st) return st;
     for (int s = 0; s < S; s++) {
-        double saved = 0, saved_w = 0, ff = 0, fb = 0, fw = 0, keep = 0;
-        for (int l = first[s]; l < first[s + 1]; l++) {
-            pm_gpt_sizes sz;
-            if ((st = pm_gpt_layer_sizes(cfg, l, B, T, &sz, err))) {
-                pm_cost_free(c);
-                return st;
-            }
-            saved += (double)sz.saved, saved_w += (double)sz.saved_w;
-            if (l == first[s] && l > 0) keep = (double)sz.in; /* tokens stay in the batch */
-            ff += sz.flops_f, fb += sz.flops_b, fw += sz.flops_w;
+        double saved = 0, saved_w = 0, tf = 0, tb = 0, tw = 0;
+        for (int i = first[s]; i < first[s + 1]; i++) {
+            saved += l[i].act, saved_w += l[i].act_w;
+            tf += l[i].tf, tb += l[i].tb, tw += l[i].tw;
         }
-        c->st[s] = (pm_stage_cost){ff, fb, fw, saved, -(saved - saved_w), -saved_w, keep,
-                                   recompute != 0};
+        /* recomputed, a stage keeps its first layer's input (tokens stay in the batch) */
+        c->st[s] = (pm_stage_cost){tf, tb, tw, saved, -(saved - saved_w), -saved_w,
+                                   l[first[s]].in, recompute != 0};
     }
     c->c = 0;
     return PM_OK;
+}
+
+/* ---- pipemem's GPT: the table, then the cut -------------------------------- */
+
+/* The GPT's table (cfg checked) in *out, allocated (the caller frees). */
+static pm_status gpt_table(const pm_gpt_config *cfg, int B, int T, const pm_layer_costs *lc,
+                           pm_place_layer **out, pm_err *err) {
+    *out = NULL;
+    pm_status st = pm_gpt_config_check(cfg, err);
+    if (st) return st;
+    pm_place_layer *l = pm_malloc((size_t)pm_gpt_num_layers(cfg) * sizeof *l);
+    if (!l) return pm_errf(err, PM_ERR_NOMEM, "placement: out of memory");
+    if ((st = pm_place_table(cfg, B, T, lc, l, err))) pm_free(l);
+    else *out = l;
+    return st;
+}
+
+pm_status pm_place_layers(const pm_gpt_config *cfg, int B, int T, const pm_sched *s,
+                          const pm_layer_costs *lc, int *first, pm_err *err) {
+    pm_status st = pm_gpt_config_check(cfg, err);
+    if (st) return st;
+    int n = pm_gpt_num_layers(cfg), S = s->S;
+    if (n < S)
+        return pm_errf(err, PM_ERR_ARG,
+                       "placement: the model has %d layers (embedding, %d blocks, head in %d "
+                       "part%s) but the schedule has %d stages, each needing at least one layer; "
+                       "use model.layers >= %d, fewer devices or fewer chunks", n, cfg->layers,
+                       pm_gpt_head_parts(cfg), pm_gpt_head_parts(cfg) > 1 ? "s" : "", S,
+                       S - 1 - pm_gpt_head_parts(cfg));
+    pm_place_layer *l;
+    if ((st = gpt_table(cfg, B, T, lc, &l, err))) return st;
+    st = pm_place_cut(l, n, s, first, err);
+    pm_free(l);
+    return st;
+}
+
+pm_status pm_place_shares(const pm_gpt_config *cfg, int B, int T, const pm_sched *s,
+                          const pm_layer_costs *lc, const int *first, double *time,
+                          double *mem, pm_err *err) {
+    pm_place_layer *l;
+    pm_status st = gpt_table(cfg, B, T, lc, &l, err);
+    if (st) return st;
+    st = pm_place_cut_shares(l, pm_gpt_num_layers(cfg), s, first, time, mem, err);
+    pm_free(l);
+    return st;
 }

@@ -125,7 +125,8 @@ static pm_costs share_costs(const pm_train_cfg *cfg, const pm_layer_costs *lc, i
 }
 
 static pm_sched_req sched_req(const pm_plan *pl, const pm_plan_req *rq, double limit) {
-    const pm_sched_kind *k = rq->kind ? pm_sched_kind_find(rq->kind) : NULL;
+    int rec;
+    const pm_sched_kind *k = rq->kind ? pm_sched_kind_find_r(rq->kind, &rec) : NULL;
     int v = rq->chunks ? rq->chunks : k && k->place == PM_PLACE_SINGLE ? 1 : 2;
     return (pm_sched_req){.p = pl->p, .m = pl->m, .v = rq->chunks,
                           .t = share_costs(&pl->cfg, &pl->place, pl->p),
@@ -152,29 +153,16 @@ static pm_status make_sched(pm_plan *pl, const pm_plan_req *rq, double limit, pm
 /* ---- placement and memory ------------------------------------------------------ */
 
 /* Per-stage costs: the model's exact byte deltas, times from the layer
- * costs (a head part charged its rows' share). */
+ * costs (a head part charged its rows' share): the GPT's layer table. */
 static pm_status stage_costs(pm_plan *pl, pm_err *err) {
     const pm_gpt_config *c = &pl->cfg.model;
-    pm_status st = pm_place_costs(c, pl->cfg.batch / pl->cfg.micro, c->ctx, pl->first, pl->S,
-                                  pl->sched.recompute, &pl->cost, err);
-    if (st) return st;
-    for (int s = 0; s < pl->S; s++) {
-        double tf = 0, tb = 0, tw = 0;
-        for (int l = pl->first[s]; l < pl->first[s + 1]; l++) {
-            pm_layer_kind kind = pm_gpt_layer_kind(c, l);
-            double share = 1;
-            if (kind == PM_LAYER_HEAD) {
-                size_t r0, r1;
-                pm_gpt_head_rows(c, l, &r0, &r1);
-                share = (double)(r1 - r0) / c->vocab;
-            }
-            tf += pl->place.k[kind].f * share, tb += pl->place.k[kind].b * share;
-            tw += pl->place.k[kind].w * share;
-        }
-        pl->cost.st[s].tf = tf, pl->cost.st[s].tb = tb, pl->cost.st[s].tw = tw;
-    }
-    pl->M = pm_cost_M(&pl->cost);
-    return PM_OK;
+    pm_place_layer *l = pm_malloc((size_t)pm_gpt_num_layers(c) * sizeof *l);
+    if (!l) return nomem(err, "the layer table");
+    pm_status st = pm_place_table(c, pl->cfg.batch / pl->cfg.micro, c->ctx, &pl->place, l, err);
+    if (!st) st = pm_place_stage_costs(l, pl->first, pl->S, pl->sched.recompute, &pl->cost, err);
+    pm_free(l);
+    if (!st) pl->M = pm_cost_M(&pl->cost);
+    return st;
 }
 
 /* Placement, sizes, costs and the simulation for pl->cfg (head parts set). */

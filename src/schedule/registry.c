@@ -175,7 +175,7 @@ void pm_sched_req_recompute(const pm_sched_req *req, int v, pm_sched_req *out) {
 }
 
 /* "KIND-r" is KIND with recomputation (1f1b-r, v-half-r, ...). */
-static const pm_sched_kind *find_base(const char *name, int *rec) {
+const pm_sched_kind *pm_sched_kind_find_r(const char *name, int *rec) {
     const pm_sched_kind *k = pm_sched_kind_find(name);
     size_t n = name ? strlen(name) : 0;
     *rec = 0;
@@ -219,7 +219,7 @@ pm_status pm_sched_generate(pm_sched *s, const char *kind, const pm_sched_req *r
                             pm_err *err) {
     *s = (pm_sched){0};
     int rec;
-    const pm_sched_kind *k = find_base(kind, &rec);
+    const pm_sched_kind *k = pm_sched_kind_find_r(kind, &rec);
     if (!k) {
         char names[256];
         list_kinds(names, sizeof names);

@@ -1,0 +1,509 @@
+/* test_plan_gpu.c: `pipemem plan` and its library (pm_cluster.h).
+ *
+ * Where each expected value comes from:
+ *   - a block's activation bytes: Korthikanti et al. 2022 (34 s b h +
+ *     5 a s^2 b in 16-bit; without the second term under flash
+ *     attention); what W keeps: Zero Bubble's 32 h bytes a token; the head:
+ *     Korthikanti's 4 s b h (1 + V/h); FLOPs: Korthikanti's model FLOPs
+ *     72 B s L h^2 (1 + s/(6h) + V/(12 h L)) for the whole model; GPT-2's
+ *     12 h^2 + 13 h parameters a block; by hand below;
+ *   - a step at one device is the work itself (MFU = the pass efficiency),
+ *     a replica pair adds one ring all-reduce, two devices add the
+ *     point-to-point times on the critical path: by hand;
+ *   - the search: every plan made one by one, and the fit recomputed from
+ *     each device's bytes;
+ *   - pipemem's own GPT: the planner of pm_plan.h (its bytes proven against
+ *     a dry replay of the executor's allocations) and `train --pp --json`'s
+ *     measured peaks (when PM_BIN names the built binary);
+ *   - the 9.6B model: the paper's Figure 7 as the issue reads it off. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <jansson.h>
+#include <libxml/parser.h>
+#include <libxml/tree.h>
+
+#include "pipemem/pm_cluster.h"
+
+static int close_to(double a, double b, double rel) { return fabs(a - b) <= rel * fabs(b); }
+
+/* ---- formulas on a hand case ------------------------------------------------- */
+
+/* L = 2 blocks, h = 8, a = 2 heads, s = 4, V = 16, one sequence a
+ * microbatch (T = 4 tokens), bf16. */
+static const pm_gpt_shape hand = {.layers = 2, .hidden = 8, .heads = 2, .seq = 4, .vocab = 16};
+
+static void test_formulas(void **state) {
+    (void)state;
+    pm_cluster_model m;
+    pm_err err;
+    pm_cluster hw = {.devices = 1, .tflops = 1, .efficiency = 0.5};
+    assert_int_equal(pm_cluster_model_gpt(&m, &hand, 1, &hw, &err), PM_OK);
+    assert_int_equal(m.n, 4);
+    double s = 4, b = 1, h = 8, a = 2, V = 16, L = 2;
+    /* Korthikanti: 34 s b h + 5 a s^2 b = 1088 + 160 */
+    assert_true(m.layer[1].act == 34 * s * b * h + 5 * a * s * s * b);
+    assert_true(m.layer[1].act == 1248);
+    /* Zero Bubble: W keeps 32 h bytes a token */
+    assert_true(m.layer[1].act_w == 32 * h * s * b);
+    /* the embedding's dropout mask s b h; the head 4 s b h (1 + V/h) */
+    assert_true(m.layer[0].act == s * b * h);
+    assert_true(m.layer[3].act == 4 * s * b * h * (1 + V / h));
+    /* a recomputed stage keeps its input: s b h values of 2 bytes */
+    assert_true(m.layer[2].in == 2 * s * b * h && m.layer[0].in == 0);
+    /* parameters: GPT-2's 12 h^2 + 13 h a block, V h + s h and V h + 2 h */
+    assert_true(m.layer[1].params == 12 * h * h + 13 * h);
+    assert_true(m.layer[0].params == V * h + s * h && m.layer[3].params == V * h + 2 * h);
+    assert_true(m.layer[1].state == 16 * m.layer[1].params);
+    /* FLOPs of the model: 72 B s L h^2 (1 + s/6h + V/12hL) = 43008 */
+    double want = 72 * b * s * L * h * h * (1 + s / (6 * h) + V / (12 * h * L));
+    assert_true(close_to(m.flops, want, 1e-12));
+    assert_true(close_to(m.flops, 43008, 1e-12));
+    /* times at 1 TFLOP/s x 0.5: a block's F + B + W is 72 s b h^2 (1 + s/6h) */
+    double blk = 72 * s * b * h * h * (1 + s / (6 * h));
+    assert_true(close_to(m.layer[1].weight, blk / 0.5e12, 1e-12));
+    assert_true(close_to(m.layer[3].tf, 2 * s * b * h * V / 0.5e12, 1e-12));
+    pm_cluster_model_free(&m);
+
+    /* flash attention drops the s^2 term; fp32 doubles the values but not
+     * the 1-byte masks (2 h + a s of the 34 h + 5 a s): 66 h + 9 a s */
+    pm_gpt_shape g = hand;
+    g.flash = 1;
+    assert_int_equal(pm_cluster_model_gpt(&m, &g, 1, NULL, &err), PM_OK);
+    assert_true(m.layer[1].act == 34 * s * b * h);
+    assert_string_equal(m.time_unit, "flop");
+    pm_cluster_model_free(&m);
+    g = hand;
+    g.precision = PM_PREC_FP32;
+    assert_int_equal(pm_cluster_model_gpt(&m, &g, 1, NULL, &err), PM_OK);
+    assert_true(m.layer[1].act == (66 * h + 9 * a * s) * s * b);
+    assert_true(m.layer[1].state == 16 * m.layer[1].params);
+    assert_true(m.bytes_opt == 8 && m.bytes_param == 4);
+    pm_cluster_model_free(&m);
+    /* a bad shape names its field */
+    g = hand;
+    g.heads = 3;
+    assert_int_equal(pm_cluster_model_gpt(&m, &g, 1, NULL, &err), PM_ERR_ARG);
+    assert_non_null(strstr(err.msg, "shape.heads=3 must divide shape.hidden=8"));
+}
+
+/* ---- plans on hand cases ------------------------------------------------------ */
+
+static pm_cluster_plan plan_of(const pm_cluster_model *m, const pm_cluster *hw, const char *kind,
+                               int pp, int dp, int mm, int zero) {
+    pm_cluster_req rq = {.pp = pp, .dp = dp, .m = mm, .zero = zero};
+    snprintf(rq.kind, sizeof rq.kind, "%s", kind);
+    pm_cluster_plan pl;
+    pm_err err;
+    if (pm_cluster_plan_make(&pl, m, hw, &rq, &err)) fail_msg("%s: %s", kind, err.msg);
+    return pl;
+}
+
+static void test_plan_hand(void **state) {
+    (void)state;
+    pm_cluster hw = {.devices = 1, .tflops = 1, .efficiency = 0.5, .link_gbps = 8};
+    pm_cluster_model m;
+    pm_err err;
+    assert_int_equal(pm_cluster_model_gpt(&m, &hand, 1, &hw, &err), PM_OK);
+    double work = 0, ff = 0, params = 0;
+    for (int i = 0; i < m.n; i++)
+        work += m.layer[i].tf + m.layer[i].tb + m.layer[i].tw, ff += m.layer[i].tf,
+            params += m.layer[i].params;
+
+    /* one device: the step is the work, MFU the pass efficiency; recomputed,
+     * every forward runs twice and MFU drops by the rerun's share */
+    pm_cluster_plan pl = plan_of(&m, &hw, "1f1b", 1, 1, 3, 0);
+    assert_true(close_to(pl.step, 3 * work, 1e-12));
+    assert_true(close_to(pl.mfu, 0.5, 1e-12));
+    assert_true(pl.bytes[PM_CL_PARAMS] == 2 * params && pl.bytes[PM_CL_OPT] == 12 * params);
+    assert_true(pl.bytes[PM_CL_WORK] == 6 * 2 * 4 * 8); /* six messages of s b h x 2 bytes */
+    pm_cluster_plan_free(&pl);
+    pl = plan_of(&m, &hw, "1f1b-r", 1, 1, 3, 0);
+    assert_true(close_to(pl.mfu, 0.5 * work / (work + ff), 1e-12));
+    pm_cluster_plan_free(&pl);
+
+    /* two replicas: a ring all-reduce of 2 bytes of gradient a parameter,
+     * 2 (D - 1) / D x n / bw = n / bw at D = 2, after the last pass; ZeRO-1
+     * halves the optimizer state */
+    hw.devices = 2;
+    pl = plan_of(&m, &hw, "1f1b", 1, 2, 3, 1);
+    assert_true(close_to(pl.step, 3 * work + 2 * params / 1e9, 1e-12));
+    assert_true(pl.bytes[PM_CL_OPT] == 6 * params);
+    assert_true(close_to(pl.samples, 3 * 1 * 2 / pl.step, 1e-12));
+    pm_cluster_plan_free(&pl);
+
+    /* two stages, one microbatch: 1F1B's chain F0 F1 BW1 BW0 with a message
+     * (s b h x 2 = 64 bytes at 1 GB/s) each way; the cut balances E + B | B + H */
+    pl = plan_of(&m, &hw, "1f1b", 2, 1, 1, 0);
+    assert_true(pl.S == 2 && pl.first[1] == 2);
+    double c = 64 / 1e9;
+    assert_true(close_to(pl.step, work + 2 * c, 1e-12));
+    pm_cluster_plan_free(&pl);
+
+    /* 1F1B on 2 devices and 4 microbatches: device 0 holds 2 microbatches of
+     * its stage (the mask and a block: 2 x (32 + 1248)), device 1 one of its
+     * block and the head (1248 + 384) */
+    pl = plan_of(&m, &hw, "1f1b", 2, 1, 4, 0);
+    assert_true(pl.bytes[PM_CL_ACT] == 2 * (32 + 1248));
+    assert_true(pl.bytes[PM_CL_COUNT + PM_CL_ACT] == 1248 + 384);
+    assert_true(pl.act_peak == 2560 && pl.busiest == 0);
+    pm_cluster_plan_free(&pl);
+    pm_cluster_model_free(&m);
+}
+
+/* ---- the search ----------------------------------------------------------------- */
+
+/* Every plan of the search, made one by one: the best that fits is first
+ * whenever one fits, every plan's fit is its busiest device's bytes against
+ * the memory, and no plan made alone that fits is faster than the first. */
+static void check_search(const pm_gpt_shape *g, const pm_cluster *hw,
+                         const pm_cluster_search_req *rq) {
+    pm_cluster_plan *p;
+    int n, skipped;
+    pm_err err;
+    assert_int_equal(pm_cluster_search(g, hw, rq, &p, &n, &skipped, &err), PM_OK);
+    int any = 0;
+    for (int i = 0; i < n; i++) {
+        double mx = 0;
+        for (int d = 0; d < p[i].req.pp; d++) {
+            double t = 0;
+            for (int k = 0; k < PM_CL_COUNT; k++) t += p[i].bytes[(size_t)d * PM_CL_COUNT + k];
+            mx = fmax(mx, t);
+        }
+        assert_int_equal(p[i].fits, mx <= hw->mem);
+        any |= p[i].fits;
+        if (i && p[i].fits) assert_true(p[i - 1].fits && p[i - 1].samples >= p[i].samples);
+    }
+    if (any) assert_true(p[0].fits);
+    /* alone: every pp dividing the devices, every mbs, every kind */
+    int nk;
+    const pm_sched_kind *k = pm_sched_kinds(&nk);
+    double best = 0;
+    for (int mbs = 1; mbs <= rq->max_mbs; mbs *= 2) {
+        pm_cluster_model m;
+        assert_int_equal(pm_cluster_model_gpt(&m, g, mbs, hw, &err), PM_OK);
+        for (int pp = 1; pp <= hw->devices; pp++) {
+            int dp = hw->devices / pp;
+            if (hw->devices % pp || rq->global_batch % (mbs * dp)) continue;
+            for (int i = 0; i < 2 * nk + 1; i++) {
+                pm_cluster_req r = {.pp = pp, .dp = dp, .m = rq->global_batch / (mbs * dp)};
+                snprintf(r.kind, sizeof r.kind, "%s%s", i < 2 * nk ? k[i % nk].name : "auto-v",
+                         i >= nk && i < 2 * nk ? "-r" : "");
+                pm_cluster_plan pl;
+                if (pm_cluster_plan_make(&pl, &m, hw, &r, &err)) continue;
+                if (pl.fits) best = fmax(best, pl.samples);
+                pm_cluster_plan_free(&pl);
+            }
+        }
+        pm_cluster_model_free(&m);
+    }
+    if (any) assert_true(close_to(p[0].samples, best, 1e-12));
+    else assert_true(best == 0);
+    pm_cluster_plans_free(p, n);
+}
+
+static void test_search_fits_first(void **state) {
+    (void)state;
+    pm_gpt_shape g = {.layers = 6, .hidden = 256, .heads = 8, .seq = 256, .vocab = 1000};
+    pm_cluster hw = {.devices = 4, .tflops = 100, .link_gbps = 100};
+    pm_cluster_search_req rq = {.global_batch = 16, .max_mbs = 4};
+    /* from nothing fitting (the smallest plan needs 31.7 MB a device) through a
+     * few recomputed ones (35 MB) to everything fitting */
+    const double mem[] = {1e6, 3.2e7, 3.5e7, 5e7, 8e7, 1.2e8, 1e12};
+    for (size_t i = 0; i < sizeof mem / sizeof mem[0]; i++) {
+        hw.mem = mem[i];
+        check_search(&g, &hw, &rq);
+    }
+}
+
+/* ---- the paper's 9.6B model ----------------------------------------------------- */
+
+/* 30 blocks of 5120, 40 heads, sequence 1024, vocabulary 51200, 16 A100s of
+ * 80 GB, pure pipeline parallelism, 64 microbatches of 2. The paper's
+ * Figure 7 (MFU %, activation GB a GPU) as the issue reads it off. The
+ * planner's activation GB must be within 25% of it and its MFU relative to
+ * 1F1B's within 8% of the paper's ratio; 1F1B-R's 4 GB is out of reach
+ * (docs/plan.md: the model keeps one input a stage and rebuilds one stage,
+ * 1.87 GB), so for it the test asserts only that the planner is below. */
+static void test_paper_9_6b(void **state) {
+    (void)state;
+    static const struct {
+        const char *kind;
+        double mfu, act;
+    } fig7[] = {{"1f1b", 43.5, 23},   {"1f1b-r", 32, 4},       {"v-min", 40.5, 10},
+                {"v-half", 46.5, 14}, {"v-zb", 51, 23},        {"zb-2p", 52.5, 48},
+                {"zb-1p", 48.5, 25},  {"interleaved", 48.5, 36}};
+    pm_gpt_shape g = {.layers = 30, .hidden = 5120, .heads = 40, .seq = 1024, .vocab = 51200};
+    pm_cluster hw = {.devices = 16, .mem = 80.0 * (1 << 30), .tflops = 312, .link_gbps = 200};
+    pm_cluster_model m;
+    pm_err err;
+    assert_int_equal(pm_cluster_model_gpt(&m, &g, 2, &hw, &err), PM_OK);
+    double base = 0;
+    for (size_t i = 0; i < sizeof fig7 / sizeof fig7[0]; i++) {
+        pm_cluster_plan pl = plan_of(&m, &hw, fig7[i].kind, 16, 1, 64, 0);
+        if (i == 0) base = pl.mfu;
+        double act = pl.act_peak / 1e9, ratio = pl.mfu / base, want = fig7[i].mfu / 43.5;
+        print_message("%-12s activation %6.2f GB (paper %4.0f: %+6.1f%%), MFU %5.1f%%, "
+                      "ratio to 1F1B %.3f (paper %.3f: %+5.1f%%)\n", fig7[i].kind, act,
+                      fig7[i].act, 100 * (act / fig7[i].act - 1), 100 * pl.mfu, ratio, want,
+                      100 * (ratio / want - 1));
+        if (strcmp(fig7[i].kind, "1f1b-r")) assert_true(fabs(act / fig7[i].act - 1) <= 0.25);
+        else assert_true(act < fig7[i].act);
+        assert_true(fabs(ratio / want - 1) <= 0.08);
+        assert_true(pl.fits);
+        pm_cluster_plan_free(&pl);
+    }
+    pm_cluster_model_free(&m);
+}
+
+/* ---- pipemem's own GPT: the same bytes as train's planner --------------------- */
+
+static pm_train_cfg gpt_cfg(int layers) {
+    pm_train_cfg c = {.model = {.vocab = 256, .ctx = 32, .dim = 64, .heads = 4, .layers = layers},
+                      .batch = 8, .micro = 8, .seed = 1};
+    pm_optim_defaults(&c.opt, 1);
+    return c;
+}
+
+/* pm_plan_make (train --pp's planner) and the cluster planner on the GPT's
+ * exact bytes agree on the cut, and on every device's parameters,
+ * gradients, moments and activation peak, byte for byte. */
+static void test_pipemem_same_bytes(void **state) {
+    (void)state;
+    const char *kinds[] = {"1f1b", "zb-h1", "v-half", "zb-v", "1f1b-r", "zb-1p", "v-zb",
+                           "interleaved"};
+    for (int p = 2; p <= 4; p += 2)
+        for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
+            pm_train_cfg cfg = gpt_cfg(6);
+            pm_plan ref;
+            pm_err err;
+            pm_plan_req rq = {.p = p, .kind = kinds[k]};
+            if (pm_plan_make(&ref, &cfg, &rq, &err)) fail_msg("%s p=%d: %s", kinds[k], p, err.msg);
+            pm_cluster_model m;
+            assert_int_equal(pm_cluster_model_pipemem(&m, &cfg.model, 1, NULL, &err), PM_OK);
+            pm_cluster hw = {.devices = p};
+            pm_cluster_plan pl = plan_of(&m, &hw, kinds[k], p, 1, 8, 0);
+            assert_int_equal(pl.S, ref.S);
+            for (int s = 0; s <= pl.S; s++) assert_int_equal(pl.first[s], ref.first[s]);
+            for (int d = 0; d < p; d++) {
+                const double *b = pl.bytes + (size_t)d * PM_CL_COUNT;
+                const size_t *r = ref.dev[d].bytes;
+                if (b[PM_CL_PARAMS] != r[PM_BYTES_PARAMS] || b[PM_CL_GRADS] != r[PM_BYTES_GRADS] ||
+                    b[PM_CL_OPT] != r[PM_BYTES_MOMENTS] || b[PM_CL_ACT] != ref.dev[d].act_peak)
+                    fail_msg("%s p=%d device %d: %.0f %.0f %.0f %.0f against train's %zu %zu "
+                             "%zu %zu", kinds[k], p, d, b[0], b[1], b[2], b[3], r[0], r[1], r[2],
+                             ref.dev[d].act_peak);
+            }
+            pm_cluster_plan_free(&pl);
+            pm_cluster_model_free(&m);
+            pm_plan_free(&ref);
+        }
+}
+
+/* Pass times measured by several threads at once: a time for every pass of
+ * every kind (what the measurement is worth depends on the machine, so
+ * only that it is a time is asserted), and a thread count out of range named. */
+static void test_measure_threads(void **state) {
+    (void)state;
+    pm_gpt_config c = {.vocab = 64, .ctx = 8, .dim = 16, .heads = 2, .layers = 1};
+    pm_layer_costs lc;
+    pm_err err;
+    assert_int_equal(pm_place_measure_threads(&c, 1, 8, 3, &lc, &err), PM_OK);
+    assert_string_equal(lc.unit, "s");
+    for (int k = 0; k < PM_LAYER_KIND_COUNT; k++)
+        assert_true(lc.k[k].f > 0 && lc.k[k].f < 10 && lc.k[k].b >= 0 && lc.k[k].w >= 0);
+    assert_int_equal(pm_place_measure_threads(&c, 1, 8, 0, &lc, &err), PM_ERR_ARG);
+    assert_non_null(strstr(err.msg, "threads=0"));
+}
+
+/* ---- the binary: plan --pipemem-gpt against train --pp's measured bytes -------- */
+
+static const char *bin;
+static char dir[256];
+
+/* Runs cmd through sh; its standard output in a malloc'd string (NULL if
+ * it failed). */
+static char *run_out(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static char *run_out(const char *fmt, ...) {
+    char cmd[1500];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    FILE *f = popen(cmd, "r");
+    if (!f) return NULL;
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap);
+    while (buf && (n += fread(buf + n, 1, cap - 1 - n, f)) == cap - 1) {
+        char *b = realloc(buf, cap *= 2);
+        if (!b) free(buf);
+        buf = b;
+    }
+    int st = pclose(f);
+    if (!buf || st) {
+        free(buf);
+        return NULL;
+    }
+    buf[n] = 0;
+    return buf;
+}
+
+/* The JSON object on the line of out that starts with '{' and holds key. */
+static json_t *json_line(const char *out, const char *key) {
+    for (const char *l = out; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
+        if (*l != '{' || !strstr(l, key)) continue;
+        json_error_t e;
+        json_t *j = json_loadb(l, strcspn(l, "\n") == strlen(l) ? strlen(l) : strlen(l), 0, &e);
+        if (j) return j;
+    }
+    return NULL;
+}
+
+static double num_at(json_t *arr, size_t i) { return json_number_value(json_array_get(arr, i)); }
+
+/* What train --pp P --schedule K measures on each device (its planned
+ * parameters, gradients and moments, its measured activation peak) is what
+ * plan --pipemem-gpt says, byte for byte. */
+static void test_cli_train_bytes(void **state) {
+    (void)state;
+    if (!bin) skip();
+    const char *kinds[] = {"1f1b", "v-half"};
+    for (int p = 2; p <= 4; p += 2)
+        for (int k = 0; k < 2; k++) {
+            char *tr = run_out("OPENBLAS_NUM_THREADS=1 %s train --data %s/d --layers 6 --dim 64 "
+                               "--heads 4 --ctx 32 --batch 8 --microbatches 8 --pp %d "
+                               "--schedule %s --steps 1 --eval-every 0 --json 2>/dev/null",
+                               bin, dir, p, kinds[k]);
+            char *pl = run_out("%s plan --pipemem-gpt --layers 6 --hidden 64 --heads 4 --seq 32 "
+                               "--vocab 256 --pp %d --mbs 1 --microbatches 8 --kind %s "
+                               "--format json", bin, p, kinds[k]);
+            if (!tr || !pl) fail_msg("%s p=%d: a command failed", kinds[k], p);
+            json_t *t = json_line(tr, "\"steps\""), *j = json_loads(pl, 0, NULL);
+            assert_non_null(t);
+            assert_non_null(j);
+            json_t *per = json_object_get(json_object_get(j, "best"), "per_device_gb");
+            json_t *peak = json_object_get(t, "peak_activation_bytes");
+            json_t *planned = json_object_get(t, "planned_bytes");
+            assert_int_equal(json_array_size(peak), p);
+            static const char *const tk[] = {"parameters", "gradients", "moments"};
+            static const char *const pk[] = {"parameters", "gradients", "optimizer"};
+            for (int d = 0; d < p; d++) {
+                double got = round(num_at(json_object_get(per, "activations"), (size_t)d) * 1e9);
+                if (got != num_at(peak, (size_t)d))
+                    fail_msg("%s p=%d device %d: plan %.0f activation bytes, train measured "
+                             "%.0f", kinds[k], p, d, got, num_at(peak, (size_t)d));
+                for (int q = 0; q < 3; q++) {
+                    double want = json_number_value(
+                        json_object_get(json_array_get(planned, (size_t)d), tk[q]));
+                    got = round(num_at(json_object_get(per, pk[q]), (size_t)d) * 1e9);
+                    if (got != want)
+                        fail_msg("%s p=%d device %d %s: plan %.0f, train %.0f", kinds[k], p, d,
+                                 tk[q], got, want);
+                }
+            }
+            print_message("%s p=%d: every device's state and measured activation peak as "
+                          "planned\n", kinds[k], p);
+            json_decref(t);
+            json_decref(j);
+            free(tr);
+            free(pl);
+        }
+}
+
+/* The command: the 9.6B table lists every kind, the SVG is well formed with
+ * one point per plan, JSON's best is the first plan, and its errors name
+ * the flags. */
+static void test_cli_plan(void **state) {
+    (void)state;
+    if (!bin) skip();
+    const char *m96 = "--layers 30 --hidden 5120 --heads 40 --seq 1024 --vocab 51200 --mbs 2 "
+                      "--devices 16 --pp 16 --microbatches 64 --device-mem 80G "
+                      "--device-tflops 312";
+    char *js = run_out("%s plan %s --format json", bin, m96);
+    assert_non_null(js);
+    json_t *j = json_loads(js, 0, NULL);
+    assert_non_null(j);
+    json_t *plans = json_object_get(j, "plans"), *best = json_object_get(j, "best");
+    assert_true(json_array_size(plans) >= 20);
+    assert_true(json_equal(best, json_array_get(plans, 0)));
+    assert_true(json_is_true(json_object_get(best, "fits")));
+    const char *fields[] = {"kind", "pp", "dp", "mbs", "microbatches", "activation_gb",
+                            "state_gb", "total_gb", "fits", "bubble", "step_s",
+                            "samples_per_s", "mfu", "per_device_gb"};
+    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++)
+        if (!json_object_get(best, fields[i])) fail_msg("no %s in best", fields[i]);
+    size_t nplans = json_array_size(plans);
+    json_decref(j);
+    free(js);
+    char *svg = run_out("%s plan %s --format svg", bin, m96);
+    assert_non_null(svg);
+    xmlDocPtr doc = xmlReadMemory(svg, (int)strlen(svg), "plan.svg", NULL,
+                                  XML_PARSE_NONET | XML_PARSE_NOERROR | XML_PARSE_NOWARNING);
+    if (!doc) fail_msg("the SVG is not well-formed XML");
+    xmlNodePtr root = xmlDocGetRootElement(doc);
+    assert_string_equal((const char *)root->name, "svg");
+    size_t points = 0, fronts = 0;
+    for (xmlNodePtr n = root->children; n; n = n->next) {
+        xmlChar *cls = n->type == XML_ELEMENT_NODE ? xmlGetProp(n, BAD_CAST "class") : NULL;
+        points += cls && !strcmp((const char *)cls, "plan");
+        fronts += cls && !strcmp((const char *)cls, "front");
+        xmlFree(cls);
+    }
+    xmlFreeDoc(doc);
+    assert_int_equal(points, nplans);
+    assert_int_equal(fronts, 1);
+    free(svg);
+    char *err = run_out("%s plan --layers 30 --hidden 5120 --heads 7 --seq 1024 --vocab 51200 "
+                        "--devices 16 --device-mem 80G --device-tflops 312 --microbatches 8 "
+                        "2>&1 >/dev/null; true", bin);
+    assert_non_null(err);
+    assert_non_null(strstr(err, "pipemem: plan: --heads 7 must divide --hidden 5120"));
+    free(err);
+}
+
+static int setup(void **state) {
+    (void)state;
+    bin = getenv("PM_BIN");
+    if (!bin) return 0;
+    snprintf(dir, sizeof dir, "/tmp/pm_test_plan_gpu_%d", (int)getpid());
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "mkdir -p %s", dir);
+    if (system(cmd) != 0) return -1;
+    snprintf(cmd, sizeof cmd, "%s/t.txt", dir);
+    FILE *f = fopen(cmd, "w");
+    if (!f) return -1;
+    for (int i = 0; i < 2000; i++) fprintf(f, "line %d of a corpus for the planner\n", i + 1);
+    if (fclose(f)) return -1;
+    snprintf(cmd, sizeof cmd, "%s prepare %s/t.txt -o %s/d > /dev/null 2>&1", bin, dir, dir);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+static int teardown(void **state) {
+    (void)state;
+    if (!bin) return 0;
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_formulas),
+        cmocka_unit_test(test_plan_hand),
+        cmocka_unit_test(test_search_fits_first),
+        cmocka_unit_test(test_paper_9_6b),
+        cmocka_unit_test(test_pipemem_same_bytes),
+        cmocka_unit_test(test_measure_threads),
+        cmocka_unit_test(test_cli_train_bytes),
+        cmocka_unit_test(test_cli_plan),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
