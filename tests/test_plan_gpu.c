@@ -505,5 +505,9 @@ int main(void) {
         cmocka_unit_test(test_cli_train_bytes),
         cmocka_unit_test(test_cli_plan),
     };
+    /* make tsan runs the threaded test alone (PM_PLAN_GPU_ONLY=test_measure_threads):
+     * the rest is single-threaded and takes minutes under ThreadSanitizer */
+    const char *only = getenv("PM_PLAN_GPU_ONLY");
+    if (only) cmocka_set_test_filter(only);
     return cmocka_run_group_tests(tests, setup, teardown);
 }
