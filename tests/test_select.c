@@ -388,19 +388,41 @@ static void corpus_init(void) {
 }
 
 /* The pass log: every pass of every task once, and no device or task ever
- * in two passes at once (a task never runs on two devices). */
+ * in two passes at once (a task never runs on two devices); each entry's
+ * parts in order, a device's entries (with the work after each pass) never
+ * overlapping, and each device's parts adding up to the makespan. */
 static void check_log(const pm_select_stats *st, const pm_select_task *t, int n) {
     int64_t want = 0;
     for (int i = 0; i < n; i++) want += (int64_t)t[i].cfg.opt.steps * (2 * t[i].nshard - 1);
     assert_int_equal(st->nlog, want);
-    for (int64_t a = 0; a < st->nlog; a++)
+    for (int64_t a = 0; a < st->nlog; a++) {
+        const pm_select_pass *x = &st->log[a];
+        const double at[] = {0,           x->start,    x->loaded,   x->updated, x->computed,
+                             x->end,      x->step_end, x->eval_end, x->wait0,   x->wait1,
+                             st->makespan_s};
+        for (size_t k = 1; k < sizeof at / sizeof at[0]; k++)
+            if (at[k] < at[k - 1] - 1e-9) fail_msg("pass %lld: its parts out of order", (long long)a);
+        assert_true(x->copy1 >= x->copy0);
         for (int64_t b = a + 1; b < st->nlog; b++) {
-            const pm_select_pass *x = &st->log[a], *y = &st->log[b];
+            const pm_select_pass *y = &st->log[b];
             if ((x->dev == y->dev || x->task == y->task) && x->start < y->end - 1e-9 &&
                 y->start < x->end - 1e-9)
                 fail_msg("passes %lld and %lld overlap on device %d / task %d", (long long)a,
                          (long long)b, x->dev, x->task);
+            if (x->dev == y->dev && x->start < y->wait1 - 1e-9 && y->start < x->wait1 - 1e-9)
+                fail_msg("passes %lld and %lld: their device's work overlaps", (long long)a,
+                         (long long)b);
         }
+    }
+    for (int d = 0; d < st->devices; d++) {
+        double sum = 0;
+        for (int p = 0; p < PM_PART_COUNT; p++) {
+            double s = st->part[(size_t)d * PM_PART_COUNT + p];
+            if (s < -1e-9) fail_msg("device %d: %s %g s", d, pm_select_part_names[p], s);
+            sum += s;
+        }
+        assert_true(fabs(sum - st->makespan_s) <= 1e-9 * st->makespan_s);
+    }
 }
 
 /* Every policy at D = 1, 2, 3, with one state slot, two (prefetch) and two
@@ -741,7 +763,7 @@ static void cli_train_matches(void **state) {
     int passes = 0;
     for (const char *q = out; (q = strstr(q, "\"shards\": ")); q += 10) passes += 6 * (2 * atoi(q + 10) - 1);
     snprintf(cmd, sizeof cmd, "test $(grep -o 'class=\"pass\"' %s/run.svg | wc -l) -eq %d && "
-             "test $(grep '\"ph\": \"X\"' %s/run.json | grep -vc '\"cat\": \"wait\"') -eq %d",
+             "test $(grep -cE '\"cat\": \"(F|FBW|B)\"' %s/run.json) -eq %d",
              dir, passes, dir,
              passes);
     if (sh(cmd)) fail_msg("timeline or trace without %d passes (%s)", passes, cmd);

@@ -154,6 +154,8 @@ typedef struct {
     double final_loss; /* mean microbatch loss of the last step */
     double val_loss;   /* the last evaluation (NAN if none) */
     double busy_s;     /* seconds its passes ran */
+    double work_s;     /* busy_s and the work after its steps (PM_PART_STEP, _EVAL):
+                          the device time the task needs */
     double wall_s;     /* from its first pass's start to its last pass's end (this run) */
     char why[160];     /* why it failed or stopped ("" when done) */
 } pm_select_result;
@@ -215,21 +217,51 @@ typedef struct {
 int pm_select_saved_losses(const char *dir, const char *name, int64_t step, double *loss,
                            double *val);
 
-/* One pass as it ran. */
+/* Where a device's time goes: every moment of a run on a device is one of
+ * these, so they add up to the makespan. A pass is LOAD, ADAMW, COMPUTE and
+ * STORE in that order; STEP and EVAL follow a step's last pass on the
+ * device that ran it; WAIT then; IDLE is the gaps between. */
+typedef enum {
+    PM_PART_COMPUTE, /* a pass's K microbatches */
+    PM_PART_LOAD,    /* a pass copying its shard's state in (it was not resident or
+                        prefetched; at a step's first pass, the step's batch too) */
+    PM_PART_ADAMW,   /* a pass applying its shard's deferred AdamW update and zeroing its
+                        gradients (a shard's first pass of a step) */
+    PM_PART_STORE,   /* a pass writing what it changed back to the task's store */
+    PM_PART_STEP,    /* after a step's last pass: the loss and the global gradient norm */
+    PM_PART_EVAL,    /* after a step's last pass, at intervals and at the end: pending
+                        updates applied on the host, evaluation, checkpoint */
+    PM_PART_WAIT,    /* waiting for the prefetch copy of the next pass's shard */
+    PM_PART_IDLE,    /* no pass ready for it (or taking the scheduler's lock) */
+    PM_PART_COUNT
+} pm_select_part;
+extern const char *const pm_select_part_names[PM_PART_COUNT]; /* "compute", "load", ... */
+
+/* One pass as it ran, with what its device did up to its next pass. */
 typedef struct {
     int dev, task, shard, kind; /* kind: 0 forward, 1 last shard fused, 2 backward */
     double start, end;          /* seconds from the run's start */
-    double wait0, wait1;        /* after the pass (and its step's evaluation, if any) the
-                                 * device waited for its prefetch copy from wait0 to
-                                 * wait1 (equal: it did not wait) */
+    double loaded, updated, computed; /* within it: LOAD until loaded, ADAMW until updated,
+                                 * COMPUTE until computed, STORE until end */
+    double step_end, eval_end;  /* after it: STEP until step_end, EVAL until eval_end
+                                 * (both end when the pass ends no step) */
+    double wait0, wait1;        /* then the device waited for its prefetch copy from
+                                 * wait0 to wait1 (equal: it did not wait) */
+    double copy0, copy1;        /* the copy thread's prefetch copy started beside this
+                                 * pass (equal: none) */
 } pm_select_pass;
 
 typedef struct {
     int devices;
     double makespan_s;  /* wall time of the run */
+    double lower_bound_s; /* max(total work / D, the longest task's work), from the work
+                             measured: every task's passes, step ends and evaluations
+                             (pm_select_result.work_s) */
     size_t *peak;       /* (devices) highest slab byte used; owned */
     double *busy;       /* (devices) seconds of passes run; owned */
     double *wait;       /* (devices) seconds spent waiting for a prefetch copy; owned */
+    double *part;       /* (devices, PM_PART_COUNT) seconds of each part (they add up
+                           to makespan_s); owned */
     pm_select_pass *log; /* (nlog) every pass run, in the order they ended; owned */
     int64_t nlog;
 } pm_select_stats;

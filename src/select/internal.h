@@ -33,6 +33,7 @@ typedef struct {
     int64_t *zeroed;      /* (S) steps whose gradients each shard has zeroed */
     uint64_t *version;    /* (S) bumped at each write-back of a shard's state */
     double busy;          /* seconds of passes run */
+    double work;          /* busy and the work after its steps (norm, evaluation) */
     double first_start, last_end; /* its first pass's start (-1: none yet), last's end */
     int64_t passes_done;  /* over the run */
     char why[160];        /* failure reason */
@@ -68,17 +69,20 @@ typedef struct {
     pthread_cond_t ccv;
     int job, jshard, jslot;
     void *jtask;         /* sel_task * */
+    int jcopied;         /* a copy ran since the last sel_copy_wait */
+    double jt0, jt1;     /* when the copy thread ran it (pm_now) */
     double wait_s;       /* time the device waited for a copy */
 } sel_dev;
 
 /* A device (device.c): its slab laid out for L, its copy thread started;
  * and stopped and freed. sel_copy_start has the copy thread load shard s of
  * t into slot; sel_copy_wait waits until it is done (the time waited is
- * added to dv->wait_s). */
+ * added to dv->wait_s) and gives when the copy thread ran the copy started
+ * since the last wait (pm_now times; both 0: none). */
 pm_status sel_dev_init(sel_dev *dv, const pm_select_layout *L, int d, pm_err *err);
 void sel_dev_free(sel_dev *dv);
 void sel_copy_start(sel_dev *dv, sel_task *t, int s, int slot);
-void sel_copy_wait(sel_dev *dv);
+void sel_copy_wait(sel_dev *dv, double *copy0, double *copy1);
 
 /* Pass k of a step of a task with S shards: its shard and kind. */
 typedef enum { SEL_F, SEL_FUSED, SEL_B } sel_kind;
@@ -91,8 +95,11 @@ static inline sel_kind sel_pass_kind(int S, int k) {
  * (pass.c): loads the shard's state there unless it is resident and
  * current, applies a pending AdamW update and zeroes the gradients at a
  * shard's first pass of a step, runs the K microbatches, writes back what
- * changed. t->loss_sum receives the fused pass's microbatch losses. */
-int sel_run_pass(sel_task *t, sel_dev *dv, const pm_select_layout *lay, int k, int slot);
+ * changed. t->loss_sum receives the fused pass's microbatch losses. mark
+ * gets when each of the first three ended (pm_now): the load, the update,
+ * the microbatches (pm_select_pass.loaded, updated, computed). */
+int sel_run_pass(sel_task *t, sel_dev *dv, const pm_select_layout *lay, int k, int slot,
+                 double mark[3]);
 /* The slot holding shard s of t at its current version, or -1. */
 int sel_resident(const sel_dev *dv, const sel_task *t, int s);
 /* The slot shard s of t should run in: where it is resident, else an empty

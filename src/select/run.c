@@ -9,6 +9,8 @@
  * next load, evaluation at intervals); under the lock, advance the task
  * and wake the others. A task is on at most one device at a time, so its
  * host store is touched by one thread at a time; the lock hands it over.
+ * Each pass is logged with the times its parts ended (pm_select_part), so
+ * the log accounts for every moment of every device.
  *
  * Invariants: t->running is set only under the lock by the device that
  * will run the task's next pass, and cleared by it; the policy never picks
@@ -212,13 +214,16 @@ static int host_work(sel_run *r, sel_task *t, int end, int ev, int stop, double 
  * event to report; *state gets the task's new state, which the caller sets
  * under the lock (other devices read it there). A spilled task's state is
  * read into RAM for the work that needs it whole, and written back. */
-static int end_step(sel_run *r, sel_task *t, double *loss, double *val, int *state) {
+static int end_step(sel_run *r, sel_task *t, double *loss, double *val, int *state,
+                    double *step_end) {
     pm_trainer *h = t->host;
     double norm;
     *loss = t->loss_sum / t->K;
     *val = NAN;
     *state = PM_SELECT_RUNNING;
-    if (sel_store_norm(t, &norm)) return *state = PM_SELECT_FAILED, PM_SELECT_EV_FAILED;
+    int bad = sel_store_norm(t, &norm);
+    *step_end = pm_now(); /* the rest is evaluation's (PM_PART_EVAL) */
+    if (bad) return *state = PM_SELECT_FAILED, PM_SELECT_EV_FAILED;
     if (!isfinite(*loss) || !isfinite(norm)) {
         snprintf(t->why, sizeof t->why, "step %lld: loss %g, gradient norm %g is not finite; "
                  "lower its opt.lr", (long long)h->step + 1, *loss, norm);
@@ -369,35 +374,41 @@ static void *device_main(void *arg) {
         sel_task *t = &r->t[i];
         int y = claim_next(r, d);
         pthread_mutex_unlock(&r->mu);
+        double t0 = pm_now(), mark[3] = {t0, t0, t0};
         if (t->pass == 0) {
             pm_loader_next(&t->host->train, t->host->cfg.batch, t->host->inp, t->host->tgt);
             t->loss_sum = 0;
         }
         int slot = sel_pick_slot(dv, t, sel_pass_shard(t->S, t->pass));
         prefetch(r, dv, t, slot, y);
-        double t0 = pm_now();
-        int bad = sel_run_pass(t, dv, r->lay, t->pass, slot);
+        int bad = sel_run_pass(t, dv, r->lay, t->pass, slot, mark);
         int last = t->pass == 2 * t->S - 2 || bad, kind = PM_SELECT_EV_STEP;
         int state = bad ? PM_SELECT_FAILED : PM_SELECT_RUNNING;
-        double loss = 0, val = NAN, dt = pm_now() - t0;
+        double loss = 0, val = NAN, t1 = pm_now(), step_end = t1, c0, c1;
         if (bad) kind = PM_SELECT_EV_FAILED; /* its store failed: t->why says how */
-        else if (last) kind = end_step(r, t, &loss, &val, &state);
+        else if (last) kind = end_step(r, t, &loss, &val, &state, &step_end);
         double w0 = pm_now();
-        sel_copy_wait(dv);
-        double w1 = pm_now();
+        sel_copy_wait(dv, &c0, &c1);
+        double w1 = pm_now(), dt = t1 - t0;
+        if (bad) mark[0] = mark[1] = mark[2] = t1; /* (it stopped in its load or store) */
         pthread_mutex_lock(&r->mu);
         t->state = state;
         t->busy += dt;
+        t->work += dt + (w0 - t1);
         if (t->first_start < 0) t->first_start = t0 - r->t0;
-        t->last_end = t0 + dt - r->t0;
+        t->last_end = t1 - r->t0;
         t->passes_done++;
         r->fl_done += pass_flops(t, t->pass), r->sec_done += dt;
         r->stats->busy[d] += dt;
         int64_t at = r->stats->nlog++;
         PM_ASSERT(at < r->log_cap);
-        r->stats->log[at] = (pm_select_pass){d, i, sel_pass_shard(t->S, t->pass),
-                                             sel_pass_kind(t->S, t->pass), t0 - r->t0,
-                                             t0 + dt - r->t0, w0 - r->t0, w1 - r->t0};
+        double z = r->t0;
+        r->stats->log[at] = (pm_select_pass){
+            .dev = d, .task = i, .shard = sel_pass_shard(t->S, t->pass),
+            .kind = sel_pass_kind(t->S, t->pass), .start = t0 - z, .end = t1 - z,
+            .loaded = mark[0] - z, .updated = mark[1] - z, .computed = mark[2] - z,
+            .step_end = step_end - z, .eval_end = w0 - z, .wait0 = w0 - z, .wait1 = w1 - z,
+            .copy0 = c0 > 0 ? c0 - z : 0, .copy1 = c0 > 0 ? c1 - z : 0};
         t->pass = last ? 0 : t->pass + 1;
         t->running = 0;
         r->busy_global = 0;
@@ -414,11 +425,33 @@ static void *device_main(void *arg) {
     return NULL;
 }
 
+/* Each device's time by part, from the log (a device's entries follow one
+ * another in time): what the entries cover, and IDLE the rest. */
+static void account(pm_select_stats *st) {
+    for (int64_t k = 0; k < st->nlog; k++) {
+        const pm_select_pass *p = &st->log[k];
+        double *q = st->part + (size_t)p->dev * PM_PART_COUNT;
+        q[PM_PART_LOAD] += p->loaded - p->start;
+        q[PM_PART_ADAMW] += p->updated - p->loaded;
+        q[PM_PART_COMPUTE] += p->computed - p->updated;
+        q[PM_PART_STORE] += p->end - p->computed;
+        q[PM_PART_STEP] += p->step_end - p->end;
+        q[PM_PART_EVAL] += p->eval_end - p->step_end;
+        q[PM_PART_WAIT] += p->wait1 - p->wait0;
+    }
+    for (int d = 0; d < st->devices; d++) {
+        double *q = st->part + (size_t)d * PM_PART_COUNT, sum = 0;
+        for (int k = 0; k < PM_PART_IDLE; k++) sum += q[k];
+        q[PM_PART_IDLE] = st->makespan_s - sum;
+    }
+}
+
 void pm_select_stats_free(pm_select_stats *s) {
     if (!s) return;
     pm_free(s->peak);
     pm_free(s->busy);
     pm_free(s->wait);
+    pm_free(s->part);
     pm_free(s->log);
     *s = (pm_select_stats){0};
 }
@@ -557,7 +590,8 @@ pm_status pm_select_run(pm_select_task *tasks, pm_trainer *hosts, int n,
     stats->peak = pm_calloc((size_t)o->devices, sizeof(size_t));
     stats->busy = pm_calloc((size_t)o->devices, sizeof(double));
     stats->wait = pm_calloc((size_t)o->devices, sizeof(double));
-    pm_status st = !stats->peak || !stats->busy || !stats->wait
+    stats->part = pm_calloc((size_t)o->devices * PM_PART_COUNT, sizeof(double));
+    pm_status st = !stats->peak || !stats->busy || !stats->wait || !stats->part
                        ? pm_errf(err, PM_ERR_NOMEM, "out of memory for device statistics")
                        : PM_OK;
     if (!st) st = tasks_init(&r, tasks, hosts, err);
@@ -574,12 +608,18 @@ pm_status pm_select_run(pm_select_task *tasks, pm_trainer *hosts, int n,
         if ((st ? sel_store_close(&r.t[i]) : finish_task(&r.t[i])) &&
             r.t[i].state != PM_SELECT_FAILED)
             r.t[i].state = PM_SELECT_FAILED;
+    double sum = 0, longest = 0;
     for (int i = 0; r.t && i < n; i++) {
         sel_task *t = &r.t[i];
-        res[i] = (pm_select_result){t->state, hosts[i].step, t->last_loss, t->val_loss, t->busy,
-                                    t->first_start < 0 ? 0 : t->last_end - t->first_start, {0}};
+        res[i] = (pm_select_result){
+            .state = t->state, .steps = hosts[i].step, .final_loss = t->last_loss,
+            .val_loss = t->val_loss, .busy_s = t->busy, .work_s = t->work,
+            .wall_s = t->first_start < 0 ? 0 : t->last_end - t->first_start};
         memcpy(res[i].why, t->why, sizeof res[i].why);
+        sum += t->work, longest = fmax(longest, t->work);
     }
+    stats->lower_bound_s = fmax(sum / o->devices, longest);
+    if (!st) account(stats);
     for (int d = 0; r.dev && d < o->devices; d++)
         stats->peak[d] = r.dev[d].peak, stats->wait[d] = r.dev[d].wait_s;
     run_free(&r);
