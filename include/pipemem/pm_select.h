@@ -200,6 +200,10 @@ typedef struct {
     const double *prior_val;   /* NULL, or (n) the validation loss of each task's state as
                                   it starts (NAN unknown): what a task that runs no step
                                   (done, or stopped before the resume) reports */
+    const double *est_step_s; /* NULL, or (n) the seconds one step of each task takes
+                                 (a profile from an earlier run, or a constructed case):
+                                 Sharded-LRTF ranks tasks by these instead of the times
+                                 it measures, so its order depends on nothing measured */
     const _Atomic int *interrupt; /* NULL, or a flag (a SIGINT handler's): once set, no
                                       pass starts; the running ones finish and every
                                       unfinished task stops where its last step ended */

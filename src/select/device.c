@@ -59,6 +59,7 @@ pm_status sel_dev_init(sel_dev *dv, const pm_select_layout *L, int d, pm_err *er
     dv->state_off[0] = 0, dv->state_off[1] = L->state_slot;
     dv->act_off = (size_t)L->slots * L->state_slot;
     dv->res_task[0] = dv->res_task[1] = -1;
+    dv->ran = -1;
     pthread_mutex_init(&dv->cmu, NULL);
     pthread_cond_init(&dv->ccv, NULL);
     if (pthread_create(&dv->copier, NULL, copier_main, dv)) {

@@ -34,6 +34,13 @@ typedef struct {
     uint64_t *version;    /* (S) bumped at each write-back of a shard's state */
     double busy;          /* seconds of passes run */
     double work;          /* busy and the work after its steps (norm, evaluation) */
+    /* what Sharded-LRTF knows of its times (sel_est) */
+    double *fl;           /* (2S - 1) FLOPs of each pass of a step */
+    double *sec;          /* (2S - 1) seconds measured for each pass, over cnt runs */
+    int64_t *cnt;         /* (2S - 1) */
+    double fl_eval;       /* FLOPs of one evaluation */
+    double after_s, eval_s; /* seconds measured after steps (norm) and in evaluations */
+    int64_t after_n, eval_n;
     double first_start, last_end; /* its first pass's start (-1: none yet), last's end */
     int64_t passes_done;  /* over the run */
     char why[160];        /* failure reason */
@@ -60,6 +67,7 @@ typedef struct {
     int res_task[2], res_shard[2]; /* resident state per slot (-1 none) */
     uint64_t res_version[2];
     int last_slot;       /* slot of the last pass (the other one is loaded next) */
+    int ran;             /* task of the last pass (-1 none) */
     size_t peak;         /* largest bytes in use seen */
     /* prefetch: a copy thread loads the next pass's state into the other
      * slot while the device computes; job 0 idle, 1 a copy, 2 quit */
@@ -110,18 +118,44 @@ int sel_pick_slot(const sel_dev *dv, const sel_task *t, int s);
 int sel_load_state(sel_task *t, sel_dev *dv, int s, int slot);
 
 /* Sharded-LRTF's choice (simulate.c), one rule for the simulator and the
- * executor: among tasks 0..n-1 that ready() accepts, the one with the most
- * work left (left(); values within a relative 1e-12 are equal, so rounding
- * cannot reorder them); a tie goes to a task whose next shard the device
- * already holds (here()), then to the lower index. -1: none is ready.
- * left() is asked once per ready task, here() only to break a tie. */
+ * executor: among tasks 0..n-1 that ready() accepts, those first() marks
+ * (if given: tasks whose times are not known yet, so they are measured
+ * before anything is decided by them), then the one with the most work
+ * left (left(); values within a relative 1e-12 are equal, so rounding
+ * cannot reorder them); a tie goes to a task already on the device (here():
+ * its next shard is there, or it is the task the device is running), then
+ * to the lower index. -1: none is ready. left() and first() are asked once
+ * per ready task, here() only to break a tie. */
 typedef struct {
     int (*ready)(const void *ctx, int t);
     double (*left)(const void *ctx, int t);
     int (*here)(const void *ctx, int t);
+    int (*first)(const void *ctx, int t); /* may be NULL */
     const void *ctx; /* the caller's state and the choosing device */
 } sel_lrtf;
 int sel_lrtf_pick(const sel_lrtf *q, int n);
+
+/* A task's time left as the executor's Sharded-LRTF estimates it
+ * (simulate.c, sel_est_left): each pass of a step at the mean of its own
+ * measured times (Hydra's measured minibatch time, by pass), a pass not yet
+ * measured at its FLOPs times spf; the work after each step and each
+ * evaluation at their measured means (else eval_fl times spf). So a task
+ * whose passes are slow for their FLOPs (narrow and deep) ranks by what it
+ * takes, not by what its FLOPs say. */
+typedef struct {
+    int np;              /* passes per step, 2S - 1 */
+    int pass;            /* next pass of the current step (0: a step starts next) */
+    const double *fl;    /* (np) FLOPs of each pass */
+    const double *sec;   /* (np) seconds measured for each pass, summed over cnt[k] runs */
+    const int64_t *cnt;  /* (np); NULL: nothing measured */
+    double spf;          /* seconds per FLOP of what is not measured */
+    double after;        /* seconds of the work after a step, 0 if none measured */
+    double eval;         /* seconds of one evaluation (-1: not measured, eval_fl * spf) */
+    double eval_fl;      /* FLOPs of one evaluation */
+    int64_t steps_after; /* whole steps after the current one */
+    int64_t evals;       /* evaluations still to run */
+} sel_est;
+double sel_est_left(const sel_est *e);
 
 /* Applies every shard's pending update to the host slabs (before an
  * evaluation, a save or the end), as the device would have on next load.

@@ -58,47 +58,82 @@ static double pass_flops(const sel_task *t, int k) {
     return fl * t->K;
 }
 
-/* Estimated seconds left: the FLOPs of the passes left at the FLOP rate
- * measured so far over every task (an assumed 50 GFLOP/s before any pass),
- * so measured and unmeasured tasks compare on one scale. */
-static double time_left(const sel_run *r, const sel_task *t) {
-    double step = 0, rest = 0;
-    for (int k = 0; k < 2 * t->S - 1; k++) {
-        double f = pass_flops(t, k);
-        step += f;
-        if (k >= t->pass) rest += f;
-    }
-    double rate = r->sec_done > 0 ? r->fl_done / r->sec_done : RATE;
-    int64_t steps = t->stop_at - t->host->step - 1;
-    return ((steps > 0 ? (double)steps * step : 0) + rest) / rate;
+/* Seconds per FLOP for what task t has not measured yet: its own passes'
+ * measured rate, else every pass's so far, else an assumed 50 GFLOP/s. */
+static double sec_per_flop(const sel_run *r, const sel_task *t) {
+    double fl = 0, sec = 0;
+    for (int k = 0; k < 2 * t->S - 1; k++) fl += (double)t->cnt[k] * t->fl[k], sec += t->sec[k];
+    if (fl > 0) return sec / fl;
+    return r->sec_done > 0 ? r->sec_done / r->fl_done : 1 / RATE;
 }
 
-/* Sharded-LRTF in the run: ready is neither running, finished nor waiting
- * at a rung; device d holds the task's next shard, current, in a slot. */
+/* Host work (evaluation, checkpoint: end_step's host_work) after the steps
+ * after `done` up to stop_at: at every eval_every-th and at the last. */
+static int64_t evals_after(const sel_run *r, const sel_task *t, int64_t done) {
+    int64_t every = r->o->eval_every, end = t->stop_at;
+    if (done >= end) return 0;
+    if (every <= 0) return 1;
+    return end / every - done / every + (end % every != 0);
+}
+
+/* Sharded-LRTF's estimate of task t's seconds left after `adv` more of its
+ * passes (sel_est_left on its measured times; with opts.est_step_s, on the
+ * step time given, shared among a step's passes by FLOPs). */
+static double time_left(const sel_run *r, const sel_task *t, int adv) {
+    int np = 2 * t->S - 1, pass = t->pass + adv;
+    int64_t done = t->host->step + (pass >= np);
+    if (pass >= np) pass -= np;
+    sel_est e = {np, pass, t->fl, t->sec, t->cnt, 0, 0, -1, t->fl_eval,
+                 t->stop_at - done - 1, evals_after(r, t, done)};
+    if (r->o->est_step_s) {
+        double fl = 0;
+        for (int k = 0; k < np; k++) fl += t->fl[k];
+        e.cnt = NULL, e.spf = r->o->est_step_s[t->index] / fl, e.eval = 0;
+        return sel_est_left(&e);
+    }
+    e.spf = sec_per_flop(r, t);
+    e.after = t->after_n ? t->after_s / (double)t->after_n : 0;
+    e.eval = t->eval_n ? t->eval_s / (double)t->eval_n : -1;
+    return sel_est_left(&e);
+}
+
+/* Sharded-LRTF in the run. Ready: neither running, finished nor waiting at
+ * a rung, or `cont`, the task device d is running, deciding now what
+ * follows its pass (its time left then counts from after that pass). Here:
+ * `own`, the task on the device, or a task whose next shard, current, the
+ * device holds. First: a task not yet measured over a whole step, so every
+ * task's times are known early (Hydra measures a minibatch of each first). */
 typedef struct {
     const sel_run *r;
-    int d;
+    int d, cont, own;
 } run_pick;
 
 static int run_ready(const void *ctx, int i) {
-    const sel_task *t = &((const run_pick *)ctx)->r->t[i];
-    return !t->running && !finished(t) && !t->at_rung;
+    const run_pick *c = ctx;
+    const sel_task *t = &c->r->t[i];
+    return i == c->cont || (!t->running && !finished(t) && !t->at_rung);
 }
 
 static double run_left(const void *ctx, int i) {
     const run_pick *c = ctx;
-    return time_left(c->r, &c->r->t[i]);
+    return time_left(c->r, &c->r->t[i], i == c->cont);
 }
 
 static int run_here(const void *ctx, int i) {
     const run_pick *c = ctx;
     const sel_task *t = &c->r->t[i];
-    return sel_resident(&c->r->dev[c->d], t, sel_pass_shard(t->S, t->pass)) >= 0;
+    return i == c->own || sel_resident(&c->r->dev[c->d], t, sel_pass_shard(t->S, t->pass)) >= 0;
 }
 
-static int pick_shard(sel_run *r, int d) {
-    run_pick c = {r, d};
-    sel_lrtf q = {run_ready, run_left, run_here, &c};
+static int run_first(const void *ctx, int i) {
+    const run_pick *c = ctx;
+    const sel_task *t = &c->r->t[i];
+    return !c->r->o->est_step_s && t->cnt[2 * t->S - 2] == 0;
+}
+
+static int pick_shard(sel_run *r, int d, int cont, int own) {
+    run_pick c = {r, d, cont, own};
+    sel_lrtf q = {run_ready, run_left, run_here, run_first, &c};
     return sel_lrtf_pick(&q, r->n);
 }
 
@@ -108,7 +143,7 @@ static int pick_task(sel_run *r, int d) {
         sel_task *t = &r->t[i];
         if (t->running || finished(t) || t->at_rung) continue;
         if (r->owner[i] == d) return i;
-        if (r->owner[i] < 0 && (best < 0 || time_left(r, t) > time_left(r, &r->t[best])))
+        if (r->owner[i] < 0 && (best < 0 || time_left(r, t, 0) > time_left(r, &r->t[best], 0)))
             best = i;
     }
     if (best >= 0) r->owner[best] = d;
@@ -215,7 +250,7 @@ static int host_work(sel_run *r, sel_task *t, int end, int ev, int stop, double 
  * under the lock (other devices read it there). A spilled task's state is
  * read into RAM for the work that needs it whole, and written back. */
 static int end_step(sel_run *r, sel_task *t, double *loss, double *val, int *state,
-                    double *step_end) {
+                    double *step_end, int *hw) {
     pm_trainer *h = t->host;
     double norm;
     *loss = t->loss_sum / t->K;
@@ -237,6 +272,7 @@ static int end_step(sel_run *r, sel_task *t, double *loss, double *val, int *sta
     int stop = !end && r->o->stop_after > 0 && h->step >= r->o->stop_after;
     int ev = r->o->eval_every > 0 && h->step % r->o->eval_every == 0;
     if (!end && !stop && !ev) return PM_SELECT_EV_STEP;
+    *hw = 1;
     if (sel_store_materialize(t)) return *state = PM_SELECT_FAILED, PM_SELECT_EV_FAILED;
     int kind = host_work(r, t, end, ev, stop, val, state);
     if (sel_store_release(t)) return *state = PM_SELECT_FAILED, PM_SELECT_EV_FAILED;
@@ -245,7 +281,7 @@ static int end_step(sel_run *r, sel_task *t, double *loss, double *val, int *sta
 
 static int pick(sel_run *r, int d) {
     switch (r->o->policy) {
-    case PM_POLICY_SHARD: return pick_shard(r, d);
+    case PM_POLICY_SHARD: return pick_shard(r, d, -1, r->dev[d].ran);
     case PM_POLICY_TASK: return pick_task(r, d);
     default: return pick_sequential(r, d);
     }
@@ -296,28 +332,42 @@ static void halve(sel_run *r) {
 
 /* ---- prefetch (the copy thread is device.c's) --------------------------- */
 
-/* Under the lock, with cur claimed: the pass this device runs after cur,
- * claimed now so its state can be copied in meanwhile (shard policy: the
- * policy's choice among the other tasks), or -1. A claim holds a task back
- * from the other devices, so it is made only while at least one other
- * ready task remains for each of them. */
-static int claim_next(sel_run *r, int d) {
+/* Task t has a pass after its running one that it can run at once (not
+ * its last, not stopped by stop_after, not waiting at a halving rung). */
+static int has_next(const sel_run *r, const sel_task *t) {
+    if (t->pass < 2 * t->S - 2) return 1;
+    int64_t s = t->host->step + 1;
+    if (s >= t->stop_at || (r->o->stop_after > 0 && s >= r->o->stop_after)) return 0;
+    return !(r->o->halving > 1 && r->o->eval_every > 0 && s % r->o->eval_every == 0);
+}
+
+/* Under the lock, with task cur running on d: the task d runs after cur's
+ * pass, decided now so that its shard can be copied in meanwhile (shard
+ * policy with prefetch): Sharded-LRTF over the ready tasks and cur itself.
+ * cur: it continues (the task already on the device, as Hydra prefers).
+ * Another: claimed, which holds it back from the other devices, so only
+ * while at least one other ready task remains for each of them. -1: the
+ * choice is made when the pass ends. */
+static int claim_next(sel_run *r, int d, int cur) {
     if (!r->o->prefetch || r->dev[d].slots < 2 || r->o->policy != PM_POLICY_SHARD) return -1;
-    int ready = 0; /* claim only what leaves a ready task for every other device */
+    int y = pick_shard(r, d, has_next(r, &r->t[cur]) ? cur : -1, cur);
+    if (y < 0 || y == cur) return y;
+    int ready = 0;
     for (int i = 0; i < r->n; i++)
         ready += !r->t[i].running && !finished(&r->t[i]) && !r->t[i].at_rung;
     if (ready < r->o->devices) return -1;
-    int y = pick_shard(r, d);
-    if (y >= 0) r->t[y].running = 1;
+    r->t[y].running = 1;
     return y;
 }
 
 /* Outside the lock: start copying what runs after cur's pass into the slot
- * cur does not use: the claimed task's next shard, or else cur's own next
- * shard within the step (not after the step's last pass, whose evaluation
- * may rewrite every shard on the host). */
+ * cur does not use: the claimed task's next shard, or else (cur continues,
+ * or nothing was decided) cur's own next shard within the step (not after
+ * the step's last pass: the next step starts on the shard just run, and an
+ * evaluation may rewrite every shard on the host). */
 static void prefetch(sel_run *r, sel_dev *dv, sel_task *cur, int slot, int y) {
     if (!r->o->prefetch || dv->slots < 2 || r->o->policy == PM_POLICY_SEQUENTIAL) return;
+    if (y == cur->index) y = -1;
     sel_task *t = y >= 0 ? &r->t[y] : cur;
     int k = y >= 0 ? t->pass : cur->pass + 1;
     if (y < 0 && k > 2 * cur->S - 2) return;
@@ -354,6 +404,8 @@ static int next_task(sel_run *r, int d, int *claimed) {
             stop_idle(r, i);
             return -1;
         }
+        if (i >= 0 && (finished(&r->t[i]) || r->t[i].at_rung)) i = -1; /* cur, which ended
+                                                                           or waits at a rung */
         if (i >= 0) break;
         if (all_finished(r)) return -1;
         if ((i = pick(r, d)) >= 0) break;
@@ -372,7 +424,7 @@ static void *device_main(void *arg) {
     pthread_mutex_lock(&r->mu);
     for (int i; (i = next_task(r, d, &claimed)) >= 0;) {
         sel_task *t = &r->t[i];
-        int y = claim_next(r, d);
+        int y = claim_next(r, d, i);
         pthread_mutex_unlock(&r->mu);
         double t0 = pm_now(), mark[3] = {t0, t0, t0};
         if (t->pass == 0) {
@@ -382,11 +434,11 @@ static void *device_main(void *arg) {
         int slot = sel_pick_slot(dv, t, sel_pass_shard(t->S, t->pass));
         prefetch(r, dv, t, slot, y);
         int bad = sel_run_pass(t, dv, r->lay, t->pass, slot, mark);
-        int last = t->pass == 2 * t->S - 2 || bad, kind = PM_SELECT_EV_STEP;
+        int last = t->pass == 2 * t->S - 2 || bad, kind = PM_SELECT_EV_STEP, hw = 0;
         int state = bad ? PM_SELECT_FAILED : PM_SELECT_RUNNING;
         double loss = 0, val = NAN, t1 = pm_now(), step_end = t1, c0, c1;
         if (bad) kind = PM_SELECT_EV_FAILED; /* its store failed: t->why says how */
-        else if (last) kind = end_step(r, t, &loss, &val, &state, &step_end);
+        else if (last) kind = end_step(r, t, &loss, &val, &state, &step_end, &hw);
         double w0 = pm_now();
         sel_copy_wait(dv, &c0, &c1);
         double w1 = pm_now(), dt = t1 - t0;
@@ -399,6 +451,10 @@ static void *device_main(void *arg) {
         t->last_end = t1 - r->t0;
         t->passes_done++;
         r->fl_done += pass_flops(t, t->pass), r->sec_done += dt;
+        t->sec[t->pass] += dt, t->cnt[t->pass]++; /* what LRTF knows of it */
+        if (last && !bad) t->after_s += step_end - t1, t->after_n++;
+        if (hw) t->eval_s += w0 - step_end, t->eval_n++;
+        dv->ran = i;
         r->stats->busy[d] += dt;
         int64_t at = r->stats->nlog++;
         PM_ASSERT(at < r->log_cap);
@@ -464,6 +520,9 @@ static void tasks_free(sel_task *t, int n) {
         pm_free(t[i].updated);
         pm_free(t[i].zeroed);
         pm_free(t[i].version);
+        pm_free(t[i].fl);
+        pm_free(t[i].sec);
+        pm_free(t[i].cnt);
     }
     pm_free(t);
 }
@@ -489,10 +548,17 @@ static pm_status tasks_init(sel_run *r, pm_select_task *tasks, pm_trainer *hosts
                         .val_step = r->o->prior_val ? hosts[i].step : -1, .first_start = -1,
                         .updated = pm_malloc((size_t)S * sizeof(int64_t)),
                         .zeroed = pm_malloc((size_t)S * sizeof(int64_t)),
-                        .version = pm_calloc((size_t)S, sizeof(uint64_t))};
-        if (!t->act || !t->grad || !t->updated || !t->zeroed || !t->version)
+                        .version = pm_calloc((size_t)S, sizeof(uint64_t)),
+                        .fl = pm_malloc((size_t)(2 * S - 1) * sizeof(double)),
+                        .sec = pm_calloc((size_t)(2 * S - 1), sizeof(double)),
+                        .cnt = pm_calloc((size_t)(2 * S - 1), sizeof(int64_t))};
+        if (!t->act || !t->grad || !t->updated || !t->zeroed || !t->version || !t->fl ||
+            !t->sec || !t->cnt)
             return pm_errf(err, PM_ERR_NOMEM, "out of memory for task %s's boundaries",
                            tasks[i].name);
+        for (int k = 0; k < 2 * S - 1; k++) t->fl[k] = pass_flops(t, k);
+        for (int s = 0; s < S; s++) /* an evaluation: eval_batches forwards */
+            t->fl_eval += (double)r->o->eval_batches * tasks[i].shard[s].flops_f;
         for (int s = 0; s < S; s++) t->updated[s] = hosts[i].step, t->zeroed[s] = hosts[i].step;
         pm_status st = sel_store_open(t, r->o->spill_dir, err);
         if (st) return st;
