@@ -464,18 +464,22 @@ static int train_tasks(const sel_opts *o, pm_select_task *t, int n,
     int stopped = atomic_load(&interrupt_flag);
     if (!rc && stopped) fprintf(stderr, "select: interrupted; the table so far follows\n");
     if (!rc) {
-        double sum = 0, longest = 0;
-        for (int i = 0; i < n; i++) sum += res[i].busy_s, longest = fmax(longest, res[i].busy_s);
-        double bound = fmax(sum / o->devices, longest);
+        double bound = st.lower_bound_s;
+        FILE *out = o->json ? stderr : stdout;
         sel_rank(res, n, order);
-        sel_print_table(o->json ? stderr : stdout, t, res, order, n);
-        fprintf(o->json ? stderr : stdout, "makespan %.2f s, lower bound %.2f s (measured pass "
-                "times: max(total / D, longest task)); per device peak bytes / busy:",
-                st.makespan_s, bound);
+        sel_print_table(out, t, res, order, n);
+        fprintf(out, "makespan %.2f s, lower bound %.2f s (the tasks' measured work: passes, "
+                "step ends, evaluations; max(total / D, longest task)); per device peak bytes / "
+                "busy:", st.makespan_s, bound);
         for (int d = 0; d < o->devices; d++)
-            fprintf(o->json ? stderr : stdout, " %zu / %.0f%%", st.peak[d],
-                    100 * st.busy[d] / st.makespan_s);
-        fprintf(o->json ? stderr : stdout, "\n");
+            fprintf(out, " %zu / %.0f%%", st.peak[d], 100 * st.busy[d] / st.makespan_s);
+        for (int d = 0; d < o->devices; d++) { /* where each device's time went */
+            fprintf(out, "\ndevice %d:", d);
+            for (int p = 0; p < PM_PART_COUNT; p++)
+                fprintf(out, " %s %.0f%%", pm_select_part_names[p],
+                        100 * st.part[(size_t)d * PM_PART_COUNT + p] / st.makespan_s);
+        }
+        fprintf(out, "\n");
         if (o->json)
             sel_print_json(o->policy, o->devices, o->device_mem, t, res, order, n, &st, bound);
         if (o->csv) rc = sel_write_csv(o->csv, t, res, order, n);
