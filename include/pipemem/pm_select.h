@@ -25,13 +25,19 @@
  * Scheduling policies, simulated here and run by the executor:
  *   shard       sharded-LRTF: a free device takes the next ready pass of the
  *               unfinished task with the longest remaining time that is not
- *               running elsewhere; on a tie, the task whose shard the device
- *               ran last (it is already there), then the lower task index;
+ *               running elsewhere (its own task among them: it continues it
+ *               when that is the choice); on a tie, the task already on the
+ *               device, then the lower task index. The simulator knows each
+ *               pass's cost; the executor estimates a task's time left from
+ *               its own measured pass, step-end and evaluation times, and
+ *               runs every task's first step before it trusts the estimates;
  *   task        a whole task per device: a free device takes the unstarted
  *               task with the longest total time and runs all of it;
  *   sequential  plain model parallelism: tasks one after another, every pass
  *               strictly after the previous one, shard k on device k mod D.
- * Lower bound of any schedule: max(total work / D, the longest task). */
+ * Lower bound of any schedule: max(total work / D, the longest task); in a
+ * run, the work is everything a task's device does for it (its passes, and
+ * after its steps the gradient norm, evaluations and checkpoints). */
 #ifndef PM_SELECT_H
 #define PM_SELECT_H
 

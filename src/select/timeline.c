@@ -12,9 +12,10 @@
 
 const char *const pm_select_part_names[PM_PART_COUNT] = {
     "compute", "load", "adamw", "store", "step", "eval", "wait", "idle"};
-/* Fill of each part (compute is the task's own colour; idle is not drawn). */
+/* Fill of each part (compute is the task's own colour; idle is not drawn;
+ * the rest are drawn half height, so their colours may meet a task's). */
 static const char *const part_fill[PM_PART_COUNT] = {
-    "", "#2f6db5", "#e08a1e", "#3a9a5b", "#8e44ad", "#444", "#bbb", "#fff"};
+    "", "#2f6db5", "#e08a1e", "#3a9a5b", "#000", "#555", "#bbb", "#fff"};
 static const char *const kind_names[3] = {"F", "FBW", "B"};
 #define PART_MIN 1e-5 /* s: shorter parts are not drawn */
 
@@ -62,8 +63,9 @@ static void svg_pass(const svg_ctx *c, const pm_select_pass *p, const pm_select_
         int pt = part[k];
         snprintf(what, sizeof what, "%s shard %d %s: %s", name, p->shard, kind_names[p->kind],
                  pm_select_part_names[pt]);
-        /* the pass's own parts full height; the wait a third, as before */
-        double yy = pt == PM_PART_WAIT ? y + h / 3 : y, hh = pt == PM_PART_WAIT ? h / 3 : h;
+        /* the microbatches full height in the task's colour; every other
+         * part the lower half (whatever the task colours, it stands out) */
+        double yy = pt == PM_PART_COMPUTE ? y : y + h / 2, hh = pt == PM_PART_COMPUTE ? h : h / 2;
         svg_box(c, at[k], at[k + 1], yy, hh, pt == PM_PART_COMPUTE ? col : part_fill[pt],
                 pt == PM_PART_COMPUTE ? "pass" : pm_select_part_names[pt], what);
     }
