@@ -186,7 +186,9 @@ typedef struct {
 typedef struct {
     int devices;              /* D device threads */
     pm_select_policy policy;
-    int prefetch;             /* copy the next pass's state in while computing (2 slots) */
+    int prefetch;             /* a copy thread per device loads the next pass's state into
+                                 the other slot while the device computes (2 slots;
+                                 pm_select_prefetch_pays says when it is worth it) */
     int eval_every;           /* evaluate every N steps of a task (0: only at its end) */
     int halving;              /* successive halving: at each evaluation round (every
                                  eval_every steps) the best ceil(k / halving) of the k
@@ -300,6 +302,12 @@ pm_status pm_select_write_trace(FILE *f, const pm_select_stats *st, const pm_sel
 pm_status pm_select_spill(pm_select_task *task, pm_trainer *host, const char *dir, pm_err *err);
 pm_status pm_select_host_load(const pm_select_task *task, pm_trainer *host, pm_err *err);
 pm_status pm_select_host_unload(const pm_select_task *task, pm_trainer *host, pm_err *err);
+
+/* Whether prefetch can save time with `devices` device threads here: only
+ * if the machine has a core for the copy threads beyond the devices' (on
+ * fewer cores a copy thread takes its copy's time from a device instead of
+ * overlapping it, and its hand-offs cost more: bench/bench_select). */
+int pm_select_prefetch_pays(int devices);
 
 /* Trains every task on o->devices device threads under the layout from
  * pm_select_partition: hosts[i] is task i's store (a pm_trainer
