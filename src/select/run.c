@@ -426,7 +426,7 @@ static void *device_main(void *arg) {
         sel_task *t = &r->t[i];
         int y = claim_next(r, d, i);
         pthread_mutex_unlock(&r->mu);
-        double t0 = pm_now(), mark[3] = {t0, t0, t0};
+        double t0 = pm_now(), mark[3] = {-1, -1, -1};
         if (t->pass == 0) {
             pm_loader_next(&t->host->train, t->host->cfg.batch, t->host->inp, t->host->tgt);
             t->loss_sum = 0;
@@ -442,7 +442,8 @@ static void *device_main(void *arg) {
         double w0 = pm_now();
         sel_copy_wait(dv, &c0, &c1);
         double w1 = pm_now(), dt = t1 - t0;
-        if (bad) mark[0] = mark[1] = mark[2] = t1; /* (it stopped in its load or store) */
+        for (int k = 0; k < 3; k++) /* a pass that failed in its load: all of it load */
+            if (mark[k] < 0) mark[k] = t1;
         pthread_mutex_lock(&r->mu);
         t->state = state;
         t->busy += dt;
