@@ -863,6 +863,7 @@ static void cli_train_matches(void **state) {
     if (!lr || !shards) fail_msg("no lr/shards in '%s'", out);
     assert_true(atoi(shards + 10) >= 2);
     assert_non_null(strstr(out, "\"lower_bound_s\""));
+    assert_non_null(strstr(out, "\"device_seconds\": [{\"compute\": "));
     assert_non_null(strstr(out, "\"device_peak_bytes\""));
     assert_non_null(strstr(out, "\"warmup\": "));
     assert_non_null(strstr(out, "\"wall_s\": "));
