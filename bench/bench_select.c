@@ -6,10 +6,10 @@
  *   (a) learning rates 1e-3, 3e-3 x depths 2, 4 (4 tasks, 2 and 4 shards);
  *   (b) three 1-layer tasks (learning rates 1e-3, 2e-3, 3e-3) and one of 6
  *       layers (1e-3): one long task beside short ones.
- * Each sweep runs every policy, with prefetch (the copy thread) on and off
- * (sequential never prefetches; * marks the default here,
- * pm_select_prefetch_pays), and (a) once more as by default with the state
- * spilled to files in /tmp, all in this process, in R rounds (argument 1; default
+ * Each sweep runs every policy with prefetch (the copy thread) as by default
+ * (PM_PREFETCH_AUTO; * marks shard's, the CLI's default), always and never
+ * (sequential never prefetches), and (a) once more as by default with the
+ * state spilled to files in /tmp, all in this process, in R rounds (argument 1; default
  * 3), each round in a rotated order, since the machine is shared and its
  * load moves between runs. Printed per run, medians over the rounds: the
  * makespan; its ratio to the lower bound max(total work / D, longest
@@ -50,9 +50,14 @@ typedef struct {
 } run_kind;
 
 static const run_kind RUNS[] = {
-    {"sequential", PM_POLICY_SEQUENTIAL, 0, 0},   {"task-prefetch", PM_POLICY_TASK, 1, 0},
-    {"task-noprefetch", PM_POLICY_TASK, 0, 0},    {"shard-prefetch", PM_POLICY_SHARD, 1, 0},
-    {"shard-noprefetch", PM_POLICY_SHARD, 0, 0},  {"shard-spill", PM_POLICY_SHARD, -1, 1}};
+    {"sequential", PM_POLICY_SEQUENTIAL, PM_PREFETCH_OFF, 0},
+    {"task", PM_POLICY_TASK, PM_PREFETCH_AUTO, 0},
+    {"task-prefetch", PM_POLICY_TASK, PM_PREFETCH_ON, 0},
+    {"task-noprefetch", PM_POLICY_TASK, PM_PREFETCH_OFF, 0},
+    {"shard", PM_POLICY_SHARD, PM_PREFETCH_AUTO, 0},
+    {"shard-prefetch", PM_POLICY_SHARD, PM_PREFETCH_ON, 0},
+    {"shard-noprefetch", PM_POLICY_SHARD, PM_PREFETCH_OFF, 0},
+    {"shard-spill", PM_POLICY_SHARD, PM_PREFETCH_AUTO, 1}};
 enum { NRUN = sizeof RUNS / sizeof RUNS[0] };
 
 typedef struct {
@@ -103,8 +108,7 @@ static int run_one(pm_select_task *t, const pm_select_layout *lay, const run_kin
             fprintf(stderr, "bench_select: %s\n", e.msg);
             return 1;
         }
-    int pf = k->prefetch < 0 ? pm_select_prefetch_pays(D) : k->prefetch; /* -1: the default */
-    pm_select_opts o = {.devices = D, .policy = k->pol, .prefetch = pf,
+    pm_select_opts o = {.devices = D, .policy = k->pol, .prefetch = k->prefetch,
                         .eval_every = STEPS / 5, .eval_batches = 4, .val = va,
                         .spill_dir = k->spill ? spill : NULL};
     pm_select_result res[NT];
@@ -194,7 +198,6 @@ static int sweep(int sw, int R, const pm_tokens *tr, const pm_tokens *va, const 
     printf("%-18s%9s %8s %10s %7s %7s  %s\n", "run", "makespan", "x bound", "x passes", "x seq",
            "others", "device time: compute load adamw store step eval wait idle");
     double def_ratio = 0, def_speed = 0;
-    int pays = pm_select_prefetch_pays(D);
     for (int k = 0; k < nrun; k++) {
         double mk[MAXR], rb[MAXR], rp[MAXR], sp[MAXR], ot[MAXR], part[PM_PART_COUNT][MAXR];
         for (int r = 0; r < R; r++) {
@@ -204,7 +207,8 @@ static int sweep(int sw, int R, const pm_tokens *tr, const pm_tokens *va, const 
             for (int p = 0; p < PM_PART_COUNT; p++) part[p][r] = x->part[p] / (D * x->mk);
         }
         double m = median(mk, R), b = median(rb, R), s = median(sp, R);
-        int def = RUNS[k].pol == PM_POLICY_SHARD && !RUNS[k].spill && RUNS[k].prefetch == pays;
+        int def = RUNS[k].pol == PM_POLICY_SHARD && !RUNS[k].spill &&
+                  RUNS[k].prefetch == PM_PREFETCH_AUTO;
         printf("%-17s%c%7.3f s %7.3fx %9.3fx %6.2fx %6.0f%% ", RUNS[k].name, def ? '*' : ' ',
                m, b, median(rp, R), s, 100 * median(ot, R));
         for (int p = 0; p < PM_PART_COUNT; p++) printf(" %4.1f%%", 100 * median(part[p], R));

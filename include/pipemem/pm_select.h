@@ -183,12 +183,25 @@ typedef struct {
     } kind;
 } pm_select_event;
 
+/* When a device prefetches (pm_select_opts.prefetch). A copy thread that
+ * has no core of its own takes its copy's time from a device instead of
+ * overlapping it, and its hand-offs cost more: worth it only where it
+ * shortens the run (bench/bench_select measures all three). */
+typedef enum {
+    PM_PREFETCH_OFF,  /* never: a pass loads what it does not find resident */
+    PM_PREFETCH_ON,   /* at every pass */
+    PM_PREFETCH_AUTO, /* when the copy thread has a core no working device uses, or the
+                         device runs the task that bounds the makespan (its time left is
+                         the most, and at least every task's over D: the copy's cost then
+                         falls on devices with time to spare) */
+} pm_select_prefetch;
+
 typedef struct {
     int devices;              /* D device threads */
     pm_select_policy policy;
-    int prefetch;             /* a copy thread per device loads the next pass's state into
-                                 the other slot while the device computes (2 slots;
-                                 pm_select_prefetch_pays says when it is worth it) */
+    int prefetch;             /* pm_select_prefetch: when a device's copy thread loads
+                                 the next pass's state into its other slot while the
+                                 device computes (2 slots) */
     int eval_every;           /* evaluate every N steps of a task (0: only at its end) */
     int halving;              /* successive halving: at each evaluation round (every
                                  eval_every steps) the best ceil(k / halving) of the k
@@ -302,12 +315,6 @@ pm_status pm_select_write_trace(FILE *f, const pm_select_stats *st, const pm_sel
 pm_status pm_select_spill(pm_select_task *task, pm_trainer *host, const char *dir, pm_err *err);
 pm_status pm_select_host_load(const pm_select_task *task, pm_trainer *host, pm_err *err);
 pm_status pm_select_host_unload(const pm_select_task *task, pm_trainer *host, pm_err *err);
-
-/* Whether prefetch can save time with `devices` device threads here: only
- * if the machine has a core for the copy threads beyond the devices' (on
- * fewer cores a copy thread takes its copy's time from a device instead of
- * overlapping it, and its hand-offs cost more: bench/bench_select). */
-int pm_select_prefetch_pays(int devices);
 
 /* Trains every task on o->devices device threads under the layout from
  * pm_select_partition: hosts[i] is task i's store (a pm_trainer

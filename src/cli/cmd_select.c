@@ -51,8 +51,9 @@ static const char usage[] =
     "  --policy  shard (default: sharded-LRTF), task (a whole task per device) or\n"
     "           sequential (plain model parallelism), for comparison\n"
     "  --prefetch, --no-prefetch  a copy thread per device loads the next shard's\n"
-    "           state while the device computes (default: only when the machine has\n"
-    "           more cores than --devices; else the copy takes a device's time)\n"
+    "           state while the device computes: always, or never (default: when a\n"
+    "           core is free of working devices, or for the task that bounds the\n"
+    "           makespan; else the copy only takes its time from a device)\n"
     "  --halving ETA  successive halving: at each evaluation round the best 1/ETA\n"
     "           of the tasks still running (by validation loss) go on, the rest stop\n"
     "  --resume DIR  each task's checkpoint goes to DIR/NAME.ckpt at every evaluation\n"
@@ -176,8 +177,8 @@ static const pm_cli_opt OPTS[] = {
     L("ctx", K_CTX), L("batch", K_BATCH), L("microbatches", K_MICRO), L("warmup", K_WARMUP),
     L("seed", K_SEED),
     {"--dry-run", 'f', 1, 0, F(dry_run), NULL, NULL, 0},
-    {"--no-prefetch", 'f', 0, 0, F(prefetch), NULL, NULL, 0},
-    {"--prefetch", 'f', 1, 0, F(prefetch), NULL, NULL, 0},
+    {"--no-prefetch", 'f', PM_PREFETCH_OFF, 0, F(prefetch), NULL, NULL, 0},
+    {"--prefetch", 'f', PM_PREFETCH_ON, 0, F(prefetch), NULL, NULL, 0},
     {"--json", 'f', 1, 0, F(json), NULL, NULL, 0},
     {"--policy", 'x', 0, 0, F(policy), parse_policy, NULL, 0},
     {"--eval-every", 'i', 0, 0, F(eval_every), NULL, NULL, 0},
@@ -195,7 +196,8 @@ static const pm_cli_opt OPTS[] = {
 #undef F
 
 static int parse_args(int argc, char **argv, sel_opts *o) {
-    *o = (sel_opts){.steps = 100, .prefetch = -1, .eval_every = -1, .eval_batches = 4};
+    *o = (sel_opts){.steps = 100, .prefetch = PM_PREFETCH_AUTO, .eval_every = -1,
+                    .eval_batches = 4};
     pm_cli_opts set = {OPTS, sizeof OPTS / sizeof OPTS[0], o, NULL};
     int rc = pm_cli_parse("select", argc, argv, 1, &set, 1, NULL, NULL);
     if (rc == 2) fputs(usage, stdout);
@@ -205,7 +207,6 @@ static int parse_args(int argc, char **argv, sel_opts *o) {
     if (!o->dry_run && !o->data)
         return pm_cli_fail("select: --data DIR is required to train (or --dry-run for the plan)");
     if (o->eval_every < 0) o->eval_every = o->steps >= 5 ? o->steps / 5 : o->steps;
-    if (o->prefetch < 0) o->prefetch = pm_select_prefetch_pays(o->devices);
     return 0;
 }
 

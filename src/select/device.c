@@ -5,14 +5,8 @@
  * computes (prefetch).
  * Copy thread states: job 0 idle, 1 a copy to do, 2 quit. */
 #include <string.h>
-#include <unistd.h>
 
 #include "select/internal.h"
-
-int pm_select_prefetch_pays(int devices) {
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    return cores > devices;
-}
 
 static void *copier_main(void *arg) {
     sel_dev *dv = arg;

@@ -19,6 +19,7 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "select/internal.h"
 
@@ -34,6 +35,8 @@ typedef struct {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int busy_global;      /* sequential: a pass is running somewhere */
+    int active;           /* devices working (not waiting for a ready pass) */
+    int cores;            /* online CPUs (prefetch auto) */
     int *owner;           /* (n) task policy: the device a task is pinned to, -1 none */
     int *rank;            /* (n) halving: scratch for the ranking */
     int64_t log_cap;      /* passes the run can make: stats->log's size */
@@ -349,7 +352,7 @@ static int has_next(const sel_run *r, const sel_task *t) {
  * while at least one other ready task remains for each of them. -1: the
  * choice is made when the pass ends. */
 static int claim_next(sel_run *r, int d, int cur) {
-    if (!r->o->prefetch || r->dev[d].slots < 2 || r->o->policy != PM_POLICY_SHARD) return -1;
+    if (r->o->policy != PM_POLICY_SHARD) return -1;
     int y = pick_shard(r, d, has_next(r, &r->t[cur]) ? cur : -1, cur);
     if (y < 0 || y == cur) return y;
     int ready = 0;
@@ -366,7 +369,6 @@ static int claim_next(sel_run *r, int d, int cur) {
  * the step's last pass: the next step starts on the shard just run, and an
  * evaluation may rewrite every shard on the host). */
 static void prefetch(sel_run *r, sel_dev *dv, sel_task *cur, int slot, int y) {
-    if (!r->o->prefetch || dv->slots < 2 || r->o->policy == PM_POLICY_SEQUENTIAL) return;
     if (y == cur->index) y = -1;
     sel_task *t = y >= 0 ? &r->t[y] : cur;
     int k = y >= 0 ? t->pass : cur->pass + 1;
@@ -375,6 +377,24 @@ static void prefetch(sel_run *r, sel_dev *dv, sel_task *cur, int slot, int y) {
     if (y < 0 && s == sel_pass_shard(cur->S, cur->pass)) return;
     if (sel_resident(dv, t, s) == (slot ^ 1)) return;
     sel_copy_start(dv, t, s, slot ^ 1);
+}
+
+/* Under the lock, device d having taken task cur: whether its copy thread
+ * prefetches for what follows (pm_select_prefetch). Auto: when a core is
+ * free of working devices (this one counted), or cur bounds the makespan:
+ * the most time left, and at least every task's left over D. */
+static int use_prefetch(const sel_run *r, int d, int cur) {
+    if (r->dev[d].slots < 2 || r->o->policy == PM_POLICY_SEQUENTIAL) return 0;
+    if (r->o->prefetch != PM_PREFETCH_AUTO) return r->o->prefetch == PM_PREFETCH_ON;
+    if (r->active < r->cores) return 1;
+    double mine = time_left(r, &r->t[cur], 0), total = 0;
+    for (int i = 0; i < r->n; i++) {
+        if (finished(&r->t[i])) continue;
+        double l = time_left(r, &r->t[i], 0);
+        if (l > mine) return 0;
+        total += l;
+    }
+    return mine * r->o->devices >= total;
 }
 
 static int interrupted(const sel_run *r) { return r->o->interrupt && atomic_load(r->o->interrupt); }
@@ -424,7 +444,8 @@ static void *device_main(void *arg) {
     pthread_mutex_lock(&r->mu);
     for (int i; (i = next_task(r, d, &claimed)) >= 0;) {
         sel_task *t = &r->t[i];
-        int y = claim_next(r, d, i);
+        r->active++;
+        int pf = use_prefetch(r, d, i), y = pf ? claim_next(r, d, i) : -1;
         pthread_mutex_unlock(&r->mu);
         double t0 = pm_now(), mark[3] = {-1, -1, -1};
         if (t->pass == 0) {
@@ -432,7 +453,7 @@ static void *device_main(void *arg) {
             t->loss_sum = 0;
         }
         int slot = sel_pick_slot(dv, t, sel_pass_shard(t->S, t->pass));
-        prefetch(r, dv, t, slot, y);
+        if (pf) prefetch(r, dv, t, slot, y);
         int bad = sel_run_pass(t, dv, r->lay, t->pass, slot, mark);
         int last = t->pass == 2 * t->S - 2 || bad, kind = PM_SELECT_EV_STEP, hw = 0;
         int state = bad ? PM_SELECT_FAILED : PM_SELECT_RUNNING;
@@ -469,6 +490,7 @@ static void *device_main(void *arg) {
         t->pass = last ? 0 : t->pass + 1;
         t->running = 0;
         r->busy_global = 0;
+        r->active--;
         claimed = y;
         if (last) emit(r, i, kind, loss, val);
         if (last && r->o->halving > 1) {
@@ -653,7 +675,8 @@ pm_status pm_select_run(pm_select_task *tasks, pm_trainer *hosts, int n,
                        o->devices);
     if (pm_select_slab_bytes(layout) > layout->device_mem)
         return pm_errf(err, PM_ERR_ARG, "the layout does not fit its device memory");
-    sel_run r = {.o = o, .lay = layout, .n = n, .stats = stats};
+    sel_run r = {.o = o, .lay = layout, .n = n, .stats = stats,
+                 .cores = (int)sysconf(_SC_NPROCESSORS_ONLN)};
     stats->peak = pm_calloc((size_t)o->devices, sizeof(size_t));
     stats->busy = pm_calloc((size_t)o->devices, sizeof(double));
     stats->wait = pm_calloc((size_t)o->devices, sizeof(double));
