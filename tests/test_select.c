@@ -51,7 +51,7 @@ static int lc_here(const void *c, int t) { return ((const lrtf_case *)c)->here[t
 
 static int lrtf(const int *ready, const double *left, const int *here, int n) {
     lrtf_case c = {ready, here, left};
-    sel_lrtf q = {lc_ready, lc_left, lc_here, &c};
+    sel_lrtf q = {lc_ready, lc_left, lc_here, NULL, &c};
     return sel_lrtf_pick(&q, n);
 }
 
@@ -66,6 +66,57 @@ static void lrtf_choice(void **state) {
     assert_int_equal(lrtf(all, apart, here13, 4), 2); /* ... over being held */
     assert_int_equal(lrtf(not1, tie, none, 4), 2);    /* only ready tasks */
     assert_int_equal(lrtf(none, tie, here2, 4), -1);
+}
+
+/* The executor's estimate of a task's time left (sel_est_left), by hand:
+ * passes at their measured means, the unmeasured one at FLOPs x spf, the
+ * work after each step, the evaluations left. */
+static void lrtf_estimate(void **state) {
+    (void)state;
+    const double fl[3] = {1, 2, 3}, sec[3] = {10, 0, 60};
+    const int64_t cnt[3] = {2, 0, 3};
+    /* passes 5, 2 x 0.5 = 1, 20: a step 26; from pass 1: 21; the step's
+     * end 2; two more steps 2 x (26 + 2); one evaluation of 8 FLOPs: 4 */
+    sel_est e = {3, 1, fl, sec, cnt, 0.5, 2, -1, 8, 2, 1};
+    assert_true(sel_est_left(&e) == 21 + 2 + 2 * 28 + 4);
+    e.eval = 7; /* measured: 7 s */
+    assert_true(sel_est_left(&e) == 21 + 2 + 2 * 28 + 7);
+    e.cnt = NULL; /* nothing measured: FLOPs x spf, 3 a step */
+    assert_true(sel_est_left(&e) == 2.5 + 2 + 2 * 5 + 7);
+}
+
+/* Deep and narrow against wide and shallow: the wide task has more FLOPs
+ * left, but the deep one's passes measured slower (small matrices, many
+ * layers). On FLOPs at one rate (the old rule) the wide one goes first; on
+ * each task's measured times, the deep one. And a task not measured over a
+ * whole step yet goes before both (first()), whatever its FLOPs. */
+typedef struct {
+    sel_est e[3];
+    int measured[3];
+} est_case;
+static int ec_ready(const void *c, int t) { (void)c, (void)t; return 1; }
+static double ec_left(const void *c, int t) { return sel_est_left(&((const est_case *)c)->e[t]); }
+static int ec_here(const void *c, int t) { (void)c, (void)t; return 0; }
+static int ec_first(const void *c, int t) { return !((const est_case *)c)->measured[t]; }
+
+static void lrtf_measured_times(void **state) {
+    (void)state;
+    /* deep: 12 layers of dim 32, 3 passes a step of 1 MFLOP each, measured
+     * 4 ms each; wide: 2 layers of dim 512, 3 passes of 8 MFLOP, 2 ms each;
+     * 10 steps left each, nothing after steps, no evaluation */
+    const double fd[3] = {1e6, 1e6, 1e6}, fw[3] = {8e6, 8e6, 8e6};
+    const double sd[3] = {8e-3, 8e-3, 8e-3}, sw[3] = {4e-3, 4e-3, 4e-3};
+    const int64_t c2[3] = {2, 2, 2};
+    est_case c = {{{3, 0, fd, sd, c2, 1e-9, 0, 0, 0, 9, 0}, {3, 0, fw, sw, c2, 1e-9, 0, 0, 0, 9, 0}},
+                  {1, 1, 1}};
+    sel_lrtf q = {ec_ready, ec_left, ec_here, ec_first, &c};
+    assert_true(ec_left(&c, 0) > ec_left(&c, 1)); /* 0.12 s against 0.06 s */
+    assert_int_equal(sel_lrtf_pick(&q, 2), 0);    /* measured: the deep one */
+    c.e[0].cnt = c.e[1].cnt = NULL;               /* FLOPs at one rate */
+    assert_int_equal(sel_lrtf_pick(&q, 2), 1);    /* the wide one */
+    c.e[2] = (sel_est){3, 0, fd, sd, NULL, 1e-12, 0, 0, 0, 0, 0}; /* tiny, never measured */
+    c.measured[2] = 0;
+    assert_int_equal(sel_lrtf_pick(&q, 3), 2);
 }
 
 static void toy_case(void **state) {
@@ -388,19 +439,41 @@ static void corpus_init(void) {
 }
 
 /* The pass log: every pass of every task once, and no device or task ever
- * in two passes at once (a task never runs on two devices). */
+ * in two passes at once (a task never runs on two devices); each entry's
+ * parts in order, a device's entries (with the work after each pass) never
+ * overlapping, and each device's parts adding up to the makespan. */
 static void check_log(const pm_select_stats *st, const pm_select_task *t, int n) {
     int64_t want = 0;
     for (int i = 0; i < n; i++) want += (int64_t)t[i].cfg.opt.steps * (2 * t[i].nshard - 1);
     assert_int_equal(st->nlog, want);
-    for (int64_t a = 0; a < st->nlog; a++)
+    for (int64_t a = 0; a < st->nlog; a++) {
+        const pm_select_pass *x = &st->log[a];
+        const double at[] = {0,           x->start,    x->loaded,   x->updated, x->computed,
+                             x->end,      x->step_end, x->eval_end, x->wait0,   x->wait1,
+                             st->makespan_s};
+        for (size_t k = 1; k < sizeof at / sizeof at[0]; k++)
+            if (at[k] < at[k - 1] - 1e-9) fail_msg("pass %lld: its parts out of order", (long long)a);
+        assert_true(x->copy1 >= x->copy0);
         for (int64_t b = a + 1; b < st->nlog; b++) {
-            const pm_select_pass *x = &st->log[a], *y = &st->log[b];
+            const pm_select_pass *y = &st->log[b];
             if ((x->dev == y->dev || x->task == y->task) && x->start < y->end - 1e-9 &&
                 y->start < x->end - 1e-9)
                 fail_msg("passes %lld and %lld overlap on device %d / task %d", (long long)a,
                          (long long)b, x->dev, x->task);
+            if (x->dev == y->dev && x->start < y->wait1 - 1e-9 && y->start < x->wait1 - 1e-9)
+                fail_msg("passes %lld and %lld: their device's work overlaps", (long long)a,
+                         (long long)b);
         }
+    }
+    for (int d = 0; d < st->devices; d++) {
+        double sum = 0;
+        for (int p = 0; p < PM_PART_COUNT; p++) {
+            double s = st->part[(size_t)d * PM_PART_COUNT + p];
+            if (s < -1e-9) fail_msg("device %d: %s %g s", d, pm_select_part_names[p], s);
+            sum += s;
+        }
+        assert_true(fabs(sum - st->makespan_s) <= 1e-9 * st->makespan_s);
+    }
 }
 
 /* Every policy at D = 1, 2, 3, with one state slot, two (prefetch) and two
@@ -488,6 +561,64 @@ static void spill_event(void *ctx, const pm_select_event *ev) {
     if (ev->kind == PM_SELECT_EV_FAILED) fail_msg("task %d failed", ev->task);
     if (spill_hosts[ev->task].params) fail_msg("task %d's state is in RAM at an event", ev->task);
     spill_seen++;
+}
+
+/* In the executor, on one device with prefetch (the choice of what follows
+ * a pass is made as it starts): given step times (est_step_s) that reverse
+ * the FLOP order, the deep, narrow task (8 layers of dim 32, cut into
+ * shards) goes first and continues, pass after pass, until it ends; then
+ * the wide, shallow one (4 layers of dim 64, more FLOPs a step) runs. Its
+ * old rule claimed another task at every pass. Both train bitwise as alone.
+ * One device: the order depends on nothing measured. */
+static void lrtf_run_order(void **state) {
+    (void)state;
+    corpus_init();
+    pm_tokens tok = PM_TOKENS_BYTES(corpus, sizeof corpus);
+    pm_select_task t[2];
+    pm_trainer h[2];
+    const int layers[2] = {8, 4}, dim[2] = {32, 64}, steps[2] = {2, 1};
+    for (int i = 0; i < 2; i++) {
+        pm_train_cfg c = {.model = {256, 8, dim[i], 2, layers[i]}, .batch = 4, .micro = 2,
+                          .seed = 3};
+        pm_optim_defaults(&c.opt, steps[i]);
+        t[i] = (pm_select_task){.cfg = c};
+        snprintf(t[i].name, sizeof t[i].name, "%s", i ? "wide" : "deep");
+    }
+    pm_select_layout lay;
+    pm_err e;
+    if (pm_select_partition(t, 2, 2500000, 2, &lay, &e)) fail_msg("%s", e.msg);
+    assert_true(t[0].nshard >= 2);
+    double fl[2] = {0, 0}; /* a step's FLOPs: the wide task has more */
+    for (int i = 0; i < 2; i++)
+        for (int s = 0; s < t[i].nshard; s++) fl[i] += t[i].shard[s].flops_f + t[i].shard[s].flops_bw;
+    assert_true(fl[1] > fl[0]);
+    for (int i = 0; i < 2; i++) assert_int_equal(pm_trainer_init(&h[i], &t[i].cfg, &tok, 0, &e), PM_OK);
+    const double est[2] = {10, 1e-3};
+    pm_select_opts o = {.devices = 1, .policy = PM_POLICY_SHARD, .prefetch = 1,
+                        .eval_every = 0, .eval_batches = 1, .est_step_s = est};
+    pm_select_result res[2];
+    pm_select_stats st;
+    if (pm_select_run(t, h, 2, &lay, &o, res, &st, &e)) fail_msg("%s", e.msg);
+    check_log(&st, t, 2);
+    int64_t deep = (int64_t)steps[0] * (2 * t[0].nshard - 1);
+    for (int64_t k = 0; k < st.nlog; k++)
+        if (st.log[k].task != (k < deep ? 0 : 1))
+            fail_msg("pass %lld ran task %d: the deep task should run all its %lld passes first",
+                     (long long)k, st.log[k].task, (long long)deep);
+    for (int i = 0; i < 2; i++) { /* and each as alone */
+        pm_trainer a;
+        pm_step_info info;
+        assert_int_equal(res[i].state, PM_SELECT_DONE);
+        assert_int_equal(pm_trainer_init(&a, &t[i].cfg, &tok, 0, &e), PM_OK);
+        for (int k = 0; k < steps[i]; k++) assert_int_equal(pm_trainer_step(&a, &info, &e), PM_OK);
+        if (memcmp(&info.loss, &res[i].final_loss, sizeof(double)) ||
+            memcmp(a.params, h[i].params, a.n_params * sizeof(float)))
+            fail_msg("task %s differs from training it alone", t[i].name);
+        pm_trainer_free(&a);
+        pm_trainer_free(&h[i]);
+        pm_select_task_free(&t[i]);
+    }
+    pm_select_stats_free(&st);
 }
 
 static void spill_exact(void **state) {
@@ -732,6 +863,7 @@ static void cli_train_matches(void **state) {
     if (!lr || !shards) fail_msg("no lr/shards in '%s'", out);
     assert_true(atoi(shards + 10) >= 2);
     assert_non_null(strstr(out, "\"lower_bound_s\""));
+    assert_non_null(strstr(out, "\"device_seconds\": [{\"compute\": "));
     assert_non_null(strstr(out, "\"device_peak_bytes\""));
     assert_non_null(strstr(out, "\"warmup\": "));
     assert_non_null(strstr(out, "\"wall_s\": "));
@@ -741,7 +873,7 @@ static void cli_train_matches(void **state) {
     int passes = 0;
     for (const char *q = out; (q = strstr(q, "\"shards\": ")); q += 10) passes += 6 * (2 * atoi(q + 10) - 1);
     snprintf(cmd, sizeof cmd, "test $(grep -o 'class=\"pass\"' %s/run.svg | wc -l) -eq %d && "
-             "test $(grep '\"ph\": \"X\"' %s/run.json | grep -vc '\"cat\": \"wait\"') -eq %d",
+             "test $(grep -cE '\"cat\": \"(F|FBW|B)\"' %s/run.json) -eq %d",
              dir, passes, dir,
              passes);
     if (sh(cmd)) fail_msg("timeline or trace without %d passes (%s)", passes, cmd);
@@ -889,12 +1021,15 @@ static void cli_slab_is_the_need(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(lrtf_choice),
+        cmocka_unit_test(lrtf_estimate),
+        cmocka_unit_test(lrtf_measured_times),
         cmocka_unit_test(toy_case),
         cmocka_unit_test(random_instances),
         cmocka_unit_test(partition_fits_and_is_minimal),
         cmocka_unit_test(partition_refuses_a_layer_too_big),
         cmocka_unit_test(cli_dry_run),
         cmocka_unit_test(train_exact),
+        cmocka_unit_test(lrtf_run_order),
         cmocka_unit_test(spill_exact),
         cmocka_unit_test(nan_task_fails_alone),
         cmocka_unit_test(saved_losses_resume),

@@ -25,13 +25,19 @@
  * Scheduling policies, simulated here and run by the executor:
  *   shard       sharded-LRTF: a free device takes the next ready pass of the
  *               unfinished task with the longest remaining time that is not
- *               running elsewhere; on a tie, the task whose shard the device
- *               ran last (it is already there), then the lower task index;
+ *               running elsewhere (its own task among them: it continues it
+ *               when that is the choice); on a tie, the task already on the
+ *               device, then the lower task index. The simulator knows each
+ *               pass's cost; the executor estimates a task's time left from
+ *               its own measured pass, step-end and evaluation times, and
+ *               runs every task's first step before it trusts the estimates;
  *   task        a whole task per device: a free device takes the unstarted
  *               task with the longest total time and runs all of it;
  *   sequential  plain model parallelism: tasks one after another, every pass
  *               strictly after the previous one, shard k on device k mod D.
- * Lower bound of any schedule: max(total work / D, the longest task). */
+ * Lower bound of any schedule: max(total work / D, the longest task); in a
+ * run, the work is everything a task's device does for it (its passes, and
+ * after its steps the gradient norm, evaluations and checkpoints). */
 #ifndef PM_SELECT_H
 #define PM_SELECT_H
 
@@ -199,6 +205,8 @@ typedef struct {
     double final_loss; /* mean microbatch loss of the last step */
     double val_loss;   /* the last evaluation (NAN if none) */
     double busy_s;     /* seconds its passes ran */
+    double work_s;     /* busy_s and the work after its steps (PM_PART_STEP, _EVAL):
+                          the device time the task needs */
     double wall_s;     /* from its first pass's start to its last pass's end (this run) */
     char why[160];     /* why it failed or stopped ("" when done) */
     int64_t val_step;  /* the step val_loss was taken after (-1: none) */
@@ -221,10 +229,25 @@ typedef struct {
     } kind;
 } pm_select_event;
 
+/* When a device prefetches (pm_select_opts.prefetch). A copy thread that
+ * has no core of its own takes its copy's time from a device instead of
+ * overlapping it, and its hand-offs cost more: worth it only where it
+ * shortens the run (bench/bench_select measures all three). */
+typedef enum {
+    PM_PREFETCH_OFF,  /* never: a pass loads what it does not find resident */
+    PM_PREFETCH_ON,   /* at every pass */
+    PM_PREFETCH_AUTO, /* when the copy thread has a core no working device uses, or the
+                         device runs the task that bounds the makespan (its time left is
+                         the most, and at least every task's over D: the copy's cost then
+                         falls on devices with time to spare) */
+} pm_select_prefetch;
+
 typedef struct {
     int devices;              /* D device threads */
     pm_select_policy policy;
-    int prefetch;             /* copy the next pass's state in while computing (2 slots) */
+    int prefetch;             /* pm_select_prefetch: when a device's copy thread loads
+                                 the next pass's state into its other slot while the
+                                 device computes (2 slots) */
     int eval_every;           /* evaluate every N steps of a task (0: only at its end) */
     int halving;              /* successive halving: at each evaluation round (every
                                  eval_every steps) the best ceil(k / halving) of the k
@@ -250,6 +273,10 @@ typedef struct {
     const double *prior_val;   /* NULL, or (n) the validation loss of each task's state as
                                   it starts (NAN unknown): what a task that runs no step
                                   (done, or stopped before the resume) reports */
+    const double *est_step_s; /* NULL, or (n) the seconds one step of each task takes
+                                 (a profile from an earlier run, or a constructed case):
+                                 Sharded-LRTF ranks tasks by these instead of the times
+                                 it measures, so its order depends on nothing measured */
     const _Atomic int *interrupt; /* NULL, or a flag (a SIGINT handler's): once set, no
                                       pass starts; the running ones finish and every
                                       unfinished task stops where its last step ended */
@@ -285,21 +312,51 @@ int pm_select_asha_promote(int eta, int entrants, int closed, int n, const doubl
 int pm_select_saved_losses(const char *dir, const char *name, int64_t step, double *loss,
                            double *val);
 
-/* One pass as it ran. */
+/* Where a device's time goes: every moment of a run on a device is one of
+ * these, so they add up to the makespan. A pass is LOAD, ADAMW, COMPUTE and
+ * STORE in that order; STEP and EVAL follow a step's last pass on the
+ * device that ran it; WAIT then; IDLE is the gaps between. */
+typedef enum {
+    PM_PART_COMPUTE, /* a pass's K microbatches */
+    PM_PART_LOAD,    /* a pass copying its shard's state in (it was not resident or
+                        prefetched; at a step's first pass, the step's batch too) */
+    PM_PART_ADAMW,   /* a pass applying its shard's deferred AdamW update and zeroing its
+                        gradients (a shard's first pass of a step) */
+    PM_PART_STORE,   /* a pass writing what it changed back to the task's store */
+    PM_PART_STEP,    /* after a step's last pass: the loss and the global gradient norm */
+    PM_PART_EVAL,    /* after a step's last pass, at intervals and at the end: pending
+                        updates applied on the host, evaluation, checkpoint */
+    PM_PART_WAIT,    /* waiting for the prefetch copy of the next pass's shard */
+    PM_PART_IDLE,    /* no pass ready for it (or taking the scheduler's lock) */
+    PM_PART_COUNT
+} pm_select_part;
+extern const char *const pm_select_part_names[PM_PART_COUNT]; /* "compute", "load", ... */
+
+/* One pass as it ran, with what its device did up to its next pass. */
 typedef struct {
     int dev, task, shard, kind; /* kind: 0 forward, 1 last shard fused, 2 backward */
     double start, end;          /* seconds from the run's start */
-    double wait0, wait1;        /* after the pass (and its step's evaluation, if any) the
-                                 * device waited for its prefetch copy from wait0 to
-                                 * wait1 (equal: it did not wait) */
+    double loaded, updated, computed; /* within it: LOAD until loaded, ADAMW until updated,
+                                 * COMPUTE until computed, STORE until end */
+    double step_end, eval_end;  /* after it: STEP until step_end, EVAL until eval_end
+                                 * (both end when the pass ends no step) */
+    double wait0, wait1;        /* then the device waited for its prefetch copy from
+                                 * wait0 to wait1 (equal: it did not wait) */
+    double copy0, copy1;        /* the copy thread's prefetch copy started beside this
+                                 * pass (equal: none) */
 } pm_select_pass;
 
 typedef struct {
     int devices;
     double makespan_s;  /* wall time of the run */
+    double lower_bound_s; /* max(total work / D, the longest task's work), from the work
+                             measured: every task's passes, step ends and evaluations
+                             (pm_select_result.work_s) */
     size_t *peak;       /* (devices) highest slab byte used; owned */
     double *busy;       /* (devices) seconds of passes run; owned */
     double *wait;       /* (devices) seconds spent waiting for a prefetch copy; owned */
+    double *part;       /* (devices, PM_PART_COUNT) seconds of each part (they add up
+                           to makespan_s); owned */
     pm_select_pass *log; /* (nlog) every pass run, in the order they ended; owned */
     int64_t nlog;
 } pm_select_stats;

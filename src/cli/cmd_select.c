@@ -31,7 +31,8 @@ static const char usage[] =
     "                      [--batch V] [--microbatches V] [--warmup V] [--seed V]\n"
     "                      [--steps V] [--weight-decay V] [--tasks FILE]\n"
     "                      [--sample N [--sample-seed S]]\n"
-    "                      [--policy shard|task|sequential] [--no-prefetch] [--spill ram|DIR]\n"
+    "                      [--policy shard|task|sequential] [--prefetch|--no-prefetch]\n"
+    "                      [--spill ram|DIR]\n"
     "                      [--eval-every N] [--eval-batches N] [--halving ETA]\n"
     "                      [--asha ETA [--asha-min N]]\n"
     "                      [--save-best FILE] [--resume DIR] [--stop-after N]\n"
@@ -64,6 +65,10 @@ static const char usage_more[] = /* (two strings: C keeps one under 4096 bytes) 
     "           measured on this machine first (--json: all of it as one object)\n"
     "  --policy  shard (default: sharded-LRTF), task (a whole task per device) or\n"
     "           sequential (plain model parallelism), for comparison\n"
+    "  --prefetch, --no-prefetch  a copy thread per device loads the next shard's\n"
+    "           state while the device computes: always, or never (default: when a\n"
+    "           core is free of working devices, or for the task that bounds the\n"
+    "           makespan; else the copy only takes its time from a device)\n"
     "  --halving ETA  successive halving: at each evaluation round the best 1/ETA\n"
     "           of the tasks still running (by validation loss) go on, the rest stop\n"
     "  --asha ETA  asynchronous successive halving (ASHA, Li et al. 2018, as Ray\n"
@@ -150,7 +155,8 @@ static const pm_cli_opt OPTS[] = {
     L("--microbatches", SEL_K_MICRO), L("--warmup", SEL_K_WARMUP), L("--seed", SEL_K_SEED),
     L("--steps", SEL_K_STEPS), L("--weight-decay", SEL_K_WD),
     {"--dry-run", 'f', 1, 0, F(dry_run), NULL, NULL, 0},
-    {"--no-prefetch", 'f', 0, 0, F(prefetch), NULL, NULL, 0},
+    {"--no-prefetch", 'f', PM_PREFETCH_OFF, 0, F(prefetch), NULL, NULL, 0},
+    {"--prefetch", 'f', PM_PREFETCH_ON, 0, F(prefetch), NULL, NULL, 0},
     {"--json", 'f', 1, 0, F(json), NULL, NULL, 0},
     {"--policy", 'x', 0, 0, F(policy), parse_policy, NULL, 0},
     {"--eval-every", 'i', 0, 0, F(eval_every), NULL, NULL, 0},
@@ -171,7 +177,8 @@ static const pm_cli_opt OPTS[] = {
 #undef F
 
 static int parse_args(int argc, char **argv, sel_opts *o) {
-    *o = (sel_opts){.prefetch = 1, .eval_every = -1, .eval_batches = 4, .sample_seed = -1};
+    *o = (sel_opts){.prefetch = PM_PREFETCH_AUTO, .eval_every = -1, .eval_batches = 4,
+                    .sample_seed = -1};
     pm_cli_opts set = {OPTS, sizeof OPTS / sizeof OPTS[0], o, NULL};
     int rc = pm_cli_parse("select", argc, argv, 1, &set, 1, NULL, NULL);
     if (rc == 2) fputs(usage, stdout), fputs(usage_more, stdout);
@@ -383,18 +390,22 @@ static int train_tasks(const sel_opts *o, pm_select_task *t, int n,
     int stopped = atomic_load(&interrupt_flag);
     if (!rc && stopped) fprintf(stderr, "select: interrupted; the table so far follows\n");
     if (!rc) {
-        double sum = 0, longest = 0;
-        for (int i = 0; i < n; i++) sum += res[i].busy_s, longest = fmax(longest, res[i].busy_s);
-        double bound = fmax(sum / o->devices, longest);
+        double bound = st.lower_bound_s;
+        FILE *out = o->json ? stderr : stdout;
         sel_rank(res, n, order);
-        sel_print_table(o->json ? stderr : stdout, t, res, order, n);
-        fprintf(o->json ? stderr : stdout, "makespan %.2f s, lower bound %.2f s (measured pass "
-                "times: max(total / D, longest task)); per device peak bytes / busy:",
-                st.makespan_s, bound);
+        sel_print_table(out, t, res, order, n);
+        fprintf(out, "makespan %.2f s, lower bound %.2f s (the tasks' measured work: passes, "
+                "step ends, evaluations; max(total / D, longest task)); per device peak bytes / "
+                "busy:", st.makespan_s, bound);
         for (int d = 0; d < o->devices; d++)
-            fprintf(o->json ? stderr : stdout, " %zu / %.0f%%", st.peak[d],
-                    100 * st.busy[d] / st.makespan_s);
-        fprintf(o->json ? stderr : stdout, "\n");
+            fprintf(out, " %zu / %.0f%%", st.peak[d], 100 * st.busy[d] / st.makespan_s);
+        for (int d = 0; d < o->devices; d++) { /* where each device's time went */
+            fprintf(out, "\ndevice %d:", d);
+            for (int p = 0; p < PM_PART_COUNT; p++)
+                fprintf(out, " %s %.0f%%", pm_select_part_names[p],
+                        100 * st.part[(size_t)d * PM_PART_COUNT + p] / st.makespan_s);
+        }
+        fprintf(out, "\n");
         if (o->json)
             sel_print_json(o->policy, o->devices, o->device_mem, t, res, order, n, &st, bound);
         if (o->csv) rc = sel_write_csv(o->csv, t, res, order, n);

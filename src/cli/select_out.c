@@ -285,6 +285,15 @@ void sel_print_json(pm_select_policy policy, int devices, size_t device_mem,
         printf("%s", d ? ", " : "");
         json_num(stdout, st->makespan_s > 0 ? st->busy[d] / st->makespan_s : 0);
     }
+    printf("], \"device_seconds\": ["); /* by part (pm_select_part): they add up to makespan_s */
+    for (int d = 0; d < devices; d++) {
+        printf("%s{", d ? ", " : "");
+        for (int p = 0; p < PM_PART_COUNT; p++) {
+            printf("%s\"%s\": ", p ? ", " : "", pm_select_part_names[p]);
+            json_num(stdout, st->part[(size_t)d * PM_PART_COUNT + p]);
+        }
+        printf("}");
+    }
     printf("], \"tasks\": [");
     for (int k = 0; k < n; k++) {
         int i = order[k];

@@ -17,8 +17,11 @@ static void *copier_main(void *arg) {
         sel_task *t = dv->jtask;
         int s = dv->jshard, slot = dv->jslot;
         pthread_mutex_unlock(&dv->cmu);
+        double t0 = pm_now();
         sel_load_state(t, dv, s, slot); /* on an I/O error the pass loads (and fails) itself */
+        double t1 = pm_now();
         pthread_mutex_lock(&dv->cmu);
+        dv->jt0 = t0, dv->jt1 = t1, dv->jcopied = 1;
         dv->job = 0;
         pthread_cond_broadcast(&dv->ccv);
     }
@@ -33,13 +36,16 @@ void sel_copy_start(sel_dev *dv, sel_task *t, int s, int slot) {
     pthread_mutex_unlock(&dv->cmu);
 }
 
-void sel_copy_wait(sel_dev *dv) {
+void sel_copy_wait(sel_dev *dv, double *copy0, double *copy1) {
     pthread_mutex_lock(&dv->cmu);
     if (dv->job == 1) {
         double t0 = pm_now();
         while (dv->job == 1) pthread_cond_wait(&dv->ccv, &dv->cmu);
         dv->wait_s += pm_now() - t0;
     }
+    *copy0 = dv->jcopied ? dv->jt0 : 0;
+    *copy1 = dv->jcopied ? dv->jt1 : 0;
+    dv->jcopied = 0;
     pthread_mutex_unlock(&dv->cmu);
 }
 
@@ -53,6 +59,7 @@ pm_status sel_dev_init(sel_dev *dv, const pm_select_layout *L, int d, pm_err *er
     dv->state_off[0] = 0, dv->state_off[1] = L->state_slot;
     dv->act_off = (size_t)L->slots * L->state_slot;
     dv->res_task[0] = dv->res_task[1] = -1;
+    dv->ran = -1;
     pthread_mutex_init(&dv->cmu, NULL);
     pthread_cond_init(&dv->ccv, NULL);
     if (pthread_create(&dv->copier, NULL, copier_main, dv)) {

@@ -36,6 +36,14 @@ typedef struct {
     int64_t *zeroed;      /* (S) steps whose gradients each shard has zeroed */
     uint64_t *version;    /* (S) bumped at each write-back of a shard's state */
     double busy;          /* seconds of passes run */
+    double work;          /* busy and the work after its steps (norm, evaluation) */
+    /* what Sharded-LRTF knows of its times (sel_est) */
+    double *fl;           /* (2S - 1) FLOPs of each pass of a step */
+    double *sec;          /* (2S - 1) seconds measured for each pass, over cnt runs */
+    int64_t *cnt;         /* (2S - 1) */
+    double fl_eval;       /* FLOPs of one evaluation */
+    double after_s, eval_s; /* seconds measured after steps (norm) and in evaluations */
+    int64_t after_n, eval_n;
     double first_start, last_end; /* its first pass's start (-1: none yet), last's end */
     int64_t passes_done;  /* over the run */
     char why[160];        /* failure reason */
@@ -62,6 +70,7 @@ typedef struct {
     int res_task[2], res_shard[2]; /* resident state per slot (-1 none) */
     uint64_t res_version[2];
     int last_slot;       /* slot of the last pass (the other one is loaded next) */
+    int ran;             /* task of the last pass (-1 none) */
     size_t peak;         /* largest bytes in use seen */
     /* prefetch: a copy thread loads the next pass's state into the other
      * slot while the device computes; job 0 idle, 1 a copy, 2 quit */
@@ -71,17 +80,20 @@ typedef struct {
     pthread_cond_t ccv;
     int job, jshard, jslot;
     void *jtask;         /* sel_task * */
+    int jcopied;         /* a copy ran since the last sel_copy_wait */
+    double jt0, jt1;     /* when the copy thread ran it (pm_now) */
     double wait_s;       /* time the device waited for a copy */
 } sel_dev;
 
 /* A device (device.c): its slab laid out for L, its copy thread started;
  * and stopped and freed. sel_copy_start has the copy thread load shard s of
  * t into slot; sel_copy_wait waits until it is done (the time waited is
- * added to dv->wait_s). */
+ * added to dv->wait_s) and gives when the copy thread ran the copy started
+ * since the last wait (pm_now times; both 0: none). */
 pm_status sel_dev_init(sel_dev *dv, const pm_select_layout *L, int d, pm_err *err);
 void sel_dev_free(sel_dev *dv);
 void sel_copy_start(sel_dev *dv, sel_task *t, int s, int slot);
-void sel_copy_wait(sel_dev *dv);
+void sel_copy_wait(sel_dev *dv, double *copy0, double *copy1);
 
 /* Pass k of a step of a task with S shards: its shard and kind. */
 typedef enum { SEL_F, SEL_FUSED, SEL_B } sel_kind;
@@ -94,8 +106,11 @@ static inline sel_kind sel_pass_kind(int S, int k) {
  * (pass.c): loads the shard's state there unless it is resident and
  * current, applies a pending AdamW update and zeroes the gradients at a
  * shard's first pass of a step, runs the K microbatches, writes back what
- * changed. t->loss_sum receives the fused pass's microbatch losses. */
-int sel_run_pass(sel_task *t, sel_dev *dv, const pm_select_layout *lay, int k, int slot);
+ * changed. t->loss_sum receives the fused pass's microbatch losses. mark
+ * gets when each of the first three ended (pm_now): the load, the update,
+ * the microbatches (pm_select_pass.loaded, updated, computed). */
+int sel_run_pass(sel_task *t, sel_dev *dv, const pm_select_layout *lay, int k, int slot,
+                 double mark[3]);
 /* The slot holding shard s of t at its current version, or -1. */
 int sel_resident(const sel_dev *dv, const sel_task *t, int s);
 /* The slot shard s of t should run in: where it is resident, else an empty
@@ -106,15 +121,19 @@ int sel_pick_slot(const sel_dev *dv, const sel_task *t, int s);
 int sel_load_state(sel_task *t, sel_dev *dv, int s, int slot);
 
 /* Sharded-LRTF's choice (simulate.c), one rule for the simulator and the
- * executor: among tasks 0..n-1 that ready() accepts, the one with the most
- * work left (left(); values within a relative 1e-12 are equal, so rounding
- * cannot reorder them); a tie goes to a task whose next shard the device
- * already holds (here()), then to the lower index. -1: none is ready.
- * left() is asked once per ready task, here() only to break a tie. */
+ * executor: among tasks 0..n-1 that ready() accepts, those first() marks
+ * (if given: tasks whose times are not known yet, so they are measured
+ * before anything is decided by them), then the one with the most work
+ * left (left(); values within a relative 1e-12 are equal, so rounding
+ * cannot reorder them); a tie goes to a task already on the device (here():
+ * its next shard is there, or it is the task the device is running), then
+ * to the lower index. -1: none is ready. left() and first() are asked once
+ * per ready task, here() only to break a tie. */
 typedef struct {
     int (*ready)(const void *ctx, int t);
     double (*left)(const void *ctx, int t);
     int (*here)(const void *ctx, int t);
+    int (*first)(const void *ctx, int t); /* may be NULL */
     const void *ctx; /* the caller's state and the choosing device */
 } sel_lrtf;
 int sel_lrtf_pick(const sel_lrtf *q, int n);
@@ -141,6 +160,27 @@ void sel_asha_report(sel_asha *a, sel_task *t, double val);
  * must stop (waiting at a rung no task can still reach) are set stopped and
  * listed in stop (n); returns how many. */
 int sel_asha_decide(sel_asha *a, sel_task *t, int *stop);
+/* A task's time left as the executor's Sharded-LRTF estimates it
+ * (simulate.c, sel_est_left): each pass of a step at the mean of its own
+ * measured times (Hydra's measured minibatch time, by pass), a pass not yet
+ * measured at its FLOPs times spf; the work after each step and each
+ * evaluation at their measured means (else eval_fl times spf). So a task
+ * whose passes are slow for their FLOPs (narrow and deep) ranks by what it
+ * takes, not by what its FLOPs say. */
+typedef struct {
+    int np;              /* passes per step, 2S - 1 */
+    int pass;            /* next pass of the current step (0: a step starts next) */
+    const double *fl;    /* (np) FLOPs of each pass */
+    const double *sec;   /* (np) seconds measured for each pass, summed over cnt[k] runs */
+    const int64_t *cnt;  /* (np); NULL: nothing measured */
+    double spf;          /* seconds per FLOP of what is not measured */
+    double after;        /* seconds of the work after a step, 0 if none measured */
+    double eval;         /* seconds of one evaluation (-1: not measured, eval_fl * spf) */
+    double eval_fl;      /* FLOPs of one evaluation */
+    int64_t steps_after; /* whole steps after the current one */
+    int64_t evals;       /* evaluations still to run */
+} sel_est;
+double sel_est_left(const sel_est *e);
 
 /* Applies every shard's pending update to the host slabs (before an
  * evaluation, a save or the end), as the device would have on next load.

@@ -155,7 +155,8 @@ static int start_step(sel_task *t, int s, float *P, float *G, float *M, float *V
     return changed;
 }
 
-int sel_run_pass(sel_task *t, sel_dev *dv, const pm_select_layout *lay, int k, int slot) {
+int sel_run_pass(sel_task *t, sel_dev *dv, const pm_select_layout *lay, int k, int slot,
+                 double mark[3]) {
     const pm_train_cfg *c = &t->host->cfg;
     int s = sel_pass_shard(t->S, k);
     sel_kind kind = sel_pass_kind(t->S, k);
@@ -167,7 +168,9 @@ int sel_run_pass(sel_task *t, sel_dev *dv, const pm_select_layout *lay, int k, i
           dv->res_version[slot] == t->version[s]) && /* (the other slot may be being filled) */
         sel_load_state(t, dv, s, slot))
         return -1;
+    mark[0] = pm_now();
     int all = start_step(t, s, P, G, M, V, n);
+    mark[1] = pm_now();
     act_area a;
     area_layout(c, sh, dv->slab + dv->act_off, &a);
     size_t mtok = (size_t)(c->batch / c->micro) * (size_t)c->model.ctx;
@@ -188,6 +191,7 @@ int sel_run_pass(sel_task *t, sel_dev *dv, const pm_select_layout *lay, int k, i
         float *din = backward(c, sh, P, G, &a, dout);
         if (din) memcpy(t->grad + ((size_t)(s - 1) * t->K + j) * t->nc, din, t->nc * sizeof(float));
     }
+    mark[2] = pm_now();
     if (all && (sel_store_io(t, 0, at, n, P, 1) || sel_store_io(t, 2, at, n, M, 1) ||
                 sel_store_io(t, 3, at, n, V, 1)))
         return -1;

@@ -9,6 +9,8 @@
  * next load, evaluation at intervals); under the lock, advance the task
  * and wake the others. A task is on at most one device at a time, so its
  * host store is touched by one thread at a time; the lock hands it over.
+ * Each pass is logged with the times its parts ended (pm_select_part), so
+ * the log accounts for every moment of every device.
  *
  * Invariants: t->running is set only under the lock by the device that
  * will run the task's next pass, and cleared by it; the policy never picks
@@ -17,6 +19,7 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "select/internal.h"
 
@@ -32,6 +35,8 @@ typedef struct {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int busy_global;      /* sequential: a pass is running somewhere */
+    int active;           /* devices working (not waiting for a ready pass) */
+    int cores;            /* online CPUs (prefetch auto) */
     int *owner;           /* (n) task policy: the device a task is pinned to, -1 none */
     int *rank;            /* (n) halving: scratch for the ranking; ASHA: the stopped */
     sel_asha asha;        /* ASHA's rungs (off unless o->asha >= 2) */
@@ -57,47 +62,82 @@ static double pass_flops(const sel_task *t, int k) {
     return fl * t->K;
 }
 
-/* Estimated seconds left: the FLOPs of the passes left at the FLOP rate
- * measured so far over every task (an assumed 50 GFLOP/s before any pass),
- * so measured and unmeasured tasks compare on one scale. */
-static double time_left(const sel_run *r, const sel_task *t) {
-    double step = 0, rest = 0;
-    for (int k = 0; k < 2 * t->S - 1; k++) {
-        double f = pass_flops(t, k);
-        step += f;
-        if (k >= t->pass) rest += f;
-    }
-    double rate = r->sec_done > 0 ? r->fl_done / r->sec_done : RATE;
-    int64_t steps = t->stop_at - t->host->step - 1;
-    return ((steps > 0 ? (double)steps * step : 0) + rest) / rate;
+/* Seconds per FLOP for what task t has not measured yet: its own passes'
+ * measured rate, else every pass's so far, else an assumed 50 GFLOP/s. */
+static double sec_per_flop(const sel_run *r, const sel_task *t) {
+    double fl = 0, sec = 0;
+    for (int k = 0; k < 2 * t->S - 1; k++) fl += (double)t->cnt[k] * t->fl[k], sec += t->sec[k];
+    if (fl > 0) return sec / fl;
+    return r->sec_done > 0 ? r->sec_done / r->fl_done : 1 / RATE;
 }
 
-/* Sharded-LRTF in the run: ready is neither running, finished nor waiting
- * at a rung; device d holds the task's next shard, current, in a slot. */
+/* Host work (evaluation, checkpoint: end_step's host_work) after the steps
+ * after `done` up to stop_at: at every eval_every-th and at the last. */
+static int64_t evals_after(const sel_run *r, const sel_task *t, int64_t done) {
+    int64_t every = r->o->eval_every, end = t->stop_at;
+    if (done >= end) return 0;
+    if (every <= 0) return 1;
+    return end / every - done / every + (end % every != 0);
+}
+
+/* Sharded-LRTF's estimate of task t's seconds left after `adv` more of its
+ * passes (sel_est_left on its measured times; with opts.est_step_s, on the
+ * step time given, shared among a step's passes by FLOPs). */
+static double time_left(const sel_run *r, const sel_task *t, int adv) {
+    int np = 2 * t->S - 1, pass = t->pass + adv;
+    int64_t done = t->host->step + (pass >= np);
+    if (pass >= np) pass -= np;
+    sel_est e = {np, pass, t->fl, t->sec, t->cnt, 0, 0, -1, t->fl_eval,
+                 t->stop_at - done - 1, evals_after(r, t, done)};
+    if (r->o->est_step_s) {
+        double fl = 0;
+        for (int k = 0; k < np; k++) fl += t->fl[k];
+        e.cnt = NULL, e.spf = r->o->est_step_s[t->index] / fl, e.eval = 0;
+        return sel_est_left(&e);
+    }
+    e.spf = sec_per_flop(r, t);
+    e.after = t->after_n ? t->after_s / (double)t->after_n : 0;
+    e.eval = t->eval_n ? t->eval_s / (double)t->eval_n : -1;
+    return sel_est_left(&e);
+}
+
+/* Sharded-LRTF in the run. Ready: neither running, finished nor waiting at
+ * a rung, or `cont`, the task device d is running, deciding now what
+ * follows its pass (its time left then counts from after that pass). Here:
+ * `own`, the task on the device, or a task whose next shard, current, the
+ * device holds. First: a task not yet measured over a whole step, so every
+ * task's times are known early (Hydra measures a minibatch of each first). */
 typedef struct {
     const sel_run *r;
-    int d;
+    int d, cont, own;
 } run_pick;
 
 static int run_ready(const void *ctx, int i) {
-    const sel_task *t = &((const run_pick *)ctx)->r->t[i];
-    return !t->running && !finished(t) && !t->at_rung;
+    const run_pick *c = ctx;
+    const sel_task *t = &c->r->t[i];
+    return i == c->cont || (!t->running && !finished(t) && !t->at_rung);
 }
 
 static double run_left(const void *ctx, int i) {
     const run_pick *c = ctx;
-    return time_left(c->r, &c->r->t[i]);
+    return time_left(c->r, &c->r->t[i], i == c->cont);
 }
 
 static int run_here(const void *ctx, int i) {
     const run_pick *c = ctx;
     const sel_task *t = &c->r->t[i];
-    return sel_resident(&c->r->dev[c->d], t, sel_pass_shard(t->S, t->pass)) >= 0;
+    return i == c->own || sel_resident(&c->r->dev[c->d], t, sel_pass_shard(t->S, t->pass)) >= 0;
 }
 
-static int pick_shard(sel_run *r, int d) {
-    run_pick c = {r, d};
-    sel_lrtf q = {run_ready, run_left, run_here, &c};
+static int run_first(const void *ctx, int i) {
+    const run_pick *c = ctx;
+    const sel_task *t = &c->r->t[i];
+    return !c->r->o->est_step_s && t->cnt[2 * t->S - 2] == 0;
+}
+
+static int pick_shard(sel_run *r, int d, int cont, int own) {
+    run_pick c = {r, d, cont, own};
+    sel_lrtf q = {run_ready, run_left, run_here, run_first, &c};
     return sel_lrtf_pick(&q, r->n);
 }
 
@@ -107,7 +147,7 @@ static int pick_task(sel_run *r, int d) {
         sel_task *t = &r->t[i];
         if (t->running || finished(t) || t->at_rung) continue;
         if (r->owner[i] == d) return i;
-        if (r->owner[i] < 0 && (best < 0 || time_left(r, t) > time_left(r, &r->t[best])))
+        if (r->owner[i] < 0 && (best < 0 || time_left(r, t, 0) > time_left(r, &r->t[best], 0)))
             best = i;
     }
     if (best >= 0) r->owner[best] = d;
@@ -213,13 +253,16 @@ static int host_work(sel_run *r, sel_task *t, int end, int ev, int stop, double 
  * event to report; *state gets the task's new state, which the caller sets
  * under the lock (other devices read it there). A spilled task's state is
  * read into RAM for the work that needs it whole, and written back. */
-static int end_step(sel_run *r, sel_task *t, double *loss, double *val, int *state) {
+static int end_step(sel_run *r, sel_task *t, double *loss, double *val, int *state,
+                    double *step_end, int *hw) {
     pm_trainer *h = t->host;
     double norm;
     *loss = t->loss_sum / t->K;
     *val = NAN;
     *state = PM_SELECT_RUNNING;
-    if (sel_store_norm(t, &norm)) return *state = PM_SELECT_FAILED, PM_SELECT_EV_FAILED;
+    int bad = sel_store_norm(t, &norm);
+    *step_end = pm_now(); /* the rest is evaluation's (PM_PART_EVAL) */
+    if (bad) return *state = PM_SELECT_FAILED, PM_SELECT_EV_FAILED;
     if (!isfinite(*loss) || !isfinite(norm)) {
         snprintf(t->why, sizeof t->why, "step %lld: loss %g, gradient norm %g is not finite; "
                  "lower its opt.lr", (long long)h->step + 1, *loss, norm);
@@ -234,6 +277,7 @@ static int end_step(sel_run *r, sel_task *t, double *loss, double *val, int *sta
     int ev = (r->o->eval_every > 0 && h->step % r->o->eval_every == 0) ||
              sel_asha_due(&r->asha, t);
     if (!end && !stop && !ev) return PM_SELECT_EV_STEP;
+    *hw = 1;
     if (sel_store_materialize(t)) return *state = PM_SELECT_FAILED, PM_SELECT_EV_FAILED;
     int kind = host_work(r, t, end, ev, stop, val, state);
     if (sel_store_release(t)) return *state = PM_SELECT_FAILED, PM_SELECT_EV_FAILED;
@@ -242,7 +286,7 @@ static int end_step(sel_run *r, sel_task *t, double *loss, double *val, int *sta
 
 static int pick(sel_run *r, int d) {
     switch (r->o->policy) {
-    case PM_POLICY_SHARD: return pick_shard(r, d);
+    case PM_POLICY_SHARD: return pick_shard(r, d, -1, r->dev[d].ran);
     case PM_POLICY_TASK: return pick_task(r, d);
     default: return pick_sequential(r, d);
     }
@@ -314,28 +358,41 @@ static void asha_step(sel_run *r, sel_task *t, int kind, double val) {
 
 /* ---- prefetch (the copy thread is device.c's) --------------------------- */
 
-/* Under the lock, with cur claimed: the pass this device runs after cur,
- * claimed now so its state can be copied in meanwhile (shard policy: the
- * policy's choice among the other tasks), or -1. A claim holds a task back
- * from the other devices, so it is made only while at least one other
- * ready task remains for each of them. */
-static int claim_next(sel_run *r, int d) {
-    if (!r->o->prefetch || r->dev[d].slots < 2 || r->o->policy != PM_POLICY_SHARD) return -1;
-    int ready = 0; /* claim only what leaves a ready task for every other device */
+/* Task t has a pass after its running one that it can run at once (not
+ * its last, not stopped by stop_after, not waiting at a halving rung). */
+static int has_next(const sel_run *r, const sel_task *t) {
+    if (t->pass < 2 * t->S - 2) return 1;
+    int64_t s = t->host->step + 1;
+    if (s >= t->stop_at || (r->o->stop_after > 0 && s >= r->o->stop_after)) return 0;
+    return !(r->o->halving > 1 && r->o->eval_every > 0 && s % r->o->eval_every == 0);
+}
+
+/* Under the lock, with task cur running on d: the task d runs after cur's
+ * pass, decided now so that its shard can be copied in meanwhile (shard
+ * policy with prefetch): Sharded-LRTF over the ready tasks and cur itself.
+ * cur: it continues (the task already on the device, as Hydra prefers).
+ * Another: claimed, which holds it back from the other devices, so only
+ * while at least one other ready task remains for each of them. -1: the
+ * choice is made when the pass ends. */
+static int claim_next(sel_run *r, int d, int cur) {
+    if (r->o->policy != PM_POLICY_SHARD) return -1;
+    int y = pick_shard(r, d, has_next(r, &r->t[cur]) ? cur : -1, cur);
+    if (y < 0 || y == cur) return y;
+    int ready = 0;
     for (int i = 0; i < r->n; i++)
         ready += !r->t[i].running && !finished(&r->t[i]) && !r->t[i].at_rung;
     if (ready < r->o->devices) return -1;
-    int y = pick_shard(r, d);
-    if (y >= 0) r->t[y].running = 1;
+    r->t[y].running = 1;
     return y;
 }
 
 /* Outside the lock: start copying what runs after cur's pass into the slot
- * cur does not use: the claimed task's next shard, or else cur's own next
- * shard within the step (not after the step's last pass, whose evaluation
- * may rewrite every shard on the host). */
+ * cur does not use: the claimed task's next shard, or else (cur continues,
+ * or nothing was decided) cur's own next shard within the step (not after
+ * the step's last pass: the next step starts on the shard just run, and an
+ * evaluation may rewrite every shard on the host). */
 static void prefetch(sel_run *r, sel_dev *dv, sel_task *cur, int slot, int y) {
-    if (!r->o->prefetch || dv->slots < 2 || r->o->policy == PM_POLICY_SEQUENTIAL) return;
+    if (y == cur->index) y = -1;
     sel_task *t = y >= 0 ? &r->t[y] : cur;
     int k = y >= 0 ? t->pass : cur->pass + 1;
     if (y < 0 && k > 2 * cur->S - 2) return;
@@ -343,6 +400,24 @@ static void prefetch(sel_run *r, sel_dev *dv, sel_task *cur, int slot, int y) {
     if (y < 0 && s == sel_pass_shard(cur->S, cur->pass)) return;
     if (sel_resident(dv, t, s) == (slot ^ 1)) return;
     sel_copy_start(dv, t, s, slot ^ 1);
+}
+
+/* Under the lock, device d having taken task cur: whether its copy thread
+ * prefetches for what follows (pm_select_prefetch). Auto: when a core is
+ * free of working devices (this one counted), or cur bounds the makespan:
+ * the most time left, and at least every task's left over D. */
+static int use_prefetch(const sel_run *r, int d, int cur) {
+    if (r->dev[d].slots < 2 || r->o->policy == PM_POLICY_SEQUENTIAL) return 0;
+    if (r->o->prefetch != PM_PREFETCH_AUTO) return r->o->prefetch == PM_PREFETCH_ON;
+    if (r->active < r->cores) return 1;
+    double mine = time_left(r, &r->t[cur], 0), total = 0;
+    for (int i = 0; i < r->n; i++) {
+        if (finished(&r->t[i])) continue;
+        double l = time_left(r, &r->t[i], 0);
+        if (l > mine) return 0;
+        total += l;
+    }
+    return mine * r->o->devices >= total;
 }
 
 static int interrupted(const sel_run *r) { return r->o->interrupt && atomic_load(r->o->interrupt); }
@@ -372,6 +447,8 @@ static int next_task(sel_run *r, int d, int *claimed) {
             stop_idle(r, i);
             return -1;
         }
+        if (i >= 0 && (finished(&r->t[i]) || r->t[i].at_rung)) i = -1; /* cur, which ended
+                                                                           or waits at a rung */
         if (i >= 0) break;
         if (all_finished(r)) return -1;
         if ((i = pick(r, d)) >= 0) break;
@@ -390,40 +467,53 @@ static void *device_main(void *arg) {
     pthread_mutex_lock(&r->mu);
     for (int i; (i = next_task(r, d, &claimed)) >= 0;) {
         sel_task *t = &r->t[i];
-        int y = claim_next(r, d);
+        r->active++;
+        int pf = use_prefetch(r, d, i), y = pf ? claim_next(r, d, i) : -1;
         pthread_mutex_unlock(&r->mu);
+        double t0 = pm_now(), mark[3] = {-1, -1, -1};
         if (t->pass == 0) {
             pm_loader_next(&t->host->train, t->host->cfg.batch, t->host->inp, t->host->tgt);
             t->loss_sum = 0;
         }
         int slot = sel_pick_slot(dv, t, sel_pass_shard(t->S, t->pass));
-        prefetch(r, dv, t, slot, y);
-        double t0 = pm_now();
-        int bad = sel_run_pass(t, dv, r->lay, t->pass, slot);
-        int last = t->pass == 2 * t->S - 2 || bad, kind = PM_SELECT_EV_STEP;
+        if (pf) prefetch(r, dv, t, slot, y);
+        int bad = sel_run_pass(t, dv, r->lay, t->pass, slot, mark);
+        int last = t->pass == 2 * t->S - 2 || bad, kind = PM_SELECT_EV_STEP, hw = 0;
         int state = bad ? PM_SELECT_FAILED : PM_SELECT_RUNNING;
-        double loss = 0, val = NAN, dt = pm_now() - t0;
+        double loss = 0, val = NAN, t1 = pm_now(), step_end = t1, c0, c1;
         if (bad) kind = PM_SELECT_EV_FAILED; /* its store failed: t->why says how */
-        else if (last) kind = end_step(r, t, &loss, &val, &state);
+        else if (last) kind = end_step(r, t, &loss, &val, &state, &step_end, &hw);
         double w0 = pm_now();
-        sel_copy_wait(dv);
-        double w1 = pm_now();
+        sel_copy_wait(dv, &c0, &c1);
+        double w1 = pm_now(), dt = t1 - t0;
+        for (int k = 0; k < 3; k++) /* a pass that failed in its load: all of it load */
+            if (mark[k] < 0) mark[k] = t1;
         pthread_mutex_lock(&r->mu);
         t->state = state;
         t->busy += dt;
+        t->work += dt + (w0 - t1);
         if (t->first_start < 0) t->first_start = t0 - r->t0;
-        t->last_end = t0 + dt - r->t0;
+        t->last_end = t1 - r->t0;
         t->passes_done++;
         r->fl_done += pass_flops(t, t->pass), r->sec_done += dt;
+        t->sec[t->pass] += dt, t->cnt[t->pass]++; /* what LRTF knows of it */
+        if (last && !bad) t->after_s += step_end - t1, t->after_n++;
+        if (hw) t->eval_s += w0 - step_end, t->eval_n++;
+        dv->ran = i;
         r->stats->busy[d] += dt;
         int64_t at = r->stats->nlog++;
         PM_ASSERT(at < r->log_cap);
-        r->stats->log[at] = (pm_select_pass){d, i, sel_pass_shard(t->S, t->pass),
-                                             sel_pass_kind(t->S, t->pass), t0 - r->t0,
-                                             t0 + dt - r->t0, w0 - r->t0, w1 - r->t0};
+        double z = r->t0;
+        r->stats->log[at] = (pm_select_pass){
+            .dev = d, .task = i, .shard = sel_pass_shard(t->S, t->pass),
+            .kind = sel_pass_kind(t->S, t->pass), .start = t0 - z, .end = t1 - z,
+            .loaded = mark[0] - z, .updated = mark[1] - z, .computed = mark[2] - z,
+            .step_end = step_end - z, .eval_end = w0 - z, .wait0 = w0 - z, .wait1 = w1 - z,
+            .copy0 = c0 > 0 ? c0 - z : 0, .copy1 = c0 > 0 ? c1 - z : 0};
         t->pass = last ? 0 : t->pass + 1;
         t->running = 0;
         r->busy_global = 0;
+        r->active--;
         claimed = y;
         if (last) emit(r, i, kind, loss, val);
         if (last && r->o->halving > 1) {
@@ -439,11 +529,33 @@ static void *device_main(void *arg) {
     return NULL;
 }
 
+/* Each device's time by part, from the log (a device's entries follow one
+ * another in time): what the entries cover, and IDLE the rest. */
+static void account(pm_select_stats *st) {
+    for (int64_t k = 0; k < st->nlog; k++) {
+        const pm_select_pass *p = &st->log[k];
+        double *q = st->part + (size_t)p->dev * PM_PART_COUNT;
+        q[PM_PART_LOAD] += p->loaded - p->start;
+        q[PM_PART_ADAMW] += p->updated - p->loaded;
+        q[PM_PART_COMPUTE] += p->computed - p->updated;
+        q[PM_PART_STORE] += p->end - p->computed;
+        q[PM_PART_STEP] += p->step_end - p->end;
+        q[PM_PART_EVAL] += p->eval_end - p->step_end;
+        q[PM_PART_WAIT] += p->wait1 - p->wait0;
+    }
+    for (int d = 0; d < st->devices; d++) {
+        double *q = st->part + (size_t)d * PM_PART_COUNT, sum = 0;
+        for (int k = 0; k < PM_PART_IDLE; k++) sum += q[k];
+        q[PM_PART_IDLE] = st->makespan_s - sum;
+    }
+}
+
 void pm_select_stats_free(pm_select_stats *s) {
     if (!s) return;
     pm_free(s->peak);
     pm_free(s->busy);
     pm_free(s->wait);
+    pm_free(s->part);
     pm_free(s->log);
     *s = (pm_select_stats){0};
 }
@@ -456,6 +568,9 @@ static void tasks_free(sel_task *t, int n) {
         pm_free(t[i].updated);
         pm_free(t[i].zeroed);
         pm_free(t[i].version);
+        pm_free(t[i].fl);
+        pm_free(t[i].sec);
+        pm_free(t[i].cnt);
     }
     pm_free(t);
 }
@@ -481,10 +596,17 @@ static pm_status tasks_init(sel_run *r, pm_select_task *tasks, pm_trainer *hosts
                         .val_step = r->o->prior_val ? hosts[i].step : -1, .first_start = -1,
                         .updated = pm_malloc((size_t)S * sizeof(int64_t)),
                         .zeroed = pm_malloc((size_t)S * sizeof(int64_t)),
-                        .version = pm_calloc((size_t)S, sizeof(uint64_t))};
-        if (!t->act || !t->grad || !t->updated || !t->zeroed || !t->version)
+                        .version = pm_calloc((size_t)S, sizeof(uint64_t)),
+                        .fl = pm_malloc((size_t)(2 * S - 1) * sizeof(double)),
+                        .sec = pm_calloc((size_t)(2 * S - 1), sizeof(double)),
+                        .cnt = pm_calloc((size_t)(2 * S - 1), sizeof(int64_t))};
+        if (!t->act || !t->grad || !t->updated || !t->zeroed || !t->version || !t->fl ||
+            !t->sec || !t->cnt)
             return pm_errf(err, PM_ERR_NOMEM, "out of memory for task %s's boundaries",
                            tasks[i].name);
+        for (int k = 0; k < 2 * S - 1; k++) t->fl[k] = pass_flops(t, k);
+        for (int s = 0; s < S; s++) /* an evaluation: eval_batches forwards */
+            t->fl_eval += (double)r->o->eval_batches * tasks[i].shard[s].flops_f;
         for (int s = 0; s < S; s++) t->updated[s] = hosts[i].step, t->zeroed[s] = hosts[i].step;
         pm_status st = sel_store_open(t, r->o->spill_dir, err);
         if (st) return st;
@@ -580,11 +702,13 @@ pm_status pm_select_run(pm_select_task *tasks, pm_trainer *hosts, int n,
                        o->devices);
     if (pm_select_slab_bytes(layout) > layout->device_mem)
         return pm_errf(err, PM_ERR_ARG, "the layout does not fit its device memory");
-    sel_run r = {.o = o, .lay = layout, .n = n, .stats = stats};
+    sel_run r = {.o = o, .lay = layout, .n = n, .stats = stats,
+                 .cores = (int)sysconf(_SC_NPROCESSORS_ONLN)};
     stats->peak = pm_calloc((size_t)o->devices, sizeof(size_t));
     stats->busy = pm_calloc((size_t)o->devices, sizeof(double));
     stats->wait = pm_calloc((size_t)o->devices, sizeof(double));
-    pm_status st = !stats->peak || !stats->busy || !stats->wait
+    stats->part = pm_calloc((size_t)o->devices * PM_PART_COUNT, sizeof(double));
+    pm_status st = !stats->peak || !stats->busy || !stats->wait || !stats->part
                        ? pm_errf(err, PM_ERR_NOMEM, "out of memory for device statistics")
                        : PM_OK;
     if (!st) st = tasks_init(&r, tasks, hosts, err);
@@ -602,13 +726,19 @@ pm_status pm_select_run(pm_select_task *tasks, pm_trainer *hosts, int n,
         if ((st ? sel_store_close(&r.t[i]) : finish_task(&r.t[i])) &&
             r.t[i].state != PM_SELECT_FAILED)
             r.t[i].state = PM_SELECT_FAILED;
+    double sum = 0, longest = 0;
     for (int i = 0; r.t && i < n; i++) {
         sel_task *t = &r.t[i];
-        res[i] = (pm_select_result){t->state, hosts[i].step, t->last_loss, t->val_loss, t->busy,
-                                    t->first_start < 0 ? 0 : t->last_end - t->first_start, {0},
-                                    isnan(t->val_loss) ? -1 : t->val_step};
+        res[i] = (pm_select_result){
+            .state = t->state, .steps = hosts[i].step, .final_loss = t->last_loss,
+            .val_loss = t->val_loss, .busy_s = t->busy, .work_s = t->work,
+            .wall_s = t->first_start < 0 ? 0 : t->last_end - t->first_start,
+            .val_step = isnan(t->val_loss) ? -1 : t->val_step};
         memcpy(res[i].why, t->why, sizeof res[i].why);
+        sum += t->work, longest = fmax(longest, t->work);
     }
+    stats->lower_bound_s = fmax(sum / o->devices, longest);
+    if (!st) account(stats);
     for (int d = 0; r.dev && d < o->devices; d++)
         stats->peak[d] = r.dev[d].peak, stats->wait[d] = r.dev[d].wait_s;
     run_free(&r);

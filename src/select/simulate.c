@@ -57,16 +57,29 @@ static int earliest_device(const simx *x) {
 }
 
 int sel_lrtf_pick(const sel_lrtf *q, int n) {
-    int best = -1;
+    int best = -1, bf = 0;
     double bl = 0;
     for (int t = 0; t < n; t++) {
         if (!q->ready(q->ctx, t)) continue;
+        int f = q->first ? q->first(q->ctx, t) : 0;
         double l = q->left(q->ctx, t);
-        if (best < 0 || l > bl * (1 + 1e-12) ||
-            (l >= bl * (1 - 1e-12) && q->here(q->ctx, t) && !q->here(q->ctx, best)))
-            best = t, bl = l;
+        if (best < 0 || f > bf ||
+            (f == bf && (l > bl * (1 + 1e-12) ||
+                         (l >= bl * (1 - 1e-12) && q->here(q->ctx, t) && !q->here(q->ctx, best)))))
+            best = t, bl = l, bf = f;
     }
     return best;
+}
+
+double sel_est_left(const sel_est *e) {
+    double step = 0, rest = 0;
+    for (int k = 0; k < e->np; k++) {
+        double s = e->cnt && e->cnt[k] ? e->sec[k] / (double)e->cnt[k] : e->fl[k] * e->spf;
+        step += s;
+        if (k >= e->pass) rest += s;
+    }
+    double ev = e->eval >= 0 ? e->eval : e->eval_fl * e->spf;
+    return rest + e->after + (double)e->steps_after * (step + e->after) + (double)e->evals * ev;
 }
 
 /* Sharded-LRTF in the simulation: ready is not running at `at`; device d
@@ -91,7 +104,7 @@ static int sim_here(const void *ctx, int t) {
 
 static int pick_shard(const simx *x, int d, double at) {
     sim_pick c = {x, d, at};
-    sel_lrtf q = {sim_ready, sim_left, sim_here, &c};
+    sel_lrtf q = {sim_ready, sim_left, sim_here, NULL, &c};
     return sel_lrtf_pick(&q, x->w->ntask);
 }
 
