@@ -118,7 +118,8 @@ static int run_one(pm_select_task *t, const pm_select_layout *lay, const run_kin
     int bad = pm_select_run(t, h, NT, lay, &o, res, &st, &e) != PM_OK;
     double m1 = machine_busy(), c1 = own_cpu(), w1 = pm_now();
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    out->others = m0 < 0 || cores < 1 ? NAN : fmax(0, (m1 - m0) - (c1 - c0)) / ((double)cores * (w1 - w0));
+    out->others = m0 < 0 || cores < 1 ? NAN
+                                      : fmax(0, (m1 - m0) - (c1 - c0)) / ((double)cores * (w1 - w0));
     if (bad) {
         fprintf(stderr, "bench_select: %s: %s\n", k->name, e.msg);
         rc = 1;

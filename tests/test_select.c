@@ -107,7 +107,8 @@ static void lrtf_measured_times(void **state) {
     const double fd[3] = {1e6, 1e6, 1e6}, fw[3] = {8e6, 8e6, 8e6};
     const double sd[3] = {8e-3, 8e-3, 8e-3}, sw[3] = {4e-3, 4e-3, 4e-3};
     const int64_t c2[3] = {2, 2, 2};
-    est_case c = {{{3, 0, fd, sd, c2, 1e-9, 0, 0, 0, 9, 0}, {3, 0, fw, sw, c2, 1e-9, 0, 0, 0, 9, 0}},
+    est_case c = {{{3, 0, fd, sd, c2, 1e-9, 0, 0, 0, 9, 0},
+                   {3, 0, fw, sw, c2, 1e-9, 0, 0, 0, 9, 0}},
                   {1, 1, 1}};
     sel_lrtf q = {ec_ready, ec_left, ec_here, ec_first, &c};
     assert_true(ec_left(&c, 0) > ec_left(&c, 1)); /* 0.12 s against 0.06 s */
@@ -590,7 +591,8 @@ static void lrtf_run_order(void **state) {
     assert_true(t[0].nshard >= 2);
     double fl[2] = {0, 0}; /* a step's FLOPs: the wide task has more */
     for (int i = 0; i < 2; i++)
-        for (int s = 0; s < t[i].nshard; s++) fl[i] += t[i].shard[s].flops_f + t[i].shard[s].flops_bw;
+        for (int s = 0; s < t[i].nshard; s++)
+            fl[i] += t[i].shard[s].flops_f + t[i].shard[s].flops_bw;
     assert_true(fl[1] > fl[0]);
     for (int i = 0; i < 2; i++) assert_int_equal(pm_trainer_init(&h[i], &t[i].cfg, &tok, 0, &e), PM_OK);
     const double est[2] = {10, 1e-3};

@@ -20,6 +20,9 @@ typedef struct {
     float *act;           /* (S-1, K, nc) outputs of shards 0..S-2 this step; owned */
     float *grad;          /* (S-1, K, nc) gradients at those outputs; owned */
     int64_t stop_at;      /* steps to run */
+    int64_t done;         /* steps completed as the scheduler sees them: host->step,
+                             copied under the lock after each pass (the running device
+                             writes host->step outside it) */
     int pass;             /* next pass of the current step, 0 .. 2S-2 */
     int running;          /* a device is running its pass */
     int at_rung;          /* halving: evaluated, waiting for the others' evaluations;

@@ -85,7 +85,7 @@ static int64_t evals_after(const sel_run *r, const sel_task *t, int64_t done) {
  * step time given, shared among a step's passes by FLOPs). */
 static double time_left(const sel_run *r, const sel_task *t, int adv) {
     int np = 2 * t->S - 1, pass = t->pass + adv;
-    int64_t done = t->host->step + (pass >= np);
+    int64_t done = t->done + (pass >= np);
     if (pass >= np) pass -= np;
     sel_est e = {np, pass, t->fl, t->sec, t->cnt, 0, 0, -1, t->fl_eval,
                  t->stop_at - done - 1, evals_after(r, t, done)};
@@ -362,7 +362,7 @@ static void asha_step(sel_run *r, sel_task *t, int kind, double val) {
  * its last, not stopped by stop_after, not waiting at a halving rung). */
 static int has_next(const sel_run *r, const sel_task *t) {
     if (t->pass < 2 * t->S - 2) return 1;
-    int64_t s = t->host->step + 1;
+    int64_t s = t->done + 1;
     if (s >= t->stop_at || (r->o->stop_after > 0 && s >= r->o->stop_after)) return 0;
     return !(r->o->halving > 1 && r->o->eval_every > 0 && s % r->o->eval_every == 0);
 }
@@ -405,7 +405,8 @@ static void prefetch(sel_run *r, sel_dev *dv, sel_task *cur, int slot, int y) {
 /* Under the lock, device d having taken task cur: whether its copy thread
  * prefetches for what follows (pm_select_prefetch). Auto: when a core is
  * free of working devices (this one counted), or cur bounds the makespan:
- * the most time left, and at least every task's left over D. */
+ * the most time left, and at least every task's left over D (running ones
+ * too: time_left reads only what the lock guards). */
 static int use_prefetch(const sel_run *r, int d, int cur) {
     if (r->dev[d].slots < 2 || r->o->policy == PM_POLICY_SEQUENTIAL) return 0;
     if (r->o->prefetch != PM_PREFETCH_AUTO) return r->o->prefetch == PM_PREFETCH_ON;
@@ -511,6 +512,7 @@ static void *device_main(void *arg) {
             .step_end = step_end - z, .eval_end = w0 - z, .wait0 = w0 - z, .wait1 = w1 - z,
             .copy0 = c0 > 0 ? c0 - z : 0, .copy1 = c0 > 0 ? c1 - z : 0};
         t->pass = last ? 0 : t->pass + 1;
+        t->done = t->host->step;
         t->running = 0;
         r->busy_global = 0;
         r->active--;
@@ -589,7 +591,7 @@ static pm_status tasks_init(sel_run *r, pm_select_task *tasks, pm_trainer *hosts
         size_t nc = (size_t)(c->batch / K) * (size_t)c->model.ctx * (size_t)c->model.dim;
         size_t nb = (size_t)(S > 1 ? S - 1 : 1) * (size_t)K * nc;
         *t = (sel_task){.task = &tasks[i], .index = i, .host = &hosts[i], .S = S, .K = K,
-                        .nc = nc, .act = pm_malloc(nb * sizeof(float)),
+                        .nc = nc, .done = hosts[i].step, .act = pm_malloc(nb * sizeof(float)),
                         .grad = pm_malloc(nb * sizeof(float)), .stop_at = c->opt.steps,
                         .val_loss = r->o->prior_val ? r->o->prior_val[i] : NAN,
                         .last_loss = r->o->prior_loss ? r->o->prior_loss[i] : NAN,
