@@ -247,11 +247,14 @@ tsan:
 	@TSAN_OPTIONS="suppressions=scripts/tsan.supp halt_on_error=1 second_deadlock_stack=1" \
 	  PM_PLAN_GPU_ONLY=test_measure_threads PM_BIN=build/tsan/pipemem scripts/run_tests.sh $(TSAN_TESTS:%=build/tsan/tests/%)
 
+# test builds on every core unless told otherwise (make -jN test); the
+# programs themselves run PM_TEST_JOBS at a time (scripts/run_tests.sh).
+JOBS = $(if $(filter -j%,$(MAKEFLAGS)),,-j$(shell nproc 2>/dev/null || echo 1))
 test:
 	@scripts/deps.sh
-	@$(MAKE) --no-print-directory check
-	@$(MAKE) --no-print-directory asan
-	@$(MAKE) --no-print-directory tsan
+	@$(MAKE) --no-print-directory $(JOBS) check
+	@$(MAKE) --no-print-directory $(JOBS) asan
+	@$(MAKE) --no-print-directory $(JOBS) tsan
 
 demo:
 	@scripts/deps.sh
