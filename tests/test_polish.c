@@ -10,7 +10,11 @@
  *     the optimum the slot search (SAT, test_optimal.c) proves for the same
  *     case; unpolished, v-zb is 6.7 to 7.7% above it;
  *   - `search` for a limit and `curve` over many give the same makespan at
- *     every limit (two pools of different tops). */
+ *     every limit (two pools of different tops);
+ *   - the replay that resumes after a move (resim.h) gives what a full
+ *     replay of the moved schedule gives (pm_sim_run: the second
+ *     implementation), field by field and bit for bit, on random moves,
+ *     kept or undone, of many kinds, shapes, costs and memory limits. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -25,6 +29,7 @@
 
 #include "pipemem/pm_sched.h"
 #include "schedule/polish.h" /* the searches' budget */
+#include "schedule/resim.h"  /* the replay that resumes */
 #include "schedule/slots.h"
 
 static double makespan(const pm_sched *s, const pm_cost *c) {
@@ -133,6 +138,125 @@ static void never_worse_never_over(void **state) {
                 }
     assert_true(tried > 100);
     assert_true(faster > 10); /* it does something */
+}
+
+static uint64_t rand_next(uint64_t *x) {
+    *x ^= *x << 13, *x ^= *x >> 7, *x ^= *x << 17;
+    return *x;
+}
+
+static void move_pass(pm_pass *list, int64_t i, int64_t j) {
+    pm_pass x = list[i];
+    if (i < j) memmove(list + i, list + i + 1, (size_t)(j - i) * sizeof *list);
+    else memmove(list + j + 1, list + j, (size_t)(i - j) * sizeof *list);
+    list[j] = x;
+}
+
+/* Every figure of r's replay equals a full replay of s (bit for bit), or
+ * both deadlock; 1 if they replayed. */
+static int same_as_full(const pm_resim *r, pm_status got, const pm_sched *s, const pm_cost *c,
+                        const char *what) {
+    pm_sim f;
+    pm_err e;
+    pm_status want = pm_sim_run(&f, s, c, &e);
+    if (want != got) fail_msg("%s: full replay %d, resumed %d", what, want, got);
+    if (want) return 0;
+    const pm_sim *a = &r->sim;
+    double ends = 0;
+    for (int d = 0; d < s->p; d++) {
+        int64_t base = (int64_t)d * s->cap;
+        double sum = 0;
+        for (int64_t k = 0; k < s->len[d]; k++) {
+            if (a->start[base + k] != f.start[base + k] || a->end[base + k] != f.end[base + k] ||
+                a->mem[base + k] != f.mem[base + k])
+                fail_msg("%s: device %d pass %lld: start %.17g/%.17g end %.17g/%.17g mem %g/%g",
+                         what, d, (long long)k, a->start[base + k], f.start[base + k],
+                         a->end[base + k], f.end[base + k], a->mem[base + k], f.mem[base + k]);
+            sum += f.end[base + k];
+        }
+        ends += sum;
+        if (a->span[d] != f.span[d] || a->busy[d] != f.busy[d] || a->peak[d] != f.peak[d] ||
+            a->peak_at[d] != f.peak_at[d])
+            fail_msg("%s: device %d: span %g/%g busy %g/%g peak %g/%g at %lld/%lld", what, d,
+                     a->span[d], f.span[d], a->busy[d], f.busy[d], a->peak[d], f.peak[d],
+                     (long long)a->peak_at[d], (long long)f.peak_at[d]);
+    }
+    if (a->makespan != f.makespan || a->bubble != f.bubble)
+        fail_msg("%s: makespan %.17g/%.17g bubble %.17g/%.17g", what, a->makespan, f.makespan,
+                 a->bubble, f.bubble);
+    if (pm_resim_ends(r, s) != ends) fail_msg("%s: ends %.17g/%.17g", what, pm_resim_ends(r, s), ends);
+    pm_sim_free(&f);
+    return 1;
+}
+
+/* Random moves of one pass up to 6 places (dependencies within the device
+ * and memory unchecked: some deadlock), each replayed from the cut of the
+ * place it changes first; kept when it replays and a coin says so, else
+ * undone. Returns the moves that replayed. */
+static int resume_moves(pm_sched *s, const pm_cost *c, uint64_t *rng, int n) {
+    pm_resim r;
+    pm_err e;
+    char what[128];
+    assert_int_equal(pm_resim_init(&r, s, &e), PM_OK);
+    assert_int_equal(pm_resim_full(&r, s, c, &e), PM_OK);
+    int ok = 0;
+    for (int k = 0; k < n; k++) {
+        int d = (int)(rand_next(rng) % (uint64_t)s->p);
+        int64_t len = s->len[d];
+        int64_t i = (int64_t)(rand_next(rng) % (uint64_t)len);
+        int64_t j = i + (int64_t)(rand_next(rng) % 13) - 6;
+        if (j < 0 || j >= len || j == i) continue;
+        snprintf(what, sizeof what, "%s p=%d m=%d move %d: device %d, %lld -> %lld", s->kind,
+                 s->p, s->m, k, d, (long long)i, (long long)j);
+        double t = r.sim.start[(int64_t)d * s->cap + (i < j ? i : j)];
+        move_pass(pm_sched_dev(s, d), i, j);
+        int64_t cost = pm_resim_cut(&r, s, t), total = 0;
+        for (int x = 0; x < s->p; x++) total += s->len[x];
+        assert_true(cost >= 1 && cost <= total);
+        pm_status st = pm_resim_run(&r, s, c, &e);
+        int ran = same_as_full(&r, st, s, c, what);
+        ok += ran;
+        if (ran && rand_next(rng) % 2) continue; /* kept */
+        move_pass(pm_sched_dev(s, d), j, i);
+        pm_resim_undo(&r, s);
+        strncat(what, ", undone", sizeof what - strlen(what) - 1);
+        assert_true(same_as_full(&r, PM_OK, s, c, what));
+    }
+    pm_resim_free(&r);
+    return ok;
+}
+
+static void resume_equals_full_replay(void **state) {
+    (void)state;
+    static const pm_costs costs[] = {{1, 1, 1, 0}, {3, 3, 2, 1}, {9918, 10434, 7038, 213}};
+    static const struct {
+        const char *kind;
+        double limit; /* x M, 0: none */
+        int v, recompute;
+    } kinds[] = {{"1f1b", 0, 0, 0},   {"zb-h1", 0, 0, 0},    {"zb", 0.5, 0, 0},
+                 {"zb", 0, 0, 0},     {"v-zb", 0.75, 0, 0}, {"v-zb", 0.5, 0, 0},
+                 {"v-min", 0, 0, 0},  {"v-half", 0, 0, 0},  {"interleaved", 0, 2, 0},
+                 {"1f1b-r", 0, 0, 1}};
+    static const int shapes[][2] = {{2, 2}, {2, 5}, {3, 7}, {4, 4}, {4, 9}, {8, 16}};
+    uint64_t rng = 0x2545f4914f6cdd1dull;
+    int ran = 0, tried = 0;
+    for (size_t ki = 0; ki < sizeof kinds / sizeof kinds[0]; ki++)
+        for (int ci = 0; ci < 3; ci++)
+            for (int si = 0; si < 6; si++) {
+                pm_sched_req q = {.p = shapes[si][0], .m = shapes[si][1], .t = costs[ci],
+                                  .mem = PM_MEM_DEFAULT, .mem_limit = kinds[ki].limit,
+                                  .v = kinds[ki].v, .recompute = kinds[ki].recompute};
+                pm_sched s;
+                pm_cost c;
+                pm_err e;
+                if (pm_sched_generate(&s, kinds[ki].kind, &q, &e)) continue; /* not this shape */
+                assert_int_equal(pm_cost_init_uniform(&c, &s, q.t, q.mem, &e), PM_OK);
+                ran += resume_moves(&s, &c, &rng, 150);
+                tried++;
+                pm_cost_free(&c);
+                pm_sched_free(&s);
+            }
+    if (tried < 120 || ran < 5000) fail_msg("%d schedules, %d moves replayed", tried, ran);
 }
 
 static void search_near_the_optimum(void **state) {
@@ -245,6 +369,7 @@ static void cli_polish(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(hand_case),
+        cmocka_unit_test(resume_equals_full_replay),
         cmocka_unit_test(never_worse_never_over),
         cmocka_unit_test(search_near_the_optimum),
         cmocka_unit_test(search_agrees_with_curve),

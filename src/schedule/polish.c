@@ -31,6 +31,7 @@
 #include <string.h>
 
 #include "polish.h"
+#include "resim.h"
 
 #define PM_POLISH_WINDOW 4
 #define PM_POLISH_KICK 3         /* random moves per kick */
@@ -40,18 +41,15 @@ typedef struct {
     double makespan, spans, ends;
 } score;
 
-/* Replays s; 0 if it deadlocks or a device exceeds cap (> 0). */
-static int eval(pm_sim *sim, const pm_sched *s, const pm_cost *c, double cap, score *out) {
-    pm_err err;
-    if (pm_sim_replay(sim, s, c, &err)) return 0;
-    score r = {sim->makespan, 0, 0};
+/* The score of the replay in r; 0 if a device exceeds cap (> 0). */
+static int score_of(const pm_resim *r, const pm_sched *s, double cap, score *out) {
+    const pm_sim *sim = &r->sim;
+    score x = {sim->makespan, 0, pm_resim_ends(r, s)};
     for (int d = 0; d < s->p; d++) {
         if (cap > 0 && sim->peak[d] > cap * (1 + PM_PEAK_TOL)) return 0;
-        r.spans += sim->span[d];
-        const double *end = sim->end + (int64_t)d * s->cap;
-        for (int64_t i = 0; i < s->len[d]; i++) r.ends += end[i];
+        x.spans += sim->span[d];
     }
-    *out = r;
+    *out = x;
     return 1;
 }
 
@@ -87,7 +85,7 @@ static int needs(const pm_pass *a, const pm_pass *b) {
 typedef struct {
     pm_sched *s;
     const pm_cost *c;
-    pm_sim sim;
+    pm_resim rs; /* the replay of s as it stands (after an undo, too) */
     double cap;
     double *before; /* (p, cap) like the schedule's passes */
     int64_t n, budget;
@@ -95,6 +93,12 @@ typedef struct {
     double lb;   /* no schedule's makespan is below it (bound.c) */
     score cur;
 } polish_ws;
+
+/* Replays s in full; 0 if it deadlocks or a device exceeds the cap. */
+static int eval_full(polish_ws *w, score *out) {
+    pm_err err;
+    return !pm_resim_full(&w->rs, w->s, w->c, &err) && score_of(&w->rs, w->s, w->cap, out);
+}
 
 static void levels(polish_ws *w, int d) {
     const pm_pass *list = pm_sched_dev(w->s, d);
@@ -119,25 +123,42 @@ static int plausible(const polish_ws *w, int d, int64_t i, int64_t j) {
     return 1;
 }
 
+/* Replays the schedule after list[i] of device d moved to j, from the
+ * first pass the move can change (resim.h): the passes that started before
+ * the one at min(i, j) did, before the move, keep their times. Charged the
+ * passes replayed. 1 if the move is kept, else it is undone, replay too. */
+static int try_move(polish_ws *w, int d, int64_t i, int64_t j) {
+    pm_pass *list = pm_sched_dev(w->s, d);
+    double t = w->rs.sim.start[(int64_t)d * w->s->cap + (i < j ? i : j)];
+    move(list, i, j);
+    if (!plausible(w, d, i, j)) {
+        move(list, j, i);
+        return 0;
+    }
+    int64_t cost = pm_resim_cut(&w->rs, w->s, t);
+    if (cost > w->budget) {
+        w->starved = 1;
+        move(list, j, i);
+        return 0;
+    }
+    w->budget -= cost;
+    pm_err err;
+    score sc;
+    if (!pm_resim_run(&w->rs, w->s, w->c, &err) && score_of(&w->rs, w->s, w->cap, &sc) &&
+        better(&sc, &w->cur)) {
+        w->cur = sc;
+        levels(w, d);
+        return 1;
+    }
+    move(list, j, i);
+    pm_resim_undo(&w->rs, w->s);
+    return 0;
+}
+
 /* Tries the moves of device d's pass i; 1 if one was kept. */
 static int try_pass(polish_ws *w, int d, int64_t i) {
-    pm_pass *list = pm_sched_dev(w->s, d);
-    for (int64_t j = i - PM_POLISH_WINDOW; j <= i + PM_POLISH_WINDOW; j++) {
-        if (j < 0 || j >= w->s->len[d] || j == i) continue;
-        move(list, i, j);
-        score sc;
-        int replay = plausible(w, d, i, j);
-        if (replay && w->budget < w->n) w->starved = 1, replay = 0;
-        if (replay) {
-            w->budget -= w->n;
-            if (eval(&w->sim, w->s, w->c, w->cap, &sc) && better(&sc, &w->cur)) {
-                w->cur = sc;
-                levels(w, d);
-                return 1;
-            }
-        }
-        move(list, j, i);
-    }
+    for (int64_t j = i - PM_POLISH_WINDOW; j <= i + PM_POLISH_WINDOW; j++)
+        if (j >= 0 && j < w->s->len[d] && j != i && try_move(w, d, i, j)) return 1;
     return 0;
 }
 
@@ -145,7 +166,7 @@ static int try_pass(polish_ws *w, int d, int64_t i) {
  * ends; 1 if the last round kept nothing. */
 static int climb(polish_ws *w, pm_polish_stats *ps) {
     int kept = 1;
-    while (kept && w->budget >= w->n) {
+    while (kept && w->budget > 0) {
         kept = 0;
         for (int d = 0; d < w->s->p; d++)
             for (int64_t i = 0; i < w->s->len[d]; i++) kept += try_pass(w, d, i);
@@ -186,27 +207,32 @@ static void copy_orders(pm_pass *dst, const pm_pass *src, const pm_sched *s) {
 /* After the climb stops on its own: kick, climb again, keep the result if
  * it scores better, else go back; until `patience` kicks in a row gain
  * nothing (0: never), the makespan meets the lower bound or the budget
- * ends. A kick is charged at least PM_POLISH_KICK_COST passes: undoing it
- * rewrites every device's order and levels, which on a small schedule
- * costs more than its replay. */
+ * ends. A kick is replayed in full, and going back is another full replay
+ * (the climb's replays resume from the state it leaves): each is charged
+ * at least PM_POLISH_KICK_COST passes, since undoing a kick rewrites every
+ * device's order and levels, which on a small schedule costs more than its
+ * replay. Both are charged before the climb, so it never overspends. */
 static void iterate(polish_ws *w, pm_pass *best, int patience, pm_polish_stats *ps) {
     uint64_t rng = 0x9e3779b97f4a7c15ull;
     score top = w->cur;
     int64_t cost = w->n > PM_POLISH_KICK_COST ? w->n : PM_POLISH_KICK_COST;
     copy_orders(best, w->s->pass, w->s);
-    for (int futile = 0; w->budget >= cost && less(w->lb, top.makespan);) {
+    for (int futile = 0; w->budget >= 2 * cost && less(w->lb, top.makespan);) {
         kick(w, &rng);
-        w->budget -= cost;
+        w->budget -= 2 * cost;
         pm_polish_stats quiet = {0};
-        if (eval(&w->sim, w->s, w->c, w->cap, &w->cur)) climb(w, &quiet);
+        if (eval_full(w, &w->cur)) climb(w, &quiet);
         ps->kicks++;
         if (better(&w->cur, &top)) {
             top = w->cur, futile = 0, ps->kicks_kept++, ps->moves += quiet.moves;
+            w->budget += cost; /* nothing to go back to */
             copy_orders(best, w->s->pass, w->s);
             continue;
         }
         copy_orders(w->s->pass, best, w->s);
         for (int d = 0; d < w->s->p; d++) levels(w, d);
+        int back = eval_full(w, &w->cur); /* the best replayed before: it does again */
+        PM_ASSERT(back);
         w->cur = top;
         if (patience && ++futile >= patience) break;
     }
@@ -220,17 +246,17 @@ pm_status pm_sched_polish(pm_sched *s, const pm_cost *c, const pm_polish_cfg *cf
     pm_free(s->pair);
     s->pair = NULL;
     polish_ws w = {.s = s, .c = c, .cap = cfg->cap, .budget = cfg->budget};
-    pm_status st = pm_sim_init(&w.sim, s, err);
+    pm_status st = pm_resim_init(&w.rs, s, err);
     if (st) return st;
     w.before = pm_malloc((size_t)s->p * (size_t)s->cap * sizeof *w.before);
     pm_pass *best = pm_malloc((size_t)s->p * (size_t)s->cap * sizeof *best);
     if (!w.before || !best) {
         pm_free(w.before);
         pm_free(best);
-        pm_sim_free(&w.sim);
+        pm_resim_free(&w.rs);
         return pm_errf(err, PM_ERR_NOMEM, "out of memory polishing a schedule of p=%d", s->p);
     }
-    if (eval(&w.sim, s, c, w.cap, &w.cur)) { /* else nothing to start from: s stays */
+    if (eval_full(&w, &w.cur)) { /* else nothing to start from: s stays */
         for (int d = 0; d < s->p; d++) w.n += s->len[d], levels(&w, d);
         w.lb = pm_sched_lower_bound_at(s, c, w.cap);
         ps.converged = climb(&w, &ps);
@@ -243,7 +269,7 @@ pm_status pm_sched_polish(pm_sched *s, const pm_cost *c, const pm_polish_cfg *cf
     ps.spent = cfg->budget - w.budget;
     pm_free(best);
     pm_free(w.before);
-    pm_sim_free(&w.sim);
+    pm_resim_free(&w.rs);
     if (stats) *stats = ps;
     return PM_OK;
 }
