@@ -41,16 +41,11 @@ typedef struct {
     double makespan, spans, ends;
 } score;
 
-/* The score of the replay in r; 0 if a device exceeds cap (> 0). */
-static int score_of(const pm_resim *r, const pm_sched *s, double cap, score *out) {
-    const pm_sim *sim = &r->sim;
-    score x = {sim->makespan, 0, pm_resim_ends(r, s)};
-    for (int d = 0; d < s->p; d++) {
-        if (cap > 0 && sim->peak[d] > cap * (1 + PM_PEAK_TOL)) return 0;
-        x.spans += sim->span[d];
-    }
-    *out = x;
-    return 1;
+/* The score of the replay in r. */
+static score score_of(const pm_resim *r, const pm_sched *s) {
+    score x = {r->sim.makespan, 0, r->ends};
+    for (int d = 0; d < s->p; d++) x.spans += r->sim.span[d];
+    return x;
 }
 
 /* a < b by more than rounding, in one component after equal ones */
@@ -94,10 +89,15 @@ typedef struct {
     score cur;
 } polish_ws;
 
-/* Replays s in full; 0 if it deadlocks or a device exceeds the cap. */
+/* Replays s in full; 0 if it deadlocks or a device exceeds the cap (a
+ * move's replay need not check it: plausible() did). */
 static int eval_full(polish_ws *w, score *out) {
     pm_err err;
-    return !pm_resim_full(&w->rs, w->s, w->c, &err) && score_of(&w->rs, w->s, w->cap, out);
+    if (pm_resim_full(&w->rs, w->s, w->c, &err)) return 0;
+    for (int d = 0; d < w->s->p; d++)
+        if (w->cap > 0 && w->rs.sim.peak[d] > w->cap * (1 + PM_PEAK_TOL)) return 0;
+    *out = score_of(&w->rs, w->s);
+    return 1;
 }
 
 static void levels(polish_ws *w, int d) {
@@ -124,31 +124,34 @@ static int plausible(const polish_ws *w, int d, int64_t i, int64_t j) {
 }
 
 /* Replays the schedule after list[i] of device d moved to j, from the
- * first pass the move can change (resim.h): the passes that started before
- * the one at min(i, j) did, before the move, keep their times. Charged the
- * passes replayed. 1 if the move is kept, else it is undone, replay too. */
+ * first pass the move can change until its effect dies out (resim.h).
+ * Charged the passes replayed, and one per device (the cut and the spans
+ * visit each). 1 if the move is kept, else it is undone, replay too. */
 static int try_move(polish_ws *w, int d, int64_t i, int64_t j) {
     pm_pass *list = pm_sched_dev(w->s, d);
-    double t = w->rs.sim.start[(int64_t)d * w->s->cap + (i < j ? i : j)];
     move(list, i, j);
     if (!plausible(w, d, i, j)) {
         move(list, j, i);
         return 0;
     }
-    int64_t cost = pm_resim_cut(&w->rs, w->s, t);
-    if (cost > w->budget) {
+    int64_t most = w->budget - w->s->p;
+    if (most < 1) {
         w->starved = 1;
         move(list, j, i);
         return 0;
     }
-    w->budget -= cost;
+    pm_resim_cut(&w->rs, w->s, d, i < j ? i : j, i < j ? j : i);
     pm_err err;
-    score sc;
-    if (!pm_resim_run(&w->rs, w->s, w->c, &err) && score_of(&w->rs, w->s, w->cap, &sc) &&
-        better(&sc, &w->cur)) {
-        w->cur = sc;
-        levels(w, d);
-        return 1;
+    pm_status st = pm_resim_run(&w->rs, w->s, w->c, most, &err);
+    w->budget -= w->rs.ran + w->s->p;
+    if (!st && w->rs.cut_short) w->starved = 1;
+    else if (!st) {
+        score sc = score_of(&w->rs, w->s);
+        if (better(&sc, &w->cur)) {
+            w->cur = sc;
+            levels(w, d);
+            return 1;
+        }
     }
     move(list, j, i);
     pm_resim_undo(&w->rs, w->s);

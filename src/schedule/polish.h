@@ -11,7 +11,7 @@
  * larger found nothing more at p = 2 and 3, where the polish gains most
  * (up to 5%), and under 0.7% more at p = 4 to 8; a round costs the passes
  * squared. */
-#define PM_POLISH_MAX_PM 200
+#define PM_POLISH_MAX_PM 2048
 #define PM_POLISH_BUDGET ((int64_t)300000)
 /* Kicks in a row without a gain that end the searches' polish: with 100
  * it reached the optimum at p = 4, m = 4, 0.75 M, costs 3,3,2 (43 -> 42);

@@ -1,54 +1,76 @@
-/* resim.h: a replay that resumes (sim.c), for the polish (polish.c), which
- * replays one schedule after each of many small changes to its orders.
+/* resim.h: a replay that resumes (resim.c), for the polish (polish.c),
+ * which replays one schedule after each of many small changes to a
+ * device's order, and keeps or undoes each.
  *
- * Why it is exact: a pass's times depend only on the passes before it on
- * its device and on the one it waits for. Take a time t such that, on every
- * device, the passes that started before t in the last replay are the
- * same passes, in the same places, in the changed schedule. Everything such
- * a pass waits for ended before it started, so also started before t: the
- * set of them is closed under "waits for" in both schedules, and their
- * times are the same. The replay restarts each device at its first pass
- * that started at or after t (pm_resim_cut), with the device's free time,
- * memory, busy time and peak as they were after the pass before, and gives
- * the same start and end times, memory, spans, makespan, bubble and peaks
- * as a full replay (tests/test_polish.c checks every field on random moves).
- * A move of device d's pass i to j (lo = min(i, j)) changes no place before
- * lo, so t = the start of the pass at lo, before the move, will do.
+ * Why it is exact: a pass's times depend only on the pass before it on its
+ * device and on the one it waits for. Let device d's places lo..hi change
+ * (their passes permuted), and t be the start, before the change, of the
+ * pass at d's place lo. Every pass that started before t sits before lo if
+ * on d (starts never fall along a device's list), so in the same place;
+ * everything it waits for ended before it started, so started before t
+ * too: these passes wait for the same passes in both schedules, and keep
+ * their times. The replay restarts each device at its first pass that
+ * started at or after t (pm_resim_cut), from the end of the pass before.
  *
- * It needs every F and every B or BW of one (stage, microbatch) to appear
- * once (a valid schedule's do; otherwise which one another pass waits for
- * is decided by time) and passes run one at a time (no overlapped pairs). */
+ * And it stops early, when the change has died out: once every pass of d's
+ * places lo..hi ran, no device's last replayed pass ends at another time
+ * than before, and every pass that got other times, or was moved, has had
+ * the passes that wait on it run, the passes not yet replayed wait for the
+ * same ends as before and get the same times: they keep them. So a move
+ * whose effect is absorbed by idle time nearby costs a few passes, not the
+ * rest of the schedule. tests/test_polish.c checks the start and end of
+ * every pass, the spans and the makespan against a full replay, bit for
+ * bit, on random moves kept or undone.
+ *
+ * It needs every F, every B or BW, and every W of one (stage, microbatch)
+ * to appear once (a valid schedule's do) and passes run one at a time (no
+ * overlapped pairs). It keeps times only: after a run, sim's memory, busy,
+ * peak and bubble figures are still those of the last full replay (a
+ * device's memory depends on its order alone; the polish checks it so). */
 #ifndef PM_RESIM_H
 #define PM_RESIM_H
 
 #include "pipemem/pm_sched.h"
 
 typedef struct {
-    pm_sim sim;    /* the last replay, as pm_sim_replay leaves it; owned */
-    int64_t *from; /* (p) each device's first pass the last cut replays */
-    double *acc;   /* (4, p, cap) after each pass: the device's busy time, its peak,
-                      where that peak was first reached, the sum of its end times */
-    double *save;  /* (7, p, cap) and (4, p): what the last run overwrote, for undo */
-    double saved_makespan, saved_bubble; /* likewise */
+    pm_sim sim;       /* start, end, span, makespan of the schedule as it stands; owned */
+    double ends;      /* the sum of every pass's end time (kept by differences) */
+    int64_t *where;   /* (3, S, m) place (d cap + k) of each F, B or BW, W; -1: none */
+    int64_t *stamp;   /* (p, cap) the run in which the pass got new times */
+    int64_t *log_at;  /* (p, cap) the places the last run rewrote, ... */
+    double *log_t;    /* (2, p, cap) ... and their start and end before */
+    int64_t nlog;     /* entries in the log */
+    int64_t *dev;     /* (4, p) per device: next pass, worklist, on-list flag, and 1
+                         while its last replayed pass ends at another time than before */
+    double *free_at;  /* (p) per device: when its last replayed pass ends */
+    double *span_was; /* (p) the spans before the last run, for undo */
+    double makespan_was, ends_was;
+    int d;            /* the change of the last cut: device d's places lo..hi */
+    int64_t lo, hi;
+    int64_t run;      /* runs so far (stamps) */
+    int64_t pending;  /* reads of changed ends still to come */
+    int64_t unsettled; /* devices whose last replayed pass ends at another time */
+    int64_t ran;      /* passes the last run replayed */
+    int cut_short;    /* 1: the last run stopped at its `most` passes */
 } pm_resim;
 
 /* Allocates everything for schedules of s's shape (on error *r is zeroed). */
 pm_status pm_resim_init(pm_resim *r, const pm_sched *s, pm_err *err);
 void pm_resim_free(pm_resim *r);
-/* A full replay of s (pm_sim_replay) that later runs resume from.
- * PM_ERR_ARG if a pass's F or B/BW appears twice, or with overlapped pairs. */
+/* A full replay of s (pm_sim_replay: every figure) that runs resume from.
+ * PM_ERR_ARG if a pass appears twice, or with overlapped pairs. */
 pm_status pm_resim_full(pm_resim *r, const pm_sched *s, const pm_cost *c, pm_err *err);
-/* After a replay that succeeded, of a schedule s differs from only in
- * passes that started at or after t in it: sets each device's first pass
- * to replay, and returns how many passes the run will replay. */
-int64_t pm_resim_cut(pm_resim *r, const pm_sched *s, double t);
-/* Replays s from the cut: the result is a full replay's. On error
- * (deadlock) the figures are unspecified until pm_resim_undo. */
-pm_status pm_resim_run(pm_resim *r, const pm_sched *s, const pm_cost *c, pm_err *err);
-/* Puts back the replay before the last run, s being the schedule it was of
- * (the changes undone). */
+/* r holds the replay of a schedule that s differs from only in device d's
+ * places lo..hi (the same passes in another order). Sets where the run
+ * starts; returns the passes after that, the most the run replays. Call
+ * pm_resim_run, or pm_resim_undo once s is put back. */
+int64_t pm_resim_cut(pm_resim *r, const pm_sched *s, int d, int64_t lo, int64_t hi);
+/* Replays s from the cut, until the change dies out or the end (r->ran:
+ * the passes replayed), or stops after `most` passes (r->cut_short). On
+ * deadlock or a stop the times are unspecified until pm_resim_undo. */
+pm_status pm_resim_run(pm_resim *r, const pm_sched *s, const pm_cost *c, int64_t most,
+                       pm_err *err);
+/* Puts back the replay before the last cut, s being put back too. */
 void pm_resim_undo(pm_resim *r, const pm_sched *s);
-/* The sum of every pass's end time (device by device). */
-double pm_resim_ends(const pm_resim *r, const pm_sched *s);
 
 #endif

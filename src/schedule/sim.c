@@ -27,7 +27,6 @@
 #include <string.h>
 
 #include "pipemem/pm_sched.h"
-#include "resim.h"
 
 void pm_sim_free(pm_sim *sim) {
     if (!sim) return;
@@ -215,29 +214,6 @@ static void summarize(pm_sim *sim, const pm_sched *s, const pm_cost *c) {
     sim->bubble = sim->makespan > 0 ? 1.0 - busy / (s->p * sim->makespan) : 0;
 }
 
-/* The replay state kept in sim's scratch and cursor arrays. */
-static deps deps_of(pm_sim *sim, const pm_sched *s) {
-    size_t nk = (size_t)s->S * (size_t)s->m, np = (size_t)s->p;
-    return (deps){s, sim->scratch, sim->scratch + nk, sim->cursor + np, sim->cursor + 2 * np, 0};
-}
-
-/* Runs every device from its cursor (pos, with its free time and memory in
- * scratch) until no device can go on; then deadlock or the summary. */
-static pm_status run_all(pm_sim *out, deps *g, const pm_cost *c, pm_err *err) {
-    const pm_sched *s = g->s;
-    size_t nk = (size_t)s->S * (size_t)s->m, np = (size_t)s->p;
-    double *free_at = out->scratch + 2 * nk, *cur = free_at + np;
-    for (int d = s->p - 1; d >= 0; d--) wake(g, d);
-    while (g->top > 0) {
-        int d = (int)g->stack[--g->top];
-        g->queued[d] = 0;
-        advance(out, g, c, d, out->cursor, free_at, &cur[d]);
-    }
-    pm_status st = deadlock(s, out->cursor, err);
-    if (!st) summarize(out, s, c);
-    return st;
-}
-
 pm_status pm_sim_replay(pm_sim *out, const pm_sched *s, const pm_cost *c, pm_err *err) {
     PM_ASSERT(out->p == s->p && out->cap == s->cap && out->S == s->S && out->m == s->m);
     pm_status st = check_ranges(s, c, err);
@@ -247,7 +223,7 @@ pm_status pm_sim_replay(pm_sim *out, const pm_sched *s, const pm_cost *c, pm_err
         return pm_errf(err, PM_ERR_ARG, "the forward memory deltas sum to %g; they must be > 0", M);
     size_t nk = (size_t)s->S * (size_t)s->m, np = (size_t)s->p;
     int64_t *pos = out->cursor;
-    deps g = deps_of(out, s);
+    deps g = {s, out->scratch, out->scratch + nk, pos + np, pos + 2 * np, 0};
     double *free_at = out->scratch + 2 * nk, *cur = free_at + np;
     for (size_t i = 0; i < nk; i++) g.fend[i] = g.bend[i] = NAN;
     for (size_t d = 0; d < np; d++) {
@@ -255,7 +231,15 @@ pm_status pm_sim_replay(pm_sim *out, const pm_sched *s, const pm_cost *c, pm_err
         out->span[d] = out->busy[d] = out->peak[d] = 0, out->peak_at[d] = 0;
     }
     out->M = M;
-    return run_all(out, &g, c, err);
+    for (int d = s->p - 1; d >= 0; d--) wake(&g, d);
+    while (g.top > 0) {
+        int d = (int)g.stack[--g.top];
+        g.queued[d] = 0;
+        advance(out, &g, c, d, pos, free_at, &cur[d]);
+    }
+    if ((st = deadlock(s, pos, err))) return st;
+    summarize(out, s, c);
+    return PM_OK;
 }
 
 pm_status pm_sim_run(pm_sim *out, const pm_sched *s, const pm_cost *c, pm_err *err) {
@@ -269,181 +253,4 @@ double pm_sim_peak_max_x(const pm_sim *sim) {
     for (int d = 0; d < sim->p; d++)
         if (sim->peak[d] > mx) mx = sim->peak[d];
     return mx / sim->M;
-}
-
-/* ---- the resumable replay (resim.h) ------------------------------------ */
-
-enum { ACC_BUSY, ACC_PEAK, ACC_PEAK_K, ACC_ENDS, ACC_N };
-enum { SAVE_N = 3 + ACC_N }; /* start, end, mem, then the acc arrays */
-
-void pm_resim_free(pm_resim *r) {
-    if (!r) return;
-    pm_sim_free(&r->sim);
-    pm_free(r->from);
-    pm_free(r->acc);
-    pm_free(r->save);
-    *r = (pm_resim){0};
-}
-
-pm_status pm_resim_init(pm_resim *r, const pm_sched *s, pm_err *err) {
-    *r = (pm_resim){0};
-    pm_status st = pm_sim_init(&r->sim, s, err);
-    if (st) return st;
-    size_t n = (size_t)s->p * (size_t)s->cap, np = (size_t)s->p;
-    r->from = pm_calloc(np, sizeof *r->from);
-    r->acc = pm_malloc(ACC_N * n * sizeof *r->acc);
-    r->save = pm_malloc((SAVE_N * n + 4 * np) * sizeof *r->save);
-    if (!r->from || !r->acc || !r->save) {
-        pm_resim_free(r);
-        return pm_errf(err, PM_ERR_NOMEM, "out of memory for a resumable replay of %zu passes", n);
-    }
-    return PM_OK;
-}
-
-/* 1 if no F, and no B or BW, of one (stage, mb) appears twice; uses the
- * dependency ends as marks (the replay resets them). */
-static int unique_keys(pm_sim *sim, const pm_sched *s) {
-    deps g = deps_of(sim, s);
-    size_t nk = (size_t)s->S * (size_t)s->m;
-    for (size_t i = 0; i < nk; i++) g.fend[i] = g.bend[i] = 0;
-    for (int d = 0; d < s->p; d++) {
-        const pm_pass *list = pm_sched_dev(s, d);
-        for (int64_t k = 0; k < s->len[d]; k++) {
-            if (list[k].kind == PM_PASS_W) continue;
-            double *mark = (list[k].kind == PM_PASS_F ? g.fend : g.bend) +
-                           (int64_t)list[k].stage * s->m + list[k].mb;
-            if (*mark) return 0;
-            *mark = 1;
-        }
-    }
-    return 1;
-}
-
-/* The acc arrays of device d from pass k0 on, from the replay's figures,
- * with the replay's own arithmetic (so they equal its running values). */
-static void refresh(pm_resim *r, const pm_sched *s, const pm_cost *c, int d, int64_t k0) {
-    size_t n = (size_t)s->p * (size_t)s->cap;
-    int64_t base = (int64_t)d * s->cap;
-    double *busy = r->acc + ACC_BUSY * n + base, *peak = r->acc + ACC_PEAK * n + base;
-    double *peak_k = r->acc + ACC_PEAK_K * n + base, *ends = r->acc + ACC_ENDS * n + base;
-    const double *mem = r->sim.mem + base, *end = r->sim.end + base;
-    const pm_pass *list = pm_sched_dev(s, d);
-    for (int64_t k = k0; k < s->len[d]; k++) {
-        double p0 = k ? peak[k - 1] : 0, hi = (k ? mem[k - 1] : 0) + pm_cost_rise(c, &list[k]);
-        busy[k] = (k ? busy[k - 1] : 0) + pm_cost_time(c, &list[k]);
-        peak[k] = hi > p0 ? hi : p0;
-        peak_k[k] = hi > p0 ? (double)k : k ? peak_k[k - 1] : 0;
-        ends[k] = (k ? ends[k - 1] : 0) + end[k];
-    }
-}
-
-pm_status pm_resim_full(pm_resim *r, const pm_sched *s, const pm_cost *c, pm_err *err) {
-    pm_status st = check_ranges(s, c, err);
-    if (st) return st;
-    if (c->fb_overlap && s->pair)
-        return pm_errf(err, PM_ERR_ARG, "a resumable replay runs passes one at a time: drop the "
-                       "overlapped pairs");
-    if (!unique_keys(&r->sim, s))
-        return pm_errf(err, PM_ERR_ARG, "a resumable replay needs each F, B or BW once: the "
-                       "schedule repeats one (pm_sched_validate names it)");
-    if ((st = pm_sim_replay(&r->sim, s, c, err))) return st;
-    for (int d = 0; d < s->p; d++) r->from[d] = 0, refresh(r, s, c, d, 0);
-    return PM_OK;
-}
-
-int64_t pm_resim_cut(pm_resim *r, const pm_sched *s, double t) {
-    int64_t ran = 0;
-    for (int d = 0; d < s->p; d++) { /* starts never fall along a device's list */
-        const double *start = r->sim.start + (int64_t)d * s->cap;
-        int64_t lo = 0, hi = s->len[d];
-        while (lo < hi) {
-            int64_t mid = lo + (hi - lo) / 2;
-            if (start[mid] < t) lo = mid + 1;
-            else hi = mid;
-        }
-        r->from[d] = lo;
-        ran += s->len[d] - lo;
-    }
-    return ran;
-}
-
-/* Copies what a run from the cut overwrites into the save area (back = 0)
- * or back from it (back = 1). */
-static void swap_out(pm_resim *r, const pm_sched *s, int back) {
-    size_t n = (size_t)s->p * (size_t)s->cap, np = (size_t)s->p;
-    pm_sim *sim = &r->sim;
-    double *live[SAVE_N] = {sim->start, sim->end, sim->mem};
-    for (int a = 0; a < ACC_N; a++) live[3 + a] = r->acc + a * n;
-    for (int a = 0; a < SAVE_N; a++)
-        for (int d = 0; d < s->p; d++) {
-            int64_t at = (int64_t)d * s->cap + r->from[d];
-            size_t bytes = (size_t)(s->len[d] - r->from[d]) * sizeof(double);
-            double *kept = r->save + a * n + at;
-            if (back) memcpy(live[a] + at, kept, bytes);
-            else memcpy(kept, live[a] + at, bytes);
-        }
-    double *dev = r->save + SAVE_N * n;
-    for (size_t d = 0; d < np; d++) {
-        if (back) {
-            sim->span[d] = dev[d], sim->busy[d] = dev[np + d], sim->peak[d] = dev[2 * np + d];
-            sim->peak_at[d] = (int64_t)dev[3 * np + d];
-        } else {
-            dev[d] = sim->span[d], dev[np + d] = sim->busy[d], dev[2 * np + d] = sim->peak[d];
-            dev[3 * np + d] = (double)sim->peak_at[d];
-        }
-    }
-    if (back) sim->makespan = r->saved_makespan, sim->bubble = r->saved_bubble;
-    else r->saved_makespan = sim->makespan, r->saved_bubble = sim->bubble;
-}
-
-/* Sets the dependency end of every pass from the cut on: NAN (not run), or
- * its end time in the replay (when undoing). */
-static void reset_deps(pm_resim *r, const pm_sched *s, int undo) {
-    deps g = deps_of(&r->sim, s);
-    for (int d = 0; d < s->p; d++) {
-        const pm_pass *list = pm_sched_dev(s, d);
-        const double *end = r->sim.end + (int64_t)d * s->cap;
-        for (int64_t k = r->from[d]; k < s->len[d]; k++) {
-            if (list[k].kind == PM_PASS_W) continue;
-            double *dep = (list[k].kind == PM_PASS_F ? g.fend : g.bend) +
-                          (int64_t)list[k].stage * s->m + list[k].mb;
-            *dep = undo ? end[k] : NAN;
-        }
-    }
-}
-
-pm_status pm_resim_run(pm_resim *r, const pm_sched *s, const pm_cost *c, pm_err *err) {
-    pm_sim *sim = &r->sim;
-    size_t n = (size_t)s->p * (size_t)s->cap, nk = (size_t)s->S * (size_t)s->m;
-    size_t np = (size_t)s->p;
-    swap_out(r, s, 0);
-    reset_deps(r, s, 0);
-    deps g = deps_of(sim, s);
-    double *free_at = sim->scratch + 2 * nk, *cur = free_at + np;
-    for (int d = 0; d < s->p; d++) { /* each device as it was after the pass before its cut */
-        int64_t k0 = r->from[d], last = (int64_t)d * s->cap + k0 - 1;
-        free_at[d] = k0 ? sim->end[last] : 0;
-        cur[d] = k0 ? sim->mem[last] : 0;
-        sim->busy[d] = k0 ? r->acc[ACC_BUSY * n + last] : 0;
-        sim->peak[d] = k0 ? r->acc[ACC_PEAK * n + last] : 0;
-        sim->peak_at[d] = k0 ? (int64_t)r->acc[ACC_PEAK_K * n + last] : 0;
-        sim->cursor[d] = k0, g.queued[d] = 0;
-    }
-    pm_status st = run_all(sim, &g, c, err);
-    if (st) return st;
-    for (int d = 0; d < s->p; d++) refresh(r, s, c, d, r->from[d]);
-    return PM_OK;
-}
-
-void pm_resim_undo(pm_resim *r, const pm_sched *s) {
-    swap_out(r, s, 1);
-    reset_deps(r, s, 1);
-}
-
-double pm_resim_ends(const pm_resim *r, const pm_sched *s) {
-    size_t n = (size_t)s->p * (size_t)s->cap;
-    double sum = 0;
-    for (int d = 0; d < s->p; d++)
-        if (s->len[d]) sum += r->acc[ACC_ENDS * n + (int64_t)d * s->cap + s->len[d] - 1];
-    return sum;
 }
