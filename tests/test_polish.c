@@ -3,9 +3,10 @@
  * under test:
  *   - p = 2, m = 2, unit costs: device 1 running F0 F1 B0 W0 B1 W1 gives 8
  *     and F0 B0 F1 B1 W0 W1 gives 7, the optimum (by hand, below);
- *   - on every kind, shape and cost tried, the result validates under the
- *     cap it was given, is no slower than what it started from, and is the
- *     same on a second run (the searches rebuild a winner that way);
+ *   - on every kind, shape and cost tried, up to p m = 2048, the result
+ *     validates under the cap it was given, is no slower than what it
+ *     started from, is the same on a second run (the searches rebuild a
+ *     winner that way) and spent at most its budget of simulated passes;
  *   - the search's schedule at p = 2, 0.75 M, costs 3,3,2 is within 5% of
  *     the optimum the slot search (SAT, test_optimal.c) proves for the same
  *     case; unpolished, v-zb is 6.7 to 7.7% above it;
@@ -263,6 +264,51 @@ static void resume_equals_full_replay(void **state) {
     assert_true(saved > 0); /* some runs stopped before the end */
 }
 
+/* At p m = 2048, the most the searches polish: never worse, within the
+ * cap, the same twice, and within its budget of simulated passes. */
+static void at_scale(void **state) {
+    (void)state;
+    static const struct {
+        const char *kind;
+        int p, m;
+        double limit;
+        pm_costs t;
+    } cases[] = {{"v-zb", 16, 128, 0.75, {9918, 10434, 7038, 213}},
+                 {"zb", 32, 64, 0.5, {1, 1, 1, 0}},
+                 {"v-half", 8, 256, 0, {3, 3, 2, 1}}};
+    for (int i = 0; i < 3; i++) {
+        pm_sched_req q = {.p = cases[i].p, .m = cases[i].m, .t = cases[i].t,
+                          .mem = PM_MEM_DEFAULT, .mem_limit = cases[i].limit};
+        assert_int_equal((int64_t)q.p * q.m, PM_POLISH_MAX_PM);
+        pm_sched s, t;
+        pm_cost c;
+        pm_err e;
+        assert_int_equal(pm_sched_generate(&s, cases[i].kind, &q, &e), PM_OK);
+        assert_int_equal(pm_cost_init_uniform(&c, &s, q.t, q.mem, &e), PM_OK);
+        assert_int_equal(pm_sched_copy(&t, &s, &e), PM_OK);
+        pm_sim sim;
+        assert_int_equal(pm_sim_run(&sim, &s, &c, &e), PM_OK);
+        double before = sim.makespan, peak = pm_sim_peak_max_x(&sim);
+        pm_polish_cfg cfg = {peak * sim.M, 4 * PM_POLISH_BUDGET, PM_POLISH_PATIENCE};
+        pm_polish_stats ps, pt;
+        assert_int_equal(pm_sched_polish(&s, &c, &cfg, &ps, &e), PM_OK);
+        assert_int_equal(pm_sched_polish(&t, &c, &cfg, &pt, &e), PM_OK);
+        if (ps.spent > cfg.budget || ps.spent <= 0)
+            fail_msg("%s: spent %lld of %lld", cases[i].kind, (long long)ps.spent,
+                     (long long)cfg.budget);
+        if (!same_orders(&s, &t) || ps.spent != pt.spent || ps.moves != pt.moves)
+            fail_msg("%s p=%d m=%d: two polishes differ", cases[i].kind, q.p, q.m);
+        if (pm_sched_validate(&s, &c, peak, &e)) fail_msg("%s: %s", cases[i].kind, e.msg);
+        double after = makespan(&s, &c);
+        if (after > before * (1 + 1e-12))
+            fail_msg("%s p=%d m=%d: %g after, %g before", cases[i].kind, q.p, q.m, after, before);
+        pm_sim_free(&sim);
+        pm_cost_free(&c);
+        pm_sched_free(&s);
+        pm_sched_free(&t);
+    }
+}
+
 static void search_near_the_optimum(void **state) {
     (void)state;
     if (!pm_slots_available()) skip(); /* built with NO_SAT=1: no optimum to compare */
@@ -375,6 +421,7 @@ int main(void) {
         cmocka_unit_test(hand_case),
         cmocka_unit_test(resume_equals_full_replay),
         cmocka_unit_test(never_worse_never_over),
+        cmocka_unit_test(at_scale),
         cmocka_unit_test(search_near_the_optimum),
         cmocka_unit_test(search_agrees_with_curve),
         cmocka_unit_test(cli_polish),
