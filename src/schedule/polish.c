@@ -10,21 +10,22 @@
  * PM_POLISH_WINDOW places on its own device. A device's memory levels
  * depend on its order alone, so a move that breaks a dependency within the
  * device or rises over the cap is refused before any replay; the others
- * are replayed, and kept when the schedule does not deadlock and its
- * simulated score falls: the makespan, then the sum of the devices' spans,
- * then the sum of the passes' end times (the two ties let work drift
- * earlier on devices off the critical one, which is what later lets the
- * makespan fall). First improvement, in rounds over every pass until one
- * keeps nothing.
+ * are replayed (resim.h: from the first pass the move can change, until
+ * its effect dies out, undone from a log if refused), and kept when the
+ * schedule does not deadlock and its simulated score falls: the makespan,
+ * then the sum of the devices' spans, then the sum of the passes' end
+ * times (the two ties let work drift earlier on devices off the critical
+ * one, which is what later lets the makespan fall). First improvement, in
+ * rounds over every pass until one keeps nothing.
  *
  * Then the kicks: PM_POLISH_KICK random moves (plausible, whatever they
  * score) and a climb from there, kept when it ends with a better score,
  * else undone. A climb stops in a local optimum that single moves cannot
  * leave; a kick of three can. It ends when `patience` kicks in a row gain
  * nothing, when the makespan meets the lower bound (bound.c: no schedule is
- * faster), or when the budget of simulated passes is spent. A budget, never
- * seconds, and a fixed seed, so every machine and every MPI rank polishes
- * a schedule the same way. */
+ * faster), or when the budget of simulated passes (those the replays
+ * actually ran) is spent. A budget, never seconds, and a fixed seed, so
+ * every machine and every MPI rank polishes a schedule the same way. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
