@@ -241,7 +241,9 @@ typedef struct {
 typedef struct {
     int moves;       /* moves kept by the climbs that were kept */
     int rounds;      /* rounds over every pass in the first climb */
-    int64_t spent;   /* passes simulated (a kick counts at least 256) */
+    int64_t spent;   /* passes simulated: those each move's replay ran (it resumes
+                        and stops early) plus one per device, and two full replays
+                        a kick (each counted at least 256) */
     int converged;   /* 1: the first climb ended with a round that kept nothing */
     int64_t kicks;   /* random kicks tried after it, ... */
     int64_t kicks_kept; /* ... and those whose climb ended with a better score */
@@ -258,8 +260,8 @@ typedef struct {
  * passes are spent; s->kind gains "+polish". The result replays under c,
  * stays within cfg->cap and its makespan is at most s's; it depends on
  * nothing but the inputs (same result on any machine). A schedule that
- * does not replay or is over the cap to start with is left as it is, kind
- * and all, but for the marks of overlapped pairs (pm_sched.pair), which
+ * does not replay, runs a pass twice or is over the cap to start with is
+ * left as it is, kind and all, but for the marks of overlapped pairs (pm_sched.pair), which
  * polishing always drops: a move would break a pair. stats may be NULL.
  * Fails only out of memory. */
 pm_status pm_sched_polish(pm_sched *s, const pm_cost *c, const pm_polish_cfg *cfg,

@@ -10,27 +10,29 @@
  * PM_POLISH_WINDOW places on its own device. A device's memory levels
  * depend on its order alone, so a move that breaks a dependency within the
  * device or rises over the cap is refused before any replay; the others
- * are replayed, and kept when the schedule does not deadlock and its
- * simulated score falls: the makespan, then the sum of the devices' spans,
- * then the sum of the passes' end times (the two ties let work drift
- * earlier on devices off the critical one, which is what later lets the
- * makespan fall). First improvement, in rounds over every pass until one
- * keeps nothing.
+ * are replayed (resim.h: from the first pass the move can change, until
+ * its effect dies out, undone from a log if refused), and kept when the
+ * schedule does not deadlock and its simulated score falls: the makespan,
+ * then the sum of the devices' spans, then the sum of the passes' end
+ * times (the two ties let work drift earlier on devices off the critical
+ * one, which is what later lets the makespan fall). First improvement, in
+ * rounds over every pass until one keeps nothing.
  *
  * Then the kicks: PM_POLISH_KICK random moves (plausible, whatever they
  * score) and a climb from there, kept when it ends with a better score,
  * else undone. A climb stops in a local optimum that single moves cannot
  * leave; a kick of three can. It ends when `patience` kicks in a row gain
  * nothing, when the makespan meets the lower bound (bound.c: no schedule is
- * faster), or when the budget of simulated passes is spent. A budget, never
- * seconds, and a fixed seed, so every machine and every MPI rank polishes
- * a schedule the same way. */
+ * faster), or when the budget of simulated passes (those the replays
+ * actually ran) is spent. A budget, never seconds, and a fixed seed, so
+ * every machine and every MPI rank polishes a schedule the same way. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "polish.h"
+#include "resim.h"
 
 #define PM_POLISH_WINDOW 4
 #define PM_POLISH_KICK 3         /* random moves per kick */
@@ -40,19 +42,11 @@ typedef struct {
     double makespan, spans, ends;
 } score;
 
-/* Replays s; 0 if it deadlocks or a device exceeds cap (> 0). */
-static int eval(pm_sim *sim, const pm_sched *s, const pm_cost *c, double cap, score *out) {
-    pm_err err;
-    if (pm_sim_replay(sim, s, c, &err)) return 0;
-    score r = {sim->makespan, 0, 0};
-    for (int d = 0; d < s->p; d++) {
-        if (cap > 0 && sim->peak[d] > cap * (1 + PM_PEAK_TOL)) return 0;
-        r.spans += sim->span[d];
-        const double *end = sim->end + (int64_t)d * s->cap;
-        for (int64_t i = 0; i < s->len[d]; i++) r.ends += end[i];
-    }
-    *out = r;
-    return 1;
+/* The score of the replay in r. */
+static score score_of(const pm_resim *r, const pm_sched *s) {
+    score x = {r->sim.makespan, 0, r->ends};
+    for (int d = 0; d < s->p; d++) x.spans += r->sim.span[d];
+    return x;
 }
 
 /* a < b by more than rounding, in one component after equal ones */
@@ -87,7 +81,7 @@ static int needs(const pm_pass *a, const pm_pass *b) {
 typedef struct {
     pm_sched *s;
     const pm_cost *c;
-    pm_sim sim;
+    pm_resim rs; /* the replay of s as it stands (after an undo, too) */
     double cap;
     double *before; /* (p, cap) like the schedule's passes */
     int64_t n, budget;
@@ -95,6 +89,17 @@ typedef struct {
     double lb;   /* no schedule's makespan is below it (bound.c) */
     score cur;
 } polish_ws;
+
+/* Replays s in full; 0 if it deadlocks or a device exceeds the cap (a
+ * move's replay need not check it: plausible() did). */
+static int eval_full(polish_ws *w, score *out) {
+    pm_err err;
+    if (pm_resim_full(&w->rs, w->s, w->c, &err)) return 0;
+    for (int d = 0; d < w->s->p; d++)
+        if (w->cap > 0 && w->rs.sim.peak[d] > w->cap * (1 + PM_PEAK_TOL)) return 0;
+    *out = score_of(&w->rs, w->s);
+    return 1;
+}
 
 static void levels(polish_ws *w, int d) {
     const pm_pass *list = pm_sched_dev(w->s, d);
@@ -119,25 +124,45 @@ static int plausible(const polish_ws *w, int d, int64_t i, int64_t j) {
     return 1;
 }
 
+/* Replays the schedule after list[i] of device d moved to j, from the
+ * first pass the move can change until its effect dies out (resim.h).
+ * Charged the passes replayed, and one per device (the cut and the spans
+ * visit each). 1 if the move is kept, else it is undone, replay too. */
+static int try_move(polish_ws *w, int d, int64_t i, int64_t j) {
+    pm_pass *list = pm_sched_dev(w->s, d);
+    move(list, i, j);
+    if (!plausible(w, d, i, j)) {
+        move(list, j, i);
+        return 0;
+    }
+    int64_t most = w->budget - w->s->p;
+    if (most < 1) {
+        w->starved = 1;
+        move(list, j, i);
+        return 0;
+    }
+    pm_resim_cut(&w->rs, w->s, d, i < j ? i : j, i < j ? j : i);
+    pm_err err;
+    pm_status st = pm_resim_run(&w->rs, w->s, w->c, most, &err);
+    w->budget -= w->rs.ran + w->s->p;
+    if (!st && w->rs.cut_short) w->starved = 1;
+    else if (!st) {
+        score sc = score_of(&w->rs, w->s);
+        if (better(&sc, &w->cur)) {
+            w->cur = sc;
+            levels(w, d);
+            return 1;
+        }
+    }
+    move(list, j, i);
+    pm_resim_undo(&w->rs, w->s);
+    return 0;
+}
+
 /* Tries the moves of device d's pass i; 1 if one was kept. */
 static int try_pass(polish_ws *w, int d, int64_t i) {
-    pm_pass *list = pm_sched_dev(w->s, d);
-    for (int64_t j = i - PM_POLISH_WINDOW; j <= i + PM_POLISH_WINDOW; j++) {
-        if (j < 0 || j >= w->s->len[d] || j == i) continue;
-        move(list, i, j);
-        score sc;
-        int replay = plausible(w, d, i, j);
-        if (replay && w->budget < w->n) w->starved = 1, replay = 0;
-        if (replay) {
-            w->budget -= w->n;
-            if (eval(&w->sim, w->s, w->c, w->cap, &sc) && better(&sc, &w->cur)) {
-                w->cur = sc;
-                levels(w, d);
-                return 1;
-            }
-        }
-        move(list, j, i);
-    }
+    for (int64_t j = i - PM_POLISH_WINDOW; j <= i + PM_POLISH_WINDOW; j++)
+        if (j >= 0 && j < w->s->len[d] && j != i && try_move(w, d, i, j)) return 1;
     return 0;
 }
 
@@ -145,7 +170,7 @@ static int try_pass(polish_ws *w, int d, int64_t i) {
  * ends; 1 if the last round kept nothing. */
 static int climb(polish_ws *w, pm_polish_stats *ps) {
     int kept = 1;
-    while (kept && w->budget >= w->n) {
+    while (kept && w->budget > 0) {
         kept = 0;
         for (int d = 0; d < w->s->p; d++)
             for (int64_t i = 0; i < w->s->len[d]; i++) kept += try_pass(w, d, i);
@@ -186,27 +211,32 @@ static void copy_orders(pm_pass *dst, const pm_pass *src, const pm_sched *s) {
 /* After the climb stops on its own: kick, climb again, keep the result if
  * it scores better, else go back; until `patience` kicks in a row gain
  * nothing (0: never), the makespan meets the lower bound or the budget
- * ends. A kick is charged at least PM_POLISH_KICK_COST passes: undoing it
- * rewrites every device's order and levels, which on a small schedule
- * costs more than its replay. */
+ * ends. A kick is replayed in full, and going back is another full replay
+ * (the climb's replays resume from the state it leaves): each is charged
+ * at least PM_POLISH_KICK_COST passes, since undoing a kick rewrites every
+ * device's order and levels, which on a small schedule costs more than its
+ * replay. Both are charged before the climb, so it never overspends. */
 static void iterate(polish_ws *w, pm_pass *best, int patience, pm_polish_stats *ps) {
     uint64_t rng = 0x9e3779b97f4a7c15ull;
     score top = w->cur;
     int64_t cost = w->n > PM_POLISH_KICK_COST ? w->n : PM_POLISH_KICK_COST;
     copy_orders(best, w->s->pass, w->s);
-    for (int futile = 0; w->budget >= cost && less(w->lb, top.makespan);) {
+    for (int futile = 0; w->budget >= 2 * cost && less(w->lb, top.makespan);) {
         kick(w, &rng);
-        w->budget -= cost;
+        w->budget -= 2 * cost;
         pm_polish_stats quiet = {0};
-        if (eval(&w->sim, w->s, w->c, w->cap, &w->cur)) climb(w, &quiet);
+        if (eval_full(w, &w->cur)) climb(w, &quiet);
         ps->kicks++;
         if (better(&w->cur, &top)) {
             top = w->cur, futile = 0, ps->kicks_kept++, ps->moves += quiet.moves;
+            w->budget += cost; /* nothing to go back to */
             copy_orders(best, w->s->pass, w->s);
             continue;
         }
         copy_orders(w->s->pass, best, w->s);
         for (int d = 0; d < w->s->p; d++) levels(w, d);
+        int back = eval_full(w, &w->cur); /* the best replayed before: it does again */
+        PM_ASSERT(back);
         w->cur = top;
         if (patience && ++futile >= patience) break;
     }
@@ -220,17 +250,17 @@ pm_status pm_sched_polish(pm_sched *s, const pm_cost *c, const pm_polish_cfg *cf
     pm_free(s->pair);
     s->pair = NULL;
     polish_ws w = {.s = s, .c = c, .cap = cfg->cap, .budget = cfg->budget};
-    pm_status st = pm_sim_init(&w.sim, s, err);
+    pm_status st = pm_resim_init(&w.rs, s, err);
     if (st) return st;
     w.before = pm_malloc((size_t)s->p * (size_t)s->cap * sizeof *w.before);
     pm_pass *best = pm_malloc((size_t)s->p * (size_t)s->cap * sizeof *best);
     if (!w.before || !best) {
         pm_free(w.before);
         pm_free(best);
-        pm_sim_free(&w.sim);
+        pm_resim_free(&w.rs);
         return pm_errf(err, PM_ERR_NOMEM, "out of memory polishing a schedule of p=%d", s->p);
     }
-    if (eval(&w.sim, s, c, w.cap, &w.cur)) { /* else nothing to start from: s stays */
+    if (eval_full(&w, &w.cur)) { /* else nothing to start from: s stays */
         for (int d = 0; d < s->p; d++) w.n += s->len[d], levels(&w, d);
         w.lb = pm_sched_lower_bound_at(s, c, w.cap);
         ps.converged = climb(&w, &ps);
@@ -243,7 +273,7 @@ pm_status pm_sched_polish(pm_sched *s, const pm_cost *c, const pm_polish_cfg *cf
     ps.spent = cfg->budget - w.budget;
     pm_free(best);
     pm_free(w.before);
-    pm_sim_free(&w.sim);
+    pm_resim_free(&w.rs);
     if (stats) *stats = ps;
     return PM_OK;
 }
