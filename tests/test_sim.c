@@ -267,9 +267,10 @@ static void test_lower_bound_never_beaten(void **state) {
     pm_cost_free(&c), pm_sched_free(&s);
 }
 
-/* ---- bound.c's first version, O(S) per device and O(S) per stage of it
- * (O(S^2) in all), kept as the independent reference for the linear one:
- * each sum is written out as the formula at the top of bound.c states it. */
+/* ---- the bound written out term by term, O(S) per device and O(S) per
+ * stage of it (O(S^2) in all), kept as the independent reference for the
+ * linear sweep of bound.c: each sum is computed the way the derivation at
+ * the top of bound.c states it, from the stages, not from running sums. */
 static double ref_lat(const pm_sched *s, double c, int a, int b) {
     double t = 0;
     for (int k = a; k < b; k++)
@@ -279,48 +280,51 @@ static double ref_lat(const pm_sched *s, double c, int a, int b) {
 
 static double ref_tb(const pm_stage_cost *x) { return x->tb + (x->rec ? x->tf : 0); }
 
-static double ref_forward_work(const pm_sched *s, const pm_cost *c, int d, double cap) {
-    double ratio = 0;
-    for (int k = 0; k < s->S; k++) {
-        if (pm_sched_stage_device(s, k) != d) continue;
-        const pm_stage_cost *x = &c->st[k];
-        double delta = x->rec ? x->mr : x->mf;
-        if (!(delta > 0)) return INFINITY;
-        if (x->tf / delta > ratio) ratio = x->tf / delta;
-    }
-    return cap * ratio;
+/* D_u: F and B of every stage above u, and the latency both ways. */
+static double ref_D(const pm_sched *s, const pm_cost *c, int u) {
+    double t = 2 * ref_lat(s, c->c, u, s->S - 1);
+    for (int k = u + 1; k < s->S; k++) t += c->st[k].tf + ref_tb(&c->st[k]);
+    return t;
+}
+
+/* The most work per unit of memory: value / weight, 0 without work. */
+static double ref_ratio(double value, double weight) {
+    if (value <= 0) return 0;
+    return weight > 0 ? value / weight : INFINITY;
 }
 
 static double ref_device_bound(const pm_sched *s, const pm_cost *c, int d, double cap) {
     const pm_stage_cost *st = c->st;
-    int S = s->S, lo = S, hi = -1;
-    double f = 0, bw = 0;
+    int S = s->S, lo = S, hi = -1, signed_mem = 0;
+    double f = 0, bw = 0, rf = 0, rt = 0, keep = 0, hold = 0;
     for (int k = 0; k < S; k++) {
         if (pm_sched_stage_device(s, k) != d) continue;
+        const pm_stage_cost *x = &st[k];
+        double pre = x->rec ? x->mr : x->mf, post = x->mf + x->mb;
         lo = k < lo ? k : lo, hi = k > hi ? k : hi;
-        f += st[k].tf, bw += ref_tb(&st[k]) + st[k].tw;
+        f += x->tf, bw += ref_tb(x) + x->tw;
+        rf = fmax(rf, ref_ratio(x->tf, pre));
+        rt = fmax(rt, fmax(ref_ratio(ref_tb(x) + x->tw, pre), ref_ratio(x->tw, post)));
+        if (x->mf < 0 || pre < 0 || post < 0 || post + x->mw < 0) signed_mem = 1;
+        keep += pre;
+        hold += pre * (x->tf + ref_D(s, c, k) + ref_tb(x)) + fmin(pre, post) * x->tw;
     }
     if (hi < 0) return 0;
     double m = s->m, work = m * (f + bw), R = 0;
     for (int k = lo; k < S; k++) R += st[k].tf;
     for (int k = hi + 1; k < S; k++) R += ref_tb(&st[k]);
     R += ref_lat(s, c->c, lo, S - 1) + ref_lat(s, c->c, hi, S - 1);
-    double early = m * f;
-    if (cap > 0) {
-        double fw = ref_forward_work(s, c, d, cap);
-        early = fw < early ? fw : early;
-    }
-    double head = R + work - (early < R ? early : R), tail = -1;
-    for (int k = lo; k <= hi; k++) {
-        if (pm_sched_stage_device(s, k) != d) continue;
-        double down = 0;
-        for (int u = k + 1; u < S; u++) down += st[u].tf + ref_tb(&st[u]);
-        down += 2 * ref_lat(s, c->c, k, S - 1) + ref_tb(&st[k]) + st[k].tw;
-        if (tail < 0 || down < tail) tail = down;
-    }
-    tail += m * f;
-    double b = work > head ? work : head;
-    return b > tail ? b : tail;
+    double down = st[lo].tw + ref_lat(s, c->c, lo, hi);
+    for (int k = lo; k <= hi; k++) down += ref_tb(&st[k]);
+    double chain = ref_D(s, c, hi) + fmax(ref_tb(&st[hi]) + st[hi].tw, down);
+    double early = m * f, rem = m * bw;
+    if (cap > 0) early = fmin(early, cap * rf);
+    if (cap > 0 && !signed_mem) rem = fmin(rem, cap * rt);
+    double idle_h = R - fmin(R, early), idle_t = chain - fmin(chain, rem);
+    double b = work + fmax(idle_h, idle_t);
+    if (cap > 0 && m * keep > cap) b = work + idle_h + idle_t;
+    if (cap > 0 && !signed_mem) b = fmax(b, m * hold / cap);
+    return b;
 }
 
 static double ref_lower_bound_at(const pm_sched *s, const pm_cost *c, double cap) {
@@ -338,10 +342,11 @@ static double lcg_unit(void) { /* [0, 1), a fixed sequence */
     return (double)(lcg_state >> 11) / 9007199254740992.0;
 }
 
-/* The linear bound gives the first version's values on every placement,
- * p 1..12 and 300 (above the devices one sweep gathers without an
- * allocation, and then without it), several m, per-stage costs that differ (some F keeping nothing,
- * some stages recomputed), with and without latency and a memory cap:
+/* The linear bound gives the term-by-term reference's values on every
+ * placement, p 1..12 and 300 (above the devices one sweep gathers without
+ * an allocation, and then without it), several m, per-stage costs that
+ * differ (some F keeping nothing, some W freeing more than its F kept, some
+ * stages recomputed), with and without latency and a memory cap:
  * exactly with small integer costs (every sum exact), to 1e-12 with real
  * ones (the sums are taken in another order). */
 static void test_lower_bound_equals_reference(void **state) {
@@ -374,6 +379,7 @@ static void test_lower_bound_equals_reference(void **state) {
             }
             if (lcg_unit() < 0.1) x->mf = 0; /* an F that keeps nothing */
             x->mb = -x->mf / 2, x->mw = -x->mf / 2;
+            if (lcg_unit() < 0.1) x->mw = -x->mf; /* W frees more than F kept */
             x->rec = trial >= 2 && lcg_unit() < 0.5;
         }
         c.c = trial % 2 ? (integer ? 2 : 0.7) : 0;
@@ -390,8 +396,8 @@ static void test_lower_bound_equals_reference(void **state) {
                 assert_true(fired && again == got);
             }
             if (!same)
-                fail_msg("place %d v %d p %d m %d trial %d cap %g: bound %.17g, the first "
-                         "version %.17g", shapes[sh].place, shapes[sh].v, p, ms[mi], trial,
+                fail_msg("place %d v %d p %d m %d trial %d cap %g: bound %.17g, the "
+                         "reference %.17g", shapes[sh].place, shapes[sh].v, p, ms[mi], trial,
                          caps[ci], got, want);
             checked++;
         }
