@@ -152,7 +152,10 @@ static double device_bound(const pm_sched *s, const dev_acc *a, double cap) {
     if (capped && !a->signed_mem) rem = min2(rem, cap * a->ratio_t);
     double idle_h = R - min2(R, early), idle_t = chain - min2(chain, rem);
     double b = work + max2(idle_h, idle_t);
-    if (capped && m * a->keep > cap) b = work + idle_h + idle_t; /* t_e >= t0 + R */
+    /* t_e >= t0 + R when the forwards cannot all be live at once; a margin
+     * keeps a cap that holds them exactly (a peak, summed in another
+     * order) from looking too small by a rounding */
+    if (capped && m * a->keep > cap * (1 + 1e-9)) b = work + idle_h + idle_t;
     if (capped && !a->signed_mem) b = max2(b, m * a->hold / cap);
     return b;
 }
