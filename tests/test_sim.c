@@ -156,9 +156,10 @@ static double now_s(void) {
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-/* Validation and simulation are linear in the number of passes: 1F1B on
- * 100000 devices with m = 3 is 600000 passes; the old sweep (every device
- * revisited until nothing moved) took O(p^2) steps, over 30 s. A linear
+/* Validation, simulation and the lower bound are linear in the number of
+ * passes: 1F1B on 100000 devices with m = 3 is 600000 passes; the old
+ * sweep (every device revisited until nothing moved) took O(p^2) steps,
+ * over 30 s, and so did the bound's first version (O(S^2)). A linear
  * replay takes well under a second; 10 s leaves room for a loaded machine
  * and sanitizers. The makespan is checked against the 1F1B formula with
  * unit costs and no latency: (m + p - 1) * (F + BW) = (3 + p - 1) * 3. */
@@ -174,9 +175,15 @@ static void test_linear_in_passes(void **state) {
     assert_int_equal(pm_cost_init_uniform(&c, &s, req.t, req.mem, &err), PM_OK);
     assert_int_equal(pm_sched_validate(&s, &c, 0, &err), PM_OK);
     assert_int_equal(pm_sim_run(&sim, &s, &c, &err), PM_OK);
+    double lb = pm_sched_lower_bound_at(&s, &c, pm_sim_peak_max_x(&sim) * sim.M);
     double dt = now_s() - t0;
     assert_true(fabs(sim.makespan - (3.0 + 100000 - 1) * 3.0) < 1e-6);
-    if (dt > 10) fail_msg("validate + simulate of 600000 passes took %.1f s", dt);
+    /* the bound at its peak, by hand: device 0's first B comes p F and
+     * p - 1 B (3p - 2) after its first F, when it has done its 3 F: 9 +
+     * 3p - 2 - 3 (the drain, 9 + 3p - 1 - 6, and Little's law, 3 x 3p / 3,
+     * are lower) */
+    assert_true(lb == 3.0 * 100000 + 4);
+    if (dt > 10) fail_msg("validate + simulate + bound of 600000 passes took %.1f s", dt);
     pm_sim_free(&sim);
     pm_cost_free(&c);
     pm_sched_free(&s);
