@@ -29,7 +29,8 @@
  *   memory, with a cap on every device's level (pm_sched_lower_bound_at;
  *          a level is the sum of the deltas of the passes run so far, and
  *          the peak is at least every level since a pass rises at least by
- *          its delta). Let w_pre = what F keeps (mf, recomputed mr),
+ *          its delta; a recomputed F rises by mr + mf, so with an mf < 0 no
+ *          memory term applies). Let w_pre = what F keeps (mf, recomputed mr),
  *          w_post = mf + mb (what B leaves) and tot = mf + mb + mw.
  *      head: the forwards started in [t0, t0 + R] precede every backward,
  *          so their deltas sum to at most cap and they do at most
@@ -85,7 +86,8 @@ static double per_unit(double value, double weight) {
  * values. */
 typedef struct {
     int seen;        /* 1 once a stage of the device was met */
-    int signed_mem;  /* 1 if a stage's mf, w_pre, w_post or tot < 0 (no tail or holding term) */
+    int signed_mem;  /* 1 if a stage's w_pre, w_post or tot < 0 (no drain or holding term) */
+    int no_mem;      /* 1 if a stage's mf < 0: a recomputed F may rise less than it keeps */
     double f, bw;    /* sum over H_d of tf, and of tb + tw */
     double r_lo;     /* sum_{lo..S-1} tf + lat(lo, S-1): the lowest stage's share of R */
     double r_hi;     /* sum_{hi+1..S-1} tb + lat(hi, S-1): the highest stage's */
@@ -121,7 +123,8 @@ static void gather(dev_acc *a, const pm_stage_cost *x, double suf_f, double suf_
     a->down_lo = suf_b + tb - a->b_hi + suf_l - a->l_hi + x->tw;
     if (rf > a->ratio_f) a->ratio_f = rf;
     if (rt > a->ratio_t) a->ratio_t = rt;
-    if (x->mf < 0 || pre < 0 || post < 0 || tot < 0) a->signed_mem = 1;
+    if (pre < 0 || post < 0 || tot < 0) a->signed_mem = 1;
+    if (x->mf < 0) a->no_mem = 1;
     a->keep += pre;
     a->hold += pre * (x->tf + du + tb) + (pre < post ? pre : post) * x->tw;
 }
@@ -147,7 +150,7 @@ static double device_bound(const pm_sched *s, const dev_acc *a, double cap) {
     double m = s->m, work = m * (a->f + a->bw);
     double R = a->r_lo + a->r_hi, chain = a->d_hi + max2(a->bw_hi, a->down_lo);
     double early = m * a->f, rem = m * a->bw; /* no cap: all of it */
-    int capped = cap > 0;
+    int capped = cap > 0 && !a->no_mem;
     if (capped) early = min2(early, cap * a->ratio_f);
     if (capped && !a->signed_mem) rem = min2(rem, cap * a->ratio_t);
     double idle_h = R - min2(R, early), idle_t = chain - min2(chain, rem);
