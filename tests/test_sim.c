@@ -492,8 +492,9 @@ static void test_lower_bound_random_orders(void **state) {
         for (int d = 0; d < p; d++) peak = sim.peak[d] > peak ? sim.peak[d] : peak;
         double lb = pm_sched_lower_bound_at(&s, &c, peak);
         if (!(sim.makespan >= lb * (1 - 1e-12)))
-            fail_msg("trial %d place %s p %d m %d: makespan %.10g below the bound %.10g at its "
-                     "peak %.10g", trial, pm_place_names[shapes[sh].place], p, m, sim.makespan, lb, peak);
+            fail_msg("trial %d place %s p %d m %d: makespan %.10g below the bound %.10g at "
+                     "its peak %.10g", trial, pm_place_names[shapes[sh].place], p, m,
+                     sim.makespan, lb, peak);
         capped_above += lb > pm_sched_lower_bound(&s, &c) * (1 + 1e-12);
         checked++;
         pm_sim_free(&sim);

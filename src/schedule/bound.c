@@ -39,9 +39,10 @@
  *      tail: at t_e no pass runs on d; every (stage, microbatch) with work
  *          left has its F done and its W not: it holds w_pre with tb + tw
  *          left, or w_post with tw left, and the finished ones hold tot.
- *          If every tot >= 0 the level at t_e (<= cap) bounds the work
- *          left: remmax = cap * max over H_d of (tb + tw) / w_pre and
- *          tw / w_post (unbounded if a weight <= 0 carries work).
+ *          If w_pre, w_post and tot are all >= 0 the level at t_e
+ *          (<= cap) bounds the work left: remmax = cap * max over H_d of
+ *          (tb + tw) / w_pre and tw / w_post (unbounded if a weight <= 0
+ *          carries work).
  *      both: if t_e >= t0 + R the two idle windows are disjoint:
  *          t_e - t0 >= W_d - rem + idle_h, so span(d) >= W_d + idle_h +
  *          idle_t. Else every pass before t_e is a forward, and all m |H_d|
