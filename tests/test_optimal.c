@@ -198,7 +198,8 @@ static void slots_prove_a_point_of_the_v_curve(void **state) {
  * without its help (searched down to the first refusal, lb = 0), on small
  * cases of both placements under tight and loose limits, including ones
  * where the memory terms make it exact (the single placement at p = 2,
- * m = 4, 1.0 M: 36; p = 3, m = 4, V-Min's 2/3 M: 48). A bound above the
+ * m = 4, 1.0 M: 36; p = 3, m = 4, V-Min's 2/3 M: 48), and at most the
+ * larger V optima proven before. A bound above the
  * optimum would also cut the slot search short, and the optimal kinds
  * would call a schedule proven that is not. */
 static void bound_below_unaided_optimum(void **state) {
@@ -239,6 +240,22 @@ static void bound_below_unaided_optimum(void **state) {
         pm_sim_free(&sim);
         pm_cost_free(&c);
         pm_sched_free(&s0);
+    }
+    /* and the V optima at p = 8, m = 16, unit costs, that the slot search
+     * proved in minutes (docs/weak.md): 53.5, 52.0 and 50.5 */
+    static const double lims[] = {0.75, 0.8125, 0.875}, opt[] = {53.5, 52.0, 50.5};
+    for (int i = 0; i < 3; i++) {
+        pm_sched s;
+        pm_cost c;
+        pm_err e;
+        assert_int_equal(pm_sched_init(&s, "shape", PM_PLACE_V, 8, 16, 2, NULL), PM_OK);
+        assert_int_equal(pm_cost_init_uniform(&c, &s, (pm_costs){1, 1, 1, 0}, PM_MEM_DEFAULT,
+                                              &e), PM_OK);
+        double lb = pm_sched_lower_bound_at(&s, &c, lims[i] * pm_cost_M(&c));
+        if (lb > opt[i]) fail_msg("p=8 m=16 %g M: bound %g above the optimum %g", lims[i], lb,
+                                  opt[i]);
+        pm_cost_free(&c);
+        pm_sched_free(&s);
     }
 }
 
