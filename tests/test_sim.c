@@ -156,9 +156,10 @@ static double now_s(void) {
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-/* Validation and simulation are linear in the number of passes: 1F1B on
- * 100000 devices with m = 3 is 600000 passes; the old sweep (every device
- * revisited until nothing moved) took O(p^2) steps, over 30 s. A linear
+/* Validation, simulation and the lower bound are linear in the number of
+ * passes: 1F1B on 100000 devices with m = 3 is 600000 passes; the old
+ * sweep (every device revisited until nothing moved) took O(p^2) steps,
+ * over 30 s, and so did the bound's first version (O(S^2)). A linear
  * replay takes well under a second; 10 s leaves room for a loaded machine
  * and sanitizers. The makespan is checked against the 1F1B formula with
  * unit costs and no latency: (m + p - 1) * (F + BW) = (3 + p - 1) * 3. */
@@ -174,9 +175,15 @@ static void test_linear_in_passes(void **state) {
     assert_int_equal(pm_cost_init_uniform(&c, &s, req.t, req.mem, &err), PM_OK);
     assert_int_equal(pm_sched_validate(&s, &c, 0, &err), PM_OK);
     assert_int_equal(pm_sim_run(&sim, &s, &c, &err), PM_OK);
+    double lb = pm_sched_lower_bound_at(&s, &c, pm_sim_peak_max_x(&sim) * sim.M);
     double dt = now_s() - t0;
     assert_true(fabs(sim.makespan - (3.0 + 100000 - 1) * 3.0) < 1e-6);
-    if (dt > 10) fail_msg("validate + simulate of 600000 passes took %.1f s", dt);
+    /* the bound at its peak, by hand: device 0's first B comes p F and
+     * p - 1 B (3p - 2) after its first F, when it has done its 3 F: 9 +
+     * 3p - 2 - 3 (the drain, 9 + 3p - 1 - 6, and Little's law, 3 x 3p / 3,
+     * are lower) */
+    assert_true(lb == 3.0 * 100000 + 4);
+    if (dt > 10) fail_msg("validate + simulate + bound of 600000 passes took %.1f s", dt);
     pm_sim_free(&sim);
     pm_cost_free(&c);
     pm_sched_free(&s);
@@ -267,9 +274,10 @@ static void test_lower_bound_never_beaten(void **state) {
     pm_cost_free(&c), pm_sched_free(&s);
 }
 
-/* ---- bound.c's first version, O(S) per device and O(S) per stage of it
- * (O(S^2) in all), kept as the independent reference for the linear one:
- * each sum is written out as the formula at the top of bound.c states it. */
+/* ---- the bound written out term by term, O(S) per device and O(S) per
+ * stage of it (O(S^2) in all), kept as the independent reference for the
+ * linear sweep of bound.c: each sum is computed the way the derivation at
+ * the top of bound.c states it, from the stages, not from running sums. */
 static double ref_lat(const pm_sched *s, double c, int a, int b) {
     double t = 0;
     for (int k = a; k < b; k++)
@@ -279,48 +287,52 @@ static double ref_lat(const pm_sched *s, double c, int a, int b) {
 
 static double ref_tb(const pm_stage_cost *x) { return x->tb + (x->rec ? x->tf : 0); }
 
-static double ref_forward_work(const pm_sched *s, const pm_cost *c, int d, double cap) {
-    double ratio = 0;
-    for (int k = 0; k < s->S; k++) {
-        if (pm_sched_stage_device(s, k) != d) continue;
-        const pm_stage_cost *x = &c->st[k];
-        double delta = x->rec ? x->mr : x->mf;
-        if (!(delta > 0)) return INFINITY;
-        if (x->tf / delta > ratio) ratio = x->tf / delta;
-    }
-    return cap * ratio;
+/* D_u: F and B of every stage above u, and the latency both ways. */
+static double ref_D(const pm_sched *s, const pm_cost *c, int u) {
+    double t = 2 * ref_lat(s, c->c, u, s->S - 1);
+    for (int k = u + 1; k < s->S; k++) t += c->st[k].tf + ref_tb(&c->st[k]);
+    return t;
+}
+
+/* The most work per unit of memory: value / weight, 0 without work. */
+static double ref_ratio(double value, double weight) {
+    if (value <= 0) return 0;
+    return weight > 0 ? value / weight : INFINITY;
 }
 
 static double ref_device_bound(const pm_sched *s, const pm_cost *c, int d, double cap) {
     const pm_stage_cost *st = c->st;
-    int S = s->S, lo = S, hi = -1;
-    double f = 0, bw = 0;
+    int S = s->S, lo = S, hi = -1, signed_mem = 0;
+    double f = 0, bw = 0, rf = 0, rt = 0, keep = 0, hold = 0;
     for (int k = 0; k < S; k++) {
         if (pm_sched_stage_device(s, k) != d) continue;
+        const pm_stage_cost *x = &st[k];
+        double pre = x->rec ? x->mr : x->mf, post = x->mf + x->mb;
         lo = k < lo ? k : lo, hi = k > hi ? k : hi;
-        f += st[k].tf, bw += ref_tb(&st[k]) + st[k].tw;
+        f += x->tf, bw += ref_tb(x) + x->tw;
+        rf = fmax(rf, ref_ratio(x->tf, pre));
+        rt = fmax(rt, fmax(ref_ratio(ref_tb(x) + x->tw, pre), ref_ratio(x->tw, post)));
+        if (pre < 0 || post < 0 || post + x->mw < 0) signed_mem = 1;
+        if (x->mf < 0) cap = 0; /* a recomputed F may rise less than it keeps */
+        keep += pre;
+        hold += pre * (x->tf + ref_D(s, c, k) + ref_tb(x)) + fmin(pre, post) * x->tw;
     }
     if (hi < 0) return 0;
     double m = s->m, work = m * (f + bw), R = 0;
     for (int k = lo; k < S; k++) R += st[k].tf;
     for (int k = hi + 1; k < S; k++) R += ref_tb(&st[k]);
     R += ref_lat(s, c->c, lo, S - 1) + ref_lat(s, c->c, hi, S - 1);
-    double early = m * f;
-    if (cap > 0) {
-        double fw = ref_forward_work(s, c, d, cap);
-        early = fw < early ? fw : early;
-    }
-    double head = R + work - (early < R ? early : R), tail = -1;
-    for (int k = lo; k <= hi; k++) {
-        if (pm_sched_stage_device(s, k) != d) continue;
-        double down = 0;
-        for (int u = k + 1; u < S; u++) down += st[u].tf + ref_tb(&st[u]);
-        down += 2 * ref_lat(s, c->c, k, S - 1) + ref_tb(&st[k]) + st[k].tw;
-        if (tail < 0 || down < tail) tail = down;
-    }
-    tail += m * f;
-    double b = work > head ? work : head;
-    return b > tail ? b : tail;
+    double down = st[lo].tw + ref_lat(s, c->c, lo, hi);
+    for (int k = lo; k <= hi; k++) down += ref_tb(&st[k]);
+    double chain = ref_D(s, c, hi) + fmax(ref_tb(&st[hi]) + st[hi].tw, down);
+    double early = m * f, rem = m * bw;
+    if (cap > 0) early = fmin(early, cap * rf);
+    if (cap > 0 && !signed_mem) rem = fmin(rem, cap * rt);
+    double idle_h = R - fmin(R, early), idle_t = chain - fmin(chain, rem);
+    double b = work + fmax(idle_h, idle_t);
+    if (cap > 0 && m * keep > cap * (1 + 1e-9)) b = work + idle_h + idle_t;
+    if (cap > 0 && !signed_mem) b = fmax(b, m * hold / cap);
+    return b;
 }
 
 static double ref_lower_bound_at(const pm_sched *s, const pm_cost *c, double cap) {
@@ -338,12 +350,13 @@ static double lcg_unit(void) { /* [0, 1), a fixed sequence */
     return (double)(lcg_state >> 11) / 9007199254740992.0;
 }
 
-/* The linear bound gives the first version's values on every placement,
- * p 1..12 and 300 (above the devices one sweep gathers without an
- * allocation, and then without it), several m, per-stage costs that differ (some F keeping nothing,
- * some stages recomputed), with and without latency and a memory cap:
- * exactly with small integer costs (every sum exact), to 1e-12 with real
- * ones (the sums are taken in another order). */
+/* The linear bound gives the term-by-term reference's values on every
+ * placement, p 1..12 and 300 (above the devices one sweep gathers without
+ * an allocation, and then without it), several m, per-stage costs that
+ * differ (some F keeping nothing, some W freeing more than its F kept, a
+ * few F deltas below 0, some stages recomputed), with and without latency
+ * and a memory cap: exactly with small integer costs (every sum exact), to
+ * 1e-12 with real ones (the sums are taken in another order). */
 static void test_lower_bound_equals_reference(void **state) {
     (void)state;
     static const struct { pm_place place; int v; } shapes[] = {
@@ -374,6 +387,8 @@ static void test_lower_bound_equals_reference(void **state) {
             }
             if (lcg_unit() < 0.1) x->mf = 0; /* an F that keeps nothing */
             x->mb = -x->mf / 2, x->mw = -x->mf / 2;
+            if (lcg_unit() < 0.1) x->mw = -x->mf; /* W frees more than F kept */
+            if (trial == 3 && lcg_unit() < 0.1) x->mf = -x->mf - 1; /* no memory terms */
             x->rec = trial >= 2 && lcg_unit() < 0.5;
         }
         c.c = trial % 2 ? (integer ? 2 : 0.7) : 0;
@@ -390,8 +405,8 @@ static void test_lower_bound_equals_reference(void **state) {
                 assert_true(fired && again == got);
             }
             if (!same)
-                fail_msg("place %d v %d p %d m %d trial %d cap %g: bound %.17g, the first "
-                         "version %.17g", shapes[sh].place, shapes[sh].v, p, ms[mi], trial,
+                fail_msg("place %d v %d p %d m %d trial %d cap %g: bound %.17g, the "
+                         "reference %.17g", shapes[sh].place, shapes[sh].v, p, ms[mi], trial,
                          caps[ci], got, want);
             checked++;
         }
@@ -399,6 +414,172 @@ static void test_lower_bound_equals_reference(void **state) {
         pm_sched_free(&s);
     }
     assert_int_equal(checked, 5 * (12 * 4 + 1) * 2 * 4 * 4);
+}
+
+/* A random valid schedule of shape (place, p, m, v): passes are appended
+ * one at a time to a random device, each one whose inputs are already
+ * listed (so the global order of appends replays without deadlock); with
+ * probability `back` a backward or weight pass is preferred to a forward,
+ * which spreads the peaks from one activation to all of them; some
+ * backwards are fused BW passes. Microbatches go in any order. */
+static void random_schedule(pm_sched *s, pm_place place, int p, int m, int v, double back) {
+    assert_int_equal(pm_sched_init(s, "random", place, p, m, v, NULL), PM_OK);
+    int S = s->S, left = 0;
+    uint8_t state[16][8] = {{0}}; /* 0 none, 1 F, 2 B, 3 W or BW listed */
+    assert_true(S <= 16 && m <= 8);
+    left = 3 * S * m;
+    while (left > 0) {
+        int d = (int)(lcg_unit() * p), nc = 0, nb = 0;
+        int cand[48][2], bwd[48][2]; /* (stage, mb): ready forwards, ready B or W */
+        for (int u = 0; u < S; u++) {
+            if (pm_sched_stage_device(s, u) != d) continue;
+            for (int j = 0; j < m; j++) {
+                int st = state[u][j];
+                if (st == 0 && (u == 0 || state[u - 1][j] >= 1))
+                    cand[nc][0] = u, cand[nc][1] = j, nc++;
+                else if ((st == 1 && (u == S - 1 || state[u + 1][j] >= 2)) || st == 2)
+                    bwd[nb][0] = u, bwd[nb][1] = j, nb++;
+            }
+        }
+        if (!nc && !nb) continue;
+        int use_b = nb && (!nc || lcg_unit() < back);
+        int (*from)[2] = use_b ? bwd : cand;
+        int k = (int)(lcg_unit() * (use_b ? nb : nc)), u = from[k][0], j = from[k][1];
+        if (!use_b) {
+            pm_sched_push(s, d, PM_PASS_F, u, j), state[u][j] = 1, left--;
+        } else if (state[u][j] == 2) {
+            pm_sched_push(s, d, PM_PASS_W, u, j), state[u][j] = 3, left--;
+        } else if (lcg_unit() < 0.2) {
+            pm_sched_push(s, d, PM_PASS_BW, u, j), state[u][j] = 3, left -= 2;
+        } else {
+            pm_sched_push(s, d, PM_PASS_B, u, j), state[u][j] = 2, left--;
+        }
+    }
+}
+
+/* No schedule beats the bound at its own peak, however odd its order: 3000
+ * random valid schedules (every placement, p 1..4, m 1..6, microbatches
+ * out of order, fused BW, peaks from one activation to all of them), with
+ * equal, unequal and random per-stage costs (latency, recomputed stages,
+ * F that keep nothing, B that free part, W that free more than F kept). */
+static void test_lower_bound_random_orders(void **state) {
+    (void)state;
+    static const struct { pm_place place; int v; } shapes[] = {
+        {PM_PLACE_SINGLE, 1}, {PM_PLACE_V, 2}, {PM_PLACE_LOOP, 2}};
+    int checked = 0, capped_above = 0;
+    for (int trial = 0; trial < 3000; trial++) {
+        int sh = trial % 3, p = 1 + (int)(lcg_unit() * 4), m = 1 + (int)(lcg_unit() * 6);
+        pm_sched s;
+        pm_cost c;
+        pm_sim sim;
+        pm_err e;
+        random_schedule(&s, shapes[sh].place, p, m, shapes[sh].v, lcg_unit());
+        s.recompute = trial % 7 == 3;
+        const pm_costs fixed[] = {{1, 1, 1, 0}, {2, 3, 1, 0.7}, {9918, 10434, 7038, 213}};
+        pm_costs t = fixed[trial % 3];
+        assert_int_equal(pm_cost_init_uniform(&c, &s, t, PM_MEM_DEFAULT, &e), PM_OK);
+        if (trial % 4 == 1) /* random per-stage costs and deltas */
+            for (int k = 0; k < s.S; k++) {
+                pm_stage_cost *x = &c.st[k];
+                x->tf = 0.1 + 3 * lcg_unit(), x->tb = 0.1 + 3 * lcg_unit();
+                x->tw = 3 * lcg_unit(), x->mf = k && lcg_unit() < 0.1 ? 0 : 0.05 + 2 * lcg_unit();
+                x->mb = -x->mf * lcg_unit(), x->mw = -(x->mf + x->mb);
+                if (lcg_unit() < 0.1) x->mw -= lcg_unit(); /* frees more than F kept */
+                x->mr = x->mf * lcg_unit() / 4;
+            }
+        if (pm_sim_run(&sim, &s, &c, &e)) fail_msg("trial %d: %s", trial, e.msg);
+        double peak = 0;
+        for (int d = 0; d < p; d++) peak = sim.peak[d] > peak ? sim.peak[d] : peak;
+        double lb = pm_sched_lower_bound_at(&s, &c, peak);
+        if (!(sim.makespan >= lb * (1 - 1e-12)))
+            fail_msg("trial %d place %s p %d m %d: makespan %.10g below the bound %.10g at "
+                     "its peak %.10g", trial, pm_place_names[shapes[sh].place], p, m,
+                     sim.makespan, lb, peak);
+        capped_above += lb > pm_sched_lower_bound(&s, &c) * (1 + 1e-12);
+        checked++;
+        pm_sim_free(&sim);
+        pm_cost_free(&c);
+        pm_sched_free(&s);
+    }
+    assert_int_equal(checked, 3000);
+    assert_true(capped_above > 300); /* the memory terms were at work */
+}
+
+/* The best schedule the search finds under a memory limit (every family,
+ * recomputed ones, the polish) never beats the bound at that limit, nor at
+ * its own peak: p 2..5, two m each, V-Min's peak, 0.75 and 1.0 M, three
+ * cost sets. */
+static void test_lower_bound_under_limits(void **state) {
+    (void)state;
+    const pm_costs costs[] = {{1, 1, 1, 0}, {2, 3, 1, 0.7}, {9918, 10434, 7038, 213}};
+    int checked = 0;
+    for (int p = 2; p <= 5; p++)
+        for (int mi = 0; mi < 2; mi++)
+            for (int li = 0; li < 3; li++)
+                for (int ci = 0; ci < 3; ci++) {
+                    double lims[] = {(double)((p + 4) / 3) / p, 0.75, 1.0};
+                    pm_sched_req q = {.p = p, .m = mi ? 2 * p + 2 : p + 1, .t = costs[ci],
+                                      .mem = PM_MEM_DEFAULT, .mem_limit = lims[li]};
+                    pm_sched s;
+                    pm_search_point pt;
+                    pm_err e;
+                    char why[512];
+                    if (pm_sched_search(&s, &q, &pt, why, sizeof why, &e)) continue;
+                    pm_cost c;
+                    pm_sim sim;
+                    assert_int_equal(pm_cost_init_uniform(&c, &s, q.t, q.mem, &e), PM_OK);
+                    assert_int_equal(pm_sched_validate(&s, &c, q.mem_limit, &e), PM_OK);
+                    assert_int_equal(pm_sim_run(&sim, &s, &c, &e), PM_OK);
+                    double at = pm_sched_lower_bound_at(&s, &c, q.mem_limit * sim.M);
+                    double own = pm_sched_lower_bound_at(&s, &c, pm_sim_peak_max_x(&sim) * sim.M);
+                    if (!(sim.makespan >= at * (1 - 1e-12)) || !(sim.makespan >= own * (1 - 1e-12)))
+                        fail_msg("%s p=%d m=%d limit %g costs %d: makespan %.10g, bound %.10g at "
+                                 "the limit, %.10g at its peak", s.kind, p, q.m, q.mem_limit, ci,
+                                 sim.makespan, at, own);
+                    checked++;
+                    pm_sim_free(&sim);
+                    pm_cost_free(&c);
+                    pm_sched_free(&s);
+                }
+    assert_true(checked >= 60);
+}
+
+/* The memory terms by hand (unit costs unless said, M = p activations on
+ * the single placement):
+ *   - single, p = 4, m = 4, cap 2 activations: device 0's first B comes 7
+ *     after its first F (4 F down, 3 B back) and 2 F fit before it
+ *     (idle 5); its last F is followed by 6 + B + W = 8 while the live
+ *     activations carry at most 2 (B + W) = 4 of work (idle 4); 4 forwards
+ *     do not fit at once, so both idles add: 12 + 5 + 4 = 21, which
+ *     F F _ B W F B W F _ B W _ B W reaches (F of j + 2 after W of j);
+ *   - single, p = 4, m = 8, cap 1 activation: every microbatch holds it from
+ *     its F's start to its W's end, at least 1 + 6 + 1 + 1 = 9, one at a
+ *     time: 72 (which one microbatch after another reaches);
+ *   - V, p = 2, m = 1, costs 1,3,1 (each chunk F 0.5, B 1.5, W 0.5), no
+ *     cap: device 0's last forward is stage 3's, then the backward chain
+ *     runs stages 3..0 (6) and W(0) (0.5), after both its forwards (1):
+ *     7.5 (the old tail took stage 3's own B + W: 1 + 2). */
+static void test_lower_bound_memory_by_hand(void **state) {
+    (void)state;
+    pm_sched s;
+    pm_cost c;
+    pm_err e;
+    assert_int_equal(pm_sched_init(&s, "shape", PM_PLACE_SINGLE, 4, 4, 1, NULL), PM_OK);
+    assert_int_equal(pm_cost_init_uniform(&c, &s, (pm_costs){1, 1, 1, 0}, PM_MEM_DEFAULT, &e),
+                     PM_OK);
+    assert_true(pm_sched_lower_bound(&s, &c) == 15); /* no cap: 12 + 7 - 4, ZB-H1's 3m + p - 1 */
+    assert_true(pm_sched_lower_bound_at(&s, &c, 2) == 21);
+    pm_cost_free(&c), pm_sched_free(&s);
+    assert_int_equal(pm_sched_init(&s, "shape", PM_PLACE_SINGLE, 4, 8, 1, NULL), PM_OK);
+    assert_int_equal(pm_cost_init_uniform(&c, &s, (pm_costs){1, 1, 1, 0}, PM_MEM_DEFAULT, &e),
+                     PM_OK);
+    assert_true(pm_sched_lower_bound_at(&s, &c, 1) == 72);
+    pm_cost_free(&c), pm_sched_free(&s);
+    assert_int_equal(pm_sched_init(&s, "shape", PM_PLACE_V, 2, 1, 2, NULL), PM_OK);
+    assert_int_equal(pm_cost_init_uniform(&c, &s, (pm_costs){1, 3, 1, 0}, PM_MEM_DEFAULT, &e),
+                     PM_OK);
+    assert_true(pm_sched_lower_bound(&s, &c) == 7.5);
+    pm_cost_free(&c), pm_sched_free(&s);
 }
 
 /* 1F1B-R by hand: each device's BW reruns its forward, so at c = 0 the
@@ -521,6 +702,9 @@ int main(void) {
         cmocka_unit_test(test_linear_in_passes),
         cmocka_unit_test(test_lower_bound_never_beaten),
         cmocka_unit_test(test_lower_bound_equals_reference),
+        cmocka_unit_test(test_lower_bound_random_orders),
+        cmocka_unit_test(test_lower_bound_under_limits),
+        cmocka_unit_test(test_lower_bound_memory_by_hand),
         cmocka_unit_test(test_recompute_1f1b),
         cmocka_unit_test(test_recompute_in_formats),
         cmocka_unit_test(test_data_parallel_sums),

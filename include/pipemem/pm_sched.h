@@ -226,8 +226,10 @@ double pm_sim_peak_max_x(const pm_sim *sim);
  * the derivation). No valid schedule's simulated makespan is below it. */
 double pm_sched_lower_bound(const pm_sched *s, const pm_cost *c);
 /* The same over the schedules whose every device stays within cap
- * (absolute units, like pm_cost_M; <= 0: no cap): memory can force a
- * device to idle before its first backward, which tightens the bound. */
+ * (absolute units, like pm_cost_M; <= 0: no cap): memory limits the work a
+ * device can do before its first backward and after its last forward, and
+ * how many microbatches it can hold per round trip, which tightens the
+ * bound. O(S + p), like the one above. */
 double pm_sched_lower_bound_at(const pm_sched *s, const pm_cost *c, double cap);
 
 /* ---- polish ------------------------------------------------------------ */

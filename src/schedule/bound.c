@@ -4,33 +4,65 @@
  * how far it could possibly improve.
  *
  * For each device d, with H_d its stages, lo and hi the lowest and highest
- * of them, W_d its total work and lat(a, b) the latency c for each step of
- * a chain between stages a and b that crosses devices, span(d) is at least:
- *   work:  W_d = m * sum over H_d of (tf + tb + tw): the device runs all of
- *          it, one pass at a time;
- *   head:  device d's first backward is B(hi, j) for some j (any earlier B
- *          of a lower stage on d would need B(hi, j) first). From the start
- *          of F(lo, j) it waits for F(lo..S-1, j) and B(S-1..hi+1, j), then
- *          still runs every B and W it has: sum_{lo..S-1} tf +
- *          sum_{hi+1..S-1} tb + lat + m * sum over H_d of (tb + tw);
- *   tail:  all m * sum tf of its forwards end by its last forward F(s, j);
- *          after it, B(s, j) waits for F(s+1..S-1, j) and B(S-1..s+1, j),
- *          then B(s, j) and W(s, j) run: m * sum tf + the smallest, over
- *          s in H_d, of sum_{s+1..S-1} (tf + tb) + lat + tb_s + tw_s.
- *   memory: with a cap on every device's activation memory (pm_sched_
- *          lower_bound_at), the head tightens. Until that first backward
- *          can start, R = sum_{lo..S-1} tf + sum_{hi+1..S-1} tb + lat after
- *          the device's first pass, only forwards run there, and nothing
- *          frees memory: the forwards started meanwhile have F deltas
- *          summing to at most the cap, so they do at most
- *          cap * max over H_d of (tf / F delta) of work (a fractional
- *          knapsack). The device does less than R of work in that window
- *          whenever this is below R, and then W_d - that work after it:
- *          span(d) >= R + W_d - min(R, that work, m * sum tf).
+ * of them, W_d = m * sum over H_d of (tf + tb + tw) its work (it runs it all,
+ * one pass at a time), t0 the start of its first pass and E the end of its
+ * last (span(d) = E - t0), and lat(a, b) the latency c for each step of a
+ * chain between stages a and b that crosses devices:
+ *   head:  the first pass is F(lo, j0) (an F of a higher stage needs F(lo)
+ *          of its microbatch first), the first backward is B(hi, j) for
+ *          some j (a lower stage's B needs B(hi, j) first), and it cannot
+ *          start before R = sum_{lo..S-1} tf + sum_{hi+1..S-1} tb +
+ *          lat(lo, S-1) + lat(hi, S-1) after t0. In [t0, t0 + R] the device
+ *          runs forwards only, at most `early` of work (m * sum tf, or less
+ *          under a cap, below), so it idles there at least
+ *          idle_h = R - min(R, early): span(d) >= W_d + idle_h.
+ *   tail:  the last forward is F(hi, j*) (a lower stage's F would be followed
+ *          by F(hi) of its microbatch), ending at t_e. After it, B(hi, j*)
+ *          waits for F(hi+1..S-1, j*) and B(S-1..hi+1, j*) (D_hi, with their
+ *          latency), then the backward chain runs down to B(lo, j*) and
+ *          W(lo, j*) follows: E - t_e >= chain = D_hi + max(tb_hi + tw_hi,
+ *          sum_{lo..hi} tb + lat(lo, hi) + tw_lo). The device ran every
+ *          forward by t_e, and what it runs after t_e (rem) is B and W work:
+ *          t_e - t0 >= W_d - rem and E - t_e >= max(chain, rem), so
+ *          span(d) >= W_d + idle_t with idle_t = chain - min(chain, remmax),
+ *          remmax = m * sum (tb + tw), or less under a cap (below).
+ *   memory, with a cap on every device's level (pm_sched_lower_bound_at;
+ *          a level is the sum of the deltas of the passes run so far, and
+ *          the peak is at least every level since a pass rises at least by
+ *          its delta; a recomputed F rises by mr + mf, so with an mf < 0 no
+ *          memory term applies). Let w_pre = what F keeps (mf, recomputed mr),
+ *          w_post = mf + mb (what B leaves) and tot = mf + mb + mw.
+ *      head: the forwards started in [t0, t0 + R] precede every backward,
+ *          so their deltas sum to at most cap and they do at most
+ *          early = cap * max over H_d of tf / w_pre of work (a fractional
+ *          knapsack; unbounded if a w_pre <= 0).
+ *      tail: at t_e no pass runs on d; every (stage, microbatch) with work
+ *          left has its F done and its W not: it holds w_pre with tb + tw
+ *          left, or w_post with tw left, and the finished ones hold tot.
+ *          If w_pre, w_post and tot are all >= 0 the level at t_e
+ *          (<= cap) bounds the work left: remmax = cap * max over H_d of
+ *          (tb + tw) / w_pre and tw / w_post (unbounded if a weight <= 0
+ *          carries work).
+ *      both: if t_e >= t0 + R the two idle windows are disjoint:
+ *          t_e - t0 >= W_d - rem + idle_h, so span(d) >= W_d + idle_h +
+ *          idle_t. Else every pass before t_e is a forward, and all m |H_d|
+ *          forwards run before the first backward, so their deltas,
+ *          m * sum w_pre, fit the cap: when they do not, the sum holds.
+ *      holding: let L(t) be the level while no pass runs on d, and the
+ *          level before the running pass plus its rise while one does
+ *          (L <= cap). With mf, w_pre, w_post, tot >= 0, L(t) is at least
+ *          the sum over (stage u, microbatch) of w_pre from its F's start
+ *          until its B ends (an F rises by at least what it keeps) and
+ *          w_post from then until its W ends (a fused BW holds w_pre until
+ *          it ends). B(u) ends at least tf_u + D_u + tb_u after F(u) starts
+ *          (D_u as D_hi), W tw_u later, so integrating L over the span:
+ *          cap * span(d) >= m * sum over H_d of (w_pre (tf_u + D_u + tb_u)
+ *          + min(w_pre, w_post) tw_u). This is Little's law: with room for
+ *          k activations, at most k microbatches start per round trip.
  * The makespan (the largest span) is at least the largest of these. It is
  * exact for ZB-H2 at equal costs with m >= 2p - 1 (3m: no bubble) and for
- * one device. A recomputed stage's B counts its rerun forward, and its F
- * delta is what it keeps. */
+ * one device. A recomputed stage's B counts its rerun forward (tb above is
+ * tb + tf there). Costs that overlap F and B (fb_overlap) are outside it. */
 #include <math.h>
 #include <string.h>
 
@@ -40,62 +72,96 @@
 /* B's time: a recomputed B reruns the forward first (pm_cost_time). */
 static double tb_of(const pm_stage_cost *x) { return x->tb + (x->rec ? x->tf : 0); }
 
+/* How much work per unit of memory a pass can carry: value / weight, 0 for
+ * no work, unbounded when a weight <= 0 carries work. */
+static double per_unit(double value, double weight) {
+    if (!(value > 0)) return 0;
+    return weight > 0 ? value / weight : INFINITY;
+}
+
 /* What one sweep over the stages, from the last down, gathers per device;
  * the suffix sums it needs (sum_{k..S-1} tf, tb, and the latency of the
  * steps k..S-1 that cross devices) are running totals of that sweep, so the
- * bound costs O(S + p) however the stages are placed (it was O(S^2)); if
- * the p accumulators cannot be allocated, one sweep per BOUND_BLOCK devices
- * gives the same values. */
+ * bound costs O(S + p) however the stages are placed; if the p accumulators
+ * cannot be allocated, one sweep per BOUND_BLOCK devices gives the same
+ * values. */
 typedef struct {
-    int seen;      /* 1 once a stage of the device was met */
-    double f, bw;  /* sum over H_d of tf, and of tb + tw */
-    double r_lo;   /* sum_{lo..S-1} tf + lat(lo, S-1): the lowest stage's share of R */
-    double r_hi;   /* sum_{hi+1..S-1} tb + lat(hi, S-1): the highest stage's */
-    double tail;   /* the smallest down(k) over H_d (the tail's second term) */
-    double ratio;  /* the largest tf / F delta over H_d (INFINITY: a delta <= 0) */
+    int seen;        /* 1 once a stage of the device was met */
+    int signed_mem;  /* 1 if a stage's w_pre, w_post or tot < 0 (no drain or holding term) */
+    int no_mem;      /* 1 if a stage's mf < 0: a recomputed F may rise less than it keeps */
+    double f, bw;    /* sum over H_d of tf, and of tb + tw */
+    double r_lo;     /* sum_{lo..S-1} tf + lat(lo, S-1): the lowest stage's share of R */
+    double r_hi;     /* sum_{hi+1..S-1} tb + lat(hi, S-1): the highest stage's */
+    double d_hi;     /* D_hi: F and B of the stages above hi, with latency */
+    double bw_hi;    /* tb_hi + tw_hi */
+    double b_hi;     /* sum_{hi+1..S-1} tb, to take from the running sum */
+    double l_hi;     /* lat(hi, S-1), likewise */
+    double down_lo;  /* sum_{lo..hi} tb + lat(lo, hi) + tw_lo (lo: the last stage met) */
+    double ratio_f;  /* the largest tf / w_pre over H_d (the head's knapsack) */
+    double ratio_t;  /* the largest (tb + tw) / w_pre and tw / w_post (the tail's) */
+    double keep;     /* sum over H_d of w_pre: one microbatch's forwards' deltas */
+    double hold;     /* sum over H_d of w_pre (tf_u + D_u + tb_u) + min(w_pre, w_post) tw_u */
 } dev_acc;
+
+/* Gathers stage k (cost x, on the device of a) into a; suf_* are the sums
+ * over the stages after k, suf_l the latency of the steps k..S-1. */
+static void gather(dev_acc *a, const pm_stage_cost *x, double suf_f, double suf_b,
+                   double suf_l) {
+    double tb = tb_of(x), du = suf_f + suf_b + 2 * suf_l; /* D_k */
+    double pre = x->rec ? x->mr : x->mf, post = x->mf + x->mb, tot = post + x->mw;
+    double rf = per_unit(x->tf, pre);
+    double rt = per_unit(tb + x->tw, pre), rw = per_unit(x->tw, post);
+    rt = rw > rt ? rw : rt;
+    if (!a->seen) { /* k is the device's highest stage */
+        a->seen = 1;
+        a->r_hi = suf_b + suf_l;
+        a->d_hi = du, a->bw_hi = tb + x->tw;
+        a->b_hi = suf_b, a->l_hi = suf_l;
+        a->ratio_f = rf, a->ratio_t = rt;
+    }
+    a->f += x->tf, a->bw += tb + x->tw;
+    a->r_lo = suf_f + x->tf + suf_l; /* k is the lowest so far */
+    a->down_lo = suf_b + tb - a->b_hi + suf_l - a->l_hi + x->tw;
+    if (rf > a->ratio_f) a->ratio_f = rf;
+    if (rt > a->ratio_t) a->ratio_t = rt;
+    if (pre < 0 || post < 0 || tot < 0) a->signed_mem = 1;
+    if (x->mf < 0) a->no_mem = 1;
+    a->keep += pre;
+    a->hold += pre * (x->tf + du + tb) + (pre < post ? pre : post) * x->tw;
+}
 
 /* One sweep gathering devices d0 .. d0 + nd - 1 into acc[0 .. nd). */
 static void sweep(const pm_sched *s, const pm_cost *c, dev_acc *acc, int d0, int nd) {
-    const pm_stage_cost *st = c->st;
     double suf_f = 0, suf_b = 0, suf_l = 0; /* over the stages after k */
     for (int k = s->S - 1; k >= 0; k--) {
         int d = pm_sched_stage_device(s, k);
         if (k + 1 < s->S && pm_sched_stage_device(s, k + 1) != d) suf_l += c->c;
-        const pm_stage_cost *x = &st[k];
-        if (d >= d0 && d < d0 + nd) {
-            dev_acc *a = &acc[d - d0];
-            double down = suf_f + suf_b + 2 * suf_l + tb_of(x) + x->tw;
-            double delta = x->rec ? x->mr : x->mf;
-            double ratio = delta > 0 ? x->tf / delta : INFINITY;
-            if (!a->seen) { /* k is the device's highest stage */
-                a->seen = 1;
-                a->r_hi = suf_b + suf_l;
-                a->tail = down;
-                a->ratio = ratio;
-            }
-            a->f += x->tf, a->bw += tb_of(x) + x->tw;
-            a->r_lo = suf_f + x->tf + suf_l; /* k is the lowest so far */
-            if (down < a->tail) a->tail = down;
-            if (ratio > a->ratio) a->ratio = ratio;
-        }
+        const pm_stage_cost *x = &c->st[k];
+        if (d >= d0 && d < d0 + nd) gather(&acc[d - d0], x, suf_f, suf_b, suf_l);
         suf_f += x->tf, suf_b += tb_of(x);
     }
 }
 
+static double max2(double a, double b) { return a > b ? a : b; }
+static double min2(double a, double b) { return a < b ? a : b; }
+
+/* The largest of the terms at the top of this file for one device. */
 static double device_bound(const pm_sched *s, const dev_acc *a, double cap) {
     if (!a->seen) return 0; /* a device without stages */
     double m = s->m, work = m * (a->f + a->bw);
-    double R = a->r_lo + a->r_hi;
-    double early = m * a->f; /* forward work possible before the first backward */
-    if (cap > 0) {
-        double fw = cap * a->ratio; /* the fractional knapsack above */
-        early = fw < early ? fw : early;
-    }
-    double head = R + work - (early < R ? early : R);
-    double tail = m * a->f + a->tail;
-    double b = work > head ? work : head;
-    return b > tail ? b : tail;
+    double R = a->r_lo + a->r_hi, chain = a->d_hi + max2(a->bw_hi, a->down_lo);
+    double early = m * a->f, rem = m * a->bw; /* no cap: all of it */
+    int capped = cap > 0 && !a->no_mem;
+    if (capped) early = min2(early, cap * a->ratio_f);
+    if (capped && !a->signed_mem) rem = min2(rem, cap * a->ratio_t);
+    double idle_h = R - min2(R, early), idle_t = chain - min2(chain, rem);
+    double b = work + max2(idle_h, idle_t);
+    /* t_e >= t0 + R when the forwards cannot all be live at once; a margin
+     * keeps a cap that holds them exactly (a peak, summed in another
+     * order) from looking too small by a rounding */
+    if (capped && m * a->keep > cap * (1 + 1e-9)) b = work + idle_h + idle_t;
+    if (capped && !a->signed_mem) b = max2(b, m * a->hold / cap);
+    return b;
 }
 
 double pm_sched_lower_bound(const pm_sched *s, const pm_cost *c) {
