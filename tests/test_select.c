@@ -439,9 +439,11 @@ static void corpus_init(void) {
     for (size_t i = 0; i < sizeof corpus; i++) corpus[i] = (uint8_t)('a' + (int)(uni() * 26));
 }
 
-/* The pass log: every pass of every task once, and no device or task ever
- * in two passes at once (a task never runs on two devices); each entry's
- * parts in order, a device's entries (with the work after each pass) never
+/* The pass log: every pass of every task once, and no device ever in two
+ * passes at once, nor a shard (a task in two passes at once only if one
+ * joined it, on two shards); a pass's waits for other devices within its
+ * microbatches; each entry's parts in
+ * order, a device's entries (with the work after each pass) never
  * overlapping, and each device's parts adding up to the makespan. */
 static void check_log(const pm_select_stats *st, const pm_select_task *t, int n) {
     int64_t want = 0;
@@ -455,10 +457,12 @@ static void check_log(const pm_select_stats *st, const pm_select_task *t, int n)
         for (size_t k = 1; k < sizeof at / sizeof at[0]; k++)
             if (at[k] < at[k - 1] - 1e-9) fail_msg("pass %lld: its parts out of order", (long long)a);
         assert_true(x->copy1 >= x->copy0);
+        assert_true(x->flow >= 0 && x->flow <= x->computed - x->updated + 1e-9);
         for (int64_t b = a + 1; b < st->nlog; b++) {
             const pm_select_pass *y = &st->log[b];
-            if ((x->dev == y->dev || x->task == y->task) && x->start < y->end - 1e-9 &&
-                y->start < x->end - 1e-9)
+            int same = x->dev == y->dev || (x->task == y->task &&
+                                            (x->shard == y->shard || (!x->joined && !y->joined)));
+            if (same && x->start < y->end - 1e-9 && y->start < x->end - 1e-9)
                 fail_msg("passes %lld and %lld overlap on device %d / task %d", (long long)a,
                          (long long)b, x->dev, x->task);
             if (x->dev == y->dev && x->start < y->wait1 - 1e-9 && y->start < x->wait1 - 1e-9)
