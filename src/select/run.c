@@ -51,6 +51,8 @@ typedef struct {
     pthread_cond_t cv;
     pthread_cond_t flow;  /* joining: a microbatch or a pass ended (pass.c waits on it) */
     int join;             /* devices join running tasks (shard policy, not opts.no_join) */
+    int gated, gate_n;    /* joining: devices that made their first choice, of gate_n
+                             started (the start gate, next_task) */
     int busy_global;      /* sequential: a pass is running somewhere */
     int active;           /* devices working (not waiting for a ready pass) */
     int cores;            /* online CPUs (prefetch auto) */
@@ -498,19 +500,34 @@ static int take(sel_run *r, int i, int held) {
     return k;
 }
 
+/* Under the lock, joining: the start gate. A device's first choice is
+ * counted (*first cleared); one that took a pass waits until every device
+ * has chosen, so no first pass starts before the others could join it
+ * (with one task and D devices, the later ones join it at once). */
+static void gate(sel_run *r, int *first, int took) {
+    if (!r->join || !*first) return;
+    *first = 0;
+    r->gated++;
+    pthread_cond_broadcast(&r->cv);
+    while (took && r->gated < r->gate_n) pthread_cond_wait(&r->cv, &r->mu);
+}
+
 /* Under the lock: the next task for device d and the pass it runs (*k),
  * taken, or -1 when every task is finished or the run was interrupted
  * (this device then ends; the others end after their running passes).
  * *claimed: the task chosen at the last pass (held: claimed for d, else
  * the task d ran, which it continues, by joining if another device runs a
- * pass of it). *joined: d joined the task. */
-static int next_task(sel_run *r, int d, int *claimed, int held, int *k, int *joined) {
+ * pass of it). *joined: d joined the task. *first: d has not chosen yet
+ * (gate). */
+static int next_task(sel_run *r, int d, int *claimed, int held, int *k, int *joined,
+                     int *first) {
     int i = *claimed;
     *claimed = -1;
     *joined = 0;
     for (;;) {
         if (interrupted(r)) {
             stop_idle(r, held ? i : -1);
+            gate(r, first, 0);
             return -1;
         }
         if (i >= 0 && (finished(&r->t[i]) || r->t[i].at_rung)) { /* it ended or waits at a
@@ -528,15 +545,20 @@ static int next_task(sel_run *r, int d, int *claimed, int held, int *k, int *joi
             i = -1; /* another device runs it and its next pass cannot be joined now */
         }
         held = 0;
-        if (all_finished(r)) return -1;
+        if (all_finished(r)) {
+            gate(r, first, 0);
+            return -1;
+        }
         if ((i = pick(r, d)) >= 0) break;
         if ((i = pick_join(r, d)) >= 0) {
             *joined = 1;
             break;
         }
+        gate(r, first, 0);
         pthread_cond_wait(&r->cv, &r->mu);
     }
     *k = take(r, i, held);
+    gate(r, first, 1);
     return i;
 }
 
@@ -560,11 +582,11 @@ static void pass_ended(sel_run *r, sel_task *t, int d, int k, int last, int bad)
 static void *device_main(void *arg) {
     dev_arg *a = arg;
     sel_run *r = a->r;
-    int d = a->d, claimed = -1, held = 0, k, joined;
+    int d = a->d, claimed = -1, held = 0, k, joined, first = 1;
     sel_dev *dv = &r->dev[d];
     pm_blas_threads(1);
     pthread_mutex_lock(&r->mu);
-    for (int i; (i = next_task(r, d, &claimed, held, &k, &joined)) >= 0;) {
+    for (int i; (i = next_task(r, d, &claimed, held, &k, &joined, &first)) >= 0;) {
         sel_task *t = &r->t[i];
         r->active++;
         int pf = use_prefetch(r, d, i), y = pf ? claim_next(r, d, i, k) : -1;
@@ -766,6 +788,7 @@ static pm_status run_threads(sel_run *r, pm_err *err) {
         pthread_cond_init(&r->cv, NULL);
         pthread_cond_init(&r->flow, NULL);
         r->join = !r->o->no_join && r->o->policy == PM_POLICY_SHARD && D > 1;
+        r->gate_n = D;
         for (int i = 0; r->join && i < r->n; i++) r->t[i].mu = &r->mu, r->t[i].flow = &r->flow;
         r->t0 = pm_now();
         if (r->o->asha > 1) asha_settle(r); /* a resumed sweep may wait at a rung */
@@ -776,6 +799,7 @@ static pm_status run_threads(sel_run *r, pm_err *err) {
         if (started < D) {
             st = pm_errf(err, PM_ERR_NOMEM, "could not start device thread %d", started);
             pthread_mutex_lock(&r->mu);
+            r->gate_n = started; /* the started ones wait for no more */
             for (int i = 0; i < r->n; i++)
                 if (!r->t[i].running) r->t[i].state = PM_SELECT_FAILED;
             pthread_cond_broadcast(&r->cv);
