@@ -439,9 +439,11 @@ static void corpus_init(void) {
     for (size_t i = 0; i < sizeof corpus; i++) corpus[i] = (uint8_t)('a' + (int)(uni() * 26));
 }
 
-/* The pass log: every pass of every task once, and no device or task ever
- * in two passes at once (a task never runs on two devices); each entry's
- * parts in order, a device's entries (with the work after each pass) never
+/* The pass log: every pass of every task once, and no device ever in two
+ * passes at once, nor a shard (a task in two passes at once only if one
+ * joined it, on two shards); a pass's waits for other devices within its
+ * microbatches; each entry's parts in
+ * order, a device's entries (with the work after each pass) never
  * overlapping, and each device's parts adding up to the makespan. */
 static void check_log(const pm_select_stats *st, const pm_select_task *t, int n) {
     int64_t want = 0;
@@ -455,10 +457,12 @@ static void check_log(const pm_select_stats *st, const pm_select_task *t, int n)
         for (size_t k = 1; k < sizeof at / sizeof at[0]; k++)
             if (at[k] < at[k - 1] - 1e-9) fail_msg("pass %lld: its parts out of order", (long long)a);
         assert_true(x->copy1 >= x->copy0);
+        assert_true(x->flow >= 0 && x->flow <= x->computed - x->updated + 1e-9);
         for (int64_t b = a + 1; b < st->nlog; b++) {
             const pm_select_pass *y = &st->log[b];
-            if ((x->dev == y->dev || x->task == y->task) && x->start < y->end - 1e-9 &&
-                y->start < x->end - 1e-9)
+            int same = x->dev == y->dev || (x->task == y->task &&
+                                            (x->shard == y->shard || (!x->joined && !y->joined)));
+            if (same && x->start < y->end - 1e-9 && y->start < x->end - 1e-9)
                 fail_msg("passes %lld and %lld overlap on device %d / task %d", (long long)a,
                          (long long)b, x->dev, x->task);
             if (x->dev == y->dev && x->start < y->wait1 - 1e-9 && y->start < x->wait1 - 1e-9)
@@ -551,6 +555,89 @@ static void train_exact(void **state) {
     for (int i = 0; i < NT; i++) free(ref.params[i]);
     assert_int_equal(runs, 27);
     assert_int_equal(rmdir(sdir), 0); /* the spill files went with their tasks */
+}
+
+/* ---- one task on several devices: the others join it --------------------- */
+
+/* One task of 6 blocks in 4 or more shards, on 2 and 4 devices, its state
+ * in RAM (prefetch on) or spilled: bitwise as trained alone (every step's
+ * loss, the validation loss, the parameters), with joining on and off.
+ * On: the devices start together (the start gate), so the first to choose
+ * takes the first pass and each of the others joins the next pass of the
+ * same step at once (passes 0..D-1 are on shards 0..D-1, all different):
+ * at least D - 1 joined passes, in a run where no other task could keep a
+ * device busy. Off: none, and the task never on two devices at once. */
+static void join_one_task(void **state) {
+    (void)state;
+    corpus_init();
+    pm_tokens tok = PM_TOKENS_BYTES(corpus, sizeof corpus);
+    pm_train_cfg c = {.model = {256, 8, 16, 2, 6}, .batch = 4, .micro = 4, .seed = 11};
+    pm_optim_defaults(&c.opt, 4);
+    c.opt.lr = 5e-3f;
+    c.opt.grad_clip = 0.5f;
+    pm_err e;
+    pm_trainer ref;
+    double loss[4], val;
+    assert_int_equal(pm_trainer_init(&ref, &c, &tok, 0, &e), PM_OK);
+    for (int s = 0; s < 4; s++) {
+        pm_step_info info;
+        assert_int_equal(pm_trainer_step(&ref, &info, &e), PM_OK);
+        loss[s] = info.loss;
+    }
+    assert_int_equal(pm_trainer_eval(&ref, &tok, 2, &val, &e), PM_OK);
+    char sdir[128];
+    snprintf(sdir, sizeof sdir, "/tmp/pm_test_join_%d", (int)getpid());
+    assert_int_equal(mkdir(sdir, 0777), 0);
+    for (int D = 2; D <= 4; D += 2)
+        for (int join = 0; join < 2; join++)
+            for (int spill = 0; spill < 2; spill++) {
+                pm_select_task task = {.cfg = c, .name = "one"};
+                pm_select_layout lay;
+                size_t mem = 1 << 22;
+                do { /* the largest budget (from 4 MiB down) that makes 4 shards or more */
+                    assert_int_equal(pm_select_partition(&task, 1, mem, 2, &lay, &e), PM_OK);
+                    mem = mem * 7 / 8;
+                } while (task.nshard < 4);
+                pm_trainer h;
+                assert_int_equal(pm_trainer_init(&h, &c, &tok, 0, &e), PM_OK);
+                sel_log lg = {{{0}}, {0}};
+                pm_select_opts o = {.devices = D, .policy = PM_POLICY_SHARD, .prefetch = 1,
+                                    .no_join = !join, .eval_every = 0, .eval_batches = 2,
+                                    .val = &tok, .report = log_event, .report_ctx = &lg,
+                                    .spill_dir = spill ? sdir : NULL};
+                pm_select_result res;
+                pm_select_stats st;
+                if (pm_select_run(&task, &h, 1, &lay, &o, &res, &st, &e))
+                    fail_msg("D=%d join %d: %s", D, join, e.msg);
+                check_log(&st, &task, 1);
+                assert_int_equal(res.state, PM_SELECT_DONE);
+                assert_int_equal(lg.seen[0], 4);
+                for (int s = 0; s < 4; s++)
+                    if (memcmp(&lg.loss[0][s], &loss[s], sizeof(double)))
+                        fail_msg("D=%d join %d spill %d step %d: loss %.17g, alone %.17g", D,
+                                 join, spill, s, lg.loss[0][s], loss[s]);
+                assert_memory_equal(&res.val_loss, &val, sizeof(double));
+                assert_int_equal(pm_select_host_load(&task, &h, &e), PM_OK);
+                if (memcmp(h.params, ref.params, ref.n_params * sizeof(float)))
+                    fail_msg("D=%d join %d spill %d: parameters differ", D, join, spill);
+                int64_t joined = 0, overlap = 0;
+                for (int64_t a = 0; a < st.nlog; a++) {
+                    joined += st.log[a].joined;
+                    for (int64_t b = a + 1; b < st.nlog; b++)
+                        overlap += st.log[a].start < st.log[b].end &&
+                                   st.log[b].start < st.log[a].end;
+                }
+                assert_int_equal(joined, st.joined);
+                if (join && st.joined < D - 1)
+                    fail_msg("D=%d: %lld joined passes, not at least %d", D,
+                             (long long)st.joined, D - 1);
+                if (!join) assert_int_equal(st.joined, 0), assert_int_equal(overlap, 0);
+                pm_select_stats_free(&st);
+                pm_trainer_free(&h);
+                pm_select_task_free(&task);
+            }
+    pm_trainer_free(&ref);
+    assert_int_equal(rmdir(sdir), 0);
 }
 
 /* --spill DIR: the same training bitwise, with no task's slabs in RAM
@@ -1031,6 +1118,7 @@ int main(void) {
         cmocka_unit_test(partition_refuses_a_layer_too_big),
         cmocka_unit_test(cli_dry_run),
         cmocka_unit_test(train_exact),
+        cmocka_unit_test(join_one_task),
         cmocka_unit_test(lrtf_run_order),
         cmocka_unit_test(spill_exact),
         cmocka_unit_test(nan_task_fails_alone),

@@ -248,6 +248,12 @@ typedef struct {
     int prefetch;             /* pm_select_prefetch: when a device's copy thread loads
                                  the next pass's state into its other slot while the
                                  device computes (2 slots) */
+    int no_join;              /* 1: a device with no ready pass waits. 0 (the default,
+                                 shard policy): it joins a running task instead, taking
+                                 the step's next pass while the earlier ones still run and
+                                 waiting per microbatch for its input, so one task's
+                                 passes run as a pipeline over several devices (bitwise
+                                 the same: each pass computes what it computes alone) */
     int eval_every;           /* evaluate every N steps of a task (0: only at its end) */
     int halving;              /* successive halving: at each evaluation round (every
                                  eval_every steps) the best ceil(k / halving) of the k
@@ -326,7 +332,9 @@ typedef enum {
     PM_PART_STEP,    /* after a step's last pass: the loss and the global gradient norm */
     PM_PART_EVAL,    /* after a step's last pass, at intervals and at the end: pending
                         updates applied on the host, evaluation, checkpoint */
-    PM_PART_WAIT,    /* waiting for the prefetch copy of the next pass's shard */
+    PM_PART_WAIT,    /* waiting for the prefetch copy of the next pass's shard, and a
+                        joined pass waiting for its input microbatches or for the
+                        step's other passes (pm_select_pass.flow) */
     PM_PART_IDLE,    /* no pass ready for it (or taking the scheduler's lock) */
     PM_PART_COUNT
 } pm_select_part;
@@ -344,6 +352,11 @@ typedef struct {
                                  * wait0 to wait1 (equal: it did not wait) */
     double copy0, copy1;        /* the copy thread's prefetch copy started beside this
                                  * pass (equal: none) */
+    double flow;                /* seconds within updated .. computed the pass waited for
+                                 * other devices' passes of its task (joining): WAIT, not
+                                 * COMPUTE */
+    int joined;                 /* 1: the device joined the task (another of its passes
+                                 * was running when it took this one) */
 } pm_select_pass;
 
 typedef struct {
@@ -359,6 +372,7 @@ typedef struct {
                            to makespan_s); owned */
     pm_select_pass *log; /* (nlog) every pass run, in the order they ended; owned */
     int64_t nlog;
+    int64_t joined;     /* passes a device ran by joining a running task */
 } pm_select_stats;
 
 void pm_select_stats_free(pm_select_stats *s);

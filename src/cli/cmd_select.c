@@ -32,6 +32,7 @@ static const char usage[] =
     "                      [--steps V] [--weight-decay V] [--tasks FILE]\n"
     "                      [--sample N [--sample-seed S]]\n"
     "                      [--policy shard|task|sequential] [--prefetch|--no-prefetch]\n"
+    "                      [--no-join]\n"
     "                      [--spill ram|DIR]\n"
     "                      [--eval-every N] [--eval-batches N] [--halving ETA]\n"
     "                      [--asha ETA [--asha-min N]]\n"
@@ -69,6 +70,12 @@ static const char usage_more[] = /* (two strings: C keeps one under 4096 bytes) 
     "           state while the device computes: always, or never (default: when a\n"
     "           core is free of working devices, or for the task that bounds the\n"
     "           makespan; else the copy only takes its time from a device)\n"
+    "  --no-join     a device with no ready pass waits. By default (policy shard) it\n"
+    "           joins a running task: it takes the step's next pass while the earlier\n"
+    "           ones still run and waits per microbatch for its input, so one task's\n"
+    "           shards run as a pipeline over several devices (fewer tasks than\n"
+    "           devices: the end of a sweep, after halving, one large model); still\n"
+    "           bit for bit\n"
     "  --halving ETA  successive halving: at each evaluation round the best 1/ETA\n"
     "           of the tasks still running (by validation loss) go on, the rest stop\n"
     "  --asha ETA  asynchronous successive halving (ASHA, Li et al. 2018, as Ray\n"
@@ -101,7 +108,7 @@ static const char usage_more[] = /* (two strings: C keeps one under 4096 bytes) 
 
 typedef struct {
     sel_space sp;   /* the swept keys */
-    int devices, steps, prefetch, dry_run, json, eval_every, eval_batches, halving;
+    int devices, steps, prefetch, no_join, dry_run, json, eval_every, eval_batches, halving;
     int sample, sample_seed;
     int asha, asha_min, nrung; /* --asha ETA, --asha-min N; the rungs' count */
     int64_t rungs[64];         /* ASHA's rungs in steps, ascending */
@@ -157,6 +164,7 @@ static const pm_cli_opt OPTS[] = {
     {"--dry-run", 'f', 1, 0, F(dry_run), NULL, NULL, 0},
     {"--no-prefetch", 'f', PM_PREFETCH_OFF, 0, F(prefetch), NULL, NULL, 0},
     {"--prefetch", 'f', PM_PREFETCH_ON, 0, F(prefetch), NULL, NULL, 0},
+    {"--no-join", 'f', 1, 0, F(no_join), NULL, NULL, 0},
     {"--json", 'f', 1, 0, F(json), NULL, NULL, 0},
     {"--policy", 'x', 0, 0, F(policy), parse_policy, NULL, 0},
     {"--eval-every", 'i', 0, 0, F(eval_every), NULL, NULL, 0},
@@ -374,7 +382,7 @@ static int train_tasks(const sel_opts *o, pm_select_task *t, int n,
     sel_progress pg = {.t = t, .n = n, .devices = o->devices, .t0 = pm_now()};
     for (int i = 0; i < n; i++) pg.steps_all += t[i].cfg.opt.steps - hosts[i].step;
     pm_select_opts so = {.devices = o->devices, .policy = o->policy, .prefetch = o->prefetch,
-                         .eval_every = o->eval_every, .halving = o->halving,
+                         .no_join = o->no_join,                         .eval_every = o->eval_every, .halving = o->halving,
                          .asha = o->asha, .rungs = o->rungs, .nrung = o->nrung,
                          .eval_batches = o->eval_batches, .val = &va, .save_dir = o->resume,
                          .stop_after = o->stop_after, .skip = skip, .prior_loss = prior,

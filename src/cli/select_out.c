@@ -285,7 +285,8 @@ void sel_print_json(pm_select_policy policy, int devices, size_t device_mem,
         printf("%s", d ? ", " : "");
         json_num(stdout, st->makespan_s > 0 ? st->busy[d] / st->makespan_s : 0);
     }
-    printf("], \"device_seconds\": ["); /* by part (pm_select_part): they add up to makespan_s */
+    printf("], \"joined_passes\": %lld", (long long)st->joined);
+    printf(", \"device_seconds\": ["); /* by part (pm_select_part): they add up to makespan_s */
     for (int d = 0; d < devices; d++) {
         printf("%s{", d ? ", " : "");
         for (int p = 0; p < PM_PART_COUNT; p++) {

@@ -23,8 +23,22 @@ typedef struct {
     int64_t done;         /* steps completed as the scheduler sees them: host->step,
                              copied under the lock after each pass (the running device
                              writes host->step outside it) */
-    int pass;             /* next pass of the current step, 0 .. 2S-2 */
-    int running;          /* a device is running its pass */
+    int pass;             /* first pass of the current step not yet ended, 0 .. 2S-2 */
+    int next;             /* first pass of the step no device has taken (== pass unless
+                             passes are in flight; up to 2S-1: every pass taken) */
+    int running;          /* devices holding it: each running one of its passes, or
+                             having claimed it for its next pass (prefetch) */
+    /* joining (run.c): idle devices take the step's later passes while the
+     * earlier ones still run, each waiting per microbatch for its input */
+    pthread_mutex_t *mu;  /* the run's lock, borrowed; NULL: no joining (nothing waits) */
+    pthread_cond_t *flow; /* the run's, borrowed: broadcast when a microbatch or pass ends */
+    int *mb;              /* (2S - 1) microbatches of each pass of this step whose output
+                             is on the host (under mu) */
+    unsigned char *fin;   /* (2S - 1) passes of this step that ended (under mu) */
+    unsigned char *inuse; /* (S) a device runs a pass on the shard (under the lock) */
+    int pf_pass, pf_dev;  /* pass pf_pass is kept for device pf_dev, whose copy thread
+                             prefetches its shard (-1 none): no other device joins it */
+    int broken;           /* a pass failed: passes waiting for its microbatches give up */
     int at_rung;          /* halving: evaluated, waiting for the others' evaluations;
                              ASHA: reported at its rung, waiting for a promotion */
     int rung;             /* ASHA: the rung it runs toward or waits at */
@@ -111,9 +125,15 @@ static inline sel_kind sel_pass_kind(int S, int k) {
  * shard's first pass of a step, runs the K microbatches, writes back what
  * changed. t->loss_sum receives the fused pass's microbatch losses. mark
  * gets when each of the first three ended (pm_now): the load, the update,
- * the microbatches (pm_select_pass.loaded, updated, computed). */
+ * the microbatches (pm_select_pass.loaded, updated, computed).
+ * With joining (t->mu set): before microbatch j it waits until pass k - 1
+ * has put out microbatch j (t->mb), after it publishes its own; the step's
+ * last pass then waits until every other pass of the step has ended (its
+ * state written back: the global norm reads it). *waited gets the seconds
+ * spent waiting, all within the microbatches (mark[1] .. mark[2]). -1 if
+ * the store failed (t->why says) or a pass it waited for failed. */
 int sel_run_pass(sel_task *t, sel_dev *dv, const pm_select_layout *lay, int k, int slot,
-                 double mark[3]);
+                 double mark[3], double *waited);
 /* The slot holding shard s of t at its current version, or -1. */
 int sel_resident(const sel_dev *dv, const sel_task *t, int s);
 /* The slot shard s of t should run in: where it is resident, else an empty

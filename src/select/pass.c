@@ -155,8 +155,34 @@ static int start_step(sel_task *t, int s, float *P, float *G, float *M, float *V
     return changed;
 }
 
+/* Joining (t->mu set): waits until pass k - 1 of the step has put
+ * microbatch j's output on the host (j = K: until every earlier pass of
+ * the step has ended); returns the seconds waited, or -1 if a pass of the
+ * task failed meanwhile. Under the run's lock, so what the other device
+ * wrote before publishing is visible here. */
+static double flow_wait(sel_task *t, int k, int j) {
+    if (!t->mu || k == 0) return 0;
+    double t0 = pm_now(), w;
+    pthread_mutex_lock(t->mu);
+    while (!t->broken && (j < t->K ? t->mb[k - 1] <= j : t->pass < k))
+        pthread_cond_wait(t->flow, t->mu);
+    w = t->broken ? -1 : pm_now() - t0;
+    pthread_mutex_unlock(t->mu);
+    return w;
+}
+
+/* Joining: microbatch j of pass k is out (on the host); a device waiting
+ * for it goes on. */
+static void flow_done(sel_task *t, int k, int j) {
+    if (!t->mu) return;
+    pthread_mutex_lock(t->mu);
+    t->mb[k] = j + 1;
+    pthread_cond_broadcast(t->flow);
+    pthread_mutex_unlock(t->mu);
+}
+
 int sel_run_pass(sel_task *t, sel_dev *dv, const pm_select_layout *lay, int k, int slot,
-                 double mark[3]) {
+                 double mark[3], double *waited) {
     const pm_train_cfg *c = &t->host->cfg;
     int s = sel_pass_shard(t->S, k);
     sel_kind kind = sel_pass_kind(t->S, k);
@@ -164,6 +190,7 @@ int sel_run_pass(sel_task *t, sel_dev *dv, const pm_select_layout *lay, int k, i
     size_t n = shard_floats(c, sh), at = pm_gpt_layer_offset(&c->model, sh->first);
     float *P = (float *)(dv->slab + dv->state_off[slot]), *G = P + n, *M = G + n, *V = M + n;
     pm_trainer *h = t->host;
+    *waited = 0;
     if (!(dv->res_task[slot] == t->index && dv->res_shard[slot] == s &&
           dv->res_version[slot] == t->version[s]) && /* (the other slot may be being filled) */
         sel_load_state(t, dv, s, slot))
@@ -175,12 +202,16 @@ int sel_run_pass(sel_task *t, sel_dev *dv, const pm_select_layout *lay, int k, i
     area_layout(c, sh, dv->slab + dv->act_off, &a);
     size_t mtok = (size_t)(c->batch / c->micro) * (size_t)c->model.ctx;
     for (int j = 0; j < t->K; j++) {
+        double w = flow_wait(t, k, j);
+        if (w < 0) return -1;
+        *waited += w;
         float *keep = s > 0 ? t->act + ((size_t)(s - 1) * t->K + j) * t->nc : NULL;
         if (keep) memcpy(a.in, keep, t->nc * sizeof(float));
         else memcpy(a.in, h->inp + (size_t)j * mtok, mtok * sizeof(int32_t));
         forward(c, sh, P, &a, h->tgt + (size_t)j * mtok, &t->loss_sum);
         if (kind == SEL_F) {
             memcpy(t->act + ((size_t)s * t->K + j) * t->nc, a.buf[0], t->nc * sizeof(float));
+            flow_done(t, k, j);
             continue;
         }
         float *dout = NULL;
@@ -190,6 +221,12 @@ int sel_run_pass(sel_task *t, sel_dev *dv, const pm_select_layout *lay, int k, i
         }
         float *din = backward(c, sh, P, G, &a, dout);
         if (din) memcpy(t->grad + ((size_t)(s - 1) * t->K + j) * t->nc, din, t->nc * sizeof(float));
+        flow_done(t, k, j);
+    }
+    if (k == 2 * t->S - 2) { /* the step's last: the others' write-backs before the norm */
+        double w = flow_wait(t, k, t->K);
+        if (w < 0) return -1;
+        *waited += w;
     }
     mark[2] = pm_now();
     if (all && (sel_store_io(t, 0, at, n, P, 1) || sel_store_io(t, 2, at, n, M, 1) ||

@@ -7,14 +7,29 @@
  * (pass.c); if it was the step's last, finish the step (loss, global norm
  * over the host gradients in index order, AdamW deferred to each shard's
  * next load, evaluation at intervals); under the lock, advance the task
- * and wake the others. A task is on at most one device at a time, so its
- * host store is touched by one thread at a time; the lock hands it over.
+ * and wake the others. A shard's state is on one device at a time, so it
+ * is touched by one thread at a time; the lock hands it over.
  * Each pass is logged with the times its parts ended (pm_select_part), so
  * the log accounts for every moment of every device.
  *
- * Invariants: t->running is set only under the lock by the device that
- * will run the task's next pass, and cleared by it; the policy never picks
- * a running or finished task. */
+ * Joining (shard policy, unless opts.no_join): a device with no ready pass
+ * takes the next pass of a running task's step (t->next) while the earlier
+ * ones still run, if no device runs a pass on that pass's shard and no
+ * device keeps it for itself (its copy thread prefetching that shard).
+ * Pass k's microbatch j needs only pass k - 1's microbatch j (the host's
+ * boundary tensors), so the joined pass waits per microbatch (pass.c,
+ * t->mb) and the step's passes flow over the devices as a wavefront; each
+ * pass still computes exactly what it computes alone, in the same order,
+ * so results stay bitwise. The shard's state (and updated, zeroed, version)
+ * belongs to the one device running a pass on it (t->inuse); the step's
+ * last pass waits for every other pass to end before the global norm, and
+ * a step starts only when the last one ended (step ends are barriers).
+ *
+ * Invariants: t->running counts the devices holding a task (running one of
+ * its passes, or having claimed it for their next), changed only under the
+ * lock; the policy picks only a task no device holds, a join only a task
+ * one of whose passes runs (t->pass < t->next); t->inuse[s] is set while a
+ * pass on shard s runs, and only then is the shard's state written. */
 #include <math.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -34,6 +49,10 @@ typedef struct {
     pm_select_stats *stats;
     pthread_mutex_t mu;
     pthread_cond_t cv;
+    pthread_cond_t flow;  /* joining: a microbatch or a pass ended (pass.c waits on it) */
+    int join;             /* devices join running tasks (shard policy, not opts.no_join) */
+    int gated, gate_n;    /* joining: devices that made their first choice, of gate_n
+                             started (the start gate, next_task) */
     int busy_global;      /* sequential: a pass is running somewhere */
     int active;           /* devices working (not waiting for a ready pass) */
     int cores;            /* online CPUs (prefetch auto) */
@@ -358,10 +377,10 @@ static void asha_step(sel_run *r, sel_task *t, int kind, double val) {
 
 /* ---- prefetch (the copy thread is device.c's) --------------------------- */
 
-/* Task t has a pass after its running one that it can run at once (not
+/* Task t has a pass after its running one k that it can run at once (not
  * its last, not stopped by stop_after, not waiting at a halving rung). */
-static int has_next(const sel_run *r, const sel_task *t) {
-    if (t->pass < 2 * t->S - 2) return 1;
+static int has_next(const sel_run *r, const sel_task *t, int k) {
+    if (k < 2 * t->S - 2) return 1;
     int64_t s = t->done + 1;
     if (s >= t->stop_at || (r->o->stop_after > 0 && s >= r->o->stop_after)) return 0;
     return !(r->o->halving > 1 && r->o->eval_every > 0 && s % r->o->eval_every == 0);
@@ -374,9 +393,9 @@ static int has_next(const sel_run *r, const sel_task *t) {
  * Another: claimed, which holds it back from the other devices, so only
  * while at least one other ready task remains for each of them. -1: the
  * choice is made when the pass ends. */
-static int claim_next(sel_run *r, int d, int cur) {
+static int claim_next(sel_run *r, int d, int cur, int k) {
     if (r->o->policy != PM_POLICY_SHARD) return -1;
-    int y = pick_shard(r, d, has_next(r, &r->t[cur]) ? cur : -1, cur);
+    int y = pick_shard(r, d, has_next(r, &r->t[cur], k) ? cur : -1, cur);
     if (y < 0 || y == cur) return y;
     int ready = 0;
     for (int i = 0; i < r->n; i++)
@@ -386,18 +405,24 @@ static int claim_next(sel_run *r, int d, int cur) {
     return y;
 }
 
-/* Outside the lock: start copying what runs after cur's pass into the slot
- * cur does not use: the claimed task's next shard, or else (cur continues,
- * or nothing was decided) cur's own next shard within the step (not after
- * the step's last pass: the next step starts on the shard just run, and an
- * evaluation may rewrite every shard on the host). */
-static void prefetch(sel_run *r, sel_dev *dv, sel_task *cur, int slot, int y) {
+/* Under the lock, device d having taken pass k of cur: start copying what
+ * runs after it into the slot cur does not use: the claimed task's next
+ * shard, or else (cur continues, or nothing was decided) cur's own next
+ * shard within the step (not after the step's last pass: the next step
+ * starts on the shard just run, and an evaluation may rewrite every shard
+ * on the host). cur's next pass is then kept for d (t->pf_pass) until d's
+ * pass ends and its copy is done: no device writes a shard the copy thread
+ * reads. So with joining, not while a device waits for work (it may join
+ * that pass instead), nor when a device runs a pass on that shard. */
+static void prefetch(sel_run *r, int d, sel_task *cur, int k, int slot, int y) {
+    sel_dev *dv = &r->dev[d];
     if (y == cur->index) y = -1;
     sel_task *t = y >= 0 ? &r->t[y] : cur;
-    int k = y >= 0 ? t->pass : cur->pass + 1;
-    if (y < 0 && k > 2 * cur->S - 2) return;
-    int s = sel_pass_shard(t->S, k);
-    if (y < 0 && s == sel_pass_shard(cur->S, cur->pass)) return;
+    int kk = y >= 0 ? t->next : k + 1;
+    if (y < 0 && (kk > 2 * cur->S - 2 || (r->join && r->active < r->o->devices))) return;
+    int s = sel_pass_shard(t->S, kk);
+    if (y < 0 && (s == sel_pass_shard(cur->S, k) || t->inuse[s])) return;
+    if (y < 0) cur->pf_pass = kk, cur->pf_dev = d;
     if (sel_resident(dv, t, s) == (slot ^ 1)) return;
     sel_copy_start(dv, t, s, slot ^ 1);
 }
@@ -437,91 +462,189 @@ static void stop_idle(sel_run *r, int mine) {
     pthread_cond_broadcast(&r->cv);
 }
 
-/* Under the lock: the next task for device d, claimed, or -1 when every
- * task is finished or the run was interrupted (this device then ends; the
- * others end after their running passes). */
-static int next_task(sel_run *r, int d, int *claimed) {
+/* Under the lock: whether device d may join task t now: one of its passes
+ * runs, the step's next pass is not taken, its shard is not on a device,
+ * and no other device keeps that pass for itself. */
+static int joinable(const sel_run *r, const sel_task *t, int d) {
+    return r->join && !finished(t) && !t->at_rung && t->pass < t->next &&
+           t->next < 2 * t->S - 1 && !t->inuse[sel_pass_shard(t->S, t->next)] &&
+           (t->pf_pass != t->next || t->pf_dev == d);
+}
+
+/* Under the lock, device d having no ready task: the joinable task with the
+ * most time left (Sharded-LRTF's order), or -1. */
+static int pick_join(const sel_run *r, int d) {
+    int best = -1;
+    for (int i = 0; i < r->n; i++)
+        if (joinable(r, &r->t[i], d) &&
+            (best < 0 || time_left(r, &r->t[i], 0) > time_left(r, &r->t[best], 0)))
+            best = i;
+    return best;
+}
+
+/* Under the lock: device d takes pass t->next of task i (held: it claimed
+ * the task before, so it is counted in running already). A step's first
+ * pass starts the step's microbatch counts. Returns the pass. */
+static int take(sel_run *r, int i, int held) {
+    sel_task *t = &r->t[i];
+    int k = t->next;
+    if (k == 0) {
+        memset(t->mb, 0, (size_t)(2 * t->S - 1) * sizeof *t->mb);
+        memset(t->fin, 0, (size_t)(2 * t->S - 1));
+    }
+    t->next = k + 1;
+    t->running += !held;
+    t->inuse[sel_pass_shard(t->S, k)] = 1;
+    r->busy_global = 1;
+    if (r->join) pthread_cond_broadcast(&r->cv); /* its next pass may be joined now */
+    return k;
+}
+
+/* Under the lock, joining: the start gate. A device's first choice is
+ * counted (*first cleared); one that took a pass waits until every device
+ * has chosen, so no first pass starts before the others could join it
+ * (with one task and D devices, the later ones join it at once). */
+static void gate(sel_run *r, int *first, int took) {
+    if (!r->join || !*first) return;
+    *first = 0;
+    r->gated++;
+    pthread_cond_broadcast(&r->cv);
+    while (took && r->gated < r->gate_n) pthread_cond_wait(&r->cv, &r->mu);
+}
+
+/* Under the lock: the next task for device d and the pass it runs (*k),
+ * taken, or -1 when every task is finished or the run was interrupted
+ * (this device then ends; the others end after their running passes).
+ * *claimed: the task chosen at the last pass (held: claimed for d, else
+ * the task d ran, which it continues, by joining if another device runs a
+ * pass of it). *joined: d joined the task. *first: d has not chosen yet
+ * (gate). */
+static int next_task(sel_run *r, int d, int *claimed, int held, int *k, int *joined,
+                     int *first) {
     int i = *claimed;
     *claimed = -1;
+    *joined = 0;
     for (;;) {
         if (interrupted(r)) {
-            stop_idle(r, i);
+            stop_idle(r, held ? i : -1);
+            gate(r, first, 0);
             return -1;
         }
-        if (i >= 0 && (finished(&r->t[i]) || r->t[i].at_rung)) i = -1; /* cur, which ended
-                                                                           or waits at a rung */
-        if (i >= 0) break;
-        if (all_finished(r)) return -1;
+        if (i >= 0 && (finished(&r->t[i]) || r->t[i].at_rung)) { /* it ended or waits at a
+                                                                     rung */
+            r->t[i].running -= held;
+            i = -1;
+        }
+        if (i >= 0) {
+            const sel_task *t = &r->t[i];
+            if (held || !t->running) break;
+            if (joinable(r, t, d)) {
+                *joined = 1;
+                break;
+            }
+            i = -1; /* another device runs it and its next pass cannot be joined now */
+        }
+        held = 0;
+        if (all_finished(r)) {
+            gate(r, first, 0);
+            return -1;
+        }
         if ((i = pick(r, d)) >= 0) break;
+        if ((i = pick_join(r, d)) >= 0) {
+            *joined = 1;
+            break;
+        }
+        gate(r, first, 0);
         pthread_cond_wait(&r->cv, &r->mu);
     }
-    r->t[i].running = 1, r->busy_global = 1;
+    *k = take(r, i, held);
+    gate(r, first, 1);
     return i;
+}
+
+/* Under the lock, after pass k of t ended on device d: the step's
+ * bookkeeping. Its first pass not yet ended moves on (passes of one step
+ * can end out of order when joined); after the step's last, the next step
+ * starts at pass 0. A failed pass marks the task broken, so the passes
+ * waiting for its microbatches give up. */
+static void pass_ended(sel_run *r, sel_task *t, int d, int k, int last, int bad) {
+    t->fin[k] = 1;
+    t->inuse[sel_pass_shard(t->S, k)] = 0;
+    if (t->pf_dev == d) t->pf_pass = t->pf_dev = -1; /* its copy is done (sel_copy_wait) */
+    if (bad) t->broken = 1;
+    if (last && !bad) t->pass = t->next = 0;
+    else
+        while (t->pass < t->next && t->fin[t->pass]) t->pass++;
+    t->running--;
+    pthread_cond_broadcast(&r->flow);
 }
 
 static void *device_main(void *arg) {
     dev_arg *a = arg;
     sel_run *r = a->r;
-    int d = a->d, claimed = -1;
+    int d = a->d, claimed = -1, held = 0, k, joined, first = 1;
     sel_dev *dv = &r->dev[d];
     pm_blas_threads(1);
     pthread_mutex_lock(&r->mu);
-    for (int i; (i = next_task(r, d, &claimed)) >= 0;) {
+    for (int i; (i = next_task(r, d, &claimed, held, &k, &joined, &first)) >= 0;) {
         sel_task *t = &r->t[i];
         r->active++;
-        int pf = use_prefetch(r, d, i), y = pf ? claim_next(r, d, i) : -1;
+        int pf = use_prefetch(r, d, i), y = pf ? claim_next(r, d, i, k) : -1;
+        int slot = sel_pick_slot(dv, t, sel_pass_shard(t->S, k));
+        if (pf) prefetch(r, d, t, k, slot, y);
         pthread_mutex_unlock(&r->mu);
-        double t0 = pm_now(), mark[3] = {-1, -1, -1};
-        if (t->pass == 0) {
+        double t0 = pm_now(), mark[3] = {-1, -1, -1}, flow = 0;
+        if (k == 0) { /* no other pass of the task runs: a step starts */
             pm_loader_next(&t->host->train, t->host->cfg.batch, t->host->inp, t->host->tgt);
             t->loss_sum = 0;
         }
-        int slot = sel_pick_slot(dv, t, sel_pass_shard(t->S, t->pass));
-        if (pf) prefetch(r, dv, t, slot, y);
-        int bad = sel_run_pass(t, dv, r->lay, t->pass, slot, mark);
-        int last = t->pass == 2 * t->S - 2 || bad, kind = PM_SELECT_EV_STEP, hw = 0;
+        int bad = sel_run_pass(t, dv, r->lay, k, slot, mark, &flow);
+        int last = k == 2 * t->S - 2 || bad, kind = PM_SELECT_EV_STEP, hw = 0;
         int state = bad ? PM_SELECT_FAILED : PM_SELECT_RUNNING;
         double loss = 0, val = NAN, t1 = pm_now(), step_end = t1, c0, c1;
-        if (bad) kind = PM_SELECT_EV_FAILED; /* its store failed: t->why says how */
+        if (bad) kind = PM_SELECT_EV_FAILED; /* its store failed (t->why says how), or
+                                                a pass it waited for did */
         else if (last) kind = end_step(r, t, &loss, &val, &state, &step_end, &hw);
         double w0 = pm_now();
         sel_copy_wait(dv, &c0, &c1);
-        double w1 = pm_now(), dt = t1 - t0;
-        for (int k = 0; k < 3; k++) /* a pass that failed in its load: all of it load */
-            if (mark[k] < 0) mark[k] = t1;
+        double w1 = pm_now(), dt = t1 - t0 - flow; /* its waits for other devices: WAIT */
+        for (int m = 0; m < 3; m++) /* a pass that failed in its load: all of it load */
+            if (mark[m] < 0) mark[m] = t1;
         pthread_mutex_lock(&r->mu);
-        t->state = state;
+        int report = last && t->state == PM_SELECT_RUNNING; /* a task fails once */
+        if (state != PM_SELECT_RUNNING) t->state = state;
         t->busy += dt;
         t->work += dt + (w0 - t1);
         if (t->first_start < 0) t->first_start = t0 - r->t0;
-        t->last_end = t1 - r->t0;
+        t->last_end = fmax(t->last_end, t1 - r->t0);
         t->passes_done++;
-        r->fl_done += pass_flops(t, t->pass), r->sec_done += dt;
-        t->sec[t->pass] += dt, t->cnt[t->pass]++; /* what LRTF knows of it */
+        r->fl_done += pass_flops(t, k), r->sec_done += dt;
+        t->sec[k] += dt, t->cnt[k]++; /* what LRTF knows of it */
         if (last && !bad) t->after_s += step_end - t1, t->after_n++;
         if (hw) t->eval_s += w0 - step_end, t->eval_n++;
         dv->ran = i;
         r->stats->busy[d] += dt;
+        r->stats->joined += joined;
         int64_t at = r->stats->nlog++;
         PM_ASSERT(at < r->log_cap);
         double z = r->t0;
         r->stats->log[at] = (pm_select_pass){
-            .dev = d, .task = i, .shard = sel_pass_shard(t->S, t->pass),
-            .kind = sel_pass_kind(t->S, t->pass), .start = t0 - z, .end = t1 - z,
+            .dev = d, .task = i, .shard = sel_pass_shard(t->S, k),
+            .kind = sel_pass_kind(t->S, k), .start = t0 - z, .end = t1 - z,
             .loaded = mark[0] - z, .updated = mark[1] - z, .computed = mark[2] - z,
             .step_end = step_end - z, .eval_end = w0 - z, .wait0 = w0 - z, .wait1 = w1 - z,
-            .copy0 = c0 > 0 ? c0 - z : 0, .copy1 = c0 > 0 ? c1 - z : 0};
-        t->pass = last ? 0 : t->pass + 1;
+            .copy0 = c0 > 0 ? c0 - z : 0, .copy1 = c0 > 0 ? c1 - z : 0, .flow = flow,
+            .joined = joined};
+        pass_ended(r, t, d, k, last, bad);
         t->done = t->host->step;
-        t->running = 0;
         r->busy_global = 0;
         r->active--;
-        claimed = y;
-        if (last) emit(r, i, kind, loss, val);
-        if (last && r->o->halving > 1) {
+        claimed = y, held = y >= 0 && y != i;
+        if (report) emit(r, i, kind, loss, val);
+        if (report && r->o->halving > 1) {
             t->at_rung = kind == PM_SELECT_EV_EVAL;
             halve(r);
-        } else if (last && r->o->asha > 1) {
+        } else if (report && r->o->asha > 1) {
             asha_step(r, t, kind, val);
         }
         pthread_cond_broadcast(&r->cv);
@@ -539,11 +662,11 @@ static void account(pm_select_stats *st) {
         double *q = st->part + (size_t)p->dev * PM_PART_COUNT;
         q[PM_PART_LOAD] += p->loaded - p->start;
         q[PM_PART_ADAMW] += p->updated - p->loaded;
-        q[PM_PART_COMPUTE] += p->computed - p->updated;
+        q[PM_PART_COMPUTE] += p->computed - p->updated - p->flow;
         q[PM_PART_STORE] += p->end - p->computed;
         q[PM_PART_STEP] += p->step_end - p->end;
         q[PM_PART_EVAL] += p->eval_end - p->step_end;
-        q[PM_PART_WAIT] += p->wait1 - p->wait0;
+        q[PM_PART_WAIT] += p->wait1 - p->wait0 + p->flow;
     }
     for (int d = 0; d < st->devices; d++) {
         double *q = st->part + (size_t)d * PM_PART_COUNT, sum = 0;
@@ -573,6 +696,9 @@ static void tasks_free(sel_task *t, int n) {
         pm_free(t[i].fl);
         pm_free(t[i].sec);
         pm_free(t[i].cnt);
+        pm_free(t[i].mb);
+        pm_free(t[i].fin);
+        pm_free(t[i].inuse);
     }
     pm_free(t);
 }
@@ -601,9 +727,12 @@ static pm_status tasks_init(sel_run *r, pm_select_task *tasks, pm_trainer *hosts
                         .version = pm_calloc((size_t)S, sizeof(uint64_t)),
                         .fl = pm_malloc((size_t)(2 * S - 1) * sizeof(double)),
                         .sec = pm_calloc((size_t)(2 * S - 1), sizeof(double)),
-                        .cnt = pm_calloc((size_t)(2 * S - 1), sizeof(int64_t))};
+                        .cnt = pm_calloc((size_t)(2 * S - 1), sizeof(int64_t)),
+                        .mb = pm_calloc((size_t)(2 * S - 1), sizeof(int)),
+                        .fin = pm_calloc((size_t)(2 * S - 1), 1),
+                        .inuse = pm_calloc((size_t)S, 1), .pf_pass = -1, .pf_dev = -1};
         if (!t->act || !t->grad || !t->updated || !t->zeroed || !t->version || !t->fl ||
-            !t->sec || !t->cnt)
+            !t->sec || !t->cnt || !t->mb || !t->fin || !t->inuse)
             return pm_errf(err, PM_ERR_NOMEM, "out of memory for task %s's boundaries",
                            tasks[i].name);
         for (int k = 0; k < 2 * S - 1; k++) t->fl[k] = pass_flops(t, k);
@@ -657,6 +786,10 @@ static pm_status run_threads(sel_run *r, pm_err *err) {
     if (!st) {
         pthread_mutex_init(&r->mu, NULL);
         pthread_cond_init(&r->cv, NULL);
+        pthread_cond_init(&r->flow, NULL);
+        r->join = !r->o->no_join && r->o->policy == PM_POLICY_SHARD && D > 1;
+        r->gate_n = D;
+        for (int i = 0; r->join && i < r->n; i++) r->t[i].mu = &r->mu, r->t[i].flow = &r->flow;
         r->t0 = pm_now();
         if (r->o->asha > 1) asha_settle(r); /* a resumed sweep may wait at a rung */
         for (; started < D; started++) {
@@ -666,6 +799,7 @@ static pm_status run_threads(sel_run *r, pm_err *err) {
         if (started < D) {
             st = pm_errf(err, PM_ERR_NOMEM, "could not start device thread %d", started);
             pthread_mutex_lock(&r->mu);
+            r->gate_n = started; /* the started ones wait for no more */
             for (int i = 0; i < r->n; i++)
                 if (!r->t[i].running) r->t[i].state = PM_SELECT_FAILED;
             pthread_cond_broadcast(&r->cv);
@@ -673,6 +807,7 @@ static pm_status run_threads(sel_run *r, pm_err *err) {
         }
         for (int d = 0; d < started; d++) pthread_join(th[d], NULL);
         r->stats->makespan_s = pm_now() - r->t0;
+        pthread_cond_destroy(&r->flow);
         pthread_cond_destroy(&r->cv);
         pthread_mutex_destroy(&r->mu);
     }
