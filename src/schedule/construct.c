@@ -603,6 +603,8 @@ typedef struct {
     double *end;      /* (N) replay: end of each pass */
     double *free_at;  /* (p) replay: end of the device's latest pass */
     double *first;    /* (p) replay: start of the device's first pass */
+    double *mem;      /* (p) replay: the device's memory after its latest pass */
+    double *peak;     /* (p) replay: the device's peak so far (from 0, as dev_peak) */
     /* pm_construct_reference only: every candidate as a schedule, replayed
      * by pm_sim_replay */
     pm_sched x;
@@ -617,6 +619,8 @@ static void choice_free(choice *ch) {
     pm_free(ch->end);
     pm_free(ch->free_at);
     pm_free(ch->first);
+    pm_free(ch->mem);
+    pm_free(ch->peak);
     pm_sched_free(&ch->x);
     pm_sim_free(&ch->sim);
     *ch = (choice){0};
@@ -638,7 +642,10 @@ static pm_status choice_init(choice *ch, const cons *c, const char *kind, pm_cos
     ch->end = pm_malloc((size_t)c->N * sizeof *ch->end);
     ch->free_at = pm_malloc((size_t)c->p * sizeof *ch->free_at);
     ch->first = pm_malloc((size_t)c->p * sizeof *ch->first);
-    if (!ch->bdur || !ch->sdev || !ch->end || !ch->free_at || !ch->first) {
+    ch->mem = pm_malloc((size_t)c->p * sizeof *ch->mem);
+    ch->peak = pm_malloc((size_t)c->p * sizeof *ch->peak);
+    if (!ch->bdur || !ch->sdev || !ch->end || !ch->free_at || !ch->first || !ch->mem ||
+        !ch->peak) {
         st = pm_errf(err, PM_ERR_NOMEM, "out of memory replaying %lld passes", (long long)c->N);
         goto fail;
     }
@@ -681,7 +688,10 @@ static int sim_dep(const cons *c, int i) {
  * worklist, and per-device lists, its start/end/memory records and its
  * allocations are not needed. */
 static double replay_slots(const cons *c, choice *ch) {
-    for (int d = 0; d < c->p; d++) ch->free_at[d] = 0, ch->first[d] = -1;
+    for (int d = 0; d < c->p; d++) {
+        ch->free_at[d] = ch->mem[d] = ch->peak[d] = 0;
+        ch->first[d] = -1;
+    }
     for (int64_t t = 0; t < c->L; t++)
         for (int d = 0; d < c->p; d++) {
             int32_t id = c->occ[(int64_t)d * c->L + t];
@@ -694,6 +704,8 @@ static double replay_slots(const cons *c, choice *ch) {
             double st = r > ch->free_at[d] ? r : ch->free_at[d];
             if (ch->first[d] < 0) ch->first[d] = st;
             ch->end[id] = ch->free_at[d] = st + ch->bdur[i];
+            ch->mem[d] += c->bdelta[i];
+            if (ch->mem[d] > ch->peak[d]) ch->peak[d] = ch->mem[d];
         }
     double makespan = 0;
     for (int d = 0; d < c->p; d++) {
@@ -703,22 +715,21 @@ static double replay_slots(const cons *c, choice *ch) {
     return makespan;
 }
 
-/* Offers the current slots: kept if under the caps and strictly shorter
- * than the best so far (ties go to the earlier, plainer candidate); a
- * candidate that breaks a cap is kept out of the choice. Only a candidate
- * that wins becomes a schedule. */
+/* Offers the current slots (occ and slot[]; prof is neither read nor
+ * rebuilt): kept if under the caps and strictly shorter than the best so
+ * far (ties go to the earlier, plainer candidate); a candidate that breaks
+ * a cap is kept out of the choice. The replay's running memory adds the
+ * same deltas in the same order as layout()'s prefix sums, so its peaks
+ * are dev_peak's. Only a candidate that wins becomes a schedule. */
 static pm_status offer(cons *c, choice *ch, pm_err *err) {
-    layout(c);
+    double makespan = replay_slots(c, ch);
     for (int d = 0; d < c->p; d++)
-        if (dev_peak(c, d) > c->cap[d] + c->eps) return PM_OK;
-    double makespan;
+        if (ch->peak[d] > c->cap[d] + c->eps) return PM_OK;
     if (pm_construct_reference) {
         to_sched(c, &ch->x);
         pm_status st = pm_sim_replay(&ch->sim, &ch->x, &ch->cost, err);
         if (st) return st;
         makespan = ch->sim.makespan;
-    } else {
-        makespan = replay_slots(c, ch);
     }
     if (!ch->ok || makespan < ch->makespan * (1 - 1e-12)) {
         to_sched(c, &ch->best);
@@ -796,6 +807,7 @@ pm_status pm_sched_from_block(pm_sched *s, const pm_block *b, const pm_sched_req
     if ((st = offer(&c, &ch, err))) goto done;
     reorder(&c, 0, 0);
     if ((st = offer(&c, &ch, err))) goto done;
+    layout(&c); /* round 2 starts from round 1's profile, rebuilt */
     lift_w(&c);
     reorder(&c, 1, 1);
     refill_w(&c);
