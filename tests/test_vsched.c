@@ -13,6 +13,7 @@
 #include <cmocka.h>
 
 #include "pipemem/pm_sched.h"
+#include "schedule/block_internal.h" /* pm_construct_reference */
 
 typedef pm_status (*builder)(pm_sched *, const pm_sched_req *, pm_err *);
 
@@ -403,6 +404,56 @@ static void test_1f1b_as_a_block(void **state) {
     }
 }
 
+/* The constructor replays its candidates in slot order instead of through
+ * the simulator (construct.c, replay_slots); the simulator is the reference
+ * (pm_construct_reference). Both must choose the same candidate, so every
+ * kind built by the constructor gives the same schedule both ways, pass for
+ * pass, over p, m, equal and unequal costs, a latency between devices, and
+ * a memory model whose W frees more than B holds. */
+static void gen_twice(const char *kind, const pm_sched_req *req) {
+    pm_sched fast, ref;
+    pm_err err;
+    pm_construct_reference = 0;
+    if (pm_sched_generate(&fast, kind, req, &err)) fail_msg("%s p=%d: %s", kind, req->p, err.msg);
+    pm_construct_reference = 1;
+    pm_status st = pm_sched_generate(&ref, kind, req, &err);
+    pm_construct_reference = 0;
+    if (st) fail_msg("%s p=%d reference: %s", kind, req->p, err.msg);
+    for (int d = 0; d < fast.p; d++) {
+        if (fast.len[d] != ref.len[d] ||
+            memcmp(pm_sched_dev(&fast, d), pm_sched_dev(&ref, d),
+                   (size_t)fast.len[d] * sizeof(pm_pass)))
+            fail_msg("%s p=%d m=%d costs %g,%g,%g,%g: device %d's order differs from the "
+                     "simulator-replayed choice", kind, req->p, req->m, req->t.f, req->t.b,
+                     req->t.w, req->t.c, d);
+    }
+    pm_sched_free(&fast);
+    pm_sched_free(&ref);
+}
+
+static void test_replay_matches_the_simulator(void **state) {
+    (void)state;
+    static const char *kinds[] = {"v-min", "v-half", "1f1b-v"};
+    static const pm_costs costs[] = {{1, 1, 1, 0}, {3, 3, 2, 0}, {9918, 10434, 7038, 213},
+                                     {1, 2, 0.5, 0.7}};
+    static const pm_mem mems[] = {{1, 0, -1, 0}, {1, 0.5, -1.5, 0}};
+    static const int ps[] = {2, 3, 4, 5, 7, 8, 9, 12, 16};
+    for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++)
+        for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++)
+            for (int m = ps[i]; m <= 3 * ps[i]; m += ps[i] + 1)
+                for (size_t q = 0; q < sizeof costs / sizeof costs[0]; q++)
+                    for (size_t r = 0; r < sizeof mems / sizeof mems[0]; r++) {
+                        pm_sched_req req = {.p = ps[i], .m = m, .t = costs[q], .mem = mems[r]};
+                        gen_twice(kinds[k], &req);
+                    }
+    for (int p = 3; p <= 8; p++) /* auto-v builds its block's schedule the same way */
+        for (size_t q = 0; q < sizeof costs / sizeof costs[0]; q++) {
+            pm_sched_req req = {.p = p, .m = 2 * p, .t = costs[q], .mem = PM_MEM_DEFAULT,
+                                .mem_limit = 0.75};
+            gen_twice("auto-v", &req);
+        }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_v_min_peak_formula),
@@ -416,6 +467,7 @@ int main(void) {
         cmocka_unit_test(test_small_m),
         cmocka_unit_test(test_from_block_rejects),
         cmocka_unit_test(test_1f1b_as_a_block),
+        cmocka_unit_test(test_replay_matches_the_simulator),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -46,6 +46,12 @@ pm_status pm_block_fill_w(pm_block *b, pm_err *err);
 /* *peak: the largest device's peak of b repeated m times (the plain
  * repetition, before any move; absolute units, mem / v per stage). The
  * constructor never exceeds it. Fails like the constructor's setup. */
+/* Test-only switch, 0 by default: 1 makes the constructor turn every
+ * candidate into a schedule and replay it with pm_sim_replay, the
+ * reference its own slot-order replay must match, so a test can check both
+ * choose the same schedule. Not for use while generators run in threads. */
+extern int pm_construct_reference;
+
 pm_status pm_block_repeat_peak(const pm_block *b, int m, pm_mem mem, double *peak,
                                pm_err *err);
 /* The 1F1B-V block for p devices and m microbatches: the chain block

@@ -4,8 +4,8 @@
  *   1. the block: one microbatch's passes with slot offsets;
  *   2. repeat it every T slots for m microbatches (microbatch k's pass at
  *      offset + k*T); each device's order is its passes sorted by slot;
- *   3. squeeze: that order replayed with real costs (pm_sim_run does the
- *      timing; a schedule is only the per-device order);
+ *   3. squeeze: that order replayed with real costs (the simulator's
+ *      timing, pm_sim_replay; a schedule is only the per-device order);
  *   4. move warm-up and cool-down passes earlier into idle slots when every
  *      device stays at or below its steady-state peak (the peak of the plain
  *      repetition), then keep the result only if the squeezed makespan does
@@ -43,11 +43,16 @@
  * dur consecutive slots of its device and no two passes share a slot; every
  * pass starts at or after its dependencies (same rule as pm_sched.h, plus
  * microbatch order within a (stage, kind)) end, so each candidate is
- * complete, ordered and deadlock-free. Cost: O(passes + p*L) per round
- * and candidate, plus, per pass tried in round 1, about BK + (slots it
- * could skip) / BK (block maxima and free counts), and per pass tried in
- * round 2, the slots from a saved state to its device's last pass; no pass
- * is ever compared with all others. */
+ * complete, ordered and deadlock-free. Since every pass also starts in a
+ * later slot than its dependencies end, a candidate's squeezed makespan is
+ * computed in one sweep in slot order (replay_slots: the simulator's rule
+ * and arithmetic, so the same double; pm_construct_reference replays each
+ * candidate with pm_sim_replay instead, for tests), and only a candidate
+ * that wins becomes a schedule. Cost: O(passes + p*L) per round and
+ * candidate, plus, per pass tried in round 1, about BK + (slots it could
+ * skip) / BK (block bounds and free counts), and per pass tried in round
+ * 2, the slots from a saved state to its device's last pass; no pass is
+ * ever compared with all others. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -89,7 +94,8 @@ typedef struct {
     double eps;            /* tolerance of memory comparisons */
     int all_phases;        /* 1: round 1 may move every pass, not only warm-up and cool-down */
     /* Round 2's memory count (refill_peak), resumable: */
-    int32_t *wq;           /* (p * wcap) per device, the W passes in the order their B ran */
+    int32_t *wq;           /* (p * wcap) per device, W passes (block index) in their B order */
+    int64_t *wq_at;        /* (p * wcap) ... and the slot each one's B ends */
     int64_t wcap;          /* B passes a device runs (m times its B passes in the block) */
     rstate *ck;            /* (p * nck) per device, the count's state before slot j * CK_EVERY */
     int64_t nck;           /* states per device */
@@ -98,9 +104,14 @@ typedef struct {
     int w_frees;           /* every W delta <= 0: past a device's last pass nothing can rise */
 } cons;
 
-static inline const pm_block_pass *bp(const cons *c, int64_t id) { return &c->b->pass[id % c->nb]; }
+/* A pass id's block index and microbatch. Every pass holds its own slot
+ * cell, so ids are below p * L <= MAX_CELLS and 32-bit division (several
+ * times cheaper than 64-bit, and these run once per cell visited) is exact. */
+static inline int bix(const cons *c, int64_t id) { return (int)((uint32_t)id % (uint32_t)c->nb); }
+static inline int64_t mbk(const cons *c, int64_t id) { return (uint32_t)id / (uint32_t)c->nb; }
+static inline const pm_block_pass *bp(const cons *c, int64_t id) { return &c->b->pass[bix(c, id)]; }
 static inline int64_t orig_slot(const cons *c, int64_t id) {
-    return bp(c, id)->off + (id / c->nb) * (int64_t)c->T;
+    return bp(c, id)->off + mbk(c, id) * (int64_t)c->T;
 }
 static inline int64_t pid(const cons *c, int stage, int kind, int64_t k) {
     int i = c->tab[stage * PM_PASS_COUNT + kind];
@@ -119,6 +130,7 @@ static void cons_free(cons *c) {
     pm_free(c->badd);
     pm_free(c->bfree);
     pm_free(c->wq);
+    pm_free(c->wq_at);
     pm_free(c->free_at);
     pm_free(c->ck);
     pm_free(c->ck_n);
@@ -142,7 +154,7 @@ static pm_status cons_init(cons *c, const pm_block *b, int m, pm_mem mem, pm_err
     c->warm_end = maxoff;
     c->cool_start = (int64_t)(m - 1) * b->T + minoff;
     c->eps = 1e-9 * (fabs(mem.f) + fabs(mem.b) + fabs(mem.w));
-    if ((int64_t)c->p * c->L > MAX_CELLS)
+    if ((int64_t)c->p * c->L > MAX_CELLS || c->N > MAX_CELLS)
         return pm_errf(err, PM_ERR_ARG,
                        "block too long to repeat: %d devices x %lld slots; lower m or the interval",
                        c->p, (long long)c->L);
@@ -166,12 +178,14 @@ static pm_status cons_init(cons *c, const pm_block *b, int m, pm_mem mem, pm_err
     c->wcap = nbd * m;
     c->nck = c->L / CK_EVERY + 1;
     c->wq = pm_malloc((size_t)(c->p * c->wcap) * sizeof *c->wq);
+    c->wq_at = pm_malloc((size_t)(c->p * c->wcap) * sizeof *c->wq_at);
     c->free_at = pm_malloc((size_t)c->p * sizeof *c->free_at);
     c->ck = pm_malloc((size_t)(c->p * c->nck) * sizeof *c->ck);
     c->ck_n = pm_malloc((size_t)c->p * sizeof *c->ck_n);
     c->last = pm_malloc((size_t)c->p * sizeof *c->last);
     if (!c->tab || !c->bstage || !c->bdelta || !c->slot || !c->occ || !c->prof || !c->cap ||
-        !c->bmax || !c->badd || !c->bfree || !c->wq || !c->free_at || !c->ck || !c->ck_n || !c->last)
+        !c->bmax || !c->badd || !c->bfree || !c->wq || !c->wq_at || !c->free_at || !c->ck ||
+        !c->ck_n || !c->last)
         return pm_errf(err, PM_ERR_NOMEM, "out of memory repeating a block %d times", m);
     pm_block_index(b, c->tab);
     for (int i = 0; i < b->n; i++) {
@@ -214,25 +228,26 @@ static double dev_peak(const cons *c, int d) {
 
 /* Earliest slot pass id may start at: after its dependencies end. */
 static int64_t earliest(const cons *c, int64_t id) {
-    const pm_block_pass *x = bp(c, id);
-    int st = c->bstage[id % c->nb];
-    int64_t k = id / c->nb, dep[3] = {-1, -1, -1}, e = 0;
-    switch (x->kind) {
+    /* dependencies by block index (dep) and microbatch (dk): no division */
+    int i = bix(c, id), st = c->bstage[i], dep[3] = {-1, -1, -1};
+    int64_t k = mbk(c, id), dk[3] = {k, k, k - 1}, e = 0;
+    const int *tb = c->tab;
+    switch (c->b->pass[i].kind) {
     case PM_PASS_F:
-        if (st > 0) dep[0] = pid(c, st - 1, PM_PASS_F, k);
+        if (st > 0) dep[0] = tb[(st - 1) * PM_PASS_COUNT + PM_PASS_F];
         break;
-    case PM_PASS_W: dep[0] = pid(c, st, PM_PASS_B, k); break;
+    case PM_PASS_W: dep[0] = tb[st * PM_PASS_COUNT + PM_PASS_B]; break;
     default:
-        dep[0] = pid(c, st, PM_PASS_F, k);
+        dep[0] = tb[st * PM_PASS_COUNT + PM_PASS_F];
         if (st < c->S - 1) {
-            dep[1] = pid(c, st + 1, PM_PASS_B, k);
-            if (dep[1] < 0) dep[1] = pid(c, st + 1, PM_PASS_BW, k);
+            dep[1] = tb[(st + 1) * PM_PASS_COUNT + PM_PASS_B];
+            if (dep[1] < 0) dep[1] = tb[(st + 1) * PM_PASS_COUNT + PM_PASS_BW];
         }
     }
-    if (k > 0) dep[2] = id - c->nb; /* same (stage, kind), previous microbatch */
+    if (k > 0) dep[2] = i; /* same (stage, kind), previous microbatch */
     for (int j = 0; j < 3; j++)
         if (dep[j] >= 0) {
-            int64_t end = c->slot[dep[j]] + bp(c, dep[j])->dur;
+            int64_t end = c->slot[dk[j] * c->nb + dep[j]] + c->b->pass[dep[j]].dur;
             if (end > e) e = end;
         }
     return e;
@@ -291,12 +306,13 @@ static int64_t last_above(cons *c, int d, int64_t lo, int64_t hi, double lim) {
             continue;
         }
         int64_t stop = start > lo ? start : lo;
-        double mx = -INFINITY;
-        for (; j >= stop; j--) {
+        for (; j >= stop; j--)
             if (pr[j] + ba[k] > lim) return j;
-            if (pr[j] > mx) mx = pr[j];
+        if (stop == start && start + BK <= hi) { /* the whole block: tighten its bound */
+            double mx = -INFINITY;
+            for (int64_t i = start; i < start + BK; i++) mx = pr[i] > mx ? pr[i] : mx;
+            bm[k] = mx;
         }
-        if (stop == start && j == start - 1 && start + BK <= hi) bm[k] = mx; /* tightened */
     }
     return -1;
 }
@@ -315,20 +331,26 @@ static int64_t first_free(const cons *c, int d, int64_t lo, int64_t hi, int dur)
     return -1;
 }
 
-/* Adds delta to device d's memory over [lo, hi). */
+/* Adds delta to device d's memory over [lo, hi): whole blocks through
+ * their pending add, the slots of a partial block one by one. A block's
+ * bound only has to stay above its slots (last_above skips by it and
+ * tightens it when it scans), so a partial block's bound rises by delta
+ * (rounding is monotonic: a slot at or below it stays at or below it)
+ * rather than to the largest slot, and a delta below zero leaves it. */
 static void add_range(cons *c, int d, int64_t lo, int64_t hi, double delta) {
     double *pr = c->prof + (int64_t)d * c->L, *bm = c->bmax + d * c->nblk;
     double *ba = c->badd + d * c->nblk;
     for (int64_t t = lo; t < hi;) {
-        int64_t k = t / BK;
-        if (t % BK == 0 && t + BK <= hi) {
+        int64_t k = t / BK, next = (k + 1) * BK;
+        if (t == k * BK && next <= hi) {
             ba[k] += delta;
-            t += BK;
+            t = next;
             continue;
         }
-        pr[t] += delta;
-        if (pr[t] > bm[k]) bm[k] = pr[t];
-        t++;
+        int64_t stop = next < hi ? next : hi;
+        for (int64_t j = t; j < stop; j++) pr[j] += delta;
+        if (delta > 0) bm[k] += delta;
+        t = stop;
     }
 }
 
@@ -347,7 +369,7 @@ static void try_move(cons *c, int64_t id) {
     int64_t t = c->slot[id], e = earliest(c, id);
     if (e >= t) return;
     int d = x->dev;
-    double delta = c->bdelta[id % c->nb];
+    double delta = c->bdelta[bix(c, id)];
     set_occ(c, d, t, x->dur, -1);
     if (delta > 0) { /* not before the last slot the delta would lift over the cap */
         int64_t j = last_above(c, d, e, t, c->cap[d] + c->eps - delta);
@@ -355,7 +377,7 @@ static void try_move(cons *c, int64_t id) {
     }
     int64_t s = first_free(c, d, e, t, x->dur);
     if (s >= 0) {
-        add_range(c, d, s, t, delta);
+        if (delta != 0) add_range(c, d, s, t, delta); /* a zero add changes no bound */
         t = s;
     }
     set_occ(c, d, t, x->dur, (int32_t)id);
@@ -404,7 +426,7 @@ static void refill_w(cons *c) {
         for (int64_t t = 0; t < c->L; t++) {
             int32_t id = o[t];
             if (id < 0 || c->slot[id] != t || bp(c, id)->kind != PM_PASS_B) continue;
-            int64_t w = pid(c, c->bstage[id % c->nb], PM_PASS_W, id / c->nb);
+            int64_t w = pid(c, c->bstage[bix(c, id)], PM_PASS_W, mbk(c, id));
             int64_t at = t + bp(c, id)->dur;
             int wd = bp(c, w)->dur;
             if (at < fill) at = fill;
@@ -424,10 +446,13 @@ static void refill_w(cons *c) {
  * The slots before `from` must not have changed since the count's saved
  * states were last made valid (ck_n): it resumes from the last state at or
  * before `from`, saves the states it passes on the way to `from`, and stops
- * after the device's last pass (only W passes follow, and they free). */
+ * after the device's last pass (only W passes follow, and they free).
+ * A queued B's end is taken when it is queued: the saved states hold only
+ * passes before `from`, and those do not move while the states are valid. */
 static double refill_peak(cons *c, int d, int64_t from) {
     const int32_t *o = c->occ + (int64_t)d * c->L;
     int32_t *q = c->wq + (int64_t)d * c->wcap;
+    int64_t *at = c->wq_at + (int64_t)d * c->wcap;
     rstate *ck = c->ck + (int64_t)d * c->nck;
     int64_t j = from / CK_EVERY;
     if (j > c->ck_n[d] - 1) j = c->ck_n[d] - 1;
@@ -438,15 +463,15 @@ static double refill_peak(cons *c, int d, int64_t from) {
             ck[c->ck_n[d]++] = r;
         int32_t id = o[t];
         if (id >= 0 && c->slot[id] == t) {
-            r.mem += c->bdelta[id % c->nb];
-            if (bp(c, id)->kind == PM_PASS_B)
-                q[r.tail++] = (int32_t)pid(c, c->bstage[id % c->nb], PM_PASS_W, id / c->nb);
-        } else if (id < 0 && r.head < r.tail && t >= r.fill) {
-            int64_t w = q[r.head], b = pid(c, c->bstage[w % c->nb], PM_PASS_B, w / c->nb);
-            if (c->slot[b] + bp(c, b)->dur <= t) {
-                r.mem += c->bdelta[w % c->nb];
-                r.head++, r.fill = t + 1;
+            int i = bix(c, id);
+            r.mem += c->bdelta[i];
+            if (c->b->pass[i].kind == PM_PASS_B) { /* its W waits for slot t + dur */
+                q[r.tail] = c->tab[c->bstage[i] * PM_PASS_COUNT + PM_PASS_W];
+                at[r.tail++] = t + c->b->pass[i].dur;
             }
+        } else if (id < 0 && r.head < r.tail && t >= r.fill && at[r.head] <= t) {
+            r.mem += c->bdelta[q[r.head]];
+            r.head++, r.fill = t + 1;
         }
         if (r.mem > r.peak) r.peak = r.mem;
     }
@@ -534,48 +559,6 @@ static void squeeze_slots(cons *c) {
     layout(c);
 }
 
-/* The per-device order of the current slots as a schedule. */
-static pm_status to_sched(const cons *c, pm_sched *s, const char *kind, pm_err *err) {
-    pm_status st = pm_sched_init(s, kind, c->b->place, c->p, c->m, c->v, err);
-    if (st) return st;
-    for (int d = 0; d < c->p; d++) {
-        const int32_t *o = c->occ + (int64_t)d * c->L;
-        for (int64_t t = 0; t < c->L; t++)
-            if (o[t] >= 0 && c->slot[o[t]] == t)
-                pm_sched_push(s, d, (pm_pass_kind)bp(c, o[t])->kind, c->bstage[o[t] % c->nb],
-                              (int)(o[t] / c->nb));
-    }
-    return PM_OK;
-}
-
-typedef struct {
-    pm_sched s;      /* candidate schedule */
-    double makespan; /* squeezed with the real costs */
-    int ok;          /* built, simulated and under the caps */
-} cand;
-
-/* Builds and squeezes the current slots as candidate x; a candidate that
- * breaks a cap is kept out of the choice. */
-static pm_status make_cand(cons *c, cand *x, const char *kind, pm_costs t, pm_mem mem,
-                           pm_err *err) {
-    *x = (cand){0};
-    layout(c);
-    for (int d = 0; d < c->p; d++)
-        if (dev_peak(c, d) > c->cap[d] + c->eps) return PM_OK;
-    pm_status st = to_sched(c, &x->s, kind, err);
-    if (st) return st;
-    pm_cost cost;
-    pm_sim sim;
-    if ((st = pm_cost_init_uniform(&cost, &x->s, t, mem, err))) return st;
-    st = pm_sim_run(&sim, &x->s, &cost, err);
-    pm_cost_free(&cost);
-    if (st) return st;
-    x->makespan = sim.makespan;
-    x->ok = 1;
-    pm_sim_free(&sim);
-    return PM_OK;
-}
-
 pm_status pm_block_repeat_peak(const pm_block *b, int m, pm_mem mem, double *peak,
                                pm_err *err) {
     cons c;
@@ -592,26 +575,168 @@ pm_status pm_block_repeat_peak(const pm_block *b, int m, pm_mem mem, double *pea
     return st;
 }
 
-/* The choice among candidates: the best so far and a scratch one. */
+/* The per-device order of the current slots, written over s's lists
+ * (every candidate holds every pass, so nothing of an earlier one stays). */
+static void to_sched(const cons *c, pm_sched *s) {
+    for (int d = 0; d < c->p; d++) {
+        const int32_t *o = c->occ + (int64_t)d * c->L;
+        s->len[d] = 0;
+        for (int64_t t = 0; t < c->L; t++)
+            if (o[t] >= 0 && c->slot[o[t]] == t)
+                pm_sched_push(s, d, (pm_pass_kind)bp(c, o[t])->kind, c->bstage[bix(c, o[t])],
+                              (int)mbk(c, o[t]));
+    }
+}
+
+int pm_construct_reference = 0;
+
+/* The choice among candidates: the best so far, and what replaying a
+ * candidate needs, made once for all of them (one shape, one set of
+ * costs). All owned. */
 typedef struct {
-    cand best, x;
-    const char *kind;
-    pm_costs t;
-    pm_mem mem;
+    pm_sched best;    /* the best candidate so far */
+    double makespan;  /* its squeezed makespan */
+    int ok;           /* a candidate under the caps was found */
+    pm_cost cost;     /* the real costs, as pm_cost_init_uniform gives them */
+    double *bdur;     /* (nb) each block pass's time, pm_cost_time of the cost table */
+    int *sdev;        /* (S) device of each stage, pm_sched_stage_device */
+    double *end;      /* (N) replay: end of each pass */
+    double *free_at;  /* (p) replay: end of the device's latest pass */
+    double *first;    /* (p) replay: start of the device's first pass */
+    double *mem;      /* (p) replay: the device's memory after its latest pass */
+    double *peak;     /* (p) replay: the device's peak so far (from 0, as dev_peak) */
+    /* pm_construct_reference only: every candidate as a schedule, replayed
+     * by pm_sim_replay */
+    pm_sched x;
+    pm_sim sim;
 } choice;
 
-/* Offers the current slots: kept if under the caps and strictly shorter
- * than the best so far (ties go to the earlier, plainer candidate). */
-static pm_status offer(cons *c, choice *ch, pm_err *err) {
-    pm_status st = make_cand(c, &ch->x, ch->kind, ch->t, ch->mem, err);
-    if (!st && ch->x.ok && (!ch->best.ok || ch->x.makespan < ch->best.makespan * (1 - 1e-12))) {
-        cand tmp = ch->best;
-        ch->best = ch->x;
-        ch->x = tmp;
+static void choice_free(choice *ch) {
+    pm_sched_free(&ch->best);
+    pm_cost_free(&ch->cost);
+    pm_free(ch->bdur);
+    pm_free(ch->sdev);
+    pm_free(ch->end);
+    pm_free(ch->free_at);
+    pm_free(ch->first);
+    pm_free(ch->mem);
+    pm_free(ch->peak);
+    pm_sched_free(&ch->x);
+    pm_sim_free(&ch->sim);
+    *ch = (choice){0};
+}
+
+/* On error, everything is freed. */
+static pm_status choice_init(choice *ch, const cons *c, const char *kind, pm_costs t, pm_mem mem,
+                             pm_err *err) {
+    *ch = (choice){0};
+    pm_status st = pm_sched_init(&ch->best, kind, c->b->place, c->p, c->m, c->v, err);
+    if (!st) st = pm_cost_init_uniform(&ch->cost, &ch->best, t, mem, err);
+    if (!st && pm_construct_reference) {
+        st = pm_sched_init(&ch->x, kind, c->b->place, c->p, c->m, c->v, err);
+        if (!st) st = pm_sim_init(&ch->sim, &ch->x, err);
     }
-    pm_sched_free(&ch->x.s);
-    ch->x = (cand){0};
+    if (st) goto fail;
+    ch->bdur = pm_malloc((size_t)c->nb * sizeof *ch->bdur);
+    ch->sdev = pm_malloc((size_t)c->S * sizeof *ch->sdev);
+    ch->end = pm_malloc((size_t)c->N * sizeof *ch->end);
+    ch->free_at = pm_malloc((size_t)c->p * sizeof *ch->free_at);
+    ch->first = pm_malloc((size_t)c->p * sizeof *ch->first);
+    ch->mem = pm_malloc((size_t)c->p * sizeof *ch->mem);
+    ch->peak = pm_malloc((size_t)c->p * sizeof *ch->peak);
+    if (!ch->bdur || !ch->sdev || !ch->end || !ch->free_at || !ch->first || !ch->mem ||
+        !ch->peak) {
+        st = pm_errf(err, PM_ERR_NOMEM, "out of memory replaying %lld passes", (long long)c->N);
+        goto fail;
+    }
+    for (int i = 0; i < c->nb; i++) {
+        const pm_block_pass *x = &c->b->pass[i];
+        pm_pass ps = {x->kind, c->bstage[i], 0};
+        ch->bdur[i] = pm_cost_time(&ch->cost, &ps);
+    }
+    for (int k = 0; k < c->S; k++) ch->sdev[k] = pm_sched_stage_device(&ch->best, k);
+    return PM_OK;
+fail:
+    choice_free(ch);
     return st;
+}
+
+/* The block pass whose end block pass i waits for in the simulator, in
+ * the same microbatch (pm_sim_replay's rule, sim.c), or -1: F the previous
+ * stage's F; W its own B; B or BW the next stage's B or BW, or its own F
+ * on the last stage. */
+static int sim_dep(const cons *c, int i) {
+    int st = c->bstage[i], dep;
+    const int *tb = c->tab;
+    switch (c->b->pass[i].kind) {
+    case PM_PASS_F: return st > 0 ? tb[(st - 1) * PM_PASS_COUNT + PM_PASS_F] : -1;
+    case PM_PASS_W: return tb[st * PM_PASS_COUNT + PM_PASS_B];
+    default:
+        if (st == c->S - 1) return tb[st * PM_PASS_COUNT + PM_PASS_F];
+        dep = tb[(st + 1) * PM_PASS_COUNT + PM_PASS_B];
+        return dep >= 0 ? dep : tb[(st + 1) * PM_PASS_COUNT + PM_PASS_BW];
+    }
+}
+
+/* The makespan pm_sim_replay gives the current slots' per-device order,
+ * without building the schedule: the same arithmetic on the same values
+ * (a pass starts at the later of its device's free time and its
+ * dependency's end, plus the latency across devices; a device's span is
+ * its last end minus its first start), so the same double. The simulator
+ * is exact in any visiting order and every pass starts in a later slot
+ * than its dependency ends, so one sweep in slot order replaces its
+ * worklist, and per-device lists, its start/end/memory records and its
+ * allocations are not needed. */
+static double replay_slots(const cons *c, choice *ch) {
+    for (int d = 0; d < c->p; d++) {
+        ch->free_at[d] = ch->mem[d] = ch->peak[d] = 0;
+        ch->first[d] = -1;
+    }
+    for (int64_t t = 0; t < c->L; t++)
+        for (int d = 0; d < c->p; d++) {
+            int32_t id = c->occ[(int64_t)d * c->L + t];
+            if (id < 0 || c->slot[id] != t) continue;
+            int i = bix(c, id), di = sim_dep(c, i);
+            double r = 0;
+            if (di >= 0)
+                r = ch->end[mbk(c, id) * c->nb + di] +
+                    (ch->sdev[c->bstage[di]] != d ? ch->cost.c : 0);
+            double st = r > ch->free_at[d] ? r : ch->free_at[d];
+            if (ch->first[d] < 0) ch->first[d] = st;
+            ch->end[id] = ch->free_at[d] = st + ch->bdur[i];
+            ch->mem[d] += c->bdelta[i];
+            if (ch->mem[d] > ch->peak[d]) ch->peak[d] = ch->mem[d];
+        }
+    double makespan = 0;
+    for (int d = 0; d < c->p; d++) {
+        double span = ch->first[d] >= 0 ? ch->free_at[d] - ch->first[d] : 0;
+        if (span > makespan) makespan = span;
+    }
+    return makespan;
+}
+
+/* Offers the current slots (occ and slot[]; prof is neither read nor
+ * rebuilt): kept if under the caps and strictly shorter than the best so
+ * far (ties go to the earlier, plainer candidate); a candidate that breaks
+ * a cap is kept out of the choice. The replay's running memory adds the
+ * same deltas in the same order as layout()'s prefix sums, so its peaks
+ * are dev_peak's. Only a candidate that wins becomes a schedule. */
+static pm_status offer(cons *c, choice *ch, pm_err *err) {
+    double makespan = replay_slots(c, ch);
+    for (int d = 0; d < c->p; d++)
+        if (ch->peak[d] > c->cap[d] + c->eps) return PM_OK;
+    if (pm_construct_reference) {
+        to_sched(c, &ch->x);
+        pm_status st = pm_sim_replay(&ch->sim, &ch->x, &ch->cost, err);
+        if (st) return st;
+        makespan = ch->sim.makespan;
+    }
+    if (!ch->ok || makespan < ch->makespan * (1 - 1e-12)) {
+        to_sched(c, &ch->best);
+        ch->makespan = makespan;
+        ch->ok = 1;
+    }
+    return PM_OK;
 }
 
 /* The authors' sequence (their V-Half/V-Min generator; issue 9): round 1
@@ -668,8 +793,9 @@ pm_status pm_sched_from_block(pm_sched *s, const pm_block *b, const pm_sched_req
         return st;
     }
     cons c;
-    choice ch = {.kind = kind, .t = t, .mem = mem};
+    choice ch = {0};
     if ((st = cons_init(&c, b, req->m, mem, err))) goto done;
+    if ((st = choice_init(&ch, &c, kind, t, mem, err))) goto done;
     restart(&c, 0);
     double top = 0; /* the largest device's peak */
     for (int d = 0; d < c.p; d++) {
@@ -681,6 +807,7 @@ pm_status pm_sched_from_block(pm_sched *s, const pm_block *b, const pm_sched_req
     if ((st = offer(&c, &ch, err))) goto done;
     reorder(&c, 0, 0);
     if ((st = offer(&c, &ch, err))) goto done;
+    layout(&c); /* round 2 starts from round 1's profile, rebuilt */
     lift_w(&c);
     reorder(&c, 1, 1);
     refill_w(&c);
@@ -701,11 +828,12 @@ pm_status pm_sched_from_block(pm_sched *s, const pm_block *b, const pm_sched_req
         if ((st = authors_sequence(&c, &ch, 0, err))) goto done;
         if ((st = authors_sequence(&c, &ch, 1, err))) goto done;
     }
-    *s = ch.best.s;
-    ch.best.s = (pm_sched){0};
+    if (ch.ok) { /* always: the plain repetition meets its own caps */
+        *s = ch.best;
+        ch.best = (pm_sched){0};
+    }
 done:
-    pm_sched_free(&ch.best.s);
-    pm_sched_free(&ch.x.s);
+    choice_free(&ch);
     pm_free(info_bound);
     cons_free(&c);
     return st;
