@@ -484,7 +484,7 @@ pm_status pm_sched_build_auto_v(pm_sched *s, const pm_sched_req *req, pm_err *er
                      "feasible limit is %.4g M", req->mem_limit, req->p, req->m, mn);
         goto done;
     }
-    if ((st = pm_cand_build(s, &pl.c[w], req, err))) goto done;
+    if ((st = pm_cand_pool_build(s, &pl, w, req, err))) goto done;
     snprintf(s->kind, sizeof s->kind, "auto-v");
 done:
     pm_cand_pool_free(&pl);

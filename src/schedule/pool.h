@@ -61,6 +61,8 @@ struct pm_cand {
 typedef struct {
     pm_cand *c; /* (cap); owned */
     int n, cap;
+    pm_sched *done; /* (n) NULL, or from pm_cand_pool_polish on: each polished
+                     * candidate's schedule, so the winner is not polished twice */
 } pm_cand_pool;
 
 void pm_cand_pool_free(pm_cand_pool *pl);
@@ -77,6 +79,9 @@ double pm_cand_admit(const pm_cand *c);
 int pm_cand_pool_best(const pm_cand_pool *pl, int fam, double limit);
 /* Rebuilds candidate c's schedule (and polishes it, if it was). */
 pm_status pm_cand_build(pm_sched *s, const pm_cand *c, const pm_sched_req *req, pm_err *err);
+/* Candidate i's schedule: a copy of the one its polish kept, else rebuilt. */
+pm_status pm_cand_pool_build(pm_sched *s, const pm_cand_pool *pl, int i, const pm_sched_req *req,
+                             pm_err *err);
 /* Polishes, within its own peak, every candidate of family fam (-1: all)
  * admitted for top that is on its family's front: no candidate of the
  * family admitted from a limit no higher is faster (or as fast and

@@ -172,7 +172,7 @@ pm_status pm_sched_search(pm_sched *best, const pm_sched_req *req, pm_search_poi
             break;
         }
         pm_cost c;
-        st = pm_cand_build(best, &pl.c[w], req, err);
+        st = pm_cand_pool_build(best, &pl, w, req, err);
         if (!st) st = pm_cost_init_uniform(&c, best, req->t, req->mem, err);
         if (!st) {
             st = pm_sched_validate(best, &c, limit, err);
