@@ -365,12 +365,17 @@ static pm_status extract(pm_sched *out, const slot_model *md, const char *kind, 
 #endif
 
 #ifdef PM_HAVE_CADICAL
-/* The simulated makespan of s and its start slots into hint; 0 if it does
- * not replay or breaks the cap. */
-static double replay_slots(const pm_sched *s, const pm_cost *c, double cap, double unit,
-                           slot_model *md, pm_err *err) {
+/* The simulated makespan of s into *mk (0 if it does not replay or breaks
+ * the cap) and, with md, its start slots into md->hint. Fails only when
+ * memory runs out. */
+static pm_status replay_slots(const pm_sched *s, const pm_cost *c, double cap, double unit,
+                              slot_model *md, double *mk_out, pm_err *err) {
     pm_sim sim;
-    if (pm_sim_run(&sim, s, c, err)) return 0;
+    pm_err e;
+    pm_status st = pm_sim_run(&sim, s, c, &e);
+    *mk_out = 0;
+    if (st == PM_ERR_NOMEM) return pm_errf(err, st, "%s", e.msg);
+    if (st) return PM_OK;
     double mk = sim.makespan;
     for (int d = 0; d < s->p && mk > 0; d++) {
         if (cap > 0 && sim.peak[d] > cap * (1 + PM_PEAK_TOL)) mk = 0;
@@ -382,33 +387,33 @@ static double replay_slots(const pm_sched *s, const pm_cost *c, double cap, doub
         }
     }
     pm_sim_free(&sim);
-    return mk;
+    *mk_out = mk;
+    return PM_OK;
 }
 
 /* pm_slots_improve's loop on a built model: s is replaced by each shorter
  * schedule found. */
 static pm_status improve_loop(pm_sched *s, const pm_cost *c, double cap, double unit,
                               slot_model *md, const pm_slots_lns *cfg, int *steps, pm_err *err) {
-    pm_err e;
-    double mk = replay_slots(s, c, cap, unit, md, &e);
-    for (int k = 0; k < cfg->steps && mk > 0; k++) {
+    double mk, mk2;
+    pm_status st = replay_slots(s, c, cap, unit, md, &mk, err);
+    for (int k = 0; k < cfg->steps && mk > 0 && !st; k++) {
         int hi = (int)floor(mk / unit + 0.5);
         if (solve_at(md, hi - 1, NULL, cfg->conflicts) != 10) break;
         pm_sched next;
-        pm_status st = extract(&next, md, s->kind, err);
-        if (st) return st;
-        double mk2 = replay_slots(&next, c, cap, unit, NULL, &e);
-        if (!(mk2 > 0 && mk2 < mk - 0.5 * unit)) { /* the model's promise broken: keep s */
+        if ((st = extract(&next, md, s->kind, err))) break;
+        if ((st = replay_slots(&next, c, cap, unit, NULL, &mk2, err)) ||
+            !(mk2 > 0 && mk2 < mk - 0.5 * unit)) { /* the model's promise broken: keep s */
             pm_sched_free(&next);
             break;
         }
         pm_sched_free(s);
         *s = next;
         md->s0 = s;
-        mk = replay_slots(s, c, cap, unit, md, &e);
+        st = replay_slots(s, c, cap, unit, md, &mk, err);
         ++*steps;
     }
-    return PM_OK;
+    return st;
 }
 #endif
 
@@ -417,15 +422,17 @@ pm_status pm_slots_improve(pm_sched *s, const pm_cost *c, double cap, const pm_s
     *steps = 0;
 #ifdef PM_HAVE_CADICAL
     if (s->place != PM_PLACE_SINGLE && s->place != PM_PLACE_V) return PM_OK;
-    pm_err e;
-    double mk = replay_slots(s, c, cap, 1, NULL, &e), unit = mk > 0 ? pm_slots_unit(s, c, mk) : 0;
-    if (!(unit > 0)) return PM_OK;
+    double mk;
+    pm_status st = replay_slots(s, c, cap, 1, NULL, &mk, err);
+    double unit = mk > 0 ? pm_slots_unit(s, c, mk) : 0;
+    if (st || !(unit > 0)) return st;
     slot_model md;
-    pm_status st = model_init(&md, s, c, cap, unit, err);
+    st = model_init(&md, s, c, cap, unit, err);
     if (st) return st;
     md.win = cfg->window;
     md.hint = pm_malloc((size_t)md.N * sizeof *md.hint);
-    if (!md.hint) st = pm_errf(err, PM_ERR_NOMEM, "out of memory for the slot model of %d passes", md.N);
+    if (!md.hint)
+        st = pm_errf(err, PM_ERR_NOMEM, "out of memory for the slot model of %d passes", md.N);
     if (!st) st = improve_loop(s, c, cap, unit, &md, cfg, steps, err);
     model_free(&md);
     return st;
