@@ -105,7 +105,6 @@ static int dur_of(const slot_model *md, int x) { return md->dur[x / 3 / md->m * 
 static void hint_windows(slot_model *md, int *q, int *g) {
     for (int x = 0; x < md->N; x++) {
         if (md->es[x] < md->hint[x] - md->win) md->es[x] = md->hint[x] - md->win;
-        if (md->es[x] < md->hint[x] - md->win) md->es[x] = md->hint[x] - md->win;
         if (md->ls[x] > md->hint[x] + md->win) md->ls[x] = md->hint[x] + md->win;
     }
     for (int i = 0; i < md->N; i++) {
