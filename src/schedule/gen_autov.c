@@ -471,7 +471,7 @@ pm_status pm_sched_build_auto_v(pm_sched *s, const pm_sched_req *req, pm_err *er
     if (rs) return rs;
     pm_cand_pool pl = {0};
     pm_status st = pm_cand_pool_v(&pl, req, req->mem_limit, err);
-    if (!st) st = pm_cand_pool_polish(&pl, PM_FAMILY_V, req, req->mem_limit, err);
+    if (!st) st = pm_cand_pool_polish(&pl, PM_FAMILY_V, req, &req->mem_limit, 1, err);
     if (st) goto done;
     int w = pm_cand_pool_best(&pl, PM_FAMILY_V, req->mem_limit);
     if (w < 0) {
@@ -484,7 +484,7 @@ pm_status pm_sched_build_auto_v(pm_sched *s, const pm_sched_req *req, pm_err *er
                      "feasible limit is %.4g M", req->mem_limit, req->p, req->m, mn);
         goto done;
     }
-    if ((st = pm_cand_build(s, &pl.c[w], req, err))) goto done;
+    if ((st = pm_cand_pool_build(s, &pl, w, req, err))) goto done;
     snprintf(s->kind, sizeof s->kind, "auto-v");
 done:
     pm_cand_pool_free(&pl);

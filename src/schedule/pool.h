@@ -56,11 +56,15 @@ struct pm_cand {
     pm_search_point pt;   /* simulated figures (after the polish, if polished) */
     int polished;         /* 1: rebuilt, then polished (polish.h) within raw_peak */
     double raw_peak;      /* the peak before the polish, x M */
+    double lns_above;     /* the polish's slot-model step runs only when the
+                           * lower bound is at most this (pool.c) */
 };
 
 typedef struct {
     pm_cand *c; /* (cap); owned */
     int n, cap;
+    pm_sched *done; /* (n) NULL, or from pm_cand_pool_polish on: each polished
+                     * candidate's schedule, so the winner is not polished twice */
 } pm_cand_pool;
 
 void pm_cand_pool_free(pm_cand_pool *pl);
@@ -77,15 +81,21 @@ double pm_cand_admit(const pm_cand *c);
 int pm_cand_pool_best(const pm_cand_pool *pl, int fam, double limit);
 /* Rebuilds candidate c's schedule (and polishes it, if it was). */
 pm_status pm_cand_build(pm_sched *s, const pm_cand *c, const pm_sched_req *req, pm_err *err);
+/* Candidate i's schedule: a copy of the one its polish kept, else rebuilt. */
+pm_status pm_cand_pool_build(pm_sched *s, const pm_cand_pool *pl, int i, const pm_sched_req *req,
+                             pm_err *err);
 /* Polishes, within its own peak, every candidate of family fam (-1: all)
- * admitted for top that is on its family's front: no candidate of the
- * family admitted from a limit no higher is faster (or as fast and
- * admitted lower, or listed first). Keeps the polished figures where they
- * are faster; admission does not change. Whether a candidate is on the
- * front depends only on candidates every pool that admits it holds, so the
- * answers stay monotone in the limit and the same whatever top the pool
- * had. Once per pool, on raw figures. */
-pm_status pm_cand_pool_polish(pm_cand_pool *pl, int fam, const pm_sched_req *req, double top,
-                              pm_err *err);
+ * admitted for the largest of the n limits that is on its family's front:
+ * no candidate of the family admitted from a limit no higher is faster (or
+ * as fast and admitted lower, or listed first). Keeps the polished figures
+ * where they are faster; admission does not change. Whether a candidate is
+ * on the front depends only on candidates every pool that admits it holds,
+ * so the answers stay monotone in the limit and the same whatever top the
+ * pool had. Once per pool, on raw figures. The costly slot-model step is
+ * skipped for a candidate whose lower bound exceeds its family's best raw
+ * makespan at the smallest of the limits that admits it: it cannot be
+ * the family's answer at any of them, polished or not. */
+pm_status pm_cand_pool_polish(pm_cand_pool *pl, int fam, const pm_sched_req *req,
+                              const double *limits, int n, pm_err *err);
 
 #endif

@@ -146,7 +146,7 @@ pm_status pm_sched_search(pm_sched *best, const pm_sched_req *req, pm_search_poi
         return pm_errf(err, PM_ERR_ARG, "search needs mem_limit=X (a multiple of M, > 0)");
     pm_cand_pool pl;
     if ((st = pool_all(&pl, req, limit, err))) return st;
-    if ((st = pm_cand_pool_polish(&pl, -1, req, limit, err))) {
+    if ((st = pm_cand_pool_polish(&pl, -1, req, &limit, 1, err))) {
         pm_cand_pool_free(&pl);
         return st;
     }
@@ -172,7 +172,7 @@ pm_status pm_sched_search(pm_sched *best, const pm_sched_req *req, pm_search_poi
             break;
         }
         pm_cost c;
-        st = pm_cand_build(best, &pl.c[w], req, err);
+        st = pm_cand_pool_build(best, &pl, w, req, err);
         if (!st) st = pm_cost_init_uniform(&c, best, req->t, req->mem, err);
         if (!st) {
             st = pm_sched_validate(best, &c, limit, err);
@@ -210,7 +210,7 @@ pm_status pm_sched_curve(const pm_sched_req *req, const double *limits, int n,
     }
     pm_cand_pool pl;
     if ((st = pool_all(&pl, req, top, err))) return st;
-    if ((st = pm_cand_pool_polish(&pl, -1, req, top, err))) {
+    if ((st = pm_cand_pool_polish(&pl, -1, req, limits, n, err))) {
         pm_cand_pool_free(&pl);
         return st;
     }

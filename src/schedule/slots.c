@@ -67,6 +67,7 @@ typedef struct {
     int *var0;       /* (N) variable of S(x, es) */
     int *start;      /* (N) solution */
     int nv, T;
+    int *hint, win;  /* (N) start slots to stay within win of (NULL: none) */
     int empty;       /* a clause with every literal false: T is infeasible */
     void *sat;
 } slot_model;
@@ -98,6 +99,21 @@ static int topo(const slot_model *md, int i) {
 
 static int dur_of(const slot_model *md, int x) { return md->dur[x / 3 / md->m * 3 + x % 3]; }
 
+/* A neighbourhood of a known schedule: every pass starts within win slots
+ * of its start there, carried forward through the dependencies (the
+ * deadlines are carried back by windows() after this). */
+static void hint_windows(slot_model *md, int *q, int *g) {
+    for (int x = 0; x < md->N; x++) {
+        if (md->es[x] < md->hint[x] - md->win) md->es[x] = md->hint[x] - md->win;
+        if (md->ls[x] > md->hint[x] + md->win) md->ls[x] = md->hint[x] + md->win;
+    }
+    for (int i = 0; i < md->N; i++) {
+        int x = topo(md, i);
+        for (int n = preds(md, x, q, g); n-- > 0;)
+            if (md->es[q[n]] + g[n] > md->es[x]) md->es[x] = md->es[q[n]] + g[n];
+    }
+}
+
 /* Windows for span T; 0 if some pass has none (T is infeasible). */
 static int windows(slot_model *md, int T) {
     int q[3], g[3];
@@ -115,6 +131,7 @@ static int windows(slot_model *md, int T) {
         int f = id_of(md, md->lo[d], 0, KF);
         if (md->ls[f] > md->es[f]) md->ls[f] = md->es[f];
     }
+    if (md->hint) hint_windows(md, q, g);
     for (int i = md->N - 1; i >= 0; i--) {
         int x = topo(md, i);
         for (int n = preds(md, x, q, g); n-- > 0;)
@@ -231,9 +248,21 @@ static int past(void *state) {
            (now.tv_sec == dl->end.tv_sec && now.tv_nsec >= dl->end.tv_nsec);
 }
 
-/* 10 satisfiable (md->start filled), 20 not, 0 stopped by the deadline,
- * -1 too big to build. */
-static int solve_at(slot_model *md, int T, deadline *dl) {
+/* A neighbourhood question (pm_slots_improve) is small and mostly
+ * satisfiable: the solver's preprocessing and inprocessing took most of
+ * its time there (perf, p = 8, m = 16), so they are off, and the search
+ * stops after `conflicts` conflicts. Both keep the answer deterministic. */
+static void plain(void *sat, int conflicts) {
+    static const char *const off[] = {"compact", "decompose", "elim", "probe",
+                                      "subsume", "ternary", "transred", "vivify"};
+    for (size_t i = 0; i < sizeof off / sizeof off[0]; i++) ccadical_set_option(sat, off[i], 0);
+    ccadical_limit(sat, "conflicts", conflicts);
+}
+
+/* 10 satisfiable (md->start filled), 20 not, 0 stopped by the deadline
+ * (dl, may be NULL) or the conflict budget (> 0; 0 none), -1 too big to
+ * build. */
+static int solve_at(slot_model *md, int T, deadline *dl, int conflicts) {
     md->T = T;
     if (!windows(md, T)) return 20;
     double vars = 0;
@@ -241,7 +270,8 @@ static int solve_at(slot_model *md, int T, deadline *dl) {
     if (vars > MAX_SLOT_VARS) return -1;
     md->sat = ccadical_init();
     ccadical_set_option(md->sat, "quiet", 1);
-    ccadical_set_terminate(md->sat, dl, past);
+    if (dl) ccadical_set_terminate(md->sat, dl, past);
+    if (conflicts > 0) plain(md->sat, conflicts);
     md->nv = TRUE_VAR, md->empty = 0;
     ccadical_add(md->sat, TRUE_VAR), ccadical_add(md->sat, 0);
     add_passes(md);
@@ -250,7 +280,7 @@ static int solve_at(slot_model *md, int T, deadline *dl) {
         add_device(md, d, z);
         add_memory(md, d, z);
     }
-    int r = md->empty ? 20 : past(dl) ? 0 : ccadical_solve(md->sat);
+    int r = md->empty ? 20 : dl && past(dl) ? 0 : ccadical_solve(md->sat);
     for (int x = 0; r == 10 && x < md->N; x++) {
         int t = md->es[x];
         while (t < md->ls[x] && ccadical_val(md->sat, lit(md, x, t)) < 0) t++;
@@ -262,6 +292,7 @@ static int solve_at(slot_model *md, int T, deadline *dl) {
 }
 
 static void model_free(slot_model *md) {
+    pm_free(md->hint);
     pm_free(md->dev), pm_free(md->dur), pm_free(md->lo), pm_free(md->hi);
     pm_free(md->es), pm_free(md->ls), pm_free(md->var0), pm_free(md->start);
 }
@@ -332,6 +363,84 @@ static pm_status extract(pm_sched *out, const slot_model *md, const char *kind, 
 }
 #endif
 
+#ifdef PM_HAVE_CADICAL
+/* The simulated makespan of s into *mk (0 if it does not replay or breaks
+ * the cap) and, with md, its start slots into md->hint. Fails only when
+ * memory runs out. */
+static pm_status replay_slots(const pm_sched *s, const pm_cost *c, double cap, double unit,
+                              slot_model *md, double *mk_out, pm_err *err) {
+    pm_sim sim;
+    pm_err e;
+    pm_status st = pm_sim_run(&sim, s, c, &e);
+    *mk_out = 0;
+    if (st == PM_ERR_NOMEM) return pm_errf(err, st, "%s", e.msg);
+    if (st) return PM_OK;
+    double mk = sim.makespan;
+    for (int d = 0; d < s->p && mk > 0; d++) {
+        if (cap > 0 && sim.peak[d] > cap * (1 + PM_PEAK_TOL)) mk = 0;
+        const pm_pass *l = pm_sched_dev(s, d);
+        for (int64_t i = 0; i < s->len[d] && md; i++) {
+            int k = l[i].kind == PM_PASS_F ? KF : l[i].kind == PM_PASS_B ? KB : KW;
+            double t = sim.start[(int64_t)d * s->cap + i] / unit;
+            md->hint[id_of(md, l[i].stage, l[i].mb, k)] = (int)floor(t + 0.5);
+        }
+    }
+    pm_sim_free(&sim);
+    *mk_out = mk;
+    return PM_OK;
+}
+
+/* pm_slots_improve's loop on a built model: s is replaced by each shorter
+ * schedule found. */
+static pm_status improve_loop(pm_sched *s, const pm_cost *c, double cap, double unit,
+                              slot_model *md, const pm_slots_lns *cfg, int *steps, pm_err *err) {
+    double mk, mk2;
+    pm_status st = replay_slots(s, c, cap, unit, md, &mk, err);
+    for (int k = 0; k < cfg->steps && mk > 0 && !st; k++) {
+        int hi = (int)floor(mk / unit + 0.5);
+        if (solve_at(md, hi - 1, NULL, cfg->conflicts) != 10) break;
+        pm_sched next;
+        if ((st = extract(&next, md, s->kind, err))) break;
+        if ((st = replay_slots(&next, c, cap, unit, NULL, &mk2, err)) ||
+            !(mk2 > 0 && mk2 < mk - 0.5 * unit)) { /* the model's promise broken: keep s */
+            pm_sched_free(&next);
+            break;
+        }
+        pm_sched_free(s);
+        *s = next;
+        md->s0 = s;
+        st = replay_slots(s, c, cap, unit, md, &mk, err);
+        ++*steps;
+    }
+    return st;
+}
+#endif
+
+pm_status pm_slots_improve(pm_sched *s, const pm_cost *c, double cap, const pm_slots_lns *cfg,
+                           int *steps, pm_err *err) {
+    *steps = 0;
+#ifdef PM_HAVE_CADICAL
+    if (s->place != PM_PLACE_SINGLE && s->place != PM_PLACE_V) return PM_OK;
+    double mk;
+    pm_status st = replay_slots(s, c, cap, 1, NULL, &mk, err);
+    double unit = mk > 0 ? pm_slots_unit(s, c, mk) : 0;
+    if (st || !(unit > 0)) return st;
+    slot_model md;
+    st = model_init(&md, s, c, cap, unit, err);
+    if (st) return st;
+    md.win = cfg->window;
+    md.hint = pm_malloc((size_t)md.N * sizeof *md.hint);
+    if (!md.hint)
+        st = pm_errf(err, PM_ERR_NOMEM, "out of memory for the slot model of %d passes", md.N);
+    if (!st) st = improve_loop(s, c, cap, unit, &md, cfg, steps, err);
+    model_free(&md);
+    return st;
+#else
+    (void)s, (void)c, (void)cap, (void)cfg, (void)err;
+    return PM_OK;
+#endif
+}
+
 int pm_slots_available(void) {
 #ifdef PM_HAVE_CADICAL
     return 1;
@@ -385,7 +494,7 @@ pm_status pm_slots_solve(pm_sched *out, const pm_sched *s0, const pm_cost *c, do
      * span may undercut T), and the first refusal proves the last one. */
     int lo = (int)ceil(lb / unit - 1e-9), hi = (int)floor(mk0 / unit + 0.5), found = 0;
     while (!st && hi > lo) {
-        int r = solve_at(&md, hi - 1, &dl);
+        int r = solve_at(&md, hi - 1, &dl, 0);
         if (r < 0)
             snprintf(res->note, sizeof res->note, "the slot model at %d slots is too big", hi - 1);
         if (r <= 0) {

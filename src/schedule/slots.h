@@ -28,4 +28,22 @@ pm_status pm_slots_solve(pm_sched *out, const pm_sched *s0, const pm_cost *c, do
                          double unit, double mk0, double lb, double seconds, const char *kind,
                          pm_milp_result *res, pm_err *err);
 
+/* A large-neighbourhood step for the searches' polish: ask the slot model
+ * for a schedule one slot shorter than s whose every pass starts within
+ * `window` slots of where it starts in s, and repeat from each answer, at
+ * most `steps` times. Each question stops after `conflicts` conflicts of
+ * the solver, never after a time, so every machine gets the same answer. */
+typedef struct {
+    int window;    /* slots a pass may move */
+    int conflicts; /* the solver's budget per question */
+    int steps;     /* questions asked at most */
+} pm_slots_lns;
+
+/* s replaced by the shortest schedule found that way under cap (absolute,
+ * > 0; 0 none), or left as it is when the slot model does not apply (costs
+ * off a grid, other placements, no SAT solver). *steps: shorter schedules
+ * found. Errors only on running out of memory. */
+pm_status pm_slots_improve(pm_sched *s, const pm_cost *c, double cap, const pm_slots_lns *cfg,
+                           int *steps, pm_err *err);
+
 #endif
