@@ -14,7 +14,9 @@
  * load moves between runs. Printed per run, medians over the rounds: the
  * makespan; its ratio to the lower bound max(total work / D, longest
  * task's work) from the same run's measured work (passes, step ends,
- * evaluations), and to the bound over passes alone; the speed-up over
+ * evaluations; a joined task's passes over min(D, its shards) devices,
+ * their compute over min(D, shards, microbatches)), and to the bound over
+ * passes alone; the speed-up over
  * sequential (the peer), the median of each round's ratio; the share of
  * the machine's cores other processes took meanwhile (from /proc/stat,
  * less this process's own CPU time: the machine is shared, and a busy one
@@ -101,6 +103,20 @@ static double own_cpu(void) {
            (double)u.ru_stime.tv_sec + 1e-6 * (double)u.ru_stime.tv_usec;
 }
 
+/* Task i's passes can take no less than this (pm_select_stats.lower_bound_s's
+ * rule, over passes alone): shard's runs join, so its passes run on up to
+ * min(D, shards) devices and compute on min(D, shards, microbatches); the
+ * others run one pass at a time. */
+static double pass_bound(const run_kind *k, const pm_select_stats *st, int i,
+                         const pm_select_task *t, const pm_select_result *r) {
+    if (k->pol != PM_POLICY_SHARD) return r->busy_s;
+    double compute = 0, par = fmin(D, t->nshard);
+    for (int64_t j = 0; j < st->nlog; j++)
+        if (st->log[j].task == i)
+            compute += st->log[j].computed - st->log[j].updated - st->log[j].flow;
+    return fmax(r->busy_s / par, compute / fmin(par, t->cfg.micro));
+}
+
 static int run_one(pm_select_task *t, const pm_select_layout *lay, const run_kind *k,
                    const pm_tokens *tr, const pm_tokens *va, const char *spill, outcome *out) {
     pm_trainer h[NT];
@@ -134,7 +150,7 @@ static int run_one(pm_select_task *t, const pm_select_layout *lay, const run_kin
             rc = 1;
         }
         out->loss[i] = res[i].final_loss;
-        sum += res[i].busy_s, longest = fmax(longest, res[i].busy_s);
+        sum += res[i].busy_s, longest = fmax(longest, pass_bound(k, &st, i, &t[i], &res[i]));
     }
     if (!rc) {
         out->mk = st.makespan_s, out->bound = st.lower_bound_s;

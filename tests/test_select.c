@@ -632,6 +632,13 @@ static void join_one_task(void **state) {
                     fail_msg("D=%d: %lld joined passes, not at least %d", D,
                              (long long)st.joined, D - 1);
                 if (!join) assert_int_equal(st.joined, 0), assert_int_equal(overlap, 0);
+                /* the bound holds (joined, the task's passes are counted over
+                 * min(D, shards) devices, else a joined run could beat it);
+                 * not joined, one task's bound is all of its work */
+                if (st.lower_bound_s > st.makespan_s * (1 + 1e-9))
+                    fail_msg("D=%d join %d: lower bound %.6f s above the makespan %.6f s", D,
+                             join, st.lower_bound_s, st.makespan_s);
+                if (!join) assert_true(fabs(st.lower_bound_s - res.work_s) <= 1e-12 * res.work_s);
                 pm_select_stats_free(&st);
                 pm_trainer_free(&h);
                 pm_select_task_free(&task);

@@ -364,7 +364,9 @@ typedef struct {
     double makespan_s;  /* wall time of the run */
     double lower_bound_s; /* max(total work / D, the longest task's work), from the work
                              measured: every task's passes, step ends and evaluations
-                             (pm_select_result.work_s) */
+                             (pm_select_result.work_s); when devices join a task
+                             (no_join 0), its passes counted over min(D, its shards)
+                             devices and their compute over min(D, shards, microbatches) */
     size_t *peak;       /* (devices) highest slab byte used; owned */
     double *busy;       /* (devices) seconds of passes run; owned */
     double *wait;       /* (devices) seconds spent waiting for a prefetch copy; owned */

@@ -579,6 +579,24 @@ static void pass_ended(sel_run *r, sel_task *t, int d, int k, int last, int bad)
     pthread_cond_broadcast(&r->flow);
 }
 
+/* The least time task t can take, from its measured work. Its step ends
+ * and evaluations run alone. Its passes, joined, run on at most min(D, S)
+ * devices at once (one per shard), and compute on at most min(D, S, K) at
+ * once: two passes computing at one moment work on two microbatches, since
+ * the later one works on a microbatch the earlier has finished. Not
+ * joined, one pass at a time: all of its work. */
+static double task_bound(const sel_run *r, const sel_task *t, const pm_select_stats *st) {
+    if (!r->join) return t->work;
+    double compute = 0;
+    for (int64_t i = 0; i < st->nlog; i++) {
+        const pm_select_pass *p = &st->log[i];
+        if (p->task == t->index) compute += p->computed - p->updated - p->flow;
+    }
+    int D = r->o->devices;
+    double passes = fmax(t->busy / fmin(D, t->S), compute / fmin(fmin(D, t->S), t->K));
+    return t->work - t->busy + passes;
+}
+
 static void *device_main(void *arg) {
     dev_arg *a = arg;
     sel_run *r = a->r;
@@ -872,7 +890,7 @@ pm_status pm_select_run(pm_select_task *tasks, pm_trainer *hosts, int n,
             .wall_s = t->first_start < 0 ? 0 : t->last_end - t->first_start,
             .val_step = isnan(t->val_loss) ? -1 : t->val_step};
         memcpy(res[i].why, t->why, sizeof res[i].why);
-        sum += t->work, longest = fmax(longest, t->work);
+        sum += t->work, longest = fmax(longest, task_bound(&r, t, stats));
     }
     stats->lower_bound_s = fmax(sum / o->devices, longest);
     if (!st) account(stats);
