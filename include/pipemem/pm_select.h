@@ -365,11 +365,14 @@ typedef struct {
     double lower_bound_s; /* max(total work / D, the longest task's work), from the work
                              measured: every task's passes, step ends and evaluations
                              (pm_select_result.work_s); when devices join a task
-                             (no_join 0), its passes counted over min(D, its shards)
+                             (shard policy, D > 1, no_join 0), its passes counted over
+                             min(D, its shards)
                              devices and their compute over min(D, shards, microbatches) */
     size_t *peak;       /* (devices) highest slab byte used; owned */
-    double *busy;       /* (devices) seconds of passes run; owned */
-    double *wait;       /* (devices) seconds spent waiting for a prefetch copy; owned */
+    double *busy;       /* (devices) seconds of passes run, less a joined pass's waits
+                           for other devices; owned */
+    double *wait;       /* (devices) seconds spent waiting for a prefetch copy (part's
+                           PM_PART_WAIT adds the joined passes' waits); owned */
     double *part;       /* (devices, PM_PART_COUNT) seconds of each part (they add up
                            to makespan_s); owned */
     pm_select_pass *log; /* (nlog) every pass run, in the order they ended; owned */

@@ -382,7 +382,8 @@ static int train_tasks(const sel_opts *o, pm_select_task *t, int n,
     sel_progress pg = {.t = t, .n = n, .devices = o->devices, .t0 = pm_now()};
     for (int i = 0; i < n; i++) pg.steps_all += t[i].cfg.opt.steps - hosts[i].step;
     pm_select_opts so = {.devices = o->devices, .policy = o->policy, .prefetch = o->prefetch,
-                         .no_join = o->no_join,                         .eval_every = o->eval_every, .halving = o->halving,
+                         .no_join = o->no_join, .eval_every = o->eval_every,
+                         .halving = o->halving,
                          .asha = o->asha, .rungs = o->rungs, .nrung = o->nrung,
                          .eval_batches = o->eval_batches, .val = &va, .save_dir = o->resume,
                          .stop_after = o->stop_after, .skip = skip, .prior_loss = prior,

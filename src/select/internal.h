@@ -52,7 +52,8 @@ typedef struct {
     int64_t *updated;     /* (S) AdamW updates applied to each shard */
     int64_t *zeroed;      /* (S) steps whose gradients each shard has zeroed */
     uint64_t *version;    /* (S) bumped at each write-back of a shard's state */
-    double busy;          /* seconds of passes run */
+    double busy;          /* seconds of passes run (less their waits for other devices) */
+    double compute;       /* of which computing (pm_select_pass: computed - updated - flow) */
     double work;          /* busy and the work after its steps (norm, evaluation) */
     /* what Sharded-LRTF knows of its times (sel_est) */
     double *fl;           /* (2S - 1) FLOPs of each pass of a step */
@@ -64,6 +65,8 @@ typedef struct {
     double first_start, last_end; /* its first pass's start (-1: none yet), last's end */
     int64_t passes_done;  /* over the run */
     char why[160];        /* failure reason */
+    pthread_mutex_t *why_mu; /* the run's, borrowed, while devices run: joined passes of
+                                the task and a copy thread can fail at once (store.c) */
 } sel_task;
 
 /* The task's state store (store.c): slab 0..3 = parameters, gradients, m,

@@ -157,18 +157,20 @@ static int start_step(sel_task *t, int s, float *P, float *G, float *M, float *V
 
 /* Joining (t->mu set): waits until pass k - 1 of the step has put
  * microbatch j's output on the host (j = K: until every earlier pass of
- * the step has ended); returns the seconds waited, or -1 if a pass of the
- * task failed meanwhile. Under the run's lock, so what the other device
- * wrote before publishing is visible here. */
-static double flow_wait(sel_task *t, int k, int j) {
+ * the step has ended), adding the seconds waited to *waited (a wait, even
+ * one that ends in failure, is not compute); -1 if a pass of the task
+ * failed meanwhile. Under the run's lock, so what the other device wrote
+ * before publishing is visible here. */
+static int flow_wait(sel_task *t, int k, int j, double *waited) {
     if (!t->mu || k == 0) return 0;
-    double t0 = pm_now(), w;
+    double t0 = pm_now();
     pthread_mutex_lock(t->mu);
     while (!t->broken && (j < t->K ? t->mb[k - 1] <= j : t->pass < k))
         pthread_cond_wait(t->flow, t->mu);
-    w = t->broken ? -1 : pm_now() - t0;
+    int bad = t->broken;
     pthread_mutex_unlock(t->mu);
-    return w;
+    *waited += pm_now() - t0;
+    return bad ? -1 : 0;
 }
 
 /* Joining: microbatch j of pass k is out (on the host); a device waiting
@@ -202,9 +204,7 @@ int sel_run_pass(sel_task *t, sel_dev *dv, const pm_select_layout *lay, int k, i
     area_layout(c, sh, dv->slab + dv->act_off, &a);
     size_t mtok = (size_t)(c->batch / c->micro) * (size_t)c->model.ctx;
     for (int j = 0; j < t->K; j++) {
-        double w = flow_wait(t, k, j);
-        if (w < 0) return -1;
-        *waited += w;
+        if (flow_wait(t, k, j, waited)) return -1;
         float *keep = s > 0 ? t->act + ((size_t)(s - 1) * t->K + j) * t->nc : NULL;
         if (keep) memcpy(a.in, keep, t->nc * sizeof(float));
         else memcpy(a.in, h->inp + (size_t)j * mtok, mtok * sizeof(int32_t));
@@ -224,9 +224,7 @@ int sel_run_pass(sel_task *t, sel_dev *dv, const pm_select_layout *lay, int k, i
         flow_done(t, k, j);
     }
     if (k == 2 * t->S - 2) { /* the step's last: the others' write-backs before the norm */
-        double w = flow_wait(t, k, t->K);
-        if (w < 0) return -1;
-        *waited += w;
+        if (flow_wait(t, k, t->K, waited)) return -1;
     }
     mark[2] = pm_now();
     if (all && (sel_store_io(t, 0, at, n, P, 1) || sel_store_io(t, 2, at, n, M, 1) ||

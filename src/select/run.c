@@ -2,9 +2,9 @@
  * they share (pm_select_run, pm_select.h).
  *
  * A device thread loops: under the lock, ask the policy for a pass (the
- * same rules simulate.c simulates), wait on the condition variable if none
- * is ready, mark the task running; outside the lock, run the pass
- * (pass.c); if it was the step's last, finish the step (loss, global norm
+ * same rules simulate.c simulates, joining aside), wait on the condition
+ * variable if none is ready, mark the task running; outside the lock, run
+ * the pass (pass.c); if it was the step's last, finish the step (loss, global norm
  * over the host gradients in index order, AdamW deferred to each shard's
  * next load, evaluation at intervals); under the lock, advance the task
  * and wake the others. A shard's state is on one device at a time, so it
@@ -48,6 +48,7 @@ typedef struct {
     sel_dev *dev;
     pm_select_stats *stats;
     pthread_mutex_t mu;
+    pthread_mutex_t why_mu; /* a task's why while devices run (internal.h) */
     pthread_cond_t cv;
     pthread_cond_t flow;  /* joining: a microbatch or a pass ended (pass.c waits on it) */
     int join;             /* devices join running tasks (shard policy, not opts.no_join) */
@@ -191,10 +192,14 @@ static int all_finished(const sel_run *r) {
 
 static void emit(sel_run *r, int task, int kind, double loss, double val) {
     if (!r->o->report) return;
-    const sel_task *t = &r->t[task];
+    sel_task *t = &r->t[task];
+    char why[sizeof t->why];
+    pthread_mutex_lock(&r->why_mu); /* another pass of the task may be failing now */
+    memcpy(why, t->why, sizeof why);
+    pthread_mutex_unlock(&r->why_mu);
     pm_select_event ev = {.task = task, .step = t->host->step, .loss = loss, .val_loss = val,
                           .elapsed = pm_now() - r->t0, .busy = r->stats->busy, .kind = kind,
-                          .why = kind >= PM_SELECT_EV_FAILED ? t->why : NULL};
+                          .why = kind >= PM_SELECT_EV_FAILED ? why : NULL};
     r->o->report(r->o->report_ctx, &ev);
 }
 
@@ -585,15 +590,10 @@ static void pass_ended(sel_run *r, sel_task *t, int d, int k, int last, int bad)
  * once: two passes computing at one moment work on two microbatches, since
  * the later one works on a microbatch the earlier has finished. Not
  * joined, one pass at a time: all of its work. */
-static double task_bound(const sel_run *r, const sel_task *t, const pm_select_stats *st) {
+static double task_bound(const sel_run *r, const sel_task *t) {
     if (!r->join) return t->work;
-    double compute = 0;
-    for (int64_t i = 0; i < st->nlog; i++) {
-        const pm_select_pass *p = &st->log[i];
-        if (p->task == t->index) compute += p->computed - p->updated - p->flow;
-    }
     int D = r->o->devices;
-    double passes = fmax(t->busy / fmin(D, t->S), compute / fmin(fmin(D, t->S), t->K));
+    double passes = fmax(t->busy / fmin(D, t->S), t->compute / fmin(fmin(D, t->S), t->K));
     return t->work - t->busy + passes;
 }
 
@@ -632,6 +632,7 @@ static void *device_main(void *arg) {
         int report = last && t->state == PM_SELECT_RUNNING; /* a task fails once */
         if (state != PM_SELECT_RUNNING) t->state = state;
         t->busy += dt;
+        t->compute += mark[2] - mark[1] - flow;
         t->work += dt + (w0 - t1);
         if (t->first_start < 0) t->first_start = t0 - r->t0;
         t->last_end = fmax(t->last_end, t1 - r->t0);
@@ -803,10 +804,12 @@ static pm_status run_threads(sel_run *r, pm_err *err) {
     if (!th || !args) st = pm_errf(err, PM_ERR_NOMEM, "out of memory for threads");
     if (!st) {
         pthread_mutex_init(&r->mu, NULL);
+        pthread_mutex_init(&r->why_mu, NULL);
         pthread_cond_init(&r->cv, NULL);
         pthread_cond_init(&r->flow, NULL);
         r->join = !r->o->no_join && r->o->policy == PM_POLICY_SHARD && D > 1;
         r->gate_n = D;
+        for (int i = 0; i < r->n; i++) r->t[i].why_mu = &r->why_mu;
         for (int i = 0; r->join && i < r->n; i++) r->t[i].mu = &r->mu, r->t[i].flow = &r->flow;
         r->t0 = pm_now();
         if (r->o->asha > 1) asha_settle(r); /* a resumed sweep may wait at a rung */
@@ -828,6 +831,8 @@ static pm_status run_threads(sel_run *r, pm_err *err) {
         pthread_cond_destroy(&r->flow);
         pthread_cond_destroy(&r->cv);
         pthread_mutex_destroy(&r->mu);
+        for (int i = 0; i < r->n; i++) r->t[i].why_mu = NULL;
+        pthread_mutex_destroy(&r->why_mu);
     }
     pm_free(th);
     pm_free(args);
@@ -890,7 +895,7 @@ pm_status pm_select_run(pm_select_task *tasks, pm_trainer *hosts, int n,
             .wall_s = t->first_start < 0 ? 0 : t->last_end - t->first_start,
             .val_step = isnan(t->val_loss) ? -1 : t->val_step};
         memcpy(res[i].why, t->why, sizeof res[i].why);
-        sum += t->work, longest = fmax(longest, task_bound(&r, t, stats));
+        sum += t->work, longest = fmax(longest, task_bound(&r, t));
     }
     stats->lower_bound_s = fmax(sum / o->devices, longest);
     if (!st) account(stats);

@@ -48,7 +48,10 @@ int sel_store_io(sel_task *t, int slab, size_t at, size_t n, float *buf, int wr)
         return 0;
     }
     if (io_all(t->task->spill_fd, buf, n * sizeof(float), slab_off(t, slab, at), wr)) {
-        snprintf(t->why, sizeof t->why, "spill file: %s", strerror(errno ? errno : EIO));
+        int e = errno ? errno : EIO;
+        if (t->why_mu) pthread_mutex_lock(t->why_mu);
+        snprintf(t->why, sizeof t->why, "spill file: %s", strerror(e));
+        if (t->why_mu) pthread_mutex_unlock(t->why_mu);
         return -1;
     }
     return 0;
