@@ -12,6 +12,7 @@
  *     and no cut with fewer shards fits (every cut set enumerated);
  *   - a layer too big for the budget is refused naming task, layer, bytes. */
 #define _DEFAULT_SOURCE /* wait4 */
+#include <fcntl.h>
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -647,6 +648,69 @@ static void join_one_task(void **state) {
     assert_int_equal(rmdir(sdir), 0);
 }
 
+/* A joined task whose spill file stops taking writes in the middle of a
+ * run: after step 1 the report swaps the file's descriptor for a read-only
+ * one on the same file, so the passes of step 2 that write back fail, on
+ * whichever devices joined it, possibly at once. The run returns (no pass
+ * waits forever for a microbatch of a failed one), the task fails once
+ * (one FAILED event) after step 1, with the store's reason. */
+static int swap_fd;
+static int swap_failed, swap_steps;
+static void swap_event(void *ctx, const pm_select_event *ev) {
+    const pm_select_task *task = ctx;
+    if (ev->kind == PM_SELECT_EV_FAILED) swap_failed++;
+    if (ev->kind != PM_SELECT_EV_STEP || ++swap_steps != 1) return;
+    char path[64];
+    snprintf(path, sizeof path, "/proc/self/fd/%d", task->spill_fd);
+    swap_fd = open(path, O_RDONLY);
+    assert_true(swap_fd >= 0);
+    assert_int_equal(dup2(swap_fd, task->spill_fd), task->spill_fd);
+    close(swap_fd);
+}
+
+static void join_store_fails(void **state) {
+    (void)state;
+    corpus_init();
+    pm_tokens tok = PM_TOKENS_BYTES(corpus, sizeof corpus);
+    pm_train_cfg c = {.model = {256, 8, 16, 2, 6}, .batch = 4, .micro = 4, .seed = 11};
+    pm_optim_defaults(&c.opt, 4);
+    char sdir[128];
+    snprintf(sdir, sizeof sdir, "/tmp/pm_test_join_fail_%d", (int)getpid());
+    assert_int_equal(mkdir(sdir, 0777), 0);
+    pm_err e;
+    for (int D = 2; D <= 4; D += 2) {
+        pm_select_task task = {.cfg = c, .name = "one"};
+        pm_select_layout lay;
+        size_t mem = 1 << 22;
+        do { /* 4 shards or more, as join_one_task */
+            assert_int_equal(pm_select_partition(&task, 1, mem, 2, &lay, &e), PM_OK);
+            mem = mem * 7 / 8;
+        } while (task.nshard < 4);
+        pm_trainer h;
+        assert_int_equal(pm_trainer_init(&h, &c, &tok, 0, &e), PM_OK);
+        swap_failed = swap_steps = 0;
+        pm_select_opts o = {.devices = D, .policy = PM_POLICY_SHARD, .prefetch = 1,
+                            .eval_every = 0, .eval_batches = 2, .val = &tok,
+                            .report = swap_event, .report_ctx = &task, .spill_dir = sdir};
+        pm_select_result res;
+        pm_select_stats st;
+        if (pm_select_run(&task, &h, 1, &lay, &o, &res, &st, &e))
+            fail_msg("D=%d: %s", D, e.msg);
+        assert_int_equal(res.state, PM_SELECT_FAILED);
+        assert_int_equal(swap_failed, 1);
+        assert_int_equal(res.steps, 1);
+        if (strncmp(res.why, "spill file: ", 12)) fail_msg("D=%d: why '%s'", D, res.why);
+        assert_true(st.joined >= 1);
+        pm_select_stats_free(&st);
+        pm_trainer_free(&h);
+        pm_select_task_free(&task);
+        char f[200];
+        snprintf(f, sizeof f, "%s/one.state", sdir);
+        unlink(f);
+    }
+    assert_int_equal(rmdir(sdir), 0);
+}
+
 /* --spill DIR: the same training bitwise, with no task's slabs in RAM
  * between its passes (checked at every event), and nothing left in DIR. */
 static pm_trainer *spill_hosts;
@@ -1126,6 +1190,7 @@ int main(void) {
         cmocka_unit_test(cli_dry_run),
         cmocka_unit_test(train_exact),
         cmocka_unit_test(join_one_task),
+        cmocka_unit_test(join_store_fails),
         cmocka_unit_test(lrtf_run_order),
         cmocka_unit_test(spill_exact),
         cmocka_unit_test(nan_task_fails_alone),
