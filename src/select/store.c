@@ -25,6 +25,7 @@ static int io_all(int fd, void *buf, size_t n, off_t off, int wr) {
         ssize_t k = wr ? pwrite(fd, (char *)buf + done, n - done, off + (off_t)done)
                        : pread(fd, (char *)buf + done, n - done, off + (off_t)done);
         if (k < 0 && errno == EINTR) continue;
+        if (k == 0) errno = EIO; /* the file ends early (truncated): not a stale errno */
         if (k <= 0) return -1;
         done += (size_t)k;
     }
