@@ -388,6 +388,18 @@ int chk_tmp_count(const char *path) {
     return n;
 }
 
+int chk_prepare(const char *bin, const char *dir) {
+    char cmd[5000];
+    snprintf(cmd, sizeof cmd, "%s prepare %s/t.txt -o %s/d > /dev/null 2>&1", bin, dir, dir);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+int chk_rm_rf(const char *dir) {
+    char cmd[4200];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
 /* ---- train --json ------------------------------------------------------------ */
 
 /* The summary line of a train run's output, parsed; NULL if none. */

@@ -49,6 +49,13 @@ int chk_sample(const char *bin, const char *ckpt, const char *prompt, int n, int
  * PATH.tmp.PID.N: pm_wfile's names). */
 int chk_tmp_count(const char *path);
 
+/* `BIN prepare DIR/t.txt -o DIR/d`, its output discarded: 0 if it exited 0
+ * (the tests that train through the CLI make their data so). */
+int chk_prepare(const char *bin, const char *dir);
+
+/* `rm -rf DIR` (a test's own directory, at teardown): 0 if it went. */
+int chk_rm_rf(const char *dir);
+
 /* The numbers of the array `key` in the JSON summary of a `pipemem train
  * --json` run (the line of out that starts with {"steps"; parsed by
  * Jansson) into v (at most max); how many, or -1 (no summary, not valid

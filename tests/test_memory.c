@@ -214,15 +214,12 @@ static int setup(void **state) {
     if (!f) return -1;
     for (int i = 0; i < 3000; i++) fprintf(f, "line %d of a corpus for memory\n", i + 1);
     if (fclose(f)) return -1;
-    snprintf(cmd, sizeof cmd, "%s prepare %s/t.txt -o %s/d > /dev/null 2>&1", bin, dir, dir);
-    return system(cmd) == 0 ? 0 : -1;
+    return chk_prepare(bin, dir);
 }
 
 static int teardown(void **state) {
     (void)state;
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    return system(cmd) == 0 ? 0 : -1;
+    return chk_rm_rf(dir);
 }
 
 int main(void) {

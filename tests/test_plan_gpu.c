@@ -27,6 +27,8 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+
+#include "checks.h"
 #include <jansson.h>
 #include <libxml/parser.h>
 #include <libxml/tree.h>
@@ -482,16 +484,13 @@ static int setup(void **state) {
     if (!f) return -1;
     for (int i = 0; i < 2000; i++) fprintf(f, "line %d of a corpus for the planner\n", i + 1);
     if (fclose(f)) return -1;
-    snprintf(cmd, sizeof cmd, "%s prepare %s/t.txt -o %s/d > /dev/null 2>&1", bin, dir, dir);
-    return system(cmd) == 0 ? 0 : -1;
+    return chk_prepare(bin, dir);
 }
 
 static int teardown(void **state) {
     (void)state;
     if (!bin) return 0;
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    return system(cmd) == 0 ? 0 : -1;
+    return chk_rm_rf(dir);
 }
 
 int main(void) {

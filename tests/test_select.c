@@ -560,6 +560,17 @@ static void train_exact(void **state) {
 
 /* ---- one task on several devices: the others join it --------------------- */
 
+/* Task partitioned into 4 shards or more: the largest device budget, from
+ * 4 MiB down by eighths, that cuts it so. */
+static void four_shards(pm_select_task *task, pm_select_layout *lay) {
+    pm_err e;
+    size_t mem = 1 << 22;
+    do {
+        if (pm_select_partition(task, 1, mem, 2, lay, &e)) fail_msg("%s", e.msg);
+        mem = mem * 7 / 8;
+    } while (task->nshard < 4);
+}
+
 /* One task of 6 blocks in 4 or more shards, on 2 and 4 devices, its state
  * in RAM (prefetch on) or spilled: bitwise as trained alone (every step's
  * loss, the validation loss, the parameters), with joining on and off.
@@ -594,11 +605,7 @@ static void join_one_task(void **state) {
             for (int spill = 0; spill < 2; spill++) {
                 pm_select_task task = {.cfg = c, .name = "one"};
                 pm_select_layout lay;
-                size_t mem = 1 << 22;
-                do { /* the largest budget (from 4 MiB down) that makes 4 shards or more */
-                    assert_int_equal(pm_select_partition(&task, 1, mem, 2, &lay, &e), PM_OK);
-                    mem = mem * 7 / 8;
-                } while (task.nshard < 4);
+                four_shards(&task, &lay);
                 pm_trainer h;
                 assert_int_equal(pm_trainer_init(&h, &c, &tok, 0, &e), PM_OK);
                 sel_log lg = {{{0}}, {0}};
@@ -681,11 +688,7 @@ static void join_store_fails(void **state) {
     for (int D = 2; D <= 4; D += 2) {
         pm_select_task task = {.cfg = c, .name = "one"};
         pm_select_layout lay;
-        size_t mem = 1 << 22;
-        do { /* 4 shards or more, as join_one_task */
-            assert_int_equal(pm_select_partition(&task, 1, mem, 2, &lay, &e), PM_OK);
-            mem = mem * 7 / 8;
-        } while (task.nshard < 4);
+        four_shards(&task, &lay);
         pm_trainer h;
         assert_int_equal(pm_trainer_init(&h, &c, &tok, 0, &e), PM_OK);
         swap_failed = swap_steps = 0;

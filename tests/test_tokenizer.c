@@ -16,6 +16,8 @@
 
 #include <cmocka.h>
 
+#include "checks.h"
+
 #include "pipemem/pm_tokenizer.h"
 #include "pipemem/pm_train.h"
 
@@ -233,9 +235,7 @@ static int setup(void **state) {
 
 static int teardown(void **state) {
     (void)state;
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    return system(cmd) == 0 ? 0 : -1;
+    return chk_rm_rf(dir);
 }
 
 int main(void) {
