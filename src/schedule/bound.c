@@ -142,25 +142,23 @@ static void sweep(const pm_sched *s, const pm_cost *c, dev_acc *acc, int d0, int
     }
 }
 
-static double max2(double a, double b) { return a > b ? a : b; }
-static double min2(double a, double b) { return a < b ? a : b; }
 
 /* The largest of the terms at the top of this file for one device. */
 static double device_bound(const pm_sched *s, const dev_acc *a, double cap) {
     if (!a->seen) return 0; /* a device without stages */
     double m = s->m, work = m * (a->f + a->bw);
-    double R = a->r_lo + a->r_hi, chain = a->d_hi + max2(a->bw_hi, a->down_lo);
+    double R = a->r_lo + a->r_hi, chain = a->d_hi + fmax(a->bw_hi, a->down_lo);
     double early = m * a->f, rem = m * a->bw; /* no cap: all of it */
     int capped = cap > 0 && !a->no_mem;
-    if (capped) early = min2(early, cap * a->ratio_f);
-    if (capped && !a->signed_mem) rem = min2(rem, cap * a->ratio_t);
-    double idle_h = R - min2(R, early), idle_t = chain - min2(chain, rem);
-    double b = work + max2(idle_h, idle_t);
+    if (capped) early = fmin(early, cap * a->ratio_f);
+    if (capped && !a->signed_mem) rem = fmin(rem, cap * a->ratio_t);
+    double idle_h = R - fmin(R, early), idle_t = chain - fmin(chain, rem);
+    double b = work + fmax(idle_h, idle_t);
     /* t_e >= t0 + R when the forwards cannot all be live at once; a margin
      * keeps a cap that holds them exactly (a peak, summed in another
      * order) from looking too small by a rounding */
     if (capped && m * a->keep > cap * (1 + 1e-9)) b = work + idle_h + idle_t;
-    if (capped && !a->signed_mem) b = max2(b, m * a->hold / cap);
+    if (capped && !a->signed_mem) b = fmax(b, m * a->hold / cap);
     return b;
 }
 

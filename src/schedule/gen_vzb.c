@@ -520,7 +520,7 @@ static pm_status list_variants(vzb_ctx *x, pm_sched *best, double *bestmk, pm_er
     static const int var[9][4] = {{1, 0, 1, 0}, {1, 1, 1, 0}, {1, 0, 1, 1}, {1, 0, 2, 1},
                                   {2, 0, 1, 0}, {2, 0, 2, 0}, {2, 0, 1, 1}, {2, 0, 2, 1},
                                   {3, 0, 1, 1}};
-    for (int v = 0; v < 9 && !st; v++) {
+    for (int v = 0; v < (int)(sizeof var / sizeof var[0]) && !st; v++) {
         o.order = var[v][0], o.eager_w = var[v][1], o.wfree = var[v][2];
         list_caps(&o, p, g->m, chunks, (p << var[v][3]) / 2);
         double mk = list_once(g, &o);

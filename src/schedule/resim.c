@@ -149,14 +149,6 @@ static void mark(pm_resim *r, const pm_sched *s, const pm_pass *x, int64_t at) {
     r->pending += (readers[0] >= 0) + (readers[1] >= 0);
 }
 
-/* The device whose next pass may wait on x, which just ran on d; -1 if
- * none other than d (as in sim.c). */
-static int woken_device(const pm_sched *s, const pm_pass *x, int d) {
-    int t = x->kind == PM_PASS_F ? x->stage + 1 : x->kind == PM_PASS_W ? -1 : x->stage - 1;
-    int o = t >= 0 && t < s->S ? pm_sched_stage_device(s, t) : -1;
-    return o == d ? -1 : o;
-}
-
 static void wake(pm_resim *r, int np, int64_t *top, int d) {
     int64_t *stack = r->dev + np, *queued = stack + np;
     if (d < 0 || queued[d]) return;
@@ -189,7 +181,7 @@ static int advance(pm_resim *r, const pm_sched *s, const pm_cost *c, int e, int6
         r->unsettled += now - (int)unsettled[e];
         unsettled[e] = now;
         if ((e == r->d && k >= r->lo && k <= r->hi) || st != st0 || en != en0) mark(r, s, x, at);
-        wake(r, np, top, woken_device(s, x, e));
+        wake(r, np, top, pm_sim_woken_device(s, x, e));
         if (!r->pending && !r->unsettled && cursor[r->d] > r->hi) return 1;
     }
     return 0;

@@ -73,4 +73,8 @@ pm_status pm_resim_run(pm_resim *r, const pm_sched *s, const pm_cost *c, int64_t
 /* Puts back the replay before the last cut, s being put back too. */
 void pm_resim_undo(pm_resim *r, const pm_sched *s);
 
+/* The device whose next pass may wait on x, which just ran on d; -1 if
+ * none other than d. The full replay's rule (sim.c), shared. */
+int pm_sim_woken_device(const pm_sched *s, const pm_pass *x, int d);
+
 #endif

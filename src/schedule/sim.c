@@ -27,6 +27,7 @@
 #include <string.h>
 
 #include "pipemem/pm_sched.h"
+#include "resim.h"
 
 void pm_sim_free(pm_sim *sim) {
     if (!sim) return;
@@ -103,8 +104,8 @@ static void wake(deps *g, int d) {
 }
 
 /* The device whose next pass may wait on x, which just ran on d; -1 if
- * none other than d. */
-static int woken_device(const pm_sched *s, const pm_pass *x, int d) {
+ * none other than d (resim.h: the resumed replay wakes the same one). */
+int pm_sim_woken_device(const pm_sched *s, const pm_pass *x, int d) {
     int t = x->kind == PM_PASS_F ? x->stage + 1 : x->kind == PM_PASS_W ? -1 : x->stage - 1;
     int o = t >= 0 && t < s->S ? pm_sched_stage_device(s, t) : -1;
     return o == d ? -1 : o;
@@ -168,7 +169,7 @@ static void record(pm_sim *sim, deps *g, const pm_cost *c, int d, int64_t i, dou
     *cur += pm_cost_mem(c, x);
     sim->mem[k] = *cur;
     if (hi > sim->peak[d]) sim->peak[d] = hi, sim->peak_at[d] = i;
-    wake(g, woken_device(s, x, d));
+    wake(g, pm_sim_woken_device(s, x, d));
 }
 
 /* Runs as many passes of device d as are ready, waking the devices that
