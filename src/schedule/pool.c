@@ -126,8 +126,11 @@ int pm_cand_pool_best(const pm_cand_pool *pl, int fam, double limit) {
  * the schedules were the proven optima and each question spent 0.3 s
  * finding nothing;
  * when p m is at most 128 (at p = 8, m = 24 a question that finds nothing
- * took 0.5 s); and when the candidate could still be its family's answer
- * at one of the limits asked (pm_cand_pool_polish). */
+ * took 0.5 s); and when the makespan it asks for (one slot below the
+ * candidate's) would beat its family's best at one of the limits asked
+ * (pm_cand_pool_polish): at 0.875 M the 0.75 and 0.8125 M candidates
+ * (54.5, 52.5) were asked for 54 and 52 against 0.875 M's 51.5: 0.7 s
+ * of the search's 1.1 s for answers it could not use. */
 #define PM_LNS_MAX_PM 128 /* p m: 768 passes on the V placement, ~0.3 s a question */
 #define PM_LNS_WINDOW 4
 #define PM_LNS_CONFLICTS 15000
@@ -153,7 +156,7 @@ static pm_status polish(pm_sched *s, const pm_sched_req *req, double cap, double
         mk = es ? 0 : pt.makespan;
     }
     if (mk > lb * (1 + PM_LNS_NEAR) && mk <= lb * (1 + PM_LNS_GAP) && lb <= lns_above) {
-        pm_slots_lns lns = {PM_LNS_WINDOW, PM_LNS_CONFLICTS, 1};
+        pm_slots_lns lns = {PM_LNS_WINDOW, PM_LNS_CONFLICTS, 1, lns_above};
         int steps;
         st = pm_slots_improve(s, &c, cfg.cap, &lns, &steps, err);
     }

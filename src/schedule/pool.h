@@ -57,7 +57,8 @@ struct pm_cand {
     int polished;         /* 1: rebuilt, then polished (polish.h) within raw_peak */
     double raw_peak;      /* the peak before the polish, x M */
     double lns_above;     /* the polish's slot-model step runs only when the
-                           * lower bound is at most this (pool.c) */
+                           * lower bound is at most this and the makespan
+                           * it asks for is under it (pool.c) */
 };
 
 typedef struct {

@@ -398,7 +398,8 @@ static pm_status improve_loop(pm_sched *s, const pm_cost *c, double cap, double 
     pm_status st = replay_slots(s, c, cap, unit, md, &mk, err);
     for (int k = 0; k < cfg->steps && mk > 0 && !st; k++) {
         int hi = (int)floor(mk / unit + 0.5);
-        if (solve_at(md, hi - 1, NULL, cfg->conflicts) != 10) break;
+        if (!((hi - 1) * unit < cfg->below) || solve_at(md, hi - 1, NULL, cfg->conflicts) != 10)
+            break;
         pm_sched next;
         if ((st = extract(&next, md, s->kind, err))) break;
         if ((st = replay_slots(&next, c, cap, unit, NULL, &mk2, err)) ||
