@@ -339,8 +339,8 @@ static void search_near_the_optimum(void **state) {
  * placement's optimum at 0.75, 0.8125 and 0.875 M, and never below it. The
  * optima, 53.5, 52 and 50.5, are the slot search's proofs (`schedule
  * --kind optimal-v -p 8 -m 16 --mem-limit L --time-limit 900`: 219, 376
- * and 484 s when first run, docs/weak.md; 53.5 proven again in 471 s on a
- * loaded machine for this test): minutes each, too slow to prove here.
+ * and 484 s when first run, before the lower bound met them; 11, 0.5 and
+ * 33 s now, still too slow to prove here).
  * Before the slot-model step of the polish the search gave 54.5, 52.5 and
  * 52.5. */
 static void search_near_the_optimum_p8(void **state) {

@@ -59,6 +59,28 @@
  *          cap * span(d) >= m * sum over H_d of (w_pre (tf_u + D_u + tb_u)
  *          + min(w_pre, w_post) tw_u). This is Little's law: with room for
  *          k activations, at most k microbatches start per round trip.
+ *   through stage 0's device: the span of the device holding stage 0
+ *      starts no later than every F(0, j) and ends no earlier than every
+ *      W(0, j). For each device d, let E' be the end of d's last B(lo).
+ *      F(lo) of d's first pass needs F(0..lo-1) of its microbatch before
+ *      it (to_lo = sum tf + lat(0, lo)), and the B(lo) ending at E' needs
+ *      B(lo-1..0) and W(0) after it (from_lo = sum tb + lat(0, lo) +
+ *      tw_0): that span >= to_lo + (E' - t0) + from_lo, t0 d's own. After
+ *      E' device d runs only W (every F and B of its stages comes before
+ *      B(lo) of its microbatch), y of
+ *      them, each held since its B: with the cap, y <= ymax = cap * max
+ *      over H_d of tw / w_post (else m * sum tw). Its last F ends at t_e
+ *      (the tail above) and B(lo, j*) is D_hi + sum_{lo..hi} tb +
+ *      lat(lo, hi) (to_blo) after it; of the at most rem of B and W work
+ *      left at t_e, y runs after E', so (t_e, E'] idles at least idle_b =
+ *      to_blo - min(to_blo, rem - ymax) (less y leaves more idle there
+ *      than it saves). The head's idle comes before the first B, so
+ *      E' - t0 >= W_d - ymax + idle_h + idle_b when the two windows are
+ *      disjoint (the forwards cannot all be live, as in "both"), with the
+ *      larger of the two otherwise. This is what a device far from stage
+ *      0 costs the device that holds it: at p = 8, m = 16, unit costs on
+ *      the V placement it gives 53.5, 52 and 50.5 at 0.75, 0.8125 and
+ *      0.875 M, the proven optima.
  * The makespan (the largest span) is at least the largest of these. It is
  * exact for ZB-H2 at equal costs with m >= 2p - 1 (3m: no bubble) and for
  * one device. A recomputed stage's B counts its rerun forward (tb above is
@@ -97,16 +119,22 @@ typedef struct {
     double b_hi;     /* sum_{hi+1..S-1} tb, to take from the running sum */
     double l_hi;     /* lat(hi, S-1), likewise */
     double down_lo;  /* sum_{lo..hi} tb + lat(lo, hi) + tw_lo (lo: the last stage met) */
+    double tw_lo;    /* tw_lo */
     double ratio_f;  /* the largest tf / w_pre over H_d (the head's knapsack) */
     double ratio_t;  /* the largest (tb + tw) / w_pre and tw / w_post (the tail's) */
+    double to_lo;    /* sum_{0..lo-1} tf + lat(0, lo): F(0) to F(lo) of one microbatch */
+    double from_lo;  /* sum_{0..lo-1} tb + lat(0, lo) + tw_0: B(lo)'s end to W(0)'s */
+    double w;        /* sum over H_d of tw */
+    double ratio_w;  /* the largest tw / w_post over H_d (the last W's) */
     double keep;     /* sum over H_d of w_pre: one microbatch's forwards' deltas */
     double hold;     /* sum over H_d of w_pre (tf_u + D_u + tb_u) + min(w_pre, w_post) tw_u */
 } dev_acc;
 
 /* Gathers stage k (cost x, on the device of a) into a; suf_* are the sums
- * over the stages after k, suf_l the latency of the steps k..S-1. */
+ * over the stages after k, suf_l the latency of the steps k..S-1; to_k and
+ * from_k are the chains between stage 0 and k (to_lo, from_lo). */
 static void gather(dev_acc *a, const pm_stage_cost *x, double suf_f, double suf_b,
-                   double suf_l) {
+                   double suf_l, double to_k, double from_k) {
     double tb = tb_of(x), du = suf_f + suf_b + 2 * suf_l; /* D_k */
     double pre = x->rec ? x->mr : x->mf, post = x->mf + x->mb, tot = post + x->mw;
     double rf = per_unit(x->tf, pre);
@@ -119,8 +147,10 @@ static void gather(dev_acc *a, const pm_stage_cost *x, double suf_f, double suf_
         a->b_hi = suf_b, a->l_hi = suf_l;
         a->ratio_f = rf, a->ratio_t = rt;
     }
-    a->f += x->tf, a->bw += tb + x->tw;
+    a->f += x->tf, a->bw += tb + x->tw, a->w += x->tw;
     a->r_lo = suf_f + x->tf + suf_l; /* k is the lowest so far */
+    a->to_lo = to_k, a->from_lo = from_k, a->tw_lo = x->tw;
+    a->ratio_w = fmax(a->ratio_w, rw);
     a->down_lo = suf_b + tb - a->b_hi + suf_l - a->l_hi + x->tw;
     if (rf > a->ratio_f) a->ratio_f = rf;
     if (rt > a->ratio_t) a->ratio_t = rt;
@@ -130,14 +160,24 @@ static void gather(dev_acc *a, const pm_stage_cost *x, double suf_f, double suf_
     a->hold += pre * (x->tf + du + tb) + (pre < post ? pre : post) * x->tw;
 }
 
-/* One sweep gathering devices d0 .. d0 + nd - 1 into acc[0 .. nd). */
+/* One sweep gathering devices d0 .. d0 + nd - 1 into acc[0 .. nd); the
+ * sums over the stages before k are the totals less the suffixes. */
 static void sweep(const pm_sched *s, const pm_cost *c, dev_acc *acc, int d0, int nd) {
+    double all_f = 0, all_b = 0, all_l = 0;
+    for (int k = 0; k < s->S; k++) {
+        all_f += c->st[k].tf, all_b += tb_of(&c->st[k]);
+        if (k > 0 && pm_sched_stage_device(s, k - 1) != pm_sched_stage_device(s, k))
+            all_l += c->c;
+    }
     double suf_f = 0, suf_b = 0, suf_l = 0; /* over the stages after k */
     for (int k = s->S - 1; k >= 0; k--) {
         int d = pm_sched_stage_device(s, k);
         if (k + 1 < s->S && pm_sched_stage_device(s, k + 1) != d) suf_l += c->c;
         const pm_stage_cost *x = &c->st[k];
-        if (d >= d0 && d < d0 + nd) gather(&acc[d - d0], x, suf_f, suf_b, suf_l);
+        double lat0 = all_l - suf_l; /* lat(0, k) */
+        double to_k = all_f - suf_f - x->tf + lat0;
+        double from_k = all_b - suf_b - tb_of(x) + lat0 + c->st[0].tw;
+        if (d >= d0 && d < d0 + nd) gather(&acc[d - d0], x, suf_f, suf_b, suf_l, to_k, from_k);
         suf_f += x->tf, suf_b += tb_of(x);
     }
 }
@@ -157,9 +197,16 @@ static double device_bound(const pm_sched *s, const dev_acc *a, double cap) {
     /* t_e >= t0 + R when the forwards cannot all be live at once; a margin
      * keeps a cap that holds them exactly (a peak, summed in another
      * order) from looking too small by a rounding */
-    if (capped && m * a->keep > cap * (1 + 1e-9)) b = work + idle_h + idle_t;
+    int both = capped && m * a->keep > cap * (1 + 1e-9);
+    if (both) b = work + idle_h + idle_t;
     if (capped && !a->signed_mem) b = fmax(b, m * a->hold / cap);
-    return b;
+    /* through stage 0's device: what is left after the last B(lo) */
+    double ymax = m * a->w;
+    if (capped && !a->signed_mem) ymax = fmin(ymax, cap * a->ratio_w);
+    double to_blo = a->d_hi + a->down_lo - a->tw_lo;
+    double idle_b = to_blo - fmin(to_blo, fmax(0, rem - ymax));
+    double own = work - ymax + (both ? idle_h + idle_b : fmax(idle_h, idle_b));
+    return fmax(b, a->to_lo + a->from_lo + own);
 }
 
 double pm_sched_lower_bound(const pm_sched *s, const pm_cost *c) {

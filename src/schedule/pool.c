@@ -118,14 +118,12 @@ int pm_cand_pool_best(const pm_cand_pool *pl, int fam, double limit) {
  * m = 16). At p = 8, m = 16, unit costs it takes the V-ZB greedy's 54.5,
  * 52.5 and 51.5 (0.75, 0.8125, 0.875 M) to 54, 52 and 51, where single
  * moves and kicks found nothing; with 10000 conflicts it found nothing at
- * 0.75 M. It runs only on schedules 4 to 10% above the lower bound at
- * their cap (bound.c; a test of the candidate alone, so the answers stay
- * monotone and independent of the pool's top): further off, a block or a
- * greedy of another level wins anyway, and each question costs as much;
- * closer, at p = 4, m = 16, unit costs (2.1 and 3.1% above the bound),
- * the schedules were the proven optima and each question spent 0.3 s
- * finding nothing;
- * when p m is at most 128 (at p = 8, m = 24 a question that finds nothing
+ * 0.75 M. It runs only on schedules above the lower bound at their cap
+ * (bound.c, which proves those three one slot or less from their optima
+ * 53.5, 52 and 50.5) by at most 10% (a test of the candidate alone, so the
+ * answers stay monotone and independent of the pool's top): further off,
+ * a block or a greedy of another level wins anyway, and each question
+ * costs as much; when p m is at most 128 (at p = 8, m = 24 a question that finds nothing
  * took 0.5 s); and when the makespan it asks for (one slot below the
  * candidate's) would beat its family's best at one of the limits asked
  * (pm_cand_pool_polish): at 0.875 M the 0.75 and 0.8125 M candidates
@@ -135,7 +133,6 @@ int pm_cand_pool_best(const pm_cand_pool *pl, int fam, double limit) {
 #define PM_LNS_WINDOW 4
 #define PM_LNS_CONFLICTS 15000
 #define PM_LNS_GAP 0.10
-#define PM_LNS_NEAR 0.04
 
 /* The rebuilt schedule polished within cap (x M). */
 static pm_status polish(pm_sched *s, const pm_sched_req *req, double cap, double lns_above,
@@ -155,7 +152,7 @@ static pm_status polish(pm_sched *s, const pm_sched_req *req, double cap, double
         if (es == PM_ERR_NOMEM) st = pm_errf(err, es, "%s", e.msg);
         mk = es ? 0 : pt.makespan;
     }
-    if (mk > lb * (1 + PM_LNS_NEAR) && mk <= lb * (1 + PM_LNS_GAP) && lb <= lns_above) {
+    if (mk > lb && mk <= lb * (1 + PM_LNS_GAP) && lb <= lns_above) {
         pm_slots_lns lns = {PM_LNS_WINDOW, PM_LNS_CONFLICTS, 1, lns_above};
         int steps;
         st = pm_slots_improve(s, &c, cfg.cap, &lns, &steps, err);
