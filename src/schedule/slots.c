@@ -402,7 +402,9 @@ static pm_status improve_loop(pm_sched *s, const pm_cost *c, double cap, double 
             break;
         pm_sched next;
         if ((st = extract(&next, md, s->kind, err))) break;
-        if ((st = replay_slots(&next, c, cap, unit, NULL, &mk2, err)) ||
+        /* the replay leaves next's slots as the hint: the next question's
+         * window, or unused once the loop stops */
+        if ((st = replay_slots(&next, c, cap, unit, md, &mk2, err)) ||
             !(mk2 > 0 && mk2 < mk - 0.5 * unit)) { /* the model's promise broken: keep s */
             pm_sched_free(&next);
             break;
@@ -410,7 +412,7 @@ static pm_status improve_loop(pm_sched *s, const pm_cost *c, double cap, double 
         pm_sched_free(s);
         *s = next;
         md->s0 = s;
-        st = replay_slots(s, c, cap, unit, md, &mk, err);
+        mk = mk2;
         ++*steps;
     }
     return st;
