@@ -357,7 +357,10 @@ static int one_task(int R, const pm_tokens *tr, const pm_tokens *va) {
             int k = (j + r) % NJRUN;
             for (int a = 0; a < TRIES; a++) {
                 join_outcome x;
-                if (join_run(&t, &lay, &JRUNS[k], tr, va, &x)) return 1;
+                if (join_run(&t, &lay, &JRUNS[k], tr, va, &x)) {
+                    pm_select_task_free(&t);
+                    return 1;
+                }
                 if (!a || x.others < o[r][k].others) o[r][k] = x;
                 if (!(o[r][k].others > QUIET)) break;
             }
@@ -367,6 +370,7 @@ static int one_task(int R, const pm_tokens *tr, const pm_tokens *va) {
             if (memcmp(&o[r][k].loss, &o[0][0].loss, sizeof(double))) {
                 fprintf(stderr, "bench_select: one task: %s (round %d) ended with another loss "
                         "than on 1 device\n", JRUNS[k].name, r + 1);
+                pm_select_task_free(&t);
                 return 1;
             }
     printf("one task (c): 8 layers in %d shards, 4 microbatches, devices of 64 MiB, %d steps; "
