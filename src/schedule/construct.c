@@ -24,7 +24,10 @@
  * round 1, a squeeze in slot units (no pass moves later; round 2 then sees
  * the cool-down's real free slots: odd p), round 2 counting memory as the
  * authors do, with the lifted W passes refilled for every tentative move
- * (refill_peak); the second time round 1 may move passes of every phase
+ * (refill_peak), and once more from round 1's result with round 2's
+ * cool-down found as the authors' round 2 finds it, on the squeezed slots
+ * (held_end: at m close to p it also moves passes whose original slot
+ * is before the warm-up's end); the second time round 1 may move passes of every phase
  * (the authors' 1F1B-V: moving the warm-up frees slots the first steady
  * passes can take). The caps are each device's peak in the plain
  * repetition; then, if that changes any cap, both authors' sequences run
@@ -83,6 +86,7 @@ typedef struct {
     int *bstage;           /* (nb) stage of each block pass */
     double *bdelta;        /* (nb) memory delta of each block pass */
     int64_t *slot;         /* (N) current start slot of each pass */
+    int32_t *slot1;        /* (N) the authors' sequence: slot[] after round 1's squeeze */
     int32_t *occ;          /* (p * L) pass id starting or running in each slot, -1 free */
     double *prof;          /* (p * L) memory after the passes started at or before a slot */
     double *cap;           /* (p) per device: its peak in the plain repetition, or relaxed */
@@ -93,6 +97,7 @@ typedef struct {
     int64_t *free_at;      /* (p) scratch: slot each device becomes free (squeeze) */
     double eps;            /* tolerance of memory comparisons */
     int all_phases;        /* 1: round 1 may move every pass, not only warm-up and cool-down */
+    int64_t held_end;      /* round 2: -1, or it moves only passes after this key (held_key) */
     /* Round 2's memory count (refill_peak), resumable: */
     int32_t *wq;           /* (p * wcap) per device, W passes (block index) in their B order */
     int64_t *wq_at;        /* (p * wcap) ... and the slot each one's B ends */
@@ -123,6 +128,7 @@ static void cons_free(cons *c) {
     pm_free(c->bstage);
     pm_free(c->bdelta);
     pm_free(c->slot);
+    pm_free(c->slot1);
     pm_free(c->occ);
     pm_free(c->prof);
     pm_free(c->cap);
@@ -139,7 +145,8 @@ static void cons_free(cons *c) {
 }
 
 static pm_status cons_init(cons *c, const pm_block *b, int m, pm_mem mem, pm_err *err) {
-    *c = (cons){.b = b, .p = b->p, .m = m, .v = b->v, .S = b->p * b->v, .T = b->T, .nb = b->n};
+    *c = (cons){.b = b, .p = b->p, .m = m, .v = b->v, .S = b->p * b->v, .T = b->T, .nb = b->n,
+                .held_end = -1};
     int64_t maxend = 0, maxoff = 0, minoff = INT64_MAX, wdur = 1;
     for (int i = 0; i < b->n; i++) {
         const pm_block_pass *x = &b->pass[i];
@@ -162,6 +169,7 @@ static pm_status cons_init(cons *c, const pm_block *b, int m, pm_mem mem, pm_err
     c->bstage = pm_malloc((size_t)b->n * sizeof *c->bstage);
     c->bdelta = pm_malloc((size_t)b->n * sizeof *c->bdelta);
     c->slot = pm_malloc((size_t)c->N * sizeof *c->slot);
+    c->slot1 = pm_malloc((size_t)c->N * sizeof *c->slot1);
     c->occ = pm_malloc((size_t)(c->p * c->L) * sizeof *c->occ);
     c->prof = pm_malloc((size_t)(c->p * c->L) * sizeof *c->prof);
     c->cap = pm_calloc((size_t)c->p, sizeof *c->cap);
@@ -183,9 +191,9 @@ static pm_status cons_init(cons *c, const pm_block *b, int m, pm_mem mem, pm_err
     c->ck = pm_malloc((size_t)(c->p * c->nck) * sizeof *c->ck);
     c->ck_n = pm_malloc((size_t)c->p * sizeof *c->ck_n);
     c->last = pm_malloc((size_t)c->p * sizeof *c->last);
-    if (!c->tab || !c->bstage || !c->bdelta || !c->slot || !c->occ || !c->prof || !c->cap ||
-        !c->bmax || !c->badd || !c->bfree || !c->wq || !c->wq_at || !c->free_at || !c->ck ||
-        !c->ck_n || !c->last)
+    if (!c->tab || !c->bstage || !c->bdelta || !c->slot || !c->slot1 || !c->occ || !c->prof ||
+        !c->cap || !c->bmax || !c->badd || !c->bfree || !c->wq || !c->wq_at || !c->free_at ||
+        !c->ck || !c->ck_n || !c->last)
         return pm_errf(err, PM_ERR_NOMEM, "out of memory repeating a block %d times", m);
     pm_block_index(b, c->tab);
     for (int i = 0; i < b->n; i++) {
@@ -251,6 +259,37 @@ static int64_t earliest(const cons *c, int64_t id) {
             if (end > e) e = end;
         }
     return e;
+}
+
+/* A pass's place in the authors' visiting order: by slot, then device. */
+static inline int64_t held_key(const cons *c, int64_t id) {
+    return c->slot[id] * c->p + bp(c, id)->dev;
+}
+
+/* The key that ends the phase the authors' rounds hold in place, on the
+ * current slots: visiting passes in (slot, device) order, the phase starts
+ * at the first B (or BW) of stage 0 and ends at the first F of chunk 0 of
+ * the last microbatch visited after it; INT64_MAX if there is none (the
+ * phase then lasts to the end). Their round 2 runs on round 1's squeezed
+ * slots and moves what it visits after this key there; when m is close to
+ * p that is many more passes than those whose original slot was in the
+ * cool-down (the last F of chunk 0 comes before stage 0's first B in the
+ * plain repetition, and the cool-down starts where the warm-up ends). */
+static int64_t held_end(const cons *c) {
+    int64_t lo = INT64_MAX, hi = INT64_MAX;
+    for (int64_t id = 0; id < c->N; id++) {
+        const pm_block_pass *x = bp(c, id);
+        if (c->bstage[bix(c, id)] == 0 && (x->kind == PM_PASS_B || x->kind == PM_PASS_BW) &&
+            held_key(c, id) < lo)
+            lo = held_key(c, id);
+    }
+    for (int64_t id = 0; id < c->N; id++) {
+        const pm_block_pass *x = bp(c, id);
+        int64_t k = held_key(c, id);
+        if (x->kind == PM_PASS_F && x->chunk == 0 && mbk(c, id) == c->m - 1 && k > lo && k < hi)
+            hi = k;
+    }
+    return hi;
 }
 
 static int movable(const cons *c, int64_t id) {
@@ -481,7 +520,9 @@ static double refill_peak(cons *c, int d, int64_t from) {
 /* Round 2 done as the authors count it: with the W passes lifted out, a
  * cool-down F or B moves to an earlier free slot only if its device, with
  * the W passes refilled, stays within its cap (a move into a slot a W
- * would have used delays that W's release). At most a few slots are tried
+ * would have used delays that W's release). The cool-down: the passes
+ * whose original slot was in it, or, with held_end set (>= 0), the passes
+ * after that key on the current slots. At most a few slots are tried
  * per pass; each check resumes from a saved state at most CK_EVERY slots
  * before the tried slot, so it costs the slots from there to the device's
  * last pass (the cool-down), not the whole device. */
@@ -495,12 +536,14 @@ static void round2_exact(cons *c) {
         c->ck_n[d] = 1;
         c->ck[(int64_t)d * c->nck] = (rstate){0};
     }
-    for (int64_t t = c->warm_end; t < c->L; t++)
+    int held = c->held_end >= 0;
+    for (int64_t t = held ? c->held_end / c->p : c->warm_end; t < c->L; t++)
         for (int d = 0; d < c->p; d++) {
             int32_t *o = c->occ + (int64_t)d * c->L;
             int32_t id = o[t];
-            if (id < 0 || c->slot[id] != t || !movable(c, id) ||
-                bp(c, id)->kind == PM_PASS_W || orig_slot(c, id) < c->warm_end)
+            if (id < 0 || c->slot[id] != t || bp(c, id)->kind == PM_PASS_W) continue;
+            if (held ? held_key(c, id) <= c->held_end
+                     : !movable(c, id) || orig_slot(c, id) < c->warm_end)
                 continue;
             const pm_block_pass *x = bp(c, id);
             int64_t e = earliest(c, id);
@@ -748,14 +791,30 @@ static pm_status offer(cons *c, choice *ch, pm_err *err) {
  * real free slots of the cool-down (odd p: v-half p=9 m=18 0.1818 without
  * it, the authors' 0.1756 with it). every_phase: round 1 may move any pass,
  * not only warm-up and cool-down ones (the authors' 1F1B-V generator:
- * moving the warm-up frees slots the first steady passes can then take). */
+ * moving the warm-up frees slots the first steady passes can then take).
+ * Without every_phase, round 2 runs twice on round 1's squeezed result,
+ * each offered: with the cool-down of the original slots, then with what
+ * follows the held phase on the squeezed slots (held_end: the authors'
+ * round 2). Neither wins everywhere. The second reaches the authors'
+ * figures at m close to p (v-half p=8 m=8 32.5 against 33; with costs
+ * 9918,10434,7038,213, p=12 m=14 570339 against 570687); in place of the
+ * first in both sequences it made V-Half worse on 117 of 690 cases with
+ * those costs (p = 2..16, m = p..6p). Round 1 is not redone for it. */
 static pm_status authors_sequence(cons *c, choice *ch, int every_phase, pm_err *err) {
     restart(c, !every_phase);
     c->all_phases = every_phase;
     reorder(c, 0, 0);
     c->all_phases = 0;
     squeeze_slots(c);
+    for (int64_t id = 0; id < c->N; id++) c->slot1[id] = (int32_t)c->slot[id]; /* < L */
     round2_exact(c);
+    pm_status st = offer(c, ch, err);
+    if (st || every_phase) return st;
+    for (int64_t id = 0; id < c->N; id++) c->slot[id] = c->slot1[id];
+    layout(c);
+    c->held_end = held_end(c);
+    round2_exact(c);
+    c->held_end = -1;
     return offer(c, ch, err);
 }
 
