@@ -61,6 +61,7 @@
 #include <string.h>
 
 #include "block_internal.h"
+#include "resim.h"
 
 #define MAX_CELLS ((int64_t)1 << 25) /* p * L slot cells (12 bytes each) */
 
@@ -705,20 +706,15 @@ fail:
 }
 
 /* The block pass whose end block pass i waits for in the simulator, in
- * the same microbatch (pm_sim_replay's rule, sim.c), or -1: F the previous
- * stage's F; W its own B; B or BW the next stage's B or BW, or its own F
- * on the last stage. */
+ * the same microbatch (pm_sim_dep), or -1. */
 static int sim_dep(const cons *c, int i) {
-    int st = c->bstage[i], dep;
+    pm_pass_kind k;
+    int st = pm_sim_dep(c->S, c->b->pass[i].kind, c->bstage[i], &k);
     const int *tb = c->tab;
-    switch (c->b->pass[i].kind) {
-    case PM_PASS_F: return st > 0 ? tb[(st - 1) * PM_PASS_COUNT + PM_PASS_F] : -1;
-    case PM_PASS_W: return tb[st * PM_PASS_COUNT + PM_PASS_B];
-    default:
-        if (st == c->S - 1) return tb[st * PM_PASS_COUNT + PM_PASS_F];
-        dep = tb[(st + 1) * PM_PASS_COUNT + PM_PASS_B];
-        return dep >= 0 ? dep : tb[(st + 1) * PM_PASS_COUNT + PM_PASS_BW];
-    }
+    if (st < 0) return -1;
+    if (k == PM_PASS_F) return tb[st * PM_PASS_COUNT + PM_PASS_F];
+    int dep = tb[st * PM_PASS_COUNT + PM_PASS_B];
+    return dep >= 0 ? dep : tb[st * PM_PASS_COUNT + PM_PASS_BW];
 }
 
 /* The makespan pm_sim_replay gives the current slots' per-device order,

@@ -118,18 +118,10 @@ int64_t pm_resim_cut(pm_resim *r, const pm_sched *s, int d, int64_t lo, int64_t 
  * ran elsewhere; *w its place. NAN if it has not run yet. */
 static double ready(const pm_resim *r, const pm_sched *s, const pm_cost *c, const pm_pass *x,
                     int d, int64_t *w) {
-    int kind, stage;
+    pm_pass_kind kind;
+    int stage = pm_sim_dep(s->S, x->kind, x->stage, &kind);
     *w = -1;
-    switch (x->kind) {
-    case PM_PASS_F:
-        if (x->stage == 0) return 0;
-        kind = PM_PASS_F, stage = x->stage - 1;
-        break;
-    case PM_PASS_W: kind = PM_PASS_B, stage = x->stage; break;
-    default: /* B, BW */
-        kind = x->stage == s->S - 1 ? PM_PASS_F : PM_PASS_B;
-        stage = x->stage == s->S - 1 ? x->stage : x->stage + 1;
-    }
+    if (stage < 0) return 0;
     *w = *where_of(r, s, kind, stage, x->mb);
     if (*w < 0 || *w % s->cap >= r->dev[*w / s->cap]) return NAN;
     return r->sim.end[*w] + (pm_sched_stage_device(s, stage) != d ? c->c : 0);

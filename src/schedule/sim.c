@@ -115,18 +115,10 @@ int pm_sim_woken_device(const pm_sched *s, const pm_pass *x, int d) {
  * goes; NAN if the dependency has not run yet. */
 static double ready_time(const deps *g, const pm_pass *ps, int d, double c) {
     const pm_sched *s = g->s;
-    int dep_stage;
-    const double *done;
-    switch (ps->kind) {
-    case PM_PASS_F:
-        if (ps->stage == 0) return 0;
-        dep_stage = ps->stage - 1, done = g->fend;
-        break;
-    case PM_PASS_W: dep_stage = ps->stage, done = g->bend; break;
-    default: /* B, BW */
-        if (ps->stage == s->S - 1) dep_stage = ps->stage, done = g->fend;
-        else dep_stage = ps->stage + 1, done = g->bend;
-    }
+    pm_pass_kind k;
+    int dep_stage = pm_sim_dep(s->S, ps->kind, ps->stage, &k);
+    if (dep_stage < 0) return 0;
+    const double *done = k == PM_PASS_F ? g->fend : g->bend;
     double t = done[(int64_t)dep_stage * s->m + ps->mb];
     if (isnan(t)) return NAN;
     return t + (pm_sched_stage_device(s, dep_stage) != d ? c : 0);
