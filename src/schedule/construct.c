@@ -61,7 +61,7 @@
 #include <string.h>
 
 #include "block_internal.h"
-#include "resim.h"
+#include "sim.h"
 
 #define MAX_CELLS ((int64_t)1 << 25) /* p * L slot cells (12 bytes each) */
 

@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "resim.h"
+#include "sim.h"
 
 enum { WHERE_F, WHERE_B, WHERE_W };
 

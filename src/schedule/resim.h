@@ -73,24 +73,4 @@ pm_status pm_resim_run(pm_resim *r, const pm_sched *s, const pm_cost *c, int64_t
 /* Puts back the replay before the last cut, s being put back too. */
 void pm_resim_undo(pm_resim *r, const pm_sched *s);
 
-/* The full replay's rules (sim.c), shared with the resumed replay and the
- * constructor's slot-order replay (construct.c): inline, as it runs once a
- * pass in each. */
-/* The stage of the pass a pass of kind k on stage u waits for, of the same
- * microbatch, and its kind in *dep (PM_PASS_B standing for B or BW): F the
- * previous stage's F, W its own B, B or BW the next stage's B, or its own F
- * on the last of S stages; -1 for none (F of stage 0). */
-static inline int pm_sim_dep(int S, pm_pass_kind k, int u, pm_pass_kind *dep) {
-    switch (k) {
-    case PM_PASS_F: *dep = PM_PASS_F; return u - 1;
-    case PM_PASS_W: *dep = PM_PASS_B; return u;
-    default: /* B, BW */
-        *dep = u == S - 1 ? PM_PASS_F : PM_PASS_B;
-        return u == S - 1 ? u : u + 1;
-    }
-}
-/* The device whose next pass may wait on x, which just ran on d; -1 if
- * none other than d. */
-int pm_sim_woken_device(const pm_sched *s, const pm_pass *x, int d);
-
 #endif

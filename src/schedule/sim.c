@@ -27,7 +27,7 @@
 #include <string.h>
 
 #include "pipemem/pm_sched.h"
-#include "resim.h"
+#include "sim.h"
 
 void pm_sim_free(pm_sim *sim) {
     if (!sim) return;
@@ -104,7 +104,7 @@ static void wake(deps *g, int d) {
 }
 
 /* The device whose next pass may wait on x, which just ran on d; -1 if
- * none other than d (resim.h: the resumed replay wakes the same one). */
+ * none other than d (sim.h: the resumed replay wakes the same one). */
 int pm_sim_woken_device(const pm_sched *s, const pm_pass *x, int d) {
     int t = x->kind == PM_PASS_F ? x->stage + 1 : x->kind == PM_PASS_W ? -1 : x->stage - 1;
     int o = t >= 0 && t < s->S ? pm_sched_stage_device(s, t) : -1;
