@@ -22,7 +22,8 @@
  *     overflow) stop every device with
  *     one message naming device, stage, microbatch and pass, and stay sticky;
  *   CLI (when PM_BIN names the binary): `train --pp 2 --schedule v-half`,
- *     and --pp 4 with 1f1b and zb-v, end with the same losses and a
+ *     and --pp 4 with 1f1b, zb-v and 1f1b placed by memory (--placement
+ *     memory), end with the same losses and a
  *     byte-identical checkpoint as the single-device `train`; each device
  *     allocates what its plan says (--pp 4: at most half the whole model's
  *     state); it reports the runtime's JSON fields, writes the trace and
@@ -1238,7 +1239,7 @@ static void json_field(const char *json, const char *key, char *out, size_t n) {
 static void cli_train_p4(const char *bin, const char *dir) {
     const char *model = "--layers 6 --dim 64 --heads 4 --ctx 8 --batch 8 --microbatches 8 "
                         "--steps 2 --eval-every 1 --seed 3";
-    const char *kinds[2] = {"1f1b", "zb-v"};
+    const char *kinds[3] = {"1f1b", "zb-v", "1f1b --placement memory"};
     char cmd[1024], path[256], msg[512];
     static char a[8192], b[8192];
     snprintf(cmd, sizeof cmd, "%s train --data %s/d %s --threads 1 --save %s/a4.ckpt --json "
@@ -1246,7 +1247,7 @@ static void cli_train_p4(const char *bin, const char *dir) {
     assert_int_equal(sh_quiet(cmd), 0);
     snprintf(path, sizeof path, "%s/a4.json", dir);
     read_all(path, a, sizeof a);
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; k < 3; k++) {
         snprintf(cmd, sizeof cmd, "%s train --data %s/d %s --pp 4 --schedule %s --save "
                  "%s/b4.ckpt --json > %s/b4.json 2>/dev/null", bin, dir, model, kinds[k], dir,
                  dir);
@@ -1265,6 +1266,9 @@ static void cli_train_p4(const char *bin, const char *dir) {
         if (sh_quiet(cmd)) fail_msg("%s, 4 devices: the checkpoint differs from one device's",
                                     kinds[k]);
         if (chk_train_alloc(b, 0.5, msg, sizeof msg)) fail_msg("%s, 4 devices: %s", kinds[k], msg);
+        char rule[64];
+        json_field(b, "placement_rule", rule, sizeof rule);
+        assert_string_equal(rule, k == 2 ? "\"memory\"" : "\"time\"");
     }
 }
 
