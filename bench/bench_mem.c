@@ -9,6 +9,8 @@
  *             zero-bubble schedule: 1f1b's bubble at m = 4 is 20%);
  *   pp4       --pp 4 on threads;
  *   mpi4      mpirun -np 4 --pp 4 --transport mpi;
+ *   mpi4-mem  the same with --placement memory (the least memory on the
+ *             fullest device first): its worst rank against mpi4's;
  *   dp2pp2    mpirun -np 4 --pp 2 --dp 2, with --zero 0 and --zero 1.
  * Checked before any figure is printed: every run succeeds; a pipeline
  * without DP prints the one device's final and validation losses exactly
@@ -28,7 +30,10 @@
  * plan is pm_train_mem_bytes. The load average is printed at start and end:
  * the machine is shared, so one, pp2 and pp2-zbv run a second round after
  * the others and keep their faster one (both printed). A failing run or peer
- * fails the benchmark. */
+ * fails the benchmark.
+ *
+ *   bench_mem [SHAPE [RUN...]]   only shape a or b, and only the runs named
+ *                                (one, the peer, always runs; no floor) */
 #define _DEFAULT_SOURCE /* wait4 */
 #include <math.h>
 #include <stdio.h>
@@ -61,11 +66,13 @@ static const run_kind runs[] = {
     {"pp2-zbv", "--pp 2 --schedule zb-v", 0, 1},
     {"pp4", "--pp 4", 0, 1},
     {"mpi4", "--pp 4 --transport mpi", 1, 1},
+    {"mpi4-mem", "--pp 4 --transport mpi --placement memory", 1, 1},
     {"dp2pp2", "--pp 2 --dp 2 --zero 0 --transport mpi", 1, 2},
     {"dp2pp2-z1", "--pp 2 --dp 2 --zero 1 --transport mpi", 1, 2},
 };
 #define NRUN ((int)(sizeof runs / sizeof runs[0]))
-enum { ONE, PP2, PP2ZBV, PP4, MPI4, DP2, DP2Z };
+enum { ONE, PP2, PP2ZBV, PP4, MPI4, MPI4M, DP2, DP2Z };
+static int want[NRUN]; /* the runs to make (all unless named on the command line) */
 
 typedef struct {
     const char *name;
@@ -242,6 +249,7 @@ static int train(const shape *sh, int k, result *r) {
  * without DP, to 4 decimals with it. 0, or 1 after naming the run. */
 static int check(const shape *sh, const result *res) {
     for (int k = 1; k < NRUN; k++) {
+        if (!want[k]) continue;
         const result *a = &res[ONE], *b = &res[k];
         int ok = !strcmp(a->loss, b->loss) && !strcmp(a->val, b->val);
         if (runs[k].dp > 1) {
@@ -286,13 +294,13 @@ static void print_run(const shape *sh, const result *res, int k) {
         mx = fmax(mx, r->rss[g]);
         vs[g] = r->rss[g] / res[ONE].rss[0];
         pl[g] = proc_plan(r, g, NKIND) / r->rss[g];
-        cut[g] = 1 - r->rss[g] / res[DP2].rss[g];
+        cut[g] = want[DP2] ? 1 - r->rss[g] / res[DP2].rss[g] : 0;
     }
     printf("mem shape=%s run=%s procs=%d peak_rss_mib=%.1f rss_vs_one=%.3f", sh->name,
            runs[k].name, r->np, MIB(mx), mx / res[ONE].rss[0]);
     print_list("each_vs_one", vs, r->np, "%.3f");
     printf(" tokens_per_s=%.1f tokens_vs_one=%.3f", r->tok, r->tok / res[ONE].tok);
-    print_list("rounds", r->round_tok, k <= PP2ZBV ? 2 : 1, "%.1f");
+    print_list("rounds", r->round_tok, k <= PP2ZBV && (want[PP2] || want[PP2ZBV]) ? 2 : 1, "%.1f");
     printf(" step_ms=%.0f", r->step_ms);
     if (k != ONE)
         printf(" busiest_device_ms=%.0f bubble=%.3f predicted_bubble=%.3f", r->busy_ms,
@@ -315,22 +323,43 @@ static void print_plan(const shape *sh, const result *r, int k) {
 
 static const char *met(int ok) { return ok ? "met" : "NOT_MET"; }
 
-/* The goals, reported (a load-bound figure is no reason to fail). */
+/* The issue's goals, reported (a load-bound figure is no reason to fail),
+ * each when its runs ran. */
 static void print_goals(const shape *sh, const result *res) {
     double worst = 0, least = 1;
     for (int g = 0; g < 4; g++) {
-        worst = fmax(worst, res[MPI4].rss[g] / res[ONE].rss[0]);
-        least = fmin(least, 1 - res[DP2Z].rss[g] / res[DP2].rss[g]);
+        if (want[MPI4]) worst = fmax(worst, res[MPI4].rss[g] / res[ONE].rss[0]);
+        if (want[DP2] && want[DP2Z]) least = fmin(least, 1 - res[DP2Z].rss[g] / res[DP2].rss[g]);
     }
-    printf("goal shape=%s mpi4_each_rank_vs_one<=0.35 worst=%.3f %s\n", sh->name, worst,
-           met(worst <= 0.35));
-    printf("goal shape=%s zero1_cut_each_rank>=0.20 least=%.3f %s\n", sh->name, least,
-           met(least >= 0.20));
+    if (want[MPI4])
+        printf("goal shape=%s mpi4_each_rank_vs_one<=0.35 worst=%.3f %s\n", sh->name, worst,
+               met(worst <= 0.35));
+    if (want[DP2] && want[DP2Z])
+        printf("goal shape=%s zero1_cut_each_rank>=0.20 least=%.3f %s\n", sh->name, least,
+               met(least >= 0.20));
     for (int k = PP2; k <= PP2ZBV; k++) {
         double x = res[k].tok / res[ONE].tok;
-        printf("goal shape=%s %s_tokens_vs_one>=0.97 ratio=%.3f %s\n", sh->name, runs[k].name, x,
-               met(x >= 0.97));
+        if (want[k])
+            printf("goal shape=%s %s_tokens_vs_one>=0.97 ratio=%.3f %s\n", sh->name,
+                   runs[k].name, x, met(x >= 0.97));
     }
+}
+
+/* The memory placement against the FLOPs one, both 4 ranks in this run:
+ * the worst rank's peak, the busiest device's plan, tokens/s. */
+static void print_placement(const shape *sh, const result *res) {
+    if (!want[MPI4] || !want[MPI4M]) return;
+    double w[2] = {0, 0}, pl[2] = {0, 0};
+    for (int i = 0; i < 2; i++)
+        for (int g = 0; g < 4; g++) {
+            const result *r = &res[i ? MPI4M : MPI4];
+            w[i] = fmax(w[i], r->rss[g]), pl[i] = fmax(pl[i], r->plan[g][NKIND]);
+        }
+    printf("placement shape=%s worst_rank_mib flops=%.1f memory=%.1f memory_vs_flops=%.3f "
+           "vs_one flops=%.3f memory=%.3f busiest_plan_mib flops=%.1f memory=%.1f "
+           "memory_vs_flops=%.3f tokens_memory_vs_flops=%.3f\n", sh->name, MIB(w[0]), MIB(w[1]),
+           w[1] / w[0], w[0] / res[ONE].rss[0], w[1] / res[ONE].rss[0], MIB(pl[0]), MIB(pl[1]),
+           pl[1] / pl[0], res[MPI4M].tok / res[MPI4].tok);
 }
 
 static void print_load(const char *when) {
@@ -346,7 +375,9 @@ static void print_load(const char *when) {
  * machine's other load comes and goes): each keeps its faster round, and
  * must repeat its own losses. */
 static int second_round(const shape *sh, result *res) {
+    if (!want[PP2] && !want[PP2ZBV]) return 0; /* no throughput goal to measure */
     for (int k = ONE; k <= PP2ZBV; k++) {
+        if (!want[k]) continue;
         result r;
         if (train(sh, k, &r)) return 1;
         if (strcmp(r.loss, res[k].loss) || strcmp(r.val, res[k].val)) {
@@ -366,11 +397,14 @@ static int second_round(const shape *sh, result *res) {
 static int bench_shape(const shape *sh) {
     result res[NRUN];
     for (int k = 0; k < NRUN; k++)
-        if (train(sh, k, &res[k])) return 1;
+        if (want[k] && train(sh, k, &res[k])) return 1;
     if (second_round(sh, res) || check(sh, res)) return 1;
-    for (int k = 0; k < NRUN; k++) print_run(sh, res, k);
-    for (int k = 0; k < NRUN; k++) print_plan(sh, &res[k], k);
+    for (int k = 0; k < NRUN; k++)
+        if (want[k]) print_run(sh, res, k);
+    for (int k = 0; k < NRUN; k++)
+        if (want[k]) print_plan(sh, &res[k], k);
     print_goals(sh, res);
+    print_placement(sh, res);
     fflush(stdout);
     return 0;
 }
@@ -385,7 +419,30 @@ static int bench_floor(void) {
     return 0;
 }
 
-int main(void) {
+/* argv: [SHAPE [RUN...]] into *only (NULL: every shape) and want[]. */
+static int parse_args(int argc, char **argv, const char **only) {
+    *only = argc > 1 ? argv[1] : NULL;
+    for (int k = 0; k < NRUN; k++) want[k] = argc <= 2 || k == ONE;
+    for (int i = 2; i < argc; i++) {
+        int k = 0;
+        while (k < NRUN && strcmp(argv[i], runs[k].name)) k++;
+        if (k == NRUN) {
+            fprintf(stderr, "bench_mem: no run '%s'; the runs:", argv[i]);
+            for (k = 0; k < NRUN; k++) fprintf(stderr, " %s", runs[k].name);
+            fprintf(stderr, "\n");
+            return 1;
+        }
+        want[k] = 1;
+    }
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        if (*only && !strcmp(*only, shapes[s].name)) return 0;
+    if (*only) fprintf(stderr, "usage: bench_mem [a|b [RUN...]]\n");
+    return *only != NULL;
+}
+
+int main(int argc, char **argv) {
+    const char *only;
+    if (parse_args(argc, argv, &only)) return 1;
     if (!pm_mpi_built()) {
         fprintf(stderr, "bench_mem: built without MPI (libopenmpi-dev missing or NO_MPI=1)\n");
         return 1;
@@ -400,9 +457,9 @@ int main(void) {
         return 1;
     }
     print_load("at start");
-    int rc = bench_floor();
+    int rc = only ? 0 : bench_floor();
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0] && !rc; s++)
-        rc = bench_shape(&shapes[s]);
+        if (!only || !strcmp(only, shapes[s].name)) rc = bench_shape(&shapes[s]);
     print_load("at end");
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd)) rc = 1;

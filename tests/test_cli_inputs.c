@@ -192,8 +192,11 @@ static void test_pipeline_refusals(void **state) {
     snprintf(args, sizeof args, "train --layers 400 --dim 8192 --heads 8 --ctx 16 --batch 8 "
              "--microbatches 4 --steps 2 --data %s/d --pp 2", dir);
     expect_error(args, "the pipeline needs ", 10);
+    /* a budget below what any placement needs: refused, naming the least */
+    snprintf(args, sizeof args, TRAIN "%s/d --pp 2 --device-mem 100K", dir);
+    expect_error(args, "no placement fits --device-mem 100 KiB: the one of least memory", 30);
     snprintf(args, sizeof args, TRAIN "%s/d --pp 2 --placement even", dir);
-    expect_error(args, "--placement even: use measured or flops", 30);
+    expect_error(args, "--placement even: use flops, measured or memory", 30);
     snprintf(args, sizeof args, TRAIN "%s/d --placement flops", dir);
     expect_error(args, "--placement is for pipeline runs", 30);
     /* the file decides the kind and the chunks: either beside it is refused

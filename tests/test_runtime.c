@@ -7,13 +7,14 @@
  *   arena: exact live/peak accounting, first fit reuse, overflow; the offline
  *     plan never overlaps two blocks alive at once, replays, and a wrong
  *     plan is refused;
- *   placement: contiguous cover, optimal against brute force, too few layers;
  *   pipeline: for every generated schedule kind and P in 1, 2, 4, 8, two steps
  *     give losses, gradient norms and parameters bitwise equal to the
  *     single-device trainer (pm_trainer_step_batch) with the same config;
  *     measured peak activation bytes equal the simulator's prediction on
  *     every device, and 1F1B's device 0 holds min(p, m) stage-0 microbatches
- *     (independent of the simulator); a schedule read back from CSV trains
+ *     (independent of the simulator); placed by the memory rule (another
+ *     cut, less memory on its fullest device) 1F1B at P = 4 trains the
+ *     same bits; a schedule read back from CSV trains
  *     identically; gathered parameters and moments scattered into another
  *     pipe (other schedule and P) continue training exactly; split weight
  *     passes out of microbatch order are relabelled, fused ones refused;
@@ -21,7 +22,8 @@
  *     overflow) stop every device with
  *     one message naming device, stage, microbatch and pass, and stay sticky;
  *   CLI (when PM_BIN names the binary): `train --pp 2 --schedule v-half`,
- *     and --pp 4 with 1f1b and zb-v, end with the same losses and a
+ *     and --pp 4 with 1f1b, zb-v and 1f1b placed by memory (--placement
+ *     memory), end with the same losses and a
  *     byte-identical checkpoint as the single-device `train`; each device
  *     allocates what its plan says (--pp 4: at most half the whole model's
  *     state); it reports the runtime's JSON fields, writes the trace and
@@ -391,116 +393,6 @@ static void test_arena_plan(void **state) {
     pm_arena_free(&a);
 }
 
-/* ---- placement ---------------------------------------------------------------- */
-
-/* A second implementation of the rule: every cut of n layers into S
- * ranges, each device's time the sum over its stages (dev[k] the device of
- * stage k); returns the least busiest-device time. */
-static double brute(const double *c, int n, int S, const int *dev, int k, int from,
-                    double *load, int p) {
-    if (k == S) {
-        double m = 0;
-        for (int d = 0; d < p; d++) m = load[d] > m ? load[d] : m;
-        return from == n ? m : INFINITY;
-    }
-    double best = INFINITY, here = 0;
-    for (int to = from + 1; to <= n - (S - 1 - k); to++) {
-        here += c[to - 1];
-        if (k == S - 1 && to != n) continue;
-        load[dev[k]] += here;
-        double r = brute(c, n, S, dev, k + 1, to, load, p);
-        load[dev[k]] -= here;
-        if (r < best) best = r;
-    }
-    return best;
-}
-
-/* The placement against the brute force, for a model whose head costs as
- * much as several blocks (lc: embedding 1, block 3, head 14 per pass kind
- * in total), on the single, loop and V placements. */
-static void test_placement(void **state) {
-    (void)state;
-    pm_gpt_config c = {.vocab = 64, .ctx = 8, .dim = 16, .heads = 2, .layers = 7};
-    int n = pm_gpt_num_layers(&c);
-    pm_layer_costs lc = {{{0.5, 0.25, 0.25}, {1, 1, 1}, {6, 4, 4}}, "s"};
-    double cost[16];
-    for (int l = 0; l < n; l++) {
-        const pm_pass_times *t = &lc.k[pm_gpt_layer_kind(&c, l)];
-        cost[l] = t->f + t->b + t->w;
-    }
-    const char *kinds[] = {"1f1b", "1f1b", "1f1b", "interleaved", "v-half", "v-half", "v-min"};
-    int ps[] = {1, 2, 4, 2, 2, 3, 4};
-    for (int i = 0; i < 7; i++) {
-        pm_sched s;
-        pm_err err;
-        pm_sched_req req = {.p = ps[i], .m = 2 * ps[i], .t = PM_COSTS_DEFAULT, .mem = PM_MEM_DEFAULT};
-        assert_int_equal(pm_sched_generate(&s, kinds[i], &req, &err), PM_OK);
-        int first[17], dev[16];
-        double load[8] = {0}, t[8], m[8], mx = 0;
-        assert_int_equal(pm_place_layers(&c, 1, 8, &s, &lc, first, &err), PM_OK);
-        assert_int_equal(first[0], 0);
-        assert_int_equal(first[s.S], n);
-        for (int k = 0; k < s.S; k++) {
-            assert_true(first[k + 1] > first[k]);
-            dev[k] = pm_sched_stage_device(&s, k);
-        }
-        assert_int_equal(pm_place_shares(&c, 1, 8, &s, &lc, first, t, m, &err), PM_OK);
-        for (int d = 0; d < s.p; d++) mx = t[d] > mx ? t[d] : mx;
-        double want = brute(cost, n, s.S, dev, 0, 0, load, s.p);
-        if (fabs(mx - want) > 1e-12) print_message("%s p=%d: %g, brute %g\n", kinds[i], ps[i], mx, want);
-        assert_true(fabs(mx - want) < 1e-12);
-        pm_sched_free(&s);
-    }
-    /* hand case: V on 2 devices, layers 1, 3 x 7, 14 (36 in all): device 0
-     * holds stages 0 and 3, so the embedding and the head (15) plus x blocks
-     * against 7 - x blocks on device 1: x = 1 gives 18 and 18 (a stage-
-     * balanced cut, 9 per stage, would put 14 + 9 on device 0) */
-    pm_sched s;
-    pm_err err;
-    pm_sched_req req = {.p = 2, .m = 4, .t = PM_COSTS_DEFAULT, .mem = PM_MEM_DEFAULT};
-    assert_int_equal(pm_sched_generate(&s, "v-half", &req, &err), PM_OK);
-    int first[5];
-    double t[2], m[2];
-    assert_int_equal(pm_place_layers(&c, 1, 8, &s, &lc, first, &err), PM_OK);
-    assert_int_equal(pm_place_shares(&c, 1, 8, &s, &lc, first, t, m, &err), PM_OK);
-    assert_true(fabs(t[0] - 18) < 1e-12 && fabs(t[1] - 18) < 1e-12);
-    pm_sched_free(&s);
-    /* GPT-2 small (12 x 768, vocab 50257, one sequence of 64 per microbatch),
-     * FLOPs: the head is about 5 blocks. On 2 devices every schedule
-     * balances within 15% of the mean; on 4 under 1F1B the head alone is
-     * the busiest device (no cut can do better), 20% over the mean. */
-    pm_gpt_config g2 = {.vocab = 50257, .ctx = 1024, .dim = 768, .heads = 12, .layers = 12};
-    pm_layer_costs fl;
-    assert_int_equal(pm_place_flops(&g2, 1, 64, &fl, &err), PM_OK);
-    double head = fl.k[PM_LAYER_HEAD].f + fl.k[PM_LAYER_HEAD].b + fl.k[PM_LAYER_HEAD].w;
-    const char *gk[] = {"1f1b", "v-half", "1f1b", "v-half"};
-    int gp[] = {2, 2, 4, 4};
-    for (int i = 0; i < 4; i++) {
-        req = (pm_sched_req){.p = gp[i], .m = 2 * gp[i], .t = PM_COSTS_DEFAULT,
-                             .mem = PM_MEM_DEFAULT};
-        assert_int_equal(pm_sched_generate(&s, gk[i], &req, &err), PM_OK);
-        int f3[9];
-        double tt[4], mm[4], mx = 0, sum = 0;
-        assert_int_equal(pm_place_layers(&g2, 1, 64, &s, NULL, f3, &err), PM_OK);
-        assert_int_equal(pm_place_shares(&g2, 1, 64, &s, NULL, f3, tt, mm, &err), PM_OK);
-        for (int d = 0; d < gp[i]; d++) mx = tt[d] > mx ? tt[d] : mx, sum += tt[d];
-        if (gp[i] == 2) assert_true(mx <= 1.15 * sum / 2);
-        if (gp[i] == 4 && i == 2) {
-            assert_true(mx == head);               /* the head's device holds only the head */
-            assert_true(mx > 1.15 * sum / 4);
-        }
-        pm_sched_free(&s);
-    }
-    /* too many stages for the layers */
-    req = (pm_sched_req){.p = 8, .m = 8, .t = PM_COSTS_DEFAULT, .mem = PM_MEM_DEFAULT};
-    assert_int_equal(pm_sched_generate(&s, "1f1b", &req, &err), PM_OK);
-    pm_gpt_config small = {.vocab = 64, .ctx = 8, .dim = 16, .heads = 2, .layers = 5};
-    int f2[9];
-    assert_int_equal(pm_place_layers(&small, 1, 8, &s, NULL, f2, &err), PM_ERR_ARG);
-    assert_non_null(strstr(err.msg, "use model.layers >= 6"));
-    pm_sched_free(&s);
-}
-
 /* ---- pipeline ----------------------------------------------------------------- */
 
 #define NSTEPS 2
@@ -549,12 +441,13 @@ static void reference(const pm_train_cfg *c, run_result *r) {
     pm_trainer_free(&t);
 }
 
-/* A pipe running schedule s for c with dp replicas (FLOP placement): plans,
- * creates (the pipe keeps a copy of the plan) and frees the plan. */
-static pm_status make_pipe(pm_pipe **pp, const pm_train_cfg *c, const pm_sched *s, int dp,
-                           const pm_pipe_opts *o, pm_err *err) {
+/* A pipe running schedule s for c with dp replicas (FLOPs placed by
+ * rule): plans, creates (the pipe keeps a copy of the plan) and frees the
+ * plan. */
+static pm_status make_pipe_rule(pm_pipe **pp, const pm_train_cfg *c, const pm_sched *s, int dp,
+                                pm_place_rule rule, const pm_pipe_opts *o, pm_err *err) {
     pm_plan pl;
-    pm_plan_req rq = {.sched = s, .dp = dp};
+    pm_plan_req rq = {.sched = s, .dp = dp, .placement = rule};
     *pp = NULL;
     pm_status st = pm_plan_make(&pl, c, &rq, err);
     if (st) return st;
@@ -563,14 +456,20 @@ static pm_status make_pipe(pm_pipe **pp, const pm_train_cfg *c, const pm_sched *
     return st;
 }
 
+static pm_status make_pipe(pm_pipe **pp, const pm_train_cfg *c, const pm_sched *s, int dp,
+                           const pm_pipe_opts *o, pm_err *err) {
+    return make_pipe_rule(pp, c, s, dp, PM_PLACE_TIME, o, err);
+}
+
 /* Trains NSTEPS on schedule s with dp replicas, the gradient sums in
- * messages of `chunk` floats (0: the default); checks memory on every step. */
+ * messages of `chunk` floats (0: the default), placed by rule; checks
+ * memory on every step. */
 static void run_pipe_dpc(const pm_train_cfg *c, const pm_sched *s, int dp, size_t chunk,
-                         run_result *r) {
+                         pm_place_rule rule, run_result *r) {
     pm_pipe *pp;
     pm_err err = {{0}};
     pm_pipe_opts o = {.chunk_floats = chunk};
-    pm_status st = make_pipe(&pp, c, s, dp, &o, &err);
+    pm_status st = make_pipe_rule(&pp, c, s, dp, rule, &o, &err);
     if (st) fail_msg("%s p=%d: %s", s->kind, s->p, err.msg);
     int32_t inp[TINY_M * 8], tgt[TINY_M * 8];
     size_t peak0 = 0; /* device 0's measured peak, last step */
@@ -631,7 +530,7 @@ static void run_pipe_dpc(const pm_train_cfg *c, const pm_sched *s, int dp, size_
 }
 
 static void run_pipe_dp(const pm_train_cfg *c, const pm_sched *s, int dp, run_result *r) {
-    run_pipe_dpc(c, s, dp, 0, r);
+    run_pipe_dpc(c, s, dp, 0, PM_PLACE_TIME, r);
 }
 
 static void run_pipe(const pm_train_cfg *c, const pm_sched *s, run_result *r) {
@@ -696,6 +595,41 @@ static int exact_for(int layers, const int *ps, int nps, int rec) {
     return runs;
 }
 
+/* The memory rule (pm_plan_req.placement): on 4 devices under 1F1B its
+ * fullest device holds no more, as the rule counts memory (here less, by
+ * another cut), than the time rule's, and it trains bitwise as one device
+ * (the run also checks device 0's peak against min(p, m) stage-0
+ * forwards of the cut it got). */
+static void test_memory_placement(void **state) {
+    (void)state;
+    pm_train_cfg c = tiny(6);
+    run_result ref, got;
+    reference(&c, &ref);
+    pm_sched s;
+    gen(&s, "1f1b", 4, TINY_M);
+    double most[PM_PLACE_RULES];
+    int first[PM_PLACE_RULES][5];
+    for (int r = 0; r < PM_PLACE_RULES; r++) {
+        pm_plan pl;
+        pm_plan_req rq = {.sched = &s, .placement = (pm_place_rule)r};
+        pm_err err = {{0}};
+        if (pm_plan_make(&pl, &c, &rq, &err)) fail_msg("%s", err.msg);
+        double t[4], m[4];
+        assert_int_equal(pm_place_shares(&c.model, 1, c.model.ctx, &pl.sched, NULL, pl.first, t,
+                                         m, &err), PM_OK);
+        most[r] = fmax(fmax(m[0], m[1]), fmax(m[2], m[3]));
+        memcpy(first[r], pl.first, sizeof first[r]);
+        pm_plan_free(&pl);
+    }
+    assert_true(most[PM_PLACE_MEMORY] < most[PM_PLACE_TIME]);
+    assert_true(memcmp(first[0], first[1], sizeof first[0]));
+    run_pipe_dpc(&c, &s, 1, 0, PM_PLACE_MEMORY, &got);
+    expect_same(&c, &ref, &got, "1f1b p=4 placed by memory");
+    free(got.params);
+    free(ref.params);
+    pm_sched_free(&s);
+}
+
 static void test_exact_every_schedule(void **state) {
     (void)state;
     int small[] = {1, 2, 4}, eight[] = {8};
@@ -742,7 +676,7 @@ static void test_data_parallel(void **state) {
             for (int ci = 0; ci < 2 && k == 0; ci++) {
                 size_t chunks[2] = {1000, 7};
                 run_result part;
-                run_pipe_dpc(&c, &s, dps[t], chunks[ci], &part);
+                run_pipe_dpc(&c, &s, dps[t], chunks[ci], PM_PLACE_TIME, &part);
                 char w2[96];
                 snprintf(w2, sizeof w2, "%s, sums in chunks of %zu floats", what, chunks[ci]);
                 expect_same(&c, &got, &part, w2);
@@ -1305,7 +1239,7 @@ static void json_field(const char *json, const char *key, char *out, size_t n) {
 static void cli_train_p4(const char *bin, const char *dir) {
     const char *model = "--layers 6 --dim 64 --heads 4 --ctx 8 --batch 8 --microbatches 8 "
                         "--steps 2 --eval-every 1 --seed 3";
-    const char *kinds[2] = {"1f1b", "zb-v"};
+    const char *kinds[3] = {"1f1b", "zb-v", "1f1b --placement memory"};
     char cmd[1024], path[256], msg[512];
     static char a[8192], b[8192];
     snprintf(cmd, sizeof cmd, "%s train --data %s/d %s --threads 1 --save %s/a4.ckpt --json "
@@ -1313,7 +1247,7 @@ static void cli_train_p4(const char *bin, const char *dir) {
     assert_int_equal(sh_quiet(cmd), 0);
     snprintf(path, sizeof path, "%s/a4.json", dir);
     read_all(path, a, sizeof a);
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; k < 3; k++) {
         snprintf(cmd, sizeof cmd, "%s train --data %s/d %s --pp 4 --schedule %s --save "
                  "%s/b4.ckpt --json > %s/b4.json 2>/dev/null", bin, dir, model, kinds[k], dir,
                  dir);
@@ -1332,6 +1266,9 @@ static void cli_train_p4(const char *bin, const char *dir) {
         if (sh_quiet(cmd)) fail_msg("%s, 4 devices: the checkpoint differs from one device's",
                                     kinds[k]);
         if (chk_train_alloc(b, 0.5, msg, sizeof msg)) fail_msg("%s, 4 devices: %s", kinds[k], msg);
+        char rule[64];
+        json_field(b, "placement_rule", rule, sizeof rule);
+        assert_string_equal(rule, k == 2 ? "\"memory\"" : "\"time\"");
     }
 }
 
@@ -1610,8 +1547,8 @@ int main(void) {
         cmocka_unit_test(test_tp_issend_abort),
         cmocka_unit_test(test_arena),
         cmocka_unit_test(test_arena_plan),
-        cmocka_unit_test(test_placement),
         cmocka_unit_test(test_exact_every_schedule),
+        cmocka_unit_test(test_memory_placement),
         cmocka_unit_test(test_gather_scatter_resume),
         cmocka_unit_test(test_data_parallel),
         cmocka_unit_test(test_zero),

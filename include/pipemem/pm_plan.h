@@ -34,12 +34,29 @@
  * device 0 holds the embedding's stage and the head's), then the largest
  * device memory (each stage's parameters, gradients and AdamW moments, plus
  * its saved activations times the most microbatches the schedule holds on
- * it at once), then the sum of the devices' squared times. A layer's time is its kind's F + B + W from
- * lc: measured (pm_place_measure) or, with lc NULL, FLOPs. Exact (branch and
- * bound over the cut points) up to millions of partial cuts, far beyond any
- * real pipeline; then the best found.
+ * it at once), then the sum of the devices' squared times. The memory rule
+ * (PM_PLACE_MEMORY) minimises the largest device memory first, then the
+ * busiest time, then the squared times. Under a cap (bytes, as counted
+ * here) only cuts whose every device fits compete; when none does, the
+ * cut is PM_ERR_MEMLIMIT naming the least any cut needs. A layer's time is
+ * its kind's F + B + W from lc: measured (pm_place_measure) or, with lc
+ * NULL, FLOPs. Exact (branch and bound over the cut points, pruned by the
+ * best cut's first figure and by the cap) up to millions of partial cuts,
+ * far beyond any real pipeline; then the best found.
  * first[s] .. first[s+1]-1 are stage s's layers (first has S+1 entries).
  * Fewer layers than stages is PM_ERR_ARG with the fix. */
+typedef enum {
+    PM_PLACE_TIME,   /* the busiest time first, then the largest memory */
+    PM_PLACE_MEMORY, /* the largest memory first, then the busiest time */
+    PM_PLACE_RULES
+} pm_place_rule;
+extern const char *const pm_place_rule_names[PM_PLACE_RULES]; /* "time", "memory" */
+
+typedef struct {
+    pm_place_rule rule; /* what ranks first */
+    double cap;         /* bytes each device may hold as the rule counts them; 0: no cap */
+} pm_place_opts;
+
 typedef struct {
     double f, b, w;
 } pm_pass_times;
@@ -61,8 +78,11 @@ pm_status pm_place_measure(const pm_gpt_config *cfg, int B, int T, pm_layer_cost
  * sees while the others compute on the same cores. */
 pm_status pm_place_measure_threads(const pm_gpt_config *cfg, int B, int T, int threads,
                                    pm_layer_costs *lc, pm_err *err);
+/* The rule (o NULL: time first, no cap) on cfg's layers; errors as
+ * pm_place_cut. */
 pm_status pm_place_layers(const pm_gpt_config *cfg, int B, int T, const pm_sched *s,
-                          const pm_layer_costs *lc, int *first, pm_err *err);
+                          const pm_layer_costs *lc, const pm_place_opts *o, int *first,
+                          pm_err *err);
 /* Each device's share under a placement: time[d] (lc's unit, NULL: FLOPs)
  * and mem[d] (bytes), as the rule above counts them; arrays of s->p. */
 pm_status pm_place_shares(const pm_gpt_config *cfg, int B, int T, const pm_sched *s,
@@ -89,9 +109,12 @@ typedef struct {
  * parameters, gradients and two AdamW moments). */
 pm_status pm_place_table(const pm_gpt_config *cfg, int B, int T, const pm_layer_costs *lc,
                          pm_place_layer *l, pm_err *err);
-/* The rule above on any table of n layers: first[] as pm_place_layers. */
-pm_status pm_place_cut(const pm_place_layer *l, int n, const pm_sched *s, int *first,
-                       pm_err *err);
+/* The rule above on any table of n layers (o NULL: time first, no cap):
+ * first[] as pm_place_layers; *least (may be NULL) the chosen cut's largest
+ * device memory. When no cut fits o->cap: PM_ERR_MEMLIMIT naming the least
+ * any cut needs, *least that figure and first[] the cut that reaches it. */
+pm_status pm_place_cut(const pm_place_layer *l, int n, const pm_sched *s,
+                       const pm_place_opts *o, int *first, double *least, pm_err *err);
 /* Each device's share under a cut, as pm_place_shares. */
 pm_status pm_place_cut_shares(const pm_place_layer *l, int n, const pm_sched *s,
                               const int *first, double *time, double *mem, pm_err *err);
@@ -269,6 +292,7 @@ typedef struct {
                              * is 0 too, the fewest parts that balance the devices best */
     const pm_layer_costs *costs; /* what the placement balances (and auto's search costs);
                              * NULL: FLOPs, the same on every machine */
+    pm_place_rule placement; /* what the cut ranks first (PM_PLACE_TIME: 0) */
     double time_limit;      /* seconds the exact (optimal) kinds may search; 0: theirs */
     int forward_only;       /* 1: only forward passes will run (evaluation, sampling): the
                              * devices hold parameters, no gradients or moments */
@@ -285,6 +309,9 @@ typedef struct pm_plan {
     int *first;             /* (S+1) owned: stage s holds layers first[s] .. first[s+1]-1 */
     pm_gpt_sizes *sz;       /* (L+2) owned: each layer's sizes for one microbatch */
     pm_layer_costs place;   /* the layer costs placed by (unit "flop" or "s") */
+    pm_place_opts placed;   /* the rule and cap the cut ran under: the request's rule and
+                             * no cap, unless the busiest device was over device_mem: then
+                             * the cap that fits it, or (no cut fits) the memory rule */
     pm_cost cost;           /* owned: per stage byte deltas and times (place's unit) */
     pm_sim sim;             /* owned: the schedule simulated with cost */
     double M;               /* bytes of one microbatch's activation through the model */
@@ -295,9 +322,12 @@ typedef struct pm_plan {
     char why[256];          /* auto: why this schedule won; else empty */
 } pm_plan;
 
-/* Plans cfg on req->p devices x req->dp replicas. Fails with one line when
- * the request is inconsistent (naming the parameter), when no schedule
- * meets mem_limit, or when the busiest device needs more than device_mem
+/* Plans cfg on req->p devices x req->dp replicas. When the placement of
+ * the request's rule puts a device over device_mem, the fastest placement
+ * that fits replaces it (the time rule under a cap; pl->placed says which).
+ * Fails with one line when the request is inconsistent (naming the
+ * parameter), when no schedule meets mem_limit, or when even the placement
+ * of least memory leaves the busiest device over device_mem
  * (PM_ERR_MEMLIMIT, naming the device and its bytes by kind). Allocates
  * only small tables (the schedule, offsets, sizes): never a slab. On error
  * *pl is zeroed. */

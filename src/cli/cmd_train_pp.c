@@ -76,9 +76,28 @@ static pm_status place_costs(pp_world *w, const pm_cli_train_opts *o, const pm_t
     return st;
 }
 
+/* Why the placement is what it is, when --device-mem moved it or
+ * --placement memory chose it. */
+static void print_placed(const pm_cli_train_opts *o, const pm_plan *pl) {
+    char bud[32], cap[32];
+    pm_plan_bytes_str(o->device_mem, bud, sizeof bud);
+    pm_plan_bytes_str((size_t)pl->placed.cap, cap, sizeof cap);
+    int asked = o->placement && !strcmp(o->placement, "memory");
+    if (pl->placed.cap > 0)
+        fprintf(stderr, "placement: the fastest cut put a device over --device-mem %s; this is "
+                "the fastest whose every device counts at most %s (state and the activations "
+                "it holds at once)\n", bud, cap);
+    else if (pl->placed.rule == PM_PLACE_MEMORY && !asked)
+        fprintf(stderr, "placement: no fast cut fits --device-mem %s; this is the cut of least "
+                "memory\n", bud);
+    else if (asked)
+        fprintf(stderr, "placement: the least memory on the fullest device first, then the "
+                "least time (--placement memory)\n");
+}
+
 /* Each device's layers, its share of the time per microbatch and its
  * planned bytes by kind (rank 0). */
-static void print_plan(const pp_world *w, const pm_plan *pl) {
+static void print_plan(const pm_cli_train_opts *o, const pp_world *w, const pm_plan *pl) {
     if (w->rank) return;
     const pm_sched *s = &pl->sched;
     double *t = malloc(2 * (size_t)s->p * sizeof *t), tt = 0;
@@ -91,6 +110,7 @@ static void print_plan(const pp_world *w, const pm_plan *pl) {
     }
     for (int d = 0; d < s->p; d++) tt += t[d];
     int measured = pl->place.unit && !strcmp(pl->place.unit, "s");
+    print_placed(o, pl);
     for (int g = 0; g < pl->nd; g++) {
         int d = g % pl->p;
         const pm_plan_dev *dv = &pl->dev[g];
@@ -130,7 +150,9 @@ static pm_status make_plan(const pp_world *w, const pm_cli_train_opts *o,
                       .chunks = o->chunks, .recompute = o->recompute,
                       .mem_limit = o->mem_limit, .head_parts = o->head_parts,
                       .device_mem = o->device_mem, .zero = o->zero,
-                      .costs = w->place.unit ? &w->place : NULL};
+                      .costs = w->place.unit ? &w->place : NULL,
+                      .placement = o->placement && !strcmp(o->placement, "memory")
+                                       ? PM_PLACE_MEMORY : PM_PLACE_TIME};
     st = pm_plan_make(pl, cfg, &rq, err);
     pm_sched_free(&file);
     if (st) return st;
@@ -209,8 +231,12 @@ static void print_json(const pm_cli_train_opts *o, const pm_pipe *pp, const pm_t
     json_sizes("predicted_peak_activation_bytes", ps->last.pred_peak, nd);
     json_sizes("arena_bytes", ps->last.arena, nd);
     double bmax = 0, bsum = 0;
-    printf(", \"placement\": \"%s\", \"head_parts\": %d, \"device_busy_ms\": [",
-           o->placement ? o->placement : "flops", pm_gpt_head_parts(&pm_pipe_config(pp)->model));
+    const pm_plan *pl = pm_pipe_plan(pp);
+    printf(", \"placement\": \"%s\", \"placement_rule\": \"%s\", \"placement_cap_bytes\": %.0f",
+           o->placement ? o->placement : "flops", pm_place_rule_names[pl->placed.rule],
+           pl->placed.cap);
+    printf(", \"head_parts\": %d, \"device_busy_ms\": [",
+           pm_gpt_head_parts(&pm_pipe_config(pp)->model));
     for (int g = 0; g < nd; g++) {
         double b = ps->busy[g] / n;
         printf("%s%.6f", g ? ", " : "", b); /* a tiny model's passes take well under 1 ms */
@@ -438,7 +464,7 @@ static void print_start(const pm_cli_train_opts *o, const pp_world *w, const pp_
             w->transport == PM_TRANSPORT_MPI ? "mpi" : "threads", pl->S,
             pm_place_names[pl->sched.place], parts, parts > 1 ? "s" : "",
             o->resume ? ", resumed" : "");
-    print_plan(w, pl);
+    print_plan(o, w, pl);
 }
 
 /* After the loop, for --json: what each process allocated and its peak

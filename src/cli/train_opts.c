@@ -77,7 +77,7 @@ static void usage(FILE *f) {
             "         [--threads N | --pp P [--schedule KIND | --schedule-file FILE]\n"
             "          [--chunks V] [--mem-limit X] [--recompute] [--trace FILE]\n"
             "          [--timeline FILE.svg] [--dp D] [--transport threads|mpi]\n"
-            "          [--placement flops|measured] [--head-parts N]\n"
+            "          [--placement flops|measured|memory] [--head-parts N]\n"
             "          [--device-mem SIZE] [--zero 0|1]]\n"
             "  Trains the GPT on DIR/train.bin (made by 'pipemem prepare'), or on token\n"
             "  files named with --train/--val (pipemem's or llm.c's, e.g.\n"
@@ -104,17 +104,22 @@ static void usage(FILE *f) {
             "  layer's time is its FLOPs (default: the same plan on every machine), or\n"
             "  measured first on one microbatch of an embedding, a block and the head\n"
             "  (--placement measured: faster where FLOPs mislead, but it depends on the\n"
-            "  machine and its load). Each device's layers, share and planned bytes are\n"
-            "  printed; --json gives the measured busy time.\n"
+            "  machine and its load). --placement memory cuts for the least memory on\n"
+            "  the fullest device first (parameters, gradients, moments and the\n"
+            "  activations of the microbatches it holds at once), then the least time\n"
+            "  (FLOPs). Each device's layers, share and planned bytes are printed;\n"
+            "  --json gives the measured busy time.\n"
             "  A big vocabulary's head can be cut into N layers (--head-parts N, at most\n"
             "  one per 4096 words; by default the number that best evens out the\n"
             "  devices): the same training to the bit, only placed differently.\n"
             "  Each device holds only its own stages (parameters, gradients, AdamW\n"
             "  moments, activations, workspace); the plan prints every device's bytes\n"
             "  by kind before anything is allocated. --device-mem SIZE (K, M, G: 2G) is\n"
-            "  one device's budget: a plan whose busiest device needs more is refused,\n"
-            "  naming it and its bytes; with --schedule auto the search runs under what\n"
-            "  the budget leaves for activations (--mem-limit not needed then).\n"
+            "  one device's budget: when the placement puts a device over it, the\n"
+            "  fastest placement that fits is taken instead; when none does, the run is\n"
+            "  refused, naming the least a placement needs and where it goes; with\n"
+            "  --schedule auto the search runs under what the budget leaves for\n"
+            "  activations (--mem-limit not needed then).\n"
             "  --dp D trains D replicas of the P-device pipeline on D x P devices, each on\n"
             "  K/D of the microbatches, gradients summed across replicas in a fixed order.\n"
             "  --transport mpi runs one device per rank: mpirun -np D*P pipemem train ...\n"
@@ -163,8 +168,9 @@ static int check(pm_cli_train_opts *o, const char *pipe_only, const char *single
     if (o->sched_file && (o->have_kind || o->chunks))
         return pm_cli_fail("train: --schedule-file %s is the schedule: drop %s (the file decides "
                            "it)", o->sched_file, o->have_kind ? "--schedule" : "--chunks");
-    if (o->placement && strcmp(o->placement, "measured") && strcmp(o->placement, "flops"))
-        return pm_cli_fail("train: --placement %s: use measured or flops", o->placement);
+    if (o->placement && strcmp(o->placement, "measured") && strcmp(o->placement, "flops") &&
+        strcmp(o->placement, "memory"))
+        return pm_cli_fail("train: --placement %s: use flops, measured or memory", o->placement);
     if (o->transport && strcmp(o->transport, "threads") && strcmp(o->transport, "mpi"))
         return pm_cli_fail("train: --transport %s: use threads or mpi", o->transport);
     if (o->micro % o->dp)

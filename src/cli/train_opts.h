@@ -34,7 +34,7 @@ typedef struct {
     double mem_limit;
     int dp;                /* --dp: data-parallel replicas of the pipeline */
     const char *transport; /* --transport threads|mpi; NULL: mpi when mpirun started us */
-    const char *placement; /* --placement measured|flops; NULL: measured */
+    const char *placement; /* --placement flops|measured|memory; NULL: flops */
     int head_parts;        /* --head-parts N; 0: chosen by the placement */
     size_t device_mem;     /* --device-mem SIZE: one device's budget in bytes; 0: none */
     int zero;              /* --zero 1: ZeRO stage 1 across the --dp replicas */

@@ -145,7 +145,7 @@ static pm_status build(pm_cluster_plan *pl, const pm_cluster_model *m, const pm_
     pl->total = pm_malloc((size_t)rq->pp * sizeof *pl->total);
     if (!pl->first || !pl->dev || !pl->bytes || !pl->total) st = nomem(err);
     for (int k = 0; !st && k < s.S; k++) pl->dev[k] = pm_sched_stage_device(&s, k);
-    if (!st) st = pm_place_cut(m->layer, m->n, &s, pl->first, err);
+    if (!st) st = pm_place_cut(m->layer, m->n, &s, NULL, pl->first, NULL, err);
     if (!st) st = pm_place_stage_costs(m->layer, pl->first, s.S, s.recompute, &c, err);
     if (!st) {
         c.c = req.t.c;

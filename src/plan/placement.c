@@ -1,30 +1,41 @@
 /* placement.c: which layers each pipeline stage runs, and the per-stage
  * costs and memory deltas the simulator needs for that placement.
  *
- * Rule (pm_runtime.h): contiguous ranges in layer order, every stage non-
+ * Rule (pm_plan.h): contiguous ranges in layer order, every stage non-
  * empty, minimising the busiest DEVICE's time for one microbatch (the sum
  * over its stages: under V device 0 holds the embedding's stage and the
  * head's), then the largest device memory (the activations a stage holds
  * count once per microbatch in flight: early stages of 1F1B hold p), then
- * the sum of squared device times (the rest evened out). The cut sees a
- * model only as a table of layers (pm_place_layer: what it balances, its
- * pass times, activation and state bytes), so pipemem's GPT (pm_place_table:
- * its kind's measured F + B + W, pm_place_measure, or before anything is
- * measured its FLOPs) and a GPT sized by formulas for a GPU cluster
- * (pm_cluster.h) are placed by the same code.
+ * the sum of squared device times (the rest evened out). The memory rule
+ * takes the largest device memory first, then the busiest time, then the
+ * squares. Either may run under a cap on every device's memory: the best
+ * cut among those that fit, or PM_ERR_MEMLIMIT naming the least any cut
+ * needs. The cut sees a model only as a table of layers (pm_place_layer:
+ * what it balances, its pass times, activation and state bytes), so
+ * pipemem's GPT (pm_place_table: its kind's measured F + B + W,
+ * pm_place_measure, or before anything is measured its FLOPs) and a GPT
+ * sized by formulas for a GPU cluster (pm_cluster.h) are placed by the
+ * same code.
  *
- * Search: depth-first over the cut points with the best device time found
- * so far as the bound (a stage that pushes its device past it ends the
- * branch, and so do all longer ones), seeded with the stage-balanced cut of
- * a dynamic program. Exact unless PLACE_NODES partial cuts are visited
- * (then the best found), which takes far more stages and layers than a
- * machine has devices for. */
+ * Search: depth-first over the cut points with the best cut's first figure
+ * (time or memory) as the bound, and the cap: a stage that pushes its
+ * device past either ends the branch, and so do all longer ones (a longer
+ * stage only adds time and bytes). Seeded with whichever stage-balanced cut
+ * (of time, of memory: dynamic programs) fits and ranks better. Exact
+ * unless PLACE_NODES partial cuts are visited (then the best found), which
+ * takes far more stages and layers than a machine has devices for. */
+#include <math.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "pipemem/pm_plan.h"
 
 enum { PLACE_NODES = 4000000 };
+
+const char *const pm_place_rule_names[PM_PLACE_RULES] = {"time", "memory"};
+_Static_assert(sizeof pm_place_rule_names / sizeof pm_place_rule_names[0] == PM_PLACE_RULES,
+               "names");
 #define TIE 1e-9 /* relative: times closer than this are equal */
 
 /* ---- the layers' costs --------------------------------------------------- */
@@ -124,6 +135,8 @@ static void stage_inflight(const pm_sched *s, int *hold, int *live) {
 typedef struct {
     int n, S, p;
     int rec;        /* the schedule recomputes: a stage in flight keeps its input */
+    pm_place_rule rule; /* what ranks first: the busiest time or the largest memory */
+    double cap;     /* bytes a device may hold, as stage_mem counts them; 0: no cap */
     int *dev;       /* (S) stage -> device */
     int *hold;      /* (S) microbatches a stage holds at most */
     double *pre;    /* (n+1) prefix sums of layer weight (what the cut balances) */
@@ -131,8 +144,10 @@ typedef struct {
     double *pres;   /* (n+1) prefix sums of layer saved bytes */
     double *inb;    /* (n+1) bytes of layer l's input (0 for the embedding's tokens) */
     double *load, *mem; /* (p) per device, the partial cut's */
-    int *cut, *best;    /* (S+1) */
-    double best_t, best_q, best_m; /* the best cut's max time, sum of squared times, max memory */
+    int *cut, *best;    /* (S+1) the partial cut; the best cut (the caller's first[]) */
+    int *seed;          /* (S+1) a balanced cut */
+    double best_t, best_q, best_m; /* the best cut's max time, sum of squared times, max
+                                    * memory; all INFINITY while no cut fits */
     long nodes;
     double *dbl;    /* the allocations */
     int *ints;
@@ -153,6 +168,18 @@ static double sumsq(const double *x, int n) {
 /* a below b by more than rounding */
 static int better(double a, double b) { return a < b * (1 - TIE); }
 
+/* A whole cut's figures rank before the best so far under q's rule: its
+ * first figure (time, or memory) lower by more than rounding, or equal and
+ * its second lower, or both equal and its squared times lower. */
+static int ranks_before(const place_search *q, double t, double m, double sq) {
+    int mf = q->rule == PM_PLACE_MEMORY;
+    double a = mf ? m : t, a0 = mf ? q->best_m : q->best_t;
+    double b = mf ? t : m, b0 = mf ? q->best_t : q->best_m;
+    if (better(a, a0) || better(a0, a)) return better(a, a0);
+    if (better(b, b0) || better(b0, b)) return better(b, b0);
+    return better(sq, q->best_q);
+}
+
 /* Stage k = layers i .. j-1: its state, and its activations once per
  * microbatch in flight (recomputed: its input per microbatch, and one
  * microbatch's rebuilt activations). */
@@ -172,8 +199,8 @@ static pm_status search_init(place_search *q, const pm_place_layer *l, int n, co
     if (!q->dbl || !q->ints) return pm_errf(err, PM_ERR_NOMEM, "placement: out of memory");
     q->pre = q->dbl, q->prem = q->pre + nn, q->pres = q->prem + nn, q->inb = q->pres + nn;
     q->load = q->inb + nn, q->mem = q->load + np;
-    q->dev = q->ints, q->hold = q->dev + ns, q->cut = q->hold + ns;
-    int *live = q->cut + ns; /* stage_inflight's scratch */
+    q->dev = q->ints, q->hold = q->dev + ns, q->cut = q->hold + ns, q->seed = q->cut + ns;
+    int *live = q->seed + ns; /* stage_inflight's scratch */
     for (int i = 0; i < n; i++) {
         q->pre[i + 1] = q->pre[i] + l[i].weight;
         q->prem[i + 1] = q->prem[i] + l[i].state;
@@ -199,37 +226,45 @@ static void search_eval(place_search *q, const int *first) {
     }
 }
 
+/* The devices' figures now (a whole cut) become the best when they fit the
+ * cap and rank before it; c is the cut. */
+static void consider(place_search *q, const int *c) {
+    double bt = vmax(q->load, q->p), bq = sumsq(q->load, q->p), bm = vmax(q->mem, q->p);
+    if ((q->cap > 0 && bm > q->cap) || !ranks_before(q, bt, bm, bq)) return;
+    q->best_t = bt, q->best_q = bq, q->best_m = bm;
+    memcpy(q->best, c, (size_t)(q->S + 1) * sizeof *c);
+}
+
 /* Stage k starts at layer i; the devices hold the stages before it. */
 static void dfs(place_search *q, int k, int i) {
-    int p = q->p;
     if (++q->nodes > PLACE_NODES) return;
-    int d = q->dev[k], last = k == q->S - 1;
+    int d = q->dev[k], last = k == q->S - 1, mf = q->rule == PM_PLACE_MEMORY;
     for (int j = last ? q->n : i + 1; j <= q->n - (q->S - 1 - k); j++) {
         double t = q->pre[j] - q->pre[i], m = stage_mem(q, k, i, j);
         q->load[d] += t;
         q->mem[d] += m;
-        int over = q->load[d] > q->best_t * (1 + TIE);
+        /* past the best's first figure or the cap: so is any longer stage */
+        int over = mf ? q->mem[d] > q->best_m * (1 + TIE) : q->load[d] > q->best_t * (1 + TIE);
+        over = over || (q->cap > 0 && q->mem[d] > q->cap);
         q->cut[k + 1] = j;
-        if (!over && last) {
-            double bt = vmax(q->load, p), bq = sumsq(q->load, p), bm = vmax(q->mem, p);
-            if (better(bt, q->best_t) ||
-                (!better(q->best_t, bt) && (better(bm, q->best_m) ||
-                                            (!better(q->best_m, bm) && better(bq, q->best_q))))) {
-                q->best_t = bt, q->best_q = bq, q->best_m = bm;
-                memcpy(q->best, q->cut, (size_t)(q->S + 1) * sizeof *q->cut);
-            }
-        } else if (!over) {
-            dfs(q, k + 1, j);
-        }
+        if (!over && last) consider(q, q->cut);
+        else if (!over) dfs(q, k + 1, j);
         q->load[d] -= t;
         q->mem[d] -= m;
         if (over) break; /* a longer stage only adds */
     }
 }
 
-/* The stage-balanced cut (min over cuts of the largest stage time), by
- * dynamic programming: the search's first bound. */
-static int balanced_cut(const double *pre, int n, int S, int *first) {
+/* Stage k = layers i .. j-1 as a balanced seed weighs it: time or memory. */
+static double stage_fig(const place_search *q, int memory, int k, int i, int j) {
+    return memory ? stage_mem(q, k, i, j) : q->pre[j] - q->pre[i];
+}
+
+/* The stage-balanced cut of time or of memory (min over cuts of the
+ * largest stage's), by dynamic programming, into first: a seed of the
+ * search. 0 when out of memory. */
+static int balanced_cut(const place_search *q, int memory, int *first) {
+    int n = q->n, S = q->S;
     size_t nn = (size_t)n + 1, ns = (size_t)S + 1;
     double *best = pm_malloc(ns * nn * sizeof *best);
     int *cut = pm_malloc(ns * nn * sizeof *cut);
@@ -238,14 +273,14 @@ static int balanced_cut(const double *pre, int n, int S, int *first) {
         pm_free(cut);
         return 0;
     }
-    for (int i = 1; i <= n; i++) best[nn + (size_t)i] = pre[i], cut[nn + (size_t)i] = 0;
+    for (int i = 1; i <= n; i++) best[nn + (size_t)i] = stage_fig(q, memory, 0, 0, i), cut[nn + (size_t)i] = 0;
     for (int k = 2; k <= S; k++)
         for (int i = k; i <= n; i++) {
             double b = -1;
             int bc = k - 1;
             for (int j = k - 1; j < i; j++) {
-                double prev = best[(size_t)(k - 1) * nn + (size_t)j], here = pre[i] - pre[j];
-                double c = prev > here ? prev : here;
+                double prev = best[(size_t)(k - 1) * nn + (size_t)j];
+                double here = stage_fig(q, memory, k - 1, j, i), c = prev > here ? prev : here;
                 if (b < 0 || c < b) b = c, bc = j;
             }
             best[(size_t)k * nn + (size_t)i] = b;
@@ -256,6 +291,22 @@ static int balanced_cut(const double *pre, int n, int S, int *first) {
     pm_free(best);
     pm_free(cut);
     return 1;
+}
+
+/* The best cut under q's rule and cap into q->best: 1, or 0 when no cut
+ * fits the cap (q->best then unchanged), -1 out of memory. */
+static int search_run(place_search *q) {
+    q->best_t = q->best_q = q->best_m = INFINITY;
+    q->nodes = 0;
+    for (int memory = 0; memory < 2; memory++) {
+        if (!balanced_cut(q, memory, q->seed)) return -1;
+        search_eval(q, q->seed);
+        consider(q, q->seed);
+    }
+    for (int d = 0; d < q->p; d++) q->load[d] = q->mem[d] = 0;
+    q->cut[0] = 0;
+    dfs(q, 0, 0);
+    return q->best_m < INFINITY;
 }
 
 /* ---- pipemem's GPT as a layer table ---------------------------------------- */
@@ -290,24 +341,40 @@ pm_status pm_place_table(const pm_gpt_config *cfg, int B, int T, const pm_layer_
 
 /* ---- the cut of any layer table ------------------------------------------- */
 
-pm_status pm_place_cut(const pm_place_layer *l, int n, const pm_sched *s, int *first,
-                       pm_err *err) {
+pm_status pm_place_cut(const pm_place_layer *l, int n, const pm_sched *s,
+                       const pm_place_opts *o, int *first, double *least, pm_err *err) {
     int S = s->S;
+    const pm_place_opts none = {.rule = PM_PLACE_TIME};
+    if (!o) o = &none;
     if (n < S)
         return pm_errf(err, PM_ERR_ARG, "placement: %d layers cannot fill %d stages (each "
                        "needs at least one): use more layers, fewer devices or fewer chunks",
                        n, S);
+    if ((int)o->rule < 0 || o->rule >= PM_PLACE_RULES || !(o->cap >= 0 && o->cap < 1e18))
+        return pm_errf(err, PM_ERR_ARG, "placement: rule %d, cap %g bytes: the rule is "
+                       "PM_PLACE_TIME or PM_PLACE_MEMORY, the cap 0 (none) up to 1e18",
+                       (int)o->rule, o->cap);
     place_search q;
     pm_status st = search_init(&q, l, n, s, err);
-    if (!st && !balanced_cut(q.pre, n, S, first))
-        st = pm_errf(err, PM_ERR_NOMEM, "placement: out of memory");
-    if (!st) {
-        search_eval(&q, first); /* the seed's figures: the bound to beat */
-        q.best = first;
-        q.best_t = vmax(q.load, q.p), q.best_q = sumsq(q.load, q.p), q.best_m = vmax(q.mem, q.p);
-        for (int d = 0; d < q.p; d++) q.load[d] = q.mem[d] = 0;
-        q.cut[0] = 0;
-        dfs(&q, 0, 0);
+    q.best = first, q.rule = o->rule, q.cap = o->cap;
+    int found = st ? 0 : search_run(&q);
+    if (!st && !found) { /* the least any cut needs: the memory rule's best, no cap */
+        q.rule = PM_PLACE_MEMORY, q.cap = 0;
+        found = search_run(&q);
+        /* it can fit only when the capped search ran out of nodes */
+        if (found > 0 && q.best_m > o->cap) {
+            char cap[32], need[32];
+            pm_plan_bytes_str((size_t)o->cap, cap, sizeof cap); /* counts are whole bytes */
+            pm_plan_bytes_str((size_t)q.best_m, need, sizeof need);
+            st = pm_errf(err, PM_ERR_MEMLIMIT, "placement: no cut of the %d layers into %d "
+                         "stages keeps every device within %s (%.0f bytes: state and the "
+                         "activations in flight); the least any cut needs is %s (%.0f bytes)",
+                         n, S, cap, floor(o->cap), need, q.best_m);
+        }
+    }
+    if (!st && found < 0) st = pm_errf(err, PM_ERR_NOMEM, "placement: out of memory");
+    if (!st || st == PM_ERR_MEMLIMIT) {
+        if (least) *least = q.best_m;
         PM_ASSERT(first[0] == 0 && first[S] == n);
     }
     search_free(&q);
@@ -361,7 +428,8 @@ static pm_status gpt_table(const pm_gpt_config *cfg, int B, int T, const pm_laye
 }
 
 pm_status pm_place_layers(const pm_gpt_config *cfg, int B, int T, const pm_sched *s,
-                          const pm_layer_costs *lc, int *first, pm_err *err) {
+                          const pm_layer_costs *lc, const pm_place_opts *o, int *first,
+                          pm_err *err) {
     pm_status st = pm_gpt_config_check(cfg, err);
     if (st) return st;
     int n = pm_gpt_num_layers(cfg), S = s->S;
@@ -374,7 +442,7 @@ pm_status pm_place_layers(const pm_gpt_config *cfg, int B, int T, const pm_sched
                        S - 1 - pm_gpt_head_parts(cfg));
     pm_place_layer *l;
     if ((st = gpt_table(cfg, B, T, lc, &l, err))) return st;
-    st = pm_place_cut(l, n, s, first, err);
+    st = pm_place_cut(l, n, s, o, first, NULL, err);
     pm_free(l);
     return st;
 }

@@ -9,15 +9,19 @@
  *              (normalize_w), which keeps timing and memory;
  *   head parts the request's, or the fewest that bring the busiest device
  *              within 1% of the best any number of parts gives;
- *   placement  pm_place_layers with the layer costs (FLOPs by default);
+ *   placement  pm_place_layers with the layer costs (FLOPs by default)
+ *              under the request's rule (time or memory first);
  *   memory     the simulator with the model's exact byte deltas per stage
  *              gives each device's peak; a dry replay of the executor's
  *              allocation sequence (devmem.c) must peak there, and its log
  *              is planned offline (pm_arena_plan) into the arena's slab;
  *   bytes      state, arena, workspace and transport per device, by
  *              arithmetic on the sizes (the runtime allocates the same);
- *   limits     a peak over mem_limit or a device over device_mem is
- *              refused; "auto" first searches again under a tighter limit.
+ *   limits     a device over device_mem is placed again: the fastest cut
+ *              under a cap on its memory (fit_placement), else the cut of
+ *              least memory; a peak over mem_limit or a device still over
+ *              device_mem is refused; "auto" first searches again under
+ *              a tighter limit.
  * Nothing here allocates more than tables of the schedule's size. */
 #include <math.h>
 #include <stdio.h>
@@ -176,7 +180,8 @@ static pm_status place(pm_plan *pl, pm_err *err) {
     pl->first = pm_malloc(((size_t)pl->S + 1) * sizeof *pl->first);
     pl->sz = pm_calloc((size_t)nl, sizeof *pl->sz);
     if (!pl->first || !pl->sz) return nomem(err, "the placement");
-    pm_status st = pm_place_layers(c, mb, c->ctx, &pl->sched, &pl->place, pl->first, err);
+    pm_status st = pm_place_layers(c, mb, c->ctx, &pl->sched, &pl->place, &pl->placed,
+                                   pl->first, err);
     for (int l = 0; l < nl && !st; l++) st = pm_gpt_layer_sizes(c, l, mb, c->ctx, &pl->sz[l], err);
     if (!st) st = stage_costs(pl, err);
     if (!st) st = pm_sim_run(&pl->sim, &pl->sched, &pl->cost, err);
@@ -185,23 +190,26 @@ static pm_status place(pm_plan *pl, pm_err *err) {
     return st;
 }
 
-/* The head's parts: the fewest that bring the busiest device's time within
- * 1% of the best any number of parts (up to 16) gives. Any number computes
- * the same training; this is placement only. */
+/* The head's parts: the fewest that bring the rule's first figure (the
+ * busiest device's time, or the largest device memory) within 1% of the
+ * best any number of parts (up to 16) gives, placed without a cap. Any
+ * number computes the same training; this is placement only. */
 static pm_status head_parts(pm_plan *pl, pm_err *err) {
     pm_gpt_config *mc = &pl->cfg.model;
     const pm_sched *s = &pl->sched;
     int G = pm_gpt_head_groups(mc), mb = pl->cfg.batch / pl->cfg.micro, pick = 1;
     double *t = pm_malloc(2 * (size_t)s->p * sizeof *t), best[17] = {0};
+    const pm_place_opts rule = {.rule = pl->placed.rule};
+    int by = rule.rule == PM_PLACE_MEMORY ? s->p : 0; /* t[by ..]: what ranks first */
     int *first = pm_malloc((size_t)(s->S + 1) * sizeof *first);
     pm_status st = t && first ? PM_OK : nomem(err, "choosing the head's parts");
     for (int h = 1; h <= G && h <= 16 && !st; h++) {
         mc->head_parts = h;
         if (pm_gpt_num_layers(mc) < s->S) continue;
-        if ((st = pm_place_layers(mc, mb, mc->ctx, s, &pl->place, first, err)) ||
+        if ((st = pm_place_layers(mc, mb, mc->ctx, s, &pl->place, &rule, first, err)) ||
             (st = pm_place_shares(mc, mb, mc->ctx, s, &pl->place, first, t, t + s->p, err)))
             break;
-        for (int d = 0; d < s->p; d++) best[h] = t[d] > best[h] ? t[d] : best[h];
+        for (int d = 0; d < s->p; d++) best[h] = t[by + d] > best[h] ? t[by + d] : best[h];
     }
     for (int h = 1; h <= G && h <= 16; h++)
         if (best[h] > 0 && (!best[pick] || best[h] < best[pick])) pick = h;
@@ -312,18 +320,24 @@ static void device_bytes(pm_plan *pl) {
 }
 
 
-/* One line: the busiest device's bytes by kind against the budget. */
+/* One line: the busiest device's bytes by kind against the budget; under
+ * the memory rule no other cut would have done better (as the cut counts
+ * memory), so the line says no placement fits. */
 static pm_status over_budget(const pm_plan *pl, size_t budget, pm_err *err) {
     const pm_plan_dev *dv = &pl->dev[pl->busiest];
-    char tot[32], bud[32], part[PM_BYTES_COUNT][32];
+    char tot[32], bud[32], part[PM_BYTES_COUNT][32], by[400];
     pm_plan_bytes_str(dv->total, tot, sizeof tot);
     pm_plan_bytes_str(budget, bud, sizeof bud);
     for (int k = 0; k < PM_BYTES_COUNT; k++) pm_plan_bytes_str(dv->bytes[k], part[k], 32);
-    return pm_errf(err, PM_ERR_MEMLIMIT, "device %d needs %s (%s %s, %s %s, %s %s, %s %s, %s "
-                   "%s, %s %s) but device_mem is %s", pl->busiest, tot,
-                   pm_bytes_names[0], part[0], pm_bytes_names[1], part[1], pm_bytes_names[2],
-                   part[2], pm_bytes_names[3], part[3], pm_bytes_names[4], part[4],
-                   pm_bytes_names[5], part[5], bud);
+    snprintf(by, sizeof by, "%s %s, %s %s, %s %s, %s %s, %s %s, %s %s", pm_bytes_names[0],
+             part[0], pm_bytes_names[1], part[1], pm_bytes_names[2], part[2], pm_bytes_names[3],
+             part[3], pm_bytes_names[4], part[4], pm_bytes_names[5], part[5]);
+    if (pl->placed.rule == PM_PLACE_MEMORY)
+        return pm_errf(err, PM_ERR_MEMLIMIT, "no placement fits device_mem %s: the one of least "
+                       "memory (state and activations in flight) needs %s on device %d (%s)",
+                       bud, tot, pl->busiest, by);
+    return pm_errf(err, PM_ERR_MEMLIMIT, "device %d needs %s (%s) but device_mem is %s",
+                   pl->busiest, tot, by, bud);
 }
 
 static pm_status check_limits(const pm_plan *pl, const pm_plan_req *rq, pm_err *err) {
@@ -339,6 +353,82 @@ static pm_status check_limits(const pm_plan *pl, const pm_plan_req *rq, pm_err *
     return PM_OK;
 }
 
+/* Placement (under pl->placed), arenas and every device's bytes. */
+static pm_status lay_out(pm_plan *pl, pm_err *err) {
+    pm_status st = place(pl, err);
+    if (st) return st;
+    for (int d = 0; d < pl->p; d++) {
+        pm_free(pl->arena[d].off);
+        pl->arena[d] = (pm_plan_arena){0};
+    }
+    for (int d = 0; d < pl->p && !st; d++) st = plan_arena(pl, d, err);
+    if (!st) device_bytes(pl);
+    return st;
+}
+
+/* The cut's count of the plan's devices (state and activations in flight,
+ * pm_place_shares): the largest in *most, and in *extra the most any device
+ * holds beyond its count (workspace and transport buffers; its arena
+ * against the activations in flight; ZeRO's share of the moments). */
+static pm_status count_devices(const pm_plan *pl, double *most, double *extra, pm_err *err) {
+    const pm_train_cfg *c = &pl->cfg;
+    double *t = pm_malloc(2 * (size_t)pl->p * sizeof *t);
+    if (!t) return nomem(err, "fitting the placement");
+    pm_status st = pm_place_shares(&c->model, c->batch / c->micro, c->model.ctx, &pl->sched,
+                                   &pl->place, pl->first, t, t + pl->p, err);
+    *most = 0, *extra = -INFINITY;
+    for (int g = 0; g < pl->nd && !st; g++) {
+        double m = t[pl->p + g % pl->p], x = (double)pl->dev[g].total - m;
+        *most = m > *most ? m : *most, *extra = x > *extra ? x : *extra;
+    }
+    pm_free(t);
+    return st;
+}
+
+static int fits(const pm_plan *pl, size_t budget) { return pl->dev[pl->busiest].total <= budget; }
+
+/* The busiest device is over device_mem: the fastest placement that fits.
+ * The cut runs under a cap on its count: first the budget less what a
+ * device holds beyond its count, lowered by the overshoot while the plan
+ * still overshoots (that excess moves with the cut), a few times at most;
+ * then, between the highest cap known to fit and the lowest known not to,
+ * halving, so the cut is as fast as the budget allows (within 0.1% of it
+ * in cap). When no cut fits, the cut of least memory (the memory rule, the
+ * head's parts chosen again by it unless they were given) is planned: it
+ * stands if it fits, else check_limits refuses it. */
+static pm_status fit_placement(pm_plan *pl, const pm_plan_req *rq, int auto_parts,
+                               pm_err *err) {
+    enum { FIT_TRIES = 6, FIT_HALVINGS = 10 };
+    size_t budget = rq->device_mem;
+    if (!budget || pl->placed.rule == PM_PLACE_MEMORY || fits(pl, budget)) return PM_OK;
+    double hi, extra, lo = 0; /* caps whose plan overshoots, and fits (0: none yet) */
+    pm_status st = count_devices(pl, &hi, &extra, err);
+    double cap = (double)budget - extra;
+    for (int tries = 0; tries < FIT_TRIES && !st && !lo; tries++) {
+        cap = floor(cap < hi ? cap : hi - 1);
+        if (!(cap >= 1)) break;
+        pl->placed.cap = cap;
+        if ((st = lay_out(pl, err))) break;
+        if (fits(pl, budget)) lo = cap;
+        else hi = cap, cap -= (double)(pl->dev[pl->busiest].total - budget);
+    }
+    if (st && st != PM_ERR_MEMLIMIT) return st;
+    if (!lo) { /* no cut fits the cap */
+        pl->placed = (pm_place_opts){.rule = PM_PLACE_MEMORY};
+        if (auto_parts && (st = head_parts(pl, err))) return st;
+        return lay_out(pl, err);
+    }
+    for (int h = 0; h < FIT_HALVINGS && hi - lo > 1e-3 * (double)budget && !st; h++) {
+        pl->placed.cap = floor((lo + hi) / 2);
+        if (!(st = lay_out(pl, err))) *(fits(pl, budget) ? &lo : &hi) = pl->placed.cap;
+    }
+    if (!st && pl->placed.cap != lo) {
+        pl->placed.cap = lo;
+        st = lay_out(pl, err);
+    }
+    return st;
+}
+
 /* Everything after the schedule: head parts, placement, memory, bytes. */
 static pm_status plan_schedule(pm_plan *pl, const pm_plan_req *rq, pm_err *err) {
     pm_status st = adopt(pl, err);
@@ -350,16 +440,11 @@ static pm_status plan_schedule(pm_plan *pl, const pm_plan_req *rq, pm_err *err) 
                        pl->sched.kind, pl->sched.p, pl->sched.m, pl->p, pl->m);
     int parts = rq->head_parts ? rq->head_parts : pl->cfg.model.head_parts;
     pl->cfg.model.head_parts = parts;
+    pl->placed = (pm_place_opts){.rule = rq->placement};
     if ((st = pm_gpt_config_check(&pl->cfg.model, err))) return st;
     if (!parts && (st = head_parts(pl, err))) return st;
-    if ((st = place(pl, err))) return st;
-    for (int d = 0; d < pl->p; d++) {
-        pm_free(pl->arena[d].off);
-        pl->arena[d] = (pm_plan_arena){0};
-    }
-    for (int d = 0; d < pl->p && !st; d++) st = plan_arena(pl, d, err);
-    if (!st) device_bytes(pl);
-    return st;
+    if ((st = lay_out(pl, err))) return st;
+    return fit_placement(pl, rq, !parts, err);
 }
 
 /* "auto": the fastest schedule under the limit; the search assumes equal
@@ -419,6 +504,9 @@ static pm_status check_req(const pm_train_cfg *cfg, const pm_plan_req *rq, int d
     if (rq->sched && rq->p && rq->sched->p != rq->p)
         return pm_errf(err, PM_ERR_ARG, "the schedule is for %d devices, not %d", rq->sched->p,
                        rq->p);
+    if ((int)rq->placement < 0 || rq->placement >= PM_PLACE_RULES)
+        return pm_errf(err, PM_ERR_ARG, "placement rule %d: use PM_PLACE_TIME or "
+                       "PM_PLACE_MEMORY", (int)rq->placement);
     if (rq->kind && !strcmp(rq->kind, "auto") && !(rq->mem_limit > 0) && !rq->device_mem)
         return pm_errf(err, PM_ERR_ARG, "the auto schedule needs a memory limit or a device "
                        "budget to search under");
