@@ -12,7 +12,8 @@
  * unit costs and with the measured ones (per device share 9918, 10434,
  * 7038, 213), the makespan against the lower bound of any schedule of the
  * winner's placement under that limit (pm_sched_lower_bound_at), and the
- * time against the 3 s budget. */
+ * time against the 3 s budget; and part 4's: V-Min and V-Half generated at
+ * p = 64, m = 256 (best of 5) against 1F1B's generation in the same run. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,14 +34,19 @@ static double best_of(int n, double (*fn)(void *), void *arg) {
     return best;
 }
 
-/* 1F1B generated and simulated: the peer. */
-static double run_1f1b(void *arg) {
-    const pm_sched_req *q = arg;
+typedef struct {
+    const char *kind;
+    pm_sched_req q;
+} gen_arg;
+
+/* A kind generated and simulated; with 1F1B, the peer. */
+static double run_gen(void *arg) {
+    const gen_arg *a = arg;
     pm_sched s;
     pm_cost c;
     pm_sim sim;
-    if (pm_sched_generate(&s, "1f1b", q, NULL)) return -1;
-    if (pm_cost_init_uniform(&c, &s, q->t, q->mem, NULL) || pm_sim_run(&sim, &s, &c, NULL))
+    if (pm_sched_generate(&s, a->kind, &a->q, NULL)) return -1;
+    if (pm_cost_init_uniform(&c, &s, a->q.t, a->q.mem, NULL) || pm_sim_run(&sim, &s, &c, NULL))
         return -1;
     pm_sim_free(&sim);
     pm_cost_free(&c);
@@ -141,10 +147,27 @@ static int gap_lines(void) {
     return 0;
 }
 
+/* Issue 21, part 4: V-Min and V-Half generated (and simulated) at p = 64,
+ * m = 256 against the same for 1F1B (bench_sched has every V kind). */
+static int generation_lines(void) {
+    gen_arg a = {"1f1b", {.p = 64, .m = 256, .t = REAL, .mem = PM_MEM_DEFAULT}};
+    double peer = best_of(5, run_gen, &a);
+    if (peer < 0) return 1;
+    static const char *const kinds[] = {"v-min", "v-half"};
+    for (int i = 0; i < 2; i++) {
+        a.kind = kinds[i];
+        double t = best_of(5, run_gen, &a);
+        if (t < 0) return 1;
+        printf("generate %s p=64 m=256: %.1f ms (%.2fx the 100 ms goal; %.0fx 1f1b's %.2f ms)\n",
+               kinds[i], t * 1e3, t / 0.1, t / peer, peer * 1e3);
+    }
+    return 0;
+}
+
 int main(void) {
     static const double limits[] = {0.5, 0.75, 1.0, 1.5, 2.0};
     pm_sched_req q = {.p = 32, .m = 128, .t = REAL, .mem = PM_MEM_DEFAULT};
-    double peer = best_of(3, run_1f1b, &q);
+    double peer = best_of(3, run_gen, &(gen_arg){"1f1b", q});
     if (peer < 0) return 1;
     for (size_t i = 0; i < sizeof limits / sizeof limits[0]; i++) {
         q.mem_limit = limits[i];
@@ -160,7 +183,7 @@ int main(void) {
     a.q = (pm_sched_req){.p = 16, .m = 64, .t = REAL, .mem = PM_MEM_DEFAULT};
     a.n = 36;
     for (int k = 0; k < a.n; k++) a.lim[k] = 0.25 + 0.05 * k;
-    double peer16 = best_of(3, run_1f1b, &a.q);
+    double peer16 = best_of(3, run_gen, &(gen_arg){"1f1b", a.q});
     if (peer16 < 0 || run_curve(&a) < 0) return 1;
     for (int k = 0; k < a.n; k++) /* verified: every point within its limit */
         for (int f = 0; f < PM_FAMILY_COUNT; f++)
@@ -169,5 +192,5 @@ int main(void) {
     if (t < 0) return 1;
     printf("curve p=16 m=64 36 limits 0.25..2.00 M: %.3f s (%.2fx the 5 s budget; %.0fx 1f1b's "
            "%.2f ms)\n", t, t / 5.0, t / peer16, peer16 * 1e3);
-    return gap_lines();
+    return gap_lines() || generation_lines();
 }
