@@ -344,6 +344,7 @@ static double ref_device_bound(const pm_sched *s, const pm_cost *c, int d, doubl
     int both = cap > 0 && m * keep > cap * (1 + 1e-9);
     if (both) b = work + idle_h + idle_t;
     if (cap > 0 && !signed_mem) b = fmax(b, m * hold / cap);
+    if (lo == 0) return b; /* device 0 itself: a BW(0) last leaves no W(0) after */
     /* device 0's span holds F(0..lo-1), this device from its first pass to
      * its last B(lo), then B(lo-1..0) and W(0); after its last F, B(lo)
      * of that microbatch is D_hi + B(hi..lo) away, and at most y of W
@@ -484,7 +485,8 @@ static void random_schedule(pm_sched *s, pm_place place, int p, int m, int v, do
  * random valid schedules (every placement, p 1..4, m 1..6, microbatches
  * out of order, fused BW, peaks from one activation to all of them), with
  * equal, unequal and random per-stage costs (latency, recomputed stages,
- * F that keep nothing, B that free part, W that free more than F kept). */
+ * F that keep nothing, B that free part or allocate, W that free more than
+ * F kept). */
 static void test_lower_bound_random_orders(void **state) {
     (void)state;
     static const struct { pm_place place; int v; } shapes[] = {
@@ -508,6 +510,8 @@ static void test_lower_bound_random_orders(void **state) {
                 x->tw = 3 * lcg_unit(), x->mf = k && lcg_unit() < 0.1 ? 0 : 0.05 + 2 * lcg_unit();
                 x->mb = -x->mf * lcg_unit(), x->mw = -(x->mf + x->mb);
                 if (lcg_unit() < 0.1) x->mw -= lcg_unit(); /* frees more than F kept */
+                if (lcg_unit() < 0.2) /* B allocates: W frees it with F's */
+                    x->mb = x->mf * lcg_unit(), x->mw = -(x->mf + x->mb);
                 x->mr = x->mf * lcg_unit() / 4;
             }
         if (pm_sim_run(&sim, &s, &c, &e)) fail_msg("trial %d: %s", trial, e.msg);
@@ -605,6 +609,38 @@ static void test_lower_bound_memory_by_hand(void **state) {
                      PM_OK);
     assert_true(pm_sched_lower_bound(&s, &c) == 8.5);
     pm_cost_free(&c), pm_sched_free(&s);
+}
+
+/* A B that allocates (deltas 1, 0.5, -1.5) under a cap of one stage's
+ * activation: a B alone would leave 1.5, so every backward is a fused BW
+ * and no W follows the last B(0) on stage 0's device. One device, unit
+ * costs: F BW takes its work, 3, and nothing takes less. Two devices,
+ * stage 1's W free (0): device 0's span holds the one microbatch's chain
+ * F(0) F(1) B(1) B(0) W(0), 5, and F BW on both takes 5. Of the 2 and 4
+ * valid orders only these stay within the cap; the chain through device
+ * 0, counted for device 0 itself with a W(0) after its last B(0), said
+ * 3 + 1/3 and 5 + 1/3. */
+static void test_lower_bound_fused_last_backward(void **state) {
+    (void)state;
+    for (int p = 1; p <= 2; p++) {
+        pm_sched s;
+        pm_cost c;
+        pm_sim sim;
+        pm_err e;
+        assert_int_equal(pm_sched_init(&s, "shape", PM_PLACE_SINGLE, p, 1, 1, NULL), PM_OK);
+        assert_int_equal(pm_cost_init_uniform(&c, &s, (pm_costs){1, 1, 1, 0},
+                                              (pm_mem){1, 0.5, -1.5, 0}, &e), PM_OK);
+        if (p == 2) c.st[1].tw = 0;
+        for (int d = 0; d < p; d++) {
+            pm_sched_push(&s, d, PM_PASS_F, d, 0);
+            pm_sched_push(&s, d, PM_PASS_BW, d, 0);
+        }
+        assert_int_equal(pm_sim_run(&sim, &s, &c, &e), PM_OK);
+        double want = p == 1 ? 3 : 5;
+        assert_true(sim.makespan == want && sim.peak[0] == 1 && sim.peak[p - 1] == 1);
+        assert_true(pm_sched_lower_bound_at(&s, &c, 1) == want);
+        pm_sim_free(&sim), pm_cost_free(&c), pm_sched_free(&s);
+    }
 }
 
 /* 1F1B-R by hand: each device's BW reruns its forward, so at c = 0 the
@@ -730,6 +766,7 @@ int main(void) {
         cmocka_unit_test(test_lower_bound_random_orders),
         cmocka_unit_test(test_lower_bound_under_limits),
         cmocka_unit_test(test_lower_bound_memory_by_hand),
+        cmocka_unit_test(test_lower_bound_fused_last_backward),
         cmocka_unit_test(test_recompute_1f1b),
         cmocka_unit_test(test_recompute_in_formats),
         cmocka_unit_test(test_data_parallel_sums),

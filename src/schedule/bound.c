@@ -61,7 +61,8 @@
  *          k activations, at most k microbatches start per round trip.
  *   through stage 0's device: the span of the device holding stage 0
  *      starts no later than every F(0, j) and ends no earlier than every
- *      W(0, j). For each device d, let E' be the end of d's last B(lo).
+ *      W(0, j). For each device d other than that one (lo > 0), let E' be
+ *      the end of d's last B(lo).
  *      F(lo) of d's first pass needs F(0..lo-1) of its microbatch before
  *      it (to_lo = sum tf + lat(0, lo)), and the B(lo) ending at E' needs
  *      B(lo-1..0) and W(0) after it (from_lo = sum tb + lat(0, lo) +
@@ -80,7 +81,13 @@
  *      larger of the two otherwise. This is what a device far from stage
  *      0 costs the device that holds it: at p = 8, m = 16, unit costs on
  *      the V placement it gives 53.5, 52 and 50.5 at 0.75, 0.8125 and
- *      0.875 M, the proven optima.
+ *      0.875 M, the proven optima. Not for stage 0's own device: there
+ *      from_lo = tw_0 is a W(0) after the last B(0) on that device itself,
+ *      and a fused BW(0) leaves none (F BW on one device, costs 1, 1, 1,
+ *      deltas 1, 0.5, -1.5: span 3 at cap 1, where a B that allocates
+ *      leaves room for no W, ymax = 2/3 < tw_0, and the term said 3 + 1/3);
+ *      with ymax >= tw_0 the term is at most the tail's (its chain to W(0)
+ *      is the tail's to W(lo), against less work left), so nothing is lost.
  * The makespan (the largest span) is at least the largest of these. It is
  * exact for ZB-H2 at equal costs with m >= 2p - 1 (3m: no bubble) and for
  * one device. A recomputed stage's B counts its rerun forward (tb above is
@@ -111,6 +118,7 @@ typedef struct {
     int seen;        /* 1 once a stage of the device was met */
     int signed_mem;  /* 1 if a stage's w_pre, w_post or tot < 0 (no drain or holding term) */
     int no_mem;      /* 1 if a stage's mf < 0: a recomputed F may rise less than it keeps */
+    int holds0;      /* 1 if stage 0 is the device's: no chain through stage 0's device */
     double f, bw;    /* sum over H_d of tf, and of tb + tw */
     double r_lo;     /* sum_{lo..S-1} tf + lat(lo, S-1): the lowest stage's share of R */
     double r_hi;     /* sum_{hi+1..S-1} tb + lat(hi, S-1): the highest stage's */
@@ -177,7 +185,10 @@ static void sweep(const pm_sched *s, const pm_cost *c, dev_acc *acc, int d0, int
         double lat0 = all_l - suf_l; /* lat(0, k) */
         double to_k = all_f - suf_f - x->tf + lat0;
         double from_k = all_b - suf_b - tb_of(x) + lat0 + c->st[0].tw;
-        if (d >= d0 && d < d0 + nd) gather(&acc[d - d0], x, suf_f, suf_b, suf_l, to_k, from_k);
+        if (d >= d0 && d < d0 + nd) {
+            gather(&acc[d - d0], x, suf_f, suf_b, suf_l, to_k, from_k);
+            if (k == 0) acc[d - d0].holds0 = 1;
+        }
         suf_f += x->tf, suf_b += tb_of(x);
     }
 }
@@ -200,6 +211,7 @@ static double device_bound(const pm_sched *s, const dev_acc *a, double cap) {
     int both = capped && m * a->keep > cap * (1 + 1e-9);
     if (both) b = work + idle_h + idle_t;
     if (capped && !a->signed_mem) b = fmax(b, m * a->hold / cap);
+    if (a->holds0) return b; /* its last B(0) may be a BW: no W(0) after it */
     /* through stage 0's device: what is left after the last B(lo) */
     double ymax = m * a->w;
     if (capped && !a->signed_mem) ymax = fmin(ymax, cap * a->ratio_w);
