@@ -372,11 +372,11 @@ static pm_status lay_out(pm_plan *pl, pm_err *err) {
  * against the activations in flight; ZeRO's share of the moments). */
 static pm_status count_devices(const pm_plan *pl, double *most, double *extra, pm_err *err) {
     const pm_train_cfg *c = &pl->cfg;
+    *most = 0, *extra = -INFINITY;
     double *t = pm_malloc(2 * (size_t)pl->p * sizeof *t);
     if (!t) return nomem(err, "fitting the placement");
     pm_status st = pm_place_shares(&c->model, c->batch / c->micro, c->model.ctx, &pl->sched,
                                    &pl->place, pl->first, t, t + pl->p, err);
-    *most = 0, *extra = -INFINITY;
     for (int g = 0; g < pl->nd && !st; g++) {
         double m = t[pl->p + g % pl->p], x = (double)pl->dev[g].total - m;
         *most = m > *most ? m : *most, *extra = x > *extra ? x : *extra;
