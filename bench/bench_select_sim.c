@@ -37,7 +37,8 @@ int main(void) {
             co[t][k] = base * jitter / S; /* a shard's share of the model */
         }
     }
-    pm_select_work w = {NT, np, (const int *const *)sh, (const double *const *)co};
+    pm_select_work w = {NT, np, (const int *const *)sh, (const double *const *)co, NULL, NULL,
+                        NULL, NULL}; /* whole passes (no microbatches): no joining */
     double seq = 0;
     printf("bench_select_sim: %d tasks (25 and 15 shard passes per minibatch), %d devices, "
            "%d minibatches each\n", NT, D, STEPS);
@@ -45,7 +46,7 @@ int main(void) {
     for (int i = 0; i < 3; i++) {
         pm_select_sim r;
         pm_err e;
-        if (pm_select_simulate(&w, D, order[i], &r, &e)) {
+        if (pm_select_simulate(&w, D, order[i], 0, &r, &e)) {
             fprintf(stderr, "bench_select_sim: %s\n", e.msg);
             return 1;
         }

@@ -33,9 +33,16 @@
 
 static double simulate(int n, const int64_t *np, const int *const *sh, const double *const *c,
                        int D, pm_select_policy pol, pm_select_sim *out) {
-    pm_select_work w = {n, np, sh, c};
+    pm_select_work w = {n, np, sh, c, NULL, NULL, NULL, NULL};
     pm_err e;
-    if (pm_select_simulate(&w, D, pol, out, &e)) fail_msg("%s", e.msg);
+    if (pm_select_simulate(&w, D, pol, 0, out, &e)) fail_msg("%s", e.msg);
+    return out->makespan;
+}
+
+/* The shard policy on w with joining (no_join 0) or without. */
+static double simulate_w(const pm_select_work *w, int D, int no_join, pm_select_sim *out) {
+    pm_err e;
+    if (pm_select_simulate(w, D, PM_POLICY_SHARD, no_join, out, &e)) fail_msg("%s", e.msg);
     return out->makespan;
 }
 
@@ -137,7 +144,23 @@ static void toy_case(void **state) {
         assert_true(r.busy[0] + r.busy[1] == 12);
         pm_select_sim_free(&r);
     }
+    /* the same with steps and microbatches given: no_join the paper's
+     * numbers; joining, shard still 6 (= total / D) and the bound 6 */
+    static const int per[3] = {4, 4, 4}, micro[3] = {2, 2, 2};
+    for (int nj = 0; nj < 2; nj++)
+        for (int p = 0; p < PM_POLICY_COUNT; p++) {
+            pm_select_work w = {3, np, sh, co, per, micro, NULL, NULL};
+            pm_select_sim r;
+            pm_err e;
+            assert_int_equal(pm_select_simulate(&w, 2, (pm_select_policy)p, nj, &r, &e), PM_OK);
+            if (r.makespan != want[p])
+                fail_msg("%s no_join %d: %g, want %g", pm_select_policy_names[p], nj,
+                         r.makespan, want[p]);
+            assert_true(r.lower_bound == 6);
+            pm_select_sim_free(&r);
+        }
 }
+
 
 /* xorshift: the test's own random numbers */
 static uint64_t rng = 88172645463325252ull;
@@ -188,6 +211,153 @@ static void random_instances(void **state) {
             pm_select_sim_free(&r);
         }
         for (int t = 0; t < n; t++) free(sh[t]), free(co[t]);
+    }
+}
+
+/* One task's step list: `steps` steps of S shards (2S - 1 passes: F of
+ * 0..S-2, the fused last, B of S-2..0), each pass costing c. */
+static void chain(int S, int steps, double c, int *sh, double *co) {
+    for (int i = 0, P = 2 * S - 1; i < steps * P; i++) {
+        int k = i % P;
+        sh[i] = k < S ? k : 2 * S - 2 - k;
+        co[i] = c;
+    }
+}
+
+/* Joining in the simulator against hand derivations (pm_select.h).
+ * One task of S shards, unit passes, K = 2 microbatches (a half each), D
+ * = 2, one step: device 0 takes pass 0 at 0 (microbatches end 0.5, 1),
+ * device 1 joins pass 1 at 0 (its first microbatch waits for 0.5: 1, 1.5);
+ * device 0 free at 1 joins pass 2 (its shard free: pass 0 ended at 1),
+ * and so on: pass k taken at k / 2, ending at k / 2 + 1, the last at
+ * (2S - 2) / 2 + 1 = S, against 2S - 1 one pass at a time. Two steps:
+ * the second starts after the first's last pass (the barrier): 2S. With
+ * K = 1 a joined pass can only follow the one before: 2S - 1. */
+static void join_by_hand(void **state) {
+    (void)state;
+    int sh[2 * 11], per[1], micro[1];
+    double co[2 * 11];
+    const int *shp[1] = {sh};
+    const double *cop[1] = {co};
+    for (int S = 1; S <= 6; S++)
+        for (int steps = 1; steps <= 2; steps++)
+            for (int K = 1; K <= 2; K++) {
+                int64_t np[1] = {(int64_t)steps * (2 * S - 1)};
+                per[0] = 2 * S - 1, micro[0] = K;
+                chain(S, steps, 1, sh, co);
+                pm_select_work w = {1, np, shp, cop, per, micro, NULL, NULL};
+                pm_select_sim r;
+                double alone = steps * (2 * S - 1);
+                double want = K == 2 && S > 1 ? steps * S : alone;
+                double mk = simulate_w(&w, 2, 0, &r);
+                if (mk != want) fail_msg("S %d steps %d K %d: %g, want %g", S, steps, K, mk, want);
+                /* the bound: max(total / 2, cost / min(2, S), compute / min(2, S, K)) */
+                double lb = S > 1 ? fmax(alone / 2, alone / (K < 2 ? K : 2)) : alone;
+                if (r.lower_bound != lb) fail_msg("bound %g, want %g", r.lower_bound, lb);
+                pm_select_sim_free(&r);
+                assert_true(simulate_w(&w, 2, 1, &r) == alone); /* no_join: one at a time */
+                assert_true(r.lower_bound == alone);
+                pm_select_sim_free(&r);
+                assert_true(simulate_w(&w, 1, 0, &r) == alone); /* one device: none joins */
+                pm_select_sim_free(&r);
+            }
+}
+
+/* The parts before and after the microbatches (pm_select_work.before,
+ * after), by hand: S = 2, K = 2, D = 2, one step. (a) Every pass costs 1:
+ * 0.25 before, 0.25 after, microbatches 0.25 each. Pass 0 on device 0:
+ * before until 0.25, microbatches end 0.5, 0.75, after: ends 1. Pass 1
+ * joined by device 1 at 0: before until 0.25, microbatch 0 waits for 0.5
+ * (ends 0.75), microbatch 1 for 0.75 (ends 1), ends 1.25. Pass 2 on
+ * device 0 at 1 (shard 0 free then): before until 1.25, microbatches end
+ * 1.5 and 1.75, the barrier (pass 1 ended at 1.25) holds nothing, ends 2.
+ * (b) Pass 0 costs 1 (all compute), pass 1 2 of which 1.5 after (its
+ * store), pass 2 2 of which 1 after (the step end and an evaluation).
+ * Pass 0: microbatches end 0.5, 1. Pass 1 at 0: 0.25 each, ends 0.75 and
+ * 1.25, then 1.5 after: 2.75. Pass 2 at 1: microbatches end 1.5 and 2,
+ * then waits for pass 1's end (2.75, the barrier) and its after: 3.75 (not
+ * 3). Bound (b): max(5 / 2, 5 / 2, compute 2.5 / 2) = 2.5. */
+static void join_parts_by_hand(void **state) {
+    (void)state;
+    static const int sh[3] = {0, 1, 0}, per[1] = {3}, micro[1] = {2};
+    static const double ca[3] = {1, 1, 1}, ba[3] = {0.25, 0.25, 0.25}, aa[3] = {0.25, 0.25, 0.25};
+    static const double cb[3] = {1, 2, 2}, bb[3] = {0, 0, 0}, ab[3] = {0, 1.5, 1};
+    int64_t np[1] = {3};
+    const int *shp[1] = {sh};
+    const double *c[2][1] = {{ca}, {cb}}, *b[2][1] = {{ba}, {bb}}, *a[2][1] = {{aa}, {ab}};
+    const double want[2][3][2] = {{{0, 1}, {0, 1.25}, {1, 2}}, {{0, 1}, {0, 2.75}, {1, 3.75}}};
+    for (int x = 0; x < 2; x++) {
+        pm_select_work w = {1, np, shp, c[x], per, micro, b[x], a[x]};
+        pm_select_sim r;
+        simulate_w(&w, 2, 0, &r);
+        for (int k = 0; k < 3; k++)
+            if (r.start[k] != want[x][k][0] || r.end[k] != want[x][k][1])
+                fail_msg("case %d pass %d: %g..%g, want %g..%g", x, k, r.start[k], r.end[k],
+                         want[x][k][0], want[x][k][1]);
+        assert_true(r.dev[0] == 0 && r.dev[1] == 1 && r.dev[2] == 0);
+        assert_true(r.lower_bound == (x ? 2.5 : 1.5));
+        pm_select_sim_free(&r);
+        assert_true(simulate_w(&w, 2, 1, &r) == (x ? 5 : 3)); /* no_join: the sum */
+        pm_select_sim_free(&r);
+    }
+}
+
+/* Joining on random instances: never below the (joined) lower bound; no
+ * device runs two passes at once, no shard of a task is on two devices at
+ * once, a step's passes start only after the step before ended, each
+ * pass's busy time is its cost; one task (where no other task competes
+ * for the devices) never ends later joined than not. */
+static void join_random(void **state) {
+    (void)state;
+    enum { MAXP = 3 * 7 };
+    for (int it = 0; it < 400; it++) {
+        int n = 1 + (int)(uni() * 3), D = 2 + (int)(uni() * 4);
+        if (it % 2) n = 1;
+        int64_t np[3];
+        int sh[3][MAXP], per[3], micro[3];
+        double co[3][MAXP], be[3][MAXP], af[3][MAXP];
+        const int *shp[3];
+        const double *cop[3], *bep[3], *afp[3];
+        for (int t = 0; t < n; t++) {
+            int S = 1 + (int)(uni() * 4), steps = 1 + (int)(uni() * 3);
+            per[t] = 2 * S - 1, micro[t] = 1 + (int)(uni() * 4);
+            np[t] = (int64_t)steps * per[t];
+            chain(S, steps, 0, sh[t], co[t]);
+            for (int64_t k = 0; k < np[t]; k++) {
+                be[t][k] = uni() * 0.3, af[t][k] = uni() * 0.3;
+                co[t][k] = be[t][k] + af[t][k] + 0.1 + uni();
+            }
+            shp[t] = sh[t], cop[t] = co[t], bep[t] = be[t], afp[t] = af[t];
+        }
+        pm_select_work w = {n, np, shp, cop, per, micro, bep, afp};
+        pm_select_sim r, q;
+        double mk = simulate_w(&w, D, 0, &r), alone = simulate_w(&w, D, 1, &q);
+        if (mk < r.lower_bound * (1 - 1e-12))
+            fail_msg("it %d: %g below the bound %g", it, mk, r.lower_bound);
+        assert_true(r.lower_bound <= q.lower_bound);
+        if (n == 1 && mk > alone * (1 + 1e-12))
+            fail_msg("it %d: one task joined %g, alone %g", it, mk, alone);
+        int64_t N = 0;
+        for (int t = 0; t < n; t++) N += np[t];
+        for (int64_t g = 0; g < N; g++)
+            for (int64_t h = 0; h < N; h++) {
+                if (g == h) continue;
+                int overlap = r.start[g] < r.end[h] - 1e-12 && r.start[h] < r.end[g] - 1e-12;
+                if (overlap && r.dev[g] == r.dev[h]) fail_msg("it %d: a device runs two", it);
+            }
+        for (int t = 0, g0 = 0; t < n; g0 += (int)np[t], t++)
+            for (int64_t k = 0; k < np[t]; k++)
+                for (int64_t m = 0; m < k; m++) {
+                    int same = sh[t][k] == sh[t][m] && k / per[t] == m / per[t];
+                    if (same || k / per[t] > m / per[t])
+                        assert_true(r.start[g0 + k] >= r.end[g0 + m] - 1e-12);
+                    if (k % per[t] == per[t] - 1 && k / per[t] == m / per[t])
+                        assert_true(r.end[g0 + k] >= r.end[g0 + m]);
+                }
+        double busy = 0;
+        for (int d = 0; d < D; d++) busy += r.busy[d];
+        assert_true(fabs(busy - r.total) <= 1e-9 * r.total);
+        pm_select_sim_free(&r), pm_select_sim_free(&q);
     }
 }
 
@@ -1188,6 +1358,9 @@ int main(void) {
         cmocka_unit_test(lrtf_measured_times),
         cmocka_unit_test(toy_case),
         cmocka_unit_test(random_instances),
+        cmocka_unit_test(join_by_hand),
+        cmocka_unit_test(join_parts_by_hand),
+        cmocka_unit_test(join_random),
         cmocka_unit_test(partition_fits_and_is_minimal),
         cmocka_unit_test(partition_refuses_a_layer_too_big),
         cmocka_unit_test(cli_dry_run),

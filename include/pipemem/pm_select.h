@@ -37,7 +37,9 @@
  *               strictly after the previous one, shard k on device k mod D.
  * Lower bound of any schedule: max(total work / D, the longest task); in a
  * run, the work is everything a task's device does for it (its passes, and
- * after its steps the gradient norm, evaluations and checkpoints). */
+ * after its steps the gradient norm, evaluations and checkpoints). Where
+ * devices join a task (shard policy), the task's passes count over min(D,
+ * its shards) devices and their compute over min(D, shards, microbatches). */
 #ifndef PM_SELECT_H
 #define PM_SELECT_H
 
@@ -126,25 +128,47 @@ typedef enum {
 extern const char *const pm_select_policy_names[PM_POLICY_COUNT]; /* "shard", "task", "sequential" */
 
 /* The passes each task runs, in its own order: task t has npass[t] passes,
- * pass k on shard shard[t][k] (0-based, task-local) lasting cost[t][k]. */
+ * pass k on shard shard[t][k] (0-based, task-local) lasting cost[t][k].
+ * For joining (below) the steps and microbatches too: per_step[t] passes
+ * make a step of task t (2S - 1), each runs micro[t] microbatches; of
+ * cost[t][k], before[t][k] comes before its microbatches (the state in,
+ * AdamW) and after[t][k] after them (the store; after a step's last pass,
+ * the step end and evaluation), the rest is the microbatches' compute, a
+ * K-th each (before, after NULL: 0; per_step or micro NULL: no joining). */
 typedef struct {
     int ntask;
     const int64_t *npass;
     const int *const *shard;
     const double *const *cost;
+    const int *per_step;
+    const int *micro;
+    const double *const *before;
+    const double *const *after;
 } pm_select_work;
 
 typedef struct {
     double makespan;    /* last pass end */
-    double lower_bound; /* max(total / D, longest task) */
+    double lower_bound; /* max(total / D, longest task's bound): a task's cost, or
+                           joining, the larger of its cost over min(D, its shards) and
+                           its compute over min(D, shards, microbatches), as the
+                           run's (pm_select_stats.lower_bound_s) */
     double total;       /* sum of every cost */
     double *busy;       /* (D) busy time of each device; owned */
     int *dev;           /* (sum npass) device of each pass, tasks in order; owned */
     double *start;      /* (sum npass) start of each pass; owned */
+    double *end;        /* (sum npass) end of each pass (joined, its waits included);
+                           owned */
 } pm_select_sim;
 
-/* Simulates policy pol on D devices (the rules above). */
-pm_status pm_select_simulate(const pm_select_work *w, int D, pm_select_policy pol,
+/* Simulates policy pol on D devices (the rules above). Joining (shard
+ * policy, D > 1, no_join 0, w->per_step and w->micro given), by the run's
+ * rules (run.c): a device that finds no ready task takes the next pass of
+ * the step of a running task (the one with the most cost left) unless a
+ * pass on its shard still runs; pass k's microbatch j starts after pass
+ * k - 1's microbatch j; a step's last pass ends its microbatches only after
+ * every other pass of the step ended, and the next step starts after it.
+ * Prefetch is not modelled (a device never keeps a pass for itself). */
+pm_status pm_select_simulate(const pm_select_work *w, int D, pm_select_policy pol, int no_join,
                              pm_select_sim *out, pm_err *err);
 void pm_select_sim_free(pm_select_sim *s);
 
@@ -185,10 +209,13 @@ pm_status pm_select_measure(const pm_select_task *t, int n, const pm_select_layo
  * forward) at r's rates. The last pass of a step that evaluates (every
  * eval_every steps, 0 none, and the last) adds eval_batches microbatches'
  * forward through every shard to compute and, spilled, the whole state in
- * and back to move. Each array holds steps * (2S - 1). */
+ * and back to move. before and after (each may be NULL) split them for the
+ * simulator's joining (pm_select_work): before, the state in and AdamW;
+ * after, the write-back and the evaluation's compute and moves. Each array
+ * holds steps * (2S - 1). */
 void pm_select_task_costs(const pm_select_task *t, int64_t steps, int eval_every,
                           int eval_batches, const pm_select_rates *r, int *shard,
-                          double *compute, double *move);
+                          double *compute, double *move, double *before, double *after);
 
 /* ---- running the tasks ---------------------------------------------------- */
 

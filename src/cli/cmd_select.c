@@ -63,7 +63,8 @@ static const char usage_more[] = /* (two strings: C keeps one under 4096 bytes) 
     "           bound max(total work / D, longest task): each pass's FLOPs at the rate\n"
     "           one device thread reaches on one block, plus moving its shard's state in\n"
     "           and back (from RAM, or --spill DIR's files) and AdamW's update, at rates\n"
-    "           measured on this machine first (--json: all of it as one object)\n"
+    "           measured on this machine first; shard with idle devices joining running\n"
+    "           tasks unless --no-join (--json: all of it as one object)\n"
     "  --policy  shard (default: sharded-LRTF), task (a whole task per device) or\n"
     "           sequential (plain model parallelism), for comparison\n"
     "  --prefetch, --no-prefetch  a copy thread per device loads the next shard's\n"
@@ -500,7 +501,7 @@ int pm_cmd_select(int argc, char **argv) {
     if (!rc && pm_select_partition(t, n, o.device_mem, 2, &lay, &e))
         rc = pm_cli_fail("%s", e.msg);
     const char *spill = o.spill && strcmp(o.spill, "ram") ? o.spill : NULL;
-    sel_eval ev = {o.eval_every, o.eval_batches};
+    sel_eval ev = {o.eval_every, o.eval_batches, o.no_join};
     if (!rc && o.dry_run && o.json) {
         rc = sel_print_dry_json(t, n, &lay, o.devices, o.steps, spill, &ev);
     } else if (!rc && o.dry_run) {

@@ -39,13 +39,15 @@ typedef struct {
 
 static void forecast_free(sel_forecast *f) { pm_free(f->compute), pm_free(f->move); }
 
-/* Task i's pass list, costed, into sh/co (and its totals into f). */
+/* Task i's pass list, costed, into sh/co, its parts before and after the
+ * microbatches into be/af (joining), and its totals into compute, move. */
 static int task_costs(const pm_select_task *t, const sel_eval *ev, const pm_select_rates *r,
-                      int64_t np, int *sh, double *co, double *compute, double *move) {
+                      int64_t np, int *sh, double *co, double *be, double *af, double *compute,
+                      double *move) {
     double *mv = pm_malloc((size_t)np * sizeof *mv);
-    if (!mv) return 1;
-    pm_select_task_costs(t, t->cfg.opt.steps, ev->every, ev->batches, r, sh, co, mv);
     *compute = *move = 0;
+    if (!mv) return 1;
+    pm_select_task_costs(t, t->cfg.opt.steps, ev->every, ev->batches, r, sh, co, mv, be, af);
     for (int64_t k = 0; k < np; k++) *compute += co[k], *move += mv[k], co[k] += mv[k];
     pm_free(mv);
     return 0;
@@ -61,30 +63,40 @@ static int forecast(const pm_select_task *t, int n, int D, const pm_select_layou
         return pm_cli_fail("select: %s", e0.msg);
     }
     int64_t *np = pm_calloc((size_t)n, sizeof *np);
-    int **sh = pm_calloc((size_t)n, sizeof *sh);
-    double **co = pm_calloc((size_t)n, sizeof *co);
-    int rc = !np || !sh || !co || !f->compute || !f->move;
+    int **sh = pm_calloc((size_t)n, sizeof *sh), *per = pm_calloc((size_t)n, sizeof *per);
+    int *micro = pm_calloc((size_t)n, sizeof *micro);
+    double **co = pm_calloc((size_t)n, sizeof *co), **be = pm_calloc((size_t)n, sizeof *be);
+    double **af = pm_calloc((size_t)n, sizeof *af);
+    int rc = !np || !sh || !co || !be || !af || !per || !micro || !f->compute || !f->move;
     for (int i = 0; i < n && !rc; i++) {
-        np[i] = (int64_t)t[i].cfg.opt.steps * (2 * t[i].nshard - 1);
+        per[i] = 2 * t[i].nshard - 1, micro[i] = t[i].cfg.micro;
+        np[i] = (int64_t)t[i].cfg.opt.steps * per[i];
         sh[i] = pm_malloc((size_t)np[i] * sizeof(int));
         co[i] = pm_malloc((size_t)np[i] * sizeof(double));
-        rc = !sh[i] || !co[i] ||
-             task_costs(&t[i], ev, &f->r, np[i], sh[i], co[i], &f->compute[i], &f->move[i]);
+        be[i] = pm_malloc((size_t)np[i] * sizeof(double));
+        af[i] = pm_malloc((size_t)np[i] * sizeof(double));
+        rc = !sh[i] || !co[i] || !be[i] || !af[i] ||
+             task_costs(&t[i], ev, &f->r, np[i], sh[i], co[i], be[i], af[i], &f->compute[i],
+                        &f->move[i]);
     }
     if (rc) rc = pm_cli_fail("select: out of memory for the simulation");
-    pm_select_work w = {n, np, (const int *const *)sh, (const double *const *)co};
+    pm_select_work w = {n, np, (const int *const *)sh, (const double *const *)co, per, micro,
+                        (const double *const *)be, (const double *const *)af};
     for (int p = 0; p < PM_POLICY_COUNT && !rc; p++) {
         pm_select_sim r;
         pm_err e;
-        if (pm_select_simulate(&w, D, (pm_select_policy)p, &r, &e)) {
+        if (pm_select_simulate(&w, D, (pm_select_policy)p, ev->no_join, &r, &e)) {
             rc = pm_cli_fail("%s", e.msg);
             break;
         }
-        f->mk[p] = r.makespan, f->bound = r.lower_bound;
+        f->mk[p] = r.makespan; /* the shard policy's bound (joined) holds for every one */
+        if (p == PM_POLICY_SHARD) f->bound = r.lower_bound;
         pm_select_sim_free(&r);
     }
-    for (int i = 0; i < n && sh && co; i++) pm_free(sh[i]), pm_free(co[i]);
-    pm_free(np), pm_free(sh), pm_free(co);
+    for (int i = 0; i < n && sh && co && be && af; i++)
+        pm_free(sh[i]), pm_free(co[i]), pm_free(be[i]), pm_free(af[i]);
+    pm_free(np), pm_free(sh), pm_free(co), pm_free(be), pm_free(af), pm_free(per),
+        pm_free(micro);
     if (rc) forecast_free(f);
     return rc;
 }
@@ -98,10 +110,11 @@ int sel_print_policies(const pm_select_task *t, int n, int D, const pm_select_la
     printf("forecast, measured on this machine first: compute at %.1f GFLOP/s per device "
            "(one block), the shards' state in from %s at %.2f GB/s and back at %.2f GB/s, "
            "AdamW at %.0f M parameters/s; evaluations included; the moves are %.0f%% of the work "
-           "(%.3f of %.3f s)\n",
+           "(%.3f of %.3f s); shard %s\n",
            f.r.flops / 1e9, spill ? "the spill files" : "RAM", f.r.read_bps / 1e9,
            f.r.write_bps / 1e9, 1e-6 / f.r.adamw_s, 100 * move / (compute + move), move,
-           compute + move);
+           compute + move, ev->no_join ? "joins no running task (--no-join)"
+                                       : "with idle devices joining running tasks");
     printf("%-11s %12s %9s\n", "policy", "makespan s", "vs bound");
     for (int p = 0; p < PM_POLICY_COUNT; p++)
         printf("%-11s %12.3f %8.3fx\n", pm_select_policy_names[p], f.mk[p], f.mk[p] / f.bound);
@@ -148,7 +161,8 @@ int sel_print_dry_json(const pm_select_task *t, int n, const pm_select_layout *l
     for (int p = 0; p < PM_POLICY_COUNT; p++)
         printf("%s{\"policy\": \"%s\", \"makespan_s\": %.9g}", p ? ", " : "",
                pm_select_policy_names[p], f.mk[p]);
-    printf("], \"lower_bound_s\": %.9g}\n", f.bound);
+    printf("], \"join\": %s, \"lower_bound_s\": %.9g}\n", ev->no_join ? "false" : "true",
+           f.bound);
     forecast_free(&f);
     return 0;
 }

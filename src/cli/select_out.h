@@ -14,6 +14,7 @@
  * for RAM). */
 typedef struct {
     int every, batches; /* --eval-every (0: only at the end), --eval-batches */
+    int no_join;        /* --no-join: the forecast's shard policy joins no running task */
 } sel_eval;
 void sel_print_plan(const pm_select_task *t, int n, const pm_select_layout *lay);
 int sel_print_policies(const pm_select_task *t, int n, int D, const pm_select_layout *lay,

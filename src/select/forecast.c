@@ -117,7 +117,7 @@ static double eval_cost(const pm_select_task *t, const pm_select_rates *r, int b
 
 void pm_select_task_costs(const pm_select_task *t, int64_t steps, int eval_every,
                           int eval_batches, const pm_select_rates *r, int *shard,
-                          double *compute, double *move) {
+                          double *compute, double *move, double *before, double *after) {
     int S = t->nshard, np = 2 * S - 1;
     double ev_move, ev = eval_cost(t, r, eval_batches, &ev_move);
     pm_select_task_passes(t, steps, r->flops, shard, compute);
@@ -130,7 +130,11 @@ void pm_select_task_costs(const pm_select_task *t, int64_t steps, int eval_every
         double back = first ? state / r->write_bps : k > S - 1 ? state / 4 / r->write_bps : 0;
         double update = first ? state / 16 * r->adamw_s : 0;
         move[i] = in + back + update;
-        if (k == np - 1 && ((eval_every > 0 && step % eval_every == 0) || step == steps))
+        if (before) before[i] = in + update;
+        if (after) after[i] = back;
+        if (k == np - 1 && ((eval_every > 0 && step % eval_every == 0) || step == steps)) {
             compute[i] += ev, move[i] += ev_move;
+            if (after) after[i] += ev + ev_move; /* after the step's last pass, alone */
+        }
     }
 }

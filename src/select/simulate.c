@@ -7,7 +7,16 @@
  * in order, one at a time. The shard policy never leaves a device idle
  * while a task has a ready pass, so it stays within total / D + (1 - 1/D)
  * times the longest task (Graham's list-scheduling bound). Cost: O(P (D +
- * n)) for P passes of n tasks. */
+ * n)) for P passes of n tasks.
+ *
+ * Joining (pm_select.h; run.c's rules, prefetch aside): a device with no
+ * ready task takes the next pass of a running task's step, and a pass's
+ * timing follows the wavefront: its K microbatches each wait for the
+ * step's previous pass's same microbatch, and a step's last pass waits for
+ * every other pass of the step before its after part (the run's write-back
+ * wait and the step end). Every pass taken has its times fixed then: they
+ * depend only on the passes of its step taken before it. Cost: O(P n s)
+ * more for s passes a step. */
 #include <math.h>
 #include <string.h>
 
@@ -20,6 +29,7 @@ void pm_select_sim_free(pm_select_sim *s) {
     pm_free(s->busy);
     pm_free(s->dev);
     pm_free(s->start);
+    pm_free(s->end);
     *s = (pm_select_sim){0};
 }
 
@@ -29,11 +39,14 @@ typedef struct {
     pm_select_sim *out;
     int64_t *base;  /* (n + 1) first global pass index of each task */
     int64_t *next;  /* (n) next pass of each task */
-    double *ready;  /* (n) end of each task's last pass */
+    double *ready;  /* (n) the latest end of each task's passes taken */
     double *left;   /* (n) cost of each task's remaining passes */
     double *free_at; /* (D) */
     int *last_task; /* (D) task whose pass each device ran last (-1 none) */
     int *last_shard; /* (D) and its shard */
+    int join;       /* devices join running tasks (pm_select_simulate) */
+    int kmax;       /* joining: the most microbatches of a task */
+    double *mb;     /* (n, kmax) joining: each task's last taken pass's microbatch ends */
 } simx;
 
 static void run_pass(simx *x, int t, int d, double at) {
@@ -42,11 +55,74 @@ static void run_pass(simx *x, int t, int d, double at) {
     double c = w->cost[t][k];
     x->out->dev[g] = d;
     x->out->start[g] = at;
+    x->out->end[g] = at + c;
     x->out->busy[d] += c;
     x->free_at[d] = x->ready[t] = at + c;
     x->left[t] -= c;
     x->last_task[d] = t, x->last_shard[d] = w->shard[t][k];
     if (at + c > x->out->makespan) x->out->makespan = at + c;
+}
+
+/* Joining's timing of pass k of task t (pm_select.h): its part before,
+ * then each microbatch after its own previous one and the step's previous
+ * pass's same one; a step's last pass then waits for the step's other
+ * passes (ready: the latest end taken); then its part after. */
+static void run_pass_flow(simx *x, int t, int d, double at) {
+    const pm_select_work *w = x->w;
+    int64_t k = x->next[t]++, g = x->base[t] + k;
+    int P = w->per_step[t], K = w->micro[t], j = (int)(k % P);
+    double c = w->cost[t][k], pre = w->before ? w->before[t][k] : 0;
+    double post = w->after ? w->after[t][k] : 0, each = fmax(0, c - pre - post) / K;
+    double e = at + pre, *mb = x->mb + (size_t)t * (size_t)x->kmax;
+    for (int m = 0; m < K; m++) {
+        if (j > 0 && mb[m] > e) e = mb[m];
+        mb[m] = e += each;
+    }
+    if (j == P - 1 && x->ready[t] > e) e = x->ready[t];
+    e += post;
+    x->out->dev[g] = d;
+    x->out->start[g] = at;
+    x->out->busy[d] += c;
+    x->free_at[d] = x->out->end[g] = e;
+    if (e > x->ready[t]) x->ready[t] = e;
+    x->left[t] -= c;
+    x->last_task[d] = t, x->last_shard[d] = w->shard[t][k];
+    if (e > x->out->makespan) x->out->makespan = e;
+}
+
+/* Whether a device free at `at` may join task t: a pass of it runs, the
+ * step's next pass is not its first (a step's last pass was taken: the
+ * barrier), and no pass of the step on that shard still runs. */
+static int joinable(const simx *x, int t, double at) {
+    const pm_select_work *w = x->w;
+    int64_t k = x->next[t];
+    if (k >= w->npass[t] || x->ready[t] <= at || k % w->per_step[t] == 0) return 0;
+    for (int64_t q = k - k % w->per_step[t]; q < k; q++)
+        if (w->shard[t][q] == w->shard[t][k] && x->out->end[x->base[t] + q] > at) return 0;
+    return 1;
+}
+
+/* The joinable task with the most cost left (ties: the lower index), or -1. */
+static int pick_join(const simx *x, double at) {
+    int best = -1;
+    for (int t = 0; t < x->w->ntask; t++)
+        if (joinable(x, t, at) && (best < 0 || x->left[t] > x->left[best])) best = t;
+    return best;
+}
+
+/* Joining, nothing to take at `at`: the next end after it of a pass of an
+ * unfinished task's current step (a task then ready or a shard free). */
+static double next_end(const simx *x, double at) {
+    double r = INFINITY;
+    for (int t = 0; t < x->w->ntask; t++) {
+        int64_t k = x->next[t];
+        if (k >= x->w->npass[t] || k == 0) continue;
+        for (int64_t q = (k - 1) - (k - 1) % x->w->per_step[t]; q < k; q++) {
+            double e = x->out->end[x->base[t] + q];
+            if (e > at && e < r) r = e;
+        }
+    }
+    return r;
 }
 
 static int earliest_device(const simx *x) {
@@ -121,8 +197,18 @@ static void policy_shard(simx *x, int64_t total) {
         int d = earliest_device(x);
         double at = x->free_at[d];
         int t = pick_shard(x, d, at);
+        if (t >= 0 && x->join) {
+            run_pass_flow(x, t, d, at);
+            done++;
+            continue;
+        }
+        if (t < 0 && x->join && (t = pick_join(x, at)) >= 0) {
+            run_pass_flow(x, t, d, at);
+            done++;
+            continue;
+        }
         if (t < 0) { /* nothing ready yet: idle devices wait for it */
-            double r = next_ready(x);
+            double r = x->join ? next_end(x, at) : next_ready(x);
             for (int e = 0; e < x->D; e++)
                 if (x->free_at[e] < r) x->free_at[e] = r;
             continue;
@@ -157,6 +243,7 @@ static void policy_sequential(simx *x) {
 }
 
 static void simx_free(simx *x) {
+    pm_free(x->mb);
     pm_free(x->base);
     pm_free(x->next);
     pm_free(x->ready);
@@ -166,13 +253,31 @@ static void simx_free(simx *x) {
     pm_free(x->last_shard);
 }
 
-static pm_status simx_init(simx *x, const pm_select_work *w, int D, pm_select_sim *out,
-                           int64_t *total, pm_err *err) {
+/* The least time task t (its cost `cost`) can take: joined, its passes on
+ * at most min(D, its shards) devices at once (one per shard) and its
+ * compute on at most min(D, shards, microbatches) (two passes computing
+ * at once work on two microbatches), as the run's task_bound; else all. */
+static double task_bound(const simx *x, int t, double cost) {
+    const pm_select_work *w = x->w;
+    if (!x->join) return cost;
+    int S = 1;
+    double compute = 0;
+    for (int64_t k = 0; k < w->npass[t]; k++) {
+        double pre = w->before ? w->before[t][k] : 0, post = w->after ? w->after[t][k] : 0;
+        compute += fmax(0, w->cost[t][k] - pre - post);
+        if (w->shard[t][k] + 1 > S) S = w->shard[t][k] + 1;
+    }
+    double on = fmin(x->D, S);
+    return fmax(cost / on, compute / fmin(on, w->micro[t]));
+}
+
+static pm_status simx_init(simx *x, const pm_select_work *w, int D, int join,
+                           pm_select_sim *out, int64_t *total, pm_err *err) {
     size_t n = (size_t)w->ntask;
     *x = (simx){w, D, out, pm_malloc((n + 1) * sizeof(int64_t)), pm_calloc(n + 1, sizeof(int64_t)),
                 pm_calloc(n + 1, sizeof(double)), pm_calloc(n + 1, sizeof(double)),
                 pm_calloc((size_t)D, sizeof(double)), pm_malloc((size_t)D * sizeof(int)),
-                pm_malloc((size_t)D * sizeof(int))};
+                pm_malloc((size_t)D * sizeof(int)), join, 1, NULL};
     if (!x->base || !x->next || !x->ready || !x->left || !x->free_at || !x->last_task ||
         !x->last_shard)
         return pm_errf(err, PM_ERR_NOMEM, "out of memory simulating %d tasks", w->ntask);
@@ -182,7 +287,9 @@ static pm_status simx_init(simx *x, const pm_select_work *w, int D, pm_select_si
         x->base[t + 1] = x->base[t] + w->npass[t];
         for (int64_t k = 0; k < w->npass[t]; k++) x->left[t] += w->cost[t][k];
         out->total += x->left[t];
-        longest = x->left[t] > longest ? x->left[t] : longest;
+        double b = task_bound(x, t, x->left[t]);
+        longest = b > longest ? b : longest;
+        if (join && w->micro[t] > x->kmax) x->kmax = w->micro[t];
     }
     for (int d = 0; d < D; d++) x->last_task[d] = x->last_shard[d] = -1;
     *total = x->base[w->ntask];
@@ -190,24 +297,43 @@ static pm_status simx_init(simx *x, const pm_select_work *w, int D, pm_select_si
     out->busy = pm_calloc((size_t)D, sizeof(double));
     out->dev = pm_malloc((size_t)(*total ? *total : 1) * sizeof(int));
     out->start = pm_malloc((size_t)(*total ? *total : 1) * sizeof(double));
-    if (!out->busy || !out->dev || !out->start)
+    out->end = pm_malloc((size_t)(*total ? *total : 1) * sizeof(double));
+    if (join) x->mb = pm_calloc(n * (size_t)x->kmax, sizeof(double));
+    if (!out->busy || !out->dev || !out->start || !out->end || (join && !x->mb))
         return pm_errf(err, PM_ERR_NOMEM, "out of memory for %lld passes", (long long)*total);
     return PM_OK;
 }
 
-pm_status pm_select_simulate(const pm_select_work *w, int D, pm_select_policy pol,
+/* A task's pass list as pm_select.h says it must be; PM_ERR_ARG naming
+ * the first thing wrong. */
+static pm_status check_task(const pm_select_work *w, int t, pm_err *err) {
+    if (w->per_step && w->micro && (w->per_step[t] < 1 || w->micro[t] < 1))
+        return pm_errf(err, PM_ERR_ARG, "task %d: %d passes a step, %d microbatches (each >= 1)",
+                       t, w->per_step[t], w->micro[t]);
+    for (int64_t k = 0; k < w->npass[t]; k++) {
+        double c = w->cost[t][k], pre = w->before ? w->before[t][k] : 0;
+        double post = w->after ? w->after[t][k] : 0;
+        if (!(c >= 0) || !isfinite(c) || w->shard[t][k] < 0 || !(pre >= 0) || !(post >= 0) ||
+            !isfinite(pre + post))
+            return pm_errf(err, PM_ERR_ARG, "task %d pass %lld: cost %g (before %g, after %g), "
+                           "shard %d", t, (long long)k, c, pre, post, w->shard[t][k]);
+    }
+    return PM_OK;
+}
+
+pm_status pm_select_simulate(const pm_select_work *w, int D, pm_select_policy pol, int no_join,
                              pm_select_sim *out, pm_err *err) {
     *out = (pm_select_sim){0};
     if (D < 1) return pm_errf(err, PM_ERR_ARG, "devices must be at least 1 (got %d)", D);
     if (w->ntask < 1) return pm_errf(err, PM_ERR_ARG, "no tasks to simulate");
-    for (int t = 0; t < w->ntask; t++)
-        for (int64_t k = 0; k < w->npass[t]; k++)
-            if (!(w->cost[t][k] >= 0) || !isfinite(w->cost[t][k]) || w->shard[t][k] < 0)
-                return pm_errf(err, PM_ERR_ARG, "task %d pass %lld: cost %g, shard %d", t,
-                               (long long)k, w->cost[t][k], w->shard[t][k]);
+    for (int t = 0; t < w->ntask; t++) {
+        pm_status st = check_task(w, t, err);
+        if (st) return st;
+    }
+    int join = !no_join && pol == PM_POLICY_SHARD && D > 1 && w->per_step && w->micro;
     simx x;
     int64_t total = 0;
-    pm_status st = simx_init(&x, w, D, out, &total, err);
+    pm_status st = simx_init(&x, w, D, join, out, &total, err);
     if (!st) {
         if (pol == PM_POLICY_SHARD) policy_shard(&x, total);
         else if (pol == PM_POLICY_TASK) policy_task(&x);
