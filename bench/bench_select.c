@@ -29,7 +29,9 @@
  * task with the same losses, bit for bit (the policies compute the same
  * training); if one does not, or a run fails, the benchmark fails.
  * The shard runs join (pm_select_opts.no_join 0, the default). Then (c):
- * one task on 1, 2 and 4 devices, with joining and without (one_task). */
+ * one task on 1, 2 and 4 devices, with joining and without (one_task),
+ * beside the dry run's forecast of each (pm_select_simulate on the costs
+ * pm_select_measure and pm_select_task_costs give, as --dry-run). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -256,8 +258,48 @@ enum { NJRUN = sizeof JRUNS / sizeof JRUNS[0] };
 typedef struct {
     double mk, others, loss, flow;
     double replay[2]; /* the 1-device run's passes replayed on 2 and 4 devices */
+    double sim[2];    /* the same by the simulator (pm_select_simulate, joining) */
     int64_t joined;
 } join_outcome;
+
+/* The shard policy simulated for task t on nd devices (joining unless
+ * no_join): from st, a 1-device run's log, each pass as measured (a
+ * replay: its load and update before its microbatches, its compute, its
+ * store, its copy wait, and after a step's last the norm and evaluation,
+ * after them); else the dry run's forecast at the rates r (an evaluation
+ * after the last step, as the runs here). NAN if out of memory. */
+static double simulate_task(const pm_select_task *t, const pm_select_stats *st,
+                            const pm_select_rates *r, int nd, int no_join) {
+    int per = 2 * t->nshard - 1, K = t->cfg.micro;
+    int64_t np = (int64_t)C_STEPS * per;
+    int *sh = malloc((size_t)np * sizeof *sh);
+    double *co = malloc((size_t)np * sizeof *co), *mv = malloc((size_t)np * sizeof *mv);
+    double *be = malloc((size_t)np * sizeof *be), *af = malloc((size_t)np * sizeof *af);
+    double mk = NAN;
+    if (sh && co && mv && be && af && (!st || st->nlog == np)) {
+        if (st) {
+            for (int64_t i = 0; i < np; i++) {
+                const pm_select_pass *p = &st->log[i];
+                sh[i] = p->shard;
+                be[i] = p->updated - p->start;
+                af[i] = p->end - p->computed + p->wait1 - p->wait0 + p->eval_end - p->end;
+                co[i] = be[i] + (p->computed - p->updated - p->flow) + af[i];
+            }
+        } else {
+            pm_select_task_costs(t, C_STEPS, 0, 1, r, sh, co, mv, be, af);
+            for (int64_t i = 0; i < np; i++) co[i] += mv[i];
+        }
+        const int *shp[1] = {sh};
+        const double *cop[1] = {co}, *bep[1] = {be}, *afp[1] = {af};
+        pm_select_work w = {1, &np, shp, cop, &per, &K, bep, afp};
+        pm_select_sim out;
+        pm_err e;
+        if (!pm_select_simulate(&w, nd, PM_POLICY_SHARD, no_join, &out, &e)) mk = out.makespan;
+        pm_select_sim_free(&out);
+    }
+    free(sh), free(co), free(mv), free(be), free(af);
+    return mk;
+}
 
 /* A 1-device run's log replayed on nd devices by joining's rules, with no
  * contention between the devices: a step's pass k goes to the device free
@@ -326,9 +368,11 @@ static int join_run(const pm_select_task *t, const pm_select_layout *lay, const 
         out->flow = 0;
         for (int d = 0; d < k->devices; d++) out->flow += st.part[d * PM_PART_COUNT + PM_PART_WAIT];
         out->flow /= k->devices * st.makespan_s;
-        for (int q = 0; q < 2 && k->devices == 1; q++)
+        for (int q = 0; q < 2 && k->devices == 1; q++) {
             out->replay[q] = replay(&st, t->nshard, t->cfg.micro, 2 << q) /
                              replay(&st, t->nshard, t->cfg.micro, 1);
+            out->sim[q] = simulate_task(t, &st, NULL, 2 << q, 0) / simulate_task(t, &st, NULL, 1, 0);
+        }
         pm_select_stats_free(&st);
     }
     pm_trainer_free(&h);
@@ -351,6 +395,15 @@ static int one_task(int R, const pm_tokens *tr, const pm_tokens *va) {
         fprintf(stderr, "bench_select: %s\n", e.msg);
         return 1;
     }
+    pm_select_rates rates; /* the dry run's forecast, measured before the runs */
+    if (pm_select_measure(&t, 1, &lay, NULL, &rates, &e)) {
+        fprintf(stderr, "bench_select: %s\n", e.msg);
+        pm_select_task_free(&t);
+        return 1;
+    }
+    double fc[NJRUN], fc1 = simulate_task(&t, NULL, &rates, 1, 0);
+    for (int k = 0; k < NJRUN; k++)
+        fc[k] = simulate_task(&t, NULL, &rates, JRUNS[k].devices, JRUNS[k].no_join) / fc1;
     static join_outcome o[MAXR][NJRUN];
     for (int r = 0; r < R; r++)
         for (int j = 0; j < NJRUN; j++) {
@@ -375,8 +428,8 @@ static int one_task(int R, const pm_tokens *tr, const pm_tokens *va) {
             }
     printf("one task (c): 8 layers in %d shards, 4 microbatches, devices of 64 MiB, %d steps; "
            "medians of %d rounds\n", t.nshard, C_STEPS, R);
-    printf("%-20s%9s %8s %7s %7s %7s\n", "run", "makespan", "x 1 dev", "joined", "wait",
-           "others");
+    printf("%-20s%9s %8s %9s %7s %7s %7s\n", "run", "makespan", "x 1 dev", "forecast",
+           "joined", "wait", "others");
     double two = 0;
     for (int k = 0; k < NJRUN; k++) {
         double mk[MAXR], rel[MAXR], jn[MAXR], fl[MAXR], ot[MAXR];
@@ -386,14 +439,20 @@ static int one_task(int R, const pm_tokens *tr, const pm_tokens *va) {
             fl[r] = x->flow, ot[r] = x->others;
         }
         double rr = median(rel, R);
-        printf("%-20s%7.3f s %7.3fx %7.0f %6.1f%% %6.0f%%\n", JRUNS[k].name, median(mk, R), rr,
-               median(jn, R), 100 * median(fl, R), 100 * median(ot, R));
+        printf("%-20s%7.3f s %7.3fx %8.3fx %7.0f %6.1f%% %6.0f%%\n", JRUNS[k].name,
+               median(mk, R), rr, fc[k], median(jn, R), 100 * median(fl, R), 100 * median(ot, R));
         if (k == 1) two = rr;
     }
-    double r2[MAXR], r4[MAXR];
-    for (int r = 0; r < R; r++) r2[r] = o[r][0].replay[0], r4[r] = o[r][0].replay[1];
+    double r2[MAXR], r4[MAXR], s2[MAXR], s4[MAXR];
+    for (int r = 0; r < R; r++) {
+        r2[r] = o[r][0].replay[0], r4[r] = o[r][0].replay[1];
+        s2[r] = o[r][0].sim[0], s4[r] = o[r][0].sim[1];
+    }
     printf("the 1-device runs' passes replayed by joining's rules without contention: "
-           "2 devices %.3fx, 4 devices %.3fx\n", median(r2, R), median(r4, R));
+           "2 devices %.3fx, 4 devices %.3fx; by the simulator: %.3fx, %.3fx\n", median(r2, R),
+           median(r4, R), median(s2, R), median(s4, R));
+    printf("forecast (--dry-run's, rates measured first): %.3f s on 1 device, the column "
+           "forecast its ratios\n", fc1);
     printf("goal (c): 2 devices %.3fx the makespan on 1 (goal <= 0.75: %s)\n\n", two,
            two <= 0.75 ? "met" : "not met");
     pm_select_task_free(&t);
