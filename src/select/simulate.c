@@ -49,27 +49,12 @@ typedef struct {
     double *mb;     /* (n, kmax) joining: each task's last taken pass's microbatch ends */
 } simx;
 
-static void run_pass(simx *x, int t, int d, double at) {
+/* Joining's end of pass k of task t started at `at` (pm_select.h): its
+ * part before, then each microbatch after its own previous one and the
+ * step's previous pass's same one; a step's last pass then waits for the
+ * step's other passes (ready: the latest end taken); then its part after. */
+static double flow_end(simx *x, int t, int64_t k, double at) {
     const pm_select_work *w = x->w;
-    int64_t k = x->next[t]++, g = x->base[t] + k;
-    double c = w->cost[t][k];
-    x->out->dev[g] = d;
-    x->out->start[g] = at;
-    x->out->end[g] = at + c;
-    x->out->busy[d] += c;
-    x->free_at[d] = x->ready[t] = at + c;
-    x->left[t] -= c;
-    x->last_task[d] = t, x->last_shard[d] = w->shard[t][k];
-    if (at + c > x->out->makespan) x->out->makespan = at + c;
-}
-
-/* Joining's timing of pass k of task t (pm_select.h): its part before,
- * then each microbatch after its own previous one and the step's previous
- * pass's same one; a step's last pass then waits for the step's other
- * passes (ready: the latest end taken); then its part after. */
-static void run_pass_flow(simx *x, int t, int d, double at) {
-    const pm_select_work *w = x->w;
-    int64_t k = x->next[t]++, g = x->base[t] + k;
     int P = w->per_step[t], K = w->micro[t], j = (int)(k % P);
     double c = w->cost[t][k], pre = w->before ? w->before[t][k] : 0;
     double post = w->after ? w->after[t][k] : 0, each = fmax(0, c - pre - post) / K;
@@ -79,7 +64,15 @@ static void run_pass_flow(simx *x, int t, int d, double at) {
         mb[m] = e += each;
     }
     if (j == P - 1 && x->ready[t] > e) e = x->ready[t];
-    e += post;
+    return e + post;
+}
+
+/* Task t's next pass on device d from `at`: it ends its cost later, or
+ * where joining's wavefront says. */
+static void run_pass(simx *x, int t, int d, double at) {
+    const pm_select_work *w = x->w;
+    int64_t k = x->next[t]++, g = x->base[t] + k;
+    double c = w->cost[t][k], e = x->join ? flow_end(x, t, k, at) : at + c;
     x->out->dev[g] = d;
     x->out->start[g] = at;
     x->out->busy[d] += c;
@@ -197,16 +190,7 @@ static void policy_shard(simx *x, int64_t total) {
         int d = earliest_device(x);
         double at = x->free_at[d];
         int t = pick_shard(x, d, at);
-        if (t >= 0 && x->join) {
-            run_pass_flow(x, t, d, at);
-            done++;
-            continue;
-        }
-        if (t < 0 && x->join && (t = pick_join(x, at)) >= 0) {
-            run_pass_flow(x, t, d, at);
-            done++;
-            continue;
-        }
+        if (t < 0 && x->join) t = pick_join(x, at);
         if (t < 0) { /* nothing ready yet: idle devices wait for it */
             double r = x->join ? next_end(x, at) : next_ready(x);
             for (int e = 0; e < x->D; e++)
