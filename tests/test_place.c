@@ -68,7 +68,8 @@ static void test_placement(void **state) {
     for (int i = 0; i < 7; i++) {
         pm_sched s;
         pm_err err;
-        pm_sched_req req = {.p = ps[i], .m = 2 * ps[i], .t = PM_COSTS_DEFAULT, .mem = PM_MEM_DEFAULT};
+        pm_sched_req req = {.p = ps[i], .m = 2 * ps[i], .t = PM_COSTS_DEFAULT,
+                            .mem = PM_MEM_DEFAULT};
         assert_int_equal(pm_sched_generate(&s, kinds[i], &req, &err), PM_OK);
         int first[17], dev[16];
         double load[8] = {0}, t[8], m[8], mx = 0;
@@ -82,7 +83,8 @@ static void test_placement(void **state) {
         assert_int_equal(pm_place_shares(&c, 1, 8, &s, &lc, first, t, m, &err), PM_OK);
         for (int d = 0; d < s.p; d++) mx = t[d] > mx ? t[d] : mx;
         double want = brute(cost, n, s.S, dev, 0, 0, load, s.p);
-        if (fabs(mx - want) > 1e-12) print_message("%s p=%d: %g, brute %g\n", kinds[i], ps[i], mx, want);
+        if (fabs(mx - want) > 1e-12)
+            print_message("%s p=%d: %g, brute %g\n", kinds[i], ps[i], mx, want);
         assert_true(fabs(mx - want) < 1e-12);
         pm_sched_free(&s);
     }

@@ -273,7 +273,8 @@ static int balanced_cut(const place_search *q, int memory, int *first) {
         pm_free(cut);
         return 0;
     }
-    for (int i = 1; i <= n; i++) best[nn + (size_t)i] = stage_fig(q, memory, 0, 0, i), cut[nn + (size_t)i] = 0;
+    for (int i = 1; i <= n; i++)
+        best[nn + (size_t)i] = stage_fig(q, memory, 0, 0, i), cut[nn + (size_t)i] = 0;
     for (int k = 2; k <= S; k++)
         for (int i = k; i <= n; i++) {
             double b = -1;

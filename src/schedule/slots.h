@@ -31,8 +31,9 @@ pm_status pm_slots_solve(pm_sched *out, const pm_sched *s0, const pm_cost *c, do
 /* A large-neighbourhood step for the searches' polish: ask the slot model
  * for a schedule one slot shorter than s whose every pass starts within
  * `window` slots of where it starts in s, and repeat from each answer, at
- * most `steps` times, while the makespan asked for is under `below`. Each question stops after `conflicts` conflicts of
- * the solver, never after a time, so every machine gets the same answer. */
+ * most `steps` times, while the makespan asked for is under `below`. Each
+ * question stops after `conflicts` conflicts of the solver, never after a
+ * time, so every machine gets the same answer. */
 typedef struct {
     int window;    /* slots a pass may move */
     int conflicts; /* the solver's budget per question */
