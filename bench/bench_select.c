@@ -257,8 +257,8 @@ enum { NJRUN = sizeof JRUNS / sizeof JRUNS[0] };
 
 typedef struct {
     double mk, others, loss, flow;
-    double replay[2]; /* the 1-device run's passes replayed on 2 and 4 devices */
-    double sim[2];    /* the same by the simulator (pm_select_simulate, joining) */
+    double replay[2]; /* the 1-device run's passes replayed on 2 and 4 devices by the
+                       * simulator (pm_select_simulate, joining) */
     int64_t joined;
 } join_outcome;
 
@@ -301,43 +301,6 @@ static double simulate_task(const pm_select_task *t, const pm_select_stats *st,
     return mk;
 }
 
-/* A 1-device run's log replayed on nd devices by joining's rules, with no
- * contention between the devices: a step's pass k goes to the device free
- * first, after the step's previous pass on its shard has ended; its
- * microbatch j (its compute over K each) after pass k - 1's microbatch j;
- * the step's last pass ends after every other; then the step's norm and
- * evaluation on its device, while the others wait (a barrier). A model of
- * the rules, not the executor: it tells them from the machine's load. */
-#define RP_PASSES 16
-#define RP_MICRO 16
-static double replay(const pm_select_stats *st, int S, int K, int nd) {
-    int np = 2 * S - 1;
-    double t = 0, at[4], mb[RP_PASSES][RP_MICRO], end[RP_PASSES];
-    if (np > RP_PASSES || K > RP_MICRO || nd > 4) return NAN;
-    for (int64_t a = 0; a + np <= st->nlog; a += np) {
-        for (int d = 0; d < nd; d++) at[d] = t;
-        for (int k = 0; k < np; k++) {
-            const pm_select_pass *p = &st->log[a + k];
-            int dv = 0, sk = k < S ? k : 2 * S - 2 - k;
-            for (int d = 1; d < nd; d++) dv = at[d] < at[dv] ? d : dv;
-            double x = at[dv], c = (p->computed - p->updated - p->flow) / K;
-            for (int q = 0; q < k; q++)
-                if ((q < S ? q : 2 * S - 2 - q) == sk) x = fmax(x, end[q]);
-            x += p->updated - p->start; /* load, update */
-            for (int j = 0; j < K; j++) {
-                if (k) x = fmax(x, mb[k - 1][j]);
-                mb[k][j] = x += c;
-            }
-            for (int q = 0; k == np - 1 && q < k; q++) x = fmax(x, end[q]);
-            end[k] = x + (p->end - p->computed) + (p->wait1 - p->wait0);
-            at[dv] = end[k];
-        }
-        const pm_select_pass *l = &st->log[a + np - 1];
-        t = end[np - 1] + (l->eval_end - l->end);
-    }
-    return t;
-}
-
 static int join_run(const pm_select_task *t, const pm_select_layout *lay, const join_kind *k,
                     const pm_tokens *tr, const pm_tokens *va, join_outcome *out) {
     pm_trainer h;
@@ -368,11 +331,9 @@ static int join_run(const pm_select_task *t, const pm_select_layout *lay, const 
         out->flow = 0;
         for (int d = 0; d < k->devices; d++) out->flow += st.part[d * PM_PART_COUNT + PM_PART_WAIT];
         out->flow /= k->devices * st.makespan_s;
-        for (int q = 0; q < 2 && k->devices == 1; q++) {
-            out->replay[q] = replay(&st, t->nshard, t->cfg.micro, 2 << q) /
-                             replay(&st, t->nshard, t->cfg.micro, 1);
-            out->sim[q] = simulate_task(t, &st, NULL, 2 << q, 0) / simulate_task(t, &st, NULL, 1, 0);
-        }
+        for (int q = 0; q < 2 && k->devices == 1; q++)
+            out->replay[q] =
+                simulate_task(t, &st, NULL, 2 << q, 0) / simulate_task(t, &st, NULL, 1, 0);
         pm_select_stats_free(&st);
     }
     pm_trainer_free(&h);
@@ -443,14 +404,10 @@ static int one_task(int R, const pm_tokens *tr, const pm_tokens *va) {
                median(mk, R), rr, fc[k], median(jn, R), 100 * median(fl, R), 100 * median(ot, R));
         if (k == 1) two = rr;
     }
-    double r2[MAXR], r4[MAXR], s2[MAXR], s4[MAXR];
-    for (int r = 0; r < R; r++) {
-        r2[r] = o[r][0].replay[0], r4[r] = o[r][0].replay[1];
-        s2[r] = o[r][0].sim[0], s4[r] = o[r][0].sim[1];
-    }
-    printf("the 1-device runs' passes replayed by joining's rules without contention: "
-           "2 devices %.3fx, 4 devices %.3fx; by the simulator: %.3fx, %.3fx\n", median(r2, R),
-           median(r4, R), median(s2, R), median(s4, R));
+    double r2[MAXR], r4[MAXR];
+    for (int r = 0; r < R; r++) r2[r] = o[r][0].replay[0], r4[r] = o[r][0].replay[1];
+    printf("the 1-device runs' passes replayed by the simulator (joining's rules, no "
+           "contention): 2 devices %.3fx, 4 devices %.3fx\n", median(r2, R), median(r4, R));
     printf("forecast (--dry-run's, rates measured first): %.3f s on 1 device, the column "
            "forecast its ratios\n", fc1);
     printf("goal (c): 2 devices %.3fx the makespan on 1 (goal <= 0.75: %s)\n\n", two,
