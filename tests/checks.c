@@ -317,14 +317,15 @@ static int sample_expect(const char *ckpt, const char *prompt, int n, int seed, 
     size_t plen = strlen(prompt), total = plen + (size_t)n;
     int32_t *tok = malloc(total * sizeof *tok);
     void *work = malloc(pm_gpt_work_bytes(c, 1, c->ctx));
-    int rc = tok && work ? 0 : bad(msg, cap, "sample: out of memory");
+    float *pr = malloc((size_t)c->vocab * sizeof *pr);
+    int rc = tok && work && pr ? 0 : bad(msg, cap, "sample: out of memory");
     pm_gpt_rng rng;
     pm_gpt_rng_seed(&rng, (uint64_t)seed, 0x73616d706c65ull); /* "sample" */
     for (size_t i = 0; i < plen && !rc; i++) tok[i] = (uint8_t)prompt[i];
     for (size_t k = plen; k < total && !rc; k++) {
         int T = k > (size_t)c->ctx ? c->ctx : (int)k;
         pm_gpt_forward(c, 1, T, params, tok + k - T, NULL, work);
-        const float *pr = pm_gpt_work_probs(c, 1, T, work) + (size_t)(T - 1) * c->vocab;
+        pm_gpt_work_probs_row(c, 1, T, params, work, (size_t)T - 1, pr);
         double sum = 0, acc = 0;
         for (int v = 0; v < c->vocab; v++) sum += pr[v];
         double u = pm_gpt_rng_uniform(&rng) * sum;
@@ -339,6 +340,7 @@ static int sample_expect(const char *ckpt, const char *prompt, int n, int seed, 
     }
     free(tok);
     free(work);
+    free(pr);
     pm_free(params);
     return rc;
 }

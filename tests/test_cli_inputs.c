@@ -175,10 +175,10 @@ static void test_pipeline_refusals(void **state) {
              least * 0.99);
     expect_error(args, "the smallest limit it meets is ", 30);
     /* auto re-searches when the real (unequal) stages overshoot, and says
-     * so when nothing fits; at 0.5 M only recomputation fits */
-    snprintf(args, sizeof args, TRAIN "%s/d --pp 2 --schedule auto --mem-limit 0.3", dir);
-    expect_error(args, "no schedule meets --mem-limit 0.3 M on this model", 60);
-    snprintf(args, sizeof args, TRAIN "%s/d --pp 2 --schedule auto --mem-limit 0.5", dir);
+     * so when nothing fits; at 0.6 M only recomputation fits */
+    snprintf(args, sizeof args, TRAIN "%s/d --pp 2 --schedule auto --mem-limit 0.4", dir);
+    expect_error(args, "no schedule meets --mem-limit 0.4 M on this model", 60);
+    snprintf(args, sizeof args, TRAIN "%s/d --pp 2 --schedule auto --mem-limit 0.6", dir);
     run_result r = run(args);
     assert_int_equal(r.status, 0);
     assert_non_null(strstr(r.err, "-r ("));

@@ -76,52 +76,79 @@ static void test_layernorm_offset(void **s) {
     }
 }
 
-static void test_softmax_xent_extremes(void **s) {
+/* The head's online log-sum-exp over extreme logits, the vocabulary of 7 cut
+ * into tiles of 3 and 4 words (the running max and sum carried from the
+ * first into the second), then the gradient tile: probabilities minus the
+ * target's one-hot. Expected values by hand. */
+static void test_head_tiles_extremes(void **s) {
     (void)s;
     enum { N = 3, V = 7 };
-    float lg[N * V] = {
-        1000, 0, 0, 0, 0, 0, 0,                   /* one huge logit */
+    const float lg[N * V] = {
+        1000, 0, 0, 0, 0, 0, 0,                         /* one huge logit */
         -1000, -1000, -1000, -1000, -1000, -1000, -999, /* all tiny */
-        0, 0, 0, 0, 0, 0, 0,                      /* uniform */
+        0, 0, 0, 0, 0, 0, 0,                            /* uniform */
     };
-    int32_t t[N] = {1, 6, 3};
-    double loss = pm_k_softmax_xent(lg, t, N, V);
+    int32_t tgt[N] = {1, 6, 3};
+    float m[N] = {-INFINITY, -INFINITY, -INFINITY}, sm[N] = {0}, tl[N] = {0};
+    float t[N * 4];
+    for (int c0 = 0; c0 < V; c0 += 3 + !!c0) { /* tiles [0, 3) and [3, 7) */
+        int n = c0 ? 4 : 3;
+        for (int r = 0; r < N; r++) memcpy(t + r * n, lg + r * V + c0, (size_t)n * sizeof(float));
+        pm_k_head_tile_stats(t, N, (size_t)n, c0, tgt, m, sm, tl);
+    }
+    double loss = 0;
+    for (int r = 0; r < N; r++) loss += (double)m[r] + log((double)sm[r]) - tl[r];
     double want = 1000.0 /* -log softmax = 1000 + log(1 + 6 e^-1000) */
                   + (log(6 * exp(-1.0) + 1)) /* row 2: target is the largest */
                   + log(7.0);
     assert_true(fabs(loss - want) < 1e-4);
-    for (int k = 0; k < N; k++) {
-        double sum = 0;
-        for (int j = 0; j < V; j++) {
-            assert_true(isfinite(lg[k * V + j]) && lg[k * V + j] >= 0);
-            sum += lg[k * V + j];
-        }
-        assert_true(fabs(sum - 1) < 1e-6);
-    }
-    assert_true(fabs(lg[2 * V + 3] - 1.0 / 7) < 1e-7);
-}
-
-static void test_causal_softmax_mask(void **s) {
-    (void)s;
-    enum { T = 9, M = 2 };
-    float p[M * T * T];
-    for (int i = 0; i < M * T * T; i++) p[i] = (float)((i * 37) % 11) - 5.0f;
-    float orig[M * T * T];
-    memcpy(orig, p, sizeof p);
-    pm_k_causal_softmax(p, M, T);
-    for (int m = 0; m < M; m++)
-        for (int i = 0; i < T; i++) {
-            const float *row = p + (m * T + i) * T, *o = orig + (m * T + i) * T;
-            double mx = -1e30, z = 0;
-            for (int j = 0; j <= i; j++) mx = fmax(mx, o[j]);
-            for (int j = 0; j <= i; j++) z += exp(o[j] - mx);
-            for (int j = 0; j < T; j++) {
-                double want = j <= i ? exp(o[j] - mx) / z : 0;
-                assert_true(fabs(row[j] - want) < 1e-6);
+    for (int c0 = 0; c0 < V; c0 += 3 + !!c0) {
+        int n = c0 ? 4 : 3;
+        for (int r = 0; r < N; r++) memcpy(t + r * n, lg + r * V + c0, (size_t)n * sizeof(float));
+        pm_k_head_tile_grad(t, N, (size_t)n, c0, tgt, m, sm, 0.5f);
+        for (int r = 0; r < N; r++)
+            for (int j = 0; j < n; j++) {
+                double z = 0, mx = -1e30;
+                for (int k = 0; k < V; k++) mx = fmax(mx, lg[r * V + k]);
+                for (int k = 0; k < V; k++) z += exp(lg[r * V + k] - mx);
+                double p = exp(lg[r * V + c0 + j] - mx) / z;
+                double g = 0.5 * (p - (c0 + j == tgt[r]));
+                if (!(fabs(t[r * n + j] - g) < 1e-6))
+                    fail_msg("row %d word %d: %.8g want %.8g", r, c0 + j, (double)t[r * n + j], g);
             }
-        }
+    }
 }
 
+/* Attention F's tile: with diag = i0 - j0, row r sees its first diag + r + 1
+ * keys; they become exp(s - running max), the rest 0; the running max, sum
+ * and the rescale factor follow two tiles in a row. By hand in double. */
+static void test_att_tile_mask(void **s) {
+    (void)s;
+    enum { NQ = 5, NK = 8, DIAG = 2 };
+    float a[NQ * NK], b[NQ * NK], m[NQ], l[NQ], alpha[NQ];
+    for (int i = 0; i < NQ * NK; i++) a[i] = (float)((i * 37) % 11) - 5.0f;
+    for (int i = 0; i < NQ * NK; i++) b[i] = (float)((i * 53) % 13) - 4.0f;
+    float oa[NQ * NK], ob[NQ * NK];
+    memcpy(oa, a, sizeof a), memcpy(ob, b, sizeof b);
+    pm_k_att_tile_f(a, NQ, NK, NK + DIAG, m, l, alpha, 1); /* a full tile: every key valid */
+    pm_k_att_tile_f(b, NQ, NK, DIAG, m, l, alpha, 0);      /* the diagonal tile */
+    for (int r = 0; r < NQ; r++) {
+        int nb = DIAG + r + 1 < NK ? DIAG + r + 1 : NK;
+        double ma = -1e30, mb = -1e30, z = 0;
+        for (int j = 0; j < NK; j++) ma = fmax(ma, oa[r * NK + j]);
+        for (int j = 0; j < nb; j++) mb = fmax(mb, ob[r * NK + j]);
+        double mx = fmax(ma, mb);
+        for (int j = 0; j < NK; j++) z += exp(oa[r * NK + j] - mx);
+        for (int j = 0; j < nb; j++) z += exp(ob[r * NK + j] - mx);
+        assert_true(fabs(m[r] - mx) == 0);
+        assert_true(fabs(l[r] - z) < 1e-5 * z);
+        assert_true(fabs(alpha[r] - exp(ma - mx)) < 1e-6);
+        for (int j = 0; j < NK; j++) {
+            double want = j < nb ? exp(ob[r * NK + j] - mx) : 0;
+            assert_true(fabs(b[r * NK + j] - want) < 1e-6);
+        }
+    }
+}
 
 /* ---- compute threads ------------------------------------------------------------ */
 
@@ -261,8 +288,8 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gelu),
         cmocka_unit_test(test_layernorm_offset),
-        cmocka_unit_test(test_softmax_xent_extremes),
-        cmocka_unit_test(test_causal_softmax_mask),
+        cmocka_unit_test(test_head_tiles_extremes),
+        cmocka_unit_test(test_att_tile_mask),
         cmocka_unit_test(test_pool_each_task_once),
         cmocka_unit_test(test_par_for_pieces),
         cmocka_unit_test(test_matmul_threads_bitwise),

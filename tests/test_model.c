@@ -246,10 +246,12 @@ static float lt_f(lt *t) {
         pm_gpt_layer_f(&CFG, t->layer, BB, TT, t->lp, t->tok, NULL, t->out, NULL, t->saved, NULL);
         break;
     case PM_LAYER_BLOCK:
-        pm_gpt_layer_f(&CFG, t->layer, BB, TT, t->lp, t->x, NULL, t->out, NULL, t->saved, NULL);
+        pm_gpt_layer_f(&CFG, t->layer, BB, TT, t->lp, t->x, NULL, t->out, NULL, t->saved,
+                       t->scratch);
         break;
     default:
-        pm_gpt_layer_f(&CFG, t->layer, BB, TT, t->lp, t->x, t->tgt, NULL, &loss, t->saved, NULL);
+        pm_gpt_layer_f(&CFG, t->layer, BB, TT, t->lp, t->x, t->tgt, NULL, &loss, t->saved,
+                       t->scratch);
         break;
     }
     return loss;
@@ -261,7 +263,9 @@ static void lt_b(lt *t) {
     pm_gpt_layer_b(&CFG, t->layer, BB, TT, t->lp, k == PM_LAYER_HEAD ? NULL : t->dout,
                    k == PM_LAYER_EMBED ? NULL : t->din, HEAD_SCALE, t->saved, t->scratch);
 }
-static void lt_w(lt *t) { pm_gpt_layer_w(&CFG, t->layer, BB, TT, t->lg, t->saved, NULL); }
+static void lt_w(lt *t) {
+    pm_gpt_layer_w(&CFG, t->layer, BB, TT, t->lp, t->lg, t->saved, t->scratch);
+}
 static void lt_bw(lt *t) {
     pm_layer_kind k = lt_kind(t);
     pm_gpt_layer_bw(&CFG, t->layer, BB, TT, t->lp, t->lg, k == PM_LAYER_HEAD ? NULL : t->dout,
@@ -394,7 +398,11 @@ static void test_forward_matches_reference(void **s) {
             double *pr = xmalloc(nv * 8);
             double want = ref_head(r, lp, x, t.tgt, pr);
             assert_true(fabs(loss - want) <= 1e-5 * fabs(want));
-            check_close("head probs", pm_gpt_head_probs(&CFG, BB, TT, t.saved), pr, nv, 1e-5, 0);
+            float *got = xmalloc(nv * sizeof(float));
+            for (size_t row = 0; row < (size_t)BB * TT; row++)
+                pm_gpt_head_probs_row(&CFG, BB, TT, t.lp, t.saved, row, got + row * CFG.vocab);
+            check_close("head probs", got, pr, nv, 1e-5, 0);
+            free(got);
             free(pr);
         } else {
             double *out = xmalloc(t.nx * 8);
@@ -482,22 +490,32 @@ static void test_sizes_accounting(void **s) {
         else if (z.saved_w >= z.saved)
             fail_msg("layer %d: B releases nothing (saved %zu, saved_w %zu)", layer, z.saved,
                      z.saved_w);
-        assert_int_equal(z.scratch_f, 0);
-        assert_int_equal(z.scratch_w, 0);
+        /* only the embedding needs no scratch; the block's F and the
+         * head's every pass work in tiles */
+        if (layer == 0) assert_true(!z.scratch_f && !z.scratch_b && !z.scratch_w);
+        else assert_true(z.scratch_f > 0 && z.scratch_b > 0);
+        if (pm_gpt_layer_kind(&CFG, layer) == PM_LAYER_BLOCK) assert_int_equal(z.scratch_w, 0);
     }
 }
 
 /* Independent count on a shape where every region is a multiple of 64
- * bytes (N*C, 4C, N and B*H*T*T all multiples of 16 floats):
- *   block F keeps 16 N C + 4 C + B H T^2 + 4 N floats, after B 16 N C + 4 C;
- *   head F keeps N (2C + V) + 2C + 2N floats + N int32, and its softmax's
- *   lse (N), running max, sum and target logit (3N) and group max (N, one
- *   group), after B N (C + V) + 2C;
+ * bytes (N*C, 4C, N and B*H*T all multiples of 16 floats), from the
+ * formulas in docs/memory.md, with attention's tiles of min(T, 64) queries by
+ * min(T, 256) keys and the head's of min(N, 128) tokens by min(V, 256) words:
+ *   block F keeps 16 N C + 4 C + B H T + 4 N floats (its log-sum-exp per
+ *   head and row, no T x T), after B 16 N C + 4 C; its F's scratch is a
+ *   slot of q k + 3 q floats (q by k the tile) per task, (sequence, head), up
+ *   to 16, its B's the larger of (N, 4C) and (N, C) + as many slots of
+ *   2 q k + 2 k hs + T hs + T floats;
+ *   head F keeps N C (ln_f's output) + 2N (normaliser) + 1 (B's scale) + 2C floats
+ *   + N int32 (targets) for W, and its input N C, LayerNorm statistics 2N
+ *   and running max, sum, target logit 3N until B: no (N, V); its scratch
+ *   a tile per task up to 16 (F, B: row blocks; W: vocabulary chunks);
  *   embedding keeps N C floats + N int32 throughout.
  * A head in 2 parts over a vocabulary of 8200 (groups of 4096, 4096 and 8:
  * the first part one group, the second two): the second part's input is
- * (N, C+3); it keeps that, its logits N (8200 - 4096), lse, running figures
- * and 2 group maxima (N + 3N + 2N floats), plus the targets. */
+ * (N, C+3); it keeps that, the normaliser, its scale and the targets for W, and the
+ * running figures until B. */
 /* The head cut into 1, 2 or 3 parts (a vocabulary of 9000: groups of
  * 4096, 4096, 808) is the same model to the bit: the same initial
  * parameters, loss and gradients, here through the whole-model passes and
@@ -541,10 +559,22 @@ static void test_sizes_independent_count(void **s) {
     assert_int_equal(pm_gpt_layer_sizes(&c, 4, (int)B, (int)T, &h, NULL), PM_OK);
     assert_int_equal(e.saved, N * C * f + N * 4);
     assert_int_equal(e.saved_w, e.saved);
-    assert_int_equal(b.saved, (16 * N * C + 4 * C + B * H * T * T + 4 * N) * f);
+    /* T = 16: tiles of 16 x 16 */
+    size_t hs = C / H, slot_b = 2 * T * T + 2 * T * hs + T * hs + T;
+    assert_int_equal(b.saved, (16 * N * C + 4 * C + B * H * T + 4 * N) * f);
     assert_int_equal(b.saved_w, (16 * N * C + 4 * C) * f);
-    assert_int_equal(h.saved, (N * (2 * C + V) + 2 * C + 2 * N + 5 * N) * f + N * 4);
-    assert_int_equal(h.saved_w, (N * (C + V) + 2 * C) * f);
+    /* a slot per task, up to 16: B H = 8 attention tasks */
+    assert_int_equal(b.scratch_f, 8 * (T * T + 3 * T) * f);
+    assert_int_equal(b.scratch_b, N * C * f + 8 * slot_b * f); /* above the MLP's 4 N C */
+    assert_true(N * C * f + 8 * slot_b * f > 4 * N * C * f);
+    assert_int_equal(b.scratch_w, 0);
+    assert_int_equal(h.saved_w, (N * C + 2 * N + 2 * C) * f + 64 + N * 4); /* the scale: a line */
+    assert_int_equal(h.saved, h.saved_w + (N * C + 2 * N + 3 * N) * f);
+    /* one tile of N = 32 token rows by V = 32 words: one task in each pass */
+    assert_int_equal(h.scratch_f, N * V * f);
+    assert_int_equal(h.scratch_w, h.scratch_f);
+    assert_int_equal(h.scratch_b, N * C * f + h.scratch_f);
+    (void)V;
     assert_int_equal(e.in, N * 4);
     assert_int_equal(b.in, N * C * f);
     assert_int_equal(h.out, 0);
@@ -560,9 +590,16 @@ static void test_sizes_independent_count(void **s) {
     assert_int_equal(h0.out, N * (C + 3) * f);
     assert_int_equal(h1.in, N * (C + 3) * f);
     assert_int_equal(h1.out, 0);
-    assert_int_equal(h1.saved, (N * (C + 3) + N * 4104 + 6 * N) * f + N * 4);
-    assert_int_equal(h1.saved_w, (N * (C + 3) + N * 4104) * f);
+    assert_int_equal(h1.saved_w, (N * (C + 3) + 2 * N) * f + 64 + N * 4);
+    assert_int_equal(h1.saved, h1.saved_w + 3 * N * f);
+    /* F and B one task (N = 32 rows); W one per chunk of 256 words: 17, 16 slots */
+    assert_int_equal(h1.scratch_f, N * 256 * f);
+    assert_int_equal(h1.scratch_b, h1.scratch_f); /* a later part's d lno is its din */
+    assert_int_equal(h1.scratch_w, 16 * N * 256 * f);
+    /* F one product by the part's rows; B and W two each (the logits again) */
     assert_true(h0.flops_f == 2.0 * N * C * 4096 && h1.flops_f == 2.0 * N * C * 4104);
+    assert_true(h1.flops_b == 2 * h1.flops_f && h1.flops_w == 2 * h1.flops_f);
+    assert_true(h1.flops_model == 3 * h1.flops_f);
     assert_int_equal(pm_gpt_layer_params(&c2, 4), 2 * C + 4096 * C);
     assert_int_equal(pm_gpt_layer_params(&c2, 5), 4104 * C);
     assert_int_equal(pm_gpt_layer_offset(&c2, 5), pm_gpt_layer_offset(&c2, 4) + 2 * C + 4096 * C);
@@ -583,7 +620,8 @@ static void test_guards_and_release(void **s) {
         lt_bw(&ref);
 
         lt_init(&t, layer, 31);
-        size_t sv = t.sz.saved, sc = t.sz.scratch_b;
+        size_t sv = t.sz.saved, sc = t.sz.scratch_b > t.sz.scratch_f ? t.sz.scratch_b : t.sz.scratch_f;
+        sc = sc > t.sz.scratch_w ? sc : t.sz.scratch_w;
         unsigned char *saved = xmalloc(sv + GUARD), *scratch = xmalloc(sc + GUARD);
         fill_pattern(saved, sv + GUARD, 0xFF); /* NaN floats everywhere */
         fill_pattern(scratch, sc + GUARD, 0xFF);
@@ -593,17 +631,19 @@ static void test_guards_and_release(void **s) {
         t.scratch = scratch;
         float loss = lt_f(&t);
         assert_true(untouched(saved + sv, GUARD, 0xFF));
-        assert_true(untouched(scratch, sc + GUARD, 0xFF)); /* F uses no scratch */
+        assert_true(untouched(scratch + t.sz.scratch_f, sc - t.sz.scratch_f + GUARD, 0xFF));
         if (lt_kind(&t) == PM_LAYER_HEAD) assert_true(isfinite(loss));
         else assert_memory_equal(t.out, ref.out, t.nx * sizeof(float));
+        fill_pattern(scratch, sc, 0xFF);
         lt_b(&t);
         assert_true(untouched(saved + sv, GUARD, 0xFF));
-        assert_true(untouched(scratch + sc, GUARD, 0xFF));
+        assert_true(untouched(scratch + t.sz.scratch_b, sc - t.sz.scratch_b + GUARD, 0xFF));
         /* release: scribble over what B gave back and over scratch */
         fill_pattern(saved + t.sz.saved_w, sv - t.sz.saved_w, 0xFF);
         fill_pattern(scratch, sc, 0xFF);
         lt_w(&t);
         assert_true(untouched(saved + sv, GUARD, 0xFF));
+        assert_true(untouched(scratch + t.sz.scratch_w, sc - t.sz.scratch_w + GUARD, 0xFF));
         assert_memory_equal(t.lg, ref.lg, t.np * sizeof(float));
         if (lt_kind(&t) != PM_LAYER_EMBED)
             assert_memory_equal(t.din, ref.din, t.nx * sizeof(float));
@@ -625,13 +665,13 @@ static void test_input_slot_alias(void **s) {
         void *slot = pm_gpt_layer_input_slot(&CFG, layer, BB, TT, b.saved);
         if (layer == 0) {
             memcpy(slot, b.tok, (size_t)BB * TT * sizeof(int32_t));
-            pm_gpt_layer_f(&CFG, 0, BB, TT, b.lp, slot, NULL, b.out, NULL, b.saved, NULL);
+            pm_gpt_layer_f(&CFG, 0, BB, TT, b.lp, slot, NULL, b.out, NULL, b.saved, b.scratch);
         } else {
             memcpy(slot, b.x, b.nx * sizeof(float));
             int head = lt_kind(&b) == PM_LAYER_HEAD;
             float lb = -1;
             pm_gpt_layer_f(&CFG, layer, BB, TT, b.lp, slot, head ? b.tgt : NULL,
-                           head ? NULL : b.out, head ? &lb : NULL, b.saved, NULL);
+                           head ? NULL : b.out, head ? &lb : NULL, b.saved, b.scratch);
             if (head) assert_true(la == lb);
         }
         if (lt_kind(&a) != PM_LAYER_HEAD) assert_memory_equal(a.out, b.out, a.nx * sizeof(float));
@@ -750,9 +790,10 @@ static void test_loss_at_init(void **s) {
     assert_true(fabs(l - log(64.0)) < 0.05);
     float l2 = pm_gpt_forward(&c, B, T, p, tok, tgt, w);
     assert_true(l == l2);
-    const float *pr = pm_gpt_work_probs(&c, B, T, w);
+    float pr[64];
+    pm_gpt_work_probs_row(&c, B, T, p, w, 5, pr);
     double sum = 0;
-    for (int j = 0; j < 64; j++) sum += pr[5 * 64 + j];
+    for (int j = 0; j < 64; j++) sum += pr[j];
     assert_true(fabs(sum - 1) < 1e-5);
     free(p), free(g), free(w);
 }
@@ -796,20 +837,24 @@ static void test_whole_model(void **s) {
         pm_gpt_layer_sizes(c, l, BB, TT, &z, NULL);
         saved[l] = xmalloc(z.saved);
         sc = z.scratch_b > sc ? z.scratch_b : sc;
+        sc = z.scratch_f > sc ? z.scratch_f : sc;
+        sc = z.scratch_w > sc ? z.scratch_w : sc;
     }
     void *scratch = xmalloc(sc);
     float l2 = -1;
     pm_gpt_layer_f(c, 0, BB, TT, p, tok, NULL, x, NULL, saved[0], NULL);
     for (int l = 1; l <= c->layers; l++) {
-        pm_gpt_layer_f(c, l, BB, TT, p + pm_gpt_layer_offset(c, l), x, NULL, y, NULL, saved[l], NULL);
+        pm_gpt_layer_f(c, l, BB, TT, p + pm_gpt_layer_offset(c, l), x, NULL, y, NULL, saved[l],
+                       scratch);
         float *t = x; x = y; y = t;
     }
-    pm_gpt_layer_f(c, n - 1, BB, TT, p + pm_gpt_layer_offset(c, n - 1), x, tgt, NULL, &l2, saved[n - 1], NULL);
+    pm_gpt_layer_f(c, n - 1, BB, TT, p + pm_gpt_layer_offset(c, n - 1), x, tgt, NULL, &l2,
+                   saved[n - 1], scratch);
     assert_true(loss == l2);
     for (int l = n - 1; l >= 0; l--) {
         size_t o = pm_gpt_layer_offset(c, l);
         pm_gpt_layer_b(c, l, BB, TT, p + o, l == n - 1 ? NULL : d, l ? e : NULL, 0.25f, saved[l], scratch);
-        pm_gpt_layer_w(c, l, BB, TT, g2 + o, saved[l], NULL);
+        pm_gpt_layer_w(c, l, BB, TT, p + o, g2 + o, saved[l], scratch);
         float *t = d; d = e; e = t;
     }
     assert_memory_equal(g, g2, np * 4);

@@ -25,7 +25,8 @@
  *      release bytes saved[sizes.saved_w .. sizes.saved) after B.
  *   W  pm_gpt_layer_w : weight gradients, ADDED into the layer's gradient
  *      slice (beta = 1), so accumulation order = W call order. After W the
- *      whole saved buffer may be released.
+ *      whole saved buffer may be released. It takes the layer's parameters
+ *      too: the head's W makes its logits again (it keeps no (B,T,V)).
  *   BW pm_gpt_layer_bw: B then W in one call; bitwise equal to B;W.
  * Byte accounting (exact, including internal 64-byte alignment padding):
  *   kept after F = sizes.saved, after B = sizes.saved_w, after W = 0,
@@ -39,18 +40,25 @@
  * layers of a device; BW needs max(scratch_b, scratch_w)). The passes never
  * allocate. All pointers must be 4-byte aligned; 64 is better.
  *
- * Head parts: the vocabulary projection is computed in fixed groups of
- * PM_HEAD_GROUP rows of lm_head, always the same whatever the parts: per
- * group the logits, their row max and sum of exponentials merged into a
- * running (max, sum) in group order (the loss's normaliser), and in the
- * backward the input gradient accumulated group by group from the last to
- * the first. Part k takes groups [k G / P, (k+1) G / P) of the G groups and
- * the first part also ln_f, so any number of parts computes bitwise the same
- * as one: the parts are a placement choice (a big vocabulary's head can be
- * cut across pipeline stages), not a model change. Between parts the
+ * Activation memory is linear in T: attention runs over tiles with an
+ * online softmax and keeps one log-sum-exp per (sequence, head, row) beside
+ * q, k, v and its output, its B recomputing each tile's scores; the head
+ * keeps ln_f's output and a normaliser (max, sum) per token, its B and W
+ * recomputing each tile of logits. No buffer of T x T or (B,T,V) floats
+ * exists, not even in scratch.
+ *
+ * Head parts: the vocabulary projection is computed in fixed tiles of lm_head
+ * rows, always the same whatever the parts: per tile the logits, their row
+ * max and sum of exponentials merged into a running (max, sum) in
+ * vocabulary order (the loss's normaliser), and in the backward the input
+ * gradient accumulated tile by tile from the last to the first. Part k
+ * takes groups [k G / P, (k+1) G / P) of the G groups of PM_HEAD_GROUP rows
+ * and the first part also ln_f, so any number of parts computes bitwise the
+ * same as one: the parts are a placement choice (a big vocabulary's head can
+ * be cut across pipeline stages), not a model change. Between parts the
  * message is (B,T,C+3) floats: forward ln_f's output, running max, sum and
  * the target's logit; backward the input gradient so far and the row's
- * log-normaliser (one float, then two unused).
+ * normaliser (its max and sum of exponentials, then one unused float).
  *
  * Messages between layers (all caller-owned, contents (B,T,C) floats except
  * between head parts):
@@ -68,23 +76,21 @@
  * F copies its input into `saved`; `in` may be freed after F. If `in` equals
  * pm_gpt_layer_input_slot(), the copy is skipped (a stage can let the
  * previous layer's F write straight into the next layer's slot). din must
- * not overlap dout or saved. A one-part head's F keeps softmax probabilities
- * (B,T,V) at pm_gpt_head_probs() until its B (sampling reads them; the
- * head's B turns them into logit gradients).
+ * not overlap dout or saved. After a one-part head's F,
+ * pm_gpt_head_probs_row() gives one row's softmax probabilities (sampling).
  *
  * Usage for one microbatch through one layer:
  *   pm_gpt_sizes s;  pm_gpt_layer_sizes(&cfg, i, B, T, &s, &err);
  *   void *saved = malloc(s.saved), *scratch = malloc(max of s.scratch_*);
  *   pm_gpt_layer_f(&cfg, i, B, T, P + off, x, NULL, y, NULL, saved, scratch);
  *   pm_gpt_layer_b(&cfg, i, B, T, P + off, dy, dx, 1.0f, saved, scratch);
- *   pm_gpt_layer_w(&cfg, i, B, T, G + off, saved, scratch);
+ *   pm_gpt_layer_w(&cfg, i, B, T, P + off, G + off, saved, scratch);
  * (off = pm_gpt_layer_offset(&cfg, i); after B, bytes from s.saved_w on are free.)
  * Whole model, one device: pm_gpt_work_bytes() then pm_gpt_forward_backward().
  *
- * Numerics: every matrix product is an OpenBLAS cblas_sgemm (attention
- * scores and weighted sums per (sequence, head) included); attention
- * backward is O(T^2) per head; softmax and cross-entropy are fused; no
- * -ffast-math. Same inputs -> bitwise same outputs, for any thread count.
+ * Numerics: every matrix product is an OpenBLAS cblas_sgemm (attention's
+ * tiles per (sequence, head) and the head's tiles included); softmax and
+ * cross-entropy are fused into the tiles; no -ffast-math. Same inputs -> bitwise same outputs, for any thread count.
  *
  * Threads: pm_blas_threads(n) gives the CALLING thread n compute threads:
  * itself plus a pool of n - 1 persistent workers owned by that thread
@@ -202,9 +208,13 @@ typedef struct {
     size_t out;       /* bytes of F's output message (0 for the head's last part, (B,T,C+3)
                        * floats for its earlier parts) */
     double flops_f;   /* floating-point operations of F: matmuls only, 2*M*N*K each, as
-                       * computed (causal attention skips the row blocks' upper right) */
-    double flops_b;   /* ... of B */
-    double flops_w;   /* ... of W */
+                       * computed (causal attention skips tiles past the diagonal) */
+    double flops_b;   /* ... of B (with what it recomputes: attention's scores, the
+                       * head's logits) */
+    double flops_w;   /* ... of W (the head's logits again) */
+    double flops_model; /* the model's FLOPs of F + B + W: each product once, attention
+                         * over exactly the T (T + 1) / 2 causal pairs (no recomputation,
+                         * no masked entries); what a FLOP rate is counted in */
 } pm_gpt_sizes;
 
 /* Exact sizes for `layer` on a microbatch of B sequences of T tokens.
@@ -218,9 +228,12 @@ pm_status pm_gpt_layer_sizes(const pm_gpt_config *cfg, int layer, int B, int T, 
  * floats otherwise). */
 void *pm_gpt_layer_input_slot(const pm_gpt_config *cfg, int layer, int B, int T, void *saved);
 
-/* The head's softmax probabilities (B,T,V) after its F, before its B; a
- * one-part head only (PM_ASSERT). */
-const float *pm_gpt_head_probs(const pm_gpt_config *cfg, int B, int T, const void *saved);
+/* The softmax probabilities of token row `row` (0 .. B*T-1; vocab floats
+ * into out) after the head's F, before its B: its logits made again from
+ * what F kept (lp: the head's parameters). A one-part head only
+ * (PM_ASSERT). */
+void pm_gpt_head_probs_row(const pm_gpt_config *cfg, int B, int T, const float *lp,
+                           const void *saved, size_t row, float *out);
 
 /* ---- passes ------------------------------------------------------------------
  * lp / lg: the layer's slice of the parameter / gradient slab.
@@ -232,8 +245,8 @@ void pm_gpt_layer_f(const pm_gpt_config *cfg, int layer, int B, int T, const flo
                     void *scratch);
 void pm_gpt_layer_b(const pm_gpt_config *cfg, int layer, int B, int T, const float *lp,
                     const float *dout, float *din, float scale, void *saved, void *scratch);
-void pm_gpt_layer_w(const pm_gpt_config *cfg, int layer, int B, int T, float *lg, void *saved,
-                    void *scratch);
+void pm_gpt_layer_w(const pm_gpt_config *cfg, int layer, int B, int T, const float *lp,
+                    float *lg, void *saved, void *scratch);
 void pm_gpt_layer_bw(const pm_gpt_config *cfg, int layer, int B, int T, const float *lp, float *lg,
                      const float *dout, float *din, float scale, void *saved, void *scratch);
 
@@ -254,11 +267,12 @@ pm_status pm_gpt_time_layer(const pm_gpt_config *cfg, int layer, int B, int T, d
 size_t pm_gpt_work_bytes(const pm_gpt_config *cfg, int B, int T);
 
 /* Forward of all layers; returns the mean loss (0 if targets is NULL).
- * Afterwards pm_gpt_work_probs() points at the (B,T,V) probabilities (a
- * one-part head). */
+ * Afterwards pm_gpt_work_probs_row() gives a token row's probabilities (a
+ * one-part head), as pm_gpt_head_probs_row does. */
 float pm_gpt_forward(const pm_gpt_config *cfg, int B, int T, const float *params,
                      const int32_t *tokens, const int32_t *targets, void *work);
-const float *pm_gpt_work_probs(const pm_gpt_config *cfg, int B, int T, const void *work);
+void pm_gpt_work_probs_row(const pm_gpt_config *cfg, int B, int T, const float *params,
+                           const void *work, size_t row, float *out);
 
 /* F of every layer, then BW from the head down (loss gradient times scale),
  * ADDING into grads (the whole slab). Returns the microbatch's mean loss. */
@@ -266,8 +280,8 @@ float pm_gpt_forward_backward(const pm_gpt_config *cfg, int B, int T, const floa
                               float *grads, const int32_t *tokens, const int32_t *targets,
                               float scale, void *work);
 
-/* Floating-point operations of one forward+backward of the whole model on
- * (B, T) (sum of every layer's flops_f + flops_b + flops_w). */
+/* The model's floating-point operations of one forward+backward of the
+ * whole model on (B, T): the sum of every layer's flops_model. */
 double pm_gpt_flops(const pm_gpt_config *cfg, int B, int T);
 
 /* ---- BLAS ------------------------------------------------------------------ */

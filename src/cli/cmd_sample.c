@@ -73,13 +73,14 @@ typedef struct {
     float *params;   /* one device: the whole model's parameters (owned) */
     void *work;      /* one device: its workspace (owned) */
     pm_pipe *pp;     /* or a pipeline of forward-only devices (owned) */
-    float *probs;    /* (vocab) the pipeline's answer */
+    float *probs;    /* (vocab) the next token's probabilities (owned) */
 } sampler;
 
 static const float *next_probs(sampler *sm, const int32_t *tok, int T) {
     if (!sm->pp) {
         pm_gpt_forward(sm->c, 1, T, sm->params, tok, NULL, sm->work);
-        return pm_gpt_work_probs(sm->c, 1, T, sm->work) + (size_t)(T - 1) * sm->c->vocab;
+        pm_gpt_work_probs_row(sm->c, 1, T, sm->params, sm->work, (size_t)T - 1, sm->probs);
+        return sm->probs;
     }
     pm_err err = {{0}};
     if (pm_pipe_forward(sm->pp, tok, T, sm->probs, &err)) {
@@ -224,7 +225,8 @@ int pm_cmd_sample(int argc, char **argv) {
     if (o.pp || (have && need > have)) {
         if (open_pipeline(&sm, ckpt, o.pp, o.budget)) goto out;
     } else if (pm_ckpt_load_params(ckpt, &info, &sm.params, &err) ||
-               !(sm.work = malloc(pm_gpt_work_bytes(sm.c, 1, sm.c->ctx)))) {
+               !(sm.work = malloc(pm_gpt_work_bytes(sm.c, 1, sm.c->ctx))) ||
+               !(sm.probs = malloc((size_t)sm.c->vocab * sizeof *sm.probs))) {
         pm_cli_fail("%s", sm.params ? "out of memory" : err.msg);
         goto out;
     }

@@ -86,7 +86,6 @@ static void check_pass(const pm_gpt_config *cfg, int layer, int B, int T) {
 void pm_gpt_layer_f(const pm_gpt_config *cfg, int layer, int B, int T, const float *lp,
                     const void *in, const int32_t *targets, float *out, float *loss, void *saved,
                     void *scratch) {
-    (void)scratch; /* F needs none: every intermediate it makes is kept */
     check_pass(cfg, layer, B, T);
     PM_ASSERT(lp && in && saved);
     switch (pm_gpt_layer_kind(cfg, layer)) {
@@ -95,12 +94,12 @@ void pm_gpt_layer_f(const pm_gpt_config *cfg, int layer, int B, int T, const flo
         pm_embed_f(cfg, B, T, lp, in, out, saved);
         break;
     case PM_LAYER_BLOCK:
-        PM_ASSERT(out && !targets);
-        pm_gpt_block_f(cfg, B, T, lp, in, out, saved);
+        PM_ASSERT(out && !targets && scratch);
+        pm_gpt_block_f(cfg, B, T, lp, in, out, saved, scratch);
         break;
     default: {
-        PM_ASSERT(!out == (layer + 1 == pm_gpt_num_layers(cfg)));
-        float l = pm_head_f(cfg, layer, B, T, lp, in, targets, out, saved);
+        PM_ASSERT(!out == (layer + 1 == pm_gpt_num_layers(cfg)) && scratch);
+        float l = pm_head_f(cfg, layer, B, T, lp, in, targets, out, saved, scratch);
         if (loss) *loss = l;
         break;
     }
@@ -127,15 +126,17 @@ void pm_gpt_layer_b(const pm_gpt_config *cfg, int layer, int B, int T, const flo
     }
 }
 
-void pm_gpt_layer_w(const pm_gpt_config *cfg, int layer, int B, int T, float *lg, void *saved,
-                    void *scratch) {
-    (void)scratch; /* W needs none: it reads saved and adds into lg */
+void pm_gpt_layer_w(const pm_gpt_config *cfg, int layer, int B, int T, const float *lp,
+                    float *lg, void *saved, void *scratch) {
     check_pass(cfg, layer, B, T);
     PM_ASSERT(lg && saved);
     switch (pm_gpt_layer_kind(cfg, layer)) {
     case PM_LAYER_EMBED: pm_embed_w(cfg, B, T, lg, saved); break;
     case PM_LAYER_BLOCK: pm_gpt_block_w(cfg, B, T, lg, saved); break;
-    default: pm_head_w(cfg, layer, B, T, lg, saved); break;
+    default:
+        PM_ASSERT(lp && scratch); /* the head makes its logits again */
+        pm_head_w(cfg, layer, B, T, lp, lg, saved, scratch);
+        break;
     }
 }
 
@@ -144,7 +145,7 @@ void pm_gpt_layer_w(const pm_gpt_config *cfg, int layer, int B, int T, float *lg
 void pm_gpt_layer_bw(const pm_gpt_config *cfg, int layer, int B, int T, const float *lp, float *lg,
                      const float *dout, float *din, float scale, void *saved, void *scratch) {
     pm_gpt_layer_b(cfg, layer, B, T, lp, dout, din, scale, saved, scratch);
-    pm_gpt_layer_w(cfg, layer, B, T, lg, saved, scratch);
+    pm_gpt_layer_w(cfg, layer, B, T, lp, lg, saved, scratch);
 }
 
 /* ---- whole model on one device ---------------------------------------------- */
@@ -165,7 +166,7 @@ typedef struct {
 static int work_get(const pm_gpt_config *cfg, int B, int T, work_layout *wl) {
     pm_layout le, lb, lh;
     if (!pm_layout_get(cfg, 0, B, T, &le) || !pm_layout_get(cfg, 1, B, T, &lb)) return 0;
-    size_t cur = 0, blocks, sc = lb.scratch_b;
+    size_t cur = 0, blocks, sc = pm_layout_scratch(&lb);
     wl->embed = le.end; /* already multiples of PM_ALIGN */
     wl->block = lb.end;
     if (!pm_size_mul(lb.end, (size_t)cfg->layers, &blocks) || !pm_size_add(le.end, blocks, &cur))
@@ -173,7 +174,7 @@ static int work_get(const pm_gpt_config *cfg, int B, int T, work_layout *wl) {
     wl->heads = cur;
     for (int l = cfg->layers + 1; l < pm_gpt_num_layers(cfg); l++) {
         if (!pm_layout_get(cfg, l, B, T, &lh) || !pm_size_add(cur, lh.end, &cur)) return 0;
-        sc = lh.scratch_b > sc ? lh.scratch_b : sc;
+        sc = pm_layout_scratch(&lh) > sc ? pm_layout_scratch(&lh) : sc;
     }
     size_t nc = (size_t)B * (size_t)T * ((size_t)cfg->dim + (pm_gpt_head_parts(cfg) > 1 ? 3 : 0));
     if (!pm_layout_region(&cur, &wl->a, nc, sizeof(float)) || !pm_layout_region(&cur, &wl->b, nc, sizeof(float)) ||
@@ -229,10 +230,20 @@ float pm_gpt_forward(const pm_gpt_config *cfg, int B, int T, const float *params
     return forward_all(cfg, B, T, params, tokens, targets, work, &wl);
 }
 
-const float *pm_gpt_work_probs(const pm_gpt_config *cfg, int B, int T, const void *work) {
+void pm_gpt_head_probs_row(const pm_gpt_config *cfg, int B, int T, const float *lp,
+                           const void *saved, size_t row, float *out) {
+    check_pass(cfg, cfg->layers + 1, B, T);
+    PM_ASSERT(lp && saved && out && pm_gpt_head_parts(cfg) == 1 && row < (size_t)B * (size_t)T);
+    pm_head_probs_row(cfg, B, T, lp, saved, row, out);
+}
+
+void pm_gpt_work_probs_row(const pm_gpt_config *cfg, int B, int T, const float *params,
+                           const void *work, size_t row, float *out) {
     work_layout wl;
     PM_ASSERT(work_get(cfg, B, T, &wl));
-    return pm_gpt_head_probs(cfg, B, T, work_saved(cfg, B, T, &wl, (char *)work, cfg->layers + 1));
+    int head = cfg->layers + 1;
+    pm_gpt_head_probs_row(cfg, B, T, params + pm_gpt_layer_offset(cfg, head),
+                          work_saved(cfg, B, T, &wl, (char *)work, head), row, out);
 }
 
 float pm_gpt_forward_backward(const pm_gpt_config *cfg, int B, int T, const float *params,

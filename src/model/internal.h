@@ -10,11 +10,20 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "pipemem/pm_gpt.h"
 
 #define PM_ALIGN 64
 #define PM_LN_EPS 1e-5f
+
+/* Attention's tiles (attention.c): query rows and key columns per tile. */
+#define PM_ATT_BQ 64
+#define PM_ATT_BK 256
+_Static_assert(PM_ATT_BK % PM_ATT_BQ == 0, "key blocks start on query block boundaries");
+/* The head's tiles (head.c): vocabulary rows per tile; token rows per tile
+ * are pm_head_block_rows(N). */
+#define PM_HEAD_CHUNK 256
 
 /* Byte offsets into a layer's saved buffer and scratch for (B, T).
  * Block (N = B*T rows):
@@ -24,34 +33,39 @@
  *             | fc (N,4C)  F: MLP pre-activation; after B: its gradient
  *             | xin (N,C)  F: the block's input; after B: dout
  *             | lnst (4C)  B: this microbatch's ln_1 dw, db, ln_2 dw, db
- *   released by B: att (B,H,T,T) probabilities | stats (4,N) mean1 rstd1 mean2 rstd2
- * Head part k with lm_head rows [r0, r1), R = r1 - r0, its groups ng:
+ *   released by B: lse (B,H,T) attention's row log-sum-exp
+ *             | stats (4,N) mean1 rstd1 mean2 rstd2
+ * Head part k with lm_head rows [r0, r1):
  *   W prefix: lno (N,C), on a later part (N,C+3): its input message
- *             | probs (N,R): logits, exp(l - group max) after F, probabilities
- *               once the normaliser is known, logit gradients after B
- *             | lnst (2C) first part only
- *   released by B: xin (N,C) | stats (2,N) first part only | tgt (N) int32
- *             | lse (N) log-normaliser (last part) | run (3,N) running max,
- *               sum, target logit | gmax (N,ng) each group's row max
+ *             | nrm (2,N) each row's max and sum of exponentials
+ *             | tgt (N) int32 | fscale (1) B's
+ *               scale / N | lnst (2C) first part only
+ *   released by B: xin (N,C) | stats (2,N) first part only
+ *             | run (3,N) running max, sum, target logit
  * Embedding (nothing released by B):
- *   dout (N,C) written by B | tok (N) int32 */
+ *   dout (N,C) written by B | tok (N) int32
+ * Scratch: per-thread slots for attention's and the head's tiles, as many
+ * as the job has tasks up to PM_MAX_THREADS whatever the thread count, so
+ * sizes stay independent of it (pm_par_run's slots). Block F: the slots of attention F. Block B: an (N,4C) MLP
+ * gradient at 0, later reused for each (N,C) gradient; from s_slots (after
+ * the first (N,C)) attention B's slots. Head: F and W the slots; B an (N,C)
+ * gradient on the first part, then the slots from s_slots. */
 typedef struct {
     size_t ln1o, atty, ln2o, gelu, qkv, x1, fc, xin, lnst; /* block W prefix */
-    size_t att, stats;                                     /* block, released by B */
-    size_t lno, probs, tgt, lse, run, gmax;                /* head (xin, stats, lnst shared) */
+    size_t lse, stats;                                     /* block and head */
+    size_t lno, nrm, tgt, fscale, run;                     /* head */
     size_t dout, tok;                                      /* embedding */
     size_t w_end; /* end of the W prefix = sizes.saved_w */
     size_t end;   /* whole buffer = sizes.saved */
-    /* Scratch of B (byte offsets). Block: an (N,4C) MLP gradient at 0, later
-     * reused for each (N,C) gradient; from s_att (after the first (N,C)) the
-     * attention backward's per-(b,h) work: dQ, dK, dV (T,hs) and dP (T,T),
-     * one such slot of att_slot bytes per compute thread (PM_MAX_THREADS
-     * slots whatever the thread count, so sizes stay independent of it).
-     * Head: one (N,C) gradient. F and W need no scratch. */
-    size_t s_att;     /* start of the attention work area */
-    size_t att_slot;  /* bytes of one thread's slot in it */
-    size_t scratch_b; /* bytes */
+    size_t s_slots;                        /* B: offset of the per-thread slots */
+    size_t scratch_f, scratch_b, scratch_w; /* bytes */
 } pm_layout;
+
+/* The largest of a layout's three scratch sizes (BW needs B's and W's). */
+static inline size_t pm_layout_scratch(const pm_layout *l) {
+    size_t m = l->scratch_f > l->scratch_b ? l->scratch_f : l->scratch_b;
+    return m > l->scratch_w ? m : l->scratch_w;
+}
 
 /* Appends a region of n elements of el bytes at *cur (64-byte aligned),
  * its offset in *off (if not NULL); returns 0 on overflow. (shape.c) */
@@ -66,9 +80,10 @@ int pm_layout_get(const pm_gpt_config *cfg, int layer, int B, int T, pm_layout *
 
 #define PM_MAX_THREADS 16 /* pm_blas_threads caps n here; scratch has this many slots */
 
-/* One task of a parallel job; slot (0 .. PM_MAX_THREADS-1) names the thread
- * running it, for per-thread scratch. A task's results must not depend on
- * its slot. */
+/* One task of a parallel job; slot, below min(ntasks, PM_MAX_THREADS), is
+ * one no other task of the job holds while this one runs, for per-thread
+ * scratch (pm_par_slots slots cover a job). A task's results must not
+ * depend on its slot. */
 typedef void (*pm_task_fn)(const void *arg, size_t task, int slot);
 
 /* Runs fn(arg, i, slot) for i in 0..ntasks-1 on the calling thread's pool
@@ -78,6 +93,10 @@ typedef void (*pm_task_fn)(const void *arg, size_t task, int slot);
 void pm_par_run(size_t ntasks, pm_task_fn fn, const void *arg);
 /* Threads pm_par_run would use from here (1 inside a task). */
 int pm_par_threads(void);
+/* Slots a job of ntasks tasks may use: a function of the shape only. */
+static inline size_t pm_par_slots(size_t ntasks) {
+    return ntasks < PM_MAX_THREADS ? ntasks : PM_MAX_THREADS;
+}
 
 /* ---- kernels (kernels.c) ---------------------------------------------------- */
 
@@ -104,14 +123,21 @@ void pm_k_gelu_f_range(float *out, const float *x, size_t lo, size_t hi);
 void pm_k_gelu_b_range(float *out, const float *d, const float *x, size_t lo, size_t hi);
 /* out = d * gelu'(x); out may alias d or x. */
 void pm_k_gelu_b(float *out, const float *d, const float *x, size_t n);
-/* Causal softmax in place of the rows of nmat stacked (T,T) score matrices
- * (entries j > i set to 0). */
-void pm_k_causal_softmax(float *s, size_t nmat, int T);
-/* dS = P * (dP - rowdot(P, dP)) in place over dp, causal rows. */
-void pm_k_softmax_b(float *dp, const float *p, int T);
-/* Softmax over the rows of logits (N,V) in place -> probabilities; returns
- * the sum over rows of -log p[target] (double) if tgt is not NULL. */
-double pm_k_softmax_xent(float *logits, const int32_t *tgt, size_t N, int V);
+/* x *= f; the dot product (8 fixed lanes); p[j] = exp(p[j] - mx), j < n. */
+void pm_k_scale(float *x, float f, size_t n);
+float pm_k_dot(const float *x, const float *y, size_t n);
+void pm_k_exp_sub(float *p, size_t n, float mx);
+/* Attention F's tile s (nq, nk) of scaled scores, keys j0.. for queries
+ * i0.. with diag = i0 - j0 (row r sees its first diag + r + 1 keys; the
+ * rest become 0): s becomes exp(s - m') with m' the running row max, m and
+ * the running sums l are updated (first: set), alpha[r] = exp(m - m') by
+ * which the row's earlier output must be scaled (not set when first). */
+void pm_k_att_tile_f(float *s, size_t nq, size_t nk, size_t diag, float *m, float *l,
+                     float *alpha, int first);
+/* Attention B's tile: p (scores in) becomes P = exp(p - lse), dp (dO V^T
+ * in) becomes dS = P * (dp - d); masked entries 0 in both. */
+void pm_k_att_tile_b(float *p, float *dp, size_t nq, size_t nk, size_t diag, const float *lse,
+                     const float *d);
 
 /* C (M,N) = alpha * op(A) op(B) + beta * C, row-major, one cblas_sgemm on
  * the calling thread. */
@@ -131,27 +157,45 @@ void pm_k_matmul(int ta, int tb, size_t M, size_t N, size_t K, float alpha, cons
                  size_t lda, const float *Bm, size_t ldb, float beta, float *C, size_t ldc,
                  const float *bias, const float *res, pm_rows_fn post, const void *post_ctx);
 size_t pm_k_matmul_rows(size_t M); /* block size for a dimension of M */
-/* Head, one vocabulary group of n columns starting at vocabulary row c0, in
- * g (ld ldg), rows [lo, hi): each row becomes exp(l - max) in place, its
- * max goes to gmax[r * ldm], the running max m[r] and sum s[r] take the
- * group's in, and tl[r] the target's logit if it is in the group. */
-void pm_k_head_group_rows(float *g, size_t ldg, size_t n, int64_t c0, const int32_t *tgt,
-                          float *gmax, size_t ldm, float *m, float *s, float *tl, size_t lo,
-                          size_t hi);
-/* Then, once lse is known: g *= exp(gmax - lse) (probabilities), and in the
- * backward g = (g - onehot) * f; rows [lo, hi). */
-void pm_k_head_probs_rows(float *g, size_t ldg, size_t n, const float *gmax, size_t ldm,
-                          const float *lse, size_t lo, size_t hi);
-void pm_k_head_grad_rows(float *g, size_t ldg, size_t n, int64_t c0, const int32_t *tgt, float f,
-                         size_t lo, size_t hi);
+/* The head's tile t (nr, n) of logits for vocabulary rows c0..c0+n-1:
+ * each row's max and sum of exponentials merged into the running max m and
+ * sum s, the target's logit into tl when it lies in the tile (t is left
+ * holding exp(l - max)). */
+void pm_k_head_tile_stats(float *t, size_t nr, size_t n, int64_t c0, const int32_t *tgt,
+                          float *m, float *s, float *tl);
+/* t (logits) becomes d logits = (exp(t - m) / s - onehot(tgt)) * f, with
+ * each row's max m and sum of exponentials s. */
+void pm_k_head_tile_grad(float *t, size_t nr, size_t n, int64_t c0, const int32_t *tgt,
+                         const float *m, const float *s, float f);
 
-/* ---- layer passes (layers.c; the attention blocking is in shape.c) ---------- */
+/* ---- layer passes (layers.c, attention.c, head.c) -------------------------- */
 
-/* Causal attention's row blocks for sequence length T, and the number of
- * score entries computed per (sequence, head): sum over blocks of
- * rows * (block end). */
-int pm_att_blocks(int T);
+/* Copies n bytes unless dst == src; partial overlap is a caller bug. */
+static inline void pm_copy_in(void *dst, const void *src, size_t n) {
+    if (dst == src) return;
+    const char *d = dst, *s = src;
+    PM_ASSERT(d + n <= s || s + n <= d);
+    memcpy(dst, src, n);
+}
+
+/* A thread's slot of n floats takes whole 64-byte lines (as the layout's
+ * regions do), so every slot starts aligned. */
+static inline size_t pm_slot_stride(size_t n) { return (n + 15) / 16 * 16; }
+
+/* Score entries attention computes per (sequence, head) for length T. */
 size_t pm_att_pairs(int T);
+/* Floats of one thread's slot: attention F, attention B, the head. */
+size_t pm_att_slot_floats_f(int T);
+size_t pm_att_slot_floats_b(int T, int hs);
+size_t pm_head_block_rows(size_t N);
+
+/* Attention of a block: F from q, k, v in qkv (B,T,3C) into atty (B,T,C)
+ * and lse (B,H,T); B from datty (B,T,C) with atty and lse, writing dq, dk,
+ * dv over q, k, v. scratch: the layout's slots. */
+void pm_att_f(const pm_gpt_config *c, int B, int T, float *qkv, float *atty, float *lse,
+              void *scratch);
+void pm_att_b(const pm_gpt_config *c, int B, int T, float *qkv, const float *atty,
+              const float *lse, const float *datty, void *scratch);
 
 void pm_embed_f(const pm_gpt_config *c, int B, int T, const float *lp, const int32_t *tok,
                 float *out, void *saved);
@@ -159,15 +203,20 @@ void pm_embed_b(const pm_gpt_config *c, int B, int T, const float *dout, void *s
 void pm_embed_w(const pm_gpt_config *c, int B, int T, float *lg, const void *saved);
 
 void pm_gpt_block_f(const pm_gpt_config *c, int B, int T, const float *lp, const float *in,
-                float *out, void *saved);
+                    float *out, void *saved, void *scratch);
 void pm_gpt_block_b(const pm_gpt_config *c, int B, int T, const float *lp, const float *dout,
-                float *din, void *saved, void *scratch);
+                    float *din, void *saved, void *scratch);
 void pm_gpt_block_w(const pm_gpt_config *c, int B, int T, float *lg, const void *saved);
 
 float pm_head_f(const pm_gpt_config *c, int layer, int B, int T, const float *lp,
-                const float *in, const int32_t *tgt, float *out, void *saved);
+                const float *in, const int32_t *tgt, float *out, void *saved, void *scratch);
 void pm_head_b(const pm_gpt_config *c, int layer, int B, int T, const float *lp,
                const float *dout, float *din, float scale, void *saved, void *scratch);
-void pm_head_w(const pm_gpt_config *c, int layer, int B, int T, float *lg, const void *saved);
+void pm_head_w(const pm_gpt_config *c, int layer, int B, int T, const float *lp, float *lg,
+               const void *saved, void *scratch);
+/* Probabilities of token row `row` (V floats into out) after a one-part
+ * head's F: its logits again, from the kept ln_f output and normaliser. */
+void pm_head_probs_row(const pm_gpt_config *c, int B, int T, const float *lp, const void *saved,
+                       size_t row, float *out);
 
 #endif

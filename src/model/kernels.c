@@ -479,119 +479,76 @@ void pm_k_gelu_b(float *out, const float *d, const float *x, size_t n) {
     pm_gpt_par_for(n, ELEM_CHUNK, gelu_b_range, &a);
 }
 
-/* ---- softmax ------------------------------------------------------------------ */
+/* ---- attention tiles (attention.c) -------------------------------------------- */
 
-typedef struct {
-    float *s;
-    int T;
-} softmax_args;
+void pm_k_scale(float *x, float f, size_t n) { vscale(x, f, n); }
+float pm_k_dot(const float *x, const float *y, size_t n) { return vdot(x, y, n); }
+void pm_k_exp_sub(float *p, size_t n, float mx) { exp_sub(p, n, mx); }
 
-/* rows lo..hi of nmat stacked (T,T) matrices; row r is row r % T of its matrix */
-static void causal_softmax_rows(const void *arg, size_t lo, size_t hi) {
-    const softmax_args *a = arg;
-    size_t T = (size_t)a->T;
-    for (size_t r = lo; r < hi; r++) {
-        size_t n = r % T + 1; /* entries j <= i */
-        float *row = a->s + r * T;
-        exp_sub(row, n, vmax(row, n));
-        vscale(row, 1.0f / vsum(row, n), n);
-        memset(row + n, 0, (T - n) * sizeof(float));
+/* Valid keys of tile row r: diag = i0 - j0, key j0 + c is seen by query
+ * i0 + r when c <= diag + r. */
+static size_t tile_valid(size_t nk, size_t diag, size_t r) {
+    return diag + r + 1 < nk ? diag + r + 1 : nk;
+}
+
+void pm_k_att_tile_f(float *s, size_t nq, size_t nk, size_t diag, float *m, float *l,
+                     float *alpha, int first) {
+    for (size_t r = 0; r < nq; r++) {
+        float *row = s + r * nk;
+        size_t n = tile_valid(nk, diag, r);
+        float mx = vmax(row, n), mn = first || mx > m[r] ? mx : m[r];
+        exp_sub(row, n, mn);
+        memset(row + n, 0, (nk - n) * sizeof(float));
+        float sum = vsum(row, n);
+        if (first) {
+            l[r] = sum;
+        } else {
+            alpha[r] = expf(m[r] - mn);
+            l[r] = l[r] * alpha[r] + sum;
+        }
+        m[r] = mn;
     }
 }
 
-void pm_k_causal_softmax(float *s, size_t nmat, int T) {
-    softmax_args a = {s, T};
-    pm_gpt_par_for(nmat * (size_t)T, ROW_CHUNK, causal_softmax_rows, &a);
-}
-
-/* p = softmax(s) => ds_j = p_j (dp_j - sum_k p_k dp_k) */
-void pm_k_softmax_b(float *dp, const float *p, int T) {
-    for (size_t i = 0; i < (size_t)T; i++) {
-        float *d = dp + i * (size_t)T;
-        const float *pr = p + i * (size_t)T;
-        size_t n = i + 1, j = 0;
-        float dot = vdot(pr, d, n);
-        for (; j + 4 <= n; j += 4) st4(d + j, ld4(pr + j) * (ld4(d + j) - dot));
-        for (; j < n; j++) d[j] = pr[j] * (d[j] - dot);
-        memset(d + n, 0, ((size_t)T - n) * sizeof(float));
+/* p = softmax(s) row-wise => ds_j = p_j (dp_j - sum_k p_k dp_k), and the
+ * sum is rowsum(dO * O) = d (FlashAttention-2's D). */
+void pm_k_att_tile_b(float *p, float *dp, size_t nq, size_t nk, size_t diag, const float *lse,
+                     const float *d) {
+    for (size_t r = 0; r < nq; r++) {
+        float *pr = p + r * nk, *dr = dp + r * nk;
+        size_t n = tile_valid(nk, diag, r), j = 0;
+        exp_sub(pr, n, lse[r]);
+        for (; j + 4 <= n; j += 4) st4(dr + j, ld4(pr + j) * (ld4(dr + j) - d[r]));
+        for (; j < n; j++) dr[j] = pr[j] * (dr[j] - d[r]);
+        memset(pr + n, 0, (nk - n) * sizeof(float));
+        memset(dr + n, 0, (nk - n) * sizeof(float));
     }
 }
 
-/* Rows of the fused softmax + cross-entropy; loss of rows [lo, hi) summed
- * in order into *part (double). */
-static double xent_rows(float *logits, const int32_t *tgt, size_t lo, size_t hi, int V) {
-    double loss = 0;
-    for (size_t r = lo; r < hi; r++) {
-        float *row = logits + r * (size_t)V;
-        float mx = vmax(row, (size_t)V);
-        float picked = tgt ? row[tgt[r]] - mx : 0;
-        exp_sub(row, (size_t)V, mx);
-        float sum = vsum(row, (size_t)V);
-        vscale(row, 1.0f / sum, (size_t)V);
-        /* -log p[t] = log(sum) - (x_t - max) */
-        if (tgt) loss += (double)logf(sum) - (double)picked;
-    }
-    return loss;
-}
+/* ---- the head's tiles (head.c) -------------------------------------------------- */
 
-#define XENT_PARTS 64 /* loss partial sums: fixed cut of the rows, summed in order */
-typedef struct {
-    float *logits;
-    const int32_t *tgt;
-    size_t N, rows;
-    int V;
-    double *part;
-} xent_args;
-
-static void xent_task(const void *p, size_t i, int slot) {
-    (void)slot;
-    const xent_args *a = p;
-    size_t lo = i * a->rows, hi = lo + a->rows < a->N ? lo + a->rows : a->N;
-    a->part[i] = xent_rows(a->logits, a->tgt, lo, hi, a->V);
-}
-
-double pm_k_softmax_xent(float *logits, const int32_t *tgt, size_t N, int V) {
-    double part[XENT_PARTS];
-    size_t rows = (N + XENT_PARTS - 1) / XENT_PARTS;
-    rows = rows < ROW_CHUNK ? ROW_CHUNK : rows;
-    size_t n = (N + rows - 1) / rows;
-    xent_args a = {logits, tgt, N, rows, V, part};
-    pm_par_run(n, xent_task, &a);
-    double loss = 0;
-    for (size_t i = 0; i < n; i++) loss += part[i];
-    return loss;
-}
-
-/* ---- the head's vocabulary groups ----------------------------------------------- */
-
-void pm_k_head_group_rows(float *g, size_t ldg, size_t n, int64_t c0, const int32_t *tgt,
-                          float *gmax, size_t ldm, float *m, float *s, float *tl, size_t lo,
-                          size_t hi) {
-    for (size_t r = lo; r < hi; r++) {
-        float *row = g + r * ldg, mx = vmax(row, n);
-        int64_t t = tgt ? (int64_t)tgt[r] - c0 : -1;
-        if (t >= 0 && t < (int64_t)n) tl[r] = row[t];
+void pm_k_head_tile_stats(float *t, size_t nr, size_t n, int64_t c0, const int32_t *tgt,
+                          float *m, float *s, float *tl) {
+    for (size_t r = 0; r < nr; r++) {
+        float *row = t + r * n, mx = vmax(row, n);
+        int64_t k = tgt[r] >= 0 ? (int64_t)tgt[r] - c0 : -1;
+        if (k >= 0 && k < (int64_t)n) tl[r] = row[k];
         exp_sub(row, n, mx);
         float sum = vsum(row, n), mo = m[r], mn = mo > mx ? mo : mx;
         /* the running sum, rescaled to the new max (exp(-inf) = 0 at the start) */
         s[r] = s[r] * expf(mo - mn) + sum * expf(mx - mn);
         m[r] = mn;
-        gmax[r * ldm] = mx;
     }
 }
 
-void pm_k_head_probs_rows(float *g, size_t ldg, size_t n, const float *gmax, size_t ldm,
-                          const float *lse, size_t lo, size_t hi) {
-    for (size_t r = lo; r < hi; r++) vscale(g + r * ldg, expf(gmax[r * ldm] - lse[r]), n);
-}
-
-void pm_k_head_grad_rows(float *g, size_t ldg, size_t n, int64_t c0, const int32_t *tgt, float f,
-                         size_t lo, size_t hi) {
-    for (size_t r = lo; r < hi; r++) {
+void pm_k_head_tile_grad(float *t, size_t nr, size_t n, int64_t c0, const int32_t *tgt,
+                         const float *m, const float *s, float f) {
+    for (size_t r = 0; r < nr; r++) {
         PM_ASSERT(tgt[r] >= 0); /* F ran without targets */
-        float *row = g + r * ldg;
-        int64_t t = (int64_t)tgt[r] - c0;
-        if (t >= 0 && t < (int64_t)n) row[t] -= 1.0f;
-        vscale(row, f, n);
+        float *row = t + r * n;
+        int64_t k = (int64_t)tgt[r] - c0;
+        exp_sub(row, n, m[r]);
+        vscale(row, f / s[r], n);
+        if (k >= 0 && k < (int64_t)n) row[k] -= f;
     }
 }

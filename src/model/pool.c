@@ -52,12 +52,12 @@ struct pm_cpool {
     _Atomic(pm_task_fn) fn;    /* current job */
     _Atomic(const void *) arg;
     _Atomic size_t done;       /* tasks of the current job finished */
+    _Atomic uint32_t busy;     /* slots in use by running tasks, a bit each */
     atomic_int quit;
 };
 
 typedef struct {
     pm_cpool *p;
-    int slot; /* 1..nworkers; the owner is slot 0 */
 } worker_arg;
 
 static _Thread_local int tl_threads = 1;
@@ -73,8 +73,26 @@ static inline void cpu_relax(void) {
 #endif
 }
 
-/* Claims and runs tasks of generation gen until none is left. */
-static void run_tasks(pm_cpool *p, uint32_t gen, int slot) {
+/* The lowest slot no running task holds: with k tasks running it is below
+ * k + 1, so a job of n tasks on t threads uses slots below min(n, t). */
+static int slot_take(pm_cpool *p) {
+    uint32_t b = atomic_load_explicit(&p->busy, memory_order_relaxed);
+    for (;;) {
+        int s = __builtin_ctz(~b);
+        if (atomic_compare_exchange_weak_explicit(&p->busy, &b, b | 1u << s,
+                                                  memory_order_acquire, memory_order_relaxed))
+            return s;
+    }
+}
+
+static void slot_give(pm_cpool *p, int s) {
+    atomic_fetch_and_explicit(&p->busy, ~(1u << s), memory_order_release);
+}
+
+/* Claims and runs tasks of generation gen until none is left. Each task
+ * holds a slot while it runs and gives it back before it counts as done,
+ * so no slot is held when the owner starts the next job. */
+static void run_tasks(pm_cpool *p, uint32_t gen) {
     uint64_t c = atomic_load_explicit(&p->ctl, memory_order_acquire);
     for (;;) {
         size_t i = NEXT(c), n = NTASKS(c);
@@ -84,7 +102,9 @@ static void run_tasks(pm_cpool *p, uint32_t gen, int slot) {
         if (!atomic_compare_exchange_weak_explicit(&p->ctl, &c, c + 1, memory_order_acq_rel,
                                                    memory_order_acquire))
             continue; /* c now holds the current value */
+        int slot = slot_take(p);
         fn(arg, i, slot);
+        slot_give(p, slot);
         if (atomic_fetch_add_explicit(&p->done, 1, memory_order_acq_rel) + 1 == n) {
             pthread_mutex_lock(&p->mu);
             if (p->owner_waiting) pthread_cond_signal(&p->cv_done);
@@ -98,7 +118,6 @@ static void *worker_main(void *v) {
     tl_in_task = 1; /* tasks on workers never fan out again */
     worker_arg *wa = v;
     pm_cpool *p = wa->p;
-    int slot = wa->slot;
     pm_free(wa);
     uint32_t seen = 0;
     for (;;) {
@@ -120,7 +139,7 @@ static void *worker_main(void *v) {
         }
         if (atomic_load(&p->quit)) return NULL;
         seen = g;
-        run_tasks(p, g, slot);
+        run_tasks(p, g);
     }
 }
 
@@ -152,12 +171,13 @@ static pm_cpool *pool_create(int n) {
     pthread_cond_init(&p->cv_done, NULL);
     atomic_init(&p->ctl, 0);
     atomic_init(&p->done, 0);
+    atomic_init(&p->busy, 0);
     atomic_init(&p->quit, 0);
     atomic_init(&p->fn, NULL);
     atomic_init(&p->arg, NULL);
     for (int i = 0; i < n - 1; i++) {
         worker_arg *wa = pm_malloc(sizeof *wa);
-        if (wa) *wa = (worker_arg){p, i + 1};
+        if (wa) *wa = (worker_arg){p};
         if (!wa || pthread_create(&p->th[i], NULL, worker_main, wa)) {
             pm_free(wa);
             break;
@@ -220,7 +240,7 @@ void pm_par_run(size_t ntasks, pm_task_fn fn, const void *arg) {
                           memory_order_release);
     if (p->sleepers) pthread_cond_broadcast(&p->cv_work);
     pthread_mutex_unlock(&p->mu);
-    run_tasks(p, gen, 0);
+    run_tasks(p, gen);
     for (int spins = 0; atomic_load_explicit(&p->done, memory_order_acquire) != ntasks;) {
         if (++spins < SPIN_WAIT) {
             cpu_relax();

@@ -205,62 +205,89 @@ int pm_layout_region(size_t *cur, size_t *off, size_t n, size_t el) {
     return 1;
 }
 
+/* The slots of `slot` floats a job of ntasks tasks uses, from *cur; 0 on
+ * overflow. */
+static int slots(size_t *cur, size_t slot, size_t ntasks) {
+    size_t one = 0;
+    if (!pm_layout_region(&one, NULL, slot, sizeof(float))) return 0;
+    for (size_t i = 0; i < pm_par_slots(ntasks); i++)
+        if (!pm_layout_region(cur, NULL, one, 1)) return 0;
+    return 1;
+}
+
+size_t pm_head_block_rows(size_t N) {
+    size_t r = pm_k_matmul_rows(N);
+    return r < N ? r : N;
+}
+
+static int block_layout(size_t N, size_t C, size_t H, int T, pm_layout *lay) {
+    size_t cur = 0, f = sizeof(float), mlp = 0, heads = N / (size_t)T * H; /* its tasks */
+    int ok = pm_layout_region(&cur, &lay->ln1o, N * C, f) &&
+             pm_layout_region(&cur, &lay->atty, N * C, f) &&
+             pm_layout_region(&cur, &lay->ln2o, N * C, f) &&
+             pm_layout_region(&cur, &lay->gelu, N * 4 * C, f) &&
+             pm_layout_region(&cur, &lay->qkv, N * 3 * C, f) &&
+             pm_layout_region(&cur, &lay->x1, N * C, f) &&
+             pm_layout_region(&cur, &lay->fc, N * 4 * C, f) &&
+             pm_layout_region(&cur, &lay->xin, N * C, f) &&
+             pm_layout_region(&cur, &lay->lnst, 4 * C, f);
+    lay->w_end = cur;
+    ok = ok && pm_layout_region(&cur, &lay->lse, N * H, f) &&
+         pm_layout_region(&cur, &lay->stats, 4 * N, f);
+    lay->end = cur;
+    /* B: the (N,4C) MLP gradient overlaps the (N,C) one and attention's slots */
+    ok = ok && pm_layout_region(&lay->s_slots, NULL, N * C, f) &&
+         (lay->scratch_b = lay->s_slots,
+          slots(&lay->scratch_b, pm_att_slot_floats_b(T, (int)(C / H)), heads)) &&
+         pm_layout_region(&mlp, NULL, N * 4 * C, f) &&
+         slots(&lay->scratch_f, pm_att_slot_floats_f(T), heads);
+    if (mlp > lay->scratch_b) lay->scratch_b = mlp;
+    return ok;
+}
+
+static int head_layout(const pm_gpt_config *cfg, int layer, size_t N, pm_layout *lay) {
+    size_t r0, r1, cur = 0, f = sizeof(float), C = (size_t)cfg->dim;
+    int first = pm_gpt_head_rows(cfg, layer, &r0, &r1) == 0;
+    /* a later part's lno is the start of its (N, C+3) input message */
+    int ok = pm_layout_region(&cur, &lay->lno, N * (first ? C : C + 3), f) &&
+             pm_layout_region(&cur, &lay->nrm, 2 * N, f) &&
+             pm_layout_region(&cur, &lay->tgt, N, sizeof(int32_t)) &&
+             pm_layout_region(&cur, &lay->fscale, 1, f) &&
+             pm_layout_region(&cur, &lay->lnst, first ? 2 * C : 0, f);
+    lay->w_end = cur;
+    ok = ok && pm_layout_region(&cur, &lay->xin, first ? N * C : 0, f) &&
+         pm_layout_region(&cur, &lay->stats, first ? 2 * N : 0, f) &&
+         pm_layout_region(&cur, &lay->run, 3 * N, f);
+    lay->end = cur;
+    /* F and B: a task per row block; W: a task per vocabulary chunk */
+    size_t R = r1 - r0, rb = pm_head_block_rows(N), slot = rb * (R < PM_HEAD_CHUNK ? R : PM_HEAD_CHUNK);
+    size_t blocks = (N + rb - 1) / rb, chunks = (R + PM_HEAD_CHUNK - 1) / PM_HEAD_CHUNK;
+    ok = ok && slots(&lay->scratch_f, slot, blocks) &&
+         pm_layout_region(&lay->s_slots, NULL, first ? N * C : 0, f) &&
+         (lay->scratch_b = lay->s_slots, slots(&lay->scratch_b, slot, blocks)) &&
+         slots(&lay->scratch_w, slot, chunks);
+    return ok;
+}
+
 int pm_layout_get(const pm_gpt_config *cfg, int layer, int B, int T, pm_layout *lay) {
     memset(lay, 0, sizeof *lay);
-    pm_layer_kind kind = pm_gpt_layer_kind(cfg, layer);
-    size_t N = (size_t)B * (size_t)T, C = (size_t)cfg->dim, V = (size_t)cfg->vocab;
-    size_t H = (size_t)cfg->heads, hs = C / H, Tz = (size_t)T, f = sizeof(float);
-    size_t cur = 0, sc = 0, big;
-    /* every element count below is at most 16 * N * max(C, V, H*T) */
+    size_t N = (size_t)B * (size_t)T, C = (size_t)cfg->dim, big;
+    size_t H = (size_t)cfg->heads, V = (size_t)cfg->vocab;
+    /* every element count below is at most 16 N max(C, H) + 64 T max(C, V):
+     * refuse shapes where that is near overflow before adding anything */
     size_t widest = C > V ? C : V;
-    widest = widest > H * Tz ? widest : H * Tz;
-    if (!pm_size_mul(N, widest, &big) || !pm_size_mul(big, 64, &big)) return 0;
-    int ok = 1;
-    switch (kind) {
-    case PM_LAYER_EMBED:
-        ok = pm_layout_region(&cur, &lay->dout, N * C, f) && pm_layout_region(&cur, &lay->tok, N, sizeof(int32_t));
-        lay->w_end = cur;
-        break;
-    case PM_LAYER_BLOCK:
-        ok = pm_layout_region(&cur, &lay->ln1o, N * C, f) && pm_layout_region(&cur, &lay->atty, N * C, f) &&
-             pm_layout_region(&cur, &lay->ln2o, N * C, f) && pm_layout_region(&cur, &lay->gelu, N * 4 * C, f) &&
-             pm_layout_region(&cur, &lay->qkv, N * 3 * C, f) && pm_layout_region(&cur, &lay->x1, N * C, f) &&
-             pm_layout_region(&cur, &lay->fc, N * 4 * C, f) && pm_layout_region(&cur, &lay->xin, N * C, f) &&
-             pm_layout_region(&cur, &lay->lnst, 4 * C, f);
-        lay->w_end = cur;
-        ok = ok && pm_layout_region(&cur, &lay->att, (size_t)B * H * Tz * Tz, f) &&
-             pm_layout_region(&cur, &lay->stats, 4 * N, f);
-        /* scratch: (N,C) at 0 reused by each (N,C) gradient, attention work
-         * after it; the (N,4C) MLP gradient overlaps both. */
-        ok = ok && pm_layout_region(&sc, NULL, N * C, f);
-        lay->s_att = sc;
-        ok = ok && pm_layout_region(&lay->att_slot, NULL, 3 * Tz * hs + Tz * Tz, f);
-        for (int slot = 0; ok && slot < PM_MAX_THREADS; slot++)
-            ok = pm_layout_region(&sc, NULL, lay->att_slot, 1);
-        big = 0;
-        ok = ok && pm_layout_region(&big, NULL, N * 4 * C, f);
-        lay->scratch_b = big > sc ? big : sc;
-        break;
-    default: {
-        /* a later part's lno is the start of its (N, C+3) input message */
-        size_t r0, r1;
-        int k = pm_gpt_head_rows(cfg, layer, &r0, &r1), first = k == 0;
-        ok = pm_layout_region(&cur, &lay->lno, N * (first ? C : C + 3), f) &&
-             pm_layout_region(&cur, &lay->probs, N * (r1 - r0), f) &&
-             pm_layout_region(&cur, &lay->lnst, first ? 2 * C : 0, f);
-        lay->w_end = cur;
-        ok = ok && pm_layout_region(&cur, &lay->xin, first ? N * C : 0, f) &&
-             pm_layout_region(&cur, &lay->stats, first ? 2 * N : 0, f) &&
-             pm_layout_region(&cur, &lay->tgt, N, sizeof(int32_t)) &&
-             pm_layout_region(&cur, &lay->lse, N, f) && pm_layout_region(&cur, &lay->run, 3 * N, f) &&
-             pm_layout_region(&cur, &lay->gmax, N * (size_t)pm_head_part_groups(cfg, layer), f);
-        ok = ok && pm_layout_region(&sc, NULL, first ? N * C : 0, f);
-        lay->scratch_b = sc;
-        break;
+    if (!pm_size_mul(N, widest > H ? widest : H, &big) || !pm_size_mul(big, 64, &big)) return 0;
+    switch (pm_gpt_layer_kind(cfg, layer)) {
+    case PM_LAYER_EMBED: {
+        size_t cur = 0;
+        int ok = pm_layout_region(&cur, &lay->dout, N * C, sizeof(float)) &&
+                 pm_layout_region(&cur, &lay->tok, N, sizeof(int32_t));
+        lay->w_end = lay->end = cur;
+        return ok;
     }
+    case PM_LAYER_BLOCK: return block_layout(N, C, H, T, lay);
+    default: return head_layout(cfg, layer, N, lay);
     }
-    lay->end = cur;
-    return ok;
 }
 
 pm_status pm_gpt_layer_sizes(const pm_gpt_config *cfg, int layer, int B, int T, pm_gpt_sizes *out,
@@ -286,21 +313,31 @@ pm_status pm_gpt_layer_sizes(const pm_gpt_config *cfg, int layer, int B, int T, 
     PM_ASSERT(lay.w_end <= lay.end); /* B releases end - w_end >= 0, W the rest */
     out->saved = lay.end;
     out->saved_w = lay.w_end;
+    out->scratch_f = lay.scratch_f;
     out->scratch_b = lay.scratch_b;
+    out->scratch_w = lay.scratch_w;
     out->in = (size_t)(N * (k == PM_LAYER_EMBED ? sizeof(int32_t) : C * f));
     out->out = (size_t)(N * C * f);
     if (k == PM_LAYER_BLOCK) {
-        /* attention: 2 (F) or 4 (B) products of P score entries by C/H
-         * columns per head, over B * H heads */
+        /* attention: products of P score entries by C/H columns per head,
+         * over B * H heads: 2 in F, 5 in B (the scores again, dV, dP, dQ,
+         * dK), of which 1 recomputes */
         out->flops_f = 24 * N * C * C + 4 * B * P * C;
-        out->flops_b = 24 * N * C * C + 8 * B * P * C;
+        out->flops_b = 24 * N * C * C + 10 * B * P * C;
         out->flops_w = 24 * N * C * C;
+        /* the model's: each of the three linear passes once, attention's 6
+         * products over the T (T + 1) / 2 pairs causality needs */
+        out->flops_model = 72 * N * C * C + 12 * B * C * ((double)T * (T + 1) / 2);
     } else if (k == PM_LAYER_HEAD) {
         size_t r0, r1;
         int part = pm_gpt_head_rows(cfg, layer, &r0, &r1);
+        double one = 2 * N * C * (double)(r1 - r0); /* one product by the part's rows */
         if (part) out->in = (size_t)(N * (C + 3) * f);
         out->out = part + 1 < pm_gpt_head_parts(cfg) ? (size_t)(N * (C + 3) * f) : 0;
-        out->flops_f = out->flops_b = out->flops_w = 2 * N * C * (double)(r1 - r0);
+        /* B and W each make the logits again: one product each is recomputation */
+        out->flops_f = one;
+        out->flops_b = out->flops_w = 2 * one;
+        out->flops_model = 3 * one;
     }
     return PM_OK;
 }
@@ -315,37 +352,12 @@ void *pm_gpt_layer_input_slot(const pm_gpt_config *cfg, int layer, int B, int T,
     return (char *)saved + (k == PM_LAYER_EMBED ? lay.tok : lay.xin);
 }
 
-const float *pm_gpt_head_probs(const pm_gpt_config *cfg, int B, int T, const void *saved) {
-    pm_layout lay;
-    PM_ASSERT(pm_gpt_head_parts(cfg) == 1);
-    PM_ASSERT(pm_layout_get(cfg, cfg->layers + 1, B, T, &lay));
-    return (const float *)((const char *)saved + lay.probs);
-}
-
-/* Causality: row t of the scores only needs columns u <= t. Rows are cut
- * into nb blocks; block k covers rows [r0, r1) = [T k / nb, T (k+1) / nb)
- * and every product touches only columns (or rows) below r1, so 1/4 of the
- * T^2 work is skipped at nb = 2, 3/8 at nb = 4. Entries a block does not
- * compute are never read: the softmax kernels read j <= i only and write
- * zeros above. Blocks stay at least 64 rows: thinner sgemms run slower
- * (measured at T = 256, hs = 64: attention forward 18% faster at nb = 4). */
-int pm_att_blocks(int T) { return T >= 256 ? 4 : T >= 128 ? 2 : 1; }
-
-size_t pm_att_pairs(int T) {
-    size_t sum = 0, nb = (size_t)pm_att_blocks(T), Tz = (size_t)T;
-    for (size_t k = 0; k < nb; k++) {
-        size_t r0 = Tz * k / nb, r1 = Tz * (k + 1) / nb;
-        sum += (r1 - r0) * r1;
-    }
-    return sum;
-}
-
 double pm_gpt_flops(const pm_gpt_config *cfg, int B, int T) {
     double sum = 0;
     for (int i = 0; i < pm_gpt_num_layers(cfg); i++) {
         pm_gpt_sizes sz;
         if (pm_gpt_layer_sizes(cfg, i, B, T, &sz, NULL)) return 0;
-        sum += sz.flops_f + sz.flops_b + sz.flops_w;
+        sum += sz.flops_model;
     }
     return sum;
 }

@@ -13,6 +13,7 @@ pm_status pm_gpt_time_layer(const pm_gpt_config *cfg, int layer, int B, int T, d
     if (st) return st;
     size_t np = pm_gpt_layer_params(cfg, layer), N = (size_t)B * (size_t)T;
     size_t sc = z.scratch_b > z.scratch_w ? z.scratch_b : z.scratch_w;
+    sc = sc > z.scratch_f ? sc : z.scratch_f;
     size_t msg = z.in > z.out ? z.in : z.out;
     float *lp = pm_malloc(np * sizeof *lp), *lg = pm_calloc(np, sizeof *lg);
     void *saved = pm_malloc(z.saved ? z.saved : 1), *scratch = pm_malloc(sc ? sc : 1);
@@ -43,7 +44,7 @@ pm_status pm_gpt_time_layer(const pm_gpt_config *cfg, int layer, int B, int T, d
         pm_gpt_layer_b(cfg, layer, B, T, lp, last ? NULL : out, k == PM_LAYER_EMBED ? NULL : in,
                        1.0f, saved, scratch);
         double t2 = pm_now();
-        pm_gpt_layer_w(cfg, layer, B, T, lg, saved, scratch);
+        pm_gpt_layer_w(cfg, layer, B, T, lp, lg, saved, scratch);
         double t3 = pm_now();
         if (t1 - t0 < t[0]) t[0] = t1 - t0;
         if (t2 - t1 < t[1]) t[1] = t2 - t1;

@@ -230,9 +230,9 @@ static pm_status run_f(pass_ctx *x) {
         else loss = NAN;
     }
     if (b - 1 == head && pp->probs && eval) { /* sampling: the last position's row */
-        const float *pr = pm_gpt_head_probs(c, pp->mbsz, pp->T, saved_ptr(dv, head, j));
-        memcpy(pp->probs, pr + (size_t)(pp->T - 1) * (size_t)c->vocab,
-               (size_t)c->vocab * sizeof(float));
+        pm_gpt_head_probs_row(c, pp->mbsz, pp->T,
+                              dv->sp[s] + (pm_gpt_layer_offset(c, head) - pm_gpt_layer_offset(c, a)),
+                              saved_ptr(dv, head, j), (size_t)pp->T - 1, pp->probs);
     }
     if (b - 1 == head) {
         pp->loss_mb[(size_t)dv->rep * pp->m + j] = loss;
@@ -299,8 +299,9 @@ static pm_status run_w(pass_ctx *x) {
     int s = x->ps->stage, j = x->ps->mb, a = pp->first[s], b = pp->first[s + 1];
     if (x->ps->kind == PM_PASS_W) x->t_start = pm_now();
     for (int l = a; l < b; l++) {
-        float *lg = dv->sg[s] + (pm_gpt_layer_offset(c, l) - pm_gpt_layer_offset(c, a));
-        pm_gpt_layer_w(c, l, pp->mbsz, pp->T, lg, saved_ptr(dv, l, j), dv->scratch);
+        size_t o = pm_gpt_layer_offset(c, l) - pm_gpt_layer_offset(c, a);
+        pm_gpt_layer_w(c, l, pp->mbsz, pp->T, dv->sp[s] + o, dv->sg[s] + o, saved_ptr(dv, l, j),
+                       dv->scratch);
     }
     int bad;
     pm_devmem_pass(&dv->mem, x->ps, PM_MEM_WDONE, &bad);

@@ -94,8 +94,8 @@ static float *backward(const pm_train_cfg *c, const pm_shard *sh, const float *P
         dout = din;
     }
     for (int l = sh->first; l < sh->last; l++)
-        pm_gpt_layer_w(m, l, mb, T, G + (pm_gpt_layer_offset(m, l) - base),
-                       saved_of(a, l), a->scratch);
+        pm_gpt_layer_w(m, l, mb, T, P + (pm_gpt_layer_offset(m, l) - base),
+                       G + (pm_gpt_layer_offset(m, l) - base), saved_of(a, l), a->scratch);
     return din;
 }
 

@@ -1,0 +1,158 @@
+/* attention.c: causal multi-head attention over tiles, with an online
+ * softmax (FlashAttention's algorithm on a CPU), so that nothing of size
+ * T x T exists anywhere: F keeps only each row's log-sum-exp beside q, k, v
+ * and the output, and B recomputes each tile's scores from them.
+ *
+ * Tiles: queries in blocks of PM_ATT_BQ rows, keys in blocks of PM_ATT_BK
+ * columns (a multiple of PM_ATT_BQ), fixed sizes chosen for the cache, not
+ * for T. A query block [i0, i1) meets the key blocks that start below i1,
+ * each cut at i1: by causality no later key matters, so about T^2 / 2 + T
+ * BQ / 2 score entries are computed (pm_att_pairs). Since key blocks start
+ * at multiples of BK >= BQ, every row has at least one valid key in every
+ * tile it meets.
+ *
+ * Per (sequence, head), with S = scale Q K^T and P = softmax(S) by rows:
+ *   F  for each query block, over its key blocks in order:
+ *        S_ij = scale Q_i K_j^T;  m' = max(m, rowmax S_ij);
+ *        P~ = exp(S_ij - m');  l = l exp(m - m') + rowsum P~;
+ *        O_i = O_i exp(m - m') + P~ V_j
+ *      then O_i /= l and lse_i = m + log l (kept for B).
+ *   B  D = rowsum(dO * O); for each key block j, over its query blocks:
+ *        P = exp(S_ij - lse_i);  dV_j += P^T dO_i;  dP = dO_i V_j^T;
+ *        dS = P * (dP - D_i);  dQ_i += scale dS K_j;  dK_j += scale dS^T Q_i
+ *      dK_j, dV_j go to k, v's place in qkv once key block j is done (no
+ *      later tile reads K_j or V_j); dQ, accumulated over every key block,
+ *      goes to q's place at the end.
+ * Every product is one single-threaded cblas_sgemm whose shape depends only
+ * on (T, head size); each (sequence, head) is one task with its own outputs,
+ * and the order of every sum is fixed, so the bits do not depend on the
+ * thread count. Scratch is per compute thread (slot): F one score tile and
+ * three row vectors, B two tiles, dK_j and dV_j, dQ (T, hs) and D (T):
+ * linear in T. */
+#include <math.h>
+#include <string.h>
+
+#include "model/internal.h"
+
+typedef struct {
+    size_t T, C, H, hs;  /* sequence length, width, heads, head size */
+    float *qkv;          /* (B,T,3C): q | k | v per row; B writes dq | dk | dv */
+    float *atty;         /* (B,T,C): F writes the output O; B reads it */
+    float *lse;          /* (B,H,T) */
+    const float *datty;  /* (B,T,C): dO (B) */
+    float *work;         /* the slots */
+    size_t slot_floats;  /* floats of one slot */
+} att_job;
+
+size_t pm_att_pairs(int T) {
+    size_t Tz = (size_t)T, sum = 0;
+    for (size_t i0 = 0; i0 < Tz; i0 += PM_ATT_BQ) {
+        size_t i1 = i0 + PM_ATT_BQ < Tz ? i0 + PM_ATT_BQ : Tz;
+        sum += (i1 - i0) * i1; /* keys 0..i1-1, cut at i1 */
+    }
+    return sum;
+}
+
+/* A slot's pieces for length T: tiles of at most min(T, BQ) queries by
+ * min(T, BK) keys, so a short sequence's slots are small. */
+static size_t max_q(size_t T) { return T < PM_ATT_BQ ? T : PM_ATT_BQ; }
+static size_t max_k(size_t T) { return T < PM_ATT_BK ? T : PM_ATT_BK; }
+
+size_t pm_att_slot_floats_f(int T) {
+    size_t Tz = (size_t)T;
+    return max_q(Tz) * max_k(Tz) + 3 * max_q(Tz);
+}
+
+size_t pm_att_slot_floats_b(int T, int hs) {
+    size_t Tz = (size_t)T, h = (size_t)hs;
+    return 2 * max_q(Tz) * max_k(Tz) + 2 * max_k(Tz) * h + Tz * h + Tz;
+}
+
+static void att_f_task(const void *arg, size_t bh, int slot) {
+    const att_job *a = arg;
+    size_t T = a->T, C = a->C, hs = a->hs, b = bh / a->H, h = bh % a->H, ld = 3 * C;
+    float scale = 1.0f / sqrtf((float)hs);
+    const float *q = a->qkv + b * T * ld + h * hs, *k = q + C, *v = q + 2 * C;
+    float *o = a->atty + b * T * C + h * hs, *lse = a->lse + bh * T;
+    float *s = a->work + (size_t)slot * a->slot_floats, *m = s + max_q(T) * max_k(T);
+    float *l = m + max_q(T), *alpha = l + max_q(T);
+    for (size_t i0 = 0; i0 < T; i0 += PM_ATT_BQ) {
+        size_t i1 = i0 + PM_ATT_BQ < T ? i0 + PM_ATT_BQ : T, nq = i1 - i0;
+        for (size_t j0 = 0; j0 < i1; j0 += PM_ATT_BK) {
+            size_t j1 = j0 + PM_ATT_BK < i1 ? j0 + PM_ATT_BK : i1, nk = j1 - j0;
+            pm_k_gemm(0, 1, nq, nk, hs, scale, q + i0 * ld, ld, k + j0 * ld, ld, 0, s, nk);
+            pm_k_att_tile_f(s, nq, nk, i0 - j0, m, l, alpha, j0 == 0);
+            if (j0) /* earlier tiles' sums, rescaled to the new row maxima */
+                for (size_t r = 0; r < nq; r++) pm_k_scale(o + (i0 + r) * C, alpha[r], hs);
+            pm_k_gemm(0, 0, nq, hs, nk, 1, s, nk, v + j0 * ld, ld, j0 ? 1.0f : 0.0f,
+                      o + i0 * C, C);
+        }
+        for (size_t r = 0; r < nq; r++) {
+            pm_k_scale(o + (i0 + r) * C, 1.0f / l[r], hs);
+            lse[i0 + r] = m[r] + logf(l[r]);
+        }
+    }
+}
+
+void pm_att_f(const pm_gpt_config *c, int B, int T, float *qkv, float *atty, float *lse,
+              void *scratch) {
+    att_job a = {.T = (size_t)T, .C = (size_t)c->dim, .H = (size_t)c->heads,
+                 .hs = (size_t)(c->dim / c->heads), .qkv = qkv, .atty = atty, .lse = lse,
+                 .work = scratch, .slot_floats = pm_slot_stride(pm_att_slot_floats_f(T))};
+    pm_par_run((size_t)B * a.H, att_f_task, &a);
+}
+
+/* Writes n rows of a packed (n, hs) block into a column slice of qkv (ld). */
+static void put_rows(float *dst, size_t ld, const float *src, size_t n, size_t hs) {
+    for (size_t r = 0; r < n; r++) memcpy(dst + r * ld, src + r * hs, hs * sizeof(float));
+}
+
+/* Key block [j0, j1) against every query block that sees it. */
+static void att_b_keys(const att_job *a, const float *q, const float *k, const float *v,
+                       const float *dy, const float *lse, float *w, size_t j0, size_t j1) {
+    size_t T = a->T, C = a->C, hs = a->hs, ld = 3 * C;
+    float scale = 1.0f / sqrtf((float)hs);
+    float *p = w, *dp = p + max_q(T) * max_k(T), *dk = dp + max_q(T) * max_k(T);
+    float *dv = dk + max_k(T) * hs, *dq = dv + max_k(T) * hs, *d = dq + T * hs;
+    memset(dk, 0, 2 * max_k(T) * hs * sizeof(float)); /* dk and dv */
+    for (size_t i0 = j0 / PM_ATT_BQ * PM_ATT_BQ; i0 < T; i0 += PM_ATT_BQ) {
+        size_t i1 = i0 + PM_ATT_BQ < T ? i0 + PM_ATT_BQ : T, nq = i1 - i0;
+        size_t nk = (j1 < i1 ? j1 : i1) - j0; /* keys past i1 are masked for every row */
+        pm_k_gemm(0, 1, nq, nk, hs, scale, q + i0 * ld, ld, k + j0 * ld, ld, 0, p, nk);
+        pm_k_gemm(0, 1, nq, nk, hs, 1, dy + i0 * C, C, v + j0 * ld, ld, 0, dp, nk);
+        pm_k_att_tile_b(p, dp, nq, nk, i0 - j0, lse + i0, d + i0);
+        pm_k_gemm(1, 0, nk, hs, nq, 1, p, nk, dy + i0 * C, C, 1, dv, hs);
+        pm_k_gemm(0, 0, nq, hs, nk, scale, dp, nk, k + j0 * ld, ld, j0 ? 1.0f : 0.0f,
+                  dq + i0 * hs, hs);
+        pm_k_gemm(1, 0, nk, hs, nq, scale, dp, nk, q + i0 * ld, ld, 1, dk, hs);
+    }
+}
+
+static void att_b_task(const void *arg, size_t bh, int slot) {
+    const att_job *a = arg;
+    size_t T = a->T, C = a->C, hs = a->hs, b = bh / a->H, h = bh % a->H, ld = 3 * C;
+    float *q = a->qkv + b * T * ld + h * hs, *k = q + C, *v = q + 2 * C;
+    const float *o = a->atty + b * T * C + h * hs, *dy = a->datty + b * T * C + h * hs;
+    const float *lse = a->lse + bh * T;
+    float *w = a->work + (size_t)slot * a->slot_floats;
+    float *dk = w + 2 * max_q(T) * max_k(T), *dv = dk + max_k(T) * hs;
+    float *dq = dv + max_k(T) * hs, *d = dq + T * hs;
+    for (size_t t = 0; t < T; t++) d[t] = pm_k_dot(dy + t * C, o + t * C, hs);
+    for (size_t j0 = 0; j0 < T; j0 += PM_ATT_BK) {
+        size_t j1 = j0 + PM_ATT_BK < T ? j0 + PM_ATT_BK : T;
+        att_b_keys(a, q, k, v, dy, lse, w, j0, j1);
+        /* K_j and V_j are read by no later tile: their gradients take their place */
+        put_rows(k + j0 * ld, ld, dk, j1 - j0, hs);
+        put_rows(v + j0 * ld, ld, dv, j1 - j0, hs);
+    }
+    put_rows(q, ld, dq, T, hs);
+}
+
+void pm_att_b(const pm_gpt_config *c, int B, int T, float *qkv, const float *atty,
+              const float *lse, const float *datty, void *scratch) {
+    att_job a = {.T = (size_t)T, .C = (size_t)c->dim, .H = (size_t)c->heads,
+                 .hs = (size_t)(c->dim / c->heads), .qkv = qkv, .atty = (float *)atty,
+                 .lse = (float *)lse, .datty = datty, .work = scratch,
+                 .slot_floats = pm_slot_stride(pm_att_slot_floats_b(T, c->dim / c->heads))};
+    pm_par_run((size_t)B * a.H, att_b_task, &a);
+}
