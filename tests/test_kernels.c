@@ -26,13 +26,9 @@ static double gelu_d(double x) {
 static void test_gelu(void **s) {
     (void)s;
     enum { n = 4003 }; /* odd: exercises the vector tail */
-    float x[n], y[n], g[n], one[n];
-    for (int i = 0; i < n; i++) {
-        x[i] = -30.0f + 60.0f * (float)i / (n - 1); /* saturates both ways */
-        one[i] = 1.0f;
-    }
-    pm_k_gelu_f(y, x, n);
-    pm_k_gelu_b(g, one, x, n);
+    float x[n], y[n], g[n], y2[n];
+    for (int i = 0; i < n; i++) x[i] = -30.0f + 60.0f * (float)i / (n - 1); /* saturates both ways */
+    pm_k_gelu_fg_range(y, g, x, 0, n);
     for (int i = 0; i < n; i++) {
         double want = gelu_d(x[i]);
         /* absolute 1e-6 plus 1e-6 relative: float rounding of x^3 and tanh */
@@ -42,10 +38,10 @@ static void test_gelu(void **s) {
         if (!(fabs(g[i] - dwant) <= 2e-6 + 1e-6 * fabs(dwant)))
             fail_msg("gelu'(%g) = %.9g, want %.9g", (double)x[i], (double)g[i], dwant);
     }
-    /* in place over x, as the block's backward uses it */
-    memcpy(y, x, sizeof x);
-    pm_k_gelu_b(y, one, y, n);
-    assert_memory_equal(y, g, sizeof g);
+    /* the derivative in place over x, as the block's forward keeps it */
+    pm_k_gelu_fg_range(y2, x, x, 0, n);
+    assert_memory_equal(y2, y, sizeof y);
+    assert_memory_equal(x, g, sizeof g);
 }
 
 static void test_layernorm_offset(void **s) {
@@ -273,12 +269,12 @@ static void test_gelu_ranges_bitwise(void **s) {
     enum { n = 1000 };
     float x[n], d[n], whole[n], part[n], gw[n], gp[n];
     for (int i = 0; i < n; i++) x[i] = (float)(i - 500) / 61.0f, d[i] = 1.0f + (float)i / n;
-    pm_k_gelu_f(whole, x, n);
-    pm_k_gelu_b(gw, d, x, n);
+    pm_k_gelu_fg_range(whole, gw, x, 0, n);
+    pm_k_mul_range(gw, d, gw, 0, n);
     const size_t cuts[] = {0, 3, 4, 17, 33, 64, 65, 500, 999, n};
     for (size_t c = 0; c + 1 < sizeof cuts / sizeof cuts[0]; c++) {
-        pm_k_gelu_f_range(part, x, cuts[c], cuts[c + 1]);
-        pm_k_gelu_b_range(gp, d, x, cuts[c], cuts[c + 1]);
+        pm_k_gelu_fg_range(part, gp, x, cuts[c], cuts[c + 1]);
+        pm_k_mul_range(gp, d, gp, cuts[c], cuts[c + 1]);
     }
     assert_memory_equal(whole, part, sizeof whole);
     assert_memory_equal(gw, gp, sizeof gw);

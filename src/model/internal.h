@@ -30,7 +30,8 @@ _Static_assert(PM_ATT_BK % PM_ATT_BQ == 0, "key blocks start on query block boun
  *   W prefix: ln1o (N,C) | atty (N,C) | ln2o (N,C) | gelu (N,4C)
  *             | qkv (N,3C) F: q,k,v; after B: dqkv
  *             | x1 (N,C)   F: residual after attention; after B: dx1
- *             | fc (N,4C)  F: MLP pre-activation; after B: its gradient
+ *             | fc (N,4C)  F: gelu' at the MLP's pre-activation; after B: the
+ *                          pre-activation's gradient
  *             | xin (N,C)  F: the block's input; after B: dout
  *             | lnst (4C)  B: this microbatch's ln_1 dw, db, ln_2 dw, db
  *   released by B: lse (B,H,T) attention's row log-sum-exp
@@ -116,13 +117,12 @@ void pm_k_layernorm_b(float *dx, const float *res, const float *dout, const floa
 void pm_k_colsum_add(float *g, const float *d, size_t N, int n);
 /* The same for columns [lo, hi) only, on the calling thread. */
 void pm_k_colsum_cols(float *g, const float *d, size_t N, int n, size_t lo, size_t hi);
-/* out = gelu(x), tanh approximation. */
-void pm_k_gelu_f(float *out, const float *x, size_t n);
-/* Elements [lo, hi) only, on the calling thread; lo a multiple of 4. */
-void pm_k_gelu_f_range(float *out, const float *x, size_t lo, size_t hi);
-void pm_k_gelu_b_range(float *out, const float *d, const float *x, size_t lo, size_t hi);
-/* out = d * gelu'(x); out may alias d or x. */
-void pm_k_gelu_b(float *out, const float *d, const float *x, size_t n);
+/* out = gelu(x), tanh approximation, and g = gelu'(x) from the same tanh
+ * (F keeps the derivative for B), elements [lo, hi) on the calling thread;
+ * g may alias x. */
+void pm_k_gelu_fg_range(float *out, float *g, const float *x, size_t lo, size_t hi);
+/* out = a * b elementwise, [lo, hi); out may alias either. */
+void pm_k_mul_range(float *out, const float *a, const float *b, size_t lo, size_t hi);
 /* x *= f; the dot product (8 fixed lanes); p[j] = exp(p[j] - mx), j < n. */
 void pm_k_scale(float *x, float f, size_t n);
 float pm_k_dot(const float *x, const float *y, size_t n);

@@ -41,7 +41,6 @@
  * of the call, so pm_k_matmul always cuts the same row blocks, whatever the
  * thread count. */
 #define ROW_CHUNK 32        /* rows per task of row-wise kernels */
-#define ELEM_CHUNK 16384    /* elements per task (a multiple of the vector width) */
 
 typedef void (*range_fn)(const void *arg, size_t lo, size_t hi);
 
@@ -432,51 +431,20 @@ static void exp_sub(float *p, size_t n, float mx) {
     v4_exp_sub(p, n, mx);
 }
 
-typedef struct {
-    float *out;
-    const float *d, *x;
-} gelu_args;
-
-static void gelu_f_range(const void *arg, size_t lo, size_t hi) {
-    const gelu_args *a = arg;
+void pm_k_gelu_fg_range(float *out, float *g, const float *x, size_t lo, size_t hi) {
 #ifdef PM_HAVE_V16
     if (use_v16()) {
-        v16_gelu_f(a->out, a->x, lo, hi);
+        v16_gelu_fg(out, g, x, lo, hi);
         return;
     }
 #endif
-    v4_gelu_f(a->out, a->x, lo, hi);
+    v4_gelu_fg(out, g, x, lo, hi);
 }
 
-void pm_k_gelu_f_range(float *out, const float *x, size_t lo, size_t hi) {
-    gelu_args a = {out, NULL, x};
-    gelu_f_range(&a, lo, hi);
-}
-
-void pm_k_gelu_f(float *out, const float *x, size_t n) {
-    gelu_args a = {out, NULL, x};
-    pm_gpt_par_for(n, ELEM_CHUNK, gelu_f_range, &a);
-}
-
-static void gelu_b_range(const void *arg, size_t lo, size_t hi) {
-    const gelu_args *a = arg;
-#ifdef PM_HAVE_V16
-    if (use_v16()) {
-        v16_gelu_b(a->out, a->d, a->x, lo, hi);
-        return;
-    }
-#endif
-    v4_gelu_b(a->out, a->d, a->x, lo, hi);
-}
-
-void pm_k_gelu_b_range(float *out, const float *d, const float *x, size_t lo, size_t hi) {
-    gelu_args a = {out, d, x};
-    gelu_b_range(&a, lo, hi);
-}
-
-void pm_k_gelu_b(float *out, const float *d, const float *x, size_t n) {
-    gelu_args a = {out, d, x};
-    pm_gpt_par_for(n, ELEM_CHUNK, gelu_b_range, &a);
+void pm_k_mul_range(float *out, const float *a, const float *b, size_t lo, size_t hi) {
+    size_t i = lo;
+    for (; i + 4 <= hi; i += 4) st4(out + i, ld4(a + i) * ld4(b + i));
+    for (; i < hi; i++) out[i] = a[i] * b[i];
 }
 
 /* ---- attention tiles (attention.c) -------------------------------------------- */

@@ -112,14 +112,16 @@ typedef struct {
     size_t width; /* floats per row */
 } gelu_post;
 
+/* F: gelu and its derivative (over the pre-activation, which B needs only
+ * through it); B: d gelu times that derivative. */
 static void gelu_f_post(const void *ctx, size_t r0, size_t r1) {
     const gelu_post *g = ctx;
-    pm_k_gelu_f_range(g->out, g->x, r0 * g->width, r1 * g->width);
+    pm_k_gelu_fg_range(g->out, (float *)g->x, g->x, r0 * g->width, r1 * g->width);
 }
 
 static void gelu_b_post(const void *ctx, size_t r0, size_t r1) {
     const gelu_post *g = ctx;
-    pm_k_gelu_b_range(g->out, g->d, g->x, r0 * g->width, r1 * g->width);
+    pm_k_mul_range(g->out, g->d, g->x, r0 * g->width, r1 * g->width);
 }
 
 /* W products' rows are output features: their bias gradients are the
@@ -173,8 +175,8 @@ void pm_gpt_block_b(const pm_gpt_config *c, int B, int T, const float *lp, const
     PM_ASSERT((char *)din + N * C * sizeof(float) <= (char *)saved ||
               (char *)saved + L.end <= (char *)din);
     memset(lnst, 0, 4 * C * sizeof(float));
-    /* out = x1 + gelu(fc) W_mp^T + b_mp: d gelu = dout W_mp; dfc = d gelu * gelu'(fc),
-     * fused per row block */
+    /* out = x1 + gelu(fc) W_mp^T + b_mp: d gelu = dout W_mp; dfc = d gelu * gelu'(fc)
+     * (F left gelu'(fc) in fc's place), fused per row block */
     gelu_post gp = {fc, a, fc, 4 * C};
     pm_k_matmul(0, 0, N, 4 * C, C, 1, dout, C, lp + o[MPW], 4 * C, 0, a, 4 * C, NULL, NULL,
                 gelu_b_post, &gp);

@@ -1,8 +1,8 @@
 /* vmath.h: exp, tanh and GELU on float vectors, included by kernels.c once
  * per vector width. Before including, define VM(name) (prefixes the
  * function names), VM_W (floats per vector), VM_ATTR (function attributes,
- * e.g. a target ISA). Defines VM(vf), VM(vi) typedefs, VM(gelu_f) and
- * VM(gelu_b) over element ranges, VM(exp_sub). Every element gets the same
+ * e.g. a target ISA). Defines VM(vf), VM(vi) typedefs, VM(gelu_fg) (the
+ * value and its derivative) over element ranges, VM(exp_sub). Every element gets the same
  * IEEE single operations in the same order at every width, so widths give
  * identical bits. That needs no contraction of a * b + c into FMA, which
  * the Makefile's -std=c11 guarantees with GCC (-ffp-contract=off in ISO
@@ -50,12 +50,13 @@ VM_ATTR static inline VM(vf) VM(vgelu)(VM(vf) v) {
     return 0.5f * v * (1.0f + th);
 }
 
-/* d/dx 0.5 x (1 + tanh u), u = k (x + a x^3):
- *   0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) k (1 + 3 a x^2) */
-VM_ATTR static inline VM(vf) VM(vgelu_grad)(VM(vf) v) {
+/* gelu(v) and, from the same tanh, d/dv 0.5 v (1 + tanh u), u = k (v + a v^3):
+ *   0.5 (1 + tanh u) + 0.5 v (1 - tanh^2 u) k (1 + 3 a v^2) */
+VM_ATTR static inline VM(vf) VM(vgelu_and_grad)(VM(vf) v, VM(vf) *grad) {
     VM(vf) th = VM(vtanh)(GELU_K * (v + GELU_A * v * v * v));
-    return 0.5f * (1.0f + th) +
-           0.5f * v * (1.0f - th * th) * GELU_K * (1.0f + 3.0f * GELU_A * v * v);
+    *grad = 0.5f * (1.0f + th) +
+            0.5f * v * (1.0f - th * th) * GELU_K * (1.0f + 3.0f * GELU_A * v * v);
+    return 0.5f * v * (1.0f + th);
 }
 
 VM_ATTR static inline VM(vf) VM(load)(const float *p) {
@@ -77,22 +78,19 @@ VM_ATTR static inline void VM(store_tail)(float *p, VM(vf) v, size_t n) {
     memcpy(p, t, n * sizeof(float));
 }
 
-/* out[i] = gelu(x[i]) for i in [lo, hi) */
-VM_ATTR static void VM(gelu_f)(float *out, const float *x, size_t lo, size_t hi) {
+/* out[i] = gelu(x[i]) and g[i] = gelu'(x[i]) for i in [lo, hi); g may
+ * alias x (read, then written) */
+VM_ATTR static void VM(gelu_fg)(float *out, float *g, const float *x, size_t lo, size_t hi) {
     size_t i = lo;
-    for (; i + VM_W <= hi; i += VM_W) VM(store)(out + i, VM(vgelu)(VM(load)(x + i)));
-    if (i < hi) VM(store_tail)(out + i, VM(vgelu)(VM(load_tail)(x + i, hi - i)), hi - i);
-}
-
-/* out[i] = d[i] * gelu'(x[i]); out may alias d or x (read, then written) */
-VM_ATTR static void VM(gelu_b)(float *out, const float *d, const float *x, size_t lo, size_t hi) {
-    size_t i = lo;
-    for (; i + VM_W <= hi; i += VM_W)
-        VM(store)(out + i, VM(load)(d + i) * VM(vgelu_grad)(VM(load)(x + i)));
-    if (i < hi)
-        VM(store_tail)(out + i,
-                       VM(load_tail)(d + i, hi - i) * VM(vgelu_grad)(VM(load_tail)(x + i, hi - i)),
-                       hi - i);
+    VM(vf) d;
+    for (; i + VM_W <= hi; i += VM_W) {
+        VM(store)(out + i, VM(vgelu_and_grad)(VM(load)(x + i), &d));
+        VM(store)(g + i, d);
+    }
+    if (i < hi) {
+        VM(store_tail)(out + i, VM(vgelu_and_grad)(VM(load_tail)(x + i, hi - i), &d), hi - i);
+        VM(store_tail)(g + i, d, hi - i);
+    }
 }
 
 /* p[j] = exp(p[j] - mx) for j < n */
