@@ -8,7 +8,7 @@
  * pm_plan_make (this model, then the planner) and pm_plan_copy. */
 #include <string.h>
 
-#include "pipemem/pm_plan.h"
+#include "internal.h"
 
 /* The hooks' state (pm_plan_model.ctx). */
 typedef struct {
@@ -94,16 +94,8 @@ static pm_status gpt_shape(pm_plan_model *m, pm_plan *pl, pm_err *err) {
     c->head_parts = g->parts;
     pm_status st = pm_gpt_config_check(c, err);
     if (!st && !g->parts) st = head_parts(pl, err);
-    if (st) return st;
-    int n = pm_gpt_num_layers(c), S = pl->sched.S;
-    if (n < S)
-        return pm_errf(err, PM_ERR_ARG,
-                       "placement: the model has %d layers (embedding, %d blocks, head in %d "
-                       "part%s) but the schedule has %d stages, each needing at least one layer; "
-                       "use model.layers >= %d, fewer devices or fewer chunks", n, c->layers,
-                       pm_gpt_head_parts(c), pm_gpt_head_parts(c) > 1 ? "s" : "", S,
-                       S - 1 - pm_gpt_head_parts(c));
-    return gpt_table(m, g, c, pl, err);
+    if (!st) st = pm_place_room(c, pl->sched.S, err);
+    return st ? st : gpt_table(m, g, c, pl, err);
 }
 
 /* ---- what the runtime allocates -------------------------------------------------- */
