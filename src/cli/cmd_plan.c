@@ -163,27 +163,33 @@ static int write_report(const plan_opts *o, const plan_report *r) {
     return pm_cli_out_close(&w, bad, o->out);
 }
 
-/* pipemem's own GPT: one plan, pass times measured on this machine by P
- * threads at once, as the run's P device threads will compute. */
+/* pipemem's own GPT: the plan `train --pp` makes (the same cost model and
+ * request: its exact bytes, the cut and the schedule by FLOPs, a device
+ * over --device-mem placed again or refused), its step simulated with pass
+ * times measured on this machine by P threads at once, as the run's P
+ * device threads will compute. */
 static int run_pipemem(const plan_opts *o, plan_report *r) {
-    pm_gpt_config cfg = {.vocab = o->g.vocab, .ctx = o->g.seq, .dim = o->g.hidden,
-                         .heads = o->g.heads, .layers = o->g.layers, .head_parts = 1};
+    if ((int64_t)o->mbs * o->m > 1 << 30)
+        return pm_cli_fail("plan: --pipemem-gpt: --mbs %d x --microbatches %d sequences a step "
+                           "is over 2^30", o->mbs, o->m);
+    pm_train_cfg cfg = {.model = {.vocab = o->g.vocab, .ctx = o->g.seq, .dim = o->g.hidden,
+                                  .heads = o->g.heads, .layers = o->g.layers, .head_parts = 1},
+                        .batch = o->mbs * o->m, .micro = o->m};
+    pm_optim_defaults(&cfg.opt, 1);
+    pm_plan_req rq = {.p = o->pp, .m = o->m, .kind = o->kind, .device_mem = o->device_mem};
     pm_layer_costs lc;
-    pm_cluster_model m;
-    pm_cluster hw = {.devices = o->pp, .mem = (double)o->device_mem};
-    pm_cluster_req rq = {.pp = o->pp, .dp = 1, .m = o->m};
-    snprintf(rq.kind, sizeof rq.kind, "%s", o->kind);
+    pm_plan_model m;
     pm_cluster_plan pl;
     pm_err err;
     /* as many measuring threads as the run has device threads */
-    pm_status st = pm_place_measure_threads(&cfg, o->mbs, cfg.ctx, o->pp, &lc, &err);
+    pm_status st = pm_place_measure_threads(&cfg.model, o->mbs, cfg.model.ctx, o->pp, &lc, &err);
     if (st) return pm_cli_fail("plan: %s", err.msg);
-    if ((st = pm_cluster_model_pipemem(&m, &cfg, o->mbs, &lc, &err)))
+    if ((st = pm_plan_model_pipemem(&m, &cfg, &rq, &lc, &err)))
         return pm_cli_fail("plan: %s", err.msg);
-    st = pm_cluster_plan_make(&pl, &m, &hw, &rq, &err);
-    pm_cluster_model_free(&m);
+    st = pm_cluster_plan_make(&pl, &m, &rq, &err);
+    pm_plan_model_free(&m);
     if (st) return pm_cli_fail("plan: %s", err.msg);
-    r->plan = &pl, r->n = 1, r->devices = o->pp, r->time_unit = "s";
+    r->plan = &pl, r->n = 1, r->devices = o->pp, r->time_unit = "s", r->kinds = PM_BYTES_COUNT;
     int rc = write_report(o, r);
     pm_cluster_plan_free(&pl);
     return rc;
@@ -201,6 +207,7 @@ static int run_gpu(const plan_opts *o, plan_report *r) {
     if (pm_cluster_search(&o->g, &hw, &rq, &plans, &n, &skipped, &err))
         return pm_cli_fail("plan: %s", err.msg);
     r->plan = plans, r->n = n, r->devices = o->devices, r->time_unit = "s", r->mfu = 1;
+    r->kinds = PM_BYTES_TRANSPORT; /* a GPU's transport buffers are not modelled */
     int rc = write_report(o, r);
     if (!rc && skipped)
         fprintf(stderr, "pipemem: plan: %d kind%s or shape%s could not be planned (the "

@@ -8,44 +8,58 @@
 
 static double gb(double bytes) { return bytes / 1e9; }
 
-static const double *dev_bytes(const pm_cluster_plan *p, int d) {
-    return p->bytes + (size_t)d * PM_CL_COUNT;
+/* Device d's bytes of kind k (k < 0: its total). */
+static double dev_bytes(const pm_cluster_plan *p, int d, int k) {
+    return (double)(k < 0 ? p->dev[d].total : p->dev[d].bytes[k]);
+}
+
+/* The kinds' names in this report's JSON and CSV, and their columns. */
+static const char *const kind_key[PM_BYTES_COUNT] = {"parameters",  "gradients", "optimizer",
+                                                     "activations", "workspace", "transport"};
+static const char *const column[PM_BYTES_COUNT] = {"params", "grads", "optim",
+                                                   "act",    "work",  "trans"};
+
+/* The bytes of every kind a report shows, " %7.3g" GB each. */
+static void kind_cells(FILE *f, const plan_report *r, const pm_cluster_plan *p, int d) {
+    for (int k = 0; k < r->kinds; k++) fprintf(f, " %7.3g", gb(dev_bytes(p, d, k)));
+}
+
+static void kind_heads(FILE *f, const plan_report *r) {
+    for (int k = 0; k < r->kinds; k++) fprintf(f, " %7s", column[k]);
 }
 
 /* ---- table ------------------------------------------------------------------- */
 
 static void table_row(FILE *f, const plan_report *r, const pm_cluster_plan *p) {
-    const double *b = dev_bytes(p, p->busiest);
-    fprintf(f, "%-14s %3d %3d %4d %5d  %-4s %7.3g %7.3g %7.3g %7.3g %7.3g %8.4g %6.1f%% ",
-            p->req.kind, p->req.pp, p->req.dp, p->mbs, p->req.m, p->fits ? "yes" : "NO",
-            gb(b[PM_CL_PARAMS]), gb(b[PM_CL_GRADS]), gb(b[PM_CL_OPT]), gb(b[PM_CL_ACT]),
-            gb(b[PM_CL_WORK]), gb(p->total_max), 100 * p->bubble);
+    fprintf(f, "%-14s %3d %3d %4d %5d  %-4s", p->kind, p->pp, p->dp, p->mbs, p->m,
+            p->fits ? "yes" : "NO");
+    kind_cells(f, r, p, p->busiest);
+    fprintf(f, " %8.4g %6.1f%% ", gb(p->total_max), 100 * p->bubble);
     fprintf(f, "%9.4g %10.4g ", p->step, p->samples);
     if (r->mfu) fprintf(f, "%5.1f%%\n", 100 * p->mfu);
     else fprintf(f, "%6s\n", "-");
 }
 
 /* The best plan's devices one by one. */
-static void table_devices(FILE *f, const pm_cluster_plan *p) {
+static void table_devices(FILE *f, const plan_report *r, const pm_cluster_plan *p) {
     fprintf(f, "\n%s, pp=%d dp=%d mbs=%d m=%d: each device (GB; layers: embedding 0, blocks, "
-            "head last)\n%6s %-14s %7s %7s %7s %7s %7s %8s\n", p->req.kind, p->req.pp,
-            p->req.dp, p->mbs, p->req.m, "device", "layers", "params", "grads", "optim", "act",
-            "work", "total");
-    for (int d = 0; d < p->req.pp; d++) {
+            "head last)\n%6s %-14s", p->kind, p->pp, p->dp, p->mbs, p->m, "device", "layers");
+    kind_heads(f, r);
+    fprintf(f, " %8s\n", "total");
+    for (int d = 0; d < p->pp; d++) {
         char layers[64] = "";
         size_t at = 0;
         for (int k = 0; k < p->S && at < sizeof layers; k++) {
-            if (p->dev[k] != d) continue;
+            if (p->stage_device[k] != d) continue;
             int a = p->first[k], b = p->first[k + 1] - 1;
             at += (size_t)(a == b ? snprintf(layers + at, sizeof layers - at, "%s%d",
                                              at ? "," : "", a)
                                   : snprintf(layers + at, sizeof layers - at, "%s%d-%d",
                                              at ? "," : "", a, b));
         }
-        const double *b = dev_bytes(p, d);
-        fprintf(f, "%6d %-14s %7.3g %7.3g %7.3g %7.3g %7.3g %8.4g\n", d, layers,
-                gb(b[PM_CL_PARAMS]), gb(b[PM_CL_GRADS]), gb(b[PM_CL_OPT]), gb(b[PM_CL_ACT]),
-                gb(b[PM_CL_WORK]), gb(p->total[d]));
+        fprintf(f, "%6d %-14s", d, layers);
+        kind_cells(f, r, p, d);
+        fprintf(f, " %8.4g\n", gb(dev_bytes(p, d, -1)));
     }
 }
 
@@ -54,14 +68,15 @@ int plan_write_table(FILE *f, const plan_report *r) {
     if (r->device_mem > 0) fprintf(f, " of %.2f GB", gb(r->device_mem));
     fprintf(f, ": %d plan%s, those that fit first, fastest first; the busiest device's GB\n",
             r->n, r->n == 1 ? "" : "s");
-    fprintf(f, "%-14s %3s %3s %4s %5s  %-4s %7s %7s %7s %7s %7s %8s %7s %9s %10s %6s\n", "kind",
-            "pp", "dp", "mbs", "m", "fits", "params", "grads", "optim", "act", "work", "total",
-            "bubble", strcmp(r->time_unit, "s") ? "step(flop)" : "step(s)",
+    fprintf(f, "%-14s %3s %3s %4s %5s  %-4s", "kind", "pp", "dp", "mbs", "m", "fits");
+    kind_heads(f, r);
+    fprintf(f, " %8s %7s %9s %10s %6s\n", "total", "bubble",
+            strcmp(r->time_unit, "s") ? "step(flop)" : "step(s)",
             strcmp(r->time_unit, "s") ? "samples/fl" : "samples/s", "MFU");
     int rows = r->top > 0 && r->top < r->n ? r->top : r->n;
     for (int i = 0; i < rows; i++) table_row(f, r, &r->plan[i]);
     if (rows < r->n) fprintf(f, "... %d more (--top 0, or --format csv, lists all)\n", r->n - rows);
-    if (r->n) table_devices(f, &r->plan[0]);
+    if (r->n) table_devices(f, r, &r->plan[0]);
     return ferror(f) != 0;
 }
 
@@ -69,16 +84,15 @@ int plan_write_table(FILE *f, const plan_report *r) {
 
 int plan_write_csv(FILE *f, const plan_report *r) {
     fprintf(f, "plan,kind,pp,dp,mbs,microbatches,device");
-    for (int k = 0; k < PM_CL_COUNT; k++) fprintf(f, ",%s_gb", pm_cl_names[k]);
+    for (int k = 0; k < r->kinds; k++) fprintf(f, ",%s_gb", kind_key[k]);
     fprintf(f, ",total_gb,fits,bubble,step_s,samples_per_s,mfu\n");
     for (int i = 0; i < r->n; i++) {
         const pm_cluster_plan *p = &r->plan[i];
-        for (int d = 0; d < p->req.pp; d++) {
-            fprintf(f, "%d,%s,%d,%d,%d,%d,%d", i, p->req.kind, p->req.pp, p->req.dp, p->mbs,
-                    p->req.m, d);
-            for (int k = 0; k < PM_CL_COUNT; k++) fprintf(f, ",%.6f", gb(dev_bytes(p, d)[k]));
-            fprintf(f, ",%.6f,%d,%.6f,%.9g,%.9g,", gb(p->total[d]), p->fits, p->bubble, p->step,
-                    p->samples);
+        for (int d = 0; d < p->pp; d++) {
+            fprintf(f, "%d,%s,%d,%d,%d,%d,%d", i, p->kind, p->pp, p->dp, p->mbs, p->m, d);
+            for (int k = 0; k < r->kinds; k++) fprintf(f, ",%.6f", gb(dev_bytes(p, d, k)));
+            fprintf(f, ",%.6f,%d,%.6f,%.9g,%.9g,", gb(dev_bytes(p, d, -1)), p->fits, p->bubble,
+                    p->step, p->samples);
             if (r->mfu) fprintf(f, "%.6f", p->mfu);
             fputc('\n', f);
         }
@@ -88,20 +102,19 @@ int plan_write_csv(FILE *f, const plan_report *r) {
 
 /* ---- JSON ------------------------------------------------------------------------ */
 
-static void json_list(FILE *f, const char *key, const pm_cluster_plan *p, int k) {
-    fprintf(f, "\"%s\": [", key);
-    for (int d = 0; d < p->req.pp; d++)
-        fprintf(f, "%s%.12g", d ? ", " : "", gb(k < 0 ? p->total[d] : dev_bytes(p, d)[k]));
+static void json_list(FILE *f, const char *name, const pm_cluster_plan *p, int k) {
+    fprintf(f, "\"%s\": [", name);
+    for (int d = 0; d < p->pp; d++) fprintf(f, "%s%.12g", d ? ", " : "", gb(dev_bytes(p, d, k)));
     fputc(']', f);
 }
 
 static void json_plan(FILE *f, const plan_report *r, const pm_cluster_plan *p) {
     fprintf(f, "{\"kind\": ");
-    pm_json_str(f, p->req.kind);
+    pm_json_str(f, p->kind);
     fprintf(f, ", \"pp\": %d, \"dp\": %d, \"mbs\": %d, \"microbatches\": %d, \"zero\": %d, "
             "\"activation_gb\": %.9g, \"state_gb\": %.9g, \"total_gb\": %.9g, \"fits\": %s, "
             "\"bubble\": %.6f, \"step_s\": %.9g, \"samples_per_s\": %.9g, \"mfu\": ",
-            p->req.pp, p->req.dp, p->mbs, p->req.m, p->req.zero, gb(p->act_peak), gb(p->state),
+            p->pp, p->dp, p->mbs, p->m, p->zero, gb(p->act_peak), gb(p->state),
             gb(p->total_max), p->fits ? "true" : "false", p->bubble, p->step, p->samples);
     if (r->mfu) fprintf(f, "%.6f", p->mfu);
     else fputs("null", f);
@@ -109,10 +122,10 @@ static void json_plan(FILE *f, const plan_report *r, const pm_cluster_plan *p) {
             p->busiest, p->M, p->limit);
     for (int s = 0; s < p->S; s++) fprintf(f, "%s%d", s ? ", " : "", p->first[s + 1] - p->first[s]);
     fprintf(f, "], \"stage_device\": [");
-    for (int s = 0; s < p->S; s++) fprintf(f, "%s%d", s ? ", " : "", p->dev[s]);
+    for (int s = 0; s < p->S; s++) fprintf(f, "%s%d", s ? ", " : "", p->stage_device[s]);
     fprintf(f, "],\n   \"per_device_gb\": {");
-    for (int k = 0; k < PM_CL_COUNT; k++) {
-        json_list(f, pm_cl_names[k], p, k);
+    for (int k = 0; k < r->kinds; k++) {
+        json_list(f, kind_key[k], p, k);
         fputs(", ", f);
     }
     json_list(f, "total", p, -1);
@@ -264,19 +277,19 @@ static void svg_point(FILE *f, const plan_report *r, const svg_axes *a, int i, i
                       int must, label_box *boxes, int *nb) {
     const pm_cluster_plan *p = &r->plan[i];
     double x = px(a, gb(p->act_peak)), y = py(a, plan_y(r, p));
-    const char *c = kind_colour(p->req.kind);
-    if (recomputed(p->req.kind))
+    const char *c = kind_colour(p->kind);
+    if (recomputed(p->kind))
         fprintf(f, "<rect class=\"plan\" x=\"%.1f\" y=\"%.1f\" width=\"9\" height=\"9\"", x - 4.5,
                 y - 4.5);
     else fprintf(f, "<circle class=\"plan\" cx=\"%.1f\" cy=\"%.1f\" r=\"5\"", x, y);
     fprintf(f, " fill=\"%s\" stroke=\"%s\" stroke-width=\"1.5\"><title>%s pp=%d dp=%d mbs=%d "
             "m=%d: activations %.2f GB, total %.2f GB (%s), %.4g samples/%s", p->fits ? c : "white",
-            c, p->req.kind, p->req.pp, p->req.dp, p->mbs, p->req.m, gb(p->act_peak),
+            c, p->kind, p->pp, p->dp, p->mbs, p->m, gb(p->act_peak),
             gb(p->total_max), p->fits ? "fits" : "does not fit", p->samples, r->time_unit);
     if (r->mfu) fprintf(f, ", MFU %.1f%%", 100 * p->mfu);
-    fprintf(f, "</title></%s>\n", recomputed(p->req.kind) ? "rect" : "circle");
+    fprintf(f, "</title></%s>\n", recomputed(p->kind) ? "rect" : "circle");
     if (!label) return;
-    double w = 6.2 * (double)strlen(p->req.kind);
+    double w = 6.2 * (double)strlen(p->kind);
     const double dx[] = {8, -w / 2, -w / 2, -8 - w}, dy[] = {4, -9, 17, 4};
     int k = 0;
     while (k < 4 && overlaps(boxes, *nb, x + dx[k], y + dy[k], w)) k++;
@@ -284,7 +297,7 @@ static void svg_point(FILE *f, const plan_report *r, const svg_axes *a, int i, i
     k %= 4;
     boxes[(*nb)++] = (label_box){x + dx[k], y + dy[k], w};
     fprintf(f, "<text class=\"label\" x=\"%.1f\" y=\"%.1f\" font-size=\"11\" fill=\"%s\">%s"
-            "</text>\n", x + dx[k], y + dy[k], c, p->req.kind);
+            "</text>\n", x + dx[k], y + dy[k], c, p->kind);
 }
 
 int plan_write_svg(FILE *f, const plan_report *r) {

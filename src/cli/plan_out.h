@@ -15,6 +15,8 @@ typedef struct {
     double device_mem;           /* bytes, 0: no limit */
     const char *time_unit;       /* "s", or "flop" without a rate */
     int mfu;                     /* 1: MFU is known (a device rate was given) */
+    int kinds;                   /* the kinds of bytes shown (pm_bytes_kind): 5, or 6 with
+                                  * the transport's (pipemem's GPT counts them) */
     int top;                     /* table: at most this many rows (0: all) */
 } plan_report;
 

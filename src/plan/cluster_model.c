@@ -1,13 +1,12 @@
-/* cluster_model.c: a model as the planner's table of layers (pm_cluster.h):
- * a GPT-shaped model sized by formulas for GPUs, or pipemem's own GPT by
- * its exact bytes. docs/plan.md derives every formula here and gives its
- * source; the comments say where each term comes from.
+/* cluster_model.c: a GPT-shaped model sized by formulas for GPUs as the
+ * planner's cost model (pm_cluster.h): a table of layers, one function a
+ * layer kind (embedding, block, head) for its activation bytes, what W
+ * keeps of them, its input, parameters and FLOPs. docs/plan.md derives
+ * every formula here and gives its source; the comments say where each
+ * term comes from.
  *
  * Units: bytes, FLOPs and (with a rate) seconds, all in double: a 100B
  * model's numbers stay far inside a double's exact integers (2^53). */
-#include <math.h>
-#include <string.h>
-
 #include "pipemem/pm_cluster.h"
 
 const char *const pm_precision_names[PM_PREC_COUNT] = {"bf16", "fp32"};
@@ -35,12 +34,12 @@ static pm_status shape_check(const pm_gpt_shape *g, int mbs, pm_err *err) {
     return PM_OK;
 }
 
-static pm_status alloc_layers(pm_cluster_model *m, int n, pm_err *err) {
-    m->layer = pm_calloc((size_t)n, sizeof *m->layer);
-    if (!m->layer) return pm_errf(err, PM_ERR_NOMEM, "plan: out of memory for %d layers", n);
-    m->n = n;
-    return PM_OK;
-}
+/* A microbatch of the shape: b sequences of s tokens (T = b s), width h,
+ * a heads, MLP width F, vocabulary V, e bytes a value. */
+typedef struct {
+    double b, s, T, h, a, F, V, e;
+    int flash;
+} dims;
 
 /* Pass times from FLOPs at the devices' rate (or the FLOPs themselves). */
 static void set_times(pm_place_layer *l, double ff, double fb, double fw, double rate) {
@@ -48,91 +47,71 @@ static void set_times(pm_place_layer *l, double ff, double fb, double fw, double
     l->weight = l->tf + l->tb + l->tw;
 }
 
-pm_status pm_cluster_model_gpt(pm_cluster_model *m, const pm_gpt_shape *g, int mbs,
-                               const pm_cluster *hw, pm_err *err) {
-    *m = (pm_cluster_model){0};
+/* The embedding: token and position tables; keeps its dropout mask (1
+ * byte an element); a lookup, no matrix FLOPs. */
+static pm_place_layer embedding(const dims *x) {
+    return (pm_place_layer){.act = x->T * x->h, .act_w = 0, .in = 0,
+                            .params = x->V * x->h + x->s * x->h};
+}
+
+/* A block: Korthikanti et al.'s breakdown, with the MLP F wide: 16-bit
+ * values LN 2h, QKV in h, Q and K 2h, V h, proj in h, MLP in h, GELU in
+ * and out 2F, plus softmax and its dropout 2as; 1-byte masks after
+ * attention and MLP 2h, attention dropout as. W keeps the four matrices'
+ * inputs (3h + F) and their outputs' gradients (5h + F). */
+static pm_place_layer block(const dims *x, double rate) {
+    double P = 4 * x->h * x->h + 2 * x->h * x->F; /* parameters of the matrices */
+    double attn = x->flash ? 0 : x->b * x->a * x->s * x->s * (2 * x->e + 1);
+    pm_place_layer l = {.act = x->T * (x->e * (8 * x->h + 2 * x->F) + 2 * x->h) + attn,
+                        .act_w = x->T * x->e * (8 * x->h + 2 * x->F), .in = x->T * x->h * x->e,
+                        .params = P + 9 * x->h + x->F};
+    double T = x->T, s = x->s, h = x->h;
+    set_times(&l, 2 * T * P + 4 * T * s * h, 2 * T * P + 8 * T * s * h, 2 * T * P, rate);
+    return l;
+}
+
+/* The head: final LN and the vocabulary projection; keeps LN's and the
+ * projection's inputs and fp32 logits for the cross-entropy; W the
+ * projection's input and the logits' gradient. */
+static pm_place_layer head(const dims *x, double rate) {
+    pm_place_layer l = {.act = x->T * (2 * x->e * x->h + 4 * x->V),
+                        .act_w = x->T * x->e * (x->h + x->V), .in = x->T * x->h * x->e,
+                        .params = x->V * x->h + 2 * x->h};
+    double f = 2 * x->T * x->h * x->V;
+    set_times(&l, f, f, f, rate);
+    return l;
+}
+
+pm_status pm_plan_model_gpu(pm_plan_model *m, const pm_gpt_shape *g, int mbs,
+                            const pm_cluster *hw, pm_err *err) {
+    *m = (pm_plan_model){0};
     pm_status st = shape_check(g, mbs, err);
-    if (st || (st = alloc_layers(m, g->layers + 2, err))) return st;
-    double h = g->hidden, a = g->heads, s = g->seq, V = g->vocab, b = mbs;
-    double F = g->ffn ? g->ffn : 4 * h, T = b * s; /* tokens of a microbatch */
-    double e = g->precision == PM_PREC_FP32 ? 4 : 2;
+    if (st) return st;
+    int n = g->layers + 2;
+    if (!(m->layer = pm_calloc((size_t)n, sizeof *m->layer)))
+        return pm_errf(err, PM_ERR_NOMEM, "plan: out of memory for %d layers", n);
+    m->n = n;
+    double h = g->hidden, s = g->seq, b = mbs, e = g->precision == PM_PREC_FP32 ? 4 : 2;
+    dims x = {.b = b, .s = s, .T = b * s, .h = h, .a = g->heads, .F = g->ffn ? g->ffn : 4 * h,
+              .V = g->vocab, .e = e, .flash = g->flash};
+    int timed = hw && hw->tflops > 0;
     double eff = hw && hw->efficiency > 0 ? hw->efficiency : PM_CLUSTER_EFFICIENCY;
-    double rate = hw && hw->tflops > 0 ? hw->tflops * 1e12 * eff : 1;
-    m->time_unit = hw && hw->tflops > 0 ? "s" : "flop";
-    m->mbs = mbs, m->msg = T * h * e;
+    double rate = timed ? hw->tflops * 1e12 * eff : 1;
+    double bw = hw && hw->link_gbps > 0 ? hw->link_gbps * 1e9 / 8 : 0;
+    m->time_unit = timed ? "s" : "flop";
+    m->mbs = mbs, m->msg = x.T * h * e;
+    /* seconds cannot be added to FLOPs: without a rate, messages are free */
+    m->link = timed ? bw : 0, m->msg_time = m->link > 0 ? m->msg / m->link : 0;
+    m->peak_flops = timed ? hw->tflops * 1e12 : 0;
     /* mixed precision (16-bit weights and gradients, fp32 master, m and v),
      * or fp32 throughout (weights, gradients, m and v) */
     m->bytes_param = e, m->bytes_grad = e, m->bytes_opt = e == 2 ? 12 : 8;
-
-    /* embedding: token and position tables; keeps its dropout mask (1 byte
-     * an element); a lookup, no matrix FLOPs */
-    pm_place_layer *l = m->layer;
-    l[0] = (pm_place_layer){.act = T * h, .act_w = 0, .in = 0, .params = V * h + s * h};
-
-    /* blocks: Korthikanti et al.'s breakdown, with the MLP F wide:
-     * 16-bit values LN 2h, QKV in h, Q and K 2h, V h, proj in h, MLP in
-     * h, GELU in and out 2F, plus softmax and its dropout 2as; 1-byte masks
-     * after attention and MLP 2h, attention dropout as */
-    double P = 4 * h * h + 2 * h * F; /* parameters of the matrices */
-    double attn = g->flash ? 0 : b * a * s * s * (2 * e + 1);
-    pm_place_layer blk = {.act = T * (e * (8 * h + 2 * F) + 2 * h) + attn,
-                          /* W: the four matrices' inputs (3h + F) and their outputs'
-                           * gradients (5h + F) */
-                          .act_w = T * e * (8 * h + 2 * F), .in = T * h * e,
-                          .params = P + 9 * h + F};
-    set_times(&blk, 2 * T * P + 4 * T * s * h, 2 * T * P + 8 * T * s * h, 2 * T * P, rate);
-    for (int i = 1; i <= g->layers; i++) l[i] = blk;
-
-    /* head: final LN and the vocabulary projection; keeps LN's and the
-     * projection's inputs and fp32 logits for the cross-entropy; W the
-     * projection's input and the logits' gradient */
-    pm_place_layer *hd = &l[g->layers + 1];
-    *hd = (pm_place_layer){.act = T * (2 * e * h + 4 * V), .act_w = T * e * (h + V),
-                           .in = T * h * e, .params = V * h + 2 * h};
-    set_times(hd, 2 * T * h * V, 2 * T * h * V, 2 * T * h * V, rate);
-
-    for (int i = 0; i < m->n; i++)
-        l[i].state = l[i].params * (m->bytes_param + m->bytes_grad + m->bytes_opt);
-    m->flops = g->layers * (6 * T * P + 12 * T * s * h) + 6 * T * h * V;
+    m->layer[0] = embedding(&x);
+    for (int i = 1; i <= g->layers; i++) m->layer[i] = block(&x, rate);
+    m->layer[n - 1] = head(&x, rate);
+    for (int i = 0; i < n; i++)
+        m->layer[i].state = m->layer[i].params * (m->bytes_param + m->bytes_grad + m->bytes_opt);
+    double P = 4 * h * h + 2 * h * x.F;
+    m->flops = g->layers * (6 * x.T * P + 12 * x.T * s * h) + 6 * x.T * h * x.V;
     return PM_OK;
-}
-
-pm_status pm_cluster_model_pipemem(pm_cluster_model *m, const pm_gpt_config *cfg, int mbs,
-                                   const pm_layer_costs *lc, pm_err *err) {
-    *m = (pm_cluster_model){0};
-    pm_status st = pm_gpt_config_check(cfg, err);
-    if (st) return st;
-    if (mbs < 1) return pm_errf(err, PM_ERR_ARG, "mbs=%d: must be >= 1", mbs);
-    int n = pm_gpt_num_layers(cfg);
-    pm_place_layer *timed = NULL;
-    if ((st = alloc_layers(m, n, err))) return st;
-    /* bytes and the cut's weights by FLOPs; times from lc when given */
-    st = pm_place_table(cfg, mbs, cfg->ctx, NULL, m->layer, err);
-    for (int i = 0; !st && i < n; i++) {
-        const pm_place_layer *l = &m->layer[i];
-        m->flops += l->weight, m->gen[0] += l->tf, m->gen[1] += l->tb, m->gen[2] += l->tw;
-    }
-    if (!st && lc) {
-        if (!(timed = pm_malloc((size_t)n * sizeof *timed)))
-            st = pm_errf(err, PM_ERR_NOMEM, "plan: out of memory for %d layers", n);
-        else st = pm_place_table(cfg, mbs, cfg->ctx, lc, timed, err);
-        for (int i = 0; !st && i < n; i++)
-            m->layer[i].tf = timed[i].tf, m->layer[i].tb = timed[i].tb,
-            m->layer[i].tw = timed[i].tw;
-    }
-    pm_free(timed);
-    if (st) {
-        pm_cluster_model_free(m);
-        return st;
-    }
-    m->mbs = mbs, m->time_unit = lc ? lc->unit : "flop";
-    m->msg = (double)mbs * cfg->ctx * cfg->dim * sizeof(float);
-    m->bytes_param = m->bytes_grad = sizeof(float), m->bytes_opt = 2 * sizeof(float);
-    return PM_OK;
-}
-
-void pm_cluster_model_free(pm_cluster_model *m) {
-    if (!m) return;
-    pm_free(m->layer);
-    *m = (pm_cluster_model){0};
 }

@@ -29,7 +29,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "pipemem/pm_plan.h"
+#include "internal.h"
 
 enum { PLACE_NODES = 4000000 };
 
@@ -428,22 +428,25 @@ static pm_status gpt_table(const pm_gpt_config *cfg, int B, int T, const pm_laye
     return st;
 }
 
+pm_status pm_place_room(const pm_gpt_config *cfg, int S, pm_err *err) {
+    int n = pm_gpt_num_layers(cfg);
+    if (n >= S) return PM_OK;
+    return pm_errf(err, PM_ERR_ARG,
+                   "placement: the model has %d layers (embedding, %d blocks, head in %d "
+                   "part%s) but the schedule has %d stages, each needing at least one layer; "
+                   "use model.layers >= %d, fewer devices or fewer chunks", n, cfg->layers,
+                   pm_gpt_head_parts(cfg), pm_gpt_head_parts(cfg) > 1 ? "s" : "", S,
+                   S - 1 - pm_gpt_head_parts(cfg));
+}
+
 pm_status pm_place_layers(const pm_gpt_config *cfg, int B, int T, const pm_sched *s,
                           const pm_layer_costs *lc, const pm_place_opts *o, int *first,
                           pm_err *err) {
     pm_status st = pm_gpt_config_check(cfg, err);
-    if (st) return st;
-    int n = pm_gpt_num_layers(cfg), S = s->S;
-    if (n < S)
-        return pm_errf(err, PM_ERR_ARG,
-                       "placement: the model has %d layers (embedding, %d blocks, head in %d "
-                       "part%s) but the schedule has %d stages, each needing at least one layer; "
-                       "use model.layers >= %d, fewer devices or fewer chunks", n, cfg->layers,
-                       pm_gpt_head_parts(cfg), pm_gpt_head_parts(cfg) > 1 ? "s" : "", S,
-                       S - 1 - pm_gpt_head_parts(cfg));
+    if (st || (st = pm_place_room(cfg, s->S, err))) return st;
     pm_place_layer *l;
     if ((st = gpt_table(cfg, B, T, lc, &l, err))) return st;
-    st = pm_place_cut(l, n, s, o, first, NULL, err);
+    st = pm_place_cut(l, pm_gpt_num_layers(cfg), s, o, first, NULL, err);
     pm_free(l);
     return st;
 }
