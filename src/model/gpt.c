@@ -141,9 +141,17 @@ void pm_gpt_layer_w(const pm_gpt_config *cfg, int layer, int B, int T, const flo
 }
 
 /* BW is B then W: the same kernels in the same order, hence bitwise equal;
+ * the head fuses them (each tile of logits made once, not twice), elsewhere
  * fusing would only save the pass boundary, not arithmetic. */
 void pm_gpt_layer_bw(const pm_gpt_config *cfg, int layer, int B, int T, const float *lp, float *lg,
                      const float *dout, float *din, float scale, void *saved, void *scratch) {
+    if (pm_gpt_layer_kind(cfg, layer) == PM_LAYER_HEAD) {
+        check_pass(cfg, layer, B, T);
+        PM_ASSERT(lp && lg && saved && scratch && din);
+        PM_ASSERT(!dout == (layer + 1 == pm_gpt_num_layers(cfg)));
+        pm_head_bw(cfg, layer, B, T, lp, lg, dout, din, scale, saved, scratch);
+        return;
+    }
     pm_gpt_layer_b(cfg, layer, B, T, lp, dout, din, scale, saved, scratch);
     pm_gpt_layer_w(cfg, layer, B, T, lp, lg, saved, scratch);
 }

@@ -21,9 +21,8 @@
 #define PM_ATT_BQ 64
 #define PM_ATT_BK 256
 _Static_assert(PM_ATT_BK % PM_ATT_BQ == 0, "key blocks start on query block boundaries");
-/* The head's tiles (head.c): vocabulary rows per tile; token rows per tile
- * are pm_head_block_rows(N). */
-#define PM_HEAD_CHUNK 256
+/* The head's tiles (head.c): vocabulary rows per tile (of every token). */
+#define PM_HEAD_CHUNK 512
 
 /* Byte offsets into a layer's saved buffer and scratch for (B, T).
  * Block (N = B*T rows):
@@ -49,8 +48,8 @@ _Static_assert(PM_ATT_BK % PM_ATT_BQ == 0, "key blocks start on query block boun
  * as the job has tasks up to PM_MAX_THREADS whatever the thread count, so
  * sizes stay independent of it (pm_par_run's slots). Block F: the slots of attention F. Block B: an (N,4C) MLP
  * gradient at 0, later reused for each (N,C) gradient; from s_slots (after
- * the first (N,C)) attention B's slots. Head: F and W the slots; B an (N,C)
- * gradient on the first part, then the slots from s_slots. */
+ * the first (N,C)) attention B's slots. Head: in every pass an (N, chunk)
+ * tile of logits at 0; B on the first part an (N,C) gradient after it. */
 typedef struct {
     size_t ln1o, atty, ln2o, gelu, qkv, x1, fc, xin, lnst; /* block W prefix */
     size_t lse, stats;                                     /* block and head */
@@ -58,7 +57,8 @@ typedef struct {
     size_t dout, tok;                                      /* embedding */
     size_t w_end; /* end of the W prefix = sizes.saved_w */
     size_t end;   /* whole buffer = sizes.saved */
-    size_t s_slots;                        /* B: offset of the per-thread slots */
+    size_t s_slots; /* block B: offset of attention's per-thread slots */
+    size_t s_acc;   /* head B: offset of d lno (first part), after the tile */
     size_t scratch_f, scratch_b, scratch_w; /* bytes */
 } pm_layout;
 
@@ -187,7 +187,6 @@ size_t pm_att_pairs(int T);
 /* Floats of one thread's slot: attention F, attention B, the head. */
 size_t pm_att_slot_floats_f(int T);
 size_t pm_att_slot_floats_b(int T, int hs);
-size_t pm_head_block_rows(size_t N);
 
 /* Attention of a block: F from q, k, v in qkv (B,T,3C) into atty (B,T,C)
  * and lse (B,H,T); B from datty (B,T,C) with atty and lse, writing dq, dk,
@@ -214,6 +213,9 @@ void pm_head_b(const pm_gpt_config *c, int layer, int B, int T, const float *lp,
                const float *dout, float *din, float scale, void *saved, void *scratch);
 void pm_head_w(const pm_gpt_config *c, int layer, int B, int T, const float *lp, float *lg,
                const void *saved, void *scratch);
+/* B and W in one sweep, each tile made once: bitwise B then W. */
+void pm_head_bw(const pm_gpt_config *c, int layer, int B, int T, const float *lp, float *lg,
+                const float *dout, float *din, float scale, void *saved, void *scratch);
 /* Probabilities of token row `row` (V floats into out) after a one-part
  * head's F: its logits again, from the kept ln_f output and normaliser. */
 void pm_head_probs_row(const pm_gpt_config *c, int B, int T, const float *lp, const void *saved,

@@ -215,11 +215,6 @@ static int slots(size_t *cur, size_t slot, size_t ntasks) {
     return 1;
 }
 
-size_t pm_head_block_rows(size_t N) {
-    size_t r = pm_k_matmul_rows(N);
-    return r < N ? r : N;
-}
-
 static int block_layout(size_t N, size_t C, size_t H, int T, pm_layout *lay) {
     size_t cur = 0, f = sizeof(float), mlp = 0, heads = N / (size_t)T * H; /* its tasks */
     int ok = pm_layout_region(&cur, &lay->ln1o, N * C, f) &&
@@ -259,13 +254,12 @@ static int head_layout(const pm_gpt_config *cfg, int layer, size_t N, pm_layout 
          pm_layout_region(&cur, &lay->stats, first ? 2 * N : 0, f) &&
          pm_layout_region(&cur, &lay->run, 3 * N, f);
     lay->end = cur;
-    /* F and B: a task per row block; W: a task per vocabulary chunk */
-    size_t R = r1 - r0, rb = pm_head_block_rows(N), slot = rb * (R < PM_HEAD_CHUNK ? R : PM_HEAD_CHUNK);
-    size_t blocks = (N + rb - 1) / rb, chunks = (R + PM_HEAD_CHUNK - 1) / PM_HEAD_CHUNK;
-    ok = ok && slots(&lay->scratch_f, slot, blocks) &&
-         pm_layout_region(&lay->s_slots, NULL, first ? N * C : 0, f) &&
-         (lay->scratch_b = lay->s_slots, slots(&lay->scratch_b, slot, blocks)) &&
-         slots(&lay->scratch_w, slot, chunks);
+    /* the (N, chunk) tile at 0 in every pass; B's d lno after it (first part) */
+    size_t R = r1 - r0, tile = N * (R < PM_HEAD_CHUNK ? R : PM_HEAD_CHUNK);
+    ok = ok && pm_layout_region(&lay->scratch_f, NULL, tile, f);
+    lay->scratch_w = lay->s_acc = lay->scratch_f;
+    lay->scratch_b = lay->s_acc;
+    ok = ok && pm_layout_region(&lay->scratch_b, NULL, first ? N * C : 0, f);
     return ok;
 }
 
