@@ -226,13 +226,12 @@ pm_status pm_plan_model_pipemem(pm_plan_model *m, const pm_train_cfg *cfg, const
     g->place = rq->costs ? *rq->costs : flops;
     g->time = times ? *times : g->place, g->timed = times != NULL;
     /* the generators weigh the whole model once (the head whole, whatever its parts) */
-    const pm_pass_times *k = g->place.k, *f = flops.k;
+    const pm_pass_times *k = g->place.k;
     double blocks = cfg->model.layers;
     m->gen[0] = k[PM_LAYER_EMBED].f + blocks * k[PM_LAYER_BLOCK].f + k[PM_LAYER_HEAD].f;
     m->gen[1] = k[PM_LAYER_EMBED].b + blocks * k[PM_LAYER_BLOCK].b + k[PM_LAYER_HEAD].b;
     m->gen[2] = k[PM_LAYER_EMBED].w + blocks * k[PM_LAYER_BLOCK].w + k[PM_LAYER_HEAD].w;
-    for (int i = 0; i < PM_LAYER_KIND_COUNT; i++)
-        m->flops += (f[i].f + f[i].b + f[i].w) * (i == PM_LAYER_BLOCK ? blocks : 1);
+    m->flops = pm_gpt_flops(&cfg->model, g->B, g->T); /* MFU counts no recomputation */
     m->bytes_param = m->bytes_grad = sizeof(float), m->bytes_opt = 2 * sizeof(float);
     m->mbs = g->B, m->time_unit = g->time.unit;
     m->shape = gpt_shape, m->devices = gpt_devices;
