@@ -30,8 +30,8 @@
  * training); if one does not, or a run fails, the benchmark fails.
  * The shard runs join (pm_select_opts.no_join 0, the default). Then (c):
  * one task on 1, 2 and 4 devices, with joining and without (one_task),
- * beside the dry run's forecast of each (pm_select_simulate on the costs
- * pm_select_measure and pm_select_task_costs give, as --dry-run). */
+ * beside the dry run's forecast of each (pm_select_forecast_make at the
+ * rates pm_select_measure gives, as --dry-run). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -262,42 +262,47 @@ typedef struct {
     int64_t joined;
 } join_outcome;
 
-/* The shard policy simulated for task t on nd devices (joining unless
- * no_join): from st, a 1-device run's log, each pass as measured (a
- * replay: its load and update before its microbatches, its compute, its
- * store, its copy wait, and after a step's last the norm and evaluation,
- * after them); else the dry run's forecast at the rates r (an evaluation
- * after the last step, as the runs here). NAN if out of memory. */
-static double simulate_task(const pm_select_task *t, const pm_select_stats *st,
-                            const pm_select_rates *r, int nd, int no_join) {
+/* The 1-device run's log (st) replayed by the simulator for task t on nd
+ * devices with joining, each pass as measured: its load and update before
+ * its microbatches, its compute, its store, its copy wait, and after a
+ * step's last the norm and evaluation, after them. NAN if out of memory. */
+static double replay_task(const pm_select_task *t, const pm_select_stats *st, int nd) {
     int per = 2 * t->nshard - 1, K = t->cfg.micro;
     int64_t np = (int64_t)C_STEPS * per;
     int *sh = malloc((size_t)np * sizeof *sh);
-    double *co = malloc((size_t)np * sizeof *co), *mv = malloc((size_t)np * sizeof *mv);
+    double *co = malloc((size_t)np * sizeof *co);
     double *be = malloc((size_t)np * sizeof *be), *af = malloc((size_t)np * sizeof *af);
     double mk = NAN;
-    if (sh && co && mv && be && af && (!st || st->nlog == np)) {
-        if (st) {
-            for (int64_t i = 0; i < np; i++) {
-                const pm_select_pass *p = &st->log[i];
-                sh[i] = p->shard;
-                be[i] = p->updated - p->start;
-                af[i] = p->end - p->computed + p->wait1 - p->wait0 + p->eval_end - p->end;
-                co[i] = be[i] + (p->computed - p->updated - p->flow) + af[i];
-            }
-        } else {
-            pm_select_task_costs(t, C_STEPS, 0, 1, r, sh, co, mv, be, af);
-            for (int64_t i = 0; i < np; i++) co[i] += mv[i];
+    if (sh && co && be && af && st->nlog == np) {
+        for (int64_t i = 0; i < np; i++) {
+            const pm_select_pass *p = &st->log[i];
+            sh[i] = p->shard;
+            be[i] = p->updated - p->start;
+            af[i] = p->end - p->computed + p->wait1 - p->wait0 + p->eval_end - p->end;
+            co[i] = be[i] + (p->computed - p->updated - p->flow) + af[i];
         }
         const int *shp[1] = {sh};
         const double *cop[1] = {co}, *bep[1] = {be}, *afp[1] = {af};
         pm_select_work w = {1, &np, shp, cop, &per, &K, bep, afp};
         pm_select_sim out;
         pm_err e;
-        if (!pm_select_simulate(&w, nd, PM_POLICY_SHARD, no_join, &out, &e)) mk = out.makespan;
+        if (!pm_select_simulate(&w, nd, PM_POLICY_SHARD, 0, &out, &e)) mk = out.makespan;
         pm_select_sim_free(&out);
     }
-    free(sh), free(co), free(mv), free(be), free(af);
+    free(sh), free(co), free(be), free(af);
+    return mk;
+}
+
+/* The dry run's forecast of task t on nd devices at rates r (joining
+ * unless no_join; one evaluation, after the last step, as the runs here):
+ * the shard policy's makespan, NAN if it failed. */
+static double forecast_task(const pm_select_task *t, const pm_select_rates *r, int nd,
+                            int no_join) {
+    pm_select_forecast f;
+    pm_err e;
+    if (pm_select_forecast_make(&f, t, 1, nd, r, 0, 1, no_join, &e)) return NAN;
+    double mk = f.makespan[PM_POLICY_SHARD];
+    pm_select_forecast_free(&f);
     return mk;
 }
 
@@ -332,8 +337,7 @@ static int join_run(const pm_select_task *t, const pm_select_layout *lay, const 
         for (int d = 0; d < k->devices; d++) out->flow += st.part[d * PM_PART_COUNT + PM_PART_WAIT];
         out->flow /= k->devices * st.makespan_s;
         for (int q = 0; q < 2 && k->devices == 1; q++)
-            out->replay[q] =
-                simulate_task(t, &st, NULL, 2 << q, 0) / simulate_task(t, &st, NULL, 1, 0);
+            out->replay[q] = replay_task(t, &st, 2 << q) / replay_task(t, &st, 1);
         pm_select_stats_free(&st);
     }
     pm_trainer_free(&h);
@@ -362,9 +366,9 @@ static int one_task(int R, const pm_tokens *tr, const pm_tokens *va) {
         pm_select_task_free(&t);
         return 1;
     }
-    double fc[NJRUN], fc1 = simulate_task(&t, NULL, &rates, 1, 0);
+    double fc[NJRUN], fc1 = forecast_task(&t, &rates, 1, 0);
     for (int k = 0; k < NJRUN; k++)
-        fc[k] = simulate_task(&t, NULL, &rates, JRUNS[k].devices, JRUNS[k].no_join) / fc1;
+        fc[k] = forecast_task(&t, &rates, JRUNS[k].devices, JRUNS[k].no_join) / fc1;
     static join_outcome o[MAXR][NJRUN];
     for (int r = 0; r < R; r++)
         for (int j = 0; j < NJRUN; j++) {

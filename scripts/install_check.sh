@@ -2,9 +2,9 @@
 # Checks `make install` and `make uninstall` as a user would meet them:
 # installs into a temporary DESTDIR (PREFIX /usr/local), checks that the
 # shared library exports exactly what include/pipemem/*.h declare, builds
-# examples/sched_and_train.c (shared, then static) and
-# examples/plan_and_train.c against the installed copy with pkg-config,
-# runs them, checks the binary's --version and that
+# examples/sched_and_train.c (shared, then static),
+# examples/plan_and_train.c and examples/sweep.c against the installed copy
+# with pkg-config, runs them, checks the binary's --version and that
 # the man page renders without warnings and covers every subcommand, then
 # uninstalls and checks nothing is left. Prints one line per check and
 # "install check: N passed"; exits non-zero at the first failure.
@@ -73,12 +73,20 @@ cc -std=c11 -Wall -Werror examples/sched_and_train.c $cflags "$root/lib/libpipem
 [ "$(grep -o 'loss [0-9.]*' "$dest/ex.out")" = "$(grep -o 'loss [0-9.]*' "$dest/ex_static.out")" ] \
     || die "static and shared examples give other losses"
 ok "example built static with pkg-config --static, same losses"
-cc -std=c11 -Wall -Werror examples/plan_and_train.c $cflags $libs -o "$dest/plan" \
-    || die "building examples/plan_and_train.c against the installed library"
-LD_LIBRARY_PATH="$root/lib" "$dest/plan" > "$dest/plan.out" \
-    || die "examples/plan_and_train.c failed: $(tail -1 "$dest/plan.out")"
-grep -q "the same bits" "$dest/plan.out" || die "the reloaded pipeline evaluated differently"
-ok "plan_and_train: planned under a budget, trained, saved by stage, reloaded on 3 devices"
+# examples/NAME.c built against the installed library, run on it, its output
+# holding the line PATTERN (else WHY); then OK.
+example() {
+    cc -std=c11 -Wall -Werror "examples/$1.c" $cflags $libs -o "$dest/$1" \
+        || die "building examples/$1.c against the installed library"
+    LD_LIBRARY_PATH="$root/lib" "$dest/$1" > "$dest/$1.out" \
+        || die "examples/$1.c failed: $(tail -1 "$dest/$1.out")"
+    grep -q "$2" "$dest/$1.out" || die "$3"
+    ok "$4"
+}
+example plan_and_train "the same bits" "the reloaded pipeline evaluated differently" \
+    "plan_and_train: planned under a budget, trained, saved by stage, reloaded on 3 devices"
+example sweep "^best: " "the sweep named no best task" \
+    "sweep: four tasks in shards on 2 devices, ranked, the best one's checkpoint saved"
 
 page=$root/share/man/man1/pipemem.1
 warn=$(groff -man -Tutf8 -ww -z "$page" 2>&1) || die "groff failed on the man page"

@@ -941,6 +941,120 @@ static void test_ckpt_parts_fail_keep_old(void **state) {
     pm_trainer_free(&t);
 }
 
+/* The one training configuration (config.c): the defaults are train's
+ * documented ones (its --help: L 4, C 128, H 4, T 64, B 8, K 1, N 100, lr
+ * 1e-3, warm-up N/10, weight decay 0.1, seed 1), settings land on their
+ * fields, the warm-up follows the steps (10% of them, none under 10, at
+ * most all of them), and a value outside its rule is refused naming the
+ * field. */
+static void test_cfg_make(void **state) {
+    (void)state;
+    pm_train_settings s;
+    pm_train_cfg c;
+    pm_err err = {{0}};
+    pm_train_settings_clear(&s);
+    assert_int_equal(pm_train_cfg_make(&c, &s, &err), PM_OK);
+    assert_int_equal(c.model.layers, 4);
+    assert_int_equal(c.model.dim, 128);
+    assert_int_equal(c.model.heads, 4);
+    assert_int_equal(c.model.ctx, 64);
+    assert_int_equal(c.model.vocab, 256);
+    assert_int_equal(c.batch, 8);
+    assert_int_equal(c.micro, 1);
+    assert_int_equal(c.seed, 1);
+    assert_int_equal(c.opt.steps, 100);
+    assert_int_equal(c.opt.warmup, 10);
+    assert_true(c.opt.lr == 1e-3f && c.opt.weight_decay == 0.1f);
+    static const struct {
+        double steps, warmup;
+        int want;
+    } w[] = {{35, NAN, 3}, {9, NAN, 0}, {20, 50, 20}, {20, 7, 7}, {NAN, 0, 0}};
+    for (size_t k = 0; k < sizeof w / sizeof w[0]; k++) {
+        pm_train_settings_clear(&s);
+        s.v[PM_CFG_STEPS] = w[k].steps, s.v[PM_CFG_WARMUP] = w[k].warmup;
+        assert_int_equal(pm_train_cfg_make(&c, &s, &err), PM_OK);
+        if (c.opt.warmup != w[k].want) fail_msg("case %zu: warm-up %d", k, c.opt.warmup);
+    }
+    pm_train_settings_clear(&s);
+    s.v[PM_CFG_LR] = 3e-4, s.v[PM_CFG_LAYERS] = 2, s.v[PM_CFG_SEED] = 1 << 30;
+    s.v[PM_CFG_WEIGHT_DECAY] = 0, s.v[PM_CFG_MICRO] = 4;
+    assert_int_equal(pm_train_cfg_make(&c, &s, &err), PM_OK);
+    assert_true(c.opt.lr == 3e-4f && c.opt.weight_decay == 0.0f);
+    assert_int_equal(c.model.layers, 2);
+    assert_int_equal(c.micro, 4);
+    assert_true(c.seed == (uint64_t)1 << 30);
+    static const struct {
+        pm_train_field f;
+        double x;
+        const char *want;
+    } bad[] = {{PM_CFG_LR, 1e308, "opt.lr 1e+308 is beyond a float"},
+               {PM_CFG_LR, 0, "opt.lr=0: must be a positive number"},
+               {PM_CFG_LAYERS, 2.5, "model.layers=2.5: must be an integer 1..16777216"},
+               {PM_CFG_SEED, 1073741825, "seed=1073741825: must be an integer 0..1073741824"},
+               {PM_CFG_WARMUP, -1, "opt.warmup=-1: must be an integer 0..16777216"},
+               {PM_CFG_MICRO, 3, "micro=3 must divide batch=8"},
+               {PM_CFG_HEADS, 5, "heads (5) must divide dim (128)"}};
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        pm_train_settings_clear(&s);
+        s.v[bad[k].f] = bad[k].x;
+        c.batch = -7; /* untouched on error */
+        assert_int_equal(pm_train_cfg_make(&c, &s, &err), PM_ERR_ARG);
+        assert_int_equal(c.batch, -7);
+        if (!strstr(err.msg, bad[k].want)) fail_msg("'%s' does not say '%s'", err.msg, bad[k].want);
+    }
+    /* the whole check, on a configuration made by hand */
+    pm_train_cfg_defaults(&c);
+    c.opt.warmup = 101;
+    assert_int_equal(pm_train_cfg_check(&c, &err), PM_ERR_ARG);
+    assert_non_null(strstr(err.msg, "opt.warmup=101: must be at most opt.steps=100"));
+    pm_train_cfg_defaults(&c);
+    c.opt.beta2 = 1;
+    assert_int_equal(pm_train_cfg_check(&c, &err), PM_ERR_ARG);
+    assert_non_null(strstr(err.msg, "opt.beta2=1: must be a number from 0 up to (not) 1"));
+}
+
+/* A comparison names the first field that differs, in the order of
+ * pm_train_field, among those asked; the seed is compared in all its 64
+ * bits (a double would round these two together). */
+static void test_cfg_diff(void **state) {
+    (void)state;
+    pm_train_cfg a, b;
+    char v[32];
+    pm_train_cfg_defaults(&a);
+    b = a;
+    assert_int_equal(pm_train_cfg_diff(&a, &b, PM_CFG_ALL), -1);
+    b.opt.steps = 50, b.opt.lr = 3e-3f, b.model.head_parts = 2;
+    assert_int_equal(pm_train_cfg_diff(&a, &b, PM_CFG_ALL), PM_CFG_LR);
+    assert_int_equal(pm_train_cfg_diff(&a, &b, PM_CFG_ALL & ~PM_CFG_BIT(PM_CFG_LR)), PM_CFG_STEPS);
+    assert_int_equal(pm_train_cfg_diff(&a, &b, PM_CFG_BIT(PM_CFG_HEAD_PARTS)), PM_CFG_HEAD_PARTS);
+    assert_int_equal(pm_train_cfg_diff(&a, &b, PM_CFG_BIT(PM_CFG_SEED)), -1);
+    a.seed = ((uint64_t)1 << 60) + 1, b.seed = (uint64_t)1 << 60;
+    assert_int_equal(pm_train_cfg_diff(&a, &b, PM_CFG_ALL), PM_CFG_SEED);
+    assert_string_equal(pm_train_field_names[PM_CFG_SEED], "seed");
+    pm_train_cfg_value(&a, PM_CFG_SEED, v, sizeof v);
+    assert_string_equal(v, "1152921504606846977");
+    pm_train_cfg_value(&b, PM_CFG_LR, v, sizeof v);
+    assert_string_equal(v, "0.003");
+    pm_train_cfg_value(&b, PM_CFG_STEPS, v, sizeof v);
+    assert_string_equal(v, "50");
+}
+
+/* One device's budget reaches the trainer: a run over it is refused with
+ * both figures named, and one that fits it runs. */
+static void test_trainer_device_mem(void **state) {
+    (void)state;
+    pm_train_cfg c = tiny(4, 1, 4);
+    pm_err err = {{0}};
+    pm_trainer t;
+    size_t need = pm_train_mem_bytes(&c, &err);
+    assert_true(need > 0);
+    assert_int_equal(pm_trainer_init(&t, &c, &toks, need - 1, &err), PM_ERR_MEMLIMIT);
+    assert_non_null(strstr(err.msg, "but device_mem is"));
+    assert_null(t.params);
+    assert_int_equal(pm_trainer_init(&t, &c, &toks, need, &err), PM_OK);
+    pm_trainer_free(&t);
+}
+
 static void test_config_and_memory_errors(void **state) {
     (void)state;
     pm_err err = {{0}};
@@ -1116,6 +1230,9 @@ int main(void) {
         cmocka_unit_test(test_ckpt_old_versions_load),
         cmocka_unit_test(test_ckpt_path_not_regular),
         cmocka_unit_test(test_ckpt_parts_fail_keep_old),
+        cmocka_unit_test(test_cfg_make),
+        cmocka_unit_test(test_cfg_diff),
+        cmocka_unit_test(test_trainer_device_mem),
         cmocka_unit_test(test_config_and_memory_errors),
         cmocka_unit_test(test_cli_end_to_end),
     };

@@ -117,6 +117,58 @@ pm_status pm_select_ram_check(const pm_select_ram *need, double available, pm_er
 /* Frees the shards and closes the spill file (safe twice). */
 void pm_select_task_free(pm_select_task *t);
 
+/* ---- a sweep's space ------------------------------------------------------
+ * The tasks of a sweep (space.c): per key a list of values, the lists'
+ * cartesian product being the tasks (a grid), or a range lo..hi (uniform)
+ * or log:lo..hi (log-uniform), from which `sample` distinct tasks are drawn
+ * at random (a list's value alike, integers as integers; the same seed,
+ * the same tasks); or one task per line of a tasks file, as key=value
+ * pairs with the keys' names and name=NAME ('#' starts a comment). A value
+ * follows its field's rule (pm_train_value_ok) and a task's configuration
+ * is pm_train_cfg_make's from its keys' values, the rest the defaults, so
+ * each task trains bitwise as `pipemem train` with those settings. A
+ * zeroed pm_sweep sweeps nothing: one task of the defaults. */
+/* The keys in the order a grid runs them (the first slowest); each sets
+ * the field of pm_train_cfg it names. */
+typedef enum {
+    PM_SWEEP_LR, PM_SWEEP_LAYERS, PM_SWEEP_DIM, PM_SWEEP_HEADS, PM_SWEEP_CTX, PM_SWEEP_BATCH,
+    PM_SWEEP_MICRO, PM_SWEEP_WARMUP, PM_SWEEP_SEED, PM_SWEEP_STEPS, PM_SWEEP_WEIGHT_DECAY,
+    PM_SWEEP_KEYS
+} pm_sweep_key;
+/* As a tasks file names them: "lr", "layers", "dim", "heads", "ctx",
+ * "batch", "microbatches", "warmup", "seed", "steps", "weight_decay". */
+extern const char *const pm_sweep_key_names[PM_SWEEP_KEYS];
+#define PM_SWEEP_MAX_VALUES 64  /* values in one key's list */
+#define PM_SWEEP_MAX_TASKS 4096 /* tasks in a sweep */
+typedef enum { PM_SWEEP_LIST, PM_SWEEP_UNIFORM, PM_SWEEP_LOG } pm_sweep_kind;
+
+typedef struct {
+    double v[PM_SWEEP_KEYS][PM_SWEEP_MAX_VALUES]; /* each key's listed values */
+    int n[PM_SWEEP_KEYS];                 /* how many (0: the key is not listed) */
+    int kind[PM_SWEEP_KEYS];              /* pm_sweep_kind: a list, or a range */
+    double lo[PM_SWEEP_KEYS], hi[PM_SWEEP_KEYS]; /* a range's ends (both drawable) */
+    const char *label[PM_SWEEP_KEYS];     /* how messages name the key (the caller's
+                                             word, "--lr"; borrowed); NULL: its name */
+    int sample;                           /* > 0: that many tasks drawn, not the grid */
+    uint64_t sample_seed;                 /* the draw's seed */
+    const char *tasks_file;               /* NULL, or the tasks one a line (borrowed) */
+} pm_sweep;
+
+/* Key k's values from text: v1,v2,... (a list), lo..hi or log:lo..hi (a
+ * range); label names the key in messages (kept in sw->label[k]). */
+pm_status pm_sweep_set(pm_sweep *sw, pm_sweep_key k, const char *text, const char *label,
+                       pm_err *err);
+/* 1 if any key is listed or ranged. */
+int pm_sweep_swept(const pm_sweep *sw);
+/* The sweep's tasks t0, t1, ... (a tasks file's may have names of their
+ * own): the tasks file's, a sample's or the grid's (a range without
+ * sample is refused). *tasks is pm_malloc'd (free each task, then the
+ * array); on error NULL, *n 0, and err says which key, line or task. */
+pm_status pm_sweep_tasks(const pm_sweep *sw, pm_select_task **tasks, int *n, pm_err *err);
+/* The first task before t[i] with t[i]'s configuration (every field the
+ * same: the two train alike), or -1. */
+int pm_select_task_repeats(const pm_select_task *t, int i);
+
 /* ---- work and its simulation ---------------------------------------------- */
 
 typedef enum {
@@ -216,6 +268,26 @@ pm_status pm_select_measure(const pm_select_task *t, int n, const pm_select_layo
 void pm_select_task_costs(const pm_select_task *t, int64_t steps, int eval_every,
                           int eval_batches, const pm_select_rates *r, int *shard,
                           double *compute, double *move, double *before, double *after);
+
+/* The forecast of a sweep on `devices` devices at rates r (pm_select_measure,
+ * measured once, forecast as often as wanted): every task's steps costed
+ * pass by pass (pm_select_task_costs: its cfg.opt.steps, evaluations every
+ * eval_every steps and at its end on eval_batches microbatches), and each
+ * policy simulated over them (pm_select_simulate; the shard policy joining
+ * unless no_join). What the dry run prints and bench_select sets beside
+ * its runs. */
+typedef struct {
+    pm_select_rates rates;            /* the rates it was made at */
+    double makespan[PM_POLICY_COUNT]; /* each policy's simulated makespan */
+    double lower_bound;               /* the shard policy's (pm_select_sim.lower_bound),
+                                         which holds for every policy */
+    double *compute, *move;           /* (n) each task's seconds of compute and of moving
+                                         its state, all its steps; owned */
+} pm_select_forecast;
+pm_status pm_select_forecast_make(pm_select_forecast *f, const pm_select_task *t, int n,
+                                  int devices, const pm_select_rates *r, int eval_every,
+                                  int eval_batches, int no_join, pm_err *err);
+void pm_select_forecast_free(pm_select_forecast *f);
 
 /* ---- running the tasks ---------------------------------------------------- */
 
@@ -445,5 +517,91 @@ pm_status pm_select_host_unload(const pm_select_task *task, pm_trainer *host, pm
 pm_status pm_select_run(pm_select_task *tasks, pm_trainer *hosts, int n,
                         const pm_select_layout *layout, const pm_select_opts *o,
                         pm_select_result *res, pm_select_stats *stats, pm_err *err);
+
+/* How a session ranks its tasks (pm_select_session.order): those that ran
+ * every step by validation loss, then those stopped early (halving, ASHA,
+ * an interruption) by the step of their last validation loss, later first,
+ * then by that loss, then failed tasks and those without a validation loss
+ * (ties: index order). This line says so, for above a table. */
+extern const char pm_select_rank_rule[];
+
+/* ---- a sweep's session ------------------------------------------------------
+ * A sweep as one object (session.c): its tasks (pm_sweep_tasks), their
+ * layout on the devices, each task's trainer (resumed from the save
+ * directory, spilled), the run and the table of results. Which task runs
+ * where, running a task's steps (pm_select_run) and recording and resuming
+ * its results (the save directory's files, the table) are kept apart, so
+ * the tasks could be spread over processes with one table.
+ *   pm_select_session_init       the tasks, their longest steps, the
+ *                                evaluation interval, ASHA's rungs
+ *   pm_select_session_partition  the layout (pm_select_partition)
+ *   pm_select_session_fits       the RAM it takes against what there is
+ *   pm_select_session_forecast   the dry run's forecast
+ *   pm_select_session_start      a trainer per task, resumed, spilled
+ *   pm_select_session_run        the run, then the table ranked
+ *   pm_select_session_best/save  the best task and its checkpoint
+ * Free with pm_select_session_free after any of them, failed or not. */
+typedef struct {
+    pm_select_opts run;  /* the run's options (pm_select_run); eval_every -1: every
+                            steps / 5 of the longest task (its steps under 5 steps);
+                            the session sets rungs, nrung, skip, prior_loss, prior_val
+                            and val */
+    size_t device_mem;   /* one device's budget (pm_select_partition) */
+    int slots;           /* state slots a device holds; 0: 2, the running shard's and
+                            the one prefetched */
+    int asha_min;        /* with run.asha: the lowest rung (pm_select_asha_rungs) */
+} pm_select_setup;
+
+typedef struct {
+    pm_select_setup set;      /* the caller's, completed (eval_every, nrung) */
+    pm_select_task *tasks;    /* (n) owned */
+    int n;
+    int steps;                /* the longest task's steps */
+    int64_t rungs[64];        /* ASHA's, in steps */
+    pm_select_layout layout;  /* after partition */
+    const pm_tokens *val;     /* the validation tokens (borrowed, from start) */
+    pm_trainer *hosts;        /* (n) each task's trainer: its store; owned */
+    int nhost;                /* hosts initialised */
+    unsigned char *stopped;   /* (n) stopped early before this run (the save directory
+                                 marks it) */
+    double *prior;            /* (2, n) each task's last loss and validation loss as it
+                                 starts (a resumed task's; NAN unknown) */
+    int resumed;              /* tasks continued from the save directory's checkpoints */
+    pm_select_result *res;    /* (n) after run */
+    int *order;               /* (n) the tasks ranked (pm_select_rank_rule), after run */
+    pm_select_stats stats;    /* the devices', after run */
+} pm_select_session;
+
+/* The sweep's tasks (pm_sweep_tasks), the longest's steps and what
+ * follows from them. On error the tasks made so far stay in s (a caller
+ * may still warn of repeated ones). */
+pm_status pm_select_session_init(pm_select_session *s, const pm_sweep *sw,
+                                 const pm_select_setup *set, pm_err *err);
+/* Every task's vocabulary set to vocab (the data's; 0: as they are), then
+ * the layout for set.device_mem. */
+pm_status pm_select_session_partition(pm_select_session *s, int32_t vocab, pm_err *err);
+/* The devices' slabs and the tasks' state in RAM against `available`
+ * bytes (pm_select_ram_need, pm_select_ram_check). */
+pm_status pm_select_session_fits(const pm_select_session *s, double available, pm_err *err);
+/* The rates measured on this machine (pm_select_measure), then the
+ * forecast at them (pm_select_forecast_make). */
+pm_status pm_select_session_forecast(const pm_select_session *s, pm_select_forecast *f,
+                                     pm_err *err);
+/* A trainer per task on the train tokens (borrowed, as val, for the
+ * session's life), each given the tokenizer model (tok_len 0: bytes);
+ * with a save directory (made if missing) each resumes from its record
+ * there (its checkpoint, which must continue the task's learning-rate
+ * schedule; its losses; a task stopped early stays stopped); with a spill
+ * directory each is spilled at once. */
+pm_status pm_select_session_start(pm_select_session *s, const pm_tokens *train,
+                                  const pm_tokens *val, const void *tok, size_t tok_len,
+                                  pm_err *err);
+/* Runs every task (pm_select_run) and ranks the results (order). */
+pm_status pm_select_session_run(pm_select_session *s, pm_err *err);
+/* The best-ranked task that did not fail and has a validation loss, or -1. */
+int pm_select_session_best(const pm_select_session *s);
+/* Task i's checkpoint at path, as `pipemem train --save` writes it. */
+pm_status pm_select_session_save(pm_select_session *s, int i, const char *path, pm_err *err);
+void pm_select_session_free(pm_select_session *s);
 
 #endif

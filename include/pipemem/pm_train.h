@@ -119,6 +119,58 @@ typedef struct {
     pm_optim_cfg opt;    /* optimizer and schedule (opt.steps = total steps) */
 } pm_train_cfg;
 
+/* ---- the training configuration ------------------------------------------
+ * One place builds, checks and compares a pm_train_cfg (src/train/config.c):
+ * train's options, a sweep's tasks (pm_select.h) and a checkpoint's run all
+ * go through it, so a task trains what train with the same settings trains
+ * and a mismatch names its field. The fields by name, in the order a
+ * comparison finds the first that differs (a checkpoint's run first). */
+typedef enum {
+    PM_CFG_VOCAB, PM_CFG_CTX, PM_CFG_DIM, PM_CFG_HEADS, PM_CFG_LAYERS, PM_CFG_BATCH,
+    PM_CFG_MICRO, PM_CFG_SEED, PM_CFG_LR, PM_CFG_WEIGHT_DECAY, PM_CFG_STEPS, PM_CFG_WARMUP,
+    PM_CFG_LR_MIN_FRAC, PM_CFG_BETA1, PM_CFG_BETA2, PM_CFG_EPS, PM_CFG_GRAD_CLIP,
+    PM_CFG_HEAD_PARTS, PM_CFG_FIELDS
+} pm_train_field;
+#define PM_CFG_BIT(f) (1u << (f))
+#define PM_CFG_ALL ((1u << PM_CFG_FIELDS) - 1u)
+/* Each field's name as messages give it ("model.vocab", ..., "batch",
+ * "micro", "seed", "opt.lr", ...: pm_util.h), and what a value of it must
+ * be ("an integer 1..16777216", "a positive number up to 3.4e38 (a float)"). */
+extern const char *const pm_train_field_names[PM_CFG_FIELDS];
+extern const char *const pm_train_value_rules[PM_CFG_FIELDS];
+/* 1 if x is a value field f takes (its rule); 1 if f takes integers only. */
+int pm_train_value_ok(pm_train_field f, double x);
+int pm_train_field_integer(pm_train_field f);
+
+/* The defaults: a GPT of 4 layers, dim 128, 4 heads, ctx 64 and a
+ * vocabulary of 256 (bytes), batch 8 in 1 microbatch, seed 1, and
+ * pm_optim_defaults for 100 steps. */
+void pm_train_cfg_defaults(pm_train_cfg *c);
+
+/* Values for some fields (NAN: the default). */
+typedef struct {
+    double v[PM_CFG_FIELDS];
+} pm_train_settings;
+void pm_train_settings_clear(pm_train_settings *s); /* every field NAN */
+
+/* The defaults with s applied: each value must follow its rule (else
+ * PM_ERR_ARG naming the field and the value); the steps first, so the
+ * warm-up and AdamW defaults are pm_optim_defaults' for them; a warm-up
+ * longer than the run is the run; then pm_train_cfg_check. *c is written
+ * only on success. */
+pm_status pm_train_cfg_make(pm_train_cfg *c, const pm_train_settings *s, pm_err *err);
+
+/* Whether c can be trained: the model (pm_gpt_config_check), every other
+ * field within its rule (the seed takes any 64 bits), micro dividing
+ * batch, the warm-up at most the steps; else PM_ERR_ARG naming the field. */
+pm_status pm_train_cfg_check(const pm_train_cfg *c, pm_err *err);
+
+/* The first field among mask's (PM_CFG_BIT(f) each, PM_CFG_ALL every one),
+ * in pm_train_field order, whose value differs in a and b; -1 if none. */
+int pm_train_cfg_diff(const pm_train_cfg *a, const pm_train_cfg *b, unsigned mask);
+/* Field f of c as text: an integer in decimal, a float as pm_float_text. */
+void pm_train_cfg_value(const pm_train_cfg *c, pm_train_field f, char *buf, size_t cap);
+
 /* One AdamW step over layers l0 .. l1-1 of cfg->model (embedding 0, blocks,
  * head L+1), whose parameters, gradients and moments are slabs that start
  * at layer l0's first parameter (so a pipeline stage or a model-selection
@@ -164,13 +216,14 @@ typedef struct {
     int64_t step;       /* optimizer steps completed */
 } pm_trainer;
 
-/* Checks cfg (config, B % K, steps), that pm_train_mem_bytes fits under
- * mem_limit bytes (0 = this machine's physical memory; PM_ERR_MEMLIMIT
- * names both figures), that the train tokens hold ctx+1 tokens, then
- * allocates and initialises the parameters from cfg->seed. `train` is
- * borrowed for the trainer's life. On error *t is zeroed. */
+/* Checks cfg (pm_train_cfg_check), that pm_train_mem_bytes fits in
+ * device_mem bytes, one device's budget (0: none), and in this machine's
+ * physical memory (PM_ERR_MEMLIMIT names both figures), that the train
+ * tokens hold ctx+1 tokens, then allocates and initialises the parameters
+ * from cfg->seed. `train` is borrowed for the trainer's life. On error *t
+ * is zeroed. */
 pm_status pm_trainer_init(pm_trainer *t, const pm_train_cfg *cfg, const pm_tokens *train,
-                          size_t mem_limit, pm_err *err);
+                          size_t device_mem, pm_err *err);
 void pm_trainer_free(pm_trainer *t);
 /* Keeps a copy of the data's tokenizer model for its checkpoints. */
 pm_status pm_trainer_set_tokenizer(pm_trainer *t, const void *model, size_t len, pm_err *err);

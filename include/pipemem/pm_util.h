@@ -160,6 +160,10 @@ void pm_json_str(FILE *f, const char *s);
 #define PM_FLOAT_TEXT 24
 char *pm_float_text(char *buf, float x);
 
+/* n bytes as text for messages: "512 bytes", "1.50 KiB", "23.4 MiB",
+ * "128 GiB" (binary units; 2, 1 or no decimals from 1 KiB on). */
+void pm_bytes_str(size_t n, char *buf, size_t cap);
+
 /* FNV-1a 64-bit hash of n bytes, continuing from h (start with
  * PM_FNV_OFFSET). Every pipemem binary format's checksum (token files,
  * checkpoints) and the fingerprints ranks compare at start. */

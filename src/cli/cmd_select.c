@@ -1,28 +1,22 @@
 /* cmd_select.c: `pipemem select`: model selection with shard parallelism
- * (include/pipemem/pm_select.h). Options expand to tasks (comma lists form
- * a cartesian product; --tasks FILE gives one task per line), the
- * partitioner cuts them for --device-mem, and --dry-run prints every
- * task's shards with their bytes and the simulated makespan of each policy
- * against the lower bound; without it the tasks train (pm_select_run),
- * resumable, interruptible with Ctrl-C. What is printed and written is
- * select_out.c's. */
-#include <ctype.h>
+ * (include/pipemem/pm_select.h). It parses the options into a sweep (comma
+ * lists form a cartesian product, ranges are sampled, --tasks FILE gives
+ * one task per line) and the session's setup, and calls the library's
+ * session: its tasks, their layout for --device-mem, then with --dry-run
+ * every task's shards and the forecast makespan of each policy against the
+ * lower bound, else the run (resumable, interruptible with Ctrl-C). What is
+ * printed and written is select_out.c's. */
 #include <errno.h>
-#include <float.h>
 #include <signal.h>
 #include <stdatomic.h>
-#include <math.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "cli.h"
 #include "pipemem/pm_select.h"
 #include "select_out.h"
-#include "select_tasks.h"
 #include "train_opts.h"
 
 static const char usage[] =
@@ -108,20 +102,18 @@ static const char usage_more[] = /* (two strings: C keeps one under 4096 bytes) 
     "0.1, seed 1).\n";
 
 typedef struct {
-    sel_space sp;   /* the swept keys */
-    int devices, steps, prefetch, no_join, dry_run, json, eval_every, eval_batches, halving;
-    int sample, sample_seed;
-    int asha, asha_min, nrung; /* --asha ETA, --asha-min N; the rungs' count */
-    int64_t rungs[64];         /* ASHA's rungs in steps, ascending */
-    size_t device_mem;
-    pm_select_policy policy;
-    const char *tasks_file, *data, *csv, *save_best, *resume, *svg, *trace, *spill;
-    int stop_after;
+    pm_sweep sweep;      /* the tasks: the swept keys, --sample, --tasks */
+    pm_select_setup set; /* the session's: devices, policy, evaluation, --resume, ... */
+    int dry_run, json, stop_after, sample_seed;
+    const char *data, *csv, *save_best, *svg, *trace, *spill;
+    sel_progress pg;     /* the progress lines' state (set.run.report_ctx) */
 } sel_opts;
 
 /* A swept key, --KEY LIST or a range: the option's tag is the key. */
 static int parse_key(const pm_cli_opt *d, const char *val, void *dst) {
-    return sel_parse_key(&((sel_opts *)dst)->sp, d->tag, val);
+    pm_err e;
+    if (pm_sweep_set(dst, (pm_sweep_key)d->tag, val, d->name, &e)) return pm_cli_fail("%s", e.msg);
+    return 0;
 }
 
 static int parse_size(const pm_cli_opt *d, const char *val, void *dst) {
@@ -155,92 +147,37 @@ static int parse_policy(const pm_cli_opt *d, const char *val, void *dst) {
 }
 
 #define F(x) offsetof(sel_opts, x)
-#define L(name, k) {name, 'x', 0, 0, 0, parse_key, NULL, k} /* sel_key_flags[k] */
+#define L(name, k) {name, 'x', 0, 0, F(sweep), parse_key, NULL, k} /* a pm_sweep_key */
 #define S(name, field) {name, 's', 0, 0, F(field), NULL, NULL, 0}
 static const pm_cli_opt OPTS[] = {
-    L("--lr", SEL_K_LR), L("--layers", SEL_K_LAYERS), L("--dim", SEL_K_DIM),
-    L("--heads", SEL_K_HEADS), L("--ctx", SEL_K_CTX), L("--batch", SEL_K_BATCH),
-    L("--microbatches", SEL_K_MICRO), L("--warmup", SEL_K_WARMUP), L("--seed", SEL_K_SEED),
-    L("--steps", SEL_K_STEPS), L("--weight-decay", SEL_K_WD),
+    L("--lr", PM_SWEEP_LR), L("--layers", PM_SWEEP_LAYERS), L("--dim", PM_SWEEP_DIM),
+    L("--heads", PM_SWEEP_HEADS), L("--ctx", PM_SWEEP_CTX), L("--batch", PM_SWEEP_BATCH),
+    L("--microbatches", PM_SWEEP_MICRO), L("--warmup", PM_SWEEP_WARMUP),
+    L("--seed", PM_SWEEP_SEED), L("--steps", PM_SWEEP_STEPS),
+    L("--weight-decay", PM_SWEEP_WEIGHT_DECAY),
     {"--dry-run", 'f', 1, 0, F(dry_run), NULL, NULL, 0},
-    {"--no-prefetch", 'f', PM_PREFETCH_OFF, 0, F(prefetch), NULL, NULL, 0},
-    {"--prefetch", 'f', PM_PREFETCH_ON, 0, F(prefetch), NULL, NULL, 0},
-    {"--no-join", 'f', 1, 0, F(no_join), NULL, NULL, 0},
+    {"--no-prefetch", 'f', PM_PREFETCH_OFF, 0, F(set.run.prefetch), NULL, NULL, 0},
+    {"--prefetch", 'f', PM_PREFETCH_ON, 0, F(set.run.prefetch), NULL, NULL, 0},
+    {"--no-join", 'f', 1, 0, F(set.run.no_join), NULL, NULL, 0},
     {"--json", 'f', 1, 0, F(json), NULL, NULL, 0},
-    {"--policy", 'x', 0, 0, F(policy), parse_policy, NULL, 0},
-    {"--eval-every", 'i', 0, 0, F(eval_every), NULL, NULL, 0},
-    {"--eval-batches", 'i', 1, 0, F(eval_batches), NULL, NULL, 0},
-    {"--halving", 'i', 2, 0, F(halving), NULL, NULL, 0},
-    {"--asha", 'i', 2, 0, F(asha), NULL, NULL, 0},
-    {"--asha-min", 'i', 1, 0, F(asha_min), NULL, NULL, 0},
+    {"--policy", 'x', 0, 0, F(set.run.policy), parse_policy, NULL, 0},
+    {"--eval-every", 'i', 0, 0, F(set.run.eval_every), NULL, NULL, 0},
+    {"--eval-batches", 'i', 1, 0, F(set.run.eval_batches), NULL, NULL, 0},
+    {"--halving", 'i', 2, 0, F(set.run.halving), NULL, NULL, 0},
+    {"--asha", 'i', 2, 0, F(set.run.asha), NULL, NULL, 0},
+    {"--asha-min", 'i', 1, 0, F(set.asha_min), NULL, NULL, 0},
     {"--stop-after", 'i', 1, 0, F(stop_after), NULL, NULL, 0},
-    {"--sample", 'i', 1, SEL_MAX_TASKS, F(sample), NULL, NULL, 0},
+    {"--sample", 'i', 1, PM_SWEEP_MAX_TASKS, F(sweep.sample), NULL, NULL, 0},
     {"--sample-seed", 'i', 0, 0, F(sample_seed), NULL, NULL, 0},
-    S("--spill", spill), S("--timeline", svg), S("--trace", trace), S("--resume", resume),
-    S("--csv", csv), S("--save-best", save_best), S("--tasks", tasks_file), S("--data", data),
-    {"--devices", 'i', 1, 4096, F(devices), NULL, NULL, 0},
-    {"--device-mem", 'x', 0, 0, F(device_mem), parse_size, NULL, 0},
+    S("--spill", spill), S("--timeline", svg), S("--trace", trace),
+    S("--resume", set.run.save_dir), S("--csv", csv), S("--save-best", save_best),
+    S("--tasks", sweep.tasks_file), S("--data", data),
+    {"--devices", 'i', 1, 4096, F(set.run.devices), NULL, NULL, 0},
+    {"--device-mem", 'x', 0, 0, F(set.device_mem), parse_size, NULL, 0},
 };
 #undef S
 #undef L
 #undef F
-
-static int parse_args(int argc, char **argv, sel_opts *o) {
-    *o = (sel_opts){.prefetch = PM_PREFETCH_AUTO, .eval_every = -1, .eval_batches = 4,
-                    .sample_seed = -1};
-    pm_cli_opts set = {OPTS, sizeof OPTS / sizeof OPTS[0], o, NULL};
-    int rc = pm_cli_parse("select", argc, argv, 1, &set, 1, NULL, NULL);
-    if (rc == 2) fputs(usage, stdout), fputs(usage_more, stdout);
-    if (rc) return rc;
-    if (!o->devices) return pm_cli_fail("select: --devices D is required");
-    if (!o->device_mem) return pm_cli_fail("select: --device-mem SIZE is required (e.g. 64M)");
-    if (!o->dry_run && !o->data)
-        return pm_cli_fail("select: --data DIR is required to train (or --dry-run for the plan)");
-    if (o->tasks_file && (sel_swept(&o->sp) || o->sample))
-        return pm_cli_fail("select: give the tasks either as lists (or ranges with --sample N) "
-                           "or as --tasks FILE, not both");
-    if (o->sample_seed >= 0 && !o->sample)
-        return pm_cli_fail("select: --sample-seed S seeds --sample N; add --sample N");
-    if (o->asha && o->halving)
-        return pm_cli_fail("select: --asha and --halving are two ways to stop tasks early; "
-                           "give one");
-    if (o->asha_min && !o->asha) return pm_cli_fail("select: --asha-min N needs --asha ETA");
-    return 0;
-}
-
-/* --asha: the rungs from the tasks' steps (one budget for all: ASHA
- * compares them at the same steps) and --asha-min. */
-static int asha_rungs(sel_opts *o, const pm_select_task *t, int n) {
-    for (int i = 0; i < n; i++)
-        if (t[i].cfg.opt.steps != o->steps)
-            return pm_cli_fail("select: --asha compares tasks at the same steps, but task %s has "
-                               "--steps %d and others %d; give every task the same --steps",
-                               t[i].name, t[i].cfg.opt.steps, o->steps);
-    o->nrung = pm_select_asha_rungs(o->steps, o->asha, o->asha_min, o->rungs, 64);
-    if (o->nrung < 2)
-        return pm_cli_fail("select: --asha %d: --steps %d leaves no rung at or above --asha-min "
-                           "%d below it; lower --asha-min or --asha, or raise --steps", o->asha,
-                           o->steps, o->asha_min);
-    return 0;
-}
-
-/* The tasks: a tasks file, a sample, or the grid; then what depends on
- * them all (the longest task's steps, the evaluation interval). */
-static int make_tasks(sel_opts *o, pm_select_task *t, int *n) {
-    uint64_t seed = o->sample_seed >= 0 ? (uint64_t)o->sample_seed : 1;
-    int rc = o->tasks_file ? sel_read_tasks(o->tasks_file, t, n)
-             : o->sample   ? sel_sample(&o->sp, o->sample, seed, t, n)
-                           : sel_expand(&o->sp, t, n);
-    if (rc) return rc;
-    sel_warn_duplicates(t, *n);
-    o->steps = 0;
-    for (int i = 0; i < *n; i++)
-        if (t[i].cfg.opt.steps > o->steps) o->steps = t[i].cfg.opt.steps;
-    if (o->eval_every < 0) o->eval_every = o->steps >= 5 ? o->steps / 5 : o->steps;
-    return o->asha ? asha_rungs(o, t, *n) : 0;
-}
-
-/* ---- training ------------------------------------------------------------- */
 
 /* Ctrl-C: the run stops after the passes running, and the table so far is
  * printed (a second Ctrl-C kills as usual: the handler is reset). */
@@ -251,210 +188,144 @@ static void on_sigint(int sig) {
     signal(SIGINT, SIG_DFL);
 }
 
-/* The learning-rate schedule of the checkpoint at path is the task's: a
- * resumed run with other steps (and so another cosine and warm-up) would
- * train neither sweep, so it is refused, saying what changed. (The model,
- * data, lr and weight decay pm_ckpt_load checks.) */
-static int schedule_kept(const char *path, const pm_select_task *t) {
-    pm_ckpt_info in;
-    pm_err e;
-    if (pm_ckpt_info_read(path, &in, &e)) return pm_cli_fail("task %s: %s", t->name, e.msg);
-    const pm_optim_cfg *a = &in.cfg.opt, *b = &t->cfg.opt;
-    char was[200] = "", now[200] = "";
-    size_t w = 0, m = 0;
-    if (a->steps != b->steps) {
-        w += (size_t)snprintf(was + w, sizeof was - w, " --steps %d", a->steps);
-        m += (size_t)snprintf(now + m, sizeof now - m, " --steps %d", b->steps);
-    }
-    if (a->warmup != b->warmup) {
-        w += (size_t)snprintf(was + w, sizeof was - w, " --warmup %d", a->warmup);
-        m += (size_t)snprintf(now + m, sizeof now - m, " --warmup %d", b->warmup);
-    }
-    if (a->lr_min_frac != b->lr_min_frac || a->beta1 != b->beta1 || a->beta2 != b->beta2 ||
-        a->eps != b->eps || a->grad_clip != b->grad_clip) {
-        w += (size_t)snprintf(was + w, sizeof was - w, " other AdamW settings");
-        m += (size_t)snprintf(now + m, sizeof now - m, " select's");
-    }
-    if (!w) return 0;
-    return pm_cli_fail("task %s: %s was made with%s, this run has%s (the learning-rate schedule "
-                       "would change mid-run); resume with%s, or give another --resume DIR",
-                       t->name, path, was, now, was);
-}
-
-/* --resume DIR: each task with a checkpoint there continues from it
- * (pm_ckpt_load checks it is this task's configuration and data), each with
- * a .stopped marker stays stopped. Its losses at the checkpoint come from
- * NAME.loss; a validation loss not measured there is measured now (the
- * same number the run would have: evaluation is deterministic), so a task
- * that runs no further step still ranks by it. 1 if it resumed, 0 if not,
- * -1 on error. */
-static int resume_task(const sel_opts *o, const pm_tokens *va, const pm_select_task *t,
-                       pm_trainer *host, unsigned char *skip, double *loss, double *val) {
-    char path[4096];
-    pm_err e;
-    snprintf(path, sizeof path, "%s/%s.stopped", o->resume, t->name);
-    *skip = access(path, F_OK) == 0;
-    snprintf(path, sizeof path, "%s/%s.ckpt", o->resume, t->name);
-    if (access(path, F_OK)) return 0;
-    if (schedule_kept(path, t)) return -1;
-    if (pm_ckpt_load(host, path, &e)) return -pm_cli_fail("task %s: %s", t->name, e.msg);
-    pm_select_saved_losses(o->resume, t->name, host->step, loss, val);
-    if (!isfinite(*val) && pm_trainer_eval(host, va, o->eval_batches, val, &e))
-        return -pm_cli_fail("task %s: evaluating its checkpoint: %s", t->name, e.msg);
-    return 1;
-}
-
-/* Each task's trainer, resumed if --resume has its checkpoint, and with
- * --spill DIR spilled at once, so RAM holds one task's state at a time.
- * hosts[0 .. *ready-1] are initialised (the caller frees them). */
-static int make_hosts(const sel_opts *o, pm_select_task *t, int n, const pm_tokens *tr,
-                      const pm_tokens *va, pm_trainer *hosts, unsigned char *skip, double *loss,
-                      double *val, int *ready) {
-    const char *spill = o->spill && strcmp(o->spill, "ram") ? o->spill : NULL;
-    struct stat sb;
-    if (o->resume && mkdir(o->resume, 0777) && errno != EEXIST)
-        return pm_cli_fail("--resume %s: %s", o->resume, strerror(errno));
-    if (o->resume && (stat(o->resume, &sb) || !S_ISDIR(sb.st_mode)))
-        return pm_cli_fail("--resume %s: exists and is not a directory; give a directory for "
-                           "the tasks' checkpoints", o->resume);
-    int resumed = 0;
-    for (int i = 0; i < n; i++) {
-        pm_err e;
-        if (pm_trainer_init(&hosts[i], &t[i].cfg, tr, 0, &e))
-            return pm_cli_fail("task %s: %s", t[i].name, e.msg); /* left nothing allocated */
-        *ready = i + 1;
-        if (tr->tokenizer && pm_cli_data_tokenizer(o->data, tr, &hosts[i])) return 1;
-        loss[i] = val[i] = NAN;
-        int r = o->resume ? resume_task(o, va, &t[i], &hosts[i], &skip[i], &loss[i], &val[i]) : 0;
-        if (r < 0) return 1;
-        resumed += r;
-        if (spill && pm_select_spill(&t[i], &hosts[i], spill, &e))
-            return pm_cli_fail("%s", e.msg);
-    }
-    if (resumed) fprintf(stderr, "select: resumed %d of %d tasks from %s\n", resumed, n, o->resume);
+static int parse_args(int argc, char **argv, sel_opts *o) {
+    *o = (sel_opts){.set.run = {.prefetch = PM_PREFETCH_AUTO, .eval_every = -1,
+                                .eval_batches = 4, .report = sel_on_event,
+                                .interrupt = &interrupt_flag},
+                    .sample_seed = -1};
+    o->set.run.report_ctx = &o->pg;
+    pm_cli_opts set = {OPTS, sizeof OPTS / sizeof OPTS[0], o, NULL};
+    int rc = pm_cli_parse("select", argc, argv, 1, &set, 1, NULL, NULL);
+    if (rc == 2) fputs(usage, stdout), fputs(usage_more, stdout);
+    if (rc) return rc;
+    const pm_select_opts *r = &o->set.run;
+    if (!r->devices) return pm_cli_fail("select: --devices D is required");
+    if (!o->set.device_mem) return pm_cli_fail("select: --device-mem SIZE is required (e.g. 64M)");
+    if (!o->dry_run && !o->data)
+        return pm_cli_fail("select: --data DIR is required to train (or --dry-run for the plan)");
+    if (o->sweep.tasks_file && (pm_sweep_swept(&o->sweep) || o->sweep.sample))
+        return pm_cli_fail("select: give the tasks either as lists (or ranges with --sample N) "
+                           "or as --tasks FILE, not both");
+    if (o->sample_seed >= 0 && !o->sweep.sample)
+        return pm_cli_fail("select: --sample-seed S seeds --sample N; add --sample N");
+    if (r->asha && r->halving)
+        return pm_cli_fail("select: --asha and --halving are two ways to stop tasks early; "
+                           "give one");
+    if (o->set.asha_min && !r->asha) return pm_cli_fail("select: --asha-min N needs --asha ETA");
+    o->sweep.sample_seed = o->sample_seed >= 0 ? (uint64_t)o->sample_seed : 1;
+    o->set.run.stop_after = o->stop_after;
+    o->set.run.spill_dir = o->spill && strcmp(o->spill, "ram") ? o->spill : NULL;
     return 0;
 }
 
-/* Every task's vocabulary is the data's (a tokenizer's, or 256 bytes), so
+/* One warning line per task whose configuration an earlier task has (the
+ * first few, then a count). */
+static void warn_repeats(const pm_select_session *s) {
+    int shown = 0, more = 0;
+    for (int i = 1; i < s->n; i++) {
+        int j = pm_select_task_repeats(s->tasks, i);
+        if (j < 0) continue;
+        if (shown++ < 5)
+            fprintf(stderr, "select: warning: task %s has the configuration of task %s (the two "
+                    "train the same, bit for bit)\n", s->tasks[i].name, s->tasks[j].name);
+        else more++;
+    }
+    if (more) fprintf(stderr, "select: warning: %d more tasks repeat an earlier one\n", more);
+}
+
+/* The data's vocabulary (a tokenizer's, or 256 bytes): every task's, so
  * the partitioner sizes embedding and head right. */
-static int take_vocab(const char *dir, pm_select_task *t, int n) {
+static int data_vocab(const char *dir, int32_t *vocab) {
     char path[4096];
     snprintf(path, sizeof path, "%s/train.bin", dir);
     pm_tokens tr;
     pm_err e = {{0}};
     if (pm_tokens_read(&tr, path, &e)) return pm_cli_fail("%s", e.msg);
-    for (int i = 0; i < n; i++) t[i].cfg.model.vocab = (int32_t)tr.vocab;
+    *vocab = (int32_t)tr.vocab;
     pm_tokens_free(&tr);
+    return 0;
+}
+
+/* --dry-run: the plan, then the forecast (rates measured first). */
+static int dry_run(const sel_opts *o, const pm_select_session *s) {
+    pm_select_forecast f;
+    pm_err e;
+    if (!o->json) sel_print_plan(s);
+    if (pm_select_session_forecast(s, &f, &e)) return pm_cli_fail("select: %s", e.msg);
+    if (o->json) sel_print_dry_json(s, &f);
+    else sel_print_policies(s, &f);
+    pm_select_forecast_free(&f);
     return 0;
 }
 
 /* --save-best: the best-ranked task that did not fail and has a validation
  * loss (a task halving or an interruption stopped keeps its last state). */
-static int save_best(const char *path, const pm_select_task *t, pm_trainer *hosts,
-                     const pm_select_result *res, const int *order, int n) {
-    for (int k = 0; k < n; k++) {
-        int i = order[k];
-        if (res[i].state == PM_SELECT_FAILED || !isfinite(res[i].val_loss)) continue;
-        pm_err e;
-        if (pm_select_host_load(&t[i], &hosts[i], &e) || pm_ckpt_save(&hosts[i], path, &e))
-            return pm_cli_fail("%s", e.msg);
-        fprintf(stderr, "select: wrote %s (task %s, %s, val loss %.4f)\n", path, t[i].name,
-                res[i].state == PM_SELECT_DONE ? "done" : "stopped", res[i].val_loss);
-        return 0;
-    }
-    return pm_cli_fail("select: --save-best %s: no task ended with a validation loss (all "
-                       "failed, or none was evaluated); nothing written", path);
+static int save_best(const char *path, pm_select_session *s) {
+    int i = pm_select_session_best(s);
+    pm_err e;
+    if (i < 0)
+        return pm_cli_fail("select: --save-best %s: no task ended with a validation loss (all "
+                           "failed, or none was evaluated); nothing written", path);
+    if (pm_select_session_save(s, i, path, &e)) return pm_cli_fail("%s", e.msg);
+    fprintf(stderr, "select: wrote %s (task %s, %s, val loss %.4f)\n", path, s->tasks[i].name,
+            s->res[i].state == PM_SELECT_DONE ? "done" : "stopped", s->res[i].val_loss);
+    return 0;
 }
 
-static int train_tasks(const sel_opts *o, pm_select_task *t, int n,
-                       const pm_select_layout *lay) {
-    pm_tokens tr, va;
-    if (pm_cli_train_load(o->data, &tr, &va)) return 1;
-    pm_trainer *hosts = pm_calloc((size_t)n, sizeof *hosts);
-    pm_select_result *res = pm_calloc((size_t)n, sizeof *res);
-    int *order = pm_malloc((size_t)n * sizeof *order), rc = 0, ready = 0;
-    if (!hosts || !res || !order) rc = pm_cli_fail("select: out of memory for %d tasks", n);
-    unsigned char *skip = pm_calloc((size_t)n, 1);
-    double *prior = pm_malloc(2 * (size_t)n * sizeof *prior); /* (2, n) loss, val loss */
-    if (!rc && (!skip || !prior)) rc = pm_cli_fail("select: out of memory");
-    if (!rc) rc = make_hosts(o, t, n, &tr, &va, hosts, skip, prior, prior + n, &ready);
-    pm_select_stats st;
+/* What a finished (or interrupted) run prints and writes. */
+static int report(const sel_opts *o, pm_select_session *s) {
+    FILE *out = o->json ? stderr : stdout;
+    int rc = 0, failed = 0;
+    sel_print_table(out, s);
+    sel_print_summary(out, s);
+    if (o->json) sel_print_json(s);
+    if (o->csv) rc = sel_write_csv(o->csv, s);
+    if (!rc && o->svg) rc = sel_write_timeline(o->svg, s, 0);
+    if (!rc && o->trace) rc = sel_write_timeline(o->trace, s, 1);
+    if (!rc && o->save_best) rc = save_best(o->save_best, s);
+    for (int i = 0; i < s->n; i++) failed += s->res[i].state == PM_SELECT_FAILED;
+    if (!rc && failed == s->n)
+        rc = pm_cli_fail("select: %s failed (the table says why)",
+                         s->n == 1 ? "the task" : "every task");
+    return rc;
+}
+
+/* The run: the data and its tokenizer, every task's trainer (resumed),
+ * the devices, the report. */
+static int train(sel_opts *o, pm_select_session *s, pm_tokens *tr, pm_tokens *va) {
+    char *tok = NULL;
+    size_t tok_len = 0;
     pm_err e;
-    sel_progress pg = {.t = t, .n = n, .devices = o->devices, .t0 = pm_now()};
-    for (int i = 0; i < n; i++) pg.steps_all += t[i].cfg.opt.steps - hosts[i].step;
-    pm_select_opts so = {.devices = o->devices, .policy = o->policy, .prefetch = o->prefetch,
-                         .no_join = o->no_join, .eval_every = o->eval_every,
-                         .halving = o->halving,
-                         .asha = o->asha, .rungs = o->rungs, .nrung = o->nrung,
-                         .eval_batches = o->eval_batches, .val = &va, .save_dir = o->resume,
-                         .stop_after = o->stop_after, .skip = skip, .prior_loss = prior,
-                         .prior_val = prior ? prior + n : NULL, .report = sel_on_event,
-                         .report_ctx = &pg, .interrupt = &interrupt_flag,
-                         .spill_dir = o->spill && strcmp(o->spill, "ram") ? o->spill : NULL};
+    if (pm_cli_train_load(o->data, tr, va) ||
+        (tr->tokenizer && pm_cli_read_tokenizer(o->data, tr, &tok, &tok_len)))
+        return 1;
+    int rc = 0;
+    if (pm_select_session_start(s, tr, va, tok, tok_len, &e)) rc = pm_cli_fail("%s", e.msg);
+    pm_free(tok);
+    if (rc) return rc;
+    if (s->resumed)
+        fprintf(stderr, "select: resumed %d of %d tasks from %s\n", s->resumed, s->n,
+                o->set.run.save_dir);
+    o->pg = (sel_progress){.t = s->tasks, .n = s->n, .devices = o->set.run.devices,
+                           .t0 = pm_now()};
+    for (int i = 0; i < s->n; i++) o->pg.steps_all += s->tasks[i].cfg.opt.steps - s->hosts[i].step;
     struct sigaction sa = {0}, old;
     sa.sa_handler = on_sigint;
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, &old);
-    if (!rc && pm_select_run(t, hosts, n, lay, &so, res, &st, &e)) rc = pm_cli_fail("%s", e.msg);
+    if (pm_select_session_run(s, &e)) rc = pm_cli_fail("%s", e.msg);
     sigaction(SIGINT, &old, NULL);
     int stopped = atomic_load(&interrupt_flag);
     if (!rc && stopped) fprintf(stderr, "select: interrupted; the table so far follows\n");
-    if (!rc) {
-        double bound = st.lower_bound_s;
-        FILE *out = o->json ? stderr : stdout;
-        sel_rank(res, n, order);
-        sel_print_table(out, t, res, order, n);
-        fprintf(out, "makespan %.2f s, lower bound %.2f s (the tasks' measured work: passes, "
-                "step ends, evaluations; max(total / D, longest task)); per device peak bytes / "
-                "busy:", st.makespan_s, bound);
-        for (int d = 0; d < o->devices; d++)
-            fprintf(out, " %zu / %.0f%%", st.peak[d], 100 * st.busy[d] / st.makespan_s);
-        for (int d = 0; d < o->devices; d++) { /* where each device's time went */
-            fprintf(out, "\ndevice %d:", d);
-            for (int p = 0; p < PM_PART_COUNT; p++)
-                fprintf(out, " %s %.0f%%", pm_select_part_names[p],
-                        100 * st.part[(size_t)d * PM_PART_COUNT + p] / st.makespan_s);
-        }
-        fprintf(out, "\n");
-        if (o->json)
-            sel_print_json(o->policy, o->devices, o->device_mem, t, res, order, n, &st, bound);
-        if (o->csv) rc = sel_write_csv(o->csv, t, res, order, n);
-        if (!rc && o->svg) rc = sel_write_timeline(o->svg, &st, t, n, bound, 0);
-        if (!rc && o->trace) rc = sel_write_timeline(o->trace, &st, t, n, bound, 1);
-        if (!rc && o->save_best) rc = save_best(o->save_best, t, hosts, res, order, n);
-        int failed = 0;
-        for (int i = 0; i < n; i++) failed += res[i].state == PM_SELECT_FAILED;
-        if (!rc && failed == n)
-            rc = pm_cli_fail("select: %s failed (the table says why)",
-                             n == 1 ? "the task" : "every task");
-        pm_select_stats_free(&st);
-    }
-    for (int i = 0; i < ready; i++) pm_trainer_free(&hosts[i]);
-    pm_free(hosts), pm_free(res), pm_free(order), pm_free(skip), pm_free(prior);
-    pm_tokens_free(&tr), pm_tokens_free(&va);
+    if (!rc) rc = report(o, s);
     return rc ? rc : stopped ? 130 : 0; /* 128 + SIGINT, as a shell reports it */
-}
-
-/* Before anything is allocated: the devices' slabs (what the largest
- * shards need, at most --device-mem) and the tasks' state in RAM against
- * the memory this machine has available now (pm_trainer_init checks one
- * task at a time). With --spill a task's state is in RAM only while a
- * device evaluates it. */
-static int memory_fits(const sel_opts *o, const pm_select_task *t, int n,
-                       const pm_select_layout *lay) {
-    pm_select_ram need;
-    pm_err e;
-    int spill = o->spill && strcmp(o->spill, "ram");
-    if (pm_select_ram_need(t, n, lay, o->devices, spill, &need, &e) ||
-        pm_select_ram_check(&need, (double)pm_mem_available(), &e))
-        return pm_cli_fail("select: %s", e.msg);
-    return 0;
 }
 
 /* No output onto an input or another output: the data, the tasks file,
  * and with --resume DIR each task's checkpoint and losses there. */
 static int outputs_distinct(const sel_opts *o, const pm_select_task *t, int n) {
-    int nres = o->resume ? 2 * n : 0, rc;
+    const char *resume = o->set.run.save_dir;
+    int nres = resume ? 2 * n : 0, rc;
     pm_cli_file *f = pm_calloc((size_t)(8 + nres), sizeof *f);
     char (*names)[4200] = pm_calloc((size_t)(6 + 2 * nres), sizeof *names);
     if (!f || !names) {
@@ -468,7 +339,7 @@ static int outputs_distinct(const sel_opts *o, const pm_select_task *t, int n) {
     f[1] = (pm_cli_file){"--timeline", o->svg, 1, 0};
     f[2] = (pm_cli_file){"--trace", o->trace, 1, 0};
     f[3] = (pm_cli_file){"--save-best", o->save_best, 1, 0};
-    f[4] = (pm_cli_file){"the task list (--tasks)", o->tasks_file, 0, 0};
+    f[4] = (pm_cli_file){"the task list (--tasks)", o->sweep.tasks_file, 0, 0};
     for (int k = 0; k < 3 && o->data; k++) {
         snprintf(names[2 * k], sizeof names[0], "%s (--data %s)", role[k], o->data);
         snprintf(names[2 * k + 1], sizeof names[0], "%s/%s", o->data, split[k]);
@@ -478,8 +349,8 @@ static int outputs_distinct(const sel_opts *o, const pm_select_task *t, int n) {
         char *what = names[6 + 2 * i], *path = names[7 + 2 * i];
         const char *name = t[i / 2].name;
         snprintf(what, sizeof names[0], "task %s's %s (--resume %s)", name,
-                 i % 2 ? "losses" : "checkpoint", o->resume);
-        snprintf(path, sizeof names[0], "%s/%s.%s", o->resume, name, i % 2 ? "loss" : "ckpt");
+                 i % 2 ? "losses" : "checkpoint", resume);
+        snprintf(path, sizeof names[0], "%s/%s.%s", resume, name, i % 2 ? "loss" : "ckpt");
         f[8 + i] = (pm_cli_file){what, path, 0, 0};
     }
     rc = pm_cli_files_distinct("select", f, 8 + nres);
@@ -491,32 +362,30 @@ int pm_cmd_select(int argc, char **argv) {
     sel_opts o;
     int rc = parse_args(argc, argv, &o);
     if (rc) return rc == 2 ? 0 : rc;
-    pm_select_task *t = pm_calloc(SEL_MAX_TASKS, sizeof *t);
-    if (!t) return pm_cli_fail("select: out of memory for the tasks");
-    int n = 0;
-    rc = make_tasks(&o, t, &n);
-    if (!rc && o.data) rc = take_vocab(o.data, t, n);
-    pm_select_layout lay;
+    pm_select_session s;
+    pm_tokens tr = {0}, va = {0};
     pm_err e;
-    if (!rc && pm_select_partition(t, n, o.device_mem, 2, &lay, &e))
-        rc = pm_cli_fail("%s", e.msg);
-    const char *spill = o.spill && strcmp(o.spill, "ram") ? o.spill : NULL;
-    sel_eval ev = {o.eval_every, o.eval_batches, o.no_join};
-    if (!rc && o.dry_run && o.json) {
-        rc = sel_print_dry_json(t, n, &lay, o.devices, o.steps, spill, &ev);
-    } else if (!rc && o.dry_run) {
-        sel_print_plan(t, n, &lay);
-        rc = sel_print_policies(t, n, o.devices, &lay, spill, &ev);
+    int32_t vocab = 0;
+    pm_status st = pm_select_session_init(&s, &o.sweep, &o.set, &e);
+    warn_repeats(&s); /* the tasks made, whatever failed after them */
+    if (st) rc = pm_cli_fail("%s", e.msg);
+    if (!rc && o.data) rc = data_vocab(o.data, &vocab);
+    if (!rc && pm_select_session_partition(&s, vocab, &e)) rc = pm_cli_fail("%s", e.msg);
+    if (!rc && o.dry_run) {
+        rc = dry_run(&o, &s);
     } else if (!rc) {
-        rc = outputs_distinct(&o, t, n);
+        rc = outputs_distinct(&o, s.tasks, s.n);
         if (!rc && o.save_best && pm_cli_out_check(o.save_best)) rc = 1;
         if (!rc && o.csv && pm_cli_out_check(o.csv)) rc = 1;
         if (!rc && o.svg && pm_cli_out_check(o.svg)) rc = 1;
         if (!rc && o.trace && pm_cli_out_check(o.trace)) rc = 1;
-        if (!rc) rc = memory_fits(&o, t, n, &lay);
-        if (!rc) rc = train_tasks(&o, t, n, &lay);
+        /* before anything is allocated: the devices' slabs and the tasks'
+         * state in RAM against what this machine has available now */
+        if (!rc && pm_select_session_fits(&s, (double)pm_mem_available(), &e))
+            rc = pm_cli_fail("select: %s", e.msg);
+        if (!rc) rc = train(&o, &s, &tr, &va);
     }
-    for (int i = 0; i < n; i++) pm_select_task_free(&t[i]);
-    pm_free(t);
+    pm_select_session_free(&s);
+    pm_tokens_free(&tr), pm_tokens_free(&va);
     return rc;
 }

@@ -4,7 +4,6 @@
  * itself is the library's (pm_train_loop); this file prints its events.
  * The options (one parser for both modes) are in train_opts.c; pipeline
  * runs (--pp, --schedule, --schedule-file) go to cmd_train_pp.c. */
-#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -70,9 +69,6 @@ int pm_cmd_train(int argc, char **argv) {
     int other = mr && strcmp(mr, "0");
     pm_cli_set_rank(other ? atoi(mr) : -1, other);
     int rc = pm_cli_train_parse(argc, argv, &o);
-    if (!rc && !other && !(o.lr <= FLT_MAX)) /* kept as a float: above it, inf */
-        rc = pm_cli_fail("train: --lr %g is beyond a float; give a positive number up to 3.4e38",
-                         o.lr);
     if (!rc && !other) rc = pm_cli_train_check_outputs(&o);
     if (rc > 0 && pm_mpi_launched()) rc = stop_together();
     pm_cli_set_rank(-1, 0);
@@ -89,9 +85,10 @@ int pm_cmd_train(int argc, char **argv) {
     if (pm_cli_train_start(&o, &cfg, &tr, &va, &t)) goto out_tok;
     fprintf(stderr, "train: %zu parameters, %.1f MiB, %d layers, dim %d, %d heads, ctx %d, "
             "vocab %d, batch %d in %d microbatches, %d threads%s\n", t.n_params,
-            (double)pm_train_mem_bytes(&cfg, NULL) / (1 << 20), o.layers, o.dim, o.heads, o.ctx,
-            cfg.model.vocab, o.batch, o.micro, o.threads, o.resume ? ", resumed" : "");
-    times = malloc(((size_t)o.steps + 1) * sizeof *times);
+            (double)pm_train_mem_bytes(&cfg, NULL) / (1 << 20), cfg.model.layers, cfg.model.dim,
+            cfg.model.heads, cfg.model.ctx, cfg.model.vocab, cfg.batch, cfg.micro, o.threads,
+            o.resume ? ", resumed" : "");
+    times = malloc(((size_t)cfg.opt.steps + 1) * sizeof *times);
     pm_train_state st;
     pm_err err = {{0}};
     if (!times || pm_train_state_init(&st, &cfg, &tr, &err)) {
@@ -102,7 +99,7 @@ int pm_cmd_train(int argc, char **argv) {
     st.step = t.step, st.train.next = t.train.next;
     st.tok_model = t.tok_model, st.tok_model_len = t.tok_model_len;
     progress pr = {.o = &o, .t = &t, .times = times, .final_loss = NAN, .tty = isatty(2),
-                   .every = o.steps >= 20 ? o.steps / 20 : 1};
+                   .every = cfg.opt.steps >= 20 ? cfg.opt.steps / 20 : 1};
     pm_train_driver drv = pm_trainer_driver(&t, on_event, &pr);
     pm_loop_opts lo = {.stop_at = pm_cli_train_stop_at(&o, &cfg), .eval_every = o.eval_every,
                        .eval_batches = o.eval_batches, .val = &va, .save = o.save};

@@ -318,9 +318,9 @@ static void pp_count(pp_run *r, const pm_loop_event *ev) {
     const pm_pipe_info *in = &r->ps->last;
     ps->times[ps->nt++] = ev->seconds;
     ps->final_loss = in->loss;
-    int nd = pm_pipe_devices(r->pp) * pm_pipe_replicas(r->pp);
-    for (int g = 0; (ps->nt > 1 || r->o->steps == 1) && g < nd; g++) ps->busy[g] += in->busy_ms[g];
-    if (ps->nt > 1 || r->o->steps == 1)
+    int nd = pm_pipe_devices(r->pp) * pm_pipe_replicas(r->pp), warm = ps->nt > 1 || r->steps == 1;
+    for (int g = 0; warm && g < nd; g++) ps->busy[g] += in->busy_ms[g];
+    if (warm)
         ps->mk += in->makespan_ms, ps->pmk += in->pred_makespan_ms, ps->bub += in->bubble,
             ps->pbub += in->pred_bubble, ps->n++;
     if (ps->nt > 1 && isfinite(in->forecast_makespan_ms) && in->makespan_ms > 0)
@@ -362,7 +362,8 @@ static int pp_train(const pm_cli_train_opts *o, pm_pipe *pp, pm_train_state *st,
                     const pm_tokens *val, pp_stats *ps) {
     int root = pm_pipe_is_root(pp);
     pp_run r = {.o = o, .pp = pp, .ps = ps, .tty = isatty(2),
-                .steps = st->cfg.opt.steps, .every = o->steps >= 20 ? o->steps / 20 : 1,
+                .steps = st->cfg.opt.steps,
+                .every = st->cfg.opt.steps >= 20 ? st->cfg.opt.steps / 20 : 1,
                 .quiet = !root};
     pm_train_driver drv = {.ctx = &r, .step = pp_step, .eval = pp_eval, .save = pp_save,
                            .report = pp_report, .report_ctx = &r};
@@ -424,7 +425,7 @@ static int load(const pm_cli_train_opts *o, const pp_world *w, pp_job *j) {
         if (j->tr.tokenizer)
             failed = pm_cli_read_tokenizer(o->data ? o->data : o->train_file, &j->tr, &j->tok,
                                            &j->tok_len);
-        if (!failed && pm_loader_init(&vcheck, &j->va, o->ctx, 0, "val.bin", &err))
+        if (!failed && pm_loader_init(&vcheck, &j->va, j->cfg.model.ctx, 0, "val.bin", &err))
             failed = pm_cli_fail("%s/%s", o->data ? o->data : o->val_file, err.msg);
         if (failed) pm_tokens_free(&j->tr), pm_tokens_free(&j->va);
     }
@@ -458,8 +459,9 @@ static void print_start(const pm_cli_train_opts *o, const pp_world *w, const pp_
     if (w->rank) return;
     fprintf(stderr, "train: %zu parameters, %d layers, dim %d, %d heads, ctx %d, batch %d in %d "
             "microbatches; schedule %s on %d devices x %d replica%s%s (%s), %d stages, %s, head "
-            "in %d part%s%s\n", pm_gpt_num_params(&pl->cfg.model), o->layers, o->dim, o->heads,
-            o->ctx, o->batch, o->micro, pl->sched.kind, pl->p, pl->dp, pl->dp > 1 ? "s" : "",
+            "in %d part%s%s\n", pm_gpt_num_params(&pl->cfg.model), pl->cfg.model.layers,
+            pl->cfg.model.dim, pl->cfg.model.heads, pl->cfg.model.ctx, pl->cfg.batch,
+            pl->cfg.micro, pl->sched.kind, pl->p, pl->dp, pl->dp > 1 ? "s" : "",
             pl->zero ? " with ZeRO-1" : "",
             w->transport == PM_TRANSPORT_MPI ? "mpi" : "threads", pl->S,
             pm_place_names[pl->sched.place], parts, parts > 1 ? "s" : "",
@@ -499,7 +501,7 @@ static int run(const pm_cli_train_opts *o, pp_world *w) {
         failed = pm_cli_fail("train: %s", err.msg); /* its parameters as flags (pm_cli_flags) */
     else if (check_fits(&j.plan, &err) || pm_train_state_init(&j.st, &j.plan.cfg, &j.tr, &err))
         failed = pm_cli_fail("%s", err.msg);
-    ps.times = malloc(((size_t)o->steps + 1) * sizeof *ps.times);
+    ps.times = malloc(((size_t)o->cfg.opt.steps + 1) * sizeof *ps.times);
     ps.busy = calloc(j.plan.nd > 0 ? (size_t)j.plan.nd : 1, sizeof *ps.busy);
     ps.fig = calloc(j.plan.nd > 0 ? 2 * (size_t)j.plan.nd : 1, sizeof *ps.fig);
     if (!failed && (!ps.times || !ps.busy || !ps.fig)) failed = pm_cli_fail("out of memory");

@@ -32,6 +32,9 @@ static const struct {
     {"batch", "--batch", 1},           {"seed", "--seed", 1},
     {"v", "--chunks", 1},              {"t", "--costs", 1},
     {"vocab", "--vocab", 1},           {"the MPI transport", "--transport mpi", 0},
+    /* pm_select.h (pipemem select) */
+    {"save_dir", "--resume", 0},       {"sample", "--sample", 1},
+    {"asha_min", "--asha-min", 0},     {"asha", "--asha", 0},
     /* pm_cluster.h (pipemem plan) */
     {"shape.layers", "--layers", 0},   {"shape.hidden", "--hidden", 0},
     {"shape.heads", "--heads", 0},     {"shape.seq", "--seq", 0},

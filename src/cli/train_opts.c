@@ -5,7 +5,7 @@
  * Invariants: every option is one row of OPTS, so both modes accept the same
  * names with the same defaults and ranges; an option that makes sense in one
  * mode only is rejected in the other with a one-line error naming it. */
-#include <float.h>
+#include <errno.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -16,22 +16,18 @@
 
 #include "train_opts.h"
 
-/* --seed S: 0..2^30 into a uint64_t. */
-static int parse_seed(const pm_cli_opt *d, const char *val, void *dst) {
-    int s;
-    if (pm_cli_int_range(d->name, val, 0, 1 << 30, &s)) return 1;
-    *(uint64_t *)dst = (uint64_t)s;
-    return 0;
-}
-
-/* --weight-decay X: a number from 0 a float holds (AdamW's decay of the
- * matrices, as lr * X per step; 0 turns it off). */
-static int parse_decay(const pm_cli_opt *d, const char *val, void *dst) {
-    double x;
-    if (pm_cli_double(d->name, val, &x)) return 1;
-    if (!(x >= 0 && x <= FLT_MAX))
-        return pm_cli_fail("%s: %s is not a number from 0 up to 3.4e38 (a float)", d->name, val);
-    *(double *)dst = x;
+/* --layers N ... --seed S, one setting of the configuration each (the
+ * row's lo is the field): an integer, or a number (--lr, --weight-decay);
+ * whether it is a value the field takes is pm_train_cfg_make's to say (its
+ * rule, the one every caller follows). */
+static int parse_setting(const pm_cli_opt *d, const char *val, void *dst) {
+    if (!pm_train_field_integer(d->lo)) return pm_cli_double(d->name, val, dst);
+    if (!val) return pm_cli_fail("%s needs a value", d->name);
+    char *end;
+    errno = 0;
+    long x = strtol(val, &end, 10);
+    if (errno || end == val || *end) return pm_cli_fail("%s: '%s' is not an integer", d->name, val);
+    *(double *)dst = (double)x;
     return 0;
 }
 
@@ -40,18 +36,19 @@ static int parse_decay(const pm_cli_opt *d, const char *val, void *dst) {
 #define F(x) offsetof(pm_cli_train_opts, x)
 #define I(name, lo, field, mode) {name, 'i', lo, 0, F(field), NULL, NULL, mode}
 #define S(name, field, mode) {name, 's', 0, 0, F(field), NULL, NULL, mode}
+#define C(name, f) {name, 'x', f, 0, F(set.v[f]), parse_setting, NULL, 0}
 static const pm_cli_opt OPTS[] = {
     S("--data", data, 0),           S("--save", save, 0),
     S("--train", train_file, 0),    S("--val", val_file, 0),
     I("--pad-vocab", 1, pad_vocab, 0),
-    S("--resume", resume, 0),       I("--layers", 1, layers, 0),
-    I("--dim", 1, dim, 0),          I("--heads", 1, heads, 0),
-    I("--ctx", 1, ctx, 0),          I("--batch", 1, batch, 0),
-    I("--microbatches", 1, micro, 0), I("--steps", 1, steps, 0),
-    {"--lr", 'p', 0, 0, F(lr), NULL, NULL, 0}, I("--warmup", 0, warmup, 0),
-    {"--weight-decay", 'x', 0, 0, F(weight_decay), parse_decay, NULL, 0},
+    S("--resume", resume, 0),       C("--layers", PM_CFG_LAYERS),
+    C("--dim", PM_CFG_DIM),         C("--heads", PM_CFG_HEADS),
+    C("--ctx", PM_CFG_CTX),         C("--batch", PM_CFG_BATCH),
+    C("--microbatches", PM_CFG_MICRO), C("--steps", PM_CFG_STEPS),
+    C("--lr", PM_CFG_LR),           C("--warmup", PM_CFG_WARMUP),
+    C("--weight-decay", PM_CFG_WEIGHT_DECAY),
     I("--eval-every", 0, eval_every, 0), I("--eval-batches", 1, eval_batches, 0),
-    {"--seed", 'x', 0, 0, F(seed), parse_seed, NULL, 0}, I("--stop-after", 1, stop_after, 0),
+    C("--seed", PM_CFG_SEED),       I("--stop-after", 1, stop_after, 0),
     {"--json", 'f', 1, 0, F(json), NULL, NULL, 0}, I("--threads", 1, threads, 's'),
     I("--pp", 1, pp, 't'),          S("--schedule", kind, 't'),
     S("--schedule-file", sched_file, 't'), I("--chunks", 1, chunks, 'p'),
@@ -61,6 +58,7 @@ static const pm_cli_opt OPTS[] = {
     S("--placement", placement, 'p'), I("--head-parts", 1, head_parts, 'p'),
     {"--device-mem", 'z', 0, 0, F(device_mem), NULL, NULL, 0}, I("--zero", 0, zero, 'p'),
 };
+#undef C
 #undef S
 #undef I
 #undef F
@@ -132,11 +130,10 @@ static void usage(FILE *f) {
 
 static void defaults(pm_cli_train_opts *o) {
     long nproc = sysconf(_SC_NPROCESSORS_ONLN);
-    *o = (pm_cli_train_opts){.layers = 4, .dim = 128, .heads = 4, .ctx = 64, .batch = 8,
-                             .micro = 1, .steps = 100, .eval_every = -1, .eval_batches = 4,
-                             .warmup = -1, .lr = 1e-3, .weight_decay = -1, .seed = 1,
+    *o = (pm_cli_train_opts){.eval_every = -1, .eval_batches = 4,
                              .threads = nproc > 0 ? (int)nproc : 1, .pp = 1, .kind = "1f1b",
                              .dp = 1};
+    pm_train_settings_clear(&o->set); /* the configuration's defaults are the library's */
 }
 
 /* Cross-option checks once all are read; the first mode-only option seen
@@ -173,11 +170,13 @@ static int check(pm_cli_train_opts *o, const char *pipe_only, const char *single
         return pm_cli_fail("train: --placement %s: use flops, measured or memory", o->placement);
     if (o->transport && strcmp(o->transport, "threads") && strcmp(o->transport, "mpi"))
         return pm_cli_fail("train: --transport %s: use threads or mpi", o->transport);
-    if (o->micro % o->dp)
+    pm_train_cfg d; /* the microbatches given, or the default */
+    pm_train_cfg_defaults(&d);
+    int micro = isnan(o->set.v[PM_CFG_MICRO]) ? d.micro : (int)o->set.v[PM_CFG_MICRO];
+    if (micro % o->dp)
         return pm_cli_fail("train: --dp %d must divide --microbatches %d (each replica runs "
-                           "an equal share)", o->dp, o->micro);
+                           "an equal share)", o->dp, micro);
     if (o->pipeline) o->threads = 1;
-    if (o->eval_every < 0) o->eval_every = o->steps >= 5 ? o->steps / 5 : o->steps;
     return 0;
 }
 
@@ -244,18 +243,18 @@ int pm_cli_train_parse(int argc, char **argv, pm_cli_train_opts *o) {
     o->pipeline = first_of(at, 't') != NULL;
     o->have_pp = pm_cli_given(&set, "--pp") > 0;
     o->have_kind = pm_cli_given(&set, "--schedule") > 0;
-    return check(o, first_of(at, 'p'), first_of(at, 's'));
+    if (check(o, first_of(at, 'p'), first_of(at, 's'))) return 1;
+    pm_err err;
+    if (pm_train_cfg_make(&o->cfg, &o->set, &err)) return pm_cli_fail("train: %s", err.msg);
+    int steps = o->cfg.opt.steps;
+    if (o->eval_every < 0) o->eval_every = steps >= 5 ? steps / 5 : steps;
+    return 0;
 }
 
 void pm_cli_train_cfg(const pm_cli_train_opts *o, const pm_tokens *tr, pm_train_cfg *cfg) {
     int32_t pad = o->pad_vocab > 1 ? o->pad_vocab : 1;
-    int32_t vocab = (int32_t)((tr->vocab + (uint32_t)pad - 1) / (uint32_t)pad * (uint32_t)pad);
-    *cfg = (pm_train_cfg){.model = {vocab, o->ctx, o->dim, o->heads, o->layers},
-                          .batch = o->batch, .micro = o->micro, .seed = o->seed};
-    pm_optim_defaults(&cfg->opt, o->steps);
-    cfg->opt.lr = (float)o->lr;
-    if (o->warmup >= 0) cfg->opt.warmup = o->warmup < o->steps ? o->warmup : o->steps;
-    if (o->weight_decay >= 0) cfg->opt.weight_decay = (float)o->weight_decay;
+    *cfg = o->cfg;
+    cfg->model.vocab = (int32_t)((tr->vocab + (uint32_t)pad - 1) / (uint32_t)pad * (uint32_t)pad);
 }
 
 static int load_split(const char *dir, const char *name, pm_tokens *t) {
@@ -330,20 +329,9 @@ int pm_cli_train_start(const pm_cli_train_opts *o, const pm_train_cfg *cfg, cons
     pm_err err = {{0}};
     pm_loader vcheck;
     *t = (pm_trainer){0};
-    if (pm_loader_init(&vcheck, va, o->ctx, 0, "val.bin", &err))
+    if (pm_loader_init(&vcheck, va, cfg->model.ctx, 0, "val.bin", &err))
         return pm_cli_fail("%s/%s", o->data, err.msg);
-    size_t need = pm_train_mem_bytes(cfg, NULL);
-    if (o->device_mem && !o->pipeline && need > o->device_mem) {
-        char a[32], b[32], c[32];
-        pm_plan_bytes_str(need, a, sizeof a);
-        pm_plan_bytes_str(16 * pm_gpt_num_params(&cfg->model), b, sizeof b);
-        pm_plan_bytes_str(o->device_mem, c, sizeof c);
-        return pm_cli_fail("train: one device needs %s (%s of parameters, gradients and AdamW "
-                           "moments, the rest one microbatch's activations and workspace) but "
-                           "--device-mem is %s; train it on several devices, each holding only "
-                           "its stages (--pp 4)", a, b, c);
-    }
-    if (pm_trainer_init(t, cfg, tr, 0, &err)) return pm_cli_fail("%s", err.msg);
+    if (pm_trainer_init(t, cfg, tr, o->device_mem, &err)) return pm_cli_fail("%s", err.msg);
     if ((tr->tokenizer && pm_cli_data_tokenizer(o->data ? o->data : o->train_file, tr, t)) ||
         (o->resume && pm_ckpt_load(t, o->resume, &err))) {
         if (err.msg[0]) pm_cli_fail("%s", err.msg);

@@ -17,13 +17,11 @@ typedef struct {
     const char *data, *save, *resume;
     const char *train_file, *val_file; /* --train FILE --val FILE instead of --data DIR */
     int pad_vocab;  /* --pad-vocab N: the model's vocabulary rounded up to a multiple */
-    int layers, dim, heads, ctx, batch, micro, steps, eval_every, eval_batches;
-    int warmup;     /* -1: the default steps/10 */
+    pm_train_settings set; /* --layers ... --seed: the configuration's settings */
+    pm_train_cfg cfg;      /* made from them (pm_train_cfg_make; vocab: the defaults') */
+    int eval_every, eval_batches;
     int stop_after; /* stop after this step as if interrupted (0: run to --steps) */
     int json;
-    double lr;
-    double weight_decay; /* AdamW's decoupled decay of matrices; -1: the default 0.1 */
-    uint64_t seed;
     int threads; /* BLAS threads: --threads (single device) or 1 (pipeline) */
     /* pipeline (--pp, --schedule, --schedule-file set pipeline) */
     int pipeline, pp, chunks;
@@ -41,7 +39,8 @@ typedef struct {
 } pm_cli_train_opts;
 
 /* Parses argv[1..]: 0 on success, 1 on error (one line printed), -1 after
- * printing the help for --help. Defaults are filled in (eval_every). */
+ * printing the help for --help. Defaults are filled in (the configuration,
+ * eval_every). */
 int pm_cli_train_parse(int argc, char **argv, pm_cli_train_opts *o);
 
 /* Before any work: every output path (--save, --trace, --timeline) can be
@@ -55,8 +54,8 @@ int pm_cli_train_check_outputs(const pm_cli_train_opts *o);
  * --steps (the cosine still spans --steps). */
 int64_t pm_cli_train_stop_at(const pm_cli_train_opts *o, const pm_train_cfg *cfg);
 
-/* The training configuration the options describe, with the vocabulary of
- * the train tokens. */
+/* The training configuration the options describe (o->cfg), with the
+ * vocabulary of the train tokens. */
 void pm_cli_train_cfg(const pm_cli_train_opts *o, const pm_tokens *tr, pm_train_cfg *cfg);
 
 /* Reads DIR/train.bin and DIR/val.bin; on error prints, frees both, returns 1. */

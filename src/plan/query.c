@@ -40,14 +40,7 @@ double pm_plan_peak_x(const pm_plan *pl, int *dev) {
     return pl->M > 0 ? peak / pl->M : 0;
 }
 
-void pm_plan_bytes_str(size_t n, char *buf, size_t cap) {
-    double x = (double)n;
-    const char *unit[] = {"bytes", "KiB", "MiB", "GiB", "TiB"};
-    int u = 0;
-    while (x >= 1024 && u < 4) x /= 1024, u++;
-    if (u == 0) snprintf(buf, cap, "%zu bytes", n);
-    else snprintf(buf, cap, "%.*f %s", x < 10 ? 2 : x < 100 ? 1 : 0, x, unit[u]);
-}
+void pm_plan_bytes_str(size_t n, char *buf, size_t cap) { pm_bytes_str(n, buf, cap); }
 
 /* ---- what a device's runtime allocates (plan.c counts the same) -------------- */
 

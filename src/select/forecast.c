@@ -16,7 +16,9 @@
  * not hide them. An evaluation (every eval_every steps and after the last)
  * runs eval_batches microbatches forward through the whole model on the
  * device that ran the step's last pass, after bringing a spilled task's
- * state into RAM and writing it back. Checkpoints are not forecast. */
+ * state into RAM and writing it back. Checkpoints are not forecast.
+ * pm_select_forecast_make costs every task's passes so and simulates each
+ * policy over them: the one forecast the dry run and bench_select give. */
 #define _XOPEN_SOURCE 700 /* pread, pwrite, mkstemp */
 #include <stdio.h>
 #include <stdlib.h>
@@ -137,4 +139,81 @@ void pm_select_task_costs(const pm_select_task *t, int64_t steps, int eval_every
             if (after) after[i] += ev + ev_move; /* after the step's last pass, alone */
         }
     }
+}
+
+/* ---- the forecast of a sweep ------------------------------------------------ */
+
+void pm_select_forecast_free(pm_select_forecast *f) {
+    if (!f) return;
+    pm_free(f->compute);
+    pm_free(f->move);
+    f->compute = f->move = NULL;
+}
+
+/* Each task's passes, costed (pm_select_task_costs), as the simulator
+ * takes them: a task's arrays (np passes) and its totals. */
+typedef struct {
+    int n;
+    int64_t *np;
+    int **sh, *per, *micro;
+    double **co, **be, **af;
+} costs;
+
+static void costs_free(costs *c) {
+    for (int i = 0; i < c->n && c->sh && c->co && c->be && c->af; i++)
+        pm_free(c->sh[i]), pm_free(c->co[i]), pm_free(c->be[i]), pm_free(c->af[i]);
+    pm_free(c->np), pm_free(c->sh), pm_free(c->per), pm_free(c->micro);
+    pm_free(c->co), pm_free(c->be), pm_free(c->af);
+}
+
+/* Task i's pass list, costed: co its compute and moves, be and af their
+ * parts before and after its microbatches (joining); its totals into f. */
+static int task_costs(const pm_select_task *t, const pm_select_rates *r, int every, int batches,
+                      costs *c, int i, pm_select_forecast *f) {
+    int64_t np = c->np[i] = (int64_t)t->cfg.opt.steps * c->per[i];
+    c->sh[i] = pm_malloc((size_t)np * sizeof(int));
+    c->co[i] = pm_malloc((size_t)np * sizeof(double));
+    c->be[i] = pm_malloc((size_t)np * sizeof(double));
+    c->af[i] = pm_malloc((size_t)np * sizeof(double));
+    double *mv = pm_malloc((size_t)np * sizeof *mv);
+    int bad = !c->sh[i] || !c->co[i] || !c->be[i] || !c->af[i] || !mv;
+    if (!bad) {
+        pm_select_task_costs(t, t->cfg.opt.steps, every, batches, r, c->sh[i], c->co[i], mv,
+                             c->be[i], c->af[i]);
+        for (int64_t k = 0; k < np; k++)
+            f->compute[i] += c->co[i][k], f->move[i] += mv[k], c->co[i][k] += mv[k];
+    }
+    pm_free(mv);
+    return bad;
+}
+
+pm_status pm_select_forecast_make(pm_select_forecast *f, const pm_select_task *t, int n,
+                                  int devices, const pm_select_rates *r, int eval_every,
+                                  int eval_batches, int no_join, pm_err *err) {
+    *f = (pm_select_forecast){.rates = *r, .compute = pm_calloc((size_t)n, sizeof(double)),
+                              .move = pm_calloc((size_t)n, sizeof(double))};
+    costs c = {n, pm_calloc((size_t)n, sizeof(int64_t)), pm_calloc((size_t)n, sizeof(int *)),
+               pm_calloc((size_t)n, sizeof(int)), pm_calloc((size_t)n, sizeof(int)),
+               pm_calloc((size_t)n, sizeof(double *)), pm_calloc((size_t)n, sizeof(double *)),
+               pm_calloc((size_t)n, sizeof(double *))};
+    int bad = !f->compute || !f->move || !c.np || !c.sh || !c.per || !c.micro || !c.co || !c.be ||
+              !c.af;
+    for (int i = 0; i < n && !bad; i++) {
+        c.per[i] = 2 * t[i].nshard - 1, c.micro[i] = t[i].cfg.micro;
+        bad = task_costs(&t[i], r, eval_every, eval_batches, &c, i, f);
+    }
+    pm_status st = bad ? pm_errf(err, PM_ERR_NOMEM, "out of memory for the simulation") : PM_OK;
+    pm_select_work w = {n, c.np, (const int *const *)c.sh, (const double *const *)c.co, c.per,
+                        c.micro, (const double *const *)c.be, (const double *const *)c.af};
+    for (int p = 0; p < PM_POLICY_COUNT && !st; p++) {
+        pm_select_sim sim;
+        if ((st = pm_select_simulate(&w, devices, (pm_select_policy)p, no_join, &sim, err)))
+            break;
+        f->makespan[p] = sim.makespan; /* the shard policy's bound (joined) holds for all */
+        if (p == PM_POLICY_SHARD) f->lower_bound = sim.lower_bound;
+        pm_select_sim_free(&sim);
+    }
+    costs_free(&c);
+    if (st) pm_select_forecast_free(f);
+    return st;
 }

@@ -81,6 +81,18 @@ int sel_store_release(sel_task *t);
 pm_status sel_store_open(sel_task *t, const char *dir, pm_err *err);
 int sel_store_close(sel_task *t);
 
+/* A task's record in the save directory (record.c): its checkpoint and
+ * losses (its pending updates flushed first; 1 on failure, t->why says),
+ * the marker of a task stopped early (t->why in it), and a task resumed
+ * from them: *stopped if marked, else from its checkpoint when there is
+ * one (*resumed 1; the schedule must be the task's), with the losses
+ * saved beside it and the validation loss measured if they lack it. */
+int sel_record_save(const char *dir, sel_task *t);
+void sel_record_stop(const char *dir, const sel_task *t);
+pm_status sel_record_resume(const char *dir, const pm_select_task *t, pm_trainer *host,
+                            const pm_tokens *val, int eval_batches, unsigned char *stopped,
+                            double *loss, double *val_loss, int *resumed, pm_err *err);
+
 /* Where each pass's pieces sit in a device's slab. */
 typedef struct {
     unsigned char *slab; /* device_mem bytes, 64-aligned; owned */

@@ -203,48 +203,6 @@ static void emit(sel_run *r, int task, int kind, double loss, double val) {
     r->o->report(r->o->report_ctx, &ev);
 }
 
-/* Task t's losses beside its checkpoint (pm_select_saved_losses): the
- * validation loss only if it was measured on this very state. */
-static pm_status save_losses(sel_run *r, const sel_task *t, pm_err *err) {
-    char path[4096];
-    snprintf(path, sizeof path, "%s/%s.loss", r->o->save_dir, t->task->name);
-    int64_t step = t->host->step;
-    pm_wfile w;
-    pm_status st = pm_wfile_open(&w, path, err);
-    if (st) return st;
-    fprintf(w.f, "step %lld loss %.17g val_loss %.17g\n", (long long)step, t->last_loss,
-            t->val_step == step ? t->val_loss : NAN);
-    return pm_wfile_commit(&w, err);
-}
-
-/* Task t's checkpoint in the save directory (its updates flushed first),
- * then its losses; on failure the reason goes to t->why. */
-static int save_task(sel_run *r, sel_task *t) {
-    char path[4096];
-    pm_err e;
-    snprintf(path, sizeof path, "%s/%s.ckpt", r->o->save_dir, t->task->name);
-    sel_flush_updates(t);
-    if (!pm_ckpt_save(t->host, path, &e) && !save_losses(r, t, &e)) return 0;
-    snprintf(t->why, sizeof t->why, "saving: %.140s", e.msg);
-    return 1;
-}
-
-int pm_select_saved_losses(const char *dir, const char *name, int64_t step, double *loss,
-                           double *val) {
-    char path[4096], *text = NULL;
-    size_t len;
-    long long k;
-    double x, y;
-    pm_err e;
-    *loss = *val = NAN;
-    snprintf(path, sizeof path, "%s/%s.loss", dir, name);
-    if (pm_read_file(path, 256, &text, &len, &e)) return 0;
-    int ok = sscanf(text, "step %lld loss %lf val_loss %lf", &k, &x, &y) == 3 && k == step;
-    pm_free(text);
-    if (ok) *loss = x, *val = y;
-    return ok;
-}
-
 /* The end-of-step work that needs the task's whole state in RAM: the
  * --stop-after interruption, evaluation and checkpoints. */
 static int host_work(sel_run *r, sel_task *t, int end, int ev, int stop, double *val,
@@ -254,7 +212,8 @@ static int host_work(sel_run *r, sel_task *t, int end, int ev, int stop, double 
     if (stop) { /* interrupted on purpose, saved where it stands (train --stop-after) */
         snprintf(t->why, sizeof t->why, "interrupted after step %lld (stop_after)",
                  (long long)h->step);
-        if (r->o->save_dir && save_task(r, t)) return *state = PM_SELECT_FAILED, PM_SELECT_EV_FAILED;
+        if (r->o->save_dir && sel_record_save(r->o->save_dir, t))
+            return *state = PM_SELECT_FAILED, PM_SELECT_EV_FAILED;
         *state = PM_SELECT_STOPPED;
         return PM_SELECT_EV_STOPPED;
     }
@@ -267,7 +226,8 @@ static int host_work(sel_run *r, sel_task *t, int end, int ev, int stop, double 
         t->val_loss = *val;
         t->val_step = h->step;
     }
-    if (r->o->save_dir && save_task(r, t)) return *state = PM_SELECT_FAILED, PM_SELECT_EV_FAILED;
+    if (r->o->save_dir && sel_record_save(r->o->save_dir, t))
+        return *state = PM_SELECT_FAILED, PM_SELECT_EV_FAILED;
     if (end) return *state = PM_SELECT_DONE, PM_SELECT_EV_DONE;
     return ev && r->o->val ? PM_SELECT_EV_EVAL : PM_SELECT_EV_STEP;
 }
@@ -329,12 +289,7 @@ static void stop_early(sel_run *r, int i, const char *by) {
     }
     t->state = PM_SELECT_STOPPED;
     snprintf(t->why, sizeof t->why, "by %s after step %lld", by, (long long)t->host->step);
-    if (r->o->save_dir) {
-        char path[4096];
-        snprintf(path, sizeof path, "%s/%s.stopped", r->o->save_dir, t->task->name);
-        FILE *f = fopen(path, "w");
-        if (f) fprintf(f, "%s\n", t->why), fclose(f);
-    }
+    if (r->o->save_dir) sel_record_stop(r->o->save_dir, t);
     emit(r, i, PM_SELECT_EV_STOPPED, t->last_loss, t->val_loss);
 }
 

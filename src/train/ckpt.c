@@ -555,39 +555,33 @@ pm_status pm_ckpt_info_read(const char *path, pm_ckpt_info *info, pm_err *err) {
 
 /* ---- reading ------------------------------------------------------------------ */
 
-/* The field by its place in pm_train_cfg (the CLI turns it into a flag). */
-static pm_status mismatch(pm_err *err, const char *path, const char *field, long long file,
-                          long long run) {
-    return pm_errf(err, PM_ERR_ARG,
-                   "%s: the checkpoint was made with %s=%lld, this run has %lld; resume with "
-                   "%s=%lld, or start without resuming", path, field, file, run, field, file);
-}
+/* What must be the same to continue a run: the model, the batch and its
+ * microbatches, the seed, lr and weight decay (the total steps may differ:
+ * the cosine then spans the new total). */
+#define RUN_FIELDS                                                                         \
+    (PM_CFG_BIT(PM_CFG_VOCAB) | PM_CFG_BIT(PM_CFG_CTX) | PM_CFG_BIT(PM_CFG_DIM) |          \
+     PM_CFG_BIT(PM_CFG_HEADS) | PM_CFG_BIT(PM_CFG_LAYERS) | PM_CFG_BIT(PM_CFG_BATCH) |     \
+     PM_CFG_BIT(PM_CFG_MICRO) | PM_CFG_BIT(PM_CFG_SEED) | PM_CFG_BIT(PM_CFG_LR) |           \
+     PM_CFG_BIT(PM_CFG_WEIGHT_DECAY))
 
 pm_status pm_ckpt_check_run(const char *path, const pm_ckpt_info *info, const pm_train_cfg *cfg,
                             uint64_t data_id, pm_err *err) {
     const pm_train_cfg *a = &info->cfg, *b = cfg;
+    int f = pm_train_cfg_diff(a, b, RUN_FIELDS);
     /* the vocabulary is the data's (its tokenizer's), no setting of its own */
-    if (a->model.vocab != b->model.vocab)
+    if (f == PM_CFG_VOCAB)
         return pm_errf(err, PM_ERR_ARG, "%s: the checkpoint's vocabulary has %d tokens, this "
                        "run's data %d; resume on the data (and tokenizer) it was made with, "
                        "or start without resuming", path, a->model.vocab, b->model.vocab);
-    const char *name[] = {"model.ctx", "model.dim", "model.heads", "model.layers", "batch",
-                          "micro"};
-    const int va[] = {a->model.ctx, a->model.dim, a->model.heads, a->model.layers, a->batch,
-                      a->micro};
-    const int vb[] = {b->model.ctx, b->model.dim, b->model.heads, b->model.layers, b->batch,
-                      b->micro};
-    for (int i = 0; i < 6; i++)
-        if (va[i] != vb[i]) return mismatch(err, path, name[i], va[i], vb[i]);
-    if (a->seed != b->seed)
-        return mismatch(err, path, "seed", (long long)a->seed, (long long)b->seed);
-    if (a->opt.lr != b->opt.lr)
-        return pm_errf(err, PM_ERR_ARG, "%s: the checkpoint was made with opt.lr=%g, this run "
-                       "has %g; resume with opt.lr=%g", path, a->opt.lr, b->opt.lr, a->opt.lr);
-    if (a->opt.weight_decay != b->opt.weight_decay)
-        return pm_errf(err, PM_ERR_ARG, "%s: the checkpoint was made with opt.weight_decay=%g, "
-                       "this run has %g; resume with opt.weight_decay=%g", path,
-                       a->opt.weight_decay, b->opt.weight_decay, a->opt.weight_decay);
+    if (f >= 0) { /* by the field's name (the CLI turns it into a flag) */
+        char was[32], now[32];
+        const char *name = pm_train_field_names[f];
+        pm_train_cfg_value(a, f, was, sizeof was);
+        pm_train_cfg_value(b, f, now, sizeof now);
+        return pm_errf(err, PM_ERR_ARG, "%s: the checkpoint was made with %s=%s, this run has "
+                       "%s; resume with %s=%s, or start without resuming", path, name, was, now,
+                       name, was);
+    }
     if (info->data_id && data_id && info->data_id != data_id)
         return pm_errf(err, PM_ERR_ARG,
                        "%s: checkpoint was trained on other data (train tokens identity "

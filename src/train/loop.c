@@ -14,11 +14,8 @@
 pm_status pm_train_state_init(pm_train_state *st, const pm_train_cfg *cfg,
                               const pm_tokens *train, pm_err *err) {
     *st = (pm_train_state){0};
-    pm_status s = pm_gpt_config_check(&cfg->model, err);
+    pm_status s = pm_train_cfg_check(cfg, err);
     if (s) return s;
-    if (cfg->batch < 1 || cfg->micro < 1 || cfg->batch % cfg->micro)
-        return pm_errf(err, PM_ERR_ARG, "the microbatches (%d) must divide the batch (%d)",
-                       cfg->micro, cfg->batch);
     if ((s = pm_loader_init(&st->train, train, cfg->model.ctx, cfg->seed, "train.bin", err)))
         return s;
     size_t n = (size_t)cfg->batch * (size_t)cfg->model.ctx;

@@ -13,26 +13,8 @@
 
 static int micro_size(const pm_train_cfg *c) { return c->batch / c->micro; }
 
-static pm_status check_cfg(const pm_train_cfg *c, pm_err *err) {
-    pm_status st = pm_gpt_config_check(&c->model, err);
-    if (st) return st;
-    if (c->batch < 1) return pm_errf(err, PM_ERR_ARG, "batch=%d: must be >= 1", c->batch);
-    if (c->micro < 1 || c->batch % c->micro)
-        return pm_errf(err, PM_ERR_ARG,
-                       "micro=%d must divide batch=%d (the microbatches share the batch's "
-                       "sequences equally)", c->micro, c->batch);
-    if (c->opt.steps < 1)
-        return pm_errf(err, PM_ERR_ARG, "opt.steps=%d: must be >= 1", c->opt.steps);
-    if (c->opt.warmup < 0 || c->opt.warmup > c->opt.steps)
-        return pm_errf(err, PM_ERR_ARG, "warm-up %d must lie in 0..steps (%d)", c->opt.warmup,
-                       c->opt.steps);
-    if (!(c->opt.lr > 0.0f) || !isfinite(c->opt.lr))
-        return pm_errf(err, PM_ERR_ARG, "opt.lr=%g: must be a positive number", c->opt.lr);
-    return PM_OK;
-}
-
 size_t pm_train_mem_bytes(const pm_train_cfg *cfg, pm_err *err) {
-    if (check_cfg(cfg, err)) return 0;
+    if (pm_train_cfg_check(cfg, err)) return 0;
     size_t n = pm_gpt_num_params(&cfg->model), slabs, work, tok, total;
     work = pm_gpt_work_bytes(&cfg->model, micro_size(cfg), cfg->model.ctx);
     int ok = work && pm_size_mul(n, 4 * sizeof(float), &slabs) &&
@@ -80,19 +62,32 @@ size_t pm_mem_available(void) {
     return (size_t)have;
 }
 
+/* The model's need against a device's budget or this machine's memory:
+ * PM_ERR_MEMLIMIT naming both figures, and what to change. */
+static pm_status over_memory(const pm_train_cfg *cfg, size_t need, size_t have, int device,
+                             pm_err *err) {
+    char a[32], b[32], c[32];
+    pm_bytes_str(need, a, sizeof a);
+    pm_bytes_str(16 * pm_gpt_num_params(&cfg->model), b, sizeof b);
+    pm_bytes_str(have, c, sizeof c);
+    if (device)
+        return pm_errf(err, PM_ERR_MEMLIMIT, "one device needs %s (%s of parameters, gradients "
+                       "and AdamW moments, the rest one microbatch's activations and workspace) "
+                       "but device_mem is %s; train it on several devices, each holding only "
+                       "its stages, with pp=4 or more", a, b, c);
+    return pm_errf(err, PM_ERR_MEMLIMIT, "the model needs %s (%s of parameters, gradients and "
+                   "AdamW moments, the rest one microbatch's activations and workspace) but this "
+                   "machine has %s; use fewer model.layers, a smaller model.dim or more micro",
+                   a, b, c);
+}
+
 pm_status pm_trainer_init(pm_trainer *t, const pm_train_cfg *cfg, const pm_tokens *train,
-                          size_t mem_limit, pm_err *err) {
+                          size_t device_mem, pm_err *err) {
     *t = (pm_trainer){0};
-    size_t need = pm_train_mem_bytes(cfg, err);
+    size_t need = pm_train_mem_bytes(cfg, err), phys = pm_mem_physical();
     if (!need) return PM_ERR_ARG;
-    if (!mem_limit) mem_limit = pm_mem_physical();
-    if (mem_limit && need > mem_limit)
-        return pm_errf(err, PM_ERR_MEMLIMIT,
-                       "the model needs %.2f GiB (parameters, gradients, AdamW moments and "
-                       "one microbatch's activations) but only %.2f GiB is available; use "
-                       "fewer model.layers, a smaller model.dim or more micro",
-                       (double)need / (1 << 30),
-                       (double)mem_limit / (1 << 30));
+    if (device_mem && need > device_mem) return over_memory(cfg, need, device_mem, 1, err);
+    if (phys && need > phys) return over_memory(cfg, need, phys, 0, err);
     pm_status st = pm_loader_init(&t->train, train, cfg->model.ctx, cfg->seed, "train.bin", err);
     if (st) return st;
     uint64_t data_id = pm_tokens_identity(train);

@@ -93,6 +93,15 @@ void pm_json_str(FILE *f, const char *s) {
     fputc('"', f);
 }
 
+void pm_bytes_str(size_t n, char *buf, size_t cap) {
+    double x = (double)n;
+    const char *unit[] = {"bytes", "KiB", "MiB", "GiB", "TiB"};
+    int u = 0;
+    while (x >= 1024 && u < 4) x /= 1024, u++;
+    if (u == 0) snprintf(buf, cap, "%zu bytes", n);
+    else snprintf(buf, cap, "%.*f %s", x < 10 ? 2 : x < 100 ? 1 : 0, x, unit[u]);
+}
+
 char *pm_float_text(char *buf, float x) {
     if (!isfinite(x)) {
         snprintf(buf, PM_FLOAT_TEXT, "%s", isnan(x) ? "nan" : x > 0 ? "inf" : "-inf");

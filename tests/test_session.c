@@ -1,0 +1,325 @@
+/* test_session.c: a sweep through the library alone (pm_select.h): its
+ * space (a grid in the documented order, a reproducible sample inside its
+ * ranges, a tasks file, each refusal naming what is wrong), its session
+ * (run, ranked, the best saved, resumed from the save directory to the same
+ * losses, refused when the learning-rate schedule changed), and the
+ * forecast (sequential takes exactly every task's work, no policy beats
+ * the bound). */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "pipemem/pm_select.h"
+
+static char dir[256];
+static char text[40000];
+
+static int setup(void **state) {
+    (void)state;
+    snprintf(dir, sizeof dir, "/tmp/pm_test_session_%d", (int)getpid());
+    const char *line = "the quick brown fox jumps over the lazy dog. ";
+    for (size_t i = 0; i < sizeof text; i++) text[i] = line[i % strlen(line)];
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "mkdir -p %s", dir);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+static int teardown(void **state) {
+    (void)state;
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+/* Key `name` takes `values`; label NULL (messages name the key). */
+static void set(pm_sweep *sw, const char *name, const char *values) {
+    pm_err e;
+    for (int k = 0; k < PM_SWEEP_KEYS; k++)
+        if (!strcmp(pm_sweep_key_names[k], name)) {
+            if (pm_sweep_set(sw, k, values, NULL, &e)) fail_msg("%s=%s: %s", name, values, e.msg);
+            return;
+        }
+    fail_msg("no key %s", name);
+}
+
+static void free_tasks(pm_select_task *t, int n) {
+    for (int i = 0; i < n; i++) pm_select_task_free(&t[i]);
+    pm_free(t);
+}
+
+/* The grid: the lists' product, the first key slowest, named t0, t1, ...;
+ * every key not listed at train's default. */
+static void grid_order(void **state) {
+    (void)state;
+    pm_sweep sw = {0};
+    pm_select_task *t;
+    int n;
+    pm_err e;
+    set(&sw, "lr", "1e-3,3e-3");
+    set(&sw, "layers", "1,2");
+    set(&sw, "steps", "35");
+    assert_int_equal(pm_sweep_tasks(&sw, &t, &n, &e), PM_OK);
+    assert_int_equal(n, 4);
+    static const float lr[] = {1e-3f, 1e-3f, 3e-3f, 3e-3f};
+    static const int layers[] = {1, 2, 1, 2};
+    for (int i = 0; i < n; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "t%d", i);
+        assert_string_equal(t[i].name, name);
+        assert_true(t[i].cfg.opt.lr == lr[i]);
+        assert_int_equal(t[i].cfg.model.layers, layers[i]);
+        assert_int_equal(t[i].cfg.opt.steps, 35);
+        assert_int_equal(t[i].cfg.opt.warmup, 3); /* a tenth of the steps */
+        assert_int_equal(t[i].cfg.model.dim, 128);
+        assert_int_equal(t[i].cfg.batch, 8);
+        assert_int_equal(pm_select_task_repeats(t, i), -1);
+    }
+    free_tasks(t, n);
+    /* a list that repeats a value makes a task repeat another */
+    sw = (pm_sweep){0};
+    set(&sw, "dim", "32,64,32");
+    assert_int_equal(pm_sweep_tasks(&sw, &t, &n, &e), PM_OK);
+    assert_int_equal(n, 3);
+    assert_int_equal(pm_select_task_repeats(t, 2), 0);
+    free_tasks(t, n);
+    /* nothing swept: one task of the defaults */
+    sw = (pm_sweep){0};
+    assert_int_equal(pm_sweep_tasks(&sw, &t, &n, &e), PM_OK);
+    assert_int_equal(n, 1);
+    assert_int_equal(t[0].cfg.model.layers, 4);
+    free_tasks(t, n);
+}
+
+/* Each refusal names the key (by its label when one is given), the value
+ * and what the key takes; a task that is no model names the task. */
+static void space_refusals(void **state) {
+    (void)state;
+    pm_sweep sw = {0};
+    pm_select_task *t;
+    int n;
+    pm_err e;
+    static const struct {
+        int key;
+        const char *text, *label, *want;
+    } bad[] = {
+        {0, "1e-3,abc", "--lr", "--lr: 'abc' is not a positive number up to 3.4e38 (a float) "
+                                "(in '1e-3,abc')"},
+        {0, "1e-3,1e308", NULL, "lr: '1e308' is not a positive number"},
+        {1, "0", NULL, "layers: '0' is not an integer 1..16777216"},
+        {7, "log:0..5", "--warmup", "a log-uniform range needs a low end above 0"},
+        {1, "3..1", NULL, "the low end must be below the high end"},
+        {1, "1..3,4", NULL, "a range lo..hi stands alone, not in a list"},
+        {8, "1073741825", NULL, "seed: '1073741825' is not an integer 0..1073741824"},
+    };
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        sw = (pm_sweep){0};
+        assert_int_equal(pm_sweep_set(&sw, bad[k].key, bad[k].text, bad[k].label, &e),
+                         PM_ERR_ARG);
+        if (!strstr(e.msg, bad[k].want)) fail_msg("'%s' does not say '%s'", e.msg, bad[k].want);
+    }
+    sw = (pm_sweep){0};
+    set(&sw, "layers", "1..3");
+    assert_int_equal(pm_sweep_tasks(&sw, &t, &n, &e), PM_ERR_ARG);
+    assert_non_null(strstr(e.msg, "layers is a range (lo..hi): add sample=N"));
+    assert_null(t);
+    sw = (pm_sweep){0};
+    set(&sw, "dim", "30,32");
+    assert_int_equal(pm_sweep_tasks(&sw, &t, &n, &e), PM_ERR_ARG);
+    assert_non_null(strstr(e.msg, "task t0: model config: heads (4) must divide dim (30)"));
+    sw = (pm_sweep){0};
+    set(&sw, "lr", "1e-3,2e-3");
+    sw.sample = 3;
+    assert_int_equal(pm_sweep_tasks(&sw, &t, &n, &e), PM_ERR_ARG);
+    assert_non_null(strstr(e.msg, "sample=3: the lists make only 2 distinct tasks"));
+}
+
+/* A sample: that many distinct tasks, every value inside its range (an
+ * integer key drawn as integers), the same seed drawing the same tasks and
+ * another seed others. */
+static void sample_in_ranges(void **state) {
+    (void)state;
+    pm_sweep sw = {0};
+    pm_select_task *a, *b;
+    int na, nb;
+    pm_err e;
+    set(&sw, "lr", "log:1e-4..1e-2");
+    set(&sw, "layers", "1..3");
+    set(&sw, "dim", "32,64");
+    sw.sample = 20, sw.sample_seed = 7;
+    assert_int_equal(pm_sweep_tasks(&sw, &a, &na, &e), PM_OK);
+    assert_int_equal(pm_sweep_tasks(&sw, &b, &nb, &e), PM_OK);
+    assert_int_equal(na, 20);
+    assert_int_equal(nb, 20);
+    int seen[4] = {0};
+    for (int i = 0; i < na; i++) {
+        const pm_train_cfg *c = &a[i].cfg;
+        assert_true(c->opt.lr >= 1e-4f && c->opt.lr <= 1e-2f);
+        assert_true(c->model.layers >= 1 && c->model.layers <= 3);
+        seen[c->model.layers] = 1;
+        assert_true(c->model.dim == 32 || c->model.dim == 64);
+        assert_int_equal(pm_select_task_repeats(a, i), -1);
+        assert_int_equal(memcmp(&a[i].cfg, &b[i].cfg, sizeof a[i].cfg), 0);
+    }
+    assert_true(seen[1] && seen[2] && seen[3]); /* both ends of the range drawn (seed 7) */
+    free_tasks(b, nb);
+    sw.sample_seed = 8;
+    assert_int_equal(pm_sweep_tasks(&sw, &b, &nb, &e), PM_OK);
+    int differ = 0;
+    for (int i = 0; i < na; i++) differ += a[i].cfg.opt.lr != b[i].cfg.opt.lr;
+    assert_true(differ > 0);
+    free_tasks(a, na), free_tasks(b, nb);
+}
+
+/* A tasks file: one task a line, names given or tN, the rest at train's
+ * defaults (a warm-up past the steps is the run); a bad pair is named by
+ * file and line. */
+static void tasks_file(void **state) {
+    (void)state;
+    char path[300];
+    snprintf(path, sizeof path, "%s/tasks.txt", dir);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("name=a lr=3e-4 steps=35\n# a comment\n\nlayers=2 warmup=50 steps=20\n", f);
+    fclose(f);
+    pm_sweep sw = {.tasks_file = path};
+    pm_select_task *t;
+    int n;
+    pm_err e;
+    assert_int_equal(pm_sweep_tasks(&sw, &t, &n, &e), PM_OK);
+    assert_int_equal(n, 2);
+    assert_string_equal(t[0].name, "a");
+    assert_true(t[0].cfg.opt.lr == 3e-4f);
+    assert_int_equal(t[0].cfg.opt.warmup, 3);
+    assert_int_equal(t[0].cfg.model.layers, 4);
+    assert_string_equal(t[1].name, "t1");
+    assert_int_equal(t[1].cfg.model.layers, 2);
+    assert_int_equal(t[1].cfg.opt.warmup, 20);
+    assert_true(t[1].cfg.opt.lr == 1e-3f);
+    free_tasks(t, n);
+    f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("lr=1e-3\n\nlr=0\n", f);
+    fclose(f);
+    assert_int_equal(pm_sweep_tasks(&sw, &t, &n, &e), PM_ERR_ARG);
+    assert_non_null(strstr(e.msg, "tasks.txt:3: 'lr=0': lr must be a positive number"));
+}
+
+/* Two tasks of 2 layers in shards on 2 devices (the example's sweep). */
+static void tiny_sweep(pm_sweep *sw, const char *steps) {
+    *sw = (pm_sweep){0};
+    set(sw, "lr", "1e-2,1e-3");
+    set(sw, "layers", "2");
+    set(sw, "dim", "32");
+    set(sw, "heads", "2");
+    set(sw, "ctx", "16");
+    set(sw, "batch", "4");
+    set(sw, "steps", steps);
+}
+
+static pm_select_setup tiny_setup(const char *save_dir) {
+    return (pm_select_setup){.run = {.devices = 2, .prefetch = PM_PREFETCH_AUTO,
+                                     .eval_every = -1, .eval_batches = 2, .save_dir = save_dir},
+                             .device_mem = 1 << 20};
+}
+
+/* A session runs every task, ranks them by validation loss and saves the
+ * best; a second session on the same save directory resumes every task at
+ * its end and reports the same losses, bit for bit; one whose tasks have
+ * other steps is refused, naming the steps both ways. */
+static void session_run_and_resume(void **state) {
+    (void)state;
+    size_t cut = sizeof text / 10 * 9;
+    pm_tokens tr = PM_TOKENS_BYTES(text, cut), va = PM_TOKENS_BYTES(text + cut, sizeof text - cut);
+    char save[300], best[300];
+    snprintf(save, sizeof save, "%s/sv", dir);
+    snprintf(best, sizeof best, "%s/best.ckpt", dir);
+    pm_sweep sw;
+    pm_select_setup set_up = tiny_setup(save);
+    pm_select_session s;
+    pm_err e;
+    double val[2];
+    tiny_sweep(&sw, "4");
+    for (int round = 0; round < 2; round++) {
+        if (pm_select_session_init(&s, &sw, &set_up, &e) ||
+            pm_select_session_partition(&s, 0, &e) ||
+            pm_select_session_start(&s, &tr, &va, NULL, 0, &e) || pm_select_session_run(&s, &e))
+            fail_msg("round %d: %s", round, e.msg);
+        assert_int_equal(s.n, 2);
+        assert_int_equal(s.set.run.eval_every, 4); /* under 5 steps: at the end */
+        assert_int_equal(s.resumed, round ? 2 : 0);
+        for (int i = 0; i < 2; i++) {
+            assert_true(s.tasks[i].nshard >= 2);
+            assert_int_equal(s.res[i].state, PM_SELECT_DONE);
+            assert_int_equal(s.res[i].steps, 4);
+            if (round && memcmp(&s.res[i].val_loss, &val[i], sizeof val[i]))
+                fail_msg("task %d resumed: val %.17g, run %.17g", i, s.res[i].val_loss, val[i]);
+            val[i] = s.res[i].val_loss;
+        }
+        int b = s.order[0];
+        assert_true(s.res[b].val_loss <= s.res[s.order[1]].val_loss);
+        assert_int_equal(pm_select_session_best(&s), b);
+        assert_int_equal(pm_select_session_save(&s, b, best, &e), PM_OK);
+        pm_ckpt_info info;
+        assert_int_equal(pm_ckpt_info_read(best, &info, &e), PM_OK);
+        assert_int_equal(info.step, 4);
+        assert_true(info.cfg.opt.lr == s.tasks[b].cfg.opt.lr);
+        pm_select_session_free(&s);
+    }
+    tiny_sweep(&sw, "6");
+    assert_int_equal(pm_select_session_init(&s, &sw, &set_up, &e), PM_OK);
+    assert_int_equal(pm_select_session_partition(&s, 0, &e), PM_OK);
+    assert_int_equal(pm_select_session_start(&s, &tr, &va, NULL, 0, &e), PM_ERR_ARG);
+    assert_non_null(strstr(e.msg, "task t0: "));
+    assert_non_null(strstr(e.msg, "was made with opt.steps=4, this run has opt.steps=6"));
+    pm_select_session_free(&s);
+}
+
+/* The forecast at rates given by hand: sequential runs every pass one
+ * after another, so its makespan is every task's compute and moves added;
+ * the bound is at least that over the devices, and no policy beats it. */
+static void forecast_sums(void **state) {
+    (void)state;
+    pm_sweep sw;
+    pm_select_setup set_up = tiny_setup(NULL);
+    pm_select_session s;
+    pm_select_forecast f;
+    pm_err e;
+    tiny_sweep(&sw, "3");
+    set_up.run.eval_every = 2;
+    assert_int_equal(pm_select_session_init(&s, &sw, &set_up, &e), PM_OK);
+    assert_int_equal(pm_select_session_partition(&s, 0, &e), PM_OK);
+    pm_select_rates r = {.flops = 1e9, .read_bps = 2e9, .write_bps = 1e9, .adamw_s = 1e-9};
+    assert_int_equal(pm_select_forecast_make(&f, s.tasks, s.n, 2, &r, 2, 2, 0, &e), PM_OK);
+    double sum = 0;
+    for (int i = 0; i < s.n; i++) {
+        assert_true(f.compute[i] > 0 && f.move[i] > 0);
+        sum += f.compute[i] + f.move[i];
+    }
+    assert_true(fabs(f.makespan[PM_POLICY_SEQUENTIAL] - sum) <= 1e-9 * sum);
+    assert_true(f.lower_bound >= sum / 2 * (1 - 1e-12));
+    for (int p = 0; p < PM_POLICY_COUNT; p++)
+        assert_true(f.makespan[p] >= f.lower_bound * (1 - 1e-12));
+    assert_true(f.rates.flops == r.flops);
+    pm_select_forecast_free(&f);
+    pm_select_session_free(&s);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(grid_order),
+        cmocka_unit_test(space_refusals),
+        cmocka_unit_test(sample_in_ranges),
+        cmocka_unit_test(tasks_file),
+        cmocka_unit_test(session_run_and_resume),
+        cmocka_unit_test(forecast_sums),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
