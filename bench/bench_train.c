@@ -39,7 +39,8 @@
  *   torch_rss_mib=... pp2_1f1b_tokens_per_s=... pp2_zbv_tokens_per_s=...
  *   pp2_vhalf_tokens_per_s=... zbv_vs_1f1b=... vhalf_vs_1f1b=...
  *   pp2_1f1b_vs_single=... zbv_vs_single=... vhalf_vs_single=... */
-#define _DEFAULT_SOURCE /* wait4 */
+#include "bench.h"
+
 #include <cblas.h>
 #include <errno.h>
 #include <libgen.h>
@@ -62,82 +63,6 @@
 
 enum { L = 6, C = 512, H = 8, T = 256, B = 8, ROUNDS = 2 };
 
-static double sgemm_peak(int threads) {
-    pm_blas_threads(threads);
-    /* pm_blas_threads keeps OpenBLAS single-threaded (the model splits work
-     * itself); the peak is OpenBLAS's own multi-threaded sgemm. */
-    openblas_set_num_threads(threads);
-    const int n = 2048;
-    float *a = malloc((size_t)n * n * 4), *b = malloc((size_t)n * n * 4),
-          *c = malloc((size_t)n * n * 4);
-    if (!a || !b || !c) return 0;
-    for (size_t i = 0; i < (size_t)n * n; i++) a[i] = b[i] = (float)(i % 7) * 0.01f;
-    double best = 1e30;
-    for (int r = 0; r < 6; r++) {
-        double t0 = pm_now();
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n, 0.0f,
-                    c, n);
-        double dt = pm_now() - t0;
-        if (r > 0 && dt < best) best = dt; /* r = 0 is the warm-up */
-    }
-    free(a);
-    free(b);
-    free(c);
-    return 2.0 * n * n * (double)n / best / 1e9;
-}
-
-/* Runs argv as a child with stdout to a pipe and stderr to errpath;
- * returns its output (static) and its peak RSS in KiB, or NULL if it could
- * not run or exited with a failure (its stderr is then in errpath). */
-static const char *run_child(char *const argv[], const char *errpath, long *rss_kib) {
-    static char out[8192];
-    int fd[2];
-    if (pipe(fd)) return NULL;
-    pid_t pid = fork();
-    if (pid == 0) {
-        FILE *e = fopen(errpath, "w");
-        if (e) dup2(fileno(e), 2);
-        dup2(fd[1], 1);
-        close(fd[0]);
-        close(fd[1]);
-        execv(argv[0], argv);
-        fprintf(stderr, "cannot run %s: %s\n", argv[0], strerror(errno));
-        _exit(127);
-    }
-    close(fd[1]);
-    size_t n = 0;
-    ssize_t k;
-    while ((k = read(fd[0], out + n, sizeof out - 1 - n)) > 0) n += (size_t)k;
-    out[n] = 0;
-    close(fd[0]);
-    int status;
-    struct rusage ru;
-    if (wait4(pid, &status, 0, &ru) < 0 || !WIFEXITED(status) || WEXITSTATUS(status)) return NULL;
-    *rss_kib = ru.ru_maxrss;
-    return out;
-}
-
-/* A failed child: its command and the last lines of its stderr, then 1 (a
- * benchmark whose peer fails fails). */
-static int child_failed(const char *who, char *const argv[], const char *errpath) {
-    fprintf(stderr, "bench_train: %s failed (%s %s); its error output:\n", who, argv[0],
-            argv[1]);
-    FILE *e = fopen(errpath, "r");
-    char lines[8][256];
-    int n = 0;
-    while (e && fgets(lines[n % 8], sizeof lines[0], e)) n++;
-    if (e) fclose(e);
-    for (int i = n > 8 ? n - 8 : 0; i < n; i++) fprintf(stderr, "  %s", lines[i % 8]);
-    return 1;
-}
-
-static double json_num(const char *s, const char *key) {
-    char k[64];
-    snprintf(k, sizeof k, "\"%s\":", key);
-    const char *p = s ? strstr(s, k) : NULL;
-    return p ? strtod(p + strlen(k), NULL) : NAN;
-}
-
 /* One pipemem run's numbers, from its JSON line. */
 typedef struct {
     double tok;    /* tokens_per_s: B T over the median step time */
@@ -153,44 +78,19 @@ typedef struct {
  * finite loss below max_loss. 0, or 1 after saying why. */
 static int run_pipemem(char *const argv[], const char *errpath, double max_loss, bench_run *r) {
     *r = (bench_run){0};
-    const char *o = run_child(argv, errpath, &r->rss_kib);
-    if (!o) return child_failed("pipemem", argv, errpath);
-    r->tok = json_num(o, "tokens_per_s");
-    r->gf = json_num(o, "gflops_per_s");
-    r->loss = json_num(o, "final_loss");
-    r->bubble = json_num(o, "measured_bubble");
-    r->step_s = json_num(o, "median_step_ms") / 1e3;
-    r->pass_s = json_num(o, "measured_step_ms") / 1e3;
+    const char *o = bench_run_child(argv, errpath, &r->rss_kib);
+    if (!o) return bench_child_failed("bench_train", "pipemem", argv, errpath);
+    r->tok = bench_json_num(o, "tokens_per_s");
+    r->gf = bench_json_num(o, "gflops_per_s");
+    r->loss = bench_json_num(o, "final_loss");
+    r->bubble = bench_json_num(o, "measured_bubble");
+    r->step_s = bench_json_num(o, "median_step_ms") / 1e3;
+    r->pass_s = bench_json_num(o, "measured_step_ms") / 1e3;
     if (!(isfinite(r->tok) && r->tok > 0) || !isfinite(r->loss) || r->loss > max_loss) {
         fprintf(stderr, "bench_train: pipemem gave a bad loss or speed: %s\n", o);
         return 1;
     }
     return 0;
-}
-
-/* Writes an llm.c token file: 256 int32 of header (magic, version 1, the
- * token count), then n uint16 ids below PM_LLMC_VOCAB, pseudo-random from
- * *rng (xorshift64). 0, or 1 after saying why. */
-static int write_llmc(const char *path, size_t n, uint64_t *rng) {
-    uint8_t head[PM_LLMC_HEADER] = {0};
-    pm_put_u32(head, PM_LLMC_MAGIC);
-    pm_put_u32(head + 4, 1);
-    pm_put_u32(head + 8, (uint32_t)n);
-    FILE *f = fopen(path, "wb");
-    int ok = f && fwrite(head, 1, sizeof head, f) == sizeof head;
-    for (size_t i = 0; ok && i < n; i++) {
-        uint64_t x = *rng;
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        *rng = x;
-        uint32_t id = (uint32_t)((x >> 32) % PM_LLMC_VOCAB);
-        uint8_t b[2] = {(uint8_t)id, (uint8_t)(id >> 8)};
-        ok = fwrite(b, 1, 2, f) == 2;
-    }
-    if (f && fclose(f)) ok = 0;
-    if (!ok) fprintf(stderr, "bench_train: cannot write %s: %s\n", path, strerror(errno));
-    return !ok;
 }
 
 /* Where the one-device step's time goes: each layer kind's F, B and W on the
@@ -238,7 +138,7 @@ static int bench_gpt2(char *bin, char *script, char *python, int steps, int thre
         return 1;
     }
     uint64_t rng = 0x9E3779B97F4A7C15ull;
-    int rc = write_llmc(train, (size_t)1 << 18, &rng) || write_llmc(val, (size_t)1 << 15, &rng);
+    int rc = bench_write_llmc(train, (size_t)1 << 18, &rng) || bench_write_llmc(val, (size_t)1 << 15, &rng);
 
     char s_steps[16], s_thr[16];
     snprintf(s_steps, sizeof s_steps, "%d", steps);
@@ -259,15 +159,15 @@ static int bench_gpt2(char *bin, char *script, char *python, int steps, int thre
     size_t ks = 0;
     while (strcmp(pp_argv[ks], "--schedule")) ks++;
 
-    double peak = sgemm_peak(threads), ttok = 0, loss_1f1b = NAN;
+    double peak = bench_sgemm_peak(threads), ttok = 0, loss_1f1b = NAN;
     long trss = 0;
     bench_run one = {0}, pp[NKIND] = {{0}};
     if (!rc) rc = run_pipemem(one_argv, errpath, 12.0, &one);
     if (!rc) {
-        const char *po = run_child(py_argv, errpath, &trss);
-        ttok = po ? json_num(po, "tokens_per_s") : NAN;
+        const char *po = bench_run_child(py_argv, errpath, &trss);
+        ttok = po ? bench_json_num(po, "tokens_per_s") : NAN;
         if (!po)
-            rc = child_failed("the PyTorch peer", py_argv, errpath);
+            rc = bench_child_failed("bench_train", "the PyTorch peer", py_argv, errpath);
         else if (!(isfinite(ttok) && ttok > 0)) {
             fprintf(stderr, "bench_train: the PyTorch peer printed no tokens_per_s: %s\n", po);
             rc = 1;
@@ -297,7 +197,7 @@ static int bench_gpt2(char *bin, char *script, char *python, int steps, int thre
     unlink(errpath);
     rmdir(dir);
     if (rc) return 1;
-    double peak2 = sgemm_peak(threads);
+    double peak2 = bench_sgemm_peak(threads);
     if (peak2 > peak) peak = peak2;
 
     pm_train_cfg cfg = {.model = {PM_LLMC_VOCAB, GT, GC, GH, GL}, .batch = GB, .micro = 1};
@@ -397,30 +297,30 @@ int main(int argc, char **argv) {
                        s_thr, NULL};
     /* Rounds alternate the two trainers; the best of each is kept, so a
      * burst of load from elsewhere on the machine hurts neither unfairly. */
-    double peak = sgemm_peak(threads), tok = 0, gf = 0, ttok = 0;
+    double peak = bench_sgemm_peak(threads), tok = 0, gf = 0, ttok = 0;
     long rss = 0, trss = 0;
     int rc = 0;
     for (int r = 0; r < ROUNDS && !rc; r++) {
         long k_rss = 0;
-        const char *o = run_child(pm_argv, errpath, &k_rss);
+        const char *o = bench_run_child(pm_argv, errpath, &k_rss);
         if (!o) {
-            rc = child_failed("pipemem", pm_argv, errpath);
+            rc = bench_child_failed("bench_train", "pipemem", pm_argv, errpath);
             break;
         }
-        double k_tok = json_num(o, "tokens_per_s"), loss = json_num(o, "final_loss");
+        double k_tok = bench_json_num(o, "tokens_per_s"), loss = bench_json_num(o, "final_loss");
         if (!isfinite(k_tok) || !isfinite(loss) || loss > 6.0) {
             fprintf(stderr, "bench_train: pipemem gave a bad loss or speed: %s\n", o);
             rc = 1;
             break;
         }
-        if (k_tok > tok) tok = k_tok, gf = json_num(o, "gflops_per_s");
+        if (k_tok > tok) tok = k_tok, gf = bench_json_num(o, "gflops_per_s");
         if (k_rss > rss) rss = k_rss;
-        const char *po = run_child(py_argv, errpath, &k_rss);
+        const char *po = bench_run_child(py_argv, errpath, &k_rss);
         if (!po) {
-            rc = child_failed("the PyTorch peer", py_argv, errpath);
+            rc = bench_child_failed("bench_train", "the PyTorch peer", py_argv, errpath);
             break;
         }
-        double k_ttok = json_num(po, "tokens_per_s");
+        double k_ttok = bench_json_num(po, "tokens_per_s");
         if (!(isfinite(k_ttok) && k_ttok > 0)) {
             fprintf(stderr, "bench_train: the PyTorch peer printed no tokens_per_s: %s\n", po);
             rc = 1;
@@ -433,7 +333,7 @@ int main(int argc, char **argv) {
     unlink(errpath);
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd) || rc) return 1;
-    double peak2 = sgemm_peak(threads);
+    double peak2 = bench_sgemm_peak(threads);
     if (peak2 > peak) peak = peak2;
     pm_train_cfg cfg = {.model = {256, T, C, H, L}, .batch = B, .micro = 1};
     double flops = pm_train_step_flops(&cfg);
