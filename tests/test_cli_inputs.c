@@ -230,16 +230,33 @@ static void test_outputs_checked_before_training(void **state) {
         snprintf(args, sizeof args, TRAIN "%s/d %s", dir, extra);
         expect_error(args, bad[k][1], 5);
     }
-    /* a stale tmp from a killed run is cleared, and a good run writes */
-    char tmp[300];
-    snprintf(tmp, sizeof tmp, "%s/run.ckpt.tmp", dir);
-    FILE *f = fopen(tmp, "w");
-    assert_non_null(f);
-    fputs("stale", f);
-    fclose(f);
+    /* a user's files named like temporaries stay whole beside the outputs
+     * (issue 31, 1: the cleanup of killed runs' temporaries removed them) */
+    static const char *const mine[] = {"run.ckpt.tmp", "run.ckpt.tmp.999999.notes",
+                                       "run.ckpt.tmp.4194305.0", "p.json.tmp"};
+    char tmp[4][300];
+    for (int k = 0; k < 4; k++) {
+        snprintf(tmp[k], sizeof tmp[k], "%s/%s", dir, mine[k]);
+        FILE *f = fopen(tmp[k], "w");
+        assert_non_null(f);
+        fputs("mine\n", f);
+        fclose(f);
+    }
     snprintf(args, sizeof args, TRAIN "%s/d --save %s/run.ckpt", dir, dir);
     assert_int_equal(run(args).status, 0);
-    assert_int_not_equal(access(tmp, F_OK), 0);
+    snprintf(args, sizeof args, "plan --layers 4 --hidden 256 --heads 4 --seq 128 --vocab 1000 "
+             "--devices 2 --global-batch 8 --device-mem 8G --device-tflops 100 --format json "
+             "-o %s/p.json", dir);
+    assert_int_equal(run(args).status, 0);
+    snprintf(args, sizeof args, "%s/run.ckpt", dir);
+    assert_int_equal(access(args, F_OK), 0);
+    for (int k = 0; k < 4; k++) {
+        char buf[16] = {0};
+        FILE *f = fopen(tmp[k], "r");
+        if (!f || !fgets(buf, sizeof buf, f) || strcmp(buf, "mine\n"))
+            fail_msg("%s: the user's file was removed or changed", tmp[k]);
+        fclose(f);
+    }
 }
 
 /* ---- select ---------------------------------------------------------------- */

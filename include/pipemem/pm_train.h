@@ -343,7 +343,7 @@ const char *pm_blas_better_coretype(void);
  *
  * Writing in parts (a pipeline's devices each write their own layers' ranges,
  * with ZeRO-1 their own pieces of the moments): the root pm_ckpt_create()s a
- * temporary PATH.tmp.PID.N the size of the whole file, all zero (its header is
+ * temporary (pm_tmp_open) the size of the whole file, all zero (its header is
  * not valid until the commit, so a crash never leaves a file that reads as a
  * checkpoint); every writer, a thread or a process on any machine sharing the
  * file system, pm_ckpt_write_part()s its ranges (pwrite at their offsets,
