@@ -446,17 +446,17 @@ static void test_outputs_onto_inputs(void **state) {
     snprintf(cmd, sizeof cmd, "cp %s %s.copy", ck, ck);
     assert_int_equal(system(cmd), 0);
     struct { const char *fmt, *want; } bad[] = {
-        {TRAIN "%s/d --save %s/d/train.bin", "would overwrite the training data (--data"},
-        {TRAIN "%s/d --save %s/d/../d/val.bin", "would overwrite the validation data"},
+        {TRAIN "%s/d --save %s/d/train.bin", "would overwrite the input --data"},
+        {TRAIN "%s/d --save %s/d/../d/val.bin", "(its val.bin)"},
         {TRAIN "%s/d --pp 2 --save %s/x --trace %s/./x", "are one file"},
         {TRAIN "%s/d --pp 2 --trace %s/x --timeline %s/x", "are one file"},
         {TRAIN "%s/d --pp 2 --resume %s/run.ckpt --trace %s/run.ckpt",
-         "would overwrite the checkpoint to resume"},
+         "would overwrite the input --resume"},
         {TRAIN "%s/d --pp 2 --schedule-file %s/s2.txt --timeline %s/s2.txt",
-         "would overwrite the schedule"},
+         "would overwrite the input --schedule-file"},
         {"train --train %s/d/train.bin --val %s/d/val.bin --steps 1 --save %s/d/train.bin",
-         "would overwrite the training data (--train)"},
-        {SELECT "%s/d --csv %s/d/train.bin", "would overwrite the training data (--data"},
+         "would overwrite the input --train"},
+        {SELECT "%s/d --csv %s/d/train.bin", "would overwrite the input --data"},
         {SELECT "%s/d --timeline %s/x --trace %s/x", "are one file"},
         {SELECT "%s/d --resume %s/sv2 --save-best %s/sv2/t0.ckpt",
          "would overwrite task t0's checkpoint"},
@@ -475,6 +475,58 @@ static void test_outputs_onto_inputs(void **state) {
     assert_int_equal(run(args).status, 0);
     snprintf(args, sizeof args, TRAIN "%s/d --pp 2 --trace /dev/null --timeline /dev/null", dir);
     assert_int_equal(run(args).status, 0);
+}
+
+/* Every command, every output: an output that is one of the inputs (by
+ * name, through a symlink or a hard link) is refused in one line before
+ * anything is written (issue 31, 2: the tokenizer replaced its corpus with
+ * the model, block and schedule their input with their output). */
+static void test_no_output_is_an_input(void **state) {
+    (void)state;
+    if (!bin) skip();
+    prepare_data();
+    char cmd[1200], args[1500];
+    snprintf(cmd, sizeof cmd, "cd %s && cp corpus.txt c.txt && ln -sf c.txt c.link && "
+             "ln -f c.txt c.hard && printf 'lr=1e-3\\n' > t.txt", dir);
+    assert_int_equal(system(cmd), 0);
+    snprintf(args, sizeof args, "block --named v-min -p 4 -o %s/b.block", dir);
+    assert_int_equal(run(args).status, 0);
+    snprintf(args, sizeof args, "schedule --kind 1f1b -p 2 -m 4 -o %s/s.txt", dir);
+    assert_int_equal(run(args).status, 0);
+    snprintf(cmd, sizeof cmd, "cd %s && ln -sf s.txt s.link && cp s.txt s.copy && "
+             "cp b.block b.copy && cp c.txt c.copy && cp t.txt t.copy", dir);
+    assert_int_equal(system(cmd), 0);
+    struct { const char *fmt, *want; } bad[] = {
+        {"tokenizer train %s/c.txt --vocab 300 -o %s/c.txt", "-o %s/c.txt would overwrite the "
+                                                             "input %s/c.txt"},
+        {"tokenizer train %s/c.txt --vocab 300 -o %s/c.link", "would overwrite the input"},
+        {"tokenizer train %s/c.hard --vocab 300 -o %s/c.txt", "would overwrite the input"},
+        {"block %s/b.block -m 8 --format json -o %s/b.block", "would overwrite the input"},
+        {"schedule --from %s/s.txt -o %s/s.txt", "would overwrite the input --from"},
+        {"schedule --from %s/s.link --format svg -o %s/s.txt", "would overwrite the input --from"},
+        {"compare --from %s/s.txt -o %s/s.link", "would overwrite the input --from"},
+        {"prepare %s/d/train.bin -o %s/d", "would overwrite the input"},
+        {"prepare %s/c.txt --tokenizer %s/e/tokenizer.model -o %s/e", "-o %s/e/tokenizer.model "
+                                                                    "would overwrite the input"},
+        {SELECT "%s/d --tasks %s/t.txt --csv %s/t.txt", "would overwrite the input --tasks"},
+        {SELECT "%s/d --csv %s/c.txt --trace %s/c.hard", "are one file"},
+    };
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        char want[700];
+        snprintf(args, sizeof args, bad[k].fmt, dir, dir, dir);
+        snprintf(want, sizeof want, bad[k].want, dir, dir, dir);
+        expect_error(args, want, 30);
+    }
+    static const char *const kept[] = {"c", "s", "b", "t"};
+    static const char *const ext[] = {"txt", "txt", "block", "txt"};
+    for (int k = 0; k < 4; k++) {
+        char a[400], b[400];
+        snprintf(a, sizeof a, "%s/%s.%s", dir, kept[k], ext[k]);
+        snprintf(b, sizeof b, "%s/%s.copy", dir, kept[k]);
+        if (!same_files(a, b)) fail_msg("%s was changed", a);
+    }
+    snprintf(args, sizeof args, "%s/e", dir);
+    assert_int_not_equal(access(args, F_OK), 0);
 }
 
 /* schedule --from FILE: the file decides p, m and the chunks; -p, -m and
@@ -774,6 +826,7 @@ int main(void) {
         cmocka_unit_test(test_select_all_failed),
         cmocka_unit_test(test_stdout_full),
         cmocka_unit_test(test_outputs_onto_inputs),
+        cmocka_unit_test(test_no_output_is_an_input),
         cmocka_unit_test(test_schedule_from_conflicts),
         cmocka_unit_test(test_select_hints),
         cmocka_unit_test(test_library_names_as_flags),

@@ -186,7 +186,7 @@ typedef struct {
 
 #define F(x) offsetof(sample_opts, x)
 static const pm_cli_opt OPTS[] = {
-    {"--ckpt", 's', 0, 0, F(ckpt), NULL, NULL, 0},
+    {"--ckpt", 'r', 0, 0, F(ckpt), NULL, NULL, 0},
     {"--prompt", 's', 0, 0, F(prompt), NULL, NULL, 0},
     {"-n", 'i', 0, 0, F(n), NULL, NULL, 0},
     {"--threads", 'i', 1, 64, F(threads), NULL, NULL, 0},

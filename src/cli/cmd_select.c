@@ -157,6 +157,7 @@ static int parse_policy(const pm_cli_opt *d, const char *val, void *dst) {
 #define F(x) offsetof(sel_opts, x)
 #define L(name, k) {name, 'x', 0, 0, 0, parse_key, NULL, k} /* sel_key_flags[k] */
 #define S(name, field) {name, 's', 0, 0, F(field), NULL, NULL, 0}
+#define P(name, role, field) {name, role, 0, 0, F(field), NULL, NULL, 0} /* a path */
 static const pm_cli_opt OPTS[] = {
     L("--lr", SEL_K_LR), L("--layers", SEL_K_LAYERS), L("--dim", SEL_K_DIM),
     L("--heads", SEL_K_HEADS), L("--ctx", SEL_K_CTX), L("--batch", SEL_K_BATCH),
@@ -176,11 +177,13 @@ static const pm_cli_opt OPTS[] = {
     {"--stop-after", 'i', 1, 0, F(stop_after), NULL, NULL, 0},
     {"--sample", 'i', 1, SEL_MAX_TASKS, F(sample), NULL, NULL, 0},
     {"--sample-seed", 'i', 0, 0, F(sample_seed), NULL, NULL, 0},
-    S("--spill", spill), S("--timeline", svg), S("--trace", trace), S("--resume", resume),
-    S("--csv", csv), S("--save-best", save_best), S("--tasks", tasks_file), S("--data", data),
+    S("--spill", spill), P("--timeline", 'w', svg), P("--trace", 'w', trace), S("--resume", resume),
+    P("--csv", 'w', csv), P("--save-best", 'w', save_best), P("--tasks", 'r', tasks_file),
+    P("--data", 'R', data),
     {"--devices", 'i', 1, 4096, F(devices), NULL, NULL, 0},
     {"--device-mem", 'x', 0, 0, F(device_mem), parse_size, NULL, 0},
 };
+#undef P
 #undef S
 #undef L
 #undef F

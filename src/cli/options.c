@@ -185,6 +185,7 @@ static int apply(const pm_cli_opt *d, const char *v, void *dst) {
     case 'f':
         *(int *)dst = d->lo;
         return 0;
+    case 'r': case 'w': case 'R': case 'W':
     case 's':
         if (!v) return pm_cli_fail("%s needs %s", d->name, d->need ? d->need : "a value");
         *(const char **)dst = v;
@@ -204,15 +205,74 @@ static int apply(const pm_cli_opt *d, const char *v, void *dst) {
     }
 }
 
+/* A path the command line names: the row that took it (NULL: a positional
+ * argument, a file the command reads) and the argument. */
+typedef struct {
+    const pm_cli_opt *d;
+    const char *path;
+} given_path;
+
+/* The files in a data directory (prepare writes them, train and select
+ * read them). */
+static const char *const data_files[3] = {"train.bin", "val.bin", "tokenizer.model"};
+
+/* The files of the paths given (a data directory counts as its files),
+ * each described for pm_cli_files_distinct's line, into f and the text of
+ * those lines into the arena txt; how many. The last value of a row given
+ * twice is the one used, so the earlier ones are skipped. */
+static int path_files(const given_path *g, int n, pm_cli_file *f, char *txt) {
+    int nf = 0;
+    for (int i = 0; i < n; i++) {
+        const pm_cli_opt *d = g[i].d;
+        int later = 0;
+        for (int j = i + 1; d && j < n && !later; j++) later = g[j].d == d;
+        if (later) continue;
+        int dir = d && (d->type == 'R' || d->type == 'W');
+        int out = d && (d->type == 'w' || d->type == 'W');
+        for (int k = 0; k < (dir ? 3 : 1); k++) {
+            const char *path = g[i].path, *what = out ? d->name : txt; /* -o: the line adds */
+            if (!out) { /* an input, named whole: "the input --data d (its val.bin)" */
+                txt += sprintf(txt, "the input %s%s%s", d ? d->name : "", d ? " " : "", path);
+                txt += (dir ? sprintf(txt, " (its %s)", data_files[k]) : 0) + 1;
+            }
+            if (dir) path = txt, txt += sprintf(txt, "%s/%s", g[i].path, data_files[k]) + 1;
+            f[nf++] = (pm_cli_file){what, path, out, d && !dir ? d->lo : 0};
+        }
+    }
+    return nf;
+}
+
+/* No output of the command line onto one of its inputs or another output
+ * (pm_cli_files_distinct over every path row and positional argument). */
+static int paths_distinct(const char *cmd, const given_path *g, int n) {
+    size_t bytes = 0;
+    for (int i = 0; i < n; i++) /* the lines' text, at most 3 files a path */
+        bytes += 3 * (2 * strlen(g[i].path) + 2 * strlen(g[i].d ? g[i].d->name : "") + 64);
+    pm_cli_file *f = malloc((size_t)(3 * n + 1) * sizeof *f);
+    char *txt = malloc(bytes + 1);
+    int rc = !f || !txt ? pm_cli_fail("%s: out of memory", cmd)
+                        : pm_cli_files_distinct(cmd, f, path_files(g, n, f, txt));
+    free(f);
+    free(txt);
+    return rc;
+}
+
 int pm_cli_parse(const char *cmd, int argc, char **argv, int first, const pm_cli_opts *sets,
                  int nsets, int (*positional)(void *ctx, const char *arg), void *ctx) {
     for (int s = 0; s < nsets; s++)
         for (int k = 0; sets[s].at && k < sets[s].n; k++) sets[s].at[k] = 0;
-    for (int i = first; i < argc; i++) {
+    given_path *g = malloc((size_t)(argc > 0 ? argc : 1) * sizeof *g);
+    if (!g) return pm_cli_fail("%s: out of memory", cmd);
+    int ng = 0, rc = 0;
+    for (int i = first; i < argc && !rc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) return 2;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            rc = 2;
+            break;
+        }
         if (positional && (a[0] != '-' || !a[1])) {
-            if (positional(ctx, a)) return 1;
+            rc = positional(ctx, a);
+            g[ng++] = (given_path){NULL, a};
             continue;
         }
         const pm_cli_opts *set = NULL;
@@ -220,14 +280,19 @@ int pm_cli_parse(const char *cmd, int argc, char **argv, int first, const pm_cli
         for (int s = 0; s < nsets && k < 0; s++)
             for (int j = 0; j < sets[s].n && k < 0; j++)
                 if (!strcmp(a, sets[s].opt[j].name)) set = &sets[s], k = j;
-        if (k < 0)
-            return pm_cli_fail("%s: unknown option '%s' (try 'pipemem %s --help')", cmd, a, cmd);
+        if (k < 0) {
+            rc = pm_cli_fail("%s: unknown option '%s' (try 'pipemem %s --help')", cmd, a, cmd);
+            break;
+        }
         const pm_cli_opt *d = &set->opt[k];
-        if (apply(d, v, (char *)set->dst + d->off)) return 1;
+        if ((rc = apply(d, v, (char *)set->dst + d->off))) break;
         if (set->at && !set->at[k]) set->at[k] = i;
+        if (strchr("rwRW", d->type)) g[ng++] = (given_path){d, v};
         if (d->type != 'f') i++;
     }
-    return 0;
+    if (!rc) rc = paths_distinct(cmd, g, ng);
+    free(g);
+    return rc;
 }
 
 int pm_cli_collect(void *ctx, const char *arg) {

@@ -40,11 +40,13 @@ static int parse_decay(const pm_cli_opt *d, const char *val, void *dst) {
 #define F(x) offsetof(pm_cli_train_opts, x)
 #define I(name, lo, field, mode) {name, 'i', lo, 0, F(field), NULL, NULL, mode}
 #define S(name, field, mode) {name, 's', 0, 0, F(field), NULL, NULL, mode}
+/* a path: its role (pm_cli_opt), and 1 for the two that may be one file */
+#define P(name, role, same, field, mode) {name, role, same, 0, F(field), NULL, NULL, mode}
 static const pm_cli_opt OPTS[] = {
-    S("--data", data, 0),           S("--save", save, 0),
-    S("--train", train_file, 0),    S("--val", val_file, 0),
+    P("--data", 'R', 0, data, 0),   P("--save", 'w', 1, save, 0),
+    P("--train", 'r', 0, train_file, 0), P("--val", 'r', 0, val_file, 0),
     I("--pad-vocab", 1, pad_vocab, 0),
-    S("--resume", resume, 0),       I("--layers", 1, layers, 0),
+    P("--resume", 'r', 1, resume, 0), I("--layers", 1, layers, 0),
     I("--dim", 1, dim, 0),          I("--heads", 1, heads, 0),
     I("--ctx", 1, ctx, 0),          I("--batch", 1, batch, 0),
     I("--microbatches", 1, micro, 0), I("--steps", 1, steps, 0),
@@ -54,13 +56,14 @@ static const pm_cli_opt OPTS[] = {
     {"--seed", 'x', 0, 0, F(seed), parse_seed, NULL, 0}, I("--stop-after", 1, stop_after, 0),
     {"--json", 'f', 1, 0, F(json), NULL, NULL, 0}, I("--threads", 1, threads, 's'),
     I("--pp", 1, pp, 't'),          S("--schedule", kind, 't'),
-    S("--schedule-file", sched_file, 't'), I("--chunks", 1, chunks, 'p'),
-    {"--mem-limit", 'p', 0, 0, F(mem_limit), NULL, NULL, 'p'}, S("--trace", trace, 'p'),
-    S("--timeline", svg, 'p'),      {"--recompute", 'f', 1, 0, F(recompute), NULL, NULL, 'p'},
+    P("--schedule-file", 'r', 0, sched_file, 't'), I("--chunks", 1, chunks, 'p'),
+    {"--mem-limit", 'p', 0, 0, F(mem_limit), NULL, NULL, 'p'}, P("--trace", 'w', 0, trace, 'p'),
+    P("--timeline", 'w', 0, svg, 'p'),      {"--recompute", 'f', 1, 0, F(recompute), NULL, NULL, 'p'},
     I("--dp", 1, dp, 't'),          S("--transport", transport, 't'),
     S("--placement", placement, 'p'), I("--head-parts", 1, head_parts, 'p'),
     {"--device-mem", 'z', 0, 0, F(device_mem), NULL, NULL, 0}, I("--zero", 0, zero, 'p'),
 };
+#undef P
 #undef S
 #undef I
 #undef F
@@ -185,37 +188,7 @@ int64_t pm_cli_train_stop_at(const pm_cli_train_opts *o, const pm_train_cfg *cfg
     return o->stop_after && o->stop_after < cfg->opt.steps ? o->stop_after : cfg->opt.steps;
 }
 
-/* No output onto an input or another output: the data (the split files of
- * --data DIR, its tokenizer, or --train/--val), the checkpoint to resume
- * (--save may be it: a run continued in place), the schedule file. */
-static int outputs_distinct(const pm_cli_train_opts *o) {
-    char tr[4096], va[4096], tok[4096], what[3][4200];
-    const char *d = o->data;
-    if (d) {
-        snprintf(tr, sizeof tr, "%s/train.bin", d);
-        snprintf(va, sizeof va, "%s/val.bin", d);
-        snprintf(tok, sizeof tok, "%s/tokenizer.model", d);
-        snprintf(what[0], sizeof what[0], "the training data (--data %s)", d);
-        snprintf(what[1], sizeof what[1], "the validation data (--data %s)", d);
-        snprintf(what[2], sizeof what[2], "the tokenizer (--data %s)", d);
-    }
-    const pm_cli_file f[] = {
-        {"--save", o->save, 1, 1},
-        {"--trace", o->trace, 1, 0},
-        {"--timeline", o->svg, 1, 0},
-        {what[0], d ? tr : NULL, 0, 0},
-        {what[1], d ? va : NULL, 0, 0},
-        {what[2], d ? tok : NULL, 0, 0},
-        {"the training data (--train)", o->train_file, 0, 0},
-        {"the validation data (--val)", o->val_file, 0, 0},
-        {"the checkpoint to resume (--resume)", o->resume, 0, 1},
-        {"the schedule (--schedule-file)", o->sched_file, 0, 0},
-    };
-    return pm_cli_files_distinct("train", f, (int)(sizeof f / sizeof f[0]));
-}
-
 int pm_cli_train_check_outputs(const pm_cli_train_opts *o) {
-    if (outputs_distinct(o)) return 1;
     const char *paths[3] = {o->save, o->trace, o->svg};
     const char *opts[3] = {"--save", "--trace", "--timeline"};
     for (int k = 0; k < 3; k++) {
