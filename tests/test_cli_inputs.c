@@ -529,6 +529,41 @@ static void test_no_output_is_an_input(void **state) {
     assert_int_not_equal(access(args, F_OK), 0);
 }
 
+/* Inputs that were taken wrongly or ignored (issue 31, 16), each refused in
+ * one line: a range with three dots (read as 1e-4 .. .1e-2), opposite flags,
+ * --overlap-fb on a schedule without overlapped pairs, a tasks file with a
+ * NUL byte (it ended a value unseen). */
+static void test_misread_inputs_refused(void **state) {
+    (void)state;
+    if (!bin) skip();
+    prepare_data();
+    char path[300], args[1200];
+    snprintf(path, sizeof path, "%s/nul_tasks.txt", dir);
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    fwrite("lr=1e-3\n\nlr=3e-3\0 layers=9\n", 1, 27, f);
+    fclose(f);
+    struct { const char *fmt, *want; } bad[] = {
+        {SELECT "%s/d --lr 1e-4...1e-2 --sample 2 --dry-run", "is not a range lo..hi"},
+        {SELECT "%s/d --lr 1e-4..1e-3..1e-2 --sample 2 --dry-run", "is not a range lo..hi"},
+        {SELECT "%s/d --lr 1e-3 --prefetch --no-prefetch --dry-run",
+         "--prefetch and --no-prefetch say opposite things"},
+        {"select --devices 1 --device-mem 64M --data %s/d --tasks %s/nul_tasks.txt --dry-run",
+         "nul_tasks.txt:3: a NUL byte (offset 16)"},
+        {"schedule --kind 1f1b -p 2 -m 4 --overlap-fb 0.5%.0s",
+         "--overlap-fb 0.5: this 1f1b schedule has no overlapped F&B pairs"},
+    };
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        snprintf(args, sizeof args, bad[k].fmt, dir, dir);
+        expect_error(args, bad[k].want, 30);
+    }
+    /* the same flag twice agrees with itself, and DualPipeV has pairs */
+    snprintf(args, sizeof args, SELECT "%s/d --lr 1e-3 --no-prefetch --no-prefetch --dry-run",
+             dir);
+    assert_int_equal(run(args).status, 0);
+    assert_int_equal(run("schedule --kind dualpipev -p 2 -m 4 --overlap-fb 0.5").status, 0);
+}
+
 /* schedule --from FILE: the file decides p, m and the chunks; -p, -m and
  * --chunks beside it were ignored silently, now refused in one line. */
 static void test_schedule_from_conflicts(void **state) {
@@ -827,6 +862,7 @@ int main(void) {
         cmocka_unit_test(test_stdout_full),
         cmocka_unit_test(test_outputs_onto_inputs),
         cmocka_unit_test(test_no_output_is_an_input),
+        cmocka_unit_test(test_misread_inputs_refused),
         cmocka_unit_test(test_schedule_from_conflicts),
         cmocka_unit_test(test_select_hints),
         cmocka_unit_test(test_library_names_as_flags),

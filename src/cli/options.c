@@ -206,11 +206,24 @@ static int apply(const pm_cli_opt *d, const char *v, void *dst) {
 }
 
 /* A path the command line names: the row that took it (NULL: a positional
- * argument, a file the command reads) and the argument. */
+ * argument, a file the command reads) and the argument; or a flag given
+ * (path NULL) and the field it set. */
 typedef struct {
     const pm_cli_opt *d;
     const char *path;
+    const void *field;
 } given_path;
+
+/* Flag d, setting field, after the flags g[0..n): 1 (printed) if one of
+ * them set that field to another value (--prefetch --no-prefetch). */
+static int flags_clash(const char *cmd, const given_path *g, int n, const pm_cli_opt *d,
+                       const void *field) {
+    for (int i = 0; i < n; i++)
+        if (!g[i].path && g[i].field == field && g[i].d->lo != d->lo)
+            return pm_cli_fail("%s: %s and %s say opposite things; give one", cmd, g[i].d->name,
+                               d->name);
+    return 0;
+}
 
 /* The files in a data directory (prepare writes them, train and select
  * read them). */
@@ -225,6 +238,7 @@ static int path_files(const given_path *g, int n, pm_cli_file *f, char *txt) {
     for (int i = 0; i < n; i++) {
         const pm_cli_opt *d = g[i].d;
         int later = 0;
+        if (!g[i].path) continue; /* a flag */
         for (int j = i + 1; d && j < n && !later; j++) later = g[j].d == d;
         if (later) continue;
         int dir = d && (d->type == 'R' || d->type == 'W');
@@ -247,7 +261,8 @@ static int path_files(const given_path *g, int n, pm_cli_file *f, char *txt) {
 static int paths_distinct(const char *cmd, const given_path *g, int n) {
     size_t bytes = 0;
     for (int i = 0; i < n; i++) /* the lines' text, at most 3 files a path */
-        bytes += 3 * (2 * strlen(g[i].path) + 2 * strlen(g[i].d ? g[i].d->name : "") + 64);
+        if (g[i].path)
+            bytes += 3 * (2 * strlen(g[i].path) + 2 * strlen(g[i].d ? g[i].d->name : "") + 64);
     pm_cli_file *f = malloc((size_t)(3 * n + 1) * sizeof *f);
     char *txt = malloc(bytes + 1);
     int rc = !f || !txt ? pm_cli_fail("%s: out of memory", cmd)
@@ -272,7 +287,7 @@ int pm_cli_parse(const char *cmd, int argc, char **argv, int first, const pm_cli
         }
         if (positional && (a[0] != '-' || !a[1])) {
             rc = positional(ctx, a);
-            g[ng++] = (given_path){NULL, a};
+            g[ng++] = (given_path){NULL, a, NULL};
             continue;
         }
         const pm_cli_opts *set = NULL;
@@ -287,7 +302,10 @@ int pm_cli_parse(const char *cmd, int argc, char **argv, int first, const pm_cli
         const pm_cli_opt *d = &set->opt[k];
         if ((rc = apply(d, v, (char *)set->dst + d->off))) break;
         if (set->at && !set->at[k]) set->at[k] = i;
-        if (strchr("rwRW", d->type)) g[ng++] = (given_path){d, v};
+        if (d->type == 'f' && (rc = flags_clash(cmd, g, ng, d, (char *)set->dst + d->off)))
+            break;
+        if (d->type == 'f') g[ng++] = (given_path){d, NULL, (char *)set->dst + d->off};
+        if (strchr("rwRW", d->type)) g[ng++] = (given_path){d, v, NULL};
         if (d->type != 'f') i++;
     }
     if (!rc) rc = paths_distinct(cmd, g, ng);

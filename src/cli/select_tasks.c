@@ -59,6 +59,9 @@ static int parse_range(sel_space *sp, int k, const char *val, const char *dots) 
     double a, b;
     if (strchr(val, ','))
         return pm_cli_fail("%s: '%s': a range lo..hi stands alone, not in a list", flag, val);
+    if (dots[2] == '.' || strstr(dots + 2, "..")) /* 1e-4...1e-2 read as 1e-4 .. .1e-2 */
+        return pm_cli_fail("%s: '%s' is not a range lo..hi: its ends are split by two dots, "
+                           "not more", flag, val);
     if (dots < lo || parse_value(k, lo, (size_t)(dots - lo), &a) ||
         parse_value(k, dots + 2, strlen(dots + 2), &b))
         return pm_cli_fail("%s: '%s' is not a range lo..hi (or log:lo..hi) of %s", flag, val,
@@ -325,6 +328,14 @@ int sel_read_tasks(const char *file, pm_select_task *t, int *n) {
     size_t len = 0;
     pm_err e;
     if (pm_read_file(file, PM_TEXT_MAX, &text, &len, &e)) return pm_cli_fail("%s", e.msg);
+    const char *nul = memchr(text, 0, len); /* it would end a value early, unseen */
+    if (nul) {
+        int at_line = 1;
+        for (const char *c = text; c < nul; c++) at_line += *c == '\n';
+        pm_free(text);
+        return pm_cli_fail("%s:%d: a NUL byte (offset %zu): a tasks file is text, key=value "
+                           "pairs", file, at_line, (size_t)(nul - text));
+    }
     int line = 0, rc = 0, *at = pm_malloc(SEL_MAX_TASKS * sizeof *at); /* each task's line */
     if (!at) rc = pm_cli_fail("select: out of memory");
     for (size_t i = 0; i < len && !rc;) {
