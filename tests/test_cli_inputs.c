@@ -616,6 +616,50 @@ static void test_library_names_as_flags(void **state) {
         fail_msg("%s: exit %d, last line '%s'", args, r.status, r.last);
 }
 
+/* Messages that named the wrong cause or nothing (issue 31, 18): each names
+ * the user's option, the real limit and the real cause. */
+static void test_messages_name_the_cause(void **state) {
+    (void)state;
+    if (!bin) skip();
+    prepare_data();
+    char args[1200];
+    snprintf(args, sizeof args, "train --layers 8 --dim 32 --heads 2 --ctx 16 --batch 8 "
+             "--steps 1 --data %s/d --save %s/l8.ckpt", dir, dir);
+    assert_int_equal(run(args).status, 0);
+#define PLAN "plan --hidden 512 --heads 8 --seq 1024 --vocab 51200 --devices 16 " \
+             "--global-batch 128 --device-mem 80G "
+    struct { const char *fmt, *want; } bad[] = {
+        /* printed "pipemem: sample: " and nothing else */
+        {"sample --ckpt %s/l8.ckpt --pp 11 -n 4", "--pp 11: the checkpoint's model has 10 layers "
+         "(the embedding, 8 blocks and the head), so at most --pp 10"},
+        /* named --costs and F+B+W+2C, which plan has not */
+        {PLAN "--layers 30 --device-tflops 1e-300%.0s", "--device-tflops 1e-300 (x efficiency "
+         "0.65) makes one microbatch's F, B and W through a device take"},
+        /* "4 layers" without the embedding and the head */
+        {PLAN "--layers 2 --pp 16 --kind v-half --device-tflops 300%.0s", "--layers is 2: with "
+         "the embedding and the head 4 layers, fewer than the 32 stages of v-half on --pp 16; "
+         "give --layers of 30 or more, --pp 2 or less"},
+        /* named an --asha-min 0 never given */
+        {SELECT "%s/d --lr 1e-3,2e-3 --asha 2 --steps 1 --dry-run", "--asha 2 compares tasks at "
+         "a rung below --steps (at --steps / 2), but --steps 1 leaves none; raise --steps to 2"},
+        /* "is not a number" of a number below a double's normal range */
+        {"schedule --kind 1f1b -p 2 -m 4 --overlap-fb 1e400%.0s", "'1e400' is beyond a double"},
+        /* hinted "lower its --lr" */
+        {TRAIN "%s/d --weight-decay 1e30 --steps 3", "--weight-decay 1e+30 x --lr 0.001 >= 1 "
+         "flips the weights; lower it below 1000"},
+    };
+#undef PLAN
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        snprintf(args, sizeof args, bad[k].fmt, dir, dir);
+        run_result r = run(args);
+        if (r.status != 1 || !strstr(r.last, bad[k].want))
+            fail_msg("pipemem %s: exit %d, last line '%s' (wanted '%s')", args, r.status, r.last,
+                     bad[k].want);
+    }
+    /* 1e-320 is a number (below a double's normal range, not 0) */
+    assert_int_equal(run("schedule --kind dualpipev -p 2 -m 4 --overlap-fb 1e-320").status, 0);
+}
+
 /* Every command parses its options with the one parser (pm_cli_parse): an
  * unknown option is refused in the same words, --help prints the usage on
  * standard output and exits 0, a value missing at the end is named. */
@@ -863,6 +907,7 @@ int main(void) {
         cmocka_unit_test(test_outputs_onto_inputs),
         cmocka_unit_test(test_no_output_is_an_input),
         cmocka_unit_test(test_misread_inputs_refused),
+        cmocka_unit_test(test_messages_name_the_cause),
         cmocka_unit_test(test_schedule_from_conflicts),
         cmocka_unit_test(test_select_hints),
         cmocka_unit_test(test_library_names_as_flags),

@@ -147,6 +147,10 @@ static int open_pipeline(sampler *sm, const char *ckpt, int pp_opt, size_t budge
     pm_err err = {{0}};
     pm_plan pl = {0};
     int most = pm_gpt_num_layers(sm->c), p = pp_opt ? pp_opt : 2;
+    if (pp_opt > most) /* a device holds one layer at least */
+        return pm_cli_fail("sample: --pp %d: the checkpoint's model has %d layers (the "
+                           "embedding, %d blocks and the head), so at most --pp %d", pp_opt,
+                           most, sm->c->layers, most);
     pm_status st = PM_ERR_MEMLIMIT;
     for (; p <= most && st == PM_ERR_MEMLIMIT; p++) {
         st = plan_on(&pl, sm->c, p, budget, &err);

@@ -220,10 +220,14 @@ static int asha_rungs(sel_opts *o, const pm_select_task *t, int n) {
                                "--steps %d and others %d; give every task the same --steps",
                                t[i].name, t[i].cfg.opt.steps, o->steps);
     o->nrung = pm_select_asha_rungs(o->steps, o->asha, o->asha_min, o->rungs, 64);
-    if (o->nrung < 2)
+    if (o->nrung < 2 && o->asha_min)
         return pm_cli_fail("select: --asha %d: --steps %d leaves no rung at or above --asha-min "
-                           "%d below it; lower --asha-min or --asha, or raise --steps", o->asha,
-                           o->steps, o->asha_min);
+                           "%d below it; lower --asha-min or --asha, or raise --steps to %lld",
+                           o->asha, o->steps, o->asha_min, (long long)o->asha * o->asha_min);
+    if (o->nrung < 2) /* rungs at steps / asha^k, the lowest at least 1 */
+        return pm_cli_fail("select: --asha %d compares tasks at a rung below --steps (at --steps "
+                           "/ %d), but --steps %d leaves none; raise --steps to %d or more",
+                           o->asha, o->asha, o->steps, o->asha);
     return 0;
 }
 

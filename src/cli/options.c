@@ -37,6 +37,8 @@ static const struct {
     {"shape.heads", "--heads", 0},     {"shape.seq", "--seq", 0},
     {"shape.vocab", "--vocab", 0},     {"shape.ffn", "--ffn", 0},
     {"shape.precision", "--precision", 0}, {"hw.mem", "--device-mem", 0},
+    {"hw.tflops", "--device-tflops", 1}, {"hw.efficiency", "--pass-efficiency", 0},
+    {"hw.link_gbps", "--link-gbps", 0},
     {"hw.devices", "--devices", 0},    {"global_batch", "--global-batch", 0},
     {"pp", "--pp", 1},                 {"dp", "--dp", 1},
     {"mbs", "--mbs", 1},
@@ -125,13 +127,27 @@ int pm_cli_size(const char *opt, const char *val, size_t *out) {
     return 0;
 }
 
+/* strtod of a finite number at s (end where it stops): 0; 1 if there is
+ * none, 2 if it is beyond a double, 3 if it is inf or nan. A number too
+ * small for a double's normal range (1e-320) is a number: strtod's ERANGE
+ * then is no error. */
+static int finite_at(const char *s, char **end, double *x) {
+    errno = 0;
+    *x = strtod(s, end);
+    if (*end == s) return 1;
+    if (errno == ERANGE && fabs(*x) > 1) return 2;
+    return isfinite(*x) ? 0 : 3;
+}
+
 int pm_cli_double(const char *opt, const char *val, double *out) {
     if (!val) return pm_cli_fail("%s needs a value", opt);
     char *end;
-    errno = 0;
-    double x = strtod(val, &end);
-    if (errno || end == val || *end || !isfinite(x))
-        return pm_cli_fail("%s: '%s' is not a number", opt, val);
+    double x;
+    int bad = finite_at(val, &end, &x);
+    if (bad == 2 && !*end)
+        return pm_cli_fail("%s: '%s' is beyond a double (at most about 1.8e308)", opt, val);
+    if (bad == 3 && !*end) return pm_cli_fail("%s: '%s' is not a finite number", opt, val);
+    if (bad || *end) return pm_cli_fail("%s: '%s' is not a number", opt, val);
     *out = x;
     return 0;
 }
@@ -142,9 +158,7 @@ static int parse_list(const char *val, double *x, int n) {
     const char *q = val;
     while (k < n) {
         char *end;
-        errno = 0;
-        x[k] = strtod(q, &end);
-        if (errno || end == q || !isfinite(x[k])) return -1;
+        if (finite_at(q, &end, &x[k])) return -1;
         k++;
         if (*end == '\0') return k;
         if (*end != ',') return -1;

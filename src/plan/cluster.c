@@ -129,6 +129,23 @@ static void device_bytes(const pm_cluster_model *m, const pm_cluster *hw, pm_clu
     pl->fits = !(hw->mem > 0) || pl->total_max <= hw->mem;
 }
 
+/* PM_ERR_ARG naming hw.tflops when the devices are so slow that a step's
+ * makespan could pass what a double holds with margin (the schedule
+ * engine's limit on costs, pm_sched_check_costs), with the least rate that
+ * would do. */
+static pm_status slow_devices(const pm_cluster_model *m, const pm_cluster *hw,
+                              const pm_sched_req *req, pm_err *err) {
+    if (!(hw->tflops > 0) || !pm_sched_check_costs(req, NULL)) return PM_OK;
+    const pm_costs *t = &req->t;
+    double pass = t->f + t->b + t->w, most = 1e300 / (4.0 * req->p * req->m) - 2 * t->c;
+    double eff = hw->efficiency > 0 ? hw->efficiency : PM_CLUSTER_EFFICIENCY;
+    return pm_errf(err, PM_ERR_ARG, "hw.tflops=%g (x efficiency %g) makes one microbatch's "
+                   "F, B and W through a device take %.3g %s, and a step of pp=%d, m=%d could "
+                   "take longer than a double holds with margin; give hw.tflops=%.3g or more",
+                   hw->tflops, eff, pass, m->time_unit, req->p, req->m,
+                   hw->tflops * pass / (most > 0 ? most : 1e-300));
+}
+
 /* Schedule, cut, costs, simulation and bytes of rq's kind under limit (x M). */
 static pm_status build(pm_cluster_plan *pl, const pm_cluster_model *m, const pm_cluster *hw,
                        const pm_cluster_req *rq, double limit, pm_err *err) {
@@ -136,8 +153,18 @@ static pm_status build(pm_cluster_plan *pl, const pm_cluster_model *m, const pm_
     pm_cost c = {0};
     pm_sim sim = {0};
     pm_sched_req req = sched_req(m, hw, rq, limit);
-    pm_status st = pm_sched_generate(&s, rq->kind, &req, err);
+    pm_status st = slow_devices(m, hw, &req, err);
+    if (!st) st = pm_sched_generate(&s, rq->kind, &req, err);
     if (st) return st;
+    if (m->n < s.S) { /* each stage holds a layer: say what the layers are */
+        int v = s.S / rq->pp; /* stages a device */
+        st = pm_errf(err, PM_ERR_ARG, "shape.layers is %d: with the embedding and the head %d "
+                     "layers, fewer than the %d stages of %s on pp=%d; give shape.layers of %d "
+                     "or more, pp=%d or less, or a kind of one stage a device", m->n - 2, m->n,
+                     s.S, s.kind, rq->pp, s.S - 2, m->n / v > 0 ? m->n / v : 1);
+        pm_sched_free(&s);
+        return st;
+    }
     pl->S = s.S;
     pl->first = pm_malloc(((size_t)s.S + 1) * sizeof *pl->first);
     pl->dev = pm_malloc((size_t)s.S * sizeof *pl->dev);
@@ -202,6 +229,8 @@ static pm_status build_auto(pm_cluster_plan *pl, const pm_cluster_model *m,
 pm_status pm_cluster_plan_make(pm_cluster_plan *pl, const pm_cluster_model *m,
                                const pm_cluster *hw, const pm_cluster_req *rq, pm_err *err) {
     *pl = (pm_cluster_plan){.req = *rq, .mbs = m->mbs};
+    pm_status cst = pm_cluster_check(hw, err);
+    if (cst) return cst;
     if (rq->pp < 1 || rq->dp < 1 || rq->m < 1)
         return pm_errf(err, PM_ERR_ARG, "pp=%d, dp=%d and m=%d must each be >= 1", rq->pp,
                        rq->dp, rq->m);
@@ -333,6 +362,17 @@ pm_status pm_cluster_search(const pm_gpt_shape *g, const pm_cluster *hw,
                             int *skipped, pm_err *err) {
     *plans = NULL, *n = 0;
     int skip = 0;
+    pm_status cst = pm_cluster_check(hw, err);
+    if (cst) return cst;
+    const struct {
+        const char *name;
+        int v;
+    } f[] = {{"pp", rq->pp}, {"dp", rq->dp}, {"mbs", rq->mbs}, {"m", rq->m},
+             {"global_batch", rq->global_batch}, {"max_mbs", rq->max_mbs}};
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) /* 0: searched, or the default */
+        if (f[i].v < 0)
+            return pm_errf(err, PM_ERR_ARG, "%s=%d: must be >= 0 (0: %s)", f[i].name, f[i].v,
+                           i == 5 ? "64" : i == 3 ? "from global_batch" : "searched");
     if (hw->devices < 1)
         return pm_errf(err, PM_ERR_ARG, "hw.devices=%d: must be >= 1", hw->devices);
     if (!rq->m && rq->global_batch < 1)

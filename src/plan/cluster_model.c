@@ -48,10 +48,30 @@ static void set_times(pm_place_layer *l, double ff, double fb, double fw, double
     l->weight = l->tf + l->tb + l->tw;
 }
 
+pm_status pm_cluster_check(const pm_cluster *hw, pm_err *err) {
+    if (!hw) return pm_errf(err, PM_ERR_ARG, "hw is NULL: give the devices (a pm_cluster)");
+    /* !(x >= 0) also catches NaN, which would otherwise "fit" any test */
+    const struct {
+        const char *name, *zero; /* the field, what 0 means */
+        double x, hi;
+    } f[] = {{"hw.mem", "no limit", hw->mem, 1e18},
+             {"hw.tflops", "times in FLOPs", hw->tflops, 1e9},
+             {"hw.efficiency", "the default 0.65", hw->efficiency, 1},
+             {"hw.link_gbps", "free", hw->link_gbps, 1e12}};
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
+        if (!(f[i].x >= 0 && f[i].x <= f[i].hi))
+            return pm_errf(err, PM_ERR_ARG, "%s is %g: it must be a number from 0 (%s) up to "
+                           "%g", f[i].name, f[i].x, f[i].zero, f[i].hi);
+    if (hw->devices < 0)
+        return pm_errf(err, PM_ERR_ARG, "hw.devices=%d: must be >= 0", hw->devices);
+    return PM_OK;
+}
+
 pm_status pm_cluster_model_gpt(pm_cluster_model *m, const pm_gpt_shape *g, int mbs,
                                const pm_cluster *hw, pm_err *err) {
     *m = (pm_cluster_model){0};
-    pm_status st = shape_check(g, mbs, err);
+    pm_status st = hw ? pm_cluster_check(hw, err) : PM_OK;
+    if (!st) st = shape_check(g, mbs, err);
     if (st || (st = alloc_layers(m, g->layers + 2, err))) return st;
     double h = g->hidden, a = g->heads, s = g->seq, V = g->vocab, b = mbs;
     double F = g->ffn ? g->ffn : 4 * h, T = b * s; /* tokens of a microbatch */

@@ -349,9 +349,11 @@ static pm_status collect_error(pm_pipe *pp, pm_err *err) {
     for (int g = pp->lo; g < pp->hi; g++) {
         const pm_pipe_dev *dv = &pp->dev[g];
         if (dv->st == PM_ERR_NUMERIC) {
+            char hint[200];
             pm_errf(&pp->dead_err, PM_ERR_NUMERIC,
-                    "step %lld: the gradient norm is %g (not finite); no update was made; lower "
-                    "the learning rate (opt.lr)", (long long)pp->step + 1, dv->norm);
+                    "step %lld: the gradient norm is %g (not finite); no update was made; %s",
+                    (long long)pp->step + 1, dv->norm,
+                    pm_optim_diverged_hint(&pp->cfg.opt, "", hint, sizeof hint));
             return step_fail(pp, PM_ERR_NUMERIC, err);
         }
         if (dv->st) {

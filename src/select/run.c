@@ -288,8 +288,10 @@ static int end_step(sel_run *r, sel_task *t, double *loss, double *val, int *sta
     *step_end = pm_now(); /* the rest is evaluation's (PM_PART_EVAL) */
     if (bad) return *state = PM_SELECT_FAILED, PM_SELECT_EV_FAILED;
     if (!isfinite(*loss) || !isfinite(norm)) {
+        char hint[200];
         snprintf(t->why, sizeof t->why, "step %lld: loss %g, gradient norm %g is not finite; "
-                 "lower its opt.lr", (long long)h->step + 1, *loss, norm);
+                 "%s", (long long)h->step + 1, *loss, norm,
+                 pm_optim_diverged_hint(&h->cfg.opt, "its ", hint, sizeof hint));
         *state = PM_SELECT_FAILED;
         return PM_SELECT_EV_FAILED;
     }

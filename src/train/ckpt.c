@@ -460,8 +460,18 @@ static pm_status verify_v4(const char *path, int fd, const uint8_t *h, pm_ckpt_i
  * size (from version 3 on, with the tokenizer length after the slabs). */
 static pm_status check_header(const char *path, int fd, pm_ckpt_info *info, pm_err *err) {
     uint64_t n = info->n_params, end = 0, expect = 0;
-    int ok = pm_gpt_config_check(&info->cfg.model, NULL) == PM_OK &&
-             n == pm_gpt_num_params(&info->cfg.model) && n <= MAX_PARAMS;
+    const pm_gpt_config *c = &info->cfg.model;
+    pm_err why;
+    /* the model first: a shape that is no model, or not the parameters said */
+    if (pm_gpt_config_check(c, &why))
+        return pm_errf(err, PM_ERR_FORMAT, "%s: the header's model is no model (%s); the file "
+                       "is inconsistent", path, why.msg);
+    if (n != pm_gpt_num_params(c))
+        return pm_errf(err, PM_ERR_FORMAT, "%s: the header's model (%d layers, dim %d, %d "
+                       "heads, ctx %d, vocab %d) has %zu parameters, but the header says %llu "
+                       "(offset 112); the file is inconsistent", path, c->layers, c->dim,
+                       c->heads, c->ctx, c->vocab, pm_gpt_num_params(c), (unsigned long long)n);
+    int ok = n <= MAX_PARAMS;
     if (ok) expect = end = slab_at(n, PM_CKPT_SLABS, 0);
     if (ok && info->version >= 3) {
         uint8_t len[8];

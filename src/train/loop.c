@@ -77,11 +77,12 @@ static pm_status eval_save(pm_train_state *st, const pm_train_driver *drv, const
                            pm_loop_event *ev, pm_err *err) {
     pm_status s = pm_train_eval(st, drv, o->val, o->eval_batches, &ev->val_loss, err);
     if (s) return s;
+    char hint[200];
     if (!isfinite(ev->val_loss))
         return pm_errf(err, PM_ERR_NUMERIC, "step %lld: the validation loss is %g: the "
-                       "parameters are no longer finite%s; lower the learning rate (opt.lr)",
-                       (long long)st->step, ev->val_loss,
-                       o->save ? ", so the checkpoint was not saved" : "");
+                       "parameters are no longer finite%s; %s", (long long)st->step,
+                       ev->val_loss, o->save ? ", so the checkpoint was not saved" : "",
+                       pm_optim_diverged_hint(&st->cfg.opt, "", hint, sizeof hint));
     if (o->save) {
         if ((s = drv->save(drv->ctx, o->save, st, err))) return s;
         ev->saved = o->save;

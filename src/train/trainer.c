@@ -85,14 +85,15 @@ pm_status pm_trainer_init(pm_trainer *t, const pm_train_cfg *cfg, const pm_token
     *t = (pm_trainer){0};
     size_t need = pm_train_mem_bytes(cfg, err);
     if (!need) return PM_ERR_ARG;
+    size_t limit = mem_limit;
     if (!mem_limit) mem_limit = pm_mem_physical();
-    if (mem_limit && need > mem_limit)
+    if (mem_limit && need > mem_limit) /* bytes exactly: a small model is 0.00 GiB */
         return pm_errf(err, PM_ERR_MEMLIMIT,
-                       "the model needs %.2f GiB (parameters, gradients, AdamW moments and "
-                       "one microbatch's activations) but only %.2f GiB is available; use "
-                       "fewer model.layers, a smaller model.dim or more micro",
-                       (double)need / (1 << 30),
-                       (double)mem_limit / (1 << 30));
+                       "the model needs %zu bytes (%.3g GiB: parameters, gradients, AdamW "
+                       "moments and one microbatch's activations) but %s is %zu bytes; use "
+                       "fewer model.layers, a smaller model.dim or more micro", need,
+                       (double)need / (1 << 30), limit ? "mem_limit" : "this machine's memory",
+                       mem_limit);
     pm_status st = pm_loader_init(&t->train, train, cfg->model.ctx, cfg->seed, "train.bin", err);
     if (st) return st;
     uint64_t data_id = pm_tokens_identity(train);
@@ -154,10 +155,11 @@ pm_status pm_trainer_step_batch(pm_trainer *t, const int32_t *inp, const int32_t
                                         1.0f / (float)K, t->work);
     loss /= K;
     double norm = pm_optim_norm(&c->model, t->grads);
+    char hint[200];
     if (!isfinite(loss) || !isfinite(norm))
-        return pm_errf(err, PM_ERR_NUMERIC,
-                       "step %lld: loss %g, gradient norm %g is not finite; lower opt.lr",
-                       (long long)t->step + 1, loss, norm);
+        return pm_errf(err, PM_ERR_NUMERIC, "step %lld: loss %g, gradient norm %g is not "
+                       "finite; %s", (long long)t->step + 1, loss, norm,
+                       pm_optim_diverged_hint(&c->opt, "", hint, sizeof hint));
     double lr = pm_optim_lr_at(&c->opt, t->step);
     pm_optim_step_layers(c, 0, pm_gpt_num_layers(&c->model), t->step,
                          pm_optim_clip_scale(norm, c->opt.grad_clip), t->params, t->grads, t->m, t->v);
