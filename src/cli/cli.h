@@ -40,6 +40,12 @@ void pm_cli_flags(const char *msg, char *out, size_t cap);
  * lines. */
 void pm_cli_set_rank(int rank, int quiet);
 void pm_cli_print_held(void);
+/* Under MPI (after pm_mpi_init), collective: whether any rank failed
+ * (pm_mpi_agree): -1 if none, else the lowest rank that did, whose line
+ * stands (a rank that failed alone prints the line it held back); -2 if a
+ * rank did not answer in time, said in one line by the ranks that waited
+ * (the job is then aborted at pm_mpi_finalize). */
+int pm_cli_agree(int failed);
 
 /* Option value parsers: 0 on success, else print one line and return 1. */
 int pm_cli_int_range(const char *opt, const char *val, int lo, int hi, int *out);

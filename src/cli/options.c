@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 
 #include "cli.h"
+#include "pipemem/pm_runtime.h"
 
 static int g_rank = -1, g_quiet;
 static char g_held[1024]; /* the last line a quiet rank did not print */
@@ -96,6 +97,18 @@ int pm_cli_fail(const char *fmt, ...) {
 void pm_cli_print_held(void) {
     if (g_held[0]) fprintf(stderr, "%s\n", g_held);
     g_held[0] = 0;
+}
+
+int pm_cli_agree(int failed) {
+    pm_err err;
+    int bad = pm_mpi_agree(!failed, &err);
+    if (bad == -2) { /* this rank's own finding: printed even when quiet */
+        pm_cli_fail("%s", err.msg);
+        pm_cli_print_held();
+    } else if (bad > 0 && failed) {
+        pm_cli_print_held(); /* rank 0 was fine: ours alone */
+    }
+    return bad;
 }
 
 int pm_cli_int_range(const char *opt, const char *val, int lo, int hi, int *out) {

@@ -35,6 +35,17 @@ static int parse_decay(const pm_cli_opt *d, const char *val, void *dst) {
     return 0;
 }
 
+/* --comm-timeout S: seconds a device waits for another, 1 up to a day. */
+static int parse_timeout(const pm_cli_opt *d, const char *val, void *dst) {
+    double x;
+    if (pm_cli_double(d->name, val, &x)) return 1;
+    if (!(x >= 1 && x <= 86400))
+        return pm_cli_fail("%s: %s is not a number of seconds from 1 up to 86400 (a day)",
+                           d->name, val);
+    *(double *)dst = x;
+    return 0;
+}
+
 /* The tag is the option's mode: 0 both, 'p' pipeline only, 't' selects the
  * pipeline, 's' single device only. */
 #define F(x) offsetof(pm_cli_train_opts, x)
@@ -62,6 +73,7 @@ static const pm_cli_opt OPTS[] = {
     I("--dp", 1, dp, 't'),          S("--transport", transport, 't'),
     S("--placement", placement, 'p'), I("--head-parts", 1, head_parts, 'p'),
     {"--device-mem", 'z', 0, 0, F(device_mem), NULL, NULL, 0}, I("--zero", 0, zero, 'p'),
+    {"--comm-timeout", 'x', 0, 0, F(comm_timeout), parse_timeout, NULL, 'p'},
 };
 #undef P
 #undef S
@@ -81,7 +93,7 @@ static void usage(FILE *f) {
             "          [--chunks V] [--mem-limit X] [--recompute] [--trace FILE]\n"
             "          [--timeline FILE.svg] [--dp D] [--transport threads|mpi]\n"
             "          [--placement flops|measured|memory] [--head-parts N]\n"
-            "          [--device-mem SIZE] [--zero 0|1]]\n"
+            "          [--device-mem SIZE] [--zero 0|1] [--comm-timeout S]]\n"
             "  Trains the GPT on DIR/train.bin (made by 'pipemem prepare'), or on token\n"
             "  files named with --train/--val (pipemem's or llm.c's, e.g.\n"
             "  tiny_shakespeare_train.bin); the vocabulary is the data's, rounded up to a\n"
@@ -122,11 +134,15 @@ static void usage(FILE *f) {
             "  fastest placement that fits is taken instead; when none does, the run is\n"
             "  refused, naming the least a placement needs and where it goes; with\n"
             "  --schedule auto the search runs under what the budget leaves for\n"
-            "  activations (--mem-limit not needed then).\n"
+            "  activations (--mem-limit not needed then).\n");
+    fprintf(f,
             "  --dp D trains D replicas of the P-device pipeline on D x P devices, each on\n"
             "  K/D of the microbatches, gradients summed across replicas in a fixed order.\n"
             "  --transport mpi runs one device per rank: mpirun -np D*P pipemem train ...\n"
             "  (the default under mpirun; otherwise threads). Rank 0 prints and writes.\n"
+            "  --comm-timeout S (default 120): a device or rank that waits longer than S\n"
+            "  seconds for another ends the run in one line naming it (under mpirun the\n"
+            "  whole job is aborted: a stopped or lost rank cannot hang it).\n"
             "  examples: pipemem train --data data --layers 2 --dim 64 --heads 4 --ctx 32 "
             "--steps 50\n"
             "            pipemem train --data data --pp 2 --schedule v-half --layers 4 "

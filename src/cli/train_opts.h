@@ -38,6 +38,7 @@ typedef struct {
     int head_parts;        /* --head-parts N; 0: chosen by the placement */
     size_t device_mem;     /* --device-mem SIZE: one device's budget in bytes; 0: none */
     int zero;              /* --zero 1: ZeRO stage 1 across the --dp replicas */
+    double comm_timeout;   /* --comm-timeout S: a device's wait for another; 0: 120 s */
 } pm_cli_train_opts;
 
 /* Parses argv[1..]: 0 on success, 1 on error (one line printed), -1 after

@@ -263,7 +263,12 @@ static pm_status devices_init(pm_pipe *pp, pm_err *err) {
 /* Under MPI: whether any rank failed so far (every rank calls it at the
  * same point, so none is left waiting in the next collective). */
 static pm_status agree(const pm_plan *plan, pm_status st, const char *what, pm_err *err) {
-    int bad = plan->transport == PM_TRANSPORT_MPI ? pm_mpi_agree(!st) : -1;
+    pm_err silent;
+    int bad = plan->transport == PM_TRANSPORT_MPI ? pm_mpi_agree(!st, &silent) : -1;
+    if (bad == -2) { /* a rank did not answer: that is the error */
+        if (err) *err = silent;
+        return PM_ERR_TRANSPORT;
+    }
     if (!st && bad >= 0)
         st = pm_errf(err, PM_ERR_NOMEM, "rank %d could not %s (out of memory there?)", bad, what);
     return st;
