@@ -6,7 +6,8 @@
  *
  * Beyond the sanitizers' "no crash, no out-of-bounds access, no leak": a
  * value that parses is a range with finite ends split by two dots (not
- * three), the low one below the high one (above 0 for log:), or a list of 1 to SEL_MAX_VALUES finite values,
+ * three), the low one below the high one (above 0 for log:), or a list of
+ * 1 to SEL_MAX_VALUES finite values,
  * integers for the integer keys; a tasks file that reads holds no NUL byte
  * and gives 1 to SEL_MAX_TASKS tasks, each a model (pm_gpt_config_check)
  * whose batch its microbatches divide. A violation aborts. The CLI's error
@@ -30,7 +31,9 @@ static void check_value(int k, const char *val) {
     if (sel_parse_key(&sp, k, val)) return;
     int real = k == SEL_K_LR || k == SEL_K_WD;
     if (sp.kind[k] != SEL_LIST) { /* "lo..hi": two dots, not three (1e-4...1e-2) */
-        if (strstr(val, "...") || !isfinite(sp.lo[k]) || !isfinite(sp.hi[k]) || !(sp.lo[k] < sp.hi[k])) abort();
+        if (strstr(val, "...") || !isfinite(sp.lo[k]) || !isfinite(sp.hi[k]) ||
+            !(sp.lo[k] < sp.hi[k]))
+            abort();
         if (sp.kind[k] == SEL_LOG && !(sp.lo[k] > 0)) abort();
         return;
     }

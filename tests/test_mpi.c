@@ -829,7 +829,8 @@ static void test_stopped_rank(void **state) {
     if (!wait_for(log, "train: ", 300)) fail_msg("the run did not start");
     /* rank 1: the pipemem whose environment says so, started on our data */
     snprintf(cmd, sizeof cmd, "for p in $(pgrep -f '%s train --data %s/d'); do tr '\\0' "
-             "'\\n' < /proc/$p/environ | grep -qx OMPI_COMM_WORLD_RANK=1 && echo $p; done > %s; true",
+             "'\\n' < /proc/$p/environ | grep -qx OMPI_COMM_WORLD_RANK=1 && echo $p; done > %s; "
+             "true",
              bin, dir, pids);
     assert_int_equal(system(cmd), 0);
     snprintf(cmd, sizeof cmd, "test -s %s && kill -STOP $(cat %s)", pids, pids);

@@ -3,7 +3,19 @@
  *
  * Library functions never print or exit: they return a pm_status and, when
  * the caller passes a pm_err, fill it with one line naming what is wrong and,
- * where it helps, how to fix it. Only the CLI turns that line into output. */
+ * where it helps, how to fix it. Only the CLI turns that line into output.
+ *
+ * Arguments, in every public header. err may be NULL (the line is then
+ * dropped), and every _free, _destroy and _abort takes NULL. A function
+ * that returns a pm_status refuses, with PM_ERR_ARG naming the argument, a
+ * NULL input (a path, a name, a text, data, a configuration or a request;
+ * a NULL path of an output is standard output only where its comment says
+ * so) and a number out of its range: NaN and negatives included, never
+ * read as a default. The object a function works on or fills (its first
+ * argument, and the pointers it writes results to) must not be NULL: that
+ * is the caller's bug, not an input; functions that return no status say
+ * what they do with NULL, or assert (PM_ASSERT), and the sanitizer build
+ * (make asan) stops at any other NULL with its stack. */
 #ifndef PM_UTIL_H
 #define PM_UTIL_H
 
@@ -159,7 +171,7 @@ int pm_same_file(const char *a, const char *b);
 
 /* Writes s to f as a JSON string: quoted, '"' and '\\' escaped, control
  * bytes as \u00XX (nothing dropped, so a name or message reads back
- * whole); other bytes as they are (UTF-8 passes through). */
+ * whole); other bytes as they are (UTF-8 passes through). s NULL: null. */
 void pm_json_str(FILE *f, const char *s);
 
 /* x as the shortest %g text that reads back (strtof) as the same float:

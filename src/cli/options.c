@@ -32,6 +32,7 @@ static const struct {
     {"model.ctx", "--ctx", 0},         {"model.heads", "--heads", 0},
     {"batch", "--batch", 1},           {"seed", "--seed", 1},
     {"v", "--chunks", 1},              {"t", "--costs", 1},
+    {"mem", "--mem", 1},
     {"vocab", "--vocab", 1},           {"the MPI transport", "--transport mpi", 0},
     /* pm_cluster.h (pipemem plan) */
     {"shape.layers", "--layers", 0},   {"shape.hidden", "--hidden", 0},

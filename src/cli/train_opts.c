@@ -69,7 +69,7 @@ static const pm_cli_opt OPTS[] = {
     I("--pp", 1, pp, 't'),          S("--schedule", kind, 't'),
     P("--schedule-file", 'r', 0, sched_file, 't'), I("--chunks", 1, chunks, 'p'),
     {"--mem-limit", 'p', 0, 0, F(mem_limit), NULL, NULL, 'p'}, P("--trace", 'w', 0, trace, 'p'),
-    P("--timeline", 'w', 0, svg, 'p'),      {"--recompute", 'f', 1, 0, F(recompute), NULL, NULL, 'p'},
+    P("--timeline", 'w', 0, svg, 'p'), {"--recompute", 'f', 1, 0, F(recompute), NULL, NULL, 'p'},
     I("--dp", 1, dp, 't'),          S("--transport", transport, 't'),
     S("--placement", placement, 'p'), I("--head-parts", 1, head_parts, 'p'),
     {"--device-mem", 'z', 0, 0, F(device_mem), NULL, NULL, 0}, I("--zero", 0, zero, 'p'),

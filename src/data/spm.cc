@@ -31,6 +31,7 @@ extern "C" int pm_tokenizer_available(void) { return 1; }
 extern "C" pm_status pm_tokenizer_load(pm_tokenizer **out, const void *model, size_t len,
                                        pm_err *err) {
     *out = nullptr;
+    if (!model && len) return pm_errf(err, PM_ERR_ARG, "the model is NULL (%zu bytes said)", len);
     try {
         pm_tokenizer *t = new pm_tokenizer;
         t->model.assign(static_cast<const char *>(model), len);
@@ -75,6 +76,7 @@ extern "C" void pm_tokenizer_free(pm_tokenizer *t) { delete t; }
 extern "C" pm_status pm_tokenizer_encode(const pm_tokenizer *t, const char *text, size_t len,
                                          uint32_t **ids, size_t *n, pm_err *err) {
     *ids = nullptr, *n = 0;
+    if (!text && len) return pm_errf(err, PM_ERR_ARG, "the text is NULL (%zu bytes said)", len);
     try {
         std::vector<int> v;
         auto st = t->sp.Encode(absl::string_view(text, len), &v);
@@ -92,6 +94,7 @@ extern "C" pm_status pm_tokenizer_encode(const pm_tokenizer *t, const char *text
 extern "C" pm_status pm_tokenizer_decode(const pm_tokenizer *t, const uint32_t *ids, size_t n,
                                          char **text, size_t *len, pm_err *err) {
     *text = nullptr, *len = 0;
+    if (!ids && n) return pm_errf(err, PM_ERR_ARG, "the ids are NULL (%zu said)", n);
     try {
         std::vector<int> v(n);
         int size = t->sp.GetPieceSize();
@@ -198,7 +201,11 @@ static pm_status train_lines(FILE **f, const char *const *files, int n, int voca
 
 extern "C" pm_status pm_tokenizer_train(const char *const *files, int nfiles, int vocab,
                                         const char *path, pm_err *err) {
-    if (nfiles < 1) return pm_errf(err, PM_ERR_ARG, "tokenizer train: no input files given");
+    if (nfiles < 1 || !files)
+        return pm_errf(err, PM_ERR_ARG, "tokenizer train: no input files given");
+    if (!path) return pm_errf(err, PM_ERR_ARG, "tokenizer train: the model's path is NULL");
+    for (int i = 0; i < nfiles; i++)
+        if (!files[i]) return pm_errf(err, PM_ERR_ARG, "tokenizer train: input file %d is NULL", i);
     if (vocab < 260 || vocab > (1 << 20))
         return pm_errf(err, PM_ERR_ARG, "vocab=%d: must be 260..1048576 (the 256 byte pieces "
                        "and a few more)", vocab);

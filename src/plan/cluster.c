@@ -228,6 +228,10 @@ static pm_status build_auto(pm_cluster_plan *pl, const pm_cluster_model *m,
 
 pm_status pm_cluster_plan_make(pm_cluster_plan *pl, const pm_cluster_model *m,
                                const pm_cluster *hw, const pm_cluster_req *rq, pm_err *err) {
+    if (!m || !rq) {
+        *pl = (pm_cluster_plan){0};
+        return pm_errf(err, PM_ERR_ARG, "the %s is NULL", m ? "request (rq)" : "model (m)");
+    }
     *pl = (pm_cluster_plan){.req = *rq, .mbs = m->mbs};
     pm_status cst = pm_cluster_check(hw, err);
     if (cst) return cst;
@@ -364,6 +368,8 @@ pm_status pm_cluster_search(const pm_gpt_shape *g, const pm_cluster *hw,
     int skip = 0;
     pm_status cst = pm_cluster_check(hw, err);
     if (cst) return cst;
+    if (!g || !rq)
+        return pm_errf(err, PM_ERR_ARG, "the %s is NULL", g ? "request (rq)" : "shape (g)");
     const struct {
         const char *name;
         int v;

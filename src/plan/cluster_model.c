@@ -15,6 +15,7 @@ _Static_assert(sizeof pm_precision_names / sizeof pm_precision_names[0] == PM_PR
                "names");
 
 static pm_status shape_check(const pm_gpt_shape *g, int mbs, pm_err *err) {
+    if (!g) return pm_errf(err, PM_ERR_ARG, "the shape is NULL: give the model's (pm_gpt_shape)");
     const struct {
         const char *name;
         int v, max;

@@ -485,6 +485,8 @@ static pm_status plan_auto(pm_plan *pl, const pm_plan_req *rq, pm_err *err) {
 }
 
 static pm_status check_req(const pm_train_cfg *cfg, const pm_plan_req *rq, int dp, pm_err *err) {
+    if (!cfg || !rq)
+        return pm_errf(err, PM_ERR_ARG, "%s is NULL", cfg ? "the request (rq)" : "cfg");
     pm_status st = pm_gpt_config_check(&cfg->model, err);
     if (st) return st;
     if (cfg->micro < 1 || cfg->batch < 1 || cfg->batch % cfg->micro)
@@ -516,7 +518,7 @@ static pm_status check_req(const pm_train_cfg *cfg, const pm_plan_req *rq, int d
 pm_status pm_plan_make(pm_plan *pl, const pm_train_cfg *cfg, const pm_plan_req *rq,
                        pm_err *err) {
     *pl = (pm_plan){0};
-    int dp = rq->dp > 1 ? rq->dp : 1;
+    int dp = rq && rq->dp > 1 ? rq->dp : 1;
     pm_status st = check_req(cfg, rq, dp, err);
     if (st) return st;
     pl->cfg = *cfg;

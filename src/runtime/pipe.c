@@ -307,6 +307,7 @@ fail:
 pm_status pm_pipe_create(pm_pipe **out, const pm_plan *pl, const pm_pipe_opts *opts,
                          pm_err *err) {
     *out = NULL;
+    if (!pl) return pm_errf(err, PM_ERR_ARG, "the plan (pl) is NULL; make one with pm_plan_make");
     /* The device threads point at the pipe: it lives on the heap, never moved. */
     pm_pipe *pp = pm_malloc(sizeof *pp);
     if (!pp) return pm_errf(err, PM_ERR_NOMEM, "out of memory for the pipeline");
@@ -407,6 +408,8 @@ static void step_figures(pm_pipe *pp, double t_start, const pm_pipe_info *fc) {
 
 pm_status pm_pipe_step(pm_pipe *pp, const int32_t *inp, const int32_t *tgt, pm_pipe_info *info,
                        pm_err *err) {
+    if (!inp || !tgt)
+        return pm_errf(err, PM_ERR_ARG, "the step's %s are NULL", inp ? "targets" : "inputs");
     if (pp->dead) {
         if (err) *err = pp->dead_err;
         return pp->dead;
@@ -468,6 +471,9 @@ static pm_status run_forward(pm_pipe *pp, const int32_t *inp, const int32_t *tgt
 
 pm_status pm_pipe_eval(pm_pipe *pp, const int32_t *inp, const int32_t *tgt, int n,
                        float *losses, pm_err *err) {
+    if (!inp || !tgt || !losses || n < 0)
+        return pm_errf(err, PM_ERR_ARG, "pm_pipe_eval: inputs, targets and losses must be "
+                       "given, n >= 0 (got %d)", n);
     pm_status st = run_forward(pp, inp, tgt, n, pp->cfg.model.ctx, NULL, err);
     if (!st) memcpy(losses, pp->loss_mb, (size_t)n * sizeof *losses);
     return st;

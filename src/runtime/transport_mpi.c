@@ -168,34 +168,30 @@ void pm_mpi_finalize(void) {
 static void nap(double t, long *ns);
 
 /* Polls r[0..n) until all complete or g_timeout passes: -1, or the index
- * of the first still pending (the pending ones are cancelled, or left to
- * the abort the silence brings: MPI cannot cancel every send). */
+ * of the first that did not (an MPI error counts as not completing); the
+ * pending ones are then cancelled (or left to the abort the silence brings:
+ * MPI cannot cancel every send). */
 static int wait_bounded(MPI_Request *r, int n) {
     double t0 = pm_now();
     long ns = 0;
-    for (;;) {
-        int all = 1;
-        for (int k = 0; k < n; k++) {
-            int flag = 1;
-            if (r[k] != MPI_REQUEST_NULL && MPI_Test(&r[k], &flag, MPI_STATUS_IGNORE) != MPI_SUCCESS)
-                flag = 0, r[k] = MPI_REQUEST_NULL; /* an error: counted as silence below */
-            all &= flag;
-        }
-        if (all) return -1;
-        if (pm_now() - t0 > g_timeout) break;
-        nap(pm_now() - t0, &ns);
-    }
-    int first = -1;
+    int late = -1;
     for (int k = 0; k < n; k++) {
         int flag = 0;
-        if (r[k] != MPI_REQUEST_NULL && MPI_Test(&r[k], &flag, MPI_STATUS_IGNORE) == MPI_SUCCESS &&
-            !flag) {
-            if (first < 0) first = k;
-            MPI_Cancel(&r[k]);
+        while (r[k] != MPI_REQUEST_NULL && !flag) {
+            if (MPI_Test(&r[k], &flag, MPI_STATUS_IGNORE) != MPI_SUCCESS ||
+                (!flag && pm_now() - t0 > g_timeout)) {
+                late = k;
+                break;
+            }
+            if (!flag) nap(pm_now() - t0, &ns);
         }
+        if (late >= 0) break;
     }
+    if (late < 0) return -1;
+    for (int k = late; k < n; k++)
+        if (r[k] != MPI_REQUEST_NULL) MPI_Cancel(&r[k]);
     g_silent = 1;
-    return first < 0 ? 0 : first;
+    return late;
 }
 
 static pm_status silent_rank(pm_err *err, int rank) {

@@ -859,6 +859,9 @@ pm_status pm_select_run(pm_select_task *tasks, pm_trainer *hosts, int n,
                         const pm_select_layout *layout, const pm_select_opts *o,
                         pm_select_result *res, pm_select_stats *stats, pm_err *err) {
     *stats = (pm_select_stats){0};
+    if (!tasks || !hosts || !layout || !o || !res)
+        return pm_errf(err, PM_ERR_ARG, "pm_select_run: tasks, hosts, layout, o and res must be "
+                       "given (one is NULL)");
     if (n < 1 || o->devices < 1)
         return pm_errf(err, PM_ERR_ARG, "select needs tasks and devices (got %d, %d)", n,
                        o->devices);

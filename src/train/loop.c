@@ -14,6 +14,7 @@
 pm_status pm_train_state_init(pm_train_state *st, const pm_train_cfg *cfg,
                               const pm_tokens *train, pm_err *err) {
     *st = (pm_train_state){0};
+    if (!cfg) return pm_errf(err, PM_ERR_ARG, "cfg is NULL: give a training configuration");
     pm_status s = pm_gpt_config_check(&cfg->model, err);
     if (s) return s;
     if (cfg->batch < 1 || cfg->micro < 1 || cfg->batch % cfg->micro)

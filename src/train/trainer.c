@@ -14,6 +14,7 @@
 static int micro_size(const pm_train_cfg *c) { return c->batch / c->micro; }
 
 static pm_status check_cfg(const pm_train_cfg *c, pm_err *err) {
+    if (!c) return pm_errf(err, PM_ERR_ARG, "cfg is NULL: give a training configuration");
     pm_status st = pm_gpt_config_check(&c->model, err);
     if (st) return st;
     if (c->batch < 1) return pm_errf(err, PM_ERR_ARG, "batch=%d: must be >= 1", c->batch);
@@ -28,6 +29,25 @@ static pm_status check_cfg(const pm_train_cfg *c, pm_err *err) {
                        c->opt.steps);
     if (!(c->opt.lr > 0.0f) || !isfinite(c->opt.lr))
         return pm_errf(err, PM_ERR_ARG, "opt.lr=%g: must be a positive number", c->opt.lr);
+    /* the rest of AdamW's numbers: a NaN passes any comparison unnoticed */
+    const pm_optim_cfg *o = &c->opt;
+    const struct {
+        const char *name;
+        double x;
+        int ok;
+        const char *rule;
+    } f[] = {{"opt.lr_min_frac", o->lr_min_frac, o->lr_min_frac >= 0 && o->lr_min_frac <= 1,
+              "from 0 to 1"},
+             {"opt.beta1", o->beta1, o->beta1 >= 0 && o->beta1 < 1, "from 0 up to below 1"},
+             {"opt.beta2", o->beta2, o->beta2 >= 0 && o->beta2 < 1, "from 0 up to below 1"},
+             {"opt.eps", o->eps, o->eps > 0 && isfinite(o->eps), "above 0"},
+             {"opt.weight_decay", o->weight_decay,
+              o->weight_decay >= 0 && isfinite(o->weight_decay), "from 0 up"},
+             {"opt.grad_clip", o->grad_clip, isfinite(o->grad_clip), "finite (0 or less: none)"}};
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
+        if (!f[i].ok)
+            return pm_errf(err, PM_ERR_ARG, "%s=%g: must be a number %s", f[i].name, f[i].x,
+                           f[i].rule);
     return PM_OK;
 }
 
@@ -144,6 +164,8 @@ void pm_trainer_free(pm_trainer *t) {
 
 pm_status pm_trainer_step_batch(pm_trainer *t, const int32_t *inp, const int32_t *tgt,
                                 pm_step_info *info, pm_err *err) {
+    if (!inp || !tgt)
+        return pm_errf(err, PM_ERR_ARG, "the step's %s are NULL", inp ? "targets" : "inputs");
     const pm_train_cfg *c = &t->cfg;
     int mb = micro_size(c), T = c->model.ctx, K = c->micro;
     size_t mtok = (size_t)mb * (size_t)T;

@@ -27,6 +27,7 @@ static pm_status not_a_dir(const char *path, pm_err *err) {
 
 pm_status pm_file_open_read(const char *path, int regular_only, FILE **out, pm_err *err) {
     *out = NULL;
+    if (!path) return pm_errf(err, PM_ERR_ARG, "an input path is NULL; give a file");
     int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0) return pm_errf(err, PM_ERR_IO, "%s: %s", path, strerror(errno));
     struct stat sb;
@@ -49,7 +50,7 @@ pm_status pm_file_open_read(const char *path, int regular_only, FILE **out, pm_e
 
 pm_status pm_read_file(const char *path, size_t max, char **out, size_t *len, pm_err *err) {
     *out = NULL;
-    *len = 0;
+    *len = 0; /* a NULL path: pm_file_open_read says so */
     FILE *f;
     pm_status ost = pm_file_open_read(path, 0, &f, err);
     if (ost) return ost;
@@ -111,6 +112,11 @@ static int tmp_name(char *out, size_t cap, const char *dir_part, size_t dl, cons
 }
 
 int pm_tmp_open(const char *path, int rdwr, char **tmp) {
+    *tmp = NULL;
+    if (!path || !*path) {
+        errno = EINVAL;
+        return -1;
+    }
     const char *slash = strrchr(path, '/');
     size_t dl = slash ? (size_t)(slash - path) + 1 : 0;
     size_t n = strlen(path) + 64;
