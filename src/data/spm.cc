@@ -178,6 +178,10 @@ static pm_status open_inputs(const char *const *files, int n, FILE **f, pm_err *
     return st; // what was opened is the caller's to close, on error too
 }
 
+// The pieces every model holds besides the text's characters: the 256
+// bytes (byte_fallback), unknown, begin and end, and the newline.
+enum { META_PIECES = 256 + 3 + 1 };
+
 // Round-trip settings (pm_tokenizer.h): no normalization, whitespace as it
 // is, no dummy prefix, newline a piece of its own, unknown characters as
 // bytes; BPE, quiet.
@@ -194,8 +198,20 @@ static pm_status train_lines(FILE **f, const char *const *files, int n, int voca
     auto st = sentencepiece::SentencePieceTrainer::Train(kw, &lines, model);
     if (lines.failed() >= 0)
         return pm_errf(err, PM_ERR_IO, "%s: read failed", files[lines.failed()]);
-    if (!st.ok())
-        return pm_errf(err, PM_ERR_ARG, "tokenizer train: %s", st.ToString().c_str());
+    if (!st.ok()) {
+        // SentencePiece's "Vocabulary size is smaller than required_chars. 300 vs 860.
+        // Increase vocab_size or decrease character_coverage with --character_coverage
+        // option." names options pipemem has not: say it in pipemem's words
+        std::string why = st.ToString();
+        size_t at = why.find("required_chars. ");
+        int asked = 0, need = 0;
+        if (at != std::string::npos &&
+            sscanf(why.c_str() + at + 16, "%d vs %d", &asked, &need) == 2 && need > asked)
+            return pm_errf(err, PM_ERR_ARG, "tokenizer train: vocab=%d is too small for this "
+                           "text: one piece for each of its characters and the %d byte and "
+                           "control pieces need vocab=%d or more", vocab, META_PIECES, need);
+        return pm_errf(err, PM_ERR_ARG, "tokenizer train: %s", why.c_str());
+    }
     return PM_OK;
 }
 
