@@ -65,7 +65,7 @@ static int stdout_written(int rc) {
  * rank then ends, together. 0 to go on (train keeps MPI initialised). */
 static int ranks_agree(const char *cmd) {
     const char *ws = getenv("OMPI_COMM_WORLD_SIZE");
-    if (!ws || atoi(ws) < 2) return 0;
+    if (!ws || atoi(ws) < 2 || !pm_mpi_built()) return 0; /* without MPI, train says so */
     int rank, size, first = -1, rc = 0;
     char theirs[PM_MPI_WORD];
     pm_err err;
