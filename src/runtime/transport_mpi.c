@@ -200,38 +200,26 @@ static pm_status silent_rank(pm_err *err, int rank) {
                    g_timeout);
 }
 
-/* Every rank's len bytes at mine to rank 0, into all (rank 0's: size x len
- * bytes, rank r's at r x len). */
-static pm_status gather(const void *mine, void *all, int len, pm_err *err) {
+/* The agreements' exchanges through rank 0, each wait bounded: with
+ * gather, every rank's len bytes at mine to rank 0's all (rank r's at r x
+ * len); else rank 0's len bytes at all to every rank's all. */
+static pm_status via_root(int gather, const void *mine, void *all, int len, pm_err *err) {
     if (!g_inited) return pm_errf(err, PM_ERR_ARG, "the MPI agreements need pm_mpi_init first");
     MPI_Request *r = pm_malloc((size_t)g_size * sizeof *r);
     if (!r) return pm_errf(err, PM_ERR_NOMEM, "out of memory for %d requests", g_size);
-    int rc = MPI_SUCCESS, n = g_rank ? 1 : g_size - 1;
+    int rc = MPI_SUCCESS, n = g_rank ? 1 : g_size - 1, tag = gather ? TAG_GATHER : TAG_BCAST;
     for (int k = 0; k < g_size; k++) r[k] = MPI_REQUEST_NULL;
-    if (g_rank) rc = MPI_Isend(mine, len, MPI_BYTE, 0, TAG_GATHER, g_comm, &r[0]);
-    else memcpy(all, mine, (size_t)len);
+    if (g_rank && gather) rc = MPI_Isend(mine, len, MPI_BYTE, 0, tag, g_comm, &r[0]);
+    else if (g_rank) rc = MPI_Irecv(all, len, MPI_BYTE, 0, tag, g_comm, &r[0]);
+    else if (gather) memcpy(all, mine, (size_t)len);
     for (int g = 1; !g_rank && g < g_size && rc == MPI_SUCCESS; g++)
-        rc = MPI_Irecv((char *)all + (size_t)g * (size_t)len, len, MPI_BYTE, g, TAG_GATHER,
-                       g_comm, &r[g - 1]);
+        rc = gather ? MPI_Irecv((char *)all + (size_t)g * (size_t)len, len, MPI_BYTE, g, tag,
+                                g_comm, &r[g - 1])
+                    : MPI_Isend(all, len, MPI_BYTE, g, tag, g_comm, &r[g - 1]);
     int late = rc == MPI_SUCCESS ? wait_bounded(r, n) : -1;
     pm_free(r);
-    if (rc != MPI_SUCCESS) return mpi_fail(err, rc, "a gather to rank 0");
-    return late < 0 ? PM_OK : silent_rank(err, g_rank ? 0 : late + 1);
-}
-
-/* Rank 0's len bytes at buf to every rank. */
-static pm_status bcast(void *buf, int len, pm_err *err) {
-    if (!g_inited) return pm_errf(err, PM_ERR_ARG, "the MPI agreements need pm_mpi_init first");
-    MPI_Request *r = pm_malloc((size_t)g_size * sizeof *r);
-    if (!r) return pm_errf(err, PM_ERR_NOMEM, "out of memory for %d requests", g_size);
-    int rc = MPI_SUCCESS, n = g_rank ? 1 : g_size - 1;
-    for (int k = 0; k < g_size; k++) r[k] = MPI_REQUEST_NULL;
-    if (g_rank) rc = MPI_Irecv(buf, len, MPI_BYTE, 0, TAG_BCAST, g_comm, &r[0]);
-    for (int g = 1; !g_rank && g < g_size && rc == MPI_SUCCESS; g++)
-        rc = MPI_Isend(buf, len, MPI_BYTE, g, TAG_BCAST, g_comm, &r[g - 1]);
-    int late = rc == MPI_SUCCESS ? wait_bounded(r, n) : -1;
-    pm_free(r);
-    if (rc != MPI_SUCCESS) return mpi_fail(err, rc, "a broadcast from rank 0");
+    if (rc != MPI_SUCCESS)
+        return mpi_fail(err, rc, gather ? "a gather to rank 0" : "a broadcast from rank 0");
     return late < 0 ? PM_OK : silent_rank(err, g_rank ? 0 : late + 1);
 }
 
@@ -241,10 +229,10 @@ int pm_mpi_agree(int ok, pm_err *err) {
         pm_errf(err, PM_ERR_NOMEM, "out of memory for %d ranks' answers", g_size);
         return -2;
     }
-    pm_status st = gather(&mine, all, sizeof mine, err);
+    pm_status st = via_root(1, &mine, all, sizeof mine, err);
     for (int g = 0; !st && !g_rank && g < g_size && lowest < 0; g++) lowest = all[g];
     pm_free(all);
-    if (!st) st = bcast(&lowest, sizeof lowest, err);
+    if (!st) st = via_root(0, NULL, &lowest, sizeof lowest, err);
     return st ? -2 : lowest;
 }
 
@@ -255,12 +243,12 @@ pm_status pm_mpi_same_word(const char *mine, int *first, char theirs[PM_MPI_WORD
     *first = -1;
     if (!g_rank && !(all = pm_malloc((size_t)g_size * PM_MPI_WORD)))
         return pm_errf(err, PM_ERR_NOMEM, "out of memory for %d ranks' words", g_size);
-    pm_status st = gather(word, all, PM_MPI_WORD, err);
+    pm_status st = via_root(1, word, all, PM_MPI_WORD, err);
     for (int g = 1; !st && !g_rank && g < g_size && verdict.first < 0; g++)
         if (memcmp(all + (size_t)g * PM_MPI_WORD, word, PM_MPI_WORD))
             verdict.first = g, memcpy(verdict.word, all + (size_t)g * PM_MPI_WORD, PM_MPI_WORD);
     pm_free(all);
-    if (!st) st = bcast(&verdict, sizeof verdict, err);
+    if (!st) st = via_root(0, NULL, &verdict, sizeof verdict, err);
     if (st) return st;
     *first = verdict.first;
     memcpy(theirs, verdict.word, PM_MPI_WORD);
@@ -271,7 +259,7 @@ pm_status pm_mpi_same_word(const char *mine, int *first, char theirs[PM_MPI_WORD
 pm_status pm_mpi_bcast(void *buf, size_t bytes, pm_err *err) {
     if (bytes > (size_t)INT32_MAX)
         return pm_errf(err, PM_ERR_ARG, "MPI broadcast of %zu bytes: too large", bytes);
-    return bcast(buf, (int)bytes, err);
+    return via_root(0, NULL, buf, (int)bytes, err);
 }
 
 static pm_tp_mpi *world_of(const pm_tp *tp) { return tp->impl; }
