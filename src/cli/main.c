@@ -86,5 +86,7 @@ static int ranks_agree(const char *cmd) {
 int main(int argc, char **argv) {
     pm_cli_blas_reexec(argv); /* OpenBLAS on a CPU it does not know: see reexec.c */
     if (ranks_agree(argc >= 2 ? argv[1] : "")) return 1;
-    return stdout_written(dispatch(argc, argv));
+    int rc = dispatch(argc, argv);
+    pm_mpi_finalize(); /* if the handshake's MPI is still up (train --help) */
+    return stdout_written(rc);
 }

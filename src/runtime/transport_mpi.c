@@ -361,10 +361,12 @@ static pm_status free_send(pm_tp_mpi *w, int peer, int tag, send_buf **out) {
         }
         pm_status st = sticky(w);
         if (st) return st;
-        if (pm_now() - t0 > w->timeout_s && (g_silent = 1))
+        if (pm_now() - t0 > w->timeout_s) {
+            g_silent = 1; /* pm_mpi_finalize then aborts */
             return fail(w, PM_ERR_TRANSPORT, "rank %d: %d messages to other ranks were not "
                         "received within %.0f s (sending tag %d to rank %d)", w->rank, w->nsend,
                         w->timeout_s, tag, peer);
+        }
         struct timespec ts = {0, 50000};
         nanosleep(&ts, NULL);
     }
@@ -517,9 +519,11 @@ pm_status pm_tp_mpi_barrier(pm_tp_mpi *w) {
         /* a rank that never arrives: the barrier stays pending (MPI cannot
          * cancel it), but every rank leaves with the error */
         if ((st = sticky(w))) return st;
-        if (pm_now() - t0 > w->timeout_s && (g_silent = 1))
+        if (pm_now() - t0 > w->timeout_s) {
+            g_silent = 1;
             return fail(w, PM_ERR_TRANSPORT, "rank %d waited %.0f s at the step's start for "
                         "ranks that never came (one died or hangs)", w->rank, w->timeout_s);
+        }
         nap(pm_now() - t0, &ns);
     }
     return PM_OK;
