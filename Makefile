@@ -204,10 +204,13 @@ $(BUILD)/tests/%: tests/%.c $(TEST_HELP_OBJ) $(LIB)
 	  $(CHECK_LIBS) $(FINAL_LIBS)
 
 # One replay driver per fuzz target, built like the tests (so under the
-# sanitizers in the asan pass).
-$(BUILD)/replay/replay_%: fuzz/fuzz_%.c fuzz/replay.c $(LIB)
+# sanitizers in the asan pass). A target may call the CLI's parsers
+# (fuzz_tasks.c: select's values and tasks files): the CLI's objects but
+# main.o are linked in.
+FUZZ_CLI_OBJ = $(filter-out $(BUILD)/obj/src/cli/main.o,$(CLI_OBJ))
+$(BUILD)/replay/replay_%: fuzz/fuzz_%.c fuzz/replay.c $(FUZZ_CLI_OBJ) $(LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(FINAL_CFLAGS) -o $@ $< fuzz/replay.c $(LIB) $(FINAL_LIBS)
+	$(CC) $(FINAL_CFLAGS) -o $@ $< fuzz/replay.c $(FUZZ_CLI_OBJ) $(LIB) $(FINAL_LIBS)
 
 # Benchmarks start like the CLI: re-executed with OpenBLAS's fast kernels.
 $(BUILD)/bench/%: bench/%.c $(LIB) $(BUILD)/obj/src/cli/reexec.o
@@ -282,8 +285,8 @@ fuzz:
 	  "$$(test -f fuzz/$$n.dict && echo -dict=fuzz/$$n.dict) -max_total_time=300" \
 	  "build/fuzz/corpus/$$n fuzz/seeds/$$n"; done
 
-build/fuzz/fuzz_%: fuzz/fuzz_%.c $(LIB)
-	$(CC) $(FINAL_CFLAGS) -fsanitize=fuzzer -o $@ $< $(LIB) $(FINAL_LIBS)
+build/fuzz/fuzz_%: fuzz/fuzz_%.c $(FUZZ_CLI_OBJ) $(LIB)
+	$(CC) $(FINAL_CFLAGS) -fsanitize=fuzzer -o $@ $< $(FUZZ_CLI_OBJ) $(LIB) $(FINAL_LIBS)
 
 clean:
 	rm -rf build

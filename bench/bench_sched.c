@@ -13,8 +13,13 @@
  * Output, one line:
  *   bench_sched p=64 m=256 peer=1f1b peer_ms=.. peer_makespan=.. peer_peak=..
  *     v-min_ms=.. v-min_time_x=.. v-min_makespan_x=.. v-min_peak_x=.. (and v-half, v-zb)
- * where *_x are ratios to the peer (time, makespan, peak memory). */
+ * where *_x are ratios to the peer (time, makespan, peak memory); then the
+ * JSON of v-min (unit costs, as `pipemem schedule --kind v-min -p 64 -m 256
+ * --format json` writes it) against the text format of the same schedule
+ * as the peer, both written to /dev/null, best of 5:
+ *   json_bytes=.. json_mb_s=.. json_text_time_x=.. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "pipemem/pm_sched.h"
@@ -71,6 +76,47 @@ static int bench(const char *kind, const pm_sched_req *req, result *r) {
     return st != PM_OK;
 }
 
+/* Best time (s) of 5 writes of s to /dev/null; its size in *bytes (a
+ * sixth write, to memory: /dev/null keeps no position). */
+static double write_time(int json, const pm_sched *s, const pm_cost *c, const pm_sim *sim,
+                         size_t *bytes) {
+    double best = 1e30;
+    for (int k = 0; k < 6; k++) {
+        char *mem = NULL;
+        FILE *f = k < 5 ? fopen("/dev/null", "w") : open_memstream(&mem, bytes);
+        if (!f) return -1;
+        double t0 = pm_now();
+        pm_status st = json ? pm_sched_write_json(f, s, c, sim) : pm_sched_write_text(f, s);
+        if (st || fflush(f)) return -1;
+        double t = pm_now() - t0;
+        if (k < 5) best = t < best ? t : best;
+        fclose(f);
+        free(mem);
+    }
+    return best;
+}
+
+/* The JSON writer's throughput, and its time over the text writer's. */
+static int bench_json(void) {
+    pm_sched_req rq = {.p = 64, .m = 256, .t = PM_COSTS_DEFAULT, .mem = PM_MEM_DEFAULT};
+    pm_sched s;
+    pm_cost c;
+    pm_sim sim;
+    pm_err err;
+    if (pm_sched_generate(&s, "v-min", &rq, &err) ||
+        pm_cost_init_uniform(&c, &s, rq.t, rq.mem, &err) || pm_sim_run(&sim, &s, &c, &err)) {
+        fprintf(stderr, "bench_sched: json: %s\n", err.msg);
+        return 1;
+    }
+    size_t jb = 0, tb = 0;
+    double tj = write_time(1, &s, &c, &sim, &jb), tt = write_time(0, &s, &c, &sim, &tb);
+    pm_sim_free(&sim), pm_cost_free(&c), pm_sched_free(&s);
+    if (tj < 0 || tt < 0) return 1;
+    printf(" json_bytes=%zu json_mb_s=%.0f json_text_time_x=%.3f", jb, (double)jb / tj / 1e6,
+           tj / tt);
+    return 0;
+}
+
 int main(void) {
     static const char *const kinds[] = {"v-min", "v-half", "v-zb"};
     enum { NK = sizeof kinds / sizeof kinds[0] };
@@ -85,6 +131,7 @@ int main(void) {
         printf(" %s_ms=%.2f %s_time_x=%.3f %s_makespan_x=%.4f %s_peak_x=%.4f", kinds[i], r[i].ms,
                kinds[i], r[i].ms / peer.ms, kinds[i], r[i].makespan / peer.makespan, kinds[i],
                r[i].peak / peer.peak);
+    int bad = bench_json();
     putchar('\n');
-    return 0;
+    return bad;
 }

@@ -383,7 +383,10 @@ int chk_sample(const char *bin, const char *ckpt, const char *prompt, int n, int
 
 int chk_tmp_count(const char *path) {
     char pat[4200];
-    snprintf(pat, sizeof pat, "%s.tmp*", path);
+    /* PATH.tmp.PID.N.TAG, TAG 16 hex digits (pm_tmp_open) */
+    snprintf(pat, sizeof pat, "%s.tmp.[1-9]*.[0-9]*.%s", path,
+             "[0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f]"
+             "[0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f]");
     glob_t g;
     int n = glob(pat, 0, NULL, &g) == 0 ? (int)g.gl_pathc : 0;
     globfree(&g);

@@ -45,8 +45,8 @@ int chk_svg_file(const char *path, const pm_sched *s, const pm_sim *sim, char *m
 int chk_sample(const char *bin, const char *ckpt, const char *prompt, int n, int seed,
                char *msg, size_t cap);
 
-/* How many temporaries of a writer of path exist (PATH.tmp and
- * PATH.tmp.PID.N: pm_wfile's names). */
+/* How many temporaries of a writer of path exist (names of the form
+ * PATH.tmp.PID.N.TAG, TAG 16 hex digits: pm_tmp_open's). */
 int chk_tmp_count(const char *path);
 
 /* `BIN prepare DIR/t.txt -o DIR/d`, its output discarded: 0 if it exited 0

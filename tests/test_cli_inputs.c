@@ -230,16 +230,33 @@ static void test_outputs_checked_before_training(void **state) {
         snprintf(args, sizeof args, TRAIN "%s/d %s", dir, extra);
         expect_error(args, bad[k][1], 5);
     }
-    /* a stale tmp from a killed run is cleared, and a good run writes */
-    char tmp[300];
-    snprintf(tmp, sizeof tmp, "%s/run.ckpt.tmp", dir);
-    FILE *f = fopen(tmp, "w");
-    assert_non_null(f);
-    fputs("stale", f);
-    fclose(f);
+    /* a user's files named like temporaries stay whole beside the outputs
+     * (issue 31, 1: the cleanup of killed runs' temporaries removed them) */
+    static const char *const mine[] = {"run.ckpt.tmp", "run.ckpt.tmp.999999.notes",
+                                       "run.ckpt.tmp.4194305.0", "p.json.tmp"};
+    char tmp[4][300];
+    for (int k = 0; k < 4; k++) {
+        snprintf(tmp[k], sizeof tmp[k], "%s/%s", dir, mine[k]);
+        FILE *f = fopen(tmp[k], "w");
+        assert_non_null(f);
+        fputs("mine\n", f);
+        fclose(f);
+    }
     snprintf(args, sizeof args, TRAIN "%s/d --save %s/run.ckpt", dir, dir);
     assert_int_equal(run(args).status, 0);
-    assert_int_not_equal(access(tmp, F_OK), 0);
+    snprintf(args, sizeof args, "plan --layers 4 --hidden 256 --heads 4 --seq 128 --vocab 1000 "
+             "--devices 2 --global-batch 8 --device-mem 8G --device-tflops 100 --format json "
+             "-o %s/p.json", dir);
+    assert_int_equal(run(args).status, 0);
+    snprintf(args, sizeof args, "%s/run.ckpt", dir);
+    assert_int_equal(access(args, F_OK), 0);
+    for (int k = 0; k < 4; k++) {
+        char buf[16] = {0};
+        FILE *f = fopen(tmp[k], "r");
+        if (!f || !fgets(buf, sizeof buf, f) || strcmp(buf, "mine\n"))
+            fail_msg("%s: the user's file was removed or changed", tmp[k]);
+        fclose(f);
+    }
 }
 
 /* ---- select ---------------------------------------------------------------- */
@@ -429,17 +446,17 @@ static void test_outputs_onto_inputs(void **state) {
     snprintf(cmd, sizeof cmd, "cp %s %s.copy", ck, ck);
     assert_int_equal(system(cmd), 0);
     struct { const char *fmt, *want; } bad[] = {
-        {TRAIN "%s/d --save %s/d/train.bin", "would overwrite the training data (--data"},
-        {TRAIN "%s/d --save %s/d/../d/val.bin", "would overwrite the validation data"},
+        {TRAIN "%s/d --save %s/d/train.bin", "would overwrite the input --data"},
+        {TRAIN "%s/d --save %s/d/../d/val.bin", "(its val.bin)"},
         {TRAIN "%s/d --pp 2 --save %s/x --trace %s/./x", "are one file"},
         {TRAIN "%s/d --pp 2 --trace %s/x --timeline %s/x", "are one file"},
         {TRAIN "%s/d --pp 2 --resume %s/run.ckpt --trace %s/run.ckpt",
-         "would overwrite the checkpoint to resume"},
+         "would overwrite the input --resume"},
         {TRAIN "%s/d --pp 2 --schedule-file %s/s2.txt --timeline %s/s2.txt",
-         "would overwrite the schedule"},
+         "would overwrite the input --schedule-file"},
         {"train --train %s/d/train.bin --val %s/d/val.bin --steps 1 --save %s/d/train.bin",
-         "would overwrite the training data (--train)"},
-        {SELECT "%s/d --csv %s/d/train.bin", "would overwrite the training data (--data"},
+         "would overwrite the input --train"},
+        {SELECT "%s/d --csv %s/d/train.bin", "would overwrite the input --data"},
         {SELECT "%s/d --timeline %s/x --trace %s/x", "are one file"},
         {SELECT "%s/d --resume %s/sv2 --save-best %s/sv2/t0.ckpt",
          "would overwrite task t0's checkpoint"},
@@ -458,6 +475,93 @@ static void test_outputs_onto_inputs(void **state) {
     assert_int_equal(run(args).status, 0);
     snprintf(args, sizeof args, TRAIN "%s/d --pp 2 --trace /dev/null --timeline /dev/null", dir);
     assert_int_equal(run(args).status, 0);
+}
+
+/* Every command, every output: an output that is one of the inputs (by
+ * name, through a symlink or a hard link) is refused in one line before
+ * anything is written (issue 31, 2: the tokenizer replaced its corpus with
+ * the model, block and schedule their input with their output). */
+static void test_no_output_is_an_input(void **state) {
+    (void)state;
+    if (!bin) skip();
+    prepare_data();
+    char cmd[1200], args[1500];
+    snprintf(cmd, sizeof cmd, "cd %s && cp corpus.txt c.txt && ln -sf c.txt c.link && "
+             "ln -f c.txt c.hard && printf 'lr=1e-3\\n' > t.txt", dir);
+    assert_int_equal(system(cmd), 0);
+    snprintf(args, sizeof args, "block --named v-min -p 4 -o %s/b.block", dir);
+    assert_int_equal(run(args).status, 0);
+    snprintf(args, sizeof args, "schedule --kind 1f1b -p 2 -m 4 -o %s/s.txt", dir);
+    assert_int_equal(run(args).status, 0);
+    snprintf(cmd, sizeof cmd, "cd %s && ln -sf s.txt s.link && cp s.txt s.copy && "
+             "cp b.block b.copy && cp c.txt c.copy && cp t.txt t.copy", dir);
+    assert_int_equal(system(cmd), 0);
+    struct { const char *fmt, *want; } bad[] = {
+        {"tokenizer train %s/c.txt --vocab 300 -o %s/c.txt", "-o %s/c.txt would overwrite the "
+                                                             "input %s/c.txt"},
+        {"tokenizer train %s/c.txt --vocab 300 -o %s/c.link", "would overwrite the input"},
+        {"tokenizer train %s/c.hard --vocab 300 -o %s/c.txt", "would overwrite the input"},
+        {"block %s/b.block -m 8 --format json -o %s/b.block", "would overwrite the input"},
+        {"schedule --from %s/s.txt -o %s/s.txt", "would overwrite the input --from"},
+        {"schedule --from %s/s.link --format svg -o %s/s.txt", "would overwrite the input --from"},
+        {"compare --from %s/s.txt -o %s/s.link", "would overwrite the input --from"},
+        {"prepare %s/d/train.bin -o %s/d", "would overwrite the input"},
+        {"prepare %s/c.txt --tokenizer %s/e/tokenizer.model -o %s/e", "-o %s/e/tokenizer.model "
+                                                                    "would overwrite the input"},
+        {SELECT "%s/d --tasks %s/t.txt --csv %s/t.txt", "would overwrite the input --tasks"},
+        {SELECT "%s/d --csv %s/c.txt --trace %s/c.hard", "are one file"},
+    };
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        char want[700];
+        snprintf(args, sizeof args, bad[k].fmt, dir, dir, dir);
+        snprintf(want, sizeof want, bad[k].want, dir, dir, dir);
+        expect_error(args, want, 30);
+    }
+    static const char *const kept[] = {"c", "s", "b", "t"};
+    static const char *const ext[] = {"txt", "txt", "block", "txt"};
+    for (int k = 0; k < 4; k++) {
+        char a[400], b[400];
+        snprintf(a, sizeof a, "%s/%s.%s", dir, kept[k], ext[k]);
+        snprintf(b, sizeof b, "%s/%s.copy", dir, kept[k]);
+        if (!same_files(a, b)) fail_msg("%s was changed", a);
+    }
+    snprintf(args, sizeof args, "%s/e", dir);
+    assert_int_not_equal(access(args, F_OK), 0);
+}
+
+/* Inputs that were taken wrongly or ignored (issue 31, 16), each refused in
+ * one line: a range with three dots (read as 1e-4 .. .1e-2), opposite flags,
+ * --overlap-fb on a schedule without overlapped pairs, a tasks file with a
+ * NUL byte (it ended a value unseen). */
+static void test_misread_inputs_refused(void **state) {
+    (void)state;
+    if (!bin) skip();
+    prepare_data();
+    char path[300], args[1200];
+    snprintf(path, sizeof path, "%s/nul_tasks.txt", dir);
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    fwrite("lr=1e-3\n\nlr=3e-3\0 layers=9\n", 1, 27, f);
+    fclose(f);
+    struct { const char *fmt, *want; } bad[] = {
+        {SELECT "%s/d --lr 1e-4...1e-2 --sample 2 --dry-run", "is not a range lo..hi"},
+        {SELECT "%s/d --lr 1e-4..1e-3..1e-2 --sample 2 --dry-run", "is not a range lo..hi"},
+        {SELECT "%s/d --lr 1e-3 --prefetch --no-prefetch --dry-run",
+         "--prefetch and --no-prefetch say opposite things"},
+        {"select --devices 1 --device-mem 64M --data %s/d --tasks %s/nul_tasks.txt --dry-run",
+         "nul_tasks.txt:3: a NUL byte (offset 16)"},
+        {"schedule --kind 1f1b -p 2 -m 4 --overlap-fb 0.5%.0s",
+         "--overlap-fb 0.5: this 1f1b schedule has no overlapped F&B pairs"},
+    };
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        snprintf(args, sizeof args, bad[k].fmt, dir, dir);
+        expect_error(args, bad[k].want, 30);
+    }
+    /* the same flag twice agrees with itself, and DualPipeV has pairs */
+    snprintf(args, sizeof args, SELECT "%s/d --lr 1e-3 --no-prefetch --no-prefetch --dry-run",
+             dir);
+    assert_int_equal(run(args).status, 0);
+    assert_int_equal(run("schedule --kind dualpipev -p 2 -m 4 --overlap-fb 0.5").status, 0);
 }
 
 /* schedule --from FILE: the file decides p, m and the chunks; -p, -m and
@@ -510,6 +614,50 @@ static void test_library_names_as_flags(void **state) {
     run_result r = run(args);
     if (r.status != 1 || !strstr(r.last, "is not finite; lower --lr"))
         fail_msg("%s: exit %d, last line '%s'", args, r.status, r.last);
+}
+
+/* Messages that named the wrong cause or nothing (issue 31, 18): each names
+ * the user's option, the real limit and the real cause. */
+static void test_messages_name_the_cause(void **state) {
+    (void)state;
+    if (!bin) skip();
+    prepare_data();
+    char args[1200];
+    snprintf(args, sizeof args, "train --layers 8 --dim 32 --heads 2 --ctx 16 --batch 8 "
+             "--steps 1 --data %s/d --save %s/l8.ckpt", dir, dir);
+    assert_int_equal(run(args).status, 0);
+#define PLAN "plan --hidden 512 --heads 8 --seq 1024 --vocab 51200 --devices 16 " \
+             "--global-batch 128 --device-mem 80G "
+    struct { const char *fmt, *want; } bad[] = {
+        /* printed "pipemem: sample: " and nothing else */
+        {"sample --ckpt %s/l8.ckpt --pp 11 -n 4", "--pp 11: the checkpoint's model has 10 layers "
+         "(the embedding, 8 blocks and the head), so at most --pp 10"},
+        /* named --costs and F+B+W+2C, which plan has not */
+        {PLAN "--layers 30 --device-tflops 1e-300%.0s", "--device-tflops 1e-300 (x efficiency "
+         "0.65) makes one microbatch's F, B and W through a device take"},
+        /* "4 layers" without the embedding and the head */
+        {PLAN "--layers 2 --pp 16 --kind v-half --device-tflops 300%.0s", "--layers is 2: with "
+         "the embedding and the head 4 layers, fewer than the 32 stages of v-half on --pp 16; "
+         "give --layers of 30 or more, --pp 2 or less"},
+        /* named an --asha-min 0 never given */
+        {SELECT "%s/d --lr 1e-3,2e-3 --asha 2 --steps 1 --dry-run", "--asha 2 compares tasks at "
+         "a rung below --steps (at --steps / 2), but --steps 1 leaves none; raise --steps to 2"},
+        /* "is not a number" of a number below a double's normal range */
+        {"schedule --kind 1f1b -p 2 -m 4 --overlap-fb 1e400%.0s", "'1e400' is beyond a double"},
+        /* hinted "lower its --lr" */
+        {TRAIN "%s/d --weight-decay 1e30 --steps 3", "--weight-decay 1e+30 x --lr 0.001 >= 1 "
+         "flips the weights; lower it below 1000"},
+    };
+#undef PLAN
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        snprintf(args, sizeof args, bad[k].fmt, dir, dir);
+        run_result r = run(args);
+        if (r.status != 1 || !strstr(r.last, bad[k].want))
+            fail_msg("pipemem %s: exit %d, last line '%s' (wanted '%s')", args, r.status, r.last,
+                     bad[k].want);
+    }
+    /* 1e-320 is a number (below a double's normal range, not 0) */
+    assert_int_equal(run("schedule --kind dualpipev -p 2 -m 4 --overlap-fb 1e-320").status, 0);
 }
 
 /* Every command parses its options with the one parser (pm_cli_parse): an
@@ -757,6 +905,9 @@ int main(void) {
         cmocka_unit_test(test_select_all_failed),
         cmocka_unit_test(test_stdout_full),
         cmocka_unit_test(test_outputs_onto_inputs),
+        cmocka_unit_test(test_no_output_is_an_input),
+        cmocka_unit_test(test_misread_inputs_refused),
+        cmocka_unit_test(test_messages_name_the_cause),
         cmocka_unit_test(test_schedule_from_conflicts),
         cmocka_unit_test(test_select_hints),
         cmocka_unit_test(test_library_names_as_flags),

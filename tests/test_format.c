@@ -590,6 +590,53 @@ static void svg_of(const pm_sched *s, const pm_sim *sim, const char *title, char
     fclose(f);
 }
 
+/* Every pass's line of the JSON, its numbers as printf's "%.12g" writes
+ * them (the writer formats the numbers itself, for speed: issue 31), over
+ * costs whose times are integers, short binary fractions, long fractions,
+ * tiny and huge numbers, in the order the devices list their passes. */
+static void test_json_numbers_are_printf_s(void **state) {
+    (void)state;
+    const pm_costs costs[] = {{1, 1, 1, 0},          {0.5, 0.75, 0.125, 0.0625},
+                              {1, 1.0 / 3, 0.7, 0.1}, {4959, 5217, 3519, 213},
+                              {3e-5, 1e-5, 2e-5, 0},  {1e10, 3e10, 7e9, 1},
+                              {0.1, 0.2, 0.3, 1e-4},  {123456.789, 2.5, 1e-3, 0},
+                              /* binary fractions of more than 12 digits: rounded */
+                              {1024.0009765625, 0.5, 0.25, 0}};
+    for (size_t k = 0; k < sizeof costs / sizeof costs[0]; k++) {
+        pm_sched_req rq = {.p = 4, .m = 8, .t = costs[k], .mem = PM_MEM_DEFAULT};
+        pm_sched s;
+        pm_cost c;
+        pm_sim sim;
+        pm_err err;
+        assert_int_equal(pm_sched_generate(&s, "zb-v", &rq, &err), PM_OK);
+        assert_int_equal(pm_cost_init_uniform(&c, &s, rq.t, rq.mem, &err), PM_OK);
+        assert_int_equal(pm_sim_run(&sim, &s, &c, &err), PM_OK);
+        char *json = NULL;
+        size_t n = 0;
+        FILE *f = open_memstream(&json, &n);
+        assert_int_equal(pm_sched_write_json(f, &s, &c, &sim), PM_OK);
+        fclose(f);
+        const char *at = json;
+        for (int d = 0; d < s.p; d++)
+            for (int64_t i = 0; i < s.len[d]; i++) {
+                const pm_pass *ps = &pm_sched_dev(&s, d)[i];
+                int64_t x = (int64_t)d * s.cap + i;
+                char line[256];
+                snprintf(line, sizeof line, "{\"kind\": \"%s\", \"stage\": %d, \"mb\": %d, "
+                         "\"start\": %.12g, \"end\": %.12g}", pm_pass_names[ps->kind], ps->stage,
+                         ps->mb, sim.start[x] == 0 ? 0.0 : sim.start[x], sim.end[x]);
+                const char *got = strstr(at, line);
+                if (!got) fail_msg("costs %zu, device %d, pass %lld: no '%s'", k, d, (long long)i,
+                                   line);
+                at = got + strlen(line);
+            }
+        free(json);
+        pm_sim_free(&sim);
+        pm_cost_free(&c);
+        pm_sched_free(&s);
+    }
+}
+
 static void test_svg_rows_and_title(void **state) {
     (void)state;
     enum { P = 4, M = 8 };
@@ -693,6 +740,7 @@ int main(void) {
         cmocka_unit_test(test_load_detects_format),
         cmocka_unit_test(test_json_1f1b),
         cmocka_unit_test(test_json_peaks_v_gpipe),
+        cmocka_unit_test(test_json_numbers_are_printf_s),
         cmocka_unit_test(test_svg_rows_and_title),
         cmocka_unit_test(test_svg_scales),
         cmocka_unit_test(test_trace),

@@ -29,7 +29,10 @@
  *     no temporary left;
  *   - ZeRO-1 bitwise --zero 0, both ways through a checkpoint (skipped,
  *     saying so, while the runtime refuses --zero 1);
- *   - bad input: rank count, --dp, ranks with other data: one line each.
+ *   - bad input: rank count, --dp, ranks with other data: one line each;
+ *   - a rank stopped mid-training (kill -STOP): the job ends, one line
+ *     naming it; ranks that cannot share one run (one device each, other
+ *     commands) and --transport mpi without mpirun: one line each.
  * mpirun runs as root here only with OMPI_ALLOW_RUN_AS_ROOT(_CONFIRM), which
  * the suite sets; --oversubscribe lets 4 ranks share 2 cores. */
 #define _XOPEN_SOURCE 700 /* realpath */
@@ -787,6 +790,99 @@ static void test_bad_input(void **state) {
     assert_non_null(strstr(out, "--transport threads under mpirun with 2 ranks"));
 }
 
+/* Whether file holds needle (0 if it cannot be read). */
+static int file_has(const char *path, const char *needle) {
+    static char buf[1 << 16];
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    return strstr(buf, needle) != NULL;
+}
+
+/* Polls path (every 0.2 s, at most `tries` times) until it holds needle. */
+static int wait_for(const char *path, const char *needle, int tries) {
+    for (int k = 0; k < tries; k++) {
+        if (file_has(path, needle)) return 1;
+        nanosleep(&(struct timespec){0, 200000000}, NULL);
+    }
+    return file_has(path, needle);
+}
+
+/* A rank stopped in the middle of training (kill -STOP, issue 31, 3): the
+ * job ends (mpirun's own time limit, 120 s, would say 124) with one line
+ * naming the silent rank, and no process is left behind; --comm-timeout 3
+ * keeps the wait short. Rank 1 is stopped once rank 0 has printed its
+ * start line (the ranks are then past their setup, in the steps). */
+static void test_stopped_rank(void **state) {
+    (void)state;
+    static char out[16384];
+    char log[300], cmd[1500], pids[300];
+    snprintf(log, sizeof log, "%s/stopped.out", dir);
+    snprintf(pids, sizeof pids, "%s/stopped.pids", dir);
+    remove(log);
+    snprintf(cmd, sizeof cmd, "(" MPIRUN " 2 %s train --data %s/d " MODEL " --microbatches 4 "
+             "--steps 1000000 --eval-every 0 --pp 2 --comm-timeout 3 > %s 2>&1; echo \"exit "
+             "$?\" >> %s) &", bin, dir, log, log);
+    assert_int_equal(system(cmd), 0);
+    if (!wait_for(log, "train: ", 300)) fail_msg("the run did not start");
+    /* rank 1: the pipemem whose environment says so, started on our data */
+    snprintf(cmd, sizeof cmd, "for p in $(pgrep -f '%s train --data %s/d'); do tr '\\0' "
+             "'\\n' < /proc/$p/environ | grep -qx OMPI_COMM_WORLD_RANK=1 && echo $p; done > %s; "
+             "true",
+             bin, dir, pids);
+    assert_int_equal(system(cmd), 0);
+    snprintf(cmd, sizeof cmd, "test -s %s && kill -STOP $(cat %s)", pids, pids);
+    assert_int_equal(system(cmd), 0);
+    int ended = wait_for(log, "exit ", 1000);
+    snprintf(cmd, sizeof cmd, "kill -KILL $(cat %s) 2>/dev/null; true", pids); /* if left */
+    assert_int_equal(system(cmd), 0);
+    if (!ended) fail_msg("the job did not end after its rank 1 stopped");
+    FILE *f = fopen(log, "r");
+    assert_non_null(f);
+    out[fread(out, 1, sizeof out - 1, f)] = 0;
+    fclose(f);
+    if (file_has(log, "exit 0") || file_has(log, "exit 124") || count(out, "pipemem: ") != 1 ||
+        !(strstr(out, "from rank 1 that never came") || strstr(out, "rank 1 to receive") ||
+          strstr(out, "rank 1 did not answer") || strstr(out, "for ranks that never came")))
+        fail_msg("rank 1 stopped: %s", out);
+}
+
+/* Ranks that cannot share one run are refused at once, in one line: one
+ * device on each of 2 ranks (issue 31, 4: two trainings writing one file);
+ * ranks running different commands (5: train waited on plan, ended without
+ * a word);
+ * --transport mpi without mpirun (15: it started MPI alone and leaked
+ * OpenMPI's memory under the sanitizers). */
+static void test_ranks_share_one_run(void **state) {
+    (void)state;
+    static char out[16384];
+    char ck[300];
+    snprintf(ck, sizeof ck, "%s/share.ckpt", dir);
+    int rc = run(out, sizeof out, NULL, MPIRUN " 2 %s train --data %s/d " MODEL " --steps 2 "
+                 "--save %s", bin, dir, ck);
+    if (rc == 0 || rc == 124 || count(out, "pipemem: ") != 1 ||
+        !strstr(out, "one device (no --pp) under mpirun with 2 ranks"))
+        fail_msg("one device on 2 ranks: exit %d: %s", rc, out);
+    assert_int_not_equal(access(ck, F_OK), 0);
+    rc = run(out, sizeof out, NULL, MPIRUN " 1 %s train --data %s/d " MODEL " --steps 2 --pp 2 "
+             "--transport mpi : -np 1 %s schedule --kind 1f1b -p 2 -m 4", bin, dir, bin);
+    if (rc == 0 || rc == 124 || count(out, "pipemem: ") != 1 ||
+        !strstr(out, "the ranks do not run the same command: rank 0 runs 'train', rank 1 "
+                     "'schedule'"))
+        fail_msg("train beside schedule: exit %d: %s", rc, out);
+    rc = run(out, sizeof out, NULL, MPIRUN " 2 %s compare -p 2 -m 4", bin);
+    if (rc == 0 || rc == 124 || count(out, "pipemem: ") != 1 ||
+        !strstr(out, "compare runs as one process, not across MPI ranks"))
+        fail_msg("compare on 2 ranks: exit %d: %s", rc, out);
+    rc = run(out, sizeof out, NULL, "%s train --data %s/d " MODEL " --steps 1 --pp 2 --transport "
+             "mpi", bin, dir);
+    if (rc != 1 || count(out, "\n") != 1 || !strstr(out, "--transport mpi runs one device per "
+                                                           "MPI rank and needs mpirun"))
+        fail_msg("--transport mpi without mpirun: exit %d: %s", rc, out);
+}
+
 static void test_built_without(void **state) {
     (void)state;
     static char out[4096];
@@ -889,6 +985,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_checkpoints_move),   cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_zero1),              cmocka_unit_test(test_resharding),
         cmocka_unit_test(test_failed_write),       cmocka_unit_test(test_failure_paths),
+        cmocka_unit_test(test_stopped_rank),       cmocka_unit_test(test_ranks_share_one_run),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -122,6 +122,42 @@ static void test_bad_requests(void **state) {
     assert_non_null(strstr(err, "is not the tokenizer"));
 }
 
+/* A text of more characters than --vocab holds (600 CJK characters, with
+ * the 256 bytes, unknown, begin, end and the newline: 860 pieces at
+ * least): one line in pipemem's words with that least --vocab, not
+ * SentencePiece's hint at options pipemem has not (issue 31); and that
+ * --vocab does train. */
+static void test_vocab_below_the_characters(void **state) {
+    (void)state;
+    if (!bin || !pm_tokenizer_available()) skip();
+    char path[300], a[1200], err[4096];
+    snprintf(path, sizeof path, "%s/cjk.txt", dir);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    unsigned seed = 7;
+    for (int line = 0; line < 400; line++) {
+        for (int k = 0; k < 40; k++) {
+            /* every character at least once: the first 600 positions run through them */
+            seed = seed * 1103515245u + 12345u;
+            int c = line * 40 + k < 600 ? line * 40 + k : (int)((seed >> 16) % 600);
+            unsigned cp = 0x4e00u + (unsigned)c; /* UTF-8: 3 bytes */
+            fputc((int)(0xe0 | (cp >> 12)), f);
+            fputc((int)(0x80 | ((cp >> 6) & 0x3f)), f);
+            fputc((int)(0x80 | (cp & 0x3f)), f);
+        }
+        fputc('\n', f);
+    }
+    fclose(f);
+    snprintf(a, sizeof a, "tokenizer train %s --vocab 300 -o %s/cjk.model", path, dir);
+    assert_int_equal(run(a, NULL, 0, err, sizeof err), 1);
+    if (!strstr(err, "--vocab 300 is too small for this text") ||
+        !strstr(err, "need --vocab 860 or more") || strstr(err, "character_coverage") ||
+        strchr(err, '\n') != strrchr(err, '\n'))
+        fail_msg("--vocab 300: %s", err);
+    snprintf(a, sizeof a, "tokenizer train %s --vocab 860 -o %s/cjk.model", path, dir);
+    if (run(a, NULL, 0, err, sizeof err)) fail_msg("--vocab 860: %s", err);
+}
+
 /* tokenizer train reads its inputs as prepare does (issue 19): a name with
  * a comma is one file (SentencePiece's own reader split it there), and the
  * model is the one the same text gives under a plain name; a directory, a
@@ -242,6 +278,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_end_to_end),
         cmocka_unit_test(test_bad_requests),
+        cmocka_unit_test(test_vocab_below_the_characters),
         cmocka_unit_test(test_train_inputs),
         cmocka_unit_test(test_llmc_gpt2_vocab),
     };

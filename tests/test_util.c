@@ -1,6 +1,7 @@
 /* test_util.c: the allocation fault hook, bounded file reads (endless and
  * oversized inputs, directories, FIFOs) and all-or-nothing writes (the old
- * file survives a dropped or failed write; stale temporaries are cleared;
+ * file survives a dropped or failed write; stale temporaries are cleared,
+ * users' files named like them never;
  * a planted symlink is never followed; concurrent writers never share a
  * temporary), whether two paths name one file, the checksum and JSON
  * strings. */
@@ -13,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -51,6 +53,26 @@ static void expect_content(const char *path, const char *text) {
     assert_int_equal(n, strlen(text));
     assert_string_equal(got, text);
     pm_free(got);
+}
+
+/* A writer of path killed mid-write: a child process opens it, writes,
+ * and exits without commit or abort, leaving its temporary behind. */
+static void killed_writer(const char *path) {
+    int before = chk_tmp_count(path);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        pm_wfile w;
+        pm_err err;
+        if (pm_wfile_open(&w, path, &err)) _exit(1);
+        fputs("half of a killed write", w.f);
+        fflush(w.f);
+        _exit(0);
+    }
+    int st;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    assert_int_equal(chk_tmp_count(path), before + 1);
 }
 
 static void test_alloc_hook_fails_exactly_the_nth(void **state) {
@@ -106,9 +128,8 @@ static void test_read_stops_at_the_limit(void **state) {
 
 static void test_write_is_all_or_nothing(void **state) {
     (void)state;
-    char path[300], tmp[310];
+    char path[300];
     snprintf(path, sizeof path, "%s/out.txt", dir);
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
     put(path, "keep");
     pm_err err;
     pm_wfile w;
@@ -118,7 +139,7 @@ static void test_write_is_all_or_nothing(void **state) {
     pm_wfile_abort(&w);
     expect_content(path, "keep");
     assert_int_equal(chk_tmp_count(path), 0);
-    put(tmp, "stale from a killed run, longer than the new content");
+    killed_writer(path);
     assert_int_equal(pm_wfile_open(&w, path, &err), PM_OK);
     fputs("new", w.f);
     assert_int_equal(pm_wfile_commit(&w, &err), PM_OK);
@@ -149,15 +170,11 @@ static void test_writable_check(void **state) {
     assert_non_null(strstr(err.msg, "is a directory"));
     assert_int_equal(pm_path_check_writable("/nonexistent-dir/x", &err), PM_ERR_IO);
     assert_non_null(strstr(err.msg, "/nonexistent-dir/x"));
-    char path[300], tmp[310];
+    char path[300];
     snprintf(path, sizeof path, "%s/ok", dir);
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    put(tmp, "stale");
-    char dead[330]; /* a killed writer's: pid 2^22 + 1 is above Linux's pid_max */
-    snprintf(dead, sizeof dead, "%s.tmp.4194305.7", path);
-    put(dead, "stale");
+    killed_writer(path);
     assert_int_equal(pm_path_check_writable(path, &err), PM_OK);
-    assert_int_equal(chk_tmp_count(path), 0); /* the stale ones are gone */
+    assert_int_equal(chk_tmp_count(path), 0); /* the stale one is gone */
     assert_int_not_equal(access(path, F_OK), 0); /* and nothing was created */
     assert_int_equal(pm_path_check_writable("/dev/null", &err), PM_OK);
     assert_int_not_equal(access("/dev/null.tmp", F_OK), 0);
@@ -178,7 +195,6 @@ static void test_symlink_and_concurrent_writers(void **state) {
     assert_int_equal(symlink(victim, link), 0);
     pm_err err;
     assert_int_equal(pm_path_check_writable(path, &err), PM_OK);
-    assert_int_equal(symlink(victim, link), 0); /* the check removed the link: plant again */
     pm_wfile a, b;
     assert_int_equal(pm_wfile_open(&a, path, &err), PM_OK);
     assert_int_equal(pm_wfile_open(&b, path, &err), PM_OK);
@@ -191,6 +207,34 @@ static void test_symlink_and_concurrent_writers(void **state) {
     expect_content(path, "from b, longer");
     expect_content(victim, "precious");
     assert_int_equal(chk_tmp_count(path), 0);
+}
+
+/* The cleanup of stale temporaries removes only what a writer of ours
+ * left (issue 31, 1): files a user named like temporaries, a dead pid's
+ * included, and a name with a wrong tag stay, whole. */
+static void test_users_files_kept(void **state) {
+    (void)state;
+    char path[300], mine[5][400];
+    snprintf(path, sizeof path, "%s/o.ckpt", dir);
+    /* pid 2^22 + 1 is above Linux's pid_max: no process has it */
+    const char *tail[5] = {".tmp", ".tmp.999999.notes", ".tmp.4194305.7",
+                           ".tmp.4194305.7.0123456789abcdef", ".tmp.4194305.7.0.tmp"};
+    for (int k = 0; k < 5; k++) {
+        snprintf(mine[k], sizeof mine[k], "%s%s", path, tail[k]);
+        put(mine[k], "mine");
+    }
+    killed_writer(path);
+    pm_err err;
+    assert_int_equal(pm_path_check_writable(path, &err), PM_OK);
+    assert_int_equal(chk_tmp_count(path), 1); /* the look-alike with a wrong tag */
+    killed_writer(path);
+    pm_wfile w;
+    assert_int_equal(pm_wfile_open(&w, path, &err), PM_OK);
+    fputs("new", w.f);
+    assert_int_equal(pm_wfile_commit(&w, &err), PM_OK);
+    expect_content(path, "new");
+    assert_int_equal(chk_tmp_count(path), 1);
+    for (int k = 0; k < 5; k++) expect_content(mine[k], "mine");
 }
 
 /* A FIFO without a writer would block an open forever: refused at once. */
@@ -347,6 +391,7 @@ int main(void) {
         cmocka_unit_test(test_write_is_all_or_nothing),
         cmocka_unit_test(test_writable_check),
         cmocka_unit_test(test_symlink_and_concurrent_writers),
+        cmocka_unit_test(test_users_files_kept),
         cmocka_unit_test(test_fifo_refused),
         cmocka_unit_test(test_same_file),
         cmocka_unit_test(test_aligned_alloc_overflow),

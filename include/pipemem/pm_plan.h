@@ -269,6 +269,7 @@ struct pm_plan_model {
     double flops;           /* model FLOPs of one microbatch's F, B and W, every layer (a
                              * recomputed forward's rerun is not counted) */
     double peak_flops;      /* one device's peak FLOP/s, for MFU; 0: unknown */
+    double efficiency;      /* the fraction of it a pass reaches (pass times from FLOPs) */
     int mbs;                /* sequences per microbatch */
     const char *time_unit;  /* of the pass times: "s", or "flop" */
     /* Once the schedule is known, and again when the cut's rule changes

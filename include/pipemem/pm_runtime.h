@@ -117,8 +117,9 @@ pm_status pm_tp_status(const pm_tp *tp, pm_err *err);
  * straight into a matching posted receive (done at once), else queues its
  * own request, pointing at the sender's buffer, for the receive to copy
  * from: no buffer and no allocation. A wait longer than timeout_s seconds
- * (0 = 300) fails with PM_ERR_TRANSPORT naming the device, peer and tag
- * instead of hanging. */
+ * (0: PM_COMM_TIMEOUT) fails with PM_ERR_TRANSPORT naming the device, peer
+ * and tag instead of hanging. */
+#define PM_COMM_TIMEOUT 120.0 /* seconds a device or rank waits for another */
 typedef struct pm_tp_threads pm_tp_threads;
 pm_status pm_tp_threads_create(pm_tp_threads **w, int ndev, double timeout_s, pm_err *err);
 pm_tp *pm_tp_threads_endpoint(pm_tp_threads *w, int dev);
@@ -159,15 +160,29 @@ typedef struct pm_tp_mpi pm_tp_mpi;
 int pm_mpi_built(void);
 /* Whether this process was started by mpirun (OMPI_COMM_WORLD_SIZE set). */
 int pm_mpi_launched(void);
+/* How long (s) this process waits for another rank in pm_mpi_agree,
+ * pm_mpi_same_word and pm_mpi_bcast (0: PM_COMM_TIMEOUT). */
+void pm_mpi_set_timeout(double seconds);
 /* MPI_Init_thread (funneled: only the thread that calls the transport
- * talks to MPI); rank and size of the world. Once per process. */
+ * talks to MPI); rank and size of the world. Later calls only return them. */
 pm_status pm_mpi_init(int *rank, int *size, pm_err *err);
-/* MPI_Finalize, if pm_mpi_init succeeded. */
+/* MPI_Finalize, if pm_mpi_init succeeded; but MPI_Abort of the whole job
+ * once a wait of this process for another rank ran out (here or in an MPI
+ * transport): finalizing would wait for that silent rank for ever. */
 void pm_mpi_finalize(void);
+/* The collectives below go point to point through rank 0, each wait
+ * bounded by the timeout: a rank that does not answer (stopped, dead,
+ * running another program) is named in err (PM_ERR_TRANSPORT). */
 /* Collective over every rank: -1 if every rank passed ok != 0, else the
  * lowest rank that did not (so ranks stop together after a local failure
- * such as a missing data file, instead of hanging in the next collective). */
-int pm_mpi_agree(int ok);
+ * such as a missing data file, instead of hanging in the next collective);
+ * -2 if a rank did not answer (err says which). */
+int pm_mpi_agree(int ok, pm_err *err);
+/* Collective: whether every rank passed the word rank 0 did (at most
+ * PM_MPI_WORD - 1 bytes: a command's name): *first is the first rank that
+ * did not, its word in theirs, or -1. */
+#define PM_MPI_WORD 32
+pm_status pm_mpi_same_word(const char *mine, int *first, char theirs[PM_MPI_WORD], pm_err *err);
 /* Collective: rank 0's `bytes` at buf to every rank. */
 pm_status pm_mpi_bcast(void *buf, size_t bytes, pm_err *err);
 pm_status pm_tp_mpi_create(pm_tp_mpi **w, int nsend, size_t send_bytes, int nreq,
@@ -191,7 +206,7 @@ int pm_tp_mpi_destroy(pm_tp_mpi *w);
 typedef enum { PM_FAULT_NONE, PM_FAULT_FAIL, PM_FAULT_NAN, PM_FAULT_KILL, PM_FAULT_COUNT } pm_fault_kind;
 
 typedef struct {
-    double wait_timeout_s;  /* transport wait limit (0 = 300 s) */
+    double wait_timeout_s;  /* transport wait limit (0: PM_COMM_TIMEOUT) */
     uint64_t fingerprint;   /* MPI: what must agree across ranks besides the plan
                              * (the CLI: the train data's identity); a rank that
                              * differs stops every rank */

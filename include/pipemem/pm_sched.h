@@ -223,7 +223,8 @@ double pm_sim_peak_max_x(const pm_sim *sim);
 
 /* A lower bound on the makespan of every schedule with s's placement, p, m
  * and these per-stage costs (work, fill and drain per device; bound.c has
- * the derivation). No valid schedule's simulated makespan is below it. */
+ * the derivation). No valid schedule's simulated makespan is below it. s
+ * and c must not be NULL (asserted). */
 double pm_sched_lower_bound(const pm_sched *s, const pm_cost *c);
 /* The same over the schedules whose every device stays within cap
  * (absolute units, like pm_cost_M; <= 0: no cap): memory limits the work a
@@ -342,6 +343,12 @@ void pm_sched_req_recompute(const pm_sched_req *req, int v, pm_sched_req *out);
  * of every device plus a latency per pass, (f + b + w + 2c) * 4 p m, which
  * must stay below 1e300. Else PM_ERR_ARG naming --costs. */
 pm_status pm_sched_check_costs(const pm_sched_req *req, pm_err *err);
+/* PM_OK if req's every number is one the generators can take: the costs
+ * (pm_sched_check_costs), finite memory deltas, mem_limit and time_limit
+ * from 0 (their defaults) up (a NaN or negative limit is refused, not read
+ * as the default); else PM_ERR_ARG naming the field. req NULL is refused.
+ * Every generator, the search and the block constructor check it. */
+pm_status pm_sched_check_req(const pm_sched_req *req, pm_err *err);
 
 typedef enum {
     PM_TIER_FIXED = 0, /* a fixed pattern: linear in passes */

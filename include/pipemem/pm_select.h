@@ -404,7 +404,7 @@ int pm_select_asha_rungs(int64_t steps, int eta, int64_t min, int64_t *rungs, in
  * ties to the lower j), those waiting go on (promote[j] = 1) while fewer
  * than ceil(entrants / eta) have gone on in all, entrants the tasks that
  * could ever reach the rung. order is n ints of scratch. Returns how many
- * it promoted. */
+ * it promoted; -1 (none) when eta < 1 or n < 0. */
 typedef enum { PM_ASHA_WAITING, PM_ASHA_PROMOTED, PM_ASHA_OUT } pm_select_asha_state;
 int pm_select_asha_promote(int eta, int entrants, int closed, int n, const double *loss,
                            const unsigned char *state, unsigned char *promote, int *order);

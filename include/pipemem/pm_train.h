@@ -88,6 +88,16 @@ double pm_norm_stream_end(const pm_norm_stream *s);
 /* Factor to scale gradients by for global norm `norm` under limit `clip`. */
 float pm_optim_clip_scale(double norm, float clip);
 
+/* What to change when a run under o diverged (its loss or gradient norm not
+ * finite), as one clause into buf (cap bytes; returns buf): "lower
+ * opt.lr", or, when opt.weight_decay is above 1 and opt.lr x
+ * opt.weight_decay is 1 or more (each step then scales the decayed weights
+ * by 1 - lr x decay, at most 0: they flip and grow), the decay and its
+ * limit (1 / lr). whose ("" or "its ") stands
+ * before the parameter's name. */
+const char *pm_optim_diverged_hint(const pm_optim_cfg *o, const char *whose, char *buf,
+                                   size_t cap);
+
 typedef struct {
     float lr;     /* this step's learning rate */
     float wd;     /* weight decay of this tensor (0 for no decay) */
@@ -396,7 +406,7 @@ const char *pm_blas_better_coretype(void);
  *
  * Writing in parts (a pipeline's devices each write their own layers' ranges,
  * with ZeRO-1 their own pieces of the moments): the root pm_ckpt_create()s a
- * temporary PATH.tmp.PID.N the size of the whole file, all zero (its header is
+ * temporary (pm_tmp_open) the size of the whole file, all zero (its header is
  * not valid until the commit, so a crash never leaves a file that reads as a
  * checkpoint); every writer, a thread or a process on any machine sharing the
  * file system, pm_ckpt_write_part()s its ranges (pwrite at their offsets,

@@ -3,7 +3,19 @@
  *
  * Library functions never print or exit: they return a pm_status and, when
  * the caller passes a pm_err, fill it with one line naming what is wrong and,
- * where it helps, how to fix it. Only the CLI turns that line into output. */
+ * where it helps, how to fix it. Only the CLI turns that line into output.
+ *
+ * Arguments, in every public header. err may be NULL (the line is then
+ * dropped), and every _free, _destroy and _abort takes NULL. A function
+ * that returns a pm_status refuses, with PM_ERR_ARG naming the argument, a
+ * NULL input (a path, a name, a text, data, a configuration or a request;
+ * a NULL path of an output is standard output only where its comment says
+ * so) and a number out of its range: NaN and negatives included, never
+ * read as a default. The object a function works on or fills (its first
+ * argument, and the pointers it writes results to) must not be NULL: that
+ * is the caller's bug, not an input; functions that return no status say
+ * what they do with NULL, or assert (PM_ASSERT), and the sanitizer build
+ * (make asan) stops at any other NULL with its stack. */
 #ifndef PM_UTIL_H
 #define PM_UTIL_H
 
@@ -112,10 +124,19 @@ pm_status pm_file_open_read(const char *path, int regular_only, FILE **out, pm_e
  * ("is a directory"). */
 pm_status pm_read_file(const char *path, size_t max, char **out, size_t *len, pm_err *err);
 
+/* A new temporary for PATH, beside it: PATH.tmp.PID.N.TAG, created
+ * exclusively (never through an existing name or a symlink), write-only or
+ * with rdwr read-write. TAG is a hash of the rest of the name, so the
+ * temporaries a killed writer left can be told from a user's files and
+ * removed (pm_wfile_open and pm_path_check_writable remove those whose
+ * process is gone, and nothing else). Returns the descriptor, its name in
+ * *tmp (pm_malloc'd, the caller frees), or -1 with errno set. */
+int pm_tmp_open(const char *path, int rdwr, char **tmp);
+
 /* An output file written all-or-nothing: bytes go to this writer's own
- * temporary PATH.tmp.PID.N, created exclusively (a symlink planted there is
- * never followed, and two writers of one PATH never share it; temporaries
- * left by killed writers are removed); commit flushes, fsyncs,
+ * temporary (pm_tmp_open: a symlink planted there is never followed, two
+ * writers of one PATH never share it, and the temporaries killed writers
+ * left are removed); commit flushes, fsyncs,
  * renames it over PATH and fsyncs the directory, so PATH is either the old
  * file or the complete new one, never a mix. With path NULL the writer is
  * stdout and commit only flushes; an existing non-regular path (a device
@@ -123,7 +144,7 @@ pm_status pm_read_file(const char *path, size_t max, char **out, size_t *len, pm
 typedef struct {
     void *f;    /* FILE *: where to write (tmp file or stdout) */
     char *path; /* final path, owned; NULL for stdout */
-    char *tmp;  /* PATH.tmp.PID.N, owned */
+    char *tmp;  /* its temporary (pm_tmp_open), owned */
     int direct; /* 1: path is a device or pipe, written in place (no tmp) */
     const char *name; /* for messages: the path (borrowed) or "standard output" */
 } pm_wfile;
@@ -150,7 +171,7 @@ int pm_same_file(const char *a, const char *b);
 
 /* Writes s to f as a JSON string: quoted, '"' and '\\' escaped, control
  * bytes as \u00XX (nothing dropped, so a name or message reads back
- * whole); other bytes as they are (UTF-8 passes through). */
+ * whole); other bytes as they are (UTF-8 passes through). s NULL: null. */
 void pm_json_str(FILE *f, const char *s);
 
 /* x as the shortest %g text that reads back (strtof) as the same float:

@@ -40,6 +40,12 @@ void pm_cli_flags(const char *msg, char *out, size_t cap);
  * lines. */
 void pm_cli_set_rank(int rank, int quiet);
 void pm_cli_print_held(void);
+/* Under MPI (after pm_mpi_init), collective: whether any rank failed
+ * (pm_mpi_agree): -1 if none, else the lowest rank that did, whose line
+ * stands (a rank that failed alone prints the line it held back); -2 if a
+ * rank did not answer in time, said in one line by the ranks that waited
+ * (the job is then aborted at pm_mpi_finalize). */
+int pm_cli_agree(int failed);
 
 /* Option value parsers: 0 on success, else print one line and return 1. */
 int pm_cli_int_range(const char *opt, const char *val, int lo, int hi, int *out);
@@ -58,8 +64,13 @@ typedef int (*pm_cli_opt_fn)(const pm_cli_opt *d, const char *val, void *dst);
 /* One option, one row. type: 'f' a flag (stores lo as an int), 's' a
  * string (missing: "NAME needs " need, or "a value"), 'i' an int in lo..hi
  * (hi 0: 2^24; pm_cli_int_range), 'd' a finite double (pm_cli_double), 'p'
- * a double > 0, 'z' a byte size (pm_cli_size), 'x' fn's own. Every type
- * but 'f' takes the next argument as its value. */
+ * a double > 0, 'z' a byte size (pm_cli_size), 'x' fn's own. Paths are
+ * strings too, with their role: 'r' a file the command reads, 'w' a file it
+ * writes, 'R' and 'W' a data directory it reads or writes (its train.bin,
+ * val.bin and tokenizer.model); for 'r' and 'w', lo nonzero lets the path be
+ * the file of the other rows with the same lo (train's --resume X --save X
+ * continues a run in place). Every type but 'f' takes the next argument as
+ * its value. */
 struct pm_cli_opt {
     const char *name; /* "--steps", "-o" */
     char type;
@@ -81,9 +92,13 @@ typedef struct {
 /* Parses argv[first..] against the sets in order (the first set naming an
  * option takes it; a row given twice keeps the last value). An argument
  * not starting with '-' (or "-" alone) goes to positional (NULL: an unknown
- * option), which returns 0 or 1 (printed). Returns 0; 1 after one line
- * ("CMD: unknown option 'X' (try 'pipemem CMD --help')", or the option's
- * own); 2 at -h/--help, nothing printed (the caller prints its usage). */
+ * option), which returns 0 or 1 (printed); positional arguments are files
+ * the command reads. Then, for every command alike: no output path ('w',
+ * 'W') is one of the inputs (a positional, 'r', 'R') or another output
+ * (pm_cli_files_distinct). Returns 0; 1 after one line ("CMD: unknown
+ * option 'X' (try 'pipemem CMD --help')", the option's own, or the two
+ * paths that are one file); 2 at -h/--help, nothing printed (the caller
+ * prints its usage). */
 int pm_cli_parse(const char *cmd, int argc, char **argv, int first, const pm_cli_opts *sets,
                  int nsets, int (*positional)(void *ctx, const char *arg), void *ctx);
 /* Arguments that are not options, in order (a positional for
@@ -112,7 +127,9 @@ typedef struct {
 } pm_cli_file;
 /* Before any work: no output is an input or another output (pm_same_file;
  * a character device such as /dev/null may take several). Else one line
- * naming both, and 1. */
+ * naming both, and 1. pm_cli_parse makes this check for the paths of the
+ * command line; a command calls it for inputs it learns of later (select's
+ * task checkpoints under --resume DIR). */
 int pm_cli_files_distinct(const char *cmd, const pm_cli_file *f, int n);
 
 

@@ -38,7 +38,7 @@ typedef struct {
 static const pm_cli_opt OPTS[] = {
     {"--named", 's', 0, 0, F(named), NULL, NULL, 0},
     {"--format", 's', 0, 0, F(format), NULL, NULL, 0},
-    {"-o", 's', 0, 0, F(out), NULL, NULL, 0},
+    {"-o", 'w', 0, 0, F(out), NULL, NULL, 0},
     {"-p", 'i', 1, PM_SCHED_MAX_P, F(p), NULL, NULL, 0},
     {"-m", 'i', 1, PM_SCHED_MAX_M, F(m), NULL, NULL, 0},
     {"--costs", 'x', 0, 0, F(t), pm_cli_costs, NULL, 0},

@@ -101,7 +101,7 @@ static const pm_cli_opt OPTS[] = {
     {"--pass-efficiency", 'x', 0, 0, F(eff), parse_eff, NULL, 0},
     {"--top", 'i', 0, 1 << 24, F(top), NULL, NULL, 0},
     {"--format", 's', 0, 0, F(format), NULL, "table, json, csv or svg", 0},
-    {"-o", 's', 0, 0, F(out), NULL, "a file", 0},
+    {"-o", 'w', 0, 0, F(out), NULL, "a file", 0},
     {"--pipemem-gpt", 'f', 1, 0, F(pipemem), NULL, NULL, 0},
 };
 #undef F

@@ -27,9 +27,9 @@ typedef struct {
 } prepare_opts;
 
 static const pm_cli_opt OPTS[] = {
-    {"-o", 's', 0, 0, offsetof(prepare_opts, dir), NULL, "a directory", 0},
-    {"--out", 's', 0, 0, offsetof(prepare_opts, dir), NULL, "a directory", 0},
-    {"--tokenizer", 's', 0, 0, offsetof(prepare_opts, model), NULL, "a model file", 0},
+    {"-o", 'W', 0, 0, offsetof(prepare_opts, dir), NULL, "a directory", 0},
+    {"--out", 'W', 0, 0, offsetof(prepare_opts, dir), NULL, "a directory", 0},
+    {"--tokenizer", 'r', 0, 0, offsetof(prepare_opts, model), NULL, "a model file", 0},
 };
 
 int pm_cmd_prepare(int argc, char **argv) {

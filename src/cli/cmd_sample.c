@@ -148,6 +148,10 @@ static int open_pipeline(sampler *sm, const char *ckpt, int pp_opt, size_t budge
     pm_err err = {{0}};
     pm_plan pl = {0};
     int most = pm_gpt_num_layers(sm->c), p = pp_opt ? pp_opt : 2;
+    if (pp_opt > most) /* a device holds one layer at least */
+        return pm_cli_fail("sample: --pp %d: the checkpoint's model has %d layers (the "
+                           "embedding, %d blocks and the head), so at most --pp %d", pp_opt,
+                           most, sm->c->layers, most);
     pm_status st = PM_ERR_MEMLIMIT;
     for (; p <= most && st == PM_ERR_MEMLIMIT; p++) {
         st = plan_on(&pl, sm->c, p, budget, &err);
@@ -187,7 +191,7 @@ typedef struct {
 
 #define F(x) offsetof(sample_opts, x)
 static const pm_cli_opt OPTS[] = {
-    {"--ckpt", 's', 0, 0, F(ckpt), NULL, NULL, 0},
+    {"--ckpt", 'r', 0, 0, F(ckpt), NULL, NULL, 0},
     {"--prompt", 's', 0, 0, F(prompt), NULL, NULL, 0},
     {"-n", 'i', 0, 0, F(n), NULL, NULL, 0},
     {"--threads", 'i', 1, 64, F(threads), NULL, NULL, 0},

@@ -81,6 +81,14 @@ static pm_status polish(pm_cli_plan *pl, const pm_sched_req *req, pm_err *err) {
     return PM_OK;
 }
 
+/* 1 if s has an overlapped F&B pair (what --overlap-fb runs as one). */
+static int has_pairs(const pm_sched *s) {
+    for (int d = 0; s->pair && d < s->p; d++)
+        for (int64_t i = 0; i + 1 < s->len[d]; i++)
+            if (pm_sched_paired(s, d, i)) return 1;
+    return 0;
+}
+
 int pm_cmd_schedule(int argc, char **argv) {
     pm_cli_sched_opts o;
     int rc = pm_cli_sched_parse(argc, argv, &o, usage, NULL);
@@ -105,6 +113,10 @@ int pm_cmd_schedule(int argc, char **argv) {
         if (!st && o.req.recompute) pl.s.recompute = 1;
         if (!st) st = pm_cli_plan_adopt(&pl, &o.req, &err);
     }
+    if (!st && o.have_overlap_fb && !has_pairs(&pl.s))
+        st = pm_errf(&err, PM_ERR_ARG, "schedule: --overlap-fb %g: this %s schedule has no "
+                     "overlapped F&B pairs to run as one (DualPipeV's have them, and a file's "
+                     "marked pairs); drop --overlap-fb", o.overlap_fb, pl.s.kind);
     if (!st && o.polish) st = polish(&pl, &o.req, &err);
     if (!st) st = pm_cli_plan_overlap(&pl, &o, &err);
     if (!st) st = pm_cli_plan_dp(&pl, &o, &err);

@@ -149,6 +149,7 @@ static int parse_policy(const pm_cli_opt *d, const char *val, void *dst) {
 #define F(x) offsetof(sel_opts, x)
 #define L(name, k) {name, 'x', 0, 0, F(sweep), parse_key, NULL, k} /* a pm_sweep_key */
 #define S(name, field) {name, 's', 0, 0, F(field), NULL, NULL, 0}
+#define P(name, role, field) {name, role, 0, 0, F(field), NULL, NULL, 0} /* a path */
 static const pm_cli_opt OPTS[] = {
     L("--lr", PM_SWEEP_LR), L("--layers", PM_SWEEP_LAYERS), L("--dim", PM_SWEEP_DIM),
     L("--heads", PM_SWEEP_HEADS), L("--ctx", PM_SWEEP_CTX), L("--batch", PM_SWEEP_BATCH),
@@ -169,12 +170,13 @@ static const pm_cli_opt OPTS[] = {
     {"--stop-after", 'i', 1, 0, F(stop_after), NULL, NULL, 0},
     {"--sample", 'i', 1, PM_SWEEP_MAX_TASKS, F(sweep.sample), NULL, NULL, 0},
     {"--sample-seed", 'i', 0, 0, F(sample_seed), NULL, NULL, 0},
-    S("--spill", spill), S("--timeline", svg), S("--trace", trace),
-    S("--resume", set.run.save_dir), S("--csv", csv), S("--save-best", save_best),
-    S("--tasks", sweep.tasks_file), S("--data", data),
+    S("--spill", spill), P("--timeline", 'w', svg), P("--trace", 'w', trace),
+    S("--resume", set.run.save_dir), P("--csv", 'w', csv), P("--save-best", 'w', save_best),
+    P("--tasks", 'r', sweep.tasks_file), P("--data", 'R', data),
     {"--devices", 'i', 1, 4096, F(set.run.devices), NULL, NULL, 0},
     {"--device-mem", 'x', 0, 0, F(set.device_mem), parse_size, NULL, 0},
 };
+#undef P
 #undef S
 #undef L
 #undef F

@@ -28,7 +28,7 @@ typedef struct {
 
 static const pm_cli_opt OPTS[] = {
     {"--vocab", 'i', 260, 1 << 20, offsetof(tok_opts, vocab), NULL, NULL, 0},
-    {"-o", 's', 0, 0, offsetof(tok_opts, out), NULL, "a file", 0},
+    {"-o", 'w', 0, 0, offsetof(tok_opts, out), NULL, "a file", 0},
 };
 
 int pm_cmd_tokenizer(int argc, char **argv) {

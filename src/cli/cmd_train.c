@@ -56,9 +56,28 @@ static int stop_together(void) {
     int rank, size;
     pm_err err;
     if (pm_mpi_init(&rank, &size, &err)) return 1;
-    if (pm_mpi_agree(0) > 0) pm_cli_print_held(); /* rank 0 read them fine: ours alone */
+    pm_cli_agree(1);
     pm_mpi_finalize();
     return 1;
+}
+
+/* Under mpirun with several ranks only a pipeline on MPI shares one run:
+ * one device, or a whole pipeline of threads, on every rank would train
+ * the model once per rank, each writing the same files (the others on MPI
+ * waiting for it). 0, or 1 after one line (held back off rank 0). */
+static int ranks_share_the_run(const pm_cli_train_opts *o) {
+    const char *ws = getenv("OMPI_COMM_WORLD_SIZE");
+    if (!ws || atoi(ws) < 2) return 0;
+    if (!o->pipeline)
+        return pm_cli_fail("train: one device (no --pp) under mpirun with %s ranks would train "
+                           "the model once on every rank, each writing the same files: give "
+                           "--pp P and --dp D with P x D = %s ranks, or run without mpirun",
+                           ws, ws);
+    if (o->transport && !strcmp(o->transport, "threads"))
+        return pm_cli_fail("train: --transport threads under mpirun with %s ranks would run the "
+                           "whole pipeline on every rank, and the ranks on MPI would wait for "
+                           "this one: drop --transport threads, or run without mpirun", ws);
+    return 0;
 }
 
 int pm_cmd_train(int argc, char **argv) {
@@ -70,6 +89,7 @@ int pm_cmd_train(int argc, char **argv) {
     pm_cli_set_rank(other ? atoi(mr) : -1, other);
     int rc = pm_cli_train_parse(argc, argv, &o);
     if (!rc && !other) rc = pm_cli_train_check_outputs(&o);
+    if (!rc) rc = ranks_share_the_run(&o);
     if (rc > 0 && pm_mpi_launched()) rc = stop_together();
     pm_cli_set_rank(-1, 0);
     if (rc) return rc < 0 ? 0 : rc;

@@ -69,7 +69,9 @@ static pm_status place_costs(pp_world *w, const pm_cli_train_opts *o, const pm_t
                            : pm_place_measure(&cfg->model, cfg->batch / cfg->micro,
                                               cfg->model.ctx, lc, err);
     if (w->transport != PM_TRANSPORT_MPI) return st;
-    if (pm_mpi_agree(!st) >= 0)
+    int bad = pm_mpi_agree(!st, err);
+    if (bad == -2) return PM_ERR_TRANSPORT; /* a silent rank, named in err */
+    if (bad >= 0)
         return st ? st : pm_errf(err, PM_ERR_NOMEM, "rank 0 could not measure the layers");
     st = pm_mpi_bcast(lc->k, sizeof lc->k, err);
     lc->unit = "s";
@@ -430,9 +432,7 @@ static int load(const pm_cli_train_opts *o, const pp_world *w, pp_job *j) {
         if (failed) pm_tokens_free(&j->tr), pm_tokens_free(&j->va);
     }
     if (!mpi) return failed;
-    int first_bad = pm_mpi_agree(!failed);
-    if (first_bad > 0 && failed) pm_cli_print_held(); /* rank 0 was fine: ours alone */
-    if (first_bad >= 0) {
+    if (pm_cli_agree(failed) != -1) {
         if (!failed) pm_tokens_free(&j->tr), pm_tokens_free(&j->va);
         pm_free(j->tok);
         return 1;
@@ -485,9 +485,7 @@ static int finish_json(const pm_cli_train_opts *o, const pp_world *w, pp_job *j,
  * in the next collective. */
 static int agreed_failure(const pp_world *w, int failed) {
     if (w->transport != PM_TRANSPORT_MPI) return failed;
-    int first_bad = pm_mpi_agree(!failed);
-    if (first_bad > 0 && failed) pm_cli_print_held(); /* rank 0 was fine: ours alone */
-    return first_bad >= 0;
+    return pm_cli_agree(failed) != -1;
 }
 
 static int run(const pm_cli_train_opts *o, pp_world *w) {
@@ -549,16 +547,16 @@ static int fault_hook(pm_pipe_opts *po) {
 
 int pm_cli_train_pp(const pm_cli_train_opts *o) {
     pm_blas_threads(1);
-    pp_world w = {0};
+    pp_world w = {.opts.wait_timeout_s = o->comm_timeout};
+    pm_mpi_set_timeout(o->comm_timeout); /* the agreements' waits, as the transport's */
     int mpi = o->transport ? !strcmp(o->transport, "mpi") : pm_mpi_launched();
     if (fault_hook(&w.opts)) return 1;
-    const char *size_env = getenv("OMPI_COMM_WORLD_SIZE");
-    if (!mpi && size_env && atoi(size_env) > 1) /* the other ranks would wait for ever */
-        return pm_cli_fail("train: --transport threads under mpirun with %s ranks would run the "
-                           "whole pipeline on every rank, and the ranks on MPI would wait for "
-                           "this one: drop --transport threads, or run without mpirun",
-                           size_env);
     if (!mpi) return run(o, &w);
+    if (pm_mpi_built() && !pm_mpi_launched()) /* MPI_Init alone would start one rank (and
+                                               * OpenMPI keeps memory it never frees) */
+        return pm_cli_fail("train: --transport mpi runs one device per MPI rank and needs "
+                           "mpirun: mpirun -np %d pipemem train ... (or --transport threads)",
+                           (o->have_pp ? o->pp : 1) * (o->dp > 0 ? o->dp : 1));
     pm_err err;
     int size;
     w.transport = PM_TRANSPORT_MPI;

@@ -1,10 +1,12 @@
 /* main.c: the pipemem binary: dispatches to one subcommand per file. */
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
 #include "reexec.h"
+#include "pipemem/pm_runtime.h"
 #include "pipemem/pm_train.h"
 
 static const pm_cli_cmd cmds[] = {
@@ -55,7 +57,36 @@ static int stdout_written(int rc) {
                        !flushed && errno ? ": " : "", !flushed && errno ? strerror(errno) : "");
 }
 
+/* Under mpirun with several ranks, every pipemem process first meets the
+ * others (MPI's handshake, pm_mpi_same_word): ranks running different
+ * commands would wait for each other for ever (train in its first
+ * agreement, plan in none). Only train runs across ranks; another command,
+ * even on every rank alike, is refused. Rank 0 says it in one line; every
+ * rank then ends, together. 0 to go on (train keeps MPI initialised). */
+static int ranks_agree(const char *cmd) {
+    const char *ws = getenv("OMPI_COMM_WORLD_SIZE");
+    if (!ws || atoi(ws) < 2 || !pm_mpi_built()) return 0; /* without MPI, train says so */
+    int rank, size, first = -1, rc = 0;
+    char theirs[PM_MPI_WORD];
+    pm_err err;
+    if (pm_mpi_init(&rank, &size, &err)) return pm_cli_fail("%s", err.msg);
+    if (pm_mpi_same_word(cmd, &first, theirs, &err)) rc = pm_cli_fail("%s", err.msg);
+    else if (first >= 0)
+        rc = rank ? 1 : pm_cli_fail("the ranks do not run the same command: rank 0 runs '%s', "
+                                    "rank %d '%s'; under mpirun every rank runs one pipemem "
+                                    "train command line", cmd, first, theirs);
+    else if (strcmp(cmd, "train"))
+        rc = rank ? 1 : pm_cli_fail("%s runs as one process, not across MPI ranks (only "
+                                    "train does, with --pp or --dp): run it without mpirun",
+                                    cmd);
+    if (rc) pm_mpi_finalize();
+    return rc;
+}
+
 int main(int argc, char **argv) {
     pm_cli_blas_reexec(argv); /* OpenBLAS on a CPU it does not know: see reexec.c */
-    return stdout_written(dispatch(argc, argv));
+    if (ranks_agree(argc >= 2 ? argv[1] : "")) return 1;
+    int rc = dispatch(argc, argv);
+    pm_mpi_finalize(); /* if the handshake's MPI is still up (train --help) */
+    return stdout_written(rc);
 }

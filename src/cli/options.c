@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 
 #include "cli.h"
+#include "pipemem/pm_runtime.h"
 
 static int g_rank = -1, g_quiet;
 static char g_held[1024]; /* the last line a quiet rank did not print */
@@ -31,6 +32,7 @@ static const struct {
     {"model.ctx", "--ctx", 0},         {"model.heads", "--heads", 0},
     {"batch", "--batch", 1},           {"seed", "--seed", 1},
     {"v", "--chunks", 1},              {"t", "--costs", 1},
+    {"mem", "--mem", 1},
     {"vocab", "--vocab", 1},           {"the MPI transport", "--transport mpi", 0},
     /* pm_select.h (pipemem select) */
     {"save_dir", "--resume", 0},       {"sample", "--sample", 1},
@@ -40,6 +42,8 @@ static const struct {
     {"shape.heads", "--heads", 0},     {"shape.seq", "--seq", 0},
     {"shape.vocab", "--vocab", 0},     {"shape.ffn", "--ffn", 0},
     {"shape.precision", "--precision", 0}, {"hw.mem", "--device-mem", 0},
+    {"hw.tflops", "--device-tflops", 1}, {"hw.efficiency", "--pass-efficiency", 0},
+    {"hw.link_gbps", "--link-gbps", 0},
     {"hw.devices", "--devices", 0},    {"global_batch", "--global-batch", 0},
     {"pp", "--pp", 1},                 {"dp", "--dp", 1},
     {"mbs", "--mbs", 1},
@@ -99,6 +103,18 @@ void pm_cli_print_held(void) {
     g_held[0] = 0;
 }
 
+int pm_cli_agree(int failed) {
+    pm_err err;
+    int bad = pm_mpi_agree(!failed, &err);
+    if (bad == -2) { /* this rank's own finding: printed even when quiet */
+        pm_cli_fail("%s", err.msg);
+        pm_cli_print_held();
+    } else if (bad > 0 && failed) {
+        pm_cli_print_held(); /* rank 0 was fine: ours alone */
+    }
+    return bad;
+}
+
 int pm_cli_int_range(const char *opt, const char *val, int lo, int hi, int *out) {
     if (!val) return pm_cli_fail("%s needs a value", opt);
     char *end;
@@ -128,13 +144,27 @@ int pm_cli_size(const char *opt, const char *val, size_t *out) {
     return 0;
 }
 
+/* strtod of a finite number at s (end where it stops): 0; 1 if there is
+ * none, 2 if it is beyond a double, 3 if it is inf or nan. A number too
+ * small for a double's normal range (1e-320) is a number: strtod's ERANGE
+ * then is no error. */
+static int finite_at(const char *s, char **end, double *x) {
+    errno = 0;
+    *x = strtod(s, end);
+    if (*end == s) return 1;
+    if (errno == ERANGE && fabs(*x) > 1) return 2;
+    return isfinite(*x) ? 0 : 3;
+}
+
 int pm_cli_double(const char *opt, const char *val, double *out) {
     if (!val) return pm_cli_fail("%s needs a value", opt);
     char *end;
-    errno = 0;
-    double x = strtod(val, &end);
-    if (errno || end == val || *end || !isfinite(x))
-        return pm_cli_fail("%s: '%s' is not a number", opt, val);
+    double x;
+    int bad = finite_at(val, &end, &x);
+    if (bad == 2 && !*end)
+        return pm_cli_fail("%s: '%s' is beyond a double (at most about 1.8e308)", opt, val);
+    if (bad == 3 && !*end) return pm_cli_fail("%s: '%s' is not a finite number", opt, val);
+    if (bad || *end) return pm_cli_fail("%s: '%s' is not a number", opt, val);
     *out = x;
     return 0;
 }
@@ -145,9 +175,7 @@ static int parse_list(const char *val, double *x, int n) {
     const char *q = val;
     while (k < n) {
         char *end;
-        errno = 0;
-        x[k] = strtod(q, &end);
-        if (errno || end == q || !isfinite(x[k])) return -1;
+        if (finite_at(q, &end, &x[k])) return -1;
         k++;
         if (*end == '\0') return k;
         if (*end != ',') return -1;
@@ -188,6 +216,7 @@ static int apply(const pm_cli_opt *d, const char *v, void *dst) {
     case 'f':
         *(int *)dst = d->lo;
         return 0;
+    case 'r': case 'w': case 'R': case 'W':
     case 's':
         if (!v) return pm_cli_fail("%s needs %s", d->name, d->need ? d->need : "a value");
         *(const char **)dst = v;
@@ -207,15 +236,89 @@ static int apply(const pm_cli_opt *d, const char *v, void *dst) {
     }
 }
 
+/* A path the command line names: the row that took it (NULL: a positional
+ * argument, a file the command reads) and the argument; or a flag given
+ * (path NULL) and the field it set. */
+typedef struct {
+    const pm_cli_opt *d;
+    const char *path;
+    const void *field;
+} given_path;
+
+/* Flag d, setting field, after the flags g[0..n): 1 (printed) if one of
+ * them set that field to another value (--prefetch --no-prefetch). */
+static int flags_clash(const char *cmd, const given_path *g, int n, const pm_cli_opt *d,
+                       const void *field) {
+    for (int i = 0; i < n; i++)
+        if (!g[i].path && g[i].field == field && g[i].d->lo != d->lo)
+            return pm_cli_fail("%s: %s and %s say opposite things; give one", cmd, g[i].d->name,
+                               d->name);
+    return 0;
+}
+
+/* The files in a data directory (prepare writes them, train and select
+ * read them). */
+static const char *const data_files[3] = {"train.bin", "val.bin", "tokenizer.model"};
+
+/* The files of the paths given (a data directory counts as its files),
+ * each described for pm_cli_files_distinct's line, into f and the text of
+ * those lines into the arena txt; how many. The last value of a row given
+ * twice is the one used, so the earlier ones are skipped. */
+static int path_files(const given_path *g, int n, pm_cli_file *f, char *txt) {
+    int nf = 0;
+    for (int i = 0; i < n; i++) {
+        const pm_cli_opt *d = g[i].d;
+        int later = 0;
+        if (!g[i].path) continue; /* a flag */
+        for (int j = i + 1; d && j < n && !later; j++) later = g[j].d == d;
+        if (later) continue;
+        int dir = d && (d->type == 'R' || d->type == 'W');
+        int out = d && (d->type == 'w' || d->type == 'W');
+        for (int k = 0; k < (dir ? 3 : 1); k++) {
+            const char *path = g[i].path, *what = out ? d->name : txt; /* -o: the line adds */
+            if (!out) { /* an input, named whole: "the input --data d (its val.bin)" */
+                txt += sprintf(txt, "the input %s%s%s", d ? d->name : "", d ? " " : "", path);
+                txt += (dir ? sprintf(txt, " (its %s)", data_files[k]) : 0) + 1;
+            }
+            if (dir) path = txt, txt += sprintf(txt, "%s/%s", g[i].path, data_files[k]) + 1;
+            f[nf++] = (pm_cli_file){what, path, out, d && !dir ? d->lo : 0};
+        }
+    }
+    return nf;
+}
+
+/* No output of the command line onto one of its inputs or another output
+ * (pm_cli_files_distinct over every path row and positional argument). */
+static int paths_distinct(const char *cmd, const given_path *g, int n) {
+    size_t bytes = 0;
+    for (int i = 0; i < n; i++) /* the lines' text, at most 3 files a path */
+        if (g[i].path)
+            bytes += 3 * (2 * strlen(g[i].path) + 2 * strlen(g[i].d ? g[i].d->name : "") + 64);
+    pm_cli_file *f = malloc((size_t)(3 * n + 1) * sizeof *f);
+    char *txt = malloc(bytes + 1);
+    int rc = !f || !txt ? pm_cli_fail("%s: out of memory", cmd)
+                        : pm_cli_files_distinct(cmd, f, path_files(g, n, f, txt));
+    free(f);
+    free(txt);
+    return rc;
+}
+
 int pm_cli_parse(const char *cmd, int argc, char **argv, int first, const pm_cli_opts *sets,
                  int nsets, int (*positional)(void *ctx, const char *arg), void *ctx) {
     for (int s = 0; s < nsets; s++)
         for (int k = 0; sets[s].at && k < sets[s].n; k++) sets[s].at[k] = 0;
-    for (int i = first; i < argc; i++) {
+    given_path *g = malloc((size_t)(argc > 0 ? argc : 1) * sizeof *g);
+    if (!g) return pm_cli_fail("%s: out of memory", cmd);
+    int ng = 0, rc = 0;
+    for (int i = first; i < argc && !rc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) return 2;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            rc = 2;
+            break;
+        }
         if (positional && (a[0] != '-' || !a[1])) {
-            if (positional(ctx, a)) return 1;
+            rc = positional(ctx, a);
+            g[ng++] = (given_path){NULL, a, NULL};
             continue;
         }
         const pm_cli_opts *set = NULL;
@@ -223,14 +326,22 @@ int pm_cli_parse(const char *cmd, int argc, char **argv, int first, const pm_cli
         for (int s = 0; s < nsets && k < 0; s++)
             for (int j = 0; j < sets[s].n && k < 0; j++)
                 if (!strcmp(a, sets[s].opt[j].name)) set = &sets[s], k = j;
-        if (k < 0)
-            return pm_cli_fail("%s: unknown option '%s' (try 'pipemem %s --help')", cmd, a, cmd);
+        if (k < 0) {
+            rc = pm_cli_fail("%s: unknown option '%s' (try 'pipemem %s --help')", cmd, a, cmd);
+            break;
+        }
         const pm_cli_opt *d = &set->opt[k];
-        if (apply(d, v, (char *)set->dst + d->off)) return 1;
+        if ((rc = apply(d, v, (char *)set->dst + d->off))) break;
         if (set->at && !set->at[k]) set->at[k] = i;
+        if (d->type == 'f' && (rc = flags_clash(cmd, g, ng, d, (char *)set->dst + d->off)))
+            break;
+        if (d->type == 'f') g[ng++] = (given_path){d, NULL, (char *)set->dst + d->off};
+        if (strchr("rwRW", d->type)) g[ng++] = (given_path){d, v, NULL};
         if (d->type != 'f') i++;
     }
-    return 0;
+    if (!rc) rc = paths_distinct(cmd, g, ng);
+    free(g);
+    return rc;
 }
 
 int pm_cli_collect(void *ctx, const char *arg) {

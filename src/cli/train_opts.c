@@ -31,17 +31,30 @@ static int parse_setting(const pm_cli_opt *d, const char *val, void *dst) {
     return 0;
 }
 
+/* --comm-timeout S: seconds a device waits for another, 1 up to a day. */
+static int parse_timeout(const pm_cli_opt *d, const char *val, void *dst) {
+    double x;
+    if (pm_cli_double(d->name, val, &x)) return 1;
+    if (!(x >= 1 && x <= 86400))
+        return pm_cli_fail("%s: %s is not a number of seconds from 1 up to 86400 (a day)",
+                           d->name, val);
+    *(double *)dst = x;
+    return 0;
+}
+
 /* The tag is the option's mode: 0 both, 'p' pipeline only, 't' selects the
  * pipeline, 's' single device only. */
 #define F(x) offsetof(pm_cli_train_opts, x)
 #define I(name, lo, field, mode) {name, 'i', lo, 0, F(field), NULL, NULL, mode}
 #define S(name, field, mode) {name, 's', 0, 0, F(field), NULL, NULL, mode}
 #define C(name, f) {name, 'x', f, 0, F(set.v[f]), parse_setting, NULL, 0}
+/* a path: its role (pm_cli_opt), and 1 for the two that may be one file */
+#define P(name, role, same, field, mode) {name, role, same, 0, F(field), NULL, NULL, mode}
 static const pm_cli_opt OPTS[] = {
-    S("--data", data, 0),           S("--save", save, 0),
-    S("--train", train_file, 0),    S("--val", val_file, 0),
+    P("--data", 'R', 0, data, 0),   P("--save", 'w', 1, save, 0),
+    P("--train", 'r', 0, train_file, 0), P("--val", 'r', 0, val_file, 0),
     I("--pad-vocab", 1, pad_vocab, 0),
-    S("--resume", resume, 0),       C("--layers", PM_CFG_LAYERS),
+    P("--resume", 'r', 1, resume, 0), C("--layers", PM_CFG_LAYERS),
     C("--dim", PM_CFG_DIM),         C("--heads", PM_CFG_HEADS),
     C("--ctx", PM_CFG_CTX),         C("--batch", PM_CFG_BATCH),
     C("--microbatches", PM_CFG_MICRO), C("--steps", PM_CFG_STEPS),
@@ -51,14 +64,16 @@ static const pm_cli_opt OPTS[] = {
     C("--seed", PM_CFG_SEED),       I("--stop-after", 1, stop_after, 0),
     {"--json", 'f', 1, 0, F(json), NULL, NULL, 0}, I("--threads", 1, threads, 's'),
     I("--pp", 1, pp, 't'),          S("--schedule", kind, 't'),
-    S("--schedule-file", sched_file, 't'), I("--chunks", 1, chunks, 'p'),
-    {"--mem-limit", 'p', 0, 0, F(mem_limit), NULL, NULL, 'p'}, S("--trace", trace, 'p'),
-    S("--timeline", svg, 'p'),      {"--recompute", 'f', 1, 0, F(recompute), NULL, NULL, 'p'},
+    P("--schedule-file", 'r', 0, sched_file, 't'), I("--chunks", 1, chunks, 'p'),
+    {"--mem-limit", 'p', 0, 0, F(mem_limit), NULL, NULL, 'p'}, P("--trace", 'w', 0, trace, 'p'),
+    P("--timeline", 'w', 0, svg, 'p'), {"--recompute", 'f', 1, 0, F(recompute), NULL, NULL, 'p'},
     I("--dp", 1, dp, 't'),          S("--transport", transport, 't'),
     S("--placement", placement, 'p'), I("--head-parts", 1, head_parts, 'p'),
     {"--device-mem", 'z', 0, 0, F(device_mem), NULL, NULL, 0}, I("--zero", 0, zero, 'p'),
+    {"--comm-timeout", 'x', 0, 0, F(comm_timeout), parse_timeout, NULL, 'p'},
 };
 #undef C
+#undef P
 #undef S
 #undef I
 #undef F
@@ -76,7 +91,7 @@ static void usage(FILE *f) {
             "          [--chunks V] [--mem-limit X] [--recompute] [--trace FILE]\n"
             "          [--timeline FILE.svg] [--dp D] [--transport threads|mpi]\n"
             "          [--placement flops|measured|memory] [--head-parts N]\n"
-            "          [--device-mem SIZE] [--zero 0|1]]\n"
+            "          [--device-mem SIZE] [--zero 0|1] [--comm-timeout S]]\n"
             "  Trains the GPT on DIR/train.bin (made by 'pipemem prepare'), or on token\n"
             "  files named with --train/--val (pipemem's or llm.c's, e.g.\n"
             "  tiny_shakespeare_train.bin); the vocabulary is the data's, rounded up to a\n"
@@ -117,11 +132,15 @@ static void usage(FILE *f) {
             "  fastest placement that fits is taken instead; when none does, the run is\n"
             "  refused, naming the least a placement needs and where it goes; with\n"
             "  --schedule auto the search runs under what the budget leaves for\n"
-            "  activations (--mem-limit not needed then).\n"
+            "  activations (--mem-limit not needed then).\n");
+    fprintf(f,
             "  --dp D trains D replicas of the P-device pipeline on D x P devices, each on\n"
             "  K/D of the microbatches, gradients summed across replicas in a fixed order.\n"
             "  --transport mpi runs one device per rank: mpirun -np D*P pipemem train ...\n"
             "  (the default under mpirun; otherwise threads). Rank 0 prints and writes.\n"
+            "  --comm-timeout S (default 120): a device or rank that waits longer than S\n"
+            "  seconds for another ends the run in one line naming it (under mpirun the\n"
+            "  whole job is aborted: a stopped or lost rank cannot hang it).\n"
             "  examples: pipemem train --data data --layers 2 --dim 64 --heads 4 --ctx 32 "
             "--steps 50\n"
             "            pipemem train --data data --pp 2 --schedule v-half --layers 4 "
@@ -184,37 +203,7 @@ int64_t pm_cli_train_stop_at(const pm_cli_train_opts *o, const pm_train_cfg *cfg
     return o->stop_after && o->stop_after < cfg->opt.steps ? o->stop_after : cfg->opt.steps;
 }
 
-/* No output onto an input or another output: the data (the split files of
- * --data DIR, its tokenizer, or --train/--val), the checkpoint to resume
- * (--save may be it: a run continued in place), the schedule file. */
-static int outputs_distinct(const pm_cli_train_opts *o) {
-    char tr[4096], va[4096], tok[4096], what[3][4200];
-    const char *d = o->data;
-    if (d) {
-        snprintf(tr, sizeof tr, "%s/train.bin", d);
-        snprintf(va, sizeof va, "%s/val.bin", d);
-        snprintf(tok, sizeof tok, "%s/tokenizer.model", d);
-        snprintf(what[0], sizeof what[0], "the training data (--data %s)", d);
-        snprintf(what[1], sizeof what[1], "the validation data (--data %s)", d);
-        snprintf(what[2], sizeof what[2], "the tokenizer (--data %s)", d);
-    }
-    const pm_cli_file f[] = {
-        {"--save", o->save, 1, 1},
-        {"--trace", o->trace, 1, 0},
-        {"--timeline", o->svg, 1, 0},
-        {what[0], d ? tr : NULL, 0, 0},
-        {what[1], d ? va : NULL, 0, 0},
-        {what[2], d ? tok : NULL, 0, 0},
-        {"the training data (--train)", o->train_file, 0, 0},
-        {"the validation data (--val)", o->val_file, 0, 0},
-        {"the checkpoint to resume (--resume)", o->resume, 0, 1},
-        {"the schedule (--schedule-file)", o->sched_file, 0, 0},
-    };
-    return pm_cli_files_distinct("train", f, (int)(sizeof f / sizeof f[0]));
-}
-
 int pm_cli_train_check_outputs(const pm_cli_train_opts *o) {
-    if (outputs_distinct(o)) return 1;
     const char *paths[3] = {o->save, o->trace, o->svg};
     const char *opts[3] = {"--save", "--trace", "--timeline"};
     for (int k = 0; k < 3; k++) {

@@ -36,6 +36,7 @@ typedef struct {
     int head_parts;        /* --head-parts N; 0: chosen by the placement */
     size_t device_mem;     /* --device-mem SIZE: one device's budget in bytes; 0: none */
     int zero;              /* --zero 1: ZeRO stage 1 across the --dp replicas */
+    double comm_timeout;   /* --comm-timeout S: a device's wait for another; 0: 120 s */
 } pm_cli_train_opts;
 
 /* Parses argv[1..]: 0 on success, 1 on error (one line printed), -1 after
@@ -44,10 +45,9 @@ typedef struct {
 int pm_cli_train_parse(int argc, char **argv, pm_cli_train_opts *o);
 
 /* Before any work: every output path (--save, --trace, --timeline) can be
- * written (and the temporaries of a killed run are cleared), and none is
- * an input (the data, --resume's checkpoint unless it is --save's, the
- * schedule file) or another output. On error prints one line naming the
- * path and returns 1. */
+ * written (and the temporaries of a killed run are cleared); that none is
+ * an input or another output the parser checked (pm_cli_parse). On error
+ * prints one line naming the path and returns 1. */
 int pm_cli_train_check_outputs(const pm_cli_train_opts *o);
 
 /* The step a run stops after: --stop-after if it comes first, else

@@ -12,6 +12,7 @@ uint64_t pm_splitmix64(uint64_t x) {
 pm_status pm_loader_init(pm_loader *ld, const pm_tokens *t, int ctx, uint64_t seed,
                          const char *what, pm_err *err) {
     *ld = (pm_loader){0};
+    if (!t) return pm_errf(err, PM_ERR_ARG, "%s: the tokens are NULL", what ? what : "data");
     if (ctx < 1) return pm_errf(err, PM_ERR_ARG, "context must be >= 1 (got %d)", ctx);
     if (t->n < (size_t)ctx + 1)
         return pm_errf(err, PM_ERR_ARG,

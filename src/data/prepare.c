@@ -147,7 +147,10 @@ pm_status pm_data_prepare(const char *const *files, int nfiles, const char *dir,
                           const pm_tokenizer *tok, size_t chunk, pm_prepare_stats *out,
                           pm_err *err) {
     if (out) *out = (pm_prepare_stats){0};
-    if (nfiles < 1) return pm_errf(err, PM_ERR_ARG, "prepare: no input files given");
+    if (nfiles < 1 || !files) return pm_errf(err, PM_ERR_ARG, "prepare: no input files given");
+    if (!dir) return pm_errf(err, PM_ERR_ARG, "prepare: the output directory (dir) is NULL");
+    for (int i = 0; i < nfiles; i++)
+        if (!files[i]) return pm_errf(err, PM_ERR_ARG, "prepare: input file %d is NULL", i);
     size_t total;
     pm_status st = total_size(files, nfiles, &total, err);
     if (st) return st;

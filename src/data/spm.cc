@@ -31,6 +31,7 @@ extern "C" int pm_tokenizer_available(void) { return 1; }
 extern "C" pm_status pm_tokenizer_load(pm_tokenizer **out, const void *model, size_t len,
                                        pm_err *err) {
     *out = nullptr;
+    if (!model && len) return pm_errf(err, PM_ERR_ARG, "the model is NULL (%zu bytes said)", len);
     try {
         pm_tokenizer *t = new pm_tokenizer;
         t->model.assign(static_cast<const char *>(model), len);
@@ -75,6 +76,7 @@ extern "C" void pm_tokenizer_free(pm_tokenizer *t) { delete t; }
 extern "C" pm_status pm_tokenizer_encode(const pm_tokenizer *t, const char *text, size_t len,
                                          uint32_t **ids, size_t *n, pm_err *err) {
     *ids = nullptr, *n = 0;
+    if (!text && len) return pm_errf(err, PM_ERR_ARG, "the text is NULL (%zu bytes said)", len);
     try {
         std::vector<int> v;
         auto st = t->sp.Encode(absl::string_view(text, len), &v);
@@ -92,6 +94,7 @@ extern "C" pm_status pm_tokenizer_encode(const pm_tokenizer *t, const char *text
 extern "C" pm_status pm_tokenizer_decode(const pm_tokenizer *t, const uint32_t *ids, size_t n,
                                          char **text, size_t *len, pm_err *err) {
     *text = nullptr, *len = 0;
+    if (!ids && n) return pm_errf(err, PM_ERR_ARG, "the ids are NULL (%zu said)", n);
     try {
         std::vector<int> v(n);
         int size = t->sp.GetPieceSize();
@@ -175,6 +178,10 @@ static pm_status open_inputs(const char *const *files, int n, FILE **f, pm_err *
     return st; // what was opened is the caller's to close, on error too
 }
 
+// The pieces every model holds besides the text's characters: the 256
+// bytes (byte_fallback), unknown, begin and end, and the newline.
+enum { META_PIECES = 256 + 3 + 1 };
+
 // Round-trip settings (pm_tokenizer.h): no normalization, whitespace as it
 // is, no dummy prefix, newline a piece of its own, unknown characters as
 // bytes; BPE, quiet.
@@ -191,14 +198,30 @@ static pm_status train_lines(FILE **f, const char *const *files, int n, int voca
     auto st = sentencepiece::SentencePieceTrainer::Train(kw, &lines, model);
     if (lines.failed() >= 0)
         return pm_errf(err, PM_ERR_IO, "%s: read failed", files[lines.failed()]);
-    if (!st.ok())
-        return pm_errf(err, PM_ERR_ARG, "tokenizer train: %s", st.ToString().c_str());
+    if (!st.ok()) {
+        // SentencePiece's "Vocabulary size is smaller than required_chars. 300 vs 860.
+        // Increase vocab_size or decrease character_coverage with --character_coverage
+        // option." names options pipemem has not: say it in pipemem's words
+        std::string why = st.ToString();
+        size_t at = why.find("required_chars. ");
+        int asked = 0, need = 0;
+        if (at != std::string::npos &&
+            sscanf(why.c_str() + at + 16, "%d vs %d", &asked, &need) == 2 && need > asked)
+            return pm_errf(err, PM_ERR_ARG, "tokenizer train: vocab=%d is too small for this "
+                           "text: one piece for each of its characters and the %d byte and "
+                           "control pieces need vocab=%d or more", vocab, META_PIECES, need);
+        return pm_errf(err, PM_ERR_ARG, "tokenizer train: %s", why.c_str());
+    }
     return PM_OK;
 }
 
 extern "C" pm_status pm_tokenizer_train(const char *const *files, int nfiles, int vocab,
                                         const char *path, pm_err *err) {
-    if (nfiles < 1) return pm_errf(err, PM_ERR_ARG, "tokenizer train: no input files given");
+    if (nfiles < 1 || !files)
+        return pm_errf(err, PM_ERR_ARG, "tokenizer train: no input files given");
+    if (!path) return pm_errf(err, PM_ERR_ARG, "tokenizer train: the model's path is NULL");
+    for (int i = 0; i < nfiles; i++)
+        if (!files[i]) return pm_errf(err, PM_ERR_ARG, "tokenizer train: input file %d is NULL", i);
     if (vocab < 260 || vocab > (1 << 20))
         return pm_errf(err, PM_ERR_ARG, "vocab=%d: must be 260..1048576 (the 256 byte pieces "
                        "and a few more)", vocab);

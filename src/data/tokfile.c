@@ -21,6 +21,7 @@ pm_status pm_tokwriter_open(pm_tokwriter *tw, const char *path, int version, uin
                             uint64_t tokenizer, pm_err *err) {
     *tw = (pm_tokwriter){.path = path, .version = version, .vocab = vocab,
                          .tokenizer = tokenizer, .sum = PM_FNV_OFFSET};
+    if (!path) return pm_errf(err, PM_ERR_ARG, "a token file's path is NULL; give a file");
     if (version == 1 && vocab != PM_TOK_VOCAB)
         return pm_errf(err, PM_ERR_ARG, "%s: a version-1 token file holds bytes (vocab 256)", path);
     if (version != 1 && version != 2)
@@ -37,6 +38,7 @@ pm_status pm_tokwriter_open(pm_tokwriter *tw, const char *path, int version, uin
 }
 
 static pm_status put_raw(pm_tokwriter *tw, const uint8_t *b, size_t bytes, size_t n, pm_err *err) {
+    if (bytes && !b) return pm_errf(err, PM_ERR_ARG, "%s: %zu tokens at NULL", tw->path, n);
     if (fwrite(b, 1, bytes, tw->w.f) != bytes)
         return pm_errf(err, PM_ERR_IO, "%s: write failed: %s", tw->path, strerror(errno));
     tw->sum = pm_fnv1a64(tw->sum, b, bytes);
@@ -51,6 +53,7 @@ pm_status pm_tokwriter_put_bytes(pm_tokwriter *tw, const uint8_t *b, size_t n, p
 
 pm_status pm_tokwriter_put(pm_tokwriter *tw, const uint32_t *ids, size_t n, pm_err *err) {
     uint8_t buf[4096];
+    if (n && !ids) return pm_errf(err, PM_ERR_ARG, "%s: %zu ids at NULL", tw->path, n);
     size_t per = sizeof buf / (size_t)tw->width;
     for (size_t at = 0; at < n; at += per) {
         size_t k = n - at < per ? n - at : per;

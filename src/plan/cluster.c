@@ -196,6 +196,19 @@ pm_status pm_cluster_search(const pm_gpt_shape *g, const pm_cluster *hw,
                             int *skipped, pm_err *err) {
     *plans = NULL, *n = 0;
     int skip = 0;
+    pm_status cst = pm_cluster_check(hw, err);
+    if (cst) return cst;
+    if (!g || !rq)
+        return pm_errf(err, PM_ERR_ARG, "the %s is NULL", g ? "request (rq)" : "shape (g)");
+    const struct {
+        const char *name;
+        int v;
+    } f[] = {{"pp", rq->pp}, {"dp", rq->dp}, {"mbs", rq->mbs}, {"m", rq->m},
+             {"global_batch", rq->global_batch}, {"max_mbs", rq->max_mbs}};
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) /* 0: searched, or the default */
+        if (f[i].v < 0)
+            return pm_errf(err, PM_ERR_ARG, "%s=%d: must be >= 0 (0: %s)", f[i].name, f[i].v,
+                           i == 5 ? "64" : i == 3 ? "from global_batch" : "searched");
     if (hw->devices < 1)
         return pm_errf(err, PM_ERR_ARG, "hw.devices=%d: must be >= 1", hw->devices);
     if (!rq->m && rq->global_batch < 1)

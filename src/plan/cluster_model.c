@@ -14,6 +14,7 @@ _Static_assert(sizeof pm_precision_names / sizeof pm_precision_names[0] == PM_PR
                "names");
 
 static pm_status shape_check(const pm_gpt_shape *g, int mbs, pm_err *err) {
+    if (!g) return pm_errf(err, PM_ERR_ARG, "the shape is NULL: give the model's (pm_gpt_shape)");
     const struct {
         const char *name;
         int v, max;
@@ -82,10 +83,30 @@ static pm_place_layer head(const dims *x, double rate) {
     return l;
 }
 
+pm_status pm_cluster_check(const pm_cluster *hw, pm_err *err) {
+    if (!hw) return pm_errf(err, PM_ERR_ARG, "hw is NULL: give the devices (a pm_cluster)");
+    /* !(x >= 0) also catches NaN, which would otherwise "fit" any test */
+    const struct {
+        const char *name, *zero; /* the field, what 0 means */
+        double x, hi;
+    } f[] = {{"hw.mem", "no limit", hw->mem, 1e18},
+             {"hw.tflops", "times in FLOPs", hw->tflops, 1e9},
+             {"hw.efficiency", "the default 0.65", hw->efficiency, 1},
+             {"hw.link_gbps", "free", hw->link_gbps, 1e12}};
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
+        if (!(f[i].x >= 0 && f[i].x <= f[i].hi))
+            return pm_errf(err, PM_ERR_ARG, "%s is %g: it must be a number from 0 (%s) up to "
+                           "%g", f[i].name, f[i].x, f[i].zero, f[i].hi);
+    if (hw->devices < 0)
+        return pm_errf(err, PM_ERR_ARG, "hw.devices=%d: must be >= 0", hw->devices);
+    return PM_OK;
+}
+
 pm_status pm_plan_model_gpu(pm_plan_model *m, const pm_gpt_shape *g, int mbs,
                             const pm_cluster *hw, pm_err *err) {
     *m = (pm_plan_model){0};
-    pm_status st = shape_check(g, mbs, err);
+    pm_status st = hw ? pm_cluster_check(hw, err) : PM_OK;
+    if (!st) st = shape_check(g, mbs, err);
     if (st) return st;
     int n = g->layers + 2;
     if (!(m->layer = pm_calloc((size_t)n, sizeof *m->layer)))
@@ -102,7 +123,7 @@ pm_status pm_plan_model_gpu(pm_plan_model *m, const pm_gpt_shape *g, int mbs,
     m->mbs = mbs, m->msg = x.T * h * e;
     /* seconds cannot be added to FLOPs: without a rate, messages are free */
     m->link = timed ? bw : 0, m->msg_time = m->link > 0 ? m->msg / m->link : 0;
-    m->peak_flops = timed ? hw->tflops * 1e12 : 0;
+    m->peak_flops = timed ? hw->tflops * 1e12 : 0, m->efficiency = eff;
     /* mixed precision (16-bit weights and gradients, fp32 master, m and v),
      * or fp32 throughout (weights, gradients, m and v) */
     m->bytes_param = e, m->bytes_grad = e, m->bytes_opt = e == 2 ? 12 : 8;

@@ -171,6 +171,22 @@ static pm_sched_req sched_req(const pm_plan *pl, const pm_plan_model *m, const p
                           .recompute = rq->recompute, .time_limit = rq->time_limit};
 }
 
+/* PM_ERR_ARG naming the devices' rate when a model timed from it (peak_flops)
+ * makes a step's makespan possibly pass what a double holds with margin
+ * (the schedule engine's limit on costs, pm_sched_check_costs), with the
+ * least rate that would do; otherwise the engine says what is wrong. */
+static pm_status slow_devices(const pm_plan_model *m, const pm_sched_req *req, pm_err *err) {
+    if (!(m->peak_flops > 0) || !pm_sched_check_costs(req, NULL)) return PM_OK;
+    const pm_costs *t = &req->t;
+    double pass = t->f + t->b + t->w, most = 1e300 / (4.0 * req->p * req->m) - 2 * t->c;
+    double tflops = m->peak_flops / 1e12;
+    return pm_errf(err, PM_ERR_ARG, "hw.tflops=%g (x efficiency %g) makes one microbatch's F, "
+                   "B and W through a device take %.3g %s, and a step of pp=%d, m=%d could take "
+                   "longer than a double holds with margin; give hw.tflops=%.3g or more", tflops,
+                   m->efficiency, pass, m->time_unit, req->p, req->m,
+                   tflops * pass / (most > 0 ? most : 1e-300));
+}
+
 /* pl->sched from the request: a copy, a kind, or the search under limit. */
 static pm_status make_sched(pm_plan *pl, const pm_plan_model *m, const pm_plan_req *rq,
                             double limit, pm_err *err) {
@@ -183,6 +199,8 @@ static pm_status make_sched(pm_plan *pl, const pm_plan_model *m, const pm_plan_r
     }
     const char *kind = rq->kind ? rq->kind : "1f1b";
     pm_sched_req req = sched_req(pl, m, rq, limit);
+    pm_status st = slow_devices(m, &req, err);
+    if (st) return st;
     if (strcmp(kind, "auto")) return pm_sched_generate(&pl->sched, kind, &req, err);
     pm_search_point pt;
     return pm_sched_search(&pl->sched, &req, &pt, pl->why, sizeof pl->why, err);
@@ -356,8 +374,16 @@ static pm_status plan_schedule(pm_plan *pl, pm_plan_model *m, const pm_plan_req 
                        "but the plan has %d devices and %d microbatches per replica",
                        pl->sched.kind, pl->sched.p, pl->sched.m, pl->p, pl->m);
     pl->placed = (pm_place_opts){.rule = rq->placement};
-    if ((m->shape && (st = m->shape(m, pl, err))) || (st = lay_out(pl, m, rq->device_mem, err)))
-        return st;
+    if (m->shape && (st = m->shape(m, pl, err))) return st;
+    if (m->n < pl->S) { /* each stage holds a layer: say what the layers are (pipemem's own
+                         * model said it in its shape hook; this is the GPU model's) */
+        int v = pl->S / pl->p; /* stages a device */
+        return pm_errf(err, PM_ERR_ARG, "shape.layers is %d: with the embedding and the head %d "
+                       "layers, fewer than the %d stages of %s on pp=%d; give shape.layers of %d "
+                       "or more, pp=%d or less, or a kind of one stage a device", m->n - 2, m->n,
+                       pl->S, pl->sched.kind, pl->p, pl->S - 2, m->n / v > 0 ? m->n / v : 1);
+    }
+    if ((st = lay_out(pl, m, rq->device_mem, err))) return st;
     return rq->mark_over ? PM_OK : fit_placement(pl, m, rq->device_mem, err);
 }
 
@@ -450,6 +476,8 @@ static pm_status check_req(const pm_plan_model *m, const pm_plan_req *rq, int dp
 
 pm_status pm_plan_build(pm_plan *pl, pm_plan_model *m, const pm_plan_req *rq, pm_err *err) {
     *pl = (pm_plan){0};
+    if (!m || !rq)
+        return pm_errf(err, PM_ERR_ARG, "%s is NULL", m ? "the request (rq)" : "the model (m)");
     int dp = rq->dp > 1 ? rq->dp : 1;
     pm_status st = check_req(m, rq, dp, err);
     if (st) return st;

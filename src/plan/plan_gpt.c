@@ -245,6 +245,8 @@ fail:
 pm_status pm_plan_make(pm_plan *pl, const pm_train_cfg *cfg, const pm_plan_req *rq,
                        pm_err *err) {
     *pl = (pm_plan){0};
+    if (!cfg || !rq)
+        return pm_errf(err, PM_ERR_ARG, "%s is NULL", cfg ? "the request (rq)" : "cfg");
     pm_plan_req q = *rq;
     int dp = rq->dp > 1 ? rq->dp : 1;
     q.m = cfg->micro / dp;

@@ -237,9 +237,9 @@ static pm_status run_f(pass_ctx *x) {
     if (b - 1 == head) {
         pp->loss_mb[(size_t)dv->rep * pp->m + j] = loss;
         if (!isfinite(loss) && !eval) { /* an evaluation reports it; the caller decides */
-            char why[128];
-            snprintf(why, sizeof why, "the loss is %g; lower the learning rate (opt.lr)",
-                     (double)loss);
+            char why[256], hint[200];
+            snprintf(why, sizeof why, "the loss is %g; %s", (double)loss,
+                     pm_optim_diverged_hint(&pp->cfg.opt, "", hint, sizeof hint));
             return pass_fail(x, PM_ERR_NUMERIC, why);
         }
         return PM_OK;

@@ -263,7 +263,12 @@ static pm_status devices_init(pm_pipe *pp, pm_err *err) {
 /* Under MPI: whether any rank failed so far (every rank calls it at the
  * same point, so none is left waiting in the next collective). */
 static pm_status agree(const pm_plan *plan, pm_status st, const char *what, pm_err *err) {
-    int bad = plan->transport == PM_TRANSPORT_MPI ? pm_mpi_agree(!st) : -1;
+    pm_err silent;
+    int bad = plan->transport == PM_TRANSPORT_MPI ? pm_mpi_agree(!st, &silent) : -1;
+    if (bad == -2) { /* a rank did not answer: that is the error */
+        if (err) *err = silent;
+        return PM_ERR_TRANSPORT;
+    }
     if (!st && bad >= 0)
         st = pm_errf(err, PM_ERR_NOMEM, "rank %d could not %s (out of memory there?)", bad, what);
     return st;
@@ -302,6 +307,7 @@ fail:
 pm_status pm_pipe_create(pm_pipe **out, const pm_plan *pl, const pm_pipe_opts *opts,
                          pm_err *err) {
     *out = NULL;
+    if (!pl) return pm_errf(err, PM_ERR_ARG, "the plan (pl) is NULL; make one with pm_plan_make");
     /* The device threads point at the pipe: it lives on the heap, never moved. */
     pm_pipe *pp = pm_malloc(sizeof *pp);
     if (!pp) return pm_errf(err, PM_ERR_NOMEM, "out of memory for the pipeline");
@@ -349,9 +355,11 @@ static pm_status collect_error(pm_pipe *pp, pm_err *err) {
     for (int g = pp->lo; g < pp->hi; g++) {
         const pm_pipe_dev *dv = &pp->dev[g];
         if (dv->st == PM_ERR_NUMERIC) {
+            char hint[200];
             pm_errf(&pp->dead_err, PM_ERR_NUMERIC,
-                    "step %lld: the gradient norm is %g (not finite); no update was made; lower "
-                    "the learning rate (opt.lr)", (long long)pp->step + 1, dv->norm);
+                    "step %lld: the gradient norm is %g (not finite); no update was made; %s",
+                    (long long)pp->step + 1, dv->norm,
+                    pm_optim_diverged_hint(&pp->cfg.opt, "", hint, sizeof hint));
             return step_fail(pp, PM_ERR_NUMERIC, err);
         }
         if (dv->st) {
@@ -400,6 +408,8 @@ static void step_figures(pm_pipe *pp, double t_start, const pm_pipe_info *fc) {
 
 pm_status pm_pipe_step(pm_pipe *pp, const int32_t *inp, const int32_t *tgt, pm_pipe_info *info,
                        pm_err *err) {
+    if (!inp || !tgt)
+        return pm_errf(err, PM_ERR_ARG, "the step's %s are NULL", inp ? "targets" : "inputs");
     if (pp->dead) {
         if (err) *err = pp->dead_err;
         return pp->dead;
@@ -461,6 +471,9 @@ static pm_status run_forward(pm_pipe *pp, const int32_t *inp, const int32_t *tgt
 
 pm_status pm_pipe_eval(pm_pipe *pp, const int32_t *inp, const int32_t *tgt, int n,
                        float *losses, pm_err *err) {
+    if (!inp || !tgt || !losses || n < 0)
+        return pm_errf(err, PM_ERR_ARG, "pm_pipe_eval: inputs, targets and losses must be "
+                       "given, n >= 0 (got %d)", n);
     pm_status st = run_forward(pp, inp, tgt, n, pp->cfg.model.ctx, NULL, err);
     if (!st) memcpy(losses, pp->loss_mb, (size_t)n * sizeof *losses);
     return st;

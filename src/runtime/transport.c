@@ -369,7 +369,7 @@ pm_status pm_tp_threads_create(pm_tp_threads **out, int ndev, double timeout_s, 
     pm_tp_threads *w = pm_calloc(1, sizeof *w);
     if (!w) return pm_errf(err, PM_ERR_NOMEM, "out of memory creating the transport");
     w->ndev = ndev;
-    w->timeout_s = timeout_s > 0 ? timeout_s : 300;
+    w->timeout_s = timeout_s > 0 ? timeout_s : PM_COMM_TIMEOUT;
     w->box = pm_calloc((size_t)ndev, sizeof *w->box);
     w->ep = pm_calloc((size_t)ndev, sizeof *w->ep);
     if (!w->box || !w->ep) {

@@ -41,12 +41,21 @@ static pm_status no_mpi(pm_err *err) {
 }
 int pm_mpi_built(void) { return 0; }
 int pm_mpi_launched(void) { return getenv("OMPI_COMM_WORLD_SIZE") != NULL; }
+void pm_mpi_set_timeout(double seconds) { (void)seconds; }
 pm_status pm_mpi_init(int *rank, int *size, pm_err *err) {
     *rank = 0, *size = 1;
     return no_mpi(err);
 }
 void pm_mpi_finalize(void) {}
-int pm_mpi_agree(int ok) { return ok ? -1 : 0; }
+int pm_mpi_agree(int ok, pm_err *err) {
+    (void)err;
+    return ok ? -1 : 0;
+}
+pm_status pm_mpi_same_word(const char *mine, int *first, char theirs[PM_MPI_WORD], pm_err *err) {
+    (void)mine, (void)theirs;
+    *first = -1;
+    return no_mpi(err);
+}
 pm_status pm_mpi_bcast(void *buf, size_t bytes, pm_err *err) {
     (void)buf, (void)bytes;
     return no_mpi(err);
@@ -107,10 +116,21 @@ struct pm_tp_mpi {
     pm_err err;
 };
 
-static int g_inited;
+/* The process's MPI: initialised once (pm_mpi_init, idempotent); the
+ * agreements and broadcasts of pm_mpi_* go point to point through g_comm
+ * (a duplicate of the world), each wait bounded by g_timeout; g_silent is
+ * set when any wait of this process (there or in a transport) ran out, and
+ * then pm_mpi_finalize aborts the job instead of finalizing, which would
+ * wait for the silent rank for ever. */
+static int g_inited, g_silent, g_rank, g_size = 1;
+static MPI_Comm g_comm = MPI_COMM_NULL;
+static double g_timeout = PM_COMM_TIMEOUT;
+
+enum { TAG_GATHER = 1, TAG_BCAST = 2 };
 
 int pm_mpi_built(void) { return 1; }
 int pm_mpi_launched(void) { return getenv("OMPI_COMM_WORLD_SIZE") != NULL; }
+void pm_mpi_set_timeout(double seconds) { g_timeout = seconds > 0 ? seconds : PM_COMM_TIMEOUT; }
 
 static pm_status mpi_fail(pm_err *err, int rc, const char *what) {
     char s[MPI_MAX_ERROR_STRING];
@@ -121,37 +141,125 @@ static pm_status mpi_fail(pm_err *err, int rc, const char *what) {
 
 pm_status pm_mpi_init(int *rank, int *size, pm_err *err) {
     int have = 0, rc;
-    *rank = 0, *size = 1;
+    *rank = g_rank, *size = g_size;
+    if (g_inited) return PM_OK;
     if ((rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &have)) != MPI_SUCCESS)
         return pm_errf(err, PM_ERR_TRANSPORT, "MPI_Init failed (code %d); start pipemem with "
                        "mpirun, or without the MPI transport", rc);
     g_inited = 1;
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-    MPI_Comm_rank(MPI_COMM_WORLD, rank);
-    MPI_Comm_size(MPI_COMM_WORLD, size);
+    MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &g_size);
+    *rank = g_rank, *size = g_size;
+    if ((rc = MPI_Comm_dup(MPI_COMM_WORLD, &g_comm)) != MPI_SUCCESS)
+        return mpi_fail(err, rc, "MPI_Comm_dup");
+    MPI_Comm_set_errhandler(g_comm, MPI_ERRORS_RETURN);
     return PM_OK;
 }
 
 void pm_mpi_finalize(void) {
-    if (g_inited) MPI_Finalize();
+    if (!g_inited) return;
+    if (g_silent) MPI_Abort(MPI_COMM_WORLD, 1); /* ends every rank, the silent one too */
+    if (g_comm != MPI_COMM_NULL) MPI_Comm_free(&g_comm);
+    MPI_Finalize();
     g_inited = 0;
 }
 
-int pm_mpi_agree(int ok) {
-    int size = 1, rank = 0, lowest;
-    MPI_Comm_size(MPI_COMM_WORLD, &size);
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    int mine = ok ? size : rank;
-    if (MPI_Allreduce(&mine, &lowest, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD) != MPI_SUCCESS)
-        return ok ? 0 : rank;
-    return lowest == size ? -1 : lowest;
+static void nap(double t, long *ns);
+
+/* Polls r[0..n) until all complete or g_timeout passes: -1, or the index
+ * of the first that did not (an MPI error counts as not completing); the
+ * pending ones are then cancelled (or left to the abort the silence brings:
+ * MPI cannot cancel every send). */
+static int wait_bounded(MPI_Request *r, int n) {
+    double t0 = pm_now();
+    long ns = 0;
+    int late = -1;
+    for (int k = 0; k < n; k++) {
+        int flag = 0;
+        while (r[k] != MPI_REQUEST_NULL && !flag) {
+            if (MPI_Test(&r[k], &flag, MPI_STATUS_IGNORE) != MPI_SUCCESS ||
+                (!flag && pm_now() - t0 > g_timeout)) {
+                late = k;
+                break;
+            }
+            if (!flag) nap(pm_now() - t0, &ns);
+        }
+        if (late >= 0) break;
+    }
+    if (late < 0) return -1;
+    for (int k = late; k < n; k++)
+        if (r[k] != MPI_REQUEST_NULL) MPI_Cancel(&r[k]);
+    g_silent = 1;
+    return late;
+}
+
+static pm_status silent_rank(pm_err *err, int rank) {
+    return pm_errf(err, PM_ERR_TRANSPORT, "rank %d did not answer rank %d within %g s (it "
+                   "died, hangs, or runs another program); every rank ends", rank, g_rank,
+                   g_timeout);
+}
+
+/* The agreements' exchanges through rank 0, each wait bounded: with
+ * gather, every rank's len bytes at mine to rank 0's all (rank r's at r x
+ * len); else rank 0's len bytes at all to every rank's all. */
+static pm_status via_root(int gather, const void *mine, void *all, int len, pm_err *err) {
+    if (!g_inited) return pm_errf(err, PM_ERR_ARG, "the MPI agreements need pm_mpi_init first");
+    MPI_Request *r = pm_malloc((size_t)g_size * sizeof *r);
+    if (!r) return pm_errf(err, PM_ERR_NOMEM, "out of memory for %d requests", g_size);
+    int rc = MPI_SUCCESS, n = g_rank ? 1 : g_size - 1, tag = gather ? TAG_GATHER : TAG_BCAST;
+    for (int k = 0; k < g_size; k++) r[k] = MPI_REQUEST_NULL;
+    if (g_rank && gather) rc = MPI_Isend(mine, len, MPI_BYTE, 0, tag, g_comm, &r[0]);
+    else if (g_rank) rc = MPI_Irecv(all, len, MPI_BYTE, 0, tag, g_comm, &r[0]);
+    else if (gather) memcpy(all, mine, (size_t)len);
+    for (int g = 1; !g_rank && g < g_size && rc == MPI_SUCCESS; g++)
+        rc = gather ? MPI_Irecv((char *)all + (size_t)g * (size_t)len, len, MPI_BYTE, g, tag,
+                                g_comm, &r[g - 1])
+                    : MPI_Isend(all, len, MPI_BYTE, g, tag, g_comm, &r[g - 1]);
+    int late = rc == MPI_SUCCESS ? wait_bounded(r, n) : -1;
+    pm_free(r);
+    if (rc != MPI_SUCCESS)
+        return mpi_fail(err, rc, gather ? "a gather to rank 0" : "a broadcast from rank 0");
+    return late < 0 ? PM_OK : silent_rank(err, g_rank ? 0 : late + 1);
+}
+
+int pm_mpi_agree(int ok, pm_err *err) {
+    int32_t mine = ok ? -1 : g_rank, lowest = -1, *all = NULL;
+    if (!g_rank && !(all = pm_malloc((size_t)g_size * sizeof *all))) {
+        pm_errf(err, PM_ERR_NOMEM, "out of memory for %d ranks' answers", g_size);
+        return -2;
+    }
+    pm_status st = via_root(1, &mine, all, sizeof mine, err);
+    for (int g = 0; !st && !g_rank && g < g_size && lowest < 0; g++) lowest = all[g];
+    pm_free(all);
+    if (!st) st = via_root(0, NULL, &lowest, sizeof lowest, err);
+    return st ? -2 : lowest;
+}
+
+pm_status pm_mpi_same_word(const char *mine, int *first, char theirs[PM_MPI_WORD], pm_err *err) {
+    char word[PM_MPI_WORD] = {0}, *all = NULL;
+    struct { int32_t first; char word[PM_MPI_WORD]; } verdict = {-1, {0}};
+    snprintf(word, sizeof word, "%s", mine);
+    *first = -1;
+    if (!g_rank && !(all = pm_malloc((size_t)g_size * PM_MPI_WORD)))
+        return pm_errf(err, PM_ERR_NOMEM, "out of memory for %d ranks' words", g_size);
+    pm_status st = via_root(1, word, all, PM_MPI_WORD, err);
+    for (int g = 1; !st && !g_rank && g < g_size && verdict.first < 0; g++)
+        if (memcmp(all + (size_t)g * PM_MPI_WORD, word, PM_MPI_WORD))
+            verdict.first = g, memcpy(verdict.word, all + (size_t)g * PM_MPI_WORD, PM_MPI_WORD);
+    pm_free(all);
+    if (!st) st = via_root(0, NULL, &verdict, sizeof verdict, err);
+    if (st) return st;
+    *first = verdict.first;
+    memcpy(theirs, verdict.word, PM_MPI_WORD);
+    theirs[PM_MPI_WORD - 1] = 0;
+    return PM_OK;
 }
 
 pm_status pm_mpi_bcast(void *buf, size_t bytes, pm_err *err) {
     if (bytes > (size_t)INT32_MAX)
         return pm_errf(err, PM_ERR_ARG, "MPI broadcast of %zu bytes: too large", bytes);
-    int rc = MPI_Bcast(buf, (int)bytes, MPI_BYTE, 0, MPI_COMM_WORLD);
-    return rc == MPI_SUCCESS ? PM_OK : mpi_fail(err, rc, "MPI_Bcast");
+    return via_root(0, NULL, buf, (int)bytes, err);
 }
 
 static pm_tp_mpi *world_of(const pm_tp *tp) { return tp->impl; }
@@ -253,10 +361,12 @@ static pm_status free_send(pm_tp_mpi *w, int peer, int tag, send_buf **out) {
         }
         pm_status st = sticky(w);
         if (st) return st;
-        if (pm_now() - t0 > w->timeout_s)
+        if (pm_now() - t0 > w->timeout_s) {
+            g_silent = 1; /* pm_mpi_finalize then aborts */
             return fail(w, PM_ERR_TRANSPORT, "rank %d: %d messages to other ranks were not "
                         "received within %.0f s (sending tag %d to rank %d)", w->rank, w->nsend,
                         w->timeout_s, tag, peer);
+        }
         struct timespec ts = {0, 50000};
         nanosleep(&ts, NULL);
     }
@@ -380,6 +490,7 @@ static pm_status mp_wait(pm_tp *tp, pm_tp_req *r) {
         pm_status st = mp_test(tp, r, &done);
         if (st || done) return st;
         double t = pm_now() - t0;
+        if (t > w->timeout_s) g_silent = 1; /* pm_mpi_finalize then aborts */
         if (t > w->timeout_s && r->op == 3)
             return fail(w, PM_ERR_TRANSPORT, "rank %d waited %.0f s for rank %d to receive its "
                         "message with tag %d (that rank died or hangs)", w->rank, w->timeout_s,
@@ -408,9 +519,11 @@ pm_status pm_tp_mpi_barrier(pm_tp_mpi *w) {
         /* a rank that never arrives: the barrier stays pending (MPI cannot
          * cancel it), but every rank leaves with the error */
         if ((st = sticky(w))) return st;
-        if (pm_now() - t0 > w->timeout_s)
+        if (pm_now() - t0 > w->timeout_s) {
+            g_silent = 1;
             return fail(w, PM_ERR_TRANSPORT, "rank %d waited %.0f s at the step's start for "
                         "ranks that never came (one died or hangs)", w->rank, w->timeout_s);
+        }
         nap(pm_now() - t0, &ns);
     }
     return PM_OK;
@@ -445,7 +558,7 @@ pm_status pm_tp_mpi_create(pm_tp_mpi **out, int nsend, size_t send_bytes, int nr
     MPI_Comm_rank(MPI_COMM_WORLD, &w->rank);
     MPI_Comm_size(MPI_COMM_WORLD, &w->size);
     w->nsend = nsend > 0 ? nsend : 1, w->send_bytes = send_bytes;
-    w->timeout_s = timeout_s > 0 ? timeout_s : 300;
+    w->timeout_s = timeout_s > 0 ? timeout_s : PM_COMM_TIMEOUT;
     w->nslot = nreq > 0 ? nreq : 1;
     w->send = pm_calloc((size_t)w->nsend, sizeof *w->send);
     w->slot = pm_calloc((size_t)w->nslot, sizeof *w->slot);
@@ -510,12 +623,14 @@ int pm_tp_mpi_destroy(pm_tp_mpi *w) {
     /* after success every copy has a receiver: let them leave */
     double t0 = pm_now();
     long ns = 0;
-    for (int k = 0; k < w->nbuf; k++)
+    for (int k = 0; k < w->nbuf; k++) {
         while (!w->aborted && w->send[k].req != MPI_REQUEST_NULL && pm_now() - t0 < w->timeout_s) {
             reap_sends(w);
             poll_abort(w);
             nap(pm_now() - t0, &ns);
         }
+        if (!w->aborted && w->send[k].req != MPI_REQUEST_NULL) g_silent = 1; /* never taken */
+    }
     /* After an abort a peer may still be reading a send's buffer (large
      * messages go by rendezvous, read straight from it): a send that
      * neither completes nor cancels keeps its buffer, and so does the abort

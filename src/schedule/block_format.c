@@ -260,6 +260,7 @@ pm_status pm_block_parse(pm_block *b, const char *text, size_t len, pm_err *err)
     int *lines = NULL, *dup = NULL;
     pm_status st = PM_OK;
     size_t i = 0;
+    if (!text && len) return pm_errf(err, PM_ERR_ARG, "text is NULL (%zu bytes said)", len);
     if (!text) len = 0;
     while (i < len || (len == 0 && c.line == 0)) {
         size_t j = i;

@@ -229,6 +229,7 @@ double pm_sched_lower_bound(const pm_sched *s, const pm_cost *c) {
 enum { BOUND_BLOCK = 256 };
 
 double pm_sched_lower_bound_at(const pm_sched *s, const pm_cost *c, double cap) {
+    PM_ASSERT(s && c); /* pm_sched.h: neither may be NULL */
     dev_acc local[BOUND_BLOCK];
     int block = s->p;
     dev_acc *acc = s->p <= BOUND_BLOCK ? local : pm_malloc((size_t)s->p * sizeof *acc);

@@ -817,13 +817,15 @@ static pm_status authors_sequence(cons *c, choice *ch, int every_phase, pm_err *
 pm_status pm_sched_from_block(pm_sched *s, const pm_block *b, const pm_sched_req *req,
                               const char *kind, pm_err *err) {
     *s = (pm_sched){0};
+    if (!b || !req)
+        return pm_errf(err, PM_ERR_ARG, "the %s is NULL", b ? "request (req)" : "block");
     pm_block_info info;
     pm_mem mem = req->mem.f > 0 ? req->mem : PM_MEM_DEFAULT;
     pm_costs t = req->t.f > 0 ? req->t : PM_COSTS_DEFAULT;
     pm_sched_req q = *req;
     q.p = b->p, q.t = t;
     pm_status st = pm_sched_check_range(PM_TIER_FIXED, kind, b->p, req->m, b->v, err);
-    if (!st) st = pm_sched_check_costs(&q, err);
+    if (!st) st = pm_sched_check_req(&q, err);
     if (st) return st;
     st = pm_block_analyze(b, mem, &info, err);
     if (st) return st;

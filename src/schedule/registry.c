@@ -4,6 +4,7 @@
  * The order of the table is stable (the CLI, `compare` and docs/schedules.md
  * list kinds in it). Every check here produces one line that names the kind, the
  * offending value and what would fit, so the CLI can print it unchanged. */
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -155,6 +156,22 @@ pm_status pm_sched_check_costs(const pm_sched_req *req, pm_err *err) {
     return PM_OK;
 }
 
+pm_status pm_sched_check_req(const pm_sched_req *req, pm_err *err) {
+    if (!req) return pm_errf(err, PM_ERR_ARG, "req is NULL: give a request (p, m, costs)");
+    const pm_mem *m = &req->mem;
+    if (!isfinite(m->f) || !isfinite(m->b) || !isfinite(m->w) || !isfinite(m->r))
+        return pm_errf(err, PM_ERR_ARG, "mem=%g,%g,%g,%g: the memory deltas must be finite "
+                       "numbers", m->f, m->b, m->w, m->r);
+    /* !(x >= 0) is true of NaN too; a negative limit is no default */
+    if (!(req->mem_limit >= 0 && req->mem_limit < 1e300))
+        return pm_errf(err, PM_ERR_ARG, "mem_limit is %g: it must be a number from 0 (the "
+                       "kind's default, or none) up to 1e300 (x M)", req->mem_limit);
+    if (!(req->time_limit >= 0 && isfinite(req->time_limit)))
+        return pm_errf(err, PM_ERR_ARG, "time_limit is %g: it must be a finite number of "
+                       "seconds from 0 (the default 60) up", req->time_limit);
+    return pm_sched_check_costs(req, err);
+}
+
 static void list_kinds(char *buf, size_t n) {
     size_t at = 0;
     buf[0] = 0;
@@ -219,6 +236,7 @@ pm_status pm_sched_generate(pm_sched *s, const char *kind, const pm_sched_req *r
                             pm_err *err) {
     *s = (pm_sched){0};
     int rec;
+    if (!req) return pm_sched_check_req(req, err);
     const pm_sched_kind *k = pm_sched_kind_find_r(kind, &rec);
     if (!k) {
         char names[256];
@@ -243,7 +261,7 @@ pm_status pm_sched_generate(pm_sched *s, const char *kind, const pm_sched_req *r
                        k->name, req->p, req->m, (long long)req->m / req->p * req->p,
                        ((long long)req->m / req->p + 1) * req->p);
     if ((st = pm_sched_check_range(k->tier, k->name, req->p, req->m, v, err))) return st;
-    if ((st = pm_sched_check_costs(req, err))) return st;
+    if ((st = pm_sched_check_req(req, err))) return st;
     if (rec || req->recompute) return build_recompute(s, k, req, v, err);
     return k->build(s, req, err);
 }

@@ -117,6 +117,10 @@ pm_status pm_cost_init(pm_cost *c, int S, pm_err *err) {
 
 pm_status pm_cost_init_uniform(pm_cost *c, const pm_sched *s, pm_costs t, pm_mem mem,
                                pm_err *err) {
+    if (!s) {
+        *c = (pm_cost){0};
+        return pm_errf(err, PM_ERR_ARG, "the schedule (s) is NULL");
+    }
     pm_status st = pm_cost_init(c, s->S, err);
     if (st) return st;
     double k = 1.0 / s->v, keep = s->recompute ? pm_mem_keep(mem) * k : 0;

@@ -98,13 +98,14 @@ static pm_status pool_all(pm_cand_pool *pl, const pm_sched_req *req, double max_
 }
 
 static pm_status check_req(const pm_sched_req *req, const char *what, pm_err *err) {
+    if (!req) return pm_sched_check_req(req, err);
     if (req->p < 1 || req->m < 1)
         return pm_errf(err, PM_ERR_ARG, "%s needs p >= 1 and m >= 1 (got p=%d m=%d)", what, req->p,
                        req->m);
     if (!(req->mem.f > 0))
         return pm_errf(err, PM_ERR_ARG, "%s needs a positive forward memory delta", what);
     pm_status st = pm_sched_check_range(PM_TIER_SEARCH, what, req->p, req->m, 4, err);
-    return st ? st : pm_sched_check_costs(req, err);
+    return st ? st : pm_sched_check_req(req, err);
 }
 
 static double min_peak(const pm_cand_pool *pl) {
@@ -200,7 +201,7 @@ pm_status pm_sched_curve(const pm_sched_req *req, const double *limits, int n,
                          pm_search_point *pts, pm_err *err) {
     pm_status st = check_req(req, "curve", err);
     if (st) return st;
-    if (n < 1) return pm_errf(err, PM_ERR_ARG, "curve needs at least one limit");
+    if (n < 1 || !limits) return pm_errf(err, PM_ERR_ARG, "curve needs at least one limit");
     double top = 0;
     for (int k = 0; k < n; k++) {
         if (!(limits[k] > 0) || !isfinite(limits[k]))

@@ -46,6 +46,8 @@ void pm_sim_free(pm_sim *sim) {
 }
 
 pm_status pm_sim_init(pm_sim *sim, const pm_sched *s, pm_err *err) {
+    *sim = (pm_sim){0};
+    if (!s) return pm_errf(err, PM_ERR_ARG, "the schedule (s) is NULL");
     size_t n = (size_t)s->p * (size_t)s->cap, np = (size_t)s->p;
     size_t nk = (size_t)s->S * (size_t)s->m;
     *sim = (pm_sim){.p = s->p, .cap = s->cap, .S = s->S, .m = s->m};
@@ -72,6 +74,7 @@ pm_status pm_sim_init(pm_sim *sim, const pm_sched *s, pm_err *err) {
 /* Checks the ranges the simulator indexes with, so a malformed schedule is
  * an error, never an out-of-bounds access. */
 static pm_status check_ranges(const pm_sched *s, const pm_cost *c, pm_err *err) {
+    if (!c) return pm_errf(err, PM_ERR_ARG, "the costs (c) are NULL");
     if (c->S != s->S)
         return pm_errf(err, PM_ERR_ARG, "cost table has %d stages, schedule has %d", c->S, s->S);
     for (int d = 0; d < s->p; d++) {

@@ -50,6 +50,10 @@ static int better(double a, int i, double b, int j) {
 
 int pm_select_asha_promote(int eta, int entrants, int closed, int n, const double *loss,
                            const unsigned char *state, unsigned char *promote, int *order) {
+    if (eta < 1 || n < 0) { /* pm_select.h: nothing promoted */
+        for (int j = 0; j < n; j++) promote[j] = 0;
+        return -1;
+    }
     int quota = (entrants + eta - 1) / eta, done = 0, got = 0;
     int top = closed ? (n + eta - 1) / eta : n / eta;
     for (int j = 0; j < n; j++) {

@@ -216,7 +216,7 @@ static pm_status fill_shards(const layer_table *lt, pm_select_task *t, size_t K,
 
 pm_status pm_select_partition(pm_select_task *tasks, int n, size_t device_mem, int slots,
                               pm_select_layout *out, pm_err *err) {
-    if (n < 1) return pm_errf(err, PM_ERR_ARG, "no tasks to partition");
+    if (n < 1 || !tasks) return pm_errf(err, PM_ERR_ARG, "no tasks to partition");
     if (slots < 1 || slots > 2) return pm_errf(err, PM_ERR_ARG, "state slots must be 1 or 2");
     layer_table lt;
     size_t *k = NULL, nk = 0;

@@ -248,8 +248,10 @@ static int end_step(sel_run *r, sel_task *t, double *loss, double *val, int *sta
     *step_end = pm_now(); /* the rest is evaluation's (PM_PART_EVAL) */
     if (bad) return *state = PM_SELECT_FAILED, PM_SELECT_EV_FAILED;
     if (!isfinite(*loss) || !isfinite(norm)) {
+        char hint[200];
         snprintf(t->why, sizeof t->why, "step %lld: loss %g, gradient norm %g is not finite; "
-                 "lower its opt.lr", (long long)h->step + 1, *loss, norm);
+                 "%s", (long long)h->step + 1, *loss, norm,
+                 pm_optim_diverged_hint(&h->cfg.opt, "its ", hint, sizeof hint));
         *state = PM_SELECT_FAILED;
         return PM_SELECT_EV_FAILED;
     }
@@ -812,6 +814,9 @@ pm_status pm_select_run(pm_select_task *tasks, pm_trainer *hosts, int n,
                         const pm_select_layout *layout, const pm_select_opts *o,
                         pm_select_result *res, pm_select_stats *stats, pm_err *err) {
     *stats = (pm_select_stats){0};
+    if (!tasks || !hosts || !layout || !o || !res)
+        return pm_errf(err, PM_ERR_ARG, "pm_select_run: tasks, hosts, layout, o and res must be "
+                       "given (one is NULL)");
     if (n < 1 || o->devices < 1)
         return pm_errf(err, PM_ERR_ARG, "select needs tasks and devices (got %d, %d)", n,
                        o->devices);

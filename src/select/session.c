@@ -38,10 +38,15 @@ static pm_status asha_rungs(pm_select_session *s, pm_err *err) {
                            "task %s has opt.steps=%d and others %d; give every task the same "
                            "opt.steps", s->tasks[i].name, s->tasks[i].cfg.opt.steps, s->steps);
     o->nrung = pm_select_asha_rungs(s->steps, o->asha, s->set.asha_min, s->rungs, 64);
-    if (o->nrung < 2)
+    if (o->nrung < 2 && s->set.asha_min)
         return pm_errf(err, PM_ERR_ARG, "select: asha=%d: opt.steps=%d leaves no rung at or "
-                       "above asha_min=%d below it; lower asha_min or asha, or raise opt.steps",
-                       o->asha, s->steps, s->set.asha_min);
+                       "above asha_min=%d below it; lower asha_min or asha, or raise opt.steps "
+                       "to %lld", o->asha, s->steps, s->set.asha_min,
+                       (long long)o->asha * s->set.asha_min);
+    if (o->nrung < 2) /* rungs at steps / asha^k, the lowest at least 1 */
+        return pm_errf(err, PM_ERR_ARG, "select: asha=%d compares tasks at a rung below "
+                       "opt.steps (at opt.steps / %d), but opt.steps=%d leaves none; raise "
+                       "opt.steps to %d or more", o->asha, o->asha, s->steps, o->asha);
     return PM_OK;
 }
 

@@ -62,6 +62,9 @@ static pm_status parse_range(pm_sweep *sw, int k, const char *val, const char *d
     if (strchr(val, ','))
         return pm_errf(err, PM_ERR_ARG, "%s: '%s': a range lo..hi stands alone, not in a list",
                        flag, val);
+    if (dots[2] == '.' || strstr(dots + 2, "..")) /* 1e-4...1e-2 read as 1e-4 .. .1e-2 */
+        return pm_errf(err, PM_ERR_ARG, "%s: '%s' is not a range lo..hi: its ends are split by "
+                       "two dots, not more", flag, val);
     if (dots < lo || parse_value(k, lo, (size_t)(dots - lo), &a) ||
         parse_value(k, dots + 2, strlen(dots + 2), &b))
         return pm_errf(err, PM_ERR_ARG, "%s: '%s' is not a range lo..hi (or log:lo..hi) of %s",
@@ -314,6 +317,14 @@ static pm_status read_file(const char *file, pm_select_task *t, int *n, pm_err *
     size_t len = 0;
     pm_status st = pm_read_file(file, PM_TEXT_MAX, &text, &len, err);
     if (st) return st;
+    const char *nul = memchr(text, 0, len); /* it would end a value early, unseen */
+    if (nul) {
+        int at_line = 1;
+        for (const char *c = text; c < nul; c++) at_line += *c == '\n';
+        pm_free(text);
+        return pm_errf(err, PM_ERR_ARG, "%s:%d: a NUL byte (offset %zu): a tasks file is text, "
+                       "key=value pairs", file, at_line, (size_t)(nul - text));
+    }
     int line = 0, *at = pm_malloc(PM_SWEEP_MAX_TASKS * sizeof *at); /* each task's line */
     if (!at) st = pm_errf(err, PM_ERR_NOMEM, "select: out of memory");
     for (size_t i = 0; i < len && !st;) {

@@ -23,7 +23,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -223,35 +222,13 @@ pm_status pm_ckpt_check_path(const char *path, pm_err *err) {
     return pm_path_check_writable(path, err);
 }
 
-/* Creates this writer's temporary PATH.tmp.PID.N exclusively (never through
- * an existing name or a symlink), the naming pm_path_check_writable clears
- * when its process is gone. The descriptor (name in *tmp), or -1 and errno. */
-static int open_new_tmp(const char *path, char **tmp) {
-    static atomic_uint counter;
-    size_t cap = strlen(path) + 48;
-    if (!(*tmp = pm_malloc(cap))) {
-        errno = ENOMEM;
-        return -1;
-    }
-    for (int tries = 0; tries < 1000; tries++) {
-        snprintf(*tmp, cap, "%s.tmp.%ld.%u", path, (long)getpid(), atomic_fetch_add(&counter, 1));
-        int fd = open(*tmp, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
-        if (fd >= 0) return fd;
-        if (errno != EEXIST) break;
-    }
-    int e = errno;
-    pm_free(*tmp), *tmp = NULL;
-    errno = e;
-    return -1;
-}
-
 pm_status pm_ckpt_create(const char *path, const pm_ckpt_meta *meta, char **tmp, pm_err *err) {
     *tmp = NULL;
     uint64_t n, end, size;
     pm_status st = meta_layout(path, meta, &n, &end, &size, err);
     if (st || (st = pm_ckpt_check_path(path, err))) return st;
     char *name;
-    int fd = open_new_tmp(path, &name);
+    int fd = pm_tmp_open(path, 1, &name); /* the parts writers pwrite into it */
     if (fd < 0)
         return pm_errf(err, errno == ENOMEM ? PM_ERR_NOMEM : PM_ERR_IO, "%s: cannot write: %s",
                        path, strerror(errno));
@@ -483,8 +460,18 @@ static pm_status verify_v4(const char *path, int fd, const uint8_t *h, pm_ckpt_i
  * size (from version 3 on, with the tokenizer length after the slabs). */
 static pm_status check_header(const char *path, int fd, pm_ckpt_info *info, pm_err *err) {
     uint64_t n = info->n_params, end = 0, expect = 0;
-    int ok = pm_gpt_config_check(&info->cfg.model, NULL) == PM_OK &&
-             n == pm_gpt_num_params(&info->cfg.model) && n <= MAX_PARAMS;
+    const pm_gpt_config *c = &info->cfg.model;
+    pm_err why;
+    /* the model first: a shape that is no model, or not the parameters said */
+    if (pm_gpt_config_check(c, &why))
+        return pm_errf(err, PM_ERR_FORMAT, "%s: the header's model is no model (%s); the file "
+                       "is inconsistent", path, why.msg);
+    if (n != pm_gpt_num_params(c))
+        return pm_errf(err, PM_ERR_FORMAT, "%s: the header's model (%d layers, dim %d, %d "
+                       "heads, ctx %d, vocab %d) has %zu parameters, but the header says %llu "
+                       "(offset 112); the file is inconsistent", path, c->layers, c->dim,
+                       c->heads, c->ctx, c->vocab, pm_gpt_num_params(c), (unsigned long long)n);
+    int ok = n <= MAX_PARAMS;
     if (ok) expect = end = slab_at(n, PM_CKPT_SLABS, 0);
     if (ok && info->version >= 3) {
         uint8_t len[8];

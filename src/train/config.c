@@ -165,6 +165,7 @@ pm_status pm_train_cfg_make(pm_train_cfg *c, const pm_train_settings *s, pm_err 
 }
 
 pm_status pm_train_cfg_check(const pm_train_cfg *c, pm_err *err) {
+    if (!c) return pm_errf(err, PM_ERR_ARG, "cfg is NULL: give a training configuration");
     pm_status st = pm_gpt_config_check(&c->model, err);
     if (st) return st;
     /* the model's fields are its check's; the seed takes any 64 bits here */

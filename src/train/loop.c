@@ -14,6 +14,7 @@
 pm_status pm_train_state_init(pm_train_state *st, const pm_train_cfg *cfg,
                               const pm_tokens *train, pm_err *err) {
     *st = (pm_train_state){0};
+    if (!cfg) return pm_errf(err, PM_ERR_ARG, "cfg is NULL: give a training configuration");
     pm_status s = pm_train_cfg_check(cfg, err);
     if (s) return s;
     if ((s = pm_loader_init(&st->train, train, cfg->model.ctx, cfg->seed, "train.bin", err)))
@@ -74,11 +75,12 @@ static pm_status eval_save(pm_train_state *st, const pm_train_driver *drv, const
                            pm_loop_event *ev, pm_err *err) {
     pm_status s = pm_train_eval(st, drv, o->val, o->eval_batches, &ev->val_loss, err);
     if (s) return s;
+    char hint[200];
     if (!isfinite(ev->val_loss))
         return pm_errf(err, PM_ERR_NUMERIC, "step %lld: the validation loss is %g: the "
-                       "parameters are no longer finite%s; lower the learning rate (opt.lr)",
-                       (long long)st->step, ev->val_loss,
-                       o->save ? ", so the checkpoint was not saved" : "");
+                       "parameters are no longer finite%s; %s", (long long)st->step,
+                       ev->val_loss, o->save ? ", so the checkpoint was not saved" : "",
+                       pm_optim_diverged_hint(&st->cfg.opt, "", hint, sizeof hint));
     if (o->save) {
         if ((s = drv->save(drv->ctx, o->save, st, err))) return s;
         ev->saved = o->save;

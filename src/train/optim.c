@@ -168,6 +168,18 @@ float pm_optim_clip_scale(double norm, float clip) {
     return (float)((double)clip / (norm + 1e-6));
 }
 
+const char *pm_optim_diverged_hint(const pm_optim_cfg *o, const char *whose, char *buf,
+                                   size_t cap) {
+    /* lr x decay >= 1 flips the decayed weights each step; with a decay up to
+     * 1 that takes lr >= 1, which is the one to lower */
+    if ((double)o->lr * o->weight_decay >= 1 && o->weight_decay > 1)
+        snprintf(buf, cap, "%sopt.weight_decay %g x opt.lr %g >= 1 flips the weights; lower "
+                 "it below %g", whose, (double)o->weight_decay, (double)o->lr,
+                 1 / (double)o->lr);
+    else snprintf(buf, cap, "lower %sopt.lr", whose);
+    return buf;
+}
+
 typedef struct {
     float *p, *m, *v;
     const float *g;

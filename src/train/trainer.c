@@ -138,6 +138,8 @@ void pm_trainer_free(pm_trainer *t) {
 
 pm_status pm_trainer_step_batch(pm_trainer *t, const int32_t *inp, const int32_t *tgt,
                                 pm_step_info *info, pm_err *err) {
+    if (!inp || !tgt)
+        return pm_errf(err, PM_ERR_ARG, "the step's %s are NULL", inp ? "targets" : "inputs");
     const pm_train_cfg *c = &t->cfg;
     int mb = micro_size(c), T = c->model.ctx, K = c->micro;
     size_t mtok = (size_t)mb * (size_t)T;
@@ -149,10 +151,11 @@ pm_status pm_trainer_step_batch(pm_trainer *t, const int32_t *inp, const int32_t
                                         1.0f / (float)K, t->work);
     loss /= K;
     double norm = pm_optim_norm(&c->model, t->grads);
+    char hint[200];
     if (!isfinite(loss) || !isfinite(norm))
-        return pm_errf(err, PM_ERR_NUMERIC,
-                       "step %lld: loss %g, gradient norm %g is not finite; lower opt.lr",
-                       (long long)t->step + 1, loss, norm);
+        return pm_errf(err, PM_ERR_NUMERIC, "step %lld: loss %g, gradient norm %g is not "
+                       "finite; %s", (long long)t->step + 1, loss, norm,
+                       pm_optim_diverged_hint(&c->opt, "", hint, sizeof hint));
     double lr = pm_optim_lr_at(&c->opt, t->step);
     pm_optim_step_layers(c, 0, pm_gpt_num_layers(&c->model), t->step,
                          pm_optim_clip_scale(norm, c->opt.grad_clip), t->params, t->grads, t->m, t->v);

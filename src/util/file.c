@@ -27,6 +27,7 @@ static pm_status not_a_dir(const char *path, pm_err *err) {
 
 pm_status pm_file_open_read(const char *path, int regular_only, FILE **out, pm_err *err) {
     *out = NULL;
+    if (!path) return pm_errf(err, PM_ERR_ARG, "an input path is NULL; give a file");
     int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0) return pm_errf(err, PM_ERR_IO, "%s: %s", path, strerror(errno));
     struct stat sb;
@@ -49,7 +50,7 @@ pm_status pm_file_open_read(const char *path, int regular_only, FILE **out, pm_e
 
 pm_status pm_read_file(const char *path, size_t max, char **out, size_t *len, pm_err *err) {
     *out = NULL;
-    *len = 0;
+    *len = 0; /* a NULL path: pm_file_open_read says so */
     FILE *f;
     pm_status ost = pm_file_open_read(path, 0, &f, err);
     if (ost) return ost;
@@ -93,34 +94,73 @@ pm_status pm_read_file(const char *path, size_t max, char **out, size_t *len, pm
     return PM_OK;
 }
 
-/* The temporary of one writer: PATH.tmp.PID.N, created exclusively (never
- * through an existing name or a symlink), so two writers of one path never
- * share it and a planted link cannot redirect the write. Returns the open
- * descriptor (name in *tmp, caller frees), or -1 with errno set. */
-static int open_tmp(const char *path, char **tmp) {
-    size_t n = strlen(path) + 48;
+/* Temporaries are named PATH.tmp.PID.N.TAG: PID the writer's process, N a
+ * counter, TAG 16 hex digits of an FNV-1a hash of a fixed key, the base
+ * name, PID and N. A name no user picks by chance, so the cleanup below can
+ * prove a file is a temporary of ours before it removes it: a user's
+ * PATH.tmp or PATH.tmp.999.notes is never touched. */
+static int tmp_name(char *out, size_t cap, const char *dir_part, size_t dl, const char *base,
+                    long pid, unsigned long n) {
+    char id[64];
+    int il = snprintf(id, sizeof id, ".tmp.%ld.%lu", pid, n);
+    uint64_t h = pm_fnv1a64(PM_FNV_OFFSET, "pipemem temporary", 17);
+    h = pm_fnv1a64(h, base, strlen(base));
+    h = pm_fnv1a64(h, id, (size_t)il);
+    int len = snprintf(out, cap, "%.*s%s%s.%016llx", (int)dl, dir_part, base, id,
+                       (unsigned long long)h);
+    return len < 0 || (size_t)len >= cap ? -1 : 0;
+}
+
+int pm_tmp_open(const char *path, int rdwr, char **tmp) {
+    *tmp = NULL;
+    if (!path || !*path) {
+        errno = EINVAL;
+        return -1;
+    }
+    const char *slash = strrchr(path, '/');
+    size_t dl = slash ? (size_t)(slash - path) + 1 : 0;
+    size_t n = strlen(path) + 64;
     *tmp = pm_malloc(n);
     if (!*tmp) {
         errno = ENOMEM;
         return -1;
     }
     static atomic_uint counter;
+    int flags = (rdwr ? O_RDWR : O_WRONLY) | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC;
     for (int tries = 0; tries < 1000; tries++) {
-        snprintf(*tmp, n, "%s.tmp.%ld.%u", path, (long)getpid(), atomic_fetch_add(&counter, 1));
-        int fd = open(*tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
-        if (fd >= 0 || errno != EEXIST) {
-            if (fd < 0) pm_free(*tmp), *tmp = NULL;
-            return fd;
-        }
+        unsigned k = atomic_fetch_add(&counter, 1);
+        if (tmp_name(*tmp, n, path, dl, path + dl, (long)getpid(), k)) break;
+        int fd = open(*tmp, flags, 0666);
+        if (fd >= 0) return fd;
+        if (errno != EEXIST) break;
     }
+    int e = errno == EEXIST || errno == 0 ? EEXIST : errno;
     pm_free(*tmp), *tmp = NULL;
-    errno = EEXIST;
+    errno = e;
     return -1;
 }
 
-/* Removes what killed writers of path left: PATH.tmp (the old naming) and
- * PATH.tmp.PID.N whose process no longer exists. Links are removed, never
- * followed. */
+/* 1 if nm (a name in path's directory) is a temporary pm_tmp_open made
+ * for base whose process is gone: its name must be exactly the one
+ * tmp_name gives for its PID and N. */
+static int stale_tmp(const char *nm, const char *base, size_t bl) {
+    if (strncmp(nm, base, bl) || strncmp(nm + bl, ".tmp.", 5)) return 0;
+    const char *p = nm + bl + 5;
+    if (*p < '1' || *p > '9') return 0;
+    char *end;
+    errno = 0;
+    long pid = strtol(p, &end, 10);
+    if (errno || pid > INT_MAX || *end != '.' || end[1] < '0' || end[1] > '9') return 0;
+    unsigned long k = strtoul(end + 1, &end, 10);
+    char want[NAME_MAX + 64];
+    if (errno || *end != '.' || tmp_name(want, sizeof want, "", 0, base, pid, k) ||
+        strcmp(want, nm))
+        return 0;
+    return pid != (long)getpid() && kill((pid_t)pid, 0) != 0 && errno == ESRCH;
+}
+
+/* Removes the temporaries killed writers of path left (stale_tmp); links
+ * are removed, never followed. */
 static void clear_stale(const char *path) {
     const char *slash = strrchr(path, '/');
     const char *base = slash ? slash + 1 : path;
@@ -133,15 +173,9 @@ static void clear_stale(const char *path) {
     DIR *d = opendir(dir);
     if (!d) return;
     for (struct dirent *e; (e = readdir(d));) {
-        const char *nm = e->d_name;
-        if (strncmp(nm, base, bl) || strncmp(nm + bl, ".tmp", 4)) continue;
-        const char *rest = nm + bl + 4;
-        long pid = 0;
-        if (*rest && sscanf(rest, ".%ld.", &pid) != 1) continue;
-        if (*rest && (pid == (long)getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH))
-            continue; /* a live writer's (or ours) */
+        if (!stale_tmp(e->d_name, base, bl)) continue;
         char full[4096 + 256];
-        snprintf(full, sizeof full, "%s/%s", dir, nm);
+        snprintf(full, sizeof full, "%s/%s", dir, e->d_name);
         unlink(full);
     }
     closedir(d);
@@ -170,7 +204,7 @@ pm_status pm_wfile_open(pm_wfile *w, const char *path, pm_err *err) {
     if (!w->path) return pm_errf(err, PM_ERR_NOMEM, "%s: out of memory", path);
     memcpy(w->path, path, n + 1);
     clear_stale(path);
-    int fd = open_tmp(path, &w->tmp);
+    int fd = pm_tmp_open(path, 0, &w->tmp);
     if (fd < 0 || !(w->f = fdopen(fd, "wb"))) {
         pm_status st = pm_errf(err, errno == ENOMEM ? PM_ERR_NOMEM : PM_ERR_IO,
                                "%s: cannot write: %s", path, strerror(errno));
@@ -260,7 +294,7 @@ pm_status pm_path_check_writable(const char *path, pm_err *err) {
     }
     clear_stale(path);
     char *tmp = NULL;
-    int fd = open_tmp(path, &tmp); /* a probe, created and removed */
+    int fd = pm_tmp_open(path, 0, &tmp); /* a probe, created and removed */
     if (fd < 0)
         return pm_errf(err, errno == ENOMEM ? PM_ERR_NOMEM : PM_ERR_IO,
                        "%s: cannot be written (%s); check the directory exists and is "

@@ -83,6 +83,10 @@ uint64_t pm_fnv1a64(uint64_t h, const void *p, size_t n) {
 }
 
 void pm_json_str(FILE *f, const char *s) {
+    if (!s) { /* no string: JSON's null */
+        fputs("null", f);
+        return;
+    }
     fputc('"', f);
     for (; *s; s++) {
         unsigned char c = (unsigned char)*s;
