@@ -276,6 +276,10 @@ struct pm_plan_model {
      * (pipemem's GPT: how many parts its head is cut into) and its table.
      * NULL: the table is fixed. */
     pm_status (*shape)(pm_plan_model *m, struct pm_plan *pl, pm_err *err);
+    /* Before any schedule is made: PM_ERR_ARG, naming the fix, when the
+     * model's layers, however its shape hook may cut them, cannot fill S
+     * stages (one layer each at least). NULL: the table's n must. */
+    pm_status (*room)(const pm_plan_model *m, int64_t S, pm_err *err);
     /* After each simulation (pl->first and pl->sim set): every device's
      * activation, workspace and transport bytes and act_peak, as its runtime
      * allocates them (pipemem's GPT: the arena's slab, planned from a dry
@@ -389,8 +393,10 @@ typedef struct pm_plan {
  * placement of the request's rule puts a device over device_mem, the
  * fastest placement that fits replaces it (the time rule under a cap;
  * pl->placed says which). Fails with one line when the request is
- * inconsistent (naming the parameter), when no schedule meets mem_limit,
- * or when even the placement of least memory leaves the busiest device
+ * inconsistent (naming the parameter), when the fewest stages its
+ * schedule can have outnumber the model's layers (checked before any
+ * schedule is made), when no schedule meets mem_limit, or when even the
+ * placement of least memory leaves the busiest device
  * over device_mem (PM_ERR_MEMLIMIT, naming the device and its bytes by
  * kind; with rq->mark_over the plan is kept and marked instead). A search
  * ("auto", "auto-v") assumes equal stages and knows nothing of the state,

@@ -342,21 +342,26 @@ pm_status pm_place_table(const pm_gpt_config *cfg, int B, int T, const pm_layer_
 
 /* ---- the cut of any layer table ------------------------------------------- */
 
+pm_status pm_place_fill(int n, int64_t S, pm_err *err) {
+    if (n >= S) return PM_OK;
+    return pm_errf(err, PM_ERR_ARG, "placement: %d layers cannot fill %lld stages (each needs "
+                   "at least one): use more layers, fewer devices or fewer chunks", n,
+                   (long long)S);
+}
+
 pm_status pm_place_cut(const pm_place_layer *l, int n, const pm_sched *s,
                        const pm_place_opts *o, int *first, double *least, pm_err *err) {
     int S = s->S;
     const pm_place_opts none = {.rule = PM_PLACE_TIME};
     if (!o) o = &none;
-    if (n < S)
-        return pm_errf(err, PM_ERR_ARG, "placement: %d layers cannot fill %d stages (each "
-                       "needs at least one): use more layers, fewer devices or fewer chunks",
-                       n, S);
+    pm_status st = pm_place_fill(n, S, err);
+    if (st) return st;
     if ((int)o->rule < 0 || o->rule >= PM_PLACE_RULES || !(o->cap >= 0 && o->cap < 1e18))
         return pm_errf(err, PM_ERR_ARG, "placement: rule %d, cap %g bytes: the rule is "
                        "PM_PLACE_TIME or PM_PLACE_MEMORY, the cap 0 (none) up to 1e18",
                        (int)o->rule, o->cap);
     place_search q;
-    pm_status st = search_init(&q, l, n, s, err);
+    st = search_init(&q, l, n, s, err);
     q.best = first, q.rule = o->rule, q.cap = o->cap;
     int found = st ? 0 : search_run(&q);
     if (!st && !found) { /* the least any cut needs: the memory rule's best, no cap */
