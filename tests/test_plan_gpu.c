@@ -270,6 +270,7 @@ static void test_refused_before_any_schedule(void **state) {
                           .mem_limit = 1};
         int64_t b0 = pm_alloc_bytes();
         assert_int_equal(pm_plan_make(&pl, &c, &rq, &err), PM_ERR_ARG);
+        assert_true(pl.p == 0 && pl.dev == NULL); /* zeroed, as on every error */
         if (!strstr(err.msg, k[i].want) || !strstr(err.msg, "head in 1 part"))
             fail_msg("%s: '%s'", k[i].kind, err.msg);
         if (bytes_since(b0) > 64 << 10)
@@ -291,6 +292,7 @@ static void test_refused_before_any_schedule(void **state) {
             fail_msg("%s: '%s'", k[i].kind, err.msg);
         rq.p = fill + 1, rq.m = m_ok;
         assert_int_equal(pm_cluster_plan_make(&row, &m, &rq, &err), PM_ERR_ARG);
+        assert_non_null(strstr(err.msg, "32 layers cannot fill"));
         if (!strcmp(k[i].kind, "auto")) continue; /* it may pick V, needing 2p layers */
         rq.p = fill;
         if (pm_cluster_plan_make(&row, &m, &rq, &err)) fail_msg("%s: %s", k[i].kind, err.msg);

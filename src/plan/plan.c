@@ -475,13 +475,12 @@ static pm_status check_req(const pm_plan_model *m, const pm_plan_req *rq, int dp
 
 pm_status pm_plan_build(pm_plan *pl, pm_plan_model *m, const pm_plan_req *rq, pm_err *err) {
     *pl = (pm_plan){0};
-    int dp = rq->dp > 1 ? rq->dp : 1;
+    int dp = rq->dp > 1 ? rq->dp : 1, p = rq->sched ? rq->sched->p : rq->p;
     pm_status st = check_req(m, rq, dp, err);
-    if (st) return st;
-    pl->p = rq->sched ? rq->sched->p : rq->p, pl->dp = dp, pl->nd = dp * pl->p;
+    if (st || (st = check_room(m, rq, p, err))) return st;
+    pl->p = p, pl->dp = dp, pl->nd = dp * p;
     pl->m = rq->m, pl->zero = rq->zero, pl->transport = rq->transport;
     pl->forward_only = rq->forward_only;
-    if ((st = check_room(m, rq, pl->p, err))) return st;
     if (!(pl->dev = pm_calloc((size_t)pl->nd, sizeof *pl->dev))) st = nomem(err, "the devices");
     else if (!rq->sched && searched(rq->kind)) st = plan_searched(pl, m, rq, err);
     else if (!(st = make_sched(pl, m, rq, rq->mem_limit, err)) &&
