@@ -637,8 +637,8 @@ static void test_messages_name_the_cause(void **state) {
          "0.65) makes one microbatch's F, B and W through a device take"},
         /* "4 layers" without the embedding and the head */
         {PLAN "--layers 2 --pp 16 --kind v-half --device-tflops 300%.0s", "--layers is 2: with "
-         "the embedding and the head 4 layers, fewer than the 32 stages of v-half on --pp 16; "
-         "give --layers of 30 or more, --pp 2 or less"},
+         "the embedding and the head 4 layers, fewer than the 32 stages the schedule needs (a "
+         "layer each); give --layers of 30 or more"},
         /* named an --asha-min 0 never given */
         {SELECT "%s/d --lr 1e-3,2e-3 --asha 2 --steps 1 --dry-run", "--asha 2 compares tasks at "
          "a rung below --steps (at --steps / 2), but --steps 1 leaves none; raise --steps to 2"},

@@ -320,6 +320,69 @@ static void test_cut_capped_and_memory(void **state) {
     assert_true(excluded > 0 && none > 0);
 }
 
+/* ---- many layers --------------------------------------------------------------- */
+
+/* 65538 equal layers (time 1, state 3 bytes, activation 1 byte) cut into
+ * the 16 stages of 1F1B on 16 devices, where stage k holds 16 - k
+ * microbatches: the least busiest time is ceil(65538 / 16) = 4097; the
+ * least largest memory M, stage k costing x (3 + 16 - k) for x layers, is
+ * the least M at which the stages can take every layer, sum over k of
+ * floor(M / (19 - k)) >= 65538 (counted here). The cut's seeds are dynamic
+ * programs over (stage, last layer); trying every first layer of the last
+ * stage, as they once did, is S n^2 / 2 = 34 billion stage figures a seed
+ * and ran for minutes: the work must stay within 128 S n figures (a seed's
+ * S n cells, a few bisections of log2 n each, and the depth-first search's
+ * few million partial cuts); beyond 2^26 (stage, layer) cells it refuses. */
+static void test_cut_many_layers(void **state) {
+    (void)state;
+    enum { N = 65538, P = 16 };
+    pm_place_layer *l = calloc(N, sizeof *l);
+    assert_non_null(l);
+    for (int i = 0; i < N; i++)
+        l[i] = (pm_place_layer){.weight = 1, .tf = 0.25, .tb = 0.5, .tw = 0.25, .act = 1,
+                                .act_w = 0.5, .in = 1, .params = 1, .state = 3};
+    pm_sched s;
+    pm_err err;
+    pm_sched_req req = {.p = P, .m = 64, .t = PM_COSTS_DEFAULT, .mem = PM_MEM_DEFAULT};
+    assert_int_equal(pm_sched_generate(&s, "1f1b", &req, &err), PM_OK);
+    double least_m = 0;
+    for (long long got = 0; got < N; ) {
+        least_m++, got = 0;
+        for (int k = 0; k < P; k++) got += (long long)(least_m / (3 + P - k));
+    }
+    int first[P + 1];
+    double t[P], m[P], least;
+    for (int r = 0; r < PM_PLACE_RULES; r++) {
+        pm_place_opts o = {.rule = (pm_place_rule)r};
+        int64_t evals = pm_place_evals();
+        assert_int_equal(pm_place_cut(l, N, &s, &o, first, &least, &err), PM_OK);
+        evals = pm_place_evals() - evals;
+        if (evals > 128LL * P * N)
+            fail_msg("the %s rule's cut evaluated %lld stage figures, over 128 S n = %lld",
+                     pm_place_rule_names[r], (long long)evals, 128LL * P * N);
+        assert_int_equal(pm_place_cut_shares(l, N, &s, first, t, m, &err), PM_OK);
+        double mt = 0, mm = 0;
+        for (int d = 0; d < P; d++) mt = fmax(mt, t[d]), mm = fmax(mm, m[d]);
+        assert_true(mm == least);
+        if (r == PM_PLACE_TIME) assert_true(mt == (N + P - 1) / P);
+        else assert_true(mm == least_m);
+    }
+    pm_sched_free(&s);
+    /* 1025 stages of these layers are over the cut's 2^26 cells: one line,
+     * before any figure */
+    req.p = 1025, req.m = 1;
+    assert_int_equal(pm_sched_generate(&s, "1f1b", &req, &err), PM_OK);
+    int *many = malloc(1026 * sizeof *many);
+    assert_non_null(many);
+    int64_t evals = pm_place_evals();
+    assert_int_equal(pm_place_cut(l, N, &s, NULL, many, NULL, &err), PM_ERR_ARG);
+    assert_true(pm_place_evals() == evals);
+    assert_non_null(strstr(err.msg, "65538 layers into 1025 stages is beyond the cut"));
+    free(many);
+    pm_sched_free(&s);
+    free(l);
+}
+
 /* ---- the planner under device_mem ---------------------------------------------- */
 
 /* The largest device memory and busiest time (FLOPs) of a plan's cut, as the rule counts them. */
@@ -388,6 +451,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_placement),
         cmocka_unit_test(test_cut_capped_and_memory),
+        cmocka_unit_test(test_cut_many_layers),
         cmocka_unit_test(test_plan_fits_device_mem),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

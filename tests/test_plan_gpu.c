@@ -237,6 +237,116 @@ static void test_search_fits_first(void **state) {
     }
 }
 
+/* ---- pipelines longer than the model ---------------------------------------------- */
+
+/* Bytes a call allocates (pm_alloc_bytes); a schedule of p devices
+ * allocates at least a pass count a device, 8p bytes: 800 KB at p = 100000. */
+static int64_t bytes_since(int64_t b0) { return pm_alloc_bytes() - b0; }
+
+/* Every stage needs a layer, and that is checked before any schedule is
+ * made: 100000 devices on 4 layers were refused after the schedule's
+ * generation and placement tables (a minute). The largest pipeline each
+ * kind can fill is accepted: the GPU model's 30 blocks are 32 layers (the
+ * embedding and the head besides), so 32 devices of one stage, 16 of V's
+ * two, 10 of three interleaved chunks. */
+static void test_refused_before_any_schedule(void **state) {
+    (void)state;
+    pm_train_cfg c = {.model = {.vocab = 64, .ctx = 8, .dim = 16, .heads = 2, .layers = 2},
+                      .batch = 8, .micro = 4, .seed = 1};
+    pm_optim_defaults(&c.opt, 2);
+    const struct {
+        const char *kind;
+        int chunks, stages; /* a device's */
+        const char *want;
+    } k[] = {{"1f1b", 0, 1, "the schedule has 100000 stages"},
+             {"zb-h1-r", 0, 1, "the schedule has 100000 stages"},
+             {"v-half", 0, 2, "the schedule has 200000 stages"},
+             {"auto", 0, 1, "the schedule has 100000 stages"},
+             {"interleaved", 3, 3, "the schedule has 300000 stages"}};
+    pm_plan pl;
+    pm_err err;
+    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
+        pm_plan_req rq = {.p = 100000, .kind = k[i].kind, .chunks = k[i].chunks,
+                          .mem_limit = 1};
+        int64_t b0 = pm_alloc_bytes();
+        assert_int_equal(pm_plan_make(&pl, &c, &rq, &err), PM_ERR_ARG);
+        assert_true(pl.p == 0 && pl.dev == NULL); /* zeroed, as on every error */
+        if (!strstr(err.msg, k[i].want) || !strstr(err.msg, "head in 1 part"))
+            fail_msg("%s: '%s'", k[i].kind, err.msg);
+        if (bytes_since(b0) > 64 << 10)
+            fail_msg("%s: %lld bytes allocated before the refusal", k[i].kind,
+                     (long long)bytes_since(b0));
+    }
+    pm_plan_model m;
+    pm_gpt_shape g = {.layers = 30, .hidden = 512, .heads = 8, .seq = 64, .vocab = 512};
+    assert_int_equal(pm_plan_model_gpu(&m, &g, 1, NULL, &err), PM_OK);
+    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
+        pm_cluster_plan row;
+        int fill = 32 / k[i].stages, m_ok = fill * 2;
+        pm_plan_req rq = {.p = 100000, .m = 1, .kind = k[i].kind, .chunks = k[i].chunks,
+                          .mem_limit = 1e6};
+        int64_t b0 = pm_alloc_bytes();
+        assert_int_equal(pm_cluster_plan_make(&row, &m, &rq, &err), PM_ERR_ARG);
+        assert_true(bytes_since(b0) <= 64 << 10);
+        if (!strstr(err.msg, "32 layers cannot fill"))
+            fail_msg("%s: '%s'", k[i].kind, err.msg);
+        rq.p = fill + 1, rq.m = m_ok;
+        assert_int_equal(pm_cluster_plan_make(&row, &m, &rq, &err), PM_ERR_ARG);
+        assert_non_null(strstr(err.msg, "32 layers cannot fill"));
+        if (!strcmp(k[i].kind, "auto")) continue; /* it may pick V, needing 2p layers */
+        rq.p = fill;
+        if (pm_cluster_plan_make(&row, &m, &rq, &err)) fail_msg("%s: %s", k[i].kind, err.msg);
+        assert_int_equal(row.S, fill * k[i].stages);
+        pm_cluster_plan_free(&row);
+    }
+    pm_plan_model_free(&m);
+}
+
+/* The search's progress callback: each call one more plan, to the total. */
+typedef struct {
+    int calls, last, total, wrong;
+} progress_seen;
+
+static void seen(void *ctx, int done, int total) {
+    progress_seen *p = ctx;
+    p->calls++;
+    p->wrong += done != p->last + 1 || (p->total && total != p->total) || done > total;
+    p->last = done, p->total = total;
+}
+
+/* The paper's 9.6B model (32 layers) on 4096 devices, 2 sequences a device
+ * and step, one kind: only pp <= 32 can give each stage a layer. Shapes by
+ * hand: pp a power of two dividing 4096, mbs a power of two up to 64 with
+ * mbs dp dividing 8192, i.e. mbs <= 2 pp: pp 1..32 make 2 + 3 + 4 + 5 + 6 +
+ * 7 = 27 plans, pp 64..4096 seven shapes each, 49 refused, 76 tried; the
+ * skipped count adds the 5 + 4 + 3 + 2 + 1 shapes of pp 1..16 whose mbs
+ * does not divide 2 pp (64 in all). It made the schedule of every shape
+ * first (at every kind and N = 4096, no answer in 300 s); 1F1B's of 1024
+ * devices and 2048 microbatches alone is 4 million passes of 12 bytes, 50
+ * MB: the search must stay under 32 MB. */
+static void test_search_many_devices(void **state) {
+    (void)state;
+    pm_gpt_shape g = {.layers = 30, .hidden = 5120, .heads = 40, .seq = 1024, .vocab = 51200};
+    pm_cluster hw = {.devices = 4096, .mem = 80.0 * (1 << 30), .tflops = 312};
+    progress_seen pg = {0};
+    pm_cluster_search_req rq = {.global_batch = 8192, .kind = "1f1b", .progress = seen,
+                                .progress_ctx = &pg};
+    pm_cluster_plan *p;
+    int n, skipped;
+    pm_err err;
+    int64_t b0 = pm_alloc_bytes();
+    if (pm_cluster_search(&g, &hw, &rq, &p, &n, &skipped, &err)) fail_msg("%s", err.msg);
+    if (bytes_since(b0) > 32 << 20)
+        fail_msg("the search allocated %lld bytes", (long long)bytes_since(b0));
+    assert_int_equal(n, 27);
+    assert_int_equal(skipped, 64);
+    for (int i = 0; i < n; i++) assert_true(p[i].pp <= 32 && p[i].mbs <= 2 * p[i].pp);
+    assert_int_equal(pg.wrong, 0);
+    assert_int_equal(pg.calls, 76);
+    assert_int_equal(pg.total, 76);
+    pm_cluster_plans_free(p, n);
+}
+
 /* ---- the paper's 9.6B model ----------------------------------------------------- */
 
 /* 30 blocks of 5120, 40 heads, sequence 1024, vocabulary 51200, 16 A100s of
@@ -547,6 +657,8 @@ int main(void) {
         cmocka_unit_test(test_formulas),
         cmocka_unit_test(test_plan_hand),
         cmocka_unit_test(test_search_fits_first),
+        cmocka_unit_test(test_refused_before_any_schedule),
+        cmocka_unit_test(test_search_many_devices),
         cmocka_unit_test(test_paper_9_6b),
         cmocka_unit_test(test_pipemem_row),
         cmocka_unit_test(test_measure_threads),

@@ -121,6 +121,10 @@ typedef struct {
     const char *kind;  /* one kind, or NULL: every kind, each also recomputed, and auto-v
                         * (needs hw->mem) */
     int zero;          /* ZeRO-1 where dp > 1 */
+    /* NULL, or called after each plan tried (built or not) with how many
+     * are done of the total the search will try (a progress line) */
+    void (*progress)(void *ctx, int done, int total);
+    void *progress_ctx;
 } pm_cluster_search_req;
 
 /* Every plan of the request that can be built, in *plans (*n of them;

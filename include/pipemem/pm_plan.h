@@ -48,7 +48,8 @@
  * its kind's F + B + W from lc: measured (pm_place_measure) or, with lc
  * NULL, FLOPs. Exact (branch and bound over the cut points, pruned by the
  * best cut's first figure and by the cap) up to millions of partial cuts,
- * far beyond any real pipeline; then the best found.
+ * then the best found: equal layers tie on time in many cuts, so a loop
+ * placement of 32 layers into 16 stages already reaches that.
  * first[s] .. first[s+1]-1 are stage s's layers (first has S+1 entries).
  * Fewer layers than stages is PM_ERR_ARG with the fix. */
 typedef enum {
@@ -121,6 +122,10 @@ pm_status pm_place_table(const pm_gpt_config *cfg, int B, int T, const pm_layer_
  * any cut needs, *least that figure and first[] the cut that reaches it. */
 pm_status pm_place_cut(const pm_place_layer *l, int n, const pm_sched *s,
                        const pm_place_opts *o, int *first, double *least, pm_err *err);
+/* Test hook: the stage figures (a stage's time or memory) every cut has
+ * evaluated since the process started, in every thread: tests bound a
+ * cut's work with it. */
+int64_t pm_place_evals(void);
 /* Each device's share under a cut, as pm_place_shares. */
 pm_status pm_place_cut_shares(const pm_place_layer *l, int n, const pm_sched *s,
                               const int *first, double *time, double *mem, pm_err *err);
@@ -277,6 +282,10 @@ struct pm_plan_model {
      * (pipemem's GPT: how many parts its head is cut into) and its table.
      * NULL: the table is fixed. */
     pm_status (*shape)(pm_plan_model *m, struct pm_plan *pl, pm_err *err);
+    /* Before any schedule is made: PM_ERR_ARG, naming the fix, when the
+     * model's layers, however its shape hook may cut them, cannot fill S
+     * stages (one layer each at least). NULL: the table's n must. */
+    pm_status (*room)(const pm_plan_model *m, int64_t S, pm_err *err);
     /* After each simulation (pl->first and pl->sim set): every device's
      * activation, workspace and transport bytes and act_peak, as its runtime
      * allocates them (pipemem's GPT: the arena's slab, planned from a dry
@@ -390,8 +399,10 @@ typedef struct pm_plan {
  * placement of the request's rule puts a device over device_mem, the
  * fastest placement that fits replaces it (the time rule under a cap;
  * pl->placed says which). Fails with one line when the request is
- * inconsistent (naming the parameter), when no schedule meets mem_limit,
- * or when even the placement of least memory leaves the busiest device
+ * inconsistent (naming the parameter), when the fewest stages its
+ * schedule can have outnumber the model's layers (checked before any
+ * schedule is made), when no schedule meets mem_limit, or when even the
+ * placement of least memory leaves the busiest device
  * over device_mem (PM_ERR_MEMLIMIT, naming the device and its bytes by
  * kind; with rq->mark_over the plan is kept and marked instead). A search
  * ("auto", "auto-v") assumes equal stages and knows nothing of the state,

@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "plan_out.h"
@@ -195,17 +196,43 @@ static int run_pipemem(const plan_opts *o, plan_report *r) {
     return rc;
 }
 
+/* The search's progress on a terminal: once it has run PROGRESS_AFTER
+ * seconds, a line rewritten in place a few times a second, erased before
+ * the report. */
+#define PROGRESS_AFTER 2.0
+typedef struct {
+    double t0, last;
+    int width; /* of the line shown; 0: none yet */
+} progress;
+
+static void on_progress(void *ctx, int done, int total) {
+    progress *pg = ctx;
+    double t = pm_now();
+    if (t - pg->t0 < PROGRESS_AFTER || (t - pg->last < 0.25 && done < total)) return;
+    pg->last = t;
+    int w = fprintf(stderr, "\rpipemem: plan: %d of %d plans tried, %.0f s", done, total,
+                    t - pg->t0);
+    pg->width = w > pg->width ? w : pg->width;
+}
+
+static void progress_end(const progress *pg) {
+    if (pg->width) fprintf(stderr, "\r%*s\r", pg->width, "");
+}
+
 static int run_gpu(const plan_opts *o, plan_report *r) {
     pm_cluster hw = {.devices = o->devices, .mem = (double)o->device_mem, .tflops = o->tflops,
                      .efficiency = o->eff, .link_gbps = o->link};
     pm_cluster_search_req rq = {.pp = o->pp, .dp = o->dp, .mbs = o->mbs, .m = o->m,
                                 .global_batch = o->global_batch, .max_mbs = o->max_mbs,
                                 .kind = o->kind, .zero = o->zero};
+    progress pg = {.t0 = pm_now()};
+    if (isatty(2)) rq.progress = on_progress, rq.progress_ctx = &pg;
     pm_cluster_plan *plans;
     int n, skipped;
     pm_err err;
-    if (pm_cluster_search(&o->g, &hw, &rq, &plans, &n, &skipped, &err))
-        return pm_cli_fail("plan: %s", err.msg);
+    pm_status st = pm_cluster_search(&o->g, &hw, &rq, &plans, &n, &skipped, &err);
+    progress_end(&pg);
+    if (st) return pm_cli_fail("plan: %s", err.msg);
     r->plan = plans, r->n = n, r->devices = o->devices, r->time_unit = "s", r->mfu = 1;
     r->kinds = PM_BYTES_TRANSPORT; /* a GPU's transport buffers are not modelled */
     int rc = write_report(o, r);

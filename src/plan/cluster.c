@@ -139,15 +139,23 @@ static int search_kinds(const pm_cluster_search_req *rq, const pm_cluster *hw,
     return n;
 }
 
+/* The search's progress: plans tried of all it will try. */
+typedef struct {
+    const pm_cluster_search_req *rq;
+    int done, total;
+} progress;
+
 /* Every kind at one shape (pp, dp, m) of model m into l. */
 static pm_status search_shape(plan_list *l, pm_plan_model *m, const pm_plan_req *shape,
-                              char (*kinds)[40], int nk, int *skipped, pm_err *why) {
+                              char (*kinds)[40], int nk, int *skipped, progress *pg,
+                              pm_err *why) {
     for (int k = 0; k < nk; k++) {
         pm_plan_req rq = *shape;
         rq.kind = kinds[k];
         pm_cluster_plan pl;
         pm_err err;
         pm_status st = pm_cluster_plan_make(&pl, m, &rq, &err);
+        if (pg->rq->progress) pg->rq->progress(pg->rq->progress_ctx, ++pg->done, pg->total);
         if (st == PM_ERR_NOMEM) return pm_errf(why, st, "%s", err.msg);
         if (st) {
             ++*skipped;
@@ -163,29 +171,39 @@ static pm_status search_shape(plan_list *l, pm_plan_model *m, const pm_plan_req 
     return PM_OK;
 }
 
+/* Shape (pp, mbs) of the search: 1 with its dp and m; 0 when the request
+ * fixes another pp or dp or pp does not divide the devices; -1 when the
+ * global batch is not a whole number of microbatches of mbs x dp. */
+static int shape_of(const pm_cluster *hw, const pm_cluster_search_req *rq, int pp, int mbs,
+                    int *dp, int *m) {
+    if ((rq->pp && pp != rq->pp) || hw->devices % pp) return 0;
+    *dp = hw->devices / pp;
+    if (rq->dp && *dp != rq->dp) return 0;
+    int64_t per = (int64_t)mbs * *dp;
+    if (!rq->m && (rq->global_batch % per || rq->global_batch < per)) return -1;
+    *m = rq->m ? rq->m : (int)(rq->global_batch / per);
+    return 1;
+}
+
 /* Every pp (dividing the devices) and kind at one microbatch size. */
 static pm_status search_mbs(plan_list *l, const pm_gpt_shape *g, const pm_cluster *hw,
                             const pm_cluster_search_req *rq, int mbs, char (*kinds)[40],
-                            int nk, int *skipped, pm_err *why) {
+                            int nk, int *skipped, progress *pg, pm_err *why) {
     pm_plan_model m;
     pm_status st = pm_plan_model_gpu(&m, g, mbs, hw, why);
     if (st) return st;
     for (int pp = 1; pp <= hw->devices && !st; pp++) {
-        if ((rq->pp && pp != rq->pp) || hw->devices % pp) continue;
-        int dp = hw->devices / pp;
-        if (rq->dp && dp != rq->dp) continue;
-        int64_t per = (int64_t)mbs * dp, mm = rq->m;
-        if (!mm && (rq->global_batch % per || rq->global_batch < per)) {
+        int dp, mm, ok = shape_of(hw, rq, pp, mbs, &dp, &mm);
+        if (ok < 0) {
             ++*skipped;
             pm_errf(why, PM_ERR_ARG, "the global batch %d is not a multiple of mbs=%d x "
                     "dp=%d", rq->global_batch, mbs, dp);
-            continue;
         }
-        if (!mm) mm = rq->global_batch / per;
+        if (ok <= 0) continue;
         /* over the memory: marked, so the list shows what does not fit */
-        pm_plan_req shape = {.p = pp, .dp = dp, .m = (int)mm, .zero = rq->zero && dp > 1,
+        pm_plan_req shape = {.p = pp, .dp = dp, .m = mm, .zero = rq->zero && dp > 1,
                              .device_mem = hw->mem > 0 ? (size_t)hw->mem : 0, .mark_over = 1};
-        st = search_shape(l, &m, &shape, kinds, nk, skipped, why);
+        st = search_shape(l, &m, &shape, kinds, nk, skipped, pg, why);
     }
     pm_plan_model_free(&m);
     return st;
@@ -227,8 +245,13 @@ pm_status pm_cluster_search(const pm_gpt_shape *g, const pm_cluster *hw,
     plan_list l = {0};
     pm_err why = {{0}};
     pm_status st = PM_OK;
-    for (int mbs = rq->mbs ? rq->mbs : 1; mbs <= (rq->mbs ? rq->mbs : max) && !st; mbs *= 2)
-        st = search_mbs(&l, g, hw, rq, mbs, kinds, nk, &skip, &why);
+    progress pg = {.rq = rq};
+    int lo = rq->mbs ? rq->mbs : 1, hi = rq->mbs ? rq->mbs : max, dp, mm;
+    for (int mbs = lo; mbs <= hi; mbs *= 2)
+        for (int pp = 1; pp <= hw->devices; pp++)
+            pg.total += shape_of(hw, rq, pp, mbs, &dp, &mm) > 0 ? nk : 0;
+    for (int mbs = lo; mbs <= hi && !st; mbs *= 2)
+        st = search_mbs(&l, g, hw, rq, mbs, kinds, nk, &skip, &pg, &why);
     if (!st && !l.n) st = pm_errf(err, PM_ERR_ARG, "no plan can be made: %s", why.msg);
     else if (st) *err = why;
     if (st) {

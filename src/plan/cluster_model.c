@@ -102,6 +102,16 @@ pm_status pm_cluster_check(const pm_cluster *hw, pm_err *err) {
     return PM_OK;
 }
 
+/* pm_plan_model.room: each of S stages holds a layer; the count says that the
+ * embedding and the head are layers too. */
+static pm_status gpu_room(const pm_plan_model *m, int64_t S, pm_err *err) {
+    if (m->n >= S) return PM_OK;
+    return pm_errf(err, PM_ERR_ARG, "shape.layers is %d: with the embedding and the head %d "
+                   "layers, fewer than the %lld stages the schedule needs (a layer each); give "
+                   "shape.layers of %lld or more, or fewer stages (a smaller pp, or a kind of one "
+                   "stage a device)", m->n - 2, m->n, (long long)S, (long long)S - 2);
+}
+
 pm_status pm_plan_model_gpu(pm_plan_model *m, const pm_gpt_shape *g, int mbs,
                             const pm_cluster *hw, pm_err *err) {
     *m = (pm_plan_model){0};
@@ -124,6 +134,7 @@ pm_status pm_plan_model_gpu(pm_plan_model *m, const pm_gpt_shape *g, int mbs,
     /* seconds cannot be added to FLOPs: without a rate, messages are free */
     m->link = timed ? bw : 0, m->msg_time = m->link > 0 ? m->msg / m->link : 0;
     m->peak_flops = timed ? hw->tflops * 1e12 : 0, m->efficiency = eff;
+    m->room = gpu_room;
     /* mixed precision (16-bit weights and gradients, fp32 master, m and v),
      * or fp32 throughout (weights, gradients, m and v) */
     m->bytes_param = e, m->bytes_grad = e, m->bytes_opt = e == 2 ? 12 : 8;

@@ -8,5 +8,8 @@
  * the head's parts) cannot fill S stages, each needing at least one
  * (placement.c). */
 pm_status pm_place_room(const pm_gpt_config *cfg, int S, pm_err *err);
+/* PM_ERR_ARG, naming the fix, when a table of n layers cannot fill S
+ * stages (placement.c). */
+pm_status pm_place_fill(int n, int64_t S, pm_err *err);
 
 #endif

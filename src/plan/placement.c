@@ -21,17 +21,27 @@
  * (time or memory) as the bound, and the cap: a stage that pushes its
  * device past either ends the branch, and so do all longer ones (a longer
  * stage only adds time and bytes). Seeded with whichever stage-balanced cut
- * (of time, of memory: dynamic programs) fits and ranks better. Exact
- * unless PLACE_NODES partial cuts are visited (then the best found), which
- * takes far more stages and layers than a machine has devices for. */
+ * (of time, of memory: dynamic programs, O(S n log n) figures) fits and
+ * ranks better. Exact unless PLACE_NODES partial cuts are visited (then
+ * the best found): equal layers make many cuts of one time, which the
+ * search ranks by memory one by one, so a loop placement of 32 layers into
+ * 16 stages reaches the limit, as do most cuts of 96 layers. */
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "internal.h"
 
-enum { PLACE_NODES = 4000000 };
+/* PLACE_CELLS: the most (stage, layer) cells a seed's dynamic program
+ * fills (4 bytes and about 40 stage figures each): 1000 stages of 65536
+ * blocks in a few seconds */
+enum { PLACE_NODES = 4000000, PLACE_CELLS = 1 << 26 };
+
+static atomic_llong evals; /* pm_place_evals */
+
+int64_t pm_place_evals(void) { return (int64_t)atomic_load(&evals); }
 
 const char *const pm_place_rule_names[PM_PLACE_RULES] = {"time", "memory"};
 _Static_assert(sizeof pm_place_rule_names / sizeof pm_place_rule_names[0] == PM_PLACE_RULES,
@@ -149,6 +159,7 @@ typedef struct {
     double best_t, best_q, best_m; /* the best cut's max time, sum of squared times, max
                                     * memory; all INFINITY while no cut fits */
     long nodes;
+    int64_t evals;  /* stage figures evaluated (pm_place_evals) */
     double *dbl;    /* the allocations */
     int *ints;
 } place_search;
@@ -241,6 +252,7 @@ static void dfs(place_search *q, int k, int i) {
     int d = q->dev[k], last = k == q->S - 1, mf = q->rule == PM_PLACE_MEMORY;
     for (int j = last ? q->n : i + 1; j <= q->n - (q->S - 1 - k); j++) {
         double t = q->pre[j] - q->pre[i], m = stage_mem(q, k, i, j);
+        q->evals++;
         q->load[d] += t;
         q->mem[d] += m;
         /* past the best's first figure or the cap: so is any longer stage */
@@ -256,40 +268,91 @@ static void dfs(place_search *q, int k, int i) {
 }
 
 /* Stage k = layers i .. j-1 as a balanced seed weighs it: time or memory. */
-static double stage_fig(const place_search *q, int memory, int k, int i, int j) {
+static double stage_fig(place_search *q, int memory, int k, int i, int j) {
+    q->evals++;
     return memory ? stage_mem(q, k, i, j) : q->pre[j] - q->pre[i];
 }
 
+/* The first index at or after leaf lo whose value is at most v in a min
+ * tree (t[1] the root, leaves at t[size ..]), or -1. */
+static int first_at_most(const double *t, int size, int lo, double v) {
+    int i = lo + size;
+    for (;;) {
+        if (t[i] <= v) {
+            while (i < size) i = t[2 * i] <= v ? 2 * i : 2 * i + 1;
+            return i - size;
+        }
+        while (i & 1) i >>= 1; /* a right child: up to the nearest left one, */
+        if (!i) return -1;
+        i++; /* then the subtree just right of everything seen */
+    }
+}
+
+/* One row of the balanced cut's dynamic program, from the row before
+ * (A[j]: the least largest figure of k-1 stages over layers 0 .. j-1, for
+ * j >= k-1): for each end i >= k, cur[i], the least over starts j of
+ * max(A[j], f(j, i)), f the figure of layers j .. i-1 as stage k-1, and
+ * cut[i], the smallest start reaching it: what trying every start gives,
+ * in O(log n) figures an end instead of O(n). Since f never grows as its
+ * stage starts later, a start whose A is not below a later one's is never
+ * better: only the strict suffix minima of A compete (rec: A rising, f
+ * falling along them), and the best of them is where A crosses f (a
+ * bisection). The smallest start at that value v is then the first at or
+ * after the one where f falls to v whose A is at most v (the min tree t
+ * over A). Where f does grow (a recomputed stage's kept input larger than
+ * the layer it drops) the row is still a cut, which is all a seed needs. */
+static void cut_row(place_search *q, int memory, int k, const double *A, double *cur, int *cut,
+                    int *rec, double *t, int size) {
+    int n = q->n, top = 0;
+    for (int j = 0; j < size; j++) t[size + j] = j >= k - 1 && j < n ? A[j] : INFINITY;
+    for (int x = size - 1; x >= 1; x--) t[x] = fmin(t[2 * x], t[2 * x + 1]);
+    for (int i = k; i <= n; i++) {
+        while (top && A[rec[top - 1]] >= A[i - 1]) top--;
+        rec[top++] = i - 1;
+        int lo = 0, hi = top;
+        while (lo < hi) { /* the first record where A is at least f */
+            int mid = (lo + hi) / 2;
+            if (A[rec[mid]] >= stage_fig(q, memory, k - 1, rec[mid], i)) hi = mid;
+            else lo = mid + 1;
+        }
+        double v = lo < top ? A[rec[lo]] : INFINITY;
+        if (lo > 0) v = fmin(v, stage_fig(q, memory, k - 1, rec[lo - 1], i));
+        int a = k - 1, b = i - 1; /* the first start whose f is at most v */
+        while (a < b) {
+            int mid = (a + b) / 2;
+            if (stage_fig(q, memory, k - 1, mid, i) <= v) b = mid;
+            else a = mid + 1;
+        }
+        int j = first_at_most(t, size, a, v);
+        cur[i] = v, cut[i] = j >= a && j < i ? j : a;
+    }
+}
+
 /* The stage-balanced cut of time or of memory (min over cuts of the
- * largest stage's), by dynamic programming, into first: a seed of the
- * search. 0 when out of memory. */
-static int balanced_cut(const place_search *q, int memory, int *first) {
-    int n = q->n, S = q->S;
-    size_t nn = (size_t)n + 1, ns = (size_t)S + 1;
-    double *best = pm_malloc(ns * nn * sizeof *best);
-    int *cut = pm_malloc(ns * nn * sizeof *cut);
-    if (!best || !cut) {
-        pm_free(best);
+ * largest stage's), by dynamic programming (cut_row), into first: a seed
+ * of the search. 0 when out of memory. */
+static int balanced_cut(place_search *q, int memory, int *first) {
+    int n = q->n, S = q->S, size = 1;
+    while (size < n + 1) size *= 2;
+    size_t nn = (size_t)n + 1;
+    double *row = pm_malloc((2 * nn + 2 * (size_t)size) * sizeof *row);
+    int *cut = pm_malloc(((size_t)S + 2) * nn * sizeof *cut);
+    if (!row || !cut) {
+        pm_free(row);
         pm_free(cut);
         return 0;
     }
-    for (int i = 1; i <= n; i++)
-        best[nn + (size_t)i] = stage_fig(q, memory, 0, 0, i), cut[nn + (size_t)i] = 0;
-    for (int k = 2; k <= S; k++)
-        for (int i = k; i <= n; i++) {
-            double b = -1;
-            int bc = k - 1;
-            for (int j = k - 1; j < i; j++) {
-                double prev = best[(size_t)(k - 1) * nn + (size_t)j];
-                double here = stage_fig(q, memory, k - 1, j, i), c = prev > here ? prev : here;
-                if (b < 0 || c < b) b = c, bc = j;
-            }
-            best[(size_t)k * nn + (size_t)i] = b;
-            cut[(size_t)k * nn + (size_t)i] = bc;
-        }
+    double *A = row, *cur = row + nn, *t = cur + nn;
+    int *rec = cut + ((size_t)S + 1) * nn;
+    for (int i = 1; i <= n; i++) A[i] = stage_fig(q, memory, 0, 0, i), cut[nn + (size_t)i] = 0;
+    for (int k = 2; k <= S; k++) {
+        cut_row(q, memory, k, A, cur, cut + (size_t)k * nn, rec, t, size);
+        double *x = A;
+        A = cur, cur = x;
+    }
     first[S] = n;
     for (int k = S, i = n; k >= 1; k--) first[k - 1] = i = cut[(size_t)k * nn + (size_t)i];
-    pm_free(best);
+    pm_free(row);
     pm_free(cut);
     return 1;
 }
@@ -342,21 +405,30 @@ pm_status pm_place_table(const pm_gpt_config *cfg, int B, int T, const pm_layer_
 
 /* ---- the cut of any layer table ------------------------------------------- */
 
+pm_status pm_place_fill(int n, int64_t S, pm_err *err) {
+    if (n >= S) return PM_OK;
+    return pm_errf(err, PM_ERR_ARG, "placement: %d layers cannot fill %lld stages (each needs "
+                   "at least one): use more layers, fewer devices or fewer chunks", n,
+                   (long long)S);
+}
+
 pm_status pm_place_cut(const pm_place_layer *l, int n, const pm_sched *s,
                        const pm_place_opts *o, int *first, double *least, pm_err *err) {
     int S = s->S;
     const pm_place_opts none = {.rule = PM_PLACE_TIME};
     if (!o) o = &none;
-    if (n < S)
-        return pm_errf(err, PM_ERR_ARG, "placement: %d layers cannot fill %d stages (each "
-                       "needs at least one): use more layers, fewer devices or fewer chunks",
-                       n, S);
+    pm_status st = pm_place_fill(n, S, err);
+    if (st) return st;
+    if ((int64_t)S * n > PLACE_CELLS)
+        return pm_errf(err, PM_ERR_ARG, "placement: %d layers into %d stages is beyond the "
+                       "cut (stages x layers = %lld, at most %d): use fewer devices, chunks "
+                       "or layers", n, S, (long long)S * n, PLACE_CELLS);
     if ((int)o->rule < 0 || o->rule >= PM_PLACE_RULES || !(o->cap >= 0 && o->cap < 1e18))
         return pm_errf(err, PM_ERR_ARG, "placement: rule %d, cap %g bytes: the rule is "
                        "PM_PLACE_TIME or PM_PLACE_MEMORY, the cap 0 (none) up to 1e18",
                        (int)o->rule, o->cap);
     place_search q;
-    pm_status st = search_init(&q, l, n, s, err);
+    st = search_init(&q, l, n, s, err);
     q.best = first, q.rule = o->rule, q.cap = o->cap;
     int found = st ? 0 : search_run(&q);
     if (!st && !found) { /* the least any cut needs: the memory rule's best, no cap */
@@ -378,6 +450,7 @@ pm_status pm_place_cut(const pm_place_layer *l, int n, const pm_sched *s,
         if (least) *least = q.best_m;
         PM_ASSERT(first[0] == 0 && first[S] == n);
     }
+    atomic_fetch_add_explicit(&evals, (long long)q.evals, memory_order_relaxed);
     search_free(&q);
     return st;
 }

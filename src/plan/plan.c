@@ -31,7 +31,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "pipemem/pm_plan.h"
+#include "internal.h"
 
 const char *const pm_bytes_names[PM_BYTES_COUNT] = {"parameters", "gradients", "moments",
                                                     "activations", "workspace", "transport"};
@@ -60,14 +60,15 @@ void pm_plan_model_free(pm_plan_model *m) {
  * unchanged and gradients accumulate in the single-device order. Stages with
  * fused BW passes cannot be relabelled (B is not interchangeable). Returns
  * the number of passes relabelled (-1: out of memory); the caller
- * validates the result. One sweep a device, a counter a stage. */
+ * validates the result. One sweep a device, a counter a stage (reset for
+ * the device's own stages only: p x S resets would be quadratic in p). */
 static int64_t normalize_w(pm_sched *s) {
     int64_t changed = 0;
     int *next = pm_malloc(2 * (size_t)s->S * sizeof *next), *has_bw = next + s->S;
     if (!next) return -1;
     for (int d = 0; d < s->p; d++) {
         pm_pass *ps = pm_sched_dev(s, d);
-        for (int st = 0; st < s->S; st++) next[st] = has_bw[st] = 0;
+        for (int64_t i = 0; i < s->len[d]; i++) next[ps[i].stage] = has_bw[ps[i].stage] = 0;
         for (int64_t i = 0; i < s->len[d]; i++) has_bw[ps[i].stage] |= ps[i].kind == PM_PASS_BW;
         for (int64_t i = 0; i < s->len[d]; i++) {
             if (ps[i].kind != PM_PASS_W || has_bw[ps[i].stage]) continue;
@@ -92,7 +93,7 @@ static pm_status check_w_order(const pm_sched *s, pm_err *err) {
     for (int d = 0; d < s->p && !st; d++) {
         const pm_pass *ps = pm_sched_dev(s, d);
         int64_t bad = -1;
-        for (int k = 0; k < s->S; k++) least[k] = -1;
+        for (int64_t i = 0; i < s->len[d]; i++) least[ps[i].stage] = -1;
         for (int64_t i = s->len[d] - 1; i >= 0; i--) {
             if (!is_weight(&ps[i])) continue;
             int *lo = &least[ps[i].stage];
@@ -374,16 +375,8 @@ static pm_status plan_schedule(pm_plan *pl, pm_plan_model *m, const pm_plan_req 
                        "but the plan has %d devices and %d microbatches per replica",
                        pl->sched.kind, pl->sched.p, pl->sched.m, pl->p, pl->m);
     pl->placed = (pm_place_opts){.rule = rq->placement};
-    if (m->shape && (st = m->shape(m, pl, err))) return st;
-    if (m->n < pl->S) { /* each stage holds a layer: say what the layers are (pipemem's own
-                         * model said it in its shape hook; this is the GPU model's) */
-        int v = pl->S / pl->p; /* stages a device */
-        return pm_errf(err, PM_ERR_ARG, "shape.layers is %d: with the embedding and the head %d "
-                       "layers, fewer than the %d stages of %s on pp=%d; give shape.layers of %d "
-                       "or more, pp=%d or less, or a kind of one stage a device", m->n - 2, m->n,
-                       pl->S, pl->sched.kind, pl->p, pl->S - 2, m->n / v > 0 ? m->n / v : 1);
-    }
-    if ((st = lay_out(pl, m, rq->device_mem, err))) return st;
+    if ((m->shape && (st = m->shape(m, pl, err))) || (st = lay_out(pl, m, rq->device_mem, err)))
+        return st;
     return rq->mark_over ? PM_OK : fit_placement(pl, m, rq->device_mem, err);
 }
 
@@ -452,6 +445,30 @@ static pm_status plan_searched(pm_plan *pl, pm_plan_model *m, const pm_plan_req 
 
 /* ---- the planner ----------------------------------------------------------------- */
 
+/* The fewest stages the request's schedule can have: a given schedule's;
+ * a kind's p times its chunks (1 single, 2 V, a loop's at least 2); a
+ * search's p ("auto" tries single placement too); 0 for a kind unknown
+ * (its generator names it). */
+static int64_t least_stages(const pm_plan_req *rq, int p) {
+    if (rq->sched) return rq->sched->S;
+    const char *kind = rq->kind ? rq->kind : "1f1b";
+    if (!strcmp(kind, "auto")) return p;
+    int rec;
+    const pm_sched_kind *k = pm_sched_kind_find_r(kind, &rec);
+    if (!k) return 0;
+    int v = k->place == PM_PLACE_SINGLE ? 1 : k->place == PM_PLACE_V ? 2
+            : rq->chunks > 2 ? rq->chunks : 2;
+    return (int64_t)p * v;
+}
+
+/* Every stage needs a layer: checked before a schedule is made, whose
+ * generation (and its placement's tables) grows with the devices, so a
+ * pipeline far longer than the model is refused at once. */
+static pm_status check_room(const pm_plan_model *m, const pm_plan_req *rq, int p, pm_err *err) {
+    int64_t S = least_stages(rq, p);
+    return m->room ? m->room(m, S, err) : pm_place_fill(m->n, S, err);
+}
+
 static pm_status check_req(const pm_plan_model *m, const pm_plan_req *rq, int dp, pm_err *err) {
     if (rq->zero && dp < 2)
         return pm_errf(err, PM_ERR_ARG, "ZeRO stage 1 shards the optimizer state across "
@@ -478,10 +495,10 @@ pm_status pm_plan_build(pm_plan *pl, pm_plan_model *m, const pm_plan_req *rq, pm
     *pl = (pm_plan){0};
     if (!m || !rq)
         return pm_errf(err, PM_ERR_ARG, "%s is NULL", m ? "the request (rq)" : "the model (m)");
-    int dp = rq->dp > 1 ? rq->dp : 1;
+    int dp = rq->dp > 1 ? rq->dp : 1, p = rq->sched ? rq->sched->p : rq->p;
     pm_status st = check_req(m, rq, dp, err);
-    if (st) return st;
-    pl->p = rq->sched ? rq->sched->p : rq->p, pl->dp = dp, pl->nd = dp * pl->p;
+    if (st || (st = check_room(m, rq, p, err))) return st;
+    pl->p = p, pl->dp = dp, pl->nd = dp * p;
     pl->m = rq->m, pl->zero = rq->zero, pl->transport = rq->transport;
     pl->forward_only = rq->forward_only;
     if (!(pl->dev = pm_calloc((size_t)pl->nd, sizeof *pl->dev))) st = nomem(err, "the devices");

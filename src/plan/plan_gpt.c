@@ -20,6 +20,8 @@ typedef struct {
     int timed;            /* 1: time is not place */
 } gpt_ctx;
 
+enum { MOST_PARTS = 16 }; /* the head's parts head_parts tries */
+
 static pm_status nomem(pm_err *err, const char *what) {
     return pm_errf(err, PM_ERR_NOMEM, "plan: out of memory for %s", what);
 }
@@ -34,12 +36,12 @@ static pm_status head_parts(pm_plan *pl, pm_err *err) {
     pm_gpt_config *mc = &pl->cfg.model;
     const pm_sched *s = &pl->sched;
     int G = pm_gpt_head_groups(mc), mb = pl->cfg.batch / pl->cfg.micro, pick = 1;
-    double *t = pm_malloc(2 * (size_t)s->p * sizeof *t), best[17] = {0};
+    double *t = pm_malloc(2 * (size_t)s->p * sizeof *t), best[MOST_PARTS + 1] = {0};
     const pm_place_opts rule = {.rule = pl->placed.rule};
     int by = rule.rule == PM_PLACE_MEMORY ? s->p : 0; /* t[by ..]: what ranks first */
     int *first = pm_malloc((size_t)(s->S + 1) * sizeof *first);
     pm_status st = t && first ? PM_OK : nomem(err, "choosing the head's parts");
-    for (int h = 1; h <= G && h <= 16 && !st; h++) {
+    for (int h = 1; h <= G && h <= MOST_PARTS && !st; h++) {
         mc->head_parts = h;
         if (pm_gpt_num_layers(mc) < s->S) continue;
         if ((st = pm_place_layers(mc, mb, mc->ctx, s, &pl->place, &rule, first, err)) ||
@@ -47,7 +49,7 @@ static pm_status head_parts(pm_plan *pl, pm_err *err) {
             break;
         for (int d = 0; d < s->p; d++) best[h] = t[by + d] > best[h] ? t[by + d] : best[h];
     }
-    for (int h = 1; h <= G && h <= 16; h++)
+    for (int h = 1; h <= G && h <= MOST_PARTS; h++)
         if (best[h] > 0 && (!best[pick] || best[h] < best[pick])) pick = h;
     for (int h = 1; h < pick; h++) /* fewer parts within 1% */
         if (best[h] > 0 && best[h] <= best[pick] * 1.01) {
@@ -96,6 +98,20 @@ static pm_status gpt_shape(pm_plan_model *m, pm_plan *pl, pm_err *err) {
     if (!st && !g->parts) st = head_parts(pl, err);
     if (!st) st = pm_place_room(c, pl->sched.S, err);
     return st ? st : gpt_table(m, g, c, pl, err);
+}
+
+/* pm_plan_model.room: the embedding, the blocks and the head in the parts
+ * asked, or in as many as head_parts may try; refused in the words
+ * gpt_shape would use (the parts asked, else one: head_parts' pick when no
+ * number of parts fills the stages). */
+static pm_status gpt_room(const pm_plan_model *m, int64_t S, pm_err *err) {
+    const gpt_ctx *g = m->ctx;
+    pm_gpt_config c = g->cfg.model;
+    int G = pm_gpt_head_groups(&c);
+    c.head_parts = g->parts ? g->parts : G < MOST_PARTS ? G : MOST_PARTS;
+    if (pm_gpt_num_layers(&c) >= S) return PM_OK;
+    c.head_parts = g->parts ? g->parts : 1;
+    return pm_place_room(&c, S < INT32_MAX ? (int)S : INT32_MAX, err);
 }
 
 /* ---- what the runtime allocates -------------------------------------------------- */
@@ -234,7 +250,7 @@ pm_status pm_plan_model_pipemem(pm_plan_model *m, const pm_train_cfg *cfg, const
     m->flops = pm_gpt_flops(&cfg->model, g->B, g->T); /* MFU counts no recomputation */
     m->bytes_param = m->bytes_grad = sizeof(float), m->bytes_opt = 2 * sizeof(float);
     m->mbs = g->B, m->time_unit = g->time.unit;
-    m->shape = gpt_shape, m->devices = gpt_devices;
+    m->shape = gpt_shape, m->room = gpt_room, m->devices = gpt_devices;
     /* the table as configured, until a schedule shapes it */
     if (!(st = gpt_table(m, g, &cfg->model, NULL, err))) return PM_OK;
 fail:
