@@ -77,6 +77,10 @@ int pm_cmd_train(int argc, char **argv) {
     pm_blas_threads(o.threads);
     pm_tokens tr, va;
     if (pm_cli_train_data(&o, &tr, &va)) return 1;
+    if (pm_cli_train_check_resume(&o, &tr)) {
+        pm_tokens_free(&tr), pm_tokens_free(&va);
+        return 1;
+    }
     pm_train_cfg cfg;
     pm_cli_train_cfg(&o, &tr, &cfg);
     pm_trainer t;

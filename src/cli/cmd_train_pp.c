@@ -427,6 +427,7 @@ static int load(const pm_cli_train_opts *o, const pp_world *w, pp_job *j) {
                                            &j->tok_len);
         if (!failed && pm_loader_init(&vcheck, &j->va, j->cfg.model.ctx, 0, "val.bin", &err))
             failed = pm_cli_fail("%s/%s", o->data ? o->data : o->val_file, err.msg);
+        if (!failed) failed = pm_cli_train_check_resume(o, &j->tr); /* before any line */
         if (failed) pm_tokens_free(&j->tr), pm_tokens_free(&j->va);
     }
     if (!mpi) return failed;

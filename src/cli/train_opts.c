@@ -219,9 +219,25 @@ int pm_cli_train_check_outputs(const pm_cli_train_opts *o) {
     const char *opts[3] = {"--save", "--trace", "--timeline"};
     for (int k = 0; k < 3; k++) {
         pm_err err;
-        if (paths[k] && pm_path_check_writable(paths[k], &err))
-            return pm_cli_fail("train: %s %s", opts[k], err.msg);
+        /* a checkpoint is a regular file (its writer fills a temporary and
+         * renames it), so a device such as /dev/full is refused now, not
+         * at the first save */
+        pm_status st = !paths[k] ? PM_OK
+                       : k == 0  ? pm_ckpt_check_path(paths[k], &err)
+                                 : pm_path_check_writable(paths[k], &err);
+        if (st) return pm_cli_fail("train: %s %s", opts[k], err.msg);
     }
+    return 0;
+}
+
+int pm_cli_train_check_resume(const pm_cli_train_opts *o, const pm_tokens *tr) {
+    if (!o->resume) return 0;
+    pm_train_cfg cfg;
+    pm_ckpt_info info;
+    pm_err err;
+    pm_cli_train_cfg(o, tr, &cfg);
+    if (pm_ckpt_verify(o->resume, &cfg, pm_tokens_identity(tr), &info, &err))
+        return pm_cli_fail("%s", err.msg);
     return 0;
 }
 

@@ -50,6 +50,12 @@ int pm_cli_train_parse(int argc, char **argv, pm_cli_train_opts *o);
  * path and returns 1. */
 int pm_cli_train_check_outputs(const pm_cli_train_opts *o);
 
+/* --resume's checkpoint checked whole before anything is printed or
+ * allocated (pm_ckpt_verify): its checksums, this run's model and data
+ * (tr), and its learning-rate schedule (--steps, --warmup). On error
+ * prints one line, returns 1. */
+int pm_cli_train_check_resume(const pm_cli_train_opts *o, const pm_tokens *tr);
+
 /* The step a run stops after: --stop-after if it comes first, else
  * --steps (the cosine still spans --steps). */
 int64_t pm_cli_train_stop_at(const pm_cli_train_opts *o, const pm_train_cfg *cfg);

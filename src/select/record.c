@@ -59,39 +59,6 @@ int pm_select_saved_losses(const char *dir, const char *name, int64_t step, doub
     return ok;
 }
 
-/* The checkpoint at path continues task t's learning-rate schedule: a run
- * resumed with other steps (so another cosine and warm-up) would train
- * neither sweep, so it is refused, naming what changed. (pm_ckpt_load
- * checks the model, data, lr and weight decay.) */
-static pm_status schedule_kept(const char *path, const pm_select_task *t, pm_err *err) {
-    pm_ckpt_info in;
-    pm_err e;
-    pm_status st = pm_ckpt_info_read(path, &in, &e);
-    if (st) return pm_errf(err, st, "task %s: %s", t->name, e.msg);
-    const unsigned adamw = PM_CFG_BIT(PM_CFG_LR_MIN_FRAC) | PM_CFG_BIT(PM_CFG_BETA1) |
-                           PM_CFG_BIT(PM_CFG_BETA2) | PM_CFG_BIT(PM_CFG_EPS) |
-                           PM_CFG_BIT(PM_CFG_GRAD_CLIP);
-    char was[200] = "", now[200] = "";
-    size_t w = 0, m = 0;
-    int f;
-    for (unsigned mask = PM_CFG_BIT(PM_CFG_STEPS) | PM_CFG_BIT(PM_CFG_WARMUP);
-         (f = pm_train_cfg_diff(&in.cfg, &t->cfg, mask)) >= 0; mask &= ~PM_CFG_BIT(f)) {
-        char a[32], b[32];
-        pm_train_cfg_value(&in.cfg, f, a, sizeof a);
-        pm_train_cfg_value(&t->cfg, f, b, sizeof b);
-        w += (size_t)snprintf(was + w, sizeof was - w, " %s=%s", pm_train_field_names[f], a);
-        m += (size_t)snprintf(now + m, sizeof now - m, " %s=%s", pm_train_field_names[f], b);
-    }
-    if (pm_train_cfg_diff(&in.cfg, &t->cfg, adamw) >= 0) {
-        w += (size_t)snprintf(was + w, sizeof was - w, " other AdamW settings");
-        m += (size_t)snprintf(now + m, sizeof now - m, " select's");
-    }
-    if (!w) return PM_OK;
-    return pm_errf(err, PM_ERR_ARG, "task %s: %s was made with%s, this run has%s (the "
-                   "learning-rate schedule would change mid-run); resume with%s, or give "
-                   "another save_dir DIR", t->name, path, was, now, was);
-}
-
 pm_status sel_record_resume(const char *dir, const pm_select_task *t, pm_trainer *host,
                             const pm_tokens *val, int eval_batches, unsigned char *stopped,
                             double *loss, double *val_loss, int *resumed, pm_err *err) {
@@ -103,9 +70,14 @@ pm_status sel_record_resume(const char *dir, const pm_select_task *t, pm_trainer
     *stopped = access(path, F_OK) == 0;
     snprintf(path, sizeof path, "%s/%s.ckpt", dir, t->name);
     if (access(path, F_OK)) return PM_OK;
-    pm_status st = schedule_kept(path, t, err);
-    if (st) return st;
-    if ((st = pm_ckpt_load(host, path, &e))) return pm_errf(err, st, "task %s: %s", t->name, e.msg);
+    /* the checkpoint must continue the task's learning-rate schedule: a run
+     * resumed with other steps (another cosine and warm-up) would train
+     * neither sweep (pm_ckpt_load checks the model, data, lr and decay) */
+    pm_ckpt_info in;
+    pm_status st = pm_ckpt_info_read(path, &in, &e);
+    if (!st) st = pm_ckpt_check_schedule(path, &in, &t->cfg, &e);
+    if (!st) st = pm_ckpt_load(host, path, &e);
+    if (st) return pm_errf(err, st, "task %s: %s", t->name, e.msg);
     pm_select_saved_losses(dir, t->name, host->step, loss, val_loss);
     /* a validation loss not measured on this state is measured now (the
      * number the run would have: evaluation is deterministic), so a task
