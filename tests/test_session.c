@@ -282,6 +282,84 @@ static void session_run_and_resume(void **state) {
     pm_select_session_free(&s);
 }
 
+/* FNV-1a-64, written here from its definition (offset basis
+ * 0xcbf29ce484222325, prime 0x100000001b3), not the library's. */
+static uint64_t fnv(const char *s, size_t n) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < n; i++) h = (h ^ (uint8_t)s[i]) * 0x100000001b3ull;
+    return h;
+}
+
+/* A task's record (issue 31, defect 7): a line whose sum is its text's
+ * parses to its numbers; the same line with one character changed, its
+ * sum kept, with a NUL, or in the old form without a sum is refused. */
+static void record_parse(void **state) {
+    (void)state;
+    char line[300], bad[300];
+    const char *body = "step 4 loss 3.25 val_loss -0.5 ckpt 00000000000000ff";
+    int n = snprintf(line, sizeof line, "%s sum %016llx\n", body,
+                     (unsigned long long)fnv(body, strlen(body)));
+    pm_select_record r;
+    pm_err e;
+    assert_int_equal(pm_select_record_parse(line, (size_t)n, &r, &e), PM_OK);
+    assert_int_equal(r.step, 4);
+    assert_true(r.loss == 3.25 && r.val == -0.5 && r.ckpt == 0xff);
+    snprintf(bad, sizeof bad, "%s", line);
+    bad[strlen("step 4 loss 3.25 val_loss -")] = '7'; /* -7.5, the sum kept */
+    assert_int_equal(pm_select_record_parse(bad, (size_t)n, &r, &e), PM_ERR_FORMAT);
+    assert_true(isnan(r.val)); /* nothing taken from a refused record */
+    bad[strlen("step 4 loss 3.25 val_loss -")] = '0';
+    bad[1] = 0;
+    assert_int_equal(pm_select_record_parse(bad, (size_t)n, &r, &e), PM_ERR_FORMAT);
+    const char *old = "step 4 loss -1e30 val_loss -7\n";
+    assert_int_equal(pm_select_record_parse(old, strlen(old), &r, &e), PM_ERR_FORMAT);
+}
+
+/* A finished sweep whose record was edited (the issue's: t0's losses made
+ * -1e30 and -7, so it would rank first) is refused as it resumes, naming
+ * the record; with the record deleted it resumes, its validation loss
+ * measured again on the checkpoint: the run's, bit for bit. */
+static void record_tampered(void **state) {
+    (void)state;
+    size_t cut = sizeof text / 10 * 9;
+    pm_tokens tr = PM_TOKENS_BYTES(text, cut), va = PM_TOKENS_BYTES(text + cut, sizeof text - cut);
+    char save[300], path[400];
+    snprintf(save, sizeof save, "%s/tamper", dir);
+    snprintf(path, sizeof path, "%s/t0.loss", save);
+    pm_sweep sw;
+    pm_select_setup set_up = tiny_setup(save);
+    pm_select_session s;
+    pm_err e;
+    tiny_sweep(&sw, "3");
+    double val = NAN;
+    for (int round = 0; round < 3; round++) {
+        if (round == 1) {
+            FILE *f = fopen(path, "w");
+            assert_non_null(f);
+            fputs("step 3 loss -1e30 val_loss -7\n", f);
+            fclose(f);
+        }
+        if (round == 2) assert_int_equal(unlink(path), 0);
+        pm_status st = pm_select_session_init(&s, &sw, &set_up, &e);
+        if (!st) st = pm_select_session_partition(&s, 0, &e);
+        if (!st) st = pm_select_session_start(&s, &tr, &va, NULL, 0, &e);
+        if (round == 1) {
+            assert_int_equal(st, PM_ERR_FORMAT);
+            if (!strstr(e.msg, "task t0: ") || !strstr(e.msg, "t0.loss: ") ||
+                !strstr(e.msg, "edited or damaged"))
+                fail_msg("a tampered record: %s", e.msg);
+            pm_select_session_free(&s);
+            continue;
+        }
+        if (st || pm_select_session_run(&s, &e)) fail_msg("round %d: %s", round, e.msg);
+        assert_int_equal(s.res[0].state, PM_SELECT_DONE);
+        if (round == 2 && memcmp(&s.res[0].val_loss, &val, sizeof val))
+            fail_msg("measured again: %.17g, the run's %.17g", s.res[0].val_loss, val);
+        val = s.res[0].val_loss;
+        pm_select_session_free(&s);
+    }
+}
+
 /* The forecast at rates given by hand: sequential runs every pass one
  * after another, so its makespan is every task's compute and moves added;
  * the bound is at least that over the devices, and no policy beats it. */
@@ -320,6 +398,8 @@ int main(void) {
         cmocka_unit_test(tasks_file),
         cmocka_unit_test(session_run_and_resume),
         cmocka_unit_test(forecast_sums),
+        cmocka_unit_test(record_parse),
+        cmocka_unit_test(record_tampered),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -445,6 +445,38 @@ static void resume_finished(void **state) {
         fail_msg("a changed --steps: '%s'", err);
 }
 
+/* Issue 31, defect 7: a finished sweep's record edited so that t0 would
+ * rank first (`step 4 loss -1e30 val_loss -7`) and the sweep run again
+ * with --save-best: refused in one line naming the record, nothing saved;
+ * t1's record copied over t0's (a record with a good sum, of another
+ * checkpoint) likewise. */
+static void resume_record_tampered(void **state) {
+    (void)state;
+    if (!bin) skip();
+    prepare_data();
+    char a[2000], err[4096], best[300];
+    snprintf(best, sizeof best, "%s/tb.ckpt", dir);
+    const char *sweep = "select --data %s/d --devices 2 --device-mem 8M --lr 1e-2,1e-3 "
+                        "--layers 2 --dim 32 --heads 2 --ctx 16 --batch 4 --steps 4 "
+                        "--resume %s/tr --save-best %s";
+    snprintf(a, sizeof a, sweep, dir, dir, best);
+    assert_int_equal(run(a), 0);
+    remove(best);
+    const char *edit[] = {"printf 'step 4 loss -1e30 val_loss -7\\n' > %s/tr/t0.loss",
+                          "cp %s/tr/t1.loss %s/tr/t0.loss"};
+    const char *want[] = {"edited or damaged", "of another checkpoint"};
+    for (int k = 0; k < 2; k++) {
+        char cmd[700];
+        snprintf(cmd, sizeof cmd, edit[k], dir, dir);
+        assert_int_equal(system(cmd), 0);
+        int st = run(a);
+        slurp("err", err, sizeof err);
+        if (st != 1 || lines_of(err) != 1 || !strstr(err, "t0.loss") || !strstr(err, want[k]))
+            fail_msg("record edited (%d): exit %d: %s", k, st, err);
+        assert_int_not_equal(access(best, F_OK), 0);
+    }
+}
+
 /* The memory check, a pure function given numbers: 64 devices of 1 GiB and
  * 2 GiB of state need 66 GiB: refused against 16 GiB, naming both and the
  * fixes; exactly 66 GiB passes, a byte less does not; unknown (0) passes.
@@ -714,6 +746,7 @@ int main(void) {
         cmocka_unit_test(per_task_budgets),
         cmocka_unit_test(table_ranks_and_steps),
         cmocka_unit_test(resume_finished),
+        cmocka_unit_test(resume_record_tampered),
         cmocka_unit_test(memory_check),
         cmocka_unit_test(memory_refused),
         cmocka_unit_test(dry_run_forecast),

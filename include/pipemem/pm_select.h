@@ -410,12 +410,31 @@ int pm_select_asha_promote(int eta, int entrants, int closed, int n, const doubl
                            const unsigned char *state, unsigned char *promote, int *order);
 
 /* What a save directory holds beside each checkpoint DIR/NAME.ckpt:
- * DIR/NAME.loss, one line "step K loss X val_loss Y" (%.17g; val_loss nan
- * when the save followed no evaluation), written after the checkpoint.
- * Returns 1 with *loss and *val from it when it is there and names step
- * `step` (the checkpoint's), else 0 with both NAN. */
-int pm_select_saved_losses(const char *dir, const char *name, int64_t step, double *loss,
-                           double *val);
+ * DIR/NAME.loss, its record, written after it: one line
+ *   step K loss X val_loss Y ckpt C sum H
+ * the losses at step K (%.17g: read back, the same doubles; val_loss nan
+ * when the save followed no evaluation), C the checkpoint's identity
+ * (pm_select_record_ckpt, hex) and H the FNV-1a-64 (pm_fnv1a64) of every
+ * byte before " sum " (hex), so an edited or damaged record is refused
+ * rather than ranked. */
+#define PM_SELECT_RECORD_MAX 256 /* bytes of a record, at most */
+typedef struct {
+    int64_t step;
+    double loss, val;
+    uint64_t ckpt;
+} pm_select_record;
+/* A record's text (len bytes): PM_ERR_FORMAT unless it is exactly the line
+ * its fields print, its sum included. */
+pm_status pm_select_record_parse(const char *text, size_t len, pm_select_record *r, pm_err *err);
+/* A checkpoint's identity as its record names it: FNV-1a-64 of its slab
+ * checksums and its step (pm_ckpt_info, as pm_ckpt_info_read gives it). */
+uint64_t pm_select_record_ckpt(const pm_ckpt_info *in);
+/* Task name's losses for its checkpoint ck from DIR/NAME.loss: NAN both
+ * when there is no record or it is of an earlier step (a save killed
+ * between the checkpoint and its record); PM_ERR_FORMAT, naming the file,
+ * when it is edited or damaged or names another checkpoint at ck's step. */
+pm_status pm_select_saved_losses(const char *dir, const char *name, const pm_ckpt_info *ck,
+                                 double *loss, double *val, pm_err *err);
 
 /* Where a device's time goes: every moment of a run on a device is one of
  * these, so they add up to the makespan. A pass is LOAD, ADAMW, COMPUTE and
