@@ -223,6 +223,42 @@ static void duplicates_warned(void **state) {
     assert_int_equal(lines_of(err), 1); /* b differs in its steps */
 }
 
+/* Options beside a tasks file (issue 31, "select for daily use" 2): one
+ * value on the command line is the value of every line that does not set
+ * it (--steps 12: line a runs 12 steps, its warm-up train's for 12, line
+ * b its own 5; --dim 32 for both); a list or a range beside the file is
+ * refused in one line naming the option. */
+static void tasks_file_defaults(void **state) {
+    (void)state;
+    if (!bin) skip();
+    char tf[300], args[1000], err[2048];
+    snprintf(tf, sizeof tf, "%s/defaults.txt", dir);
+    FILE *f = fopen(tf, "w");
+    assert_non_null(f);
+    fputs("name=a lr=1e-3\nname=b lr=3e-3 steps=5 dim=64\n", f);
+    fclose(f);
+    json_t *root;
+    snprintf(args, sizeof args, "--steps 12 --tasks %s", tf); /* dry_tasks gives --dim 32 */
+    json_t *t = dry_tasks(args, &root);
+    assert_int_equal(json_array_size(t), 2);
+    json_t *a = json_array_get(t, 0), *b = json_array_get(t, 1);
+    assert_true(cfg_num(a, "steps") == 12 && cfg_num(a, "warmup") == 1 && cfg_num(a, "dim") == 32);
+    assert_true(cfg_num(b, "steps") == 5 && cfg_num(b, "warmup") == 0 && cfg_num(b, "dim") == 64);
+    assert_true((float)cfg_num(a, "lr") == 1e-3f && (float)cfg_num(b, "lr") == 3e-3f);
+    json_decref(root);
+    const char *bad[] = {"--steps 12,24", "--lr log:1e-4..1e-2"};
+    const char *want[] = {"--steps holds a list beside the tasks file",
+                          "--lr holds a range beside the tasks file"};
+    for (int k = 0; k < 2; k++) {
+        snprintf(args, sizeof args, "select --devices 2 --device-mem 8M --dry-run %s --tasks %s",
+                 bad[k], tf);
+        int st = run(args);
+        slurp("err", err, sizeof err);
+        if (st != 1 || lines_of(err) != 1 || !strstr(err, want[k]))
+            fail_msg("%s beside --tasks: exit %d: %s", bad[k], st, err);
+    }
+}
+
 /* Per-task budgets: a tasks file's steps= and weight_decay=, and --steps
  * and --weight-decay as lists. Each task runs exactly its steps and ends
  * with the checkpoint `pipemem train` writes with those options, byte for
@@ -743,6 +779,7 @@ int main(void) {
         cmocka_unit_test(sampling),
         cmocka_unit_test(sampling_distinct),
         cmocka_unit_test(duplicates_warned),
+        cmocka_unit_test(tasks_file_defaults),
         cmocka_unit_test(per_task_budgets),
         cmocka_unit_test(table_ranks_and_steps),
         cmocka_unit_test(resume_finished),

@@ -123,7 +123,9 @@ void pm_select_task_free(pm_select_task *t);
  * or log:lo..hi (log-uniform), from which `sample` distinct tasks are drawn
  * at random (a list's value alike, integers as integers; the same seed,
  * the same tasks); or one task per line of a tasks file, as key=value
- * pairs with the keys' names and name=NAME ('#' starts a comment). A value
+ * pairs with the keys' names and name=NAME ('#' starts a comment), a key
+ * the sweep gives one value being the default of the lines that do not
+ * set it (a list, a range or a sample beside the file is refused). A value
  * follows its field's rule (pm_train_value_ok) and a task's configuration
  * is pm_train_cfg_make's from its keys' values, the rest the defaults, so
  * each task trains bitwise as `pipemem train` with those settings. A

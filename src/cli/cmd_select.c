@@ -48,7 +48,8 @@ static const char usage[] =
     "  --sample-seed S  the draw's seed (default 1): the same S, the same tasks\n"
     "  --tasks FILE  one task per line as key=value pairs with the same names\n"
     "           (lr=3e-4 layers=8 dim=256 steps=50 weight_decay=0), and name=NAME to\n"
-    "           name it (else tN); '#' starts a comment\n"
+    "           name it (else tN); '#' starts a comment. An option given one value\n"
+    "           beside it (--steps 12) is the value of every line that does not set it\n"
     "  Tasks with the same configuration are warned about (they train the same).\n";
 static const char usage_more[] = /* (two strings: C keeps one under 4096 bytes) */
     "  SIZE     bytes, with K, M or G (binary) suffixes: 64M\n"
@@ -203,9 +204,6 @@ static int parse_args(int argc, char **argv, sel_opts *o) {
     if (!o->set.device_mem) return pm_cli_fail("select: --device-mem SIZE is required (e.g. 64M)");
     if (!o->dry_run && !o->data)
         return pm_cli_fail("select: --data DIR is required to train (or --dry-run for the plan)");
-    if (o->sweep.tasks_file && (pm_sweep_swept(&o->sweep) || o->sweep.sample))
-        return pm_cli_fail("select: give the tasks either as lists (or ranges with --sample N) "
-                           "or as --tasks FILE, not both");
     if (o->sample_seed >= 0 && !o->sweep.sample)
         return pm_cli_fail("select: --sample-seed S seeds --sample N; add --sample N");
     if (r->asha && r->halving)
