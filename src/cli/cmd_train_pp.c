@@ -201,9 +201,10 @@ static void json_memory(const pm_pipe *pp, const double *fig, int mpi) {
     }
     printf("], \"allocated_bytes\": [");
     for (int g = 0; g < pl->nd; g++)
-        printf("%s%.0f", g ? ", " : "", mpi ? fig[2 * g] : (double)pm_pipe_allocated(pp)[g]);
+        printf("%s%s", g ? ", " : "", PM_JSON_NUM(mpi ? fig[2 * g] : (double)pm_pipe_allocated(pp)[g]));
     printf("], \"peak_rss_bytes\": [");
-    for (int g = 0; g < (mpi ? pl->nd : 1); g++) printf("%s%.0f", g ? ", " : "", fig[2 * g + 1]);
+    for (int g = 0; g < (mpi ? pl->nd : 1); g++)
+        printf("%s%s", g ? ", " : "", PM_JSON_NUM(fig[2 * g + 1]));
     printf("]");
 }
 
@@ -214,17 +215,18 @@ static void print_json(const pm_cli_train_opts *o, const pm_pipe *pp, const pm_t
     pm_cli_train_json_head(o, &st->cfg, st->step, ps->times, ps->nt, ps->final_loss,
                            ps->val_loss);
     printf(", \"schedule\": \"%s\", \"pp\": %d, \"dp\": %d, \"zero\": %d, \"transport\": \"%s\", "
-           "\"stages\": %d, \"measured_bubble\": %.4f, \"predicted_bubble\": %.4f, "
-           "\"measured_step_ms\": %.3f, \"predicted_step_ms\": %.3f",
+           "\"stages\": %d, \"measured_bubble\": %s, \"predicted_bubble\": %s, "
+           "\"measured_step_ms\": %s, \"predicted_step_ms\": %s",
            pm_pipe_schedule(pp)->kind, p, pm_pipe_replicas(pp), pm_pipe_plan(pp)->zero,
-           o->transport && !strcmp(o->transport, "mpi") ? "mpi" : "threads", S, ps->bub / n,
-           ps->pbub / n, ps->mk / n, ps->pmk / n);
+           o->transport && !strcmp(o->transport, "mpi") ? "mpi" : "threads", S,
+           PM_JSON_NUM(ps->bub / n), PM_JSON_NUM(ps->pbub / n), PM_JSON_NUM(ps->mk / n),
+           PM_JSON_NUM(ps->pmk / n));
     /* predicted_step_ms is the replay (kept for compatibility); the forecast
      * was made before each step from earlier steps' costs */
-    printf(", \"replay_step_ms\": %.3f", ps->pmk / n);
+    printf(", \"replay_step_ms\": %s", PM_JSON_NUM(ps->pmk / n));
     if (ps->nf)
-        printf(", \"forecast_step_ms\": %.3f, \"forecast_error\": %.4f, \"forecast_steps\": %d",
-               ps->fmk / ps->nf, ps->ferr / ps->nf, ps->nf);
+        printf(", \"forecast_step_ms\": %s, \"forecast_error\": %s, \"forecast_steps\": %d",
+               PM_JSON_NUM(ps->fmk / ps->nf), PM_JSON_NUM(ps->ferr / ps->nf), ps->nf);
     else
         printf(", \"forecast_step_ms\": null, \"forecast_error\": null, \"forecast_steps\": 0");
     json_sizes("peak_activation_bytes", ps->last.peak, nd);
@@ -232,17 +234,17 @@ static void print_json(const pm_cli_train_opts *o, const pm_pipe *pp, const pm_t
     json_sizes("arena_bytes", ps->last.arena, nd);
     double bmax = 0, bsum = 0;
     const pm_plan *pl = pm_pipe_plan(pp);
-    printf(", \"placement\": \"%s\", \"placement_rule\": \"%s\", \"placement_cap_bytes\": %.0f",
+    printf(", \"placement\": \"%s\", \"placement_rule\": \"%s\", \"placement_cap_bytes\": %s",
            o->placement ? o->placement : "flops", pm_place_rule_names[pl->placed.rule],
-           pl->placed.cap);
+           PM_JSON_NUM(pl->placed.cap));
     printf(", \"head_parts\": %d, \"device_busy_ms\": [",
            pm_gpt_head_parts(&pm_pipe_config(pp)->model));
     for (int g = 0; g < nd; g++) {
         double b = ps->busy[g] / n;
-        printf("%s%.6f", g ? ", " : "", b); /* a tiny model's passes take well under 1 ms */
+        printf("%s%s", g ? ", " : "", PM_JSON_NUM(b));
         bmax = b > bmax ? b : bmax, bsum += b;
     }
-    printf("], \"busy_max_over_mean\": %.4f", bsum > 0 ? bmax * nd / bsum : 0);
+    printf("], \"busy_max_over_mean\": %s", PM_JSON_NUM(bsum > 0 ? bmax * nd / bsum : 0));
     json_memory(pp, fig, o->transport && !strcmp(o->transport, "mpi"));
     printf(", \"stage_layers\": [");
     const int *first = pm_pipe_stage_first(pp);

@@ -79,17 +79,19 @@ void sel_print_dry_json(const pm_select_session *s, const pm_select_forecast *f)
             printf("%s{\"first_layer\": %d, \"last_layer\": %d, \"state\": %zu, \"act\": %zu}",
                    k ? ", " : "", t[i].shard[k].first, t[i].shard[k].last - 1,
                    t[i].shard[k].state, t[i].shard[k].act);
-        printf("], \"compute_s\": %.9g, \"move_s\": %.9g}", f->compute[i], f->move[i]);
+        printf("], \"compute_s\": %s, \"move_s\": %s}", PM_JSON_NUM(f->compute[i]),
+               PM_JSON_NUM(f->move[i]));
     }
-    printf("], \"steps\": %d, \"store\": \"%s\", \"flops_per_s\": %.9g, "
-           "\"state_read_bytes_per_s\": %.9g, \"state_write_bytes_per_s\": %.9g, "
-           "\"adamw_s_per_param\": %.9g, \"policies\": [", s->steps,
-           r->spilled ? "spill" : "ram", r->flops, r->read_bps, r->write_bps, r->adamw_s);
+    printf("], \"steps\": %d, \"store\": \"%s\", \"flops_per_s\": %s, "
+           "\"state_read_bytes_per_s\": %s, \"state_write_bytes_per_s\": %s, "
+           "\"adamw_s_per_param\": %s, \"policies\": [", s->steps,
+           r->spilled ? "spill" : "ram", PM_JSON_NUM(r->flops), PM_JSON_NUM(r->read_bps),
+           PM_JSON_NUM(r->write_bps), PM_JSON_NUM(r->adamw_s));
     for (int p = 0; p < PM_POLICY_COUNT; p++)
-        printf("%s{\"policy\": \"%s\", \"makespan_s\": %.9g}", p ? ", " : "",
-               pm_select_policy_names[p], f->makespan[p]);
-    printf("], \"join\": %s, \"lower_bound_s\": %.9g}\n", s->set.run.no_join ? "false" : "true",
-           f->lower_bound);
+        printf("%s{\"policy\": \"%s\", \"makespan_s\": %s}", p ? ", " : "",
+               pm_select_policy_names[p], PM_JSON_NUM(f->makespan[p]));
+    printf("], \"join\": %s, \"lower_bound_s\": %s}\n", s->set.run.no_join ? "false" : "true",
+           PM_JSON_NUM(f->lower_bound));
 }
 
 /* One status line: tasks done, stopped, failed and running, steps, each
@@ -175,10 +177,7 @@ void sel_print_table(FILE *f, const pm_select_session *s) {
     }
 }
 
-static void json_num(FILE *f, double x) {
-    if (isfinite(x)) fprintf(f, "%.9g", x);
-    else fputs("null", f);
-}
+static void json_num(FILE *f, double x) { fputs(PM_JSON_NUM(x), f); }
 
 void sel_print_json(const pm_select_session *s) {
     const pm_select_task *t = s->tasks;
@@ -220,9 +219,9 @@ void sel_print_json(const pm_select_session *s) {
         json_num(stdout, r[i].val_loss);
         if (r[i].val_step >= 0) printf(", \"val_step\": %lld", (long long)r[i].val_step);
         else printf(", \"val_step\": null");
-        printf(", \"steps_run\": %lld, \"wall_s\": %.6f, \"busy_s\": %.6f, \"shards\": %d, "
-               "\"state\": \"%s\", \"why\": ", (long long)r[i].steps, r[i].wall_s, r[i].busy_s,
-               t[i].nshard, state_names[r[i].state]);
+        printf(", \"steps_run\": %lld, \"wall_s\": %s, \"busy_s\": %s, \"shards\": %d, "
+               "\"state\": \"%s\", \"why\": ", (long long)r[i].steps, PM_JSON_NUM(r[i].wall_s),
+               PM_JSON_NUM(r[i].busy_s), t[i].nshard, state_names[r[i].state]);
         pm_json_str(stdout, why_flags(r[i].why).s);
         printf("}");
     }
@@ -242,12 +241,13 @@ int sel_write_csv(const char *path, const pm_select_session *s) {
         int i = s->order[k];
         const pm_train_cfg *c = &t[i].cfg;
         char lr[PM_FLOAT_TEXT], wd[PM_FLOAT_TEXT], at[24] = "";
+        char fl[PM_DOUBLE_TEXT], vl[PM_DOUBLE_TEXT]; /* losses that read back exactly */
         if (r[i].val_step >= 0) snprintf(at, sizeof at, "%lld", (long long)r[i].val_step);
-        fprintf(w.f, "%s,%s,%d,%d,%d,%d,%d,%d,%d,%llu,%lld,%.9g,%.9g,%s,%d,%s,%.6f,%.6f,%d,%s,\"",
+        fprintf(w.f, "%s,%s,%d,%d,%d,%d,%d,%d,%d,%llu,%lld,%s,%s,%s,%d,%s,%.6f,%.6f,%d,%s,\"",
                 t[i].name, pm_float_text(lr, c->opt.lr), c->model.layers, c->model.dim,
                 c->model.heads, c->model.ctx, c->batch, c->micro, c->opt.warmup,
-                (unsigned long long)c->seed, (long long)r[i].steps, r[i].final_loss,
-                r[i].val_loss, at, c->opt.steps, pm_float_text(wd, c->opt.weight_decay),
+                (unsigned long long)c->seed, (long long)r[i].steps,
+                pm_double_text(fl, r[i].final_loss), pm_double_text(vl, r[i].val_loss), at, c->opt.steps, pm_float_text(wd, c->opt.weight_decay),
                 r[i].wall_s, r[i].busy_s, t[i].nshard, state_names[r[i].state]);
         why_text why = why_flags(r[i].why);
         for (const char *q = why.s; *q; q++) { /* CSV quoting: a quote doubled */

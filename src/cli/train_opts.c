@@ -330,13 +330,13 @@ void pm_cli_train_json_head(const pm_cli_train_opts *o, const pm_train_cfg *c, i
     }
     double tok = med > 0 ? (double)c->batch * c->model.ctx / med : 0;
     double gf = med > 0 ? pm_train_step_flops(c) / med / 1e9 : 0;
-    char fl[32];
-    if (isfinite(final_loss)) snprintf(fl, sizeof fl, "%.6f", final_loss);
-    else snprintf(fl, sizeof fl, "null");
-    printf("{\"steps\": %lld, \"steps_run\": %d, \"final_loss\": %s, \"val_loss\": %.6f, "
-           "\"median_step_ms\": %.3f, \"tokens_per_s\": %.1f, \"gflops_per_s\": %.2f, "
+    /* every number as the text that reads back as the same double, so a
+     * loss compares exactly with the same run's under select */
+    printf("{\"steps\": %lld, \"steps_run\": %d, \"final_loss\": %s, \"val_loss\": %s, "
+           "\"median_step_ms\": %s, \"tokens_per_s\": %s, \"gflops_per_s\": %s, "
            "\"params\": %zu, \"threads\": %d, \"batch\": %d, \"microbatches\": %d, "
-           "\"ctx\": %d", (long long)step, n, fl, val_loss, med * 1e3, tok, gf,
+           "\"ctx\": %d", (long long)step, n, PM_JSON_NUM(final_loss), PM_JSON_NUM(val_loss),
+           PM_JSON_NUM(med * 1e3), PM_JSON_NUM(tok), PM_JSON_NUM(gf),
            pm_gpt_num_params(&c->model), o->threads, c->batch, c->micro, c->model.ctx);
 }
 

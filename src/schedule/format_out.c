@@ -36,12 +36,9 @@
 
 /* ---- shared helpers -------------------------------------------------------- */
 
-/* JSON number: shortest readable form that round-trips to about 12 digits;
- * null for NaN and infinities, which JSON cannot hold. */
-static void out_num(FILE *f, double x) {
-    if (!isfinite(x)) fputs("null", f);
-    else fprintf(f, "%.12g", x == 0 ? 0.0 : x); /* no "-0" */
-}
+/* JSON number: the shortest text that reads back as the same double; null
+ * for NaN and infinities, which JSON cannot hold. */
+static void out_num(FILE *f, double x) { fputs(PM_JSON_NUM(x), f); }
 
 static void out_xml_str(FILE *f, const char *s) {
     for (; *s; s++) {

@@ -124,8 +124,8 @@ static void trace_event(FILE *f, const char *name, const char *cat, int tid, dou
                         double t1) {
     fputs(",\n{\"name\": ", f);
     pm_json_str(f, name);
-    fprintf(f, ", \"cat\": \"%s\", \"ph\": \"X\", \"pid\": 0, \"tid\": %d, \"ts\": %.3f, "
-               "\"dur\": %.3f}", cat, tid, t0 * 1e6, (t1 - t0) * 1e6);
+    fprintf(f, ", \"cat\": \"%s\", \"ph\": \"X\", \"pid\": 0, \"tid\": %d, \"ts\": %s, "
+               "\"dur\": %s}", cat, tid, PM_JSON_NUM(t0 * 1e6), PM_JSON_NUM((t1 - t0) * 1e6));
 }
 
 /* The pass as one event ("t1 F0", category its kind) with its load, update
