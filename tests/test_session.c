@@ -390,6 +390,66 @@ static void forecast_sums(void **state) {
     pm_select_session_free(&s);
 }
 
+/* A forecast of many long tasks (issue 31, defect 10: 64 tasks of 1000000
+ * steps took 42 to 88 s and 3 GB) simulates a bounded number of passes and
+ * scales: each task's compute is exactly its FLOPs by hand at the rate
+ * (every step the same, an evaluation every 10 steps), the simulated
+ * passes stay at PM_SELECT_FORECAST_PASSES (give or take a step a task),
+ * and the makespans of 1000 times the steps are 1000 times those of a
+ * forecast simulated whole (the work scales exactly; only the ends of the
+ * tasks may fall elsewhere: 2%). */
+static void forecast_extrapolated(void **state) {
+    (void)state;
+    pm_sweep sw = {0};
+    set(&sw, "lr", "1e-3,2e-3,3e-3,4e-3,5e-3,6e-3,7e-3,8e-3");
+    set(&sw, "layers", "1,2,3,4,5,6,7,8");
+    set(&sw, "dim", "32");
+    set(&sw, "heads", "2");
+    set(&sw, "ctx", "16");
+    set(&sw, "batch", "4");
+    set(&sw, "microbatches", "2");
+    pm_select_setup set_up = tiny_setup(NULL);
+    set_up.device_mem = 1 << 20; /* 1 to 5 shards */
+    pm_select_rates r = {.flops = 1e9, .read_bps = 2e9, .write_bps = 1e9, .adamw_s = 1e-9};
+    pm_select_forecast f[2];
+    pm_err e;
+    const char *steps[2] = {"20", "20000"};
+    for (int k = 0; k < 2; k++) {
+        pm_select_session s;
+        set(&sw, "steps", steps[k]);
+        assert_int_equal(pm_select_session_init(&s, &sw, &set_up, &e), PM_OK);
+        assert_int_equal(pm_select_session_partition(&s, 0, &e), PM_OK);
+        assert_int_equal(s.n, 64);
+        assert_int_equal(pm_select_forecast_make(&f[k], s.tasks, s.n, 2, &r, 10, 2, 0, &e), PM_OK);
+        int64_t most = (int64_t)PM_SELECT_FORECAST_PASSES;
+        for (int i = 0; i < s.n; i++) {
+            const pm_select_task *t = &s.tasks[i];
+            int S = t->nshard, K = t->cfg.micro, n = t->cfg.opt.steps;
+            double fl = 0, ev = 0;
+            for (int q = 0; q < S; q++) {
+                const pm_shard *h = &t->shard[q];
+                fl += q < S - 1 ? 3 * h->flops_f + h->flops_bw : h->flops_f + h->flops_bw;
+                ev += 2 * h->flops_f; /* eval_batches 2 */
+            }
+            double want = (n * K * fl + n / 10 * ev) / r.flops;
+            if (fabs(f[k].compute[i] - want) > 1e-9 * want)
+                fail_msg("%s steps, task %d: compute %.17g, by hand %.17g", steps[k], i,
+                         f[k].compute[i], want);
+            most += 2 * S - 1;
+        }
+        assert_true(f[k].passes_simulated <= most);
+        assert_true(k ? f[k].scale > 1 : f[k].scale == 1);
+        pm_select_session_free(&s);
+    }
+    for (int p = 0; p < PM_POLICY_COUNT; p++) {
+        double ratio = f[1].makespan[p] / f[0].makespan[p] / 1000;
+        if (fabs(ratio - 1) > 0.02) fail_msg("%s: 1000 times the steps, %.4f times 1000 the makespan",
+                                             pm_select_policy_names[p], ratio);
+    }
+    pm_select_forecast_free(&f[0]);
+    pm_select_forecast_free(&f[1]);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(grid_order),
@@ -400,6 +460,7 @@ int main(void) {
         cmocka_unit_test(forecast_sums),
         cmocka_unit_test(record_parse),
         cmocka_unit_test(record_tampered),
+        cmocka_unit_test(forecast_extrapolated),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -671,6 +671,17 @@ static void dry_run_forecast(void **state) {
         }
         json_decref(root);
     }
+    /* 64 tasks of 1000000 steps (issue 31, defect 10: 42 to 88 s and 3 GB):
+     * a bounded share of the steps simulated, and said so */
+    json_t *root;
+    json_t *t = dry_tasks("--lr 1e-3,2e-3,3e-3,4e-3,5e-3,6e-3,7e-3,8e-3 --layers 1,2,3,4,5,6,7,8 "
+                          "--steps 1000000", &root);
+    assert_int_equal(json_array_size(t), 64);
+    assert_true(json_is_true(json_object_get(root, "extrapolated")));
+    double sim = num(root, "steps_simulated");
+    assert_true(sim >= 64 && sim <= PM_SELECT_FORECAST_PASSES + 64);
+    assert_true(fabs(num(root, "scale") * sim - 64e6) < 0.05 * 64e6); /* uniform tasks */
+    json_decref(root);
     assert_int_equal(run("select --help"), 0);
     slurp("out", help, sizeof help);
     assert_null(strstr(help, "50 GFLOP/s"));

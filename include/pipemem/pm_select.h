@@ -284,8 +284,18 @@ typedef struct {
     double lower_bound;               /* the shard policy's (pm_select_sim.lower_bound),
                                          which holds for every policy */
     double *compute, *move;           /* (n) each task's seconds of compute and of moving
-                                         its state, all its steps; owned */
+                                         its state, all its steps (exact); owned */
+    double scale;                     /* 1: every step simulated; else the run's work over
+                                         the simulated work, which the makespans and the
+                                         bound were scaled by (extrapolated) */
+    int64_t steps_simulated;          /* the tasks' steps simulated, all tasks */
+    int64_t passes_simulated;         /* and their passes */
 } pm_select_forecast;
+/* Past this many passes in all, a forecast simulates the same fraction of
+ * every task's steps (at least one each; evaluations spread evenly over
+ * them) and scales its times to the whole run (pm_select_forecast.scale):
+ * 64 tasks of 1000000 steps forecast in milliseconds and little memory. */
+#define PM_SELECT_FORECAST_PASSES 20000.0
 pm_status pm_select_forecast_make(pm_select_forecast *f, const pm_select_task *t, int n,
                                   int devices, const pm_select_rates *r, int eval_every,
                                   int eval_batches, int no_join, pm_err *err);

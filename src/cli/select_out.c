@@ -43,6 +43,14 @@ void sel_print_policies(const pm_select_session *s, const pm_select_forecast *f)
            r->write_bps / 1e9, 1e-6 / r->adamw_s, 100 * move / (compute + move), move,
            compute + move, s->set.run.no_join ? "joins no running task (--no-join)"
                                               : "with idle devices joining running tasks");
+    if (f->scale != 1) {
+        int64_t all = 0;
+        for (int i = 0; i < s->n; i++) all += s->tasks[i].cfg.opt.steps;
+        printf("extrapolated: the policies simulated over %lld of the tasks' %lld steps (the "
+               "same share of each, evaluations spread evenly) and their times scaled by %.4g, "
+               "the whole run's work over the simulated work\n", (long long)f->steps_simulated,
+               (long long)all, f->scale);
+    }
     printf("%-11s %12s %9s\n", "policy", "makespan s", "vs bound");
     for (int p = 0; p < PM_POLICY_COUNT; p++)
         printf("%-11s %12.3f %8.3fx\n", pm_select_policy_names[p], f->makespan[p],
@@ -90,8 +98,10 @@ void sel_print_dry_json(const pm_select_session *s, const pm_select_forecast *f)
     for (int p = 0; p < PM_POLICY_COUNT; p++)
         printf("%s{\"policy\": \"%s\", \"makespan_s\": %s}", p ? ", " : "",
                pm_select_policy_names[p], PM_JSON_NUM(f->makespan[p]));
-    printf("], \"join\": %s, \"lower_bound_s\": %s}\n", s->set.run.no_join ? "false" : "true",
-           PM_JSON_NUM(f->lower_bound));
+    printf("], \"join\": %s, \"lower_bound_s\": %s, \"extrapolated\": %s, \"steps_simulated\": "
+           "%lld, \"scale\": %s}\n", s->set.run.no_join ? "false" : "true",
+           PM_JSON_NUM(f->lower_bound), f->scale != 1 ? "true" : "false",
+           (long long)f->steps_simulated, PM_JSON_NUM(f->scale));
 }
 
 /* One status line: tasks done, stopped, failed and running, steps, each

@@ -20,6 +20,7 @@
  * pm_select_forecast_make costs every task's passes so and simulates each
  * policy over them: the one forecast the dry run and bench_select give. */
 #define _XOPEN_SOURCE 700 /* pread, pwrite, mkstemp */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -117,9 +118,14 @@ static double eval_cost(const pm_select_task *t, const pm_select_rates *r, int b
     return batches * fl / r->flops;
 }
 
-void pm_select_task_costs(const pm_select_task *t, int64_t steps, int eval_every,
-                          int eval_batches, const pm_select_rates *r, int *shard,
-                          double *compute, double *move, double *before, double *after) {
+/* Task t's passes of `steps` steps costed (pm_select_task_costs), the last
+ * pass of a step adding an evaluation at every eval_every-th step and the
+ * last (share < 0), or else `share` of one at every step (an extrapolated
+ * forecast spreads a task's evaluations evenly over the steps it
+ * simulates). */
+static void costs_of(const pm_select_task *t, int64_t steps, int eval_every, double share,
+                     int eval_batches, const pm_select_rates *r, int *shard, double *compute,
+                     double *move, double *before, double *after) {
     int S = t->nshard, np = 2 * S - 1;
     double ev_move, ev = eval_cost(t, r, eval_batches, &ev_move);
     pm_select_task_passes(t, steps, r->flops, shard, compute);
@@ -134,11 +140,24 @@ void pm_select_task_costs(const pm_select_task *t, int64_t steps, int eval_every
         move[i] = in + back + update;
         if (before) before[i] = in + update;
         if (after) after[i] = back;
-        if (k == np - 1 && ((eval_every > 0 && step % eval_every == 0) || step == steps)) {
-            compute[i] += ev, move[i] += ev_move;
-            if (after) after[i] += ev + ev_move; /* after the step's last pass, alone */
-        }
+        double w = k < np - 1 ? 0
+                   : share >= 0 ? share
+                   : (eval_every > 0 && step % eval_every == 0) || step == steps ? 1 : 0;
+        compute[i] += w * ev, move[i] += w * ev_move;
+        if (after) after[i] += w * (ev + ev_move); /* after the step's last pass, alone */
     }
+}
+
+void pm_select_task_costs(const pm_select_task *t, int64_t steps, int eval_every,
+                          int eval_batches, const pm_select_rates *r, int *shard,
+                          double *compute, double *move, double *before, double *after) {
+    costs_of(t, steps, eval_every, -1, eval_batches, r, shard, compute, move, before, after);
+}
+
+/* Evaluations a task of `steps` steps runs: every eval_every-th step and
+ * the last. */
+static int64_t evals_of(int64_t steps, int eval_every) {
+    return eval_every > 0 ? steps / eval_every + (steps % eval_every != 0) : 1;
 }
 
 /* ---- the forecast of a sweep ------------------------------------------------ */
@@ -166,23 +185,33 @@ static void costs_free(costs *c) {
     pm_free(c->co), pm_free(c->be), pm_free(c->af);
 }
 
-/* Task i's pass list, costed: co its compute and moves, be and af their
- * parts before and after its microbatches (joining); its totals into f. */
+/* Task i's pass list for `steps` of its steps, costed: co its compute and
+ * moves, be and af their parts before and after its microbatches
+ * (joining); its whole run's totals into f (exact: every step costs the
+ * same but for its evaluation), what it simulates into *sim. */
 static int task_costs(const pm_select_task *t, const pm_select_rates *r, int every, int batches,
-                      costs *c, int i, pm_select_forecast *f) {
-    int64_t np = c->np[i] = (int64_t)t->cfg.opt.steps * c->per[i];
+                      int64_t steps, costs *c, int i, pm_select_forecast *f, double *sim) {
+    int64_t np = c->np[i] = steps * c->per[i], all = t->cfg.opt.steps;
     c->sh[i] = pm_malloc((size_t)np * sizeof(int));
     c->co[i] = pm_malloc((size_t)np * sizeof(double));
     c->be[i] = pm_malloc((size_t)np * sizeof(double));
     c->af[i] = pm_malloc((size_t)np * sizeof(double));
     double *mv = pm_malloc((size_t)np * sizeof *mv);
     int bad = !c->sh[i] || !c->co[i] || !c->be[i] || !c->af[i] || !mv;
-    if (!bad) {
-        pm_select_task_costs(t, t->cfg.opt.steps, every, batches, r, c->sh[i], c->co[i], mv,
-                             c->be[i], c->af[i]);
-        for (int64_t k = 0; k < np; k++)
-            f->compute[i] += c->co[i][k], f->move[i] += mv[k], c->co[i][k] += mv[k];
+    if (bad) {
+        pm_free(mv);
+        return bad;
     }
+    double ev_move, ev = eval_cost(t, r, batches, &ev_move), step_co = 0, step_mv = 0;
+    int64_t evals = evals_of(all, every);
+    /* one step without its evaluation, for the run's totals */
+    costs_of(t, 1, every, 0, batches, r, c->sh[i], c->co[i], mv, NULL, NULL);
+    for (int k = 0; k < c->per[i]; k++) step_co += c->co[i][k], step_mv += mv[k];
+    f->compute[i] = (double)all * step_co + (double)evals * ev;
+    f->move[i] = (double)all * step_mv + (double)evals * ev_move;
+    costs_of(t, steps, every, steps < all ? (double)evals / (double)all : -1, batches, r,
+             c->sh[i], c->co[i], mv, c->be[i], c->af[i]);
+    for (int64_t k = 0; k < np; k++) c->co[i][k] += mv[k], *sim += c->co[i][k];
     pm_free(mv);
     return bad;
 }
@@ -198,10 +227,23 @@ pm_status pm_select_forecast_make(pm_select_forecast *f, const pm_select_task *t
                pm_calloc((size_t)n, sizeof(double *))};
     int bad = !f->compute || !f->move || !c.np || !c.sh || !c.per || !c.micro || !c.co || !c.be ||
               !c.af;
+    /* Past PM_SELECT_FORECAST_PASSES passes the policies are simulated over
+     * the same fraction of every task's steps (at least one) and their
+     * times scaled by the whole run's work over the simulated work: the
+     * steps repeat, so the schedule of a fraction of them is that fraction
+     * of the whole, but for where the tasks end. */
+    double passes = 0, simulated = 0, whole = 0;
+    for (int i = 0; i < n; i++) passes += (double)t[i].cfg.opt.steps * (2 * t[i].nshard - 1);
+    double frac = passes > PM_SELECT_FORECAST_PASSES ? PM_SELECT_FORECAST_PASSES / passes : 1;
     for (int i = 0; i < n && !bad; i++) {
+        int64_t all = t[i].cfg.opt.steps, steps = frac < 1 ? llround((double)all * frac) : all;
+        steps = steps < 1 ? 1 : steps > all ? all : steps;
         c.per[i] = 2 * t[i].nshard - 1, c.micro[i] = t[i].cfg.micro;
-        bad = task_costs(&t[i], r, eval_every, eval_batches, &c, i, f);
+        bad = task_costs(&t[i], r, eval_every, eval_batches, steps, &c, i, f, &simulated);
+        whole += f->compute[i] + f->move[i];
+        f->steps_simulated += steps, f->passes_simulated += c.np[i];
     }
+    f->scale = frac < 1 && simulated > 0 ? whole / simulated : 1;
     pm_status st = bad ? pm_errf(err, PM_ERR_NOMEM, "out of memory for the simulation") : PM_OK;
     pm_select_work w = {n, c.np, (const int *const *)c.sh, (const double *const *)c.co, c.per,
                         c.micro, (const double *const *)c.be, (const double *const *)c.af};
@@ -209,8 +251,8 @@ pm_status pm_select_forecast_make(pm_select_forecast *f, const pm_select_task *t
         pm_select_sim sim;
         if ((st = pm_select_simulate(&w, devices, (pm_select_policy)p, no_join, &sim, err)))
             break;
-        f->makespan[p] = sim.makespan; /* the shard policy's bound (joined) holds for all */
-        if (p == PM_POLICY_SHARD) f->lower_bound = sim.lower_bound;
+        f->makespan[p] = sim.makespan * f->scale; /* the shard policy's bound (joined) */
+        if (p == PM_POLICY_SHARD) f->lower_bound = sim.lower_bound * f->scale; /* holds for all */
         pm_select_sim_free(&sim);
     }
     costs_free(&c);
