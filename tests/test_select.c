@@ -616,9 +616,14 @@ static void corpus_init(void) {
  * microbatches; each entry's parts in
  * order, a device's entries (with the work after each pass) never
  * overlapping, and each device's parts adding up to the makespan. */
-static void check_log(const pm_select_stats *st, const pm_select_task *t, int n) {
+static void check_log(const pm_select_stats *st, const pm_select_task *t, int n, int every) {
     int64_t want = 0;
-    for (int i = 0; i < n; i++) want += (int64_t)t[i].cfg.opt.steps * (2 * t[i].nshard - 1);
+    for (int i = 0; i < n; i++) { /* and an evaluation's S passes (one chunk) every `every`
+                                     steps and at the end (every 0: at the end; -1: none) */
+        int64_t steps = t[i].cfg.opt.steps;
+        int64_t evals = every < 0 ? 0 : every == 0 ? 1 : steps / every + (steps % every != 0);
+        want += steps * (2 * t[i].nshard - 1) + evals * t[i].nshard;
+    }
     assert_int_equal(st->nlog, want);
     for (int64_t a = 0; a < st->nlog; a++) {
         const pm_select_pass *x = &st->log[a];
@@ -700,7 +705,7 @@ static void train_exact(void **state) {
                 pm_select_stats stats;
                 if (pm_select_run(tasks, hosts, NT, &lay, &o, res, &stats, &e))
                     fail_msg("D=%d %s: %s", D, pm_select_policy_names[pol], e.msg);
-                check_log(&stats, tasks, NT);
+                check_log(&stats, tasks, NT, 2);
                 for (int i = 0; i < NT; i++) {
                     int steps = tasks[i].cfg.opt.steps;
                     assert_int_equal(res[i].state, PM_SELECT_DONE);
@@ -787,7 +792,7 @@ static void join_one_task(void **state) {
                 pm_select_stats st;
                 if (pm_select_run(&task, &h, 1, &lay, &o, &res, &st, &e))
                     fail_msg("D=%d join %d: %s", D, join, e.msg);
-                check_log(&st, &task, 1);
+                check_log(&st, &task, 1, 0);
                 assert_int_equal(res.state, PM_SELECT_DONE);
                 assert_int_equal(lg.seen[0], 4);
                 for (int s = 0; s < 4; s++)
@@ -823,6 +828,85 @@ static void join_one_task(void **state) {
             }
     pm_trainer_free(&ref);
     assert_int_equal(rmdir(sdir), 0);
+}
+
+/* Each evaluation's validation loss, by step (issue 31). */
+typedef struct {
+    double val[8];
+    int n;
+} ev_log;
+
+static void log_eval(void *ctx, const pm_select_event *ev) {
+    ev_log *lg = ctx;
+    if ((ev->kind == PM_SELECT_EV_EVAL || ev->kind == PM_SELECT_EV_DONE) && ev->step <= 8)
+        lg->val[ev->step - 1] = ev->val_loss, lg->n++;
+}
+
+/* Evaluation through the shards (issue 31, "select for daily use" 1): one
+ * task of 6 blocks in 4 or more shards, one microbatch a step (the issue's
+ * case), evaluated after every step on 4 batches (one chunk) and on 11
+ * (chunks of 8 and 3), on 1, 2 and 3 devices joining: each evaluation's
+ * loss bitwise pm_trainer_eval's on the task trained alone to that step;
+ * each evaluation is a round of passes of kind 3, one per shard and
+ * chunk; the device time of those passes (less their waits) is counted
+ * as evaluation. */
+static void eval_through_shards(void **state) {
+    (void)state;
+    corpus_init();
+    pm_tokens tok = PM_TOKENS_BYTES(corpus, sizeof corpus);
+    pm_train_cfg c = {.model = {256, 8, 16, 2, 6}, .batch = 4, .micro = 1, .seed = 12};
+    pm_optim_defaults(&c.opt, 3);
+    c.opt.lr = 5e-3f;
+    pm_err e;
+    const int batches[2] = {4, 11};
+    for (int b = 0; b < 2; b++) {
+        pm_trainer ref;
+        double val[3];
+        assert_int_equal(pm_trainer_init(&ref, &c, &tok, 0, &e), PM_OK);
+        for (int s = 0; s < 3; s++) {
+            pm_step_info info;
+            assert_int_equal(pm_trainer_step(&ref, &info, &e), PM_OK);
+            assert_int_equal(pm_trainer_eval(&ref, &tok, batches[b], &val[s], &e), PM_OK);
+        }
+        pm_trainer_free(&ref);
+        for (int D = 1; D <= 3; D++) {
+            pm_select_task task = {.cfg = c, .name = "one"};
+            pm_select_layout lay;
+            four_shards(&task, &lay);
+            int S = task.nshard, chunks = (batches[b] + 7) / 8;
+            pm_trainer h;
+            assert_int_equal(pm_trainer_init(&h, &c, &tok, 0, &e), PM_OK);
+            ev_log lg = {{0}, 0};
+            pm_select_opts o = {.devices = D, .policy = PM_POLICY_SHARD, .prefetch = 1,
+                                .eval_every = 1, .eval_batches = batches[b], .val = &tok,
+                                .report = log_eval, .report_ctx = &lg};
+            pm_select_result res;
+            pm_select_stats st;
+            if (pm_select_run(&task, &h, 1, &lay, &o, &res, &st, &e))
+                fail_msg("D=%d: %s", D, e.msg);
+            assert_int_equal(lg.n, 3);
+            for (int s = 0; s < 3; s++)
+                if (memcmp(&lg.val[s], &val[s], sizeof(double)))
+                    fail_msg("%d batches, D=%d, step %d: val %.17g, alone %.17g", batches[b], D,
+                             s + 1, lg.val[s], val[s]);
+            int64_t per_shard[16] = {0};
+            double ev_s = 0, part = 0;
+            assert_true(S <= 16);
+            for (int64_t a = 0; a < st.nlog; a++) {
+                const pm_select_pass *p = &st.log[a];
+                if (p->kind != 3) continue;
+                per_shard[p->shard]++;
+                ev_s += p->end - p->start - p->flow;
+            }
+            for (int q = 0; q < S; q++) /* each shard once a chunk, every evaluation */
+                assert_int_equal(per_shard[q], 3 * chunks);
+            for (int d = 0; d < D; d++) part += st.part[(size_t)d * PM_PART_COUNT + PM_PART_EVAL];
+            assert_true(part >= ev_s * (1 - 1e-9));
+            pm_select_stats_free(&st);
+            pm_trainer_free(&h);
+            pm_select_task_free(&task);
+        }
+    }
 }
 
 /* A joined task whose spill file stops taking writes in the middle of a
@@ -932,7 +1016,7 @@ static void lrtf_run_order(void **state) {
     pm_select_result res[2];
     pm_select_stats st;
     if (pm_select_run(t, h, 2, &lay, &o, res, &st, &e)) fail_msg("%s", e.msg);
-    check_log(&st, t, 2);
+    check_log(&st, t, 2, -1);
     int64_t deep = (int64_t)steps[0] * (2 * t[0].nshard - 1);
     for (int64_t k = 0; k < st.nlog; k++)
         if (st.log[k].task != (k < deep ? 0 : 1))
@@ -1076,9 +1160,16 @@ static void saved_losses_resume(void **state) {
     double loss[NT], val[NT];
     for (int i = 0; i < NT; i++) {
         int steps = tasks[i].cfg.opt.steps;
-        assert_int_equal(pm_select_saved_losses(dir, tasks[i].name, steps - 1, &loss[i], &val[i]), 0);
+        pm_ckpt_info in, other;
+        snprintf(path, sizeof path, "%s/%s.ckpt", dir, tasks[i].name);
+        assert_int_equal(pm_ckpt_info_read(path, &in, &e), PM_OK);
+        assert_int_equal(in.step, steps);
+        other = in, other.step = steps - 1;
+        assert_int_equal(pm_select_saved_losses(dir, tasks[i].name, &other, &loss[i], &val[i], &e),
+                         PM_OK);
         assert_true(isnan(loss[i]) && isnan(val[i])); /* another step's: not these */
-        assert_int_equal(pm_select_saved_losses(dir, tasks[i].name, steps, &loss[i], &val[i]), 1);
+        assert_int_equal(pm_select_saved_losses(dir, tasks[i].name, &in, &loss[i], &val[i], &e),
+                         PM_OK);
         assert_true(loss[i] == ref.loss[i][steps - 1] && val[i] == ref.val[i]);
         pm_trainer_free(&hosts[i]);
     }
@@ -1366,6 +1457,7 @@ int main(void) {
         cmocka_unit_test(cli_dry_run),
         cmocka_unit_test(train_exact),
         cmocka_unit_test(join_one_task),
+        cmocka_unit_test(eval_through_shards),
         cmocka_unit_test(join_store_fails),
         cmocka_unit_test(lrtf_run_order),
         cmocka_unit_test(spill_exact),

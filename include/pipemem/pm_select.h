@@ -449,19 +449,22 @@ pm_status pm_select_saved_losses(const char *dir, const char *name, const pm_ckp
                                  double *loss, double *val, pm_err *err);
 
 /* Where a device's time goes: every moment of a run on a device is one of
- * these, so they add up to the makespan. A pass is LOAD, ADAMW, COMPUTE and
- * STORE in that order; STEP and EVAL follow a step's last pass on the
+ * these, so they add up to the makespan. A step's pass is LOAD, ADAMW,
+ * COMPUTE and STORE in that order, an evaluation's pass EVAL; STEP follows a
+ * step's last pass and EVAL (the checkpoint) an evaluation's last, on the
  * device that ran it; WAIT then; IDLE is the gaps between. */
 typedef enum {
-    PM_PART_COMPUTE, /* a pass's K microbatches */
+    PM_PART_COMPUTE, /* a step's pass's K microbatches */
     PM_PART_LOAD,    /* a pass copying its shard's state in (it was not resident or
                         prefetched; at a step's first pass, the step's batch too) */
     PM_PART_ADAMW,   /* a pass applying its shard's deferred AdamW update and zeroing its
                         gradients (a shard's first pass of a step) */
     PM_PART_STORE,   /* a pass writing what it changed back to the task's store */
     PM_PART_STEP,    /* after a step's last pass: the loss and the global gradient norm */
-    PM_PART_EVAL,    /* after a step's last pass, at intervals and at the end: pending
-                        updates applied on the host, evaluation, checkpoint */
+    PM_PART_EVAL,    /* at intervals and at the end: an evaluation's passes (forward
+                        through each shard on the validation batches, taken and joined
+                        as a step's passes are; all of such a pass but its waits for
+                        other devices), then the checkpoint */
     PM_PART_WAIT,    /* waiting for the prefetch copy of the next pass's shard, and a
                         joined pass waiting for its input microbatches or for the
                         step's other passes (pm_select_pass.flow) */
@@ -472,7 +475,8 @@ extern const char *const pm_select_part_names[PM_PART_COUNT]; /* "compute", "loa
 
 /* One pass as it ran, with what its device did up to its next pass. */
 typedef struct {
-    int dev, task, shard, kind; /* kind: 0 forward, 1 last shard fused, 2 backward */
+    int dev, task, shard, kind; /* kind: 0 forward, 1 last shard fused, 2 backward,
+                                 * 3 an evaluation's forward */
     double start, end;          /* seconds from the run's start */
     double loaded, updated, computed; /* within it: LOAD until loaded, ADAMW until updated,
                                  * COMPUTE until computed, STORE until end */
@@ -574,7 +578,11 @@ extern const char pm_select_rank_rule[];
  * Free with pm_select_session_free after any of them, failed or not. */
 typedef struct {
     pm_select_opts run;  /* the run's options (pm_select_run); eval_every -1: every
-                            steps / 5 of the longest task (its steps under 5 steps);
+                            steps / 5 of the longest task, but no more often than
+                            every 10 eval_batches / (3 K) steps (K the fewest
+                            microbatches of a task: evaluation at most a tenth of the
+                            training), 0 (only at the end) where that is the steps;
+                            under halving every steps / 5;
                             the session sets rungs, nrung, skip, prior_loss, prior_val
                             and val */
     size_t device_mem;   /* one device's budget (pm_select_partition) */

@@ -51,7 +51,7 @@ static const char usage[] =
     "           name it (else tN); '#' starts a comment. An option given one value\n"
     "           beside it (--steps 12) is the value of every line that does not set it\n"
     "  Tasks with the same configuration are warned about (they train the same).\n";
-static const char usage_more[] = /* (two strings: C keeps one under 4096 bytes) */
+static const char usage_more[] = /* (three strings: C keeps one under 4096 bytes) */
     "  SIZE     bytes, with K, M or G (binary) suffixes: 64M\n"
     "  --dry-run     print every task's shards (layers, bytes) and the forecast\n"
     "           makespan of the policies shard, task and sequential against the lower\n"
@@ -72,6 +72,12 @@ static const char usage_more[] = /* (two strings: C keeps one under 4096 bytes) 
     "           shards run as a pipeline over several devices (fewer tasks than\n"
     "           devices: the end of a sweep, after halving, one large model); still\n"
     "           bit for bit\n"
+    "  --eval-every N, --eval-batches N  evaluate each task every N steps and at its\n"
+    "           end on N microbatches (default 4), through its shards as its training\n"
+    "           passes go, so idle devices share it; by default every steps/5, but no\n"
+    "           more often than keeps evaluation under a tenth of the training (every\n"
+    "           10 N / (3 K) steps, K the microbatches: 14 with the defaults; under\n"
+    "           --halving every steps/5); 0: only at the end\n"
     "  --halving ETA  successive halving: at each evaluation round the best 1/ETA\n"
     "           of the tasks still running (by validation loss) go on, the rest stop\n"
     "  --asha ETA  asynchronous successive halving (ASHA, Li et al. 2018, as Ray\n"
@@ -83,6 +89,8 @@ static const char usage_more[] = /* (two strings: C keeps one under 4096 bytes) 
     "           can reach rung k go on (N_0 all tasks), so of 9 tasks and ETA 3 at most 3\n"
     "           pass the first rung; once no task can still reach a rung, its best\n"
     "           ceil(m/ETA) fill the rest of that and the others there stop\n"
+    ;
+static const char usage_end[] =
     "  --resume DIR  each task's checkpoint goes to DIR/NAME.ckpt at every evaluation\n"
     "           and at its end (its losses to DIR/NAME.loss, which a resumed task that\n"
     "           runs no further step reports); run again with the same options to\n"
@@ -197,7 +205,7 @@ static int parse_args(int argc, char **argv, sel_opts *o) {
     o->set.run.report_ctx = &o->pg;
     pm_cli_opts set = {OPTS, sizeof OPTS / sizeof OPTS[0], o, NULL};
     int rc = pm_cli_parse("select", argc, argv, 1, &set, 1, NULL, NULL);
-    if (rc == 2) fputs(usage, stdout), fputs(usage_more, stdout);
+    if (rc == 2) fputs(usage, stdout), fputs(usage_more, stdout), fputs(usage_end, stdout);
     if (rc) return rc;
     const pm_select_opts *r = &o->set.run;
     if (!r->devices) return pm_cli_fail("select: --devices D is required");

@@ -39,6 +39,19 @@ typedef struct {
     int pf_pass, pf_dev;  /* pass pf_pass is kept for device pf_dev, whose copy thread
                              prefetches its shard (-1 none): no other device joins it */
     int broken;           /* a pass failed: passes waiting for its microbatches give up */
+    /* evaluation: after a step that evaluates, a round of forward passes
+     * through the shards on the validation batches, chunk by chunk (pass k
+     * of the round runs shard k % S on chunk k / S), taken and joined as a
+     * step's passes are, so idle devices share it */
+    int ev;               /* 1: the current round is an evaluation's (under the lock;
+                             it changes only when no pass of the task runs) */
+    int ev_batches;       /* microbatches of an evaluation (opts.eval_batches) */
+    int ev_micro;         /* microbatches of a chunk: at most SEL_EVAL_CHUNK */
+    int ev_chunks;        /* chunks of a round */
+    int32_t *ev_inp, *ev_tgt; /* (ev_batches, B/K, T) the round's tokens; owned */
+    float *ev_act;        /* (S-1, ev_micro, nc) a chunk's outputs of shards 0..S-2; owned */
+    double ev_sum;        /* the round's microbatch losses, in order (the last shard's) */
+    double ev_busy;       /* seconds of the round's passes so far */
     int at_rung;          /* halving: evaluated, waiting for the others' evaluations;
                              ASHA: reported at its rung, waiting for a promotion */
     int rung;             /* ASHA: the rung it runs toward or waits at */
@@ -53,7 +66,9 @@ typedef struct {
     int64_t *zeroed;      /* (S) steps whose gradients each shard has zeroed */
     uint64_t *version;    /* (S) bumped at each write-back of a shard's state */
     double busy;          /* seconds of passes run (less their waits for other devices) */
-    double compute;       /* of which computing (pm_select_pass: computed - updated - flow) */
+    double compute;       /* of which computing (pm_select_pass: computed - updated - flow)
+                             in training passes */
+    double ev_compute;    /* and in evaluation passes */
     double work;          /* busy and the work after its steps (norm, evaluation) */
     /* what Sharded-LRTF knows of its times (sel_est) */
     double *fl;           /* (2S - 1) FLOPs of each pass of a step */
@@ -128,17 +143,38 @@ void sel_copy_start(sel_dev *dv, sel_task *t, int s, int slot);
 void sel_copy_wait(sel_dev *dv, double *copy0, double *copy1);
 
 /* Pass k of a step of a task with S shards: its shard and kind. */
-typedef enum { SEL_F, SEL_FUSED, SEL_B } sel_kind;
+typedef enum { SEL_F, SEL_FUSED, SEL_B, SEL_EVAL } sel_kind;
 static inline int sel_pass_shard(int S, int k) { return k < S ? k : 2 * S - 2 - k; }
 static inline sel_kind sel_pass_kind(int S, int k) {
     return k < S - 1 ? SEL_F : k == S - 1 ? SEL_FUSED : SEL_B;
 }
+/* A chunk of an evaluation holds at most this many microbatches (its
+ * boundary outputs are kept per microbatch: memory, against pipelining
+ * the chunk over the devices). */
+#define SEL_EVAL_CHUNK 8
+/* The task's current round (a step's 2S - 1 passes, or an evaluation's):
+ * how many passes, pass k's shard, kind and microbatches. */
+static inline int sel_round_passes(const sel_task *t) {
+    return t->ev ? t->ev_chunks * t->S : 2 * t->S - 1;
+}
+static inline int sel_round_shard(const sel_task *t, int k) {
+    return t->ev ? k % t->S : sel_pass_shard(t->S, k);
+}
+static inline sel_kind sel_round_kind(const sel_task *t, int k) {
+    return t->ev ? SEL_EVAL : sel_pass_kind(t->S, k);
+}
+static inline int sel_round_micro(const sel_task *t, int k) {
+    int left = t->ev_batches - k / t->S * t->ev_micro;
+    return !t->ev ? t->K : left < t->ev_micro ? left : t->ev_micro;
+}
 
-/* Runs pass `k` of the current step of t on device dv in state slot `slot`
- * (pass.c): loads the shard's state there unless it is resident and
- * current, applies a pending AdamW update and zeroes the gradients at a
- * shard's first pass of a step, runs the K microbatches, writes back what
- * changed. t->loss_sum receives the fused pass's microbatch losses. mark
+/* Runs pass `k` of the current round of t (a step's, or an evaluation's)
+ * on device dv in state slot `slot` (pass.c): loads the shard's state
+ * there unless it is resident and current, applies a pending AdamW update
+ * and zeroes the gradients at a shard's first pass of a step (or of an
+ * evaluation), runs the pass's microbatches, writes back what changed.
+ * t->loss_sum receives the fused pass's microbatch losses, t->ev_sum an
+ * evaluation's last shard's. mark
  * gets when each of the first three ended (pm_now): the load, the update,
  * the microbatches (pm_select_pass.loaded, updated, computed).
  * With joining (t->mu set): before microbatch j it waits until pass k - 1

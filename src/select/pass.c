@@ -9,10 +9,13 @@
  * Per microbatch j (the step's K in order, as `train` does):
  *   F      input (tokens on shard 0, else the previous shard's output kept
  *          on the host), the layers' F, the output back to the host;
- *   FUSED  the last shard: F with the loss, then B down its layers and W;
- *          the input gradient to the host;
- *   B      F again from the kept input (recomputation), then B and W with
- *          the output gradient from the host; the input gradient to the host.
+ *   FUSED  the last shard: F with the loss, then B down its layers, the
+ *          input gradient to the host, then W;
+ *   B      F again from the kept input (recomputation), then B with the
+ *          output gradient from the host, the input gradient to the host,
+ *          then W;
+ *   EVAL   an evaluation's: F on a validation microbatch, the output back
+ *          to the host (the loss, on the last shard).
  * Gradients accumulate per layer over j in order, so every gradient is the
  * single-device one bitwise. A shard's first pass of a step first applies
  * the previous step's AdamW update (the global norm is only known after the
@@ -79,10 +82,10 @@ static void forward(const pm_train_cfg *c, const pm_shard *sh, const float *P, a
     }
 }
 
-/* B down the shard's layers from dout (NULL on the head), then W; the first
+/* B down the shard's layers from dout (NULL on the head); the first
  * layer's input gradient is left in the returned buffer (NULL on shard 0). */
-static float *backward(const pm_train_cfg *c, const pm_shard *sh, const float *P, float *G,
-                       act_area *a, float *dout) {
+static float *backward_b(const pm_train_cfg *c, const pm_shard *sh, const float *P, act_area *a,
+                         float *dout) {
     const pm_gpt_config *m = &c->model;
     int mb = c->batch / c->micro, T = m->ctx;
     size_t base = pm_gpt_layer_offset(m, sh->first);
@@ -93,10 +96,16 @@ static float *backward(const pm_train_cfg *c, const pm_shard *sh, const float *P
                        1.0f / (float)c->micro, saved_of(a, l), a->scratch);
         dout = din;
     }
-    for (int l = sh->first; l < sh->last; l++)
-        pm_gpt_layer_w(m, l, mb, T, G + (pm_gpt_layer_offset(m, l) - base),
-                       saved_of(a, l), a->scratch);
     return din;
+}
+
+/* W of the shard's layers, after its B (what B saved for it). */
+static void backward_w(const pm_train_cfg *c, const pm_shard *sh, float *G, act_area *a) {
+    const pm_gpt_config *m = &c->model;
+    size_t base = pm_gpt_layer_offset(m, sh->first);
+    for (int l = sh->first; l < sh->last; l++)
+        pm_gpt_layer_w(m, l, c->batch / c->micro, m->ctx, G + (pm_gpt_layer_offset(m, l) - base),
+                       saved_of(a, l), a->scratch);
 }
 
 static size_t shard_floats(const pm_train_cfg *c, const pm_shard *sh) {
@@ -155,17 +164,17 @@ static int start_step(sel_task *t, int s, float *P, float *G, float *M, float *V
     return changed;
 }
 
-/* Joining (t->mu set): waits until pass k - 1 of the step has put
- * microbatch j's output on the host (j = K: until every earlier pass of
- * the step has ended), adding the seconds waited to *waited (a wait, even
- * one that ends in failure, is not compute); -1 if a pass of the task
+/* Joining (t->mu set): waits until pass q of the round has put microbatch
+ * j's output on the host (j < 0: until every pass before q has ended; q <
+ * 0: nothing to wait for), adding the seconds waited to *waited (a wait,
+ * even one that ends in failure, is not compute); -1 if a pass of the task
  * failed meanwhile. Under the run's lock, so what the other device wrote
  * before publishing is visible here. */
-static int flow_wait(sel_task *t, int k, int j, double *waited) {
-    if (!t->mu || k == 0) return 0;
+static int flow_wait(sel_task *t, int q, int j, double *waited) {
+    if (!t->mu || q < 0 || (j < 0 && q == 0)) return 0;
     double t0 = pm_now();
     pthread_mutex_lock(t->mu);
-    while (!t->broken && (j < t->K ? t->mb[k - 1] <= j : t->pass < k))
+    while (!t->broken && (j >= 0 ? t->mb[q] <= j : t->pass < q))
         pthread_cond_wait(t->flow, t->mu);
     int bad = t->broken;
     pthread_mutex_unlock(t->mu);
@@ -183,15 +192,73 @@ static void flow_done(sel_task *t, int k, int j) {
     pthread_mutex_unlock(t->mu);
 }
 
+/* Microbatch j of an evaluation's pass k on shard s (its chunk's
+ * tokens, or the previous shard's output kept on the host, once pass k - 1
+ * has put it out), forward; the output back to the host, or on the last
+ * shard the loss added. -1 if a pass it waited for failed. */
+static int eval_micro(sel_task *t, int k, int j, int s, const float *P, act_area *a,
+                      double *waited) {
+    if (flow_wait(t, k - 1, j, waited)) return -1;
+    const pm_train_cfg *c = &t->host->cfg;
+    size_t mtok = (size_t)(c->batch / c->micro) * (size_t)c->model.ctx;
+    size_t at = (size_t)(k / t->S * t->ev_micro + j) * mtok; /* the round's j-th */
+    const pm_shard *sh = &t->task->shard[s];
+    if (s > 0) memcpy(a->in, t->ev_act + ((size_t)(s - 1) * t->ev_micro + j) * t->nc,
+                      t->nc * sizeof(float));
+    else memcpy(a->in, t->ev_inp + at, mtok * sizeof(int32_t));
+    forward(c, sh, P, a, t->ev_tgt + at, &t->ev_sum);
+    if (s < t->S - 1)
+        memcpy(t->ev_act + ((size_t)s * t->ev_micro + j) * t->nc, a->buf[0], t->nc * sizeof(float));
+    flow_done(t, k, j);
+    return 0;
+}
+
+/* Microbatch j of a step's pass k on shard s, as the header says. Joined,
+ * each input is waited for only when it is needed: the forward's (shard
+ * s - 1's output, pass s - 1's) before the forward, so a backward pass
+ * recomputes its forward while the passes after it still run; the output
+ * gradient (pass k - 1's) before B. The input gradient goes out after B,
+ * before W, so the next backward starts while this one does W. The
+ * computation and its order are the same either way. -1 if a pass it
+ * waited for failed. */
+static int step_micro(sel_task *t, int k, int j, int s, const float *P, float *G, act_area *a,
+                      double *waited) {
+    const pm_train_cfg *c = &t->host->cfg;
+    const pm_shard *sh = &t->task->shard[s];
+    sel_kind kind = sel_pass_kind(t->S, k);
+    size_t mtok = (size_t)(c->batch / c->micro) * (size_t)c->model.ctx;
+    pm_trainer *h = t->host;
+    float *keep = s > 0 ? t->act + ((size_t)(s - 1) * t->K + j) * t->nc : NULL;
+    if (flow_wait(t, s - 1, j, waited)) return -1;
+    if (keep) memcpy(a->in, keep, t->nc * sizeof(float));
+    else memcpy(a->in, h->inp + (size_t)j * mtok, mtok * sizeof(int32_t));
+    forward(c, sh, P, a, h->tgt + (size_t)j * mtok, &t->loss_sum);
+    if (kind == SEL_F) {
+        memcpy(t->act + ((size_t)s * t->K + j) * t->nc, a->buf[0], t->nc * sizeof(float));
+        flow_done(t, k, j);
+        return 0;
+    }
+    float *dout = NULL;
+    if (kind == SEL_B) {
+        if (flow_wait(t, k - 1, j, waited)) return -1;
+        dout = a->buf[0];
+        memcpy(dout, t->grad + ((size_t)s * t->K + j) * t->nc, t->nc * sizeof(float));
+    }
+    float *din = backward_b(c, sh, P, a, dout);
+    if (din) memcpy(t->grad + ((size_t)(s - 1) * t->K + j) * t->nc, din, t->nc * sizeof(float));
+    flow_done(t, k, j);
+    backward_w(c, sh, G, a);
+    return 0;
+}
+
 int sel_run_pass(sel_task *t, sel_dev *dv, const pm_select_layout *lay, int k, int slot,
                  double mark[3], double *waited) {
     const pm_train_cfg *c = &t->host->cfg;
-    int s = sel_pass_shard(t->S, k);
-    sel_kind kind = sel_pass_kind(t->S, k);
+    int s = sel_round_shard(t, k), nmb = sel_round_micro(t, k);
+    sel_kind kind = sel_round_kind(t, k);
     const pm_shard *sh = &t->task->shard[s];
     size_t n = shard_floats(c, sh), at = pm_gpt_layer_offset(&c->model, sh->first);
     float *P = (float *)(dv->slab + dv->state_off[slot]), *G = P + n, *M = G + n, *V = M + n;
-    pm_trainer *h = t->host;
     *waited = 0;
     if (!(dv->res_task[slot] == t->index && dv->res_shard[slot] == s &&
           dv->res_version[slot] == t->version[s]) && /* (the other slot may be being filled) */
@@ -202,36 +269,19 @@ int sel_run_pass(sel_task *t, sel_dev *dv, const pm_select_layout *lay, int k, i
     mark[1] = pm_now();
     act_area a;
     area_layout(c, sh, dv->slab + dv->act_off, &a);
-    size_t mtok = (size_t)(c->batch / c->micro) * (size_t)c->model.ctx;
-    for (int j = 0; j < t->K; j++) {
-        if (flow_wait(t, k, j, waited)) return -1;
-        float *keep = s > 0 ? t->act + ((size_t)(s - 1) * t->K + j) * t->nc : NULL;
-        if (keep) memcpy(a.in, keep, t->nc * sizeof(float));
-        else memcpy(a.in, h->inp + (size_t)j * mtok, mtok * sizeof(int32_t));
-        forward(c, sh, P, &a, h->tgt + (size_t)j * mtok, &t->loss_sum);
-        if (kind == SEL_F) {
-            memcpy(t->act + ((size_t)s * t->K + j) * t->nc, a.buf[0], t->nc * sizeof(float));
-            flow_done(t, k, j);
-            continue;
-        }
-        float *dout = NULL;
-        if (kind == SEL_B) {
-            dout = a.buf[0];
-            memcpy(dout, t->grad + ((size_t)s * t->K + j) * t->nc, t->nc * sizeof(float));
-        }
-        float *din = backward(c, sh, P, G, &a, dout);
-        if (din) memcpy(t->grad + ((size_t)(s - 1) * t->K + j) * t->nc, din, t->nc * sizeof(float));
-        flow_done(t, k, j);
-    }
-    if (k == 2 * t->S - 2) { /* the step's last: the others' write-backs before the norm */
-        if (flow_wait(t, k, t->K, waited)) return -1;
-    }
+    for (int j = 0; j < nmb; j++)
+        if (kind == SEL_EVAL ? eval_micro(t, k, j, s, P, &a, waited)
+                             : step_micro(t, k, j, s, P, G, &a, waited))
+            return -1;
+    /* the round's last: the others' write-backs (the norm reads them) */
+    if (k == sel_round_passes(t) - 1 && flow_wait(t, k, -1, waited)) return -1;
     mark[2] = pm_now();
     if (all && (sel_store_io(t, 0, at, n, P, 1) || sel_store_io(t, 2, at, n, M, 1) ||
                 sel_store_io(t, 3, at, n, V, 1)))
         return -1;
-    if ((all || kind != SEL_F) && sel_store_io(t, 1, at, n, G, 1)) return -1;
-    if (all || kind != SEL_F) t->version[s]++;
+    int grads = all || kind == SEL_FUSED || kind == SEL_B; /* what changed the gradients */
+    if (grads && sel_store_io(t, 1, at, n, G, 1)) return -1;
+    if (grads) t->version[s]++;
     dv->res_version[slot] = t->version[s]; /* the slot holds what the host now has */
     dv->last_slot = slot;
     size_t used = dv->act_off + sh->act, st_end = dv->state_off[slot] + 4 * n * sizeof(float);
