@@ -19,6 +19,8 @@
 
 #include <cmocka.h>
 #include <jansson.h>
+#include <libxml/parser.h>
+#include <libxml/tree.h>
 
 #include "pipemem/pm_select.h"
 
@@ -551,6 +553,103 @@ static void json_round_trip(void **state) {
     json_decref(tr);
 }
 
+/* The elements of doc named `name` whose class is `cls` (any class: NULL),
+ * in document order, into out (cap); how many. */
+static int elements(xmlNode *n, const char *name, const char *cls, xmlNode **out, int cap,
+                    int k) {
+    for (; n; n = n->next) {
+        if (n->type != XML_ELEMENT_NODE) continue;
+        xmlChar *c = xmlGetProp(n, (const xmlChar *)"class");
+        if (!strcmp((const char *)n->name, name) && (!cls || (c && !strcmp((char *)c, cls)))) {
+            if (k < cap) out[k] = n;
+            k++;
+        }
+        xmlFree(c);
+        k = elements(n->children, name, cls, out, cap, k);
+    }
+    return k;
+}
+
+/* The points of a path's d ("M x y L x y ..."). */
+static int path_points(xmlNode *n) {
+    xmlChar *d = xmlGetProp(n, (const xmlChar *)"d");
+    int k = 0;
+    for (const char *q = (const char *)d; q && *q; q++) k += *q == 'M' || *q == 'L';
+    xmlFree(d);
+    return k;
+}
+
+/* --curves (issue 31, "select for daily use" 3): a sweep of 4 learning
+ * rates under ASHA draws an SVG that parses as XML with one training path
+ * per task, each a point per step it ran (30 steps: no averaging), the
+ * legend in the table's order (the best first), a stop mark per task ASHA
+ * stopped; train --curves one path of its steps; a --curves path that
+ * cannot be written is refused before anything runs. */
+static void curves_svg(void **state) {
+    (void)state;
+    if (!bin) skip();
+    prepare_data();
+    char a[1500], path[300], err[2048];
+    snprintf(a, sizeof a, "select --data %s/d --devices 2 --device-mem 8M --lr 1e-4,1e-3,3e-3,1e-2 "
+             "--layers 2 --dim 32 --heads 2 --ctx 16 --batch 4 --steps 30 --asha 2 "
+             "--curves %s/c.svg --csv %s/c.csv", dir, dir, dir);
+    assert_int_equal(run(a), 0);
+    csv_row rows[4];
+    assert_int_equal(read_csv("c.csv", rows, 4), 4);
+    snprintf(path, sizeof path, "%s/c.svg", dir);
+    xmlDoc *doc = xmlReadFile(path, NULL, XML_PARSE_NONET);
+    if (!doc) fail_msg("%s: not XML", path);
+    xmlNode *root = xmlDocGetRootElement(doc), *paths[8], *legend[1], *text[8], *stops[8];
+    assert_int_equal(elements(root, "path", "train", paths, 8, 0), 4);
+    int stopped = 0;
+    for (int r = 0; r < 4; r++) {
+        stopped += !strcmp(rows[r].state, "stopped");
+        int found = 0;
+        for (int k = 0; k < 4; k++) {
+            xmlChar *t = xmlGetProp(paths[k], (const xmlChar *)"data-task");
+            if (t && !strcmp((char *)t, rows[r].name)) {
+                found++;
+                assert_int_equal(path_points(paths[k]), rows[r].steps_run);
+            }
+            xmlFree(t);
+        }
+        assert_int_equal(found, 1);
+    }
+    assert_true(stopped >= 1); /* ASHA at 2 of 4 tasks stops some at its first rung */
+    assert_int_equal(elements(root, "g", "stop", stops, 8, 0), stopped);
+    assert_int_equal(elements(root, "g", "legend", legend, 1, 0), 1);
+    assert_int_equal(elements(legend[0]->children, "text", NULL, text, 8, 0), 4);
+    for (int r = 0; r < 4; r++) { /* the table's order: the best first */
+        xmlChar *t = xmlNodeGetContent(text[r]);
+        if (strncmp((char *)t, rows[r].name, strlen(rows[r].name)))
+            fail_msg("legend %d: '%s', the table's '%s'", r, (char *)t, rows[r].name);
+        xmlFree(t);
+    }
+    xmlFreeDoc(doc);
+    /* train: one path, a point per step */
+    snprintf(a, sizeof a, "train --data %s/d --layers 2 --dim 32 --heads 2 --ctx 16 --batch 4 "
+             "--steps 7 --threads 1 --curves %s/t.svg", dir, dir);
+    assert_int_equal(run(a), 0);
+    snprintf(path, sizeof path, "%s/t.svg", dir);
+    doc = xmlReadFile(path, NULL, XML_PARSE_NONET);
+    if (!doc) fail_msg("%s: not XML", path);
+    assert_int_equal(elements(xmlDocGetRootElement(doc), "path", "train", paths, 8, 0), 1);
+    assert_int_equal(path_points(paths[0]), 7);
+    xmlFreeDoc(doc);
+    /* an output that cannot be written: refused before anything runs */
+    const char *cmd[2] = {"select --data %s/d --devices 2 --device-mem 8M --layers 2 --dim 32 "
+                          "--heads 2 --ctx 16 --batch 4 --steps 3 --curves %s/no/c.svg",
+                          "train --data %s/d --layers 2 --dim 32 --heads 2 --ctx 16 --batch 4 "
+                          "--steps 3 --curves %s/no/c.svg"};
+    for (int k = 0; k < 2; k++) {
+        snprintf(a, sizeof a, cmd[k], dir, dir);
+        int st = run(a);
+        slurp("err", err, sizeof err);
+        if (st != 1 || lines_of(err) != 1 || !strstr(err, "no/c.svg"))
+            fail_msg("%s: exit %d: %s", a, st, err);
+    }
+}
+
 /* The memory check, a pure function given numbers: 64 devices of 1 GiB and
  * 2 GiB of state need 66 GiB: refused against 16 GiB, naming both and the
  * fixes; exactly 66 GiB passes, a byte less does not; unknown (0) passes.
@@ -834,6 +933,7 @@ int main(void) {
         cmocka_unit_test(resume_finished),
         cmocka_unit_test(resume_record_tampered),
         cmocka_unit_test(json_round_trip),
+        cmocka_unit_test(curves_svg),
         cmocka_unit_test(memory_check),
         cmocka_unit_test(memory_refused),
         cmocka_unit_test(dry_run_forecast),

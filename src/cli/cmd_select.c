@@ -32,6 +32,7 @@ static const char usage[] =
     "                      [--asha ETA [--asha-min N]]\n"
     "                      [--save-best FILE] [--resume DIR] [--stop-after N]\n"
     "                      [--json] [--csv FILE] [--timeline FILE.svg] [--trace FILE]\n"
+    "                      [--curves FILE.svg]\n"
     "\n"
     "Model selection: many GPT configurations (tasks) trained at once, each cut into\n"
     "shards that fit one device's memory, scheduled so every device stays busy with\n"
@@ -101,6 +102,9 @@ static const char usage_end[] =
     "           sweep can hold more state than memory (default: ram)\n"
     "  --timeline FILE.svg, --trace FILE  the run as measured: one row (track) per\n"
     "           device, each shard pass a box coloured by task, idle time as gaps\n"
+    "  --curves FILE.svg  every task's training loss and validation losses against\n"
+    "           the step, a colour each, the legend ranked (best first), early stops\n"
+    "           crossed\n"
     "  --save-best FILE  the best task's checkpoint (by validation loss), as\n"
     "           `pipemem train --save` would write it (pipemem sample reads it)\n"
     "Every task trains exactly as `pipemem train` alone with its options: the same\n"
@@ -114,8 +118,9 @@ typedef struct {
     pm_sweep sweep;      /* the tasks: the swept keys, --sample, --tasks */
     pm_select_setup set; /* the session's: devices, policy, evaluation, --resume, ... */
     int dry_run, json, stop_after, sample_seed;
-    const char *data, *csv, *save_best, *svg, *trace, *spill;
+    const char *data, *csv, *save_best, *svg, *trace, *spill, *curves;
     sel_progress pg;     /* the progress lines' state (set.run.report_ctx) */
+    pm_cli_curves curves_rec; /* --curves: what the run's events recorded */
 } sel_opts;
 
 /* A swept key, --KEY LIST or a range: the option's tag is the key. */
@@ -178,7 +183,7 @@ static const pm_cli_opt OPTS[] = {
     {"--stop-after", 'i', 1, 0, F(stop_after), NULL, NULL, 0},
     {"--sample", 'i', 1, PM_SWEEP_MAX_TASKS, F(sweep.sample), NULL, NULL, 0},
     {"--sample-seed", 'i', 0, 0, F(sample_seed), NULL, NULL, 0},
-    S("--spill", spill), S("--timeline", svg), S("--trace", trace),
+    S("--spill", spill), S("--timeline", svg), S("--trace", trace), S("--curves", curves),
     S("--resume", set.run.save_dir), S("--csv", csv), S("--save-best", save_best),
     S("--tasks", sweep.tasks_file), S("--data", data),
     {"--devices", 'i', 1, 4096, F(set.run.devices), NULL, NULL, 0},
@@ -288,11 +293,28 @@ static int report(const sel_opts *o, pm_select_session *s) {
     if (o->csv) rc = sel_write_csv(o->csv, s);
     if (!rc && o->svg) rc = sel_write_timeline(o->svg, s, 0);
     if (!rc && o->trace) rc = sel_write_timeline(o->trace, s, 1);
+    if (!rc && o->curves) rc = sel_write_curves(o->curves, s, &o->pg);
     if (!rc && o->save_best) rc = save_best(o->save_best, s);
     for (int i = 0; i < s->n; i++) failed += s->res[i].state == PM_SELECT_FAILED;
     if (!rc && failed == s->n)
         rc = pm_cli_fail("select: %s failed (the table says why)",
                          s->n == 1 ? "the task" : "every task");
+    return rc;
+}
+
+/* --curves: a curve per task from the step it starts at (resumed: its
+ * checkpoint's) to its last, and room for each one's stop reason. */
+static int curves_start(sel_opts *o, const pm_select_session *s) {
+    int64_t *at = pm_malloc(2 * (size_t)s->n * sizeof *at);
+    o->pg.why = pm_calloc((size_t)s->n, sizeof *o->pg.why);
+    if (!at || !o->pg.why) {
+        pm_free(at);
+        return pm_cli_fail("select: out of memory");
+    }
+    for (int i = 0; i < s->n; i++) at[i] = s->hosts[i].step, at[s->n + i] = s->tasks[i].cfg.opt.steps;
+    int rc = pm_cli_curves_init(&o->curves_rec, s->n, at, at + s->n);
+    pm_free(at);
+    if (!rc) o->pg.curves = &o->curves_rec;
     return rc;
 }
 
@@ -315,6 +337,7 @@ static int train(sel_opts *o, pm_select_session *s, pm_tokens *tr, pm_tokens *va
     o->pg = (sel_progress){.t = s->tasks, .n = s->n, .devices = o->set.run.devices,
                            .t0 = pm_now()};
     for (int i = 0; i < s->n; i++) o->pg.steps_all += s->tasks[i].cfg.opt.steps - s->hosts[i].step;
+    if (o->curves && curves_start(o, s)) return 1;
     struct sigaction sa = {0}, old;
     sa.sa_handler = on_sigint;
     sigemptyset(&sa.sa_mask);
@@ -332,7 +355,7 @@ static int train(sel_opts *o, pm_select_session *s, pm_tokens *tr, pm_tokens *va
 static int outputs_distinct(const sel_opts *o, const pm_select_task *t, int n) {
     const char *resume = o->set.run.save_dir;
     int nres = resume ? 2 * n : 0, rc;
-    pm_cli_file *f = pm_calloc((size_t)(8 + nres), sizeof *f);
+    pm_cli_file *f = pm_calloc((size_t)(9 + nres), sizeof *f);
     char (*names)[4200] = pm_calloc((size_t)(6 + 2 * nres), sizeof *names);
     if (!f || !names) {
         pm_free(f), pm_free(names);
@@ -345,11 +368,12 @@ static int outputs_distinct(const sel_opts *o, const pm_select_task *t, int n) {
     f[1] = (pm_cli_file){"--timeline", o->svg, 1, 0};
     f[2] = (pm_cli_file){"--trace", o->trace, 1, 0};
     f[3] = (pm_cli_file){"--save-best", o->save_best, 1, 0};
-    f[4] = (pm_cli_file){"the task list (--tasks)", o->sweep.tasks_file, 0, 0};
+    f[4] = (pm_cli_file){"--curves", o->curves, 1, 0};
+    f[5] = (pm_cli_file){"the task list (--tasks)", o->sweep.tasks_file, 0, 0};
     for (int k = 0; k < 3 && o->data; k++) {
         snprintf(names[2 * k], sizeof names[0], "%s (--data %s)", role[k], o->data);
         snprintf(names[2 * k + 1], sizeof names[0], "%s/%s", o->data, split[k]);
-        f[5 + k] = (pm_cli_file){names[2 * k], names[2 * k + 1], 0, 0};
+        f[6 + k] = (pm_cli_file){names[2 * k], names[2 * k + 1], 0, 0};
     }
     for (int i = 0; i < nres; i++) {
         char *what = names[6 + 2 * i], *path = names[7 + 2 * i];
@@ -357,9 +381,9 @@ static int outputs_distinct(const sel_opts *o, const pm_select_task *t, int n) {
         snprintf(what, sizeof names[0], "task %s's %s (--resume %s)", name,
                  i % 2 ? "losses" : "checkpoint", resume);
         snprintf(path, sizeof names[0], "%s/%s.%s", resume, name, i % 2 ? "loss" : "ckpt");
-        f[8 + i] = (pm_cli_file){what, path, 0, 0};
+        f[9 + i] = (pm_cli_file){what, path, 0, 0};
     }
-    rc = pm_cli_files_distinct("select", f, 8 + nres);
+    rc = pm_cli_files_distinct("select", f, 9 + nres);
     pm_free(f), pm_free(names);
     return rc;
 }
@@ -385,6 +409,7 @@ int pm_cmd_select(int argc, char **argv) {
         if (!rc && o.csv && pm_cli_out_check(o.csv)) rc = 1;
         if (!rc && o.svg && pm_cli_out_check(o.svg)) rc = 1;
         if (!rc && o.trace && pm_cli_out_check(o.trace)) rc = 1;
+        if (!rc && o.curves && pm_cli_out_check(o.curves)) rc = 1;
         /* before anything is allocated: the devices' slabs and the tasks'
          * state in RAM against what this machine has available now */
         if (!rc && pm_select_session_fits(&s, (double)pm_mem_available(), &e))
@@ -393,5 +418,7 @@ int pm_cmd_select(int argc, char **argv) {
     }
     pm_select_session_free(&s);
     pm_tokens_free(&tr), pm_tokens_free(&va);
+    pm_cli_curves_free(&o.curves_rec);
+    pm_free(o.pg.why);
     return rc;
 }

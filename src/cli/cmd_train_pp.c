@@ -185,6 +185,7 @@ typedef struct {
     double *busy;              /* (dp * p) each device's busy ms, summed like mk */
     int nt;
     double final_loss, val_loss;
+    pm_cli_curves curves;      /* --curves (rank 0) */
 } pp_stats;
 
 /* Each device's planned bytes by kind, what it allocated (the allocation
@@ -334,6 +335,7 @@ static void pp_count(pp_run *r, const pm_loop_event *ev) {
 static void pp_report(void *ctx, const pm_loop_event *ev) {
     pp_run *r = ctx;
     if (r->quiet) return;
+    pm_cli_train_curves_event(&r->ps->curves, ev);
     if (ev->kind == PM_LOOP_STEP) {
         pp_count(r, ev);
         r->spent += ev->seconds;
@@ -517,10 +519,16 @@ static int run(const pm_cli_train_opts *o, pp_world *w) {
     print_peak(w, &j.plan);
     if (o->resume && resume(o, &j)) goto out; /* a shared outcome */
     print_start(o, w, &j);
+    /* --curves: rank 0 records (out of memory there: the run still runs, and
+     * says at its end that it wrote no curves) */
+    int curves_bad = pm_pipe_is_root(j.pp) &&
+                     pm_cli_train_curves_init(o, j.st.step, j.st.cfg.opt.steps, &ps.curves);
     rc = pp_train(o, j.pp, &j.st, &j.va, &ps); /* the same on every rank */
     if (!rc && o->json) rc = finish_json(o, w, &j, &ps); /* collective, before any writing */
     if (!rc && pm_pipe_is_root(j.pp)) rc = write_outputs(o, j.pp, ps.last.peak != NULL);
+    if (!rc && pm_pipe_is_root(j.pp)) rc = curves_bad || pm_cli_train_curves_write(o, &ps.curves);
 out:
+    pm_cli_curves_free(&ps.curves);
     free(ps.times);
     free(ps.busy);
     free(ps.fig);

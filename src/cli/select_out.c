@@ -122,7 +122,7 @@ static void status_line(sel_progress *p, const pm_select_event *ev) {
 
 /* A task's reason (the library's words) with the flags the user knows. */
 typedef struct {
-    char s[2 * sizeof ((pm_select_result *)0)->why];
+    char s[SEL_WHY];
 } why_text;
 static why_text why_flags(const char *why) {
     why_text w;
@@ -130,11 +130,24 @@ static why_text why_flags(const char *why) {
     return w;
 }
 
+/* --curves: the event's losses, and a task's stop. */
+static void record(sel_progress *p, const pm_select_event *ev, const why_text *why) {
+    if (!p->curves) return;
+    if (ev->kind <= PM_SELECT_EV_DONE) pm_cli_curves_loss(p->curves, ev->task, ev->step, ev->loss);
+    if (ev->kind == PM_SELECT_EV_EVAL || ev->kind == PM_SELECT_EV_DONE)
+        pm_cli_curves_val(p->curves, ev->task, ev->step, ev->val_loss);
+    if (ev->kind == PM_SELECT_EV_STOPPED || ev->kind == PM_SELECT_EV_FAILED) {
+        snprintf(p->why[ev->task], sizeof p->why[0], "%s", why->s);
+        pm_cli_curves_stop(p->curves, ev->task, ev->step, p->why[ev->task]);
+    }
+}
+
 void sel_on_event(void *ctx, const pm_select_event *ev) {
     sel_progress *p = ctx;
     const char *name = p->t[ev->task].name;
     double el = ev->elapsed;
     why_text why = why_flags(ev->why);
+    record(p, ev, &why);
     p->done += ev->kind == PM_SELECT_EV_DONE;
     p->stopped += ev->kind == PM_SELECT_EV_STOPPED;
     p->failed += ev->kind == PM_SELECT_EV_FAILED;
@@ -278,6 +291,18 @@ int sel_write_timeline(const char *path, const pm_select_session *s, int trace) 
     pm_status bad = trace ? pm_select_write_trace(f, st, s->tasks, s->n)
                           : pm_select_write_svg(f, st, s->tasks, s->n, st->lower_bound_s);
     return pm_cli_out_close(&w, bad != PM_OK, path);
+}
+
+int sel_write_curves(const char *path, const pm_select_session *s, const sel_progress *pg) {
+    const char **names = pm_malloc((size_t)s->n * sizeof *names);
+    if (!names) return pm_cli_fail("--curves: out of memory");
+    for (int i = 0; i < s->n; i++) names[i] = s->tasks[i].name;
+    char title[200];
+    snprintf(title, sizeof title, "pipemem select: %d task%s, the legend ranked (best first); "
+             "x: stopped early", s->n, s->n > 1 ? "s" : "");
+    int rc = pm_cli_curves_write(pg->curves, s->order, names, title, path);
+    pm_free(names);
+    return rc;
 }
 
 void sel_print_summary(FILE *out, const pm_select_session *s) {

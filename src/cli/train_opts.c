@@ -39,6 +39,7 @@ static int parse_setting(const pm_cli_opt *d, const char *val, void *dst) {
 #define C(name, f) {name, 'x', f, 0, F(set.v[f]), parse_setting, NULL, 0}
 static const pm_cli_opt OPTS[] = {
     S("--data", data, 0),           S("--save", save, 0),
+    S("--curves", curves, 0),
     S("--train", train_file, 0),    S("--val", val_file, 0),
     I("--pad-vocab", 1, pad_vocab, 0),
     S("--resume", resume, 0),       C("--layers", PM_CFG_LAYERS),
@@ -71,7 +72,7 @@ static void usage(FILE *f) {
             "         [--batch B] [--microbatches K] [--steps N] [--lr X] [--warmup N]\n"
             "         [--weight-decay X]\n"
             "         [--eval-every N] [--eval-batches N] [--save FILE] [--resume FILE]\n"
-            "         [--seed S] [--stop-after N] [--json]\n"
+            "         [--seed S] [--stop-after N] [--json] [--curves FILE.svg]\n"
             "         [--threads N | --pp P [--schedule KIND | --schedule-file FILE]\n"
             "          [--chunks V] [--mem-limit X] [--recompute] [--trace FILE]\n"
             "          [--timeline FILE.svg] [--dp D] [--transport threads|mpi]\n"
@@ -86,6 +87,8 @@ static void usage(FILE *f) {
             "  Defaults: L 4, C 128, H 4, T 64, B 8, K 1, N 100, lr 1e-3, warm-up N/10,\n"
             "  weight decay 0.1 (AdamW's, of the matrices),\n"
             "  threads = cores, eval every N/5 steps on 4 batches, seed 1.\n"
+            "  --curves FILE.svg draws the training loss of every step and the validation\n"
+            "  losses against the step.\n"
             "  --save writes the checkpoint at every evaluation and at the end; --resume\n"
             "  with the same options continues bitwise as if never stopped. --stop-after N\n"
             "  ends the run after step N (an interruption on purpose).\n"
@@ -202,6 +205,7 @@ static int outputs_distinct(const pm_cli_train_opts *o) {
         {"--save", o->save, 1, 1},
         {"--trace", o->trace, 1, 0},
         {"--timeline", o->svg, 1, 0},
+        {"--curves", o->curves, 1, 0},
         {what[0], d ? tr : NULL, 0, 0},
         {what[1], d ? va : NULL, 0, 0},
         {what[2], d ? tok : NULL, 0, 0},
@@ -215,9 +219,9 @@ static int outputs_distinct(const pm_cli_train_opts *o) {
 
 int pm_cli_train_check_outputs(const pm_cli_train_opts *o) {
     if (outputs_distinct(o)) return 1;
-    const char *paths[3] = {o->save, o->trace, o->svg};
-    const char *opts[3] = {"--save", "--trace", "--timeline"};
-    for (int k = 0; k < 3; k++) {
+    const char *paths[4] = {o->save, o->trace, o->svg, o->curves};
+    const char *opts[4] = {"--save", "--trace", "--timeline", "--curves"};
+    for (int k = 0; k < 4; k++) {
         pm_err err;
         /* a checkpoint is a regular file (its writer fills a temporary and
          * renames it), so a device such as /dev/full is refused now, not
@@ -354,6 +358,30 @@ int pm_cli_train_start(const pm_cli_train_opts *o, const pm_train_cfg *cfg, cons
         pm_trainer_free(t);
         return 1;
     }
+    return 0;
+}
+
+int pm_cli_train_curves_init(const pm_cli_train_opts *o, int64_t start, int64_t steps,
+                             pm_cli_curves *cv) {
+    *cv = (pm_cli_curves){0};
+    return o->curves ? pm_cli_curves_init(cv, 1, &start, &steps) : 0;
+}
+
+void pm_cli_train_curves_event(pm_cli_curves *cv, const pm_loop_event *ev) {
+    if (!cv->n) return;
+    if (ev->kind == PM_LOOP_STEP) pm_cli_curves_loss(cv, 0, ev->step, ev->info.loss);
+    else pm_cli_curves_val(cv, 0, ev->step, ev->val_loss);
+}
+
+int pm_cli_train_curves_write(const pm_cli_train_opts *o, const pm_cli_curves *cv) {
+    if (!o->curves) return 0;
+    static const int order[1] = {0};
+    const char *names[1] = {"train"};
+    char title[160];
+    snprintf(title, sizeof title, "pipemem train: %d layers, dim %d, lr %g, %d steps",
+             o->cfg.model.layers, o->cfg.model.dim, (double)o->cfg.opt.lr, o->cfg.opt.steps);
+    if (pm_cli_curves_write(cv, order, names, title, o->curves)) return 1;
+    fprintf(stderr, "wrote %s\n", o->curves);
     return 0;
 }
 

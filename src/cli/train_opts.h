@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "cli.h"
+#include "curves.h"
 #include "pipemem/pm_data.h"
 #include "pipemem/pm_plan.h"
 #include "pipemem/pm_train.h"
@@ -15,6 +16,7 @@
 typedef struct {
     /* both modes */
     const char *data, *save, *resume;
+    const char *curves; /* --curves FILE.svg: the losses against the step */
     const char *train_file, *val_file; /* --train FILE --val FILE instead of --data DIR */
     int pad_vocab;  /* --pad-vocab N: the model's vocabulary rounded up to a multiple */
     pm_train_settings set; /* --layers ... --seed: the configuration's settings */
@@ -88,6 +90,15 @@ int pm_cli_read_tokenizer(const char *dir, const pm_tokens *tr, char **model, si
  * without the closing brace; sorts times (the step wall times, n of them). */
 void pm_cli_train_json_head(const pm_cli_train_opts *o, const pm_train_cfg *c, int64_t step,
                             double *times, int n, double final_loss, double val_loss);
+
+/* --curves (both modes): the run's curve, from the step it starts at to
+ * --steps, kept from the loop's events and written when it is over. init
+ * and write return 0 or 1 (printed); nothing is recorded or written
+ * without --curves. */
+int pm_cli_train_curves_init(const pm_cli_train_opts *o, int64_t start, int64_t steps,
+                             pm_cli_curves *cv);
+void pm_cli_train_curves_event(pm_cli_curves *cv, const pm_loop_event *ev);
+int pm_cli_train_curves_write(const pm_cli_train_opts *o, const pm_cli_curves *cv);
 
 /* `pipemem train` in pipeline mode (cmd_train_pp.c). */
 int pm_cli_train_pp(const pm_cli_train_opts *o);
