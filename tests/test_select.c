@@ -33,7 +33,7 @@
 
 static double simulate(int n, const int64_t *np, const int *const *sh, const double *const *c,
                        int D, pm_select_policy pol, pm_select_sim *out) {
-    pm_select_work w = {n, np, sh, c, NULL, NULL, NULL, NULL};
+    pm_select_work w = {n, np, sh, c, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
     pm_err e;
     if (pm_select_simulate(&w, D, pol, 0, out, &e)) fail_msg("%s", e.msg);
     return out->makespan;
@@ -149,7 +149,7 @@ static void toy_case(void **state) {
     static const int per[3] = {4, 4, 4}, micro[3] = {2, 2, 2};
     for (int nj = 0; nj < 2; nj++)
         for (int p = 0; p < PM_POLICY_COUNT; p++) {
-            pm_select_work w = {3, np, sh, co, per, micro, NULL, NULL};
+            pm_select_work w = {3, np, sh, co, per, micro, NULL, NULL, NULL, NULL, NULL, NULL};
             pm_select_sim r;
             pm_err e;
             assert_int_equal(pm_select_simulate(&w, 2, (pm_select_policy)p, nj, &r, &e), PM_OK);
@@ -245,7 +245,8 @@ static void join_by_hand(void **state) {
                 int64_t np[1] = {(int64_t)steps * (2 * S - 1)};
                 per[0] = 2 * S - 1, micro[0] = K;
                 chain(S, steps, 1, sh, co);
-                pm_select_work w = {1, np, shp, cop, per, micro, NULL, NULL};
+                pm_select_work w = {1,    np,   shp,  cop,  per,  micro,
+                                    NULL, NULL, NULL, NULL, NULL, NULL};
                 pm_select_sim r;
                 double alone = steps * (2 * S - 1);
                 double want = K == 2 && S > 1 ? steps * S : alone;
@@ -287,7 +288,7 @@ static void join_parts_by_hand(void **state) {
     const double *c[2][1] = {{ca}, {cb}}, *b[2][1] = {{ba}, {bb}}, *a[2][1] = {{aa}, {ab}};
     const double want[2][3][2] = {{{0, 1}, {0, 1.25}, {1, 2}}, {{0, 1}, {0, 2.75}, {1, 3.75}}};
     for (int x = 0; x < 2; x++) {
-        pm_select_work w = {1, np, shp, c[x], per, micro, b[x], a[x]};
+        pm_select_work w = {1, np, shp, c[x], per, micro, b[x], a[x], NULL, NULL, NULL, NULL};
         pm_select_sim r;
         simulate_w(&w, 2, 0, &r);
         for (int k = 0; k < 3; k++)
@@ -300,6 +301,48 @@ static void join_parts_by_hand(void **state) {
         assert_true(simulate_w(&w, 2, 1, &r) == (x ? 5 : 3)); /* no_join: the sum */
         pm_select_sim_free(&r);
     }
+}
+
+/* The run's overlaps (issue 31) in the simulator, by hand: one task of 2
+ * shards, 1 microbatch, unit passes: a step is F0 (cost 1), the fused
+ * last shard (3: F, B, then W, a third, after it puts out its input
+ * gradient) and B0 (3: its recomputed forward, a third, before it waits,
+ * then B, then W after); between two steps an evaluation's round of 2
+ * passes of 2 microbatches (cost 2 each). On 2 devices: F0 on device 0,
+ * 0..1; the fused pass joined by device 1 at 0 waits for F0 (1), puts out
+ * at 3, ends 4; B0 on device 0 at 1 recomputes until 2, waits for 3, puts
+ * out at 4, W until 5 (the round's end). The evaluation: E0 at 5, its
+ * microbatches end 6 and 7; E1 joined at 5, after E0's: 7 and 8. The next
+ * step as the first, from 8: 13. Without the lead and trail B0 waits for
+ * the fused pass's end (4) and ends 7. Bound: the cost over 2 devices (the
+ * compute can overlap: no microbatch bound), 9. */
+static void join_overlap_by_hand(void **state) {
+    (void)state;
+    static const int sh[8] = {0, 1, 0, 0, 1, 0, 1, 0}, pos[8] = {0, 1, 2, 0, 1, 0, 1, 2};
+    static const int mbs[8] = {1, 1, 1, 2, 2, 1, 1, 1}, per[1] = {3}, micro[1] = {1};
+    static const double c[8] = {1, 3, 3, 2, 2, 1, 3, 3};
+    static const double lead[8] = {0, 0, 1.0 / 3, 0, 0, 0, 0, 1.0 / 3};
+    static const double trail[8] = {0, 1.0 / 3, 1.0 / 3, 0, 0, 0, 1.0 / 3, 1.0 / 3};
+    static const double want[8][2] = {{0, 1}, {0, 4}, {1, 5}, {5, 7}, {5, 8}, {8, 9}, {8, 12},
+                                      {9, 13}};
+    int64_t np[1] = {8};
+    const int *shp[1] = {sh}, *posp[1] = {pos}, *mbsp[1] = {mbs};
+    const double *cp[1] = {c}, *lp[1] = {lead}, *tp[1] = {trail};
+    pm_select_work w = {1, np, shp, cp, per, micro, NULL, NULL, posp, mbsp, lp, tp};
+    pm_select_sim r;
+    simulate_w(&w, 2, 0, &r);
+    for (int k = 0; k < 8; k++)
+        if (fabs(r.start[k] - want[k][0]) > 1e-12 || fabs(r.end[k] - want[k][1]) > 1e-12)
+            fail_msg("pass %d: %g..%g, want %g..%g", k, r.start[k], r.end[k], want[k][0],
+                     want[k][1]);
+    assert_true(fabs(r.lower_bound - 9) < 1e-12);
+    pm_select_sim_free(&r);
+    assert_true(simulate_w(&w, 2, 1, &r) == 18); /* no joining: one pass at a time */
+    pm_select_sim_free(&r);
+    w.lead = w.trail = NULL;
+    simulate_w(&w, 2, 0, &r);
+    assert_true(fabs(r.end[2] - 7) < 1e-12);
+    pm_select_sim_free(&r);
 }
 
 /* Joining on random instances: never below the (joined) lower bound; no
@@ -329,7 +372,7 @@ static void join_random(void **state) {
             }
             shp[t] = sh[t], cop[t] = co[t], bep[t] = be[t], afp[t] = af[t];
         }
-        pm_select_work w = {n, np, shp, cop, per, micro, bep, afp};
+        pm_select_work w = {n, np, shp, cop, per, micro, bep, afp, NULL, NULL, NULL, NULL};
         pm_select_sim r, q;
         double mk = simulate_w(&w, D, 0, &r), alone = simulate_w(&w, D, 1, &q);
         if (mk < r.lower_bound * (1 - 1e-12))
@@ -1451,6 +1494,7 @@ int main(void) {
         cmocka_unit_test(random_instances),
         cmocka_unit_test(join_by_hand),
         cmocka_unit_test(join_parts_by_hand),
+        cmocka_unit_test(join_overlap_by_hand),
         cmocka_unit_test(join_random),
         cmocka_unit_test(partition_fits_and_is_minimal),
         cmocka_unit_test(partition_refuses_a_layer_too_big),

@@ -443,8 +443,9 @@ static void forecast_extrapolated(void **state) {
     }
     for (int p = 0; p < PM_POLICY_COUNT; p++) {
         double ratio = f[1].makespan[p] / f[0].makespan[p] / 1000;
-        if (fabs(ratio - 1) > 0.02) fail_msg("%s: 1000 times the steps, %.4f times 1000 the makespan",
-                                             pm_select_policy_names[p], ratio);
+        if (fabs(ratio - 1) > 0.02)
+            fail_msg("%s: 1000 times the steps, %.4f times 1000 the makespan",
+                     pm_select_policy_names[p], ratio);
     }
     pm_select_forecast_free(&f[0]);
     pm_select_forecast_free(&f[1]);

@@ -722,13 +722,15 @@ static double num(json_t *o, const char *key) {
 /* The dry run forecasts with the measured costs of moving state, not the
  * compute alone: one task of 3 shards on one device, 6 steps. By hand,
  * from pass.c: a step's 2S - 1 = 5 passes each bring their shard's state
- * in (shards 0, 1, 2, 1, 0); each shard's first pass (the forwards and
- * the fused last) writes all of it back after AdamW's update (a quarter
- * of the state's bytes are parameters), the backwards their gradients (a
- * quarter). Spilled, each of the 2 evaluations (steps 4 and 6, every 4 and
- * the last) also brings the whole state in and back. On one device the
- * makespan is the task's compute and moves; --help no longer says the
- * rate is assumed. */
+ * in (shards 0, 1, 2, 1, 0); each shard's first pass after a step ended
+ * (a forward or the fused last, or an evaluation's) writes all of it back
+ * after AdamW's update (a quarter of the state's bytes are parameters),
+ * every other pass computing gradients writes them back (a quarter); each
+ * of the 2 evaluations (steps 4 and 6, every 4 and the last; 4 batches, one
+ * chunk) is a forward pass per shard, each bringing its state in, so step
+ * 5's forwards find the updates done. In RAM or spilled alike (the spill
+ * files' rates). On one device the makespan is the task's compute and
+ * moves; --help no longer says the rate is assumed. */
 static void dry_run_forecast(void **state) {
     (void)state;
     if (!bin) skip();
@@ -753,11 +755,16 @@ static void dry_run_forecast(void **state) {
         assert_int_equal(json_array_size(sh), 3);
         double st[3], all = 0;
         for (int k = 0; k < 3; k++) all += st[k] = num(json_array_get(sh, (size_t)k), "state");
-        double step = (2 * st[0] + 2 * st[1] + st[2]) / rd /* in, every pass */
-                      + all / wr                           /* first passes: all back */
-                      + (st[0] + st[1]) / 4 / wr           /* backwards: gradients */
-                      + all / 16 * adam;                   /* the updates */
-        double want = 6 * step + (spill ? 2 * (all / rd + all / wr) : 0);
+        double in = (2 * st[0] + 2 * st[1] + st[2]) / rd; /* every pass of a step: in */
+        double update = all / wr + all / 16 * adam;       /* each shard's first pass after a
+                                                             step: AdamW, all of it back */
+        double grads = (st[0] + st[1]) / 4 / wr;          /* backwards: gradients back */
+        double step = in + update + grads;
+        /* after an evaluation (its passes took the updates) the fused pass
+         * writes its gradients back; an evaluation (after steps 4 and 6):
+         * every shard in, the updates */
+        double after_eval = in + grads + st[2] / 4 / wr, eval = all / rd + update;
+        double want = 5 * step + after_eval + 2 * eval;
         double move = num(t, "move_s"), compute = num(t, "compute_s");
         if (fabs(move - want) > 1e-6 * want)
             fail_msg("spill %d: moves forecast %.9g s, by hand %.9g s", spill, move, want);

@@ -39,7 +39,9 @@
  * run, the work is everything a task's device does for it (its passes, and
  * after its steps the gradient norm, evaluations and checkpoints). Where
  * devices join a task (shard policy), the task's passes count over min(D,
- * its shards) devices and their compute over min(D, shards, microbatches). */
+ * its shards) devices (their compute may overlap whatever the
+ * microbatches: a backward recomputes its forward, and does its W, beside
+ * the passes next to it). */
 #ifndef PM_SELECT_H
 #define PM_SELECT_H
 
@@ -58,6 +60,7 @@ typedef struct {
     size_t act;      /* bytes of the activation area one of its passes needs */
     double flops_f;  /* one microbatch's forward through it */
     double flops_bw; /* one microbatch's B and W (the backward pass adds a forward) */
+    double flops_w;  /* of which W */
 } pm_shard;
 
 typedef struct {
@@ -183,12 +186,19 @@ extern const char *const pm_select_policy_names[PM_POLICY_COUNT]; /* "shard", "t
 
 /* The passes each task runs, in its own order: task t has npass[t] passes,
  * pass k on shard shard[t][k] (0-based, task-local) lasting cost[t][k].
- * For joining (below) the steps and microbatches too: per_step[t] passes
+ * For joining (below) the rounds and microbatches too: per_step[t] passes
  * make a step of task t (2S - 1), each runs micro[t] microbatches; of
  * cost[t][k], before[t][k] comes before its microbatches (the state in,
  * AdamW) and after[t][k] after them (the store; after a step's last pass,
  * the step end and evaluation), the rest is the microbatches' compute, a
- * K-th each (before, after NULL: 0; per_step or micro NULL: no joining). */
+ * K-th each (before, after NULL: 0; per_step or micro NULL: no joining).
+ * Rounds of other lengths (an evaluation's passes between steps, as the
+ * run has them): pos[t][k], pass k's place in its round (0 its first; a
+ * round ends where the next begins), and mbs[t][k] its microbatches (NULL:
+ * k % per_step and micro). Of each microbatch's compute, lead[t][k] (a
+ * fraction) runs before it waits for the round's previous pass (a
+ * backward's recomputed forward) and trail[t][k] after it has put its
+ * output out (W), so those parts overlap the passes beside it (NULL: 0). */
 typedef struct {
     int ntask;
     const int64_t *npass;
@@ -198,14 +208,18 @@ typedef struct {
     const int *micro;
     const double *const *before;
     const double *const *after;
+    const int *const *pos;
+    const int *const *mbs;
+    const double *const *lead;
+    const double *const *trail;
 } pm_select_work;
 
 typedef struct {
     double makespan;    /* last pass end */
     double lower_bound; /* max(total / D, longest task's bound): a task's cost, or
-                           joining, the larger of its cost over min(D, its shards) and
-                           its compute over min(D, shards, microbatches), as the
-                           run's (pm_select_stats.lower_bound_s) */
+                           joining, its cost over min(D, its shards), and without leads
+                           and trails at least its compute over min(D, shards, the most
+                           microbatches of a pass) (pm_select_stats.lower_bound_s) */
     double total;       /* sum of every cost */
     double *busy;       /* (D) busy time of each device; owned */
     int *dev;           /* (sum npass) device of each pass, tasks in order; owned */
@@ -254,22 +268,32 @@ typedef struct {
 pm_status pm_select_measure(const pm_select_task *t, int n, const pm_select_layout *lay,
                             const char *spill_dir, pm_select_rates *out, pm_err *err);
 
-/* The forecast of `steps` steps of a task, pass by pass (the order of
- * pm_select_task_passes): compute[i] its FLOPs at r->flops, move[i] what
- * its shard's state costs: coming in (every pass of a task with several
- * shards; none with one, whose shard stays on its device), going back
- * (all of it after the shard's first pass of a step, which also runs the
- * AdamW update; the gradients, a quarter, after every later pass but a
- * forward) at r's rates. The last pass of a step that evaluates (every
- * eval_every steps, 0 none, and the last) adds eval_batches microbatches'
- * forward through every shard to compute and, spilled, the whole state in
- * and back to move. before and after (each may be NULL) split them for the
- * simulator's joining (pm_select_work): before, the state in and AdamW;
- * after, the write-back and the evaluation's compute and moves. Each array
- * holds steps * (2S - 1). */
-void pm_select_task_costs(const pm_select_task *t, int64_t steps, int eval_every,
-                          int eval_batches, const pm_select_rates *r, int *shard,
-                          double *compute, double *move, double *before, double *after);
+/* A task's passes as the run makes them (run.c, pass.c), costed at rates r
+ * (pm_select_task_costs): each step's 2S - 1 (F of shards 0..S-2, the
+ * fused last shard, B of shards S-2..0), and after a step that evaluates
+ * (every eval_every steps, 0 none, and the last) an evaluation's round:
+ * eval_batches microbatches in chunks of at most 8, each chunk a forward
+ * through every shard. compute[i] is pass i's FLOPs at r->flops; move[i]
+ * what its shard's state costs: coming in (every pass of a task with
+ * several shards; none with one, whose shard stays on its device), and for
+ * the first pass on each shard after a step ended (a step's forward, or
+ * its evaluation's first chunk) AdamW's update and all of the state back,
+ * for any other pass that computes gradients (the fused pass, a backward)
+ * the gradients back, a quarter; before[i] and after[i] split the moves
+ * around its microbatches (the state in and AdamW; the write-back). For
+ * joining, as pm_select_work takes them: each pass's place in its round
+ * (pos), microbatches (mbs), and the fractions of a microbatch's compute
+ * that run before it waits for the previous pass (lead: a backward's
+ * recomputed forward) and after it puts its output out (trail: W). */
+typedef struct {
+    int64_t n;                          /* passes */
+    int *shard, *pos, *mbs;             /* (n) each; shard owns pos's memory */
+    double *compute, *move, *before, *after, *lead, *trail; /* (n) each; compute owns them */
+} pm_select_costs;
+pm_status pm_select_task_costs(const pm_select_task *t, int64_t steps, int eval_every,
+                               int eval_batches, const pm_select_rates *r, pm_select_costs *out,
+                               pm_err *err);
+void pm_select_costs_free(pm_select_costs *c);
 
 /* The forecast of a sweep on `devices` devices at rates r (pm_select_measure,
  * measured once, forecast as often as wanted): every task's steps costed
@@ -500,8 +524,7 @@ typedef struct {
                              measured: every task's passes, step ends and evaluations
                              (pm_select_result.work_s); when devices join a task
                              (shard policy, D > 1, no_join 0), its passes counted over
-                             min(D, its shards)
-                             devices and their compute over min(D, shards, microbatches) */
+                             min(D, its shards) devices */
     size_t *peak;       /* (devices) highest slab byte used; owned */
     double *busy;       /* (devices) seconds of passes run, less a joined pass's waits
                            for other devices; owned */
@@ -512,6 +535,8 @@ typedef struct {
     pm_select_pass *log; /* (nlog) every pass run, in the order they ended; owned */
     int64_t nlog;
     int64_t joined;     /* passes a device ran by joining a running task */
+    double moved_bytes; /* shard state copied into the devices' slots (prefetch copies
+                           too) and written back to the tasks' store */
 } pm_select_stats;
 
 void pm_select_stats_free(pm_select_stats *s);

@@ -311,7 +311,8 @@ static int curves_start(sel_opts *o, const pm_select_session *s) {
         pm_free(at);
         return pm_cli_fail("select: out of memory");
     }
-    for (int i = 0; i < s->n; i++) at[i] = s->hosts[i].step, at[s->n + i] = s->tasks[i].cfg.opt.steps;
+    for (int i = 0; i < s->n; i++)
+        at[i] = s->hosts[i].step, at[s->n + i] = s->tasks[i].cfg.opt.steps;
     int rc = pm_cli_curves_init(&o->curves_rec, s->n, at, at + s->n);
     pm_free(at);
     if (!rc) o->pg.curves = &o->curves_rec;

@@ -202,7 +202,8 @@ static void json_memory(const pm_pipe *pp, const double *fig, int mpi) {
     }
     printf("], \"allocated_bytes\": [");
     for (int g = 0; g < pl->nd; g++)
-        printf("%s%s", g ? ", " : "", PM_JSON_NUM(mpi ? fig[2 * g] : (double)pm_pipe_allocated(pp)[g]));
+        printf("%s%s", g ? ", " : "",
+               PM_JSON_NUM(mpi ? fig[2 * g] : (double)pm_pipe_allocated(pp)[g]));
     printf("], \"peak_rss_bytes\": [");
     for (int g = 0; g < (mpi ? pl->nd : 1); g++)
         printf("%s%s", g ? ", " : "", PM_JSON_NUM(fig[2 * g + 1]));

@@ -173,7 +173,8 @@ static void curve(const plot *p, const pm_cli_curve *c, const char *name, const 
     fprintf(f, "\"/>\n<g class=\"val\" fill=\"%s\" stroke=\"%s\">", col, col);
     for (int v = 0; v < c->nv; v++)
         if (isfinite(c->vy[v])) {
-            fprintf(f, "<circle cx=\"%.2f\" cy=\"%.2f\" r=\"3\"/>", px(p, c->vx[v]), py(p, c->vy[v]));
+            fprintf(f, "<circle cx=\"%.2f\" cy=\"%.2f\" r=\"3\"/>", px(p, c->vx[v]),
+                    py(p, c->vy[v]));
             lx = isfinite(lx) ? lx : c->vx[v], ly = isfinite(ly) ? ly : c->vy[v];
         }
     fprintf(f, "</g>\n");
@@ -183,9 +184,9 @@ static void curve(const plot *p, const pm_cli_curve *c, const char *name, const 
         xml_text(f, name);
         fprintf(f, " stopped after step %lld: ", (long long)c->stop);
         xml_text(f, c->why);
-        fprintf(f, "</title><line x1=\"%.2f\" y1=\"%.2f\" x2=\"%.2f\" y2=\"%.2f\"/><line x1=\"%.2f\" "
-                "y1=\"%.2f\" x2=\"%.2f\" y2=\"%.2f\"/></g>\n", sx - 5, sy - 5, sx + 5, sy + 5,
-                sx - 5, sy + 5, sx + 5, sy - 5);
+        fprintf(f, "</title><line x1=\"%.2f\" y1=\"%.2f\" x2=\"%.2f\" y2=\"%.2f\"/>"
+                "<line x1=\"%.2f\" y1=\"%.2f\" x2=\"%.2f\" y2=\"%.2f\"/></g>\n", sx - 5, sy - 5,
+                sx + 5, sy + 5, sx - 5, sy + 5, sx + 5, sy - 5);
     }
 }
 

@@ -219,7 +219,8 @@ void sel_print_json(const pm_select_session *s) {
         printf("%s", d ? ", " : "");
         json_num(stdout, st->makespan_s > 0 ? st->busy[d] / st->makespan_s : 0);
     }
-    printf("], \"joined_passes\": %lld", (long long)st->joined);
+    printf("], \"joined_passes\": %lld, \"moved_bytes\": %s", (long long)st->joined,
+           PM_JSON_NUM(st->moved_bytes));
     printf(", \"device_seconds\": ["); /* by part (pm_select_part): they add up to makespan_s */
     for (int d = 0; d < devices; d++) {
         printf("%s{", d ? ", " : "");
@@ -270,8 +271,9 @@ int sel_write_csv(const char *path, const pm_select_session *s) {
                 t[i].name, pm_float_text(lr, c->opt.lr), c->model.layers, c->model.dim,
                 c->model.heads, c->model.ctx, c->batch, c->micro, c->opt.warmup,
                 (unsigned long long)c->seed, (long long)r[i].steps,
-                pm_double_text(fl, r[i].final_loss), pm_double_text(vl, r[i].val_loss), at, c->opt.steps, pm_float_text(wd, c->opt.weight_decay),
-                r[i].wall_s, r[i].busy_s, t[i].nshard, state_names[r[i].state]);
+                pm_double_text(fl, r[i].final_loss), pm_double_text(vl, r[i].val_loss), at,
+                c->opt.steps, pm_float_text(wd, c->opt.weight_decay), r[i].wall_s, r[i].busy_s,
+                t[i].nshard, state_names[r[i].state]);
         why_text why = why_flags(r[i].why);
         for (const char *q = why.s; *q; q++) { /* CSV quoting: a quote doubled */
             if (*q == '"') fputc('"', w.f);

@@ -66,9 +66,6 @@ typedef struct {
     int64_t *zeroed;      /* (S) steps whose gradients each shard has zeroed */
     uint64_t *version;    /* (S) bumped at each write-back of a shard's state */
     double busy;          /* seconds of passes run (less their waits for other devices) */
-    double compute;       /* of which computing (pm_select_pass: computed - updated - flow)
-                             in training passes */
-    double ev_compute;    /* and in evaluation passes */
     double work;          /* busy and the work after its steps (norm, evaluation) */
     /* what Sharded-LRTF knows of its times (sel_est) */
     double *fl;           /* (2S - 1) FLOPs of each pass of a step */
@@ -116,6 +113,10 @@ typedef struct {
     int slots;
     int res_task[2], res_shard[2]; /* resident state per slot (-1 none) */
     uint64_t res_version[2];
+    int res_whole[2];    /* the slot holds the gradients and moments too (a pass that
+                            applies AdamW's update needs them; one that only computes
+                            needs the parameters, its gradients starting at zero) */
+    double bytes;        /* bytes this device's passes copied in and wrote back */
     int last_slot;       /* slot of the last pass (the other one is loaded next) */
     int ran;             /* task of the last pass (-1 none) */
     size_t peak;         /* largest bytes in use seen */
@@ -125,21 +126,23 @@ typedef struct {
     int copier_up;
     pthread_mutex_t cmu;
     pthread_cond_t ccv;
-    int job, jshard, jslot;
+    int job, jshard, jslot, jwhole;
     void *jtask;         /* sel_task * */
     int jcopied;         /* a copy ran since the last sel_copy_wait */
     double jt0, jt1;     /* when the copy thread ran it (pm_now) */
     double wait_s;       /* time the device waited for a copy */
+    double jbytes;       /* bytes the copy thread copied in */
 } sel_dev;
 
 /* A device (device.c): its slab laid out for L, its copy thread started;
  * and stopped and freed. sel_copy_start has the copy thread load shard s of
- * t into slot; sel_copy_wait waits until it is done (the time waited is
- * added to dv->wait_s) and gives when the copy thread ran the copy started
- * since the last wait (pm_now times; both 0: none). */
+ * t into slot (whole: as sel_load_state); sel_copy_wait waits until it is
+ * done (the time waited is added to dv->wait_s) and gives when the copy
+ * thread ran the copy started since the last wait (pm_now times; both 0:
+ * none). */
 pm_status sel_dev_init(sel_dev *dv, const pm_select_layout *L, int d, pm_err *err);
 void sel_dev_free(sel_dev *dv);
-void sel_copy_start(sel_dev *dv, sel_task *t, int s, int slot);
+void sel_copy_start(sel_dev *dv, sel_task *t, int s, int slot, int whole);
 void sel_copy_wait(sel_dev *dv, double *copy0, double *copy1);
 
 /* Pass k of a step of a task with S shards: its shard and kind. */
@@ -191,8 +194,12 @@ int sel_resident(const sel_dev *dv, const sel_task *t, int s);
  * one, else the one not used last. */
 int sel_pick_slot(const sel_dev *dv, const sel_task *t, int s);
 /* Copies shard s's state from the host into `slot` and records it there
- * (the prefetch thread runs this while the device computes in the other). */
-int sel_load_state(sel_task *t, sel_dev *dv, int s, int slot);
+ * (the prefetch thread runs this while the device computes in the other):
+ * whole, its parameters, gradients and moments (a pass that applies the
+ * shard's pending AdamW update), else its parameters, the gradients set
+ * to zero (every pass after the update starts from zero gradients: the
+ * host's are not read, nor the moments). *bytes gets what it copied. */
+int sel_load_state(sel_task *t, sel_dev *dv, int s, int slot, int whole, double *bytes);
 
 /* Sharded-LRTF's choice (simulate.c), one rule for the simulator and the
  * executor: among tasks 0..n-1 that ready() accepts, those first() marks

@@ -131,37 +131,41 @@ int sel_pick_slot(const sel_dev *dv, const sel_task *t, int s) {
     return dv->last_slot ^ 1;
 }
 
-int sel_load_state(sel_task *t, sel_dev *dv, int s, int slot) {
+int sel_load_state(sel_task *t, sel_dev *dv, int s, int slot, int whole, double *bytes) {
     const pm_train_cfg *c = &t->host->cfg;
     const pm_shard *sh = &t->task->shard[s];
     size_t n = shard_floats(c, sh), at = pm_gpt_layer_offset(&c->model, sh->first);
     float *P = (float *)(dv->slab + dv->state_off[slot]);
-    dv->res_task[slot] = -1; /* until the whole state is in */
-    for (int k = 0; k < 4; k++)
+    dv->res_task[slot] = -1; /* until the state is in */
+    for (int k = 0; k < (whole ? 4 : 1); k++)
         if (sel_store_io(t, k, at, n, P + (size_t)k * n, 0)) return -1;
+    if (!whole) memset(P + n, 0, n * sizeof(float)); /* the gradients start at zero */
+    *bytes = (double)(whole ? 4 : 1) * (double)(n * sizeof(float));
     dv->res_task[slot] = t->index, dv->res_shard[slot] = s, dv->res_version[slot] = t->version[s];
+    dv->res_whole[slot] = whole;
     return 0;
 }
 
 /* The previous step's AdamW update (step s - 1 of the shard's layers) if
- * not yet applied, and zeroed gradients for step s. Returns 1 if the state
- * changed. */
+ * not yet applied, and zeroed gradients for step s. Returns 1 if it
+ * applied the update (the parameters and moments changed; zeroed
+ * gradients need no writing back: no one reads the host's until a pass
+ * has computed them). */
 static int start_step(sel_task *t, int s, float *P, float *G, float *M, float *V, size_t n) {
     const pm_train_cfg *c = &t->host->cfg;
     const pm_shard *sh = &t->task->shard[s];
     int64_t step = t->host->step;
-    int changed = 0;
+    int updated = 0;
     if (t->updated[s] < step) {
         pm_optim_step_layers(c, sh->first, sh->last, step - 1, t->gscale, P, G, M, V);
         t->updated[s] = step;
-        changed = 1;
+        updated = 1;
     }
     if (t->zeroed[s] <= step) {
         memset(G, 0, n * sizeof(float));
         t->zeroed[s] = step + 1;
-        changed = 1;
     }
-    return changed;
+    return updated;
 }
 
 /* Joining (t->mu set): waits until pass q of the round has put microbatch
@@ -259,11 +263,15 @@ int sel_run_pass(sel_task *t, sel_dev *dv, const pm_select_layout *lay, int k, i
     const pm_shard *sh = &t->task->shard[s];
     size_t n = shard_floats(c, sh), at = pm_gpt_layer_offset(&c->model, sh->first);
     float *P = (float *)(dv->slab + dv->state_off[slot]), *G = P + n, *M = G + n, *V = M + n;
+    double in = 0;
     *waited = 0;
+    /* the shard's update is due: its gradients and moments are needed */
+    int whole = t->updated[s] < t->host->step;
     if (!(dv->res_task[slot] == t->index && dv->res_shard[slot] == s &&
-          dv->res_version[slot] == t->version[s]) && /* (the other slot may be being filled) */
-        sel_load_state(t, dv, s, slot))
+          dv->res_version[slot] == t->version[s] && (dv->res_whole[slot] || !whole)) &&
+        sel_load_state(t, dv, s, slot, whole, &in)) /* (the other slot may be being filled) */
         return -1;
+    dv->bytes += in;
     mark[0] = pm_now();
     int all = start_step(t, s, P, G, M, V, n);
     mark[1] = pm_now();
@@ -279,9 +287,10 @@ int sel_run_pass(sel_task *t, sel_dev *dv, const pm_select_layout *lay, int k, i
     if (all && (sel_store_io(t, 0, at, n, P, 1) || sel_store_io(t, 2, at, n, M, 1) ||
                 sel_store_io(t, 3, at, n, V, 1)))
         return -1;
-    int grads = all || kind == SEL_FUSED || kind == SEL_B; /* what changed the gradients */
+    int grads = kind == SEL_FUSED || kind == SEL_B; /* it computed gradients */
     if (grads && sel_store_io(t, 1, at, n, G, 1)) return -1;
-    if (grads) t->version[s]++;
+    if (all || grads) t->version[s]++;
+    dv->bytes += (double)((all ? 3 : 0) + grads) * (double)(n * sizeof(float));
     dv->res_version[slot] = t->version[s]; /* the slot holds what the host now has */
     dv->last_slot = slot;
     size_t used = dv->act_off + sh->act, st_end = dv->state_off[slot] + 4 * n * sizeof(float);

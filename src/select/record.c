@@ -108,9 +108,9 @@ pm_status pm_select_saved_losses(const char *dir, const char *name, const pm_ckp
                        "validation loss is measured again on %s/%s.ckpt", path, e.msg, dir, name);
     if (r.step != ck->step) return PM_OK; /* an earlier checkpoint's: killed between the two */
     if (r.ckpt != pm_select_record_ckpt(ck))
-        return pm_errf(err, PM_ERR_FORMAT, "%s: the record is of another checkpoint than %s/%s.ckpt "
-                       "at step %lld; delete it, and the validation loss is measured again",
-                       path, dir, name, (long long)r.step);
+        return pm_errf(err, PM_ERR_FORMAT, "%s: the record is of another checkpoint than "
+                       "%s/%s.ckpt at step %lld; delete it, and the validation loss is measured "
+                       "again", path, dir, name, (long long)r.step);
     *loss = r.loss, *val = r.val;
     return PM_OK;
 }

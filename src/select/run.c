@@ -403,8 +403,11 @@ static void prefetch(sel_run *r, int d, sel_task *cur, int k, int slot, int y) {
     int s = sel_round_shard(t, kk);
     if (y < 0 && (s == sel_round_shard(cur, k) || t->inuse[s])) return;
     if (y < 0) cur->pf_pass = kk, cur->pf_dev = d;
-    if (sel_resident(dv, t, s) == (slot ^ 1)) return;
-    sel_copy_start(dv, t, s, slot ^ 1);
+    /* the shard's update is pending (no pass on it runs: what the lock
+     * published is what its last pass left) */
+    int whole = t->updated[s] < t->done;
+    if (sel_resident(dv, t, s) == (slot ^ 1) && (dv->res_whole[slot ^ 1] || !whole)) return;
+    sel_copy_start(dv, t, s, slot ^ 1, whole);
 }
 
 /* Under the lock, device d having taken task cur: whether its copy thread
@@ -561,17 +564,13 @@ static void pass_ended(sel_run *r, sel_task *t, int d, int k, int last, int bad,
 }
 
 /* The least time task t can take, from its measured work. Its step ends
- * and evaluations run alone. Its passes, joined, run on at most min(D, S)
- * devices at once (one per shard), and compute on at most min(D, S, K) at
- * once: two passes computing at one moment work on two microbatches, since
- * the later one works on a microbatch the earlier has finished. Not
- * joined, one pass at a time: all of its work. */
+ * run alone. Its passes, joined, run on at most min(D, S) devices at once
+ * (one per shard); their compute may run on as many (a backward recomputes
+ * its forward and does its W beside its neighbours, whatever the
+ * microbatches). Not joined, one pass at a time: all of its work. */
 static double task_bound(const sel_run *r, const sel_task *t) {
     if (!r->join) return t->work;
-    int D = r->o->devices;
-    double on = fmin(D, t->S); /* steps and evaluations never overlap (barriers) */
-    double compute = t->compute / fmin(on, t->K) + t->ev_compute / fmin(on, t->ev_micro);
-    return t->work - t->busy + fmax(t->busy / on, compute);
+    return t->work - t->busy + t->busy / fmin(r->o->devices, t->S);
 }
 
 /* A round's first pass, before it runs (no other pass of the task runs):
@@ -633,7 +632,6 @@ static void *device_main(void *arg) {
         int report = last && !eval && t->state == PM_SELECT_RUNNING;
         if (state != PM_SELECT_RUNNING) t->state = state;
         t->busy += dt;
-        *(ev ? &t->ev_compute : &t->compute) += mark[2] - mark[1] - flow;
         t->work += dt + (w0 - t1);
         if (t->first_start < 0) t->first_start = t0 - r->t0;
         t->last_end = fmax(t->last_end, t1 - r->t0);
@@ -763,7 +761,8 @@ static pm_status tasks_init(sel_run *r, pm_select_task *tasks, pm_trainer *hosts
         size_t nc = (size_t)(c->batch / K) * (size_t)c->model.ctx * (size_t)c->model.dim;
         size_t nb = (size_t)(S > 1 ? S - 1 : 1) * (size_t)K * nc;
         /* passes of a round: a step's 2S - 1, or an evaluation's chunks' S each */
-        size_t np = (size_t)(2 * S - 1), ne = (size_t)((E + SEL_EVAL_CHUNK - 1) / SEL_EVAL_CHUNK) * S;
+        size_t np = (size_t)(2 * S - 1);
+        size_t ne = (size_t)((E + SEL_EVAL_CHUNK - 1) / SEL_EVAL_CHUNK) * (size_t)S;
         np = np > ne ? np : ne;
         *t = (sel_task){.task = &tasks[i], .index = i, .host = &hosts[i], .S = S, .K = K,
                         .nc = nc, .done = hosts[i].step, .act = pm_malloc(nb * sizeof(float)),
@@ -905,7 +904,8 @@ pm_status pm_select_run(pm_select_task *tasks, pm_trainer *hosts, int n,
         if (r.t[i].stop_at > hosts[i].step) {
             const sel_task *t = &r.t[i];
             int64_t evals = o->val ? evals_after(&r, t, hosts[i].step) + o->nrung : 0;
-            r.log_cap += (t->stop_at - hosts[i].step) * (2 * t->S - 1) + evals * t->ev_chunks * t->S;
+            r.log_cap += (t->stop_at - hosts[i].step) * (2 * t->S - 1) +
+                         evals * t->ev_chunks * t->S;
         }
     if (!st && !(stats->log = pm_malloc((size_t)(r.log_cap ? r.log_cap : 1) * sizeof *stats->log)))
         st = pm_errf(err, PM_ERR_NOMEM, "out of memory for a log of %lld passes",
@@ -932,7 +932,8 @@ pm_status pm_select_run(pm_select_task *tasks, pm_trainer *hosts, int n,
     stats->lower_bound_s = fmax(sum / o->devices, longest);
     if (!st) account(stats);
     for (int d = 0; r.dev && d < o->devices; d++)
-        stats->peak[d] = r.dev[d].peak, stats->wait[d] = r.dev[d].wait_s;
+        stats->peak[d] = r.dev[d].peak, stats->wait[d] = r.dev[d].wait_s,
+        stats->moved_bytes += r.dev[d].bytes + r.dev[d].jbytes;
     run_free(&r);
     if (st) pm_select_stats_free(stats);
     return st;
