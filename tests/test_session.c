@@ -224,6 +224,13 @@ static void tiny_sweep(pm_sweep *sw, const char *steps) {
     set(sw, "steps", steps);
 }
 
+/* The test text: the first nine tenths train, the rest validates. */
+static void split_text(pm_tokens *tr, pm_tokens *va) {
+    size_t cut = sizeof text / 10 * 9;
+    *tr = (pm_tokens)PM_TOKENS_BYTES(text, cut);
+    *va = (pm_tokens)PM_TOKENS_BYTES(text + cut, sizeof text - cut);
+}
+
 static pm_select_setup tiny_setup(const char *save_dir) {
     return (pm_select_setup){.run = {.devices = 2, .prefetch = PM_PREFETCH_AUTO,
                                      .eval_every = -1, .eval_batches = 2, .save_dir = save_dir},
@@ -236,8 +243,8 @@ static pm_select_setup tiny_setup(const char *save_dir) {
  * other steps is refused, naming the steps both ways. */
 static void session_run_and_resume(void **state) {
     (void)state;
-    size_t cut = sizeof text / 10 * 9;
-    pm_tokens tr = PM_TOKENS_BYTES(text, cut), va = PM_TOKENS_BYTES(text + cut, sizeof text - cut);
+    pm_tokens tr, va;
+    split_text(&tr, &va);
     char save[300], best[300];
     snprintf(save, sizeof save, "%s/sv", dir);
     snprintf(best, sizeof best, "%s/best.ckpt", dir);
@@ -321,8 +328,8 @@ static void record_parse(void **state) {
  * measured again on the checkpoint: the run's, bit for bit. */
 static void record_tampered(void **state) {
     (void)state;
-    size_t cut = sizeof text / 10 * 9;
-    pm_tokens tr = PM_TOKENS_BYTES(text, cut), va = PM_TOKENS_BYTES(text + cut, sizeof text - cut);
+    pm_tokens tr, va;
+    split_text(&tr, &va);
     char save[300], path[400];
     snprintf(save, sizeof save, "%s/tamper", dir);
     snprintf(path, sizeof path, "%s/t0.loss", save);

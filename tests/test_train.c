@@ -1106,17 +1106,22 @@ static int sh(const char *cmd, char *line, size_t cap, int *nlines) {
     return WIFEXITED(rc) ? WEXITSTATUS(rc) : 128;
 }
 
+/* The test text as a file, DIR/t.txt (its path into txt). */
+static void write_text(char *txt, size_t cap) {
+    snprintf(txt, cap, "%s/t.txt", dir);
+    FILE *f = fopen(txt, "w");
+    assert_non_null(f);
+    fwrite(text, 1, sizeof text, f);
+    fclose(f);
+}
+
 static void test_cli_end_to_end(void **state) {
     (void)state;
     const char *bin = getenv("PM_BIN");
     if (!bin) skip();
     char cmd[4096], line[1024], txt[300];
     int n;
-    snprintf(txt, sizeof txt, "%s/t.txt", dir);
-    FILE *f = fopen(txt, "w");
-    assert_non_null(f);
-    fwrite(text, 1, sizeof text, f);
-    fclose(f);
+    write_text(txt, sizeof txt);
     snprintf(cmd, sizeof cmd, "%s prepare %s -o %s/d", bin, txt, dir);
     assert_int_equal(sh(cmd, line, sizeof line, &n), 0);
     snprintf(cmd, sizeof cmd,
@@ -1127,7 +1132,7 @@ static void test_cli_end_to_end(void **state) {
     assert_int_equal(sh(cmd, line, sizeof line, &n), 0);
     char out[2048] = {0};
     snprintf(txt, sizeof txt, "%s/out.json", dir);
-    f = fopen(txt, "r");
+    FILE *f = fopen(txt, "r");
     assert_non_null(f);
     assert_non_null(fgets(out, sizeof out, f));
     fclose(f);
@@ -1222,11 +1227,7 @@ static void test_cli_checked_before_training(void **state) {
     if (!bin) skip();
     char cmd[4096], line[1024], txt[300];
     int n;
-    snprintf(txt, sizeof txt, "%s/t.txt", dir);
-    FILE *f = fopen(txt, "w");
-    assert_non_null(f);
-    fwrite(text, 1, sizeof text, f);
-    fclose(f);
+    write_text(txt, sizeof txt);
     const char *m = "--layers 2 --dim 16 --heads 2 --ctx 8 --batch 2 --threads 1";
     const char *mp = "--layers 2 --dim 16 --heads 2 --ctx 8 --batch 2"; /* pipeline: no threads */
     snprintf(cmd, sizeof cmd, "%s prepare %s -o %s/cb >/dev/null 2>&1 && %s train --data %s/cb "
