@@ -890,6 +890,9 @@ pm_status pm_select_run(pm_select_task *tasks, pm_trainer *hosts, int n,
                        o->devices);
     if (pm_select_slab_bytes(layout) > layout->device_mem)
         return pm_errf(err, PM_ERR_ARG, "the layout does not fit its device memory");
+    if (o->val && o->eval_batches < 1)
+        return pm_errf(err, PM_ERR_ARG, "eval_batches=%d: an evaluation needs at least 1 "
+                       "microbatch", o->eval_batches);
     sel_run r = {.o = o, .lay = layout, .n = n, .stats = stats,
                  .cores = (int)sysconf(_SC_NPROCESSORS_ONLN)};
     stats->peak = pm_calloc((size_t)o->devices, sizeof(size_t));
