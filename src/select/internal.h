@@ -65,6 +65,9 @@ typedef struct {
     int64_t *updated;     /* (S) AdamW updates applied to each shard */
     int64_t *zeroed;      /* (S) steps whose gradients each shard has zeroed */
     uint64_t *version;    /* (S) bumped at each write-back of a shard's state */
+    double *usum;         /* (units) this step's sum of squares of each gradient unit
+                             (pm_optim_unit_sums), from the pass that computed it */
+    int *ufirst;          /* (S + 1) shard s's first unit; ufirst[S]: all of them */
     double busy;          /* seconds of passes run (less their waits for other devices) */
     double work;          /* busy and the work after its steps (norm, evaluation) */
     /* what Sharded-LRTF knows of its times (sel_est) */
@@ -85,9 +88,6 @@ typedef struct {
  * v; n floats from float `at`, read (wr 0) or written. -1 on an I/O error
  * (t->why says). */
 int sel_store_io(sel_task *t, int slab, size_t at, size_t n, float *buf, int wr);
-/* The task's global gradient norm (pm_optim_norm), from RAM or the spill
- * file; -1 on an I/O error. */
-int sel_store_norm(sel_task *t, double *out);
 int sel_store_materialize(sel_task *t);
 int sel_store_release(sel_task *t);
 pm_status sel_store_open(sel_task *t, const char *dir, pm_err *err);

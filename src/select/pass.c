@@ -267,10 +267,14 @@ int sel_run_pass(sel_task *t, sel_dev *dv, const pm_select_layout *lay, int k, i
     *waited = 0;
     /* the shard's update is due: its gradients and moments are needed */
     int whole = t->updated[s] < t->host->step;
-    if (!(dv->res_task[slot] == t->index && dv->res_shard[slot] == s &&
-          dv->res_version[slot] == t->version[s] && (dv->res_whole[slot] || !whole)) &&
-        sel_load_state(t, dv, s, slot, whole, &in)) /* (the other slot may be being filled) */
+    int here = dv->res_task[slot] == t->index && dv->res_shard[slot] == s &&
+               dv->res_version[slot] == t->version[s]; /* (the other slot may be filling) */
+    if (here && whole && !dv->res_whole[slot]) { /* parameters and gradients are there */
+        if (sel_store_io(t, 2, at, n, M, 0) || sel_store_io(t, 3, at, n, V, 0)) return -1;
+        dv->res_whole[slot] = 1, in = 2.0 * (double)(n * sizeof(float));
+    } else if (!here && sel_load_state(t, dv, s, slot, whole, &in)) {
         return -1;
+    }
     dv->bytes += in;
     mark[0] = pm_now();
     int all = start_step(t, s, P, G, M, V, n);
@@ -281,7 +285,12 @@ int sel_run_pass(sel_task *t, sel_dev *dv, const pm_select_layout *lay, int k, i
         if (kind == SEL_EVAL ? eval_micro(t, k, j, s, P, &a, waited)
                              : step_micro(t, k, j, s, P, G, &a, waited))
             return -1;
-    /* the round's last: the others' write-backs (the norm reads them) */
+    /* its gradients are the step's: their units' sums of squares for the
+     * norm (pm_optim_norm adds them in unit order), here while they are at
+     * hand, on every device at once */
+    if (kind == SEL_FUSED || kind == SEL_B)
+        pm_optim_unit_sums(&c->model, sh->first, sh->last, G, t->usum + t->ufirst[s]);
+    /* the round's last: the others' write-backs and sums */
     if (k == sel_round_passes(t) - 1 && flow_wait(t, k, -1, waited)) return -1;
     mark[2] = pm_now();
     if (all && (sel_store_io(t, 0, at, n, P, 1) || sel_store_io(t, 2, at, n, M, 1) ||
