@@ -246,13 +246,6 @@ void pm_select_sim_free(pm_select_sim *s);
  * The dry run's forecast divides the passes' FLOPs by it. */
 pm_status pm_select_rate(const pm_select_task *t, int n, double *rate, pm_err *err);
 
-/* The pass list of `steps` optimizer steps of a task with S shards: per
- * step F of shards 0..S-2, the fused last shard, B of shards S-2..0
- * (2S - 1 passes), costed by FLOPs / rate with K microbatches per pass.
- * shard and cost must hold steps * (2S - 1) entries. */
-void pm_select_task_passes(const pm_select_task *t, int64_t steps, double rate, int *shard,
-                           double *cost);
-
 /* What moving shard state costs on this machine, measured before running
  * (forecast.c): the FLOP rate (pm_select_rate), the bytes per second a
  * shard's state comes into a slot from the store and goes back (RAM: a

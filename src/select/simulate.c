@@ -357,19 +357,6 @@ pm_status pm_select_simulate(const pm_select_work *w, int D, pm_select_policy po
     return st;
 }
 
-void pm_select_task_passes(const pm_select_task *t, int64_t steps, double rate, int *shard,
-                           double *cost) {
-    int S = t->nshard, K = t->cfg.micro;
-    int64_t i = 0;
-    for (int64_t s = 0; s < steps; s++) {
-        for (int k = 0; k < S - 1; k++, i++)
-            shard[i] = k, cost[i] = K * t->shard[k].flops_f / rate;
-        shard[i] = S - 1, cost[i++] = K * (t->shard[S - 1].flops_f + t->shard[S - 1].flops_bw) / rate;
-        for (int k = S - 2; k >= 0; k--, i++)
-            shard[i] = k, cost[i] = K * (2 * t->shard[k].flops_f + t->shard[k].flops_bw) / rate;
-    }
-}
-
 pm_status pm_select_rate(const pm_select_task *t, int n, double *rate, pm_err *err) {
     int w = 0;
     for (int i = 1; i < n; i++)
