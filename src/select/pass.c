@@ -17,10 +17,13 @@
  *   EVAL   an evaluation's: F on a validation microbatch, the output back
  *          to the host (the loss, on the last shard).
  * Gradients accumulate per layer over j in order, so every gradient is the
- * single-device one bitwise. A shard's first pass of a step first applies
- * the previous step's AdamW update (the global norm is only known after the
- * last backward) and zeroes its gradients: the one AdamW loop of the core,
- * on the shard's slabs, so the result equals the whole-model update. */
+ * single-device one bitwise. A shard's first pass after a step (the next
+ * step's, or the evaluation's) first applies that step's AdamW update (the
+ * global norm is only known after the last backward) and zeroes its
+ * gradients: the one AdamW loop of the core, on the shard's slabs, so the
+ * result equals the whole-model update. Only that pass needs the shard's
+ * gradients and moments from the store; any other copies in the parameters
+ * alone, its gradients from zero, and writes back what it computed. */
 #include <string.h>
 
 #include "select/internal.h"
