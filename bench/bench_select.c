@@ -478,8 +478,9 @@ static int daily_run(const char *lr, const char *layers, size_t mem, int steps, 
     if (!rc) rc = pm_select_session_run(&s, &e);
     double m1 = machine_busy(), c1 = own_cpu(), w1 = pm_now();
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    out->others = m0 < 0 || cores < 1 ? NAN
-                                      : fmax(0, (m1 - m0) - (c1 - c0)) / ((double)cores * (w1 - w0));
+    out->others = m0 < 0 || cores < 1
+                      ? NAN
+                      : fmax(0, (m1 - m0) - (c1 - c0)) / ((double)cores * (w1 - w0));
     for (int i = 0; !rc && i < s.n; i++)
         if (s.res[i].state != PM_SELECT_DONE) {
             fprintf(stderr, "bench_select: (d): task %s did not finish: %s\n", s.tasks[i].name,
@@ -516,8 +517,9 @@ static int daily(int R, const pm_tokens *tr, const pm_tokens *va) {
             int k = (j + r) % 3;
             for (int a = 0; a < TRIES; a++) {
                 daily_outcome x;
-                int bad = k < 2 ? daily_run("1e-3", "8", (size_t)64 << 20, 8, k + 1, tr, va, &x)
-                                : daily_run("1e-3,3e-3", "2,4", (size_t)32 << 20, 12, 2, tr, va, &x);
+                int bad = k < 2
+                              ? daily_run("1e-3", "8", (size_t)64 << 20, 8, k + 1, tr, va, &x)
+                              : daily_run("1e-3,3e-3", "2,4", (size_t)32 << 20, 12, 2, tr, va, &x);
                 if (bad) return 1;
                 if (!a || x.others < o[r][k].others) o[r][k] = x;
                 if (!(o[r][k].others > QUIET)) break;
