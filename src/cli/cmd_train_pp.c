@@ -187,6 +187,7 @@ typedef struct {
     double *busy;              /* (dp * p) each device's busy ms, summed like mk */
     int nt;
     double final_loss, val_loss;
+    pm_cli_curves curves;      /* --curves (rank 0) */
 } pp_stats;
 
 /* Each device's planned bytes by kind, what it allocated (the allocation
@@ -203,9 +204,11 @@ static void json_memory(const pm_pipe *pp, const double *fig, int mpi) {
     }
     printf("], \"allocated_bytes\": [");
     for (int g = 0; g < pl->nd; g++)
-        printf("%s%.0f", g ? ", " : "", mpi ? fig[2 * g] : (double)pm_pipe_allocated(pp)[g]);
+        printf("%s%s", g ? ", " : "",
+               PM_JSON_NUM(mpi ? fig[2 * g] : (double)pm_pipe_allocated(pp)[g]));
     printf("], \"peak_rss_bytes\": [");
-    for (int g = 0; g < (mpi ? pl->nd : 1); g++) printf("%s%.0f", g ? ", " : "", fig[2 * g + 1]);
+    for (int g = 0; g < (mpi ? pl->nd : 1); g++)
+        printf("%s%s", g ? ", " : "", PM_JSON_NUM(fig[2 * g + 1]));
     printf("]");
 }
 
@@ -216,17 +219,18 @@ static void print_json(const pm_cli_train_opts *o, const pm_pipe *pp, const pm_t
     pm_cli_train_json_head(o, &st->cfg, st->step, ps->times, ps->nt, ps->final_loss,
                            ps->val_loss);
     printf(", \"schedule\": \"%s\", \"pp\": %d, \"dp\": %d, \"zero\": %d, \"transport\": \"%s\", "
-           "\"stages\": %d, \"measured_bubble\": %.4f, \"predicted_bubble\": %.4f, "
-           "\"measured_step_ms\": %.3f, \"predicted_step_ms\": %.3f",
+           "\"stages\": %d, \"measured_bubble\": %s, \"predicted_bubble\": %s, "
+           "\"measured_step_ms\": %s, \"predicted_step_ms\": %s",
            pm_pipe_schedule(pp)->kind, p, pm_pipe_replicas(pp), pm_pipe_plan(pp)->zero,
-           o->transport && !strcmp(o->transport, "mpi") ? "mpi" : "threads", S, ps->bub / n,
-           ps->pbub / n, ps->mk / n, ps->pmk / n);
+           o->transport && !strcmp(o->transport, "mpi") ? "mpi" : "threads", S,
+           PM_JSON_NUM(ps->bub / n), PM_JSON_NUM(ps->pbub / n), PM_JSON_NUM(ps->mk / n),
+           PM_JSON_NUM(ps->pmk / n));
     /* predicted_step_ms is the replay (kept for compatibility); the forecast
      * was made before each step from earlier steps' costs */
-    printf(", \"replay_step_ms\": %.3f", ps->pmk / n);
+    printf(", \"replay_step_ms\": %s", PM_JSON_NUM(ps->pmk / n));
     if (ps->nf)
-        printf(", \"forecast_step_ms\": %.3f, \"forecast_error\": %.4f, \"forecast_steps\": %d",
-               ps->fmk / ps->nf, ps->ferr / ps->nf, ps->nf);
+        printf(", \"forecast_step_ms\": %s, \"forecast_error\": %s, \"forecast_steps\": %d",
+               PM_JSON_NUM(ps->fmk / ps->nf), PM_JSON_NUM(ps->ferr / ps->nf), ps->nf);
     else
         printf(", \"forecast_step_ms\": null, \"forecast_error\": null, \"forecast_steps\": 0");
     json_sizes("peak_activation_bytes", ps->last.peak, nd);
@@ -234,17 +238,17 @@ static void print_json(const pm_cli_train_opts *o, const pm_pipe *pp, const pm_t
     json_sizes("arena_bytes", ps->last.arena, nd);
     double bmax = 0, bsum = 0;
     const pm_plan *pl = pm_pipe_plan(pp);
-    printf(", \"placement\": \"%s\", \"placement_rule\": \"%s\", \"placement_cap_bytes\": %.0f",
+    printf(", \"placement\": \"%s\", \"placement_rule\": \"%s\", \"placement_cap_bytes\": %s",
            o->placement ? o->placement : "flops", pm_place_rule_names[pl->placed.rule],
-           pl->placed.cap);
+           PM_JSON_NUM(pl->placed.cap));
     printf(", \"head_parts\": %d, \"device_busy_ms\": [",
            pm_gpt_head_parts(&pm_pipe_config(pp)->model));
     for (int g = 0; g < nd; g++) {
         double b = ps->busy[g] / n;
-        printf("%s%.6f", g ? ", " : "", b); /* a tiny model's passes take well under 1 ms */
+        printf("%s%s", g ? ", " : "", PM_JSON_NUM(b));
         bmax = b > bmax ? b : bmax, bsum += b;
     }
-    printf("], \"busy_max_over_mean\": %.4f", bsum > 0 ? bmax * nd / bsum : 0);
+    printf("], \"busy_max_over_mean\": %s", PM_JSON_NUM(bsum > 0 ? bmax * nd / bsum : 0));
     json_memory(pp, fig, o->transport && !strcmp(o->transport, "mpi"));
     printf(", \"stage_layers\": [");
     const int *first = pm_pipe_stage_first(pp);
@@ -334,6 +338,7 @@ static void pp_count(pp_run *r, const pm_loop_event *ev) {
 static void pp_report(void *ctx, const pm_loop_event *ev) {
     pp_run *r = ctx;
     if (r->quiet) return;
+    pm_cli_train_curves_event(&r->ps->curves, ev);
     if (ev->kind == PM_LOOP_STEP) {
         pp_count(r, ev);
         r->spent += ev->seconds;
@@ -429,6 +434,7 @@ static int load(const pm_cli_train_opts *o, const pp_world *w, pp_job *j) {
                                            &j->tok_len);
         if (!failed && pm_loader_init(&vcheck, &j->va, j->cfg.model.ctx, 0, "val.bin", &err))
             failed = pm_cli_fail("%s/%s", o->data ? o->data : o->val_file, err.msg);
+        if (!failed) failed = pm_cli_train_check_resume(o, &j->tr); /* before any line */
         if (failed) pm_tokens_free(&j->tr), pm_tokens_free(&j->va);
     }
     if (!mpi) return failed;
@@ -512,10 +518,16 @@ static int run(const pm_cli_train_opts *o, pp_world *w) {
     print_peak(w, &j.plan);
     if (o->resume && resume(o, &j)) goto out; /* a shared outcome */
     print_start(o, w, &j);
+    /* --curves: rank 0 records (out of memory there: the run still runs, and
+     * says at its end that it wrote no curves) */
+    int curves_bad = pm_pipe_is_root(j.pp) &&
+                     pm_cli_train_curves_init(o, j.st.step, j.st.cfg.opt.steps, &ps.curves);
     rc = pp_train(o, j.pp, &j.st, &j.va, &ps); /* the same on every rank */
     if (!rc && o->json) rc = finish_json(o, w, &j, &ps); /* collective, before any writing */
     if (!rc && pm_pipe_is_root(j.pp)) rc = write_outputs(o, j.pp, ps.last.peak != NULL);
+    if (!rc && pm_pipe_is_root(j.pp)) rc = curves_bad || pm_cli_train_curves_write(o, &ps.curves);
 out:
+    pm_cli_curves_free(&ps.curves);
     free(ps.times);
     free(ps.busy);
     free(ps.fig);
