@@ -396,7 +396,11 @@ static int pp_train(const pm_cli_train_opts *o, pm_pipe *pp, pm_train_state *st,
     pm_loop_opts lo = {.stop_at = pm_cli_train_stop_at(o, &st->cfg), .eval_every = o->eval_every,
                        .eval_batches = o->eval_batches, .val = val, .save = o->save};
     pm_err err = {{0}};
-    return pm_train_loop(st, &drv, &lo, &err) ? pm_cli_fail("%s", err.msg) : 0;
+    pm_status s = pm_train_loop(st, &drv, &lo, &err);
+    pm_cli_lost_disarm(); /* from here this rank speaks for itself */
+    if (s == PM_ERR_TRANSPORT && pm_pipe_plan(pp)->transport == PM_TRANSPORT_MPI)
+        return pm_cli_fail("%s; %s", err.msg, pm_cli_lost_ckpt()); /* a rank lost, or silent */
+    return s ? pm_cli_fail("%s", err.msg) : 0;
 }
 
 /* The predicted peak activation (rank 0). */
@@ -539,6 +543,7 @@ static int run(const pm_cli_train_opts *o, pp_world *w) {
     print_peak(w, &j.plan);
     if (o->resume && resume(o, &j)) goto out; /* a shared outcome */
     print_start(o, w, &j);
+    if (w->transport == PM_TRANSPORT_MPI) pm_cli_lost_arm(w->rank, o->save, o->resume);
     rc = pp_train(o, j.pp, &j.st, &j.va, &ps); /* the same on every rank */
     if (!rc && o->json) rc = finish_json(o, w, &j, &ps); /* collective, before any writing */
     if (!rc && pm_pipe_is_root(j.pp)) rc = write_outputs(o, j.pp, ps.last.peak != NULL);
