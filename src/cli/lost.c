@@ -7,20 +7,21 @@
  * just never completes), so SIGTERM is their news. The handler prints one
  * line, on the first rank of each host (OMPI_COMM_WORLD_LOCAL_RANK 0, so a
  * host says it once), naming the rank and its host and the last complete
- * checkpoint: the one at --save's path, else --resume's, its step read
- * from its header at that moment (a checkpoint is replaced whole, so the
- * file is complete whatever step it holds). Then the rank ends by SIGTERM
- * as it would have.
+ * checkpoint: of --save's and --resume's, the one holding more steps, as
+ * its header says at that moment (a checkpoint is replaced whole, so the
+ * file is complete whatever step it holds). Then, after 0.3 s for mpirun
+ * to take the line in, the rank ends by SIGTERM as it would have.
  *
  * Everything the handler calls is async-signal-safe (pm_ckpt_peek_step:
- * open, pread, close; write, signal, raise); the rest was prepared when
- * the run started. The
- * handler is armed only around the training loop, and disarmed before the
- * rank prints a line of its own, so a run says one thing. */
+ * open, pread, close; write, nanosleep, signal, raise); the rest was
+ * prepared when the run started. The handler is armed only around the
+ * training loop, and disarmed before the rank prints a line of its own, so
+ * a run says one thing. */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -72,6 +73,9 @@ static void on_term(int sig) {
     if (g_armed) {
         ssize_t w = write(2, g_line, n);
         (void)w;
+        /* mpirun forwards the line only while the rank lives (with --quiet
+         * it lost it in 3 of 3 runs); SIGKILL comes a second after anyway */
+        nanosleep(&(struct timespec){0, 300000000}, NULL);
     }
     signal(sig, SIG_DFL);
     raise(sig);
