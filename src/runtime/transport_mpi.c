@@ -85,6 +85,7 @@ int pm_tp_mpi_destroy(pm_tp_mpi *w) {
 
 typedef struct {
     int32_t st, rank;
+    int32_t silent; /* its sender waited out a silent rank (g_silent): so must we */
     char msg[sizeof(pm_err)];
 } abort_line;
 
@@ -280,7 +281,7 @@ static void set_error(pm_tp_mpi *w, pm_status st, const char *msg, int tell) {
     w->st = st ? st : PM_ERR_TRANSPORT;
     snprintf(w->err.msg, sizeof w->err.msg, "%s", msg);
     if (!tell) return;
-    w->out = (abort_line){.st = (int32_t)w->st, .rank = w->rank};
+    w->out = (abort_line){.st = (int32_t)w->st, .rank = w->rank, .silent = g_silent};
     snprintf(w->out.msg, sizeof w->out.msg, "%s", w->err.msg);
     /* best effort: a rank this cannot reach stops at its own timeout */
     for (int r = 0; r < w->size; r++)
@@ -296,6 +297,9 @@ static void poll_abort(pm_tp_mpi *w) {
     if (w->aborted || w->in_req == MPI_REQUEST_NULL) return;
     if (MPI_Test(&w->in_req, &flag, MPI_STATUS_IGNORE) != MPI_SUCCESS || !flag) return;
     w->in.msg[sizeof w->in.msg - 1] = 0;
+    /* a rank that timed out aborts the job; finalizing here instead would
+     * wait for the silent rank for ever (a host whose link went down) */
+    if (w->in.silent) g_silent = 1;
     set_error(w, (pm_status)w->in.st, w->in.msg, 0);
 }
 
