@@ -6,7 +6,9 @@
 #   scripts/hosts.sh run DIR HOST CMD..  run CMD on HOST
 #   scripts/hosts.sh mpirun DIR ARGS..   mpirun on node1 over TCP between the
 #                                        hosts (DIR/hostfile); ARGS are
-#                                        mpirun's own (-np, --npernode, ...)
+#                                        mpirun's own (-np, --npernode, ...);
+#                                        HOSTS_KEEPALIVE=0 leaves OpenMPI's
+#                                        TCP keepalive at its default
 #   scripts/hosts.sh kill DIR HOST [NAME]  SIGKILL every process on HOST
 #                                        (OpenMPI's daemon included), or
 #                                        only those whose command is NAME
@@ -51,7 +53,8 @@ netns_of() { readlink "/proc/$1/ns/net" 2>/dev/null; }
 holder() {
     local line
     line=$(awk -v h="$2" '$1 == h { print $2, $3 }' "$1/hosts" 2>/dev/null)
-    [ -n "$line" ] || die "no host '$2' in $1 (hosts: $(awk '{printf "%s ", $1}' "$1/hosts" 2>/dev/null))"
+    [ -n "$line" ] ||
+        die "no host '$2' in $1 (hosts: $(awk '{printf "%s ", $1}' "$1/hosts" 2>/dev/null))"
     set -- $line
     [ "$(netns_of "$1")" = "$2" ] || die "host $2 is gone (its namespace has ended)"
     echo "$1"
@@ -173,6 +176,40 @@ down() {
     rm -rf "$dir"
 }
 
+# Waits for process $1 through trapped signals; exits with its status.
+wait_for() {
+    local rc
+    while :; do
+        wait "$1"; rc=$?
+        kill -0 "$1" 2>/dev/null || exit $rc
+    done
+}
+
+# `with` outside its PID namespace: starts the rest inside one. Its first
+# process (unshare, which holds off SIGINT and SIGTERM while it waits)
+# gets SIGKILL when this shell ends however it ends (pdeathsig), and takes
+# everything inside with it (--kill-child; a namespace ends with its first
+# process); SIGINT, SIGTERM and SIGHUP here reach the shell inside first,
+# which removes the hosts and their directory.
+with_outer() {
+    PM_HOSTS_PIDNS=1 setpriv --pdeathsig KILL unshare --pid --fork --kill-child --mount-proc \
+        "$0" with "$@" &
+    outer_child=$!
+    trap 'kill -TERM $(children "$outer_child") 2>/dev/null' INT TERM HUP
+    wait_for "$outer_child"
+}
+
+# The pids whose parent is $1.
+children() {
+    local want=$1 p s
+    for p in /proc/[0-9]*; do
+        s=$(cat "$p/stat" 2>/dev/null) || continue
+        s=${s##*) } # the fields after the command's name: state, parent, ...
+        set -- $s
+        [ "${2:-}" = "$want" ] && echo "${p#/proc/}"
+    done
+}
+
 cmd=${1:-}
 [ $# -ge 1 ] && shift
 case $cmd in
@@ -192,12 +229,15 @@ mpirun)
     # TCP only, on the hosts' subnet; mpirun's link to each host's daemon
     # probed after 2 s idle, every second, given up after 3 missed probes:
     # a host gone silent (its interface down) ends the run in seconds
+    # (HOSTS_KEEPALIVE=0: OpenMPI's own, TCP's minutes)
     [ $# -ge 1 ] || die "usage: hosts.sh mpirun DIR ARGS..."
     d=$(cd "$1" && pwd) || exit 1; shift
+    keep=(--mca oob_tcp_keepalive_time 2 --mca oob_tcp_keepalive_intvl 1
+        --mca oob_tcp_keepalive_probes 3)
+    [ "${HOSTS_KEEPALIVE:-1}" = 0 ] && keep=()
     exec "$0" run "$d" node1 mpirun --hostfile "$d/hostfile" --mca plm_rsh_agent "$d/agent" \
         --mca btl tcp,self --mca btl_tcp_if_include "$SUBNET" \
-        --mca oob_tcp_if_include "$SUBNET" --mca oob_tcp_keepalive_time 2 \
-        --mca oob_tcp_keepalive_intvl 1 --mca oob_tcp_keepalive_probes 3 "$@" ;;
+        --mca oob_tcp_if_include "$SUBNET" "${keep[@]}" "$@" ;;
 kill) [ $# -ge 2 ] || die "usage: hosts.sh kill DIR HOST [NAME]"; kill_host "$@" ;;
 pids) [ $# -ge 2 ] || die "usage: hosts.sh pids DIR HOST [NAME]"; pids "$@" ;;
 link)
@@ -206,15 +246,14 @@ link)
     in_ns "$pid" ip link set eth0 "$3" ;;
 with)
     [ $# -ge 2 ] || die "usage: hosts.sh with N CMD..."
-    if [ -z "${PM_HOSTS_PIDNS:-}" ]; then
-        # the kernel ends everything in the namespace with its first process
-        PM_HOSTS_PIDNS=1 exec unshare --pid --fork --kill-child --mount-proc "$0" with "$@"
-    fi
+    if [ -z "${PM_HOSTS_PIDNS:-}" ]; then with_outer "$@"; fi
     n=$1; shift
     d=$(mktemp -d "${TMPDIR:-/tmp}/pm-hosts.XXXXXX") || exit 1
     trap 'down "$d"' EXIT
     trap 'exit 130' INT TERM HUP
     up "$d" "$n" || exit 1
-    PM_HOSTS=$d TMPDIR=$d/tmp "$@" ;;
+    # in the background, so a signal's trap runs at once, not after CMD
+    PM_HOSTS=$d TMPDIR=$d/tmp "$@" &
+    wait_for $! ;;
 *) die "usage: hosts.sh up|run|mpirun|kill|link|down|with|can ... (see the script's head)" ;;
 esac
