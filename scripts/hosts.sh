@@ -16,7 +16,8 @@
 #   scripts/hosts.sh link DIR HOST up|down  take HOST's interface up or down
 #   scripts/hosts.sh down DIR            remove them (idempotent)
 #   scripts/hosts.sh with N CMD..        up, CMD with PM_HOSTS=DIR, down
-#                                        whatever happened (also if killed)
+#                                        whatever happened (if killed outright,
+#                                        its directory at the next `with`)
 #
 # A host is a network namespace and a UTS namespace with its own host name,
 # so OpenMPI sees separate nodes and talks between them by TCP only. Each
@@ -185,6 +186,24 @@ wait_for() {
     done
 }
 
+# A harness killed outright (SIGKILL: no trap runs) leaves its directory
+# (its processes, namespaces and interfaces end with it): removes each
+# under TMPDIR none of whose namespaces any process holds. Runs outside
+# the PID namespace, where /proc shows every harness's processes; a file is
+# read before /proc, so a host recorded in it is seen if it lives.
+sweep() {
+    local f nss live ns
+    for f in "${TMPDIR:-/tmp}"/pm-hosts.*/hosts; do
+        nss=$(awk '{ print $3 }' "$f" 2>/dev/null)
+        [ -n "$nss" ] || continue # none yet: being made
+        live=" $(for p in /proc/[0-9]*; do netns_of "${p#/proc/}"; done | sort -u | tr '\n' ' ')"
+        for ns in $nss; do
+            case $live in *" $ns "*) continue 2 ;; esac
+        done
+        rm -rf "${f%/hosts}"
+    done
+}
+
 # `with` outside its PID namespace: starts the rest inside one. Its first
 # process (unshare, which holds off SIGINT and SIGTERM while it waits)
 # gets SIGKILL when this shell ends however it ends (pdeathsig), and takes
@@ -192,6 +211,7 @@ wait_for() {
 # process); SIGINT, SIGTERM and SIGHUP here reach the shell inside first,
 # which removes the hosts and their directory.
 with_outer() {
+    sweep
     PM_HOSTS_PIDNS=1 setpriv --pdeathsig KILL unshare --pid --fork --kill-child --mount-proc \
         "$0" with "$@" &
     outer_child=$!

@@ -7,7 +7,9 @@
  * made (not root) it prints one line saying it skipped and why. Inside:
  *   - the harness: each host has its own name, address and no route beyond
  *     its subnet; mpirun places ranks on both; `down` is idempotent and a
- *     killed harness leaves no process (hence no namespace or interface);
+ *     killed harness leaves no process (hence no namespace or interface),
+ *     a stopped one (SIGTERM) no directory either, and a harness killed
+ *     outright its directory only until the next harness starts;
  *   - training across hosts: --pp 2 (a rank on each host), --pp 4 under a
  *     V schedule (two a host), DP 2 x PP 2 with and without --zero 1: the
  *     checkpoint byte for byte the threads', the same final and validation
@@ -165,7 +167,7 @@ static void host_gone(const char *h, const char *name) {
 /* A harness (`hosts.sh with 2`, its command sleeping) stopped by sig: no
  * process is left in its namespaces (so neither are they, nor their
  * interfaces), and after SIGTERM its directory is gone too (SIGKILL runs
- * no trap: the kernel ends what is inside, the files stay). */
+ * no trap: the kernel ends what is inside, the next harness the files). */
 static void stop_harness(int sig) {
     char made[300], where[300], cmd[1400], got[300] = "";
     snprintf(made, sizeof made, "%s/stopped.hosts", dir);
@@ -192,6 +194,12 @@ static void stop_harness(int sig) {
     waitpid(pid, NULL, 0);
     while (namespaces_alive(made)) nap_ms(20); /* the time limit says if it never ends */
     if (sig == SIGTERM && !access(got, F_OK)) fail_msg("SIGTERM left %s", got);
+    if (sig != SIGKILL) return;
+    /* SIGKILL's directory stays until the next harness, which removes it */
+    assert_int_equal(access(got, F_OK), 0);
+    static char out[1024];
+    assert_int_equal(sh(out, sizeof out, "env -u PM_HOSTS_PIDNS " HOSTS_SH " with 2 true"), 0);
+    if (!access(got, F_OK)) fail_msg("the next harness left %s", got);
 }
 
 static void test_harness(void **state) {
