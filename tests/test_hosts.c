@@ -347,7 +347,8 @@ static void lose_node2(const char *inject, int keep, const char *says) {
     remove(ck);
     snprintf(cmd, sizeof cmd, "exec 2>&1; (ASAN_OPTIONS=detect_leaks=0 HOSTS_KEEPALIVE=%d "
              "timeout -v -k 5 60 " HOSTS_SH " mpirun %s -np 4 --npernode 2 %s train --data %s/d "
-             "%s --pp 4 --save %s %s) 2>&1", keep, hosts, bin, dir, m, ck, keep ? "" : "--comm-timeout 3");
+             "%s --pp 4 --save %s %s) 2>&1", keep, hosts, bin, dir, m, ck,
+             keep ? "" : "--comm-timeout 3");
     FILE *f = popen(cmd, "r");
     assert_non_null(f);
     while (access(ck, F_OK)) nap_ms(10);
