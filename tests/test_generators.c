@@ -19,6 +19,7 @@
 #include <cmocka.h>
 
 #include "pipemem/pm_sched.h"
+#include "schedule/work.h" /* the engine's steps, counted */
 
 #define EPS 1e-9
 
@@ -294,6 +295,26 @@ static void test_zb_v_equals_first_version(void **state) {
             pm_sched_free(&want);
             pm_sched_free(&s);
         }
+}
+
+/* zb-v's pattern is O(p m) passes of work, not O(p^2) (issue 19, 2.2):
+ * with m < 2p - 1 the first version stepped its counters through 2p - 1
+ * microbatches on every rank, emitting nothing for most (minutes at p =
+ * 131072). Counted, not timed (pm_sched_work: every pass the pattern emits
+ * or drops for a microbatch >= m): each of its rounds emits a pass of the
+ * schedule (the one of its lowest counter) beside at most 5 others, so n
+ * passes take at most 6 n; the first version tried 12 p^2 here. */
+static void test_zb_v_linear(void **state) {
+    (void)state;
+    pm_sched s;
+    int64_t w0 = pm_sched_work();
+    gen(&s, "zb-v", 65536, 1, 0);
+    int64_t work = pm_sched_work() - w0, n = 0;
+    for (int d = 0; d < s.p; d++) n += s.len[d];
+    assert_true(n == 3 * 2 * 65536); /* F, B and W of one microbatch on each of 2p stages */
+    if (work > 6 * n) fail_msg("zb-v p=65536 m=1: %lld steps for %lld passes", (long long)work,
+                               (long long)n);
+    pm_sched_free(&s);
 }
 
 /* DualPipeV against PyTorch's own builder. tests/data/dualpipev/pP_mM.csv
@@ -931,6 +952,7 @@ int main(void) {
         cmocka_unit_test(test_zb_h2_facts),
         cmocka_unit_test(test_zb_v_facts),
         cmocka_unit_test(test_zb_v_equals_first_version),
+        cmocka_unit_test(test_zb_v_linear),
         cmocka_unit_test(test_dualpipev_matches_pytorch),
         cmocka_unit_test(test_dualpipev_facts),
         cmocka_unit_test(test_dualpipev_overlap),
