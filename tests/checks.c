@@ -381,6 +381,14 @@ int chk_sample(const char *bin, const char *ckpt, const char *prompt, int n, int
     return rc;
 }
 
+pm_status chk_ckpt_whole(const char *path, pm_ckpt_info *info, pm_err *err) {
+    pm_status st = pm_ckpt_info_read(path, info, err);
+    uint64_t sums[PM_CKPT_SLABS];
+    for (int s = 0; s < PM_CKPT_SLABS && !st; s++)
+        st = pm_ckpt_read_part(path, info, s, 0, NULL, info->n_params, &sums[s], err);
+    return st ? st : pm_ckpt_check_sums(path, info, PM_CKPT_ALL, sums, err);
+}
+
 int chk_tmp_count(const char *path) {
     char pat[4200];
     /* PATH.tmp.PID.N.TAG, TAG 16 hex digits (pm_tmp_open) */

@@ -13,6 +13,7 @@
 #include <stddef.h>
 
 #include "pipemem/pm_sched.h"
+#include "pipemem/pm_train.h"
 
 /* A Chrome trace of schedule s: valid JSON whose traceEvents hold exactly one
  * complete ("X") event per pass, on pid 0 and tid = the pass's device, named
@@ -44,6 +45,10 @@ int chk_svg_file(const char *path, const pm_sched *s, const pm_sim *sim, char *m
  * (stream "sample"), the first byte whose running sum passes u * total. */
 int chk_sample(const char *bin, const char *ckpt, const char *prompt, int n, int seed,
                char *msg, size_t cap);
+
+/* Reads every byte of the checkpoint at path: its header (into info) and
+ * each slab against its checksum; PM_OK, or the reader's error. */
+pm_status chk_ckpt_whole(const char *path, pm_ckpt_info *info, pm_err *err);
 
 /* How many temporaries of a writer of path exist (names of the form
  * PATH.tmp.PID.N.TAG, TAG 16 hex digits: pm_tmp_open's). */

@@ -91,11 +91,14 @@ int chk_wait(chk_cmd *c, pid_t pid) {
 }
 
 int chk_sh(chk_cmd *c, const char *fmt, ...) {
+    chk_cmd own = {0}, *x = c ? c : &own;
     va_list ap;
     va_start(ap, fmt);
-    pid_t pid = spawn(c, 1, fmt, ap);
+    pid_t pid = spawn(x, 1, fmt, ap);
     va_end(ap);
-    return chk_wait(c, pid);
+    int st = chk_wait(x, pid);
+    chk_cmd_free(&own);
+    return st;
 }
 
 pid_t chk_start(chk_cmd *c, const char *fmt, ...) {

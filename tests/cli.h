@@ -37,8 +37,9 @@ typedef struct {
  * is not set. */
 const char *chk_bin(void);
 
-/* Runs `sh -c CMD` (CMD printf-style) within CHK_LIMIT_S seconds into *c;
- * returns c->status (-1 if it could not start). */
+/* Runs `sh -c CMD` (CMD printf-style) within CHK_LIMIT_S seconds into *c
+ * (c NULL: its outputs are dropped); returns its status (-1 if it could not
+ * start). */
 int chk_sh(chk_cmd *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* Starts `sh -c CMD` with no time limit (the caller stops it: signals) and

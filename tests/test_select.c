@@ -10,7 +10,10 @@
  *     sequential takes exactly the total;
  *   - the partitioner's shards fit the budget, cover every layer in order,
  *     and no cut with fewer shards fits (every cut set enumerated);
- *   - a layer too big for the budget is refused naming task, layer, bytes. */
+ *   - a layer too big for the budget is refused naming task, layer, bytes;
+ *   - the RAM check and what a sweep needs, by hand; ASHA's rungs and its
+ *     promotions on a case worked by hand (the command: test_cli_select.c,
+ *     test_cli_sweep.c). */
 #include <fcntl.h>
 #include <math.h>
 #include <setjmp.h>
@@ -1230,6 +1233,125 @@ static void halving_keeps_the_best(void **state) {
     pm_select_stats_free(&stats);
 }
 
+/* The memory check, a pure function given numbers: 64 devices of 1 GiB and
+ * 2 GiB of state need 66 GiB: refused against 16 GiB, naming both and the
+ * fixes; exactly 66 GiB passes, a byte less does not; unknown (0) passes.
+ * What a sweep needs: each task's trainer bytes, and spilled, its state
+ * (16 bytes a parameter) only for as many tasks as devices. */
+static void memory_check(void **state) {
+    (void)state;
+    const double G = 1 << 30;
+    pm_select_ram need = {64, 1 * G, 2 * G, 0};
+    pm_err e;
+    assert_int_equal(pm_select_ram_check(&need, 16 * G, &e), PM_ERR_MEMLIMIT);
+    static const char *const said[] = {"64 devices' slabs of 1.000 GiB (64.00 GiB)",
+                                       "state in RAM (2.00 GiB)", "need 66.00 GiB",
+                                       "has 16.00 GiB available", "device_mem", "spill_dir"};
+    for (size_t k = 0; k < sizeof said / sizeof said[0]; k++)
+        if (!strstr(e.msg, said[k])) fail_msg("'%s' does not say '%s'", e.msg, said[k]);
+    assert_int_equal(pm_select_ram_check(&need, 66 * G, &e), PM_OK);
+    assert_int_equal(pm_select_ram_check(&need, 66 * G - 1, &e), PM_ERR_MEMLIMIT);
+    assert_int_equal(pm_select_ram_check(&need, 0, &e), PM_OK);
+    need.spilled = 1;
+    assert_int_equal(pm_select_ram_check(&need, 16 * G, &e), PM_ERR_MEMLIMIT);
+    assert_null(strstr(e.msg, "spill_dir")); /* already spilled */
+    /* the need of three tasks on 2 devices */
+    pm_select_task t[3];
+    for (int i = 0; i < 3; i++) {
+        t[i] = (pm_select_task){.cfg = {.model = {256, 16, 32 * (i + 1), 2, 2}, .batch = 4,
+                                        .micro = 1, .seed = 1}};
+        pm_optim_defaults(&t[i].cfg.opt, 10);
+    }
+    pm_select_layout lay;
+    assert_int_equal(pm_select_partition(t, 3, 64 << 20, 2, &lay, &e), PM_OK);
+    double all = 0, states = 0, biggest = 0;
+    for (int i = 0; i < 3; i++) {
+        double st = 16.0 * (double)pm_gpt_num_params(&t[i].cfg.model);
+        all += (double)pm_train_mem_bytes(&t[i].cfg, &e), states += st;
+        biggest = st > biggest ? st : biggest;
+    }
+    pm_select_ram r;
+    assert_int_equal(pm_select_ram_need(t, 3, &lay, 2, 0, &r, &e), PM_OK);
+    assert_int_equal(r.devices, 2);
+    assert_true(r.slab == (double)(2 * lay.state_slot + lay.act_slot) && r.store == all);
+    assert_int_equal(pm_select_ram_need(t, 3, &lay, 2, 1, &r, &e), PM_OK);
+    assert_true(r.store == all - states + 2 * biggest);
+    for (int i = 0; i < 3; i++) pm_select_task_free(&t[i]);
+}
+
+/* ASHA's rungs: steps / ETA^k while at least the minimum (default steps /
+ * ETA^2), ascending, the last the steps. */
+static void asha_rungs(void **state) {
+    (void)state;
+    int64_t r[8];
+    assert_int_equal(pm_select_asha_rungs(100, 3, 0, r, 8), 3);
+    assert_true(r[0] == 11 && r[1] == 33 && r[2] == 100);
+    assert_int_equal(pm_select_asha_rungs(12, 3, 0, r, 8), 3);
+    assert_true(r[0] == 1 && r[1] == 4 && r[2] == 12);
+    assert_int_equal(pm_select_asha_rungs(9, 3, 3, r, 8), 2);
+    assert_true(r[0] == 3 && r[1] == 9);
+    assert_int_equal(pm_select_asha_rungs(10, 2, 3, r, 8), 2);
+    assert_true(r[0] == 5 && r[1] == 10);
+    assert_int_equal(pm_select_asha_rungs(8, 2, 1, r, 8), 4);
+    assert_true(r[0] == 1 && r[1] == 2 && r[2] == 4 && r[3] == 8);
+    assert_int_equal(pm_select_asha_rungs(10, 1, 0, r, 8), 0);
+}
+
+/* One step of a hand-worked ASHA case: n reporters with these losses and
+ * states (W waiting, P went on, O out); want[j] 1 for those that go on now. */
+static void promote_case(int eta, int entrants, int closed, int n, const double *loss,
+                         const char *states, const char *want) {
+    unsigned char st[16] = {0}, up[16] = {0};
+    int order[16], expect = 0;
+    for (int j = 0; j < n; j++)
+        st[j] = states[j] == 'W' ? PM_ASHA_WAITING : states[j] == 'P' ? PM_ASHA_PROMOTED
+                                                                      : PM_ASHA_OUT;
+    int got = pm_select_asha_promote(eta, entrants, closed, n, loss, st, up, order);
+    for (int j = 0; j < n; j++) {
+        expect += want[j] == '1';
+        if (up[j] != (want[j] == '1'))
+            fail_msg("eta %d, %d reported (%s), closed %d: task %d %s, want %s", eta, n, states,
+                     closed, j, up[j] ? "goes on" : "stays", want[j] == '1' ? "on" : "staying");
+    }
+    assert_int_equal(got, expect);
+}
+
+/* ASHA's promotions on a case worked by hand: ETA 3, 9 tasks, so at most
+ * ceil(9/3) = 3 ever leave the rung. Reports arrive one at a time; a task
+ * goes on once it is among the best floor(m/3) of the m reported:
+ *   m 1, 2: floor = 0, nobody;  m 3 (5, 4, 6): the best, task 1 (4);
+ *   m 4 (+3): the best is now task 3, which goes on too (task 1, gone on,
+ *   is no longer the best: a mispromotion, the price of not waiting);
+ *   m 5 (+4.5): the best 1 is task 3, gone already: nobody;
+ *   m 6 (+2): the best 2 are tasks 5 and 3: task 5 goes on, the third;
+ *   m 7 (+1): task 6 is the best, but the quota of 3 is spent: it stays;
+ *   closed at m 9 (+nan, +7): ceil(9/3) = 3, quota spent: nobody (the
+ *   caller then stops those still waiting).
+ * Then: a rung closed with every task waiting sends its best ceil(m/ETA);
+ * failures leave 4 of 9 reporting, closed: the best ceil(4/3) = 2 go on;
+ * a task out (stopped) still takes its place among the best; a loss that
+ * is not a number never goes on. */
+static void asha_promotions(void **state) {
+    (void)state;
+    const double L[9] = {5, 4, 6, 3, 4.5, 2, 1, NAN, 7};
+    promote_case(3, 9, 0, 1, L, "W", "0");
+    promote_case(3, 9, 0, 2, L, "WW", "00");
+    promote_case(3, 9, 0, 3, L, "WWW", "010");
+    promote_case(3, 9, 0, 4, L, "WPWW", "0001");
+    promote_case(3, 9, 0, 5, L, "WPWPW", "00000");
+    promote_case(3, 9, 0, 6, L, "WPWPWW", "000001");
+    promote_case(3, 9, 0, 7, L, "WPWPWPW", "0000000");
+    promote_case(3, 9, 1, 9, L, "WPWPWPWWW", "000000000");
+    const double D[9] = {9, 8, 7, 6, 5, 4, 3, 2, 1};
+    promote_case(3, 9, 1, 9, D, "WWWWWWWWW", "000000111");
+    promote_case(3, 9, 0, 9, D, "WWWWWWWWW", "000000111");
+    promote_case(3, 9, 1, 4, D, "WWWW", "0011");
+    const double O[4] = {1, 2, 3, 4};
+    promote_case(2, 4, 1, 4, O, "OWWW", "0100");
+    const double N[2] = {NAN, NAN};
+    promote_case(2, 2, 1, 2, N, "WW", "00");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(lrtf_choice),
@@ -1252,6 +1374,9 @@ int main(void) {
         cmocka_unit_test(nan_task_fails_alone),
         cmocka_unit_test(saved_losses_resume),
         cmocka_unit_test(halving_keeps_the_best),
+        cmocka_unit_test(memory_check),
+        cmocka_unit_test(asha_rungs),
+        cmocka_unit_test(asha_promotions),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

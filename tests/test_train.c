@@ -1126,6 +1126,53 @@ static void test_config_and_memory_errors(void **state) {
     assert_non_null(strstr(err.msg, "context"));
 }
 
+/* A writer in parts SIGKILLed after pm_ckpt_create and a pm_ckpt_write_part,
+ * before the commit: the previous checkpoint is byte for byte there and
+ * loads; the dead writer's temporary is cleared by the next writer's check. */
+static void test_sigkill_between_create_and_commit(void **state) {
+    (void)state;
+    static uint8_t mid_text[2000];
+    for (size_t i = 0; i < sizeof mid_text; i++)
+        mid_text[i] = (uint8_t)("killed mid-save "[i % 16]);
+    pm_tokens mid_toks = PM_TOKENS_BYTES(mid_text, sizeof mid_text);
+    pm_train_cfg c = {.model = {256, 8, 16, 2, 2}, .batch = 2, .micro = 1, .seed = 3};
+    pm_optim_defaults(&c.opt, 4);
+    pm_trainer t;
+    pm_err err = {{0}};
+    pm_step_info si;
+    char path[300], cmd[700];
+    snprintf(path, sizeof path, "%s/parts.ckpt", dir);
+    assert_int_equal(pm_trainer_init(&t, &c, &mid_toks, 0, &err), PM_OK);
+    assert_int_equal(pm_trainer_step(&t, &si, &err), PM_OK);
+    assert_int_equal(pm_ckpt_save(&t, path, &err), PM_OK);
+    snprintf(cmd, sizeof cmd, "cp %s %s.before", path, path);
+    assert_int_equal(system(cmd), 0);
+    assert_int_equal(pm_trainer_step(&t, &si, &err), PM_OK);
+    pid_t pid = fork();
+    if (pid == 0) {
+        pm_ckpt_meta meta = pm_ckpt_meta_of(&t);
+        char *tmp;
+        uint64_t sum;
+        if (!pm_ckpt_create(path, &meta, &tmp, &err) &&
+            !pm_ckpt_write_part(tmp, t.n_params, PM_CKPT_PARAMS, 0, t.params, t.n_params, &sum,
+                                &err))
+            raise(SIGKILL);
+        _exit(1);
+    }
+    int ws;
+    assert_int_equal(waitpid(pid, &ws, 0), pid);
+    assert_true(WIFSIGNALED(ws) && WTERMSIG(ws) == SIGKILL);
+    snprintf(cmd, sizeof cmd, "cmp -s %s %s.before", path, path);
+    assert_int_equal(system(cmd), 0);
+    pm_ckpt_info info;
+    if (chk_ckpt_whole(path, &info, &err)) fail_msg("%s", err.msg);
+    assert_int_equal(info.step, 1);
+    assert_int_equal(chk_tmp_count(path), 1); /* the dead writer's */
+    assert_int_equal(pm_path_check_writable(path, &err), PM_OK);
+    assert_int_equal(chk_tmp_count(path), 0);
+    pm_trainer_free(&t);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_adamw_hand_step),
@@ -1148,6 +1195,7 @@ int main(void) {
         cmocka_unit_test(test_ckpt_old_versions_load),
         cmocka_unit_test(test_ckpt_path_not_regular),
         cmocka_unit_test(test_ckpt_parts_fail_keep_old),
+        cmocka_unit_test(test_sigkill_between_create_and_commit),
         cmocka_unit_test(test_cfg_make),
         cmocka_unit_test(test_cfg_diff),
         cmocka_unit_test(test_trainer_device_mem),
