@@ -34,9 +34,9 @@ void chk_cmd_free(chk_cmd *c) {
 }
 
 /* Forks `sh -c cmd`, under `timeout` when limit, its stdout and stderr
- * into two new temporary files. Only dup2 and exec run in the child (a
- * suite may have threads). */
-static pid_t spawn(chk_cmd *c, int limit, const char *fmt, va_list ap) {
+ * into two new temporary files (merge: both into the first). Only dup2 and
+ * exec run in the child (a suite may have threads). */
+static pid_t spawn(chk_cmd *c, int limit, int merge, const char *fmt, va_list ap) {
     va_list again;
     va_copy(again, ap);
     int n = vsnprintf(NULL, 0, fmt, ap);
@@ -52,7 +52,8 @@ static pid_t spawn(chk_cmd *c, int limit, const char *fmt, va_list ap) {
     fflush(NULL); /* nothing buffered is written twice */
     pid_t pid = cmd && c->file[0] && c->file[1] ? fork() : -1;
     if (pid == 0) {
-        if (dup2(fileno(c->file[0]), 1) < 0 || dup2(fileno(c->file[1]), 2) < 0) _exit(127);
+        if (dup2(fileno(c->file[0]), 1) < 0 || dup2(fileno(c->file[merge ? 0 : 1]), 2) < 0)
+            _exit(127);
         if (limit) execl("/bin/sh", "sh", "-c", shell, "sh", cmd, (char *)NULL);
         else execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
         _exit(127);
@@ -94,17 +95,29 @@ int chk_sh(chk_cmd *c, const char *fmt, ...) {
     chk_cmd own = {0}, *x = c ? c : &own;
     va_list ap;
     va_start(ap, fmt);
-    pid_t pid = spawn(x, 1, fmt, ap);
+    pid_t pid = spawn(x, 1, 0, fmt, ap);
     va_end(ap);
     int st = chk_wait(x, pid);
     chk_cmd_free(&own);
     return st;
 }
 
+int chk_output(char *out, size_t cap, const char *fmt, ...) {
+    chk_cmd c = {0};
+    va_list ap;
+    va_start(ap, fmt);
+    pid_t pid = spawn(&c, 1, 1, fmt, ap);
+    va_end(ap);
+    int st = chk_wait(&c, pid);
+    snprintf(out, cap, "%s", c.out);
+    chk_cmd_free(&c);
+    return st;
+}
+
 pid_t chk_start(chk_cmd *c, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    pid_t pid = spawn(c, 0, fmt, ap);
+    pid_t pid = spawn(c, 0, 0, fmt, ap);
     va_end(ap);
     return pid;
 }
@@ -116,11 +129,18 @@ int chk_lines(const char *text) {
     return n;
 }
 
+int chk_count(const char *text, const char *needle) {
+    int n = 0;
+    for (const char *p = strstr(text, needle); p; p = strstr(p + 1, needle)) n++;
+    return n;
+}
+
 char *chk_line(const char *text, int k, char *line, size_t cap) {
     int n = chk_lines(text), want = k < 0 ? n + k : k;
     if (want < 0 || want >= n) want = n; /* no such line: "" */
     const char *p = text;
-    for (int i = 0; i < want && i < n - 1; i++) p = strchr(p, '\n') + 1; /* lines before the last end in '\n' */
+    for (int i = 0; i < want && i < n - 1; i++) /* lines before the last end in '\n' */
+        p = strchr(p, '\n') + 1;
     size_t len = want < n ? strcspn(p, "\n") : 0;
     len += want < n && p[len] == '\n';
     snprintf(line, cap, "%.*s", (int)len, p);

@@ -42,6 +42,10 @@ const char *chk_bin(void);
  * start). */
 int chk_sh(chk_cmd *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* The same with CMD's stderr into its stdout, of which the first cap - 1
+ * bytes go into out (NUL-terminated); its status. */
+int chk_output(char *out, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
 /* Starts `sh -c CMD` with no time limit (the caller stops it: signals) and
  * returns its pid, which is the command's own when CMD begins with `exec`;
  * -1 if it could not start. chk_wait waits for it, takes its outputs into
@@ -53,6 +57,9 @@ void chk_cmd_free(chk_cmd *c);
 
 /* The lines of text (a last line without '\n' counts). */
 int chk_lines(const char *text);
+
+/* How many times needle occurs in text (overlapping ones too). */
+int chk_count(const char *text, const char *needle);
 
 /* Line k of text (0 the first, -1 the last) into line (cap bytes, with its
  * '\n' if it has one; "" if there is no such line); returns line. */
