@@ -4,6 +4,7 @@
  * schedule's pass lists and the timeline the writer was given, never against
  * an earlier output. */
 #include "checks.h"
+#include "cli.h"
 
 #include <jansson.h>
 #include <libxml/parser.h>
@@ -356,15 +357,13 @@ int chk_sample(const char *bin, const char *ckpt, const char *prompt, int n, int
     }
     char out[4096];
     snprintf(out, sizeof out, "%s.sample.txt", ckpt);
-    char cmd[8192];
-    snprintf(cmd, sizeof cmd, "'%s' sample --ckpt '%s' --prompt '%s' -n %d --seed %d > '%s'",
-             bin, ckpt, prompt, n, seed, out);
-    int st = system(cmd);
+    int st = chk_sh(NULL, "'%s' sample --ckpt '%s' --prompt '%s' -n %d --seed %d > '%s'", bin,
+                    ckpt, prompt, n, seed, out);
     char *buf = NULL;
     size_t len = 0;
     pm_err err;
     int rc = 0;
-    if (st != 0) rc = bad(msg, cap, "sample: '%s' exited with status %d", cmd, st);
+    if (st != 0) rc = bad(msg, cap, "sample --ckpt '%s' exited with status %d", ckpt, st);
     else if (pm_read_file(out, PM_TEXT_MAX, &buf, &len, &err)) rc = bad(msg, cap, "%s", err.msg);
     else if (len != want)
         rc = bad(msg, cap, "sample printed %zu bytes; prompt %zu + %d + newline = %zu", len,
@@ -399,12 +398,6 @@ int chk_tmp_count(const char *path) {
     int n = glob(pat, 0, NULL, &g) == 0 ? (int)g.gl_pathc : 0;
     globfree(&g);
     return n;
-}
-
-int chk_prepare(const char *bin, const char *dir) {
-    char cmd[5000];
-    snprintf(cmd, sizeof cmd, "%s prepare %s/t.txt -o %s/d > /dev/null 2>&1", bin, dir, dir);
-    return system(cmd) == 0 ? 0 : -1;
 }
 
 int chk_rm_rf(const char *dir) {

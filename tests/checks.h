@@ -54,10 +54,6 @@ pm_status chk_ckpt_whole(const char *path, pm_ckpt_info *info, pm_err *err);
  * PATH.tmp.PID.N.TAG, TAG 16 hex digits: pm_tmp_open's). */
 int chk_tmp_count(const char *path);
 
-/* `BIN prepare DIR/t.txt -o DIR/d`, its output discarded: 0 if it exited 0
- * (the tests that train through the CLI make their data so). */
-int chk_prepare(const char *bin, const char *dir);
-
 /* `rm -rf DIR` (a test's own directory, at teardown): 0 if it went. */
 int chk_rm_rf(const char *dir);
 

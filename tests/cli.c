@@ -122,6 +122,11 @@ pid_t chk_start(chk_cmd *c, const char *fmt, ...) {
     return pid;
 }
 
+int chk_prepare(const char *bin, const char *dir, int n, const char *line) {
+    return chk_sh(NULL, "mkdir -p %s && for i in $(seq 0 %d); do echo \"%s\"; done > %s/t.txt && "
+                  "%s prepare %s/t.txt -o %s/d", dir, n - 1, line, dir, bin, dir, dir) ? -1 : 0;
+}
+
 int chk_lines(const char *text) {
     int n = 0;
     for (const char *p = text; *p; p++)

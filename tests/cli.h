@@ -4,7 +4,9 @@
  *
  * The library's suites (every other tests/test_*.c) call the library and
  * never the binary: make check gives PM_BIN to the test_cli_* programs
- * alone (scripts/run_tests.sh), and chk_bin fails a test without it.
+ * alone (scripts/run_tests.sh), and chk_bin fails a test without it. (A
+ * library suite may run other commands through it: test_mpi runs itself
+ * under mpirun.)
  *
  *   chk_cmd c = {0};
  *   if (chk_sh(&c, "%s schedule --kind 1f1b -p 2 -m 4", chk_bin()))
@@ -54,6 +56,12 @@ pid_t chk_start(chk_cmd *c, const char *fmt, ...) __attribute__((format(printf, 
 int chk_wait(chk_cmd *c, pid_t pid);
 
 void chk_cmd_free(chk_cmd *c);
+
+/* Makes the directory dir (with its parents), in it the corpus t.txt of n
+ * lines, line i (0 to n - 1) what `echo "LINE"` prints in sh (LINE may say
+ * $i and $((...))), and `bin prepare` of it into dir/d: 0 if all of it
+ * went, else -1 (the suites that train make their data so). */
+int chk_prepare(const char *bin, const char *dir, int n, const char *line);
 
 /* The lines of text (a last line without '\n' counts). */
 int chk_lines(const char *text);

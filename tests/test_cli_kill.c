@@ -253,17 +253,9 @@ static int setup(void **state) {
     (void)state;
     const char *bin = chk_bin();
     snprintf(dir, sizeof dir, "/tmp/pm_test_cli_kill_%d", (int)getpid());
-    char cmd[700];
-    snprintf(cmd, sizeof cmd, "mkdir -p %s", dir);
-    if (system(cmd) != 0) return -1;
     /* A corpus with some structure: counted sentences. */
-    snprintf(cmd, sizeof cmd, "%s/t.txt", dir);
-    FILE *f = fopen(cmd, "w");
-    if (!f) return -1;
-    for (int i = 0; i < 2000; i++)
-        fprintf(f, "step %d of %d: a killed run resumes where it stopped.\n", i, i % 7);
-    if (fclose(f)) return -1;
-    return chk_prepare(bin, dir);
+    return chk_prepare(bin, dir, 2000, "step $i of $((i % 7)): a killed run resumes where it "
+                       "stopped.");
 }
 
 static int teardown(void **state) {

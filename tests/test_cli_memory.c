@@ -188,15 +188,7 @@ static int setup(void **state) {
     setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
     setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
     snprintf(dir, sizeof dir, "/tmp/pm_test_cli_memory_%d", (int)getpid());
-    char cmd[700];
-    snprintf(cmd, sizeof cmd, "mkdir -p %s", dir);
-    if (system(cmd) != 0) return -1;
-    snprintf(cmd, sizeof cmd, "%s/t.txt", dir);
-    FILE *f = fopen(cmd, "w");
-    if (!f) return -1;
-    for (int i = 0; i < 3000; i++) fprintf(f, "line %d of a corpus for memory\n", i + 1);
-    if (fclose(f)) return -1;
-    return chk_prepare(bin, dir);
+    return chk_prepare(bin, dir, 3000, "line $((i + 1)) of a corpus for memory");
 }
 
 static int teardown(void **state) {

@@ -175,15 +175,7 @@ static int setup(void **state) {
     (void)state;
     bin = chk_bin();
     snprintf(dir, sizeof dir, "/tmp/pm_test_cli_plan_%d", (int)getpid());
-    char cmd[700];
-    snprintf(cmd, sizeof cmd, "mkdir -p %s", dir);
-    if (system(cmd) != 0) return -1;
-    snprintf(cmd, sizeof cmd, "%s/t.txt", dir);
-    FILE *f = fopen(cmd, "w");
-    if (!f) return -1;
-    for (int i = 0; i < 2000; i++) fprintf(f, "line %d of a corpus for the planner\n", i + 1);
-    if (fclose(f)) return -1;
-    return chk_prepare(bin, dir);
+    return chk_prepare(bin, dir, 2000, "line $((i + 1)) of a corpus for the planner");
 }
 
 static int teardown(void **state) {

@@ -34,22 +34,18 @@
 #include "pipemem/pm_train.h"
 
 static char dir[256];
-static uint8_t text[4000];   /* test_cli_end_to_end's corpus */
-static uint8_t pp_text[3000]; /* test_cli_train_pp's */
+static uint8_t pp_text[3000]; /* test_cli_train_pp's corpus */
 
 static int setup(void **state) {
     (void)state;
     snprintf(dir, sizeof dir, "/tmp/pm_test_cli_train_%d", (int)getpid());
-    char cmd[512];
-    snprintf(cmd, sizeof cmd, "mkdir -p %s", dir);
-    /* A learnable text: a short sentence repeated with a counter digit. */
-    const char *s = "the quick brown fox jumps over the lazy dog ";
+    const char *s = "pipelines keep every device busy; memory is the knob. ";
     size_t L = strlen(s);
-    for (size_t i = 0; i < sizeof text; i++) text[i] = (uint8_t)s[i % L];
-    s = "pipelines keep every device busy; memory is the knob. ";
-    L = strlen(s);
     for (size_t i = 0; i < sizeof pp_text; i++) pp_text[i] = (uint8_t)s[(i * 7 + i / L) % L];
-    return system(cmd) == 0 ? 0 : -1;
+    /* the other tests' corpus, DIR/t.txt: a learnable text, a short
+     * sentence repeated (4000 bytes) */
+    return chk_sh(NULL, "mkdir -p %s && yes 'the quick brown fox jumps over the lazy dog ' | "
+                  "tr -d '\\n' | head -c 4000 > %s/t.txt", dir, dir) ? -1 : 0;
 }
 
 static int teardown(void **state) {
@@ -68,21 +64,12 @@ static int sh(const char *cmd, char *line, size_t cap, int *nlines) {
     return rc;
 }
 
-/* The test text as a file, DIR/t.txt (its path into txt). */
-static void write_text(char *txt, size_t cap) {
-    snprintf(txt, cap, "%s/t.txt", dir);
-    FILE *f = fopen(txt, "w");
-    assert_non_null(f);
-    fwrite(text, 1, sizeof text, f);
-    fclose(f);
-}
-
 static void test_cli_end_to_end(void **state) {
     (void)state;
     const char *bin = chk_bin();
     char cmd[4096], line[1024], txt[300];
     int n;
-    write_text(txt, sizeof txt);
+    snprintf(txt, sizeof txt, "%s/t.txt", dir);
     snprintf(cmd, sizeof cmd, "%s prepare %s -o %s/d", bin, txt, dir);
     assert_int_equal(sh(cmd, line, sizeof line, &n), 0);
     snprintf(cmd, sizeof cmd,
@@ -187,7 +174,7 @@ static void test_cli_checked_before_training(void **state) {
     const char *bin = chk_bin();
     char cmd[4096], line[1024], txt[300];
     int n;
-    write_text(txt, sizeof txt);
+    snprintf(txt, sizeof txt, "%s/t.txt", dir);
     const char *m = "--layers 2 --dim 16 --heads 2 --ctx 8 --batch 2 --threads 1";
     const char *mp = "--layers 2 --dim 16 --heads 2 --ctx 8 --batch 2"; /* pipeline: no threads */
     snprintf(cmd, sizeof cmd, "%s prepare %s -o %s/cb >/dev/null 2>&1 && %s train --data %s/cb "
