@@ -21,6 +21,7 @@
 
 #include <cmocka.h>
 
+#include "checks.h"
 #include "cli.h"
 #include "pipemem/pm_train.h"
 
@@ -100,10 +101,8 @@ static void cli_train_matches(void **state) {
     const char *bin = chk_bin();
     char dir[128], cmd[4096], out[8192];
     snprintf(dir, sizeof dir, "/tmp/pm_test_select_%d", (int)getpid());
-    snprintf(cmd, sizeof cmd, "mkdir -p %s && for i in $(seq 1 300); do echo \"line $i: pack "
-             "my box with five dozen liquor jugs\"; done > %s/t.txt && %s prepare %s/t.txt -o "
-             "%s/d >/dev/null 2>&1", dir, dir, bin, dir, dir);
-    assert_int_equal(sh(cmd), 0);
+    assert_int_equal(chk_prepare(bin, dir, 300, "line $((i + 1)): pack my box with five dozen "
+                                 "liquor jugs"), 0);
     const char *model = "--layers 3 --dim 32 --heads 2 --ctx 16 --batch 4 --microbatches 2 "
                         "--steps 6 --eval-every 3";
     snprintf(cmd, sizeof cmd, "%s select --data %s/d --devices 2 --device-mem 1200K %s "
@@ -185,8 +184,7 @@ static void cli_train_matches(void **state) {
              longer, sweep, dir, bin, dir, longer, sweep, dir, dir, dir, bin, dir, longer, sweep,
              dir, dir, dir, dir, dir);
     if (sh(cmd)) fail_msg("a sweep interrupted and resumed ends apart (%s)", cmd);
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    assert_int_equal(sh(cmd), 0);
+    assert_int_equal(chk_rm_rf(dir), 0);
 }
 
 /* --spill DIR holds the tasks' state on disk, so RAM does not grow with
@@ -206,10 +204,8 @@ static void cli_spill_bounds_ram(void **state) {
     const char *bin = chk_bin();
     char dir[128], cmd[4096];
     snprintf(dir, sizeof dir, "/tmp/pm_test_spill_cli_%d", (int)getpid());
-    snprintf(cmd, sizeof cmd, "mkdir -p %s/sp && for i in $(seq 1 300); do echo \"line $i: the "
-             "quick brown fox\"; done > %s/t.txt && %s prepare %s/t.txt -o %s/d >/dev/null 2>&1",
-             dir, dir, bin, dir, dir);
-    assert_int_equal(sh(cmd), 0);
+    assert_int_equal(chk_prepare(bin, dir, 300, "line $((i + 1)): the quick brown fox"), 0);
+    assert_int_equal(chk_sh(NULL, "mkdir %s/sp", dir), 0);
     const char *lrs[2] = {"1e-3,2e-3", "1e-3,2e-3,3e-3,4e-3,5e-3,6e-3"};
     long kib[2][2];
     for (int spill = 0; spill < 2; spill++)
@@ -226,8 +222,7 @@ static void cli_spill_bounds_ram(void **state) {
                   kib[0][0], kib[0][1], kib[1][0], kib[1][1]);
     assert_true(kib[0][1] - kib[0][0] > 150 * 1024);
     assert_true(kib[1][1] - kib[1][0] < 40 * 1024);
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    assert_int_equal(sh(cmd), 0);
+    assert_int_equal(chk_rm_rf(dir), 0);
 }
 
 /* A device takes what the largest shard needs, not the whole --device-mem:
@@ -241,10 +236,7 @@ static void cli_slab_is_the_need(void **state) {
     const char *bin = chk_bin();
     char dir[128], cmd[4096];
     snprintf(dir, sizeof dir, "/tmp/pm_test_slab_cli_%d", (int)getpid());
-    snprintf(cmd, sizeof cmd, "mkdir -p %s && for i in $(seq 1 300); do echo \"line $i: the "
-             "quick brown fox\"; done > %s/t.txt && %s prepare %s/t.txt -o %s/d >/dev/null 2>&1",
-             dir, dir, bin, dir, dir);
-    assert_int_equal(sh(cmd), 0);
+    assert_int_equal(chk_prepare(bin, dir, 300, "line $((i + 1)): the quick brown fox"), 0);
     static const int devices[] = {2, 64};
     for (int k = 0; k < 2; k++) {
         snprintf(cmd, sizeof cmd, "ASAN_OPTIONS=quarantine_size_mb=0 exec %s select --data %s/d "
@@ -260,8 +252,7 @@ static void cli_slab_is_the_need(void **state) {
              "grep -q \"4096 devices' slabs of .* GiB, but this machine has\" %s/err", bin, dir,
              dir, dir, dir, dir);
     if (sh(cmd)) fail_msg("a request larger than the machine was not refused (%s)", cmd);
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    assert_int_equal(sh(cmd), 0);
+    assert_int_equal(chk_rm_rf(dir), 0);
 }
 
 int main(void) {

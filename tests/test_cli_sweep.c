@@ -504,7 +504,7 @@ static void resume_record_tampered(void **state) {
 }
 
 /* The double at key of a JSON object, read back (jansson reads with strtod). */
-static double json_num_at(json_t *o, const char *key) {
+static double num(json_t *o, const char *key) {
     json_t *v = json_object_get(o, key);
     if (!json_is_number(v)) fail_msg("no number %s", key);
     return json_number_value(v);
@@ -533,7 +533,7 @@ static void json_round_trip(void **state) {
     json_t *task = json_array_get(json_object_get(sel, "tasks"), 0);
     const char *key[] = {"final_loss", "val_loss"};
     for (int k = 0; k < 2; k++) {
-        double x = json_num_at(task, key[k]), y = json_num_at(tr, key[k]);
+        double x = num(task, key[k]), y = num(tr, key[k]);
         if (memcmp(&x, &y, sizeof x)) fail_msg("%s: select %.17g, train %.17g", key[k], x, y);
     }
     json_decref(sel);
@@ -650,12 +650,6 @@ static void memory_refused(void **state) {
     if (lines_of(err) != 1 || !strstr(err, "4096 devices' slabs of ") ||
         !strstr(err, "GiB available; use fewer devices") || !strstr(err, "--device-mem"))
         fail_msg("refusal: '%s'", err);
-}
-
-static double num(json_t *o, const char *key) {
-    json_t *v = json_object_get(o, key);
-    if (!json_is_number(v)) fail_msg("no number %s", key);
-    return json_number_value(v);
 }
 
 /* The dry run forecasts with the measured costs of moving state, not the
