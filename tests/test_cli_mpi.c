@@ -92,7 +92,7 @@ static const one_run *one_device(const char *model) {
     snprintf(r->ckpt, sizeof r->ckpt, "%s/one_%d.ckpt", dir, n);
     int rc = chk_output(r->out, sizeof r->out, "%s train --data %s/d " MODEL " %s --microbatches "
                  "4 --steps 3 --threads 1 --save %s --json", bin, dir, model, r->ckpt);
-    if (rc) fail_msg("one device: %s", r->out);
+    if (rc) fail_msg("one device: exit %d: %s", rc, r->out);
     n++;
     return r;
 }
@@ -112,11 +112,11 @@ static void same_as_threads(const char *kind, int p, int dp, const char *model,
     int rc = chk_output(tout, sizeof tout, "%s train --data %s/d " MODEL " %s --microbatches 4 "
                  "--steps 3 --pp %d --dp %d --schedule %s %s --save %s --json", bin, dir, model,
                  p, dp, kind, opts, a);
-    if (rc) fail_msg("%s, threads: %s", what, tout);
+    if (rc) fail_msg("%s, threads: exit %d: %s", what, rc, tout);
     rc = chk_output(out, sizeof out, MPIRUN " %d %s train --data %s/d " MODEL " %s --microbatches "
              "4 --steps 3 --pp %d --dp %d --schedule %s %s --save %s --json", p * dp, bin, dir,
              model, p, dp, kind, opts, b);
-    if (rc) fail_msg("%s, MPI: %s", what, out);
+    if (rc) fail_msg("%s, MPI: exit %d: %s", what, rc, out);
     assert_int_equal(chk_count(out, "saved "), 1); /* rank 0 alone writes and prints */
     if (!same_file(a, b)) fail_msg("%s: MPI checkpoint differs from threads", what);
     same_losses(out, tout, what);

@@ -25,7 +25,7 @@
 #include "cli.h"
 #include "pipemem/pm_select.h"
 
-static char dir[] = "/tmp/pm_test_sweep_XXXXXX";
+static char dir[] = "/tmp/pm_test_cli_sweep_XXXXXX";
 static const char *bin;
 
 static int setup(void **state) {
