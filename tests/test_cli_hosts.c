@@ -1,4 +1,4 @@
-/* test_hosts.c: pipemem across hosts, over TCP, through scripts/hosts.sh.
+/* test_cli_hosts.c: pipemem across hosts, over TCP, through scripts/hosts.sh.
  *
  * Started plainly, the program re-runs itself inside `hosts.sh with 2`:
  * two hosts on this machine (network and UTS namespaces, node1 and node2,
@@ -65,7 +65,7 @@ static const char *hosts; /* the harness's directory (PM_HOSTS) */
  * harness then removes the hosts). */
 static void too_long(int sig) {
     (void)sig;
-    static const char m[] = "test_hosts: a test ran past its time limit\n";
+    static const char m[] = "test_cli_hosts: a test ran past its time limit\n";
     ssize_t w = write(2, m, sizeof m - 1);
     (void)w;
     _exit(1);
@@ -471,17 +471,17 @@ int main(int argc, char **argv) {
     bin = getenv("PM_BIN");
     hosts = getenv("PM_HOSTS");
     if (!bin) {
-        fprintf(stderr, "test_hosts: set PM_BIN to the built pipemem (make check does)\n");
+        fprintf(stderr, "test_cli_hosts: set PM_BIN to the built pipemem (make check does)\n");
         return 1;
     }
     if (!pm_mpi_built()) {
-        printf("test_hosts: skipped: this pipemem was built without MPI\n");
+        printf("test_cli_hosts: skipped: this pipemem was built without MPI\n");
         return 0;
     }
     if (!hosts) { /* into the harness, unless this machine cannot make hosts */
         static char why[1024];
         if (sh(why, sizeof why, HOSTS_SH " can")) {
-            printf("test_hosts: skipped: %s", why);
+            printf("test_cli_hosts: skipped: %s", why);
             return 0;
         }
         char self[512];
@@ -489,7 +489,7 @@ int main(int argc, char **argv) {
         if (n <= 0) return 1;
         self[n] = 0;
         execl(HOSTS_SH, HOSTS_SH, "with", "2", self, (char *)NULL);
-        fprintf(stderr, "test_hosts: cannot run " HOSTS_SH "\n");
+        fprintf(stderr, "test_cli_hosts: cannot run " HOSTS_SH "\n");
         return 1;
     }
     (void)argv;
