@@ -309,6 +309,8 @@ typedef struct {
     double wall_s;     /* from its first pass's start to its last pass's end (this run) */
     char why[160];     /* why it failed or stopped ("" when done) */
     int64_t val_step;  /* the step val_loss was taken after (-1: none) */
+    int rank;          /* across ranks (pm_select_ranks.h): the rank that ran it (0 on
+                          one process, and for a task no rank ran) */
 } pm_select_result;
 
 typedef struct {
@@ -389,6 +391,11 @@ typedef struct {
      * may be NULL. */
     void (*report)(void *ctx, const pm_select_event *ev);
     void *report_ctx;
+    /* NULL: this process runs every task. Else the sweep is spread over the
+     * ranks of an MPI world (pm_select_ranks.h): whole tasks handed to this
+     * process as its devices free up, and rank 0 reports every rank's
+     * events, decides ASHA for all and gets every task's result. */
+    struct pm_select_ranks *ranks;
 } pm_select_opts;
 
 /* ASHA's rungs: steps / eta^k for k = 0, 1, ... while at least min (min

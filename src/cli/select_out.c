@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "pipemem/pm_select_ranks.h"
 #include "select_out.h"
 
 void sel_print_plan(const pm_select_session *s) {
@@ -224,6 +225,7 @@ void sel_print_json(const pm_select_session *s) {
                "\"state\": \"%s\", \"why\": ", (long long)r[i].steps, r[i].wall_s, r[i].busy_s,
                t[i].nshard, state_names[r[i].state]);
         pm_json_str(stdout, why_flags(r[i].why).s);
+        if (s->set.run.ranks) printf(", \"rank\": %d", r[i].rank); /* the one that ran it */
         printf("}");
     }
     printf("]}\n");
@@ -270,6 +272,19 @@ int sel_write_timeline(const char *path, const pm_select_session *s, int trace) 
     return pm_cli_out_close(&w, bad != PM_OK, path);
 }
 
+/* Across ranks: the devices above are rank 0's; which rank ran each task. */
+static void ranks_line(FILE *out, const pm_select_session *s) {
+    int size = pm_select_ranks_size(s->set.run.ranks);
+    fprintf(out, "across %d ranks (the bound over every rank's devices; the devices above are "
+            "rank 0's), tasks by rank:", size);
+    for (int g = 0; g < size; g++) {
+        fprintf(out, "%s %d:", g ? ";" : "", g);
+        for (int i = 0; i < s->n; i++)
+            if (s->res[i].rank == g) fprintf(out, " %s", s->tasks[i].name);
+    }
+    fprintf(out, "\n");
+}
+
 void sel_print_summary(FILE *out, const pm_select_session *s) {
     const pm_select_stats *st = &s->stats;
     int D = s->set.run.devices;
@@ -285,5 +300,6 @@ void sel_print_summary(FILE *out, const pm_select_session *s) {
                     100 * st->part[(size_t)d * PM_PART_COUNT + p] / st->makespan_s);
     }
     fprintf(out, "\n");
+    if (s->set.run.ranks) ranks_line(out, s);
 }
 
