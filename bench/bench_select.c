@@ -2,7 +2,8 @@
  * model parallelism (issue 20, part 1), on two sweeps, as `pipemem select
  * --devices 2 --device-mem 64M ... --steps 12` runs them (dim 256, 4 heads,
  * context 64, batch 8 in 1 microbatch; evaluation every 2 steps on 4
- * batches, the CLI's defaults at 12 steps):
+ * batches, the CLI's default at 12 steps before issue 31, kept so the
+ * figures compare with the earlier ones):
  *   (a) learning rates 1e-3, 3e-3 x depths 2, 4 (4 tasks, 2 and 4 shards);
  *   (b) three 1-layer tasks (learning rates 1e-3, 2e-3, 3e-3) and one of 6
  *       layers (1e-3): one long task beside short ones.
@@ -14,8 +15,8 @@
  * load moves between runs. Printed per run, medians over the rounds: the
  * makespan; its ratio to the lower bound max(total work / D, longest
  * task's work) from the same run's measured work (passes, step ends,
- * evaluations; a joined task's passes over min(D, its shards) devices,
- * their compute over min(D, shards, microbatches)), and to the bound over
+ * evaluations; a joined task's passes over min(D, its shards) devices),
+ * and to the bound over
  * passes alone; the speed-up over
  * sequential (the peer), the median of each round's ratio; the share of
  * the machine's cores other processes took meanwhile (from /proc/stat,
@@ -31,7 +32,10 @@
  * The shard runs join (pm_select_opts.no_join 0, the default). Then (c):
  * one task on 1, 2 and 4 devices, with joining and without (one_task),
  * beside the dry run's forecast of each (pm_select_forecast_make at the
- * rates pm_select_measure gives, as --dry-run). */
+ * rates pm_select_measure gives, as --dry-run). Then (d): issue 31's
+ * commands through the session, with its defaults (daily).
+ *   bench_select [ROUNDS [PARTS]]   PARTS of abcd (default all): `3 d` runs
+ *                                   (d) alone */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -107,16 +111,9 @@ static double own_cpu(void) {
 
 /* Task i's passes can take no less than this (pm_select_stats.lower_bound_s's
  * rule, over passes alone): shard's runs join, so its passes run on up to
- * min(D, shards) devices and compute on min(D, shards, microbatches); the
- * others run one pass at a time. */
-static double pass_bound(const run_kind *k, const pm_select_stats *st, int i,
-                         const pm_select_task *t, const pm_select_result *r) {
-    if (k->pol != PM_POLICY_SHARD) return r->busy_s;
-    double compute = 0, par = fmin(D, t->nshard);
-    for (int64_t j = 0; j < st->nlog; j++)
-        if (st->log[j].task == i)
-            compute += st->log[j].computed - st->log[j].updated - st->log[j].flow;
-    return fmax(r->busy_s / par, compute / fmin(par, t->cfg.micro));
+ * min(D, shards) devices; the others run one pass at a time. */
+static double pass_bound(const run_kind *k, const pm_select_task *t, const pm_select_result *r) {
+    return k->pol != PM_POLICY_SHARD ? r->busy_s : r->busy_s / fmin(D, t->nshard);
 }
 
 static int run_one(pm_select_task *t, const pm_select_layout *lay, const run_kind *k,
@@ -152,7 +149,7 @@ static int run_one(pm_select_task *t, const pm_select_layout *lay, const run_kin
             rc = 1;
         }
         out->loss[i] = res[i].final_loss;
-        sum += res[i].busy_s, longest = fmax(longest, pass_bound(k, &st, i, &t[i], &res[i]));
+        sum += res[i].busy_s, longest = fmax(longest, pass_bound(k, &t[i], &res[i]));
     }
     if (!rc) {
         out->mk = st.makespan_s, out->bound = st.lower_bound_s;
@@ -263,33 +260,53 @@ typedef struct {
 } join_outcome;
 
 /* The 1-device run's log (st) replayed by the simulator for task t on nd
- * devices with joining, each pass as measured: its load and update before
- * its microbatches, its compute, its store, its copy wait, and after a
- * step's last the norm and evaluation, after them. NAN if out of memory. */
-static double replay_task(const pm_select_task *t, const pm_select_stats *st, int nd) {
-    int per = 2 * t->nshard - 1, K = t->cfg.micro;
-    int64_t np = (int64_t)C_STEPS * per;
-    int *sh = malloc((size_t)np * sizeof *sh);
-    double *co = malloc((size_t)np * sizeof *co);
-    double *be = malloc((size_t)np * sizeof *be), *af = malloc((size_t)np * sizeof *af);
+ * devices with joining (pm_select_simulate), each pass as measured: its
+ * load and update before its microbatches, its compute, its store, its
+ * copy wait, and after a round's last the norm and evaluation's host
+ * work, after them; each pass's place in its round (a step's or an
+ * evaluation's, of eval_batches microbatches in chunks of at most 8), and
+ * the lead and trail of its microbatches (a backward's recomputed forward,
+ * W) by the shard's FLOPs. NAN if out of memory. */
+static double replay_task(const pm_select_task *t, const pm_select_stats *st, int nd,
+                          int eval_batches) {
+    int S = t->nshard, per = 2 * S - 1, K = t->cfg.micro;
+    int ke = eval_batches < 8 ? eval_batches : 8;
+    int64_t np = st->nlog;
+    int *sh = malloc((size_t)np * 3 * sizeof *sh);
+    double *co = malloc((size_t)np * 5 * sizeof *co);
     double mk = NAN;
-    if (sh && co && be && af && st->nlog == np) {
-        for (int64_t i = 0; i < np; i++) {
+    if (sh && co) {
+        int *pos = sh + np, *mbs = pos + np;
+        double *be = co + np, *af = be + np, *ld = af + np, *tr = ld + np;
+        for (int64_t i = 0, ev = 0; i < np; i++) {
             const pm_select_pass *p = &st->log[i];
+            const pm_shard *h = &t->shard[p->shard];
+            double fl = p->kind == 0 || p->kind == 3 ? h->flops_f
+                        : p->kind == 1              ? h->flops_f + h->flops_bw
+                                                    : 2 * h->flops_f + h->flops_bw;
+            ev = p->kind == 3 ? ev + 1 : 0; /* an evaluation's passes, chunk by chunk */
             sh[i] = p->shard;
+            pos[i] = p->kind == 3 ? (int)ev - 1 : p->kind == 2 ? 2 * S - 2 - p->shard : p->shard;
+            mbs[i] = p->kind == 3 ? (eval_batches - (pos[i] / S) * ke < ke
+                                         ? eval_batches - (pos[i] / S) * ke
+                                         : ke)
+                                  : K;
+            ld[i] = p->kind == 2 ? h->flops_f / fl : 0;
+            tr[i] = p->kind == 1 || p->kind == 2 ? h->flops_w / fl : 0;
             be[i] = p->updated - p->start;
             af[i] = p->end - p->computed + p->wait1 - p->wait0 + p->eval_end - p->end;
             co[i] = be[i] + (p->computed - p->updated - p->flow) + af[i];
         }
-        const int *shp[1] = {sh};
-        const double *cop[1] = {co}, *bep[1] = {be}, *afp[1] = {af};
-        pm_select_work w = {1, &np, shp, cop, &per, &K, bep, afp};
+        const int *shp[1] = {sh}, *posp[1] = {pos}, *mbsp[1] = {mbs};
+        const double *cop[1] = {co}, *bep[1] = {be}, *afp[1] = {af}, *ldp[1] = {ld};
+        const double *trp[1] = {tr};
+        pm_select_work w = {1, &np, shp, cop, &per, &K, bep, afp, posp, mbsp, ldp, trp};
         pm_select_sim out;
         pm_err e;
         if (!pm_select_simulate(&w, nd, PM_POLICY_SHARD, 0, &out, &e)) mk = out.makespan;
         pm_select_sim_free(&out);
     }
-    free(sh), free(co), free(be), free(af);
+    free(sh), free(co);
     return mk;
 }
 
@@ -337,7 +354,7 @@ static int join_run(const pm_select_task *t, const pm_select_layout *lay, const 
         for (int d = 0; d < k->devices; d++) out->flow += st.part[d * PM_PART_COUNT + PM_PART_WAIT];
         out->flow /= k->devices * st.makespan_s;
         for (int q = 0; q < 2 && k->devices == 1; q++)
-            out->replay[q] = replay_task(t, &st, 2 << q) / replay_task(t, &st, 1);
+            out->replay[q] = replay_task(t, &st, 2 << q, 1) / replay_task(t, &st, 1, 1);
         pm_select_stats_free(&st);
     }
     pm_trainer_free(&h);
@@ -420,10 +437,143 @@ static int one_task(int R, const pm_tokens *tr, const pm_tokens *va) {
     return 0;
 }
 
+/* ---- (d) select for daily use (issue 31) ---------------------------------- */
+
+/* The issue's commands as `pipemem select` runs them, through its session
+ * (so with its defaults, the evaluation's cadence among them):
+ *   one task: --devices 1 or 2 --device-mem 64M --layers 8 --dim 256
+ *             --heads 4 --ctx 16 --batch 4 --steps 8
+ *   a sweep:  --devices 2 --device-mem 32M --lr 1e-3,3e-3 --layers 2,4
+ *             --dim 256 --heads 4 --ctx 16 --batch 4 --steps 12
+ * Goals: the task on 2 devices at most 0.75 of its makespan on 1, and
+ * evaluation at most 15% of the sweep's device time (pm_select_part). */
+typedef struct {
+    double mk, others, eval, idle, loss, val, replay, moved;
+    int64_t joined, eval_passes, eval_joined;
+    int every;
+} daily_outcome;
+
+static int daily_run(const char *lr, const char *layers, size_t mem, int steps, int devices,
+                     const pm_tokens *tr, const pm_tokens *va, daily_outcome *out) {
+    pm_sweep sw = {0};
+    pm_err e;
+    char st[16];
+    snprintf(st, sizeof st, "%d", steps);
+    const char *val[] = {lr, layers, "256", "4", "16", "4", st};
+    const pm_sweep_key k[] = {PM_SWEEP_LR, PM_SWEEP_LAYERS, PM_SWEEP_DIM, PM_SWEEP_HEADS,
+                              PM_SWEEP_CTX, PM_SWEEP_BATCH, PM_SWEEP_STEPS};
+    for (int i = 0; i < 7; i++)
+        if (pm_sweep_set(&sw, k[i], val[i], NULL, &e)) {
+            fprintf(stderr, "bench_select: %s\n", e.msg);
+            return 1;
+        }
+    pm_select_setup set = {.run = {.devices = devices, .prefetch = PM_PREFETCH_AUTO,
+                                   .eval_every = -1, .eval_batches = 4},
+                           .device_mem = mem};
+    pm_select_session s;
+    pm_status rc = pm_select_session_init(&s, &sw, &set, &e);
+    if (!rc) rc = pm_select_session_partition(&s, 0, &e);
+    if (!rc) rc = pm_select_session_start(&s, tr, va, NULL, 0, &e);
+    double m0 = machine_busy(), c0 = own_cpu(), w0 = pm_now(); /* the run alone */
+    if (!rc) rc = pm_select_session_run(&s, &e);
+    double m1 = machine_busy(), c1 = own_cpu(), w1 = pm_now();
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    out->others = m0 < 0 || cores < 1
+                      ? NAN
+                      : fmax(0, (m1 - m0) - (c1 - c0)) / ((double)cores * (w1 - w0));
+    for (int i = 0; !rc && i < s.n; i++)
+        if (s.res[i].state != PM_SELECT_DONE) {
+            fprintf(stderr, "bench_select: (d): task %s did not finish: %s\n", s.tasks[i].name,
+                    s.res[i].why);
+            rc = PM_ERR_ARG;
+        }
+    if (rc && e.msg[0]) fprintf(stderr, "bench_select: (d): %s\n", e.msg);
+    if (!rc) {
+        const pm_select_stats *x = &s.stats;
+        *out = (daily_outcome){.mk = x->makespan_s, .others = out->others,
+                               .loss = s.res[0].final_loss, .val = s.res[0].val_loss,
+                               .joined = x->joined, .every = s.set.run.eval_every,
+                               .moved = x->moved_bytes};
+        for (int d = 0; d < devices; d++)
+            out->eval += x->part[d * PM_PART_COUNT + PM_PART_EVAL],
+                out->idle += x->part[d * PM_PART_COUNT + PM_PART_IDLE];
+        out->eval /= devices * x->makespan_s, out->idle /= devices * x->makespan_s;
+        for (int64_t j = 0; j < x->nlog; j++)
+            out->eval_passes += x->log[j].kind == 3, out->eval_joined += x->log[j].kind == 3 &&
+                                                                         x->log[j].joined;
+        out->replay = s.n == 1 && devices == 1
+                          ? replay_task(&s.tasks[0], x, 2, 4) / replay_task(&s.tasks[0], x, 1, 4)
+                          : NAN;
+    }
+    pm_select_session_free(&s);
+    return rc != PM_OK;
+}
+
+/* R rounds, rotated: the task on 1 and on 2 devices, the sweep; medians. */
+static int daily(int R, const pm_tokens *tr, const pm_tokens *va) {
+    static daily_outcome o[MAXR][3];
+    for (int r = 0; r < R; r++)
+        for (int j = 0; j < 3; j++) {
+            int k = (j + r) % 3;
+            for (int a = 0; a < TRIES; a++) {
+                daily_outcome x;
+                int bad = k < 2
+                              ? daily_run("1e-3", "8", (size_t)64 << 20, 8, k + 1, tr, va, &x)
+                              : daily_run("1e-3,3e-3", "2,4", (size_t)32 << 20, 12, 2, tr, va, &x);
+                if (bad) return 1;
+                if (!a || x.others < o[r][k].others) o[r][k] = x;
+                if (!(o[r][k].others > QUIET)) break;
+            }
+        }
+    for (int r = 0; r < R; r++)
+        for (int k = 0; k < 2; k++)
+            if (memcmp(&o[r][k].loss, &o[0][0].loss, sizeof(double)) ||
+                memcmp(&o[r][k].val, &o[0][0].val, sizeof(double))) {
+                fprintf(stderr, "bench_select: (d): the task on %d device%s (round %d) ended with "
+                        "other losses than on 1\n", k + 1, k ? "s" : "", r + 1);
+                return 1;
+            }
+    printf("select for daily use (d): the task (8 layers, dim 256, ctx 16, batch 4, 8 steps, "
+           "64 MiB devices) and the sweep (4 tasks, 32 MiB, 12 steps), as select runs them; "
+           "medians of %d rounds\n", R);
+    printf("%-22s%9s %8s %8s %8s %7s %9s %8s %7s\n", "run", "makespan", "x 1 dev", "eval", "idle",
+           "joined", "eval/join", "moved MB", "others");
+    const char *name[3] = {"task, 1 device", "task, 2 devices", "sweep, 2 devices"};
+    double ratio = 0, share = 0;
+    for (int k = 0; k < 3; k++) {
+        double mk[MAXR], rel[MAXR], ev[MAXR], id[MAXR], jn[MAXR], ot[MAXR], ep[MAXR], ej[MAXR];
+        double mb[MAXR];
+        for (int r = 0; r < R; r++) {
+            const daily_outcome *x = &o[r][k];
+            mk[r] = x->mk, rel[r] = x->mk / o[r][0].mk, ev[r] = x->eval, id[r] = x->idle;
+            jn[r] = (double)x->joined, ot[r] = x->others, ep[r] = (double)x->eval_passes;
+            ej[r] = (double)x->eval_joined, mb[r] = x->moved / 1e6;
+        }
+        double rr = median(rel, R), es = median(ev, R);
+        printf("%-22s%7.3f s %7.3fx %7.1f%% %7.1f%% %7.0f %4.0f/%-4.0f %8.0f %6.0f%%\n", name[k],
+               median(mk, R), k < 2 ? rr : NAN, 100 * es, 100 * median(id, R), median(jn, R),
+               median(ep, R), median(ej, R), median(mb, R), 100 * median(ot, R));
+        if (k == 1) ratio = rr;
+        if (k == 2) share = es;
+    }
+    double rp[MAXR];
+    for (int r = 0; r < R; r++) rp[r] = o[r][0].replay;
+    printf("evaluation every %d steps (0: at the end) for the task, %d for the sweep (the "
+           "default); the 1-device runs' passes replayed on 2 devices by the simulator "
+           "(joining's rules, no contention): %.3fx\n", o[0][0].every, o[0][2].every,
+           median(rp, R));
+    printf("goal (d): the task on 2 devices %.3fx its makespan on 1 (goal <= 0.75: %s); "
+           "evaluation %.1f%% of the sweep's device time (goal <= 15%%: %s)\n\n", ratio,
+           ratio <= 0.75 ? "met" : "not met", 100 * share, share <= 0.15 ? "met" : "not met");
+    return 0;
+}
+
 int main(int argc, char **argv) {
-    int R = argc > 1 ? atoi(argv[1]) : 3, only_c = argc > 2 && !strcmp(argv[2], "c");
-    if (R < 1 || R > MAXR || (argc > 2 && !only_c)) {
-        fprintf(stderr, "usage: bench_select [ROUNDS 1..%d [c: only the one task]]\n", MAXR);
+    int R = argc > 1 ? atoi(argv[1]) : 3;
+    const char *only = argc > 2 ? argv[2] : "abcd";
+    if (R < 1 || R > MAXR || strspn(only, "abcd") != strlen(only)) {
+        fprintf(stderr, "usage: bench_select [ROUNDS 1..%d [PARTS: of abcd, default all]]\n",
+                MAXR);
         return 2;
     }
     pm_err e;
@@ -444,8 +594,10 @@ int main(int argc, char **argv) {
         return 1;
     }
     int rc = 0;
-    for (int sw = 0; sw < 2 && !rc && !only_c; sw++) rc = sweep(sw, R, &tr, &va, spill);
-    if (!rc) rc = one_task(R, &tr, &va);
+    for (int sw = 0; sw < 2 && !rc; sw++)
+        if (strchr(only, 'a' + sw)) rc = sweep(sw, R, &tr, &va, spill);
+    if (!rc && strchr(only, 'c')) rc = one_task(R, &tr, &va);
+    if (!rc && strchr(only, 'd')) rc = daily(R, &tr, &va);
     free(text);
     rmdir(spill);
     return rc;

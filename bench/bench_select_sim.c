@@ -37,8 +37,8 @@ int main(void) {
             co[t][k] = base * jitter / S; /* a shard's share of the model */
         }
     }
-    pm_select_work w = {NT, np, (const int *const *)sh, (const double *const *)co, NULL, NULL,
-                        NULL, NULL}; /* whole passes (no microbatches): no joining */
+    pm_select_work w = {NT,   np,   (const int *const *)sh, (const double *const *)co, NULL, NULL,
+                        NULL, NULL, NULL, NULL, NULL, NULL}; /* whole passes: no joining */
     double seq = 0;
     printf("bench_select_sim: %d tasks (25 and 15 shard passes per minibatch), %d devices, "
            "%d minibatches each\n", NT, D, STEPS);

@@ -6,7 +6,9 @@
 #   scripts/hosts.sh run DIR HOST CMD..  run CMD on HOST
 #   scripts/hosts.sh mpirun DIR ARGS..   mpirun on node1 over TCP between the
 #                                        hosts (DIR/hostfile); ARGS are
-#                                        mpirun's own (-np, --npernode, ...)
+#                                        mpirun's own (-np, --npernode, ...);
+#                                        HOSTS_KEEPALIVE=0 leaves OpenMPI's
+#                                        TCP keepalive at its default
 #   scripts/hosts.sh kill DIR HOST [NAME]  SIGKILL every process on HOST
 #                                        (OpenMPI's daemon included), or
 #                                        only those whose command is NAME
@@ -14,7 +16,8 @@
 #   scripts/hosts.sh link DIR HOST up|down  take HOST's interface up or down
 #   scripts/hosts.sh down DIR            remove them (idempotent)
 #   scripts/hosts.sh with N CMD..        up, CMD with PM_HOSTS=DIR, down
-#                                        whatever happened (also if killed)
+#                                        whatever happened (if killed outright,
+#                                        its directory at the next `with`)
 #
 # A host is a network namespace and a UTS namespace with its own host name,
 # so OpenMPI sees separate nodes and talks between them by TCP only. Each
@@ -51,7 +54,8 @@ netns_of() { readlink "/proc/$1/ns/net" 2>/dev/null; }
 holder() {
     local line
     line=$(awk -v h="$2" '$1 == h { print $2, $3 }' "$1/hosts" 2>/dev/null)
-    [ -n "$line" ] || die "no host '$2' in $1 (hosts: $(awk '{printf "%s ", $1}' "$1/hosts" 2>/dev/null))"
+    [ -n "$line" ] ||
+        die "no host '$2' in $1 (hosts: $(awk '{printf "%s ", $1}' "$1/hosts" 2>/dev/null))"
     set -- $line
     [ "$(netns_of "$1")" = "$2" ] || die "host $2 is gone (its namespace has ended)"
     echo "$1"
@@ -173,6 +177,59 @@ down() {
     rm -rf "$dir"
 }
 
+# Waits for process $1 through trapped signals; exits with its status.
+wait_for() {
+    local rc
+    while :; do
+        wait "$1"; rc=$?
+        kill -0 "$1" 2>/dev/null || exit $rc
+    done
+}
+
+# A harness killed outright (SIGKILL: no trap runs) leaves its directory
+# (its processes, namespaces and interfaces end with it): removes each
+# under TMPDIR none of whose namespaces any process holds. Runs outside
+# the PID namespace, where /proc shows every harness's processes; a file is
+# read before /proc, so a host recorded in it is seen if it lives.
+sweep() {
+    local f nss live ns
+    for f in "${TMPDIR:-/tmp}"/pm-hosts.*/hosts; do
+        nss=$(awk '{ print $3 }' "$f" 2>/dev/null)
+        [ -n "$nss" ] || continue # none yet: being made
+        live=" $(for p in /proc/[0-9]*; do netns_of "${p#/proc/}"; done | sort -u | tr '\n' ' ')"
+        for ns in $nss; do
+            case $live in *" $ns "*) continue 2 ;; esac
+        done
+        rm -rf "${f%/hosts}"
+    done
+}
+
+# `with` outside its PID namespace: starts the rest inside one. Its first
+# process (unshare, which holds off SIGINT and SIGTERM while it waits)
+# gets SIGKILL when this shell ends however it ends (pdeathsig), and takes
+# everything inside with it (--kill-child; a namespace ends with its first
+# process); SIGINT, SIGTERM and SIGHUP here reach the shell inside first,
+# which removes the hosts and their directory.
+with_outer() {
+    sweep
+    PM_HOSTS_PIDNS=1 setpriv --pdeathsig KILL unshare --pid --fork --kill-child --mount-proc \
+        "$0" with "$@" &
+    outer_child=$!
+    trap 'kill -TERM $(children "$outer_child") 2>/dev/null' INT TERM HUP
+    wait_for "$outer_child"
+}
+
+# The pids whose parent is $1.
+children() {
+    local want=$1 p s
+    for p in /proc/[0-9]*; do
+        s=$(cat "$p/stat" 2>/dev/null) || continue
+        s=${s##*) } # the fields after the command's name: state, parent, ...
+        set -- $s
+        [ "${2:-}" = "$want" ] && echo "${p#/proc/}"
+    done
+}
+
 cmd=${1:-}
 [ $# -ge 1 ] && shift
 case $cmd in
@@ -192,12 +249,15 @@ mpirun)
     # TCP only, on the hosts' subnet; mpirun's link to each host's daemon
     # probed after 2 s idle, every second, given up after 3 missed probes:
     # a host gone silent (its interface down) ends the run in seconds
+    # (HOSTS_KEEPALIVE=0: OpenMPI's own, TCP's minutes)
     [ $# -ge 1 ] || die "usage: hosts.sh mpirun DIR ARGS..."
     d=$(cd "$1" && pwd) || exit 1; shift
+    keep=(--mca oob_tcp_keepalive_time 2 --mca oob_tcp_keepalive_intvl 1
+        --mca oob_tcp_keepalive_probes 3)
+    [ "${HOSTS_KEEPALIVE:-1}" = 0 ] && keep=()
     exec "$0" run "$d" node1 mpirun --hostfile "$d/hostfile" --mca plm_rsh_agent "$d/agent" \
         --mca btl tcp,self --mca btl_tcp_if_include "$SUBNET" \
-        --mca oob_tcp_if_include "$SUBNET" --mca oob_tcp_keepalive_time 2 \
-        --mca oob_tcp_keepalive_intvl 1 --mca oob_tcp_keepalive_probes 3 "$@" ;;
+        --mca oob_tcp_if_include "$SUBNET" "${keep[@]}" "$@" ;;
 kill) [ $# -ge 2 ] || die "usage: hosts.sh kill DIR HOST [NAME]"; kill_host "$@" ;;
 pids) [ $# -ge 2 ] || die "usage: hosts.sh pids DIR HOST [NAME]"; pids "$@" ;;
 link)
@@ -206,15 +266,14 @@ link)
     in_ns "$pid" ip link set eth0 "$3" ;;
 with)
     [ $# -ge 2 ] || die "usage: hosts.sh with N CMD..."
-    if [ -z "${PM_HOSTS_PIDNS:-}" ]; then
-        # the kernel ends everything in the namespace with its first process
-        PM_HOSTS_PIDNS=1 exec unshare --pid --fork --kill-child --mount-proc "$0" with "$@"
-    fi
+    if [ -z "${PM_HOSTS_PIDNS:-}" ]; then with_outer "$@"; fi
     n=$1; shift
     d=$(mktemp -d "${TMPDIR:-/tmp}/pm-hosts.XXXXXX") || exit 1
     trap 'down "$d"' EXIT
     trap 'exit 130' INT TERM HUP
     up "$d" "$n" || exit 1
-    PM_HOSTS=$d TMPDIR=$d/tmp "$@" ;;
+    # in the background, so a signal's trap runs at once, not after CMD
+    PM_HOSTS=$d TMPDIR=$d/tmp "$@" &
+    wait_for $! ;;
 *) die "usage: hosts.sh up|run|mpirun|kill|link|down|with|can ... (see the script's head)" ;;
 esac

@@ -7,7 +7,9 @@
  * made (not root) it prints one line saying it skipped and why. Inside:
  *   - the harness: each host has its own name, address and no route beyond
  *     its subnet; mpirun places ranks on both; `down` is idempotent and a
- *     killed harness leaves no process (hence no namespace or interface);
+ *     killed harness leaves no process (hence no namespace or interface),
+ *     a stopped one (SIGTERM) no directory either, and a harness killed
+ *     outright its directory only until the next harness starts;
  *   - training across hosts: --pp 2 (a rank on each host), --pp 4 under a
  *     V schedule (two a host), DP 2 x PP 2 with and without --zero 1: the
  *     checkpoint byte for byte the threads', the same final and validation
@@ -53,7 +55,7 @@
 #define ACROSS "ASAN_OPTIONS=detect_leaks=0 timeout -v -k 5 120 " HOSTS_SH " mpirun %s --quiet"
 #define TIMED_OUT "timeout: sending signal" /* timeout -v's line: the command hung */
 
-static char dir[256];   /* this run's files, seen by every host */
+static char dir[200];   /* this run's files, seen by every host */
 static const char *bin; /* pipemem */
 static const char *hosts; /* the harness's directory (PM_HOSTS) */
 
@@ -148,18 +150,57 @@ static int namespaces_alive(const char *path) {
     return alive;
 }
 
-/* Waits (within the test's limit) until no process is on host h but the
- * harness's holder of its namespace; returns what `pids` last said. */
-static void host_empty(const char *h) {
+/* Waits (within the test's limit) until no process named name (NULL: no
+ * process but the harness's holder of its namespace) is on host h. */
+static void host_gone(const char *h, const char *name) {
     static char out[1024];
     for (;;) {
-        assert_int_equal(sh(out, sizeof out, HOSTS_SH " pids %s %s", hosts, h), 0);
+        assert_int_equal(sh(out, sizeof out, HOSTS_SH " pids %s %s %s", hosts, h,
+                            name ? name : ""), 0);
         if (!out[0]) return;
         nap_ms(50);
     }
 }
 
 /* ---- the harness ----------------------------------------------------------------- */
+
+/* A harness (`hosts.sh with 2`, its command sleeping) stopped by sig: no
+ * process is left in its namespaces (so neither are they, nor their
+ * interfaces), and after SIGTERM its directory is gone too (SIGKILL runs
+ * no trap: the kernel ends what is inside, the next harness the files). */
+static void stop_harness(int sig) {
+    char made[300], where[300], cmd[1400], got[300] = "";
+    snprintf(made, sizeof made, "%s/stopped.hosts", dir);
+    snprintf(where, sizeof where, "%s/stopped.dir", dir);
+    remove(made);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        snprintf(cmd, sizeof cmd, "exec env -u PM_HOSTS_PIDNS " HOSTS_SH " with 2 sh -c 'echo "
+                 "$PM_HOSTS > %s && cp $PM_HOSTS/hosts %s.part && mv %s.part %s && exec sleep "
+                 "600'", where, made, made, made);
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    while (access(made, F_OK)) nap_ms(20);
+    assert_true(namespaces_alive(made));
+    FILE *f = fopen(where, "r");
+    assert_non_null(f);
+    assert_non_null(fgets(got, sizeof got, f));
+    fclose(f);
+    got[strcspn(got, "\n")] = 0;
+    assert_int_equal(access(got, F_OK), 0);
+    kill(pid, sig);
+    waitpid(pid, NULL, 0);
+    while (namespaces_alive(made)) nap_ms(20); /* the time limit says if it never ends */
+    if (sig == SIGTERM && !access(got, F_OK)) fail_msg("SIGTERM left %s", got);
+    if (sig != SIGKILL) return;
+    /* SIGKILL's directory stays until the next harness, which removes it */
+    assert_int_equal(access(got, F_OK), 0);
+    static char out[1024];
+    assert_int_equal(sh(out, sizeof out, "env -u PM_HOSTS_PIDNS " HOSTS_SH " with 2 true"), 0);
+    if (!access(got, F_OK)) fail_msg("the next harness left %s", got);
+}
 
 static void test_harness(void **state) {
     (void)state;
@@ -191,23 +232,8 @@ static void test_harness(void **state) {
     assert_string_equal(out, "node3\n");
     assert_int_equal(sh(out, sizeof out, HOSTS_SH " down %s && " HOSTS_SH " down %s", h3, h3), 0);
     assert_false(namespaces_alive(kept));
-    /* a harness killed outright (SIGKILL: no trap runs) leaves nothing */
-    char made[320];
-    snprintf(made, sizeof made, "%s/killed.hosts", dir);
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        char cmd[1400];
-        snprintf(cmd, sizeof cmd, "exec env -u PM_HOSTS_PIDNS " HOSTS_SH " with 2 sh -c 'cp "
-                 "$PM_HOSTS/hosts %s.part && mv %s.part %s && exec sleep 600'", made, made, made);
-        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
-        _exit(127);
-    }
-    while (access(made, F_OK)) nap_ms(20);
-    assert_true(namespaces_alive(made));
-    kill(pid, SIGKILL);
-    waitpid(pid, NULL, 0);
-    while (namespaces_alive(made)) nap_ms(20); /* the time limit says if it never ends */
+    stop_harness(SIGTERM);
+    stop_harness(SIGKILL);
 }
 
 /* ---- training across hosts ------------------------------------------------------- */
@@ -302,39 +328,56 @@ static void test_across_hosts(void **state) {
 /* Trains --pp 4 over both hosts (2 ranks each), saving every 20 steps; once
  * the first checkpoint exists, `inject` (a hosts.sh command) strikes node2.
  * Every rank must end (the command's own time limit is 60 s: timeout says
- * when it struck), with one line from pipemem on node1 naming the last complete
- * checkpoint; then no process is left, and the checkpoint resumed on node1
- * alone (2 ranks, and one device) ends as the uninterrupted run. */
-static void lose_node2(const char *inject) {
+ * when it struck), with one line from pipemem naming the last complete
+ * checkpoint, `says`; then no process is left, and the checkpoint resumed
+ * on node1 alone (2 ranks, and one device) ends as the uninterrupted run.
+ * Without OpenMPI's keepalive (keep 0) nothing tells mpirun that node2 went
+ * silent: pipemem's wait timeout (3 s) must end every rank on both hosts,
+ * and the test then ends mpirun and node2's OpenMPI daemon, which would
+ * wait for TCP's minutes. (With the keepalive the wait timeout stays at its
+ * default: a rank on node2 timing out first would leave its daemon sending
+ * to mpirun, and TCP's keepalive waits while data is unsent.) */
+static void lose_node2(const char *inject, int keep, const char *says) {
     static char out[65536], ref[16384], res[16384];
     const char *m = MODEL " --eval-every 20 --microbatches 4 --steps 100000";
-    char ck[300], line[300], cmd[2048], got[300], rf[300];
+    char ck[300], cmd[2048], got[300], rf[300];
     snprintf(ck, sizeof ck, "%s/lost.ckpt", dir);
     snprintf(got, sizeof got, "%s/resumed.ckpt", dir);
     snprintf(rf, sizeof rf, "%s/ref.ckpt", dir);
     remove(ck);
-    snprintf(cmd, sizeof cmd, "(ASAN_OPTIONS=detect_leaks=0 timeout -v -k 5 60 " HOSTS_SH " mpirun %s "
-             "-np 4 --npernode 2 %s train --data %s/d %s --pp 4 --save %s) 2>&1", hosts, bin, dir,
-             m, ck);
+    snprintf(cmd, sizeof cmd, "exec 2>&1; (ASAN_OPTIONS=detect_leaks=0 HOSTS_KEEPALIVE=%d "
+             "timeout -v -k 5 60 " HOSTS_SH " mpirun %s -np 4 --npernode 2 %s train --data %s/d "
+             "%s --pp 4 --save %s %s) 2>&1", keep, hosts, bin, dir, m, ck,
+             keep ? "" : "--comm-timeout 3");
     FILE *f = popen(cmd, "r");
     assert_non_null(f);
     while (access(ck, F_OK)) nap_ms(10);
     assert_int_equal(sh(res, sizeof res, HOSTS_SH " %s", inject), 0);
+    if (!keep) { /* every rank ends by itself; then mpirun is ended here */
+        for (int k = 1; k <= 2; k++) {
+            char h[8];
+            snprintf(h, sizeof h, "node%d", k);
+            host_gone(h, "pipemem");
+        }
+        /* OpenMPI's daemon on node2 is left too, until TCP's keepalive (300 s) */
+        assert_int_equal(sh(res, sizeof res, HOSTS_SH " kill %s node1 mpirun && " HOSTS_SH
+                            " kill %s node2 && " HOSTS_SH " link %s node2 up", hosts, hosts,
+                            hosts), 0);
+    }
     size_t n = fread(out, 1, sizeof out - 1, f);
     out[n] = 0;
     int st = pclose(f), rc = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
     if (rc == 0 || strstr(out, TIMED_OUT)) fail_msg("%s: exit %d:\n%s", inject, rc, out);
-    snprintf(line, sizeof line, "pipemem: rank 0 on node1: mpirun stopped this rank");
     const char *at = strstr(out, "the last complete checkpoint is ");
-    if (count(out, "pipemem: ") != 1 || !strstr(out, line) || !at)
+    if (count(out, "pipemem: ") != 1 || !strstr(out, says) || !at)
         fail_msg("%s: not one line from pipemem naming the checkpoint:\n%s", inject, out);
     char path[300];
     long long step = -1;
     if (sscanf(at, "the last complete checkpoint is %299s (step %lld)", path, &step) != 2 ||
         strcmp(path, ck) || step < 20 || step % 20)
         fail_msg("%s: %s", inject, at);
-    host_empty("node1");
-    host_empty("node2");
+    host_gone("node1", NULL);
+    host_gone("node2", NULL);
     /* the uninterrupted run to 10 steps past the checkpoint, and the resumes */
     long long stop = step + 10;
     remove(rf);
@@ -356,16 +399,19 @@ static void lose_node2(const char *inject) {
 
 static void test_lost_host(void **state) {
     (void)state;
-    char what[400];
-    limit(400);
-    snprintf(what, sizeof what, "kill %s node2", hosts); /* OpenMPI's daemon included */
-    lose_node2(what);
-    snprintf(what, sizeof what, "kill %s node2 pipemem", hosts);
-    lose_node2(what);
-    snprintf(what, sizeof what, "link %s node2 down", hosts);
-    lose_node2(what);
     static char out[1024];
+    char what[400];
+    const char *stopped = "pipemem: rank 0 on node1: mpirun stopped this rank";
+    limit(500);
+    snprintf(what, sizeof what, "kill %s node2", hosts); /* OpenMPI's daemon included */
+    lose_node2(what, 1, stopped);
+    snprintf(what, sizeof what, "kill %s node2 pipemem", hosts);
+    lose_node2(what, 1, stopped);
+    snprintf(what, sizeof what, "link %s node2 down", hosts);
+    lose_node2(what, 1, stopped);
     assert_int_equal(sh(out, sizeof out, HOSTS_SH " link %s node2 up", hosts), 0);
+    /* node1's ranks wait for node2's: the one that waits out the 3 s names it */
+    lose_node2(what, 0, "waited 3 s for a message with tag");
 }
 
 /* ---- hosts that disagree ---------------------------------------------------------- */
@@ -403,7 +449,7 @@ static void test_disagree(void **state) {
 static int setup(void **state) {
     (void)state;
     static char out[4096];
-    snprintf(dir, sizeof dir, "/tmp/pm_test_hosts_%d", (int)getpid());
+    snprintf(dir, sizeof dir, "%.150s/test", hosts); /* goes with the hosts, whatever happens */
     if (sh(out, sizeof out, "mkdir -p %s && for i in $(seq 1 400); do echo \"line $i of a small "
            "corpus for the tests across hosts\"; done > %s/a.txt && for i in $(seq 1 300); do "
            "echo \"other $i\"; done > %s/b.txt && %s prepare %s/a.txt -o %s/d && %s prepare "

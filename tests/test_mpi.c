@@ -769,8 +769,8 @@ static void test_bad_input(void **state) {
      * on threads. Each stops at once with one line, no 300 s wait */
     char ck[300];
     snprintf(ck, sizeof ck, "%s/bad_input.ckpt", dir);
-    rc = run(out, sizeof out, NULL, "%s train --data %s/d " MODEL " --steps 2 --pp 2 --save %s",
-             bin, dir, ck);
+    rc = run(out, sizeof out, NULL, "%s train --data %s/d " MODEL " --steps 3 --stop-after 2 "
+             "--pp 2 --save %s", bin, dir, ck); /* resumed with the same --steps below */
     assert_int_equal(rc, 0);
     const char *other[] = {"--resume", "--eval-every 1 --resume"};
     for (int k = 0; k < 2; k++) {

@@ -33,7 +33,7 @@
 
 static double simulate(int n, const int64_t *np, const int *const *sh, const double *const *c,
                        int D, pm_select_policy pol, pm_select_sim *out) {
-    pm_select_work w = {n, np, sh, c, NULL, NULL, NULL, NULL};
+    pm_select_work w = {n, np, sh, c, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
     pm_err e;
     if (pm_select_simulate(&w, D, pol, 0, out, &e)) fail_msg("%s", e.msg);
     return out->makespan;
@@ -149,7 +149,7 @@ static void toy_case(void **state) {
     static const int per[3] = {4, 4, 4}, micro[3] = {2, 2, 2};
     for (int nj = 0; nj < 2; nj++)
         for (int p = 0; p < PM_POLICY_COUNT; p++) {
-            pm_select_work w = {3, np, sh, co, per, micro, NULL, NULL};
+            pm_select_work w = {3, np, sh, co, per, micro, NULL, NULL, NULL, NULL, NULL, NULL};
             pm_select_sim r;
             pm_err e;
             assert_int_equal(pm_select_simulate(&w, 2, (pm_select_policy)p, nj, &r, &e), PM_OK);
@@ -245,7 +245,8 @@ static void join_by_hand(void **state) {
                 int64_t np[1] = {(int64_t)steps * (2 * S - 1)};
                 per[0] = 2 * S - 1, micro[0] = K;
                 chain(S, steps, 1, sh, co);
-                pm_select_work w = {1, np, shp, cop, per, micro, NULL, NULL};
+                pm_select_work w = {1,    np,   shp,  cop,  per,  micro,
+                                    NULL, NULL, NULL, NULL, NULL, NULL};
                 pm_select_sim r;
                 double alone = steps * (2 * S - 1);
                 double want = K == 2 && S > 1 ? steps * S : alone;
@@ -287,7 +288,7 @@ static void join_parts_by_hand(void **state) {
     const double *c[2][1] = {{ca}, {cb}}, *b[2][1] = {{ba}, {bb}}, *a[2][1] = {{aa}, {ab}};
     const double want[2][3][2] = {{{0, 1}, {0, 1.25}, {1, 2}}, {{0, 1}, {0, 2.75}, {1, 3.75}}};
     for (int x = 0; x < 2; x++) {
-        pm_select_work w = {1, np, shp, c[x], per, micro, b[x], a[x]};
+        pm_select_work w = {1, np, shp, c[x], per, micro, b[x], a[x], NULL, NULL, NULL, NULL};
         pm_select_sim r;
         simulate_w(&w, 2, 0, &r);
         for (int k = 0; k < 3; k++)
@@ -300,6 +301,48 @@ static void join_parts_by_hand(void **state) {
         assert_true(simulate_w(&w, 2, 1, &r) == (x ? 5 : 3)); /* no_join: the sum */
         pm_select_sim_free(&r);
     }
+}
+
+/* The run's overlaps (issue 31) in the simulator, by hand: one task of 2
+ * shards, 1 microbatch, unit passes: a step is F0 (cost 1), the fused
+ * last shard (3: F, B, then W, a third, after it puts out its input
+ * gradient) and B0 (3: its recomputed forward, a third, before it waits,
+ * then B, then W after); between two steps an evaluation's round of 2
+ * passes of 2 microbatches (cost 2 each). On 2 devices: F0 on device 0,
+ * 0..1; the fused pass joined by device 1 at 0 waits for F0 (1), puts out
+ * at 3, ends 4; B0 on device 0 at 1 recomputes until 2, waits for 3, puts
+ * out at 4, W until 5 (the round's end). The evaluation: E0 at 5, its
+ * microbatches end 6 and 7; E1 joined at 5, after E0's: 7 and 8. The next
+ * step as the first, from 8: 13. Without the lead and trail B0 waits for
+ * the fused pass's end (4) and ends 7. Bound: the cost over 2 devices (the
+ * compute can overlap: no microbatch bound), 9. */
+static void join_overlap_by_hand(void **state) {
+    (void)state;
+    static const int sh[8] = {0, 1, 0, 0, 1, 0, 1, 0}, pos[8] = {0, 1, 2, 0, 1, 0, 1, 2};
+    static const int mbs[8] = {1, 1, 1, 2, 2, 1, 1, 1}, per[1] = {3}, micro[1] = {1};
+    static const double c[8] = {1, 3, 3, 2, 2, 1, 3, 3};
+    static const double lead[8] = {0, 0, 1.0 / 3, 0, 0, 0, 0, 1.0 / 3};
+    static const double trail[8] = {0, 1.0 / 3, 1.0 / 3, 0, 0, 0, 1.0 / 3, 1.0 / 3};
+    static const double want[8][2] = {{0, 1}, {0, 4}, {1, 5}, {5, 7}, {5, 8}, {8, 9}, {8, 12},
+                                      {9, 13}};
+    int64_t np[1] = {8};
+    const int *shp[1] = {sh}, *posp[1] = {pos}, *mbsp[1] = {mbs};
+    const double *cp[1] = {c}, *lp[1] = {lead}, *tp[1] = {trail};
+    pm_select_work w = {1, np, shp, cp, per, micro, NULL, NULL, posp, mbsp, lp, tp};
+    pm_select_sim r;
+    simulate_w(&w, 2, 0, &r);
+    for (int k = 0; k < 8; k++)
+        if (fabs(r.start[k] - want[k][0]) > 1e-12 || fabs(r.end[k] - want[k][1]) > 1e-12)
+            fail_msg("pass %d: %g..%g, want %g..%g", k, r.start[k], r.end[k], want[k][0],
+                     want[k][1]);
+    assert_true(fabs(r.lower_bound - 9) < 1e-12);
+    pm_select_sim_free(&r);
+    assert_true(simulate_w(&w, 2, 1, &r) == 18); /* no joining: one pass at a time */
+    pm_select_sim_free(&r);
+    w.lead = w.trail = NULL;
+    simulate_w(&w, 2, 0, &r);
+    assert_true(fabs(r.end[2] - 7) < 1e-12);
+    pm_select_sim_free(&r);
 }
 
 /* Joining on random instances: never below the (joined) lower bound; no
@@ -329,7 +372,7 @@ static void join_random(void **state) {
             }
             shp[t] = sh[t], cop[t] = co[t], bep[t] = be[t], afp[t] = af[t];
         }
-        pm_select_work w = {n, np, shp, cop, per, micro, bep, afp};
+        pm_select_work w = {n, np, shp, cop, per, micro, bep, afp, NULL, NULL, NULL, NULL};
         pm_select_sim r, q;
         double mk = simulate_w(&w, D, 0, &r), alone = simulate_w(&w, D, 1, &q);
         if (mk < r.lower_bound * (1 - 1e-12))
@@ -616,9 +659,14 @@ static void corpus_init(void) {
  * microbatches; each entry's parts in
  * order, a device's entries (with the work after each pass) never
  * overlapping, and each device's parts adding up to the makespan. */
-static void check_log(const pm_select_stats *st, const pm_select_task *t, int n) {
+static void check_log(const pm_select_stats *st, const pm_select_task *t, int n, int every) {
     int64_t want = 0;
-    for (int i = 0; i < n; i++) want += (int64_t)t[i].cfg.opt.steps * (2 * t[i].nshard - 1);
+    for (int i = 0; i < n; i++) { /* and an evaluation's S passes (one chunk) every `every`
+                                     steps and at the end (every 0: at the end; -1: none) */
+        int64_t steps = t[i].cfg.opt.steps;
+        int64_t evals = every < 0 ? 0 : every == 0 ? 1 : steps / every + (steps % every != 0);
+        want += steps * (2 * t[i].nshard - 1) + evals * t[i].nshard;
+    }
     assert_int_equal(st->nlog, want);
     for (int64_t a = 0; a < st->nlog; a++) {
         const pm_select_pass *x = &st->log[a];
@@ -700,7 +748,7 @@ static void train_exact(void **state) {
                 pm_select_stats stats;
                 if (pm_select_run(tasks, hosts, NT, &lay, &o, res, &stats, &e))
                     fail_msg("D=%d %s: %s", D, pm_select_policy_names[pol], e.msg);
-                check_log(&stats, tasks, NT);
+                check_log(&stats, tasks, NT, 2);
                 for (int i = 0; i < NT; i++) {
                     int steps = tasks[i].cfg.opt.steps;
                     assert_int_equal(res[i].state, PM_SELECT_DONE);
@@ -787,7 +835,7 @@ static void join_one_task(void **state) {
                 pm_select_stats st;
                 if (pm_select_run(&task, &h, 1, &lay, &o, &res, &st, &e))
                     fail_msg("D=%d join %d: %s", D, join, e.msg);
-                check_log(&st, &task, 1);
+                check_log(&st, &task, 1, 0);
                 assert_int_equal(res.state, PM_SELECT_DONE);
                 assert_int_equal(lg.seen[0], 4);
                 for (int s = 0; s < 4; s++)
@@ -823,6 +871,85 @@ static void join_one_task(void **state) {
             }
     pm_trainer_free(&ref);
     assert_int_equal(rmdir(sdir), 0);
+}
+
+/* Each evaluation's validation loss, by step (issue 31). */
+typedef struct {
+    double val[8];
+    int n;
+} ev_log;
+
+static void log_eval(void *ctx, const pm_select_event *ev) {
+    ev_log *lg = ctx;
+    if ((ev->kind == PM_SELECT_EV_EVAL || ev->kind == PM_SELECT_EV_DONE) && ev->step <= 8)
+        lg->val[ev->step - 1] = ev->val_loss, lg->n++;
+}
+
+/* Evaluation through the shards (issue 31, "select for daily use" 1): one
+ * task of 6 blocks in 4 or more shards, one microbatch a step (the issue's
+ * case), evaluated after every step on 4 batches (one chunk) and on 11
+ * (chunks of 8 and 3), on 1, 2 and 3 devices joining: each evaluation's
+ * loss bitwise pm_trainer_eval's on the task trained alone to that step;
+ * each evaluation is a round of passes of kind 3, one per shard and
+ * chunk; the device time of those passes (less their waits) is counted
+ * as evaluation. */
+static void eval_through_shards(void **state) {
+    (void)state;
+    corpus_init();
+    pm_tokens tok = PM_TOKENS_BYTES(corpus, sizeof corpus);
+    pm_train_cfg c = {.model = {256, 8, 16, 2, 6}, .batch = 4, .micro = 1, .seed = 12};
+    pm_optim_defaults(&c.opt, 3);
+    c.opt.lr = 5e-3f;
+    pm_err e;
+    const int batches[2] = {4, 11};
+    for (int b = 0; b < 2; b++) {
+        pm_trainer ref;
+        double val[3];
+        assert_int_equal(pm_trainer_init(&ref, &c, &tok, 0, &e), PM_OK);
+        for (int s = 0; s < 3; s++) {
+            pm_step_info info;
+            assert_int_equal(pm_trainer_step(&ref, &info, &e), PM_OK);
+            assert_int_equal(pm_trainer_eval(&ref, &tok, batches[b], &val[s], &e), PM_OK);
+        }
+        pm_trainer_free(&ref);
+        for (int D = 1; D <= 3; D++) {
+            pm_select_task task = {.cfg = c, .name = "one"};
+            pm_select_layout lay;
+            four_shards(&task, &lay);
+            int S = task.nshard, chunks = (batches[b] + 7) / 8;
+            pm_trainer h;
+            assert_int_equal(pm_trainer_init(&h, &c, &tok, 0, &e), PM_OK);
+            ev_log lg = {{0}, 0};
+            pm_select_opts o = {.devices = D, .policy = PM_POLICY_SHARD, .prefetch = 1,
+                                .eval_every = 1, .eval_batches = batches[b], .val = &tok,
+                                .report = log_eval, .report_ctx = &lg};
+            pm_select_result res;
+            pm_select_stats st;
+            if (pm_select_run(&task, &h, 1, &lay, &o, &res, &st, &e))
+                fail_msg("D=%d: %s", D, e.msg);
+            assert_int_equal(lg.n, 3);
+            for (int s = 0; s < 3; s++)
+                if (memcmp(&lg.val[s], &val[s], sizeof(double)))
+                    fail_msg("%d batches, D=%d, step %d: val %.17g, alone %.17g", batches[b], D,
+                             s + 1, lg.val[s], val[s]);
+            int64_t per_shard[16] = {0};
+            double ev_s = 0, part = 0;
+            assert_true(S <= 16);
+            for (int64_t a = 0; a < st.nlog; a++) {
+                const pm_select_pass *p = &st.log[a];
+                if (p->kind != 3) continue;
+                per_shard[p->shard]++;
+                ev_s += p->end - p->start - p->flow;
+            }
+            for (int q = 0; q < S; q++) /* each shard once a chunk, every evaluation */
+                assert_int_equal(per_shard[q], 3 * chunks);
+            for (int d = 0; d < D; d++) part += st.part[(size_t)d * PM_PART_COUNT + PM_PART_EVAL];
+            assert_true(part >= ev_s * (1 - 1e-9));
+            pm_select_stats_free(&st);
+            pm_trainer_free(&h);
+            pm_select_task_free(&task);
+        }
+    }
 }
 
 /* A joined task whose spill file stops taking writes in the middle of a
@@ -932,7 +1059,7 @@ static void lrtf_run_order(void **state) {
     pm_select_result res[2];
     pm_select_stats st;
     if (pm_select_run(t, h, 2, &lay, &o, res, &st, &e)) fail_msg("%s", e.msg);
-    check_log(&st, t, 2);
+    check_log(&st, t, 2, -1);
     int64_t deep = (int64_t)steps[0] * (2 * t[0].nshard - 1);
     for (int64_t k = 0; k < st.nlog; k++)
         if (st.log[k].task != (k < deep ? 0 : 1))
@@ -1076,9 +1203,16 @@ static void saved_losses_resume(void **state) {
     double loss[NT], val[NT];
     for (int i = 0; i < NT; i++) {
         int steps = tasks[i].cfg.opt.steps;
-        assert_int_equal(pm_select_saved_losses(dir, tasks[i].name, steps - 1, &loss[i], &val[i]), 0);
+        pm_ckpt_info in, other;
+        snprintf(path, sizeof path, "%s/%s.ckpt", dir, tasks[i].name);
+        assert_int_equal(pm_ckpt_info_read(path, &in, &e), PM_OK);
+        assert_int_equal(in.step, steps);
+        other = in, other.step = steps - 1;
+        assert_int_equal(pm_select_saved_losses(dir, tasks[i].name, &other, &loss[i], &val[i], &e),
+                         PM_OK);
         assert_true(isnan(loss[i]) && isnan(val[i])); /* another step's: not these */
-        assert_int_equal(pm_select_saved_losses(dir, tasks[i].name, steps, &loss[i], &val[i]), 1);
+        assert_int_equal(pm_select_saved_losses(dir, tasks[i].name, &in, &loss[i], &val[i], &e),
+                         PM_OK);
         assert_true(loss[i] == ref.loss[i][steps - 1] && val[i] == ref.val[i]);
         pm_trainer_free(&hosts[i]);
     }
@@ -1360,12 +1494,14 @@ int main(void) {
         cmocka_unit_test(random_instances),
         cmocka_unit_test(join_by_hand),
         cmocka_unit_test(join_parts_by_hand),
+        cmocka_unit_test(join_overlap_by_hand),
         cmocka_unit_test(join_random),
         cmocka_unit_test(partition_fits_and_is_minimal),
         cmocka_unit_test(partition_refuses_a_layer_too_big),
         cmocka_unit_test(cli_dry_run),
         cmocka_unit_test(train_exact),
         cmocka_unit_test(join_one_task),
+        cmocka_unit_test(eval_through_shards),
         cmocka_unit_test(join_store_fails),
         cmocka_unit_test(lrtf_run_order),
         cmocka_unit_test(spill_exact),

@@ -224,6 +224,13 @@ static void tiny_sweep(pm_sweep *sw, const char *steps) {
     set(sw, "steps", steps);
 }
 
+/* The test text: the first nine tenths train, the rest validates. */
+static void split_text(pm_tokens *tr, pm_tokens *va) {
+    size_t cut = sizeof text / 10 * 9;
+    *tr = (pm_tokens)PM_TOKENS_BYTES(text, cut);
+    *va = (pm_tokens)PM_TOKENS_BYTES(text + cut, sizeof text - cut);
+}
+
 static pm_select_setup tiny_setup(const char *save_dir) {
     return (pm_select_setup){.run = {.devices = 2, .prefetch = PM_PREFETCH_AUTO,
                                      .eval_every = -1, .eval_batches = 2, .save_dir = save_dir},
@@ -236,8 +243,8 @@ static pm_select_setup tiny_setup(const char *save_dir) {
  * other steps is refused, naming the steps both ways. */
 static void session_run_and_resume(void **state) {
     (void)state;
-    size_t cut = sizeof text / 10 * 9;
-    pm_tokens tr = PM_TOKENS_BYTES(text, cut), va = PM_TOKENS_BYTES(text + cut, sizeof text - cut);
+    pm_tokens tr, va;
+    split_text(&tr, &va);
     char save[300], best[300];
     snprintf(save, sizeof save, "%s/sv", dir);
     snprintf(best, sizeof best, "%s/best.ckpt", dir);
@@ -253,7 +260,7 @@ static void session_run_and_resume(void **state) {
             pm_select_session_start(&s, &tr, &va, NULL, 0, &e) || pm_select_session_run(&s, &e))
             fail_msg("round %d: %s", round, e.msg);
         assert_int_equal(s.n, 2);
-        assert_int_equal(s.set.run.eval_every, 4); /* under 5 steps: at the end */
+        assert_int_equal(s.set.run.eval_every, 0); /* at the end: 10 x 2 batches / 3 > 4 steps */
         assert_int_equal(s.resumed, round ? 2 : 0);
         for (int i = 0; i < 2; i++) {
             assert_true(s.tasks[i].nshard >= 2);
@@ -280,6 +287,84 @@ static void session_run_and_resume(void **state) {
     assert_non_null(strstr(e.msg, "task t0: "));
     assert_non_null(strstr(e.msg, "was made with opt.steps=4, this run has opt.steps=6"));
     pm_select_session_free(&s);
+}
+
+/* FNV-1a-64, written here from its definition (offset basis
+ * 0xcbf29ce484222325, prime 0x100000001b3), not the library's. */
+static uint64_t fnv(const char *s, size_t n) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < n; i++) h = (h ^ (uint8_t)s[i]) * 0x100000001b3ull;
+    return h;
+}
+
+/* A task's record (issue 31, defect 7): a line whose sum is its text's
+ * parses to its numbers; the same line with one character changed, its
+ * sum kept, with a NUL, or in the old form without a sum is refused. */
+static void record_parse(void **state) {
+    (void)state;
+    char line[300], bad[300];
+    const char *body = "step 4 loss 3.25 val_loss -0.5 ckpt 00000000000000ff";
+    int n = snprintf(line, sizeof line, "%s sum %016llx\n", body,
+                     (unsigned long long)fnv(body, strlen(body)));
+    pm_select_record r;
+    pm_err e;
+    assert_int_equal(pm_select_record_parse(line, (size_t)n, &r, &e), PM_OK);
+    assert_int_equal(r.step, 4);
+    assert_true(r.loss == 3.25 && r.val == -0.5 && r.ckpt == 0xff);
+    snprintf(bad, sizeof bad, "%s", line);
+    bad[strlen("step 4 loss 3.25 val_loss -")] = '7'; /* -7.5, the sum kept */
+    assert_int_equal(pm_select_record_parse(bad, (size_t)n, &r, &e), PM_ERR_FORMAT);
+    assert_true(isnan(r.val)); /* nothing taken from a refused record */
+    bad[strlen("step 4 loss 3.25 val_loss -")] = '0';
+    bad[1] = 0;
+    assert_int_equal(pm_select_record_parse(bad, (size_t)n, &r, &e), PM_ERR_FORMAT);
+    const char *old = "step 4 loss -1e30 val_loss -7\n";
+    assert_int_equal(pm_select_record_parse(old, strlen(old), &r, &e), PM_ERR_FORMAT);
+}
+
+/* A finished sweep whose record was edited (the issue's: t0's losses made
+ * -1e30 and -7, so it would rank first) is refused as it resumes, naming
+ * the record; with the record deleted it resumes, its validation loss
+ * measured again on the checkpoint: the run's, bit for bit. */
+static void record_tampered(void **state) {
+    (void)state;
+    pm_tokens tr, va;
+    split_text(&tr, &va);
+    char save[300], path[400];
+    snprintf(save, sizeof save, "%s/tamper", dir);
+    snprintf(path, sizeof path, "%s/t0.loss", save);
+    pm_sweep sw;
+    pm_select_setup set_up = tiny_setup(save);
+    pm_select_session s;
+    pm_err e;
+    tiny_sweep(&sw, "3");
+    double val = NAN;
+    for (int round = 0; round < 3; round++) {
+        if (round == 1) {
+            FILE *f = fopen(path, "w");
+            assert_non_null(f);
+            fputs("step 3 loss -1e30 val_loss -7\n", f);
+            fclose(f);
+        }
+        if (round == 2) assert_int_equal(unlink(path), 0);
+        pm_status st = pm_select_session_init(&s, &sw, &set_up, &e);
+        if (!st) st = pm_select_session_partition(&s, 0, &e);
+        if (!st) st = pm_select_session_start(&s, &tr, &va, NULL, 0, &e);
+        if (round == 1) {
+            assert_int_equal(st, PM_ERR_FORMAT);
+            if (!strstr(e.msg, "task t0: ") || !strstr(e.msg, "t0.loss: ") ||
+                !strstr(e.msg, "edited or damaged"))
+                fail_msg("a tampered record: %s", e.msg);
+            pm_select_session_free(&s);
+            continue;
+        }
+        if (st || pm_select_session_run(&s, &e)) fail_msg("round %d: %s", round, e.msg);
+        assert_int_equal(s.res[0].state, PM_SELECT_DONE);
+        if (round == 2 && memcmp(&s.res[0].val_loss, &val, sizeof val))
+            fail_msg("measured again: %.17g, the run's %.17g", s.res[0].val_loss, val);
+        val = s.res[0].val_loss;
+        pm_select_session_free(&s);
+    }
 }
 
 /* The forecast at rates given by hand: sequential runs every pass one
@@ -312,6 +397,67 @@ static void forecast_sums(void **state) {
     pm_select_session_free(&s);
 }
 
+/* A forecast of many long tasks (issue 31, defect 10: 64 tasks of 1000000
+ * steps took 42 to 88 s and 3 GB) simulates a bounded number of passes and
+ * scales: each task's compute is exactly its FLOPs by hand at the rate
+ * (every step the same, an evaluation every 10 steps), the simulated
+ * passes stay at PM_SELECT_FORECAST_PASSES (give or take a step a task),
+ * and the makespans of 1000 times the steps are 1000 times those of a
+ * forecast simulated whole (the work scales exactly; only the ends of the
+ * tasks may fall elsewhere: 2%). */
+static void forecast_extrapolated(void **state) {
+    (void)state;
+    pm_sweep sw = {0};
+    set(&sw, "lr", "1e-3,2e-3,3e-3,4e-3,5e-3,6e-3,7e-3,8e-3");
+    set(&sw, "layers", "1,2,3,4,5,6,7,8");
+    set(&sw, "dim", "32");
+    set(&sw, "heads", "2");
+    set(&sw, "ctx", "16");
+    set(&sw, "batch", "4");
+    set(&sw, "microbatches", "2");
+    pm_select_setup set_up = tiny_setup(NULL);
+    set_up.device_mem = 1 << 20; /* 1 to 5 shards */
+    pm_select_rates r = {.flops = 1e9, .read_bps = 2e9, .write_bps = 1e9, .adamw_s = 1e-9};
+    pm_select_forecast f[2];
+    pm_err e;
+    const char *steps[2] = {"20", "20000"};
+    for (int k = 0; k < 2; k++) {
+        pm_select_session s;
+        set(&sw, "steps", steps[k]);
+        assert_int_equal(pm_select_session_init(&s, &sw, &set_up, &e), PM_OK);
+        assert_int_equal(pm_select_session_partition(&s, 0, &e), PM_OK);
+        assert_int_equal(s.n, 64);
+        assert_int_equal(pm_select_forecast_make(&f[k], s.tasks, s.n, 2, &r, 10, 2, 0, &e), PM_OK);
+        int64_t most = (int64_t)PM_SELECT_FORECAST_PASSES;
+        for (int i = 0; i < s.n; i++) {
+            const pm_select_task *t = &s.tasks[i];
+            int S = t->nshard, K = t->cfg.micro, n = t->cfg.opt.steps;
+            double fl = 0, ev = 0;
+            for (int q = 0; q < S; q++) {
+                const pm_shard *h = &t->shard[q];
+                fl += q < S - 1 ? 3 * h->flops_f + h->flops_bw : h->flops_f + h->flops_bw;
+                ev += 2 * h->flops_f; /* eval_batches 2 */
+            }
+            double want = (n * K * fl + n / 10 * ev) / r.flops;
+            if (fabs(f[k].compute[i] - want) > 1e-9 * want)
+                fail_msg("%s steps, task %d: compute %.17g, by hand %.17g", steps[k], i,
+                         f[k].compute[i], want);
+            most += 2 * S - 1;
+        }
+        assert_true(f[k].passes_simulated <= most);
+        assert_true(k ? f[k].scale > 1 : f[k].scale == 1);
+        pm_select_session_free(&s);
+    }
+    for (int p = 0; p < PM_POLICY_COUNT; p++) {
+        double ratio = f[1].makespan[p] / f[0].makespan[p] / 1000;
+        if (fabs(ratio - 1) > 0.02)
+            fail_msg("%s: 1000 times the steps, %.4f times 1000 the makespan",
+                     pm_select_policy_names[p], ratio);
+    }
+    pm_select_forecast_free(&f[0]);
+    pm_select_forecast_free(&f[1]);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(grid_order),
@@ -320,6 +466,9 @@ int main(void) {
         cmocka_unit_test(tasks_file),
         cmocka_unit_test(session_run_and_resume),
         cmocka_unit_test(forecast_sums),
+        cmocka_unit_test(record_parse),
+        cmocka_unit_test(record_tampered),
+        cmocka_unit_test(forecast_extrapolated),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -19,6 +19,8 @@
 
 #include <cmocka.h>
 #include <jansson.h>
+#include <libxml/parser.h>
+#include <libxml/tree.h>
 
 #include "pipemem/pm_select.h"
 
@@ -221,6 +223,42 @@ static void duplicates_warned(void **state) {
     if (!strstr(slurp("err", err, sizeof err), "task c has the configuration of task a"))
         fail_msg("no warning: '%s'", err);
     assert_int_equal(lines_of(err), 1); /* b differs in its steps */
+}
+
+/* Options beside a tasks file (issue 31, "select for daily use" 2): one
+ * value on the command line is the value of every line that does not set
+ * it (--steps 12: line a runs 12 steps, its warm-up train's for 12, line
+ * b its own 5; --dim 32 for both); a list or a range beside the file is
+ * refused in one line naming the option. */
+static void tasks_file_defaults(void **state) {
+    (void)state;
+    if (!bin) skip();
+    char tf[300], args[1000], err[2048];
+    snprintf(tf, sizeof tf, "%s/defaults.txt", dir);
+    FILE *f = fopen(tf, "w");
+    assert_non_null(f);
+    fputs("name=a lr=1e-3\nname=b lr=3e-3 steps=5 dim=64\n", f);
+    fclose(f);
+    json_t *root;
+    snprintf(args, sizeof args, "--steps 12 --tasks %s", tf); /* dry_tasks gives --dim 32 */
+    json_t *t = dry_tasks(args, &root);
+    assert_int_equal(json_array_size(t), 2);
+    json_t *a = json_array_get(t, 0), *b = json_array_get(t, 1);
+    assert_true(cfg_num(a, "steps") == 12 && cfg_num(a, "warmup") == 1 && cfg_num(a, "dim") == 32);
+    assert_true(cfg_num(b, "steps") == 5 && cfg_num(b, "warmup") == 0 && cfg_num(b, "dim") == 64);
+    assert_true((float)cfg_num(a, "lr") == 1e-3f && (float)cfg_num(b, "lr") == 3e-3f);
+    json_decref(root);
+    const char *bad[] = {"--steps 12,24", "--lr log:1e-4..1e-2"};
+    const char *want[] = {"--steps holds a list beside the tasks file",
+                          "--lr holds a range beside the tasks file"};
+    for (int k = 0; k < 2; k++) {
+        snprintf(args, sizeof args, "select --devices 2 --device-mem 8M --dry-run %s --tasks %s",
+                 bad[k], tf);
+        int st = run(args);
+        slurp("err", err, sizeof err);
+        if (st != 1 || lines_of(err) != 1 || !strstr(err, want[k]))
+            fail_msg("%s beside --tasks: exit %d: %s", bad[k], st, err);
+    }
 }
 
 /* Per-task budgets: a tasks file's steps= and weight_decay=, and --steps
@@ -445,6 +483,173 @@ static void resume_finished(void **state) {
         fail_msg("a changed --steps: '%s'", err);
 }
 
+/* Issue 31, defect 7: a finished sweep's record edited so that t0 would
+ * rank first (`step 4 loss -1e30 val_loss -7`) and the sweep run again
+ * with --save-best: refused in one line naming the record, nothing saved;
+ * t1's record copied over t0's (a record with a good sum, of another
+ * checkpoint) likewise. */
+static void resume_record_tampered(void **state) {
+    (void)state;
+    if (!bin) skip();
+    prepare_data();
+    char a[2000], err[4096], best[300];
+    snprintf(best, sizeof best, "%s/tb.ckpt", dir);
+    const char *sweep = "select --data %s/d --devices 2 --device-mem 8M --lr 1e-2,1e-3 "
+                        "--layers 2 --dim 32 --heads 2 --ctx 16 --batch 4 --steps 4 "
+                        "--resume %s/tr --save-best %s";
+    snprintf(a, sizeof a, sweep, dir, dir, best);
+    assert_int_equal(run(a), 0);
+    remove(best);
+    const char *edit[] = {"printf 'step 4 loss -1e30 val_loss -7\\n' > %s/tr/t0.loss",
+                          "cp %s/tr/t1.loss %s/tr/t0.loss"};
+    const char *want[] = {"edited or damaged", "of another checkpoint"};
+    for (int k = 0; k < 2; k++) {
+        char cmd[700];
+        snprintf(cmd, sizeof cmd, edit[k], dir, dir);
+        assert_int_equal(system(cmd), 0);
+        int st = run(a);
+        slurp("err", err, sizeof err);
+        if (st != 1 || lines_of(err) != 1 || !strstr(err, "t0.loss") || !strstr(err, want[k]))
+            fail_msg("record edited (%d): exit %d: %s", k, st, err);
+        assert_int_not_equal(access(best, F_OK), 0);
+    }
+}
+
+/* The double at key of a JSON object, read back (jansson reads with strtod). */
+static double json_num_at(json_t *o, const char *key) {
+    json_t *v = json_object_get(o, key);
+    if (!json_is_number(v)) fail_msg("no number %s", key);
+    return json_number_value(v);
+}
+
+/* Numbers that round-trip (issue 31, "select for daily use" 4): a task's
+ * final_loss and val_loss read back from select --json are the doubles
+ * train --json prints for the same run, bit for bit (the two train alike;
+ * train printed 6 decimals, select 9 digits). */
+static void json_round_trip(void **state) {
+    (void)state;
+    if (!bin) skip();
+    prepare_data();
+    const char *m = "--lr 1e-2 --layers 2 --dim 32 --heads 2 --ctx 16 --batch 4 --steps 5 "
+                    "--eval-every 5";
+    char a[1200], path[300];
+    snprintf(a, sizeof a, "select --data %s/d --devices 2 --device-mem 8M %s --json", dir, m);
+    assert_int_equal(run(a), 0);
+    json_error_t je;
+    snprintf(path, sizeof path, "%s/out", dir);
+    json_t *sel = json_load_file(path, 0, &je);
+    if (!sel) fail_msg("select --json: %s", je.text);
+    snprintf(a, sizeof a, "train --data %s/d %s --threads 1 --json", dir, m);
+    assert_int_equal(run(a), 0);
+    json_t *tr = json_load_file(path, 0, &je);
+    if (!tr) fail_msg("train --json: %s", je.text);
+    json_t *task = json_array_get(json_object_get(sel, "tasks"), 0);
+    const char *key[] = {"final_loss", "val_loss"};
+    for (int k = 0; k < 2; k++) {
+        double x = json_num_at(task, key[k]), y = json_num_at(tr, key[k]);
+        if (memcmp(&x, &y, sizeof x)) fail_msg("%s: select %.17g, train %.17g", key[k], x, y);
+    }
+    json_decref(sel);
+    json_decref(tr);
+}
+
+/* The elements of doc named `name` whose class is `cls` (any class: NULL),
+ * in document order, into out (cap); how many. */
+static int elements(xmlNode *n, const char *name, const char *cls, xmlNode **out, int cap,
+                    int k) {
+    for (; n; n = n->next) {
+        if (n->type != XML_ELEMENT_NODE) continue;
+        xmlChar *c = xmlGetProp(n, (const xmlChar *)"class");
+        if (!strcmp((const char *)n->name, name) && (!cls || (c && !strcmp((char *)c, cls)))) {
+            if (k < cap) out[k] = n;
+            k++;
+        }
+        xmlFree(c);
+        k = elements(n->children, name, cls, out, cap, k);
+    }
+    return k;
+}
+
+/* The points of a path's d ("M x y L x y ..."). */
+static int path_points(xmlNode *n) {
+    xmlChar *d = xmlGetProp(n, (const xmlChar *)"d");
+    int k = 0;
+    for (const char *q = (const char *)d; q && *q; q++) k += *q == 'M' || *q == 'L';
+    xmlFree(d);
+    return k;
+}
+
+/* --curves (issue 31, "select for daily use" 3): a sweep of 4 learning
+ * rates under ASHA draws an SVG that parses as XML with one training path
+ * per task, each a point per step it ran (30 steps: no averaging), the
+ * legend in the table's order (the best first), a stop mark per task ASHA
+ * stopped; train --curves one path of its steps; a --curves path that
+ * cannot be written is refused before anything runs. */
+static void curves_svg(void **state) {
+    (void)state;
+    if (!bin) skip();
+    prepare_data();
+    char a[1500], path[300], err[2048];
+    snprintf(a, sizeof a, "select --data %s/d --devices 2 --device-mem 8M --lr 1e-4,1e-3,3e-3,1e-2 "
+             "--layers 2 --dim 32 --heads 2 --ctx 16 --batch 4 --steps 30 --asha 2 "
+             "--curves %s/c.svg --csv %s/c.csv", dir, dir, dir);
+    assert_int_equal(run(a), 0);
+    csv_row rows[4];
+    assert_int_equal(read_csv("c.csv", rows, 4), 4);
+    snprintf(path, sizeof path, "%s/c.svg", dir);
+    xmlDoc *doc = xmlReadFile(path, NULL, XML_PARSE_NONET);
+    if (!doc) fail_msg("%s: not XML", path);
+    xmlNode *root = xmlDocGetRootElement(doc), *paths[8], *legend[1], *text[8], *stops[8];
+    assert_int_equal(elements(root, "path", "train", paths, 8, 0), 4);
+    int stopped = 0;
+    for (int r = 0; r < 4; r++) {
+        stopped += !strcmp(rows[r].state, "stopped");
+        int found = 0;
+        for (int k = 0; k < 4; k++) {
+            xmlChar *t = xmlGetProp(paths[k], (const xmlChar *)"data-task");
+            if (t && !strcmp((char *)t, rows[r].name)) {
+                found++;
+                assert_int_equal(path_points(paths[k]), rows[r].steps_run);
+            }
+            xmlFree(t);
+        }
+        assert_int_equal(found, 1);
+    }
+    assert_true(stopped >= 1); /* ASHA at 2 of 4 tasks stops some at its first rung */
+    assert_int_equal(elements(root, "g", "stop", stops, 8, 0), stopped);
+    assert_int_equal(elements(root, "g", "legend", legend, 1, 0), 1);
+    assert_int_equal(elements(legend[0]->children, "text", NULL, text, 8, 0), 4);
+    for (int r = 0; r < 4; r++) { /* the table's order: the best first */
+        xmlChar *t = xmlNodeGetContent(text[r]);
+        if (strncmp((char *)t, rows[r].name, strlen(rows[r].name)))
+            fail_msg("legend %d: '%s', the table's '%s'", r, (char *)t, rows[r].name);
+        xmlFree(t);
+    }
+    xmlFreeDoc(doc);
+    /* train: one path, a point per step */
+    snprintf(a, sizeof a, "train --data %s/d --layers 2 --dim 32 --heads 2 --ctx 16 --batch 4 "
+             "--steps 7 --threads 1 --curves %s/t.svg", dir, dir);
+    assert_int_equal(run(a), 0);
+    snprintf(path, sizeof path, "%s/t.svg", dir);
+    doc = xmlReadFile(path, NULL, XML_PARSE_NONET);
+    if (!doc) fail_msg("%s: not XML", path);
+    assert_int_equal(elements(xmlDocGetRootElement(doc), "path", "train", paths, 8, 0), 1);
+    assert_int_equal(path_points(paths[0]), 7);
+    xmlFreeDoc(doc);
+    /* an output that cannot be written: refused before anything runs */
+    const char *cmd[2] = {"select --data %s/d --devices 2 --device-mem 8M --layers 2 --dim 32 "
+                          "--heads 2 --ctx 16 --batch 4 --steps 3 --curves %s/no/c.svg",
+                          "train --data %s/d --layers 2 --dim 32 --heads 2 --ctx 16 --batch 4 "
+                          "--steps 3 --curves %s/no/c.svg"};
+    for (int k = 0; k < 2; k++) {
+        snprintf(a, sizeof a, cmd[k], dir, dir);
+        int st = run(a);
+        slurp("err", err, sizeof err);
+        if (st != 1 || lines_of(err) != 1 || !strstr(err, "no/c.svg"))
+            fail_msg("%s: exit %d: %s", a, st, err);
+    }
+}
+
 /* The memory check, a pure function given numbers: 64 devices of 1 GiB and
  * 2 GiB of state need 66 GiB: refused against 16 GiB, naming both and the
  * fixes; exactly 66 GiB passes, a byte less does not; unknown (0) passes.
@@ -517,13 +722,15 @@ static double num(json_t *o, const char *key) {
 /* The dry run forecasts with the measured costs of moving state, not the
  * compute alone: one task of 3 shards on one device, 6 steps. By hand,
  * from pass.c: a step's 2S - 1 = 5 passes each bring their shard's state
- * in (shards 0, 1, 2, 1, 0); each shard's first pass (the forwards and
- * the fused last) writes all of it back after AdamW's update (a quarter
- * of the state's bytes are parameters), the backwards their gradients (a
- * quarter). Spilled, each of the 2 evaluations (steps 4 and 6, every 4 and
- * the last) also brings the whole state in and back. On one device the
- * makespan is the task's compute and moves; --help no longer says the
- * rate is assumed. */
+ * in (shards 0, 1, 2, 1, 0); each shard's first pass after a step ended
+ * (a forward or the fused last, or an evaluation's) writes all of it back
+ * after AdamW's update (a quarter of the state's bytes are parameters),
+ * every other pass computing gradients writes them back (a quarter); each
+ * of the 2 evaluations (steps 4 and 6, every 4 and the last; 4 batches, one
+ * chunk) is a forward pass per shard, each bringing its state in, so step
+ * 5's forwards find the updates done. In RAM or spilled alike (the spill
+ * files' rates). On one device the makespan is the task's compute and
+ * moves; --help no longer says the rate is assumed. */
 static void dry_run_forecast(void **state) {
     (void)state;
     if (!bin) skip();
@@ -548,11 +755,16 @@ static void dry_run_forecast(void **state) {
         assert_int_equal(json_array_size(sh), 3);
         double st[3], all = 0;
         for (int k = 0; k < 3; k++) all += st[k] = num(json_array_get(sh, (size_t)k), "state");
-        double step = (2 * st[0] + 2 * st[1] + st[2]) / rd /* in, every pass */
-                      + all / wr                           /* first passes: all back */
-                      + (st[0] + st[1]) / 4 / wr           /* backwards: gradients */
-                      + all / 16 * adam;                   /* the updates */
-        double want = 6 * step + (spill ? 2 * (all / rd + all / wr) : 0);
+        double in = (2 * st[0] + 2 * st[1] + st[2]) / rd; /* every pass of a step: in */
+        double update = all / wr + all / 16 * adam;       /* each shard's first pass after a
+                                                             step: AdamW, all of it back */
+        double grads = (st[0] + st[1]) / 4 / wr;          /* backwards: gradients back */
+        double step = in + update + grads;
+        /* after an evaluation (its passes took the updates) the fused pass
+         * writes its gradients back; an evaluation (after steps 4 and 6):
+         * every shard in, the updates */
+        double after_eval = in + grads + st[2] / 4 / wr, eval = all / rd + update;
+        double want = 5 * step + after_eval + 2 * eval;
         double move = num(t, "move_s"), compute = num(t, "compute_s");
         if (fabs(move - want) > 1e-6 * want)
             fail_msg("spill %d: moves forecast %.9g s, by hand %.9g s", spill, move, want);
@@ -565,6 +777,17 @@ static void dry_run_forecast(void **state) {
         }
         json_decref(root);
     }
+    /* 64 tasks of 1000000 steps (issue 31, defect 10: 42 to 88 s and 3 GB):
+     * a bounded share of the steps simulated, and said so */
+    json_t *root;
+    json_t *t = dry_tasks("--lr 1e-3,2e-3,3e-3,4e-3,5e-3,6e-3,7e-3,8e-3 --layers 1,2,3,4,5,6,7,8 "
+                          "--steps 1000000", &root);
+    assert_int_equal(json_array_size(t), 64);
+    assert_true(json_is_true(json_object_get(root, "extrapolated")));
+    double sim = num(root, "steps_simulated");
+    assert_true(sim >= 64 && sim <= PM_SELECT_FORECAST_PASSES + 64);
+    assert_true(fabs(num(root, "scale") * sim - 64e6) < 0.05 * 64e6); /* uniform tasks */
+    json_decref(root);
     assert_int_equal(run("select --help"), 0);
     slurp("out", help, sizeof help);
     assert_null(strstr(help, "50 GFLOP/s"));
@@ -711,9 +934,13 @@ int main(void) {
         cmocka_unit_test(sampling),
         cmocka_unit_test(sampling_distinct),
         cmocka_unit_test(duplicates_warned),
+        cmocka_unit_test(tasks_file_defaults),
         cmocka_unit_test(per_task_budgets),
         cmocka_unit_test(table_ranks_and_steps),
         cmocka_unit_test(resume_finished),
+        cmocka_unit_test(resume_record_tampered),
+        cmocka_unit_test(json_round_trip),
+        cmocka_unit_test(curves_svg),
         cmocka_unit_test(memory_check),
         cmocka_unit_test(memory_refused),
         cmocka_unit_test(dry_run_forecast),

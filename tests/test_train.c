@@ -1148,17 +1148,22 @@ static int sh(const char *cmd, char *line, size_t cap, int *nlines) {
     return WIFEXITED(rc) ? WEXITSTATUS(rc) : 128;
 }
 
+/* The test text as a file, DIR/t.txt (its path into txt). */
+static void write_text(char *txt, size_t cap) {
+    snprintf(txt, cap, "%s/t.txt", dir);
+    FILE *f = fopen(txt, "w");
+    assert_non_null(f);
+    fwrite(text, 1, sizeof text, f);
+    fclose(f);
+}
+
 static void test_cli_end_to_end(void **state) {
     (void)state;
     const char *bin = getenv("PM_BIN");
     if (!bin) skip();
     char cmd[4096], line[1024], txt[300];
     int n;
-    snprintf(txt, sizeof txt, "%s/t.txt", dir);
-    FILE *f = fopen(txt, "w");
-    assert_non_null(f);
-    fwrite(text, 1, sizeof text, f);
-    fclose(f);
+    write_text(txt, sizeof txt);
     snprintf(cmd, sizeof cmd, "%s prepare %s -o %s/d", bin, txt, dir);
     assert_int_equal(sh(cmd, line, sizeof line, &n), 0);
     snprintf(cmd, sizeof cmd,
@@ -1169,7 +1174,7 @@ static void test_cli_end_to_end(void **state) {
     assert_int_equal(sh(cmd, line, sizeof line, &n), 0);
     char out[2048] = {0};
     snprintf(txt, sizeof txt, "%s/out.json", dir);
-    f = fopen(txt, "r");
+    FILE *f = fopen(txt, "r");
     assert_non_null(f);
     assert_non_null(fgets(out, sizeof out, f));
     fclose(f);
@@ -1251,6 +1256,65 @@ static void test_cli_end_to_end(void **state) {
     }
 }
 
+/* Before the first step and before any line is printed (issue 31,
+ * defects 6, 12 and 17): a checkpoint resumed with another --steps or
+ * --warmup (its learning-rate schedule would jump mid-run), or a finished
+ * run resumed with fewer steps, is refused naming the option; a damaged
+ * checkpoint or another model's is refused with its one line, in both
+ * modes; --save on a device (/dev/null, /dev/full) is refused before
+ * training, not at the first save. Nothing is written to --save. */
+static void test_cli_checked_before_training(void **state) {
+    (void)state;
+    const char *bin = getenv("PM_BIN");
+    if (!bin) skip();
+    char cmd[4096], line[1024], txt[300];
+    int n;
+    write_text(txt, sizeof txt);
+    const char *m = "--layers 2 --dim 16 --heads 2 --ctx 8 --batch 2 --threads 1";
+    const char *mp = "--layers 2 --dim 16 --heads 2 --ctx 8 --batch 2"; /* pipeline: no threads */
+    snprintf(cmd, sizeof cmd, "%s prepare %s -o %s/cb >/dev/null 2>&1 && %s train --data %s/cb "
+             "%s --steps 4 --warmup 1 --save %s/x.ckpt >/dev/null 2>&1 && %s train --data %s/cb "
+             "%s --steps 6 --save %s/f.ckpt >/dev/null 2>&1 && cp %s/x.ckpt %s/bad.ckpt && "
+             "printf '\\125' | dd of=%s/bad.ckpt bs=1 seek=300 conv=notrunc 2>/dev/null && "
+             "head -c 3000 %s/x.ckpt > %s/trunc.ckpt", bin, txt, dir, bin, dir, m, dir, bin, dir,
+             m, dir, dir, dir, dir, dir, dir);
+    assert_int_equal(system(cmd), 0);
+    struct {
+        const char *opts, *mode, *want;
+    } bad[] = {
+        {"--steps 8 --warmup 1 --resume %s/x.ckpt", m,
+         "x.ckpt was made with --steps 4, this run has --steps 8"},
+        {"--steps 4 --warmup 2 --resume %s/x.ckpt", mp,
+         "x.ckpt was made with --warmup 1, this run has --warmup 2"},
+        {"--steps 8 --warmup 1 --pp 2 --resume %s/x.ckpt", mp, "this run has --steps 8"},
+        {"--steps 3 --resume %s/f.ckpt", m, "f.ckpt was made with --steps 6"},
+        {"--steps 4 --warmup 1 --resume %s/bad.ckpt", m, "checksum mismatch"},
+        {"--steps 4 --warmup 1 --pp 2 --resume %s/bad.ckpt", mp, "checksum mismatch"},
+        {"--steps 4 --warmup 1 --pp 2 --resume %s/trunc.ckpt", mp, "truncated"},
+        {"--steps 4 --warmup 1 --pp 2 --layers 3 --resume %s/x.ckpt", mp,
+         "made with --layers 2, this run has 3"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char opts[600];
+        snprintf(opts, sizeof opts, bad[i].opts, dir);
+        snprintf(cmd, sizeof cmd, "%s train --data %s/cb %s %s --save %s/out%zu.ckpt", bin, dir,
+                 bad[i].mode, opts, dir, i);
+        int rc = sh(cmd, line, sizeof line, &n);
+        if (rc != 1 || n != 1 || !strstr(line, bad[i].want))
+            fail_msg("'%s': exit %d, %d stderr lines, first: %s", opts, rc, n, line);
+        snprintf(txt, sizeof txt, "%s/out%zu.ckpt", dir, i);
+        assert_int_not_equal(access(txt, F_OK), 0); /* nothing saved */
+    }
+    const char *dev[] = {"/dev/null", "/dev/full"};
+    for (int k = 0; k < 2; k++) { /* refused before step 1: no step line */
+        snprintf(cmd, sizeof cmd, "%s train --data %s/cb %s --steps 50 --eval-every 25 --save %s",
+                 bin, dir, m, dev[k]);
+        int rc = sh(cmd, line, sizeof line, &n);
+        if (rc != 1 || n != 1 || !strstr(line, "--save") || !strstr(line, "not a regular file"))
+            fail_msg("--save %s: exit %d, %d stderr lines, first: %s", dev[k], rc, n, line);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_adamw_hand_step),
@@ -1278,6 +1342,7 @@ int main(void) {
         cmocka_unit_test(test_trainer_device_mem),
         cmocka_unit_test(test_config_and_memory_errors),
         cmocka_unit_test(test_cli_end_to_end),
+        cmocka_unit_test(test_cli_checked_before_training),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -384,6 +384,42 @@ static void test_aligned_alloc_overflow(void **state) {
     pm_free(p);
 }
 
+/* pm_double_text (every JSON number, issue 31): what it prints reads back
+ * through strtod as the same double, bit for bit, for 200000 doubles drawn
+ * from every exponent (subnormals, huge, negative); it is short where the
+ * number is ("0.1", an integer's digits, -0 as "0"); JSON gets null for
+ * what it cannot hold. */
+static void test_double_text(void **state) {
+    (void)state;
+    char b[PM_DOUBLE_TEXT];
+    uint64_t z = 42;
+    for (int i = 0; i < 200000; i++) {
+        z += 0x9E3779B97F4A7C15ull; /* splitmix64 */
+        uint64_t r = z;
+        r = (r ^ (r >> 30)) * 0xBF58476D1CE4E5B9ull;
+        r = (r ^ (r >> 27)) * 0x94D049BB133111EBull;
+        r ^= r >> 31;
+        double x;
+        if (i % 3 == 0) x = (double)(int64_t)(r >> 20) * (i % 2 ? 1 : -1); /* integers */
+        else memcpy(&x, &r, sizeof x);                                      /* any bits */
+        if (!isfinite(x)) continue;
+        pm_double_text(b, x);
+        assert_true(strlen(b) < PM_DOUBLE_TEXT);
+        double y = strtod(b, NULL);
+        if (memcmp(&x, &y, sizeof x) && !(x == 0 && y == 0))
+            fail_msg("%.17g printed as %s reads back as %.17g", x, b, y);
+    }
+    assert_string_equal(pm_double_text(b, 0.1), "0.1");
+    assert_string_equal(pm_double_text(b, 4959), "4959");
+    assert_string_equal(pm_double_text(b, -0.0), "0");
+    assert_string_equal(pm_double_text(b, 1.0 / 3), "0.3333333333333333"); /* Python repr */
+    assert_string_equal(pm_double_text(b, 0.1 + 0.2), "0.30000000000000004");
+    assert_string_equal(pm_double_text(b, NAN), "nan");
+    assert_string_equal(pm_json_text(b, NAN), "null");
+    assert_string_equal(pm_json_text(b, -INFINITY), "null");
+    assert_string_equal(PM_JSON_NUM(2.5), "2.5");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_alloc_hook_fails_exactly_the_nth),
@@ -398,6 +434,7 @@ int main(void) {
         cmocka_unit_test(test_fnv_known_values),
         cmocka_unit_test(test_json_str_reads_back),
         cmocka_unit_test(test_float_text),
+        cmocka_unit_test(test_double_text),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -39,7 +39,9 @@
  * run, the work is everything a task's device does for it (its passes, and
  * after its steps the gradient norm, evaluations and checkpoints). Where
  * devices join a task (shard policy), the task's passes count over min(D,
- * its shards) devices and their compute over min(D, shards, microbatches). */
+ * its shards) devices (their compute may overlap whatever the
+ * microbatches: a backward recomputes its forward, and does its W, beside
+ * the passes next to it). */
 #ifndef PM_SELECT_H
 #define PM_SELECT_H
 
@@ -58,6 +60,7 @@ typedef struct {
     size_t act;      /* bytes of the activation area one of its passes needs */
     double flops_f;  /* one microbatch's forward through it */
     double flops_bw; /* one microbatch's B and W (the backward pass adds a forward) */
+    double flops_w;  /* of which W */
 } pm_shard;
 
 typedef struct {
@@ -123,7 +126,9 @@ void pm_select_task_free(pm_select_task *t);
  * or log:lo..hi (log-uniform), from which `sample` distinct tasks are drawn
  * at random (a list's value alike, integers as integers; the same seed,
  * the same tasks); or one task per line of a tasks file, as key=value
- * pairs with the keys' names and name=NAME ('#' starts a comment). A value
+ * pairs with the keys' names and name=NAME ('#' starts a comment), a key
+ * the sweep gives one value being the default of the lines that do not
+ * set it (a list, a range or a sample beside the file is refused). A value
  * follows its field's rule (pm_train_value_ok) and a task's configuration
  * is pm_train_cfg_make's from its keys' values, the rest the defaults, so
  * each task trains bitwise as `pipemem train` with those settings. A
@@ -181,12 +186,19 @@ extern const char *const pm_select_policy_names[PM_POLICY_COUNT]; /* "shard", "t
 
 /* The passes each task runs, in its own order: task t has npass[t] passes,
  * pass k on shard shard[t][k] (0-based, task-local) lasting cost[t][k].
- * For joining (below) the steps and microbatches too: per_step[t] passes
+ * For joining (below) the rounds and microbatches too: per_step[t] passes
  * make a step of task t (2S - 1), each runs micro[t] microbatches; of
  * cost[t][k], before[t][k] comes before its microbatches (the state in,
  * AdamW) and after[t][k] after them (the store; after a step's last pass,
  * the step end and evaluation), the rest is the microbatches' compute, a
- * K-th each (before, after NULL: 0; per_step or micro NULL: no joining). */
+ * K-th each (before, after NULL: 0; per_step or micro NULL: no joining).
+ * Rounds of other lengths (an evaluation's passes between steps, as the
+ * run has them): pos[t][k], pass k's place in its round (0 its first; a
+ * round ends where the next begins), and mbs[t][k] its microbatches (NULL:
+ * k % per_step and micro). Of each microbatch's compute, lead[t][k] (a
+ * fraction) runs before it waits for the round's previous pass (a
+ * backward's recomputed forward) and trail[t][k] after it has put its
+ * output out (W), so those parts overlap the passes beside it (NULL: 0). */
 typedef struct {
     int ntask;
     const int64_t *npass;
@@ -196,14 +208,18 @@ typedef struct {
     const int *micro;
     const double *const *before;
     const double *const *after;
+    const int *const *pos;
+    const int *const *mbs;
+    const double *const *lead;
+    const double *const *trail;
 } pm_select_work;
 
 typedef struct {
     double makespan;    /* last pass end */
     double lower_bound; /* max(total / D, longest task's bound): a task's cost, or
-                           joining, the larger of its cost over min(D, its shards) and
-                           its compute over min(D, shards, microbatches), as the
-                           run's (pm_select_stats.lower_bound_s) */
+                           joining, its cost over min(D, its shards), and without leads
+                           and trails at least its compute over min(D, shards, the most
+                           microbatches of a pass) (pm_select_stats.lower_bound_s) */
     double total;       /* sum of every cost */
     double *busy;       /* (D) busy time of each device; owned */
     int *dev;           /* (sum npass) device of each pass, tasks in order; owned */
@@ -230,13 +246,6 @@ void pm_select_sim_free(pm_select_sim *s);
  * The dry run's forecast divides the passes' FLOPs by it. */
 pm_status pm_select_rate(const pm_select_task *t, int n, double *rate, pm_err *err);
 
-/* The pass list of `steps` optimizer steps of a task with S shards: per
- * step F of shards 0..S-2, the fused last shard, B of shards S-2..0
- * (2S - 1 passes), costed by FLOPs / rate with K microbatches per pass.
- * shard and cost must hold steps * (2S - 1) entries. */
-void pm_select_task_passes(const pm_select_task *t, int64_t steps, double rate, int *shard,
-                           double *cost);
-
 /* What moving shard state costs on this machine, measured before running
  * (forecast.c): the FLOP rate (pm_select_rate), the bytes per second a
  * shard's state comes into a slot from the store and goes back (RAM: a
@@ -252,22 +261,32 @@ typedef struct {
 pm_status pm_select_measure(const pm_select_task *t, int n, const pm_select_layout *lay,
                             const char *spill_dir, pm_select_rates *out, pm_err *err);
 
-/* The forecast of `steps` steps of a task, pass by pass (the order of
- * pm_select_task_passes): compute[i] its FLOPs at r->flops, move[i] what
- * its shard's state costs: coming in (every pass of a task with several
- * shards; none with one, whose shard stays on its device), going back
- * (all of it after the shard's first pass of a step, which also runs the
- * AdamW update; the gradients, a quarter, after every later pass but a
- * forward) at r's rates. The last pass of a step that evaluates (every
- * eval_every steps, 0 none, and the last) adds eval_batches microbatches'
- * forward through every shard to compute and, spilled, the whole state in
- * and back to move. before and after (each may be NULL) split them for the
- * simulator's joining (pm_select_work): before, the state in and AdamW;
- * after, the write-back and the evaluation's compute and moves. Each array
- * holds steps * (2S - 1). */
-void pm_select_task_costs(const pm_select_task *t, int64_t steps, int eval_every,
-                          int eval_batches, const pm_select_rates *r, int *shard,
-                          double *compute, double *move, double *before, double *after);
+/* A task's passes as the run makes them (run.c, pass.c), costed at rates r
+ * (pm_select_task_costs): each step's 2S - 1 (F of shards 0..S-2, the
+ * fused last shard, B of shards S-2..0), and after a step that evaluates
+ * (every eval_every steps, 0 none, and the last) an evaluation's round:
+ * eval_batches microbatches in chunks of at most 8, each chunk a forward
+ * through every shard. compute[i] is pass i's FLOPs at r->flops; move[i]
+ * what its shard's state costs: coming in (every pass of a task with
+ * several shards; none with one, whose shard stays on its device), and for
+ * the first pass on each shard after a step ended (a step's forward, or
+ * its evaluation's first chunk) AdamW's update and all of the state back,
+ * for any other pass that computes gradients (the fused pass, a backward)
+ * the gradients back, a quarter; before[i] and after[i] split the moves
+ * around its microbatches (the state in and AdamW; the write-back). For
+ * joining, as pm_select_work takes them: each pass's place in its round
+ * (pos), microbatches (mbs), and the fractions of a microbatch's compute
+ * that run before it waits for the previous pass (lead: a backward's
+ * recomputed forward) and after it puts its output out (trail: W). */
+typedef struct {
+    int64_t n;                          /* passes */
+    int *shard, *pos, *mbs;             /* (n) each; shard owns pos's memory */
+    double *compute, *move, *before, *after, *lead, *trail; /* (n) each; compute owns them */
+} pm_select_costs;
+pm_status pm_select_task_costs(const pm_select_task *t, int64_t steps, int eval_every,
+                               int eval_batches, const pm_select_rates *r, pm_select_costs *out,
+                               pm_err *err);
+void pm_select_costs_free(pm_select_costs *c);
 
 /* The forecast of a sweep on `devices` devices at rates r (pm_select_measure,
  * measured once, forecast as often as wanted): every task's steps costed
@@ -282,8 +301,18 @@ typedef struct {
     double lower_bound;               /* the shard policy's (pm_select_sim.lower_bound),
                                          which holds for every policy */
     double *compute, *move;           /* (n) each task's seconds of compute and of moving
-                                         its state, all its steps; owned */
+                                         its state, all its steps (exact); owned */
+    double scale;                     /* 1: every step simulated; else the run's work over
+                                         the simulated work, which the makespans and the
+                                         bound were scaled by (extrapolated) */
+    int64_t steps_simulated;          /* the tasks' steps simulated, all tasks */
+    int64_t passes_simulated;         /* and their passes */
 } pm_select_forecast;
+/* Past this many passes in all, a forecast simulates the same fraction of
+ * every task's steps (at least one each; evaluations spread evenly over
+ * them) and scales its times to the whole run (pm_select_forecast.scale):
+ * 64 tasks of 1000000 steps forecast in milliseconds and little memory. */
+#define PM_SELECT_FORECAST_PASSES 20000.0
 pm_status pm_select_forecast_make(pm_select_forecast *f, const pm_select_task *t, int n,
                                   int devices, const pm_select_rates *r, int eval_every,
                                   int eval_batches, int no_join, pm_err *err);
@@ -417,27 +446,49 @@ int pm_select_asha_promote(int eta, int entrants, int closed, int n, const doubl
                            const unsigned char *state, unsigned char *promote, int *order);
 
 /* What a save directory holds beside each checkpoint DIR/NAME.ckpt:
- * DIR/NAME.loss, one line "step K loss X val_loss Y" (%.17g; val_loss nan
- * when the save followed no evaluation), written after the checkpoint.
- * Returns 1 with *loss and *val from it when it is there and names step
- * `step` (the checkpoint's), else 0 with both NAN. */
-int pm_select_saved_losses(const char *dir, const char *name, int64_t step, double *loss,
-                           double *val);
+ * DIR/NAME.loss, its record, written after it: one line
+ *   step K loss X val_loss Y ckpt C sum H
+ * the losses at step K (%.17g: read back, the same doubles; val_loss nan
+ * when the save followed no evaluation), C the checkpoint's identity
+ * (pm_select_record_ckpt, hex) and H the FNV-1a-64 (pm_fnv1a64) of every
+ * byte before " sum " (hex), so an edited or damaged record is refused
+ * rather than ranked. */
+#define PM_SELECT_RECORD_MAX 256 /* bytes of a record, at most */
+typedef struct {
+    int64_t step;
+    double loss, val;
+    uint64_t ckpt;
+} pm_select_record;
+/* A record's text (len bytes): PM_ERR_FORMAT unless it is exactly the line
+ * its fields print, its sum included. */
+pm_status pm_select_record_parse(const char *text, size_t len, pm_select_record *r, pm_err *err);
+/* A checkpoint's identity as its record names it: FNV-1a-64 of its slab
+ * checksums and its step (pm_ckpt_info, as pm_ckpt_info_read gives it). */
+uint64_t pm_select_record_ckpt(const pm_ckpt_info *in);
+/* Task name's losses for its checkpoint ck from DIR/NAME.loss: NAN both
+ * when there is no record or it is of an earlier step (a save killed
+ * between the checkpoint and its record); PM_ERR_FORMAT, naming the file,
+ * when it is edited or damaged or names another checkpoint at ck's step. */
+pm_status pm_select_saved_losses(const char *dir, const char *name, const pm_ckpt_info *ck,
+                                 double *loss, double *val, pm_err *err);
 
 /* Where a device's time goes: every moment of a run on a device is one of
- * these, so they add up to the makespan. A pass is LOAD, ADAMW, COMPUTE and
- * STORE in that order; STEP and EVAL follow a step's last pass on the
+ * these, so they add up to the makespan. A step's pass is LOAD, ADAMW,
+ * COMPUTE and STORE in that order, an evaluation's pass EVAL; STEP follows a
+ * step's last pass and EVAL (the checkpoint) an evaluation's last, on the
  * device that ran it; WAIT then; IDLE is the gaps between. */
 typedef enum {
-    PM_PART_COMPUTE, /* a pass's K microbatches */
+    PM_PART_COMPUTE, /* a step's pass's K microbatches */
     PM_PART_LOAD,    /* a pass copying its shard's state in (it was not resident or
                         prefetched; at a step's first pass, the step's batch too) */
     PM_PART_ADAMW,   /* a pass applying its shard's deferred AdamW update and zeroing its
                         gradients (a shard's first pass of a step) */
     PM_PART_STORE,   /* a pass writing what it changed back to the task's store */
     PM_PART_STEP,    /* after a step's last pass: the loss and the global gradient norm */
-    PM_PART_EVAL,    /* after a step's last pass, at intervals and at the end: pending
-                        updates applied on the host, evaluation, checkpoint */
+    PM_PART_EVAL,    /* at intervals and at the end: an evaluation's passes (forward
+                        through each shard on the validation batches, taken and joined
+                        as a step's passes are; all of such a pass but its waits for
+                        other devices), then the checkpoint */
     PM_PART_WAIT,    /* waiting for the prefetch copy of the next pass's shard, and a
                         joined pass waiting for its input microbatches or for the
                         step's other passes (pm_select_pass.flow) */
@@ -448,7 +499,8 @@ extern const char *const pm_select_part_names[PM_PART_COUNT]; /* "compute", "loa
 
 /* One pass as it ran, with what its device did up to its next pass. */
 typedef struct {
-    int dev, task, shard, kind; /* kind: 0 forward, 1 last shard fused, 2 backward */
+    int dev, task, shard, kind; /* kind: 0 forward, 1 last shard fused, 2 backward,
+                                 * 3 an evaluation's forward */
     double start, end;          /* seconds from the run's start */
     double loaded, updated, computed; /* within it: LOAD until loaded, ADAMW until updated,
                                  * COMPUTE until computed, STORE until end */
@@ -472,8 +524,7 @@ typedef struct {
                              measured: every task's passes, step ends and evaluations
                              (pm_select_result.work_s); when devices join a task
                              (shard policy, D > 1, no_join 0), its passes counted over
-                             min(D, its shards)
-                             devices and their compute over min(D, shards, microbatches) */
+                             min(D, its shards) devices */
     size_t *peak;       /* (devices) highest slab byte used; owned */
     double *busy;       /* (devices) seconds of passes run, less a joined pass's waits
                            for other devices; owned */
@@ -484,6 +535,8 @@ typedef struct {
     pm_select_pass *log; /* (nlog) every pass run, in the order they ended; owned */
     int64_t nlog;
     int64_t joined;     /* passes a device ran by joining a running task */
+    double moved_bytes; /* shard state copied into the devices' slots (prefetch copies
+                           too) and written back to the tasks' store */
 } pm_select_stats;
 
 void pm_select_stats_free(pm_select_stats *s);
@@ -550,7 +603,11 @@ extern const char pm_select_rank_rule[];
  * Free with pm_select_session_free after any of them, failed or not. */
 typedef struct {
     pm_select_opts run;  /* the run's options (pm_select_run); eval_every -1: every
-                            steps / 5 of the longest task (its steps under 5 steps);
+                            steps / 5 of the longest task, but no more often than
+                            every 10 eval_batches / (3 K) steps (K the fewest
+                            microbatches of a task: evaluation at most a tenth of the
+                            training), 0 (only at the end) where that is the steps;
+                            under halving every steps / 5;
                             the session sets rungs, nrung, skip, prior_loss, prior_val
                             and val */
     size_t device_mem;   /* one device's budget (pm_select_partition) */

@@ -515,6 +515,19 @@ int64_t pm_ckpt_peek_step(const char *path);
 pm_status pm_ckpt_check_run(const char *path, const pm_ckpt_info *info, const pm_train_cfg *cfg,
                             uint64_t data_id, pm_err *err);
 
+/* Whether continuing a checkpoint's run keeps its learning-rate schedule
+ * and AdamW settings: opt.steps, opt.warmup, the cosine's floor, betas, eps
+ * and clipping must be cfg's, else PM_ERR_ARG naming each field that
+ * differs, what it was and what cfg has. */
+pm_status pm_ckpt_check_schedule(const char *path, const pm_ckpt_info *info,
+                                 const pm_train_cfg *cfg, pm_err *err);
+
+/* A checkpoint checked whole before anything uses it: its header, this
+ * run (pm_ckpt_check_run, pm_ckpt_check_schedule) and every slab's checksum
+ * (the file read through once). *info as pm_ckpt_info_read gives it. */
+pm_status pm_ckpt_verify(const char *path, const pm_train_cfg *cfg, uint64_t data_id,
+                         pm_ckpt_info *info, pm_err *err);
+
 /* Reads elements first .. first+count-1 of slab from path (info from
  * pm_ckpt_info_read) into dst, or only hashes them with dst NULL (to verify
  * before anything is overwritten), and sets *sum to the range's part of the

@@ -181,6 +181,18 @@ void pm_json_str(FILE *f, const char *s);
 #define PM_FLOAT_TEXT 24
 char *pm_float_text(char *buf, float x);
 
+/* x as text that reads back (strtod) as the same double: an integer's
+ * digits, else the fewest of 15, 16 or 17 significant digits that do
+ * (0.1 as "0.1"); not finite: "nan", "inf", "-inf". buf holds at least
+ * PM_DOUBLE_TEXT bytes; returns buf. */
+#define PM_DOUBLE_TEXT 32
+char *pm_double_text(char *buf, double x);
+/* x as a JSON number that reads back as the same double (pm_double_text),
+ * or null when it is not finite (JSON has no NaN); PM_JSON_NUM(x) gives it
+ * in a buffer of the enclosing block: printf("%s", PM_JSON_NUM(x)). */
+char *pm_json_text(char *buf, double x);
+#define PM_JSON_NUM(x) pm_json_text((char[PM_DOUBLE_TEXT]){0}, (x))
+
 /* n bytes as text for messages: "512 bytes", "1.50 KiB", "23.4 MiB",
  * "128 GiB" (binary units; 2, 1 or no decimals from 1 KiB on). */
 void pm_bytes_str(size_t n, char *buf, size_t cap);

@@ -33,6 +33,7 @@ static const char usage[] =
     "                      [--asha ETA [--asha-min N]]\n"
     "                      [--save-best FILE] [--resume DIR] [--stop-after N]\n"
     "                      [--json] [--csv FILE] [--timeline FILE.svg] [--trace FILE]\n"
+    "                      [--curves FILE.svg]\n"
     "\n"
     "Model selection: many GPT configurations (tasks) trained at once, each cut into\n"
     "shards that fit one device's memory, scheduled so every device stays busy with\n"
@@ -49,9 +50,10 @@ static const char usage[] =
     "  --sample-seed S  the draw's seed (default 1): the same S, the same tasks\n"
     "  --tasks FILE  one task per line as key=value pairs with the same names\n"
     "           (lr=3e-4 layers=8 dim=256 steps=50 weight_decay=0), and name=NAME to\n"
-    "           name it (else tN); '#' starts a comment\n"
+    "           name it (else tN); '#' starts a comment. An option given one value\n"
+    "           beside it (--steps 12) is the value of every line that does not set it\n"
     "  Tasks with the same configuration are warned about (they train the same).\n";
-static const char usage_more[] = /* (two strings: C keeps one under 4096 bytes) */
+static const char usage_more[] = /* (three strings: C keeps one under 4096 bytes) */
     "  SIZE     bytes, with K, M or G (binary) suffixes: 64M\n"
     "  --dry-run     print every task's shards (layers, bytes) and the forecast\n"
     "           makespan of the policies shard, task and sequential against the lower\n"
@@ -72,6 +74,12 @@ static const char usage_more[] = /* (two strings: C keeps one under 4096 bytes) 
     "           shards run as a pipeline over several devices (fewer tasks than\n"
     "           devices: the end of a sweep, after halving, one large model); still\n"
     "           bit for bit\n"
+    "  --eval-every N, --eval-batches N  evaluate each task every N steps and at its\n"
+    "           end on N microbatches (default 4), through its shards as its training\n"
+    "           passes go, so idle devices share it; by default every steps/5, but no\n"
+    "           more often than keeps evaluation under a tenth of the training (every\n"
+    "           10 N / (3 K) steps, K the microbatches: 14 with the defaults; under\n"
+    "           --halving every steps/5); 0: only at the end\n"
     "  --halving ETA  successive halving: at each evaluation round the best 1/ETA\n"
     "           of the tasks still running (by validation loss) go on, the rest stop\n"
     "  --asha ETA  asynchronous successive halving (ASHA, Li et al. 2018, as Ray\n"
@@ -83,6 +91,8 @@ static const char usage_more[] = /* (two strings: C keeps one under 4096 bytes) 
     "           can reach rung k go on (N_0 all tasks), so of 9 tasks and ETA 3 at most 3\n"
     "           pass the first rung; once no task can still reach a rung, its best\n"
     "           ceil(m/ETA) fill the rest of that and the others there stop\n"
+    ;
+static const char usage_end[] =
     "  --resume DIR  each task's checkpoint goes to DIR/NAME.ckpt at every evaluation\n"
     "           and at its end (its losses to DIR/NAME.loss, which a resumed task that\n"
     "           runs no further step reports); run again with the same options to\n"
@@ -93,6 +103,9 @@ static const char usage_more[] = /* (two strings: C keeps one under 4096 bytes) 
     "           sweep can hold more state than memory (default: ram)\n"
     "  --timeline FILE.svg, --trace FILE  the run as measured: one row (track) per\n"
     "           device, each shard pass a box coloured by task, idle time as gaps\n"
+    "  --curves FILE.svg  every task's training loss and validation losses against\n"
+    "           the step, a colour each, the legend ranked (best first), early stops\n"
+    "           crossed\n"
     "  --save-best FILE  the best task's checkpoint (by validation loss), as\n"
     "           `pipemem train --save` would write it (pipemem sample reads it)\n"
     "Every task trains exactly as `pipemem train` alone with its options: the same\n"
@@ -106,8 +119,9 @@ typedef struct {
     pm_sweep sweep;      /* the tasks: the swept keys, --sample, --tasks */
     pm_select_setup set; /* the session's: devices, policy, evaluation, --resume, ... */
     int dry_run, json, stop_after, sample_seed;
-    const char *data, *csv, *save_best, *svg, *trace, *spill;
+    const char *data, *csv, *save_best, *svg, *trace, *spill, *curves;
     sel_progress pg;     /* the progress lines' state (set.run.report_ctx) */
+    pm_cli_curves curves_rec; /* --curves: what the run's events recorded */
 } sel_opts;
 
 /* A swept key, --KEY LIST or a range: the option's tag is the key. */
@@ -172,6 +186,7 @@ static const pm_cli_opt OPTS[] = {
     {"--sample", 'i', 1, PM_SWEEP_MAX_TASKS, F(sweep.sample), NULL, NULL, 0},
     {"--sample-seed", 'i', 0, 0, F(sample_seed), NULL, NULL, 0},
     S("--spill", spill), P("--timeline", 'w', svg), P("--trace", 'w', trace),
+    P("--curves", 'w', curves),
     S("--resume", set.run.save_dir), P("--csv", 'w', csv), P("--save-best", 'w', save_best),
     P("--tasks", 'r', sweep.tasks_file), P("--data", 'R', data),
     {"--devices", 'i', 1, 4096, F(set.run.devices), NULL, NULL, 0},
@@ -199,16 +214,13 @@ static int parse_args(int argc, char **argv, sel_opts *o) {
     o->set.run.report_ctx = &o->pg;
     pm_cli_opts set = {OPTS, sizeof OPTS / sizeof OPTS[0], o, NULL};
     int rc = pm_cli_parse("select", argc, argv, 1, &set, 1, NULL, NULL);
-    if (rc == 2) fputs(usage, stdout), fputs(usage_more, stdout);
+    if (rc == 2) fputs(usage, stdout), fputs(usage_more, stdout), fputs(usage_end, stdout);
     if (rc) return rc;
     const pm_select_opts *r = &o->set.run;
     if (!r->devices) return pm_cli_fail("select: --devices D is required");
     if (!o->set.device_mem) return pm_cli_fail("select: --device-mem SIZE is required (e.g. 64M)");
     if (!o->dry_run && !o->data)
         return pm_cli_fail("select: --data DIR is required to train (or --dry-run for the plan)");
-    if (o->sweep.tasks_file && (pm_sweep_swept(&o->sweep) || o->sweep.sample))
-        return pm_cli_fail("select: give the tasks either as lists (or ranges with --sample N) "
-                           "or as --tasks FILE, not both");
     if (o->sample_seed >= 0 && !o->sweep.sample)
         return pm_cli_fail("select: --sample-seed S seeds --sample N; add --sample N");
     if (r->asha && r->halving)
@@ -285,11 +297,29 @@ static int report(const sel_opts *o, pm_select_session *s) {
     if (o->csv) rc = sel_write_csv(o->csv, s);
     if (!rc && o->svg) rc = sel_write_timeline(o->svg, s, 0);
     if (!rc && o->trace) rc = sel_write_timeline(o->trace, s, 1);
+    if (!rc && o->curves) rc = sel_write_curves(o->curves, s, &o->pg);
     if (!rc && o->save_best) rc = save_best(o->save_best, s);
     for (int i = 0; i < s->n; i++) failed += s->res[i].state == PM_SELECT_FAILED;
     if (!rc && failed == s->n)
         rc = pm_cli_fail("select: %s failed (the table says why)",
                          s->n == 1 ? "the task" : "every task");
+    return rc;
+}
+
+/* --curves: a curve per task from the step it starts at (resumed: its
+ * checkpoint's) to its last, and room for each one's stop reason. */
+static int curves_start(sel_opts *o, const pm_select_session *s) {
+    int64_t *at = pm_malloc(2 * (size_t)s->n * sizeof *at);
+    o->pg.why = pm_calloc((size_t)s->n, sizeof *o->pg.why);
+    if (!at || !o->pg.why) {
+        pm_free(at);
+        return pm_cli_fail("select: out of memory");
+    }
+    for (int i = 0; i < s->n; i++)
+        at[i] = s->hosts[i].step, at[s->n + i] = s->tasks[i].cfg.opt.steps;
+    int rc = pm_cli_curves_init(&o->curves_rec, s->n, at, at + s->n);
+    pm_free(at);
+    if (!rc) o->pg.curves = &o->curves_rec;
     return rc;
 }
 
@@ -319,6 +349,7 @@ static int train(sel_opts *o, pm_select_session *s, pm_select_ranks *k) {
     o->pg = (sel_progress){.t = s->tasks, .n = s->n, .devices = o->set.run.devices,
                            .t0 = pm_now()};
     for (int i = 0; i < s->n; i++) o->pg.steps_all += s->tasks[i].cfg.opt.steps - s->hosts[i].step;
+    if (o->curves && !quiet && curves_start(o, s)) return 1;
     struct sigaction sa = {0}, old;
     sa.sa_handler = on_sigint;
     sigemptyset(&sa.sa_mask);
@@ -339,7 +370,7 @@ static int train(sel_opts *o, pm_select_session *s, pm_select_ranks *k) {
 static int outputs_distinct(const sel_opts *o, const pm_select_task *t, int n) {
     const char *resume = o->set.run.save_dir;
     int nres = resume ? 2 * n : 0, rc;
-    pm_cli_file *f = pm_calloc((size_t)(8 + nres), sizeof *f);
+    pm_cli_file *f = pm_calloc((size_t)(9 + nres), sizeof *f);
     char (*names)[4200] = pm_calloc((size_t)(6 + 2 * nres), sizeof *names);
     if (!f || !names) {
         pm_free(f), pm_free(names);
@@ -352,11 +383,12 @@ static int outputs_distinct(const sel_opts *o, const pm_select_task *t, int n) {
     f[1] = (pm_cli_file){"--timeline", o->svg, 1, 0};
     f[2] = (pm_cli_file){"--trace", o->trace, 1, 0};
     f[3] = (pm_cli_file){"--save-best", o->save_best, 1, 0};
-    f[4] = (pm_cli_file){"the task list (--tasks)", o->sweep.tasks_file, 0, 0};
+    f[4] = (pm_cli_file){"--curves", o->curves, 1, 0};
+    f[5] = (pm_cli_file){"the task list (--tasks)", o->sweep.tasks_file, 0, 0};
     for (int k = 0; k < 3 && o->data; k++) {
         snprintf(names[2 * k], sizeof names[0], "%s (--data %s)", role[k], o->data);
         snprintf(names[2 * k + 1], sizeof names[0], "%s/%s", o->data, split[k]);
-        f[5 + k] = (pm_cli_file){names[2 * k], names[2 * k + 1], 0, 0};
+        f[6 + k] = (pm_cli_file){names[2 * k], names[2 * k + 1], 0, 0};
     }
     for (int i = 0; i < nres; i++) {
         char *what = names[6 + 2 * i], *path = names[7 + 2 * i];
@@ -364,10 +396,21 @@ static int outputs_distinct(const sel_opts *o, const pm_select_task *t, int n) {
         snprintf(what, sizeof names[0], "task %s's %s (--resume %s)", name,
                  i % 2 ? "losses" : "checkpoint", resume);
         snprintf(path, sizeof names[0], "%s/%s.%s", resume, name, i % 2 ? "loss" : "ckpt");
-        f[8 + i] = (pm_cli_file){what, path, 0, 0};
+        f[9 + i] = (pm_cli_file){what, path, 0, 0};
     }
-    rc = pm_cli_files_distinct("select", f, 8 + nres);
+    rc = pm_cli_files_distinct("select", f, 9 + nres);
     pm_free(f), pm_free(names);
+    return rc;
+}
+
+/* The outputs: none onto an input or another, each writable. */
+static int outputs_ok(const sel_opts *o, const pm_select_session *s) {
+    int rc = outputs_distinct(o, s->tasks, s->n);
+    if (!rc && o->save_best && pm_cli_out_check(o->save_best)) rc = 1;
+    if (!rc && o->csv && pm_cli_out_check(o->csv)) rc = 1;
+    if (!rc && o->svg && pm_cli_out_check(o->svg)) rc = 1;
+    if (!rc && o->trace && pm_cli_out_check(o->trace)) rc = 1;
+    if (!rc && o->curves && pm_cli_out_check(o->curves)) rc = 1;
     return rc;
 }
 
@@ -394,21 +437,19 @@ int pm_cmd_select(int argc, char **argv) {
     if (!rc && o.dry_run) {
         rc = dry_run(&o, &s);
     } else if (!rc) {
-        rc = rank > 0 ? 0 : outputs_distinct(&o, s.tasks, s.n); /* rank 0 writes them */
-        if (!rc && o.save_best && pm_cli_out_check(o.save_best)) rc = 1;
-        if (!rc && o.csv && pm_cli_out_check(o.csv)) rc = 1;
-        if (!rc && o.svg && pm_cli_out_check(o.svg)) rc = 1;
-        if (!rc && o.trace && pm_cli_out_check(o.trace)) rc = 1;
+        if (rank <= 0) rc = outputs_ok(&o, &s); /* rank 0 writes them */
         /* before anything is allocated: the devices' slabs and the tasks'
          * state in RAM against what this machine has available now */
         if (!rc && pm_select_session_fits(&s, (double)pm_mem_available(), &e))
             rc = pm_cli_fail("select: %s", e.msg);
         if (!rc) rc = start(&o, &s, &tr, &va);
-        if (rank >= 0) rc = sel_ranks_open(&s, &tr, &va, rc, &k);
-        if (!rc) rc = train(&o, &s, k);
     }
+    if (rank >= 0) rc = sel_ranks_open(rc ? NULL : &s, &tr, &va, rc, &k); /* every rank's */
+    if (!rc && !o.dry_run) rc = train(&o, &s, k);
     pm_select_session_free(&s);
     pm_select_ranks_free(k);
     pm_tokens_free(&tr), pm_tokens_free(&va);
+    pm_cli_curves_free(&o.curves_rec);
+    pm_free(o.pg.why);
     return rc;
 }

@@ -22,11 +22,13 @@ typedef struct {
     int n;
     double spent, final_loss, val_loss;
     int tty, every;
+    pm_cli_curves curves; /* --curves */
 } progress;
 
 static void on_event(void *ctx, const pm_loop_event *ev) {
     progress *pr = ctx;
     const pm_train_cfg *c = &pr->t->cfg;
+    pm_cli_train_curves_event(&pr->curves, ev);
     if (ev->kind == PM_LOOP_STEP) {
         pr->times[pr->n++] = ev->seconds;
         pr->spent += ev->seconds;
@@ -97,6 +99,10 @@ int pm_cmd_train(int argc, char **argv) {
     pm_blas_threads(o.threads);
     pm_tokens tr, va;
     if (pm_cli_train_data(&o, &tr, &va)) return 1;
+    if (pm_cli_train_check_resume(&o, &tr)) {
+        pm_tokens_free(&tr), pm_tokens_free(&va);
+        return 1;
+    }
     pm_train_cfg cfg;
     pm_cli_train_cfg(&o, &tr, &cfg);
     pm_trainer t;
@@ -123,7 +129,10 @@ int pm_cmd_train(int argc, char **argv) {
     pm_train_driver drv = pm_trainer_driver(&t, on_event, &pr);
     pm_loop_opts lo = {.stop_at = pm_cli_train_stop_at(&o, &cfg), .eval_every = o.eval_every,
                        .eval_batches = o.eval_batches, .val = &va, .save = o.save};
-    rc = pm_train_loop(&st, &drv, &lo, &err) ? pm_cli_fail("%s", err.msg) : 0;
+    rc = pm_cli_train_curves_init(&o, st.step, cfg.opt.steps, &pr.curves);
+    if (!rc) rc = pm_train_loop(&st, &drv, &lo, &err) ? pm_cli_fail("%s", err.msg) : 0;
+    if (!rc) rc = pm_cli_train_curves_write(&o, &pr.curves);
+    pm_cli_curves_free(&pr.curves);
     if (!rc && o.json) { /* one device's bytes by kind, as the pipeline prints its devices' */
         size_t n = pm_gpt_num_params(&cfg.model) * sizeof(float);
         size_t work = pm_train_mem_bytes(&cfg, NULL) - 4 * n;

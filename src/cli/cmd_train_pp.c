@@ -189,6 +189,7 @@ typedef struct {
     double lat;                /* the replay's latency c (us), summed like mk */
     int nt;
     double final_loss, val_loss;
+    pm_cli_curves curves;      /* --curves (rank 0) */
 } pp_stats;
 
 /* Each device's planned bytes by kind, what it allocated (the allocation
@@ -205,9 +206,11 @@ static void json_memory(const pm_pipe *pp, const double *fig, int mpi) {
     }
     printf("], \"allocated_bytes\": [");
     for (int g = 0; g < pl->nd; g++)
-        printf("%s%.0f", g ? ", " : "", mpi ? fig[2 * g] : (double)pm_pipe_allocated(pp)[g]);
+        printf("%s%s", g ? ", " : "",
+               PM_JSON_NUM(mpi ? fig[2 * g] : (double)pm_pipe_allocated(pp)[g]));
     printf("], \"peak_rss_bytes\": [");
-    for (int g = 0; g < (mpi ? pl->nd : 1); g++) printf("%s%.0f", g ? ", " : "", fig[2 * g + 1]);
+    for (int g = 0; g < (mpi ? pl->nd : 1); g++)
+        printf("%s%s", g ? ", " : "", PM_JSON_NUM(fig[2 * g + 1]));
     printf("]");
 }
 
@@ -217,9 +220,9 @@ static void json_passes(const pm_pipe *pp, const pp_stats *ps) {
     double n = ps->n ? ps->n : 1;
     printf(", \"stage_pass_us\": [");
     for (int s = 0; s < pm_pipe_stages(pp); s++)
-        printf("%s[%.3f, %.3f, %.3f]", s ? ", " : "", ps->pass[3 * s] / n,
-               ps->pass[3 * s + 1] / n, ps->pass[3 * s + 2] / n);
-    printf("], \"latency_us\": %.3f, \"hosts\": [", ps->lat / n);
+        printf("%s[%s, %s, %s]", s ? ", " : "", PM_JSON_NUM(ps->pass[3 * s] / n),
+               PM_JSON_NUM(ps->pass[3 * s + 1] / n), PM_JSON_NUM(ps->pass[3 * s + 2] / n));
+    printf("], \"latency_us\": %s, \"hosts\": [", PM_JSON_NUM(ps->lat / n));
     for (int g = 0; g < pm_pipe_devices(pp) * pm_pipe_replicas(pp); g++) {
         printf("%s", g ? ", " : "");
         pm_json_str(stdout, pm_pipe_host(pp, g));
@@ -234,17 +237,18 @@ static void print_json(const pm_cli_train_opts *o, const pm_pipe *pp, const pm_t
     pm_cli_train_json_head(o, &st->cfg, st->step, ps->times, ps->nt, ps->final_loss,
                            ps->val_loss);
     printf(", \"schedule\": \"%s\", \"pp\": %d, \"dp\": %d, \"zero\": %d, \"transport\": \"%s\", "
-           "\"stages\": %d, \"measured_bubble\": %.4f, \"predicted_bubble\": %.4f, "
-           "\"measured_step_ms\": %.3f, \"predicted_step_ms\": %.3f",
+           "\"stages\": %d, \"measured_bubble\": %s, \"predicted_bubble\": %s, "
+           "\"measured_step_ms\": %s, \"predicted_step_ms\": %s",
            pm_pipe_schedule(pp)->kind, p, pm_pipe_replicas(pp), pm_pipe_plan(pp)->zero,
-           o->transport && !strcmp(o->transport, "mpi") ? "mpi" : "threads", S, ps->bub / n,
-           ps->pbub / n, ps->mk / n, ps->pmk / n);
+           o->transport && !strcmp(o->transport, "mpi") ? "mpi" : "threads", S,
+           PM_JSON_NUM(ps->bub / n), PM_JSON_NUM(ps->pbub / n), PM_JSON_NUM(ps->mk / n),
+           PM_JSON_NUM(ps->pmk / n));
     /* predicted_step_ms is the replay (kept for compatibility); the forecast
      * was made before each step from earlier steps' costs */
-    printf(", \"replay_step_ms\": %.3f", ps->pmk / n);
+    printf(", \"replay_step_ms\": %s", PM_JSON_NUM(ps->pmk / n));
     if (ps->nf)
-        printf(", \"forecast_step_ms\": %.3f, \"forecast_error\": %.4f, \"forecast_steps\": %d",
-               ps->fmk / ps->nf, ps->ferr / ps->nf, ps->nf);
+        printf(", \"forecast_step_ms\": %s, \"forecast_error\": %s, \"forecast_steps\": %d",
+               PM_JSON_NUM(ps->fmk / ps->nf), PM_JSON_NUM(ps->ferr / ps->nf), ps->nf);
     else
         printf(", \"forecast_step_ms\": null, \"forecast_error\": null, \"forecast_steps\": 0");
     json_sizes("peak_activation_bytes", ps->last.peak, nd);
@@ -252,17 +256,17 @@ static void print_json(const pm_cli_train_opts *o, const pm_pipe *pp, const pm_t
     json_sizes("arena_bytes", ps->last.arena, nd);
     double bmax = 0, bsum = 0;
     const pm_plan *pl = pm_pipe_plan(pp);
-    printf(", \"placement\": \"%s\", \"placement_rule\": \"%s\", \"placement_cap_bytes\": %.0f",
+    printf(", \"placement\": \"%s\", \"placement_rule\": \"%s\", \"placement_cap_bytes\": %s",
            o->placement ? o->placement : "flops", pm_place_rule_names[pl->placed.rule],
-           pl->placed.cap);
+           PM_JSON_NUM(pl->placed.cap));
     printf(", \"head_parts\": %d, \"device_busy_ms\": [",
            pm_gpt_head_parts(&pm_pipe_config(pp)->model));
     for (int g = 0; g < nd; g++) {
         double b = ps->busy[g] / n;
-        printf("%s%.6f", g ? ", " : "", b); /* a tiny model's passes take well under 1 ms */
+        printf("%s%s", g ? ", " : "", PM_JSON_NUM(b));
         bmax = b > bmax ? b : bmax, bsum += b;
     }
-    printf("], \"busy_max_over_mean\": %.4f", bsum > 0 ? bmax * nd / bsum : 0);
+    printf("], \"busy_max_over_mean\": %s", PM_JSON_NUM(bsum > 0 ? bmax * nd / bsum : 0));
     json_passes(pp, ps);
     json_memory(pp, fig, o->transport && !strcmp(o->transport, "mpi"));
     printf(", \"stage_layers\": [");
@@ -358,6 +362,7 @@ static void pp_count(pp_run *r, const pm_loop_event *ev) {
 static void pp_report(void *ctx, const pm_loop_event *ev) {
     pp_run *r = ctx;
     if (r->quiet) return;
+    pm_cli_train_curves_event(&r->ps->curves, ev);
     if (ev->kind == PM_LOOP_STEP) {
         pp_count(r, ev);
         r->spent += ev->seconds;
@@ -457,6 +462,7 @@ static int load(const pm_cli_train_opts *o, const pp_world *w, pp_job *j) {
                                            &j->tok_len);
         if (!failed && pm_loader_init(&vcheck, &j->va, j->cfg.model.ctx, 0, "val.bin", &err))
             failed = pm_cli_fail("%s/%s", o->data ? o->data : o->val_file, err.msg);
+        if (!failed) failed = pm_cli_train_check_resume(o, &j->tr); /* before any line */
         if (failed) pm_tokens_free(&j->tr), pm_tokens_free(&j->va);
     }
     if (!mpi) return failed;
@@ -544,10 +550,16 @@ static int run(const pm_cli_train_opts *o, pp_world *w) {
     if (o->resume && resume(o, &j)) goto out; /* a shared outcome */
     print_start(o, w, &j);
     if (w->transport == PM_TRANSPORT_MPI) pm_cli_lost_arm(w->rank, o->save, o->resume);
+    /* --curves: rank 0 records (out of memory there: the run still runs, and
+     * says at its end that it wrote no curves) */
+    int curves_bad = pm_pipe_is_root(j.pp) &&
+                     pm_cli_train_curves_init(o, j.st.step, j.st.cfg.opt.steps, &ps.curves);
     rc = pp_train(o, j.pp, &j.st, &j.va, &ps); /* the same on every rank */
     if (!rc && o->json) rc = finish_json(o, w, &j, &ps); /* collective, before any writing */
     if (!rc && pm_pipe_is_root(j.pp)) rc = write_outputs(o, j.pp, ps.last.peak != NULL);
+    if (!rc && pm_pipe_is_root(j.pp)) rc = curves_bad || pm_cli_train_curves_write(o, &ps.curves);
 out:
+    pm_cli_curves_free(&ps.curves);
     free(ps.times);
     free(ps.busy);
     free(ps.pass);

@@ -104,7 +104,8 @@ int plan_write_csv(FILE *f, const plan_report *r) {
 
 static void json_list(FILE *f, const char *name, const pm_cluster_plan *p, int k) {
     fprintf(f, "\"%s\": [", name);
-    for (int d = 0; d < p->pp; d++) fprintf(f, "%s%.12g", d ? ", " : "", gb(dev_bytes(p, d, k)));
+    for (int d = 0; d < p->pp; d++)
+        fprintf(f, "%s%s", d ? ", " : "", PM_JSON_NUM(gb(dev_bytes(p, d, k))));
     fputc(']', f);
 }
 
@@ -112,14 +113,14 @@ static void json_plan(FILE *f, const plan_report *r, const pm_cluster_plan *p) {
     fprintf(f, "{\"kind\": ");
     pm_json_str(f, p->kind);
     fprintf(f, ", \"pp\": %d, \"dp\": %d, \"mbs\": %d, \"microbatches\": %d, \"zero\": %d, "
-            "\"activation_gb\": %.9g, \"state_gb\": %.9g, \"total_gb\": %.9g, \"fits\": %s, "
-            "\"bubble\": %.6f, \"step_s\": %.9g, \"samples_per_s\": %.9g, \"mfu\": ",
-            p->pp, p->dp, p->mbs, p->m, p->zero, gb(p->act_peak), gb(p->state),
-            gb(p->total_max), p->fits ? "true" : "false", p->bubble, p->step, p->samples);
-    if (r->mfu) fprintf(f, "%.6f", p->mfu);
-    else fputs("null", f);
-    fprintf(f, ", \"busiest\": %d, \"m_bytes\": %.9g, \"auto_limit_m\": %.6g, \"stage_layers\": [",
-            p->busiest, p->M, p->limit);
+            "\"activation_gb\": %s, \"state_gb\": %s, \"total_gb\": %s, \"fits\": %s, "
+            "\"bubble\": %s, \"step_s\": %s, \"samples_per_s\": %s, \"mfu\": %s",
+            p->pp, p->dp, p->mbs, p->m, p->zero, PM_JSON_NUM(gb(p->act_peak)),
+            PM_JSON_NUM(gb(p->state)), PM_JSON_NUM(gb(p->total_max)), p->fits ? "true" : "false",
+            PM_JSON_NUM(p->bubble), PM_JSON_NUM(p->step), PM_JSON_NUM(p->samples),
+            r->mfu ? PM_JSON_NUM(p->mfu) : "null");
+    fprintf(f, ", \"busiest\": %d, \"m_bytes\": %s, \"auto_limit_m\": %s, \"stage_layers\": [",
+            p->busiest, PM_JSON_NUM(p->M), PM_JSON_NUM(p->limit));
     for (int s = 0; s < p->S; s++) fprintf(f, "%s%d", s ? ", " : "", p->first[s + 1] - p->first[s]);
     fprintf(f, "], \"stage_device\": [");
     for (int s = 0; s < p->S; s++) fprintf(f, "%s%d", s ? ", " : "", p->stage_device[s]);
@@ -135,8 +136,8 @@ static void json_plan(FILE *f, const plan_report *r, const pm_cluster_plan *p) {
 int plan_write_json(FILE *f, const plan_report *r) {
     fprintf(f, "{\"model\": ");
     pm_json_str(f, r->model);
-    fprintf(f, ", \"devices\": %d, \"device_mem_gb\": %.9g, \"time_unit\": ", r->devices,
-            gb(r->device_mem));
+    fprintf(f, ", \"devices\": %d, \"device_mem_gb\": %s, \"time_unit\": ", r->devices,
+            PM_JSON_NUM(gb(r->device_mem)));
     pm_json_str(f, r->time_unit);
     fputs(", \"plans\": [", f);
     for (int i = 0; i < r->n; i++) {

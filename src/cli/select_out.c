@@ -44,6 +44,14 @@ void sel_print_policies(const pm_select_session *s, const pm_select_forecast *f)
            r->write_bps / 1e9, 1e-6 / r->adamw_s, 100 * move / (compute + move), move,
            compute + move, s->set.run.no_join ? "joins no running task (--no-join)"
                                               : "with idle devices joining running tasks");
+    if (f->scale != 1) {
+        int64_t all = 0;
+        for (int i = 0; i < s->n; i++) all += s->tasks[i].cfg.opt.steps;
+        printf("extrapolated: the policies simulated over %lld of the tasks' %lld steps (the "
+               "same share of each, evaluations spread evenly) and their times scaled by %.4g, "
+               "the whole run's work over the simulated work\n", (long long)f->steps_simulated,
+               (long long)all, f->scale);
+    }
     printf("%-11s %12s %9s\n", "policy", "makespan s", "vs bound");
     for (int p = 0; p < PM_POLICY_COUNT; p++)
         printf("%-11s %12.3f %8.3fx\n", pm_select_policy_names[p], f->makespan[p],
@@ -80,17 +88,21 @@ void sel_print_dry_json(const pm_select_session *s, const pm_select_forecast *f)
             printf("%s{\"first_layer\": %d, \"last_layer\": %d, \"state\": %zu, \"act\": %zu}",
                    k ? ", " : "", t[i].shard[k].first, t[i].shard[k].last - 1,
                    t[i].shard[k].state, t[i].shard[k].act);
-        printf("], \"compute_s\": %.9g, \"move_s\": %.9g}", f->compute[i], f->move[i]);
+        printf("], \"compute_s\": %s, \"move_s\": %s}", PM_JSON_NUM(f->compute[i]),
+               PM_JSON_NUM(f->move[i]));
     }
-    printf("], \"steps\": %d, \"store\": \"%s\", \"flops_per_s\": %.9g, "
-           "\"state_read_bytes_per_s\": %.9g, \"state_write_bytes_per_s\": %.9g, "
-           "\"adamw_s_per_param\": %.9g, \"policies\": [", s->steps,
-           r->spilled ? "spill" : "ram", r->flops, r->read_bps, r->write_bps, r->adamw_s);
+    printf("], \"steps\": %d, \"store\": \"%s\", \"flops_per_s\": %s, "
+           "\"state_read_bytes_per_s\": %s, \"state_write_bytes_per_s\": %s, "
+           "\"adamw_s_per_param\": %s, \"policies\": [", s->steps,
+           r->spilled ? "spill" : "ram", PM_JSON_NUM(r->flops), PM_JSON_NUM(r->read_bps),
+           PM_JSON_NUM(r->write_bps), PM_JSON_NUM(r->adamw_s));
     for (int p = 0; p < PM_POLICY_COUNT; p++)
-        printf("%s{\"policy\": \"%s\", \"makespan_s\": %.9g}", p ? ", " : "",
-               pm_select_policy_names[p], f->makespan[p]);
-    printf("], \"join\": %s, \"lower_bound_s\": %.9g}\n", s->set.run.no_join ? "false" : "true",
-           f->lower_bound);
+        printf("%s{\"policy\": \"%s\", \"makespan_s\": %s}", p ? ", " : "",
+               pm_select_policy_names[p], PM_JSON_NUM(f->makespan[p]));
+    printf("], \"join\": %s, \"lower_bound_s\": %s, \"extrapolated\": %s, \"steps_simulated\": "
+           "%lld, \"scale\": %s}\n", s->set.run.no_join ? "false" : "true",
+           PM_JSON_NUM(f->lower_bound), f->scale != 1 ? "true" : "false",
+           (long long)f->steps_simulated, PM_JSON_NUM(f->scale));
 }
 
 /* One status line: tasks done, stopped, failed and running, steps, each
@@ -111,7 +123,7 @@ static void status_line(sel_progress *p, const pm_select_event *ev) {
 
 /* A task's reason (the library's words) with the flags the user knows. */
 typedef struct {
-    char s[2 * sizeof ((pm_select_result *)0)->why];
+    char s[SEL_WHY];
 } why_text;
 static why_text why_flags(const char *why) {
     why_text w;
@@ -119,11 +131,24 @@ static why_text why_flags(const char *why) {
     return w;
 }
 
+/* --curves: the event's losses, and a task's stop. */
+static void record(sel_progress *p, const pm_select_event *ev, const why_text *why) {
+    if (!p->curves) return;
+    if (ev->kind <= PM_SELECT_EV_DONE) pm_cli_curves_loss(p->curves, ev->task, ev->step, ev->loss);
+    if (ev->kind == PM_SELECT_EV_EVAL || ev->kind == PM_SELECT_EV_DONE)
+        pm_cli_curves_val(p->curves, ev->task, ev->step, ev->val_loss);
+    if (ev->kind == PM_SELECT_EV_STOPPED || ev->kind == PM_SELECT_EV_FAILED) {
+        snprintf(p->why[ev->task], sizeof p->why[0], "%s", why->s);
+        pm_cli_curves_stop(p->curves, ev->task, ev->step, p->why[ev->task]);
+    }
+}
+
 void sel_on_event(void *ctx, const pm_select_event *ev) {
     sel_progress *p = ctx;
     const char *name = p->t[ev->task].name;
     double el = ev->elapsed;
     why_text why = why_flags(ev->why);
+    record(p, ev, &why);
     p->done += ev->kind == PM_SELECT_EV_DONE;
     p->stopped += ev->kind == PM_SELECT_EV_STOPPED;
     p->failed += ev->kind == PM_SELECT_EV_FAILED;
@@ -176,10 +201,7 @@ void sel_print_table(FILE *f, const pm_select_session *s) {
     }
 }
 
-static void json_num(FILE *f, double x) {
-    if (isfinite(x)) fprintf(f, "%.9g", x);
-    else fputs("null", f);
-}
+static void json_num(FILE *f, double x) { fputs(PM_JSON_NUM(x), f); }
 
 void sel_print_json(const pm_select_session *s) {
     const pm_select_task *t = s->tasks;
@@ -198,7 +220,8 @@ void sel_print_json(const pm_select_session *s) {
         printf("%s", d ? ", " : "");
         json_num(stdout, st->makespan_s > 0 ? st->busy[d] / st->makespan_s : 0);
     }
-    printf("], \"joined_passes\": %lld", (long long)st->joined);
+    printf("], \"joined_passes\": %lld, \"moved_bytes\": %s", (long long)st->joined,
+           PM_JSON_NUM(st->moved_bytes));
     printf(", \"device_seconds\": ["); /* by part (pm_select_part): they add up to makespan_s */
     for (int d = 0; d < devices; d++) {
         printf("%s{", d ? ", " : "");
@@ -221,9 +244,9 @@ void sel_print_json(const pm_select_session *s) {
         json_num(stdout, r[i].val_loss);
         if (r[i].val_step >= 0) printf(", \"val_step\": %lld", (long long)r[i].val_step);
         else printf(", \"val_step\": null");
-        printf(", \"steps_run\": %lld, \"wall_s\": %.6f, \"busy_s\": %.6f, \"shards\": %d, "
-               "\"state\": \"%s\", \"why\": ", (long long)r[i].steps, r[i].wall_s, r[i].busy_s,
-               t[i].nshard, state_names[r[i].state]);
+        printf(", \"steps_run\": %lld, \"wall_s\": %s, \"busy_s\": %s, \"shards\": %d, "
+               "\"state\": \"%s\", \"why\": ", (long long)r[i].steps, PM_JSON_NUM(r[i].wall_s),
+               PM_JSON_NUM(r[i].busy_s), t[i].nshard, state_names[r[i].state]);
         pm_json_str(stdout, why_flags(r[i].why).s);
         if (s->set.run.ranks) printf(", \"rank\": %d", r[i].rank); /* the one that ran it */
         printf("}");
@@ -244,13 +267,15 @@ int sel_write_csv(const char *path, const pm_select_session *s) {
         int i = s->order[k];
         const pm_train_cfg *c = &t[i].cfg;
         char lr[PM_FLOAT_TEXT], wd[PM_FLOAT_TEXT], at[24] = "";
+        char fl[PM_DOUBLE_TEXT], vl[PM_DOUBLE_TEXT]; /* losses that read back exactly */
         if (r[i].val_step >= 0) snprintf(at, sizeof at, "%lld", (long long)r[i].val_step);
-        fprintf(w.f, "%s,%s,%d,%d,%d,%d,%d,%d,%d,%llu,%lld,%.9g,%.9g,%s,%d,%s,%.6f,%.6f,%d,%s,\"",
+        fprintf(w.f, "%s,%s,%d,%d,%d,%d,%d,%d,%d,%llu,%lld,%s,%s,%s,%d,%s,%.6f,%.6f,%d,%s,\"",
                 t[i].name, pm_float_text(lr, c->opt.lr), c->model.layers, c->model.dim,
                 c->model.heads, c->model.ctx, c->batch, c->micro, c->opt.warmup,
-                (unsigned long long)c->seed, (long long)r[i].steps, r[i].final_loss,
-                r[i].val_loss, at, c->opt.steps, pm_float_text(wd, c->opt.weight_decay),
-                r[i].wall_s, r[i].busy_s, t[i].nshard, state_names[r[i].state]);
+                (unsigned long long)c->seed, (long long)r[i].steps,
+                pm_double_text(fl, r[i].final_loss), pm_double_text(vl, r[i].val_loss), at,
+                c->opt.steps, pm_float_text(wd, c->opt.weight_decay), r[i].wall_s, r[i].busy_s,
+                t[i].nshard, state_names[r[i].state]);
         why_text why = why_flags(r[i].why);
         for (const char *q = why.s; *q; q++) { /* CSV quoting: a quote doubled */
             if (*q == '"') fputc('"', w.f);
@@ -270,6 +295,18 @@ int sel_write_timeline(const char *path, const pm_select_session *s, int trace) 
     pm_status bad = trace ? pm_select_write_trace(f, st, s->tasks, s->n)
                           : pm_select_write_svg(f, st, s->tasks, s->n, st->lower_bound_s);
     return pm_cli_out_close(&w, bad != PM_OK, path);
+}
+
+int sel_write_curves(const char *path, const pm_select_session *s, const sel_progress *pg) {
+    const char **names = pm_malloc((size_t)s->n * sizeof *names);
+    if (!names) return pm_cli_fail("--curves: out of memory");
+    for (int i = 0; i < s->n; i++) names[i] = s->tasks[i].name;
+    char title[200];
+    snprintf(title, sizeof title, "pipemem select: %d task%s, the legend ranked (best first); "
+             "x: stopped early", s->n, s->n > 1 ? "s" : "");
+    int rc = pm_cli_curves_write(pg->curves, s->order, names, title, path);
+    pm_free(names);
+    return rc;
 }
 
 /* Across ranks: the devices above are rank 0's; which rank ran each task. */

@@ -7,6 +7,7 @@
 #include <stdio.h>
 
 #include "cli.h"
+#include "curves.h"
 #include "pipemem/pm_select.h"
 
 /* --dry-run: every task's shards and the slab, then each policy's makespan
@@ -16,12 +17,18 @@ void sel_print_plan(const pm_select_session *s);
 void sel_print_policies(const pm_select_session *s, const pm_select_forecast *f);
 void sel_print_dry_json(const pm_select_session *s, const pm_select_forecast *f);
 
+/* A task's reason as the CLI says it: the library's (pm_select_result.why)
+ * with its parameters turned into flags, which may lengthen it. */
+#define SEL_WHY (2 * sizeof ((pm_select_result *)0)->why)
+
 /* Progress lines on standard error (pm_select_opts.report). */
 typedef struct {
     const pm_select_task *t;
     int n, done, stopped, failed, devices;
     int64_t steps_all, steps_done; /* every task's steps, and those run so far */
     double t0, last;               /* start, last status line */
+    pm_cli_curves *curves;         /* --curves: the losses recorded (NULL: none) */
+    char (*why)[SEL_WHY];          /* (n) with curves: each task's stop reason */
 } sel_progress;
 void sel_on_event(void *ctx, const pm_select_event *ev);
 
@@ -34,5 +41,7 @@ void sel_print_summary(FILE *f, const pm_select_session *s);
 void sel_print_json(const pm_select_session *s);
 int sel_write_csv(const char *path, const pm_select_session *s);
 int sel_write_timeline(const char *path, const pm_select_session *s, int trace);
+/* --curves: every task's losses (pg's), the legend in the table's order. */
+int sel_write_curves(const char *path, const pm_select_session *s, const sel_progress *pg);
 
 #endif

@@ -52,6 +52,7 @@ static int parse_timeout(const pm_cli_opt *d, const char *val, void *dst) {
 #define P(name, role, same, field, mode) {name, role, same, 0, F(field), NULL, NULL, mode}
 static const pm_cli_opt OPTS[] = {
     P("--data", 'R', 0, data, 0),   P("--save", 'w', 1, save, 0),
+    P("--curves", 'w', 0, curves, 0),
     P("--train", 'r', 0, train_file, 0), P("--val", 'r', 0, val_file, 0),
     I("--pad-vocab", 1, pad_vocab, 0),
     P("--resume", 'r', 1, resume, 0), C("--layers", PM_CFG_LAYERS),
@@ -86,7 +87,7 @@ static void usage(FILE *f) {
             "         [--batch B] [--microbatches K] [--steps N] [--lr X] [--warmup N]\n"
             "         [--weight-decay X]\n"
             "         [--eval-every N] [--eval-batches N] [--save FILE] [--resume FILE]\n"
-            "         [--seed S] [--stop-after N] [--json]\n"
+            "         [--seed S] [--stop-after N] [--json] [--curves FILE.svg]\n"
             "         [--threads N | --pp P [--schedule KIND | --schedule-file FILE]\n"
             "          [--chunks V] [--mem-limit X] [--recompute] [--trace FILE]\n"
             "          [--timeline FILE.svg] [--dp D] [--transport threads|mpi]\n"
@@ -101,6 +102,8 @@ static void usage(FILE *f) {
             "  Defaults: L 4, C 128, H 4, T 64, B 8, K 1, N 100, lr 1e-3, warm-up N/10,\n"
             "  weight decay 0.1 (AdamW's, of the matrices),\n"
             "  threads = cores, eval every N/5 steps on 4 batches, seed 1.\n"
+            "  --curves FILE.svg draws the training loss of every step and the validation\n"
+            "  losses against the step.\n"
             "  --save writes the checkpoint at every evaluation and at the end; --resume\n"
             "  with the same options continues bitwise as if never stopped. --stop-after N\n"
             "  ends the run after step N (an interruption on purpose).\n"
@@ -204,13 +207,29 @@ int64_t pm_cli_train_stop_at(const pm_cli_train_opts *o, const pm_train_cfg *cfg
 }
 
 int pm_cli_train_check_outputs(const pm_cli_train_opts *o) {
-    const char *paths[3] = {o->save, o->trace, o->svg};
-    const char *opts[3] = {"--save", "--trace", "--timeline"};
-    for (int k = 0; k < 3; k++) {
+    const char *paths[4] = {o->save, o->trace, o->svg, o->curves};
+    const char *opts[4] = {"--save", "--trace", "--timeline", "--curves"};
+    for (int k = 0; k < 4; k++) {
         pm_err err;
-        if (paths[k] && pm_path_check_writable(paths[k], &err))
-            return pm_cli_fail("train: %s %s", opts[k], err.msg);
+        /* a checkpoint is a regular file (its writer fills a temporary and
+         * renames it), so a device such as /dev/full is refused now, not
+         * at the first save */
+        pm_status st = !paths[k] ? PM_OK
+                       : k == 0  ? pm_ckpt_check_path(paths[k], &err)
+                                 : pm_path_check_writable(paths[k], &err);
+        if (st) return pm_cli_fail("train: %s %s", opts[k], err.msg);
     }
+    return 0;
+}
+
+int pm_cli_train_check_resume(const pm_cli_train_opts *o, const pm_tokens *tr) {
+    if (!o->resume) return 0;
+    pm_train_cfg cfg;
+    pm_ckpt_info info;
+    pm_err err;
+    pm_cli_train_cfg(o, tr, &cfg);
+    if (pm_ckpt_verify(o->resume, &cfg, pm_tokens_identity(tr), &info, &err))
+        return pm_cli_fail("%s", err.msg);
     return 0;
 }
 
@@ -303,13 +322,13 @@ void pm_cli_train_json_head(const pm_cli_train_opts *o, const pm_train_cfg *c, i
     }
     double tok = med > 0 ? (double)c->batch * c->model.ctx / med : 0;
     double gf = med > 0 ? pm_train_step_flops(c) / med / 1e9 : 0;
-    char fl[32];
-    if (isfinite(final_loss)) snprintf(fl, sizeof fl, "%.6f", final_loss);
-    else snprintf(fl, sizeof fl, "null");
-    printf("{\"steps\": %lld, \"steps_run\": %d, \"final_loss\": %s, \"val_loss\": %.6f, "
-           "\"median_step_ms\": %.3f, \"tokens_per_s\": %.1f, \"gflops_per_s\": %.2f, "
+    /* every number as the text that reads back as the same double, so a
+     * loss compares exactly with the same run's under select */
+    printf("{\"steps\": %lld, \"steps_run\": %d, \"final_loss\": %s, \"val_loss\": %s, "
+           "\"median_step_ms\": %s, \"tokens_per_s\": %s, \"gflops_per_s\": %s, "
            "\"params\": %zu, \"threads\": %d, \"batch\": %d, \"microbatches\": %d, "
-           "\"ctx\": %d", (long long)step, n, fl, val_loss, med * 1e3, tok, gf,
+           "\"ctx\": %d", (long long)step, n, PM_JSON_NUM(final_loss), PM_JSON_NUM(val_loss),
+           PM_JSON_NUM(med * 1e3), PM_JSON_NUM(tok), PM_JSON_NUM(gf),
            pm_gpt_num_params(&c->model), o->threads, c->batch, c->micro, c->model.ctx);
 }
 
@@ -327,6 +346,30 @@ int pm_cli_train_start(const pm_cli_train_opts *o, const pm_train_cfg *cfg, cons
         pm_trainer_free(t);
         return 1;
     }
+    return 0;
+}
+
+int pm_cli_train_curves_init(const pm_cli_train_opts *o, int64_t start, int64_t steps,
+                             pm_cli_curves *cv) {
+    *cv = (pm_cli_curves){0};
+    return o->curves ? pm_cli_curves_init(cv, 1, &start, &steps) : 0;
+}
+
+void pm_cli_train_curves_event(pm_cli_curves *cv, const pm_loop_event *ev) {
+    if (!cv->n) return;
+    if (ev->kind == PM_LOOP_STEP) pm_cli_curves_loss(cv, 0, ev->step, ev->info.loss);
+    else pm_cli_curves_val(cv, 0, ev->step, ev->val_loss);
+}
+
+int pm_cli_train_curves_write(const pm_cli_train_opts *o, const pm_cli_curves *cv) {
+    if (!o->curves) return 0;
+    static const int order[1] = {0};
+    const char *names[1] = {"train"};
+    char title[160];
+    snprintf(title, sizeof title, "pipemem train: %d layers, dim %d, lr %g, %d steps",
+             o->cfg.model.layers, o->cfg.model.dim, (double)o->cfg.opt.lr, o->cfg.opt.steps);
+    if (pm_cli_curves_write(cv, order, names, title, o->curves)) return 1;
+    fprintf(stderr, "wrote %s\n", o->curves);
     return 0;
 }
 

@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "cli.h"
+#include "curves.h"
 #include "pipemem/pm_data.h"
 #include "pipemem/pm_plan.h"
 #include "pipemem/pm_train.h"
@@ -15,6 +16,7 @@
 typedef struct {
     /* both modes */
     const char *data, *save, *resume;
+    const char *curves; /* --curves FILE.svg: the losses against the step */
     const char *train_file, *val_file; /* --train FILE --val FILE instead of --data DIR */
     int pad_vocab;  /* --pad-vocab N: the model's vocabulary rounded up to a multiple */
     pm_train_settings set; /* --layers ... --seed: the configuration's settings */
@@ -50,6 +52,12 @@ int pm_cli_train_parse(int argc, char **argv, pm_cli_train_opts *o);
  * prints one line naming the path and returns 1. */
 int pm_cli_train_check_outputs(const pm_cli_train_opts *o);
 
+/* --resume's checkpoint checked whole before anything is printed or
+ * allocated (pm_ckpt_verify): its checksums, this run's model and data
+ * (tr), and its learning-rate schedule (--steps, --warmup). On error
+ * prints one line, returns 1. */
+int pm_cli_train_check_resume(const pm_cli_train_opts *o, const pm_tokens *tr);
+
 /* The step a run stops after: --stop-after if it comes first, else
  * --steps (the cosine still spans --steps). */
 int64_t pm_cli_train_stop_at(const pm_cli_train_opts *o, const pm_train_cfg *cfg);
@@ -82,6 +90,15 @@ int pm_cli_read_tokenizer(const char *dir, const pm_tokens *tr, char **model, si
  * without the closing brace; sorts times (the step wall times, n of them). */
 void pm_cli_train_json_head(const pm_cli_train_opts *o, const pm_train_cfg *c, int64_t step,
                             double *times, int n, double final_loss, double val_loss);
+
+/* --curves (both modes): the run's curve, from the step it starts at to
+ * --steps, kept from the loop's events and written when it is over. init
+ * and write return 0 or 1 (printed); nothing is recorded or written
+ * without --curves. */
+int pm_cli_train_curves_init(const pm_cli_train_opts *o, int64_t start, int64_t steps,
+                             pm_cli_curves *cv);
+void pm_cli_train_curves_event(pm_cli_curves *cv, const pm_loop_event *ev);
+int pm_cli_train_curves_write(const pm_cli_train_opts *o, const pm_cli_curves *cv);
 
 /* `pipemem train` in pipeline mode (cmd_train_pp.c). */
 int pm_cli_train_pp(const pm_cli_train_opts *o);

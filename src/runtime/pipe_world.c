@@ -94,7 +94,8 @@ static pm_status mpi_create(pm_pipe *pp, pm_err *err) {
 static void own_hosts(pm_pipe *pp) {
     char me[PM_HOST_NAME] = "";
     if (gethostname(me, sizeof me - 1)) snprintf(me, sizeof me, "?");
-    for (int g = pp->lo; g < pp->hi; g++) memcpy(pp->hosts + (size_t)g * PM_HOST_NAME, me, sizeof me);
+    for (int g = pp->lo; g < pp->hi; g++)
+        memcpy(pp->hosts + (size_t)g * PM_HOST_NAME, me, sizeof me);
 }
 
 pm_status pm_pipe_world_create(pm_pipe *pp, pm_err *err) {

@@ -37,20 +37,18 @@
 
 /* ---- shared helpers -------------------------------------------------------- */
 
-/* JSON number: shortest readable form that round-trips to about 12 digits;
- * null for NaN and infinities, which JSON cannot hold. */
-/* x as "%.12g" writes it, into buf (NUM_TEXT bytes); its length. Most
- * numbers of a schedule (times, peaks) are integers and short binary
- * fractions (0.5, 0.34375), whose decimal digits are exact: when there are
- * at most 12 of them and x is from 1e-4 to below 1e12 (where %g writes no
- * exponent), they are written here, several times faster than snprintf
- * (the JSON of p = 64, m = 256 holds a quarter of a million); the rest,
- * and the sign of -0 dropped, go to snprintf. */
-enum { NUM_TEXT = 32, FRAC_BITS = 19 }; /* 2^-19: f 5^k below 10^19 fits 64 bits */
+/* x as JSON writes it, into buf (NUM_TEXT bytes): text that reads back as
+ * the same double; its length. Most numbers of a schedule (times, peaks)
+ * are integers and short binary fractions (0.5, 0.34375), whose decimal
+ * digits are exact: when there are at most 12 of them and x is from 1e-4
+ * to below 1e12, they are written here, several times faster than the
+ * general shortest form (the JSON of p = 64, m = 256 holds a quarter of a
+ * million); the rest go to pm_double_text (the sign of -0 dropped). */
+enum { NUM_TEXT = PM_DOUBLE_TEXT, FRAC_BITS = 19 }; /* 2^-19: f 5^k below 10^19 fits 64 bits */
 static int num_text(char *buf, double x) {
     double ax = fabs(x), scaled = ax * (double)(1u << FRAC_BITS);
     if (!(ax >= 1e-4 && ax < 1e12 && scaled < 9007199254740992.0 && scaled == floor(scaled)))
-        return snprintf(buf, NUM_TEXT, "%.12g", x == 0 ? 0.0 : x); /* no "-0" */
+        return (int)strlen(pm_double_text(buf, x == 0 ? 0.0 : x)); /* no "-0" */
     uint64_t q = (uint64_t)scaled, ip = q >> FRAC_BITS, f = q & ((1u << FRAC_BITS) - 1);
     int k = f ? FRAC_BITS : 0; /* fraction digits: f / 2^k = f 5^k / 10^k */
     while (f && !(f & 1)) f >>= 1, k--;
@@ -62,7 +60,7 @@ static int num_text(char *buf, double x) {
     for (int i = k - 1; i >= 0; i--) fb[i] = (char)('0' + f % 10), f /= 10;
     while (lead < k && fb[lead] == '0') lead++;
     int sig = (il > 1 || ib[0] != '0' ? il : 0) + k - (il == 1 && ib[0] == '0' ? lead : 0);
-    if (sig > 12) return snprintf(buf, NUM_TEXT, "%.12g", x);
+    if (sig > 12) return (int)strlen(pm_double_text(buf, x));
     int n = 0;
     if (x < 0) buf[n++] = '-';
     while (il) buf[n++] = ib[--il];
@@ -78,6 +76,7 @@ static size_t put(char *b, const char *s) {
     return n;
 }
 
+/* JSON number; null for NaN and infinities, which JSON cannot hold. */
 static void out_num(FILE *f, double x) {
     char buf[NUM_TEXT];
     if (!isfinite(x)) fputs("null", f);

@@ -15,11 +15,13 @@ static void *copier_main(void *arg) {
         while (dv->job == 0) pthread_cond_wait(&dv->ccv, &dv->cmu);
         if (dv->job == 2) break;
         sel_task *t = dv->jtask;
-        int s = dv->jshard, slot = dv->jslot;
+        int s = dv->jshard, slot = dv->jslot, whole = dv->jwhole;
         pthread_mutex_unlock(&dv->cmu);
-        double t0 = pm_now();
-        sel_load_state(t, dv, s, slot); /* on an I/O error the pass loads (and fails) itself */
+        double t0 = pm_now(), bytes = 0;
+        /* on an I/O error the pass loads (and fails) itself */
+        sel_load_state(t, dv, s, slot, whole, &bytes);
         double t1 = pm_now();
+        dv->jbytes += bytes; /* read by others only after the threads are joined */
         pthread_mutex_lock(&dv->cmu);
         dv->jt0 = t0, dv->jt1 = t1, dv->jcopied = 1;
         dv->job = 0;
@@ -29,9 +31,9 @@ static void *copier_main(void *arg) {
     return NULL;
 }
 
-void sel_copy_start(sel_dev *dv, sel_task *t, int s, int slot) {
+void sel_copy_start(sel_dev *dv, sel_task *t, int s, int slot, int whole) {
     pthread_mutex_lock(&dv->cmu);
-    dv->jtask = t, dv->jshard = s, dv->jslot = slot, dv->job = 1;
+    dv->jtask = t, dv->jshard = s, dv->jslot = slot, dv->jwhole = whole, dv->job = 1;
     pthread_cond_broadcast(&dv->ccv);
     pthread_mutex_unlock(&dv->cmu);
 }
@@ -59,6 +61,7 @@ pm_status sel_dev_init(sel_dev *dv, const pm_select_layout *L, int d, pm_err *er
     dv->state_off[0] = 0, dv->state_off[1] = L->state_slot;
     dv->act_off = (size_t)L->slots * L->state_slot;
     dv->res_task[0] = dv->res_task[1] = -1;
+    dv->res_whole[0] = dv->res_whole[1] = 0;
     dv->ran = -1;
     pthread_mutex_init(&dv->cmu, NULL);
     pthread_cond_init(&dv->ccv, NULL);

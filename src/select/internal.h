@@ -39,6 +39,19 @@ typedef struct {
     int pf_pass, pf_dev;  /* pass pf_pass is kept for device pf_dev, whose copy thread
                              prefetches its shard (-1 none): no other device joins it */
     int broken;           /* a pass failed: passes waiting for its microbatches give up */
+    /* evaluation: after a step that evaluates, a round of forward passes
+     * through the shards on the validation batches, chunk by chunk (pass k
+     * of the round runs shard k % S on chunk k / S), taken and joined as a
+     * step's passes are, so idle devices share it */
+    int ev;               /* 1: the current round is an evaluation's (under the lock;
+                             it changes only when no pass of the task runs) */
+    int ev_batches;       /* microbatches of an evaluation (opts.eval_batches) */
+    int ev_micro;         /* microbatches of a chunk: at most SEL_EVAL_CHUNK */
+    int ev_chunks;        /* chunks of a round */
+    int32_t *ev_inp, *ev_tgt; /* (ev_batches, B/K, T) the round's tokens; owned */
+    float *ev_act;        /* (S-1, ev_micro, nc) a chunk's outputs of shards 0..S-2; owned */
+    double ev_sum;        /* the round's microbatch losses, in order (the last shard's) */
+    double ev_busy;       /* seconds of the round's passes so far */
     int at_rung;          /* halving: evaluated, waiting for the others' evaluations;
                              ASHA: reported at its rung, waiting for a promotion */
     int rung;             /* ASHA: the rung it runs toward or waits at */
@@ -54,8 +67,10 @@ typedef struct {
     int64_t *updated;     /* (S) AdamW updates applied to each shard */
     int64_t *zeroed;      /* (S) steps whose gradients each shard has zeroed */
     uint64_t *version;    /* (S) bumped at each write-back of a shard's state */
+    double *usum;         /* (units) this step's sum of squares of each gradient unit
+                             (pm_optim_unit_sums), from the pass that computed it */
+    int *ufirst;          /* (S + 1) shard s's first unit; ufirst[S]: all of them */
     double busy;          /* seconds of passes run (less their waits for other devices) */
-    double compute;       /* of which computing (pm_select_pass: computed - updated - flow) */
     double work;          /* busy and the work after its steps (norm, evaluation) */
     /* what Sharded-LRTF knows of its times (sel_est) */
     double *fl;           /* (2S - 1) FLOPs of each pass of a step */
@@ -75,9 +90,6 @@ typedef struct {
  * v; n floats from float `at`, read (wr 0) or written. -1 on an I/O error
  * (t->why says). */
 int sel_store_io(sel_task *t, int slab, size_t at, size_t n, float *buf, int wr);
-/* The task's global gradient norm (pm_optim_norm), from RAM or the spill
- * file; -1 on an I/O error. */
-int sel_store_norm(sel_task *t, double *out);
 int sel_store_materialize(sel_task *t);
 int sel_store_release(sel_task *t);
 pm_status sel_store_open(sel_task *t, const char *dir, pm_err *err);
@@ -103,6 +115,10 @@ typedef struct {
     int slots;
     int res_task[2], res_shard[2]; /* resident state per slot (-1 none) */
     uint64_t res_version[2];
+    int res_whole[2];    /* the slot holds the gradients and moments too (a pass that
+                            applies AdamW's update needs them; one that only computes
+                            needs the parameters, its gradients starting at zero) */
+    double bytes;        /* bytes this device's passes copied in and wrote back */
     int last_slot;       /* slot of the last pass (the other one is loaded next) */
     int ran;             /* task of the last pass (-1 none) */
     size_t peak;         /* largest bytes in use seen */
@@ -112,35 +128,58 @@ typedef struct {
     int copier_up;
     pthread_mutex_t cmu;
     pthread_cond_t ccv;
-    int job, jshard, jslot;
+    int job, jshard, jslot, jwhole;
     void *jtask;         /* sel_task * */
     int jcopied;         /* a copy ran since the last sel_copy_wait */
     double jt0, jt1;     /* when the copy thread ran it (pm_now) */
     double wait_s;       /* time the device waited for a copy */
+    double jbytes;       /* bytes the copy thread copied in */
 } sel_dev;
 
 /* A device (device.c): its slab laid out for L, its copy thread started;
  * and stopped and freed. sel_copy_start has the copy thread load shard s of
- * t into slot; sel_copy_wait waits until it is done (the time waited is
- * added to dv->wait_s) and gives when the copy thread ran the copy started
- * since the last wait (pm_now times; both 0: none). */
+ * t into slot (whole: as sel_load_state); sel_copy_wait waits until it is
+ * done (the time waited is added to dv->wait_s) and gives when the copy
+ * thread ran the copy started since the last wait (pm_now times; both 0:
+ * none). */
 pm_status sel_dev_init(sel_dev *dv, const pm_select_layout *L, int d, pm_err *err);
 void sel_dev_free(sel_dev *dv);
-void sel_copy_start(sel_dev *dv, sel_task *t, int s, int slot);
+void sel_copy_start(sel_dev *dv, sel_task *t, int s, int slot, int whole);
 void sel_copy_wait(sel_dev *dv, double *copy0, double *copy1);
 
 /* Pass k of a step of a task with S shards: its shard and kind. */
-typedef enum { SEL_F, SEL_FUSED, SEL_B } sel_kind;
+typedef enum { SEL_F, SEL_FUSED, SEL_B, SEL_EVAL } sel_kind;
 static inline int sel_pass_shard(int S, int k) { return k < S ? k : 2 * S - 2 - k; }
 static inline sel_kind sel_pass_kind(int S, int k) {
     return k < S - 1 ? SEL_F : k == S - 1 ? SEL_FUSED : SEL_B;
 }
+/* A chunk of an evaluation holds at most this many microbatches (its
+ * boundary outputs are kept per microbatch: memory, against pipelining
+ * the chunk over the devices). */
+#define SEL_EVAL_CHUNK 8
+/* The task's current round (a step's 2S - 1 passes, or an evaluation's):
+ * how many passes, pass k's shard, kind and microbatches. */
+static inline int sel_round_passes(const sel_task *t) {
+    return t->ev ? t->ev_chunks * t->S : 2 * t->S - 1;
+}
+static inline int sel_round_shard(const sel_task *t, int k) {
+    return t->ev ? k % t->S : sel_pass_shard(t->S, k);
+}
+static inline sel_kind sel_round_kind(const sel_task *t, int k) {
+    return t->ev ? SEL_EVAL : sel_pass_kind(t->S, k);
+}
+static inline int sel_round_micro(const sel_task *t, int k) {
+    int left = t->ev_batches - k / t->S * t->ev_micro;
+    return !t->ev ? t->K : left < t->ev_micro ? left : t->ev_micro;
+}
 
-/* Runs pass `k` of the current step of t on device dv in state slot `slot`
- * (pass.c): loads the shard's state there unless it is resident and
- * current, applies a pending AdamW update and zeroes the gradients at a
- * shard's first pass of a step, runs the K microbatches, writes back what
- * changed. t->loss_sum receives the fused pass's microbatch losses. mark
+/* Runs pass `k` of the current round of t (a step's, or an evaluation's)
+ * on device dv in state slot `slot` (pass.c): loads the shard's state
+ * there unless it is resident and current, applies a pending AdamW update
+ * and zeroes the gradients at a shard's first pass of a step (or of an
+ * evaluation), runs the pass's microbatches, writes back what changed.
+ * t->loss_sum receives the fused pass's microbatch losses, t->ev_sum an
+ * evaluation's last shard's. mark
  * gets when each of the first three ended (pm_now): the load, the update,
  * the microbatches (pm_select_pass.loaded, updated, computed).
  * With joining (t->mu set): before microbatch j it waits until pass k - 1
@@ -157,8 +196,12 @@ int sel_resident(const sel_dev *dv, const sel_task *t, int s);
  * one, else the one not used last. */
 int sel_pick_slot(const sel_dev *dv, const sel_task *t, int s);
 /* Copies shard s's state from the host into `slot` and records it there
- * (the prefetch thread runs this while the device computes in the other). */
-int sel_load_state(sel_task *t, sel_dev *dv, int s, int slot);
+ * (the prefetch thread runs this while the device computes in the other):
+ * whole, its parameters, gradients and moments (a pass that applies the
+ * shard's pending AdamW update), else its parameters, the gradients set
+ * to zero (every pass after the update starts from zero gradients: the
+ * host's are not read, nor the moments). *bytes gets what it copied. */
+int sel_load_state(sel_task *t, sel_dev *dv, int s, int slot, int whole, double *bytes);
 
 /* Sharded-LRTF's choice (simulate.c), one rule for the simulator and the
  * executor: among tasks 0..n-1 that ready() accepts, those first() marks

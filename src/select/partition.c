@@ -28,7 +28,7 @@ static size_t up(size_t x) { return (x + ALIGN - 1) / ALIGN * ALIGN; }
  * its three passes), FLOPs. */
 typedef struct {
     size_t state, saved, in, scratch;
-    double ff, fbw;
+    double ff, fbw, fw;
 } layer_info;
 
 static pm_status layer_info_get(const pm_train_cfg *cfg, int l, layer_info *li, pm_err *err) {
@@ -39,7 +39,7 @@ static pm_status layer_info_get(const pm_train_cfg *cfg, int l, layer_info *li, 
     size_t sc = z.scratch_f > z.scratch_b ? z.scratch_f : z.scratch_b;
     sc = z.scratch_w > sc ? z.scratch_w : sc;
     *li = (layer_info){up(4 * pm_gpt_layer_params(&cfg->model, l) * sizeof(float)), up(z.saved),
-                       up(z.in), up(sc), z.flops_f, z.flops_b + z.flops_w};
+                       up(z.in), up(sc), z.flops_f, z.flops_b + z.flops_w, z.flops_w};
     return PM_OK;
 }
 
@@ -206,6 +206,7 @@ static pm_status fill_shards(const layer_table *lt, pm_select_task *t, size_t K,
             for (int l = x->first; l < x->last; l++) {
                 const layer_info *li = &lt->info[lt->off[i] + l];
                 x->state += li->state, x->flops_f += li->ff, x->flops_bw += li->fbw;
+                x->flops_w += li->fw;
             }
         }
         pm_free(t[i].shard);

@@ -9,15 +9,21 @@
  * Per microbatch j (the step's K in order, as `train` does):
  *   F      input (tokens on shard 0, else the previous shard's output kept
  *          on the host), the layers' F, the output back to the host;
- *   FUSED  the last shard: F with the loss, then B down its layers and W;
- *          the input gradient to the host;
- *   B      F again from the kept input (recomputation), then B and W with
- *          the output gradient from the host; the input gradient to the host.
+ *   FUSED  the last shard: F with the loss, then B down its layers, the
+ *          input gradient to the host, then W;
+ *   B      F again from the kept input (recomputation), then B with the
+ *          output gradient from the host, the input gradient to the host,
+ *          then W;
+ *   EVAL   an evaluation's: F on a validation microbatch, the output back
+ *          to the host (the loss, on the last shard).
  * Gradients accumulate per layer over j in order, so every gradient is the
- * single-device one bitwise. A shard's first pass of a step first applies
- * the previous step's AdamW update (the global norm is only known after the
- * last backward) and zeroes its gradients: the one AdamW loop of the core,
- * on the shard's slabs, so the result equals the whole-model update. */
+ * single-device one bitwise. A shard's first pass after a step (the next
+ * step's, or the evaluation's) first applies that step's AdamW update (the
+ * global norm is only known after the last backward) and zeroes its
+ * gradients: the one AdamW loop of the core, on the shard's slabs, so the
+ * result equals the whole-model update. Only that pass needs the shard's
+ * gradients and moments from the store; any other copies in the parameters
+ * alone, its gradients from zero, and writes back what it computed. */
 #include <string.h>
 
 #include "select/internal.h"
@@ -79,10 +85,10 @@ static void forward(const pm_train_cfg *c, const pm_shard *sh, const float *P, a
     }
 }
 
-/* B down the shard's layers from dout (NULL on the head), then W; the first
+/* B down the shard's layers from dout (NULL on the head); the first
  * layer's input gradient is left in the returned buffer (NULL on shard 0). */
-static float *backward(const pm_train_cfg *c, const pm_shard *sh, const float *P, float *G,
-                       act_area *a, float *dout) {
+static float *backward_b(const pm_train_cfg *c, const pm_shard *sh, const float *P, act_area *a,
+                         float *dout) {
     const pm_gpt_config *m = &c->model;
     int mb = c->batch / c->micro, T = m->ctx;
     size_t base = pm_gpt_layer_offset(m, sh->first);
@@ -93,10 +99,20 @@ static float *backward(const pm_train_cfg *c, const pm_shard *sh, const float *P
                        1.0f / (float)c->micro, saved_of(a, l), a->scratch);
         dout = din;
     }
-    for (int l = sh->first; l < sh->last; l++)
-        pm_gpt_layer_w(m, l, mb, T, P + (pm_gpt_layer_offset(m, l) - base),
-                       G + (pm_gpt_layer_offset(m, l) - base), saved_of(a, l), a->scratch);
     return din;
+}
+
+/* W of the shard's layers, after its B (what B saved for it; the head
+ * makes its logits again from P). */
+static void backward_w(const pm_train_cfg *c, const pm_shard *sh, const float *P, float *G,
+                       act_area *a) {
+    const pm_gpt_config *m = &c->model;
+    size_t base = pm_gpt_layer_offset(m, sh->first);
+    for (int l = sh->first; l < sh->last; l++) {
+        size_t o = pm_gpt_layer_offset(m, l) - base;
+        pm_gpt_layer_w(m, l, c->batch / c->micro, m->ctx, P + o, G + o, saved_of(a, l),
+                       a->scratch);
+    }
 }
 
 static size_t shard_floats(const pm_train_cfg *c, const pm_shard *sh) {
@@ -122,50 +138,54 @@ int sel_pick_slot(const sel_dev *dv, const sel_task *t, int s) {
     return dv->last_slot ^ 1;
 }
 
-int sel_load_state(sel_task *t, sel_dev *dv, int s, int slot) {
+int sel_load_state(sel_task *t, sel_dev *dv, int s, int slot, int whole, double *bytes) {
     const pm_train_cfg *c = &t->host->cfg;
     const pm_shard *sh = &t->task->shard[s];
     size_t n = shard_floats(c, sh), at = pm_gpt_layer_offset(&c->model, sh->first);
     float *P = (float *)(dv->slab + dv->state_off[slot]);
-    dv->res_task[slot] = -1; /* until the whole state is in */
-    for (int k = 0; k < 4; k++)
+    dv->res_task[slot] = -1; /* until the state is in */
+    for (int k = 0; k < (whole ? 4 : 1); k++)
         if (sel_store_io(t, k, at, n, P + (size_t)k * n, 0)) return -1;
+    if (!whole) memset(P + n, 0, n * sizeof(float)); /* the gradients start at zero */
+    *bytes = (double)(whole ? 4 : 1) * (double)(n * sizeof(float));
     dv->res_task[slot] = t->index, dv->res_shard[slot] = s, dv->res_version[slot] = t->version[s];
+    dv->res_whole[slot] = whole;
     return 0;
 }
 
 /* The previous step's AdamW update (step s - 1 of the shard's layers) if
- * not yet applied, and zeroed gradients for step s. Returns 1 if the state
- * changed. */
+ * not yet applied, and zeroed gradients for step s. Returns 1 if it
+ * applied the update (the parameters and moments changed; zeroed
+ * gradients need no writing back: no one reads the host's until a pass
+ * has computed them). */
 static int start_step(sel_task *t, int s, float *P, float *G, float *M, float *V, size_t n) {
     const pm_train_cfg *c = &t->host->cfg;
     const pm_shard *sh = &t->task->shard[s];
     int64_t step = t->host->step;
-    int changed = 0;
+    int updated = 0;
     if (t->updated[s] < step) {
         pm_optim_step_layers(c, sh->first, sh->last, step - 1, t->gscale, P, G, M, V);
         t->updated[s] = step;
-        changed = 1;
+        updated = 1;
     }
     if (t->zeroed[s] <= step) {
         memset(G, 0, n * sizeof(float));
         t->zeroed[s] = step + 1;
-        changed = 1;
     }
-    return changed;
+    return updated;
 }
 
-/* Joining (t->mu set): waits until pass k - 1 of the step has put
- * microbatch j's output on the host (j = K: until every earlier pass of
- * the step has ended), adding the seconds waited to *waited (a wait, even
- * one that ends in failure, is not compute); -1 if a pass of the task
+/* Joining (t->mu set): waits until pass q of the round has put microbatch
+ * j's output on the host (j < 0: until every pass before q has ended; q <
+ * 0: nothing to wait for), adding the seconds waited to *waited (a wait,
+ * even one that ends in failure, is not compute); -1 if a pass of the task
  * failed meanwhile. Under the run's lock, so what the other device wrote
  * before publishing is visible here. */
-static int flow_wait(sel_task *t, int k, int j, double *waited) {
-    if (!t->mu || k == 0) return 0;
+static int flow_wait(sel_task *t, int q, int j, double *waited) {
+    if (!t->mu || q < 0 || (j < 0 && q == 0)) return 0;
     double t0 = pm_now();
     pthread_mutex_lock(t->mu);
-    while (!t->broken && (j < t->K ? t->mb[k - 1] <= j : t->pass < k))
+    while (!t->broken && (j >= 0 ? t->mb[q] <= j : t->pass < q))
         pthread_cond_wait(t->flow, t->mu);
     int bad = t->broken;
     pthread_mutex_unlock(t->mu);
@@ -183,55 +203,110 @@ static void flow_done(sel_task *t, int k, int j) {
     pthread_mutex_unlock(t->mu);
 }
 
+/* Microbatch j of an evaluation's pass k on shard s (its chunk's
+ * tokens, or the previous shard's output kept on the host, once pass k - 1
+ * has put it out), forward; the output back to the host, or on the last
+ * shard the loss added. -1 if a pass it waited for failed. */
+static int eval_micro(sel_task *t, int k, int j, int s, const float *P, act_area *a,
+                      double *waited) {
+    if (flow_wait(t, k - 1, j, waited)) return -1;
+    const pm_train_cfg *c = &t->host->cfg;
+    size_t mtok = (size_t)(c->batch / c->micro) * (size_t)c->model.ctx;
+    size_t at = (size_t)(k / t->S * t->ev_micro + j) * mtok; /* the round's j-th */
+    const pm_shard *sh = &t->task->shard[s];
+    if (s > 0) memcpy(a->in, t->ev_act + ((size_t)(s - 1) * t->ev_micro + j) * t->nc,
+                      t->nc * sizeof(float));
+    else memcpy(a->in, t->ev_inp + at, mtok * sizeof(int32_t));
+    forward(c, sh, P, a, t->ev_tgt + at, &t->ev_sum);
+    if (s < t->S - 1)
+        memcpy(t->ev_act + ((size_t)s * t->ev_micro + j) * t->nc, a->buf[0], t->nc * sizeof(float));
+    flow_done(t, k, j);
+    return 0;
+}
+
+/* Microbatch j of a step's pass k on shard s, as the header says. Joined,
+ * each input is waited for only when it is needed: the forward's (shard
+ * s - 1's output, pass s - 1's) before the forward, so a backward pass
+ * recomputes its forward while the passes after it still run; the output
+ * gradient (pass k - 1's) before B. The input gradient goes out after B,
+ * before W, so the next backward starts while this one does W. The
+ * computation and its order are the same either way. -1 if a pass it
+ * waited for failed. */
+static int step_micro(sel_task *t, int k, int j, int s, const float *P, float *G, act_area *a,
+                      double *waited) {
+    const pm_train_cfg *c = &t->host->cfg;
+    const pm_shard *sh = &t->task->shard[s];
+    sel_kind kind = sel_pass_kind(t->S, k);
+    size_t mtok = (size_t)(c->batch / c->micro) * (size_t)c->model.ctx;
+    pm_trainer *h = t->host;
+    float *keep = s > 0 ? t->act + ((size_t)(s - 1) * t->K + j) * t->nc : NULL;
+    if (flow_wait(t, s - 1, j, waited)) return -1;
+    if (keep) memcpy(a->in, keep, t->nc * sizeof(float));
+    else memcpy(a->in, h->inp + (size_t)j * mtok, mtok * sizeof(int32_t));
+    forward(c, sh, P, a, h->tgt + (size_t)j * mtok, &t->loss_sum);
+    if (kind == SEL_F) {
+        memcpy(t->act + ((size_t)s * t->K + j) * t->nc, a->buf[0], t->nc * sizeof(float));
+        flow_done(t, k, j);
+        return 0;
+    }
+    float *dout = NULL;
+    if (kind == SEL_B) {
+        if (flow_wait(t, k - 1, j, waited)) return -1;
+        dout = a->buf[0];
+        memcpy(dout, t->grad + ((size_t)s * t->K + j) * t->nc, t->nc * sizeof(float));
+    }
+    float *din = backward_b(c, sh, P, a, dout);
+    if (din) memcpy(t->grad + ((size_t)(s - 1) * t->K + j) * t->nc, din, t->nc * sizeof(float));
+    flow_done(t, k, j);
+    backward_w(c, sh, P, G, a);
+    return 0;
+}
+
 int sel_run_pass(sel_task *t, sel_dev *dv, const pm_select_layout *lay, int k, int slot,
                  double mark[3], double *waited) {
     const pm_train_cfg *c = &t->host->cfg;
-    int s = sel_pass_shard(t->S, k);
-    sel_kind kind = sel_pass_kind(t->S, k);
+    int s = sel_round_shard(t, k), nmb = sel_round_micro(t, k);
+    sel_kind kind = sel_round_kind(t, k);
     const pm_shard *sh = &t->task->shard[s];
     size_t n = shard_floats(c, sh), at = pm_gpt_layer_offset(&c->model, sh->first);
     float *P = (float *)(dv->slab + dv->state_off[slot]), *G = P + n, *M = G + n, *V = M + n;
-    pm_trainer *h = t->host;
+    double in = 0;
     *waited = 0;
-    if (!(dv->res_task[slot] == t->index && dv->res_shard[slot] == s &&
-          dv->res_version[slot] == t->version[s]) && /* (the other slot may be being filled) */
-        sel_load_state(t, dv, s, slot))
+    /* the shard's update is due: its gradients and moments are needed */
+    int whole = t->updated[s] < t->host->step;
+    int here = dv->res_task[slot] == t->index && dv->res_shard[slot] == s &&
+               dv->res_version[slot] == t->version[s]; /* (the other slot may be filling) */
+    if (here && whole && !dv->res_whole[slot]) { /* parameters and gradients are there */
+        if (sel_store_io(t, 2, at, n, M, 0) || sel_store_io(t, 3, at, n, V, 0)) return -1;
+        dv->res_whole[slot] = 1, in = 2.0 * (double)(n * sizeof(float));
+    } else if (!here && sel_load_state(t, dv, s, slot, whole, &in)) {
         return -1;
+    }
+    dv->bytes += in;
     mark[0] = pm_now();
     int all = start_step(t, s, P, G, M, V, n);
     mark[1] = pm_now();
     act_area a;
     area_layout(c, sh, dv->slab + dv->act_off, &a);
-    size_t mtok = (size_t)(c->batch / c->micro) * (size_t)c->model.ctx;
-    for (int j = 0; j < t->K; j++) {
-        if (flow_wait(t, k, j, waited)) return -1;
-        float *keep = s > 0 ? t->act + ((size_t)(s - 1) * t->K + j) * t->nc : NULL;
-        if (keep) memcpy(a.in, keep, t->nc * sizeof(float));
-        else memcpy(a.in, h->inp + (size_t)j * mtok, mtok * sizeof(int32_t));
-        forward(c, sh, P, &a, h->tgt + (size_t)j * mtok, &t->loss_sum);
-        if (kind == SEL_F) {
-            memcpy(t->act + ((size_t)s * t->K + j) * t->nc, a.buf[0], t->nc * sizeof(float));
-            flow_done(t, k, j);
-            continue;
-        }
-        float *dout = NULL;
-        if (kind == SEL_B) {
-            dout = a.buf[0];
-            memcpy(dout, t->grad + ((size_t)s * t->K + j) * t->nc, t->nc * sizeof(float));
-        }
-        float *din = backward(c, sh, P, G, &a, dout);
-        if (din) memcpy(t->grad + ((size_t)(s - 1) * t->K + j) * t->nc, din, t->nc * sizeof(float));
-        flow_done(t, k, j);
-    }
-    if (k == 2 * t->S - 2) { /* the step's last: the others' write-backs before the norm */
-        if (flow_wait(t, k, t->K, waited)) return -1;
-    }
+    for (int j = 0; j < nmb; j++)
+        if (kind == SEL_EVAL ? eval_micro(t, k, j, s, P, &a, waited)
+                             : step_micro(t, k, j, s, P, G, &a, waited))
+            return -1;
+    /* its gradients are the step's: their units' sums of squares for the
+     * norm (pm_optim_norm adds them in unit order), here while they are at
+     * hand, on every device at once */
+    if (kind == SEL_FUSED || kind == SEL_B)
+        pm_optim_unit_sums(&c->model, sh->first, sh->last, G, t->usum + t->ufirst[s]);
+    /* the round's last: the others' write-backs and sums */
+    if (k == sel_round_passes(t) - 1 && flow_wait(t, k, -1, waited)) return -1;
     mark[2] = pm_now();
     if (all && (sel_store_io(t, 0, at, n, P, 1) || sel_store_io(t, 2, at, n, M, 1) ||
                 sel_store_io(t, 3, at, n, V, 1)))
         return -1;
-    if ((all || kind != SEL_F) && sel_store_io(t, 1, at, n, G, 1)) return -1;
-    if (all || kind != SEL_F) t->version[s]++;
+    int grads = kind == SEL_FUSED || kind == SEL_B; /* it computed gradients */
+    if (grads && sel_store_io(t, 1, at, n, G, 1)) return -1;
+    if (all || grads) t->version[s]++;
+    dv->bytes += (double)((all ? 3 : 0) + grads) * (double)(n * sizeof(float));
     dv->res_version[slot] = t->version[s]; /* the slot holds what the host now has */
     dv->last_slot = slot;
     size_t used = dv->act_off + sh->act, st_end = dv->state_off[slot] + 4 * n * sizeof(float);

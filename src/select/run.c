@@ -49,13 +49,15 @@ typedef struct {
 
 static int finished(const sel_task *t) { return t->state != PM_SELECT_RUNNING; }
 
-/* FLOPs of pass k of a step of t (the backward reruns the forward). */
+/* FLOPs of pass k of t's current round (the backward reruns the
+ * forward; an evaluation's is a forward). */
 static double pass_flops(const sel_task *t, int k) {
-    const pm_shard *sh = &t->task->shard[sel_pass_shard(t->S, k)];
-    sel_kind kind = sel_pass_kind(t->S, k);
-    double fl = kind == SEL_F ? sh->flops_f : kind == SEL_FUSED ? sh->flops_f + sh->flops_bw
-                                                                : 2 * sh->flops_f + sh->flops_bw;
-    return fl * t->K;
+    const pm_shard *sh = &t->task->shard[sel_round_shard(t, k)];
+    sel_kind kind = sel_round_kind(t, k);
+    double fl = kind == SEL_F || kind == SEL_EVAL ? sh->flops_f
+                : kind == SEL_FUSED               ? sh->flops_f + sh->flops_bw
+                                                  : 2 * sh->flops_f + sh->flops_bw;
+    return fl * sel_round_micro(t, k);
 }
 
 /* Seconds per FLOP for what task t has not measured yet: its own passes'
@@ -78,10 +80,11 @@ static int64_t evals_after(const sel_run *r, const sel_task *t, int64_t done) {
 
 /* Sharded-LRTF's estimate of task t's seconds left after `adv` more of its
  * passes (sel_est_left on its measured times; with opts.est_step_s, on the
- * step time given, shared among a step's passes by FLOPs). */
+ * step time given, shared among a step's passes by FLOPs). During an
+ * evaluation's round: its evaluations and steps after it. */
 double sel_time_left(const sel_run *r, const sel_task *t, int adv) {
-    int np = 2 * t->S - 1, pass = t->pass + adv;
-    int64_t done = t->done + (pass >= np);
+    int np = 2 * t->S - 1, pass = t->ev ? np : t->pass + adv;
+    int64_t done = t->done + (pass >= np && !t->ev);
     if (pass >= np) pass -= np;
     sel_est e = {np, pass, t->fl, t->sec, t->cnt, 0, 0, -1, t->fl_eval,
                  t->stop_at - done - 1, evals_after(r, t, done)};
@@ -155,7 +158,7 @@ static int pick_sequential(sel_run *r, int d) {
     for (int i = 0; i < r->n; i++) {
         sel_task *t = &r->t[i];
         if (finished(t) || t->at_rung || t->away) continue;
-        return sel_pass_shard(t->S, t->pass) % r->o->devices == d ? i : -1;
+        return sel_round_shard(t, t->pass) % r->o->devices == d ? i : -1;
     }
     return -1;
 }
@@ -182,50 +185,44 @@ static void emit(sel_run *r, int task, int kind, double loss, double val) {
     else r->o->report(r->o->report_ctx, &ev);
 }
 
-/* The end-of-step work that needs the task's whole state in RAM: the
- * --stop-after interruption, evaluation and checkpoints. */
-static int host_work(sel_run *r, sel_task *t, int end, int ev, int stop, double *val,
-                     int *state) {
-    pm_trainer *h = t->host;
+/* The work at a step's end that needs the task's whole state in RAM (the
+ * --stop-after interruption, checkpoints), a spilled state brought in and
+ * out; evaluated: after its round. Returns the event to report. */
+static int host_work(sel_run *r, sel_task *t, int end, int evaluated, int stop, int *state) {
+    if (!stop && !r->o->save_dir) /* nothing needs the state whole */
+        return end ? (*state = PM_SELECT_DONE, PM_SELECT_EV_DONE)
+                   : evaluated ? PM_SELECT_EV_EVAL : PM_SELECT_EV_STEP;
+    if (sel_store_materialize(t)) return *state = PM_SELECT_FAILED, PM_SELECT_EV_FAILED;
     sel_flush_updates(t);
+    int kind = end ? PM_SELECT_EV_DONE : evaluated ? PM_SELECT_EV_EVAL : PM_SELECT_EV_STEP;
     if (stop) { /* interrupted on purpose, saved where it stands (train --stop-after) */
         snprintf(t->why, sizeof t->why, "interrupted after step %lld (stop_after)",
-                 (long long)h->step);
-        if (r->o->save_dir && sel_record_save(r->o->save_dir, t))
-            return *state = PM_SELECT_FAILED, PM_SELECT_EV_FAILED;
-        *state = PM_SELECT_STOPPED;
-        return PM_SELECT_EV_STOPPED;
-    }
-    if (r->o->val) {
-        pm_err e;
-        if (pm_trainer_eval(h, r->o->val, r->o->eval_batches, val, &e)) {
-            snprintf(t->why, sizeof t->why, "evaluation: %.140s", e.msg);
-            return *state = PM_SELECT_FAILED, PM_SELECT_EV_FAILED;
-        }
-        t->val_loss = *val;
-        t->val_step = h->step;
+                 (long long)t->host->step);
+        *state = PM_SELECT_STOPPED, kind = PM_SELECT_EV_STOPPED;
     }
     if (r->o->save_dir && sel_record_save(r->o->save_dir, t))
-        return *state = PM_SELECT_FAILED, PM_SELECT_EV_FAILED;
-    if (end) return *state = PM_SELECT_DONE, PM_SELECT_EV_DONE;
-    return ev && r->o->val ? PM_SELECT_EV_EVAL : PM_SELECT_EV_STEP;
+        *state = PM_SELECT_FAILED, kind = PM_SELECT_EV_FAILED;
+    else if (end && !stop) *state = PM_SELECT_DONE;
+    if (sel_store_release(t)) return *state = PM_SELECT_FAILED, PM_SELECT_EV_FAILED;
+    return kind;
 }
 
 /* After the step's last pass (task running, lock not held): the loss and
- * the global norm, then evaluation at intervals and the end. Returns the
- * event to report; *state gets the task's new state, which the caller sets
- * under the lock (other devices read it there). A spilled task's state is
- * read into RAM for the work that needs it whole, and written back. */
-static int end_step(sel_run *r, sel_task *t, double *loss, double *val, int *state,
-                    double *step_end, int *hw) {
+ * the global norm; at intervals and at the end *eval is set (an
+ * evaluation's round of passes follows, the step's report after it), else
+ * the host work. Returns the event to report; *state gets the task's new
+ * state, which the caller sets under the lock (other devices read it
+ * there). */
+static int end_step(sel_run *r, sel_task *t, double *loss, int *state, double *step_end, int *hw,
+                    int *eval) {
     pm_trainer *h = t->host;
-    double norm;
+    double norm = 0;
     *loss = t->loss_sum / t->K;
-    *val = NAN;
     *state = PM_SELECT_RUNNING;
-    int bad = sel_store_norm(t, &norm);
+    /* the units' sums in unit order, as pm_optim_norm adds them */
+    for (int u = 0; u < t->ufirst[t->S]; u++) norm += t->usum[u];
+    norm = sqrt(norm);
     *step_end = pm_now(); /* the rest is evaluation's (PM_PART_EVAL) */
-    if (bad) return *state = PM_SELECT_FAILED, PM_SELECT_EV_FAILED;
     if (!isfinite(*loss) || !isfinite(norm)) {
         char hint[200];
         snprintf(t->why, sizeof t->why, "step %lld: loss %g, gradient norm %g is not finite; "
@@ -242,11 +239,21 @@ static int end_step(sel_run *r, sel_task *t, double *loss, double *val, int *sta
     int ev = (r->o->eval_every > 0 && h->step % r->o->eval_every == 0) ||
              sel_asha_due(&r->asha, t);
     if (!end && !stop && !ev) return PM_SELECT_EV_STEP;
+    if (!stop && r->o->val) return *eval = 1, PM_SELECT_EV_STEP;
     *hw = 1;
-    if (sel_store_materialize(t)) return *state = PM_SELECT_FAILED, PM_SELECT_EV_FAILED;
-    int kind = host_work(r, t, end, ev, stop, val, state);
-    if (sel_store_release(t)) return *state = PM_SELECT_FAILED, PM_SELECT_EV_FAILED;
-    return kind;
+    return host_work(r, t, end, 0, stop, state);
+}
+
+/* After an evaluation round's last pass (lock not held): the validation
+ * loss (the microbatches' losses added in order, over their count, as
+ * pm_trainer_eval gives it), then the host work. */
+static int end_eval(sel_run *r, sel_task *t, double *val, int *state, int *hw) {
+    *val = t->ev_sum / t->ev_batches;
+    *state = PM_SELECT_RUNNING;
+    t->val_loss = *val;
+    t->val_step = t->host->step;
+    *hw = r->o->save_dir != NULL;
+    return host_work(r, t, t->host->step >= t->stop_at, 1, 0, state);
 }
 
 static int pick(sel_run *r, int d) {
@@ -323,7 +330,8 @@ static void asha_step(sel_run *r, sel_task *t, int kind, double val) {
 /* Task t has a pass after its running one k that it can run at once (not
  * its last, not stopped by stop_after, not waiting at a halving rung). */
 static int has_next(const sel_run *r, const sel_task *t, int k) {
-    if (k < 2 * t->S - 2) return 1;
+    if (k < sel_round_passes(t) - 1) return 1;
+    if (t->ev) return t->done < t->stop_at; /* the next step, unless that was the last */
     int64_t s = t->done + 1;
     if (s >= t->stop_at || (r->o->stop_after > 0 && s >= r->o->stop_after)) return 0;
     return !(r->o->halving > 1 && r->o->eval_every > 0 && s % r->o->eval_every == 0);
@@ -348,6 +356,19 @@ static int claim_next(sel_run *r, int d, int cur, int k) {
     return y;
 }
 
+/* Under the lock, joining: every device works and has a task of its own
+ * to go on with (no fewer unfinished tasks than devices), so none is
+ * about to join: only then may a device keep its task's next pass for its
+ * prefetch (a device soon free would wait for it: one task on 2 devices
+ * left one idle for a whole pass). */
+static int all_busy(const sel_run *r) {
+    if (r->active < r->o->devices) return 0;
+    int open = 0;
+    for (int i = 0; i < r->n && open < r->o->devices; i++)
+        open += !finished(&r->t[i]) && !r->t[i].at_rung;
+    return open >= r->o->devices;
+}
+
 /* Under the lock, device d having taken pass k of cur: start copying what
  * runs after it into the slot cur does not use: the claimed task's next
  * shard, or else (cur continues, or nothing was decided) cur's own next
@@ -362,12 +383,15 @@ static void prefetch(sel_run *r, int d, sel_task *cur, int k, int slot, int y) {
     if (y == cur->index) y = -1;
     sel_task *t = y >= 0 ? &r->t[y] : cur;
     int kk = y >= 0 ? t->next : k + 1;
-    if (y < 0 && (kk > 2 * cur->S - 2 || (r->join && r->active < r->o->devices))) return;
-    int s = sel_pass_shard(t->S, kk);
-    if (y < 0 && (s == sel_pass_shard(cur->S, k) || t->inuse[s])) return;
+    if (y < 0 && (kk >= sel_round_passes(cur) || (r->join && !all_busy(r)))) return;
+    int s = sel_round_shard(t, kk);
+    if (y < 0 && (s == sel_round_shard(cur, k) || t->inuse[s])) return;
     if (y < 0) cur->pf_pass = kk, cur->pf_dev = d;
-    if (sel_resident(dv, t, s) == (slot ^ 1)) return;
-    sel_copy_start(dv, t, s, slot ^ 1);
+    /* the shard's update is pending (no pass on it runs: what the lock
+     * published is what its last pass left) */
+    int whole = t->updated[s] < t->done;
+    if (sel_resident(dv, t, s) == (slot ^ 1) && (dv->res_whole[slot ^ 1] || !whole)) return;
+    sel_copy_start(dv, t, s, slot ^ 1, whole);
 }
 
 /* Under the lock, device d having taken task cur: whether its copy thread
@@ -410,7 +434,7 @@ static void stop_idle(sel_run *r, int mine) {
  * and no other device keeps that pass for itself. */
 static int joinable(const sel_run *r, const sel_task *t, int d) {
     return r->join && !finished(t) && !t->at_rung && !t->away && t->pass < t->next &&
-           t->next < 2 * t->S - 1 && !t->inuse[sel_pass_shard(t->S, t->next)] &&
+           t->next < sel_round_passes(t) && !t->inuse[sel_round_shard(t, t->next)] &&
            (t->pf_pass != t->next || t->pf_dev == d);
 }
 
@@ -432,12 +456,12 @@ static int take(sel_run *r, int i, int held) {
     sel_task *t = &r->t[i];
     int k = t->next;
     if (k == 0) {
-        memset(t->mb, 0, (size_t)(2 * t->S - 1) * sizeof *t->mb);
-        memset(t->fin, 0, (size_t)(2 * t->S - 1));
+        memset(t->mb, 0, (size_t)sel_round_passes(t) * sizeof *t->mb);
+        memset(t->fin, 0, (size_t)sel_round_passes(t));
     }
     t->next = k + 1;
     t->running += !held;
-    t->inuse[sel_pass_shard(t->S, k)] = 1;
+    t->inuse[sel_round_shard(t, k)] = 1;
     r->busy_global = 1;
     if (r->join) pthread_cond_broadcast(&r->cv); /* its next pass may be joined now */
     return k;
@@ -505,17 +529,18 @@ static int next_task(sel_run *r, int d, int *claimed, int held, int *k, int *joi
     return i;
 }
 
-/* Under the lock, after pass k of t ended on device d: the step's
- * bookkeeping. Its first pass not yet ended moves on (passes of one step
- * can end out of order when joined); after the step's last, the next step
- * starts at pass 0. A failed pass marks the task broken, so the passes
- * waiting for its microbatches give up. */
-static void pass_ended(sel_run *r, sel_task *t, int d, int k, int last, int bad) {
+/* Under the lock, after pass k of t ended on device d: the round's
+ * bookkeeping. Its first pass not yet ended moves on (passes of one round
+ * can end out of order when joined); after the round's last, the next
+ * round (an evaluation's if `eval`, else a step's) starts at pass 0. A
+ * failed pass marks the task broken, so the passes waiting for its
+ * microbatches give up. */
+static void pass_ended(sel_run *r, sel_task *t, int d, int k, int last, int bad, int eval) {
     t->fin[k] = 1;
-    t->inuse[sel_pass_shard(t->S, k)] = 0;
+    t->inuse[sel_round_shard(t, k)] = 0;
     if (t->pf_dev == d) t->pf_pass = t->pf_dev = -1; /* its copy is done (sel_copy_wait) */
     if (bad) t->broken = 1;
-    if (last && !bad) t->pass = t->next = 0;
+    if (last && !bad) t->pass = t->next = 0, t->ev = eval;
     else
         while (t->pass < t->next && t->fin[t->pass]) t->pass++;
     t->running--;
@@ -523,16 +548,38 @@ static void pass_ended(sel_run *r, sel_task *t, int d, int k, int last, int bad)
 }
 
 /* The least time task t can take, from its measured work. Its step ends
- * and evaluations run alone. Its passes, joined, run on at most min(D, S)
- * devices at once (one per shard), and compute on at most min(D, S, K) at
- * once: two passes computing at one moment work on two microbatches, since
- * the later one works on a microbatch the earlier has finished. Not
- * joined, one pass at a time: all of its work. */
+ * run alone. Its passes, joined, run on at most min(D, S) devices at once
+ * (one per shard); their compute may run on as many (a backward recomputes
+ * its forward and does its W beside its neighbours, whatever the
+ * microbatches). Not joined, one pass at a time: all of its work. */
 double sel_task_bound(const sel_run *r, const sel_task *t) {
     if (!r->join) return t->work;
-    int D = r->o->devices;
-    double passes = fmax(t->busy / fmin(D, t->S), t->compute / fmin(fmin(D, t->S), t->K));
-    return t->work - t->busy + passes;
+    return t->work - t->busy + t->busy / fmin(r->o->devices, t->S);
+}
+
+/* A round's first pass, before it runs (no other pass of the task runs):
+ * a step draws its batch; an evaluation its validation microbatches, from
+ * a loader restarted at the same place every time (pm_trainer_eval's).
+ * 1 if the loader cannot be made (t->why says). */
+static int round_start(const sel_run *r, sel_task *t) {
+    pm_trainer *h = t->host;
+    if (!t->ev) {
+        pm_loader_next(&h->train, h->cfg.batch, h->inp, h->tgt);
+        t->loss_sum = 0;
+        return 0;
+    }
+    pm_loader ld;
+    pm_err e;
+    if (pm_loader_init(&ld, r->o->val, h->cfg.model.ctx, h->cfg.seed ^ PM_VAL_SEED, "val.bin",
+                       &e)) {
+        pthread_mutex_lock(t->why_mu);
+        snprintf(t->why, sizeof t->why, "evaluation: %.140s", e.msg);
+        pthread_mutex_unlock(t->why_mu);
+        return 1;
+    }
+    pm_loader_next(&ld, t->ev_batches * (h->cfg.batch / h->cfg.micro), t->ev_inp, t->ev_tgt);
+    t->ev_sum = 0;
+    return 0;
 }
 
 static void *device_main(void *arg) {
@@ -546,39 +593,39 @@ static void *device_main(void *arg) {
         sel_task *t = &r->t[i];
         r->active++;
         int pf = use_prefetch(r, d, i), y = pf ? claim_next(r, d, i, k) : -1;
-        int slot = sel_pick_slot(dv, t, sel_pass_shard(t->S, k));
+        int slot = sel_pick_slot(dv, t, sel_round_shard(t, k)), ev = t->ev;
         if (pf) prefetch(r, d, t, k, slot, y);
         pthread_mutex_unlock(&r->mu);
         double t0 = pm_now(), mark[3] = {-1, -1, -1}, flow = 0;
-        if (k == 0) { /* no other pass of the task runs: a step starts */
-            pm_loader_next(&t->host->train, t->host->cfg.batch, t->host->inp, t->host->tgt);
-            t->loss_sum = 0;
-        }
-        int bad = sel_run_pass(t, dv, r->lay, k, slot, mark, &flow);
-        int last = k == 2 * t->S - 2 || bad, kind = PM_SELECT_EV_STEP, hw = 0;
-        int state = bad ? PM_SELECT_FAILED : PM_SELECT_RUNNING;
-        double loss = 0, val = NAN, t1 = pm_now(), step_end = t1, c0, c1;
+        int bad = k == 0 && round_start(r, t); /* no other pass of the task runs */
+        if (!bad) bad = sel_run_pass(t, dv, r->lay, k, slot, mark, &flow);
+        int last = k == sel_round_passes(t) - 1 || bad, kind = PM_SELECT_EV_STEP, hw = 0;
+        int state = bad ? PM_SELECT_FAILED : PM_SELECT_RUNNING, eval = 0;
+        double loss = t->last_loss, val = NAN, t1 = pm_now(), step_end = t1, c0, c1;
         if (bad) kind = PM_SELECT_EV_FAILED; /* its store failed (t->why says how), or
                                                 a pass it waited for did */
-        else if (last) kind = end_step(r, t, &loss, &val, &state, &step_end, &hw);
+        else if (last && ev) kind = end_eval(r, t, &val, &state, &hw);
+        else if (last) kind = end_step(r, t, &loss, &state, &step_end, &hw, &eval);
         double w0 = pm_now();
         sel_copy_wait(dv, &c0, &c1);
         double w1 = pm_now(), dt = t1 - t0 - flow; /* its waits for other devices: WAIT */
         for (int m = 0; m < 3; m++) /* a pass that failed in its load: all of it load */
             if (mark[m] < 0) mark[m] = t1;
         pthread_mutex_lock(&r->mu);
-        int report = last && t->state == PM_SELECT_RUNNING; /* a task fails once */
+        /* a task fails once; a step that evaluates reports after the round */
+        int report = last && !eval && t->state == PM_SELECT_RUNNING;
         if (state != PM_SELECT_RUNNING) t->state = state;
         t->busy += dt;
-        t->compute += mark[2] - mark[1] - flow;
         t->work += dt + (w0 - t1);
         if (t->first_start < 0) t->first_start = t0 - r->t0;
         t->last_end = fmax(t->last_end, t1 - r->t0);
         t->passes_done++;
         r->fl_done += pass_flops(t, k), r->sec_done += dt;
-        t->sec[k] += dt, t->cnt[k]++; /* what LRTF knows of it */
-        if (last && !bad) t->after_s += step_end - t1, t->after_n++;
-        if (hw) t->eval_s += w0 - step_end, t->eval_n++;
+        if (ev) t->ev_busy += dt; /* what LRTF knows of it: */
+        else t->sec[k] += dt, t->cnt[k]++;
+        if (last && !bad && !ev) t->after_s += step_end - t1, t->after_n++;
+        if (last && !bad && ev) t->eval_s += t->ev_busy, t->eval_n++, t->ev_busy = 0;
+        if (hw) t->eval_s += w0 - step_end, t->eval_n += !ev;
         dv->ran = i;
         r->stats->busy[d] += dt;
         r->stats->joined += joined;
@@ -586,13 +633,13 @@ static void *device_main(void *arg) {
         PM_ASSERT(at < r->log_cap);
         double z = r->t0;
         r->stats->log[at] = (pm_select_pass){
-            .dev = d, .task = i, .shard = sel_pass_shard(t->S, k),
-            .kind = sel_pass_kind(t->S, k), .start = t0 - z, .end = t1 - z,
+            .dev = d, .task = i, .shard = sel_round_shard(t, k),
+            .kind = (int)sel_round_kind(t, k), .start = t0 - z, .end = t1 - z,
             .loaded = mark[0] - z, .updated = mark[1] - z, .computed = mark[2] - z,
             .step_end = step_end - z, .eval_end = w0 - z, .wait0 = w0 - z, .wait1 = w1 - z,
             .copy0 = c0 > 0 ? c0 - z : 0, .copy1 = c0 > 0 ? c1 - z : 0, .flow = flow,
             .joined = joined};
-        pass_ended(r, t, d, k, last, bad);
+        pass_ended(r, t, d, k, last, bad, eval);
         t->done = t->host->step;
         r->busy_global = 0;
         r->active--;
@@ -636,10 +683,14 @@ static void account(pm_select_stats *st) {
     for (int64_t k = 0; k < st->nlog; k++) {
         const pm_select_pass *p = &st->log[k];
         double *q = st->part + (size_t)p->dev * PM_PART_COUNT;
-        q[PM_PART_LOAD] += p->loaded - p->start;
-        q[PM_PART_ADAMW] += p->updated - p->loaded;
-        q[PM_PART_COMPUTE] += p->computed - p->updated - p->flow;
-        q[PM_PART_STORE] += p->end - p->computed;
+        if (p->kind == SEL_EVAL) /* all of an evaluation's pass is evaluation */
+            q[PM_PART_EVAL] += p->end - p->start - p->flow;
+        else {
+            q[PM_PART_LOAD] += p->loaded - p->start;
+            q[PM_PART_ADAMW] += p->updated - p->loaded;
+            q[PM_PART_COMPUTE] += p->computed - p->updated - p->flow;
+            q[PM_PART_STORE] += p->end - p->computed;
+        }
         q[PM_PART_STEP] += p->step_end - p->end;
         q[PM_PART_EVAL] += p->eval_end - p->step_end;
         q[PM_PART_WAIT] += p->wait1 - p->wait0 + p->flow;
@@ -675,8 +726,30 @@ static void tasks_free(sel_task *t, int n) {
         pm_free(t[i].mb);
         pm_free(t[i].fin);
         pm_free(t[i].inuse);
+        pm_free(t[i].usum);
+        pm_free(t[i].ufirst);
+        pm_free(t[i].ev_inp);
+        pm_free(t[i].ev_tgt);
+        pm_free(t[i].ev_act);
     }
     pm_free(t);
+}
+
+/* Task t's evaluation rounds (with validation tokens): its chunks, their
+ * tokens and boundary outputs. 1 if out of memory. */
+static int eval_init(const sel_run *r, sel_task *t) {
+    const pm_train_cfg *c = &t->host->cfg;
+    int E = r->o->val && r->o->eval_batches > 0 ? r->o->eval_batches : 1;
+    size_t mtok = (size_t)(c->batch / c->micro) * (size_t)c->model.ctx;
+    t->ev_batches = E;
+    t->ev_micro = E < SEL_EVAL_CHUNK ? E : SEL_EVAL_CHUNK;
+    t->ev_chunks = (E + t->ev_micro - 1) / t->ev_micro;
+    if (!r->o->val) return 0;
+    t->ev_inp = pm_malloc((size_t)E * mtok * sizeof(int32_t));
+    t->ev_tgt = pm_malloc((size_t)E * mtok * sizeof(int32_t));
+    t->ev_act = pm_malloc((size_t)(t->S > 1 ? t->S - 1 : 1) * (size_t)t->ev_micro * t->nc *
+                          sizeof(float));
+    return !t->ev_inp || !t->ev_tgt || !t->ev_act;
 }
 
 static pm_status tasks_init(sel_run *r, pm_select_task *tasks, pm_trainer *hosts,
@@ -689,9 +762,13 @@ static pm_status tasks_init(sel_run *r, pm_select_task *tasks, pm_trainer *hosts
         if (tasks[i].nshard < 1 || memcmp(&c->model, &tasks[i].cfg.model, sizeof c->model))
             return pm_errf(err, PM_ERR_ARG, "task %s: not partitioned for its trainer's model",
                            tasks[i].name);
-        int S = tasks[i].nshard, K = c->micro;
+        int S = tasks[i].nshard, K = c->micro, E = r->o->eval_batches > 0 ? r->o->eval_batches : 1;
         size_t nc = (size_t)(c->batch / K) * (size_t)c->model.ctx * (size_t)c->model.dim;
         size_t nb = (size_t)(S > 1 ? S - 1 : 1) * (size_t)K * nc;
+        /* passes of a round: a step's 2S - 1, or an evaluation's chunks' S each */
+        size_t np = (size_t)(2 * S - 1);
+        size_t ne = (size_t)((E + SEL_EVAL_CHUNK - 1) / SEL_EVAL_CHUNK) * (size_t)S;
+        np = np > ne ? np : ne;
         *t = (sel_task){.task = &tasks[i], .index = i, .host = &hosts[i], .S = S, .K = K,
                         .nc = nc, .done = hosts[i].step, .act = pm_malloc(nb * sizeof(float)),
                         .grad = pm_malloc(nb * sizeof(float)), .stop_at = c->opt.steps,
@@ -704,11 +781,17 @@ static pm_status tasks_init(sel_run *r, pm_select_task *tasks, pm_trainer *hosts
                         .fl = pm_malloc((size_t)(2 * S - 1) * sizeof(double)),
                         .sec = pm_calloc((size_t)(2 * S - 1), sizeof(double)),
                         .cnt = pm_calloc((size_t)(2 * S - 1), sizeof(int64_t)),
-                        .mb = pm_calloc((size_t)(2 * S - 1), sizeof(int)),
-                        .fin = pm_calloc((size_t)(2 * S - 1), 1),
+                        .mb = pm_calloc(np, sizeof(int)), .fin = pm_calloc(np, 1),
                         .inuse = pm_calloc((size_t)S, 1), .pf_pass = -1, .pf_dev = -1};
+        t->ufirst = pm_malloc((size_t)(S + 1) * sizeof(int));
+        if (t->ufirst)
+            for (int s = 0; s <= S; s++)
+                t->ufirst[s] = pm_optim_units(&c->model, 0, s < S ? tasks[i].shard[s].first
+                                                                  : pm_gpt_num_layers(&c->model));
+        t->usum = t->ufirst ? pm_malloc((size_t)(t->ufirst[S] + 1) * sizeof(double)) : NULL;
         if (!t->act || !t->grad || !t->updated || !t->zeroed || !t->version || !t->fl ||
-            !t->sec || !t->cnt || !t->mb || !t->fin || !t->inuse)
+            !t->sec || !t->cnt || !t->mb || !t->fin || !t->inuse || !t->usum ||
+            eval_init(r, t))
             return pm_errf(err, PM_ERR_NOMEM, "out of memory for task %s's boundaries",
                            tasks[i].name);
         for (int k = 0; k < 2 * S - 1; k++) t->fl[k] = pass_flops(t, k);
@@ -826,6 +909,9 @@ pm_status pm_select_run(pm_select_task *tasks, pm_trainer *hosts, int n,
                        o->devices);
     if (pm_select_slab_bytes(layout) > layout->device_mem)
         return pm_errf(err, PM_ERR_ARG, "the layout does not fit its device memory");
+    if (o->val && o->eval_batches < 1)
+        return pm_errf(err, PM_ERR_ARG, "eval_batches=%d: an evaluation needs at least 1 "
+                       "microbatch", o->eval_batches);
     if (o->ranks && o->halving > 1)
         return pm_errf(err, PM_ERR_ARG, "select across ranks: halving waits for every task at "
                        "each round; use asha, which rank 0 decides for the whole sweep");
@@ -840,8 +926,12 @@ pm_status pm_select_run(pm_select_task *tasks, pm_trainer *hosts, int n,
                        : PM_OK;
     if (!st) st = tasks_init(&r, tasks, hosts, err);
     for (int i = 0; !st && i < n; i++) /* every pass still to run, each logged once */
-        if (r.t[i].stop_at > hosts[i].step)
-            r.log_cap += (r.t[i].stop_at - hosts[i].step) * (2 * r.t[i].S - 1);
+        if (r.t[i].stop_at > hosts[i].step) {
+            const sel_task *t = &r.t[i];
+            int64_t evals = o->val ? evals_after(&r, t, hosts[i].step) + o->nrung : 0;
+            r.log_cap += (t->stop_at - hosts[i].step) * (2 * t->S - 1) +
+                         evals * t->ev_chunks * t->S;
+        }
     if (!st && !(stats->log = pm_malloc((size_t)(r.log_cap ? r.log_cap : 1) * sizeof *stats->log)))
         st = pm_errf(err, PM_ERR_NOMEM, "out of memory for a log of %lld passes",
                      (long long)r.log_cap);
@@ -869,7 +959,8 @@ pm_status pm_select_run(pm_select_task *tasks, pm_trainer *hosts, int n,
     if (!st && r.link) st = sel_link_finish(&r, res, err); /* rank 0: every rank's */
     if (!st) account(stats);
     for (int d = 0; r.dev && d < o->devices; d++)
-        stats->peak[d] = r.dev[d].peak, stats->wait[d] = r.dev[d].wait_s;
+        stats->peak[d] = r.dev[d].peak, stats->wait[d] = r.dev[d].wait_s,
+        stats->moved_bytes += r.dev[d].bytes + r.dev[d].jbytes;
     run_free(&r);
     if (st) pm_select_stats_free(stats);
     return st;

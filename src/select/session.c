@@ -50,6 +50,24 @@ static pm_status asha_rungs(pm_select_session *s, pm_err *err) {
     return PM_OK;
 }
 
+/* The evaluation interval a user would choose (docs/select.md): a
+ * validation loss at each task's end to rank by, and along the way up to
+ * five (curves, checkpoints), but never so often that evaluating costs
+ * more than a tenth of the training: an evaluation is eval_batches (E)
+ * forwards of the whole model, a step about 3 K (the forward, B and W of
+ * each of its K microbatches), so at most every 10 E / (3 K) steps (K the
+ * fewest microbatches of any task). Under successive halving the
+ * evaluations are its rounds: every steps / 5. 0: only at the end. */
+static int default_eval_every(const pm_select_session *s) {
+    const pm_select_opts *o = &s->set.run;
+    int every = s->steps >= 5 ? s->steps / 5 : s->steps, K = 1 << 30;
+    if (o->halving > 1) return every;
+    for (int i = 0; i < s->n; i++) K = s->tasks[i].cfg.micro < K ? s->tasks[i].cfg.micro : K;
+    int least = (10 * o->eval_batches + 3 * K - 1) / (3 * K);
+    every = every > least ? every : least;
+    return every >= s->steps ? 0 : every;
+}
+
 pm_status pm_select_session_init(pm_select_session *s, const pm_sweep *sw,
                                  const pm_select_setup *set, pm_err *err) {
     *s = (pm_select_session){.set = *set};
@@ -58,7 +76,7 @@ pm_status pm_select_session_init(pm_select_session *s, const pm_sweep *sw,
     for (int i = 0; i < s->n; i++)
         if (s->tasks[i].cfg.opt.steps > s->steps) s->steps = s->tasks[i].cfg.opt.steps;
     pm_select_opts *o = &s->set.run;
-    if (o->eval_every < 0) o->eval_every = s->steps >= 5 ? s->steps / 5 : s->steps;
+    if (o->eval_every < 0) o->eval_every = default_eval_every(s);
     return o->asha ? asha_rungs(s, err) : PM_OK;
 }
 

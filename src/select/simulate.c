@@ -10,13 +10,14 @@
  * n)) for P passes of n tasks.
  *
  * Joining (pm_select.h; run.c's rules, prefetch aside): a device with no
- * ready task takes the next pass of a running task's step, and a pass's
- * timing follows the wavefront: its K microbatches each wait for the
- * step's previous pass's same microbatch, and a step's last pass waits for
- * every other pass of the step before its after part (the run's write-back
- * wait and the step end). Every pass taken has its times fixed then: they
- * depend only on the passes of its step taken before it. Cost: O(P n s)
- * more for s passes a step. */
+ * ready task takes the next pass of a running task's round (a step's, or
+ * an evaluation's), and a pass's timing follows the wavefront: its
+ * microbatches each wait for the round's previous pass's same microbatch
+ * (but for a lead before, a trail after), and a round's last pass waits for
+ * every other pass of the round before its after part (the run's
+ * write-back wait and the step end). Every pass taken has its times fixed
+ * then: they depend only on the passes of its round taken before it. Cost:
+ * O(P n s) more for s passes a round. */
 #include <math.h>
 #include <string.h>
 
@@ -49,21 +50,38 @@ typedef struct {
     double *mb;     /* (n, kmax) joining: each task's last taken pass's microbatch ends */
 } simx;
 
+/* Pass k of task t: its place in its round, its microbatches, and whether
+ * it ends its round (pm_select_work). */
+static int pos_of(const pm_select_work *w, int t, int64_t k) {
+    return w->pos ? w->pos[t][k] : (int)(k % w->per_step[t]);
+}
+static int mbs_of(const pm_select_work *w, int t, int64_t k) {
+    return w->mbs ? w->mbs[t][k] : w->micro[t];
+}
+static int round_last(const pm_select_work *w, int t, int64_t k) {
+    return k + 1 >= w->npass[t] || pos_of(w, t, k + 1) == 0;
+}
+
 /* Joining's end of pass k of task t started at `at` (pm_select.h): its
- * part before, then each microbatch after its own previous one and the
- * step's previous pass's same one; a step's last pass then waits for the
- * step's other passes (ready: the latest end taken); then its part after. */
+ * part before, then each microbatch after its own previous one: its lead,
+ * then (after the round's previous pass has put out the same microbatch)
+ * the rest but its trail, when it puts out its own, then the trail; a
+ * round's last pass then waits for the round's other passes (ready: the
+ * latest end taken); then its part after. */
 static double flow_end(simx *x, int t, int64_t k, double at) {
     const pm_select_work *w = x->w;
-    int P = w->per_step[t], K = w->micro[t], j = (int)(k % P);
+    int K = mbs_of(w, t, k), j = pos_of(w, t, k);
     double c = w->cost[t][k], pre = w->before ? w->before[t][k] : 0;
     double post = w->after ? w->after[t][k] : 0, each = fmax(0, c - pre - post) / K;
+    double lead = w->lead ? w->lead[t][k] * each : 0, trail = w->trail ? w->trail[t][k] * each : 0;
     double e = at + pre, *mb = x->mb + (size_t)t * (size_t)x->kmax;
     for (int m = 0; m < K; m++) {
-        if (j > 0 && mb[m] > e) e = mb[m];
-        mb[m] = e += each;
+        double out = e + lead;
+        if (j > 0 && mb[m] > out) out = mb[m];
+        mb[m] = out += each - lead - trail;
+        e = out + trail;
     }
-    if (j == P - 1 && x->ready[t] > e) e = x->ready[t];
+    if (round_last(w, t, k) && x->ready[t] > e) e = x->ready[t];
     return e + post;
 }
 
@@ -84,13 +102,13 @@ static void run_pass(simx *x, int t, int d, double at) {
 }
 
 /* Whether a device free at `at` may join task t: a pass of it runs, the
- * step's next pass is not its first (a step's last pass was taken: the
- * barrier), and no pass of the step on that shard still runs. */
+ * round's next pass is not its first (a round's last pass was taken: the
+ * barrier), and no pass of the round on that shard still runs. */
 static int joinable(const simx *x, int t, double at) {
     const pm_select_work *w = x->w;
     int64_t k = x->next[t];
-    if (k >= w->npass[t] || x->ready[t] <= at || k % w->per_step[t] == 0) return 0;
-    for (int64_t q = k - k % w->per_step[t]; q < k; q++)
+    if (k >= w->npass[t] || x->ready[t] <= at || pos_of(w, t, k) == 0) return 0;
+    for (int64_t q = k - pos_of(w, t, k); q < k; q++)
         if (w->shard[t][q] == w->shard[t][k] && x->out->end[x->base[t] + q] > at) return 0;
     return 1;
 }
@@ -104,13 +122,13 @@ static int pick_join(const simx *x, double at) {
 }
 
 /* Joining, nothing to take at `at`: the next end after it of a pass of an
- * unfinished task's current step (a task then ready or a shard free). */
+ * unfinished task's current round (a task then ready or a shard free). */
 static double next_end(const simx *x, double at) {
     double r = INFINITY;
     for (int t = 0; t < x->w->ntask; t++) {
         int64_t k = x->next[t];
         if (k >= x->w->npass[t] || k == 0) continue;
-        for (int64_t q = (k - 1) - (k - 1) % x->w->per_step[t]; q < k; q++) {
+        for (int64_t q = (k - 1) - pos_of(x->w, t, k - 1); q < k; q++) {
             double e = x->out->end[x->base[t] + q];
             if (e > at && e < r) r = e;
         }
@@ -238,21 +256,24 @@ static void simx_free(simx *x) {
 }
 
 /* The least time task t (its cost `cost`) can take: joined, its passes on
- * at most min(D, its shards) devices at once (one per shard) and its
- * compute on at most min(D, shards, microbatches) (two passes computing
- * at once work on two microbatches), as the run's task_bound; else all. */
+ * at most min(D, its shards) devices at once (one per shard), and without
+ * leads and trails its compute on at most min(D, shards, microbatches)
+ * (two passes computing at once work on two microbatches; a lead or a
+ * trail overlaps a neighbour's same microbatch, so then not), as the
+ * run's task_bound; else all. */
 static double task_bound(const simx *x, int t, double cost) {
     const pm_select_work *w = x->w;
     if (!x->join) return cost;
-    int S = 1;
+    int S = 1, K = 1;
     double compute = 0;
     for (int64_t k = 0; k < w->npass[t]; k++) {
         double pre = w->before ? w->before[t][k] : 0, post = w->after ? w->after[t][k] : 0;
         compute += fmax(0, w->cost[t][k] - pre - post);
         if (w->shard[t][k] + 1 > S) S = w->shard[t][k] + 1;
+        if (mbs_of(w, t, k) > K) K = mbs_of(w, t, k);
     }
     double on = fmin(x->D, S);
-    return fmax(cost / on, compute / fmin(on, w->micro[t]));
+    return w->lead || w->trail ? cost / on : fmax(cost / on, compute / fmin(on, K));
 }
 
 static pm_status simx_init(simx *x, const pm_select_work *w, int D, int join,
@@ -273,7 +294,8 @@ static pm_status simx_init(simx *x, const pm_select_work *w, int D, int join,
         out->total += x->left[t];
         double b = task_bound(x, t, x->left[t]);
         longest = b > longest ? b : longest;
-        if (join && w->micro[t] > x->kmax) x->kmax = w->micro[t];
+        for (int64_t k = 0; join && k < w->npass[t]; k++)
+            if (mbs_of(w, t, k) > x->kmax) x->kmax = mbs_of(w, t, k);
     }
     for (int d = 0; d < D; d++) x->last_task[d] = x->last_shard[d] = -1;
     *total = x->base[w->ntask];
@@ -301,6 +323,13 @@ static pm_status check_task(const pm_select_work *w, int t, pm_err *err) {
             !isfinite(pre + post))
             return pm_errf(err, PM_ERR_ARG, "task %d pass %lld: cost %g (before %g, after %g), "
                            "shard %d", t, (long long)k, c, pre, post, w->shard[t][k]);
+        double ld = w->lead ? w->lead[t][k] : 0, tr = w->trail ? w->trail[t][k] : 0;
+        int pos = w->pos ? w->pos[t][k] : 0, prev = k && w->pos ? w->pos[t][k - 1] : -1;
+        if ((w->mbs && w->mbs[t][k] < 1) || (w->pos && pos != 0 && pos != prev + 1) ||
+            !(ld >= 0 && tr >= 0 && ld + tr <= 1))
+            return pm_errf(err, PM_ERR_ARG, "task %d pass %lld: place %d in its round after %d, "
+                           "%d microbatches, lead %g, trail %g", t, (long long)k, pos, prev,
+                           w->mbs ? w->mbs[t][k] : 0, ld, tr);
     }
     return PM_OK;
 }
@@ -326,19 +355,6 @@ pm_status pm_select_simulate(const pm_select_work *w, int D, pm_select_policy po
     simx_free(&x);
     if (st) pm_select_sim_free(out);
     return st;
-}
-
-void pm_select_task_passes(const pm_select_task *t, int64_t steps, double rate, int *shard,
-                           double *cost) {
-    int S = t->nshard, K = t->cfg.micro;
-    int64_t i = 0;
-    for (int64_t s = 0; s < steps; s++) {
-        for (int k = 0; k < S - 1; k++, i++)
-            shard[i] = k, cost[i] = K * t->shard[k].flops_f / rate;
-        shard[i] = S - 1, cost[i++] = K * (t->shard[S - 1].flops_f + t->shard[S - 1].flops_bw) / rate;
-        for (int k = S - 2; k >= 0; k--, i++)
-            shard[i] = k, cost[i] = K * (2 * t->shard[k].flops_f + t->shard[k].flops_bw) / rate;
-    }
 }
 
 pm_status pm_select_rate(const pm_select_task *t, int n, double *rate, pm_err *err) {

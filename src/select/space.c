@@ -292,13 +292,14 @@ static pm_status name_free(const char *file, const pm_select_task *t, const int 
 }
 
 /* One task of file's line `line` ([b, e)) into t[*n], unless the line
- * holds none. */
-static pm_status file_line(const char *file, int line, const char *b, const char *e,
-                           pm_select_task *t, int *at, int *n, pm_err *err) {
+ * holds none. A key the line does not set takes the sweep's one value for
+ * it, if it has one (the command line's default), else the default. */
+static pm_status file_line(const pm_sweep *sw, const char *file, int line, const char *b,
+                           const char *e, pm_select_task *t, int *at, int *n, pm_err *err) {
     double x[PM_SWEEP_KEYS];
     char name[32];
     pm_err why;
-    for (int k = 0; k < PM_SWEEP_KEYS; k++) x[k] = NAN;
+    for (int k = 0; k < PM_SWEEP_KEYS; k++) x[k] = sw->n[k] == 1 ? sw->v[k][0] : NAN;
     int got = parse_task_line(file, line, b, e, x, name, err);
     if (got <= 0) return got < 0 ? PM_ERR_ARG : PM_OK;
     if (*n == PM_SWEEP_MAX_TASKS)
@@ -312,11 +313,28 @@ static pm_status file_line(const char *file, int line, const char *b, const char
     return st;
 }
 
-static pm_status read_file(const char *file, pm_select_task *t, int *n, pm_err *err) {
+/* Beside a tasks file a key may hold one value (every line's default),
+ * not a list or a range, and nothing is drawn. */
+static pm_status beside_file(const pm_sweep *sw, pm_err *err) {
+    if (sw->sample > 0)
+        return pm_errf(err, PM_ERR_ARG, "select: sample=%d draws tasks, and %s lists them: give "
+                       "one or the other", sw->sample, sw->tasks_file);
+    for (int k = 0; k < PM_SWEEP_KEYS; k++)
+        if (sw->n[k] > 1 || sw->kind[k] != PM_SWEEP_LIST)
+            return pm_errf(err, PM_ERR_ARG, "select: %s holds %s beside the tasks file %s: give "
+                           "one value (the default of the lines without %s=) or put the values "
+                           "in the file", label(sw, k), sw->n[k] > 1 ? "a list" : "a range",
+                           sw->tasks_file, pm_sweep_key_names[k]);
+    return PM_OK;
+}
+
+static pm_status read_file(const pm_sweep *sw, pm_select_task *t, int *n, pm_err *err) {
+    const char *file = sw->tasks_file;
+    pm_status st = beside_file(sw, err);
+    if (st) return st;
     char *text = NULL;
     size_t len = 0;
-    pm_status st = pm_read_file(file, PM_TEXT_MAX, &text, &len, err);
-    if (st) return st;
+    if ((st = pm_read_file(file, PM_TEXT_MAX, &text, &len, err))) return st;
     const char *nul = memchr(text, 0, len); /* it would end a value early, unseen */
     if (nul) {
         int at_line = 1;
@@ -330,7 +348,7 @@ static pm_status read_file(const char *file, pm_select_task *t, int *n, pm_err *
     for (size_t i = 0; i < len && !st;) {
         size_t end = i;
         while (end < len && text[end] != '\n') end++;
-        st = file_line(file, ++line, text + i, text + end, t, at, n, err);
+        st = file_line(sw, file, ++line, text + i, text + end, t, at, n, err);
         i = end + 1;
     }
     pm_free(text), pm_free(at);
@@ -352,7 +370,7 @@ pm_status pm_sweep_tasks(const pm_sweep *sw, pm_select_task **tasks, int *n, pm_
     pm_select_task *t = pm_calloc((size_t)cap, sizeof *t);
     if (!t) return pm_errf(err, PM_ERR_NOMEM, "select: out of memory for the tasks");
     int got = 0;
-    pm_status st = sw->tasks_file ? read_file(sw->tasks_file, t, &got, err)
+    pm_status st = sw->tasks_file ? read_file(sw, t, &got, err)
                    : sw->sample > 0 ? sample(sw, t, &got, err)
                                     : grid(sw, t, &got, err);
     if (st) {

@@ -60,25 +60,6 @@ int sel_store_io(sel_task *t, int slab, size_t at, size_t n, float *buf, int wr)
 
 /* The global gradient norm (pm_optim_norm), from the slab in RAM or read
  * from the spill file in pieces. */
-int sel_store_norm(sel_task *t, double *out) {
-    const pm_gpt_config *c = &t->host->cfg.model;
-    if (!t->task->spilled || t->host->params) {
-        *out = pm_optim_norm(c, t->host->grads);
-        return 0;
-    }
-    float buf[4096];
-    pm_norm_stream ns;
-    pm_norm_stream_init(&ns, c);
-    for (size_t at = 0, n = t->host->n_params; at < n;) {
-        size_t k = n - at < 4096 ? n - at : 4096;
-        if (sel_store_io(t, 1, at, k, buf, 0)) return -1;
-        pm_norm_stream_add(&ns, buf, k);
-        at += k;
-    }
-    *out = pm_norm_stream_end(&ns);
-    return 0;
-}
-
 /* The slabs, and the model workspace an evaluation needs (scratch: its
  * contents do not matter between uses, so it goes out with the slabs). */
 pm_status pm_select_host_load(const pm_select_task *task, pm_trainer *h, pm_err *err) {

@@ -16,13 +16,15 @@ const char *const pm_select_part_names[PM_PART_COUNT] = {
  * the rest are drawn half height, so their colours may meet a task's). */
 static const char *const part_fill[PM_PART_COUNT] = {
     "", "#2f6db5", "#e08a1e", "#3a9a5b", "#000", "#555", "#bbb", "#fff"};
-static const char *const kind_names[3] = {"F", "FBW", "B"};
+static const char *const kind_names[4] = {"F", "FBW", "B", "E"}; /* E: an evaluation's */
 #define PART_MIN 1e-5 /* s: shorter parts are not drawn */
 
-/* Task i's colour: hues spread round the wheel; backwards darker. */
+/* Task i's colour: hues spread round the wheel; backwards darker, an
+ * evaluation's forwards lightest. */
 static void colour(char out[32], int task, int n, int kind) {
     int hue = n > 0 ? (int)(360.0 * task / n) : 0;
-    snprintf(out, 32, "hsl(%d,65%%,%d%%)", hue, kind == 0 ? 62 : kind == 1 ? 50 : 38);
+    snprintf(out, 32, "hsl(%d,65%%,%d%%)", hue, kind == 0 ? 62 : kind == 1 ? 50 : kind == 2 ? 38
+                                                                                             : 80);
 }
 
 /* The parts of one log entry in time order: part[k] runs from at[k] to
@@ -67,7 +69,10 @@ static void svg_pass(const svg_ctx *c, const pm_select_pass *p, const pm_select_
          * part the lower half (whatever the task colours, it stands out) */
         double yy = pt == PM_PART_COMPUTE ? y : y + h / 2, hh = pt == PM_PART_COMPUTE ? h : h / 2;
         svg_box(c, at[k], at[k + 1], yy, hh, pt == PM_PART_COMPUTE ? col : part_fill[pt],
-                pt == PM_PART_COMPUTE ? "pass" : pm_select_part_names[pt], what);
+                pt != PM_PART_COMPUTE ? pm_select_part_names[pt]
+                : p->kind == 3        ? "evalpass" /* its microbatches are the evaluation */
+                                      : "pass",
+                what);
     }
     if (p->copy1 - p->copy0 >= PART_MIN) { /* the copy thread, under the device's row */
         snprintf(what, sizeof what, "copy thread: prefetching for after %s shard %d %s", name,
@@ -124,8 +129,8 @@ static void trace_event(FILE *f, const char *name, const char *cat, int tid, dou
                         double t1) {
     fputs(",\n{\"name\": ", f);
     pm_json_str(f, name);
-    fprintf(f, ", \"cat\": \"%s\", \"ph\": \"X\", \"pid\": 0, \"tid\": %d, \"ts\": %.3f, "
-               "\"dur\": %.3f}", cat, tid, t0 * 1e6, (t1 - t0) * 1e6);
+    fprintf(f, ", \"cat\": \"%s\", \"ph\": \"X\", \"pid\": 0, \"tid\": %d, \"ts\": %s, "
+               "\"dur\": %s}", cat, tid, PM_JSON_NUM(t0 * 1e6), PM_JSON_NUM((t1 - t0) * 1e6));
 }
 
 /* The pass as one event ("t1 F0", category its kind) with its load, update

@@ -646,6 +646,47 @@ static pm_status read_slabs(const char *path, int fd, const pm_ckpt_info *info,
     return pm_ckpt_check_sums(path, info, PM_CKPT_ALL, sums, err);
 }
 
+/* The fields of the learning-rate schedule and of AdamW: a run continued
+ * with other values would change its schedule mid-run. */
+#define SCHEDULE_FIELDS                                                                    \
+    (PM_CFG_BIT(PM_CFG_STEPS) | PM_CFG_BIT(PM_CFG_WARMUP) | PM_CFG_BIT(PM_CFG_LR_MIN_FRAC) | \
+     PM_CFG_BIT(PM_CFG_BETA1) | PM_CFG_BIT(PM_CFG_BETA2) | PM_CFG_BIT(PM_CFG_EPS) |         \
+     PM_CFG_BIT(PM_CFG_GRAD_CLIP))
+
+pm_status pm_ckpt_check_schedule(const char *path, const pm_ckpt_info *info,
+                                 const pm_train_cfg *cfg, pm_err *err) {
+    char was[240] = "", now[240] = "";
+    size_t w = 0, m = 0;
+    int f;
+    for (unsigned mask = SCHEDULE_FIELDS; (f = pm_train_cfg_diff(&info->cfg, cfg, mask)) >= 0;
+         mask &= ~PM_CFG_BIT(f)) {
+        char a[32], b[32];
+        pm_train_cfg_value(&info->cfg, f, a, sizeof a);
+        pm_train_cfg_value(cfg, f, b, sizeof b);
+        w += (size_t)snprintf(was + w, sizeof was - w, " %s=%s", pm_train_field_names[f], a);
+        m += (size_t)snprintf(now + m, sizeof now - m, " %s=%s", pm_train_field_names[f], b);
+        if (w >= sizeof was || m >= sizeof now) break; /* cannot: 7 fields of < 32 bytes */
+    }
+    if (!w) return PM_OK;
+    return pm_errf(err, PM_ERR_ARG, "%s was made with%s, this run has%s (the learning-rate "
+                   "schedule would change mid-run); resume with%s, or start without resuming",
+                   path, was, now, was);
+}
+
+pm_status pm_ckpt_verify(const char *path, const pm_train_cfg *cfg, uint64_t data_id,
+                         pm_ckpt_info *info, pm_err *err) {
+    FILE *f;
+    uint8_t h[PM_CKPT_HEADER];
+    pm_status st = open_verified(path, &f, info, h, err);
+    if (st) return st;
+    float *const none[PM_CKPT_SLABS] = {NULL, NULL, NULL};
+    if (!(st = pm_ckpt_check_run(path, info, cfg, data_id, err)) &&
+        !(st = pm_ckpt_check_schedule(path, info, cfg, err)) && info->version >= 4)
+        st = read_slabs(path, fileno(f), info, none, err);
+    fclose(f);
+    return st;
+}
+
 pm_status pm_ckpt_load(pm_trainer *t, const char *path, pm_err *err) {
     FILE *f;
     pm_ckpt_info in;

@@ -106,6 +106,30 @@ void pm_bytes_str(size_t n, char *buf, size_t cap) {
     else snprintf(buf, cap, "%.*f %s", x < 10 ? 2 : x < 100 ? 1 : 0, x, unit[u]);
 }
 
+char *pm_double_text(char *buf, double x) {
+    if (!isfinite(x)) {
+        snprintf(buf, PM_DOUBLE_TEXT, "%s", isnan(x) ? "nan" : x > 0 ? "inf" : "-inf");
+        return buf;
+    }
+    if (x == floor(x) && fabs(x) < 1e15) { /* an integer: its digits, read back exactly */
+        snprintf(buf, PM_DOUBLE_TEXT, "%.0f", x == 0 ? 0.0 : x); /* no "-0" */
+        return buf;
+    }
+    /* 17 significant digits always read back (DBL_DECIMAL_DIG); %g drops
+     * trailing zeros, so 15 give the text of a number that has at most 15 */
+    for (int p = 15; p <= 17; p++) {
+        snprintf(buf, PM_DOUBLE_TEXT, "%.*g", p, x);
+        if (strtod(buf, NULL) == x) break;
+    }
+    return buf;
+}
+
+char *pm_json_text(char *buf, double x) {
+    if (isfinite(x)) return pm_double_text(buf, x);
+    snprintf(buf, PM_DOUBLE_TEXT, "null");
+    return buf;
+}
+
 char *pm_float_text(char *buf, float x) {
     if (!isfinite(x)) {
         snprintf(buf, PM_FLOAT_TEXT, "%s", isnan(x) ? "nan" : x > 0 ? "inf" : "-inf");
