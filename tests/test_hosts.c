@@ -444,6 +444,112 @@ static void test_disagree(void **state) {
     disagree("PM_X=1", "d", "--eval-every 3", v);
 }
 
+/* ---- select across hosts ------------------------------------------------------------ */
+
+#define SWEEP "--layers 4 --dim 64 --heads 2 --ctx 16 --batch 8 --microbatches 2 --eval-batches 1"
+
+/* The records of n tasks t0.. under save directories a and b, byte for
+ * byte: each checkpoint and losses, and a stopped task's marker. */
+static void same_records(const char *a, const char *b, int n, const char *what) {
+    static const char *const ext[3] = {"ckpt", "loss", "stopped"};
+    for (int i = 0; i < n; i++)
+        for (int e = 0; e < 3; e++) {
+            char x[300], y[300];
+            snprintf(x, sizeof x, "%s/t%d.%s", a, i, ext[e]);
+            snprintf(y, sizeof y, "%s/t%d.%s", b, i, ext[e]);
+            int hx = !access(x, F_OK), hy = !access(y, F_OK);
+            if (hx != hy || (e < 2 && !hx)) fail_msg("%s: t%d.%s %s on one machine, %s across "
+                                                   "hosts", what, i, ext[e], hx ? "is" : "is not",
+                                                   hy ? "is" : "is not");
+            if (hx && !same_file(x, y)) fail_msg("%s: t%d.%s differs", what, i, ext[e]);
+        }
+}
+
+/* 8 tasks on one machine (one device), then over both hosts, each rank
+ * with devices and memory of its own (node2's 3 MiB cuts every task into
+ * 4 shards, node1's 16 MiB leaves one): every task's records bitwise the
+ * one machine's, the table and JSON rank 0's alone with every task, tasks
+ * run on both ranks. Then ASHA (4 tasks, eta 3, rungs 3 and 9): whichever
+ * rank reports when, its promotions are the top 2 of the 4 at step 3 (the
+ * quota ceil(4/3), and the first promoted is the best of 3 so in the top 2
+ * of 4), so the same tasks stop, each at the same state, as on one machine. */
+static void test_select_across_hosts(void **state) {
+    (void)state;
+    static char out[65536];
+    char one[300], two[300];
+    const char *sw = SWEEP " --lr 1e-3,2e-3,3e-3,4e-3 --seed 1,2 --steps 6 --eval-every 3";
+    limit(300);
+    snprintf(one, sizeof one, "%s/sel1", dir);
+    snprintf(two, sizeof two, "%s/sel2", dir);
+    if (sh(out, sizeof out, "%s select --data %s/d %s --devices 1 --device-mem 16M --resume %s",
+           bin, dir, sw, one))
+        fail_msg("one machine: %s", out);
+    if (sh(out, sizeof out, ACROSS " -np 1 -host node1 %s select --data %s/d %s --devices 2 "
+           "--device-mem 16M --resume %s --json : -np 1 -host node2 %s select --data %s/d %s "
+           "--devices 1 --device-mem 3M --resume %s --json", hosts, bin, dir, sw, two, bin, dir,
+           sw, two))
+        fail_msg("across hosts: %s", out);
+    if (count(out, "{\"task\": ") != 8 || count(out, "makespan ") != 1 ||
+        !strstr(out, "\"rank\": 0") || !strstr(out, "\"rank\": 1"))
+        fail_msg("across hosts: not one table of 8 tasks run on both ranks:\n%s", out);
+    same_records(one, two, 8, "select across hosts");
+    const char *asha = SWEEP " --lr 1e-3,2e-3,5e-3,1e-2 --steps 9 --asha 3 --asha-min 3";
+    snprintf(one, sizeof one, "%s/asha1", dir);
+    snprintf(two, sizeof two, "%s/asha2", dir);
+    if (sh(out, sizeof out, "%s select --data %s/d %s --devices 1 --device-mem 16M --resume %s",
+           bin, dir, asha, one))
+        fail_msg("asha, one machine: %s", out);
+    if (count(out, "stopped: by ASHA after step 3 (") != 2)
+        fail_msg("asha: not 2 stopped:\n%s", out);
+    if (sh(out, sizeof out, ACROSS " -np 2 --npernode 1 %s select --data %s/d %s --devices 1 "
+           "--device-mem 16M --resume %s", hosts, bin, dir, asha, two))
+        fail_msg("asha across hosts: %s", out);
+    same_records(one, two, 4, "asha across hosts");
+}
+
+/* A sweep over both hosts loses node2's pipemem mid-run: rank 0 says in
+ * one line which tasks were running where (lost since their last
+ * checkpoint) and how to resume; resumed on node1 alone (2 ranks), every
+ * task ends bitwise as the sweep run on one machine uninterrupted. */
+static void test_select_lost_rank(void **state) {
+    (void)state;
+    static char out[65536], res[16384];
+    char lost[300], ref[300], cmd[2048], line[400];
+    const char *sw = SWEEP " --lr 1e-3,2e-3,3e-3,4e-3 --steps 300 --eval-every 20";
+    limit(300);
+    snprintf(lost, sizeof lost, "%s/lost", dir);
+    snprintf(ref, sizeof ref, "%s/ref", dir);
+    snprintf(cmd, sizeof cmd, "exec 2>&1; " ACROSS " -np 2 --npernode 1 %s select --data %s/d "
+             "%s --devices 1 --device-mem 16M --resume %s", hosts, bin, dir, sw, lost);
+    FILE *f = popen(cmd, "r");
+    assert_non_null(f);
+    for (int saved = 0; !saved; nap_ms(10))
+        for (int i = 0; i < 4 && !saved; i++) {
+            char p[320];
+            snprintf(p, sizeof p, "%s/t%d.loss", lost, i);
+            saved = !access(p, F_OK);
+        }
+    assert_int_equal(sh(res, sizeof res, HOSTS_SH " kill %s node2 pipemem", hosts), 0);
+    size_t n = fread(out, 1, sizeof out - 1, f);
+    out[n] = 0;
+    int st = pclose(f), rc = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    if (rc == 0 || strstr(out, TIMED_OUT)) fail_msg("exit %d:\n%s", rc, out);
+    snprintf(line, sizeof line, "; resume with --resume %s on any hosts and ranks", lost);
+    if (count(out, "pipemem: ") != 1 || !strstr(out, "pipemem: rank 0 on node1: mpirun stopped") ||
+        !strstr(out, "tasks then running are lost since their last checkpoint: ") ||
+        !strstr(out, " (rank 1 on node2)") || !strstr(out, line))
+        fail_msg("not one line from pipemem naming the lost tasks:\n%s", out);
+    host_gone("node1", NULL);
+    host_gone("node2", NULL);
+    if (sh(res, sizeof res, "%s select --data %s/d %s --devices 1 --device-mem 16M --resume %s",
+           bin, dir, sw, ref))
+        fail_msg("one machine: %s", res);
+    if (sh(res, sizeof res, ACROSS " -np 2 --host node1:2 %s select --data %s/d %s --devices 1 "
+           "--device-mem 16M --resume %s", hosts, bin, dir, sw, lost))
+        fail_msg("resumed on node1: %s", res);
+    same_records(ref, lost, 4, "lost and resumed on node1");
+}
+
 /* ---- setup ------------------------------------------------------------------------ */
 
 static int setup(void **state) {
@@ -500,6 +606,8 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_across_hosts),
         cmocka_unit_test(test_lost_host),
         cmocka_unit_test(test_disagree),
+        cmocka_unit_test(test_select_across_hosts),
+        cmocka_unit_test(test_select_lost_rank),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

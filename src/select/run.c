@@ -146,7 +146,8 @@ static int pick_task(sel_run *r, int d) {
         sel_task *t = &r->t[i];
         if (t->running || finished(t) || t->at_rung || t->away) continue;
         if (r->owner[i] == d) return i;
-        if (r->owner[i] < 0 && (best < 0 || sel_time_left(r, t, 0) > sel_time_left(r, &r->t[best], 0)))
+        if (r->owner[i] < 0 &&
+            (best < 0 || sel_time_left(r, t, 0) > sel_time_left(r, &r->t[best], 0)))
             best = i;
     }
     if (best >= 0) r->owner[best] = d;
