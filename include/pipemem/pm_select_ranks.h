@@ -47,6 +47,15 @@ int pm_select_ranks_size(const pm_select_ranks *k);
  * (mpirun stops every rank once it lost one: those tasks are lost since
  * their last checkpoint). The text stays valid until the next pump. */
 const char *pm_select_ranks_running(const pm_select_ranks *k);
+/* On rank 0 after a run: what rank g (0 .. size - 1) had and did. */
+typedef struct {
+    char host[64]; /* its host name */
+    int devices;   /* its devices */
+    int tasks;     /* tasks it ran */
+    double cpu_s;  /* CPU seconds its process took during the run (every thread) */
+} pm_select_rank_info;
+pm_status pm_select_ranks_info(const pm_select_ranks *k, int g, pm_select_rank_info *out,
+                               pm_err *err);
 /* Lets the messages in flight leave, then frees (NULL: no-op). */
 void pm_select_ranks_free(pm_select_ranks *k);
 

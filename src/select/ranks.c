@@ -29,6 +29,7 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "pipemem/pm_runtime.h"
@@ -39,9 +40,9 @@ enum { TAG_UP = 1, TAG_DOWN = 2 };
 enum { M_HELLO, M_ASK, M_EVENT, M_RUNG, M_RESULT, M_BYE, M_GIVE, M_NONE, M_PROMOTE, M_STOP };
 
 typedef struct {
-    int32_t kind, task, rung, ev, devices, pad;
+    int32_t kind, task, rung, ev, devices, tasks;
     int64_t step;
-    double loss, val, work, bound;
+    double loss, val, work, bound, cpu;
     pm_select_result res; /* RESULT; EVENT: res.why */
     char host[64];        /* HELLO */
 } sel_msg;
@@ -72,6 +73,9 @@ struct pm_select_ranks {
     unsigned char *ask;   /* (size) an ask not yet answered */
     int *devices;         /* (size) */
     char (*hosts)[64];    /* (size) */
+    int *ran;             /* (size) tasks each rank ran (its BYE) */
+    double *cpu;          /* (size) CPU seconds each rank's run took (its BYE) */
+    double cpu0;          /* this process's CPU seconds as the run started */
     int byes;
     double work, bound;   /* the other ranks' work and longest task bound */
     pm_select_result *got; /* (n) other ranks' results */
@@ -147,11 +151,22 @@ int pm_select_ranks_rank(const pm_select_ranks *k) { return k->rank; }
 int pm_select_ranks_size(const pm_select_ranks *k) { return k->size; }
 const char *pm_select_ranks_running(const pm_select_ranks *k) { return atomic_load(&k->running); }
 
+pm_status pm_select_ranks_info(const pm_select_ranks *k, int g, pm_select_rank_info *out,
+                               pm_err *err) {
+    if (k->rank || !k->cpu || g < 0 || g >= k->size)
+        return pm_errf(err, PM_ERR_ARG, "pm_select_ranks_info: rank %d of %d, asked on rank %d "
+                       "(rank 0 has them, after a run)", g, k->size, k->rank);
+    *out = (pm_select_rank_info){.devices = k->devices[g], .tasks = k->ran[g],
+                                 .cpu_s = k->cpu[g]};
+    snprintf(out->host, sizeof out->host, "%s", k->hosts[g]);
+    return PM_OK;
+}
+
 static void coord_free(pm_select_ranks *k) {
     pm_free(k->up), pm_free(k->up_req), pm_free(k->owner), pm_free(k->was), pm_free(k->ask);
-    pm_free(k->devices), pm_free(k->hosts), pm_free(k->got);
-    k->up = NULL, k->up_req = NULL, k->owner = k->was = k->devices = NULL;
-    k->ask = NULL, k->hosts = NULL, k->got = NULL;
+    pm_free(k->devices), pm_free(k->hosts), pm_free(k->got), pm_free(k->ran), pm_free(k->cpu);
+    k->up = NULL, k->up_req = NULL, k->owner = k->was = k->devices = k->ran = NULL;
+    k->ask = NULL, k->hosts = NULL, k->got = NULL, k->cpu = NULL;
 }
 
 void pm_select_ranks_free(pm_select_ranks *k) {
@@ -356,6 +371,7 @@ static void from_rank(sel_run *r, int g, const sel_msg *m) {
         break;
     case M_BYE:
         k->byes += g > 0, k->work += m->work, k->bound = fmax(k->bound, m->bound);
+        k->ran[g] = m->tasks, k->cpu[g] = m->cpu;
         break;
     default: break;
     }
@@ -381,6 +397,14 @@ static void serve_ranks(sel_run *r) {
 
 /* ---- the run's side ---------------------------------------------------------------- */
 
+/* This process's CPU seconds so far, every thread's. */
+static double cpu_now(void) {
+    struct rusage u;
+    getrusage(RUSAGE_SELF, &u);
+    return (double)u.ru_utime.tv_sec + 1e-6 * (double)u.ru_utime.tv_usec +
+           (double)u.ru_stime.tv_sec + 1e-6 * (double)u.ru_stime.tv_usec;
+}
+
 pm_status sel_link_start(sel_run *r, pm_err *err) {
     pm_select_ranks *k = r->link;
     int n = r->n, z = k->size;
@@ -390,6 +414,7 @@ pm_status sel_link_start(sel_run *r, pm_err *err) {
     k->out_head = k->out_n = 0;
     k->work = k->bound = 0;
     k->n = n;
+    k->cpu0 = cpu_now();
     for (int i = 0; i < n; i++) r->t[i].away = 1;
     pm_status st = pm_tp_irecv(k->tp, 0, TAG_DOWN, &k->down, sizeof k->down, &k->down_req);
     if (st || k->rank) return st ? pm_tp_status(k->tp, err) : PM_OK;
@@ -401,8 +426,10 @@ pm_status sel_link_start(sel_run *r, pm_err *err) {
     k->devices = pm_calloc((size_t)z, sizeof *k->devices);
     k->hosts = pm_calloc((size_t)z, sizeof *k->hosts);
     k->got = pm_calloc((size_t)n, sizeof *k->got);
+    k->ran = pm_calloc((size_t)z, sizeof *k->ran);
+    k->cpu = pm_calloc((size_t)z, sizeof *k->cpu);
     if (!k->up || !k->up_req || !k->owner || !k->was || !k->ask || !k->devices || !k->hosts ||
-        !k->got)
+        !k->got || !k->ran || !k->cpu)
         return pm_errf(err, PM_ERR_NOMEM, "select across ranks: out of memory for %d tasks", n);
     for (int i = 0; i < n; i++) k->owner[i] = -1;
     for (int g = 0; g < z && !st; g++)
@@ -429,17 +456,21 @@ int sel_link_done(const sel_run *r) {
  * devices: max(all work / all devices, the longest task's bound). */
 pm_status sel_link_finish(sel_run *r, pm_select_result *res, pm_err *err) {
     pm_select_ranks *k = r->link;
-    double work = 0, bound = 0;
+    double work = 0, bound = 0, cpu = cpu_now() - k->cpu0;
+    int ran = 0;
     for (int i = 0; i < r->n; i++) {
         if (r->t[i].away) continue;
-        res[i].rank = k->rank;
+        res[i].rank = k->rank, ran++;
         work += r->t[i].work, bound = fmax(bound, sel_task_bound(r, &r->t[i]));
         if (k->rank) post(k, 0, TAG_UP, &(sel_msg){.kind = M_RESULT, .task = i, .res = res[i]});
     }
-    if (k->rank) post(k, 0, TAG_UP, &(sel_msg){.kind = M_BYE, .work = work, .bound = bound});
+    if (k->rank)
+        post(k, 0, TAG_UP, &(sel_msg){.kind = M_BYE, .work = work, .bound = bound, .cpu = cpu,
+                                      .tasks = ran});
     if (k->st) return pm_errf(err, k->st, "select across ranks: %s", k->err.msg);
     if (k->rank) return PM_OK;
     int all = 0;
+    k->ran[0] = ran, k->cpu[0] = cpu;
     for (int g = 0; g < k->size; g++) all += k->devices[g];
     for (int i = 0; i < r->n; i++)
         if (k->owner[i] > 0) res[i] = k->got[i];
