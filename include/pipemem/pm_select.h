@@ -664,7 +664,9 @@ pm_status pm_select_session_start(pm_select_session *s, const pm_tokens *train,
 pm_status pm_select_session_run(pm_select_session *s, pm_err *err);
 /* The best-ranked task that did not fail and has a validation loss, or -1. */
 int pm_select_session_best(const pm_select_session *s);
-/* Task i's checkpoint at path, as `pipemem train --save` writes it. */
+/* Task i's checkpoint at path, as `pipemem train --save` writes it. Across
+ * ranks (on rank 0, after the run), a task another rank ran: its record's
+ * checkpoint under save_dir, copied (none without save_dir: an error). */
 pm_status pm_select_session_save(pm_select_session *s, int i, const char *path, pm_err *err);
 void pm_select_session_free(pm_select_session *s);
 

@@ -423,6 +423,10 @@ int pm_cmd_select(int argc, char **argv) {
     if (!rc && rank >= 0 && o.dry_run)
         rc = pm_cli_fail("select: --dry-run forecasts one process's devices; run it without "
                          "mpirun");
+    if (!rc && rank >= 0 && o.save_best && !o.set.run.save_dir)
+        rc = pm_cli_fail("select: --save-best across ranks copies the best task's checkpoint "
+                         "from --resume DIR (its state stays on the rank that ran it); give "
+                         "--resume DIR");
     if (rc) return rank >= 0 ? sel_ranks_open(NULL, NULL, NULL, 1, &(pm_select_ranks *){0}) : rc;
     pm_select_session s;
     pm_select_ranks *k = NULL;
