@@ -27,15 +27,10 @@
  *       find a core each.
  * Needs root (namespaces): elsewhere it says so in one line and exits 0.
  * Started plainly it re-runs itself inside `hosts.sh with 2`. */
-#include "bench.h" /* first: it sets _DEFAULT_SOURCE */
+#include "bench.h" /* first: its feature macro */
 
 #include <libgen.h>
-#include <math.h>
 #include <stdarg.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <unistd.h>
 
 #include "pipemem/pm_runtime.h"
 
@@ -45,24 +40,24 @@
 #define MSG_BYTES (2.0 * 128 * 256 * 4) /* one activation: (batch / micro, ctx, dim) floats */
 #define ROOT_OK "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
 
-static const char *bin, *hosts;
-static char dir[128], self[512], out[1 << 16];
+static const char *bin, *hosts, *out = ""; /* out: the last command's stdout */
+static char dir[128], self[512], errpath[160] = "/dev/null";
 
-/* Runs cmd (printf-style); its stdout in out. 0, or 1 after saying so. */
+/* Runs cmd (printf-style) through bench.h's runner; its stdout in out. 0,
+ * or 1 after saying so with the end of its stderr. */
 static int run(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static int run(const char *fmt, ...) {
     char cmd[2048];
+    long kib;
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(cmd, sizeof cmd, fmt, ap);
     va_end(ap);
-    FILE *f = popen(cmd, "r");
-    if (!f) return 1;
-    size_t n = fread(out, 1, sizeof out - 1, f);
-    out[n] = 0;
-    if (!pclose(f)) return 0;
-    fprintf(stderr, "bench_hosts: failed: %s\n%s\n", cmd, out);
-    return 1;
+    const char *o = bench_run_sh(cmd, errpath, &kib);
+    out = o ? o : "";
+    if (o) return 0;
+    char *argv[] = {"/bin/sh", cmd, NULL};
+    return bench_child_failed("bench_hosts", "a command", argv, errpath);
 }
 
 /* The numbers after "key": in out, flattened ([[1, 2], [3]] gives 1 2 3),
@@ -96,9 +91,9 @@ static int numbers(const char *key, double *v, int max) {
 static int train(const char *kind, int across) {
     if (across)
         return run(ROOT_OK HOSTS_SH " mpirun %s --quiet -np 2 --npernode 1 %s train --data %s "
-                   MODEL " --pp 2 --schedule %s 2>/dev/null", hosts, bin, dir, kind);
+                   MODEL " --pp 2 --schedule %s", hosts, bin, dir, kind);
     return run(ROOT_OK "mpirun --oversubscribe --quiet -np 2 %s train --data %s " MODEL " --pp 2 "
-               "--schedule %s 2>/dev/null", bin, dir, kind);
+               "--schedule %s", bin, dir, kind);
 }
 
 #define ROUNDS 3 /* every run of (a) this often, shared memory and TCP in turn */
@@ -171,9 +166,11 @@ static int pingpong(int across, double *bytes, double *us, int max) {
                     : run(ROOT_OK "mpirun --oversubscribe --quiet -np 2 %s", mpi);
     if (rc) return -1;
     int n = 0;
-    for (char *l = strtok(out, "\n"); l && n < max; l = strtok(NULL, "\n")) {
+    for (const char *l = out; *l && n < max;) {
         double b, raw, pm;
         if (sscanf(l, " %lf %lf %lf", &b, &raw, &pm) == 3) bytes[n] = b, us[n++] = pm;
+        l += strcspn(l, "\n");
+        l += *l != 0;
     }
     return n;
 }
@@ -301,15 +298,17 @@ int main(int argc, char **argv) {
     }
     self[n] = 0;
     if (!hosts) {
-        if (run(HOSTS_SH " can")) {
+        if (run(HOSTS_SH " can || true")) return 1; /* says why not, or nothing */
+        if (*out) {
             printf("bench_hosts: skipped: %s", out);
             return 0;
         }
         execl(HOSTS_SH, HOSTS_SH, "with", "2", self, (char *)NULL);
         return 1;
     }
-    snprintf(dir, sizeof dir, "%s/data", hosts);
-    if (run("%s prepare /usr/share/games/fortunes/fortunes -o %s >/dev/null 2>&1", bin, dir))
+    snprintf(dir, sizeof dir, "%.100s/data", hosts);
+    snprintf(errpath, sizeof errpath, "%.100s/stderr", hosts);
+    if (run("%s prepare /usr/share/games/fortunes/fortunes -o %s", bin, dir))
         return 1;
     static kind_run kr[3][ROUNDS];
     double lat, bw;

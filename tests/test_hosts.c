@@ -355,7 +355,7 @@ static void lose_node2(const char *inject, int keep, const char *says) {
     assert_int_equal(sh(res, sizeof res, HOSTS_SH " %s", inject), 0);
     if (!keep) { /* every rank ends by itself; then mpirun is ended here */
         for (int k = 1; k <= 2; k++) {
-            char h[8];
+            char h[16];
             snprintf(h, sizeof h, "node%d", k);
             host_gone(h, "pipemem");
         }
