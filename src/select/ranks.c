@@ -12,8 +12,10 @@
  * Messages (one fixed record, tag UP to rank 0, DOWN from it):
  *   up    HELLO (devices, host), ASK (a device is free), EVENT (any event of
  *         a task here: rank 0 reports it), RUNG (a task here reported its
- *         validation loss at its ASHA rung and waits), RESULT (a task's, after
- *         the run), BYE (this rank's devices ended; its work and bound)
+ *         validation loss at its ASHA rung and waits), END (this rank's
+ *         devices ended: rank 0's own tells it that its events are all in),
+ *         RESULT (a task's, after the run), BYE (after the run: its work,
+ *         bound, tasks and CPU time)
  *   down  GIVE (task i is yours), NONE (no task will come: end when yours
  *         are), PROMOTE (task i goes on to rung k), STOP (ASHA stopped it)
  * Per peer MPI keeps the order, so a rank's RESULTs arrive before its BYE.
@@ -37,7 +39,8 @@
 #include "select/internal.h"
 
 enum { TAG_UP = 1, TAG_DOWN = 2 };
-enum { M_HELLO, M_ASK, M_EVENT, M_RUNG, M_RESULT, M_BYE, M_GIVE, M_NONE, M_PROMOTE, M_STOP };
+enum { M_HELLO, M_ASK, M_EVENT, M_RUNG, M_END, M_RESULT, M_BYE, M_GIVE, M_NONE, M_PROMOTE,
+       M_STOP };
 
 typedef struct {
     int32_t kind, task, rung, ev, devices, tasks;
@@ -63,7 +66,7 @@ struct pm_select_ranks {
     pm_tp_req down_req;
     sel_msg *out;         /* (OUTBOX) queued for rank 0 */
     int out_head, out_n;
-    int hello, asking, closed;
+    int hello, asking, closed, ended; /* ended: END sent */
     /* rank 0: the coordinator, for a run of n tasks */
     int n;
     sel_msg *up;          /* (size) a posted receive from each rank */
@@ -76,7 +79,7 @@ struct pm_select_ranks {
     int *ran;             /* (size) tasks each rank ran (its BYE) */
     double *cpu;          /* (size) CPU seconds each rank's run took (its BYE) */
     double cpu0;          /* this process's CPU seconds as the run started */
-    int byes;
+    int byes, end0;       /* BYEs from the other ranks; rank 0's own END came back */
     double work, bound;   /* the other ranks' work and longest task bound */
     pm_select_result *got; /* (n) other ranks' results */
     int dirty;            /* the running line is stale */
@@ -267,6 +270,7 @@ static void serve_self(sel_run *r) {
         to_root(r, &(sel_msg){.kind = M_ASK});
         k->asking = 1;
     }
+    if (r->live == 0 && !k->ended) to_root(r, &(sel_msg){.kind = M_END}), k->ended = 1;
     if (k->out_n == 0) return;
     flush(k);
     pthread_cond_broadcast(&r->cv); /* a device may wait for room in the outbox */
@@ -350,6 +354,7 @@ static void from_rank(sel_run *r, int g, const sel_msg *m) {
         snprintf(k->hosts[g], sizeof k->hosts[g], "%s", m->host);
         break;
     case M_ASK: k->ask[g] = 1; break;
+    case M_END: k->end0 |= g == 0; break;
     case M_RUNG:
         if (t && g) sel_asha_report(&r->asha, t, m->val);
         break;
@@ -410,7 +415,7 @@ pm_status sel_link_start(sel_run *r, pm_err *err) {
     int n = r->n, z = k->size;
     coord_free(k);
     k->main = pthread_self();
-    k->hello = k->asking = k->closed = k->byes = 0;
+    k->hello = k->asking = k->closed = k->ended = k->byes = k->end0 = 0;
     k->out_head = k->out_n = 0;
     k->work = k->bound = 0;
     k->n = n;
@@ -445,9 +450,13 @@ void sel_link_pump(sel_run *r) {
     if (!r->link->rank) serve_ranks(r);
 }
 
+/* This rank's devices ended and all it queued is sent; rank 0 also heard
+ * its own END (so every event of its own went through) and every other
+ * rank's BYE. A broken link is done at once. */
 int sel_link_done(const sel_run *r) {
     const pm_select_ranks *k = r->link;
-    return r->live == 0 && (k->rank || k->byes == k->size - 1);
+    if (r->live || (!k->st && (!k->ended || k->out_n))) return 0;
+    return k->rank || k->st || (k->end0 && k->byes == k->size - 1);
 }
 
 /* After the run (its devices ended, its results in res): every rank sends
