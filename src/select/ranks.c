@@ -119,9 +119,9 @@ static pm_status same_everywhere(const char *what, uint64_t x, pm_err *err) {
         return pm_errf(err, PM_ERR_ARG, "select across ranks: rank %d reads other data than "
                        "rank 0: every rank needs the same data directory", first);
     return pm_errf(err, PM_ERR_ARG, "select across ranks: rank %d has another sweep than rank 0 "
-                   "(its tasks, evaluation, asha, --resume or --stop-after differ): every rank "
-                   "needs the same sweep; only --devices, --device-mem, --policy, --prefetch "
-                   "and --spill may differ", first);
+                   "(its tasks, evaluation, asha, save_dir or stop_after differ): every rank "
+                   "needs the same sweep; only the devices, device_mem, policy, prefetch and "
+                   "spill_dir may differ", first);
 }
 
 pm_status pm_select_ranks_create(pm_select_ranks **out, const pm_select_session *s,
