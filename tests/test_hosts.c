@@ -465,6 +465,18 @@ static void same_records(const char *a, const char *b, int n, const char *what) 
         }
 }
 
+/* Sweep sw into save directory save: on one machine (one device of 16
+ * MiB; mpi NULL), or under mpirun with mpi's placement, a device of 16 MiB
+ * a rank. Fails the test if it fails; its output in out. */
+static void sweep(char *out, size_t cap, const char *mpi, const char *sw, const char *save) {
+    const char *opts = "--devices 1 --device-mem 16M";
+    int rc = mpi ? sh(out, cap, ACROSS " %s %s select --data %s/d %s %s --resume %s", hosts, mpi,
+                      bin, dir, sw, opts, save)
+                 : sh(out, cap, "%s select --data %s/d %s %s --resume %s", bin, dir, sw, opts,
+                      save);
+    if (rc) fail_msg("%s (%s): %s", save, mpi ? mpi : "one machine", out);
+}
+
 /* 8 tasks on one machine (one device), then over both hosts, each rank
  * with devices and memory of its own (node2's 3 MiB cuts every task into
  * 4 shards, node1's 16 MiB leaves one): every task's records bitwise the
@@ -481,9 +493,7 @@ static void test_select_across_hosts(void **state) {
     limit(300);
     snprintf(one, sizeof one, "%s/sel1", dir);
     snprintf(two, sizeof two, "%s/sel2", dir);
-    if (sh(out, sizeof out, "%s select --data %s/d %s --devices 1 --device-mem 16M --resume %s",
-           bin, dir, sw, one))
-        fail_msg("one machine: %s", out);
+    sweep(out, sizeof out, NULL, sw, one);
     if (sh(out, sizeof out, ACROSS " -np 1 -host node1 %s select --data %s/d %s --devices 2 "
            "--device-mem 16M --resume %s --json : -np 1 -host node2 %s select --data %s/d %s "
            "--devices 1 --device-mem 3M --resume %s --json", hosts, bin, dir, sw, two, bin, dir,
@@ -496,14 +506,10 @@ static void test_select_across_hosts(void **state) {
     const char *asha = SWEEP " --lr 1e-3,2e-3,5e-3,1e-2 --steps 9 --asha 3 --asha-min 3";
     snprintf(one, sizeof one, "%s/asha1", dir);
     snprintf(two, sizeof two, "%s/asha2", dir);
-    if (sh(out, sizeof out, "%s select --data %s/d %s --devices 1 --device-mem 16M --resume %s",
-           bin, dir, asha, one))
-        fail_msg("asha, one machine: %s", out);
+    sweep(out, sizeof out, NULL, asha, one);
     if (count(out, "stopped: by ASHA after step 3 (") != 2)
         fail_msg("asha: not 2 stopped:\n%s", out);
-    if (sh(out, sizeof out, ACROSS " -np 2 --npernode 1 %s select --data %s/d %s --devices 1 "
-           "--device-mem 16M --resume %s", hosts, bin, dir, asha, two))
-        fail_msg("asha across hosts: %s", out);
+    sweep(out, sizeof out, "-np 2 --npernode 1", asha, two);
     same_records(one, two, 4, "asha across hosts");
 }
 
@@ -541,12 +547,8 @@ static void test_select_lost_rank(void **state) {
         fail_msg("not one line from pipemem naming the lost tasks:\n%s", out);
     host_gone("node1", NULL);
     host_gone("node2", NULL);
-    if (sh(res, sizeof res, "%s select --data %s/d %s --devices 1 --device-mem 16M --resume %s",
-           bin, dir, sw, ref))
-        fail_msg("one machine: %s", res);
-    if (sh(res, sizeof res, ACROSS " -np 2 --host node1:2 %s select --data %s/d %s --devices 1 "
-           "--device-mem 16M --resume %s", hosts, bin, dir, sw, lost))
-        fail_msg("resumed on node1: %s", res);
+    sweep(res, sizeof res, NULL, sw, ref);
+    sweep(res, sizeof res, "-np 2 --host node1:2", sw, lost); /* resumed on node1 */
     same_records(ref, lost, 4, "lost and resumed on node1");
 }
 
