@@ -24,7 +24,12 @@
  *     ranks (2, and one device) bitwise as the uninterrupted run; no process
  *     is left on either host;
  *   - hosts that disagree (data, pipemem's version, options): one line
- *     saying which, naming both hosts.
+ *     saying which, naming both hosts;
+ *   - select across the hosts: every task's records bitwise one machine's,
+ *     each rank with devices and memory of its own; ASHA's promotions as
+ *     one machine's; ranks with another sweep or data refused in one line;
+ *     node2's pipemem lost mid-sweep, the tasks then running named by rank
+ *     0, and the sweep resumed on node1 bitwise as one machine's.
  * Every test has a time limit on the whole (alarm); every command one too
  * (timeout), so a hang fails the test instead of stalling make. */
 #define _XOPEN_SOURCE 700
@@ -513,6 +518,27 @@ static void test_select_across_hosts(void **state) {
     same_records(one, two, 4, "asha across hosts");
 }
 
+/* Ranks that differ in their sweep or data (rank 1 on node2 with other
+ * steps, or another data directory) stop at the start: one line, rank 0's,
+ * naming rank 1 and what differs; ranks that differ only in their devices
+ * and memory ran above. */
+static void test_select_disagree(void **state) {
+    (void)state;
+    static char out[16384];
+    const char *sw = SWEEP " --lr 1e-3,2e-3 --steps 4 --devices 1 --device-mem 16M";
+    const char *what[2][2] = {{"d", "--steps 5"}, {"e", ""}};
+    const char *says[2] = {"rank 1 has another sweep than rank 0", "rank 1 reads other data"};
+    limit(120);
+    for (int k = 0; k < 2; k++) {
+        int rc = sh(out, sizeof out, ACROSS " -np 1 -host node1 %s select --data %s/d %s : -np 1 "
+                    "-host node2 %s select --data %s/%s %s %s", hosts, bin, dir, sw, bin, dir,
+                    what[k][0], sw, what[k][1]);
+        if (rc == 0 || strstr(out, TIMED_OUT) || count(out, "pipemem: ") != 1 ||
+            !strstr(out, says[k]))
+            fail_msg("exit %d, not one line '%s':\n%s", rc, says[k], out);
+    }
+}
+
 /* A sweep over both hosts loses node2's pipemem mid-run: rank 0 says in
  * one line which tasks were running where (lost since their last
  * checkpoint) and how to resume; resumed on node1 alone (2 ranks), every
@@ -609,6 +635,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_lost_host),
         cmocka_unit_test(test_disagree),
         cmocka_unit_test(test_select_across_hosts),
+        cmocka_unit_test(test_select_disagree),
         cmocka_unit_test(test_select_lost_rank),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -68,7 +68,6 @@ struct pm_select_ranks {
     int out_head, out_n;
     int hello, asking, closed, ended; /* ended: END sent */
     /* rank 0: the coordinator, for a run of n tasks */
-    int n;
     sel_msg *up;          /* (size) a posted receive from each rank */
     pm_tp_req *up_req;
     int *owner;           /* (n) the rank a task went to, -1 none yet */
@@ -418,7 +417,6 @@ pm_status sel_link_start(sel_run *r, pm_err *err) {
     k->hello = k->asking = k->closed = k->ended = k->byes = k->end0 = 0;
     k->out_head = k->out_n = 0;
     k->work = k->bound = 0;
-    k->n = n;
     k->cpu0 = cpu_now();
     for (int i = 0; i < n; i++) r->t[i].away = 1;
     pm_status st = pm_tp_irecv(k->tp, 0, TAG_DOWN, &k->down, sizeof k->down, &k->down_req);
