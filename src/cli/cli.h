@@ -57,6 +57,12 @@ void pm_cli_lost_disarm(void);
 /* "the last complete checkpoint is PATH (step N): ..." (or that there is
  * none), for a line of the rank's own; valid until the next call. */
 const char *pm_cli_lost_ckpt(void);
+/* select under mpirun: arm on rank 0 alone (it speaks for the sweep), the
+ * line naming the sweep's tasks then running on each rank (lost since
+ * their last checkpoint) and how to resume them (resume: --resume's DIR,
+ * or NULL). pm_cli_lost_disarm disarms it too. */
+struct pm_select_ranks;
+void pm_cli_lost_arm_sweep(const struct pm_select_ranks *k, const char *resume);
 
 /* Option value parsers: 0 on success, else print one line and return 1. */
 int pm_cli_int_range(const char *opt, const char *val, int lo, int hi, int *out);

@@ -16,7 +16,11 @@
  * open, pread, close; write, nanosleep, signal, raise); the rest was
  * prepared when the run started. The handler is armed only around the
  * training loop, and disarmed before the rank prints a line of its own, so
- * a run says one thing. */
+ * a run says one thing.
+ *
+ * A sweep (select under mpirun) arms it on rank 0 alone, which speaks for
+ * the sweep: its line names the tasks then running on each rank, lost since
+ * their last checkpoint (pm_select_ranks_running: one atomic read). */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,6 +29,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "pipemem/pm_select_ranks.h"
 #include "pipemem/pm_train.h"
 
 static char g_who[160];        /* "pipemem: rank 0 on node1: " */
@@ -32,6 +37,7 @@ static char g_save[2048];      /* --save's path, or "" */
 static char g_resume[2048];    /* --resume's path, or "" */
 static char g_line[6144];      /* built in the handler */
 static volatile sig_atomic_t g_armed;
+static const pm_select_ranks *g_sweep; /* a sweep's, or NULL */
 
 /* Appends s to g_line at *n (cut to fit). */
 static void put(size_t *n, const char *s) {
@@ -63,12 +69,28 @@ static size_t put_ckpt(size_t n) {
     return n;
 }
 
+/* Appends the sweep's tasks then running and how to resume them. */
+static size_t put_sweep(size_t n) {
+    const char *running = pm_select_ranks_running(g_sweep);
+    if (!running[0]) put(&n, "no task of the sweep was running");
+    else put(&n, "the sweep's tasks then running are lost since their last checkpoint: "),
+        put(&n, running);
+    if (!g_resume[0]) {
+        put(&n, " (no --resume: every task starts over)");
+        return n;
+    }
+    put(&n, "; resume with --resume ");
+    put(&n, g_resume);
+    put(&n, " on any hosts and ranks");
+    return n;
+}
+
 static void on_term(int sig) {
     size_t n = 0;
     put(&n, g_who);
     put(&n, "mpirun stopped this rank, as it stops every rank once one of them or its host is "
             "lost (its own message says which) or the run is interrupted; ");
-    n = put_ckpt(n);
+    n = g_sweep ? put_sweep(n) : put_ckpt(n);
     g_line[n++] = '\n';
     if (g_armed) {
         ssize_t w = write(2, g_line, n);
@@ -86,14 +108,11 @@ const char *pm_cli_lost_ckpt(void) {
     return g_line;
 }
 
-void pm_cli_lost_arm(int rank, const char *save, const char *resume) {
+/* SIGTERM's handler, and who this rank is. */
+static void arm(int rank) {
     char host[64] = "?";
     if (gethostname(host, sizeof host - 1)) snprintf(host, sizeof host, "?");
     snprintf(g_who, sizeof g_who, "pipemem: rank %d on %s: ", rank, host);
-    snprintf(g_save, sizeof g_save, "%s", save ? save : "");
-    snprintf(g_resume, sizeof g_resume, "%s", resume ? resume : "");
-    const char *local = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
-    if (local && atoi(local) != 0) return; /* the host's first rank speaks for it */
     g_armed = 1;
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
@@ -102,7 +121,22 @@ void pm_cli_lost_arm(int rank, const char *save, const char *resume) {
     sigaction(SIGTERM, &sa, NULL);
 }
 
+void pm_cli_lost_arm(int rank, const char *save, const char *resume) {
+    snprintf(g_save, sizeof g_save, "%s", save ? save : "");
+    snprintf(g_resume, sizeof g_resume, "%s", resume ? resume : "");
+    const char *local = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+    if (local && atoi(local) != 0) return; /* the host's first rank speaks for it */
+    arm(rank);
+}
+
+void pm_cli_lost_arm_sweep(const struct pm_select_ranks *k, const char *resume) {
+    g_sweep = k;
+    snprintf(g_resume, sizeof g_resume, "%s", resume ? resume : "");
+    if (pm_select_ranks_rank(k) == 0) arm(0);
+}
+
 void pm_cli_lost_disarm(void) {
     g_armed = 0;
     signal(SIGTERM, SIG_DFL);
+    g_sweep = NULL; /* after: no handler reads it now */
 }
