@@ -25,6 +25,7 @@
 #include "pipemem/pm_runtime.h"
 #include "pipemem/pm_select.h"
 #include "pipemem/pm_tokenizer.h"
+#include "schedule/sched.h"
 
 /* What a case returns: its status and message, from the child. */
 typedef struct {

@@ -19,6 +19,7 @@
 #include <cmocka.h>
 
 #include "pipemem/pm_sched.h"
+#include "schedule/sched.h"
 
 #define EPS 1e-9
 

@@ -46,6 +46,7 @@
 
 #include "checks.h"
 #include "pipemem/pm_runtime.h"
+#include "schedule/sched.h"
 
 /* ---- transport --------------------------------------------------------------- */
 

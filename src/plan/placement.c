@@ -33,6 +33,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "schedule/sched.h"
 
 /* PLACE_CELLS: the most (stage, layer) cells a seed's dynamic program
  * fills (4 bytes and about 40 stage figures each): 1000 stages of 65536

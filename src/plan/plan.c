@@ -32,6 +32,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "schedule/sched.h"
 
 const char *const pm_bytes_names[PM_BYTES_COUNT] = {"parameters", "gradients", "moments",
                                                     "activations", "workspace", "transport"};

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "schedule/sched.h"
 
 /* The hooks' state (pm_plan_model.ctx). */
 typedef struct {

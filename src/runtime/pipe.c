@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "runtime/internal.h"
+#include "schedule/sched.h"
 
 static void dev_free(pm_pipe_dev *dv) {
     pm_devmem_free(&dv->mem);

@@ -8,9 +8,10 @@
 #include <string.h>
 
 #include "pipemem/pm_sched.h"
+#include "sched.h"
 
 const char *const pm_pass_names[PM_PASS_COUNT] = {"F", "B", "W", "BW"};
-const char *const pm_place_names[PM_PLACE_COUNT] = {"single", "loop", "v"};
+const char *const pm_place_names[PM_PLACE_COUNT] = {"single", "v", "loop"};
 
 pm_status pm_sched_init(pm_sched *s, const char *kind, pm_place place, int p, int m, int v,
                         pm_err *err) {

@@ -28,6 +28,7 @@
 
 #include "pipemem/pm_sched.h"
 #include "sim.h"
+#include "sched.h"
 
 void pm_sim_free(pm_sim *sim) {
     if (!sim) return;

@@ -21,6 +21,7 @@
  * Working memory: one table of pass positions indexed by (kind, stage, mb),
  * allocated once, sized 4*S*m, and O(p) worklist state. */
 #include "pipemem/pm_sched.h"
+#include "sched.h"
 
 typedef struct {
     const pm_sched *s;
