@@ -20,6 +20,7 @@
 
 #include "pipemem/pm_sched.h"
 #include "schedule/sched.h"
+#include "util/alloc.h"
 
 #define EPS 1e-9
 

@@ -52,6 +52,7 @@
 
 #include "checks.h"
 #include "pipemem/pm_runtime.h"
+#include "util/alloc.h"
 
 /* ---- the probe (one process per rank) ---------------------------------------- */
 

@@ -36,6 +36,7 @@
 #include <libxml/tree.h>
 
 #include "pipemem/pm_cluster.h"
+#include "util/alloc.h"
 
 static int close_to(double a, double b, double rel) { return fabs(a - b) <= rel * fabs(b); }
 

@@ -47,6 +47,7 @@
 #include "checks.h"
 #include "pipemem/pm_runtime.h"
 #include "schedule/sched.h"
+#include "util/alloc.h"
 
 /* ---- transport --------------------------------------------------------------- */
 

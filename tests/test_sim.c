@@ -12,6 +12,7 @@
 #include "pipemem/pm_sched.h"
 #include "pipemem/pm_util.h"
 #include "schedule/sched.h"
+#include "util/alloc.h"
 
 /* 1F1B, p = 2, m = 3, fused BW: warm-up 1 F on device 0. */
 static void build_1f1b_p2m3(pm_sched *s) {

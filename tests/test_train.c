@@ -21,6 +21,7 @@
 
 #include "checks.h"
 #include "pipemem/pm_train.h"
+#include "util/alloc.h"
 
 static char dir[256];
 static uint8_t text[4000];

@@ -453,7 +453,5 @@ size_t pm_plan_red_floats(const pm_plan *pl);
 size_t pm_plan_msg_buffer(const pm_plan *pl);
 int64_t pm_plan_mailbox_buffers(const pm_plan *pl, int d);
 int64_t pm_plan_send_buffers(const pm_plan *pl);
-/* n bytes for people: "123 bytes", "1.50 KiB", "12.3 MiB", "1.23 GiB". */
-void pm_plan_bytes_str(size_t n, char *buf, size_t cap);
 
 #endif

@@ -203,13 +203,6 @@ void pm_optim_step_range(const pm_train_cfg *cfg, size_t a, size_t b, int64_t st
  * or overflow. */
 size_t pm_train_mem_bytes(const pm_train_cfg *cfg, pm_err *err);
 
-/* Physical memory of this machine in bytes (sysconf), 0 if unknown. */
-size_t pm_mem_physical(void);
-/* Memory a new allocation can take now without swapping: MemAvailable of
- * /proc/meminfo (else the physical memory), or less under a cgroup v2
- * limit (memory.max less memory.current); 0 if unknown. */
-size_t pm_mem_available(void);
-
 typedef struct {
     pm_train_cfg cfg;   /* copy of the configuration */
     size_t n_params;    /* floats per slab */

@@ -82,8 +82,8 @@ static pm_status place_costs(pp_world *w, const pm_cli_train_opts *o, const pm_t
  * --placement memory chose it. */
 static void print_placed(const pm_cli_train_opts *o, const pm_plan *pl) {
     char bud[32], cap[32];
-    pm_plan_bytes_str(o->device_mem, bud, sizeof bud);
-    pm_plan_bytes_str((size_t)pl->placed.cap, cap, sizeof cap);
+    pm_bytes_str(o->device_mem, bud, sizeof bud);
+    pm_bytes_str((size_t)pl->placed.cap, cap, sizeof cap);
     int asked = o->placement && !strcmp(o->placement, "memory");
     if (pl->placed.cap > 0)
         fprintf(stderr, "placement: the fastest cut put a device over --device-mem %s; this is "
@@ -117,9 +117,9 @@ static void print_plan(const pm_cli_train_opts *o, const pp_world *w, const pm_p
         int d = g % pl->p;
         const pm_plan_dev *dv = &pl->dev[g];
         char b[PM_BYTES_COUNT + 2][32];
-        for (int k = 0; k < PM_BYTES_COUNT; k++) pm_plan_bytes_str(dv->bytes[k], b[k], 32);
-        pm_plan_bytes_str(dv->total, b[PM_BYTES_COUNT], 32);
-        pm_plan_bytes_str(dv->act_peak, b[PM_BYTES_COUNT + 1], 32);
+        for (int k = 0; k < PM_BYTES_COUNT; k++) pm_bytes_str(dv->bytes[k], b[k], 32);
+        pm_bytes_str(dv->total, b[PM_BYTES_COUNT], 32);
+        pm_bytes_str(dv->act_peak, b[PM_BYTES_COUNT + 1], 32);
         fprintf(stderr, "device %d: layers", g);
         for (int k = 0; k < s->S; k++)
             if (pm_sched_stage_device(s, k) == d)

@@ -18,6 +18,7 @@
 extern "C" {
 #include "pipemem/pm_data.h"
 #include "pipemem/pm_tokenizer.h"
+#include "util/file.h"
 }
 
 struct pm_tokenizer {

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "model/internal.h"
+#include "util/alloc.h"
 
 /* ---- random numbers and init ------------------------------------------------ */
 

@@ -438,8 +438,8 @@ pm_status pm_place_cut(const pm_place_layer *l, int n, const pm_sched *s,
         /* it can fit only when the capped search ran out of nodes */
         if (found > 0 && q.best_m > o->cap) {
             char cap[32], need[32];
-            pm_plan_bytes_str((size_t)o->cap, cap, sizeof cap); /* counts are whole bytes */
-            pm_plan_bytes_str((size_t)q.best_m, need, sizeof need);
+            pm_bytes_str((size_t)o->cap, cap, sizeof cap); /* counts are whole bytes */
+            pm_bytes_str((size_t)q.best_m, need, sizeof need);
             st = pm_errf(err, PM_ERR_MEMLIMIT, "placement: no cut of the %d layers into %d "
                          "stages keeps every device within %s (%.0f bytes: state and the "
                          "activations in flight); the least any cut needs is %s (%.0f bytes)",

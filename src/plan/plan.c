@@ -281,9 +281,9 @@ static pm_status lay_out(pm_plan *pl, const pm_plan_model *m, size_t budget, pm_
 static pm_status over_budget(const pm_plan *pl, size_t budget, pm_err *err) {
     const pm_plan_dev *dv = &pl->dev[pl->busiest];
     char tot[32], bud[32], part[PM_BYTES_COUNT][32], by[400];
-    pm_plan_bytes_str(dv->total, tot, sizeof tot);
-    pm_plan_bytes_str(budget, bud, sizeof bud);
-    for (int k = 0; k < PM_BYTES_COUNT; k++) pm_plan_bytes_str(dv->bytes[k], part[k], 32);
+    pm_bytes_str(dv->total, tot, sizeof tot);
+    pm_bytes_str(budget, bud, sizeof bud);
+    for (int k = 0; k < PM_BYTES_COUNT; k++) pm_bytes_str(dv->bytes[k], part[k], 32);
     snprintf(by, sizeof by, "%s %s, %s %s, %s %s, %s %s, %s %s, %s %s", pm_bytes_names[0],
              part[0], pm_bytes_names[1], part[1], pm_bytes_names[2], part[2], pm_bytes_names[3],
              part[3], pm_bytes_names[4], part[4], pm_bytes_names[5], part[5]);

@@ -40,8 +40,6 @@ double pm_plan_peak_x(const pm_plan *pl, int *dev) {
     return pl->M > 0 ? peak / pl->M : 0;
 }
 
-void pm_plan_bytes_str(size_t n, char *buf, size_t cap) { pm_bytes_str(n, buf, cap); }
-
 /* ---- what a device's runtime allocates (plan.c counts the same) -------------- */
 
 size_t pm_plan_scratch_bytes(const pm_plan *pl, int d) {

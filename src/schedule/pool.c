@@ -14,6 +14,7 @@
 #include "slots.h"
 #include "pool.h"
 #include "sched.h"
+#include "util/alloc.h"
 
 /* A named kind: the registry again, with its chunks and no limit. */
 static pm_status rebuild_named(pm_sched *s, const pm_cand *c, const pm_sched_req *req,

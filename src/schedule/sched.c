@@ -9,6 +9,7 @@
 
 #include "pipemem/pm_sched.h"
 #include "sched.h"
+#include "util/alloc.h"
 
 const char *const pm_pass_names[PM_PASS_COUNT] = {"F", "B", "W", "BW"};
 const char *const pm_place_names[PM_PLACE_COUNT] = {"single", "v", "loop"};

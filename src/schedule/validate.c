@@ -22,6 +22,7 @@
  * allocated once, sized 4*S*m, and O(p) worklist state. */
 #include "pipemem/pm_sched.h"
 #include "sched.h"
+#include "util/alloc.h"
 
 typedef struct {
     const pm_sched *s;
