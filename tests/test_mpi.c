@@ -53,6 +53,7 @@
 #include "checks.h"
 #include "pipemem/pm_runtime.h"
 #include "util/alloc.h"
+#include "model/layers.h"
 
 /* ---- the probe (one process per rank) ---------------------------------------- */
 

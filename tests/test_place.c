@@ -25,6 +25,7 @@
 #include <cmocka.h>
 
 #include "pipemem/pm_plan.h"
+#include "model/layers.h"
 
 /* ---- the time rule on pipemem's GPT ------------------------------------------- */
 

@@ -17,6 +17,7 @@
 #include <cmocka.h>
 
 #include "pipemem/pm_train.h"
+#include "model/layers.h"
 
 #define REF_STEPS 10
 

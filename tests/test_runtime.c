@@ -48,6 +48,7 @@
 #include "pipemem/pm_runtime.h"
 #include "schedule/sched.h"
 #include "util/alloc.h"
+#include "model/layers.h"
 
 /* ---- transport --------------------------------------------------------------- */
 

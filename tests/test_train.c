@@ -22,6 +22,7 @@
 #include "checks.h"
 #include "pipemem/pm_train.h"
 #include "util/alloc.h"
+#include "model/layers.h"
 
 static char dir[256];
 static uint8_t text[4000];

@@ -8,6 +8,7 @@
 
 #include "model/internal.h"
 #include "util/alloc.h"
+#include "layers.h"
 
 /* ---- random numbers and init ------------------------------------------------ */
 

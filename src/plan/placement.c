@@ -34,6 +34,7 @@
 
 #include "internal.h"
 #include "schedule/sched.h"
+#include "model/layers.h"
 
 /* PLACE_CELLS: the most (stage, layer) cells a seed's dynamic program
  * fills (4 bytes and about 40 stage figures each): 1000 stages of 65536

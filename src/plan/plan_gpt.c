@@ -10,6 +10,7 @@
 
 #include "internal.h"
 #include "schedule/sched.h"
+#include "model/layers.h"
 
 /* The hooks' state (pm_plan_model.ctx). */
 typedef struct {

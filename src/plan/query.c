@@ -5,6 +5,7 @@
 #include <stdio.h>
 
 #include "pipemem/pm_plan.h"
+#include "model/layers.h"
 
 size_t pm_plan_stage_offset(const pm_plan *pl, int s) {
     return pm_gpt_layer_offset(&pl->cfg.model, pl->first[s]);

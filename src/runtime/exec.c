@@ -52,6 +52,7 @@
 #include <string.h>
 
 #include "runtime/internal.h"
+#include "model/layers.h"
 
 static int stage_dev(const pm_pipe *pp, int s) { return pm_sched_stage_device(&pp->sched, s); }
 

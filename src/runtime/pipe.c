@@ -23,6 +23,7 @@
 #include "runtime/internal.h"
 #include "schedule/sched.h"
 #include "util/alloc.h"
+#include "model/layers.h"
 
 static void dev_free(pm_pipe_dev *dv) {
     pm_devmem_free(&dv->mem);

@@ -18,6 +18,7 @@
 #include "pipemem/pm_data.h"
 #include "runtime/internal.h"
 #include "util/alloc.h"
+#include "model/layers.h"
 
 enum { CTL_REPORT, CTL_GATHER, CTL_PRINT, CTL_OK, CTL_LOSSES, CTL_FIGURES, CTL_NAME, CTL_PARTS,
        CTL_OUTCOME };

@@ -19,6 +19,7 @@
 #include <unistd.h> /* close: a task's spill file */
 
 #include "pipemem/pm_select.h"
+#include "model/layers.h"
 
 #define ALIGN 64
 

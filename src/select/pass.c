@@ -27,6 +27,7 @@
 #include <string.h>
 
 #include "select/internal.h"
+#include "model/layers.h"
 
 static size_t up(size_t x) { return (x + 63) / 64 * 64; }
 
