@@ -37,6 +37,7 @@
 
 #include "cli/reexec.h"
 #include "pipemem/pm_runtime.h"
+#include "data/loader.h"
 
 typedef struct {
     double makespan, step, pred; /* ms: pred is the replay of the same step */

@@ -26,6 +26,7 @@
 #include "pipemem/pm_select.h"
 #include "pipemem/pm_tokenizer.h"
 #include "schedule/sched.h"
+#include "data/internal.h"
 
 /* What a case returns: its status and message, from the child. */
 typedef struct {

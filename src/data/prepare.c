@@ -8,6 +8,7 @@
 #include "pipemem/pm_data.h"
 #include "pipemem/pm_tokenizer.h"
 #include "util/file.h"
+#include "internal.h"
 
 #include <errno.h>
 #include <stdio.h>

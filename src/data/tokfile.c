@@ -4,6 +4,7 @@
  * has a verified checksum and only ids below its vocabulary. */
 #include "pipemem/pm_data.h"
 #include "util/file.h"
+#include "internal.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -37,6 +37,7 @@
 #include <unistd.h>
 
 #include "select/internal.h"
+#include "data/loader.h"
 
 #define RATE 50e9 /* FLOP/s a device is assumed to do before any pass is measured */
 

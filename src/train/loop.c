@@ -7,6 +7,7 @@
  * more than before, whatever the driver keeps itself. The model's state
  * stays with the driver: evaluation and saving are the driver's calls. */
 #include "pipemem/pm_train.h"
+#include "data/loader.h"
 
 #include <math.h>
 #include <string.h>

@@ -6,6 +6,7 @@
 #include "pipemem/pm_train.h"
 #include "util/alloc.h"
 #include "model/layers.h"
+#include "data/loader.h"
 
 #include <math.h>
 #include <stdio.h>
