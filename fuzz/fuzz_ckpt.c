@@ -24,6 +24,7 @@
 
 #include "pipemem/pm_train.h"
 #include "model/layers.h"
+#include "train/ckpt.h"
 
 static void check_rejection(pm_status st, const pm_err *err, const char *path) {
     if (st == PM_OK) return;

@@ -18,6 +18,8 @@
 
 #include "pipemem/pm_train.h"
 #include "model/layers.h"
+#include "train/trainer.h"
+#include "train/ckpt.h"
 
 #define REF_STEPS 10
 

@@ -49,6 +49,7 @@
 #include "schedule/sched.h"
 #include "util/alloc.h"
 #include "model/layers.h"
+#include "train/trainer.h"
 
 /* ---- transport --------------------------------------------------------------- */
 

@@ -23,6 +23,10 @@
 #include "pipemem/pm_train.h"
 #include "util/alloc.h"
 #include "model/layers.h"
+#include "train/optim.h"
+#include "train/config.h"
+#include "train/trainer.h"
+#include "train/ckpt.h"
 
 static char dir[256];
 static uint8_t text[4000];

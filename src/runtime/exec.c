@@ -53,6 +53,7 @@
 
 #include "runtime/internal.h"
 #include "model/layers.h"
+#include "train/optim.h"
 
 static int stage_dev(const pm_pipe *pp, int s) { return pm_sched_stage_device(&pp->sched, s); }
 

@@ -24,6 +24,7 @@
 #include "schedule/sched.h"
 #include "util/alloc.h"
 #include "model/layers.h"
+#include "train/optim.h"
 
 static void dev_free(pm_pipe_dev *dv) {
     pm_devmem_free(&dv->mem);

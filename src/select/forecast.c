@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "select/internal.h"
+#include "train/optim.h"
 
 #define MEASURE_MAX ((size_t)64 << 20) /* bytes copied per measurement, at most */
 #define ROUNDS 3                       /* the best of: others' load only slows */

@@ -28,6 +28,7 @@
 
 #include "select/internal.h"
 #include "model/layers.h"
+#include "train/optim.h"
 
 static size_t up(size_t x) { return (x + 63) / 64 * 64; }
 

@@ -22,6 +22,8 @@
 #include "pipemem/pm_train.h"
 #include "util/file.h"
 #include "model/layers.h"
+#include "config.h"
+#include "ckpt.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -11,6 +11,7 @@
  * pm_train_cfg is adding those rows. */
 #include "pipemem/pm_train.h"
 #include "model/layers.h"
+#include "config.h"
 
 #include <float.h>
 #include <math.h>

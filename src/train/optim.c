@@ -6,6 +6,7 @@
 #include "pipemem/pm_train.h"
 #include "pipemem/pm_gpt.h"
 #include "model/layers.h"
+#include "optim.h"
 
 #include <math.h>
 #include <string.h>

@@ -7,6 +7,9 @@
 #include "util/alloc.h"
 #include "model/layers.h"
 #include "data/loader.h"
+#include "optim.h"
+#include "config.h"
+#include "trainer.h"
 
 #include <math.h>
 #include <stdio.h>
