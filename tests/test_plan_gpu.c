@@ -37,6 +37,7 @@
 
 #include "pipemem/pm_cluster.h"
 #include "util/alloc.h"
+#include "plan/placement.h"
 
 static int close_to(double a, double b, double rel) { return fabs(a - b) <= rel * fabs(b); }
 

@@ -18,11 +18,12 @@
  * cost, same bytes), so the plan runs each stage's W passes in microbatch
  * order at the positions the schedule lists them (zb-v lists a few out of
  * order; timing and memory are unchanged). Stages with fused BW passes must
- * already be in order (checked by the planner). Then pm_pipe_step
- * gives bitwise the same loss, gradient norm and parameters as
- * pm_trainer_step_batch on one device with the same configuration, provided
- * OpenBLAS runs one thread per call (pm_pipe_create sets pm_blas_threads(1),
- * a process-wide setting: run the single-device reference the same way). */
+ * already be in order (checked by the planner). Then pm_pipe_step gives
+ * bitwise the same loss, gradient norm and parameters as the single-device
+ * trainer's step (pm_trainer) on the same tokens and configuration,
+ * provided OpenBLAS runs one thread per call (pm_pipe_create sets
+ * pm_blas_threads(1), a process-wide setting: run the single-device
+ * reference the same way). */
 #ifndef PM_RUNTIME_H
 #define PM_RUNTIME_H
 
@@ -278,8 +279,8 @@ const pm_plan *pm_pipe_plan(const pm_pipe *pp);     /* the plan it runs */
 pm_status pm_pipe_gather_figures(pm_pipe *pp, const double *mine, int n, double *all,
                                  pm_err *err);
 /* (dp * p) bytes each of this process's devices has allocated so far
- * (counted by pm_alloc_account: its state, arena, workspace, transport
- * buffers and small tables); 0 for devices of other ranks. */
+ * (counted by the library's allocator: its state, arena, workspace,
+ * transport buffers and small tables); 0 for devices of other ranks. */
 const int64_t *pm_pipe_allocated(const pm_pipe *pp);
 const pm_train_cfg *pm_pipe_config(const pm_pipe *pp); /* its copy (the head's parts) */
 const pm_sched *pm_pipe_schedule(const pm_pipe *pp); /* its copy (W in microbatch order) */
@@ -292,8 +293,9 @@ int64_t pm_pipe_steps_done(const pm_pipe *pp);
 void pm_pipe_set_steps_done(pm_pipe *pp, int64_t steps);
 
 /* One optimizer step on inp, tgt (batch, ctx) int32: microbatch j is rows
- * j*B/K .. (j+1)*B/K (as pm_trainer_step_batch). Runs the device threads
- * (started by init, parked between steps), or this rank's device.
+ * j*B/K .. (j+1)*B/K (as in the single-device trainer's step). Runs the
+ * device threads (started by init, parked between steps), or this rank's
+ * device.
  * With dp replicas, replica r takes microbatches r*m .. (r+1)*m-1 (m the
  * schedule's), each stage's gradients are summed over the replicas in
  * replica order as soon as the stage's last weight pass is done, and every

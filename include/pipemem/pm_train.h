@@ -222,8 +222,8 @@ pm_train_driver pm_trainer_driver(pm_trainer *t,
                                   void (*report)(void *ctx, const pm_loop_event *ev),
                                   void *report_ctx);
 
-/* Training FLOPs of one step: K * pm_gpt_flops(B/K, ctx), the matrix
- * products as the model computes them (2*M*N*K each). With N = (B/K)*T
+/* Training FLOPs of one step: K times the model's on (B/K, ctx), the
+ * matrix products as the model computes them (2*M*N*K each). With N = (B/K)*T
  * tokens per microbatch, per block: F 24 N C^2 + 4 (B/K) T^2 C (QKV, proj,
  * MLP; full T x T scores and weighted sums), B 24 N C^2 + 8 (B/K) T^2 C,
  * W 24 N C^2; the head 2 N C V in each of F, B, W; the embedding 0. The

@@ -6,6 +6,7 @@
 
 #include "pipemem/pm_plan.h"
 #include "model/layers.h"
+#include "query.h"
 
 size_t pm_plan_stage_offset(const pm_plan *pl, int s) {
     return pm_gpt_layer_offset(&pl->cfg.model, pl->first[s]);

@@ -54,6 +54,9 @@
 #include "runtime/internal.h"
 #include "model/layers.h"
 #include "train/optim.h"
+#include "plan/arena.h"
+#include "plan/devmem.h"
+#include "plan/query.h"
 
 static int stage_dev(const pm_pipe *pp, int s) { return pm_sched_stage_device(&pp->sched, s); }
 

@@ -4,6 +4,8 @@
 #define PM_RUNTIME_INTERNAL_H
 
 #include "pipemem/pm_runtime.h"
+#include "plan/devmem.h"
+#include "plan/query.h"
 
 
 typedef struct pm_pipe_dev pm_pipe_dev;

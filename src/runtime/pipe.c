@@ -25,6 +25,8 @@
 #include "util/alloc.h"
 #include "model/layers.h"
 #include "train/optim.h"
+#include "plan/devmem.h"
+#include "plan/query.h"
 
 static void dev_free(pm_pipe_dev *dv) {
     pm_devmem_free(&dv->mem);

@@ -19,6 +19,7 @@
 #include "runtime/internal.h"
 #include "util/alloc.h"
 #include "model/layers.h"
+#include "plan/query.h"
 
 enum { CTL_REPORT, CTL_GATHER, CTL_PRINT, CTL_OK, CTL_LOSSES, CTL_FIGURES, CTL_NAME, CTL_PARTS,
        CTL_OUTCOME };
