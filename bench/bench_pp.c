@@ -38,6 +38,7 @@
 #include "cli/reexec.h"
 #include "pipemem/pm_runtime.h"
 #include "data/loader.h"
+#include "runtime/pipe.h"
 
 typedef struct {
     double makespan, step, pred; /* ms: pred is the replay of the same step */

@@ -54,6 +54,8 @@
 #include "pipemem/pm_runtime.h"
 #include "util/alloc.h"
 #include "model/layers.h"
+#include "runtime/transport.h"
+#include "runtime/pipe.h"
 
 /* ---- the probe (one process per rank) ---------------------------------------- */
 

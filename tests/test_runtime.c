@@ -51,6 +51,8 @@
 #include "model/layers.h"
 #include "train/trainer.h"
 #include "plan/arena.h"
+#include "runtime/transport.h"
+#include "runtime/pipe.h"
 
 /* ---- transport --------------------------------------------------------------- */
 

@@ -6,6 +6,7 @@
 #include "pipemem/pm_runtime.h"
 #include "plan/devmem.h"
 #include "plan/query.h"
+#include "transport.h"
 
 
 typedef struct pm_pipe_dev pm_pipe_dev;

@@ -27,6 +27,8 @@
 #include "train/optim.h"
 #include "plan/devmem.h"
 #include "plan/query.h"
+#include "transport.h"
+#include "pipe.h"
 
 static void dev_free(pm_pipe_dev *dv) {
     pm_devmem_free(&dv->mem);

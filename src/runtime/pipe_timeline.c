@@ -6,6 +6,7 @@
 
 #include "runtime/internal.h"
 #include "schedule/sched.h"
+#include "pipe.h"
 
 pm_status pm_pipe_timeline(const pm_pipe *pp, pm_sim *out, pm_err *err) {
     /* a pm_sim sized by the simulator's own init, filled with measurements */

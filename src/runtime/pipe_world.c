@@ -20,6 +20,8 @@
 #include "util/alloc.h"
 #include "model/layers.h"
 #include "plan/query.h"
+#include "transport.h"
+#include "pipe.h"
 
 enum { CTL_REPORT, CTL_GATHER, CTL_PRINT, CTL_OK, CTL_LOSSES, CTL_FIGURES, CTL_NAME, CTL_PARTS,
        CTL_OUTCOME };
