@@ -23,6 +23,7 @@
 #include <libxml/tree.h>
 
 #include "pipemem/pm_select.h"
+#include "select/parts.h"
 
 static char dir[] = "/tmp/pm_test_sweep_XXXXXX";
 static const char *bin;

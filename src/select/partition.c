@@ -20,6 +20,7 @@
 
 #include "pipemem/pm_select.h"
 #include "model/layers.h"
+#include "parts.h"
 
 #define ALIGN 64
 

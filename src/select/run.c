@@ -39,6 +39,7 @@
 #include "select/internal.h"
 #include "data/loader.h"
 #include "train/optim.h"
+#include "parts.h"
 
 #define RATE 50e9 /* FLOP/s a device is assumed to do before any pass is measured */
 

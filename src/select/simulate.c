@@ -23,6 +23,7 @@
 
 #include "select/internal.h"
 #include "model/layers.h"
+#include "parts.h"
 
 const char *const pm_select_policy_names[PM_POLICY_COUNT] = {"shard", "task", "sequential"};
 
