@@ -52,13 +52,17 @@ static inline double bench_sgemm_peak(int threads) {
 }
 
 /* Runs argv as a child with stdout to a pipe and stderr to errpath;
- * returns its output (static) and its peak RSS in KiB, or NULL if it could
- * not run or exited with a failure (its stderr is then in errpath). */
+ * returns its output (static; what passes 64 KiB is read and dropped) and
+ * wait4's ru_maxrss in KiB (the largest of its processes, its reaped
+ * descendants included), or NULL if it could not run or exited with a
+ * failure (its stderr is then in errpath). */
 static inline const char *bench_run_child(char *const argv[], const char *errpath, long *rss_kib) {
     static char out[65536];
+    char sink[4096];
     int fd[2];
     if (pipe(fd)) return NULL;
     pid_t pid = fork();
+    if (pid < 0) return NULL;
     if (pid == 0) {
         FILE *e = fopen(errpath, "w");
         if (e) dup2(fileno(e), 2);
@@ -72,14 +76,23 @@ static inline const char *bench_run_child(char *const argv[], const char *errpat
     close(fd[1]);
     size_t n = 0;
     ssize_t k;
-    while ((k = read(fd[0], out + n, sizeof out - 1 - n)) > 0) n += (size_t)k;
+    while ((k = read(fd[0], n < sizeof out - 1 ? out + n : sink,
+                     n < sizeof out - 1 ? sizeof out - 1 - n : sizeof sink)) > 0)
+        n += n < sizeof out - 1 ? (size_t)k : 0;
     out[n] = 0;
     close(fd[0]);
     int status;
     struct rusage ru;
-    if (wait4(pid, &status, 0, &ru) < 0 || !WIFEXITED(status) || WEXITSTATUS(status)) return NULL;
+    if (wait4(pid, &status, 0, &ru) != pid || !WIFEXITED(status) || WEXITSTATUS(status))
+        return NULL;
     *rss_kib = ru.ru_maxrss;
     return out;
+}
+
+/* The same for a shell command line (pipes, environment, mpirun). */
+static inline const char *bench_run_sh(const char *cmd, const char *errpath, long *rss_kib) {
+    char *argv[] = {"/bin/sh", "-c", (char *)cmd, NULL};
+    return bench_run_child(argv, errpath, rss_kib);
 }
 
 /* A failed child: its command and the last lines of its stderr, then 1 (a

@@ -85,46 +85,33 @@ static int train_run(const ctx *x, int k, int ctxlen, int batch, int micro, int 
     return 0;
 }
 
+/* A shell command's output, or NULL after saying what failed. */
+static const char *shell(const ctx *x, int k, const char *cmd) {
+    long rss;
+    const char *o = bench_run_sh(cmd, x->errpath, &rss);
+    if (!o) fprintf(stderr, "bench_ctx: %s: %s failed (its errors: %s)\n", who[k], cmd, x->errpath);
+    return o;
+}
+
 /* (a) the busiest device's activation bytes by the plan */
 static double plan_act(const ctx *x, int k, int ctxlen, int pp) {
-    char cmd[8192], out[256];
-    snprintf(out, sizeof out, "%s/plan.json", x->dir);
+    char cmd[8192];
     snprintf(cmd, sizeof cmd, "'%s' plan --pipemem-gpt --layers 12 --hidden 768 --heads 12 "
              "--vocab 50257 --seq %d --pp %d --mbs 1 --microbatches %d --kind 1f1b "
-             "--format json -o '%s' 2>'%s'", x->bin[k], ctxlen, pp, pp == 1 ? 1 : 8, out,
-             x->errpath);
-    if (system(cmd)) {
-        fprintf(stderr, "bench_ctx: %s: %s failed\n", who[k], cmd);
-        return NAN;
-    }
-    FILE *f = fopen(out, "r");
-    static char buf[1 << 16];
-    size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
-    if (f) fclose(f);
-    buf[n] = 0;
-    const char *best = strstr(buf, "\"best\":");
-    return bench_json_num(best, "activation_gb") * 1e9;
+             "--format json", x->bin[k], ctxlen, pp, pp == 1 ? 1 : 8);
+    const char *o = shell(x, k, cmd);
+    return o ? bench_json_num(strstr(o, "\"best\":"), "activation_gb") * 1e9 : NAN;
 }
 
 /* (b) the peak RSS of each of 4 ranks (VmHWM, from train --json's
  * peak_rss_bytes), the worst one */
 static double mpi4_worst_rss(const ctx *x, int k) {
-    char cmd[8192], out[256];
-    snprintf(out, sizeof out, "%s/mpi.json", x->dir);
+    char cmd[8192];
     snprintf(cmd, sizeof cmd, MPIRUN "'%s' train --train '%s' --val '%s' --layers 12 --dim 768 "
              "--heads 12 --ctx 1024 --batch 8 --microbatches 8 --pp 4 --transport mpi "
-             "--steps 1 --eval-every 0 --eval-batches 1 --json > '%s' 2>'%s'", x->bin[k],
-             x->train, x->val, out, x->errpath);
-    if (system(cmd)) {
-        fprintf(stderr, "bench_ctx: %s: %s failed\n", who[k], cmd);
-        return NAN;
-    }
-    FILE *f = fopen(out, "r");
-    static char buf[1 << 16];
-    size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
-    if (f) fclose(f);
-    buf[n] = 0;
-    const char *p = strstr(buf, "\"peak_rss_bytes\": [");
+             "--steps 1 --eval-every 0 --eval-batches 1 --json", x->bin[k], x->train, x->val);
+    const char *p = shell(x, k, cmd);
+    p = p ? strstr(p, "\"peak_rss_bytes\": [") : NULL;
     double worst = NAN;
     for (int i = 0; p && i < 4; i++) {
         p = strpbrk(p + (i ? 1 : 19), "0123456789");

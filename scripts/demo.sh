@@ -27,7 +27,8 @@ BIN=${PM_BIN:-build/pipemem}
 OUT=${PM_DEMO_OUT:-out/demo}
 STEPS=${PM_DEMO_STEPS:-600}
 MODEL="--layers 4 --dim 256 --heads 8 --ctx 128 --batch 16 --microbatches 8"
-WMODEL="--layers 6 --dim 192 --heads 6 --ctx 64 --batch 16 --microbatches 8"
+WL=6 WD=192 WH=6 WT=64 WB=16 WK=8 WV=2000   # act 2's GPT and its vocabulary (act 1)
+WMODEL="--layers $WL --dim $WD --heads $WH --ctx $WT --batch $WB --microbatches $WK"
 LIMIT=0.5   # x M: half of 1F1B's activation memory
 mkdir -p "$OUT"
 
@@ -35,7 +36,7 @@ echo "== 1. corpus: /usr/share/games/fortunes, a SentencePiece tokenizer trained
 TEXT=$(find /usr/share/games/fortunes -maxdepth 1 -type f ! -name '*.dat' ! -name '*.u8' | sort)
 [ -n "$TEXT" ] || { echo "demo: no fortunes found (apt-get install fortunes)" >&2; exit 1; }
 # shellcheck disable=SC2086
-"$BIN" tokenizer train $TEXT --vocab 2000 -o "$OUT/fortunes.model"
+"$BIN" tokenizer train $TEXT --vocab "$WV" -o "$OUT/fortunes.model"
 # shellcheck disable=SC2086
 "$BIN" prepare $TEXT -o "$OUT/words" --tokenizer "$OUT/fortunes.model"
 # shellcheck disable=SC2086
@@ -60,6 +61,18 @@ s2=$(echo "$main" | sed -n 's/.*"measured_step_ms": \([0-9.]*\).*/\1/p')
 echo "measured activation peak (largest device): 1f1b $p1 bytes, $k $p2 bytes" \
     "($(awk "BEGIN {printf \"%.0f\", 100 * $p2 / $p1}")% of 1F1B's);" \
     "step (passes) $s1 ms against $s2 ms"
+# What the matrices pipemem does not keep would add: attention's T x T per
+# layer, sequence and head, and the head's (tokens, vocabulary) probabilities,
+# beside M, what one microbatch keeps through the model (the plan's m_bytes).
+mbs=$((WB / WK))
+m=$("$BIN" plan --pipemem-gpt --layers "$WL" --hidden "$WD" --heads "$WH" --seq "$WT" \
+    --vocab "$WV" --pp 4 --mbs "$mbs" --microbatches "$WK" --kind 1f1b --format json 2>/dev/null |
+    sed -n 's/.*"m_bytes": \([0-9]*\).*/\1/p' | head -1)
+awk -v m="$m" -v l="$WL" -v b="$mbs" -v h="$WH" -v t="$WT" -v v="$WV" 'BEGIN {
+    att = l * b * h * t * t * 4; head = b * t * v * 4;
+    printf "activation memory: one microbatch keeps %.2f MiB through the model; attention'"'"'s T x T " \
+        "matrices and the head'"'"'s N x V probabilities, kept, would add %.2f MiB (%.0f%% more)\n",
+        m / 1048576, (att + head) / 1048576, 100 * (att + head) / m }'
 echo "sample:"
 "$BIN" sample --ckpt "$OUT/gpt.ckpt" --prompt "The" -n 80 --temperature 0.7
 echo

@@ -107,14 +107,29 @@ static void put_rows(float *dst, size_t ld, const float *src, size_t n, size_t h
     for (size_t r = 0; r < n; r++) memcpy(dst + r * ld, src + r * hs, hs * sizeof(float));
 }
 
+/* B's slot (pm_att_slot_floats_b): two tiles, dK_j and dV_j of a key
+ * block, dQ and D of the whole sequence. */
+typedef struct {
+    float *p, *dp, *dk, *dv, *dq, *d;
+} b_slot;
+
+static b_slot b_slot_of(const att_job *a, int slot) {
+    size_t T = a->T, hs = a->hs;
+    b_slot w = {.p = a->work + (size_t)slot * a->slot_floats};
+    w.dp = w.p + max_q(T) * max_k(T), w.dk = w.dp + max_q(T) * max_k(T);
+    w.dv = w.dk + max_k(T) * hs, w.dq = w.dv + max_k(T) * hs, w.d = w.dq + T * hs;
+    return w;
+}
+
 /* Key block [j0, j1) against every query block that sees it. */
 static void att_b_keys(const att_job *a, const float *q, const float *k, const float *v,
-                       const float *dy, const float *lse, float *w, size_t j0, size_t j1) {
+                       const float *dy, const float *lse, const b_slot *w, size_t j0,
+                       size_t j1) {
     size_t T = a->T, C = a->C, hs = a->hs, ld = 3 * C;
     float scale = 1.0f / sqrtf((float)hs);
-    float *p = w, *dp = p + max_q(T) * max_k(T), *dk = dp + max_q(T) * max_k(T);
-    float *dv = dk + max_k(T) * hs, *dq = dv + max_k(T) * hs, *d = dq + T * hs;
-    memset(dk, 0, 2 * max_k(T) * hs * sizeof(float)); /* dk and dv */
+    float *p = w->p, *dp = w->dp, *dk = w->dk, *dv = w->dv, *dq = w->dq, *d = w->d;
+    memset(dk, 0, max_k(T) * hs * sizeof(float));
+    memset(dv, 0, max_k(T) * hs * sizeof(float));
     for (size_t i0 = j0 / PM_ATT_BQ * PM_ATT_BQ; i0 < T; i0 += PM_ATT_BQ) {
         size_t i1 = i0 + PM_ATT_BQ < T ? i0 + PM_ATT_BQ : T, nq = i1 - i0;
         size_t nk = (j1 < i1 ? j1 : i1) - j0; /* keys past i1 are masked for every row */
@@ -134,18 +149,16 @@ static void att_b_task(const void *arg, size_t bh, int slot) {
     float *q = a->qkv + b * T * ld + h * hs, *k = q + C, *v = q + 2 * C;
     const float *o = a->atty + b * T * C + h * hs, *dy = a->datty + b * T * C + h * hs;
     const float *lse = a->lse + bh * T;
-    float *w = a->work + (size_t)slot * a->slot_floats;
-    float *dk = w + 2 * max_q(T) * max_k(T), *dv = dk + max_k(T) * hs;
-    float *dq = dv + max_k(T) * hs, *d = dq + T * hs;
-    for (size_t t = 0; t < T; t++) d[t] = pm_k_dot(dy + t * C, o + t * C, hs);
+    b_slot w = b_slot_of(a, slot);
+    for (size_t t = 0; t < T; t++) w.d[t] = pm_k_dot(dy + t * C, o + t * C, hs);
     for (size_t j0 = 0; j0 < T; j0 += PM_ATT_BK) {
         size_t j1 = j0 + PM_ATT_BK < T ? j0 + PM_ATT_BK : T;
-        att_b_keys(a, q, k, v, dy, lse, w, j0, j1);
+        att_b_keys(a, q, k, v, dy, lse, &w, j0, j1);
         /* K_j and V_j are read by no later tile: their gradients take their place */
-        put_rows(k + j0 * ld, ld, dk, j1 - j0, hs);
-        put_rows(v + j0 * ld, ld, dv, j1 - j0, hs);
+        put_rows(k + j0 * ld, ld, w.dk, j1 - j0, hs);
+        put_rows(v + j0 * ld, ld, w.dv, j1 - j0, hs);
     }
-    put_rows(q, ld, dq, T, hs);
+    put_rows(q, ld, w.dq, T, hs);
 }
 
 void pm_att_b(const pm_gpt_config *c, int B, int T, float *qkv, const float *atty,

@@ -49,6 +49,8 @@ typedef struct {
     float f;            /* B, W: scale / N */
     float *t;           /* (N, chunk) the tile */
     size_t c0, n;       /* the current chunk: its first part row and width */
+    float *acc;         /* B: (N, C) d lno */
+    float beta;         /* B: 0 for the chunk that starts d lno's sum, else 1 */
 } head_job;
 
 static head_job head_job_of(const pm_gpt_config *c, int layer, int B, int T, const float *lp,
@@ -78,9 +80,18 @@ static void grad_post(const void *p, size_t lo, size_t hi) {
                         h->nrm + lo, h->nrm + h->N + lo, h->f);
 }
 
+/* B: the logits' gradient of a row block, then its rows of d lno += d
+ * logits W_chunk while the block is warm (one job per chunk, not two). */
+static void dlno_post(const void *p, size_t lo, size_t hi) {
+    const head_job *h = p;
+    grad_post(p, lo, hi);
+    pm_k_gemm(0, 0, hi - lo, h->C, h->n, 1, h->t + lo * h->n, h->n, h->W + h->c0 * h->C, h->C,
+              h->beta, h->acc + lo * h->C, h->C);
+}
+
 /* Chunk q's tile: its logits, then `post` on each row block while it is
- * warm (the running figures in F, the logits' gradient in B and W). The one
- * call every pass makes for this tile. */
+ * warm (the running figures in F, the logits' gradient in B and W, and B's
+ * d lno). The one call every pass makes for this tile. */
 static void tile(head_job *h, size_t q, pm_rows_fn post) {
     h->c0 = q * PM_HEAD_CHUNK;
     h->n = h->R - h->c0 < PM_HEAD_CHUNK ? h->R - h->c0 : PM_HEAD_CHUNK;
@@ -138,16 +149,15 @@ static float *b_begin(head_job *h, const pm_layout *L, const float *dout, float 
         memcpy(din + N * C, nrm, 2 * N * sizeof(float));
         memset(din + N * (C + 2), 0, N * sizeof(float));
     }
-    h->t = scratch;
+    h->t = scratch, h->acc = acc;
     return acc;
 }
 
-/* d lno += d logits W_chunk for the current tile; the vocabulary's last
- * chunk starts the sum. */
-static void b_chunk(head_job *h, size_t q, float *acc) {
-    float beta = h->last && q + 1 == h->nch ? 0.0f : 1.0f;
-    pm_k_matmul(0, 0, h->N, h->C, h->n, 1, h->t, h->n, h->W + h->c0 * h->C, h->C, beta, acc, h->C,
-                NULL, NULL, NULL, NULL);
+/* Chunk q's tile and its d lno; the vocabulary's last chunk starts the
+ * sum. */
+static void b_chunk(head_job *h, size_t q) {
+    h->beta = h->last && q + 1 == h->nch ? 0.0f : 1.0f;
+    tile(h, q, dlno_post);
 }
 
 /* d W_chunk += d logits^T lno for the current tile. */
@@ -180,10 +190,7 @@ void pm_head_b(const pm_gpt_config *c, int layer, int B, int T, const float *lp,
     PM_ASSERT(pm_layout_get(c, layer, B, T, &L));
     head_job h = head_job_of(c, layer, B, T, lp, saved, &L);
     float *acc = b_begin(&h, &L, dout, din, scale, saved, scratch);
-    for (size_t q = h.nch; q-- > 0;) {
-        tile(&h, q, grad_post);
-        b_chunk(&h, q, acc);
-    }
+    for (size_t q = h.nch; q-- > 0;) b_chunk(&h, q);
     b_end(&h, &L, lp, acc, din, saved);
 }
 
@@ -209,8 +216,7 @@ void pm_head_bw(const pm_gpt_config *c, int layer, int B, int T, const float *lp
     float *acc = b_begin(&h, &L, dout, din, scale, saved, scratch);
     float *gw = lg + (h.first ? 2 * h.C : 0);
     for (size_t q = h.nch; q-- > 0;) {
-        tile(&h, q, grad_post);
-        b_chunk(&h, q, acc);
+        b_chunk(&h, q);
         w_chunk(&h, gw);
     }
     b_end(&h, &L, lp, acc, din, saved);
