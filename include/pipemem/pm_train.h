@@ -1,7 +1,7 @@
 /* pm_train.h: training on one device: AdamW on flat float slabs, the
  * learning-rate schedule, global gradient-norm clipping, the trainer (steps
- * of K accumulated microbatches, validation), checkpoints, and the choice of
- * OpenBLAS kernels. Implemented in src/train/.
+ * of K accumulated microbatches, validation) and checkpoints. Implemented in
+ * src/train/.
  *
  * Learning rate (step counted from 0, `steps` in all):
  *   step < warmup:  lr * (step + 1) / warmup                (linear warm-up)
@@ -229,18 +229,6 @@ pm_train_driver pm_trainer_driver(pm_trainer *t,
  * W 24 N C^2; the head 2 N C V in each of F, B, W; the embedding 0. The
  * optimizer's few operations per parameter are not counted. */
 double pm_train_step_flops(const pm_train_cfg *cfg);
-
-/* ---- BLAS kernels -------------------------------------------------------------
- * OpenBLAS picks its kernels from the CPU model when it loads; on a CPU it
- * does not know it falls back to slow generic (Prescott) kernels. */
-
-/* The OPENBLAS_CORETYPE this CPU should use ("SkylakeX", "Haswell") if
- * OpenBLAS fell back to Prescott on a CPU with AVX-512 or AVX2 and the user
- * did not set OPENBLAS_CORETYPE; else NULL. */
-const char *pm_blas_better_coretype(void);
-
-/* (A program's main sets OPENBLAS_CORETYPE to this and re-executes itself:
- * the pipemem binary does, in src/cli/reexec.c; the library never execs.) */
 
 /* ---- checkpoints ------------------------------------------------------------
  * File format, version 4, little-endian, floats IEEE-754 binary32:
