@@ -25,7 +25,8 @@ cat > "$tmp/entries" <<'EOF'
 pm_status_str docs/layout.md a status's name, for a caller's own messages
 EOF
 
-[ -d "$build/obj/src/cli" ] || { echo "api users: no objects in $build/obj (build first)" >&2; exit 1; }
+fail() { echo "api users: $1" >&2; exit 1; }
+[ -d "$build/obj/src/cli" ] || fail "no objects in $build/obj (build first)"
 scripts/api_symbols.sh > "$tmp/api"
 # module of every defined name; every (module, name) a library object asks for
 nm -A -P --defined-only "$build"/obj/src/*/*.o 2>/dev/null \
@@ -35,15 +36,16 @@ nm -A -P -u "$build"/obj/src/*/*.o 2>/dev/null \
     | awk '{ split($1, p, "/"); print $2, p[length(p) - 1] }' | sort -u > "$tmp/uses"
 for f in examples/*.c; do
     ${CC:-cc} -std=c11 -Iinclude -c "$f" -o "$tmp/$(basename "$f" .c).o" \
-        || { echo "api users: $f does not compile against include/" >&2; exit 1; }
+        || fail "$f does not compile against include/"
 done
 nm -P -u "$tmp"/*.o | awk '{ print $1, "examples" }' | sort -u >> "$tmp/uses"
 sort -u -o "$tmp/uses" "$tmp/uses"
 
 bad=0
+stale() { echo "api users: $name is listed but $1" >&2; bad=1; }
 while read -r name page why; do
-    grep -qx "$name" "$tmp/api" || { echo "api users: $name is listed but not exported" >&2; bad=1; }
-    grep -qw "$name" "$page" || { echo "api users: $name is listed but $page does not name it" >&2; bad=1; }
+    grep -qx "$name" "$tmp/api" || stale "not exported"
+    grep -qw "$name" "$page" || stale "$page does not name it"
 done < "$tmp/entries"
 
 # name, its module, who else uses it (modules, cli, examples), documented
@@ -70,7 +72,8 @@ if [ -s "$tmp/bad" ]; then
     bad=1
 fi
 own=$(awk '$3 == "-"' "$tmp/table" | wc -l)
-echo "api users: $(wc -l < "$tmp/api") exported: $(awk '$3 ~ /(^|,)cli(,|$)/' "$tmp/table" | wc -l)" \
-     "named by the binary, $(awk '$3 ~ /(^|,)examples(,|$)/' "$tmp/table" | wc -l) by examples/," \
+count() { awk "\$3 ~ /(^|,)$1(,|\$)/" "$tmp/table" | wc -l; }
+echo "api users: $(wc -l < "$tmp/api") exported: $(count cli) named by the binary," \
+     "$(count examples) by examples/," \
      "$(wc -l < "$tmp/entries") documented entry points; $own used only inside their own module"
 exit $bad

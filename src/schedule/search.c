@@ -30,7 +30,6 @@
 #include "pool.h"
 #include "sched.h"
 
-
 /* A Zero Bubble heuristic candidate: the heuristic again at its level. */
 static pm_status rebuild_zb(pm_sched *s, const pm_cand *c, const pm_sched_req *req,
                             pm_err *err) {

@@ -12,10 +12,8 @@
 #include "trainer.h"
 
 #include <math.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 static int micro_size(const pm_train_cfg *c) { return c->batch / c->micro; }
 
