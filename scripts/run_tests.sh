@@ -28,7 +28,7 @@ done
 first=(); rest=()
 for t in "${progs[@]}"; do
     case $(basename "$t") in
-    test_mpi | test_optimal | test_generators) first+=("$t") ;;
+    test_mpi | test_hosts | test_optimal | test_generators) first+=("$t") ;;
     *) rest+=("$t") ;;
     esac
 done

@@ -752,8 +752,8 @@ static void test_bad_input(void **state) {
              "--data %s/d " MODEL " --microbatches 2 --steps 2 --pp 2 : -np 1 %s train --data "
              "%s/e " MODEL " --microbatches 2 --steps 2 --pp 2", bin, dir, bin, dir);
     assert_int_not_equal(rc, 0);
-    assert_int_equal(count(out, "rank 1 was started with other options, another schedule or "
-                                "other training data than rank 0"), 1);
+    assert_int_equal(count(out, "rank 1 reads other training data than rank 0: every host "
+                                "needs the same data directory"), 1);
     /* a rank whose data is missing says so itself, and every rank stops */
     rc = run(out, sizeof out, NULL, MPIRUN " 1 %s train "
              "--data %s/d " MODEL " --steps 2 --pp 2 : -np 1 %s train --data %s/none " MODEL

@@ -78,8 +78,11 @@ typedef enum { PM_FAULT_NONE, PM_FAULT_FAIL, PM_FAULT_NAN, PM_FAULT_KILL, PM_FAU
 typedef struct {
     double wait_timeout_s;  /* transport wait limit (0: PM_COMM_TIMEOUT) */
     uint64_t fingerprint;   /* MPI: what must agree across ranks besides the plan
-                             * (the CLI: the train data's identity); a rank that
-                             * differs stops every rank */
+                             * (the CLI: the options the ranks act on together); a
+                             * rank that differs stops every rank */
+    uint64_t data_identity; /* MPI: the training data's (pm_tokens_identity), which
+                             * must agree too; a rank that differs is told it reads
+                             * other data */
     /* test hooks: fault injection */
     int fault_kind;         /* pm_fault_kind */
     int fault_dev;          /* device of the failing pass */
@@ -88,6 +91,8 @@ typedef struct {
     size_t arena_cap;       /* > 0: every device's arena capacity in bytes (overflow tests) */
     size_t chunk_floats;    /* > 0: floats per message of the gradient sums and gathers
                              * (default 1 Mi; tests make stages span several) */
+    const char *version;    /* MPI: the version this rank states at the handshake
+                             * (NULL: pm_version(); tests of ranks that differ) */
 } pm_pipe_opts;
 
 /* What one step measured and predicted. Arrays are owned by the pipe, one
@@ -154,6 +159,11 @@ const int64_t *pm_pipe_allocated(const pm_pipe *pp);
 const pm_train_cfg *pm_pipe_config(const pm_pipe *pp); /* its copy (the head's parts) */
 const pm_sched *pm_pipe_schedule(const pm_pipe *pp); /* its copy (W in microbatch order) */
 const int *pm_pipe_stage_first(const pm_pipe *pp);  /* (S+1): stage s = layers first[s].. */
+/* The host device g's process runs on (gethostname), as the root learnt it
+ * at the handshake; "" where this process does not know it (under MPI,
+ * another rank's device on a rank other than the root). */
+const char *pm_pipe_host(const pm_pipe *pp, int g);
+const pm_cost *pm_pipe_cost(const pm_pipe *pp); /* byte deltas; times of the last step */
 /* One optimizer step on inp, tgt (batch, ctx) int32: microbatch j is rows
  * j*B/K .. (j+1)*B/K (as in the single-device trainer's step). Runs the
  * device threads (started by init, parked between steps), or this rank's

@@ -323,6 +323,11 @@ typedef struct {
                                    * computed while the file was verified (1 to 3) */
 } pm_ckpt_info;
 pm_status pm_ckpt_info_read(const char *path, pm_ckpt_info *info, pm_err *err);
+/* The steps completed that the checkpoint at path says it holds, -1 if
+ * there is none (no file, or no checkpoint's magic); not verified beyond
+ * the magic. Async-signal-safe (open, pread, close only), for a line a
+ * signal handler prints. */
+int64_t pm_ckpt_peek_step(const char *path);
 
 /* A checkpoint checked whole before anything uses it: its header, this
  * run (the model, batch, microbatches, seed, lr, weight decay and the train

@@ -47,6 +47,17 @@ void pm_cli_print_held(void);
  * (the job is then aborted at pm_mpi_finalize). */
 int pm_cli_agree(int failed);
 
+/* Under mpirun, around the training loop (lost.c): arm makes SIGTERM, which
+ * mpirun sends every rank once it lost one, print one line (on the first
+ * rank of each host) naming this rank and host and the last complete
+ * checkpoint (at save, else at resume; either may be NULL); disarm before
+ * the rank prints a line of its own. */
+void pm_cli_lost_arm(int rank, const char *save, const char *resume);
+void pm_cli_lost_disarm(void);
+/* "the last complete checkpoint is PATH (step N): ..." (or that there is
+ * none), for a line of the rank's own; valid until the next call. */
+const char *pm_cli_lost_ckpt(void);
+
 /* Option value parsers: 0 on success, else print one line and return 1. */
 int pm_cli_int_range(const char *opt, const char *val, int lo, int hi, int *out);
 int pm_cli_double(const char *opt, const char *val, double *out);

@@ -185,6 +185,8 @@ typedef struct {
     double *times;             /* wall time of each step (s) */
     double *fig;               /* (nd, 2) each process's allocated bytes and peak RSS (--json) */
     double *busy;              /* (dp * p) each device's busy ms, summed like mk */
+    double *pass;              /* (S, 3) each stage's F, B, W time (us), summed like mk */
+    double lat;                /* the replay's latency c (us), summed like mk */
     int nt;
     double final_loss, val_loss;
     pm_cli_curves curves;      /* --curves (rank 0) */
@@ -209,6 +211,22 @@ static void json_memory(const pm_pipe *pp, const double *fig, int mpi) {
     printf("], \"peak_rss_bytes\": [");
     for (int g = 0; g < (mpi ? pl->nd : 1); g++)
         printf("%s%s", g ? ", " : "", PM_JSON_NUM(fig[2 * g + 1]));
+    printf("]");
+}
+
+/* Each stage's mean F, B, W times and the latency the replays use (the
+ * costs `pipemem schedule --costs` takes), and each device's host. */
+static void json_passes(const pm_pipe *pp, const pp_stats *ps) {
+    double n = ps->n ? ps->n : 1;
+    printf(", \"stage_pass_us\": [");
+    for (int s = 0; s < pm_pipe_stages(pp); s++)
+        printf("%s[%s, %s, %s]", s ? ", " : "", PM_JSON_NUM(ps->pass[3 * s] / n),
+               PM_JSON_NUM(ps->pass[3 * s + 1] / n), PM_JSON_NUM(ps->pass[3 * s + 2] / n));
+    printf("], \"latency_us\": %s, \"hosts\": [", PM_JSON_NUM(ps->lat / n));
+    for (int g = 0; g < pm_pipe_devices(pp) * pm_pipe_replicas(pp); g++) {
+        printf("%s", g ? ", " : "");
+        pm_json_str(stdout, pm_pipe_host(pp, g));
+    }
     printf("]");
 }
 
@@ -249,6 +267,7 @@ static void print_json(const pm_cli_train_opts *o, const pm_pipe *pp, const pm_t
         bmax = b > bmax ? b : bmax, bsum += b;
     }
     printf("], \"busy_max_over_mean\": %s", PM_JSON_NUM(bsum > 0 ? bmax * nd / bsum : 0));
+    json_passes(pp, ps);
     json_memory(pp, fig, o->transport && !strcmp(o->transport, "mpi"));
     printf(", \"stage_layers\": [");
     const int *first = pm_pipe_stage_first(pp);
@@ -326,6 +345,11 @@ static void pp_count(pp_run *r, const pm_loop_event *ev) {
     ps->final_loss = in->loss;
     int nd = pm_pipe_devices(r->pp) * pm_pipe_replicas(r->pp), warm = ps->nt > 1 || r->steps == 1;
     for (int g = 0; warm && g < nd; g++) ps->busy[g] += in->busy_ms[g];
+    const pm_cost *c = pm_pipe_cost(r->pp); /* this step's, measured */
+    for (int s = 0; warm && s < c->S; s++)
+        ps->pass[3 * s] += c->st[s].tf, ps->pass[3 * s + 1] += c->st[s].tb,
+            ps->pass[3 * s + 2] += c->st[s].tw;
+    if (warm) ps->lat += c->c;
     if (warm)
         ps->mk += in->makespan_ms, ps->pmk += in->pred_makespan_ms, ps->bub += in->bubble,
             ps->pbub += in->pred_bubble, ps->n++;
@@ -377,7 +401,11 @@ static int pp_train(const pm_cli_train_opts *o, pm_pipe *pp, pm_train_state *st,
     pm_loop_opts lo = {.stop_at = pm_cli_train_stop_at(o, &st->cfg), .eval_every = o->eval_every,
                        .eval_batches = o->eval_batches, .val = val, .save = o->save};
     pm_err err = {{0}};
-    return pm_train_loop(st, &drv, &lo, &err) ? pm_cli_fail("%s", err.msg) : 0;
+    pm_status s = pm_train_loop(st, &drv, &lo, &err);
+    pm_cli_lost_disarm(); /* from here this rank speaks for itself */
+    if (s == PM_ERR_TRANSPORT && pm_pipe_plan(pp)->transport == PM_TRANSPORT_MPI)
+        return pm_cli_fail("%s; %s", err.msg, pm_cli_lost_ckpt()); /* a rank lost, or silent */
+    return s ? pm_cli_fail("%s", err.msg) : 0;
 }
 
 /* The predicted peak activation (rank 0). */
@@ -390,12 +418,12 @@ static void print_peak(const pp_world *w, const pm_plan *pl) {
 }
 
 
-/* What every rank must agree on besides the plan (which the pipe checks
- * itself): the training data, and every option that decides what the ranks
+/* What every rank must agree on besides the plan and the training data
+ * (which the pipe checks itself): every option that decides what the ranks
  * do together (a rank resuming while another starts afresh, or evaluating
  * or saving at other steps, would wait for ever in a collective). */
-static uint64_t options_fingerprint(const pm_cli_train_opts *o, const pm_tokens *tr) {
-    uint64_t h = pm_tokens_identity(tr);
+static uint64_t options_fingerprint(const pm_cli_train_opts *o) {
+    uint64_t h = PM_FNV_OFFSET;
     const char *s[] = {o->resume ? o->resume : "", o->save ? o->save : "",
                        o->trace ? o->trace : "", o->svg ? o->svg : ""};
     for (int k = 0; k < 4; k++) h = pm_fnv1a64(h, s[k], strlen(s[k]) + 1);
@@ -500,15 +528,18 @@ static int run(const pm_cli_train_opts *o, pp_world *w) {
     pp_stats ps = {.final_loss = NAN};
     int rc = 1, failed = 0;
     if (load(o, w, &j)) return 1;
-    w->opts.fingerprint = options_fingerprint(o, &j.tr);
+    w->opts.fingerprint = options_fingerprint(o);
+    w->opts.data_identity = pm_tokens_identity(&j.tr);
     if (place_costs(w, o, &j.cfg, &err) || make_plan(w, o, &j.cfg, &j.plan, &err))
         failed = pm_cli_fail("train: %s", err.msg); /* its parameters as flags (pm_cli_flags) */
     else if (check_fits(&j.plan, &err) || pm_train_state_init(&j.st, &j.plan.cfg, &j.tr, &err))
         failed = pm_cli_fail("%s", err.msg);
     ps.times = malloc(((size_t)o->cfg.opt.steps + 1) * sizeof *ps.times);
     ps.busy = calloc(j.plan.nd > 0 ? (size_t)j.plan.nd : 1, sizeof *ps.busy);
+    ps.pass = calloc(j.plan.S > 0 ? 3 * (size_t)j.plan.S : 1, sizeof *ps.pass);
     ps.fig = calloc(j.plan.nd > 0 ? 2 * (size_t)j.plan.nd : 1, sizeof *ps.fig);
-    if (!failed && (!ps.times || !ps.busy || !ps.fig)) failed = pm_cli_fail("out of memory");
+    if (!failed && (!ps.times || !ps.busy || !ps.pass || !ps.fig))
+        failed = pm_cli_fail("out of memory");
     if (agreed_failure(w, failed)) goto out;
     if (pm_pipe_create(&j.pp, &j.plan, &w->opts, &err)) { /* collective: all fail together */
         pm_cli_fail("%s", err.msg);
@@ -518,6 +549,7 @@ static int run(const pm_cli_train_opts *o, pp_world *w) {
     print_peak(w, &j.plan);
     if (o->resume && resume(o, &j)) goto out; /* a shared outcome */
     print_start(o, w, &j);
+    if (w->transport == PM_TRANSPORT_MPI) pm_cli_lost_arm(w->rank, o->save, o->resume);
     /* --curves: rank 0 records (out of memory there: the run still runs, and
      * says at its end that it wrote no curves) */
     int curves_bad = pm_pipe_is_root(j.pp) &&
@@ -530,6 +562,7 @@ out:
     pm_cli_curves_free(&ps.curves);
     free(ps.times);
     free(ps.busy);
+    free(ps.pass);
     free(ps.fig);
     pm_pipe_destroy(j.pp);
     pm_train_state_free(&j.st);
@@ -540,9 +573,11 @@ out:
     return rc;
 }
 
-/* Test hook: PM_FAULT=KIND,DEVICE,STEP,PASS injects a fault into one pass
- * (KIND fail, nan or kill), so the tests can check how every rank stops. */
+/* Test hooks: PM_FAULT=KIND,DEVICE,STEP,PASS injects a fault into one pass
+ * (KIND fail, nan or kill), so the tests can check how every rank stops;
+ * PM_TEST_VERSION=V makes this rank state version V at the handshake. */
 static int fault_hook(pm_pipe_opts *po) {
+    po->version = getenv("PM_TEST_VERSION");
     const char *f = getenv("PM_FAULT");
     if (!f) return 0;
     char kind[8];

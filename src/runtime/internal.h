@@ -17,6 +17,7 @@ typedef enum { PM_RUN_STEP, PM_RUN_EVAL, PM_RUN_SAVE, PM_RUN_LOAD } pm_run_kind;
 struct pm_pipe_pool; /* the parked device threads (pipe_threads.c) */
 
 #define PM_CKPT_NAME 4096 /* bytes of a checkpoint temporary's name */
+#define PM_HOST_NAME 64   /* bytes of a host's name, cut to fit */
 
 struct pm_pipe {
     const pm_plan *pl;    /* the plan it runs: &plan */
@@ -52,6 +53,8 @@ struct pm_pipe {
     double *report;       /* MPI: one device's step report (report_len doubles) */
     size_t report_len;
     double *dep_end;      /* (2, S, m) scratch: F and B ends, for the latency estimate */
+    char *hosts;          /* (nd, PM_HOST_NAME) each device's host: this process's
+                           * devices, and at the root every device (handshake) */
     pm_pipe_dev *dev;     /* (p) per-device state; owned */
     pm_tp_threads *world; /* threads transport, or */
     pm_tp_mpi *mpi;       /* the MPI transport */

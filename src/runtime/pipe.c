@@ -73,6 +73,7 @@ static void pipe_free(pm_pipe *pp) {
     pm_free(pp->busy);
     pm_free(pp->arena_cap);
     pm_free(pp->acct);
+    pm_free(pp->hosts);
     pm_free(pp->ck_sums);
     pm_free(pp->t0);
     pm_free(pp->t1);
@@ -217,6 +218,7 @@ static pm_status tables(pm_pipe *pp, pm_err *err) {
     pp->busy = pm_calloc(np, sizeof(double));
     pp->arena_cap = pm_calloc(np, sizeof(size_t));
     pp->acct = pm_calloc(np, sizeof(int64_t));
+    pp->hosts = pm_calloc(np, PM_HOST_NAME);
     pp->ck_sums = pm_calloc((size_t)pp->dp * PM_CKPT_SLABS, sizeof *pp->ck_sums);
     pp->t0 = pm_calloc(nt, sizeof(double));
     pp->t1 = pm_calloc(nt, sizeof(double));
@@ -226,8 +228,8 @@ static pm_status tables(pm_pipe *pp, pm_err *err) {
     pp->red1 = pm_calloc(nr, sizeof(double));
     pp->loss_mb = pm_calloc((size_t)pp->m * (size_t)pp->dp, sizeof(float));
     pp->dep_end = pm_calloc(2 * (size_t)pp->S * (size_t)pp->m, sizeof(double));
-    if (!pp->peak || !pp->pred_peak || !pp->busy || !pp->arena_cap || !pp->acct || !pp->ck_sums ||
-        !pp->t0 || !pp->t1 ||
+    if (!pp->peak || !pp->pred_peak || !pp->busy || !pp->arena_cap || !pp->acct || !pp->hosts ||
+        !pp->ck_sums || !pp->t0 || !pp->t1 ||
         !pp->tmid || !pp->live_after || !pp->red0 || !pp->red1 || !pp->loss_mb || !pp->dep_end)
         return nomem(err, "the pipeline's tables");
     pm_status st = fwd_lists(pp, err);
@@ -342,6 +344,9 @@ int pm_pipe_stages(const pm_pipe *pp) { return pp->S; }
 const pm_plan *pm_pipe_plan(const pm_pipe *pp) { return pp->pl; }
 const int64_t *pm_pipe_allocated(const pm_pipe *pp) { return pp->acct; }
 const pm_sched *pm_pipe_schedule(const pm_pipe *pp) { return &pp->sched; }
+const char *pm_pipe_host(const pm_pipe *pp, int g) {
+    return g >= 0 && g < pp->nd ? pp->hosts + (size_t)g * PM_HOST_NAME : "";
+}
 int64_t pm_pipe_w_relabeled(const pm_pipe *pp) { return pp->pl->w_relabeled; }
 const int *pm_pipe_stage_first(const pm_pipe *pp) { return pp->first; }
 const pm_cost *pm_pipe_cost(const pm_pipe *pp) { return &pp->cost; }

@@ -1,7 +1,7 @@
 /* pipe.h: what a pipe tells and takes beyond pm_runtime.h (pipe.c,
  * pipe_world.c, pipe_timeline.c), private to the library: its tests and
- * benchmarks read a step's costs, the predicted peaks and the measured
- * timeline, and gather or replace its slabs whole. */
+ * benchmarks read the predicted peaks and the measured timeline, and gather
+ * or replace its slabs whole. */
 #ifndef PM_RUNTIME_PIPE_H
 #define PM_RUNTIME_PIPE_H
 
@@ -11,7 +11,6 @@
 #include "pipemem/pm_runtime.h"
 
 int64_t pm_pipe_w_relabeled(const pm_pipe *pp);     /* W passes that took another microbatch */
-const pm_cost *pm_pipe_cost(const pm_pipe *pp);     /* byte deltas; times of the last step */
 const size_t *pm_pipe_predicted_peak(const pm_pipe *pp); /* (p) bytes, known from init */
 int64_t pm_pipe_steps_done(const pm_pipe *pp);
 /* Resume: the steps a checkpoint had done (learning rate, bias correction). */

@@ -14,6 +14,7 @@
  * rank leaves on the shared outcome), so these exchanges need no extra
  * synchronisation; their tags (pm_tag_ctl) never meet a step's. */
 #include <string.h>
+#include <unistd.h>
 
 #include "pipemem/pm_data.h"
 #include "runtime/internal.h"
@@ -94,8 +95,19 @@ static pm_status mpi_create(pm_pipe *pp, pm_err *err) {
                       : pm_errf(err, PM_ERR_NOMEM, "out of memory for the step reports");
 }
 
+/* This process's host name at its devices' rows of pp->hosts. */
+static void own_hosts(pm_pipe *pp) {
+    char me[PM_HOST_NAME] = "";
+    if (gethostname(me, sizeof me - 1)) snprintf(me, sizeof me, "?");
+    for (int g = pp->lo; g < pp->hi; g++)
+        memcpy(pp->hosts + (size_t)g * PM_HOST_NAME, me, sizeof me);
+}
+
 pm_status pm_pipe_world_create(pm_pipe *pp, pm_err *err) {
-    return pp->pl->transport == PM_TRANSPORT_MPI ? mpi_create(pp, err) : threads_create(pp, err);
+    pm_status st = pp->pl->transport == PM_TRANSPORT_MPI ? mpi_create(pp, err)
+                                                          : threads_create(pp, err);
+    if (!st) own_hosts(pp);
+    return st;
 }
 
 pm_tp *pm_pipe_endpoint(pm_pipe *pp, int g) {
@@ -103,7 +115,8 @@ pm_tp *pm_pipe_endpoint(pm_pipe *pp, int g) {
 }
 
 /* What every rank must agree on: configuration, replicas, schedule, and
- * the caller's fingerprint. Field by field (no struct padding). */
+ * the caller's fingerprint. Field by field (no struct padding). The data's
+ * identity is compared apart (hello.data), to say which differs. */
 static uint64_t fingerprint(const pm_pipe *pp) {
     const pm_train_cfg *c = &pp->cfg;
     uint64_t h = pm_fnv1a64(PM_FNV_OFFSET, &c->model, sizeof c->model);
@@ -118,6 +131,41 @@ static uint64_t fingerprint(const pm_pipe *pp) {
     for (int d = 0; d < pp->p; d++)
         h = pm_fnv1a64(h, pm_sched_dev(&pp->sched, d), (size_t)pp->sched.len[d] * sizeof(pm_pass));
     return h;
+}
+
+/* What each rank tells the root at the handshake. The version comes first
+ * and the layout stays, so a rank running another pipemem is named as such
+ * rather than tripping over a message of another shape. */
+typedef struct {
+    char version[24];        /* "pipemem " PM_VERSION */
+    char host[PM_HOST_NAME]; /* where it runs (gethostname) */
+    uint64_t setup, data;    /* fingerprint(); the caller's data identity */
+} hello;
+
+static void hello_init(const pm_pipe *pp, hello *h) {
+    memset(h, 0, sizeof *h);
+    snprintf(h->version, sizeof h->version, "pipemem %s",
+             pp->opts.version ? pp->opts.version : pm_version());
+    memcpy(h->host, pm_pipe_host(pp, pp->lo), PM_HOST_NAME);
+    h->setup = fingerprint(pp), h->data = pp->opts.data_identity;
+}
+
+/* Rank g's hello against the root's: 0, or the line saying what differs
+ * (naming both hosts when they differ). */
+static int differs(int g, const hello *a, const hello *b, char *msg, size_t cap) {
+    char where[2 * PM_HOST_NAME + 40] = "";
+    if (strcmp(a->host, b->host))
+        snprintf(where, sizeof where, " (rank %d runs on %s, rank 0 on %s)", g, b->host, a->host);
+    if (strcmp(a->version, b->version))
+        snprintf(msg, cap, "rank %d runs %s, rank 0 %s%s: every host needs the same pipemem", g,
+                 b->version, a->version, where);
+    else if (a->data != b->data)
+        snprintf(msg, cap, "rank %d reads other training data than rank 0%s: every host needs "
+                 "the same data directory, byte for byte", g, where);
+    else if (a->setup != b->setup)
+        snprintf(msg, cap, "rank %d was started with other options or another schedule than "
+                 "rank 0%s: every rank needs the same command line", g, where);
+    return msg[0] != 0;
 }
 
 static pm_status wait_msg(pm_tp *tp, int peer, int tag, void *buf, size_t len) {
@@ -139,21 +187,23 @@ static pm_status ssend_msg(pm_tp *tp, int peer, int tag, const void *buf, size_t
     return st ? st : pm_tp_wait(tp, &r);
 }
 
+/* Every rank's hello to the root, which keeps their hosts and stops every
+ * rank with one line at the first that differs from its own. */
 static pm_status agree(pm_pipe *pp, pm_tp *tp) {
-    uint64_t mine = fingerprint(pp), theirs = 0;
+    hello mine, theirs;
+    hello_init(pp, &mine);
     pm_status st;
     unsigned char ok = 1;
     if (pp->lo) {
-        if ((st = send_msg(tp, 0, pm_tag_ctl(pp, CTL_PRINT), &mine, sizeof mine))) return st;
+        if ((st = ssend_msg(tp, 0, pm_tag_ctl(pp, CTL_PRINT), &mine, sizeof mine))) return st;
         return wait_msg(tp, 0, pm_tag_ctl(pp, CTL_OK), &ok, 1);
     }
     for (int g = 1; g < pp->nd; g++) {
         if ((st = wait_msg(tp, g, pm_tag_ctl(pp, CTL_PRINT), &theirs, sizeof theirs))) return st;
-        if (theirs == mine) continue;
-        char msg[200];
-        snprintf(msg, sizeof msg, "rank %d was started with other options, another schedule "
-                 "or other training data than rank 0 (every rank needs the same command line "
-                 "and the same data directory)", g);
+        theirs.version[sizeof theirs.version - 1] = theirs.host[PM_HOST_NAME - 1] = 0;
+        memcpy(pp->hosts + (size_t)g * PM_HOST_NAME, theirs.host, PM_HOST_NAME);
+        char msg[sizeof(pm_err)] = "";
+        if (!differs(g, &mine, &theirs, msg, sizeof msg)) continue;
         pm_tp_abort(tp, PM_ERR_ARG, msg);
         return pm_tp_status(tp, NULL);
     }

@@ -544,6 +544,16 @@ pm_status pm_ckpt_info_read(const char *path, pm_ckpt_info *info, pm_err *err) {
     return st;
 }
 
+int64_t pm_ckpt_peek_step(const char *path) {
+    uint8_t h[88];
+    int fd = path ? open(path, O_RDONLY) : -1;
+    if (fd < 0) return -1;
+    ssize_t n = pread(fd, h, sizeof h, 0);
+    close(fd);
+    if (n != (ssize_t)sizeof h || memcmp(h, PM_CKPT_MAGIC, 8)) return -1;
+    return (int64_t)pm_get_u64(h + 80);
+}
+
 /* ---- reading ------------------------------------------------------------------ */
 
 /* What must be the same to continue a run: the model, the batch and its
