@@ -9,15 +9,13 @@
 #include <stdint.h>
 
 #include "pipemem/pm_runtime.h"
+#include "runtime/internal.h" /* pm_slab */
 
 int64_t pm_pipe_w_relabeled(const pm_pipe *pp);     /* W passes that took another microbatch */
 const size_t *pm_pipe_predicted_peak(const pm_pipe *pp); /* (p) bytes, known from init */
 int64_t pm_pipe_steps_done(const pm_pipe *pp);
 /* Resume: the steps a checkpoint had done (learning rate, bias correction). */
 void pm_pipe_set_steps_done(pm_pipe *pp, int64_t steps);
-
-/* The per-parameter slabs a pipe keeps on its devices. */
-typedef enum { PM_SLAB_PARAMS, PM_SLAB_ADAM_M, PM_SLAB_ADAM_V, PM_SLAB_COUNT } pm_slab;
 
 /* Gathers every device's slab `which` (parameters or an AdamW moment) into
  * a whole slab of pm_gpt_num_params floats (replica 0's: all are equal).
