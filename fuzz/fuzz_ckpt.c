@@ -23,7 +23,7 @@
 #include <unistd.h>
 
 #include "pipemem/pm_train.h"
-#include "model/layers.h"
+#include "model/passes.h"
 #include "train/ckpt.h"
 
 static void check_rejection(pm_status st, const pm_err *err, const char *path) {

@@ -53,7 +53,7 @@
 #include "checks.h"
 #include "pipemem/pm_runtime.h"
 #include "util/alloc.h"
-#include "model/layers.h"
+#include "model/passes.h"
 #include "runtime/transport.h"
 #include "runtime/pipe.h"
 

@@ -25,7 +25,7 @@
 #include <cmocka.h>
 
 #include "pipemem/pm_plan.h"
-#include "model/layers.h"
+#include "model/passes.h"
 #include "plan/placement.h"
 
 /* ---- the time rule on pipemem's GPT ------------------------------------------- */

@@ -17,7 +17,7 @@
 #include <cmocka.h>
 
 #include "pipemem/pm_train.h"
-#include "model/layers.h"
+#include "model/passes.h"
 #include "train/trainer.h"
 #include "train/ckpt.h"
 

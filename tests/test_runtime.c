@@ -48,7 +48,7 @@
 #include "pipemem/pm_runtime.h"
 #include "schedule/sched.h"
 #include "util/alloc.h"
-#include "model/layers.h"
+#include "model/passes.h"
 #include "train/trainer.h"
 #include "plan/arena.h"
 #include "runtime/transport.h"

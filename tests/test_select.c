@@ -30,7 +30,7 @@
 
 #include "pipemem/pm_select.h"
 #include "select/internal.h"
-#include "model/layers.h"
+#include "model/passes.h"
 #include "train/trainer.h"
 #include "select/parts.h"
 

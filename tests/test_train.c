@@ -22,7 +22,7 @@
 #include "checks.h"
 #include "pipemem/pm_train.h"
 #include "util/alloc.h"
-#include "model/layers.h"
+#include "model/passes.h"
 #include "train/optim.h"
 #include "train/config.h"
 #include "train/trainer.h"

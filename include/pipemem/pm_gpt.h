@@ -2,7 +2,7 @@
  * the whole model's forward on one device (evaluation, sampling), and the
  * compute threads and OpenBLAS kernels every pass runs on. The layers'
  * split backward passes, which the trainers and the pipeline run, are the
- * library's own (src/model/layers.h).
+ * library's own (src/model/passes.h).
  *
  * Architecture (GPT-2 style, no dropout): token embedding + learned position
  * embedding; L pre-LayerNorm blocks (LN, causal multi-head attention with a

@@ -8,7 +8,7 @@
 
 #include "model/internal.h"
 #include "util/alloc.h"
-#include "layers.h"
+#include "passes.h"
 
 /* ---- random numbers and init ------------------------------------------------ */
 

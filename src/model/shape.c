@@ -16,7 +16,7 @@
 
 #include "model/internal.h"
 #include "util/alloc.h"
-#include "layers.h"
+#include "passes.h"
 
 const char *const pm_layer_kind_names[PM_LAYER_KIND_COUNT] = {"embed", "block", "head"};
 _Static_assert(sizeof(pm_layer_kind_names) / sizeof(pm_layer_kind_names[0]) == PM_LAYER_KIND_COUNT,

@@ -33,7 +33,7 @@
 #include <string.h>
 
 #include "schedule/sched.h"
-#include "model/layers.h"
+#include "model/passes.h"
 #include "placement.h"
 
 /* PLACE_CELLS: the most (stage, layer) cells a seed's dynamic program

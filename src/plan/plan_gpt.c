@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "schedule/sched.h"
-#include "model/layers.h"
+#include "model/passes.h"
 #include "placement.h"
 #include "arena.h"
 #include "devmem.h"

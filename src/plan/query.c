@@ -5,7 +5,7 @@
 #include <stdio.h>
 
 #include "pipemem/pm_plan.h"
-#include "model/layers.h"
+#include "model/passes.h"
 #include "query.h"
 
 size_t pm_plan_stage_offset(const pm_plan *pl, int s) {

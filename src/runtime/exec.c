@@ -52,7 +52,7 @@
 #include <string.h>
 
 #include "runtime/internal.h"
-#include "model/layers.h"
+#include "model/passes.h"
 #include "train/optim.h"
 #include "plan/arena.h"
 #include "plan/devmem.h"

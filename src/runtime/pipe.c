@@ -23,7 +23,7 @@
 #include "runtime/internal.h"
 #include "schedule/sched.h"
 #include "util/alloc.h"
-#include "model/layers.h"
+#include "model/passes.h"
 #include "train/optim.h"
 #include "plan/devmem.h"
 #include "plan/query.h"

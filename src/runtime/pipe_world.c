@@ -19,7 +19,7 @@
 #include "pipemem/pm_data.h"
 #include "runtime/internal.h"
 #include "util/alloc.h"
-#include "model/layers.h"
+#include "model/passes.h"
 #include "plan/query.h"
 #include "transport.h"
 #include "pipe.h"

@@ -19,7 +19,7 @@
 #include <unistd.h> /* close: a task's spill file */
 
 #include "pipemem/pm_select.h"
-#include "model/layers.h"
+#include "model/passes.h"
 #include "parts.h"
 
 #define ALIGN 64

@@ -27,7 +27,7 @@
 #include <string.h>
 
 #include "select/internal.h"
-#include "model/layers.h"
+#include "model/passes.h"
 #include "train/optim.h"
 
 static size_t up(size_t x) { return (x + 63) / 64 * 64; }

@@ -21,7 +21,7 @@
 #define _XOPEN_SOURCE 700 /* pread, pwrite, fsync, fileno */
 #include "pipemem/pm_train.h"
 #include "util/file.h"
-#include "model/layers.h"
+#include "model/passes.h"
 #include "config.h"
 #include "ckpt.h"
 

@@ -10,7 +10,7 @@
  * one of each table of words (its name, its rule), so adding a field to
  * pm_train_cfg is adding those rows. */
 #include "pipemem/pm_train.h"
-#include "model/layers.h"
+#include "model/passes.h"
 #include "config.h"
 
 #include <float.h>

@@ -5,7 +5,7 @@
  * loader position, step), which is what a checkpoint stores. */
 #include "pipemem/pm_train.h"
 #include "util/alloc.h"
-#include "model/layers.h"
+#include "model/passes.h"
 #include "data/loader.h"
 #include "optim.h"
 #include "config.h"

@@ -1,4 +1,4 @@
-/* layers.h: the model as the library's trainers run it, private to the
+/* passes.h: the model as the library's trainers run it, private to the
  * library: each layer's forward (F), input-gradient (B) and weight-gradient
  * (W) passes on caller-owned buffers, their exact sizes, the layers'
  * parameters and initialisation, and the compute threads' loop. The
@@ -83,8 +83,8 @@
  * Parameters of layer i: params + pm_gpt_layer_offset(cfg, i) holds
  * pm_gpt_layer_params(cfg, i) floats, its tensors as pm_gpt_layer_tensors()
  * lists them; pm_gpt_init_layer fills them as pm_gpt.h says. */
-#ifndef PM_MODEL_LAYERS_H
-#define PM_MODEL_LAYERS_H
+#ifndef PM_MODEL_PASSES_H
+#define PM_MODEL_PASSES_H
 
 #include <stddef.h>
 #include <stdint.h>
