@@ -18,6 +18,7 @@
 #include <cmocka.h>
 
 #include "model/internal.h"
+#include "model/passes.h"
 
 static double gelu_d(double x) {
     return 0.5 * x * (1 + tanh(0.79788456080286535588 * (x + 0.044715 * x * x * x)));

@@ -28,6 +28,7 @@
 #include <cblas.h>
 
 #include "model/internal.h"
+#include "passes.h"
 
 /* ---- threads -------------------------------------------------------------------
  * Every kernel below cuts its work into tasks whose boundaries depend only
