@@ -189,7 +189,7 @@ static pm_status ssend_msg(pm_tp *tp, int peer, int tag, const void *buf, size_t
 
 /* Every rank's hello to the root, which keeps their hosts and stops every
  * rank with one line at the first that differs from its own. */
-static pm_status agree(pm_pipe *pp, pm_tp *tp) {
+static pm_status world_agree(pm_pipe *pp, pm_tp *tp) {
     hello mine, theirs;
     hello_init(pp, &mine);
     pm_status st;
@@ -220,7 +220,7 @@ pm_status pm_pipe_handshake(pm_pipe *pp, pm_status local_st, pm_err *err) {
         pm_tp_status(tp, err);
         return local_st;
     }
-    pm_status st = agree(pp, tp);
+    pm_status st = world_agree(pp, tp);
     if (st) pm_tp_status(tp, err);
     return st;
 }
