@@ -20,6 +20,7 @@
 #include "pipemem/pm_gpt.h"
 #include "pipemem/pm_train.h"
 #include "pipemem/pm_util.h"
+#include "train/ckpt.h"
 
 static int bad(char *msg, size_t cap, const char *fmt, ...) {
     va_list ap;
