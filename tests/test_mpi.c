@@ -853,7 +853,7 @@ static void test_stopped_rank(void **state) {
  * ranks on this host: it sends each SIGCONT, SIGTERM and a second later
  * SIGKILL, and the host says so in exactly one line from pipemem, naming
  * the checkpoint saved (every 20 steps; a rank that ended at SIGTERM had
- * its daemon SIGKILL the rest at once, the speaker too, in 3 of 5 runs). */
+ * its daemon SIGKILL the rest at once, the speaker too: 4 of 20 runs). */
 static void test_interrupted(void **state) {
     (void)state;
     static char out[65536];
