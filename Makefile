@@ -235,17 +235,18 @@ asan:
 	  SAN="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer" check
 
 # tsan: the tests that start threads: the device threads and their
-# transport, the pipeline step (test_runtime, also through the CLI's
-# train --pp), the model's compute pool (test_kernels, test_model) and a
-# pipeline run resumed from a checkpoint (test_train, through the CLI), and
-# model selection's device threads (test_select, and a sweep's session
-# through the library: test_session), ASHA's promotions
-# under their lock, through the CLI (test_sweep), and the pass times
+# transport, the pipeline step (test_runtime), the model's compute pool
+# (test_kernels, test_model), checkpoint writers in parts (test_train), the
+# CLI's train --pp and a pipeline run resumed from a checkpoint
+# (test_cli_train), model selection's device threads (test_select, a
+# sweep's session through the library: test_session, and select with
+# --spill through the CLI: test_cli_select), ASHA's promotions under their
+# lock, through the CLI (test_cli_sweep), and the pass times
 # measured on several threads at once (test_plan_gpu's one threaded test:
 # its others are single-threaded and would take minutes here).
 # scripts/tsan.supp says why OpenBLAS is exempt.
-TSAN_TESTS = test_runtime test_kernels test_model test_train test_select test_session test_sweep \
-             test_plan_gpu
+TSAN_TESTS = test_runtime test_kernels test_model test_train test_cli_train test_select \
+             test_cli_select test_session test_cli_sweep test_plan_gpu
 tsan:
 	@$(MAKE) --no-print-directory BUILD=build/tsan CFLAGS="-O1 -g $(filter -Werror,$(CFLAGS))" \
 	  SAN="-fsanitize=thread" all $(TSAN_TESTS:%=build/tsan/tests/%)

@@ -109,6 +109,29 @@ static inline int bench_child_failed(const char *bench, const char *who, char *c
     return 1;
 }
 
+/* The machine's busy CPU seconds so far (/proc/stat: all but idle and
+ * iowait; -1 unknown): less a run's own (bench_cpu_s) over the run, what
+ * other processes took from the cores meanwhile. */
+static inline double bench_machine_busy(void) {
+    FILE *f = fopen("/proc/stat", "r");
+    unsigned long long v[8] = {0};
+    int got = f ? fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2],
+                         &v[3], &v[4], &v[5], &v[6], &v[7]) : 0;
+    if (f) fclose(f);
+    long hz = sysconf(_SC_CLK_TCK);
+    if (got != 8 || hz <= 0) return -1;
+    return (double)(v[0] + v[1] + v[2] + v[5] + v[6] + v[7]) / (double)hz;
+}
+
+/* CPU seconds (user and system) of this process (RUSAGE_SELF) or of its
+ * children waited for, theirs included (RUSAGE_CHILDREN). */
+static inline double bench_cpu_s(int who) {
+    struct rusage u;
+    getrusage(who, &u);
+    return (double)u.ru_utime.tv_sec + 1e-6 * (double)u.ru_utime.tv_usec +
+           (double)u.ru_stime.tv_sec + 1e-6 * (double)u.ru_stime.tv_usec;
+}
+
 /* The number after "key": in s (the first one), or NAN. */
 static inline double bench_json_num(const char *s, const char *key) {
     char k[64];

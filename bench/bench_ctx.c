@@ -249,18 +249,22 @@ int main(int argc, char **argv) {
     }
     ctx x;
     memset(&x, 0, sizeof x);
-    char self[1024], repo[1024];
+    char self[4096], repo[4096]; /* PATH_MAX, realpath's size */
     snprintf(self, sizeof self, "%s", argv[0]);
     snprintf(x.bin[0], sizeof x.bin[0], "%s/../pipemem", dirname(self));
     if (getenv("PM_BIN")) snprintf(x.bin[0], sizeof x.bin[0], "%.1000s", getenv("PM_BIN"));
-    snprintf(self, sizeof self, "%.1000s", x.bin[0]);
-    snprintf(repo, sizeof repo, "%.1000s/..", dirname(dirname(self)));
+    /* the repository holds build/pipemem: two levels above the binary's real path */
+    if (!realpath(x.bin[0], self)) {
+        fprintf(stderr, "bench_ctx: no pipemem at %s: %s\n", x.bin[0], strerror(errno));
+        return 1;
+    }
+    snprintf(repo, sizeof repo, "%s", dirname(dirname(self)));
     const char *rev = getenv("PM_BASE_REV") ? getenv("PM_BASE_REV") : "3241d78";
     if (getenv("PM_BASE_BIN")) {
         snprintf(x.bin[1], sizeof x.bin[1], "%s", getenv("PM_BASE_BIN"));
     } else {
         char out[1200];
-        snprintf(out, sizeof out, "%s/build/base-%.64s", repo, rev);
+        snprintf(out, sizeof out, "%.1000s/build/base-%.64s", repo, rev);
         if (bench_base_binary(repo, rev, out, x.bin[1], sizeof x.bin[1])) return 1;
     }
     snprintf(x.script, sizeof x.script, "%.1000s/bench/torch_train.py", repo);

@@ -16,7 +16,15 @@
  *       its makespan against the step measured across hosts (the JSON's
  *       measured_step_ms, passes only) in the same run, median and range
  *       over the runs, beside the runtime's own replay (per-stage costs and
- *       the latency it measured in the step).
+ *       the latency it measured in the step);
+ *   (d) select's makespan for 8 equal tasks (seeds 1..8), one device a host:
+ *       `mpirun -np 2 pipemem select` over both hosts against select on one,
+ *       in turn, medians of 3 (issue 30's goal: two hosts at most 0.55x);
+ *       beside them the share of a core each rank's process got (CPU
+ *       seconds over wall seconds) and the share of the machine's cores
+ *       other processes took meanwhile: the hosts share this machine's
+ *       cores, so two hosts halve a sweep's time only when its two ranks
+ *       find a core each.
  * Needs root (namespaces): elsewhere it says so in one line and exits 0.
  * Started plainly it re-runs itself inside `hosts.sh with 2`. */
 #include "bench.h" /* first: its feature macro */
@@ -228,6 +236,57 @@ static int replays(kind_run kr[3][ROUNDS], double lat, double bw) {
     return 0;
 }
 
+/* (d): the sweep on one host (select alone) or over both (a rank a host),
+ * one device each: v[0] its makespan (the run's, from the JSON), v[1] the
+ * whole command's wall time (process starts, the trainers' set-up), v[2]
+ * the share of a core a rank got: one host, the command's CPU seconds over
+ * its wall time; two, each rank's over the run's (the JSON's ranks: the
+ * ranks on node2 are no descendants this process waits for), the mean;
+ * v[3] the share of the machine's cores the others took meanwhile. */
+#define SWEEP8 "--layers 2 --dim 128 --heads 4 --ctx 64 --batch 8 --steps 16 " \
+               "--seed 1,2,3,4,5,6,7,8 --devices 1 --device-mem 64M --eval-batches 1 --json"
+static int sweep(int across, double v[4]) {
+    double m0 = bench_machine_busy(), c0 = bench_cpu_s(RUSAGE_CHILDREN), t0 = pm_now();
+    int rc = across ? run(ROOT_OK HOSTS_SH " mpirun %s --quiet -np 2 --npernode 1 %s select "
+                          "--data %s " SWEEP8 " 2>/dev/null", hosts, bin, dir)
+                    : run("%s select --data %s " SWEEP8 " 2>/dev/null", bin, dir);
+    double m1 = bench_machine_busy(), cpu = bench_cpu_s(RUSAGE_CHILDREN) - c0;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    v[1] = pm_now() - t0, v[2] = cpu / v[1];
+    if (rc || numbers("makespan_s", &v[0], 1) != 1) return 1;
+    if (across) { /* "cpu_s": each rank's, in the JSON's ranks */
+        int k = 0;
+        cpu = 0;
+        for (const char *p = strstr(out, "\"cpu_s\": "); p; p = strstr(p + 1, "\"cpu_s\": "))
+            cpu += strtod(p + 9, NULL), k++;
+        if (k != 2) return 1;
+        v[2] = cpu / 2 / v[0];
+    }
+    v[3] = m0 < 0 || cores < 1 ? NAN : fmax(0, m1 - m0 - v[2] * v[1]) / ((double)cores * v[1]);
+    return 0;
+}
+
+static int select_hosts(void) {
+    double x[2][4][ROUNDS], m[2][4], v[4];
+    printf("(d) select: 8 equal tasks (seeds 1..8), one device a host, one host against two "
+           "(medians of %d runs each, in turn)\n  %-6s %11s %10s %12s %7s\n", ROUNDS, "hosts",
+           "makespan s", "command s", "core a rank", "others");
+    for (int round = 0; round < ROUNDS; round++)
+        for (int i = 0; i < 2; i++) {
+            int a = (i + round) % 2;
+            if (sweep(a, v)) return 1;
+            for (int j = 0; j < 4; j++) x[a][j][round] = v[j];
+        }
+    for (int a = 0; a < 2; a++) {
+        for (int j = 0; j < 4; j++) m[a][j] = median(x[a][j], ROUNDS);
+        printf("  %-6d %11.3f %10.3f %11.0f%% %6.0f%%\n", a + 1, m[a][0], m[a][1],
+               100 * m[a][2], 100 * m[a][3]);
+    }
+    printf("  two hosts / one: makespan %.3fx (goal <= 0.55: %s), command %.3fx\n",
+           m[1][0] / m[0][0], m[1][0] / m[0][0] <= 0.55 ? "met" : "not met", m[1][1] / m[0][1]);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     (void)argc, (void)argv;
     bin = getenv("PM_BIN") ? getenv("PM_BIN") : "build/pipemem";
@@ -253,6 +312,6 @@ int main(int argc, char **argv) {
         return 1;
     static kind_run kr[3][ROUNDS];
     double lat, bw;
-    if (step_times(kr) || links(&lat, &bw) || replays(kr, lat, bw)) return 1;
+    if (step_times(kr) || links(&lat, &bw) || replays(kr, lat, bw) || select_hosts()) return 1;
     return 0;
 }

@@ -36,6 +36,8 @@
  * commands through the session, with its defaults (daily).
  *   bench_select [ROUNDS [PARTS]]   PARTS of abcd (default all): `3 d` runs
  *                                   (d) alone */
+#include "bench.h" /* first: it sets _DEFAULT_SOURCE */
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -88,26 +90,9 @@ static void make_tasks(pm_select_task *t, int sweep) {
     }
 }
 
-/* The machine's busy CPU seconds so far (/proc/stat; -1 unknown) and this
- * process's own (getrusage): their difference over a run is what other
- * processes took from the cores meanwhile. */
-static double machine_busy(void) {
-    FILE *f = fopen("/proc/stat", "r");
-    unsigned long long v[8] = {0};
-    int got = f ? fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2],
-                         &v[3], &v[4], &v[5], &v[6], &v[7]) : 0;
-    if (f) fclose(f);
-    long hz = sysconf(_SC_CLK_TCK);
-    if (got != 8 || hz <= 0) return -1;
-    return (double)(v[0] + v[1] + v[2] + v[5] + v[6] + v[7]) / (double)hz; /* not idle, iowait */
-}
-
-static double own_cpu(void) {
-    struct rusage u;
-    getrusage(RUSAGE_SELF, &u);
-    return (double)u.ru_utime.tv_sec + 1e-6 * (double)u.ru_utime.tv_usec +
-           (double)u.ru_stime.tv_sec + 1e-6 * (double)u.ru_stime.tv_usec;
-}
+/* This process's CPU seconds: the machine's busy seconds (bench.h) less
+ * these over a run are what other processes took from the cores meanwhile. */
+static double own_cpu(void) { return bench_cpu_s(RUSAGE_SELF); }
 
 /* Task i's passes can take no less than this (pm_select_stats.lower_bound_s's
  * rule, over passes alone): shard's runs join, so its passes run on up to
@@ -131,9 +116,9 @@ static int run_one(pm_select_task *t, const pm_select_layout *lay, const run_kin
     pm_select_result res[NT];
     pm_select_stats st;
     int rc = 0;
-    double m0 = machine_busy(), c0 = own_cpu(), w0 = pm_now();
+    double m0 = bench_machine_busy(), c0 = own_cpu(), w0 = pm_now();
     int bad = pm_select_run(t, h, NT, lay, &o, res, &st, &e) != PM_OK;
-    double m1 = machine_busy(), c1 = own_cpu(), w1 = pm_now();
+    double m1 = bench_machine_busy(), c1 = own_cpu(), w1 = pm_now();
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     out->others = m0 < 0 || cores < 1 ? NAN
                                       : fmax(0, (m1 - m0) - (c1 - c0)) / ((double)cores * (w1 - w0));
@@ -337,9 +322,9 @@ static int join_run(const pm_select_task *t, const pm_select_layout *lay, const 
                         .eval_batches = 1, .val = va};
     pm_select_result res;
     pm_select_stats st;
-    double m0 = machine_busy(), c0 = own_cpu(), w0 = pm_now();
+    double m0 = bench_machine_busy(), c0 = own_cpu(), w0 = pm_now();
     int rc = pm_select_run(&task, &h, 1, lay, &o, &res, &st, &e) != PM_OK;
-    double m1 = machine_busy(), c1 = own_cpu(), w1 = pm_now();
+    double m1 = bench_machine_busy(), c1 = own_cpu(), w1 = pm_now();
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     out->others = m0 < 0 || cores < 1 ? NAN
                                       : fmax(0, (m1 - m0) - (c1 - c0)) / ((double)cores * (w1 - w0));
@@ -474,9 +459,9 @@ static int daily_run(const char *lr, const char *layers, size_t mem, int steps, 
     pm_status rc = pm_select_session_init(&s, &sw, &set, &e);
     if (!rc) rc = pm_select_session_partition(&s, 0, &e);
     if (!rc) rc = pm_select_session_start(&s, tr, va, NULL, 0, &e);
-    double m0 = machine_busy(), c0 = own_cpu(), w0 = pm_now(); /* the run alone */
+    double m0 = bench_machine_busy(), c0 = own_cpu(), w0 = pm_now(); /* the run alone */
     if (!rc) rc = pm_select_session_run(&s, &e);
-    double m1 = machine_busy(), c1 = own_cpu(), w1 = pm_now();
+    double m1 = bench_machine_busy(), c1 = own_cpu(), w1 = pm_now();
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     out->others = m0 < 0 || cores < 1
                       ? NAN

@@ -1,6 +1,6 @@
 #!/bin/bash
 # hosts.sh: several hosts on this machine, for running and testing pipemem
-# across machines with OpenMPI over TCP (docs/mpi.md, tests/test_hosts.c).
+# across machines with OpenMPI over TCP (docs/mpi.md, tests/test_cli_hosts.c).
 #
 #   scripts/hosts.sh up DIR [N]          make hosts node1 .. nodeN (default 2)
 #   scripts/hosts.sh run DIR HOST CMD..  run CMD on HOST

@@ -4,6 +4,9 @@
 #   scripts/run_tests.sh PROGRAM... (or directories: their test_* and replay_*)
 #
 # test_NAME is a cmocka suite: its PASSED and FAILED counts are added up.
+# Only the command-line suites, test_cli_NAME, are given PM_BIN (the built
+# pipemem): the others test the library alone, and one that tried to run
+# the binary would fail (tests/cli.h).
 # replay_NAME is a fuzz replay driver (fuzz/replay.c): it is given
 # fuzz/seeds/NAME and fuzz/crashes/NAME, prints its own line
 # "fuzz replay NAME: N inputs, N passed, N failed", and every input counts
@@ -12,7 +15,7 @@
 #
 # PM_TEST_JOBS programs run at once (default: the cores). Every test keeps
 # its files in a directory of its own and asserts nothing about time, so
-# they may share the machine; test_mpi spends most of its minute and a half
+# they may share the machine; test_cli_mpi spends most of its minute
 # waiting on mpirun, which the other programs fill. A program's output is
 # printed whole when it ends, so the log reads program by program.
 jobs=${PM_TEST_JOBS:-$(nproc 2>/dev/null || echo 1)}
@@ -28,7 +31,7 @@ done
 first=(); rest=()
 for t in "${progs[@]}"; do
     case $(basename "$t") in
-    test_mpi | test_hosts | test_optimal | test_generators) first+=("$t") ;;
+    test_cli_mpi | test_cli_hosts | test_optimal | test_tiles | test_mpi | test_generators) first+=("$t") ;;
     *) rest+=("$t") ;;
     esac
 done
@@ -42,8 +45,9 @@ start() { # program index: runs it, its output and status into $tmp
     local t=${progs[$1]} name
     name=$(basename "$t")
     case $name in
-    replay_*) "$t" "fuzz/seeds/${name#replay_}" "fuzz/crashes/${name#replay_}" ;;
-    *) "$t" ;;
+    replay_*) env -u PM_BIN "$t" "fuzz/seeds/${name#replay_}" "fuzz/crashes/${name#replay_}" ;;
+    test_cli_*) "$t" ;;
+    *) env -u PM_BIN "$t" ;;
     esac >"$tmp/$1.out" 2>&1
     echo $? >"$tmp/$1.rc"
 }

@@ -4,6 +4,7 @@
  * schedule's pass lists and the timeline the writer was given, never against
  * an earlier output. */
 #include "checks.h"
+#include "cli.h"
 
 #include <jansson.h>
 #include <libxml/parser.h>
@@ -356,15 +357,13 @@ int chk_sample(const char *bin, const char *ckpt, const char *prompt, int n, int
     }
     char out[4096];
     snprintf(out, sizeof out, "%s.sample.txt", ckpt);
-    char cmd[8192];
-    snprintf(cmd, sizeof cmd, "'%s' sample --ckpt '%s' --prompt '%s' -n %d --seed %d > '%s'",
-             bin, ckpt, prompt, n, seed, out);
-    int st = system(cmd);
+    int st = chk_sh(NULL, "'%s' sample --ckpt '%s' --prompt '%s' -n %d --seed %d > '%s'", bin,
+                    ckpt, prompt, n, seed, out);
     char *buf = NULL;
     size_t len = 0;
     pm_err err;
     int rc = 0;
-    if (st != 0) rc = bad(msg, cap, "sample: '%s' exited with status %d", cmd, st);
+    if (st != 0) rc = bad(msg, cap, "sample --ckpt '%s' exited with status %d", ckpt, st);
     else if (pm_read_file(out, PM_TEXT_MAX, &buf, &len, &err)) rc = bad(msg, cap, "%s", err.msg);
     else if (len != want)
         rc = bad(msg, cap, "sample printed %zu bytes; prompt %zu + %d + newline = %zu", len,
@@ -381,6 +380,14 @@ int chk_sample(const char *bin, const char *ckpt, const char *prompt, int n, int
     return rc;
 }
 
+pm_status chk_ckpt_whole(const char *path, pm_ckpt_info *info, pm_err *err) {
+    pm_status st = pm_ckpt_info_read(path, info, err);
+    uint64_t sums[PM_CKPT_SLABS];
+    for (int s = 0; s < PM_CKPT_SLABS && !st; s++)
+        st = pm_ckpt_read_part(path, info, s, 0, NULL, info->n_params, &sums[s], err);
+    return st ? st : pm_ckpt_check_sums(path, info, PM_CKPT_ALL, sums, err);
+}
+
 int chk_tmp_count(const char *path) {
     char pat[4200];
     /* PATH.tmp.PID.N.TAG, TAG 16 hex digits (pm_tmp_open) */
@@ -391,12 +398,6 @@ int chk_tmp_count(const char *path) {
     int n = glob(pat, 0, NULL, &g) == 0 ? (int)g.gl_pathc : 0;
     globfree(&g);
     return n;
-}
-
-int chk_prepare(const char *bin, const char *dir) {
-    char cmd[5000];
-    snprintf(cmd, sizeof cmd, "%s prepare %s/t.txt -o %s/d > /dev/null 2>&1", bin, dir, dir);
-    return system(cmd) == 0 ? 0 : -1;
 }
 
 int chk_rm_rf(const char *dir) {

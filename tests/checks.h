@@ -13,6 +13,7 @@
 #include <stddef.h>
 
 #include "pipemem/pm_sched.h"
+#include "pipemem/pm_train.h"
 
 /* A Chrome trace of schedule s: valid JSON whose traceEvents hold exactly one
  * complete ("X") event per pass, on pid 0 and tid = the pass's device, named
@@ -45,13 +46,13 @@ int chk_svg_file(const char *path, const pm_sched *s, const pm_sim *sim, char *m
 int chk_sample(const char *bin, const char *ckpt, const char *prompt, int n, int seed,
                char *msg, size_t cap);
 
+/* Reads every byte of the checkpoint at path: its header (into info) and
+ * each slab against its checksum; PM_OK, or the reader's error. */
+pm_status chk_ckpt_whole(const char *path, pm_ckpt_info *info, pm_err *err);
+
 /* How many temporaries of a writer of path exist (names of the form
  * PATH.tmp.PID.N.TAG, TAG 16 hex digits: pm_tmp_open's). */
 int chk_tmp_count(const char *path);
-
-/* `BIN prepare DIR/t.txt -o DIR/d`, its output discarded: 0 if it exited 0
- * (the tests that train through the CLI make their data so). */
-int chk_prepare(const char *bin, const char *dir);
 
 /* `rm -rf DIR` (a test's own directory, at teardown): 0 if it went. */
 int chk_rm_rf(const char *dir);

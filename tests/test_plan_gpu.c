@@ -1,4 +1,5 @@
-/* test_plan_gpu.c: `pipemem plan` and its library (pm_cluster.h).
+/* test_plan_gpu.c: the library of `pipemem plan` (pm_cluster.h; the
+ * command itself: test_cli_plan.c).
  *
  * Where each expected value comes from:
  *   - a block's activation bytes: Korthikanti et al. 2022 (34 s b h +
@@ -14,9 +15,7 @@
  *     each device's bytes;
  *   - pipemem's own GPT: the simulation is linear in the pass times
  *     (doubling every time doubles the step, exactly in floating point)
- *     while the cut and the schedule follow the FLOPs; `train --pp
- *     --json`'s planned and allocated bytes and measured peaks (when PM_BIN
- *     names the built binary);
+ *     while the cut and the schedule follow the FLOPs;
  *   - the 9.6B model: the paper's Figure 7 as the issue reads it off. */
 #include <math.h>
 #include <setjmp.h>
@@ -26,14 +25,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include <cmocka.h>
-
-#include "checks.h"
-#include <jansson.h>
-#include <libxml/parser.h>
-#include <libxml/tree.h>
 
 #include "pipemem/pm_cluster.h"
 
@@ -469,189 +462,6 @@ static void test_measure_threads(void **state) {
     assert_non_null(strstr(err.msg, "threads=0"));
 }
 
-/* ---- the binary: plan --pipemem-gpt against train --pp's measured bytes -------- */
-
-static const char *bin;
-static char dir[256];
-
-/* Runs cmd through sh; its standard output in a malloc'd string (NULL if
- * it failed). */
-static char *run_out(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static char *run_out(const char *fmt, ...) {
-    char cmd[1500];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    FILE *f = popen(cmd, "r");
-    if (!f) return NULL;
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
-    while (buf && (n += fread(buf + n, 1, cap - 1 - n, f)) == cap - 1) {
-        char *b = realloc(buf, cap *= 2);
-        if (!b) free(buf);
-        buf = b;
-    }
-    int st = pclose(f);
-    if (!buf || st) {
-        free(buf);
-        return NULL;
-    }
-    buf[n] = 0;
-    return buf;
-}
-
-/* The JSON object on the line of out that starts with '{' and holds key. */
-static json_t *json_line(const char *out, const char *key) {
-    for (const char *l = out; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
-        if (*l != '{' || !strstr(l, key)) continue;
-        json_error_t e;
-        json_t *j = json_loadb(l, strcspn(l, "\n") == strlen(l) ? strlen(l) : strlen(l), 0, &e);
-        if (j) return j;
-    }
-    return NULL;
-}
-
-static double num_at(json_t *arr, size_t i) { return json_number_value(json_array_get(arr, i)); }
-
-/* What train --pp P --schedule K plans on each device is what plan
- * --pipemem-gpt says, byte for byte: every kind (its parameters, gradients,
- * moments, activation arena, workspace and transport buffers) and their
- * total; and what train allocated and measured: each device's arena and
- * the largest activation peak. */
-static void test_cli_train_bytes(void **state) {
-    (void)state;
-    if (!bin) skip();
-    const char *kinds[] = {"1f1b", "v-half"};
-    /* plan's names of the kinds (pipemem plan's JSON) against train's */
-    static const char *const pk[] = {"parameters", "gradients", "optimizer", "activations",
-                                     "workspace", "transport"};
-    for (int p = 2; p <= 4; p += 2)
-        for (int k = 0; k < 2; k++) {
-            char *tr = run_out("OPENBLAS_NUM_THREADS=1 %s train --data %s/d --layers 6 --dim 64 "
-                               "--heads 4 --ctx 32 --batch 8 --microbatches 8 --pp %d "
-                               "--schedule %s --steps 1 --eval-every 0 --json 2>/dev/null",
-                               bin, dir, p, kinds[k]);
-            char *pl = run_out("%s plan --pipemem-gpt --layers 6 --hidden 64 --heads 4 --seq 32 "
-                               "--vocab 256 --pp %d --mbs 1 --microbatches 8 --kind %s "
-                               "--format json", bin, p, kinds[k]);
-            if (!tr || !pl) fail_msg("%s p=%d: a command failed", kinds[k], p);
-            json_t *t = json_line(tr, "\"steps\""), *j = json_loads(pl, 0, NULL);
-            assert_non_null(t);
-            assert_non_null(j);
-            json_t *best = json_object_get(j, "best");
-            json_t *per = json_object_get(best, "per_device_gb");
-            json_t *peak = json_object_get(t, "peak_activation_bytes");
-            json_t *planned = json_object_get(t, "planned_bytes");
-            json_t *arena = json_object_get(t, "arena_bytes");
-            assert_int_equal(json_array_size(peak), p);
-            double most = 0;
-            for (int d = 0; d < p; d++) {
-                json_t *dev = json_array_get(planned, (size_t)d);
-                for (int q = 0; q < PM_BYTES_COUNT; q++) {
-                    double want = json_number_value(json_object_get(dev, pm_bytes_names[q]));
-                    double got = round(num_at(json_object_get(per, pk[q]), (size_t)d) * 1e9);
-                    if (got != want)
-                        fail_msg("%s p=%d device %d %s: plan %.0f, train %.0f", kinds[k], p, d,
-                                 pm_bytes_names[q], got, want);
-                }
-                double got = round(num_at(json_object_get(per, "total"), (size_t)d) * 1e9);
-                double all = json_number_value(json_object_get(dev, "total"));
-                if (got != all)
-                    fail_msg("%s p=%d device %d: plan %.0f bytes in all, train %.0f", kinds[k],
-                             p, d, got, all);
-                got = round(num_at(json_object_get(per, "activations"), (size_t)d) * 1e9);
-                if (got != num_at(arena, (size_t)d))
-                    fail_msg("%s p=%d device %d: plan an arena of %.0f bytes, train allocated "
-                             "%.0f", kinds[k], p, d, got, num_at(arena, (size_t)d));
-                most = fmax(most, num_at(peak, (size_t)d));
-            }
-            double got = round(json_number_value(json_object_get(best, "activation_gb")) * 1e9);
-            if (got != most)
-                fail_msg("%s p=%d: plan's largest activation peak %.0f, train measured %.0f",
-                         kinds[k], p, got, most);
-            print_message("%s p=%d: every device's bytes as train plans them, its arena as it "
-                          "allocates it, the activation peak as it measures\n", kinds[k], p);
-            json_decref(t);
-            json_decref(j);
-            free(tr);
-            free(pl);
-        }
-}
-
-/* The command: the 9.6B table lists every kind, the SVG is well formed with
- * one point per plan, JSON's best is the first plan, and its errors name
- * the flags. */
-static void test_cli_plan(void **state) {
-    (void)state;
-    if (!bin) skip();
-    const char *m96 = "--layers 30 --hidden 5120 --heads 40 --seq 1024 --vocab 51200 --mbs 2 "
-                      "--devices 16 --pp 16 --microbatches 64 --device-mem 80G "
-                      "--device-tflops 312";
-    char *js = run_out("%s plan %s --format json", bin, m96);
-    assert_non_null(js);
-    json_t *j = json_loads(js, 0, NULL);
-    assert_non_null(j);
-    json_t *plans = json_object_get(j, "plans"), *best = json_object_get(j, "best");
-    assert_true(json_array_size(plans) >= 20);
-    assert_true(json_equal(best, json_array_get(plans, 0)));
-    assert_true(json_is_true(json_object_get(best, "fits")));
-    const char *fields[] = {"kind", "pp", "dp", "mbs", "microbatches", "activation_gb",
-                            "state_gb", "total_gb", "fits", "bubble", "step_s",
-                            "samples_per_s", "mfu", "per_device_gb"};
-    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++)
-        if (!json_object_get(best, fields[i])) fail_msg("no %s in best", fields[i]);
-    size_t nplans = json_array_size(plans);
-    json_decref(j);
-    free(js);
-    char *svg = run_out("%s plan %s --format svg", bin, m96);
-    assert_non_null(svg);
-    xmlDocPtr doc = xmlReadMemory(svg, (int)strlen(svg), "plan.svg", NULL,
-                                  XML_PARSE_NONET | XML_PARSE_NOERROR | XML_PARSE_NOWARNING);
-    if (!doc) fail_msg("the SVG is not well-formed XML");
-    xmlNodePtr root = xmlDocGetRootElement(doc);
-    assert_string_equal((const char *)root->name, "svg");
-    size_t points = 0, fronts = 0;
-    for (xmlNodePtr n = root->children; n; n = n->next) {
-        xmlChar *cls = n->type == XML_ELEMENT_NODE ? xmlGetProp(n, BAD_CAST "class") : NULL;
-        points += cls && !strcmp((const char *)cls, "plan");
-        fronts += cls && !strcmp((const char *)cls, "front");
-        xmlFree(cls);
-    }
-    xmlFreeDoc(doc);
-    assert_int_equal(points, nplans);
-    assert_int_equal(fronts, 1);
-    free(svg);
-    char *err = run_out("%s plan --layers 30 --hidden 5120 --heads 7 --seq 1024 --vocab 51200 "
-                        "--devices 16 --device-mem 80G --device-tflops 312 --microbatches 8 "
-                        "2>&1 >/dev/null; true", bin);
-    assert_non_null(err);
-    assert_non_null(strstr(err, "pipemem: plan: --heads 7 must divide --hidden 5120"));
-    free(err);
-}
-
-static int setup(void **state) {
-    (void)state;
-    bin = getenv("PM_BIN");
-    if (!bin) return 0;
-    snprintf(dir, sizeof dir, "/tmp/pm_test_plan_gpu_%d", (int)getpid());
-    char cmd[700];
-    snprintf(cmd, sizeof cmd, "mkdir -p %s", dir);
-    if (system(cmd) != 0) return -1;
-    snprintf(cmd, sizeof cmd, "%s/t.txt", dir);
-    FILE *f = fopen(cmd, "w");
-    if (!f) return -1;
-    for (int i = 0; i < 2000; i++) fprintf(f, "line %d of a corpus for the planner\n", i + 1);
-    if (fclose(f)) return -1;
-    return chk_prepare(bin, dir);
-}
-
-static int teardown(void **state) {
-    (void)state;
-    if (!bin) return 0;
-    return chk_rm_rf(dir);
-}
-
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_formulas),
@@ -662,12 +472,10 @@ int main(void) {
         cmocka_unit_test(test_paper_9_6b),
         cmocka_unit_test(test_pipemem_row),
         cmocka_unit_test(test_measure_threads),
-        cmocka_unit_test(test_cli_train_bytes),
-        cmocka_unit_test(test_cli_plan),
     };
     /* make tsan runs the threaded test alone (PM_PLAN_GPU_ONLY=test_measure_threads):
      * the rest is single-threaded and takes minutes under ThreadSanitizer */
     const char *only = getenv("PM_PLAN_GPU_ONLY");
     if (only) cmocka_set_test_filter(only);
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, NULL, NULL);
 }

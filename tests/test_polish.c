@@ -24,7 +24,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 
 #include <cmocka.h>
 
@@ -408,46 +407,6 @@ static void search_agrees_with_curve(void **state) {
         }
 }
 
-/* Runs `PM_BIN args` with stderr merged; the exit status. */
-static int run_cli(const char *args, char *out, size_t cap) {
-    char cmd[1024];
-    snprintf(cmd, sizeof cmd, "timeout 60 %s %s 2>&1", getenv("PM_BIN"), args);
-    FILE *f = popen(cmd, "r");
-    assert_non_null(f);
-    size_t n = fread(out, 1, cap - 1, f);
-    out[n] = 0;
-    int st = pclose(f);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
-/* `schedule --from FILE --polish` on the hand case: 8 to 7, said on stderr;
- * the commands that polish by themselves refuse the flag in one line. */
-static void cli_polish(void **state) {
-    (void)state;
-    if (!getenv("PM_BIN")) skip();
-    char path[] = "/tmp/pm_test_polish_XXXXXX", args[256], out[8192];
-    int fd = mkstemp(path);
-    assert_true(fd >= 0);
-    FILE *f = fdopen(fd, "w");
-    assert_non_null(f);
-    fputs("0F0 0F1 0I0 0W0 0I1 0W1\n1F0 1F1 1I0 1W0 1I1 1W1\n", f);
-    assert_int_equal(fclose(f), 0);
-    snprintf(args, sizeof args, "schedule --from %s --polish", path);
-    assert_int_equal(run_cli(args, out, sizeof out), 0);
-    assert_non_null(strstr(out, "# file+polish: p=2 m=2"));
-    assert_non_null(strstr(out, "# makespan 7 "));
-    assert_non_null(strstr(out, "pipemem: polish: makespan 8 -> 7, "));
-    assert_non_null(strstr(out, "optimal: it meets the lower bound"));
-    remove(path);
-    static const char *const refuse[] = {"search -p 2 -m 4 --mem-limit 1 --polish",
-                                         "curve -p 2 -m 4 --polish", "compare -p 2 -m 4 --polish"};
-    for (int k = 0; k < 3; k++) {
-        assert_int_equal(run_cli(refuse[k], out, sizeof out), 1);
-        if (!strstr(out, "--polish belongs to 'schedule'") || strchr(out, '\n') != strrchr(out, '\n'))
-            fail_msg("%s: '%s'", refuse[k], out);
-    }
-}
-
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(hand_case),
@@ -457,7 +416,6 @@ int main(void) {
         cmocka_unit_test(search_near_the_optimum),
         cmocka_unit_test(search_near_the_optimum_p8),
         cmocka_unit_test(search_agrees_with_curve),
-        cmocka_unit_test(cli_polish),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

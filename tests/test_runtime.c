@@ -20,14 +20,8 @@
  *     passes out of microbatch order are relabelled, fused ones refused;
  *     injected failures (error, NaN, a token outside the vocabulary, arena
  *     overflow) stop every device with
- *     one message naming device, stage, microbatch and pass, and stay sticky;
- *   CLI (when PM_BIN names the binary): `train --pp 2 --schedule v-half`,
- *     and --pp 4 with 1f1b, zb-v and 1f1b placed by memory (--placement
- *     memory), end with the same losses and a
- *     byte-identical checkpoint as the single-device `train`; each device
- *     allocates what its plan says (--pp 4: at most half the whole model's
- *     state); it reports the runtime's JSON fields, writes the trace and
- *     timeline, and refuses too few layers with a clear message. */
+ *     one message naming device, stage, microbatch and pass, and stay sticky
+ *     (`train --pp` through the command line: test_cli_train.c). */
 #include <math.h>
 #include <pthread.h>
 #include <sched.h>
@@ -1198,204 +1192,6 @@ static void test_timeline_outputs(void **state) {
     pm_sched_free(&s);
 }
 
-/* ---- CLI: pipemem train --pp (when PM_BIN names the binary) ------------------ */
-
-static int sh_quiet(const char *cmd) {
-    int rc = system(cmd);
-    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
-}
-
-static void read_all(const char *path, char *buf, size_t n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) fail_msg("cannot read %s", path);
-    size_t k = fread(buf, 1, n - 1, f);
-    buf[k] = 0;
-    fclose(f);
-}
-
-/* The value text after "key": up to the next ',' or '}' outside brackets. */
-static void json_field(const char *json, const char *key, char *out, size_t n) {
-    char pat[64];
-    snprintf(pat, sizeof pat, "\"%s\": ", key);
-    const char *p = strstr(json, pat);
-    if (!p) fail_msg("no %s in %s", key, json);
-    p += strlen(pat);
-    size_t k = 0;
-    int depth = 0;
-    for (; *p && k + 1 < n; p++) {
-        if (*p == '[') depth++;
-        if (*p == ']') depth--;
-        if (depth == 0 && (*p == ',' || *p == '}')) break;
-        out[k++] = *p;
-    }
-    out[k] = 0;
-}
-
-/* P = 4 on threads, a single (1f1b) and a V (zb-v: 8 stages) placement:
- * the final and validation losses and the checkpoint bytes of one device;
- * and each device allocates what its plan says (train --json's
- * allocated_bytes, the allocation hook's count, through the steps, the
- * evaluations and the saves), at most half the whole model's 16 bytes per
- * parameter (a whole-model copy anywhere would be all of them). */
-static void cli_train_p4(const char *bin, const char *dir) {
-    const char *model = "--layers 6 --dim 64 --heads 4 --ctx 8 --batch 8 --microbatches 8 "
-                        "--steps 2 --eval-every 1 --seed 3";
-    const char *kinds[3] = {"1f1b", "zb-v", "1f1b --placement memory"};
-    char cmd[1024], path[256], msg[512];
-    static char a[8192], b[8192];
-    snprintf(cmd, sizeof cmd, "%s train --data %s/d %s --threads 1 --save %s/a4.ckpt --json "
-             "> %s/a4.json 2>/dev/null", bin, dir, model, dir, dir);
-    assert_int_equal(sh_quiet(cmd), 0);
-    snprintf(path, sizeof path, "%s/a4.json", dir);
-    read_all(path, a, sizeof a);
-    for (int k = 0; k < 3; k++) {
-        snprintf(cmd, sizeof cmd, "%s train --data %s/d %s --pp 4 --schedule %s --save "
-                 "%s/b4.ckpt --json > %s/b4.json 2>/dev/null", bin, dir, model, kinds[k], dir,
-                 dir);
-        assert_int_equal(sh_quiet(cmd), 0);
-        snprintf(path, sizeof path, "%s/b4.json", dir);
-        read_all(path, b, sizeof b);
-        const char *same[] = {"final_loss", "val_loss", "steps"};
-        for (int i = 0; i < 3; i++) {
-            char x[256], y[256];
-            json_field(a, same[i], x, sizeof x);
-            json_field(b, same[i], y, sizeof y);
-            if (strcmp(x, y)) fail_msg("%s: %s (one device) != %s (%s, 4 devices)", same[i], x,
-                                       y, kinds[k]);
-        }
-        snprintf(cmd, sizeof cmd, "cmp -s %s/a4.ckpt %s/b4.ckpt", dir, dir);
-        if (sh_quiet(cmd)) fail_msg("%s, 4 devices: the checkpoint differs from one device's",
-                                    kinds[k]);
-        if (chk_train_alloc(b, 0.5, msg, sizeof msg)) fail_msg("%s, 4 devices: %s", kinds[k], msg);
-        char rule[64];
-        json_field(b, "placement_rule", rule, sizeof rule);
-        assert_string_equal(rule, k == 2 ? "\"memory\"" : "\"time\"");
-    }
-}
-
-static void test_cli_train_pp(void **state) {
-    (void)state;
-    const char *bin = getenv("PM_BIN");
-    if (!bin) skip();
-    char dir[128], cmd[4096], a[4096], b[4096], c1[4096], fa[256], fb[256];
-    snprintf(dir, sizeof dir, "/tmp/pm_test_runtime_%d", (int)getpid());
-    snprintf(cmd, sizeof cmd, "mkdir -p %s", dir);
-    assert_int_equal(sh_quiet(cmd), 0);
-    snprintf(cmd, sizeof cmd, "%s/t.txt", dir);
-    FILE *f = fopen(cmd, "w");
-    assert_non_null(f);
-    fwrite(text, 1, sizeof text, f);
-    fclose(f);
-    snprintf(cmd, sizeof cmd, "%s prepare %s/t.txt -o %s/d 2>/dev/null", bin, dir, dir);
-    assert_int_equal(sh_quiet(cmd), 0);
-    const char *model = "--layers 2 --dim 16 --heads 2 --ctx 8 --batch 8 --microbatches 8 "
-                        "--steps 4 --eval-every 2 --seed 3";
-    /* one device, the plain trainer, one BLAS thread */
-    snprintf(cmd, sizeof cmd, "%s train --data %s/d %s --threads 1 --save %s/a.ckpt --json "
-             "> %s/a.json 2>/dev/null", bin, dir, model, dir, dir);
-    assert_int_equal(sh_quiet(cmd), 0);
-    /* two devices, V-Half, with trace and timeline */
-    snprintf(cmd, sizeof cmd, "%s train --data %s/d %s --pp 2 --schedule v-half --save "
-             "%s/b.ckpt --trace %s/b.trace --timeline %s/b.svg --json > %s/b.json 2>/dev/null",
-             bin, dir, model, dir, dir, dir, dir);
-    assert_int_equal(sh_quiet(cmd), 0);
-    snprintf(fa, sizeof fa, "%s/a.json", dir);
-    snprintf(fb, sizeof fb, "%s/b.json", dir);
-    read_all(fa, a, sizeof a);
-    read_all(fb, b, sizeof b);
-    const char *same[] = {"final_loss", "val_loss", "steps"};
-    for (int i = 0; i < 3; i++) {
-        char x[256], y[256];
-        json_field(a, same[i], x, sizeof x);
-        json_field(b, same[i], y, sizeof y);
-        if (strcmp(x, y)) fail_msg("%s: %s (one device) != %s (v-half, 2 devices)", same[i], x, y);
-    }
-    const char *keys[] = {"schedule", "pp", "measured_bubble", "predicted_bubble",
-                          "measured_step_ms", "predicted_step_ms", "peak_activation_bytes",
-                          "predicted_peak_activation_bytes"};
-    char pk[256], pp[256], v[256];
-    for (int i = 0; i < 8; i++) json_field(b, keys[i], v, sizeof v);
-    json_field(b, "schedule", v, sizeof v);
-    assert_string_equal(v, "\"v-half\"");
-    json_field(b, "peak_activation_bytes", pk, sizeof pk);
-    json_field(b, "predicted_peak_activation_bytes", pp, sizeof pp);
-    assert_string_equal(pk, pp);
-    assert_non_null(strchr(pk, ',')); /* one value per device */
-    /* each device's measured busy time, and the busiest over the mean */
-    json_field(b, "device_busy_ms", v, sizeof v);
-    double b0 = atof(v + 1), b1 = atof(strchr(v, ',') + 1);
-    assert_true(b0 > 0 && b1 > 0);
-    json_field(b, "busy_max_over_mean", v, sizeof v);
-    assert_true(fabs(atof(v) - 2 * (b0 > b1 ? b0 : b1) / (b0 + b1)) < 2e-3);
-    json_field(b, "placement", v, sizeof v);
-    assert_string_equal(v, "\"flops\"");
-    /* the checkpoints are byte for byte the same */
-    snprintf(cmd, sizeof cmd, "cmp -s %s/a.ckpt %s/b.ckpt", dir, dir);
-    assert_int_equal(sh_quiet(cmd), 0);
-    /* each device allocated what its plan says (the allocation hook's count) */
-    if (chk_train_alloc(b, 1, c1, sizeof c1)) fail_msg("v-half, 2 devices: %s", c1);
-    cli_train_p4(bin, dir);
-    /* the measured trace and timeline of the last step: one event and one
-     * box per pass of v-half p=2 m=8, in each device's order, no overlap */
-    pm_sched vh;
-    gen(&vh, "v-half", 2, 8);
-    snprintf(cmd, sizeof cmd, "%s/b.svg", dir);
-    if (chk_svg_file(cmd, &vh, NULL, c1, sizeof c1)) fail_msg("%s", c1);
-    snprintf(cmd, sizeof cmd, "%s/b.trace", dir);
-    if (chk_trace_file(cmd, &vh, NULL, c1, sizeof c1)) fail_msg("%s", c1);
-    pm_sched_free(&vh);
-    /* resuming a run that already finished: nothing to run, a clean exit
-     * (it once crashed printing the last step's figures, which no step made) */
-    snprintf(cmd, sizeof cmd, "%s train --data %s/d %s --pp 2 --schedule v-half --resume "
-             "%s/b.ckpt --save %s/b2.ckpt --timeline %s/b2.svg --json > /dev/null 2>&1", bin, dir,
-             model, dir, dir, dir);
-    assert_int_equal(sh_quiet(cmd), 0);
-    snprintf(cmd, sizeof cmd, "cmp -s %s/b.ckpt %s/b2.ckpt", dir, dir);
-    assert_int_equal(sh_quiet(cmd), 0);
-    /* sampling from the pipeline's checkpoint through 3 device threads, and
-     * with a device budget too small for the model on one device, prints
-     * the text one device prints (which test_train checks against its own
-     * drawing from the parameters) */
-    for (int k = 0; k < 3; k++) {
-        const char *how[] = {"", "--pp 3", "--device-mem 80K"}; /* one device: 104 KiB */
-        snprintf(cmd, sizeof cmd, "%s sample --ckpt %s/b.ckpt --prompt 'the ' -n 30 --seed 4 %s "
-                 "> %s/s%d.txt 2> %s/s%d.err", bin, dir, how[k], dir, k, dir, k);
-        assert_int_equal(sh_quiet(cmd), 0);
-    }
-    for (int k = 1; k < 3; k++) {
-        snprintf(cmd, sizeof cmd, "cmp -s %s/s0.txt %s/s%d.txt && grep -q 'sampling through' "
-                 "%s/s%d.err", dir, dir, k, dir, k);
-        if (sh_quiet(cmd)) fail_msg("sample %d: not the one device's text, or not through the "
-                                    "pipeline", k);
-    }
-    /* --recompute: the same checkpoint again, the recomputed schedule named,
-     * and device 0 (stage 0 keeps only its tokens) below plain v-half */
-    snprintf(cmd, sizeof cmd, "%s train --data %s/d %s --pp 2 --schedule v-half --recompute "
-             "--save %s/c.ckpt --json > %s/c.json 2>/dev/null", bin, dir, model, dir, dir);
-    assert_int_equal(sh_quiet(cmd), 0);
-    snprintf(cmd, sizeof cmd, "cmp -s %s/a.ckpt %s/c.ckpt", dir, dir);
-    assert_int_equal(sh_quiet(cmd), 0);
-    snprintf(fb, sizeof fb, "%s/c.json", dir);
-    read_all(fb, b, sizeof b);
-    json_field(b, "schedule", v, sizeof v);
-    assert_string_equal(v, "\"v-half-r\"");
-    char pk2[256];
-    json_field(b, "peak_activation_bytes", pk2, sizeof pk2);
-    json_field(b, "predicted_peak_activation_bytes", pp, sizeof pp);
-    assert_string_equal(pk2, pp);
-    assert_true(atof(pk2 + 1) < atof(pk + 1)); /* "[d0, d1]": device 0 */
-    /* too few layers for 2p stages: a clear error, non-zero exit */
-    snprintf(cmd, sizeof cmd, "%s train --data %s/d --layers 1 --dim 16 --heads 2 --ctx 8 "
-             "--batch 8 --microbatches 8 --steps 1 --pp 4 --schedule v-half 2> %s/err.txt",
-             bin, dir, dir);
-    assert_int_not_equal(sh_quiet(cmd), 0);
-    snprintf(cmd, sizeof cmd, "%s/err.txt", dir);
-    read_all(cmd, c1, sizeof c1);
-    assert_non_null(strstr(c1, "--layers"));
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    assert_int_equal(sh_quiet(cmd), 0);
-}
-
 /* The forecast is made before a step from earlier warm steps only: none
  * for the first two (step 0 is cold and never used); for the third,
  * exactly the replay of the second (the one warm step so far). A warm step
@@ -1564,7 +1360,6 @@ int main(void) {
         cmocka_unit_test(test_forecast_and_no_allocation),
         cmocka_unit_test(test_no_stage_sized_buffers),
         cmocka_unit_test(test_init_allocation_failures),
-        cmocka_unit_test(test_cli_train_pp),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }

@@ -10,8 +10,10 @@
  *     sequential takes exactly the total;
  *   - the partitioner's shards fit the budget, cover every layer in order,
  *     and no cut with fewer shards fits (every cut set enumerated);
- *   - a layer too big for the budget is refused naming task, layer, bytes. */
-#define _DEFAULT_SOURCE /* wait4 */
+ *   - a layer too big for the budget is refused naming task, layer, bytes;
+ *   - the RAM check and what a sweep needs, by hand; ASHA's rungs and its
+ *     promotions on a case worked by hand (the command: test_cli_select.c,
+ *     test_cli_sweep.c). */
 #include <fcntl.h>
 #include <math.h>
 #include <setjmp.h>
@@ -21,9 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -517,72 +517,6 @@ static void partition_refuses_a_layer_too_big(void **state) {
     assert_int_equal(pm_select_partition(t, 2, 4 * mx, 2, &lay, &e), PM_OK);
     assert_true(lay.slots * lay.state_slot + lay.act_slot <= 4 * mx);
     pm_select_task_free(&t[0]), pm_select_task_free(&t[1]);
-}
-
-/* The CLI's dry run: lists expand to their product, every task's shards
- * are printed, the policies come out ordered as the toy case says they
- * must be (shard <= task, shard <= sequential), and training without
- * --data is refused in one line. */
-static void cli_dry_run(void **state) {
-    (void)state;
-    const char *bin = getenv("PM_BIN");
-    if (!bin) skip();
-    char cmd[512], out[8192];
-    snprintf(cmd, sizeof cmd, "%s select --devices 2 --device-mem 6M --lr 1e-3,3e-4 "
-             "--layers 2,3 --dim 64 --heads 2 --steps 10 --dry-run 2>&1", bin);
-    FILE *f = popen(cmd, "r");
-    assert_non_null(f);
-    size_t n = fread(out, 1, sizeof out - 1, f);
-    out[n] = 0;
-    assert_int_equal(pclose(f), 0);
-    for (int i = 0; i < 4; i++) {
-        char name[16];
-        snprintf(name, sizeof name, "\nt%d ", i);
-        if (!strstr(out, name)) fail_msg("no task t%d in:\n%s", i, out);
-    }
-    double mk[3];
-    const char *names[3] = {"\nshard ", "\ntask ", "\nsequential "};
-    const char *pol = strstr(out, "\npolicy ");
-    assert_non_null(pol);
-    for (int p = 0; p < 3; p++) {
-        const char *at = strstr(pol, names[p]);
-        if (!at) fail_msg("no %s line in:\n%s", names[p] + 1, out);
-        mk[p] = atof(at + strlen(names[p]));
-    }
-    assert_true(mk[0] > 0 && mk[0] <= mk[1] + 1e-9 && mk[0] <= mk[2] + 1e-9);
-    snprintf(cmd, sizeof cmd, "%s select --devices 2 --device-mem 6M --dim 64 --heads 2 "
-             "2>&1 >/dev/null", bin);
-    f = popen(cmd, "r");
-    n = fread(out, 1, sizeof out - 1, f);
-    out[n] = 0;
-    assert_int_not_equal(pclose(f), 0);
-    assert_non_null(strstr(out, "--data DIR is required"));
-    /* a tasks file names its tasks; a taken or unsafe name is refused */
-    char tf[128];
-    snprintf(tf, sizeof tf, "/tmp/pm_test_select_tasks_%d", (int)getpid());
-    FILE *w = fopen(tf, "w");
-    assert_non_null(w);
-    fputs("name=small lr=1e-3 layers=2 dim=64 heads=2\n# a comment\n"
-          "name=deep lr=3e-4 layers=3 dim=64 heads=2\n", w);
-    fclose(w);
-    snprintf(cmd, sizeof cmd, "%s select --devices 2 --device-mem 6M --tasks %s --dry-run 2>&1",
-             bin, tf);
-    f = popen(cmd, "r");
-    n = fread(out, 1, sizeof out - 1, f);
-    out[n] = 0;
-    assert_int_equal(pclose(f), 0);
-    assert_non_null(strstr(out, "\nsmall "));
-    assert_non_null(strstr(out, "\ndeep "));
-    const char *bad[] = {"name=a lr=1e-3\nname=a lr=2e-3\n", "name=../x lr=1e-3\n"};
-    for (int k = 0; k < 2; k++) {
-        w = fopen(tf, "w");
-        fputs(bad[k], w);
-        fclose(w);
-        snprintf(cmd, sizeof cmd, "%s select --devices 2 --device-mem 6M --tasks %s --dry-run "
-                 ">/dev/null 2>&1", bin, tf);
-        assert_int_not_equal(system(cmd), 0);
-    }
-    unlink(tf);
 }
 
 /* ---- training: bitwise the single-device trainer ------------------------ */
@@ -1299,190 +1233,123 @@ static void halving_keeps_the_best(void **state) {
     pm_select_stats_free(&stats);
 }
 
-/* The CLI end to end: `select` over two learning rates on 2 devices under
- * a budget that shards them; the best task's checkpoint (--save-best) is
- * byte for byte the one `pipemem train` writes for that configuration
- * alone, and a real run prints the table and the JSON fields. */
-static int sh(const char *cmd) { return system(cmd); }
-
-static void cli_train_matches(void **state) {
+/* The memory check, a pure function given numbers: 64 devices of 1 GiB and
+ * 2 GiB of state need 66 GiB: refused against 16 GiB, naming both and the
+ * fixes; exactly 66 GiB passes, a byte less does not; unknown (0) passes.
+ * What a sweep needs: each task's trainer bytes, and spilled, its state
+ * (16 bytes a parameter) only for as many tasks as devices. */
+static void memory_check(void **state) {
     (void)state;
-    const char *bin = getenv("PM_BIN");
-    if (!bin) skip();
-    char dir[128], cmd[4096], out[8192];
-    snprintf(dir, sizeof dir, "/tmp/pm_test_select_%d", (int)getpid());
-    snprintf(cmd, sizeof cmd, "mkdir -p %s && for i in $(seq 1 300); do echo \"line $i: pack "
-             "my box with five dozen liquor jugs\"; done > %s/t.txt && %s prepare %s/t.txt -o "
-             "%s/d >/dev/null 2>&1", dir, dir, bin, dir, dir);
-    assert_int_equal(sh(cmd), 0);
-    const char *model = "--layers 3 --dim 32 --heads 2 --ctx 16 --batch 4 --microbatches 2 "
-                        "--steps 6 --eval-every 3";
-    snprintf(cmd, sizeof cmd, "%s select --data %s/d --devices 2 --device-mem 1200K %s "
-             "--lr 2e-3,8e-3 --json --save-best %s/best.ckpt --timeline %s/run.svg --trace "
-             "%s/run.json 2>/dev/null", bin, dir, model, dir, dir, dir);
-    FILE *f = popen(cmd, "r");
-    size_t n = fread(out, 1, sizeof out - 1, f);
-    out[n] = 0;
-    assert_int_equal(pclose(f), 0);
-    /* the JSON's first task is the best; its lr, and it was sharded */
-    const char *lr = strstr(out, "\"lr\": ");
-    const char *shards = strstr(out, "\"shards\": ");
-    if (!lr || !shards) fail_msg("no lr/shards in '%s'", out);
-    assert_true(atoi(shards + 10) >= 2);
-    assert_non_null(strstr(out, "\"lower_bound_s\""));
-    assert_non_null(strstr(out, "\"device_seconds\": [{\"compute\": "));
-    assert_non_null(strstr(out, "\"device_peak_bytes\""));
-    assert_non_null(strstr(out, "\"warmup\": "));
-    assert_non_null(strstr(out, "\"wall_s\": "));
-    assert_non_null(strstr(out, "\"why\": \"\"")); /* done: no reason */
-    /* the timeline and the trace: one box and one event per pass, as many as
-     * 6 steps of 2 S - 1 passes of each task */
-    int passes = 0;
-    for (const char *q = out; (q = strstr(q, "\"shards\": ")); q += 10) passes += 6 * (2 * atoi(q + 10) - 1);
-    snprintf(cmd, sizeof cmd, "test $(grep -o 'class=\"pass\"' %s/run.svg | wc -l) -eq %d && "
-             "test $(grep -cE '\"cat\": \"(F|FBW|B)\"' %s/run.json) -eq %d",
-             dir, passes, dir,
-             passes);
-    if (sh(cmd)) fail_msg("timeline or trace without %d passes (%s)", passes, cmd);
-    /* every task fails: --save-best says it wrote nothing, and the run fails */
-    snprintf(cmd, sizeof cmd, "%s select --data %s/d --devices 2 --device-mem 1200K %s "
-             "--lr 1e5,1e6 --save-best %s/none.ckpt > %s/fail.out 2>&1; test $? -ne 0 && "
-             "grep -q 'no task ended with a validation loss' %s/fail.out && "
-             "grep -q 'failed: step' %s/fail.out && test ! -e %s/none.ckpt && "
-             /* the reason in the library's words, with the flag (pm_cli_flags) */
-             "grep -q 'is not finite; lower its --lr' %s/fail.out", bin, dir, model,
-             dir, dir, dir, dir, dir, dir);
-    if (sh(cmd)) fail_msg("a sweep whose tasks all fail (%s)", cmd);
-    snprintf(cmd, sizeof cmd, "%s train --data %s/d %s --lr %g --threads 1 --save %s/alone.ckpt "
-             ">/dev/null 2>&1 && cmp -s %s/best.ckpt %s/alone.ckpt", bin, dir, model,
-             atof(lr + 6), dir, dir, dir);
-    if (sh(cmd)) fail_msg("the best task's checkpoint differs from train's (%s)", cmd);
-    /* --resume: a sweep stopped after step 3 and run again ends with the
-     * same per-task checkpoints, byte for byte, as one never stopped */
-    const char *sweep = "--devices 2 --device-mem 1200K --lr 2e-3,8e-3";
-    snprintf(cmd, sizeof cmd, "%s select --data %s/d %s %s --resume %s/a >/dev/null 2>&1 && "
-             "%s select --data %s/d %s %s --resume %s/b --stop-after 3 >/dev/null 2>&1", bin,
-             dir, model, sweep, dir, bin, dir, model, sweep, dir);
-    assert_int_equal(sh(cmd), 0);
-    char ck[300];
-    pm_ckpt_info info;
+    const double G = 1 << 30;
+    pm_select_ram need = {64, 1 * G, 2 * G, 0};
     pm_err e;
-    snprintf(ck, sizeof ck, "%s/b/t0.ckpt", dir);
-    assert_int_equal(pm_ckpt_info_read(ck, &info, &e), PM_OK);
-    assert_int_equal(info.step, 3); /* stopped where asked, saved there */
-    /* (stderr to a file: a grep -q in a pipe would end the run with SIGPIPE) */
-    snprintf(cmd, sizeof cmd, "%s select --data %s/d %s %s --resume %s/b >/dev/null 2>%s/err && "
-             "grep -q 'resumed 2 of 2 tasks' %s/err", bin, dir, model, sweep, dir, dir, dir);
-    assert_int_equal(sh(cmd), 0);
-    for (int i = 0; i < 2; i++) {
-        snprintf(cmd, sizeof cmd, "cmp -s %s/a/t%d.ckpt %s/b/t%d.ckpt", dir, i, dir, i);
-        if (sh(cmd)) fail_msg("task t%d: the resumed sweep ends apart (%s)", i, cmd);
+    assert_int_equal(pm_select_ram_check(&need, 16 * G, &e), PM_ERR_MEMLIMIT);
+    static const char *const said[] = {"64 devices' slabs of 1.000 GiB (64.00 GiB)",
+                                       "state in RAM (2.00 GiB)", "need 66.00 GiB",
+                                       "has 16.00 GiB available", "device_mem", "spill_dir"};
+    for (size_t k = 0; k < sizeof said / sizeof said[0]; k++)
+        if (!strstr(e.msg, said[k])) fail_msg("'%s' does not say '%s'", e.msg, said[k]);
+    assert_int_equal(pm_select_ram_check(&need, 66 * G, &e), PM_OK);
+    assert_int_equal(pm_select_ram_check(&need, 66 * G - 1, &e), PM_ERR_MEMLIMIT);
+    assert_int_equal(pm_select_ram_check(&need, 0, &e), PM_OK);
+    need.spilled = 1;
+    assert_int_equal(pm_select_ram_check(&need, 16 * G, &e), PM_ERR_MEMLIMIT);
+    assert_null(strstr(e.msg, "spill_dir")); /* already spilled */
+    /* the need of three tasks on 2 devices */
+    pm_select_task t[3];
+    for (int i = 0; i < 3; i++) {
+        t[i] = (pm_select_task){.cfg = {.model = {256, 16, 32 * (i + 1), 2, 2}, .batch = 4,
+                                        .micro = 1, .seed = 1}};
+        pm_optim_defaults(&t[i].cfg.opt, 10);
     }
-    /* Ctrl-C: the passes running finish, the table so far is printed, and
-     * the exit status is 128 + SIGINT */
-    snprintf(cmd, sizeof cmd, "%s select --data %s/d --layers 3 --dim 32 --heads 2 --ctx 16 "
-             "--batch 4 --microbatches 2 --steps 100000 --eval-every 1 %s > %s/int.out "
-             "2> %s/int.err & pid=$!; n=0; until grep -q 'step 1/' %s/int.err || [ $n -gt 300 ]; "
-             "do sleep 0.1; n=$((n+1)); done; kill -INT $pid; wait $pid; test $? -eq 130 && "
-             "grep -q 'stopped: interrupted after step' %s/int.out", bin, dir, sweep, dir, dir, dir,
-             dir);
-    if (sh(cmd)) fail_msg("an interrupted sweep did not stop cleanly (%s)", cmd);
-    /* ... and run again with --resume it ends as a sweep never interrupted */
-    const char *longer = "--layers 3 --dim 32 --heads 2 --ctx 16 --batch 4 --microbatches 2 "
-                         "--steps 300 --eval-every 10";
-    snprintf(cmd, sizeof cmd, "%s select --data %s/d %s %s --resume %s/r >/dev/null 2>&1 && "
-             "(%s select --data %s/d %s %s --resume %s/c > /dev/null 2> %s/c.err & pid=$!; n=0; "
-             "until grep -q 'step 20/' %s/c.err || [ $n -gt 300 ]; do sleep 0.05; "
-             "n=$((n+1)); done; kill -INT $pid; wait $pid; test $? -eq 130) && "
-             "%s select --data %s/d %s %s --resume %s/c >/dev/null 2>&1 && "
-             "cmp -s %s/r/t0.ckpt %s/c/t0.ckpt && cmp -s %s/r/t1.ckpt %s/c/t1.ckpt", bin, dir,
-             longer, sweep, dir, bin, dir, longer, sweep, dir, dir, dir, bin, dir, longer, sweep,
-             dir, dir, dir, dir, dir);
-    if (sh(cmd)) fail_msg("a sweep interrupted and resumed ends apart (%s)", cmd);
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    assert_int_equal(sh(cmd), 0);
+    pm_select_layout lay;
+    assert_int_equal(pm_select_partition(t, 3, 64 << 20, 2, &lay, &e), PM_OK);
+    double all = 0, states = 0, biggest = 0;
+    for (int i = 0; i < 3; i++) {
+        double st = 16.0 * (double)pm_gpt_num_params(&t[i].cfg.model);
+        all += (double)pm_train_mem_bytes(&t[i].cfg, &e), states += st;
+        biggest = st > biggest ? st : biggest;
+    }
+    pm_select_ram r;
+    assert_int_equal(pm_select_ram_need(t, 3, &lay, 2, 0, &r, &e), PM_OK);
+    assert_int_equal(r.devices, 2);
+    assert_true(r.slab == (double)(2 * lay.state_slot + lay.act_slot) && r.store == all);
+    assert_int_equal(pm_select_ram_need(t, 3, &lay, 2, 1, &r, &e), PM_OK);
+    assert_true(r.store == all - states + 2 * biggest);
+    for (int i = 0; i < 3; i++) pm_select_task_free(&t[i]);
 }
 
-/* --spill DIR holds the tasks' state on disk, so RAM does not grow with
- * the number of tasks: 6 tasks peak within one task's state (53 MB here)
- * of 2 tasks, where in RAM they take the 4 extra states (over 150 MB). The
- * peak is the child's own (wait4). */
-static long peak_kib(const char *cmd) {
-    pid_t pid = fork();
-    if (pid == 0) {
-        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
-        _exit(127);
-    }
-    int status;
-    struct rusage ru;
-    if (pid < 0 || wait4(pid, &status, 0, &ru) < 0 || !WIFEXITED(status) || WEXITSTATUS(status))
-        fail_msg("failed: %s", cmd);
-    return ru.ru_maxrss;
-}
-
-static void cli_spill_bounds_ram(void **state) {
+/* ASHA's rungs: steps / ETA^k while at least the minimum (default steps /
+ * ETA^2), ascending, the last the steps. */
+static void asha_rungs(void **state) {
     (void)state;
-    const char *bin = getenv("PM_BIN");
-    if (!bin) skip();
-    char dir[128], cmd[4096];
-    snprintf(dir, sizeof dir, "/tmp/pm_test_spill_cli_%d", (int)getpid());
-    snprintf(cmd, sizeof cmd, "mkdir -p %s/sp && for i in $(seq 1 300); do echo \"line $i: the "
-             "quick brown fox\"; done > %s/t.txt && %s prepare %s/t.txt -o %s/d >/dev/null 2>&1",
-             dir, dir, bin, dir, dir);
-    assert_int_equal(sh(cmd), 0);
-    const char *lrs[2] = {"1e-3,2e-3", "1e-3,2e-3,3e-3,4e-3,5e-3,6e-3"};
-    long kib[2][2];
-    for (int spill = 0; spill < 2; spill++)
-        for (int k = 0; k < 2; k++) {
-            /* under AddressSanitizer freed memory waits in a quarantine: none here */
-            snprintf(cmd, sizeof cmd, "ASAN_OPTIONS=quarantine_size_mb=0 exec %s select --data "
-                     "%s/d --devices 2 --device-mem 40M --layers 4 --dim 256 --heads 4 --ctx 16 "
-                     "--batch 4 --microbatches 2 --steps 1 --eval-every 0 --lr %s --spill %s%s "
-                     ">/dev/null 2>&1", bin, dir,
-                     lrs[k], spill ? dir : "ram", spill ? "/sp" : "");
-            kib[spill][k] = peak_kib(cmd);
-        }
-    print_message("peak RSS, 2 and 6 tasks: in RAM %ld and %ld KiB, spilled %ld and %ld KiB\n",
-                  kib[0][0], kib[0][1], kib[1][0], kib[1][1]);
-    assert_true(kib[0][1] - kib[0][0] > 150 * 1024);
-    assert_true(kib[1][1] - kib[1][0] < 40 * 1024);
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    assert_int_equal(sh(cmd), 0);
+    int64_t r[8];
+    assert_int_equal(pm_select_asha_rungs(100, 3, 0, r, 8), 3);
+    assert_true(r[0] == 11 && r[1] == 33 && r[2] == 100);
+    assert_int_equal(pm_select_asha_rungs(12, 3, 0, r, 8), 3);
+    assert_true(r[0] == 1 && r[1] == 4 && r[2] == 12);
+    assert_int_equal(pm_select_asha_rungs(9, 3, 3, r, 8), 2);
+    assert_true(r[0] == 3 && r[1] == 9);
+    assert_int_equal(pm_select_asha_rungs(10, 2, 3, r, 8), 2);
+    assert_true(r[0] == 5 && r[1] == 10);
+    assert_int_equal(pm_select_asha_rungs(8, 2, 1, r, 8), 4);
+    assert_true(r[0] == 1 && r[1] == 2 && r[2] == 4 && r[3] == 8);
+    assert_int_equal(pm_select_asha_rungs(10, 1, 0, r, 8), 0);
 }
 
-/* A device takes what the largest shard needs, not the whole --device-mem:
- * 2 devices of 1 GiB for a task of under 2 MiB touched 2.1 GB, and 64 such
- * devices ran the machine out of memory. Both now stay far below 1 GiB
- * (the slabs are 2 and 64 x 1.8 MB; AddressSanitizer adds its own). A
- * request this machine cannot hold is refused before anything is
- * allocated, naming both numbers. */
-static void cli_slab_is_the_need(void **state) {
-    (void)state;
-    const char *bin = getenv("PM_BIN");
-    if (!bin) skip();
-    char dir[128], cmd[4096];
-    snprintf(dir, sizeof dir, "/tmp/pm_test_slab_cli_%d", (int)getpid());
-    snprintf(cmd, sizeof cmd, "mkdir -p %s && for i in $(seq 1 300); do echo \"line $i: the "
-             "quick brown fox\"; done > %s/t.txt && %s prepare %s/t.txt -o %s/d >/dev/null 2>&1",
-             dir, dir, bin, dir, dir);
-    assert_int_equal(sh(cmd), 0);
-    static const int devices[] = {2, 64};
-    for (int k = 0; k < 2; k++) {
-        snprintf(cmd, sizeof cmd, "ASAN_OPTIONS=quarantine_size_mb=0 exec %s select --data %s/d "
-                 "--devices %d --device-mem 1G --layers 2 --dim 32 --heads 2 --ctx 16 --batch 4 "
-                 "--steps 2 >/dev/null 2>&1", bin, dir, devices[k]);
-        long kib = peak_kib(cmd);
-        print_message("--devices %d --device-mem 1G: peak RSS %ld KiB\n", devices[k], kib);
-        assert_true(kib < 1024 * 1024);
+/* One step of a hand-worked ASHA case: n reporters with these losses and
+ * states (W waiting, P went on, O out); want[j] 1 for those that go on now. */
+static void promote_case(int eta, int entrants, int closed, int n, const double *loss,
+                         const char *states, const char *want) {
+    unsigned char st[16] = {0}, up[16] = {0};
+    int order[16], expect = 0;
+    for (int j = 0; j < n; j++)
+        st[j] = states[j] == 'W' ? PM_ASHA_WAITING : states[j] == 'P' ? PM_ASHA_PROMOTED
+                                                                      : PM_ASHA_OUT;
+    int got = pm_select_asha_promote(eta, entrants, closed, n, loss, st, up, order);
+    for (int j = 0; j < n; j++) {
+        expect += want[j] == '1';
+        if (up[j] != (want[j] == '1'))
+            fail_msg("eta %d, %d reported (%s), closed %d: task %d %s, want %s", eta, n, states,
+                     closed, j, up[j] ? "goes on" : "stays", want[j] == '1' ? "on" : "staying");
     }
-    snprintf(cmd, sizeof cmd, "%s select --data %s/d --devices 4096 --device-mem 1024G --dim 4096 "
-             "--layers 48 --heads 32 --ctx 16 --batch 4 --steps 1 > %s/out 2> %s/err; "
-             "test $? -eq 1 && test $(wc -l < %s/err) -eq 1 && "
-             "grep -q \"4096 devices' slabs of .* GiB, but this machine has\" %s/err", bin, dir,
-             dir, dir, dir, dir);
-    if (sh(cmd)) fail_msg("a request larger than the machine was not refused (%s)", cmd);
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    assert_int_equal(sh(cmd), 0);
+    assert_int_equal(got, expect);
+}
+
+/* ASHA's promotions on a case worked by hand: ETA 3, 9 tasks, so at most
+ * ceil(9/3) = 3 ever leave the rung. Reports arrive one at a time; a task
+ * goes on once it is among the best floor(m/3) of the m reported:
+ *   m 1, 2: floor = 0, nobody;  m 3 (5, 4, 6): the best, task 1 (4);
+ *   m 4 (+3): the best is now task 3, which goes on too (task 1, gone on,
+ *   is no longer the best: a mispromotion, the price of not waiting);
+ *   m 5 (+4.5): the best 1 is task 3, gone already: nobody;
+ *   m 6 (+2): the best 2 are tasks 5 and 3: task 5 goes on, the third;
+ *   m 7 (+1): task 6 is the best, but the quota of 3 is spent: it stays;
+ *   closed at m 9 (+nan, +7): ceil(9/3) = 3, quota spent: nobody (the
+ *   caller then stops those still waiting).
+ * Then: a rung closed with every task waiting sends its best ceil(m/ETA);
+ * failures leave 4 of 9 reporting, closed: the best ceil(4/3) = 2 go on;
+ * a task out (stopped) still takes its place among the best; a loss that
+ * is not a number never goes on. */
+static void asha_promotions(void **state) {
+    (void)state;
+    const double L[9] = {5, 4, 6, 3, 4.5, 2, 1, NAN, 7};
+    promote_case(3, 9, 0, 1, L, "W", "0");
+    promote_case(3, 9, 0, 2, L, "WW", "00");
+    promote_case(3, 9, 0, 3, L, "WWW", "010");
+    promote_case(3, 9, 0, 4, L, "WPWW", "0001");
+    promote_case(3, 9, 0, 5, L, "WPWPW", "00000");
+    promote_case(3, 9, 0, 6, L, "WPWPWW", "000001");
+    promote_case(3, 9, 0, 7, L, "WPWPWPW", "0000000");
+    promote_case(3, 9, 1, 9, L, "WPWPWPWWW", "000000000");
+    const double D[9] = {9, 8, 7, 6, 5, 4, 3, 2, 1};
+    promote_case(3, 9, 1, 9, D, "WWWWWWWWW", "000000111");
+    promote_case(3, 9, 0, 9, D, "WWWWWWWWW", "000000111");
+    promote_case(3, 9, 1, 4, D, "WWWW", "0011");
+    const double O[4] = {1, 2, 3, 4};
+    promote_case(2, 4, 1, 4, O, "OWWW", "0100");
+    const double N[2] = {NAN, NAN};
+    promote_case(2, 2, 1, 2, N, "WW", "00");
 }
 
 int main(void) {
@@ -1498,7 +1365,6 @@ int main(void) {
         cmocka_unit_test(join_random),
         cmocka_unit_test(partition_fits_and_is_minimal),
         cmocka_unit_test(partition_refuses_a_layer_too_big),
-        cmocka_unit_test(cli_dry_run),
         cmocka_unit_test(train_exact),
         cmocka_unit_test(join_one_task),
         cmocka_unit_test(eval_through_shards),
@@ -1508,9 +1374,9 @@ int main(void) {
         cmocka_unit_test(nan_task_fails_alone),
         cmocka_unit_test(saved_losses_resume),
         cmocka_unit_test(halving_keeps_the_best),
-        cmocka_unit_test(cli_train_matches),
-        cmocka_unit_test(cli_spill_bounds_ram),
-        cmocka_unit_test(cli_slab_is_the_need),
+        cmocka_unit_test(memory_check),
+        cmocka_unit_test(asha_rungs),
+        cmocka_unit_test(asha_promotions),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -6,11 +6,11 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
-#include <time.h>
 #include <cmocka.h>
 
 #include "pipemem/pm_sched.h"
 #include "pipemem/pm_util.h"
+#include "schedule/work.h" /* the engine's steps, counted */
 
 /* 1F1B, p = 2, m = 3, fused BW: warm-up 1 F on device 0. */
 static void build_1f1b_p2m3(pm_sched *s) {
@@ -150,19 +150,17 @@ static void test_placements(void **state) {
     assert_non_null(strstr(err.msg, "p must be at least 1"));
 }
 
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
 /* Validation, simulation and the lower bound are linear in the number of
- * passes: 1F1B on 100000 devices with m = 3 is 600000 passes; the old
+ * passes: 1F1B on 100000 devices with m = 3 is n = 600000 passes; the old
  * sweep (every device revisited until nothing moved) took O(p^2) steps,
- * over 30 s, and so did the bound's first version (O(S^2)). A linear
- * replay takes well under a second; 10 s leaves room for a loaded machine
- * and sanitizers. The makespan is checked against the 1F1B formula with
- * unit costs and no latency: (m + p - 1) * (F + BW) = (3 + p - 1) * 3. */
+ * over 30 s, and so did the bound's first version (O(S^2)). The work is
+ * counted, not timed (pm_sched_work): a replay tries each pass once when it
+ * runs and once more each time its device, woken, finds its next pass
+ * still waiting; a pass run wakes at most one device, so a replay tries at
+ * most n + (p + n) passes; the bound visits every stage twice. In all at
+ * most 2 (2n + p) + 2S; the old sweep alone tried about p^2 / 2. The
+ * makespan is checked against the 1F1B formula with unit costs and no
+ * latency: (m + p - 1) * (F + BW) = (3 + p - 1) * 3. */
 static void test_linear_in_passes(void **state) {
     (void)state;
     pm_sched s;
@@ -170,13 +168,15 @@ static void test_linear_in_passes(void **state) {
     pm_sim sim;
     pm_err err;
     pm_sched_req req = {.p = 100000, .m = 3, .t = {1, 2, 0, 0}, .mem = PM_MEM_DEFAULT};
-    double t0 = now_s();
     assert_int_equal(pm_sched_generate(&s, "1f1b", &req, &err), PM_OK);
     assert_int_equal(pm_cost_init_uniform(&c, &s, req.t, req.mem, &err), PM_OK);
+    int64_t w0 = pm_sched_work();
     assert_int_equal(pm_sched_validate(&s, &c, 0, &err), PM_OK);
     assert_int_equal(pm_sim_run(&sim, &s, &c, &err), PM_OK);
     double lb = pm_sched_lower_bound_at(&s, &c, pm_sim_peak_max_x(&sim) * sim.M);
-    double dt = now_s() - t0;
+    int64_t work = pm_sched_work() - w0, n = 0;
+    for (int d = 0; d < s.p; d++) n += s.len[d];
+    assert_true(n == 600000); /* F and BW of 3 microbatches on each of 100000 stages */
     assert_true(fabs(sim.makespan - (3.0 + 100000 - 1) * 3.0) < 1e-6);
     /* the bound at its peak, by hand: device 0's span holds microbatch j's
      * F through stages 0..p-2 (p - 1), device p-1's whole work from its
@@ -185,7 +185,9 @@ static void test_linear_in_passes(void **state) {
      * own makespan (device 0's own terms are lower: its first B comes
      * 3p - 2 after its first F, with 3 F done meanwhile: 3p + 4) */
     assert_true(lb == 3.0 * 100000 + 6);
-    if (dt > 10) fail_msg("validate + simulate + bound of 600000 passes took %.1f s", dt);
+    if (work > 2 * (2 * n + req.p) + 2 * (int64_t)s.S)
+        fail_msg("validate + simulate + bound of %lld passes took %lld steps", (long long)n,
+                 (long long)work);
     pm_sim_free(&sim);
     pm_cost_free(&c);
     pm_sched_free(&s);

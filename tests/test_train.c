@@ -1,7 +1,7 @@
 /* test_train.c: AdamW against a hand-computed step, the LR schedule's
  * shape, clipping, gradient accumulation, bitwise resume from a checkpoint,
- * every checkpoint error, memory and config errors, and (when PM_BIN names
- * the built binary) the CLI's prepare/train/sample end to end. */
+ * every checkpoint error, memory and config errors (the command line's
+ * prepare/train/sample end to end: test_cli_train.c). */
 #include <math.h>
 #include <pthread.h>
 #include <setjmp.h>
@@ -1126,193 +1126,51 @@ static void test_config_and_memory_errors(void **state) {
     assert_non_null(strstr(err.msg, "context"));
 }
 
-/* ---- CLI end to end ---------------------------------------------------------- */
-
-/* Runs a shell command; returns its exit status, stderr's first line in
- * line (if not NULL) and the number of stderr lines. */
-static int sh(const char *cmd, char *line, size_t cap, int *nlines) {
-    char full[4608], errp[300];
-    snprintf(errp, sizeof errp, "%s/stderr.txt", dir);
-    snprintf(full, sizeof full, "{ %s; } 2>%s", cmd, errp);
-    int rc = system(full);
-    FILE *f = fopen(errp, "r");
-    int n = 0;
-    char buf[1024];
-    if (line) line[0] = 0;
-    while (f && fgets(buf, sizeof buf, f)) {
-        if (n == 0 && line) snprintf(line, cap, "%s", buf);
-        n++;
-    }
-    if (f) fclose(f);
-    if (nlines) *nlines = n;
-    return WIFEXITED(rc) ? WEXITSTATUS(rc) : 128;
-}
-
-/* The test text as a file, DIR/t.txt (its path into txt). */
-static void write_text(char *txt, size_t cap) {
-    snprintf(txt, cap, "%s/t.txt", dir);
-    FILE *f = fopen(txt, "w");
-    assert_non_null(f);
-    fwrite(text, 1, sizeof text, f);
-    fclose(f);
-}
-
-static void test_cli_end_to_end(void **state) {
+/* A writer in parts SIGKILLed after pm_ckpt_create and a pm_ckpt_write_part,
+ * before the commit: the previous checkpoint is byte for byte there and
+ * loads; the dead writer's temporary is cleared by the next writer's check. */
+static void test_sigkill_between_create_and_commit(void **state) {
     (void)state;
-    const char *bin = getenv("PM_BIN");
-    if (!bin) skip();
-    char cmd[4096], line[1024], txt[300];
-    int n;
-    write_text(txt, sizeof txt);
-    snprintf(cmd, sizeof cmd, "%s prepare %s -o %s/d", bin, txt, dir);
-    assert_int_equal(sh(cmd, line, sizeof line, &n), 0);
-    snprintf(cmd, sizeof cmd,
-             "%s train --data %s/d --layers 1 --dim 16 --heads 2 --ctx 8 --batch 2 "
-             "--microbatches 2 --steps 4 --eval-every 1 --threads 1 --save %s/m.ckpt --json "
-             "> %s/out.json",
-             bin, dir, dir, dir);
-    assert_int_equal(sh(cmd, line, sizeof line, &n), 0);
-    char out[2048] = {0};
-    snprintf(txt, sizeof txt, "%s/out.json", dir);
-    FILE *f = fopen(txt, "r");
-    assert_non_null(f);
-    assert_non_null(fgets(out, sizeof out, f));
-    fclose(f);
-    const char *keys[] = {"\"steps\": 4", "\"final_loss\"", "\"val_loss\"", "\"median_step_ms\"",
-                          "\"tokens_per_s\"", "\"gflops_per_s\""};
-    for (int i = 0; i < 6; i++)
-        if (!strstr(out, keys[i])) fail_msg("no %s in %s", keys[i], out);
-    /* the device's bytes by kind: 4 bytes a parameter each for parameters and
-     * gradients, 8 for the moments (the model's own count), and the process's
-     * peak resident memory, which holds at least that state */
-    size_t np = pm_gpt_num_params(&(pm_gpt_config){.vocab = 256, .ctx = 8, .dim = 16,
-                                                  .heads = 2, .layers = 1});
-    char want[160];
-    snprintf(want, sizeof want, "\"parameters\": %zu, \"gradients\": %zu, \"moments\": %zu",
-             4 * np, 4 * np, 8 * np);
-    if (!strstr(out, want)) fail_msg("no '%s' in %s", want, out);
-    const char *rss = strstr(out, "\"peak_rss_bytes\": [");
-    assert_non_null(rss);
-    assert_true(strtod(rss + 19, NULL) >= 16.0 * (double)np);
-    /* sample: the prompt, then exactly the 40 bytes the model draws, then '\n' */
-    snprintf(cmd, sizeof cmd, "%s/m.ckpt", dir);
-    if (chk_sample(bin, cmd, "the", 40, 7, line, sizeof line)) fail_msg("%s", line);
-    /* Interrupted after step 2 and resumed: the same final checkpoint, byte
-     * for byte, and the same JSON losses as the straight run. */
-    const char *common = "--layers 1 --dim 16 --heads 2 --ctx 8 --batch 2 --microbatches 2 "
-                         "--steps 4 --eval-every 1 --threads 1 --json";
-    snprintf(cmd, sizeof cmd, "%s train --data %s/d %s --save %s/half.ckpt --stop-after 2 "
-             "> /dev/null && %s train --data %s/d %s --resume %s/half.ckpt --save %s/r.ckpt "
-             "> %s/r.json && cmp -s %s/m.ckpt %s/r.ckpt", bin, dir, common, dir, bin, dir, common,
-             dir, dir, dir, dir, dir);
-    assert_int_equal(sh(cmd, line, sizeof line, &n), 0);
-    snprintf(txt, sizeof txt, "%s/r.json", dir);
-    char rout[2048] = {0};
-    f = fopen(txt, "r");
-    assert_non_null(f);
-    assert_non_null(fgets(rout, sizeof rout, f));
-    fclose(f);
-    const char *a1 = strstr(out, "\"final_loss\""), *a2 = strstr(rout, "\"final_loss\"");
-    assert_non_null(a1);
-    assert_non_null(a2);
-    assert_memory_equal(a1, a2, strcspn(a1, "m")); /* final_loss and val_loss, up to "median" */
-    /* The same training on 2 device threads (zb-h1), interrupted after step 2
-     * and resumed, ends in the single-device run's checkpoint, byte for byte. */
-    const char *pp = "--layers 1 --dim 16 --heads 2 --ctx 8 --batch 2 --microbatches 2 "
-                     "--steps 4 --eval-every 1 --pp 2 --schedule zb-h1";
-    snprintf(cmd, sizeof cmd, "%s train --data %s/d %s --save %s/pph.ckpt --stop-after 2 "
-             "> /dev/null 2>&1 && %s train --data %s/d %s --resume %s/pph.ckpt --save %s/ppr.ckpt "
-             "> /dev/null 2>&1 && cmp -s %s/m.ckpt %s/ppr.ckpt", bin, dir, pp, dir, bin, dir, pp,
-             dir, dir, dir, dir);
-    assert_int_equal(sh(cmd, line, sizeof line, &n), 0);
-    /* Bad inputs: non-zero exit, one line on stderr naming the problem. */
-    struct {
-        const char *args, *needle;
-    } bad[] = {
-        {"prepare %s/empty.txt -o %s/e", "no bytes"},
-        {"train --data %s/d --ctx 5000 --dim 16 --heads 2 --layers 1 --steps 1", "fewer than context"},
-        {"train --data %s/d --ctx 8 --dim 16 --heads 3 --layers 1 --steps 1", "heads"},
-        {"train --data %s/d --ctx 8 --dim 16384 --heads 16 --layers 48 --steps 1", "needs"},
-        {"train --data %s/v2 --ctx 8 --dim 16 --heads 2 --layers 1 --steps 1", "version 3"},
-        {"train --data %s/d --ctx 8 --dim 16 --heads 2 --layers 2 --steps 8 --batch 2 "
-         "--microbatches 2 --resume %s/m.ckpt", "made with --layers 1, this run has 2"},
-        /* one parser for both modes: mode-only options are refused in the other */
-        {"train --data %s/d --pp 2 --schedule 1f1b --threads 2", "--threads is for single-device"},
-        {"train --data %s/d --steps 1 --timeline %s/t.svg", "--timeline is for pipeline runs"},
-        {"train --data %s/d --schedule auto", "--schedule auto needs --mem-limit"},
-        {"train --data %s/d --pp 2 --bogus", "unknown option '--bogus'"},
-    };
-    snprintf(cmd, sizeof cmd, ": > %s/empty.txt && mkdir -p %s/v2 && cp %s/d/* %s/v2/ && "
-             "printf '\\003' | dd of=%s/v2/train.bin bs=1 seek=8 conv=notrunc 2>/dev/null",
-             dir, dir, dir, dir, dir);
+    static uint8_t mid_text[2000];
+    for (size_t i = 0; i < sizeof mid_text; i++)
+        mid_text[i] = (uint8_t)("killed mid-save "[i % 16]);
+    pm_tokens mid_toks = PM_TOKENS_BYTES(mid_text, sizeof mid_text);
+    pm_train_cfg c = {.model = {256, 8, 16, 2, 2}, .batch = 2, .micro = 1, .seed = 3};
+    pm_optim_defaults(&c.opt, 4);
+    pm_trainer t;
+    pm_err err = {{0}};
+    pm_step_info si;
+    char path[300], cmd[700];
+    snprintf(path, sizeof path, "%s/parts.ckpt", dir);
+    assert_int_equal(pm_trainer_init(&t, &c, &mid_toks, 0, &err), PM_OK);
+    assert_int_equal(pm_trainer_step(&t, &si, &err), PM_OK);
+    assert_int_equal(pm_ckpt_save(&t, path, &err), PM_OK);
+    snprintf(cmd, sizeof cmd, "cp %s %s.before", path, path);
     assert_int_equal(system(cmd), 0);
-    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        char args[600];
-        snprintf(args, sizeof args, bad[i].args, dir, dir);
-        snprintf(cmd, sizeof cmd, "%s %s", bin, args);
-        int rc = sh(cmd, line, sizeof line, &n);
-        if (rc == 0 || n != 1 || !strstr(line, bad[i].needle))
-            fail_msg("'%s': exit %d, %d stderr lines, first: %s", args, rc, n, line);
+    assert_int_equal(pm_trainer_step(&t, &si, &err), PM_OK);
+    pid_t pid = fork();
+    if (pid == 0) {
+        pm_ckpt_meta meta = pm_ckpt_meta_of(&t);
+        char *tmp;
+        uint64_t sum;
+        if (!pm_ckpt_create(path, &meta, &tmp, &err) &&
+            !pm_ckpt_write_part(tmp, t.n_params, PM_CKPT_PARAMS, 0, t.params, t.n_params, &sum,
+                                &err))
+            raise(SIGKILL);
+        _exit(1);
     }
-}
-
-/* Before the first step and before any line is printed (issue 31,
- * defects 6, 12 and 17): a checkpoint resumed with another --steps or
- * --warmup (its learning-rate schedule would jump mid-run), or a finished
- * run resumed with fewer steps, is refused naming the option; a damaged
- * checkpoint or another model's is refused with its one line, in both
- * modes; --save on a device (/dev/null, /dev/full) is refused before
- * training, not at the first save. Nothing is written to --save. */
-static void test_cli_checked_before_training(void **state) {
-    (void)state;
-    const char *bin = getenv("PM_BIN");
-    if (!bin) skip();
-    char cmd[4096], line[1024], txt[300];
-    int n;
-    write_text(txt, sizeof txt);
-    const char *m = "--layers 2 --dim 16 --heads 2 --ctx 8 --batch 2 --threads 1";
-    const char *mp = "--layers 2 --dim 16 --heads 2 --ctx 8 --batch 2"; /* pipeline: no threads */
-    snprintf(cmd, sizeof cmd, "%s prepare %s -o %s/cb >/dev/null 2>&1 && %s train --data %s/cb "
-             "%s --steps 4 --warmup 1 --save %s/x.ckpt >/dev/null 2>&1 && %s train --data %s/cb "
-             "%s --steps 6 --save %s/f.ckpt >/dev/null 2>&1 && cp %s/x.ckpt %s/bad.ckpt && "
-             "printf '\\125' | dd of=%s/bad.ckpt bs=1 seek=300 conv=notrunc 2>/dev/null && "
-             "head -c 3000 %s/x.ckpt > %s/trunc.ckpt", bin, txt, dir, bin, dir, m, dir, bin, dir,
-             m, dir, dir, dir, dir, dir, dir);
+    int ws;
+    assert_int_equal(waitpid(pid, &ws, 0), pid);
+    assert_true(WIFSIGNALED(ws) && WTERMSIG(ws) == SIGKILL);
+    snprintf(cmd, sizeof cmd, "cmp -s %s %s.before", path, path);
     assert_int_equal(system(cmd), 0);
-    struct {
-        const char *opts, *mode, *want;
-    } bad[] = {
-        {"--steps 8 --warmup 1 --resume %s/x.ckpt", m,
-         "x.ckpt was made with --steps 4, this run has --steps 8"},
-        {"--steps 4 --warmup 2 --resume %s/x.ckpt", mp,
-         "x.ckpt was made with --warmup 1, this run has --warmup 2"},
-        {"--steps 8 --warmup 1 --pp 2 --resume %s/x.ckpt", mp, "this run has --steps 8"},
-        {"--steps 3 --resume %s/f.ckpt", m, "f.ckpt was made with --steps 6"},
-        {"--steps 4 --warmup 1 --resume %s/bad.ckpt", m, "checksum mismatch"},
-        {"--steps 4 --warmup 1 --pp 2 --resume %s/bad.ckpt", mp, "checksum mismatch"},
-        {"--steps 4 --warmup 1 --pp 2 --resume %s/trunc.ckpt", mp, "truncated"},
-        {"--steps 4 --warmup 1 --pp 2 --layers 3 --resume %s/x.ckpt", mp,
-         "made with --layers 2, this run has 3"},
-    };
-    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        char opts[600];
-        snprintf(opts, sizeof opts, bad[i].opts, dir);
-        snprintf(cmd, sizeof cmd, "%s train --data %s/cb %s %s --save %s/out%zu.ckpt", bin, dir,
-                 bad[i].mode, opts, dir, i);
-        int rc = sh(cmd, line, sizeof line, &n);
-        if (rc != 1 || n != 1 || !strstr(line, bad[i].want))
-            fail_msg("'%s': exit %d, %d stderr lines, first: %s", opts, rc, n, line);
-        snprintf(txt, sizeof txt, "%s/out%zu.ckpt", dir, i);
-        assert_int_not_equal(access(txt, F_OK), 0); /* nothing saved */
-    }
-    const char *dev[] = {"/dev/null", "/dev/full"};
-    for (int k = 0; k < 2; k++) { /* refused before step 1: no step line */
-        snprintf(cmd, sizeof cmd, "%s train --data %s/cb %s --steps 50 --eval-every 25 --save %s",
-                 bin, dir, m, dev[k]);
-        int rc = sh(cmd, line, sizeof line, &n);
-        if (rc != 1 || n != 1 || !strstr(line, "--save") || !strstr(line, "not a regular file"))
-            fail_msg("--save %s: exit %d, %d stderr lines, first: %s", dev[k], rc, n, line);
-    }
+    pm_ckpt_info info;
+    if (chk_ckpt_whole(path, &info, &err)) fail_msg("%s", err.msg);
+    assert_int_equal(info.step, 1);
+    assert_int_equal(chk_tmp_count(path), 1); /* the dead writer's */
+    assert_int_equal(pm_path_check_writable(path, &err), PM_OK);
+    assert_int_equal(chk_tmp_count(path), 0);
+    pm_trainer_free(&t);
 }
 
 int main(void) {
@@ -1337,12 +1195,11 @@ int main(void) {
         cmocka_unit_test(test_ckpt_old_versions_load),
         cmocka_unit_test(test_ckpt_path_not_regular),
         cmocka_unit_test(test_ckpt_parts_fail_keep_old),
+        cmocka_unit_test(test_sigkill_between_create_and_commit),
         cmocka_unit_test(test_cfg_make),
         cmocka_unit_test(test_cfg_diff),
         cmocka_unit_test(test_trainer_device_mem),
         cmocka_unit_test(test_config_and_memory_errors),
-        cmocka_unit_test(test_cli_end_to_end),
-        cmocka_unit_test(test_cli_checked_before_training),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -338,6 +338,8 @@ typedef struct {
     double wall_s;     /* from its first pass's start to its last pass's end (this run) */
     char why[160];     /* why it failed or stopped ("" when done) */
     int64_t val_step;  /* the step val_loss was taken after (-1: none) */
+    int rank;          /* across ranks (pm_select_ranks.h): the rank that ran it (0 on
+                          one process, and for a task no rank ran) */
 } pm_select_result;
 
 typedef struct {
@@ -418,6 +420,11 @@ typedef struct {
      * may be NULL. */
     void (*report)(void *ctx, const pm_select_event *ev);
     void *report_ctx;
+    /* NULL: this process runs every task. Else the sweep is spread over the
+     * ranks of an MPI world (pm_select_ranks.h): whole tasks handed to this
+     * process as its devices free up, and rank 0 reports every rank's
+     * events, decides ASHA for all and gets every task's result. */
+    struct pm_select_ranks *ranks;
 } pm_select_opts;
 
 /* ASHA's rungs: steps / eta^k for k = 0, 1, ... while at least min (min
@@ -657,7 +664,9 @@ pm_status pm_select_session_start(pm_select_session *s, const pm_tokens *train,
 pm_status pm_select_session_run(pm_select_session *s, pm_err *err);
 /* The best-ranked task that did not fail and has a validation loss, or -1. */
 int pm_select_session_best(const pm_select_session *s);
-/* Task i's checkpoint at path, as `pipemem train --save` writes it. */
+/* Task i's checkpoint at path, as `pipemem train --save` writes it. Across
+ * ranks (on rank 0, after the run), a task another rank ran: its record's
+ * checkpoint under save_dir, copied (none without save_dir: an error). */
 pm_status pm_select_session_save(pm_select_session *s, int i, const char *path, pm_err *err);
 void pm_select_session_free(pm_select_session *s);
 

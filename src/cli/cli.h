@@ -63,6 +63,12 @@ const char *pm_cli_lost_ckpt(void);
  * unless SIGTERM's line was said here already: one line either way.
  * Returns 1, pm_cli_fail's value. */
 int pm_cli_lost_fail(int speak, const char *msg);
+/* select under mpirun: rank 0 alone speaks for the sweep (the others wait), the
+ * line naming the sweep's tasks then running on each rank (lost since
+ * their last checkpoint) and how to resume them (resume: --resume's DIR,
+ * or NULL). pm_cli_lost_disarm disarms it too. */
+struct pm_select_ranks;
+void pm_cli_lost_arm_sweep(const struct pm_select_ranks *k, const char *resume);
 
 /* Option value parsers: 0 on success, else print one line and return 1. */
 int pm_cli_int_range(const char *opt, const char *val, int lo, int hi, int *out);

@@ -17,6 +17,7 @@
 #include "cli.h"
 #include "pipemem/pm_select.h"
 #include "select_out.h"
+#include "select_ranks.h"
 #include "train_opts.h"
 
 static const char usage[] =
@@ -322,9 +323,8 @@ static int curves_start(sel_opts *o, const pm_select_session *s) {
     return rc;
 }
 
-/* The run: the data and its tokenizer, every task's trainer (resumed),
- * the devices, the report. */
-static int train(sel_opts *o, pm_select_session *s, pm_tokens *tr, pm_tokens *va) {
+/* The data and its tokenizer, every task's trainer (resumed). */
+static int start(sel_opts *o, pm_select_session *s, pm_tokens *tr, pm_tokens *va) {
     char *tok = NULL;
     size_t tok_len = 0;
     pm_err e;
@@ -334,23 +334,34 @@ static int train(sel_opts *o, pm_select_session *s, pm_tokens *tr, pm_tokens *va
     int rc = 0;
     if (pm_select_session_start(s, tr, va, tok, tok_len, &e)) rc = pm_cli_fail("%s", e.msg);
     pm_free(tok);
-    if (rc) return rc;
-    if (s->resumed)
+    return rc;
+}
+
+/* The run and the report; across ranks (k), rank 0's alone, and its line
+ * if mpirun stops the sweep (a rank lost). */
+static int train(sel_opts *o, pm_select_session *s, pm_select_ranks *k) {
+    pm_err e;
+    int rc = 0, quiet = k && pm_select_ranks_rank(k) != 0; /* rank 0 reports every rank's */
+    s->set.run.ranks = k;
+    if (s->resumed && !quiet)
         fprintf(stderr, "select: resumed %d of %d tasks from %s\n", s->resumed, s->n,
                 o->set.run.save_dir);
     o->pg = (sel_progress){.t = s->tasks, .n = s->n, .devices = o->set.run.devices,
                            .t0 = pm_now()};
     for (int i = 0; i < s->n; i++) o->pg.steps_all += s->tasks[i].cfg.opt.steps - s->hosts[i].step;
-    if (o->curves && curves_start(o, s)) return 1;
+    if (o->curves && !quiet && curves_start(o, s)) return 1;
     struct sigaction sa = {0}, old;
     sa.sa_handler = on_sigint;
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, &old);
+    if (k) pm_cli_lost_arm_sweep(k, o->set.run.save_dir);
     if (pm_select_session_run(s, &e)) rc = pm_cli_fail("%s", e.msg);
+    if (k) pm_cli_lost_disarm();
     sigaction(SIGINT, &old, NULL);
     int stopped = atomic_load(&interrupt_flag);
-    if (!rc && stopped) fprintf(stderr, "select: interrupted; the table so far follows\n");
-    if (!rc) rc = report(o, s);
+    if (!rc && stopped && !quiet)
+        fprintf(stderr, "select: interrupted; the table so far follows\n");
+    if (!rc && !quiet) rc = report(o, s);
     return rc ? rc : stopped ? 130 : 0; /* 128 + SIGINT, as a shell reports it */
 }
 
@@ -392,35 +403,55 @@ static int outputs_distinct(const sel_opts *o, const pm_select_task *t, int n) {
     return rc;
 }
 
+/* The outputs: none onto an input or another, each writable. */
+static int outputs_ok(const sel_opts *o, const pm_select_session *s) {
+    int rc = outputs_distinct(o, s->tasks, s->n);
+    if (!rc && o->save_best && pm_cli_out_check(o->save_best)) rc = 1;
+    if (!rc && o->csv && pm_cli_out_check(o->csv)) rc = 1;
+    if (!rc && o->svg && pm_cli_out_check(o->svg)) rc = 1;
+    if (!rc && o->trace && pm_cli_out_check(o->trace)) rc = 1;
+    if (!rc && o->curves && pm_cli_out_check(o->curves)) rc = 1;
+    return rc;
+}
+
 int pm_cmd_select(int argc, char **argv) {
     sel_opts o;
+    int rank = sel_ranks_rank(); /* -1: one process */
+    if (rank == -2) return 1;
     int rc = parse_args(argc, argv, &o);
-    if (rc) return rc == 2 ? 0 : rc;
+    if (rc == 2) return 0;
+    if (!rc && rank >= 0 && o.dry_run)
+        rc = pm_cli_fail("select: --dry-run forecasts one process's devices; run it without "
+                         "mpirun");
+    if (!rc && rank >= 0 && o.save_best && !o.set.run.save_dir)
+        rc = pm_cli_fail("select: --save-best across ranks copies the best task's checkpoint "
+                         "from --resume DIR (its state stays on the rank that ran it); give "
+                         "--resume DIR");
+    if (rc) return rank >= 0 ? sel_ranks_open(NULL, NULL, NULL, 1, &(pm_select_ranks *){0}) : rc;
     pm_select_session s;
+    pm_select_ranks *k = NULL;
     pm_tokens tr = {0}, va = {0};
     pm_err e;
     int32_t vocab = 0;
     pm_status st = pm_select_session_init(&s, &o.sweep, &o.set, &e);
-    warn_repeats(&s); /* the tasks made, whatever failed after them */
+    if (rank <= 0) warn_repeats(&s); /* the tasks made, whatever failed after them */
     if (st) rc = pm_cli_fail("%s", e.msg);
     if (!rc && o.data) rc = data_vocab(o.data, &vocab);
     if (!rc && pm_select_session_partition(&s, vocab, &e)) rc = pm_cli_fail("%s", e.msg);
     if (!rc && o.dry_run) {
         rc = dry_run(&o, &s);
     } else if (!rc) {
-        rc = outputs_distinct(&o, s.tasks, s.n);
-        if (!rc && o.save_best && pm_cli_out_check(o.save_best)) rc = 1;
-        if (!rc && o.csv && pm_cli_out_check(o.csv)) rc = 1;
-        if (!rc && o.svg && pm_cli_out_check(o.svg)) rc = 1;
-        if (!rc && o.trace && pm_cli_out_check(o.trace)) rc = 1;
-        if (!rc && o.curves && pm_cli_out_check(o.curves)) rc = 1;
+        if (rank <= 0) rc = outputs_ok(&o, &s); /* rank 0 writes them */
         /* before anything is allocated: the devices' slabs and the tasks'
          * state in RAM against what this machine has available now */
         if (!rc && pm_select_session_fits(&s, (double)pm_mem_available(), &e))
             rc = pm_cli_fail("select: %s", e.msg);
-        if (!rc) rc = train(&o, &s, &tr, &va);
+        if (!rc) rc = start(&o, &s, &tr, &va);
     }
+    if (rank >= 0) rc = sel_ranks_open(rc ? NULL : &s, &tr, &va, rc, &k); /* every rank's */
+    if (!rc && !o.dry_run) rc = train(&o, &s, k);
     pm_select_session_free(&s);
+    pm_select_ranks_free(k);
     pm_tokens_free(&tr), pm_tokens_free(&va);
     pm_cli_curves_free(&o.curves_rec);
     pm_free(o.pg.why);

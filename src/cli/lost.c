@@ -27,6 +27,11 @@
  * too: SIGTERM blocked on its thread, it takes the same turn, so either
  * its line or the handler's is written, never both, never neither.
  *
+ * A sweep (select under mpirun) has rank 0 alone speak for it: its line
+ * names the tasks then running on each rank, lost since their last
+ * checkpoint (pm_select_ranks_running: one atomic read); the other ranks
+ * wait for the SIGKILL.
+ *
  * Everything the handler calls is async-signal-safe (atomic exchange,
  * bind, pm_ckpt_peek_step: open, pread, close; write, nanosleep, signal,
  * raise); the rest was prepared when the run started. */
@@ -43,6 +48,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "pipemem/pm_select_ranks.h"
 #include "pipemem/pm_train.h"
 
 static char g_who[160];        /* "pipemem: rank 0 on node1: " */
@@ -54,6 +60,7 @@ static struct sockaddr_un g_turn; /* the host's turn to speak: "\0pipemem-lost-J
 static socklen_t g_turn_len;
 static int g_sock = -1;
 static atomic_int g_said;      /* this process said its line (or leaves it to rank 0) */
+static const pm_select_ranks *g_sweep; /* a sweep's, or NULL */
 
 /* Appends s to buf (cap bytes) at *n (cut to fit). */
 static void put(char *buf, size_t cap, size_t *n, const char *s) {
@@ -85,6 +92,22 @@ static size_t put_ckpt(char *buf, size_t cap, size_t n) {
     return n;
 }
 
+/* Appends the sweep's tasks then running and how to resume them. */
+static size_t put_sweep(char *buf, size_t cap, size_t n) {
+    const char *running = pm_select_ranks_running(g_sweep);
+    if (!running[0]) put(buf, cap, &n, "no task of the sweep was running");
+    else put(buf, cap, &n, "the sweep's tasks then running are lost since their last "
+             "checkpoint: "), put(buf, cap, &n, running);
+    if (!g_resume[0]) {
+        put(buf, cap, &n, " (no --resume: every task starts over)");
+        return n;
+    }
+    put(buf, cap, &n, "; resume with --resume ");
+    put(buf, cap, &n, g_resume);
+    put(buf, cap, &n, " on any hosts and ranks");
+    return n;
+}
+
 /* This process's turn to say the line: the first to ask in the process,
  * and (host) the first on this host (a socket it cannot bind is another
  * rank's; none made: every rank speaks rather than none). */
@@ -103,7 +126,7 @@ static void on_term(int sig) {
         put(g_line, sizeof g_line, &n, "mpirun stopped this rank, as it stops every rank once "
             "one of them or its host is lost (its own message says which) or the run is "
             "interrupted; ");
-        n = put_ckpt(g_line, sizeof g_line, n);
+        n = g_sweep ? put_sweep(g_line, sizeof g_line, n) : put_ckpt(g_line, sizeof g_line, n);
         g_line[n++] = '\n';
         ssize_t w = write(2, g_line, n);
         (void)w;
@@ -122,12 +145,12 @@ const char *pm_cli_lost_ckpt(void) {
     return g_ckpt;
 }
 
-void pm_cli_lost_arm(int rank, const char *save, const char *resume) {
+/* SIGTERM's handler, who this rank is, and the host's turn to speak
+ * (speaks 0: this rank never does). */
+static void arm(int rank, int speaks) {
     char host[64] = "?";
     if (gethostname(host, sizeof host - 1)) snprintf(host, sizeof host, "?");
     snprintf(g_who, sizeof g_who, "pipemem: rank %d on %s: ", rank, host);
-    snprintf(g_save, sizeof g_save, "%s", save ? save : "");
-    snprintf(g_resume, sizeof g_resume, "%s", resume ? resume : "");
     /* the job: PMIx's namespace (OpenMPI 5), ORTE's job id (4), else the
      * host's daemon, every rank's parent */
     const char *job = getenv("PMIX_NAMESPACE");
@@ -140,7 +163,7 @@ void pm_cli_lost_arm(int rank, const char *save, const char *resume) {
     if (n >= (int)sizeof g_turn.sun_path - 1) n = (int)sizeof g_turn.sun_path - 2;
     g_turn_len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
     if (g_sock < 0) g_sock = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    atomic_store(&g_said, 0);
+    atomic_store(&g_said, !speaks);
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_term;
@@ -148,7 +171,22 @@ void pm_cli_lost_arm(int rank, const char *save, const char *resume) {
     sigaction(SIGTERM, &sa, NULL);
 }
 
-void pm_cli_lost_disarm(void) { signal(SIGTERM, SIG_DFL); }
+void pm_cli_lost_arm(int rank, const char *save, const char *resume) {
+    snprintf(g_save, sizeof g_save, "%s", save ? save : "");
+    snprintf(g_resume, sizeof g_resume, "%s", resume ? resume : "");
+    arm(rank, 1);
+}
+
+void pm_cli_lost_arm_sweep(const struct pm_select_ranks *k, const char *resume) {
+    g_sweep = k;
+    snprintf(g_resume, sizeof g_resume, "%s", resume ? resume : "");
+    arm(pm_select_ranks_rank(k), pm_select_ranks_rank(k) == 0);
+}
+
+void pm_cli_lost_disarm(void) {
+    signal(SIGTERM, SIG_DFL);
+    g_sweep = NULL; /* after: no handler reads it now */
+}
 
 int pm_cli_lost_fail(int speak, const char *msg) {
     pm_cli_lost_ckpt(); /* before the turn: it reads a file */

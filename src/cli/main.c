@@ -60,9 +60,10 @@ static int stdout_written(int rc) {
 /* Under mpirun with several ranks, every pipemem process first meets the
  * others (MPI's handshake, pm_mpi_same_word): ranks running different
  * commands would wait for each other for ever (train in its first
- * agreement, plan in none). Only train runs across ranks; another command,
- * even on every rank alike, is refused. Rank 0 says it in one line; every
- * rank then ends, together. 0 to go on (train keeps MPI initialised). */
+ * agreement, plan in none). Only train and select run across ranks;
+ * another command, even on every rank alike, is refused. Rank 0 says it in
+ * one line; every rank then ends, together. 0 to go on (train and select
+ * keep MPI initialised). */
 static int ranks_agree(const char *cmd) {
     const char *ws = getenv("OMPI_COMM_WORLD_SIZE");
     if (!ws || atoi(ws) < 2 || !pm_mpi_built()) return 0; /* without MPI, train says so */
@@ -74,11 +75,11 @@ static int ranks_agree(const char *cmd) {
     else if (first >= 0)
         rc = rank ? 1 : pm_cli_fail("the ranks do not run the same command: rank 0 runs '%s', "
                                     "rank %d '%s'; under mpirun every rank runs one pipemem "
-                                    "train command line", cmd, first, theirs);
-    else if (strcmp(cmd, "train"))
+                                    "train or select command line", cmd, first, theirs);
+    else if (strcmp(cmd, "train") && strcmp(cmd, "select"))
         rc = rank ? 1 : pm_cli_fail("%s runs as one process, not across MPI ranks (only "
-                                    "train does, with --pp or --dp): run it without mpirun",
-                                    cmd);
+                                    "train, with --pp or --dp, and select do): run it without "
+                                    "mpirun", cmd);
     if (rc) pm_mpi_finalize();
     return rc;
 }

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "pipemem/pm_select_ranks.h"
 #include "select_out.h"
 
 void sel_print_plan(const pm_select_session *s) {
@@ -202,6 +203,21 @@ void sel_print_table(FILE *f, const pm_select_session *s) {
 
 static void json_num(FILE *f, double x) { fputs(PM_JSON_NUM(x), f); }
 
+/* Across ranks: each rank's host, devices, tasks run and CPU seconds. */
+static void json_ranks(const pm_select_ranks *k) {
+    printf(", \"ranks\": [");
+    for (int g = 0; g < pm_select_ranks_size(k); g++) {
+        pm_select_rank_info in;
+        pm_err e;
+        if (pm_select_ranks_info(k, g, &in, &e)) break;
+        printf("%s{\"rank\": %d, \"host\": ", g ? ", " : "", g);
+        pm_json_str(stdout, in.host);
+        printf(", \"devices\": %d, \"tasks\": %d, \"cpu_s\": %s}", in.devices, in.tasks,
+               PM_JSON_NUM(in.cpu_s));
+    }
+    printf("]");
+}
+
 void sel_print_json(const pm_select_session *s) {
     const pm_select_task *t = s->tasks;
     const pm_select_result *r = s->res;
@@ -247,9 +263,12 @@ void sel_print_json(const pm_select_session *s) {
                "\"state\": \"%s\", \"why\": ", (long long)r[i].steps, PM_JSON_NUM(r[i].wall_s),
                PM_JSON_NUM(r[i].busy_s), t[i].nshard, state_names[r[i].state]);
         pm_json_str(stdout, why_flags(r[i].why).s);
+        if (s->set.run.ranks) printf(", \"rank\": %d", r[i].rank); /* the one that ran it */
         printf("}");
     }
-    printf("]}\n");
+    printf("]");
+    if (s->set.run.ranks) json_ranks(s->set.run.ranks);
+    printf("}\n");
 }
 
 int sel_write_csv(const char *path, const pm_select_session *s) {
@@ -307,6 +326,23 @@ int sel_write_curves(const char *path, const pm_select_session *s, const sel_pro
     return rc;
 }
 
+/* Across ranks: the devices above are rank 0's; what each rank ran. */
+static void ranks_line(FILE *out, const pm_select_session *s) {
+    int size = pm_select_ranks_size(s->set.run.ranks);
+    fprintf(out, "across %d ranks (the bound over every rank's devices; the devices above are "
+            "rank 0's):", size);
+    for (int g = 0; g < size; g++) {
+        pm_select_rank_info in;
+        pm_err e;
+        if (pm_select_ranks_info(s->set.run.ranks, g, &in, &e)) break;
+        fprintf(out, "%s rank %d on %s, %d device%s, cpu %.2f s:", g ? ";" : "", g, in.host,
+                in.devices, in.devices == 1 ? "" : "s", in.cpu_s);
+        for (int i = 0; i < s->n; i++)
+            if (s->res[i].rank == g) fprintf(out, " %s", s->tasks[i].name);
+    }
+    fprintf(out, "\n");
+}
+
 void sel_print_summary(FILE *out, const pm_select_session *s) {
     const pm_select_stats *st = &s->stats;
     int D = s->set.run.devices;
@@ -322,5 +358,6 @@ void sel_print_summary(FILE *out, const pm_select_session *s) {
                     100 * st->part[(size_t)d * PM_PART_COUNT + p] / st->makespan_s);
     }
     fprintf(out, "\n");
+    if (s->set.run.ranks) ranks_line(out, s);
 }
 

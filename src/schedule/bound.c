@@ -97,6 +97,7 @@
 
 #include "pipemem/pm_sched.h"
 #include "pipemem/pm_util.h"
+#include "work.h"
 
 /* B's time: a recomputed B reruns the forward first (pm_cost_time). */
 static double tb_of(const pm_stage_cost *x) { return x->tb + (x->rec ? x->tf : 0); }
@@ -172,7 +173,9 @@ static void gather(dev_acc *a, const pm_stage_cost *x, double suf_f, double suf_
  * sums over the stages before k are the totals less the suffixes. */
 static void sweep(const pm_sched *s, const pm_cost *c, dev_acc *acc, int d0, int nd) {
     double all_f = 0, all_b = 0, all_l = 0;
+    int64_t visits = 0; /* stages visited (pm_sched_work) */
     for (int k = 0; k < s->S; k++) {
+        visits++;
         all_f += c->st[k].tf, all_b += tb_of(&c->st[k]);
         if (k > 0 && pm_sched_stage_device(s, k - 1) != pm_sched_stage_device(s, k))
             all_l += c->c;
@@ -180,6 +183,7 @@ static void sweep(const pm_sched *s, const pm_cost *c, dev_acc *acc, int d0, int
     double suf_f = 0, suf_b = 0, suf_l = 0; /* over the stages after k */
     for (int k = s->S - 1; k >= 0; k--) {
         int d = pm_sched_stage_device(s, k);
+        visits++;
         if (k + 1 < s->S && pm_sched_stage_device(s, k + 1) != d) suf_l += c->c;
         const pm_stage_cost *x = &c->st[k];
         double lat0 = all_l - suf_l; /* lat(0, k) */
@@ -191,6 +195,7 @@ static void sweep(const pm_sched *s, const pm_cost *c, dev_acc *acc, int d0, int
         }
         suf_f += x->tf, suf_b += tb_of(x);
     }
+    pm_sched_work_add(visits);
 }
 
 

@@ -14,11 +14,13 @@
  * i.e. M, and at equal costs every device is busy from its first pass to
  * its last once m >= 2p. */
 #include "pipemem/pm_sched.h"
+#include "work.h"
 
 typedef struct {
     pm_sched *s;
     int r;           /* device */
     int f[2], b[2];  /* next microbatch of F and B per chunk */
+    int64_t emits;   /* passes emitted or dropped (pm_sched_work) */
 } zbv_dev;
 
 static int chunk_stage(const zbv_dev *d, int chunk) {
@@ -26,6 +28,7 @@ static int chunk_stage(const zbv_dev *d, int chunk) {
 }
 
 static void emit(zbv_dev *d, pm_pass_kind kind, int chunk, int mb) {
+    d->emits++;
     if (mb < d->s->m) pm_sched_push(d->s, d->r, kind, chunk_stage(d, chunk), mb);
 }
 
@@ -96,6 +99,7 @@ static void build_rank(pm_sched *s, int r, int n) {
     k = live(&d, r, held0);
     for (int i = 0; i < k; i++) wgt(&d, 0, held0 + i);
     PM_ASSERT(d.f[0] == n && d.f[1] == n && d.b[0] == n && d.b[1] == n);
+    pm_sched_work_add(d.emits);
 }
 
 pm_status pm_sched_build_zb_v(pm_sched *s, const pm_sched_req *req, pm_err *err) {

@@ -4,10 +4,20 @@
  * Invariants: 0 <= len[d] <= cap for every device; cap = 3*m*v is enough for
  * any complete schedule (F, B and W of each of a device's v stages per
  * microbatch), so pushing past it is a bug. */
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "pipemem/pm_sched.h"
+#include "work.h"
+
+static atomic_llong work; /* pm_sched_work */
+
+void pm_sched_work_add(int64_t n) {
+    atomic_fetch_add_explicit(&work, (long long)n, memory_order_relaxed);
+}
+
+int64_t pm_sched_work(void) { return (int64_t)atomic_load(&work); }
 
 const char *const pm_pass_names[PM_PASS_COUNT] = {"F", "B", "W", "BW"};
 const char *const pm_place_names[PM_PLACE_COUNT] = {"single", "loop", "v"};

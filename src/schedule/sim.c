@@ -28,6 +28,7 @@
 
 #include "pipemem/pm_sched.h"
 #include "sim.h"
+#include "work.h"
 
 void pm_sim_free(pm_sim *sim) {
     if (!sim) return;
@@ -98,6 +99,7 @@ typedef struct {
     int64_t *stack;  /* (p) devices to revisit */
     int64_t *queued; /* (p) 1 while the device is on the stack */
     int64_t top;     /* entries on the stack */
+    int64_t tried;   /* passes tried (pm_sched_work) */
 } deps;
 
 static void wake(deps *g, int d) {
@@ -175,6 +177,7 @@ static void advance(pm_sim *sim, deps *g, const pm_cost *c, int d, int64_t *pos,
     const pm_pass *ps = pm_sched_dev(s, d);
     for (; pos[d] < s->len[d]; pos[d]++) {
         const pm_pass *x = &ps[pos[d]];
+        g->tried++;
         double t = ready_time(g, x, d, c->c), dur = pm_cost_time(c, x);
         if (isnan(t)) break;
         int pair = c->fb_overlap && pm_sched_paired(s, d, pos[d]);
@@ -219,7 +222,7 @@ pm_status pm_sim_replay(pm_sim *out, const pm_sched *s, const pm_cost *c, pm_err
         return pm_errf(err, PM_ERR_ARG, "the forward memory deltas sum to %g; they must be > 0", M);
     size_t nk = (size_t)s->S * (size_t)s->m, np = (size_t)s->p;
     int64_t *pos = out->cursor;
-    deps g = {s, out->scratch, out->scratch + nk, pos + np, pos + 2 * np, 0};
+    deps g = {s, out->scratch, out->scratch + nk, pos + np, pos + 2 * np, 0, 0};
     double *free_at = out->scratch + 2 * nk, *cur = free_at + np;
     for (size_t i = 0; i < nk; i++) g.fend[i] = g.bend[i] = NAN;
     for (size_t d = 0; d < np; d++) {
@@ -233,6 +236,7 @@ pm_status pm_sim_replay(pm_sim *out, const pm_sched *s, const pm_cost *c, pm_err
         g.queued[d] = 0;
         advance(out, &g, c, d, pos, free_at, &cur[d]);
     }
+    pm_sched_work_add(g.tried);
     if ((st = deadlock(s, pos, err))) return st;
     summarize(out, s, c);
     return PM_OK;

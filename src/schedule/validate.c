@@ -21,6 +21,7 @@
  * Working memory: one table of pass positions indexed by (kind, stage, mb),
  * allocated once, sized 4*S*m, and O(p) worklist state. */
 #include "pipemem/pm_sched.h"
+#include "work.h"
 
 typedef struct {
     const pm_sched *s;
@@ -204,6 +205,7 @@ static void wake(vstate *v, int d) {
  * and the device it waits on. */
 static pm_status check_deadlock(vstate *v, pm_err *err) {
     const pm_sched *s = v->s;
+    int64_t tried = 0; /* passes tried (pm_sched_work) */
     for (int d = s->p - 1; d >= 0; d--) wake(v, d);
     while (v->top > 0) {
         int d = v->stack[--v->top];
@@ -212,6 +214,7 @@ static pm_status check_deadlock(vstate *v, pm_err *err) {
         while (v->next[d] < s->len[d]) {
             const pm_pass *ps = &l[v->next[d]];
             pm_pass dep;
+            tried++;
             if (sim_dep(v, ps, &dep) && !v->done[slot(s, dep.kind, dep.stage, dep.mb)]) break;
             v->done[slot(s, ps->kind, ps->stage, ps->mb)] = 1;
             v->next[d]++;
@@ -219,6 +222,7 @@ static pm_status check_deadlock(vstate *v, pm_err *err) {
             if (o != d) wake(v, o);
         }
     }
+    pm_sched_work_add(tried);
     for (int d = 0; d < s->p; d++) {
         if (v->next[d] >= s->len[d]) continue;
         char nb[48], db[48], ob[48], wb[48];

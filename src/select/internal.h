@@ -57,6 +57,8 @@ typedef struct {
     int rung;             /* ASHA: the rung it runs toward or waits at */
     int reached;          /* ASHA: rungs it reported at (0 .. nrung - 1) */
     int state;            /* pm_select_state */
+    int away;             /* across ranks: not this process's (yet): no device here
+                             takes it (ranks.c hands it over) */
     double loss_sum;      /* this step's microbatch losses, in order */
     double last_loss;     /* the last completed step's mean loss */
     double val_loss;      /* the last evaluation's loss (NAN before one) */
@@ -241,6 +243,66 @@ void sel_asha_report(sel_asha *a, sel_task *t, double val);
  * must stop (waiting at a rung no task can still reach) are set stopped and
  * listed in stop (n); returns how many. */
 int sel_asha_decide(sel_asha *a, sel_task *t, int *stop);
+/* The run (run.c): its tasks and devices and what they share, guarded by
+ * mu; across ranks, ranks.c's link to the other processes too. */
+typedef struct sel_run {
+    const pm_select_opts *o;
+    const pm_select_layout *lay;
+    sel_task *t;
+    int n;
+    sel_dev *dev;
+    pm_select_stats *stats;
+    pthread_mutex_t mu;
+    pthread_mutex_t why_mu; /* a task's why while devices run (internal.h) */
+    pthread_cond_t cv;
+    pthread_cond_t flow;  /* joining: a microbatch or a pass ended (pass.c waits on it) */
+    int join;             /* devices join running tasks (shard policy, not opts.no_join) */
+    int gated, gate_n;    /* joining: devices that made their first choice, of gate_n
+                             started (the start gate, next_task) */
+    int busy_global;      /* sequential: a pass is running somewhere */
+    int active;           /* devices working (not waiting for a ready pass) */
+    int cores;            /* online CPUs (prefetch auto) */
+    int *owner;           /* (n) task policy: the device a task is pinned to, -1 none */
+    int *rank;            /* (n) halving: scratch for the ranking; ASHA: the stopped */
+    sel_asha asha;        /* ASHA's rungs (off unless o->asha >= 2) */
+    int64_t log_cap;      /* passes the run can make: stats->log's size */
+    double fl_done, sec_done; /* FLOPs and seconds of every pass run (the rate) */
+    double t0;
+    pm_status st;         /* first infrastructure error (none expected) */
+    struct pm_select_ranks *link; /* across ranks (o->ranks), else NULL */
+    int live;             /* device threads not yet ended (across ranks: the main
+                             thread serves the link until they have) */
+} sel_run;
+
+/* What run.c offers ranks.c, under the run's lock: a task's time left as
+ * Sharded-LRTF estimates it (after `adv` more passes), a task stopped
+ * early (its state flushed, the marker written, the event emitted), and
+ * the least time a task can take (the lower bound's). */
+double sel_time_left(const sel_run *r, const sel_task *t, int adv);
+void sel_stop_early(sel_run *r, int i, const char *by);
+double sel_task_bound(const sel_run *r, const sel_task *t);
+
+/* Across ranks (ranks.c; r->link set): every process runs pm_select_run on
+ * the same sweep, each task away until rank 0 hands it to this process;
+ * the main thread serves the link while the devices run.
+ *   sel_link_start   before the devices start: every task away, the
+ *                    coordinator's state on rank 0 (its ASHA's first say)
+ *   sel_link_pump    the main thread, under the lock: messages both ways
+ *   sel_link_open    more tasks may still come here (the run goes on)
+ *   sel_link_done    the main thread may stop serving (its devices ended;
+ *                    rank 0: every other rank said goodbye)
+ *   sel_link_event   an event, forwarded to rank 0, which reports it
+ *   sel_link_rung    t reported val at its ASHA rung: rank 0 decides
+ *   sel_link_finish  after the run: each rank's results to rank 0, whose
+ *                    res and stats then cover the sweep */
+pm_status sel_link_start(sel_run *r, pm_err *err);
+void sel_link_pump(sel_run *r);
+int sel_link_open(const sel_run *r);
+int sel_link_done(const sel_run *r);
+void sel_link_event(sel_run *r, const pm_select_event *ev);
+void sel_link_rung(sel_run *r, const sel_task *t, double val);
+pm_status sel_link_finish(sel_run *r, pm_select_result *res, pm_err *err);
+
 /* A task's time left as the executor's Sharded-LRTF estimates it
  * (simulate.c, sel_est_left): each pass of a step at the mean of its own
  * measured times (Hydra's measured minibatch time, by pass), a pass not yet

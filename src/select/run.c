@@ -34,37 +34,13 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "select/internal.h"
 
 #define RATE 50e9 /* FLOP/s a device is assumed to do before any pass is measured */
 
-typedef struct {
-    const pm_select_opts *o;
-    const pm_select_layout *lay;
-    sel_task *t;
-    int n;
-    sel_dev *dev;
-    pm_select_stats *stats;
-    pthread_mutex_t mu;
-    pthread_mutex_t why_mu; /* a task's why while devices run (internal.h) */
-    pthread_cond_t cv;
-    pthread_cond_t flow;  /* joining: a microbatch or a pass ended (pass.c waits on it) */
-    int join;             /* devices join running tasks (shard policy, not opts.no_join) */
-    int gated, gate_n;    /* joining: devices that made their first choice, of gate_n
-                             started (the start gate, next_task) */
-    int busy_global;      /* sequential: a pass is running somewhere */
-    int active;           /* devices working (not waiting for a ready pass) */
-    int cores;            /* online CPUs (prefetch auto) */
-    int *owner;           /* (n) task policy: the device a task is pinned to, -1 none */
-    int *rank;            /* (n) halving: scratch for the ranking; ASHA: the stopped */
-    sel_asha asha;        /* ASHA's rungs (off unless o->asha >= 2) */
-    int64_t log_cap;      /* passes the run can make: stats->log's size */
-    double fl_done, sec_done; /* FLOPs and seconds of every pass run (the rate) */
-    double t0;
-    pm_status st;         /* first infrastructure error (none expected) */
-} sel_run;
 
 typedef struct {
     sel_run *r;
@@ -106,7 +82,7 @@ static int64_t evals_after(const sel_run *r, const sel_task *t, int64_t done) {
  * passes (sel_est_left on its measured times; with opts.est_step_s, on the
  * step time given, shared among a step's passes by FLOPs). During an
  * evaluation's round: its evaluations and steps after it. */
-static double time_left(const sel_run *r, const sel_task *t, int adv) {
+double sel_time_left(const sel_run *r, const sel_task *t, int adv) {
     int np = 2 * t->S - 1, pass = t->ev ? np : t->pass + adv;
     int64_t done = t->done + (pass >= np && !t->ev);
     if (pass >= np) pass -= np;
@@ -138,12 +114,12 @@ typedef struct {
 static int run_ready(const void *ctx, int i) {
     const run_pick *c = ctx;
     const sel_task *t = &c->r->t[i];
-    return i == c->cont || (!t->running && !finished(t) && !t->at_rung);
+    return i == c->cont || (!t->running && !finished(t) && !t->at_rung && !t->away);
 }
 
 static double run_left(const void *ctx, int i) {
     const run_pick *c = ctx;
-    return time_left(c->r, &c->r->t[i], i == c->cont);
+    return sel_time_left(c->r, &c->r->t[i], i == c->cont);
 }
 
 static int run_here(const void *ctx, int i) {
@@ -168,9 +144,10 @@ static int pick_task(sel_run *r, int d) {
     int best = -1;
     for (int i = 0; i < r->n; i++) {
         sel_task *t = &r->t[i];
-        if (t->running || finished(t) || t->at_rung) continue;
+        if (t->running || finished(t) || t->at_rung || t->away) continue;
         if (r->owner[i] == d) return i;
-        if (r->owner[i] < 0 && (best < 0 || time_left(r, t, 0) > time_left(r, &r->t[best], 0)))
+        if (r->owner[i] < 0 &&
+            (best < 0 || sel_time_left(r, t, 0) > sel_time_left(r, &r->t[best], 0)))
             best = i;
     }
     if (best >= 0) r->owner[best] = d;
@@ -181,20 +158,22 @@ static int pick_sequential(sel_run *r, int d) {
     if (r->busy_global) return -1;
     for (int i = 0; i < r->n; i++) {
         sel_task *t = &r->t[i];
-        if (finished(t) || t->at_rung) continue;
+        if (finished(t) || t->at_rung || t->away) continue;
         return sel_round_shard(t, t->pass) % r->o->devices == d ? i : -1;
     }
     return -1;
 }
 
+/* Every task finished (across ranks: every task here, and no more to
+ * come). */
 static int all_finished(const sel_run *r) {
     for (int i = 0; i < r->n; i++)
-        if (!finished(&r->t[i])) return 0;
-    return 1;
+        if (!finished(&r->t[i]) && !r->t[i].away) return 0;
+    return !r->link || !sel_link_open(r);
 }
 
 static void emit(sel_run *r, int task, int kind, double loss, double val) {
-    if (!r->o->report) return;
+    if (!r->o->report && !r->link) return;
     sel_task *t = &r->t[task];
     char why[sizeof t->why];
     pthread_mutex_lock(&r->why_mu); /* another pass of the task may be failing now */
@@ -203,7 +182,8 @@ static void emit(sel_run *r, int task, int kind, double loss, double val) {
     pm_select_event ev = {.task = task, .step = t->host->step, .loss = loss, .val_loss = val,
                           .elapsed = pm_now() - r->t0, .busy = r->stats->busy, .kind = kind,
                           .why = kind >= PM_SELECT_EV_FAILED ? why : NULL};
-    r->o->report(r->o->report_ctx, &ev);
+    if (r->link) sel_link_event(r, &ev); /* rank 0 reports every rank's */
+    else r->o->report(r->o->report_ctx, &ev);
 }
 
 /* The work at a step's end that needs the task's whole state in RAM (the
@@ -290,7 +270,7 @@ static int pick(sel_run *r, int d) {
 /* Under the lock: task i (no device runs it) stops early, `by` halving or
  * ASHA: its pending updates go to the host, so it ends as saved, and a
  * marker in the save directory keeps a resumed sweep from reviving it. */
-static void stop_early(sel_run *r, int i, const char *by) {
+void sel_stop_early(sel_run *r, int i, const char *by) {
     sel_task *t = &r->t[i];
     if (!sel_store_materialize(t)) { /* else it stays as its last save left it */
         sel_flush_updates(t);
@@ -324,7 +304,7 @@ static void halve(sel_run *r) {
     int keep = (k + r->o->halving - 1) / r->o->halving;
     for (int j = 0; j < k; j++) {
         r->t[idx[j]].at_rung = 0;
-        if (j >= keep) stop_early(r, idx[j], "halving");
+        if (j >= keep) sel_stop_early(r, idx[j], "halving");
     }
 }
 
@@ -333,15 +313,17 @@ static void halve(sel_run *r) {
 /* Under the lock: what ASHA promotes now goes on, what it stops stops. */
 static void asha_settle(sel_run *r) {
     int k = sel_asha_decide(&r->asha, r->t, r->rank);
-    for (int j = 0; j < k; j++) stop_early(r, r->rank[j], "ASHA");
+    for (int j = 0; j < k; j++) sel_stop_early(r, r->rank[j], "ASHA");
 }
 
 /* Under the lock, after task t's step ended with event kind: a report at
  * its rung, then ASHA's decisions (an ended or failed task can close a
  * rung too). */
 static void asha_step(sel_run *r, sel_task *t, int kind, double val) {
-    if (kind == PM_SELECT_EV_EVAL && sel_asha_due(&r->asha, t)) sel_asha_report(&r->asha, t, val);
-    asha_settle(r);
+    int due = kind == PM_SELECT_EV_EVAL && sel_asha_due(&r->asha, t);
+    if (due) sel_asha_report(&r->asha, t, val);
+    if (r->link && due) sel_link_rung(r, t, val); /* rank 0 decides for every rank */
+    else if (!r->link) asha_settle(r);
 }
 
 /* ---- prefetch (the copy thread is device.c's) --------------------------- */
@@ -369,7 +351,7 @@ static int claim_next(sel_run *r, int d, int cur, int k) {
     if (y < 0 || y == cur) return y;
     int ready = 0;
     for (int i = 0; i < r->n; i++)
-        ready += !r->t[i].running && !finished(&r->t[i]) && !r->t[i].at_rung;
+        ready += !r->t[i].running && !finished(&r->t[i]) && !r->t[i].at_rung && !r->t[i].away;
     if (ready < r->o->devices) return -1;
     r->t[y].running = 1;
     return y;
@@ -422,10 +404,10 @@ static int use_prefetch(const sel_run *r, int d, int cur) {
     if (r->dev[d].slots < 2 || r->o->policy == PM_POLICY_SEQUENTIAL) return 0;
     if (r->o->prefetch != PM_PREFETCH_AUTO) return r->o->prefetch == PM_PREFETCH_ON;
     if (r->active < r->cores) return 1;
-    double mine = time_left(r, &r->t[cur], 0), total = 0;
+    double mine = sel_time_left(r, &r->t[cur], 0), total = 0;
     for (int i = 0; i < r->n; i++) {
-        if (finished(&r->t[i])) continue;
-        double l = time_left(r, &r->t[i], 0);
+        if (finished(&r->t[i]) || r->t[i].away) continue;
+        double l = sel_time_left(r, &r->t[i], 0);
         if (l > mine) return 0;
         total += l;
     }
@@ -440,7 +422,7 @@ static int interrupted(const sel_run *r) { return r->o->interrupt && atomic_load
 static void stop_idle(sel_run *r, int mine) {
     for (int k = 0; k < r->n; k++) {
         sel_task *t = &r->t[k];
-        if (finished(t) || (t->running && k != mine)) continue;
+        if (finished(t) || t->away || (t->running && k != mine)) continue;
         t->running = 0;
         t->state = PM_SELECT_STOPPED;
         snprintf(t->why, sizeof t->why, "interrupted after step %lld", (long long)t->host->step);
@@ -452,7 +434,7 @@ static void stop_idle(sel_run *r, int mine) {
  * runs, the step's next pass is not taken, its shard is not on a device,
  * and no other device keeps that pass for itself. */
 static int joinable(const sel_run *r, const sel_task *t, int d) {
-    return r->join && !finished(t) && !t->at_rung && t->pass < t->next &&
+    return r->join && !finished(t) && !t->at_rung && !t->away && t->pass < t->next &&
            t->next < sel_round_passes(t) && !t->inuse[sel_round_shard(t, t->next)] &&
            (t->pf_pass != t->next || t->pf_dev == d);
 }
@@ -463,7 +445,7 @@ static int pick_join(const sel_run *r, int d) {
     int best = -1;
     for (int i = 0; i < r->n; i++)
         if (joinable(r, &r->t[i], d) &&
-            (best < 0 || time_left(r, &r->t[i], 0) > time_left(r, &r->t[best], 0)))
+            (best < 0 || sel_time_left(r, &r->t[i], 0) > sel_time_left(r, &r->t[best], 0)))
             best = i;
     return best;
 }
@@ -571,7 +553,7 @@ static void pass_ended(sel_run *r, sel_task *t, int d, int k, int last, int bad,
  * (one per shard); their compute may run on as many (a backward recomputes
  * its forward and does its W beside its neighbours, whatever the
  * microbatches). Not joined, one pass at a time: all of its work. */
-static double task_bound(const sel_run *r, const sel_task *t) {
+double sel_task_bound(const sel_run *r, const sel_task *t) {
     if (!r->join) return t->work;
     return t->work - t->busy + t->busy / fmin(r->o->devices, t->S);
 }
@@ -672,9 +654,28 @@ static void *device_main(void *arg) {
         }
         pthread_cond_broadcast(&r->cv);
     }
+    r->live--;
     pthread_cond_broadcast(&r->cv);
     pthread_mutex_unlock(&r->mu);
     return NULL;
+}
+
+/* Across ranks, the main thread (the one MPI speaks to) serves the link
+ * while the devices run, and after, until the link is done. */
+static void serve_link(sel_run *r) {
+    long ns = 0;
+    pthread_mutex_lock(&r->mu);
+    while (!sel_link_done(r)) {
+        int before = r->live;
+        sel_link_pump(r);
+        pthread_mutex_unlock(&r->mu);
+        /* polled: 20 us growing to 1 ms while nothing happens */
+        ns = ns ? (ns * 2 > 1000000 ? 1000000 : ns * 2) : 20000;
+        nanosleep(&(struct timespec){0, ns}, NULL);
+        pthread_mutex_lock(&r->mu);
+        if (r->live != before) ns = 0;
+    }
+    pthread_mutex_unlock(&r->mu);
 }
 
 /* Each device's time by part, from the log (a device's entries follow one
@@ -852,7 +853,9 @@ static pm_status run_threads(sel_run *r, pm_err *err) {
         for (int i = 0; i < r->n; i++) r->t[i].why_mu = &r->why_mu;
         for (int i = 0; r->join && i < r->n; i++) r->t[i].mu = &r->mu, r->t[i].flow = &r->flow;
         r->t0 = pm_now();
-        if (r->o->asha > 1) asha_settle(r); /* a resumed sweep may wait at a rung */
+        if (r->o->asha > 1 && !r->link) asha_settle(r); /* a resumed sweep may wait at a
+                                                            rung (across ranks: rank 0's say) */
+        r->live = D;
         for (; started < D; started++) {
             args[started] = (dev_arg){r, started};
             if (pthread_create(&th[started], NULL, device_main, &args[started])) break;
@@ -861,11 +864,13 @@ static pm_status run_threads(sel_run *r, pm_err *err) {
             st = pm_errf(err, PM_ERR_NOMEM, "could not start device thread %d", started);
             pthread_mutex_lock(&r->mu);
             r->gate_n = started; /* the started ones wait for no more */
+            r->live -= D - started;
             for (int i = 0; i < r->n; i++)
                 if (!r->t[i].running) r->t[i].state = PM_SELECT_FAILED;
             pthread_cond_broadcast(&r->cv);
             pthread_mutex_unlock(&r->mu);
         }
+        if (r->link) serve_link(r);
         for (int d = 0; d < started; d++) pthread_join(th[d], NULL);
         r->stats->makespan_s = pm_now() - r->t0;
         pthread_cond_destroy(&r->flow);
@@ -908,7 +913,10 @@ pm_status pm_select_run(pm_select_task *tasks, pm_trainer *hosts, int n,
     if (o->val && o->eval_batches < 1)
         return pm_errf(err, PM_ERR_ARG, "eval_batches=%d: an evaluation needs at least 1 "
                        "microbatch", o->eval_batches);
-    sel_run r = {.o = o, .lay = layout, .n = n, .stats = stats,
+    if (o->ranks && o->halving > 1)
+        return pm_errf(err, PM_ERR_ARG, "select across ranks: halving waits for every task at "
+                       "each round; use asha, which rank 0 decides for the whole sweep");
+    sel_run r = {.o = o, .lay = layout, .n = n, .stats = stats, .link = o->ranks,
                  .cores = (int)sysconf(_SC_NPROCESSORS_ONLN)};
     stats->peak = pm_calloc((size_t)o->devices, sizeof(size_t));
     stats->busy = pm_calloc((size_t)o->devices, sizeof(double));
@@ -931,6 +939,7 @@ pm_status pm_select_run(pm_select_task *tasks, pm_trainer *hosts, int n,
     stats->devices = o->devices;
     if (!st) st = sel_asha_init(&r.asha, o, r.t, n, err);
     if (!st) st = devices_init(&r, err);
+    if (!st && r.link) st = sel_link_start(&r, err);
     if (!st) st = run_threads(&r, err);
     for (int i = 0; r.t && i < n; i++) /* its state whole, and a spilled one written out */
         if ((st ? sel_store_close(&r.t[i]) : finish_task(&r.t[i])) &&
@@ -945,9 +954,10 @@ pm_status pm_select_run(pm_select_task *tasks, pm_trainer *hosts, int n,
             .wall_s = t->first_start < 0 ? 0 : t->last_end - t->first_start,
             .val_step = isnan(t->val_loss) ? -1 : t->val_step};
         memcpy(res[i].why, t->why, sizeof res[i].why);
-        sum += t->work, longest = fmax(longest, task_bound(&r, t));
+        sum += t->work, longest = fmax(longest, sel_task_bound(&r, t));
     }
     stats->lower_bound_s = fmax(sum / o->devices, longest);
+    if (!st && r.link) st = sel_link_finish(&r, res, err); /* rank 0: every rank's */
     if (!st) account(stats);
     for (int d = 0; r.dev && d < o->devices; d++)
         stats->peak[d] = r.dev[d].peak, stats->wait[d] = r.dev[d].wait_s,

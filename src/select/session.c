@@ -212,8 +212,36 @@ int pm_select_session_best(const pm_select_session *s) {
     return -1;
 }
 
+/* Across ranks, task i ran on another rank, whose state stayed there: its
+ * record's checkpoint (written there as it ended or stopped, its state
+ * then) copied to path. */
+static pm_status save_from_record(const pm_select_session *s, int i, const char *path,
+                                  pm_err *err) {
+    const char *dir = s->set.run.save_dir, *name = s->tasks[i].name;
+    if (!dir)
+        return pm_errf(err, PM_ERR_ARG, "select: task %s ran on rank %d, where its state stays; "
+                       "across ranks it is saved from its checkpoint under save_dir DIR: give "
+                       "one", name, s->res[i].rank);
+    char from[4096], *bytes = NULL;
+    size_t len = 0;
+    pm_wfile w;
+    snprintf(from, sizeof from, "%s/%s.ckpt", dir, name);
+    pm_status st = pm_read_file(from, (size_t)1 << 40, &bytes, &len, err);
+    if (!st && !(st = pm_wfile_open(&w, path, err))) {
+        if (fwrite(bytes, 1, len, w.f) != len) {
+            pm_wfile_abort(&w);
+            st = pm_errf(err, PM_ERR_IO, "%s: write failed", path);
+        } else {
+            st = pm_wfile_commit(&w, err);
+        }
+    }
+    pm_free(bytes);
+    return st;
+}
+
 pm_status pm_select_session_save(pm_select_session *s, int i, const char *path, pm_err *err) {
     if (i < 0 || i >= s->nhost) return pm_errf(err, PM_ERR_ARG, "select: no task %d to save", i);
+    if (s->set.run.ranks && s->res && s->res[i].rank != 0) return save_from_record(s, i, path, err);
     pm_status st = pm_select_host_load(&s->tasks[i], &s->hosts[i], err);
     return st ? st : pm_ckpt_save(&s->hosts[i], path, err);
 }

@@ -13,6 +13,7 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "pipemem/pm_gpt.h"
@@ -96,10 +97,19 @@ pm_status pm_select_spill(pm_select_task *task, pm_trainer *h, const char *dir, 
     const char *name = task->name;
     char path[4096];
     snprintf(path, sizeof path, "%s/%s.state", dir, name);
-    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    /* a name of its own beside PATH (pm_tmp_open: created exclusively), so
+     * two processes spilling the same task into one directory (ranks of a
+     * sweep on one host) never share a file */
+    char *tmp = NULL;
+    int fd = pm_tmp_open(path, 1, &tmp);
     if (fd < 0)
         return pm_errf(err, PM_ERR_IO, "spill_dir %s: %s: %s", dir, path, strerror(errno));
-    unlink(path); /* the state needs no name: it goes when the run ends */
+    unlink(tmp); /* the state needs no name: it goes when the run ends */
+    pm_free(tmp);
+    if (fchmod(fd, 0600)) { /* as before any state is written: this user's alone */
+        close(fd);
+        return pm_errf(err, PM_ERR_IO, "spill_dir %s: %s: %s", dir, path, strerror(errno));
+    }
     task->spilled = 1, task->spill_fd = fd;
     pm_err e;
     pm_status st = pm_select_host_unload(task, h, &e);

@@ -1,5 +1,5 @@
-/* test_tokenizer.c: subword vocabularies end to end, through the built
- * binary (PM_BIN): `tokenizer train`, `prepare --tokenizer`, training on
+/* test_cli_tokenizer.c: subword vocabularies end to end, through the
+ * built binary (tests/cli.h): `tokenizer train`, `prepare --tokenizer`, training on
  * the ids on one device and on pipelines (checkpoints byte for byte equal),
  * the checkpoint embedding the data's tokenizer model, and `sample`
  * decoding with it on its own; llm.c's token files with GPT-2's vocabulary;
@@ -11,12 +11,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmocka.h>
 
 #include "checks.h"
+#include "cli.h"
 
 #include "pipemem/pm_tokenizer.h"
 #include "pipemem/pm_train.h"
@@ -24,24 +24,15 @@
 static char dir[] = "/tmp/pm_test_tokenizer_XXXXXX";
 static const char *bin;
 
-/* Runs `PM_BIN args` (stdout to out, stderr to err, when not NULL); status. */
+/* Runs `PM_BIN args` (chk_sh); its stdout into out and its stderr into err
+ * (cap and ecap bytes), when not NULL; its status. */
 static int run(const char *args, char *out, size_t cap, char *err, size_t ecap) {
-    char cmd[1500], fo[300], fe[300];
-    snprintf(fo, sizeof fo, "%s/stdout", dir);
-    snprintf(fe, sizeof fe, "%s/stderr", dir);
-    snprintf(cmd, sizeof cmd, "timeout 120 %s %s >%s 2>%s", bin, args, fo, fe);
-    int st = system(cmd);
-    char *bufs[2] = {out, err};
-    size_t caps[2] = {cap, ecap};
-    const char *files[2] = {fo, fe};
-    for (int k = 0; k < 2; k++) {
-        if (!bufs[k]) continue;
-        FILE *f = fopen(files[k], "r");
-        size_t n = f ? fread(bufs[k], 1, caps[k] - 1, f) : 0;
-        bufs[k][n] = 0;
-        if (f) fclose(f);
-    }
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    chk_cmd c = {0};
+    int st = chk_sh(&c, "%s %s", bin, args);
+    if (out) snprintf(out, cap, "%s", c.out);
+    if (err) snprintf(err, ecap, "%s", c.err);
+    chk_cmd_free(&c);
+    return st;
 }
 
 static int same_file(const char *a, const char *b) {
@@ -54,7 +45,7 @@ static int same_file(const char *a, const char *b) {
 
 static void test_end_to_end(void **state) {
     (void)state;
-    if (!bin || !pm_tokenizer_available()) skip();
+    if (!pm_tokenizer_available()) skip();
     char a[1200], out[4096], err[4096];
     snprintf(a, sizeof a, "tokenizer train %s/corpus.txt --vocab 400 -o %s/m.model", dir, dir);
     assert_int_equal(run(a, NULL, 0, err, sizeof err), 0);
@@ -99,7 +90,7 @@ static void test_end_to_end(void **state) {
 
 static void test_bad_requests(void **state) {
     (void)state;
-    if (!bin || !pm_tokenizer_available()) skip();
+    if (!pm_tokenizer_available()) skip();
     char a[1200], err[4096];
     snprintf(a, sizeof a, "tokenizer train %s/corpus.txt --vocab 10 -o %s/x.model", dir, dir);
     assert_int_equal(run(a, NULL, 0, err, sizeof err), 1);
@@ -129,7 +120,7 @@ static void test_bad_requests(void **state) {
  * --vocab does train. */
 static void test_vocab_below_the_characters(void **state) {
     (void)state;
-    if (!bin || !pm_tokenizer_available()) skip();
+    if (!pm_tokenizer_available()) skip();
     char path[300], a[1200], err[4096];
     snprintf(path, sizeof path, "%s/cjk.txt", dir);
     FILE *f = fopen(path, "w");
@@ -166,7 +157,7 @@ static void test_vocab_below_the_characters(void **state) {
  * first); --help prints the usage. */
 static void test_train_inputs(void **state) {
     (void)state;
-    if (!bin || !pm_tokenizer_available()) skip();
+    if (!pm_tokenizer_available()) skip();
     char a[1200], out[4096], err[4096], p1[300], p2[300];
     snprintf(a, sizeof a, "cp %s/corpus.txt '%s/com,ma.txt'", dir, dir);
     assert_int_equal(system(a), 0);
@@ -219,7 +210,6 @@ static void write_llmc(const char *path, int n, unsigned seed) {
 
 static void test_llmc_gpt2_vocab(void **state) {
     (void)state;
-    if (!bin) skip();
     char tr[300], va[300], a[1200], err[4096];
     snprintf(tr, sizeof tr, "%s/tiny_shakespeare_train.bin", dir);
     snprintf(va, sizeof va, "%s/tiny_shakespeare_val.bin", dir);
@@ -257,7 +247,7 @@ static void test_llmc_gpt2_vocab(void **state) {
 
 static int setup(void **state) {
     (void)state;
-    bin = getenv("PM_BIN");
+    bin = chk_bin();
     if (!mkdtemp(dir)) return -1;
     char p[300];
     snprintf(p, sizeof p, "%s/corpus.txt", dir);

@@ -1,5 +1,5 @@
-/* test_memory.c: a pipeline divides the model's memory, as the kernel
- * measures it (when PM_BIN names the built binary). One GPT, big enough
+/* test_cli_memory.c: a pipeline divides the model's memory, as the kernel
+ * measures it, through the built binary (tests/cli.h). One GPT, big enough
  * that its state dominates what a process holds: 8 layers, dim 512, 8
  * heads, ctx 32, batch 8 in 8 microbatches, the corpus's bytes as its
  * vocabulary: 25.5 M parameters, 408 MB of parameters, gradients and AdamW
@@ -46,8 +46,6 @@
  *     make asan: 0.98 and 0.33).
  * The margins left, 0.08 and 0.10 of one device's peak (35 and 44 MB),
  * are several times those. */
-#define _DEFAULT_SOURCE /* wait4 */
-#include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -55,13 +53,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmocka.h>
 
 #include "checks.h"
+#include "cli.h"
 #include "pipemem/pm_runtime.h"
 
 #define SHAPE "--layers 8 --dim 512 --heads 8 --ctx 32 --batch 8 --microbatches 8 --steps 1 " \
@@ -71,35 +68,23 @@
 static char dir[256];
 static const char *bin;
 
-/* Runs cmd through sh (stdout and stderr into out, at most cap); its exit
- * status; *rss: the kernel's peak resident memory (ru_maxrss, bytes) of
- * the largest process it ran (the shell execs the command). */
+/* Runs cmd through chk_sh (stdout and stderr into out, at most cap); its
+ * exit status; *rss: the kernel's peak resident memory (ru_maxrss, bytes)
+ * of the largest process it ran. */
 static int run(char *out, size_t cap, double *rss, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 static int run(char *out, size_t cap, double *rss, const char *fmt, ...) {
-    char cmd[1500], path[300];
+    char cmd[1500];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(cmd, sizeof cmd, fmt, ap);
     va_end(ap);
-    snprintf(path, sizeof path, "%s/out.txt", dir);
-    pid_t pid = fork();
-    if (pid == 0) {
-        if (!freopen(path, "w", stdout) || dup2(1, 2) < 0) _exit(127);
-        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
-        _exit(127);
-    }
-    assert_true(pid > 0);
-    int st;
-    struct rusage ru;
-    while (wait4(pid, &st, 0, &ru) < 0)
-        if (errno != EINTR) fail_msg("wait4: %s", strerror(errno));
-    if (rss) *rss = 1024.0 * (double)ru.ru_maxrss;
-    FILE *f = fopen(path, "r");
-    size_t n = f ? fread(out, 1, cap - 1, f) : 0;
-    out[n] = 0;
-    if (f) fclose(f);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    chk_cmd c = {0};
+    int st = chk_sh(&c, "exec 2>&1; %s", cmd);
+    if (rss) *rss = c.rss;
+    snprintf(out, cap, "%s", c.out);
+    chk_cmd_free(&c);
+    return st;
 }
 
 static double json_num(const char *out, const char *key) {
@@ -136,7 +121,6 @@ static double one_device(void) {
 /* Four device threads hold the model once: at most 1.15 times one device. */
 static void test_threads(void **state) {
     (void)state;
-    if (!bin) skip();
     static char out[16384];
     double one = one_device(), rss, v[8];
     char ck[300];
@@ -163,7 +147,6 @@ static void test_threads(void **state) {
  * state, and allocating its plan. */
 static void test_ranks(void **state) {
     (void)state;
-    if (!bin) skip();
     if (!pm_mpi_built()) {
         print_message("test_ranks skipped: this pipemem was built without MPI\n");
         skip();
@@ -199,22 +182,13 @@ static void test_ranks(void **state) {
 
 static int setup(void **state) {
     (void)state;
-    bin = getenv("PM_BIN");
+    bin = chk_bin();
     /* no OpenBLAS thread pool (its size would be the core count's) */
     setenv("OPENBLAS_NUM_THREADS", "1", 1);
     setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
     setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
-    snprintf(dir, sizeof dir, "/tmp/pm_test_memory_%d", (int)getpid());
-    char cmd[700];
-    snprintf(cmd, sizeof cmd, "mkdir -p %s", dir);
-    if (system(cmd) != 0) return -1;
-    if (!bin) return 0;
-    snprintf(cmd, sizeof cmd, "%s/t.txt", dir);
-    FILE *f = fopen(cmd, "w");
-    if (!f) return -1;
-    for (int i = 0; i < 3000; i++) fprintf(f, "line %d of a corpus for memory\n", i + 1);
-    if (fclose(f)) return -1;
-    return chk_prepare(bin, dir);
+    snprintf(dir, sizeof dir, "/tmp/pm_test_cli_memory_%d", (int)getpid());
+    return chk_prepare(bin, dir, 3000, "line $((i + 1)) of a corpus for memory");
 }
 
 static int teardown(void **state) {

@@ -1,4 +1,4 @@
-/* test_hosts.c: pipemem across hosts, over TCP, through scripts/hosts.sh.
+/* test_cli_hosts.c: pipemem across hosts, over TCP, through scripts/hosts.sh.
  *
  * Started plainly, the program re-runs itself inside `hosts.sh with 2`:
  * two hosts on this machine (network and UTS namespaces, node1 and node2,
@@ -24,7 +24,12 @@
  *     ranks (2, and one device) bitwise as the uninterrupted run; no process
  *     is left on either host;
  *   - hosts that disagree (data, pipemem's version, options): one line
- *     saying which, naming both hosts.
+ *     saying which, naming both hosts;
+ *   - select across the hosts: every task's records bitwise one machine's,
+ *     each rank with devices and memory of its own; ASHA's promotions as
+ *     one machine's; ranks with another sweep or data refused in one line;
+ *     node2's pipemem lost mid-sweep, the tasks then running named by rank
+ *     0, and the sweep resumed on node1 bitwise as one machine's.
  * Every test has a time limit on the whole (alarm); every command one too
  * (timeout), so a hang fails the test instead of stalling make. */
 #define _XOPEN_SOURCE 700
@@ -65,7 +70,7 @@ static const char *hosts; /* the harness's directory (PM_HOSTS) */
  * harness then removes the hosts). */
 static void too_long(int sig) {
     (void)sig;
-    static const char m[] = "test_hosts: a test ran past its time limit\n";
+    static const char m[] = "test_cli_hosts: a test ran past its time limit\n";
     ssize_t w = write(2, m, sizeof m - 1);
     (void)w;
     _exit(1);
@@ -355,7 +360,7 @@ static void lose_node2(const char *inject, int keep, const char *says) {
     assert_int_equal(sh(res, sizeof res, HOSTS_SH " %s", inject), 0);
     if (!keep) { /* every rank ends by itself; then mpirun is ended here */
         for (int k = 1; k <= 2; k++) {
-            char h[8];
+            char h[16];
             snprintf(h, sizeof h, "node%d", k);
             host_gone(h, "pipemem");
         }
@@ -445,6 +450,135 @@ static void test_disagree(void **state) {
     disagree("PM_X=1", "d", "--eval-every 3", v);
 }
 
+/* ---- select across hosts ------------------------------------------------------------ */
+
+#define SWEEP "--layers 4 --dim 64 --heads 2 --ctx 16 --batch 8 --microbatches 2 --eval-batches 1"
+
+/* The records of n tasks t0.. under save directories a and b, byte for
+ * byte: each checkpoint and losses, and a stopped task's marker. */
+static void same_records(const char *a, const char *b, int n, const char *what) {
+    static const char *const ext[3] = {"ckpt", "loss", "stopped"};
+    for (int i = 0; i < n; i++)
+        for (int e = 0; e < 3; e++) {
+            char x[300], y[300];
+            snprintf(x, sizeof x, "%s/t%d.%s", a, i, ext[e]);
+            snprintf(y, sizeof y, "%s/t%d.%s", b, i, ext[e]);
+            int hx = !access(x, F_OK), hy = !access(y, F_OK);
+            if (hx != hy || (e < 2 && !hx)) fail_msg("%s: t%d.%s %s on one machine, %s across "
+                                                   "hosts", what, i, ext[e], hx ? "is" : "is not",
+                                                   hy ? "is" : "is not");
+            if (hx && !same_file(x, y)) fail_msg("%s: t%d.%s differs", what, i, ext[e]);
+        }
+}
+
+/* Sweep sw into save directory save: on one machine (one device of 16
+ * MiB; mpi NULL), or under mpirun with mpi's placement, a device of 16 MiB
+ * a rank. Fails the test if it fails; its output in out. */
+static void sweep(char *out, size_t cap, const char *mpi, const char *sw, const char *save) {
+    const char *opts = "--devices 1 --device-mem 16M";
+    int rc = mpi ? sh(out, cap, ACROSS " %s %s select --data %s/d %s %s --resume %s", hosts, mpi,
+                      bin, dir, sw, opts, save)
+                 : sh(out, cap, "%s select --data %s/d %s %s --resume %s", bin, dir, sw, opts,
+                      save);
+    if (rc) fail_msg("%s (%s): %s", save, mpi ? mpi : "one machine", out);
+}
+
+/* 8 tasks on one machine (one device), then over both hosts, each rank
+ * with devices and memory of its own (node2's 3 MiB cuts every task into
+ * 4 shards, node1's 16 MiB leaves one): every task's records bitwise the
+ * one machine's, the table and JSON rank 0's alone with every task, tasks
+ * run on both ranks. Then ASHA (4 tasks, eta 3, rungs 3 and 9): whichever
+ * rank reports when, its promotions are the top 2 of the 4 at step 3 (the
+ * quota ceil(4/3), and the first promoted is the best of 3 so in the top 2
+ * of 4), so the same tasks stop, each at the same state, as on one machine. */
+static void test_select_across_hosts(void **state) {
+    (void)state;
+    static char out[65536];
+    char one[300], two[300];
+    const char *sw = SWEEP " --lr 1e-3,2e-3,3e-3,4e-3 --seed 1,2 --steps 6 --eval-every 3";
+    limit(300);
+    snprintf(one, sizeof one, "%s/sel1", dir);
+    snprintf(two, sizeof two, "%s/sel2", dir);
+    sweep(out, sizeof out, NULL, sw, one);
+    if (sh(out, sizeof out, ACROSS " -np 1 -host node1 %s select --data %s/d %s --devices 2 "
+           "--device-mem 16M --resume %s --json : -np 1 -host node2 %s select --data %s/d %s "
+           "--devices 1 --device-mem 3M --resume %s --json", hosts, bin, dir, sw, two, bin, dir,
+           sw, two))
+        fail_msg("across hosts: %s", out);
+    if (count(out, "{\"task\": ") != 8 || count(out, "makespan ") != 1 ||
+        !strstr(out, "\"rank\": 0") || !strstr(out, "\"rank\": 1"))
+        fail_msg("across hosts: not one table of 8 tasks run on both ranks:\n%s", out);
+    same_records(one, two, 8, "select across hosts");
+    const char *asha = SWEEP " --lr 1e-3,2e-3,5e-3,1e-2 --steps 9 --asha 3 --asha-min 3";
+    snprintf(one, sizeof one, "%s/asha1", dir);
+    snprintf(two, sizeof two, "%s/asha2", dir);
+    sweep(out, sizeof out, NULL, asha, one);
+    if (count(out, "stopped: by ASHA after step 3 (") != 2)
+        fail_msg("asha: not 2 stopped:\n%s", out);
+    sweep(out, sizeof out, "-np 2 --npernode 1", asha, two);
+    same_records(one, two, 4, "asha across hosts");
+}
+
+/* Ranks that differ in their sweep or data (rank 1 on node2 with other
+ * steps, or another data directory) stop at the start: one line, rank 0's,
+ * naming rank 1 and what differs; ranks that differ only in their devices
+ * and memory ran above. */
+static void test_select_disagree(void **state) {
+    (void)state;
+    static char out[16384];
+    const char *sw = SWEEP " --lr 1e-3,2e-3 --steps 4 --devices 1 --device-mem 16M";
+    const char *what[2][2] = {{"d", "--steps 5"}, {"e", ""}};
+    const char *says[2] = {"rank 1 has another sweep than rank 0", "rank 1 reads other data"};
+    limit(120);
+    for (int k = 0; k < 2; k++) {
+        int rc = sh(out, sizeof out, ACROSS " -np 1 -host node1 %s select --data %s/d %s : -np 1 "
+                    "-host node2 %s select --data %s/%s %s %s", hosts, bin, dir, sw, bin, dir,
+                    what[k][0], sw, what[k][1]);
+        if (rc == 0 || strstr(out, TIMED_OUT) || count(out, "pipemem: ") != 1 ||
+            !strstr(out, says[k]))
+            fail_msg("exit %d, not one line '%s':\n%s", rc, says[k], out);
+    }
+}
+
+/* A sweep over both hosts loses node2's pipemem mid-run: rank 0 says in
+ * one line which tasks were running where (lost since their last
+ * checkpoint) and how to resume; resumed on node1 alone (2 ranks), every
+ * task ends bitwise as the sweep run on one machine uninterrupted. */
+static void test_select_lost_rank(void **state) {
+    (void)state;
+    static char out[65536], res[16384];
+    char lost[300], ref[300], cmd[2048], line[400];
+    const char *sw = SWEEP " --lr 1e-3,2e-3,3e-3,4e-3 --steps 300 --eval-every 20";
+    limit(300);
+    snprintf(lost, sizeof lost, "%s/lost", dir);
+    snprintf(ref, sizeof ref, "%s/ref", dir);
+    snprintf(cmd, sizeof cmd, "exec 2>&1; " ACROSS " -np 2 --npernode 1 %s select --data %s/d "
+             "%s --devices 1 --device-mem 16M --resume %s", hosts, bin, dir, sw, lost);
+    FILE *f = popen(cmd, "r");
+    assert_non_null(f);
+    for (int saved = 0; !saved; nap_ms(10))
+        for (int i = 0; i < 4 && !saved; i++) {
+            char p[320];
+            snprintf(p, sizeof p, "%s/t%d.loss", lost, i);
+            saved = !access(p, F_OK);
+        }
+    assert_int_equal(sh(res, sizeof res, HOSTS_SH " kill %s node2 pipemem", hosts), 0);
+    size_t n = fread(out, 1, sizeof out - 1, f);
+    out[n] = 0;
+    int st = pclose(f), rc = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    if (rc == 0 || strstr(out, TIMED_OUT)) fail_msg("exit %d:\n%s", rc, out);
+    snprintf(line, sizeof line, "; resume with --resume %s on any hosts and ranks", lost);
+    if (count(out, "pipemem: ") != 1 || !strstr(out, "pipemem: rank 0 on node1: mpirun stopped") ||
+        !strstr(out, "tasks then running are lost since their last checkpoint: ") ||
+        !strstr(out, " (rank 1 on node2)") || !strstr(out, line))
+        fail_msg("not one line from pipemem naming the lost tasks:\n%s", out);
+    host_gone("node1", NULL);
+    host_gone("node2", NULL);
+    sweep(res, sizeof res, NULL, sw, ref);
+    sweep(res, sizeof res, "-np 2 --host node1:2", sw, lost); /* resumed on node1 */
+    same_records(ref, lost, 4, "lost and resumed on node1");
+}
+
 /* ---- setup ------------------------------------------------------------------------ */
 
 static int setup(void **state) {
@@ -472,17 +606,17 @@ int main(int argc, char **argv) {
     bin = getenv("PM_BIN");
     hosts = getenv("PM_HOSTS");
     if (!bin) {
-        fprintf(stderr, "test_hosts: set PM_BIN to the built pipemem (make check does)\n");
+        fprintf(stderr, "test_cli_hosts: set PM_BIN to the built pipemem (make check does)\n");
         return 1;
     }
     if (!pm_mpi_built()) {
-        printf("test_hosts: skipped: this pipemem was built without MPI\n");
+        printf("test_cli_hosts: skipped: this pipemem was built without MPI\n");
         return 0;
     }
     if (!hosts) { /* into the harness, unless this machine cannot make hosts */
         static char why[1024];
         if (sh(why, sizeof why, HOSTS_SH " can")) {
-            printf("test_hosts: skipped: %s", why);
+            printf("test_cli_hosts: skipped: %s", why);
             return 0;
         }
         char self[512];
@@ -490,7 +624,7 @@ int main(int argc, char **argv) {
         if (n <= 0) return 1;
         self[n] = 0;
         execl(HOSTS_SH, HOSTS_SH, "with", "2", self, (char *)NULL);
-        fprintf(stderr, "test_hosts: cannot run " HOSTS_SH "\n");
+        fprintf(stderr, "test_cli_hosts: cannot run " HOSTS_SH "\n");
         return 1;
     }
     (void)argv;
@@ -501,6 +635,9 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_across_hosts),
         cmocka_unit_test(test_lost_host),
         cmocka_unit_test(test_disagree),
+        cmocka_unit_test(test_select_across_hosts),
+        cmocka_unit_test(test_select_disagree),
+        cmocka_unit_test(test_select_lost_rank),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

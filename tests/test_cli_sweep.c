@@ -1,5 +1,5 @@
-/* test_sweep.c: `pipemem select` as a person writes a sweep (issue 20,
- * part 3), through the built binary (PM_BIN): random search over lists and
+/* test_cli_sweep.c: `pipemem select` as a person writes a sweep (issue 20,
+ * part 3), through the built binary (tests/cli.h): random search over lists and
  * ranges (reproducible, within range, integers integer, log-uniform where
  * asked, distinct), duplicate tasks warned about, per-task steps and
  * weight decay (each such task bitwise `pipemem train` with those options),
@@ -14,7 +14,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -22,31 +21,28 @@
 #include <libxml/parser.h>
 #include <libxml/tree.h>
 
+#include "checks.h"
+#include "cli.h"
 #include "pipemem/pm_select.h"
 
-static char dir[] = "/tmp/pm_test_sweep_XXXXXX";
+static char dir[] = "/tmp/pm_test_cli_sweep_XXXXXX";
 static const char *bin;
 
 static int setup(void **state) {
     (void)state;
-    bin = getenv("PM_BIN");
+    bin = chk_bin();
     return mkdtemp(dir) ? 0 : -1;
 }
 
 static int teardown(void **state) {
     (void)state;
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    return system(cmd) == 0 ? 0 : -1;
+    return chk_rm_rf(dir);
 }
 
-/* Runs `PM_BIN args` (a time limit stops a runaway), stdout to DIR/out and
- * stderr to DIR/err; the exit status. */
+/* Runs `PM_BIN args` (chk_sh: a time limit stops a runaway), stdout to
+ * DIR/out and stderr to DIR/err; the exit status. */
 static int run(const char *args) {
-    char cmd[4096];
-    snprintf(cmd, sizeof cmd, "timeout 120 %s %s >%s/out 2>%s/err", bin, args, dir, dir);
-    int st = system(cmd);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    return chk_sh(NULL, "%s %s >%s/out 2>%s/err", bin, args, dir, dir);
 }
 
 /* The text of DIR/name (at most cap - 1 bytes). */
@@ -73,7 +69,7 @@ static void prepare_data(void) {
     snprintf(cmd, sizeof cmd, "test -e %s/d/train.bin || (for i in $(seq 1 300); do echo "
              "\"line $i: pack my box with five dozen liquor jugs\"; done > %s/t.txt && %s "
              "prepare %s/t.txt -o %s/d >/dev/null 2>&1)", dir, dir, bin, dir, dir);
-    assert_int_equal(system(cmd), 0);
+    assert_int_equal(chk_sh(NULL, "%s", cmd), 0);
 }
 
 /* The dry run's tasks (--dry-run --json on DIR/out): a new reference. */
@@ -120,7 +116,6 @@ static int same_task(json_t *a, json_t *b) {
  * 200 draws: 100 +- 20 and 114 +- 22 (three standard deviations). */
 static void sampling(void **state) {
     (void)state;
-    if (!bin) skip();
     const char *space = "--lr log:1e-4..1e-2 --layers log:1..16 --steps 10,20 "
                         "--weight-decay 0..0.2 --warmup 0..3 --sample 200";
     char args[1024];
@@ -166,7 +161,6 @@ static void sampling(void **state) {
  * without --sample is refused, naming the fix. */
 static void sampling_distinct(void **state) {
     (void)state;
-    if (!bin) skip();
     json_t *root;
     json_t *t = dry_tasks("--lr 1e-3,2e-3 --layers 2,3 --sample 4", &root);
     assert_int_equal(json_array_size(t), 4);
@@ -205,7 +199,6 @@ static void sampling_distinct(void **state) {
  * 0.001 is 1e-3 on the command line, and two lines of a tasks file. */
 static void duplicates_warned(void **state) {
     (void)state;
-    if (!bin) skip();
     char err[4096], a[600];
     assert_int_equal(run("select --devices 1 --device-mem 8M --dim 32 --heads 2 --dry-run "
                          "--lr 1e-3,2e-3,0.001"), 0);
@@ -232,7 +225,6 @@ static void duplicates_warned(void **state) {
  * refused in one line naming the option. */
 static void tasks_file_defaults(void **state) {
     (void)state;
-    if (!bin) skip();
     char tf[300], args[1000], err[2048];
     snprintf(tf, sizeof tf, "%s/defaults.txt", dir);
     FILE *f = fopen(tf, "w");
@@ -267,7 +259,6 @@ static void tasks_file_defaults(void **state) {
  * byte; the CSV prints the numbers as given (lr 0.003, not 0.00300000003). */
 static void per_task_budgets(void **state) {
     (void)state;
-    if (!bin) skip();
     prepare_data();
     const char *model = "--layers 2 --dim 32 --heads 2 --ctx 16 --batch 4 --microbatches 2";
     char tf[300], a[2048], csv[8192];
@@ -372,7 +363,6 @@ static const csv_row *row_of(const csv_row *rows, int n, const char *name) {
  * last step's, and the stopped rank by that step, later first. */
 static void table_ranks_and_steps(void **state) {
     (void)state;
-    if (!bin) skip();
     prepare_data();
     char tf[300], a[2048], out[16384];
     snprintf(tf, sizeof tf, "%s/rank.txt", dir);
@@ -423,7 +413,6 @@ static void table_ranks_and_steps(void **state) {
  * changed. */
 static void resume_finished(void **state) {
     (void)state;
-    if (!bin) skip();
     prepare_data();
     char tf[300], a[3000], err[4096];
     snprintf(tf, sizeof tf, "%s/res.txt", dir);
@@ -439,7 +428,7 @@ static void resume_finished(void **state) {
              "until grep -q 'short done' %s/r1.err || [ $n -gt 600 ]; do sleep 0.05; "
              "n=$((n+1)); done; kill -INT $pid; wait $pid; test $? -eq 130", sweep, dir, dir,
              dir, dir);
-    if (system(a)) fail_msg("the sweep was not interrupted cleanly (%s)", a);
+    if (chk_sh(NULL, "%s", a)) fail_msg("the sweep was not interrupted cleanly (%s)", a);
     csv_row r1[2], r2[2], r3[2];
     assert_int_equal(read_csv("r1.csv", r1, 2), 2);
     const csv_row *s1 = row_of(r1, 2, "short");
@@ -449,7 +438,7 @@ static void resume_finished(void **state) {
     /* resumed: long runs to its end, short keeps its losses */
     snprintf(a, sizeof a, "%s --csv %s/r2.csv --save-best %s/best.ckpt > %s/out 2> %s/err",
              sweep, dir, dir, dir, dir);
-    assert_int_equal(system(a), 0);
+    assert_int_equal(chk_sh(NULL, "%s", a), 0);
     assert_int_equal(read_csv("r2.csv", r2, 2), 2);
     for (int i = 0; i < 2; i++) {
         assert_string_equal(r2[i].state, "done");
@@ -461,7 +450,7 @@ static void resume_finished(void **state) {
     if (system(a)) fail_msg("--save-best is not the best task's (%s)", r2[0].name);
     /* finished: nothing runs, the same table, exit 0 */
     snprintf(a, sizeof a, "%s --csv %s/r3.csv > %s/out 2> %s/err", sweep, dir, dir, dir);
-    assert_int_equal(system(a), 0);
+    assert_int_equal(chk_sh(NULL, "%s", a), 0);
     assert_int_equal(read_csv("r3.csv", r3, 2), 2);
     for (int i = 0; i < 2; i++) {
         assert_string_equal(r3[i].name, r2[i].name);
@@ -476,7 +465,7 @@ static void resume_finished(void **state) {
           "name=long lr=3e-3 steps=2000 layers=2 dim=32 heads=2 ctx=16 batch=4\n", f);
     fclose(f);
     snprintf(a, sizeof a, "%s > %s/out 2> %s/err", sweep, dir, dir);
-    assert_int_equal(WEXITSTATUS(system(a)), 1);
+    assert_int_equal(chk_sh(NULL, "%s", a), 1);
     slurp("err", err, sizeof err);
     if (lines_of(err) != 1 || !strstr(err, "task short: ") ||
         !strstr(err, "was made with --steps 3, this run has --steps 5"))
@@ -490,7 +479,6 @@ static void resume_finished(void **state) {
  * checkpoint) likewise. */
 static void resume_record_tampered(void **state) {
     (void)state;
-    if (!bin) skip();
     prepare_data();
     char a[2000], err[4096], best[300];
     snprintf(best, sizeof best, "%s/tb.ckpt", dir);
@@ -516,7 +504,7 @@ static void resume_record_tampered(void **state) {
 }
 
 /* The double at key of a JSON object, read back (jansson reads with strtod). */
-static double json_num_at(json_t *o, const char *key) {
+static double num(json_t *o, const char *key) {
     json_t *v = json_object_get(o, key);
     if (!json_is_number(v)) fail_msg("no number %s", key);
     return json_number_value(v);
@@ -528,7 +516,6 @@ static double json_num_at(json_t *o, const char *key) {
  * train printed 6 decimals, select 9 digits). */
 static void json_round_trip(void **state) {
     (void)state;
-    if (!bin) skip();
     prepare_data();
     const char *m = "--lr 1e-2 --layers 2 --dim 32 --heads 2 --ctx 16 --batch 4 --steps 5 "
                     "--eval-every 5";
@@ -546,7 +533,7 @@ static void json_round_trip(void **state) {
     json_t *task = json_array_get(json_object_get(sel, "tasks"), 0);
     const char *key[] = {"final_loss", "val_loss"};
     for (int k = 0; k < 2; k++) {
-        double x = json_num_at(task, key[k]), y = json_num_at(tr, key[k]);
+        double x = num(task, key[k]), y = num(tr, key[k]);
         if (memcmp(&x, &y, sizeof x)) fail_msg("%s: select %.17g, train %.17g", key[k], x, y);
     }
     json_decref(sel);
@@ -587,7 +574,6 @@ static int path_points(xmlNode *n) {
  * cannot be written is refused before anything runs. */
 static void curves_svg(void **state) {
     (void)state;
-    if (!bin) skip();
     prepare_data();
     char a[1500], path[300], err[2048];
     snprintf(a, sizeof a, "select --data %s/d --devices 2 --device-mem 8M --lr 1e-4,1e-3,3e-3,1e-2 "
@@ -650,58 +636,11 @@ static void curves_svg(void **state) {
     }
 }
 
-/* The memory check, a pure function given numbers: 64 devices of 1 GiB and
- * 2 GiB of state need 66 GiB: refused against 16 GiB, naming both and the
- * fixes; exactly 66 GiB passes, a byte less does not; unknown (0) passes.
- * What a sweep needs: each task's trainer bytes, and spilled, its state
- * (16 bytes a parameter) only for as many tasks as devices. */
-static void memory_check(void **state) {
-    (void)state;
-    const double G = 1 << 30;
-    pm_select_ram need = {64, 1 * G, 2 * G, 0};
-    pm_err e;
-    assert_int_equal(pm_select_ram_check(&need, 16 * G, &e), PM_ERR_MEMLIMIT);
-    static const char *const said[] = {"64 devices' slabs of 1.000 GiB (64.00 GiB)",
-                                       "state in RAM (2.00 GiB)", "need 66.00 GiB",
-                                       "has 16.00 GiB available", "device_mem", "spill_dir"};
-    for (size_t k = 0; k < sizeof said / sizeof said[0]; k++)
-        if (!strstr(e.msg, said[k])) fail_msg("'%s' does not say '%s'", e.msg, said[k]);
-    assert_int_equal(pm_select_ram_check(&need, 66 * G, &e), PM_OK);
-    assert_int_equal(pm_select_ram_check(&need, 66 * G - 1, &e), PM_ERR_MEMLIMIT);
-    assert_int_equal(pm_select_ram_check(&need, 0, &e), PM_OK);
-    need.spilled = 1;
-    assert_int_equal(pm_select_ram_check(&need, 16 * G, &e), PM_ERR_MEMLIMIT);
-    assert_null(strstr(e.msg, "spill_dir")); /* already spilled */
-    /* the need of three tasks on 2 devices */
-    pm_select_task t[3];
-    for (int i = 0; i < 3; i++) {
-        t[i] = (pm_select_task){.cfg = {.model = {256, 16, 32 * (i + 1), 2, 2}, .batch = 4,
-                                        .micro = 1, .seed = 1}};
-        pm_optim_defaults(&t[i].cfg.opt, 10);
-    }
-    pm_select_layout lay;
-    assert_int_equal(pm_select_partition(t, 3, 64 << 20, 2, &lay, &e), PM_OK);
-    double all = 0, states = 0, biggest = 0;
-    for (int i = 0; i < 3; i++) {
-        double st = 16.0 * (double)pm_gpt_num_params(&t[i].cfg.model);
-        all += (double)pm_train_mem_bytes(&t[i].cfg, &e), states += st;
-        biggest = st > biggest ? st : biggest;
-    }
-    pm_select_ram r;
-    assert_int_equal(pm_select_ram_need(t, 3, &lay, 2, 0, &r, &e), PM_OK);
-    assert_int_equal(r.devices, 2);
-    assert_true(r.slab == (double)(2 * lay.state_slot + lay.act_slot) && r.store == all);
-    assert_int_equal(pm_select_ram_need(t, 3, &lay, 2, 1, &r, &e), PM_OK);
-    assert_true(r.store == all - states + 2 * biggest);
-    for (int i = 0; i < 3; i++) pm_select_task_free(&t[i]);
-}
-
 /* A request far beyond any machine (4096 devices whose slabs hold a
  * 48-layer, 4096-wide model's shards) is refused before anything is
  * allocated, in one line naming what it needs and what the machine has. */
 static void memory_refused(void **state) {
     (void)state;
-    if (!bin) skip();
     prepare_data();
     char a[1024], err[4096];
     snprintf(a, sizeof a, "select --data %s/d --devices 4096 --device-mem 64G --dim 4096 "
@@ -711,12 +650,6 @@ static void memory_refused(void **state) {
     if (lines_of(err) != 1 || !strstr(err, "4096 devices' slabs of ") ||
         !strstr(err, "GiB available; use fewer devices") || !strstr(err, "--device-mem"))
         fail_msg("refusal: '%s'", err);
-}
-
-static double num(json_t *o, const char *key) {
-    json_t *v = json_object_get(o, key);
-    if (!json_is_number(v)) fail_msg("no number %s", key);
-    return json_number_value(v);
 }
 
 /* The dry run forecasts with the measured costs of moving state, not the
@@ -733,7 +666,6 @@ static double num(json_t *o, const char *key) {
  * moves; --help no longer says the rate is assumed. */
 static void dry_run_forecast(void **state) {
     (void)state;
-    if (!bin) skip();
     char a[1024], help[16384];
     for (int spill = 0; spill < 2; spill++) {
         snprintf(a, sizeof a, "select --devices 1 --device-mem 1M --layers 3 --dim 32 "
@@ -794,79 +726,6 @@ static void dry_run_forecast(void **state) {
     assert_non_null(strstr(help, "measured on this machine first"));
 }
 
-/* ASHA's rungs: steps / ETA^k while at least the minimum (default steps /
- * ETA^2), ascending, the last the steps. */
-static void asha_rungs(void **state) {
-    (void)state;
-    int64_t r[8];
-    assert_int_equal(pm_select_asha_rungs(100, 3, 0, r, 8), 3);
-    assert_true(r[0] == 11 && r[1] == 33 && r[2] == 100);
-    assert_int_equal(pm_select_asha_rungs(12, 3, 0, r, 8), 3);
-    assert_true(r[0] == 1 && r[1] == 4 && r[2] == 12);
-    assert_int_equal(pm_select_asha_rungs(9, 3, 3, r, 8), 2);
-    assert_true(r[0] == 3 && r[1] == 9);
-    assert_int_equal(pm_select_asha_rungs(10, 2, 3, r, 8), 2);
-    assert_true(r[0] == 5 && r[1] == 10);
-    assert_int_equal(pm_select_asha_rungs(8, 2, 1, r, 8), 4);
-    assert_true(r[0] == 1 && r[1] == 2 && r[2] == 4 && r[3] == 8);
-    assert_int_equal(pm_select_asha_rungs(10, 1, 0, r, 8), 0);
-}
-
-/* One step of a hand-worked ASHA case: n reporters with these losses and
- * states (W waiting, P went on, O out); want[j] 1 for those that go on now. */
-static void promote_case(int eta, int entrants, int closed, int n, const double *loss,
-                         const char *states, const char *want) {
-    unsigned char st[16] = {0}, up[16] = {0};
-    int order[16], expect = 0;
-    for (int j = 0; j < n; j++)
-        st[j] = states[j] == 'W' ? PM_ASHA_WAITING : states[j] == 'P' ? PM_ASHA_PROMOTED
-                                                                      : PM_ASHA_OUT;
-    int got = pm_select_asha_promote(eta, entrants, closed, n, loss, st, up, order);
-    for (int j = 0; j < n; j++) {
-        expect += want[j] == '1';
-        if (up[j] != (want[j] == '1'))
-            fail_msg("eta %d, %d reported (%s), closed %d: task %d %s, want %s", eta, n, states,
-                     closed, j, up[j] ? "goes on" : "stays", want[j] == '1' ? "on" : "staying");
-    }
-    assert_int_equal(got, expect);
-}
-
-/* ASHA's promotions on a case worked by hand: ETA 3, 9 tasks, so at most
- * ceil(9/3) = 3 ever leave the rung. Reports arrive one at a time; a task
- * goes on once it is among the best floor(m/3) of the m reported:
- *   m 1, 2: floor = 0, nobody;  m 3 (5, 4, 6): the best, task 1 (4);
- *   m 4 (+3): the best is now task 3, which goes on too (task 1, gone on,
- *   is no longer the best: a mispromotion, the price of not waiting);
- *   m 5 (+4.5): the best 1 is task 3, gone already: nobody;
- *   m 6 (+2): the best 2 are tasks 5 and 3: task 5 goes on, the third;
- *   m 7 (+1): task 6 is the best, but the quota of 3 is spent: it stays;
- *   closed at m 9 (+nan, +7): ceil(9/3) = 3, quota spent: nobody (the
- *   caller then stops those still waiting).
- * Then: a rung closed with every task waiting sends its best ceil(m/ETA);
- * failures leave 4 of 9 reporting, closed: the best ceil(4/3) = 2 go on;
- * a task out (stopped) still takes its place among the best; a loss that
- * is not a number never goes on. */
-static void asha_promotions(void **state) {
-    (void)state;
-    const double L[9] = {5, 4, 6, 3, 4.5, 2, 1, NAN, 7};
-    promote_case(3, 9, 0, 1, L, "W", "0");
-    promote_case(3, 9, 0, 2, L, "WW", "00");
-    promote_case(3, 9, 0, 3, L, "WWW", "010");
-    promote_case(3, 9, 0, 4, L, "WPWW", "0001");
-    promote_case(3, 9, 0, 5, L, "WPWPW", "00000");
-    promote_case(3, 9, 0, 6, L, "WPWPWW", "000001");
-    promote_case(3, 9, 0, 7, L, "WPWPWPW", "0000000");
-    promote_case(3, 9, 1, 9, L, "WPWPWPWWW", "000000000");
-    const double D[9] = {9, 8, 7, 6, 5, 4, 3, 2, 1};
-    promote_case(3, 9, 1, 9, D, "WWWWWWWWW", "000000111");
-    promote_case(3, 9, 0, 9, D, "WWWWWWWWW", "000000111");
-    promote_case(3, 9, 1, 4, D, "WWWW", "0011");
-    const double O[4] = {1, 2, 3, 4};
-    promote_case(2, 4, 1, 4, O, "OWWW", "0100");
-    const double N[2] = {NAN, NAN};
-    promote_case(2, 2, 1, 2, N, "WW", "00");
-}
-
 /* ASHA end to end: 9 learning rates, ETA 3, 9 steps. With --asha-min 3
  * the rungs are 3 and 9: exactly 3 tasks go past step 3 (at most
  * ceil(9/3) leave the first rung, and once every task has reported there
@@ -876,7 +735,6 @@ static void asha_promotions(void **state) {
  * 2 stop at step 3 and 6 at step 1. */
 static void asha_end_to_end(void **state) {
     (void)state;
-    if (!bin) skip();
     prepare_data();
     const char *model = "--layers 2 --dim 32 --heads 2 --ctx 16 --batch 4";
     const char *lrs = "1e-4,2e-4,5e-4,1e-3,2e-3,3e-3,5e-3,1e-2,2e-2";
@@ -941,11 +799,8 @@ int main(void) {
         cmocka_unit_test(resume_record_tampered),
         cmocka_unit_test(json_round_trip),
         cmocka_unit_test(curves_svg),
-        cmocka_unit_test(memory_check),
         cmocka_unit_test(memory_refused),
         cmocka_unit_test(dry_run_forecast),
-        cmocka_unit_test(asha_rungs),
-        cmocka_unit_test(asha_promotions),
         cmocka_unit_test(asha_end_to_end),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

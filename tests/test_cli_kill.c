@@ -1,5 +1,5 @@
-/* test_kill.c: kill safety of `pipemem train --save` (when PM_BIN names the
- * built binary). A run that saves a checkpoint at every step (1.6 MB, 100
+/* test_cli_kill.c: kill safety of `pipemem train --save`, through the built
+ * binary (tests/cli.h). A run that saves a checkpoint at every step (1.6 MB, 100
  * steps) is killed with SIGKILL several times, each run resuming from the
  * checkpoint the last one left: on one device, and as a pipeline (--pp 2,
  * zb-h1, device threads), where every device writes its own stages into
@@ -12,15 +12,14 @@
  * `--resume` must carry the run to a checkpoint byte for byte the one an
  * uninterrupted run writes (for --pp 2 also the single-device one). Only
  * the CLI and the library's checkpoint readers are used, so the test does
- * not depend on the checkpoint's layout. And a writer in parts killed
- * between pm_ckpt_create and pm_ckpt_commit leaves the previous checkpoint.
+ * not depend on the checkpoint's layout. (A writer in parts killed between
+ * pm_ckpt_create and pm_ckpt_commit, through the library: test_train.c.)
  *
  * The kill moments are drawn from a seeded generator (PM_KILL_SEED overrides
  * the seed, which the test prints) in steps of progress (the checkpoint's
  * step), never in wall time, so a slow or loaded machine kills at the same
  * points of the run. */
 #include <errno.h>
-#include <fcntl.h>
 #include <glob.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -38,6 +37,7 @@
 #include <cmocka.h>
 
 #include "checks.h"
+#include "cli.h"
 #include "pipemem/pm_train.h"
 
 enum { KILLS = 6, STEPS = 100 };
@@ -50,42 +50,19 @@ static void sleep_s(double s) {
     }
 }
 
+/* The started runs' outputs (chk_start: they go to /dev/null, so these
+ * stay empty). */
+static chk_cmd runs;
+
 /* Starts `bin train ...` saving to save (resuming from it if resume), on one
  * device or (pp) on two device threads with zb-h1, with stdout and stderr
- * to /dev/null; returns the child's pid. */
+ * to /dev/null; returns the child's pid (pipemem's own: exec). */
 static pid_t start_train(const char *bin, const char *save, int resume, int pp) {
-    char data[300];
-    snprintf(data, sizeof data, "%s/d", dir);
-    const char *argv[40] = {bin, "train", "--data", data, "--layers", "2", "--dim", "64",
-                            "--heads", "4", "--ctx", "32", "--batch", "8", "--microbatches",
-                            "2", "--steps", "100", "--eval-every", "1", "--eval-batches", "1",
-                            "--seed", "11", "--save", save};
-    int n = 26;
-    if (pp) {
-        argv[n++] = "--pp";
-        argv[n++] = "2";
-        argv[n++] = "--schedule";
-        argv[n++] = "zb-h1";
-    } else {
-        argv[n++] = "--threads";
-        argv[n++] = "1";
-    }
-    if (resume) {
-        argv[n++] = "--resume";
-        argv[n++] = save;
-    }
-    argv[n] = NULL;
-    pid_t pid = fork();
-    if (pid == 0) {
-        int fd = open("/dev/null", O_WRONLY);
-        if (fd >= 0) {
-            dup2(fd, 1);
-            dup2(fd, 2);
-        }
-        execv(bin, (char *const *)argv);
-        _exit(127);
-    }
-    return pid;
+    return chk_start(&runs, "exec %s train --data %s/d --layers 2 --dim 64 --heads 4 --ctx 32 "
+                     "--batch 8 --microbatches 2 --steps 100 --eval-every 1 --eval-batches 1 "
+                     "--seed 11 --save %s %s%s%s >/dev/null 2>&1", bin, dir, save,
+                     pp ? "--pp 2 --schedule zb-h1" : "--threads 1", resume ? " --resume " : "",
+                     resume ? save : "");
 }
 
 /* Waits for pid; its exit status, or 128 + signal. */
@@ -107,16 +84,6 @@ static double uniform(uint64_t *s) {
     *s ^= *s << 25;
     *s ^= *s >> 27;
     return (double)((*s * 2685821657736338717ull) >> 11) / 9007199254740992.0;
-}
-
-/* Verifies every byte of a checkpoint: the header (info) and each slab's
- * checksum. */
-static pm_status verify_whole(const char *path, pm_ckpt_info *info, pm_err *err) {
-    pm_status st = pm_ckpt_info_read(path, info, err);
-    uint64_t sums[PM_CKPT_SLABS];
-    for (int s = 0; s < PM_CKPT_SLABS && !st; s++)
-        st = pm_ckpt_read_part(path, info, s, 0, NULL, info->n_params, &sums[s], err);
-    return st ? st : pm_ckpt_check_sums(path, info, PM_CKPT_ALL, sums, err);
 }
 
 /* The whole file at path (pm_malloc'd into *buf); 0, or -1 if unreadable. */
@@ -193,7 +160,7 @@ static int kill_once(const char *bin, const char *path, int pp, int64_t target, 
     pm_ckpt_info info;
     pm_err err;
     int64_t step0 = -1;
-    if (had && verify_whole(path, &info, &err)) fail_msg("while frozen: %s", err.msg);
+    if (had && chk_ckpt_whole(path, &info, &err)) fail_msg("while frozen: %s", err.msg);
     if (had) step0 = info.step;
     int late = uniform(rng) < 0.5; /* kill after running on a little */
     if (late) {
@@ -209,7 +176,7 @@ static int kill_once(const char *bin, const char *path, int pp, int64_t target, 
     if (had && !has) fail_msg("the checkpoint at step %lld is gone", (long long)step0);
     int same = had && has && n == m && !memcmp(before, after, n);
     if (has && !same) { /* not the copy: a newer whole checkpoint */
-        if (verify_whole(path, &info, &err)) fail_msg("after the kill: %s", err.msg);
+        if (chk_ckpt_whole(path, &info, &err)) fail_msg("after the kill: %s", err.msg);
         if (info.step <= step0 || info.step > STEPS)
             fail_msg("after the kill the checkpoint is at step %lld (was %lld)",
                      (long long)info.step, (long long)step0);
@@ -223,8 +190,7 @@ static int kill_once(const char *bin, const char *path, int pp, int64_t target, 
 }
 
 static void kill_and_resume(int pp) {
-    const char *bin = getenv("PM_BIN");
-    if (!bin) skip();
+    const char *bin = chk_bin();
     uint64_t seed = getenv("PM_KILL_SEED") ? strtoull(getenv("PM_KILL_SEED"), NULL, 0) : 20261124;
     uint64_t rng = seed ? seed : 1;
     char ref[300], run[300];
@@ -234,7 +200,7 @@ static void kill_and_resume(int pp) {
     assert_int_equal(wait_for(start_train(bin, ref, 0, pp)), 0);
     pm_ckpt_info info;
     pm_err err;
-    if (verify_whole(ref, &info, &err)) fail_msg("%s", err.msg);
+    if (chk_ckpt_whole(ref, &info, &err)) fail_msg("%s", err.msg);
     assert_int_equal(info.step, STEPS);
     /* kills at increasing steps, 1 to 12 apart (all before step 73), every
      * other one inside a save */
@@ -283,70 +249,18 @@ static void test_sigkill_then_resume_pp(void **state) {
     kill_and_resume(1);
 }
 
-/* A writer in parts SIGKILLed after pm_ckpt_create and a pm_ckpt_write_part,
- * before the commit: the previous checkpoint is byte for byte there and
- * loads; the dead writer's temporary is cleared by the next writer's check. */
-static void test_sigkill_between_create_and_commit(void **state) {
-    (void)state;
-    static uint8_t text[2000];
-    for (size_t i = 0; i < sizeof text; i++) text[i] = (uint8_t)("killed mid-save "[i % 16]);
-    pm_tokens toks = PM_TOKENS_BYTES(text, sizeof text);
-    pm_train_cfg c = {.model = {256, 8, 16, 2, 2}, .batch = 2, .micro = 1, .seed = 3};
-    pm_optim_defaults(&c.opt, 4);
-    pm_trainer t;
-    pm_err err = {{0}};
-    pm_step_info si;
-    char path[300], cmd[700];
-    snprintf(path, sizeof path, "%s/parts.ckpt", dir);
-    assert_int_equal(pm_trainer_init(&t, &c, &toks, 0, &err), PM_OK);
-    assert_int_equal(pm_trainer_step(&t, &si, &err), PM_OK);
-    assert_int_equal(pm_ckpt_save(&t, path, &err), PM_OK);
-    snprintf(cmd, sizeof cmd, "cp %s %s.before", path, path);
-    assert_int_equal(system(cmd), 0);
-    assert_int_equal(pm_trainer_step(&t, &si, &err), PM_OK);
-    pid_t pid = fork();
-    if (pid == 0) {
-        pm_ckpt_meta meta = pm_ckpt_meta_of(&t);
-        char *tmp;
-        uint64_t sum;
-        if (!pm_ckpt_create(path, &meta, &tmp, &err) &&
-            !pm_ckpt_write_part(tmp, t.n_params, PM_CKPT_PARAMS, 0, t.params, t.n_params, &sum,
-                                &err))
-            raise(SIGKILL);
-        _exit(1);
-    }
-    assert_int_equal(wait_for(pid), 128 + SIGKILL);
-    snprintf(cmd, sizeof cmd, "cmp -s %s %s.before", path, path);
-    assert_int_equal(system(cmd), 0);
-    pm_ckpt_info info;
-    if (verify_whole(path, &info, &err)) fail_msg("%s", err.msg);
-    assert_int_equal(info.step, 1);
-    assert_int_equal(chk_tmp_count(path), 1); /* the dead writer's */
-    assert_int_equal(pm_path_check_writable(path, &err), PM_OK);
-    assert_int_equal(chk_tmp_count(path), 0);
-    pm_trainer_free(&t);
-}
-
 static int setup(void **state) {
     (void)state;
-    const char *bin = getenv("PM_BIN");
-    snprintf(dir, sizeof dir, "/tmp/pm_test_kill_%d", (int)getpid());
-    char cmd[700];
-    snprintf(cmd, sizeof cmd, "mkdir -p %s", dir);
-    if (system(cmd) != 0) return -1;
-    if (!bin) return 0;
+    const char *bin = chk_bin();
+    snprintf(dir, sizeof dir, "/tmp/pm_test_cli_kill_%d", (int)getpid());
     /* A corpus with some structure: counted sentences. */
-    snprintf(cmd, sizeof cmd, "%s/t.txt", dir);
-    FILE *f = fopen(cmd, "w");
-    if (!f) return -1;
-    for (int i = 0; i < 2000; i++)
-        fprintf(f, "step %d of %d: a killed run resumes where it stopped.\n", i, i % 7);
-    if (fclose(f)) return -1;
-    return chk_prepare(bin, dir);
+    return chk_prepare(bin, dir, 2000, "step $i of $((i % 7)): a killed run resumes where it "
+                       "stopped.");
 }
 
 static int teardown(void **state) {
     (void)state;
+    chk_cmd_free(&runs);
     return chk_rm_rf(dir);
 }
 
@@ -354,7 +268,6 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sigkill_then_resume),
         cmocka_unit_test(test_sigkill_then_resume_pp),
-        cmocka_unit_test(test_sigkill_between_create_and_commit),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
