@@ -222,11 +222,14 @@ deps:
 
 # check: the tests and the fuzz replay against this build (the benchmarks
 # are built too, so an API change cannot leave them broken unseen), after
-# scripts/lib_words.sh (no CLI flag in the library's messages); test:
+# scripts/lib_words.sh (no CLI flag in the library's messages) and
+# scripts/api_users.sh (every name the shared library exports is one the
+# binary, examples/ or a documented entry point uses); test:
 # deps, check, the same suite under AddressSanitizer and
 # UndefinedBehaviorSanitizer, then the threaded tests under ThreadSanitizer.
 check: all $(TEST_BIN) $(REPLAY_BIN) $(if $(SAN),,$(SO) $(MAN) $(PC) $(BENCH_BIN))
 	@scripts/lib_words.sh
+	@$(if $(SAN),true,scripts/api_users.sh $(BUILD))
 	@PM_BIN=$(BIN) scripts/run_tests.sh $(TEST_BIN) $(REPLAY_BIN)
 	@$(if $(SAN),true,scripts/install_check.sh "$(MAKE)" "$(BUILD)")
 

@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "pipemem/pm_runtime.h"
+#include "runtime/transport.h"
 
 #ifdef PM_HAVE_MPI
 #include <mpi.h>

@@ -37,6 +37,8 @@
 
 #include "cli/reexec.h"
 #include "pipemem/pm_runtime.h"
+#include "data/loader.h"
+#include "runtime/pipe.h"
 
 typedef struct {
     double makespan, step, pred; /* ms: pred is the replay of the same step */
@@ -281,7 +283,7 @@ static int bench_mem(int p) {
 }
 
 int main(int argc, char **argv) {
-    pm_cli_blas_reexec(argv); /* the CPU's fast sgemm kernels (pm_train.h) */
+    pm_cli_blas_reexec(argv); /* the CPU's fast sgemm kernels (pm_gpt.h) */
     int quick = argc > 1 && !strcmp(argv[1], "--quick");
     /* context for the times: device threads share the machine's cores */
     FILE *la = fopen("/proc/loadavg", "r");

@@ -72,7 +72,7 @@ typedef struct {
     pm_sched_req q;
     double lim[64];
     int n;
-    pm_search_point pt[64 * PM_FAMILY_COUNT];
+    pm_search_point pt[64 * PM_PLACE_COUNT];
 } curve_arg;
 
 static double run_curve(void *arg) {
@@ -186,7 +186,7 @@ int main(void) {
     double peer16 = best_of(3, run_gen, &(gen_arg){"1f1b", a.q});
     if (peer16 < 0 || run_curve(&a) < 0) return 1;
     for (int k = 0; k < a.n; k++) /* verified: every point within its limit */
-        for (int f = 0; f < PM_FAMILY_COUNT; f++)
+        for (int f = 0; f < PM_PLACE_COUNT; f++)
             if (a.pt[f * a.n + k].ok && a.pt[f * a.n + k].peak > a.lim[k] + 1e-9) return 1;
     double t = best_of(3, run_curve, &a);
     if (t < 0) return 1;

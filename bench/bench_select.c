@@ -47,6 +47,7 @@
 #include <unistd.h>
 
 #include "pipemem/pm_select.h"
+#include "select/parts.h"
 
 #define NT 4
 #define STEPS 12

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 
 #include "pipemem/pm_select.h"
+#include "select/parts.h"
 
 #define NT 12
 #define D 8

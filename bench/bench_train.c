@@ -60,6 +60,8 @@
 #include "cli/reexec.h"
 #include "pipemem/pm_train.h"
 #include "pipemem/pm_util.h"
+#include "model/passes.h"
+#include "plan/placement.h"
 
 enum { L = 6, C = 512, H = 8, T = 256, B = 8, ROUNDS = 2 };
 

@@ -10,14 +10,17 @@
  * device's bytes by kind. Training runs on 2 device threads on made-up
  * tokens (a repeating sequence the model learns). The checkpoint is then
  * read by a forward-only pipeline of 3 devices (parameters only), which
- * must evaluate to the same losses. Exit status 0 only if all of that
- * held and the loss fell. */
+ * must evaluate to the same losses. Last, the same planner plans the same
+ * GPT on another cost model: bf16 on 80 GB GPUs, its bytes and times from
+ * formulas (pm_cluster.h), not from this machine. Exit status 0 only if
+ * all of that held and the loss fell. */
 #define _POSIX_C_SOURCE 200809L /* mkstemp */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include <pipemem/pm_cluster.h>
 #include <pipemem/pm_runtime.h>
 
 enum { P = 2, B = 8, T = 16, STEPS = 8 };
@@ -88,5 +91,16 @@ int main(void) {
            same ? "the same bits" : "DIFFERENT");
     pm_pipe_destroy(pp);
     pm_plan_free(&plan);
+    /* 5. One planner, another cost model: the same shape on GPUs. */
+    pm_gpt_shape shape = {.layers = 4, .hidden = 32, .heads = 2, .seq = T, .vocab = 32};
+    pm_cluster gpu = {.devices = P, .mem = 80e9, .tflops = 312};
+    pm_plan_model model;
+    pm_plan_req rq2 = {.p = P, .m = B / 2, .kind = "1f1b"};
+    if (pm_plan_model_gpu(&model, &shape, 2, &gpu, &err) ||
+        pm_plan_build(&plan, &model, &rq2, &err))
+        return fprintf(stderr, "%s\n", err.msg), 1;
+    print_plan(&plan);
+    pm_plan_free(&plan);
+    pm_plan_model_free(&model);
     return same && last < first ? 0 : 1;
 }

@@ -23,6 +23,8 @@
 #include <unistd.h>
 
 #include "pipemem/pm_train.h"
+#include "model/passes.h"
+#include "train/ckpt.h"
 
 static void check_rejection(pm_status st, const pm_err *err, const char *path) {
     if (st == PM_OK) return;

@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "pipemem/pm_sched.h"
+#include "schedule/sched.h"
 
 typedef pm_status (*parse_fn)(pm_sched *, const char *, size_t, pm_err *);
 typedef pm_status (*write_fn)(FILE *, const pm_sched *);

@@ -21,6 +21,8 @@
 #include <unistd.h>
 
 #include "pipemem/pm_select.h"
+#include "train/config.h"
+#include "select/parts.h"
 
 static void check_line(const pm_err *e) {
     if (!memchr(e->msg, 0, sizeof e->msg) || strchr(e->msg, '\n')) abort();

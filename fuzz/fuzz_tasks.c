@@ -24,6 +24,8 @@
 
 #include "pipemem/pm_select.h"
 #include "pipemem/pm_train.h"
+#include "train/config.h"
+#include "select/parts.h"
 
 static void check_value(int k, const char *val) {
     static pm_sweep sw;

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "pipemem/pm_data.h"
+#include "data/loader.h"
 
 static void check_accepted(const pm_tokens *t, const uint8_t *data, size_t size) {
     int pm = size >= 8 && !memcmp(data, PM_TOK_MAGIC, 8);

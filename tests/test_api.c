@@ -25,6 +25,9 @@
 #include "pipemem/pm_runtime.h"
 #include "pipemem/pm_select.h"
 #include "pipemem/pm_tokenizer.h"
+#include "schedule/sched.h"
+#include "data/internal.h"
+#include "select/parts.h"
 
 /* What a case returns: its status and message, from the child. */
 typedef struct {

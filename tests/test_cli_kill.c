@@ -39,6 +39,8 @@
 #include "checks.h"
 #include "cli.h"
 #include "pipemem/pm_train.h"
+#include "train/trainer.h"
+#include "train/ckpt.h"
 
 enum { KILLS = 6, STEPS = 100 };
 

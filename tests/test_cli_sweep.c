@@ -24,6 +24,7 @@
 #include "checks.h"
 #include "cli.h"
 #include "pipemem/pm_select.h"
+#include "select/parts.h"
 
 static char dir[] = "/tmp/pm_test_cli_sweep_XXXXXX";
 static const char *bin;

@@ -20,6 +20,7 @@
 
 #include "pipemem/pm_tokenizer.h"
 #include "pipemem/pm_train.h"
+#include "data/internal.h"
 
 static char dir[] = "/tmp/pm_test_tokenizer_XXXXXX";
 static const char *bin;

@@ -13,6 +13,8 @@
 
 #include "pipemem/pm_data.h"
 #include "pipemem/pm_tokenizer.h"
+#include "data/loader.h"
+#include "data/internal.h"
 
 static char tmpdir[256];
 

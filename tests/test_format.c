@@ -17,6 +17,7 @@
 
 #include "checks.h"
 #include "pipemem/pm_sched.h"
+#include "schedule/sched.h"
 
 /* ---- helpers --------------------------------------------------------------- */
 

@@ -17,6 +17,8 @@
 #include <cmocka.h>
 
 #include "pipemem/pm_sched.h"
+#include "schedule/sched.h"
+#include "util/alloc.h"
 #include "schedule/work.h" /* the engine's steps, counted */
 
 #define EPS 1e-9

@@ -27,6 +27,7 @@
 #include <cmocka.h>
 
 #include "pipemem/pm_gpt.h"
+#include "model/passes.h"
 
 /* small model: T < ctx, heads > 1, vocab not a power of two */
 static const pm_gpt_config SMALL = {.vocab = 11, .ctx = 6, .dim = 8, .heads = 2, .layers = 2};

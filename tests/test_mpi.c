@@ -33,6 +33,10 @@
 
 #include "cli.h"
 #include "pipemem/pm_runtime.h"
+#include "util/alloc.h"
+#include "model/passes.h"
+#include "runtime/transport.h"
+#include "runtime/pipe.h"
 
 /* ---- the probe (one process per rank) ---------------------------------------- */
 

@@ -25,6 +25,7 @@
 
 #include "pipemem/pm_sched.h"
 #include "schedule/slots.h"
+#include "schedule/sched.h"
 
 typedef struct {
     double makespan, peak;

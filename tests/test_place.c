@@ -25,6 +25,8 @@
 #include <cmocka.h>
 
 #include "pipemem/pm_plan.h"
+#include "model/passes.h"
+#include "plan/placement.h"
 
 /* ---- the time rule on pipemem's GPT ------------------------------------------- */
 
@@ -196,16 +198,16 @@ static figs figs_of(const shape *h, const int *first, double *t, double *m) {
 }
 
 /* a ranks before b: the rule's first figure, then its second, then the squares */
-static int before(figs a, figs b, pm_place_rule r) {
-    double a1 = r == PM_PLACE_MEMORY ? a.m : a.t, b1 = r == PM_PLACE_MEMORY ? b.m : b.t;
-    double a2 = r == PM_PLACE_MEMORY ? a.t : a.m, b2 = r == PM_PLACE_MEMORY ? b.t : b.m;
+static int before(figs a, figs b, pm_cut_rule r) {
+    double a1 = r == PM_CUT_MEMORY ? a.m : a.t, b1 = r == PM_CUT_MEMORY ? b.m : b.t;
+    double a2 = r == PM_CUT_MEMORY ? a.t : a.m, b2 = r == PM_CUT_MEMORY ? b.t : b.m;
     if (a1 != b1) return a1 < b1;
     if (a2 != b2) return a2 < b2;
     return a.q < b.q;
 }
 
 typedef struct {
-    pm_place_rule rule;
+    pm_cut_rule rule;
     double cap;          /* 0: none */
     int found;           /* some cut fits the cap */
     figs best;           /* the best that fits */
@@ -234,7 +236,7 @@ static void every_cut(const shape *h, int *first, int k, brute_out *o) {
     }
 }
 
-static brute_out brute_cut(const shape *h, pm_place_rule rule, double cap) {
+static brute_out brute_cut(const shape *h, pm_cut_rule rule, double cap) {
     brute_out o = {.rule = rule, .cap = cap, .least = INFINITY};
     int first[MAXS + 1] = {0};
     every_cut(h, first, 1, &o);
@@ -245,14 +247,14 @@ static brute_out brute_cut(const shape *h, pm_place_rule rule, double cap) {
  * (the cut itself may differ where cuts tie), the least named when nothing
  * fits, the library's shares equal to the count here. Returns 1 if nothing
  * fit. */
-static int check_cut(const pm_sched *s, const shape *h, pm_place_rule rule, double cap) {
+static int check_cut(const pm_sched *s, const shape *h, pm_cut_rule rule, double cap) {
     brute_out want = brute_cut(h, rule, cap);
-    pm_place_opts o = {.rule = rule, .cap = cap};
+    pm_cut_opts o = {.rule = rule, .cap = cap};
     int got[MAXS + 1];
     double least = -1, t[MAXS], m[MAXS], lt[MAXS], lm[MAXS];
     pm_err err;
     pm_status st = pm_place_cut(hand, NH, s, &o, got, &least, &err);
-    const char *what = rule == PM_PLACE_MEMORY ? "memory" : "time";
+    const char *what = rule == PM_CUT_MEMORY ? "memory" : "time";
     if (!want.found) {
         if (st != PM_ERR_MEMLIMIT)
             fail_msg("%s p=%d %s cap %g: status %d, but no cut fits", s->kind, s->p, what, cap, st);
@@ -297,19 +299,19 @@ static void test_cut_capped_and_memory(void **state) {
         assert_true(h.S <= MAXS && h.S <= NH);
         for (int k = 0; k < h.S && !strcmp(cases[c].kind, "1f1b") && !h.rec; k++)
             assert_int_equal(h.hold[k], h.p - k < cases[c].m ? h.p - k : cases[c].m);
-        brute_out all = brute_cut(&h, PM_PLACE_TIME, 0);
+        brute_out all = brute_cut(&h, PM_CUT_TIME, 0);
         double fastest_m = all.best.m;
-        for (int r = 0; r < PM_PLACE_RULES; r++)
+        for (int r = 0; r < PM_CUT_RULES; r++)
             for (int i = -1; i < 2 * all.ncaps; i++) {
                 /* no cap, then each cut's largest memory and just below it */
                 double cap = i < 0 ? 0 : all.caps[i / 2] - (i % 2 ? 0.5 : 0);
-                int nothing = check_cut(&s, &h, (pm_place_rule)r, cap);
+                int nothing = check_cut(&s, &h, (pm_cut_rule)r, cap);
                 none += nothing;
-                excluded += !nothing && r == PM_PLACE_TIME && cap > 0 && cap < fastest_m;
+                excluded += !nothing && r == PM_CUT_TIME && cap > 0 && cap < fastest_m;
             }
         /* NULL options: the time rule without a cap */
         int a[MAXS + 1], b[MAXS + 1];
-        pm_place_opts o = {.rule = PM_PLACE_TIME};
+        pm_cut_opts o = {.rule = PM_CUT_TIME};
         assert_int_equal(pm_place_cut(hand, NH, &s, NULL, a, NULL, &err), PM_OK);
         assert_int_equal(pm_place_cut(hand, NH, &s, &o, b, NULL, &err), PM_OK);
         assert_memory_equal(a, b, (size_t)(h.S + 1) * sizeof *a);
@@ -352,19 +354,19 @@ static void test_cut_many_layers(void **state) {
     }
     int first[P + 1];
     double t[P], m[P], least;
-    for (int r = 0; r < PM_PLACE_RULES; r++) {
-        pm_place_opts o = {.rule = (pm_place_rule)r};
+    for (int r = 0; r < PM_CUT_RULES; r++) {
+        pm_cut_opts o = {.rule = (pm_cut_rule)r};
         int64_t evals = pm_place_evals();
         assert_int_equal(pm_place_cut(l, N, &s, &o, first, &least, &err), PM_OK);
         evals = pm_place_evals() - evals;
         if (evals > 128LL * P * N)
             fail_msg("the %s rule's cut evaluated %lld stage figures, over 128 S n = %lld",
-                     pm_place_rule_names[r], (long long)evals, 128LL * P * N);
+                     pm_cut_rule_names[r], (long long)evals, 128LL * P * N);
         assert_int_equal(pm_place_cut_shares(l, N, &s, first, t, m, &err), PM_OK);
         double mt = 0, mm = 0;
         for (int d = 0; d < P; d++) mt = fmax(mt, t[d]), mm = fmax(mm, m[d]);
         assert_true(mm == least);
-        if (r == PM_PLACE_TIME) assert_true(mt == (N + P - 1) / P);
+        if (r == PM_CUT_TIME) assert_true(mt == (N + P - 1) / P);
         else assert_true(mm == least_m);
     }
     pm_sched_free(&s);
@@ -410,7 +412,7 @@ static void test_plan_fits_device_mem(void **state) {
     pm_plan fast, small, fit;
     pm_plan_req rq = {.sched = &s};
     assert_int_equal(pm_plan_make(&fast, &c, &rq, &err), PM_OK);
-    rq.placement = PM_PLACE_MEMORY;
+    rq.cut = PM_CUT_MEMORY;
     assert_int_equal(pm_plan_make(&small, &c, &rq, &err), PM_OK);
     double ft, fm, st, sm, gt, gm;
     plan_figs(&fast, &ft, &fm);
@@ -420,12 +422,12 @@ static void test_plan_fits_device_mem(void **state) {
     assert_true(busiest(&small) < busiest(&fast)); /* this shape: the two differ */
     /* a budget between the two: the time rule fits it, no slower than the
      * memory rule and no faster than without the budget */
-    rq.placement = PM_PLACE_TIME;
+    rq.cut = PM_CUT_TIME;
     rq.device_mem = (busiest(&small) + busiest(&fast)) / 2;
     if (pm_plan_make(&fit, &c, &rq, &err)) fail_msg("%s", err.msg);
     plan_figs(&fit, &gt, &gm);
     assert_true(busiest(&fit) <= rq.device_mem);
-    assert_true(fit.placed.cap > 0 || fit.placed.rule == PM_PLACE_MEMORY);
+    assert_true(fit.cut.cap > 0 || fit.cut.rule == PM_CUT_MEMORY);
     assert_true(gt <= st && gt >= ft);
     pm_plan_free(&fit);
     /* the memory rule's own total is always met */
@@ -434,13 +436,13 @@ static void test_plan_fits_device_mem(void **state) {
     assert_true(busiest(&fit) <= rq.device_mem);
     pm_plan_free(&fit);
     /* below it, no placement fits, under either rule */
-    for (int r = 0; r < PM_PLACE_RULES; r++) {
-        rq.device_mem = busiest(&small) - 1, rq.placement = (pm_place_rule)r;
+    for (int r = 0; r < PM_CUT_RULES; r++) {
+        rq.device_mem = busiest(&small) - 1, rq.cut = (pm_cut_rule)r;
         assert_int_equal(pm_plan_make(&fit, &c, &rq, &err), PM_ERR_MEMLIMIT);
         assert_non_null(strstr(err.msg, "no placement fits device_mem"));
     }
     /* a rule that does not exist */
-    rq.device_mem = 0, rq.placement = PM_PLACE_RULES;
+    rq.device_mem = 0, rq.cut = PM_CUT_RULES;
     assert_int_equal(pm_plan_make(&fit, &c, &rq, &err), PM_ERR_ARG);
     pm_plan_free(&fast);
     pm_plan_free(&small);

@@ -29,6 +29,8 @@
 #include <cmocka.h>
 
 #include "pipemem/pm_cluster.h"
+#include "util/alloc.h"
+#include "plan/placement.h"
 
 static int close_to(double a, double b, double rel) { return fabs(a - b) <= rel * fabs(b); }
 

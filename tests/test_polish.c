@@ -31,6 +31,7 @@
 #include "schedule/polish.h" /* the searches' budget */
 #include "schedule/resim.h"  /* the replay that resumes */
 #include "schedule/slots.h"
+#include "schedule/sched.h"
 
 static double makespan(const pm_sched *s, const pm_cost *c) {
     pm_sim sim;
@@ -381,12 +382,12 @@ static void search_agrees_with_curve(void **state) {
         for (int ci = 0; ci < 2; ci++) {
             pm_sched_req q = {.p = shapes[si][0], .m = shapes[si][1], .t = costs[ci],
                               .mem = PM_MEM_DEFAULT};
-            pm_search_point pt[PM_FAMILY_COUNT * N];
+            pm_search_point pt[PM_PLACE_COUNT * N];
             pm_err e;
             assert_int_equal(pm_sched_curve(&q, lim, N, pt, &e), PM_OK);
             for (int k = 0; k < N; k++) {
                 double best = INFINITY;
-                for (int f = 0; f < PM_FAMILY_COUNT; f++)
+                for (int f = 0; f < PM_PLACE_COUNT; f++)
                     if (pt[f * N + k].ok && pt[f * N + k].makespan < best)
                         best = pt[f * N + k].makespan;
                 q.mem_limit = lim[k];

@@ -17,6 +17,9 @@
 #include <cmocka.h>
 
 #include "pipemem/pm_train.h"
+#include "model/passes.h"
+#include "train/trainer.h"
+#include "train/ckpt.h"
 
 #define REF_STEPS 10
 

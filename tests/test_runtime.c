@@ -40,6 +40,13 @@
 
 #include "checks.h"
 #include "pipemem/pm_runtime.h"
+#include "schedule/sched.h"
+#include "util/alloc.h"
+#include "model/passes.h"
+#include "train/trainer.h"
+#include "plan/arena.h"
+#include "runtime/transport.h"
+#include "runtime/pipe.h"
 
 /* ---- transport --------------------------------------------------------------- */
 
@@ -439,9 +446,9 @@ static void reference(const pm_train_cfg *c, run_result *r) {
  * rule): plans, creates (the pipe keeps a copy of the plan) and frees the
  * plan. */
 static pm_status make_pipe_rule(pm_pipe **pp, const pm_train_cfg *c, const pm_sched *s, int dp,
-                                pm_place_rule rule, const pm_pipe_opts *o, pm_err *err) {
+                                pm_cut_rule rule, const pm_pipe_opts *o, pm_err *err) {
     pm_plan pl;
-    pm_plan_req rq = {.sched = s, .dp = dp, .placement = rule};
+    pm_plan_req rq = {.sched = s, .dp = dp, .cut = rule};
     *pp = NULL;
     pm_status st = pm_plan_make(&pl, c, &rq, err);
     if (st) return st;
@@ -452,14 +459,14 @@ static pm_status make_pipe_rule(pm_pipe **pp, const pm_train_cfg *c, const pm_sc
 
 static pm_status make_pipe(pm_pipe **pp, const pm_train_cfg *c, const pm_sched *s, int dp,
                            const pm_pipe_opts *o, pm_err *err) {
-    return make_pipe_rule(pp, c, s, dp, PM_PLACE_TIME, o, err);
+    return make_pipe_rule(pp, c, s, dp, PM_CUT_TIME, o, err);
 }
 
 /* Trains NSTEPS on schedule s with dp replicas, the gradient sums in
  * messages of `chunk` floats (0: the default), placed by rule; checks
  * memory on every step. */
 static void run_pipe_dpc(const pm_train_cfg *c, const pm_sched *s, int dp, size_t chunk,
-                         pm_place_rule rule, run_result *r) {
+                         pm_cut_rule rule, run_result *r) {
     pm_pipe *pp;
     pm_err err = {{0}};
     pm_pipe_opts o = {.chunk_floats = chunk};
@@ -524,7 +531,7 @@ static void run_pipe_dpc(const pm_train_cfg *c, const pm_sched *s, int dp, size_
 }
 
 static void run_pipe_dp(const pm_train_cfg *c, const pm_sched *s, int dp, run_result *r) {
-    run_pipe_dpc(c, s, dp, 0, PM_PLACE_TIME, r);
+    run_pipe_dpc(c, s, dp, 0, PM_CUT_TIME, r);
 }
 
 static void run_pipe(const pm_train_cfg *c, const pm_sched *s, run_result *r) {
@@ -601,11 +608,11 @@ static void test_memory_placement(void **state) {
     reference(&c, &ref);
     pm_sched s;
     gen(&s, "1f1b", 4, TINY_M);
-    double most[PM_PLACE_RULES];
-    int first[PM_PLACE_RULES][5];
-    for (int r = 0; r < PM_PLACE_RULES; r++) {
+    double most[PM_CUT_RULES];
+    int first[PM_CUT_RULES][5];
+    for (int r = 0; r < PM_CUT_RULES; r++) {
         pm_plan pl;
-        pm_plan_req rq = {.sched = &s, .placement = (pm_place_rule)r};
+        pm_plan_req rq = {.sched = &s, .cut = (pm_cut_rule)r};
         pm_err err = {{0}};
         if (pm_plan_make(&pl, &c, &rq, &err)) fail_msg("%s", err.msg);
         double t[4], m[4];
@@ -615,9 +622,9 @@ static void test_memory_placement(void **state) {
         memcpy(first[r], pl.first, sizeof first[r]);
         pm_plan_free(&pl);
     }
-    assert_true(most[PM_PLACE_MEMORY] < most[PM_PLACE_TIME]);
+    assert_true(most[PM_CUT_MEMORY] < most[PM_CUT_TIME]);
     assert_true(memcmp(first[0], first[1], sizeof first[0]));
-    run_pipe_dpc(&c, &s, 1, 0, PM_PLACE_MEMORY, &got);
+    run_pipe_dpc(&c, &s, 1, 0, PM_CUT_MEMORY, &got);
     expect_same(&c, &ref, &got, "1f1b p=4 placed by memory");
     free(got.params);
     free(ref.params);
@@ -670,7 +677,7 @@ static void test_data_parallel(void **state) {
             for (int ci = 0; ci < 2 && k == 0; ci++) {
                 size_t chunks[2] = {1000, 7};
                 run_result part;
-                run_pipe_dpc(&c, &s, dps[t], chunks[ci], PM_PLACE_TIME, &part);
+                run_pipe_dpc(&c, &s, dps[t], chunks[ci], PM_CUT_TIME, &part);
                 char w2[96];
                 snprintf(w2, sizeof w2, "%s, sums in chunks of %zu floats", what, chunks[ci]);
                 expect_same(&c, &got, &part, w2);

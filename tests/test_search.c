@@ -25,7 +25,8 @@
 #include <cmocka.h>
 
 #include "pipemem/pm_sched.h"
-#include "schedule/search_internal.h" /* the V pool, to see what it holds */
+#include "schedule/gen.h" /* the V pool, to see what it holds */
+#include "schedule/pool.h"
 
 static const pm_costs UNIT = {1, 1, 1, 0};
 static const pm_costs REAL = {4959, 5217, 3519, 213}; /* measured, unequal, c > 0 */
@@ -173,7 +174,7 @@ static void v_pool_holds_dualpipev(void **state) {
             for (int i = 0; i < pl.n; i++) {
                 if (strcmp(pl.c[i].pt.kind, "dualpipev")) continue;
                 figs f = must("dualpipev", q);
-                assert_int_equal(pl.c[i].fam, PM_FAMILY_V);
+                assert_int_equal(pl.c[i].fam, PM_PLACE_V);
                 assert_true(fabs(pl.c[i].pt.makespan - f.makespan) <= 1e-12 * f.makespan);
                 assert_true(fabs(pl.c[i].pt.peak - f.peak) <= 1e-12);
                 n++;
@@ -315,12 +316,12 @@ static void curve_per_family_monotone(void **state) {
     (void)state;
     enum { N = 36 };
     double lim[N];
-    pm_search_point pt[PM_FAMILY_COUNT * N];
+    pm_search_point pt[PM_PLACE_COUNT * N];
     for (int k = 0; k < N; k++) lim[k] = 0.25 + 0.05 * k;
     pm_sched_req q = req_of(6, 18, REAL, 0);
     pm_err e;
     assert_int_equal(pm_sched_curve(&q, lim, N, pt, &e), PM_OK);
-    for (int f = 0; f < PM_FAMILY_COUNT; f++) {
+    for (int f = 0; f < PM_PLACE_COUNT; f++) {
         double prev = INFINITY;
         for (int k = 0; k < N; k++) {
             const pm_search_point *x = &pt[f * N + k];
@@ -336,11 +337,11 @@ static void curve_per_family_monotone(void **state) {
     /* the V family reaches below V-Min's peak (floor((6+4)/3)/6 = 0.5 M):
      * the V-ZB greedy runs under any limit from a quarter of M, and there
      * it beats the single placement */
-    assert_true(pt[PM_FAMILY_V * N + 2].ok); /* 0.35 */
-    assert_true(pt[PM_FAMILY_V * N + 2].bubble < pt[PM_FAMILY_SINGLE * N + 2].bubble);
-    assert_true(pt[PM_FAMILY_V * N + 5].ok); /* 0.50 */
+    assert_true(pt[PM_PLACE_V * N + 2].ok); /* 0.35 */
+    assert_true(pt[PM_PLACE_V * N + 2].bubble < pt[PM_PLACE_SINGLE * N + 2].bubble);
+    assert_true(pt[PM_PLACE_V * N + 5].ok); /* 0.50 */
     /* memory buys speed: at 1F1B's memory the V family beats V-Min's point */
-    assert_true(pt[PM_FAMILY_V * N + 15].bubble < pt[PM_FAMILY_V * N + 5].bubble);
+    assert_true(pt[PM_PLACE_V * N + 15].bubble < pt[PM_PLACE_V * N + 5].bubble);
 }
 
 /* Between V-Half's memory and 1F1B's, memory must keep buying speed: at

@@ -30,6 +30,9 @@
 
 #include "pipemem/pm_select.h"
 #include "select/internal.h"
+#include "model/passes.h"
+#include "train/trainer.h"
+#include "select/parts.h"
 
 static double simulate(int n, const int64_t *np, const int *const *sh, const double *const *c,
                        int D, pm_select_policy pol, pm_select_sim *out) {

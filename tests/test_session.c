@@ -18,6 +18,7 @@
 #include <cmocka.h>
 
 #include "pipemem/pm_select.h"
+#include "select/parts.h"
 
 static char dir[256];
 static char text[40000];

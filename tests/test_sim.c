@@ -10,6 +10,8 @@
 
 #include "pipemem/pm_sched.h"
 #include "pipemem/pm_util.h"
+#include "schedule/sched.h"
+#include "util/alloc.h"
 #include "schedule/work.h" /* the engine's steps, counted */
 
 /* 1F1B, p = 2, m = 3, fused BW: warm-up 1 F on device 0. */

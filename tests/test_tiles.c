@@ -34,6 +34,7 @@
 #include "pipemem/pm_plan.h"
 #include "pipemem/pm_runtime.h"
 #include "pipemem/pm_train.h"
+#include "model/passes.h"
 
 #define TOL 1e-5
 

@@ -21,6 +21,12 @@
 
 #include "checks.h"
 #include "pipemem/pm_train.h"
+#include "util/alloc.h"
+#include "model/passes.h"
+#include "train/optim.h"
+#include "train/config.h"
+#include "train/trainer.h"
+#include "train/ckpt.h"
 
 static char dir[256];
 static uint8_t text[4000];

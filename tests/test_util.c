@@ -22,6 +22,8 @@
 
 #include "checks.h"
 #include "pipemem/pm_util.h"
+#include "util/alloc.h"
+#include "util/file.h"
 
 static char dir[256];
 

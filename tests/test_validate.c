@@ -14,6 +14,7 @@
 #include <cmocka.h>
 
 #include "pipemem/pm_sched.h"
+#include "schedule/sched.h"
 
 static void gen(pm_sched *s, const char *kind, int p, int m) {
     pm_err err = {{0}};

@@ -14,6 +14,8 @@
 
 #include "pipemem/pm_sched.h"
 #include "schedule/block_internal.h" /* pm_construct_reference */
+#include "schedule/sched.h"
+#include "schedule/gen.h"
 
 typedef pm_status (*builder)(pm_sched *, const pm_sched_req *, pm_err *);
 

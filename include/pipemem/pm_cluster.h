@@ -52,11 +52,10 @@ typedef struct {
 
 #define PM_CLUSTER_EFFICIENCY 0.65 /* the paper's measured single-pass MFU (Table 5) */
 
-/* PM_ERR_ARG naming the field unless every field of hw is a number in its
- * range: mem 0 .. 1e18, tflops 0 .. 1e9, efficiency 0 .. 1, link_gbps 0 ..
- * 1e12, devices >= 0 (NaN and negatives refused: a NaN memory would fit
- * anything). Every function below that takes a pm_cluster checks it. */
-pm_status pm_cluster_check(const pm_cluster *hw, pm_err *err);
+/* Every function below that takes a pm_cluster refuses it (PM_ERR_ARG
+ * naming the field) unless every field is a number in its range: mem 0 ..
+ * 1e18, tflops 0 .. 1e9, efficiency 0 .. 1, link_gbps 0 .. 1e12, devices
+ * >= 0 (NaN and negatives refused: a NaN memory would fit anything). */
 
 /* The cost model of shape on microbatches of mbs sequences, pass times
  * from FLOPs at hw's tflops x efficiency (hw NULL or tflops 0: times in

@@ -37,9 +37,10 @@
  *
  * Loader: a batch is B windows of ctx+1 consecutive tokens (inputs are the
  * first ctx, targets the last ctx). Window number i (counting from 0 over the
- * loader's life) starts at splitmix64(seed ^ splitmix64(i)) mod (n - ctx), so
- * the positions depend only on (seed, i): saving the counter is enough to
- * resume exactly. */
+ * loader's life) starts at splitmix64(seed ^ splitmix64(i)) mod (n - ctx)
+ * (SplitMix64, one step of a counter-based generator), so the positions
+ * depend only on (seed, i): saving the counter is enough to resume exactly.
+ * The trainers draw their batches through it. */
 #ifndef PM_DATA_H
 #define PM_DATA_H
 
@@ -57,9 +58,6 @@
 #define PM_LLMC_HEADER 1024
 #define PM_LLMC_VOCAB 50257
 #define PM_DATA_VAL_PERCENT 10
-
-/* SplitMix64: one step of a counter-based generator (deterministic, tiny). */
-uint64_t pm_splitmix64(uint64_t x);
 
 /* Token data: a mapped file (pm_tokens_read) or borrowed memory. */
 typedef struct {
@@ -84,29 +82,6 @@ static inline uint32_t pm_tok_at(const pm_tokens *t, size_t i) {
     default: return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
     }
 }
-
-/* Writes n bytes as a version-1 token file. */
-pm_status pm_tokens_write(const char *path, const uint8_t *tok, size_t n, pm_err *err);
-/* Writes n ids as a version-2 token file (2 bytes each if vocab <= 65536). */
-pm_status pm_tokens_write_ids(const char *path, const uint32_t *ids, size_t n, uint32_t vocab,
-                              uint64_t tokenizer, pm_err *err);
-
-/* A token file written as it is produced: the header goes last (seek), so
- * any number of tokens streams through. version 1 takes ids < 256. */
-typedef struct {
-    pm_wfile w;
-    const char *path;
-    int version, width;
-    uint32_t vocab;
-    uint64_t tokenizer, n, sum;
-} pm_tokwriter;
-pm_status pm_tokwriter_open(pm_tokwriter *tw, const char *path, int version, uint32_t vocab,
-                            uint64_t tokenizer, pm_err *err);
-pm_status pm_tokwriter_put(pm_tokwriter *tw, const uint32_t *ids, size_t n, pm_err *err);
-pm_status pm_tokwriter_put_bytes(pm_tokwriter *tw, const uint8_t *b, size_t n, pm_err *err);
-/* Writes the header and commits (all-or-nothing, pm_wfile); abort drops it. */
-pm_status pm_tokwriter_close(pm_tokwriter *tw, pm_err *err);
-void pm_tokwriter_abort(pm_tokwriter *tw);
 
 /* Maps and checks a token file of any of the formats above: magic, version,
  * vocab, width, size, checksum, every id below the vocabulary. On error *t
@@ -148,9 +123,5 @@ typedef struct {
  * fewer than ctx+1 tokens. */
 pm_status pm_loader_init(pm_loader *ld, const pm_tokens *t, int ctx, uint64_t seed,
                          const char *what, pm_err *err);
-/* Fills inputs (B, T) and targets (B, T) with the next B windows. */
-void pm_loader_next(pm_loader *ld, int B, int32_t *inputs, int32_t *targets);
-/* Offset of window i (exposed for tests). */
-size_t pm_loader_pos(const pm_loader *ld, uint64_t i);
 
 #endif

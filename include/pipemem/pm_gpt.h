@@ -1,4 +1,8 @@
-/* pm_gpt.h: the GPT model as a list of layers with split backward passes.
+/* pm_gpt.h: the GPT model: its configuration, its parameters as one slab,
+ * the whole model's forward on one device (evaluation, sampling), and the
+ * compute threads and OpenBLAS kernels every pass runs on. The layers'
+ * split backward passes, which the trainers and the pipeline run, are the
+ * library's own (src/model/passes.h).
  *
  * Architecture (GPT-2 style, no dropout): token embedding + learned position
  * embedding; L pre-LayerNorm blocks (LN, causal multi-head attention with a
@@ -8,89 +12,37 @@
  *
  * Layers: index 0 = embedding, 1..L = blocks, L+1 .. L+P = the head in P
  * parts (cfg.head_parts, 0 meaning 1). A pipeline stage is any contiguous
- * range of layers. Parameters of layer i are one contiguous
- * slice of one slab, layers in order with no padding:
- *   params + pm_gpt_layer_offset(cfg, i)  holds pm_gpt_layer_params(cfg, i)
- * floats, so a range of layers owns one contiguous slice of parameters,
- * gradients and optimizer state. Inside a layer the tensors follow
- * pm_gpt_layer_tensors() (PyTorch names and shapes; Linear weights are stored
- * (out, in) row-major exactly like torch.nn.Linear.weight).
- *
- * Passes of one microbatch (B sequences of T tokens, 1 <= T <= ctx):
- *   F  pm_gpt_layer_f : forward. Reads the input from a caller buffer, keeps
- *      what backward needs in `saved` (caller-owned, sizes.saved bytes),
- *      writes the output to a caller buffer.
- *   B  pm_gpt_layer_b : gradient of the input; turns `saved` into what W
- *      needs, which is its prefix saved[0 .. sizes.saved_w): the caller may
- *      release bytes saved[sizes.saved_w .. sizes.saved) after B.
- *   W  pm_gpt_layer_w : weight gradients, ADDED into the layer's gradient
- *      slice (beta = 1), so accumulation order = W call order. After W the
- *      whole saved buffer may be released. It takes the layer's parameters
- *      too: the head's W makes its logits again (it keeps no (B,T,V)).
- *   BW pm_gpt_layer_bw: B then W in one call; bitwise equal to B;W.
- * Byte accounting (exact, including internal 64-byte alignment padding):
- *   kept after F = sizes.saved, after B = sizes.saved_w, after W = 0,
- *   so released by B (saved - saved_w) + released by W (saved_w) = saved.
- *   saved_w <= saved for every layer, so one allocation of `saved` bytes
- *   at F can shrink to its prefix at B and be freed at W. The embedding has
- *   no input gradient: its F keeps the tokens and reserves a (B,T,C) slot
- *   where its B copies dout for W (so its saved_w == saved).
- * Scratch: each pass may use sizes.scratch_{f,b,w} bytes of `scratch`
- * (caller-owned, contents undefined before and after, may be shared by all
- * layers of a device; BW needs max(scratch_b, scratch_w)). The passes never
- * allocate. All pointers must be 4-byte aligned; 64 is better.
+ * range of layers. The parameters are one slab of pm_gpt_num_params
+ * floats, layer after layer with no padding, so a range of layers owns one
+ * contiguous slice of parameters, gradients and optimizer state. Inside a
+ * layer the tensors follow PyTorch's names and shapes (Linear weights are
+ * stored (out, in) row-major exactly like torch.nn.Linear.weight):
+ * embedding wte.weight (V,C), wpe.weight (ctx,C); block i "h.{i-1}." ln_1,
+ * attn.c_attn (3C,C: q of every head, then k, then v), attn.c_proj (C,C),
+ * ln_2, mlp.c_fc (4C,C), mlp.c_proj (C,4C), each weight then its bias;
+ * head ln_f.weight, ln_f.bias, lm_head.weight (V,C). The head's parts
+ * compute bitwise what one part computes: they are a placement choice (a
+ * big vocabulary's head cut across pipeline stages), not a model change.
  *
  * Activation memory is linear in T: attention runs over tiles with an
- * online softmax and keeps one log-sum-exp per (sequence, head, row) beside
- * q, k, v and its output, its B recomputing each tile's scores; the head
- * keeps ln_f's output and a normaliser (max, sum) per token, its B and W
- * recomputing each tile of logits. No buffer of T x T or (B,T,V) floats
- * exists, not even in scratch.
+ * online softmax, the head over tiles of the vocabulary; no buffer of T x T
+ * or (B,T,V) floats exists.
  *
- * Head parts: the vocabulary projection is computed in fixed tiles of lm_head
- * rows, always the same whatever the parts: per tile the logits, their row
- * max and sum of exponentials merged into a running (max, sum) in
- * vocabulary order (the loss's normaliser), and in the backward the input
- * gradient accumulated tile by tile from the last to the first. Part k
- * takes groups [k G / P, (k+1) G / P) of the G groups of PM_HEAD_GROUP rows
- * and the first part also ln_f, so any number of parts computes bitwise the
- * same as one: the parts are a placement choice (a big vocabulary's head can
- * be cut across pipeline stages), not a model change. Between parts the
- * message is (B,T,C+3) floats: forward ln_f's output, running max, sum and
- * the target's logit; backward the input gradient so far and the row's
- * normaliser (its max and sum of exponentials, then one unused float).
- *
- * Messages between layers (all caller-owned, contents (B,T,C) floats except
- * between head parts):
- *   embedding F: in = int32 tokens (B,T), out = (B,T,C)
- *   block F:     in = (B,T,C),            out = (B,T,C)
- *   head F:      in = (B,T,C) (first part) or (B,T,C+3), targets int32 (B,T)
- *                or NULL (every part), out = (B,T,C+3) or NULL on the last
- *                part, whose *loss = mean cross-entropy over the B*T tokens
- *                (0 if no targets)
- *   head B:      dout = NULL on the last part, else (B,T,C+3); din = (B,T,C)
- *                on the first part, else (B,T,C+3); scale multiplies d(loss)
- *                (pass 1/K when K microbatches make a step's mean loss)
- *   block B:     dout = (B,T,C) (read only), din = (B,T,C)
- *   embedding B: dout = (B,T,C) (copied into saved), din = NULL
- * F copies its input into `saved`; `in` may be freed after F. If `in` equals
- * pm_gpt_layer_input_slot(), the copy is skipped (a stage can let the
- * previous layer's F write straight into the next layer's slot). din must
- * not overlap dout or saved. After a one-part head's F,
- * pm_gpt_head_probs_row() gives one row's softmax probabilities (sampling).
- *
- * Usage for one microbatch through one layer:
- *   pm_gpt_sizes s;  pm_gpt_layer_sizes(&cfg, i, B, T, &s, &err);
- *   void *saved = malloc(s.saved), *scratch = malloc(max of s.scratch_*);
- *   pm_gpt_layer_f(&cfg, i, B, T, P + off, x, NULL, y, NULL, saved, scratch);
- *   pm_gpt_layer_b(&cfg, i, B, T, P + off, dy, dx, 1.0f, saved, scratch);
- *   pm_gpt_layer_w(&cfg, i, B, T, P + off, G + off, saved, scratch);
- * (off = pm_gpt_layer_offset(&cfg, i); after B, bytes from s.saved_w on are free.)
- * Whole model, one device: pm_gpt_work_bytes() then pm_gpt_forward_backward().
+ * Initialisation, from a seed: N(0, 0.02) for wte, wpe, c_attn, c_fc,
+ * lm_head weights; N(0, 0.02/sqrt(2L)) for attn.c_proj and mlp.c_proj
+ * weights; biases 0; LayerNorm weight 1, bias 0. Random numbers: PCG32
+ * (O'Neill, XSH-RR, multiplier 6364136223846793005, pm_gpt_rng) seeded per
+ * tensor with state = seed, stream = layer * 64 + tensor index; normals by
+ * Box-Muller in double from two 32-bit draws, u1 = (a + 1) / 2^32,
+ * u2 = b / 2^32, z = sqrt(-2 ln u1) cos(2 pi u2) (one normal per pair).
+ * Each layer's init is independent of the others, so a stage initialises
+ * only its own layers; a head part draws lm_head's stream from its first
+ * row on, so the parts hold exactly the one-part head's numbers.
  *
  * Numerics: every matrix product is an OpenBLAS cblas_sgemm (attention's
  * tiles per (sequence, head) and the head's tiles included); softmax and
- * cross-entropy are fused into the tiles; no -ffast-math. Same inputs -> bitwise same outputs, for any thread count.
+ * cross-entropy are fused into the tiles; no -ffast-math. Same inputs ->
+ * bitwise same outputs, for any thread count.
  *
  * Threads: pm_blas_threads(n) gives the CALLING thread n compute threads:
  * itself plus a pool of n - 1 persistent workers owned by that thread
@@ -106,18 +58,7 @@
  * calls pm_blas_threads computes on itself alone. Any direct cblas call
  * made after pm_blas_threads runs single-threaded (OpenBLAS is at one
  * thread); call openblas_set_num_threads yourself if you need otherwise.
- * Idle workers spin ~0.1-0.3 ms after a kernel, then sleep.
- *
- * Initialisation (pm_gpt_init*): N(0, 0.02) for wte, wpe, c_attn, c_fc,
- * lm_head weights; N(0, 0.02/sqrt(2L)) for attn.c_proj and mlp.c_proj
- * weights; biases 0; LayerNorm weight 1, bias 0. Random numbers: PCG32
- * (O'Neill, XSH-RR, multiplier 6364136223846793005) seeded per tensor with
- * state = seed, stream = layer * 64 + tensor index; normals by Box-Muller in
- * double from two 32-bit draws, u1 = (a + 1) / 2^32, u2 = b / 2^32,
- * z = sqrt(-2 ln u1) cos(2 pi u2) (one normal per pair). Each layer's init is
- * independent of the others, so a stage can initialise only its own layers;
- * a head part draws lm_head's stream from its first row on, so the parts
- * hold exactly the one-part head's numbers. */
+ * Idle workers spin ~0.1-0.3 ms after a kernel, then sleep. */
 #ifndef PM_GPT_H
 #define PM_GPT_H
 
@@ -134,68 +75,28 @@ typedef struct {
     int32_t dim;    /* model width C */
     int32_t heads;  /* attention heads; must divide dim */
     int32_t layers; /* transformer blocks L (>= 1) */
-    int32_t head_parts; /* layers the head is cut into (0 or 1: one); at most
-                         * pm_gpt_head_groups; the same numbers whatever it is */
+    int32_t head_parts; /* layers the head is cut into (0 or 1: one); at most one
+                         * per group of PM_HEAD_GROUP rows of lm_head; the same
+                         * numbers whatever it is */
 } pm_gpt_config;
 
 #define PM_HEAD_GROUP 4096 /* lm_head rows per group of the vocabulary projection */
 
-/* Checks every field; one line naming the bad field and the fix. */
-pm_status pm_gpt_config_check(const pm_gpt_config *cfg, pm_err *err);
-
 typedef enum { PM_LAYER_EMBED, PM_LAYER_BLOCK, PM_LAYER_HEAD, PM_LAYER_KIND_COUNT } pm_layer_kind;
-extern const char *const pm_layer_kind_names[PM_LAYER_KIND_COUNT]; /* "embed", "block", "head" */
 
 int pm_gpt_num_layers(const pm_gpt_config *cfg); /* L + 1 + head parts */
-pm_layer_kind pm_gpt_layer_kind(const pm_gpt_config *cfg, int layer);
-int pm_gpt_head_groups(const pm_gpt_config *cfg); /* ceil(vocab / PM_HEAD_GROUP) */
 int pm_gpt_head_parts(const pm_gpt_config *cfg);  /* head_parts, 1 for 0 */
-/* A head layer's part index and its lm_head rows [*r0, *r1). */
-int pm_gpt_head_rows(const pm_gpt_config *cfg, int layer, size_t *r0, size_t *r1);
+size_t pm_gpt_num_params(const pm_gpt_config *cfg); /* floats of the whole slab */
 
-/* ---- parameters ------------------------------------------------------------ */
-
-size_t pm_gpt_layer_params(const pm_gpt_config *cfg, int layer); /* floats */
-size_t pm_gpt_layer_offset(const pm_gpt_config *cfg, int layer); /* floats before it */
-size_t pm_gpt_num_params(const pm_gpt_config *cfg);              /* whole slab */
-
-#define PM_GPT_MAX_TENSORS 12
-typedef struct {
-    char name[48];    /* PyTorch name: "wte.weight", "h.0.attn.c_attn.weight", "lm_head.weight" */
-    int ndim;         /* 1 or 2 */
-    int64_t shape[2]; /* PyTorch shape (Linear: out, in); shape[1] = 1 when ndim = 1 */
-    size_t offset;    /* float offset inside the layer's slice */
-    size_t numel;     /* floats */
-    int decay;        /* 1 for block matrices and lm_head (AdamW decays them), else 0 */
-    float init_std;   /* std of the normal init; 0 = constant init_value */
-    float init_value; /* LayerNorm weight 1; biases 0 */
-} pm_gpt_tensor;
-
-/* Fills out[0..n) with the layer's tensors in slab order, returns n.
- * Block i (layer i, 1-based) is named "h.{i-1}.*" like PyTorch's ModuleList:
- * ln_1.weight, ln_1.bias, attn.c_attn.weight (3C,C), attn.c_attn.bias,
- * attn.c_proj.weight (C,C), attn.c_proj.bias, ln_2.weight, ln_2.bias,
- * mlp.c_fc.weight (4C,C), mlp.c_fc.bias, mlp.c_proj.weight (C,4C),
- * mlp.c_proj.bias. Embedding: wte.weight (V,C), wpe.weight (ctx,C).
- * Head: ln_f.weight, ln_f.bias, lm_head.weight (V,C). c_attn rows are
- * q (all heads), then k, then v; head h uses columns h*C/H .. (h+1)*C/H. */
-int pm_gpt_layer_tensors(const pm_gpt_config *cfg, int layer, pm_gpt_tensor out[PM_GPT_MAX_TENSORS]);
-
-/* Seeded initialisation (see the file comment); layer_params is the layer's
- * slice, params the whole slab. */
-void pm_gpt_init_layer(const pm_gpt_config *cfg, int layer, uint64_t seed, float *layer_params);
-void pm_gpt_init(const pm_gpt_config *cfg, uint64_t seed, float *params);
-
-/* The PCG32 generator used by init, public so other modules can share it. */
+/* The PCG32 generator of the initialisation (above), for a caller's own
+ * draws from a seed (sampling). */
 typedef struct {
     uint64_t state, inc;
 } pm_gpt_rng;
 void pm_gpt_rng_seed(pm_gpt_rng *r, uint64_t seed, uint64_t stream);
-uint32_t pm_gpt_rng_u32(pm_gpt_rng *r);
 double pm_gpt_rng_uniform(pm_gpt_rng *r); /* [0, 1), 32 bits */
-double pm_gpt_rng_normal(pm_gpt_rng *r);  /* N(0,1), Box-Muller as above */
 
-/* ---- sizes of one microbatch's passes -------------------------------------- */
+/* ---- one layer's pass on one microbatch, by the numbers ---------------------- */
 
 typedef struct {
     size_t saved;     /* bytes F keeps alive in `saved` (kept after F) */
@@ -217,72 +118,23 @@ typedef struct {
                          * no masked entries); what a FLOP rate is counted in */
 } pm_gpt_sizes;
 
-/* Exact sizes for `layer` on a microbatch of B sequences of T tokens.
- * PM_ERR_ARG for a bad config, layer, B < 1 or T outside 1..ctx; on error
- * *out is zeroed. Pure: allocates nothing. */
-pm_status pm_gpt_layer_sizes(const pm_gpt_config *cfg, int layer, int B, int T, pm_gpt_sizes *out,
-                             pm_err *err);
-
-/* Where F keeps its copy of the input inside `saved` (tokens for the
- * embedding; (B,T,C+3) floats on a head part after the first; (B,T,C)
- * floats otherwise). */
-void *pm_gpt_layer_input_slot(const pm_gpt_config *cfg, int layer, int B, int T, void *saved);
-
-/* The softmax probabilities of token row `row` (0 .. B*T-1; vocab floats
- * into out) after the head's F, before its B: its logits made again from
- * what F kept (lp: the head's parameters). A one-part head only
- * (PM_ASSERT). */
-void pm_gpt_head_probs_row(const pm_gpt_config *cfg, int B, int T, const float *lp,
-                           const void *saved, size_t row, float *out);
-
-/* ---- passes ------------------------------------------------------------------
- * lp / lg: the layer's slice of the parameter / gradient slab.
- * Arguments not used by a layer kind must be NULL (see the file comment).
- * Bad arguments are bugs: they hit PM_ASSERT. */
-
-void pm_gpt_layer_f(const pm_gpt_config *cfg, int layer, int B, int T, const float *lp,
-                    const void *in, const int32_t *targets, float *out, float *loss, void *saved,
-                    void *scratch);
-void pm_gpt_layer_b(const pm_gpt_config *cfg, int layer, int B, int T, const float *lp,
-                    const float *dout, float *din, float scale, void *saved, void *scratch);
-void pm_gpt_layer_w(const pm_gpt_config *cfg, int layer, int B, int T, const float *lp,
-                    float *lg, void *saved, void *scratch);
-void pm_gpt_layer_bw(const pm_gpt_config *cfg, int layer, int B, int T, const float *lp, float *lg,
-                     const float *dout, float *din, float scale, void *saved, void *scratch);
-
-/* Times one layer's F, B and W (t[0..2], seconds) on one microbatch of its
- * own buffers, on the calling thread with one compute thread (as a device
- * thread runs), best of two runs. Allocates about one layer's parameters
- * and saved buffer. PM_ERR_ARG for a bad layer or shape, PM_ERR_NOMEM. */
-pm_status pm_gpt_time_layer(const pm_gpt_config *cfg, int layer, int B, int T, double t[3],
-                            pm_err *err);
-
 /* ---- whole model on one device --------------------------------------------- */
 
-/* Bytes of the workspace pm_gpt_forward/_forward_backward need for (B, T):
- * every layer's saved buffer, two messages ((B,T,C), or (B,T,C+3) with the
- * head in parts) and the largest scratch.
- * A workspace sized for (B, T) also serves any smaller T. 0 on overflow or a
- * bad config. */
+/* Bytes of the workspace pm_gpt_forward needs for (B, T): every layer's
+ * saved buffer, two messages ((B,T,C), or (B,T,C+3) with the head in parts)
+ * and the largest scratch. A workspace sized for (B, T) also serves any
+ * smaller T. 0 on overflow or a bad config. */
 size_t pm_gpt_work_bytes(const pm_gpt_config *cfg, int B, int T);
 
-/* Forward of all layers; returns the mean loss (0 if targets is NULL).
- * Afterwards pm_gpt_work_probs_row() gives a token row's probabilities (a
- * one-part head), as pm_gpt_head_probs_row does. */
+/* Forward of all layers on B sequences of T tokens (int32 (B,T), 1 <= T <=
+ * ctx) with the whole parameter slab; returns the mean loss over the B*T
+ * targets (0 if targets is NULL). Afterwards pm_gpt_work_probs_row() gives
+ * a token row's softmax probabilities (0 .. B*T-1; vocab floats into out),
+ * made again from what the forward kept: a one-part head only. */
 float pm_gpt_forward(const pm_gpt_config *cfg, int B, int T, const float *params,
                      const int32_t *tokens, const int32_t *targets, void *work);
 void pm_gpt_work_probs_row(const pm_gpt_config *cfg, int B, int T, const float *params,
                            const void *work, size_t row, float *out);
-
-/* F of every layer, then BW from the head down (loss gradient times scale),
- * ADDING into grads (the whole slab). Returns the microbatch's mean loss. */
-float pm_gpt_forward_backward(const pm_gpt_config *cfg, int B, int T, const float *params,
-                              float *grads, const int32_t *tokens, const int32_t *targets,
-                              float scale, void *work);
-
-/* The model's floating-point operations of one forward+backward of the
- * whole model on (B, T): the sum of every layer's flops_model. */
-double pm_gpt_flops(const pm_gpt_config *cfg, int B, int T);
 
 /* ---- BLAS ------------------------------------------------------------------ */
 
@@ -291,14 +143,14 @@ double pm_gpt_flops(const pm_gpt_config *cfg, int B, int T);
  * process-wide (see "Threads" above). Results are bitwise the same for any
  * n. Cheap when n is unchanged. */
 void pm_blas_threads(int n);
-int pm_blas_threads_get(void); /* the calling thread's compute threads */
 
-/* Runs fn(arg, lo, hi) over [0, n) cut into pieces of `chunk` items (the
- * last shorter) on the calling thread's compute threads, returning when all
- * are done; one thread runs the whole range as one piece. For work whose
- * result cannot depend on the cut (each item computed alone), such as the
- * optimizer's update. fn must not call back into the same thread's passes. */
-void pm_gpt_par_for(size_t n, size_t chunk,
-                    void (*fn)(const void *arg, size_t lo, size_t hi), const void *arg);
+/* OpenBLAS picks its kernels from the CPU model when it loads; on a CPU it
+ * does not know it falls back to slow generic (Prescott) kernels. The
+ * OPENBLAS_CORETYPE this CPU should use ("SkylakeX", "Haswell") if OpenBLAS
+ * fell back to Prescott on a CPU with AVX-512 or AVX2 and the user did not
+ * set OPENBLAS_CORETYPE; else NULL. (A program's main sets
+ * OPENBLAS_CORETYPE to this and re-executes itself: the pipemem binary
+ * does, in src/cli/reexec.c; the library never execs.) */
+const char *pm_blas_better_coretype(void);
 
 #endif

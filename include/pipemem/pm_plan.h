@@ -41,7 +41,7 @@
  * device memory (each stage's parameters, gradients and AdamW moments, plus
  * its saved activations times the most microbatches the schedule holds on
  * it at once), then the sum of the devices' squared times. The memory rule
- * (PM_PLACE_MEMORY) minimises the largest device memory first, then the
+ * (PM_CUT_MEMORY) minimises the largest device memory first, then the
  * busiest time, then the squared times. Under a cap (bytes, as counted
  * here) only cuts whose every device fits compete; when none does, the
  * cut is PM_ERR_MEMLIMIT naming the least any cut needs. A layer's time is
@@ -53,16 +53,16 @@
  * first[s] .. first[s+1]-1 are stage s's layers (first has S+1 entries).
  * Fewer layers than stages is PM_ERR_ARG with the fix. */
 typedef enum {
-    PM_PLACE_TIME,   /* the busiest time first, then the largest memory */
-    PM_PLACE_MEMORY, /* the largest memory first, then the busiest time */
-    PM_PLACE_RULES
-} pm_place_rule;
-extern const char *const pm_place_rule_names[PM_PLACE_RULES]; /* "time", "memory" */
+    PM_CUT_TIME,   /* the busiest time first, then the largest memory */
+    PM_CUT_MEMORY, /* the largest memory first, then the busiest time */
+    PM_CUT_RULES
+} pm_cut_rule;
+extern const char *const pm_cut_rule_names[PM_CUT_RULES]; /* "time", "memory" */
 
 typedef struct {
-    pm_place_rule rule; /* what ranks first */
-    double cap;         /* bytes each device may hold as the rule counts them; 0: no cap */
-} pm_place_opts;
+    pm_cut_rule rule; /* what ranks first */
+    double cap;       /* bytes each device may hold as the rule counts them; 0: no cap */
+} pm_cut_opts;
 
 typedef struct {
     double f, b, w;
@@ -72,9 +72,6 @@ typedef struct {
     const char *unit;                     /* "s" measured, "flop" counted */
 } pm_layer_costs;
 
-/* FLOPs of each kind's passes (pm_gpt_layer_sizes). */
-pm_status pm_place_flops(const pm_gpt_config *cfg, int B, int T, pm_layer_costs *lc,
-                         pm_err *err);
 /* Measures each kind's F, B and W on one microbatch of B x T on the calling
  * thread with one compute thread, as a device thread runs (best of two).
  * Takes about two microbatches' worth of one embedding, block and head. */
@@ -85,11 +82,6 @@ pm_status pm_place_measure(const pm_gpt_config *cfg, int B, int T, pm_layer_cost
  * sees while the others compute on the same cores. */
 pm_status pm_place_measure_threads(const pm_gpt_config *cfg, int B, int T, int threads,
                                    pm_layer_costs *lc, pm_err *err);
-/* The rule (o NULL: time first, no cap) on cfg's layers; errors as
- * pm_place_cut. */
-pm_status pm_place_layers(const pm_gpt_config *cfg, int B, int T, const pm_sched *s,
-                          const pm_layer_costs *lc, const pm_place_opts *o, int *first,
-                          pm_err *err);
 /* Each device's share under a placement: time[d] (lc's unit, NULL: FLOPs)
  * and mem[d] (bytes), as the rule above counts them; arrays of s->p. */
 pm_status pm_place_shares(const pm_gpt_config *cfg, int B, int T, const pm_sched *s,
@@ -97,7 +89,7 @@ pm_status pm_place_shares(const pm_gpt_config *cfg, int B, int T, const pm_sched
                           double *mem, pm_err *err);
 
 /* One layer as the cut and the simulator see it, whatever the model:
- * pipemem's GPT (pm_place_table) or a GPT sized by formulas for GPUs
+ * pipemem's GPT (its exact bytes) or a GPT sized by formulas for GPUs
  * (pm_cluster.h). Times are in one unit across a table (seconds or FLOPs). */
 typedef struct {
     double weight;     /* what the cut balances: its F + B + W time (or FLOPs) */
@@ -110,146 +102,6 @@ typedef struct {
     double state;      /* bytes of its parameters, gradients and optimizer state */
 } pm_place_layer;
 
-/* pipemem's GPT as a table of pm_gpt_num_layers(cfg) rows: times from lc
- * (NULL: FLOPs), a head part charged its rows' share; activations the
- * model's exact saved bytes; state 16 bytes per parameter (fp32
- * parameters, gradients and two AdamW moments). */
-pm_status pm_place_table(const pm_gpt_config *cfg, int B, int T, const pm_layer_costs *lc,
-                         pm_place_layer *l, pm_err *err);
-/* The rule above on any table of n layers (o NULL: time first, no cap):
- * first[] as pm_place_layers; *least (may be NULL) the chosen cut's largest
- * device memory. When no cut fits o->cap: PM_ERR_MEMLIMIT naming the least
- * any cut needs, *least that figure and first[] the cut that reaches it. */
-pm_status pm_place_cut(const pm_place_layer *l, int n, const pm_sched *s,
-                       const pm_place_opts *o, int *first, double *least, pm_err *err);
-/* Test hook: the stage figures (a stage's time or memory) every cut has
- * evaluated since the process started, in every thread: tests bound a
- * cut's work with it. */
-int64_t pm_place_evals(void);
-/* Each device's share under a cut, as pm_place_shares. */
-pm_status pm_place_cut_shares(const pm_place_layer *l, int n, const pm_sched *s,
-                              const int *first, double *time, double *mem, pm_err *err);
-/* Per-stage costs of a cut, what the simulator consumes: times the sums of
- * the layers', F keeps sum(act), B releases sum(act - act_w), W the rest;
- * with recompute, F keeps only the stage's first layer's input (mr). */
-pm_status pm_place_stage_costs(const pm_place_layer *l, const int *first, int S, int recompute,
-                               pm_cost *c, pm_err *err);
-
-/* ---- activation arena -----------------------------------------------------
- * One slab of `cap` bytes. Blocks start on 64-byte boundaries and occupy
- * their size rounded up to 64; `live` counts requested bytes exactly (what
- * the model's sizes say), `peak` is the largest `live` seen, `high` the
- * largest end offset (slab bytes actually touched: live plus rounding and
- * fragmentation). Blocks are found by offset, kept sorted by offset; at most
- * max_blocks at once; nothing is allocated after init.
- *
- * Placement: first fit over the gaps, or a plan. Because a device's
- * allocation sequence depends only on its pass list, the runtime replays
- * the list on a dry arena (base NULL, which logs every block's size, W-prefix
- * size and the event times of its alloc, shrink and release), then plans the
- * offsets offline (pm_arena_plan: greedy lowest offset over the blocks'
- * lifetimes, several orders, each block notched (prefix and released suffix
- * as two rectangles) or solid) and keeps whichever of plan and first fit
- * needs the smaller slab. A planned alloc takes the
- * next offset of the plan and still checks it against the live blocks and
- * the capacity, so a wrong plan is an error, never corruption. */
-typedef struct {
-    size_t off;  /* start, multiple of 64 */
-    size_t size; /* requested bytes (live) */
-    size_t id;   /* dry arena: index of its life record */
-} pm_arena_blk;
-
-/* One block's life on a dry arena (event times count arena calls). */
-typedef struct {
-    size_t size, size_w;    /* bytes at alloc, after shrink (= size if never shrunk) */
-    int64_t t_alloc;        /* alloc event */
-    int64_t t_shrink;       /* shrink event (= t_free if never shrunk) */
-    int64_t t_free;         /* release event */
-} pm_arena_life;
-
-typedef struct {
-    unsigned char *base; /* (cap) slab, owned; NULL when dry */
-    size_t cap;          /* capacity in bytes */
-    pm_arena_blk *blk;   /* (max_blocks) live blocks sorted by offset; owned */
-    size_t nblk;         /* live blocks */
-    size_t max_blocks;   /* capacity of blk */
-    size_t live;         /* requested bytes alive */
-    size_t peak;         /* max live since the last pm_arena_begin */
-    size_t high;         /* max end offset since init */
-    size_t *plan;        /* (nplan) planned offsets in allocation order, or NULL; owned */
-    size_t nplan, next;  /* plan length, next planned allocation */
-    pm_arena_life *log;  /* dry: (max_log) lives in allocation order; owned */
-    size_t nlog, max_log;
-    int64_t clock;       /* dry: event counter */
-} pm_arena;
-
-#define PM_ARENA_ALIGN 64
-
-pm_status pm_arena_init(pm_arena *a, size_t cap, size_t max_blocks, pm_err *err);
-/* A dry arena logging up to max_log allocations. */
-pm_status pm_arena_init_dry(pm_arena *a, size_t max_blocks, size_t max_log, pm_err *err);
-void pm_arena_free(pm_arena *a);
-/* Places `size` bytes (> 0); PM_ERR_MEMLIMIT if nothing fits (first fit),
- * the planned place is taken or past cap (plan), or max_blocks are live.
- * The caller names the pass. Never calls malloc. */
-pm_status pm_arena_alloc(pm_arena *a, size_t size, size_t *off);
-/* Shrinks the block at off to its prefix of `size` bytes (0 < size <= its size). */
-void pm_arena_shrink(pm_arena *a, size_t off, size_t size);
-void pm_arena_release(pm_arena *a, size_t off);
-static inline void *pm_arena_ptr(const pm_arena *a, size_t off) { return a->base + off; }
-/* Starts a step: peak = live, the plan restarts at its first offset. */
-void pm_arena_begin(pm_arena *a);
-/* Offsets for n logged lives (the best of several greedy placements, each
- * block at the lowest offset free of the blocks alive at the same time);
- * *cap receives the slab size needed. */
-pm_status pm_arena_plan(const pm_arena_life *life, size_t n, size_t *off, size_t *cap,
-                        pm_err *err);
-/* Adopts a plan (copied) for the allocations of every later step. */
-pm_status pm_arena_use_plan(pm_arena *a, const size_t *off, size_t n, pm_err *err);
-
-/* ---- a device's activation memory, pass by pass --------------------------
- * Arena bookkeeping of a pass, shared by the planner's dry replay (sizing)
- * and the executor, so both make the same sequence of calls: the executor
- * calls each phase at its point in the pass, the replay calls all four in
- * order, and a phase that does not concern the pass's kind does nothing.
- *   PRE     before the compute: F allocates its layers' saved (recomputed:
- *           first the kept input); a recomputed B or BW allocates the saved
- *           it is about to rebuild;
- *   REDONE  a recomputed B or BW has rebuilt them: the kept input goes;
- *   POST    F recomputed drops its saved (the input stays kept); B and BW
- *           shrink each saved to its W prefix;
- *   WDONE   W and BW release the prefixes.
- * An allocation that does not fit returns PM_ERR_MEMLIMIT with the layer in
- * *bad (-1: the kept input). */
-typedef enum { PM_MEM_PRE, PM_MEM_REDONE, PM_MEM_POST, PM_MEM_WDONE } pm_mem_phase;
-
-struct pm_plan;
-
-typedef struct {
-    pm_arena arena;            /* the device's activations */
-    size_t *off;               /* (L+2, m) arena offset of layer l's saved for microbatch j */
-    size_t *koff;              /* (S, m) recomputed: offset of stage s's kept input */
-    const struct pm_plan *pl;  /* sizes, placement, schedule; borrowed */
-} pm_devmem;
-
-/* The offset tables of device d under pl, and an arena: with cap > 0 a
- * real slab of cap bytes following the plan's offsets (pl->arena[d]) when
- * it has them; with cap 0 a dry arena that logs first-fit placements (the
- * planner's). */
-pm_status pm_devmem_init(pm_devmem *dm, const struct pm_plan *pl, int d, size_t cap, pm_err *err);
-void pm_devmem_free(pm_devmem *dm);
-pm_status pm_devmem_pass(pm_devmem *dm, const pm_pass *ps, pm_mem_phase ph, int *bad);
-/* Replays device d's whole pass list (every phase of every pass). */
-pm_status pm_devmem_replay(pm_devmem *dm, int d);
-/* Forward only (evaluation): stage s's saved for one microbatch laid out
- * from offset 0 of an empty arena (they fit: a step holds them all at
- * once after F); offsets in off[.., slot]. */
-void pm_devmem_forward_layout(pm_devmem *dm, int s, int slot);
-/* Where layer l's saved for microbatch j lives. */
-static inline void *pm_devmem_saved(const pm_devmem *dm, int l, int j, int m) {
-    return pm_arena_ptr(&dm->arena, dm->off[(size_t)l * (size_t)m + (size_t)j]);
-}
-
 /* ---- the cost model -----------------------------------------------------------
  * What the planner knows of a model: its layers as the cut and the
  * simulator see them, the state a device holds per parameter, its messages
@@ -257,6 +109,7 @@ static inline void *pm_devmem_saved(const pm_devmem *dm, int l, int j, int m) {
  * own rules. Everything else (the schedule, the cut, the simulation, each
  * device's bytes, the limits and the searches under them) is the planner's,
  * the same for every model. */
+struct pm_plan; /* the plan, below */
 typedef struct pm_plan_model pm_plan_model;
 struct pm_plan_model {
     int n;                  /* layers */
@@ -278,7 +131,7 @@ struct pm_plan_model {
     int mbs;                /* sequences per microbatch */
     const char *time_unit;  /* of the pass times: "s", or "flop" */
     /* Once the schedule is known, and again when the cut's rule changes
-     * (pl->sched and pl->placed set): the model's own choices for them
+     * (pl->sched and pl->cut set): the model's own choices for them
      * (pipemem's GPT: how many parts its head is cut into) and its table.
      * NULL: the table is fixed. */
     pm_status (*shape)(pm_plan_model *m, struct pm_plan *pl, pm_err *err);
@@ -357,7 +210,7 @@ typedef struct {
     int mark_over;          /* 1: a plan over device_mem is kept as it is and marked
                              * (pm_plan.fits 0), neither placed again nor refused: what a
                              * search that lists every plan wants */
-    pm_place_rule placement; /* what the cut ranks first (PM_PLACE_TIME: 0) */
+    pm_cut_rule cut;        /* what the cut ranks first (PM_CUT_TIME: 0) */
     int forward_only;       /* 1: only forward passes will run (evaluation, sampling): the
                              * devices hold parameters, no gradients or moments */
     /* pipemem's GPT (pm_plan_model_pipemem, pm_plan_make) only: */
@@ -376,7 +229,7 @@ typedef struct pm_plan {
     pm_sched sched;         /* owned: the schedule, weight passes in microbatch order */
     int64_t w_relabeled;    /* weight passes that took another microbatch of their stage */
     int *first;             /* (S+1) owned: stage s holds layers first[s] .. first[s+1]-1 */
-    pm_place_opts placed;   /* the rule and cap the cut ran under: the request's rule and
+    pm_cut_opts cut;        /* the rule and cap the cut ran under: the request's rule and
                              * no cap, unless the busiest device was over device_mem: then
                              * the cap that fits it, or (no cut fits) the memory rule */
     pm_cost cost;           /* owned: per stage byte deltas and times (the model's unit) */
@@ -398,7 +251,7 @@ typedef struct pm_plan {
 /* The planner: rq on model m, rq->p devices x rq->dp replicas. When the
  * placement of the request's rule puts a device over device_mem, the
  * fastest placement that fits replaces it (the time rule under a cap;
- * pl->placed says which). Fails with one line when the request is
+ * pl->cut says which). Fails with one line when the request is
  * inconsistent (naming the parameter), when the fewest stages its
  * schedule can have outnumber the model's layers (checked before any
  * schedule is made), when no schedule meets mem_limit, or when even the
@@ -414,12 +267,13 @@ typedef struct pm_plan {
  * error *pl is zeroed. */
 pm_status pm_plan_build(pm_plan *pl, pm_plan_model *m, const pm_plan_req *rq, pm_err *err);
 /* pipemem's own fp32 GPT of cfg as a cost model for rq (its transport, head
- * parts and costs; rq->m must be cfg->micro / rq->dp): pm_place_table's
- * exact bytes, 4 + 4 + 8 bytes per parameter (weights, gradients, AdamW's m
- * and v), pass times from times (NULL: rq->costs, or FLOPs) while the cut
- * and the generators weigh rq->costs (NULL: FLOPs), and the hooks that
- * choose the head's parts and size what its runtime allocates. PM_ERR_ARG
- * naming the field when cfg does not fit rq. */
+ * parts and costs; rq->m must be cfg->micro / rq->dp): a layer's
+ * activations the model's exact saved bytes, 4 + 4 + 8 bytes per
+ * parameter (weights, gradients, AdamW's m and v), pass times from times
+ * (NULL: rq->costs, or FLOPs) while the cut and the generators weigh
+ * rq->costs (NULL: FLOPs), and the hooks that choose the head's parts and
+ * size what its runtime allocates. PM_ERR_ARG naming the field when cfg
+ * does not fit rq. */
 pm_status pm_plan_model_pipemem(pm_plan_model *m, const pm_train_cfg *cfg, const pm_plan_req *rq,
                                 const pm_layer_costs *times, pm_err *err);
 /* Plans cfg: pm_plan_model_pipemem, then pm_plan_build (rq->m is set from
@@ -427,33 +281,6 @@ pm_status pm_plan_model_pipemem(pm_plan_model *m, const pm_train_cfg *cfg, const
 pm_status pm_plan_make(pm_plan *pl, const pm_train_cfg *cfg, const pm_plan_req *req,
                        pm_err *err);
 void pm_plan_free(pm_plan *pl);
-/* A deep copy (a pipe keeps its own); on error *dst is zeroed. */
-pm_status pm_plan_copy(pm_plan *dst, const pm_plan *src, pm_err *err);
-
-/* Floats of stage s's parameters; the float offset of its first one. */
-size_t pm_plan_stage_floats(const pm_plan *pl, int s);
-size_t pm_plan_stage_offset(const pm_plan *pl, int s);
-/* ZeRO-1: the part of stage s's floats replica r keeps moments for,
- * [*first, *first + *count); without ZeRO the whole stage. */
-void pm_plan_moment_slice(const pm_plan *pl, int s, int r, size_t *first, size_t *count);
-/* Bytes a recomputed stage s keeps per microbatch (0 on stage 0, whose
- * tokens stay in the batch, and without recomputation). */
-size_t pm_plan_keep_bytes(const pm_plan *pl, int s);
 /* The largest device peak in units of M, and the device it is on. */
 double pm_plan_peak_x(const pm_plan *pl, int *dev);
-/* What a device's runtime allocates besides its state and arena, as the
- * plan counts it (the runtime allocates from these, so the two cannot
- * drift): the largest scratch of device d's passes; the floats of the
- * buffer a partial gradient sum arrives in (replicas after the first); one
- * transport buffer (an activation message, at least 64 bytes); how many
- * the threads transport reserves for messages to device d (one a pass,
- * and the norm chain's); how many copy buffers MPI may hold at once. */
-size_t pm_plan_scratch_bytes(const pm_plan *pl, int d);
-size_t pm_plan_red_floats(const pm_plan *pl);
-size_t pm_plan_msg_buffer(const pm_plan *pl);
-int64_t pm_plan_mailbox_buffers(const pm_plan *pl, int d);
-int64_t pm_plan_send_buffers(const pm_plan *pl);
-/* n bytes for people: "123 bytes", "1.50 KiB", "12.3 MiB", "1.23 GiB". */
-void pm_plan_bytes_str(size_t n, char *buf, size_t cap);
-
 #endif

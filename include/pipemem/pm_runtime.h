@@ -4,25 +4,23 @@
  * per-device arena sized before the step, devices talk only through a
  * transport, and every pass's start and end is measured.
  *
- * Two layers, each usable alone, on top of the planner (pm_plan.h: the
- * placement, the schedule, the activation arena and every device's bytes):
- *   pm_tp     transport: non-blocking send/receive of byte buffers between
- *             devices, addressed by (peer, tag): a copying send (isend) for
- *             the small messages and a rendezvous one (issend, no copy) for
- *             the large; threads and MPI implement the same operations
- *             table, so the executor cannot tell them apart.
- *   pm_pipe   pipeline trainer: runs a plan: the executors, the optimizer
- *             step per device, the timeline.
+ * The pipeline trainer (pm_pipe) runs a plan (pm_plan.h: the placement,
+ * the schedule, the activation arena and every device's bytes): the
+ * executors, the optimizer step per device, evaluation, sampling,
+ * checkpoints by stage and the timeline. Its devices are threads of one
+ * process or MPI ranks (below); both transports carry the same messages, so
+ * the executor cannot tell them apart.
  *
  * Exactness contract: weight passes of one stage are interchangeable (same
  * cost, same bytes), so the plan runs each stage's W passes in microbatch
  * order at the positions the schedule lists them (zb-v lists a few out of
  * order; timing and memory are unchanged). Stages with fused BW passes must
- * already be in order (checked by the planner). Then pm_pipe_step
- * gives bitwise the same loss, gradient norm and parameters as
- * pm_trainer_step_batch on one device with the same configuration, provided
- * OpenBLAS runs one thread per call (pm_pipe_create sets pm_blas_threads(1),
- * a process-wide setting: run the single-device reference the same way). */
+ * already be in order (checked by the planner). Then pm_pipe_step gives
+ * bitwise the same loss, gradient norm and parameters as the single-device
+ * trainer's step (pm_trainer) on the same tokens and configuration,
+ * provided OpenBLAS runs one thread per call (pm_pipe_create sets
+ * pm_blas_threads(1), a process-wide setting: run the single-device
+ * reference the same way). */
 #ifndef PM_RUNTIME_H
 #define PM_RUNTIME_H
 
@@ -36,127 +34,12 @@
 #include "pipemem/pm_train.h"
 #include "pipemem/pm_util.h"
 
-/* ---- transport ------------------------------------------------------------
- * One endpoint per device. Semantics (the contract an MPI transport keeps):
- *   - isend/issend/irecv return at once; the request completes later
- *     (wait/test). The send buffer must stay unchanged until the send
- *     completes; the receive buffer is written only before the receive
- *     completes.
- *   - isend copies the payload (into a matching posted receive or a buffer
- *     of the transport) and is complete when it returns: the sender never
- *     waits for its receiver. For messages of a bounded size (activations,
- *     norms, reports), whose buffers the transport reserves.
- *   - issend (rendezvous) takes no copy: the data moves straight from the
- *     sender's buffer to the receiver's (threads: the matching irecv copies
- *     it; MPI: MPI_Issend), and the send completes only once the receiver
- *     has it. So buf must stay unchanged (and alive) until wait or test
- *     says done, or the transport is aborted (the sticky error): only then
- *     may the caller reuse it or return. A sender waits for its receiver:
- *     the caller must know the matching receive gets posted without
- *     waiting on the sender (no cycle of rendezvous sends). For stage-sized
- *     arrays (gradient sums, parameter gathers): no transport buffer grows
- *     with them.
- *   - Messages between one (sender, receiver) pair with one tag are matched
- *     in the order sent and posted (non-overtaking), isend and issend
- *     alike; lengths must match exactly (a mismatch is PM_ERR_TRANSPORT
- *     naming both).
- *   - A device may send to itself; that goes through the same path (an
- *     issend to itself completes when the same device's irecv takes it).
- *   - Errors are sticky: after pm_tp_abort (by any device) or any failure,
- *     every call on every endpoint returns the first error, and every device
- *     blocked in wait (on a receive or a rendezvous send) wakes up with it. */
-
-typedef struct pm_tp pm_tp;
-
-typedef struct pm_tp_req {
-    int op;                 /* 0 idle, 1 send (copied), 2 receive, 3 rendezvous send */
-    int peer, tag;          /* the other device and the tag */
-    void *buf;              /* receive buffer (borrowed) */
-    const void *sbuf;       /* rendezvous send buffer (borrowed) */
-    size_t len;             /* bytes */
-    int done;               /* 1 once complete (written under the transport's lock) */
-    int slot;               /* MPI: the transport's request slot while pending */
-    int src;                /* threads: the sending device of a queued rendezvous send */
-    uint64_t seq;           /* threads: its place among the messages queued for the receiver */
-    struct pm_tp_req *next; /* transport-owned link while a receive or rendezvous send is
-                             * pending */
-} pm_tp_req;
-
-typedef struct {
-    const char *name; /* "threads", "mpi" */
-    pm_status (*isend)(pm_tp *tp, int peer, int tag, const void *buf, size_t len, pm_tp_req *r);
-    pm_status (*issend)(pm_tp *tp, int peer, int tag, const void *buf, size_t len, pm_tp_req *r);
-    pm_status (*irecv)(pm_tp *tp, int peer, int tag, void *buf, size_t len, pm_tp_req *r);
-    pm_status (*wait)(pm_tp *tp, pm_tp_req *r);
-    pm_status (*test)(pm_tp *tp, pm_tp_req *r, int *done);
-    void (*abort)(pm_tp *tp, pm_status st, const char *msg);
-    pm_status (*status)(const pm_tp *tp, pm_err *err); /* the sticky error, PM_OK if none */
-} pm_tp_ops;
-
-struct pm_tp {
-    const pm_tp_ops *ops; /* implementation */
-    void *impl;           /* implementation state (shared world for threads) */
-    int dev;              /* this endpoint's device */
-    int ndev;             /* devices */
-};
-
-pm_status pm_tp_isend(pm_tp *tp, int peer, int tag, const void *buf, size_t len, pm_tp_req *r);
-/* Rendezvous send: no copy; done once the receiver has the data (above). */
-pm_status pm_tp_issend(pm_tp *tp, int peer, int tag, const void *buf, size_t len, pm_tp_req *r);
-pm_status pm_tp_irecv(pm_tp *tp, int peer, int tag, void *buf, size_t len, pm_tp_req *r);
-pm_status pm_tp_wait(pm_tp *tp, pm_tp_req *r);
-pm_status pm_tp_test(pm_tp *tp, pm_tp_req *r, int *done);
-/* Stops every device: st and msg become the sticky error (the first abort wins). */
-void pm_tp_abort(pm_tp *tp, pm_status st, const char *msg);
-pm_status pm_tp_status(const pm_tp *tp, pm_err *err);
-
-/* Threads transport: ndev endpoints in one process. isend copies the
- * payload: straight into a matching posted receive, else into a mailbox
- * buffer the receive copies out of later. Mailbox buffers are kept for reuse
- * (a free list), so after the first step nothing is allocated. issend copies
- * straight into a matching posted receive (done at once), else queues its
- * own request, pointing at the sender's buffer, for the receive to copy
- * from: no buffer and no allocation. A wait longer than timeout_s seconds
- * (0: PM_COMM_TIMEOUT) fails with PM_ERR_TRANSPORT naming the device, peer
- * and tag instead of hanging. */
+/* ---- MPI --------------------------------------------------------------------
+ * Under mpirun every rank runs one device (pm_plan_req.transport
+ * PM_TRANSPORT_MPI). Built when OpenMPI's headers were found
+ * (pm_mpi_built), else every call below fails with a line saying so. Errors
+ * of MPI itself are returned (MPI_ERRORS_RETURN), never fatal. */
 #define PM_COMM_TIMEOUT 120.0 /* seconds a device or rank waits for another */
-typedef struct pm_tp_threads pm_tp_threads;
-pm_status pm_tp_threads_create(pm_tp_threads **w, int ndev, double timeout_s, pm_err *err);
-pm_tp *pm_tp_threads_endpoint(pm_tp_threads *w, int dev);
-/* Puts count spare buffers of `bytes` in device dev's mailbox, so that
- * up to count messages of at most that size can wait for their receives
- * without an allocation (call before any device runs). */
-pm_status pm_tp_threads_reserve(pm_tp_threads *w, int dev, int count, size_t bytes,
-                                pm_err *err);
-/* Clears a sticky error and drops unmatched messages, copies and queued
- * rendezvous sends alike (between steps only, when no device is inside the
- * transport). */
-void pm_tp_threads_reset(pm_tp_threads *w);
-void pm_tp_threads_destroy(pm_tp_threads *w);
-
-/* MPI transport: one endpoint per process, device = rank in MPI_COMM_WORLD
- * (a duplicate of it, so pipemem's messages never meet a caller's). Send
- * buffers are allocated when more copies are in flight than ever before (at
- * most nsend, each of send_bytes), so after the first step nothing is. Built
- * when OpenMPI's headers were found (pm_mpi_built), else every call below
- * fails with a line saying so.
- *   - isend copies the payload into one of the transport's own buffers
- *     (at most nsend of send_bytes; a longer message is an error) and
- *     completes at once, so a sender never waits on the receiver's
- *     compute, as with threads; the copies leave under MPI's progress,
- *     driven by every later call.
- *   - issend starts MPI_Issend straight from the caller's buffer; wait and
- *     test poll it like a receive.
- *   - irecv posts MPI_Irecv straight into the caller's buffer; wait polls
- *     it (spinning briefly, then sleeping in growing steps up to 0.2 ms, so
- *     ranks sharing a core leave it to the one computing) and checks the
- *     exact length. Receives and rendezvous sends pending at once: at most
- *     nreq (each holds a request slot).
- *   - abort sends the error line to every rank on a second communicator;
- *     every wait and status call polls for one, so all ranks stop with the
- *     first error. A wait longer than timeout_s fails naming the peer rank.
- * Errors of MPI itself are returned (MPI_ERRORS_RETURN), never fatal. */
-typedef struct pm_tp_mpi pm_tp_mpi;
 int pm_mpi_built(void);
 /* Whether this process was started by mpirun (OMPI_COMM_WORLD_SIZE set). */
 int pm_mpi_launched(void);
@@ -185,19 +68,6 @@ int pm_mpi_agree(int ok, pm_err *err);
 pm_status pm_mpi_same_word(const char *mine, int *first, char theirs[PM_MPI_WORD], pm_err *err);
 /* Collective: rank 0's `bytes` at buf to every rank. */
 pm_status pm_mpi_bcast(void *buf, size_t bytes, pm_err *err);
-pm_status pm_tp_mpi_create(pm_tp_mpi **w, int nsend, size_t send_bytes, int nreq,
-                           double timeout_s, pm_err *err);
-pm_tp *pm_tp_mpi_endpoint(pm_tp_mpi *w);
-/* Every rank arrives before any leaves (polled like a wait: an abort or the
- * timeout ends it with the error). */
-pm_status pm_tp_mpi_barrier(pm_tp_mpi *w);
-/* Lets the copies still in flight leave (up to the timeout; after an abort
- * they are cancelled), then frees. NULL is a no-op. Returns 1 if a
- * rendezvous send was still pending (after an abort) and MPI could not
- * cancel it within a second (OpenMPI 4 cannot cancel sends): MPI may still
- * read its buffer, so the caller must never free that buffer (the process
- * is ending); else 0. */
-int pm_tp_mpi_destroy(pm_tp_mpi *w);
 
 /* ---- the pipeline trainer ---------------------------------------------------- */
 
@@ -283,26 +153,21 @@ const pm_plan *pm_pipe_plan(const pm_pipe *pp);     /* the plan it runs */
 pm_status pm_pipe_gather_figures(pm_pipe *pp, const double *mine, int n, double *all,
                                  pm_err *err);
 /* (dp * p) bytes each of this process's devices has allocated so far
- * (counted by pm_alloc_account: its state, arena, workspace, transport
- * buffers and small tables); 0 for devices of other ranks. */
+ * (counted by the library's allocator: its state, arena, workspace,
+ * transport buffers and small tables); 0 for devices of other ranks. */
 const int64_t *pm_pipe_allocated(const pm_pipe *pp);
 const pm_train_cfg *pm_pipe_config(const pm_pipe *pp); /* its copy (the head's parts) */
 const pm_sched *pm_pipe_schedule(const pm_pipe *pp); /* its copy (W in microbatch order) */
-int64_t pm_pipe_w_relabeled(const pm_pipe *pp);     /* W passes that took another microbatch */
 const int *pm_pipe_stage_first(const pm_pipe *pp);  /* (S+1): stage s = layers first[s].. */
 /* The host device g's process runs on (gethostname), as the root learnt it
  * at the handshake; "" where this process does not know it (under MPI,
  * another rank's device on a rank other than the root). */
 const char *pm_pipe_host(const pm_pipe *pp, int g);
-const pm_cost *pm_pipe_cost(const pm_pipe *pp);     /* byte deltas; times of the last step */
-const size_t *pm_pipe_predicted_peak(const pm_pipe *pp); /* (p) bytes, known from init */
-int64_t pm_pipe_steps_done(const pm_pipe *pp);
-/* Resume: the steps a checkpoint had done (learning rate, bias correction). */
-void pm_pipe_set_steps_done(pm_pipe *pp, int64_t steps);
-
+const pm_cost *pm_pipe_cost(const pm_pipe *pp); /* byte deltas; times of the last step */
 /* One optimizer step on inp, tgt (batch, ctx) int32: microbatch j is rows
- * j*B/K .. (j+1)*B/K (as pm_trainer_step_batch). Runs the device threads
- * (started by init, parked between steps), or this rank's device.
+ * j*B/K .. (j+1)*B/K (as in the single-device trainer's step). Runs the
+ * device threads (started by init, parked between steps), or this rank's
+ * device.
  * With dp replicas, replica r takes microbatches r*m .. (r+1)*m-1 (m the
  * schedule's), each stage's gradients are summed over the replicas in
  * replica order as soon as the stage's last weight pass is done, and every
@@ -360,21 +225,6 @@ pm_status pm_pipe_save(pm_pipe *pp, const char *path, const pm_ckpt_meta *meta, 
 pm_status pm_pipe_load(pm_pipe *pp, const char *path, uint64_t data_id, pm_ckpt_info *info,
                        pm_err *err);
 
-/* The per-parameter slabs a pipe keeps on its devices. */
-typedef enum { PM_SLAB_PARAMS, PM_SLAB_ADAM_M, PM_SLAB_ADAM_V, PM_SLAB_COUNT } pm_slab;
-
-/* Gathers every device's slab `which` (parameters or an AdamW moment) into
- * a whole slab of pm_gpt_num_params floats (replica 0's: all are equal).
- * Under MPI every rank calls it and only the root's `out` is filled. */
-pm_status pm_pipe_gather(pm_pipe *pp, pm_slab which, float *out, pm_err *err);
-/* Replaces this process's devices' parameters and moments from whole slabs
- * (resume from a checkpoint: also pm_pipe_set_steps_done); m or v may be
- * NULL for zeros. Under MPI every rank passes the same slabs. */
-void pm_pipe_scatter(pm_pipe *pp, const float *params, const float *m, const float *v);
-
-/* The measured timeline of the last step as a pm_sim (times in us, memory
- * in bytes), for pm_sched_write_svg / pm_sched_write_trace. Caller frees. */
-pm_status pm_pipe_timeline(const pm_pipe *pp, pm_sim *out, pm_err *err);
 pm_status pm_pipe_write_trace(const pm_pipe *pp, FILE *f, pm_err *err);
 pm_status pm_pipe_write_svg(const pm_pipe *pp, FILE *f, const char *title, pm_err *err);
 

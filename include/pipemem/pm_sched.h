@@ -33,13 +33,15 @@ enum {
 typedef enum { PM_PASS_F, PM_PASS_B, PM_PASS_W, PM_PASS_BW, PM_PASS_COUNT } pm_pass_kind;
 extern const char *const pm_pass_names[PM_PASS_COUNT]; /* "F", "B", "W", "BW" */
 
+/* Where the stages sit: the placements, in the order the search and the
+ * curve list them (its families). */
 typedef enum {
     PM_PLACE_SINGLE, /* S = p, stage s on device s */
-    PM_PLACE_LOOP,   /* S = v*p, stage s on device s mod p */
     PM_PLACE_V,      /* S = 2p, device i holds stages i and 2p-1-i */
+    PM_PLACE_LOOP,   /* S = v*p, stage s on device s mod p */
     PM_PLACE_COUNT
 } pm_place;
-extern const char *const pm_place_names[PM_PLACE_COUNT]; /* "single", "loop", "v" */
+extern const char *const pm_place_names[PM_PLACE_COUNT]; /* "single", "v", "loop" */
 
 typedef struct {
     int32_t kind;  /* pm_pass_kind */
@@ -71,29 +73,15 @@ typedef struct {
     uint8_t *pair;
 } pm_sched;
 
-/* Allocates an empty schedule (every device's list empty). On error *s is
- * zeroed and nothing is allocated. */
-pm_status pm_sched_init(pm_sched *s, const char *kind, pm_place place, int p, int m, int v,
-                        pm_err *err);
 void pm_sched_free(pm_sched *s);
-/* Deep copy into an uninitialised dst. */
-pm_status pm_sched_copy(pm_sched *dst, const pm_sched *src, pm_err *err);
-
-/* Appends a pass to device d's list; the capacity is exact by construction,
- * so overflowing it is a bug (asserted). */
-void pm_sched_push(pm_sched *s, int d, pm_pass_kind kind, int stage, int mb);
-/* Allocates s->pair, every mark 0, if it is not there yet. */
-pm_status pm_sched_pairs_init(pm_sched *s, pm_err *err);
 /* 1 if device d's passes i and i+1 form an overlapped pair: marked, an F
  * then a BW, of different microbatches (neither needs the other's output). */
 int pm_sched_paired(const pm_sched *s, int d, int64_t i);
 
 static inline pm_pass *pm_sched_dev(const pm_sched *s, int d) { return s->pass + (int64_t)d * s->cap; }
 
-/* Device that holds stage s, and the stage's chunk index on that device
- * (0 .. v-1: for V, chunk 0 is stage i and chunk 1 is stage 2p-1-i). */
+/* Device that holds stage s. */
 int pm_sched_stage_device(const pm_sched *s, int stage);
-int pm_sched_stage_chunk(const pm_sched *s, int stage);
 
 /* ---- costs and memory -------------------------------------------------- */
 
@@ -144,24 +132,11 @@ typedef struct {
     double fb_frac;    /* 0 .. 1: what the overlap does not hide of the shorter one */
 } pm_cost;
 
-pm_status pm_cost_init(pm_cost *c, int S, pm_err *err);
 /* Per-stage costs for schedule s from device-share costs: every stage gets
  * t/v and mem/v; rec and mr from s->recompute and mem.r (or its default). */
 pm_status pm_cost_init_uniform(pm_cost *c, const pm_sched *s, pm_costs t, pm_mem mem,
                                pm_err *err);
 void pm_cost_free(pm_cost *c);
-/* M: one microbatch's activation through the whole model (sum of mf). */
-double pm_cost_M(const pm_cost *c);
-/* Time and memory delta of one pass (with recomputation: F keeps mr, B
- * costs tf + tb and turns mr into what plain B leaves, mf - mr + mb). */
-double pm_cost_time(const pm_cost *c, const pm_pass *ps);
-double pm_cost_mem(const pm_cost *c, const pm_pass *ps);
-/* How far the device's memory rises above its level before the pass while
- * the pass runs (>= its delta): F mf, recomputed F mr + mf, recomputed B mf,
- * else max(0, delta). A device's peak is the largest level-before + rise. */
-double pm_cost_rise(const pm_cost *c, const pm_pass *ps);
-/* What a recomputed stage keeps when mem.r is 0: f * PM_KEEP_DEFAULT. */
-double pm_mem_keep(pm_mem mem);
 
 /* ---- simulator --------------------------------------------------------- */
 
@@ -195,17 +170,16 @@ typedef struct {
  * PM_ERR_DEADLOCK and names the first stuck device, its pass and what it
  * waits for. On error *out is zeroed. */
 pm_status pm_sim_run(pm_sim *out, const pm_sched *s, const pm_cost *c, pm_err *err);
-/* The same in two phases, for a caller that replays one schedule many times
- * (the runtime, every step): init allocates every buffer once (on error *sim
- * is zeroed); replay allocates nothing and overwrites the previous result.
- * The schedule must have the shape sim was sized for (p, cap, S, m). On a
- * replay error the contents are unspecified but sim stays valid to free. */
-pm_status pm_sim_init(pm_sim *sim, const pm_sched *s, pm_err *err);
+/* Replays s again into a simulation pm_sim_run made, with other costs:
+ * allocates nothing and overwrites the previous result. The schedule must
+ * have the shape sim was sized for (p, cap, S, m). On an error the contents
+ * are unspecified but sim stays valid to free. */
 pm_status pm_sim_replay(pm_sim *sim, const pm_sched *s, const pm_cost *c, pm_err *err);
 void pm_sim_free(pm_sim *sim);
 /* Data parallelism on a simulated schedule: D replicas each run it, and
  * stage k's gradients are then summed across them, taking ar[k] (the cost
- * of the sum, e.g. pm_allreduce_cost). A stage's sum starts when its last
+ * of the sum: a ring all-reduce of n bytes over D replicas at bw bytes and
+ * latency a per time unit takes 2 (D - 1) (a + n / (D bw))). A stage's sum starts when its last
  * weight pass (W or BW) on its device ends; a device's link does one sum at
  * a time, in the order its stages become ready (ties: lower stage first).
  * Fills sim->red_start/red_end (allocated on the first call, reused after)
@@ -213,30 +187,25 @@ void pm_sim_free(pm_sim *sim);
  * the later of its last pass and its last sum; the largest), overlapped and
  * with every device's sums after its own last pass. */
 pm_status pm_sim_dp(pm_sim *sim, const pm_sched *s, const double *ar, pm_err *err);
-/* A ring all-reduce of n bytes over D replicas, at bw bytes and latency a
- * per time unit: 2 (D - 1) (a + n / (D bw)); 0 for D = 1. */
-double pm_allreduce_cost(double n, int D, double bw, double a);
 
 /* Peak of device d as a multiple of M. */
 static inline double pm_sim_peak_x(const pm_sim *sim, int d) { return sim->peak[d] / sim->M; }
 double pm_sim_peak_max_x(const pm_sim *sim);
 
 /* A lower bound on the makespan of every schedule with s's placement, p, m
- * and these per-stage costs (work, fill and drain per device; bound.c has
- * the derivation). No valid schedule's simulated makespan is below it. s
- * and c must not be NULL (asserted). */
-double pm_sched_lower_bound(const pm_sched *s, const pm_cost *c);
-/* The same over the schedules whose every device stays within cap
- * (absolute units, like pm_cost_M; <= 0: no cap): memory limits the work a
- * device can do before its first backward and after its last forward, and
- * how many microbatches it can hold per round trip, which tightens the
- * bound. O(S + p), like the one above. */
+ * and these per-stage costs whose every device stays within cap (absolute
+ * units, like pm_sim.M; <= 0: no cap): work, fill and drain per device
+ * (bound.c has the derivation), and memory limits the work a device can do
+ * before its first backward and after its last forward, and how many
+ * microbatches it can hold per round trip, which tightens the bound. No
+ * valid schedule's simulated makespan is below it. O(S + p). s and c must
+ * not be NULL (asserted). */
 double pm_sched_lower_bound_at(const pm_sched *s, const pm_cost *c, double cap);
 
 /* ---- polish ------------------------------------------------------------ */
 
 typedef struct {
-    double cap;      /* no device's peak above it (absolute units, like pm_cost_M); <= 0: none */
+    double cap;      /* no device's peak above it (absolute units, like pm_sim.M); <= 0: none */
     int64_t budget;  /* passes it may simulate */
     int patience;    /* kicks in a row without a gain that end it; 0: no such limit */
 } pm_polish_cfg;
@@ -306,13 +275,6 @@ typedef struct {
     double time_limit; /* seconds the `optimal` kinds may search (0: 60) */
 } pm_sched_req;
 
-/* The plain request equivalent to req with recomputation: times (f, b + f,
- * w), memory (keep, f - keep + b, w) and the limit less one stage's whole
- * activation (the most a recomputing pass holds above the levels a
- * generator tracks), in units of the new M = p * keep. A generator that
- * meets the new limit meets req's with recomputation. */
-void pm_sched_req_recompute(const pm_sched_req *req, int v, pm_sched_req *out);
-
 /* Supported range. Every request outside it is refused at once, before any
  * allocation, with one line naming the limit. The limits keep each command
  * under about ten seconds and a few hundred MB on one core (docs/schedules.md,
@@ -343,12 +305,6 @@ void pm_sched_req_recompute(const pm_sched_req *req, int v, pm_sched_req *out);
  * of every device plus a latency per pass, (f + b + w + 2c) * 4 p m, which
  * must stay below 1e300. Else PM_ERR_ARG naming --costs. */
 pm_status pm_sched_check_costs(const pm_sched_req *req, pm_err *err);
-/* PM_OK if req's every number is one the generators can take: the costs
- * (pm_sched_check_costs), finite memory deltas, mem_limit and time_limit
- * from 0 (their defaults) up (a NaN or negative limit is refused, not read
- * as the default); else PM_ERR_ARG naming the field. req NULL is refused.
- * Every generator, the search and the block constructor check it. */
-pm_status pm_sched_check_req(const pm_sched_req *req, pm_err *err);
 
 typedef enum {
     PM_TIER_FIXED = 0, /* a fixed pattern: linear in passes */
@@ -356,11 +312,6 @@ typedef enum {
     PM_TIER_GREEDY,    /* a greedy search over passes */
     PM_TIER_SEARCH,    /* a search over many schedules */
 } pm_sched_tier;
-
-/* PM_OK if (p, m, v) is inside the range of tier (above); else PM_ERR_ARG
- * with one line naming what (a kind or command), the value and the limit. */
-pm_status pm_sched_check_range(pm_sched_tier tier, const char *what, int p, int m, int v,
-                               pm_err *err);
 
 typedef struct {
     const char *name;  /* "1f1b" */
@@ -376,33 +327,11 @@ typedef struct {
 /* Registry of the named heuristic generators, in a stable order (what
  * `compare` and every loop over kinds run). The exact kinds `optimal` and
  * `optimal-v`, whose MILP can search for minutes, are found by name only
- * (pm_sched_kind_find, pm_sched_generate). */
+ * (pm_sched_generate). */
 const pm_sched_kind *pm_sched_kinds(int *n);
-const pm_sched_kind *pm_sched_kind_find(const char *name);
-/* The same, and "KIND-r" as KIND with *recompute set (else 0). */
-const pm_sched_kind *pm_sched_kind_find_r(const char *name, int *recompute);
 /* Looks the kind up by name, checks p, m and v with clear messages (naming
  * the minimum m, the chunk counts that fit), and builds. */
 pm_status pm_sched_generate(pm_sched *s, const char *kind, const pm_sched_req *req, pm_err *err);
-
-/* Individual generators (also reachable through the registry). */
-pm_status pm_sched_build_gpipe(pm_sched *s, const pm_sched_req *req, pm_err *err);
-pm_status pm_sched_build_1f1b(pm_sched *s, const pm_sched_req *req, pm_err *err);
-pm_status pm_sched_build_interleaved(pm_sched *s, const pm_sched_req *req, pm_err *err);
-pm_status pm_sched_build_zb_h1(pm_sched *s, const pm_sched_req *req, pm_err *err);
-pm_status pm_sched_build_zb_h2(pm_sched *s, const pm_sched_req *req, pm_err *err);
-pm_status pm_sched_build_zb_v(pm_sched *s, const pm_sched_req *req, pm_err *err);
-pm_status pm_sched_build_v_min(pm_sched *s, const pm_sched_req *req, pm_err *err);
-pm_status pm_sched_build_v_half(pm_sched *s, const pm_sched_req *req, pm_err *err);
-pm_status pm_sched_build_1f1b_v(pm_sched *s, const pm_sched_req *req, pm_err *err);
-/* DualPipeV (gen_dualpipev.c): DeepSeek's and PyTorch's per-device order,
- * overlapped F&B pairs as their two passes, F first; V placement, m >= 2p. */
-pm_status pm_sched_build_dualpipev(pm_sched *s, const pm_sched_req *req, pm_err *err);
-/* The exact optimum by a MILP (gen_optimal.c), single or V placement, under
- * req->mem_limit, for at most req->time_limit seconds; small cases only
- * (a few hundred passes). opt_status, opt_bound say what was proven. */
-pm_status pm_sched_build_optimal(pm_sched *s, const pm_sched_req *req, pm_err *err);
-pm_status pm_sched_build_optimal_v(pm_sched *s, const pm_sched_req *req, pm_err *err);
 
 /* ---- building blocks --------------------------------------------------- */
 
@@ -459,12 +388,10 @@ pm_status pm_sched_from_block(pm_sched *s, const pm_block *b, const pm_sched_req
  * input-gradient pass (our B), W the weight pass, B the fused pass (our BW).
  * Text: one line per device, actions separated by spaces; CSV: one row per
  * rank, actions separated by commas (compute actions only). Errors name line
- * and column. Readers infer p from the rows, S and m from the actions, and
- * the placement from where the stages sit. */
+ * and column. The reader infers p from the rows, S and m from the actions,
+ * and the placement from where the stages sit. */
 pm_status pm_sched_write_text(FILE *f, const pm_sched *s);
 pm_status pm_sched_write_csv(FILE *f, const pm_sched *s);
-pm_status pm_sched_parse_text(pm_sched *s, const char *text, size_t len, pm_err *err);
-pm_status pm_sched_parse_csv(pm_sched *s, const char *text, size_t len, pm_err *err);
 /* Reads a file, telling text from CSV by its content. */
 pm_status pm_sched_load(pm_sched *s, const char *path, pm_err *err);
 
@@ -478,27 +405,6 @@ pm_status pm_sched_write_svg(FILE *f, const pm_sched *s, const pm_sim *sim, cons
 pm_status pm_sched_write_trace(FILE *f, const pm_sched *s, const pm_sim *sim);
 
 /* ---- schedules searched under a memory limit -------------------------- */
-
-/* Zero Bubble's adaptive heuristic on the single placement, real costs,
- * under req->mem_limit (x M): zb (no limit if 0), zb-1p (default 1.0),
- * zb-2p (default 2.0). */
-pm_status pm_sched_build_zb_auto(pm_sched *s, const pm_sched_req *req, pm_err *err);
-pm_status pm_sched_build_zb_1p(pm_sched *s, const pm_sched_req *req, pm_err *err);
-pm_status pm_sched_build_zb_2p(pm_sched *s, const pm_sched_req *req, pm_err *err);
-/* V-ZB: the greedy on the V placement, real costs, limit default 1.0. */
-pm_status pm_sched_build_v_zb(pm_sched *s, const pm_sched_req *req, pm_err *err);
-/* auto-v: the adaptive V scheduler; req->mem_limit is required. The best V
- * schedule (searched building blocks, the fixed V blocks, V-ZB's greedy,
- * polished like the search's for p m <= 200) whose peak fits the limit.
- * Below the smallest feasible limit it fails
- * with PM_ERR_MEMLIMIT and a message naming that limit. */
-pm_status pm_sched_build_auto_v(pm_sched *s, const pm_sched_req *req, pm_err *err);
-/* The smallest limit (x M) auto-v accepts for req's p, m, costs, memory. */
-pm_status pm_sched_auto_v_min_limit(const pm_sched_req *req, double *limit, pm_err *err);
-
-/* Families compared by the search and the curve: the placements. */
-typedef enum { PM_FAMILY_SINGLE, PM_FAMILY_V, PM_FAMILY_LOOP, PM_FAMILY_COUNT } pm_family;
-extern const char *const pm_family_names[PM_FAMILY_COUNT]; /* "single", "v", "loop" */
 
 /* One point of a bubble-versus-memory curve, or a search result. */
 typedef struct {
@@ -520,9 +426,10 @@ typedef struct {
 pm_status pm_sched_search(pm_sched *best, const pm_sched_req *req, pm_search_point *pt,
                           char *reason, size_t reason_len, pm_err *err);
 
-/* Bubble-versus-memory curve: for each family f and each of the n limits
- * (x M), the best schedule of that family fitting limits[k], in
- * pts[f * n + k] (ok = 0 where none fits). req->mem_limit is ignored. */
+/* Bubble-versus-memory curve: for each placement f (pm_place: the families
+ * compared) and each of the n limits (x M), the best schedule of that
+ * placement fitting limits[k], in pts[f * n + k] (ok = 0 where none fits).
+ * req->mem_limit is ignored. */
 pm_status pm_sched_curve(const pm_sched_req *req, const double *limits, int n,
                          pm_search_point *pts, pm_err *err);
 

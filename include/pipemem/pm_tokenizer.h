@@ -1,7 +1,6 @@
 /* pm_tokenizer.h: subword tokenizers: SentencePiece (Debian's
  * libsentencepiece) behind a C face. Built when the library is found;
- * otherwise every call but pm_tokenizer_available fails with a line saying
- * so.
+ * otherwise every call fails with a line saying so.
  *
  * Models are trained to round-trip any text: identity normalization (no
  * Unicode folding), whitespace kept as it is, newlines as their own piece,
@@ -18,14 +17,10 @@
 
 typedef struct pm_tokenizer pm_tokenizer;
 
-int pm_tokenizer_available(void);
 /* From a model's serialized bytes (copied) or its file. */
 pm_status pm_tokenizer_load(pm_tokenizer **out, const void *model, size_t len, pm_err *err);
 pm_status pm_tokenizer_load_file(pm_tokenizer **out, const char *path, pm_err *err);
 uint32_t pm_tokenizer_vocab(const pm_tokenizer *t);
-uint64_t pm_tokenizer_sum(const pm_tokenizer *t);
-/* The model's bytes (owned by t). */
-const void *pm_tokenizer_model(const pm_tokenizer *t, size_t *len);
 /* Text to ids: *ids from pm_malloc (caller frees), *n of them. */
 pm_status pm_tokenizer_encode(const pm_tokenizer *t, const char *text, size_t len, uint32_t **ids,
                               size_t *n, pm_err *err);

@@ -63,45 +63,29 @@ pm_status pm_errf(pm_err *err, pm_status st, const char *fmt, ...)
 void pm_abort(const char *file, int line, const char *cond) __attribute__((noreturn));
 #define PM_ASSERT(c) ((c) ? (void)0 : pm_abort(__FILE__, __LINE__, #c))
 
-/* Multiplication and addition of sizes that report overflow instead of
- * wrapping; return 0 on overflow. */
-int pm_size_mul(size_t a, size_t b, size_t *out);
-int pm_size_add(size_t a, size_t b, size_t *out);
-
 /* Monotonic clock in seconds. */
 double pm_now(void);
 
 /* ---- allocation ------------------------------------------------------------
- * Every allocation of the library goes through these, so a test can make the
- * Nth one fail (SQLite's fault injection) and check that each failure path
- * returns one clean error, leaks nothing and leaves outputs untouched.
- * pm_free(NULL) is a no-op, like free. */
+ * Every allocation of the library goes through the library's allocator
+ * (src/util/alloc.c), so a test can make the Nth one fail (SQLite's fault
+ * injection) and check that each failure path returns one clean error,
+ * leaks nothing and leaves outputs untouched. What the library hands the
+ * caller to free (a file's text, a tokenizer's ids, a checkpoint's
+ * parameters) comes from pm_malloc: free it with pm_free. pm_free(NULL) is
+ * a no-op, like free. */
 void *pm_malloc(size_t n);
 void *pm_calloc(size_t count, size_t size);
-void *pm_realloc(void *p, size_t n);
-/* align a power of two; n is rounded up to a multiple of it. */
-void *pm_aligned_alloc(size_t align, size_t n);
 void pm_free(void *p);
 
-/* Test hook: the n-th call (n >= 1, counted from this call) of pm_malloc,
- * pm_calloc, pm_realloc or pm_aligned_alloc returns NULL, and so does every later one while
- * `sticky` is set; n = 0 turns the hook off. Process-wide, thread-safe. */
-void pm_alloc_fail_at(int64_t n, int sticky);
-/* Allocation calls made since the process started (successful or not). */
-int64_t pm_alloc_calls(void);
-/* Bytes those calls asked for (a realloc counts its new size): tests bound
- * what a call allocates. */
-int64_t pm_alloc_bytes(void);
-/* 1 if the hook made at least one allocation fail since pm_alloc_fail_at. */
-int pm_alloc_failed(void);
-/* Accounting: while set, the bytes of every allocation the CALLING THREAD
- * makes through pm_malloc, pm_calloc, pm_realloc and pm_aligned_alloc are
- * added to *acct (frees are not subtracted: a total, not a level). NULL
- * stops counting. Returns the account it replaces (to restore it after).
- * The runtime counts each device's allocations so; the tests compare them
- * with the plan. */
-int64_t *pm_alloc_account(int64_t *acct);
+/* ---- this machine's memory (src/util/mem.c) -------------------------------- */
 
+/* Physical memory of this machine in bytes (sysconf), 0 if unknown. */
+size_t pm_mem_physical(void);
+/* Memory a new allocation can take now without swapping: MemAvailable of
+ * /proc/meminfo (else the physical memory), or less under a cgroup v2
+ * limit (memory.max less memory.current); 0 if unknown. */
+size_t pm_mem_available(void);
 /* The process's peak resident memory (VmHWM in /proc/self/status), in
  * bytes; 0 where the system does not say. */
 size_t pm_mem_peak_rss(void);
@@ -113,30 +97,18 @@ size_t pm_mem_peak_rss(void);
 #define PM_TEXT_MAX ((size_t)64 << 20)   /* schedules, blocks: 64 MiB */
 #define PM_CORPUS_MAX ((size_t)1 << 30)  /* `prepare` inputs, together: 1 GiB */
 
-/* Opens path for reading without ever blocking on it: a directory, a FIFO
- * or a socket is refused in one line (a FIFO without a writer would hang
- * the open), and with regular_only anything but a regular file. */
-pm_status pm_file_open_read(const char *path, int regular_only, FILE **out, pm_err *err);
-
 /* Reads a whole file into a NUL-terminated buffer from pm_malloc (caller
  * frees with pm_free), stopping with PM_ERR_IO naming the file and the limit
  * as soon as it holds more than `max` bytes. A directory is PM_ERR_IO
  * ("is a directory"). */
 pm_status pm_read_file(const char *path, size_t max, char **out, size_t *len, pm_err *err);
 
-/* A new temporary for PATH, beside it: PATH.tmp.PID.N.TAG, created
- * exclusively (never through an existing name or a symlink), write-only or
- * with rdwr read-write. TAG is a hash of the rest of the name, so the
- * temporaries a killed writer left can be told from a user's files and
- * removed (pm_wfile_open and pm_path_check_writable remove those whose
- * process is gone, and nothing else). Returns the descriptor, its name in
- * *tmp (pm_malloc'd, the caller frees), or -1 with errno set. */
-int pm_tmp_open(const char *path, int rdwr, char **tmp);
-
 /* An output file written all-or-nothing: bytes go to this writer's own
- * temporary (pm_tmp_open: a symlink planted there is never followed, two
- * writers of one PATH never share it, and the temporaries killed writers
- * left are removed); commit flushes, fsyncs,
+ * temporary beside PATH, PATH.tmp.PID.N.TAG, created exclusively (a symlink
+ * planted there is never followed, two writers of one PATH never share it;
+ * TAG, a hash of the rest of the name, tells the temporaries a killed
+ * writer left from a user's files, and those whose process is gone are
+ * removed, nothing else); commit flushes, fsyncs,
  * renames it over PATH and fsyncs the directory, so PATH is either the old
  * file or the complete new one, never a mix. With path NULL the writer is
  * stdout and commit only flushes; an existing non-regular path (a device
@@ -144,7 +116,7 @@ int pm_tmp_open(const char *path, int rdwr, char **tmp);
 typedef struct {
     void *f;    /* FILE *: where to write (tmp file or stdout) */
     char *path; /* final path, owned; NULL for stdout */
-    char *tmp;  /* its temporary (pm_tmp_open), owned */
+    char *tmp;  /* its temporary beside path, owned */
     int direct; /* 1: path is a device or pipe, written in place (no tmp) */
     const char *name; /* for messages: the path (borrowed) or "standard output" */
 } pm_wfile;

@@ -156,7 +156,7 @@ typedef struct {
 int pm_cli_files_distinct(const char *cmd, const pm_cli_file *f, int n);
 
 
-/* ---- options shared by the schedule commands (plan.c) ----------------- */
+/* ---- options shared by the schedule commands (sched.c) ---------------- */
 
 typedef struct {
     const char *kind;   /* --kind */
@@ -186,22 +186,22 @@ typedef struct {
     pm_sched s;
     pm_cost c;
     pm_sim sim;
-} pm_cli_plan;
+} pm_cli_sched;
 
 /* Generates (kind) or adopts (s already filled, kind NULL) a schedule,
  * validates it under req->mem_limit and simulates it. */
-pm_status pm_cli_plan_make(pm_cli_plan *pl, const char *kind, const pm_sched_req *req,
+pm_status pm_cli_sched_make(pm_cli_sched *pl, const char *kind, const pm_sched_req *req,
                            pm_err *err);
-pm_status pm_cli_plan_adopt(pm_cli_plan *pl, const pm_sched_req *req, pm_err *err);
-void pm_cli_plan_free(pm_cli_plan *pl);
+pm_status pm_cli_sched_adopt(pm_cli_sched *pl, const pm_sched_req *req, pm_err *err);
+void pm_cli_sched_free(pm_cli_sched *pl);
 /* With o->dp > 1: every stage's gradient sum across the replicas costs
  * o->ar; the simulation gains them (pm_sim_dp). Nothing otherwise. */
-pm_status pm_cli_plan_dp(pm_cli_plan *pl, const pm_cli_sched_opts *o, pm_err *err);
+pm_status pm_cli_sched_dp(pm_cli_sched *pl, const pm_cli_sched_opts *o, pm_err *err);
 /* search and curve: 1 (printed) if --dp or --allreduce-cost was given. */
 int pm_cli_no_dp(const pm_cli_sched_opts *o, const char *cmd);
 /* With --overlap-fb X: the schedule's overlapped F&B pairs run as one
  * (pm_cost.fb_overlap) and it is simulated again. Nothing otherwise. */
-pm_status pm_cli_plan_overlap(pm_cli_plan *pl, const pm_cli_sched_opts *o, pm_err *err);
+pm_status pm_cli_sched_overlap(pm_cli_sched *pl, const pm_cli_sched_opts *o, pm_err *err);
 /* 0 if format is one of text, csv, json, svg, trace; else prints, 1. */
 int pm_cli_sched_format_ok(const char *format);
 /* Before long work: 0 if path (NULL: stdout) can be written later; else
@@ -215,9 +215,9 @@ int pm_cli_out_close(pm_wfile *w, int bad, const char *path);
 /* The plan's facts, one per line as '#' comments the text reader skips:
  * kind, p, m, placement, stages; makespan, bubble, peak per device (x M);
  * with data parallelism the step with and without overlapped sums. */
-void pm_cli_plan_summary(FILE *f, const pm_cli_plan *pl);
+void pm_cli_sched_summary(FILE *f, const pm_cli_sched *pl);
 /* Writes the plan in format (text|csv|json|svg|trace) to path or stdout;
- * summary: the text format opens with pm_cli_plan_summary. */
-int pm_cli_plan_write(const pm_cli_plan *pl, const char *format, const char *path, int summary);
+ * summary: the text format opens with pm_cli_sched_summary. */
+int pm_cli_sched_write(const pm_cli_sched *pl, const char *format, const char *path, int summary);
 
 #endif

@@ -99,7 +99,7 @@ static void report_block(FILE *f, const char *file, const pm_block *b, const pm_
     }
 }
 
-static void report_sched(FILE *f, const pm_cli_plan *pl) {
+static void report_sched(FILE *f, const pm_cli_sched *pl) {
     fprintf(f, "schedule: m=%d makespan %.6g  bubble %.4f  peak %.4f M (per device:", pl->s.m,
             pl->sim.makespan, pl->sim.bubble, pm_sim_peak_max_x(&pl->sim));
     for (int d = 0; d < pl->s.p; d++) fprintf(f, " %.4f", pm_sim_peak_x(&pl->sim, d));
@@ -122,7 +122,7 @@ static int run_file(const block_opts *o) {
     pm_err err;
     pm_block b = {0};
     pm_block_info in = {0};
-    pm_cli_plan pl = {0};
+    pm_cli_sched pl = {0};
     int rc = 1;
     if (pm_read_file(o->file, PM_TEXT_MAX, &text, &len, &err)) return pm_cli_fail("%s", err.msg);
     if (pm_block_parse(&b, text, len, &err)) {
@@ -150,18 +150,18 @@ static int run_file(const block_opts *o) {
     size_t kn = strcspn(base, ".");
     snprintf(kind, sizeof kind, "%.*s", (int)(kn ? kn : strlen(base)), base);
     if (pm_sched_from_block(&pl.s, &b, &req, kind, &err) ||
-        pm_cli_plan_adopt(&pl, &req, &err)) {
+        pm_cli_sched_adopt(&pl, &req, &err)) {
         pm_cli_fail("%s: %s", o->file, err.msg);
         goto done;
     }
     report_sched(rep, &pl);
-    rc = o->format ? pm_cli_plan_write(&pl, o->format, o->out, 0) : 0;
+    rc = o->format ? pm_cli_sched_write(&pl, o->format, o->out, 0) : 0;
     if (!rc && o->out) fprintf(rep, "wrote %s (%s)\n", o->out, o->format);
 done:
     free(text);
     pm_block_free(&b);
     pm_block_info_free(&in);
-    pm_cli_plan_free(&pl);
+    pm_cli_sched_free(&pl);
     return rc;
 }
 

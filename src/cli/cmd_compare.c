@@ -24,21 +24,21 @@ static const char usage[] =
 
 typedef struct {
     const pm_sched_kind *k;
-    pm_cli_plan pl;
+    pm_cli_sched pl;
     pm_status st;
     pm_err err;
 } row;
 
 /* The lower bound over every schedule of this one's placement, p, m and
  * costs whose peak is at most this one's (pm_sched_lower_bound_at). */
-static double bound(const pm_cli_plan *pl) {
+static double bound(const pm_cli_sched *pl) {
     return pm_sched_lower_bound_at(&pl->s, &pl->c, pm_sim_peak_max_x(&pl->sim) * pl->sim.M);
 }
 
 /* makespan / lower bound - 1: how far the schedule could at most improve.
  * NAN for a schedule with overlapped pairs run as one: the bound runs
  * passes one at a time. */
-static double gap(const pm_cli_plan *pl) {
+static double gap(const pm_cli_sched *pl) {
     double lb = bound(pl);
     if (pl->c.fb_overlap && pl->s.pair) return NAN;
     return lb > 0 ? pl->sim.makespan / lb - 1 : 0;
@@ -147,9 +147,9 @@ int pm_cmd_compare(int argc, char **argv) {
         if (kinds[i].place != PM_PLACE_LOOP) q.v = 0;
         else if (!q.v) q.v = 2;
         r[i].k = &kinds[i];
-        r[i].st = pm_cli_plan_make(&r[i].pl, kinds[i].name, &q, &r[i].err);
-        if (!r[i].st) r[i].st = pm_cli_plan_overlap(&r[i].pl, &o, &r[i].err);
-        if (!r[i].st) r[i].st = pm_cli_plan_dp(&r[i].pl, &o, &r[i].err);
+        r[i].st = pm_cli_sched_make(&r[i].pl, kinds[i].name, &q, &r[i].err);
+        if (!r[i].st) r[i].st = pm_cli_sched_overlap(&r[i].pl, &o, &r[i].err);
+        if (!r[i].st) r[i].st = pm_cli_sched_dp(&r[i].pl, &o, &r[i].err);
         if (r[i].st) { /* in the table: the library's words with the flags */
             pm_err e = r[i].err;
             pm_cli_flags(e.msg, r[i].err.msg, sizeof r[i].err.msg);
@@ -164,7 +164,7 @@ int pm_cmd_compare(int argc, char **argv) {
         else print_csv(f, r, n, o.dp > 1);
         rc = pm_cli_out_close(&w, 0, o.out);
     }
-    for (int i = 0; i < n; i++) pm_cli_plan_free(&r[i].pl);
+    for (int i = 0; i < n; i++) pm_cli_sched_free(&r[i].pl);
     free(r);
     return rc;
 }

@@ -50,12 +50,12 @@ static void print_table(FILE *f, const pm_sched_req *q, const double *lim, int n
     fprintf(f, "p=%d m=%d costs F=%g B=%g W=%g C=%g  (bubble %% of the fastest schedule per "
             "family; limit and peak in M)\n", q->p, q->m, q->t.f, q->t.b, q->t.w, q->t.c);
     fprintf(f, "%7s", "limit");
-    for (int fam = 0; fam < PM_FAMILY_COUNT; fam++)
-        fprintf(f, "  %-8s %-14s %6s", pm_family_names[fam], "(kind)", "peak");
+    for (int fam = 0; fam < PM_PLACE_COUNT; fam++)
+        fprintf(f, "  %-8s %-14s %6s", pm_place_names[fam], "(kind)", "peak");
     fputc('\n', f);
     for (int k = 0; k < n; k++) {
         fprintf(f, "%7.3f", lim[k]);
-        for (int fam = 0; fam < PM_FAMILY_COUNT; fam++) {
+        for (int fam = 0; fam < PM_PLACE_COUNT; fam++) {
             const pm_search_point *x = &pt[fam * n + k];
             if (!x->ok) fprintf(f, "  %-8s %-14s %6s", "-", "", "");
             else fprintf(f, "  %7.2f%% %-14s %6.3f", 100 * x->bubble, x->kind, x->peak);
@@ -71,9 +71,9 @@ static void print_json(FILE *f, const pm_sched_req *q, const double *lim, int n,
             q->t.c, q->mem.f, q->mem.b, q->mem.w);
     for (int k = 0; k < n; k++) fprintf(f, "%s%.17g", k ? ", " : "", lim[k]);
     fprintf(f, "], \"families\": [");
-    for (int fam = 0; fam < PM_FAMILY_COUNT; fam++) {
+    for (int fam = 0; fam < PM_PLACE_COUNT; fam++) {
         fprintf(f, "%s\n  {\"family\": \"%s\", \"points\": [", fam ? "," : "",
-                pm_family_names[fam]);
+                pm_place_names[fam]);
         for (int k = 0; k < n; k++) {
             const pm_search_point *x = &pt[fam * n + k];
             fprintf(f, "%s\n    {\"limit\": %.17g, ", k ? "," : "", lim[k]);
@@ -91,14 +91,14 @@ static void print_json(FILE *f, const pm_sched_req *q, const double *lim, int n,
  * its points marked; gaps where a family has no schedule. */
 static void print_svg(FILE *f, const pm_sched_req *q, const double *lim, int n,
                       const pm_search_point *pt) {
-    static const char *const colour[PM_FAMILY_COUNT] = {"#d62728", "#1f77b4", "#2ca02c"};
-    static const char *const label[PM_FAMILY_COUNT] = {
+    static const char *const colour[PM_PLACE_COUNT] = {"#d62728", "#1f77b4", "#2ca02c"};
+    static const char *const label[PM_PLACE_COUNT] = {
         "single placement (1F1B, ZB-H1/H2, ZB heuristic)",
         "V placement (V-Min, V-Half, ZB-V, V-ZB, DualPipeV, auto-v)",
         "interleaved (loop placement)"};
     const double W = 760, H = 480, L = 70, R = 20, Tp = 50, B = 60;
     double x0 = lim[0], x1 = lim[n - 1] > lim[0] ? lim[n - 1] : lim[0] + 1, ymax = 0;
-    for (int i = 0; i < PM_FAMILY_COUNT * n; i++)
+    for (int i = 0; i < PM_PLACE_COUNT * n; i++)
         if (pt[i].ok && pt[i].bubble > ymax) ymax = pt[i].bubble;
     /* a round y step (1, 2, 5, 10 or 20 %) giving at most 8 ticks */
     static const double ysteps[] = {0.01, 0.02, 0.05, 0.10, 0.20};
@@ -138,7 +138,7 @@ static void print_svg(FILE *f, const pm_sched_req *q, const double *lim, int n,
             "(multiples of M, 1F1B's peak)</text>\n", (L + W - R) / 2, H - 18);
     fprintf(f, "<text transform=\"translate(18,%.1f) rotate(-90)\" text-anchor=\"middle\">"
             "bubble rate of the fastest schedule</text>\n", (Tp + H - B) / 2);
-    for (int fam = 0, row = 0; fam < PM_FAMILY_COUNT; fam++) {
+    for (int fam = 0, row = 0; fam < PM_PLACE_COUNT; fam++) {
         const pm_search_point *x = pt + fam * n;
         int any = 0, open = 0;
         for (int k = 0; k < n; k++) {
@@ -189,7 +189,7 @@ int pm_cmd_curve(int argc, char **argv) {
     if (pm_cli_out_check(o.out)) return 1;
     int n = (int)floor((r.to - r.from) / r.step + 1e-9) + 1;
     double *lim = malloc((size_t)n * sizeof *lim);
-    pm_search_point *pt = malloc((size_t)n * PM_FAMILY_COUNT * sizeof *pt);
+    pm_search_point *pt = malloc((size_t)n * PM_PLACE_COUNT * sizeof *pt);
     if (!lim || !pt) {
         free(lim), free(pt);
         return pm_cli_fail("out of memory for %d limits", n);

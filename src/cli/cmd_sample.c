@@ -164,14 +164,14 @@ static int open_pipeline(sampler *sm, const char *ckpt, int pp_opt, size_t budge
     if (have && all > have) {
         char a[32], b[32];
         int devices = pl.p;
-        pm_plan_bytes_str(all, a, sizeof a), pm_plan_bytes_str(have, b, sizeof b);
+        pm_bytes_str(all, a, sizeof a), pm_bytes_str(have, b, sizeof b);
         pm_plan_free(&pl);
         return pm_cli_fail("sample: %d device threads need %s together but this machine has %s",
                            devices, a, b);
     }
     char one[32], dev[32];
-    pm_plan_bytes_str(one_device_bytes(sm->c), one, sizeof one);
-    pm_plan_bytes_str(pl.dev[pl.busiest].total, dev, sizeof dev);
+    pm_bytes_str(one_device_bytes(sm->c), one, sizeof one);
+    pm_bytes_str(pl.dev[pl.busiest].total, dev, sizeof dev);
     fprintf(stderr, "sample: the model needs %s on one device; sampling through %d devices "
             "(%s the busiest)\n", one, pl.p, dev);
     sm->probs = malloc((size_t)sm->c->vocab * sizeof *sm->probs);
@@ -222,7 +222,7 @@ int pm_cmd_sample(int argc, char **argv) {
     rc = 1;
     if (!o.pp && !o.budget && have && need > have) { /* threads would need it all the same */
         char a[32], b[32];
-        pm_plan_bytes_str(need, a, sizeof a), pm_plan_bytes_str(have, b, sizeof b);
+        pm_bytes_str(need, a, sizeof a), pm_bytes_str(have, b, sizeof b);
         pm_cli_fail("sample: the model needs %s but this machine has %s", a, b);
         goto out;
     }

@@ -55,7 +55,7 @@ _Static_assert(PM_SCHED_MAX_PASSES == (int64_t)1 << 24, "the help text says 2^24
 
 /* --polish: the local search within --mem-limit, or within the schedule's
  * own peak without one, then validated and simulated again. */
-static pm_status polish(pm_cli_plan *pl, const pm_sched_req *req, pm_err *err) {
+static pm_status polish(pm_cli_sched *pl, const pm_sched_req *req, pm_err *err) {
     double before = pl->sim.makespan;
     if (pl->s.opt_status == PM_OPT_PROVEN) {
         fprintf(stderr, "pipemem: polish: nothing to do, %s is proven optimal\n", pl->s.kind);
@@ -103,28 +103,28 @@ int pm_cmd_schedule(int argc, char **argv) {
     }
     const char *format = o.format ? o.format : "text";
     if (pm_cli_sched_format_ok(format) || pm_cli_out_check(o.out)) return 1;
-    pm_cli_plan pl = {0};
+    pm_cli_sched pl = {0};
     pm_err err;
     pm_status st;
     if (o.kind) {
-        st = pm_cli_plan_make(&pl, o.kind, &o.req, &err);
+        st = pm_cli_sched_make(&pl, o.kind, &o.req, &err);
     } else {
         st = pm_sched_load(&pl.s, o.from, &err);
         if (!st && o.req.recompute) pl.s.recompute = 1;
-        if (!st) st = pm_cli_plan_adopt(&pl, &o.req, &err);
+        if (!st) st = pm_cli_sched_adopt(&pl, &o.req, &err);
     }
     if (!st && o.have_overlap_fb && !has_pairs(&pl.s))
         st = pm_errf(&err, PM_ERR_ARG, "schedule: --overlap-fb %g: this %s schedule has no "
                      "overlapped F&B pairs to run as one (DualPipeV's have them, and a file's "
                      "marked pairs); drop --overlap-fb", o.overlap_fb, pl.s.kind);
     if (!st && o.polish) st = polish(&pl, &o.req, &err);
-    if (!st) st = pm_cli_plan_overlap(&pl, &o, &err);
-    if (!st) st = pm_cli_plan_dp(&pl, &o, &err);
+    if (!st) st = pm_cli_sched_overlap(&pl, &o, &err);
+    if (!st) st = pm_cli_sched_dp(&pl, &o, &err);
     if (st) {
-        pm_cli_plan_free(&pl);
+        pm_cli_sched_free(&pl);
         return pm_cli_fail("%s", err.msg);
     }
-    rc = pm_cli_plan_write(&pl, format, o.out, 1);
+    rc = pm_cli_sched_write(&pl, format, o.out, 1);
     if (pl.s.opt_status) {
         static const char *const how[] = {"", "proven optimal", "time limit reached",
                                            "search ended unproven", "solver failed"};
@@ -136,6 +136,6 @@ int pm_cmd_schedule(int argc, char **argv) {
         fprintf(stderr, "pipemem: wrote %s (%s p=%d m=%d: makespan %.6g, bubble %.2f%%, peak %.3f M)\n",
                 o.out, pl.s.kind, pl.s.p, pl.s.m, pl.sim.makespan, 100 * pl.sim.bubble,
                 pm_sim_peak_max_x(&pl.sim));
-    pm_cli_plan_free(&pl);
+    pm_cli_sched_free(&pl);
     return rc;
 }

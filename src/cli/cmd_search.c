@@ -34,21 +34,21 @@ int pm_cmd_search(int argc, char **argv) {
     if (o.req.v) return pm_cli_fail("search: --chunks is chosen by the search; leave it out");
     const char *format = o.format ? o.format : "text";
     if (pm_cli_sched_format_ok(format) || pm_cli_out_check(o.out)) return 1;
-    pm_cli_plan pl = {0};
+    pm_cli_sched pl = {0};
     pm_err err;
     char reason[512];
     pm_status st = pm_sched_search(&pl.s, &o.req, NULL, reason, sizeof reason, &err);
-    if (!st) st = pm_cli_plan_adopt(&pl, &o.req, &err);
+    if (!st) st = pm_cli_sched_adopt(&pl, &o.req, &err);
     if (st) {
-        pm_cli_plan_free(&pl);
+        pm_cli_sched_free(&pl);
         return pm_cli_fail("search: %s", err.msg);
     }
     fprintf(stderr, "pipemem: search: %s\n", reason);
-    rc = pm_cli_plan_write(&pl, format, o.out, 1);
+    rc = pm_cli_sched_write(&pl, format, o.out, 1);
     if (!rc && o.out) {
         fprintf(stderr, "pipemem: wrote %s: ", o.out);
-        pm_cli_plan_summary(stderr, &pl);
+        pm_cli_sched_summary(stderr, &pl);
     }
-    pm_cli_plan_free(&pl);
+    pm_cli_sched_free(&pl);
     return rc;
 }

@@ -82,14 +82,14 @@ static pm_status place_costs(pp_world *w, const pm_cli_train_opts *o, const pm_t
  * --placement memory chose it. */
 static void print_placed(const pm_cli_train_opts *o, const pm_plan *pl) {
     char bud[32], cap[32];
-    pm_plan_bytes_str(o->device_mem, bud, sizeof bud);
-    pm_plan_bytes_str((size_t)pl->placed.cap, cap, sizeof cap);
+    pm_bytes_str(o->device_mem, bud, sizeof bud);
+    pm_bytes_str((size_t)pl->cut.cap, cap, sizeof cap);
     int asked = o->placement && !strcmp(o->placement, "memory");
-    if (pl->placed.cap > 0)
+    if (pl->cut.cap > 0)
         fprintf(stderr, "placement: the fastest cut put a device over --device-mem %s; this is "
                 "the fastest whose every device counts at most %s (state and the activations "
                 "it holds at once)\n", bud, cap);
-    else if (pl->placed.rule == PM_PLACE_MEMORY && !asked)
+    else if (pl->cut.rule == PM_CUT_MEMORY && !asked)
         fprintf(stderr, "placement: no fast cut fits --device-mem %s; this is the cut of least "
                 "memory\n", bud);
     else if (asked)
@@ -117,9 +117,9 @@ static void print_plan(const pm_cli_train_opts *o, const pp_world *w, const pm_p
         int d = g % pl->p;
         const pm_plan_dev *dv = &pl->dev[g];
         char b[PM_BYTES_COUNT + 2][32];
-        for (int k = 0; k < PM_BYTES_COUNT; k++) pm_plan_bytes_str(dv->bytes[k], b[k], 32);
-        pm_plan_bytes_str(dv->total, b[PM_BYTES_COUNT], 32);
-        pm_plan_bytes_str(dv->act_peak, b[PM_BYTES_COUNT + 1], 32);
+        for (int k = 0; k < PM_BYTES_COUNT; k++) pm_bytes_str(dv->bytes[k], b[k], 32);
+        pm_bytes_str(dv->total, b[PM_BYTES_COUNT], 32);
+        pm_bytes_str(dv->act_peak, b[PM_BYTES_COUNT + 1], 32);
         fprintf(stderr, "device %d: layers", g);
         for (int k = 0; k < s->S; k++)
             if (pm_sched_stage_device(s, k) == d)
@@ -153,8 +153,8 @@ static pm_status make_plan(const pp_world *w, const pm_cli_train_opts *o,
                       .mem_limit = o->mem_limit, .head_parts = o->head_parts,
                       .device_mem = o->device_mem, .zero = o->zero,
                       .costs = w->place.unit ? &w->place : NULL,
-                      .placement = o->placement && !strcmp(o->placement, "memory")
-                                       ? PM_PLACE_MEMORY : PM_PLACE_TIME};
+                      .cut = o->placement && !strcmp(o->placement, "memory")
+                                       ? PM_CUT_MEMORY : PM_CUT_TIME};
     st = pm_plan_make(pl, cfg, &rq, err);
     pm_sched_free(&file);
     if (st) return st;
@@ -257,8 +257,8 @@ static void print_json(const pm_cli_train_opts *o, const pm_pipe *pp, const pm_t
     double bmax = 0, bsum = 0;
     const pm_plan *pl = pm_pipe_plan(pp);
     printf(", \"placement\": \"%s\", \"placement_rule\": \"%s\", \"placement_cap_bytes\": %s",
-           o->placement ? o->placement : "flops", pm_place_rule_names[pl->placed.rule],
-           PM_JSON_NUM(pl->placed.cap));
+           o->placement ? o->placement : "flops", pm_cut_rule_names[pl->cut.rule],
+           PM_JSON_NUM(pl->cut.cap));
     printf(", \"head_parts\": %d, \"device_busy_ms\": [",
            pm_gpt_head_parts(&pm_pipe_config(pp)->model));
     for (int g = 0; g < nd; g++) {

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "pipemem/pm_train.h"
+#include "pipemem/pm_gpt.h"
 
 void pm_cli_blas_reexec(char **argv) {
     const char *better = pm_blas_better_coretype();

@@ -1,6 +1,7 @@
 /* loader.c: the seeded batch loader over token data of any width.
  * Invariant: a loader's window always lies inside the data (n >= ctx + 1). */
 #include "pipemem/pm_data.h"
+#include "loader.h"
 
 uint64_t pm_splitmix64(uint64_t x) {
     x += 0x9e3779b97f4a7c15ull;

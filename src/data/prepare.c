@@ -7,6 +7,8 @@
  * chunk and its ids. */
 #include "pipemem/pm_data.h"
 #include "pipemem/pm_tokenizer.h"
+#include "util/file.h"
+#include "internal.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -18,6 +18,8 @@
 extern "C" {
 #include "pipemem/pm_data.h"
 #include "pipemem/pm_tokenizer.h"
+#include "util/file.h"
+#include "internal.h"
 }
 
 struct pm_tokenizer {

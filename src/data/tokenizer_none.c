@@ -1,6 +1,7 @@
 /* tokenizer_none.c: pm_tokenizer.h when pipemem is built without
  * SentencePiece (libsentencepiece-dev missing): every call says so. */
 #include "pipemem/pm_tokenizer.h"
+#include "internal.h"
 
 static pm_status none(pm_err *err) {
     return pm_errf(err, PM_ERR_ARG, "this pipemem was built without SentencePiece; install "

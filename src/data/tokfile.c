@@ -3,6 +3,8 @@
  * and the data's identity. Invariants: a pm_tokens that read successfully
  * has a verified checksum and only ids below its vocabulary. */
 #include "pipemem/pm_data.h"
+#include "util/file.h"
+#include "internal.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -7,6 +7,8 @@
 #include <string.h>
 
 #include "model/internal.h"
+#include "util/alloc.h"
+#include "passes.h"
 
 /* ---- random numbers and init ------------------------------------------------ */
 

@@ -147,12 +147,14 @@ void pm_k_gemm(int ta, int tb, size_t M, size_t N, size_t K, float alpha, const 
 /* Work fused after a row block [r0, r1) of a pm_k_matmul product. */
 typedef void (*pm_rows_fn)(const void *ctx, size_t r0, size_t r1);
 /* pm_k_gemm cut into row blocks of pm_k_matmul_rows(M) rows, or column
- * blocks of pm_k_matmul_rows(N) columns when N > M and neither bias, res
- * nor post is given (a function of the shape only, so results do not
- * depend on the thread count), run as parallel tasks. If bias (N) is not NULL, each block's rows of C are first set to
- * bias, or res + bias when res (M,N rows, ld N) is not NULL (bias may then be
- * NULL), and the product is added (beta is ignored). post, if not NULL, runs
- * on each block right after its product (while it is in cache). */
+ * blocks of pm_k_matmul_rows(N) columns when N > M and either neither bias,
+ * res nor post is given or M rows make one block (a function of the shape
+ * and of which are given only, so results do not depend on the thread
+ * count), run as parallel tasks. If bias (N) is not NULL, each block of C is
+ * first set to bias, or res + bias when res (M,N rows, ld N) is not NULL
+ * (bias may then be NULL), and the product is added (beta is ignored). post,
+ * if not NULL, runs on each row block right after its product (while it is
+ * in cache), or, by columns, on blocks of 16 rows after the whole product. */
 void pm_k_matmul(int ta, int tb, size_t M, size_t N, size_t K, float alpha, const float *A,
                  size_t lda, const float *Bm, size_t ldb, float beta, float *C, size_t ldc,
                  const float *bias, const float *res, pm_rows_fn post, const void *post_ctx);

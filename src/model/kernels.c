@@ -28,6 +28,7 @@
 #include <cblas.h>
 
 #include "model/internal.h"
+#include "passes.h"
 
 /* ---- threads -------------------------------------------------------------------
  * Every kernel below cuts its work into tasks whose boundaries depend only
@@ -106,17 +107,17 @@ typedef struct {
     const void *post_ctx;
 } matmul_job;
 
-/* rows [r0, r1) of C = res + bias, before their product is added */
-static void matmul_init_rows(const matmul_job *j, size_t r0, size_t r1) {
+/* C[r0, r1) x [c0, c1) = res + bias, before their product is added */
+static void matmul_init(const matmul_job *j, size_t r0, size_t r1, size_t c0, size_t c1) {
     for (size_t r = r0; r < r1; r++) {
         float *cr = j->C + r * j->ldc;
         const float *rr = j->res ? j->res + r * j->N : NULL;
         if (!rr)
-            memcpy(cr, j->bias, j->N * sizeof(float));
+            memcpy(cr + c0, j->bias + c0, (c1 - c0) * sizeof(float));
         else if (!j->bias)
-            memcpy(cr, rr, j->N * sizeof(float));
+            memcpy(cr + c0, rr + c0, (c1 - c0) * sizeof(float));
         else
-            for (size_t e = 0; e < j->N; e++) cr[e] = rr[e] + j->bias[e];
+            for (size_t e = c0; e < c1; e++) cr[e] = rr[e] + j->bias[e];
     }
 }
 
@@ -125,17 +126,18 @@ static void matmul_task(const void *p, size_t i, int slot) {
     const matmul_job *j = p;
     size_t lim = j->by_cols ? j->N : j->M;
     size_t b0 = i * j->blk, b1 = b0 + j->blk < lim ? b0 + j->blk : lim;
+    float beta = j->beta;
+    if (j->bias || j->res) {
+        if (j->by_cols) matmul_init(j, 0, j->M, b0, b1);
+        else matmul_init(j, b0, b1, 0, j->N);
+        beta = 1.0f;
+    }
     if (j->by_cols) {
         /* column c of op(B) is column c of B, or row c of B when transposed */
         const float *bm = j->tb ? j->Bm + b0 * j->ldb : j->Bm + b0;
-        pm_k_gemm(j->ta, j->tb, j->M, b1 - b0, j->K, j->alpha, j->A, j->lda, bm, j->ldb, j->beta,
+        pm_k_gemm(j->ta, j->tb, j->M, b1 - b0, j->K, j->alpha, j->A, j->lda, bm, j->ldb, beta,
                   j->C + b0, j->ldc);
         return;
-    }
-    float beta = j->beta;
-    if (j->bias || j->res) {
-        matmul_init_rows(j, b0, b1);
-        beta = 1.0f;
     }
     /* row r of op(A) is row r of A, or column r of A when transposed */
     const float *a = j->ta ? j->A + b0 : j->A + b0 * j->lda;
@@ -144,16 +146,31 @@ static void matmul_task(const void *p, size_t i, int slot) {
     if (j->post) j->post(j->post_ctx, b0, b1);
 }
 
-/* Rows are split unless C is wider than tall and no per-row work is fused
- * (W's products: 512 output features by 2048 inputs). */
+/* The rows' work after a product made by columns, in blocks this small. */
+#define POST_ROWS 16
+
+static void post_task(const void *p, size_t i, int slot) {
+    (void)slot;
+    const matmul_job *j = p;
+    size_t r0 = i * POST_ROWS, r1 = r0 + POST_ROWS < j->M ? r0 + POST_ROWS : j->M;
+    j->post(j->post_ctx, r0, r1);
+}
+
+/* Rows are split unless C is wider than tall and either no per-row work is
+ * fused (W's products: 512 output features by 2048 inputs) or the rows make
+ * one block, which would leave every thread but one idle (a short
+ * sequence's projections, the head's tiles at batch 1): then the columns,
+ * each block's columns set to res + bias first and the rows' work after
+ * the whole product. */
 void pm_k_matmul(int ta, int tb, size_t M, size_t N, size_t K, float alpha, const float *A,
                  size_t lda, const float *Bm, size_t ldb, float beta, float *C, size_t ldc,
                  const float *bias, const float *res, pm_rows_fn post, const void *post_ctx) {
-    int by_cols = N > M && !bias && !res && !post;
+    int by_cols = N > M && (M <= pm_k_matmul_rows(M) || (!bias && !res && !post));
     size_t lim = by_cols ? N : M;
     matmul_job j = {ta, tb, by_cols, M, N, K, lda, ldb, ldc, pm_k_matmul_rows(lim), alpha, beta,
                     A, Bm, bias, res, C, post, post_ctx};
     pm_par_run((lim + j.blk - 1) / j.blk, matmul_task, &j);
+    if (by_cols && post) pm_par_run((M + POST_ROWS - 1) / POST_ROWS, post_task, &j);
 }
 
 /* 4-float vectors (SSE2, the x86-64 baseline) for elementwise loops GCC -O2

@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "model/internal.h"
+#include "passes.h"
 
 #define AT(base, off) ((float *)((char *)(base) + (off)))
 #define CAT(base, off) ((const float *)((const char *)(base) + (off)))

@@ -32,6 +32,7 @@
 #include <stdlib.h>
 
 #include "model/internal.h"
+#include "passes.h"
 
 #define GEN(c) ((uint32_t)((c) >> 40))
 #define NTASKS(c) ((size_t)((c) >> 20) & 0xFFFFF)

@@ -15,6 +15,8 @@
 #include <string.h>
 
 #include "model/internal.h"
+#include "util/alloc.h"
+#include "passes.h"
 
 const char *const pm_layer_kind_names[PM_LAYER_KIND_COUNT] = {"embed", "block", "head"};
 _Static_assert(sizeof(pm_layer_kind_names) / sizeof(pm_layer_kind_names[0]) == PM_LAYER_KIND_COUNT,

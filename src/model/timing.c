@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "model/internal.h"
+#include "passes.h"
 
 pm_status pm_gpt_time_layer(const pm_gpt_config *cfg, int layer, int B, int T, double t[3],
                             pm_err *err) {

@@ -25,6 +25,8 @@
 #include <string.h>
 
 #include "pipemem/pm_plan.h"
+#include "util/alloc.h"
+#include "arena.h"
 
 static size_t round_up(size_t n) { return (n + PM_ARENA_ALIGN - 1) / PM_ARENA_ALIGN * PM_ARENA_ALIGN; }
 

@@ -13,6 +13,9 @@
 #include <string.h>
 
 #include "pipemem/pm_cluster.h"
+#include "schedule/sched.h"
+#include "util/alloc.h"
+#include "internal.h"
 
 static pm_status nomem(pm_err *err) { return pm_errf(err, PM_ERR_NOMEM, "plan: out of memory"); }
 

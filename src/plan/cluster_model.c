@@ -8,6 +8,7 @@
  * Units: bytes, FLOPs and (with a rate) seconds, all in double: a 100B
  * model's numbers stay far inside a double's exact integers (2^53). */
 #include "pipemem/pm_cluster.h"
+#include "internal.h"
 
 const char *const pm_precision_names[PM_PREC_COUNT] = {"bf16", "fp32"};
 _Static_assert(sizeof pm_precision_names / sizeof pm_precision_names[0] == PM_PREC_COUNT,

@@ -12,6 +12,9 @@
 #include <string.h>
 
 #include "pipemem/pm_plan.h"
+#include "arena.h"
+#include "devmem.h"
+#include "query.h"
 
 static size_t *off_at(pm_devmem *dm, int l, int j) {
     return &dm->off[(size_t)l * (size_t)dm->pl->m + (size_t)j];

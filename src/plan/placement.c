@@ -32,7 +32,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "internal.h"
+#include "schedule/sched.h"
+#include "model/passes.h"
+#include "placement.h"
 
 /* PLACE_CELLS: the most (stage, layer) cells a seed's dynamic program
  * fills (4 bytes and about 40 stage figures each): 1000 stages of 65536
@@ -43,8 +45,8 @@ static atomic_llong evals; /* pm_place_evals */
 
 int64_t pm_place_evals(void) { return (int64_t)atomic_load(&evals); }
 
-const char *const pm_place_rule_names[PM_PLACE_RULES] = {"time", "memory"};
-_Static_assert(sizeof pm_place_rule_names / sizeof pm_place_rule_names[0] == PM_PLACE_RULES,
+const char *const pm_cut_rule_names[PM_CUT_RULES] = {"time", "memory"};
+_Static_assert(sizeof pm_cut_rule_names / sizeof pm_cut_rule_names[0] == PM_CUT_RULES,
                "names");
 #define TIE 1e-9 /* relative: times closer than this are equal */
 
@@ -145,7 +147,7 @@ static void stage_inflight(const pm_sched *s, int *hold, int *live) {
 typedef struct {
     int n, S, p;
     int rec;        /* the schedule recomputes: a stage in flight keeps its input */
-    pm_place_rule rule; /* what ranks first: the busiest time or the largest memory */
+    pm_cut_rule rule; /* what ranks first: the busiest time or the largest memory */
     double cap;     /* bytes a device may hold, as stage_mem counts them; 0: no cap */
     int *dev;       /* (S) stage -> device */
     int *hold;      /* (S) microbatches a stage holds at most */
@@ -183,7 +185,7 @@ static int better(double a, double b) { return a < b * (1 - TIE); }
  * first figure (time, or memory) lower by more than rounding, or equal and
  * its second lower, or both equal and its squared times lower. */
 static int ranks_before(const place_search *q, double t, double m, double sq) {
-    int mf = q->rule == PM_PLACE_MEMORY;
+    int mf = q->rule == PM_CUT_MEMORY;
     double a = mf ? m : t, a0 = mf ? q->best_m : q->best_t;
     double b = mf ? t : m, b0 = mf ? q->best_t : q->best_m;
     if (better(a, a0) || better(a0, a)) return better(a, a0);
@@ -249,7 +251,7 @@ static void consider(place_search *q, const int *c) {
 /* Stage k starts at layer i; the devices hold the stages before it. */
 static void dfs(place_search *q, int k, int i) {
     if (++q->nodes > PLACE_NODES) return;
-    int d = q->dev[k], last = k == q->S - 1, mf = q->rule == PM_PLACE_MEMORY;
+    int d = q->dev[k], last = k == q->S - 1, mf = q->rule == PM_CUT_MEMORY;
     for (int j = last ? q->n : i + 1; j <= q->n - (q->S - 1 - k); j++) {
         double t = q->pre[j] - q->pre[i], m = stage_mem(q, k, i, j);
         q->evals++;
@@ -413,9 +415,9 @@ pm_status pm_place_fill(int n, int64_t S, pm_err *err) {
 }
 
 pm_status pm_place_cut(const pm_place_layer *l, int n, const pm_sched *s,
-                       const pm_place_opts *o, int *first, double *least, pm_err *err) {
+                       const pm_cut_opts *o, int *first, double *least, pm_err *err) {
     int S = s->S;
-    const pm_place_opts none = {.rule = PM_PLACE_TIME};
+    const pm_cut_opts none = {.rule = PM_CUT_TIME};
     if (!o) o = &none;
     pm_status st = pm_place_fill(n, S, err);
     if (st) return st;
@@ -423,22 +425,22 @@ pm_status pm_place_cut(const pm_place_layer *l, int n, const pm_sched *s,
         return pm_errf(err, PM_ERR_ARG, "placement: %d layers into %d stages is beyond the "
                        "cut (stages x layers = %lld, at most %d): use fewer devices, chunks "
                        "or layers", n, S, (long long)S * n, PLACE_CELLS);
-    if ((int)o->rule < 0 || o->rule >= PM_PLACE_RULES || !(o->cap >= 0 && o->cap < 1e18))
-        return pm_errf(err, PM_ERR_ARG, "placement: rule %d, cap %g bytes: the rule is "
-                       "PM_PLACE_TIME or PM_PLACE_MEMORY, the cap 0 (none) up to 1e18",
+    if ((int)o->rule < 0 || o->rule >= PM_CUT_RULES || !(o->cap >= 0 && o->cap < 1e18))
+        return pm_errf(err, PM_ERR_ARG, "cut: rule %d, cap %g bytes: the rule is "
+                       "PM_CUT_TIME or PM_CUT_MEMORY, the cap 0 (none) up to 1e18",
                        (int)o->rule, o->cap);
     place_search q;
     st = search_init(&q, l, n, s, err);
     q.best = first, q.rule = o->rule, q.cap = o->cap;
     int found = st ? 0 : search_run(&q);
     if (!st && !found) { /* the least any cut needs: the memory rule's best, no cap */
-        q.rule = PM_PLACE_MEMORY, q.cap = 0;
+        q.rule = PM_CUT_MEMORY, q.cap = 0;
         found = search_run(&q);
         /* it can fit only when the capped search ran out of nodes */
         if (found > 0 && q.best_m > o->cap) {
             char cap[32], need[32];
-            pm_plan_bytes_str((size_t)o->cap, cap, sizeof cap); /* counts are whole bytes */
-            pm_plan_bytes_str((size_t)q.best_m, need, sizeof need);
+            pm_bytes_str((size_t)o->cap, cap, sizeof cap); /* counts are whole bytes */
+            pm_bytes_str((size_t)q.best_m, need, sizeof need);
             st = pm_errf(err, PM_ERR_MEMLIMIT, "placement: no cut of the %d layers into %d "
                          "stages keeps every device within %s (%.0f bytes: state and the "
                          "activations in flight); the least any cut needs is %s (%.0f bytes)",
@@ -513,7 +515,7 @@ pm_status pm_place_room(const pm_gpt_config *cfg, int S, pm_err *err) {
 }
 
 pm_status pm_place_layers(const pm_gpt_config *cfg, int B, int T, const pm_sched *s,
-                          const pm_layer_costs *lc, const pm_place_opts *o, int *first,
+                          const pm_layer_costs *lc, const pm_cut_opts *o, int *first,
                           pm_err *err) {
     pm_status st = pm_gpt_config_check(cfg, err);
     if (st || (st = pm_place_room(cfg, s->S, err))) return st;

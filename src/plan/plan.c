@@ -31,7 +31,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "internal.h"
+#include "schedule/sched.h"
+#include "placement.h"
 
 const char *const pm_bytes_names[PM_BYTES_COUNT] = {"parameters", "gradients", "moments",
                                                     "activations", "workspace", "transport"};
@@ -254,7 +255,7 @@ static pm_status device_bytes(pm_plan *pl, const pm_plan_model *m, size_t budget
     return st;
 }
 
-/* Placement (under pl->placed), per-stage costs, the simulation and
+/* Placement (under pl->cut), per-stage costs, the simulation and
  * every device's bytes. */
 static pm_status lay_out(pm_plan *pl, const pm_plan_model *m, size_t budget, pm_err *err) {
     pm_free(pl->first);
@@ -262,7 +263,7 @@ static pm_status lay_out(pm_plan *pl, const pm_plan_model *m, size_t budget, pm_
     pm_sim_free(&pl->sim);
     if (!(pl->first = pm_malloc(((size_t)pl->S + 1) * sizeof *pl->first)))
         return nomem(err, "the placement");
-    pm_status st = pm_place_cut(m->layer, m->n, &pl->sched, &pl->placed, pl->first, NULL, err);
+    pm_status st = pm_place_cut(m->layer, m->n, &pl->sched, &pl->cut, pl->first, NULL, err);
     if (!st) st = pm_place_stage_costs(m->layer, pl->first, pl->S, pl->sched.recompute,
                                        &pl->cost, err);
     if (st) return st;
@@ -280,13 +281,13 @@ static pm_status lay_out(pm_plan *pl, const pm_plan_model *m, size_t budget, pm_
 static pm_status over_budget(const pm_plan *pl, size_t budget, pm_err *err) {
     const pm_plan_dev *dv = &pl->dev[pl->busiest];
     char tot[32], bud[32], part[PM_BYTES_COUNT][32], by[400];
-    pm_plan_bytes_str(dv->total, tot, sizeof tot);
-    pm_plan_bytes_str(budget, bud, sizeof bud);
-    for (int k = 0; k < PM_BYTES_COUNT; k++) pm_plan_bytes_str(dv->bytes[k], part[k], 32);
+    pm_bytes_str(dv->total, tot, sizeof tot);
+    pm_bytes_str(budget, bud, sizeof bud);
+    for (int k = 0; k < PM_BYTES_COUNT; k++) pm_bytes_str(dv->bytes[k], part[k], 32);
     snprintf(by, sizeof by, "%s %s, %s %s, %s %s, %s %s, %s %s, %s %s", pm_bytes_names[0],
              part[0], pm_bytes_names[1], part[1], pm_bytes_names[2], part[2], pm_bytes_names[3],
              part[3], pm_bytes_names[4], part[4], pm_bytes_names[5], part[5]);
-    if (pl->placed.rule == PM_PLACE_MEMORY)
+    if (pl->cut.rule == PM_CUT_MEMORY)
         return pm_errf(err, PM_ERR_MEMLIMIT, "no placement fits device_mem %s: the one of least "
                        "memory (state and activations in flight) needs %s on device %d (%s)",
                        bud, tot, pl->busiest, by);
@@ -334,30 +335,30 @@ static pm_status count_devices(const pm_plan *pl, const pm_plan_model *m, double
  * model shaped again for it) is planned: it stands if it fits, else
  * check_limits refuses it. */
 static pm_status fit_placement(pm_plan *pl, pm_plan_model *m, size_t budget, pm_err *err) {
-    if (!budget || pl->placed.rule == PM_PLACE_MEMORY || pl->fits) return PM_OK;
+    if (!budget || pl->cut.rule == PM_CUT_MEMORY || pl->fits) return PM_OK;
     double hi, extra, lo = 0; /* caps whose plan overshoots, and fits (0: none yet) */
     pm_status st = count_devices(pl, m, &hi, &extra, err);
     double cap = (double)budget - extra;
     for (int tries = 0; tries < FIT_TRIES && !st && !lo; tries++) {
         cap = floor(cap < hi ? cap : hi - 1);
         if (!(cap >= 1)) break;
-        pl->placed.cap = cap;
+        pl->cut.cap = cap;
         if ((st = lay_out(pl, m, budget, err))) break;
         if (pl->fits) lo = cap;
         else hi = cap, cap -= (double)(pl->dev[pl->busiest].total - budget);
     }
     if (st && st != PM_ERR_MEMLIMIT) return st;
     if (!lo) { /* no cut fits the cap */
-        pl->placed = (pm_place_opts){.rule = PM_PLACE_MEMORY};
+        pl->cut = (pm_cut_opts){.rule = PM_CUT_MEMORY};
         if (m->shape && (st = m->shape(m, pl, err))) return st;
         return lay_out(pl, m, budget, err);
     }
     for (int h = 0; h < FIT_HALVINGS && hi - lo > 1e-3 * (double)budget && !st; h++) {
-        pl->placed.cap = floor((lo + hi) / 2);
-        if (!(st = lay_out(pl, m, budget, err))) *(pl->fits ? &lo : &hi) = pl->placed.cap;
+        pl->cut.cap = floor((lo + hi) / 2);
+        if (!(st = lay_out(pl, m, budget, err))) *(pl->fits ? &lo : &hi) = pl->cut.cap;
     }
-    if (!st && pl->placed.cap != lo) {
-        pl->placed.cap = lo;
+    if (!st && pl->cut.cap != lo) {
+        pl->cut.cap = lo;
         st = lay_out(pl, m, budget, err);
     }
     return st;
@@ -374,7 +375,7 @@ static pm_status plan_schedule(pm_plan *pl, pm_plan_model *m, const pm_plan_req 
         return pm_errf(err, PM_ERR_ARG, "schedule %s is for %d devices and %d microbatches, "
                        "but the plan has %d devices and %d microbatches per replica",
                        pl->sched.kind, pl->sched.p, pl->sched.m, pl->p, pl->m);
-    pl->placed = (pm_place_opts){.rule = rq->placement};
+    pl->cut = (pm_cut_opts){.rule = rq->cut};
     if ((m->shape && (st = m->shape(m, pl, err))) || (st = lay_out(pl, m, rq->device_mem, err)))
         return st;
     return rq->mark_over ? PM_OK : fit_placement(pl, m, rq->device_mem, err);
@@ -481,9 +482,9 @@ static pm_status check_req(const pm_plan_model *m, const pm_plan_req *rq, int dp
                        rq->p);
     if (rq->m < 1)
         return pm_errf(err, PM_ERR_ARG, "microbatches per replica: %d, must be >= 1", rq->m);
-    if ((int)rq->placement < 0 || rq->placement >= PM_PLACE_RULES)
-        return pm_errf(err, PM_ERR_ARG, "placement rule %d: use PM_PLACE_TIME or "
-                       "PM_PLACE_MEMORY", (int)rq->placement);
+    if ((int)rq->cut < 0 || rq->cut >= PM_CUT_RULES)
+        return pm_errf(err, PM_ERR_ARG, "cut %d: use PM_CUT_TIME or PM_CUT_MEMORY",
+                       (int)rq->cut);
     if (!rq->sched && searched(rq->kind) && !(rq->mem_limit > 0) && !rq->device_mem)
         return pm_errf(err, PM_ERR_ARG, "the %s schedule searches under a memory limit: "
                        "give mem_limit or device_mem", rq->kind);

@@ -8,7 +8,12 @@
  * pm_plan_make (this model, then the planner) and pm_plan_copy. */
 #include <string.h>
 
-#include "internal.h"
+#include "schedule/sched.h"
+#include "model/passes.h"
+#include "placement.h"
+#include "arena.h"
+#include "devmem.h"
+#include "query.h"
 
 /* The hooks' state (pm_plan_model.ctx). */
 typedef struct {
@@ -37,8 +42,8 @@ static pm_status head_parts(pm_plan *pl, pm_err *err) {
     const pm_sched *s = &pl->sched;
     int G = pm_gpt_head_groups(mc), mb = pl->cfg.batch / pl->cfg.micro, pick = 1;
     double *t = pm_malloc(2 * (size_t)s->p * sizeof *t), best[MOST_PARTS + 1] = {0};
-    const pm_place_opts rule = {.rule = pl->placed.rule};
-    int by = rule.rule == PM_PLACE_MEMORY ? s->p : 0; /* t[by ..]: what ranks first */
+    const pm_cut_opts rule = {.rule = pl->cut.rule};
+    int by = rule.rule == PM_CUT_MEMORY ? s->p : 0; /* t[by ..]: what ranks first */
     int *first = pm_malloc((size_t)(s->S + 1) * sizeof *first);
     pm_status st = t && first ? PM_OK : nomem(err, "choosing the head's parts");
     for (int h = 1; h <= G && h <= MOST_PARTS && !st; h++) {

@@ -5,6 +5,8 @@
 #include <stdio.h>
 
 #include "pipemem/pm_plan.h"
+#include "model/passes.h"
+#include "query.h"
 
 size_t pm_plan_stage_offset(const pm_plan *pl, int s) {
     return pm_gpt_layer_offset(&pl->cfg.model, pl->first[s]);
@@ -39,8 +41,6 @@ double pm_plan_peak_x(const pm_plan *pl, int *dev) {
     if (dev) *dev = at;
     return pl->M > 0 ? peak / pl->M : 0;
 }
-
-void pm_plan_bytes_str(size_t n, char *buf, size_t cap) { pm_bytes_str(n, buf, cap); }
 
 /* ---- what a device's runtime allocates (plan.c counts the same) -------------- */
 

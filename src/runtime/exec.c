@@ -52,6 +52,12 @@
 #include <string.h>
 
 #include "runtime/internal.h"
+#include "model/passes.h"
+#include "train/optim.h"
+#include "plan/arena.h"
+#include "plan/devmem.h"
+#include "plan/query.h"
+#include "transport.h"
 
 static int stage_dev(const pm_pipe *pp, int s) { return pm_sched_stage_device(&pp->sched, s); }
 

@@ -4,12 +4,18 @@
 #define PM_RUNTIME_INTERNAL_H
 
 #include "pipemem/pm_runtime.h"
+#include "plan/devmem.h"
+#include "plan/query.h"
+#include "transport.h"
 
 
 typedef struct pm_pipe_dev pm_pipe_dev;
 
 /* What the devices run when woken: a training step, or forward passes
  * only (evaluation). */
+/* The per-parameter slabs a pipe keeps on its devices. */
+typedef enum { PM_SLAB_PARAMS, PM_SLAB_ADAM_M, PM_SLAB_ADAM_V, PM_SLAB_COUNT } pm_slab;
+
 typedef enum { PM_RUN_STEP, PM_RUN_EVAL, PM_RUN_SAVE, PM_RUN_LOAD } pm_run_kind;
 struct pm_pipe_pool; /* the parked device threads (pipe_threads.c) */
 

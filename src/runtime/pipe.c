@@ -21,6 +21,14 @@
 #include <string.h>
 
 #include "runtime/internal.h"
+#include "schedule/sched.h"
+#include "util/alloc.h"
+#include "model/passes.h"
+#include "train/optim.h"
+#include "plan/devmem.h"
+#include "plan/query.h"
+#include "transport.h"
+#include "pipe.h"
 
 static void dev_free(pm_pipe_dev *dv) {
     pm_devmem_free(&dv->mem);

@@ -25,6 +25,8 @@
 #include <string.h>
 
 #include "runtime/internal.h"
+#include "train/ckpt.h"
+#include "plan/query.h"
 
 /* Device g's share of slab k of stage s, as [*first, *first + *count) of
  * the stage: the whole stage, or under ZeRO-1 a moment's slice of its

@@ -6,6 +6,7 @@
 #include <pthread.h>
 
 #include "runtime/internal.h"
+#include "util/alloc.h"
 
 struct pm_pipe_pool {
     pthread_mutex_t mu;

@@ -5,6 +5,8 @@
 #include <string.h>
 
 #include "runtime/internal.h"
+#include "schedule/sched.h"
+#include "pipe.h"
 
 pm_status pm_pipe_timeline(const pm_pipe *pp, pm_sim *out, pm_err *err) {
     /* a pm_sim sized by the simulator's own init, filled with measurements */

@@ -18,6 +18,11 @@
 
 #include "pipemem/pm_data.h"
 #include "runtime/internal.h"
+#include "util/alloc.h"
+#include "model/passes.h"
+#include "plan/query.h"
+#include "transport.h"
+#include "pipe.h"
 
 enum { CTL_REPORT, CTL_GATHER, CTL_PRINT, CTL_OK, CTL_LOSSES, CTL_FIGURES, CTL_NAME, CTL_PARTS,
        CTL_OUTCOME };
@@ -141,7 +146,7 @@ static void hello_init(const pm_pipe *pp, hello *h) {
     memset(h, 0, sizeof *h);
     snprintf(h->version, sizeof h->version, "pipemem %s",
              pp->opts.version ? pp->opts.version : pm_version());
-    memcpy(h->host, pm_pipe_host(pp, pp->lo), PM_HOST_NAME);
+    memcpy(h->host, pp->hosts + (size_t)pp->lo * PM_HOST_NAME, PM_HOST_NAME);
     h->setup = fingerprint(pp), h->data = pp->opts.data_identity;
 }
 

@@ -49,6 +49,7 @@
 #include <time.h>
 
 #include "pipemem/pm_runtime.h"
+#include "transport.h"
 
 /* ---- interface ---------------------------------------------------------------- */
 

@@ -32,6 +32,7 @@
 #include <time.h>
 
 #include "pipemem/pm_runtime.h"
+#include "transport.h"
 
 #ifndef PM_HAVE_MPI
 

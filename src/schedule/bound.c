@@ -97,6 +97,7 @@
 
 #include "pipemem/pm_sched.h"
 #include "pipemem/pm_util.h"
+#include "sched.h"
 #include "work.h"
 
 /* B's time: a recomputed B reruns the forward first (pm_cost_time). */

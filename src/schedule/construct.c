@@ -62,6 +62,7 @@
 
 #include "block_internal.h"
 #include "sim.h"
+#include "sched.h"
 
 #define MAX_CELLS ((int64_t)1 << 25) /* p * L slot cells (12 bytes each) */
 

@@ -32,6 +32,7 @@
 #include <string.h>
 
 #include "pipemem/pm_sched.h"
+#include "sched.h"
 
 #define SVG_MAX_TIPS 20000
 

@@ -62,6 +62,7 @@
 #include <string.h>
 
 #include "pipemem/pm_sched.h"
+#include "sched.h"
 
 #define PM_FMT_MAX_P 4096              /* devices (rows) */
 #define PM_FMT_MAX_S 65536             /* stages */

@@ -28,7 +28,7 @@
  * reorder warm-up and cool-down under the peak) and joins the fixed V kinds
  * (v-min, v-half, zb-v, 1f1b-v, v-zb at its default 1.0 M, dualpipev when
  * m >= 2p) and the V-ZB greedy on a grid of memory levels from V-Min's peak up
- * (search_internal.h). When p m <= PM_POLISH_MAX_PM the candidates on
+ * (gen.h). When p m <= PM_POLISH_MAX_PM the candidates on
  * the front of peak and makespan are polished (polish.h, through the
  * pool); the fastest whose simulated peak fits wins. Nothing
  * in a level's choice depends on the limit asked, so the set considered
@@ -44,7 +44,9 @@
 #include <string.h>
 
 #include "pipemem/pm_sched.h"
-#include "search_internal.h"
+#include "gen.h"
+#include "pool.h"
+#include "sched.h"
 
 enum { T = 6 }; /* the interval: six one-slot passes per device */
 
@@ -377,7 +379,7 @@ static pm_status pool_blocks(pm_cand_pool *pl, const pm_sched_req *req, double m
             st = pm_search_fatal(gs, &e, err);
             continue;
         }
-        pm_cand c = {.rebuild = rebuild_block, .fam = PM_FAMILY_V, .kind = "auto-v",
+        pm_cand c = {.rebuild = rebuild_block, .fam = PM_PLACE_V, .kind = "auto-v",
                      .bound = (double)u / (2.0 * p)};
         memcpy(c.blk, lv[u].blk, sizeof c.blk);
         gs = pm_search_eval(&s, req, &c.pt, &e);
@@ -406,7 +408,7 @@ pm_status pm_cand_pool_v(pm_cand_pool *pl, const pm_sched_req *req, double max_l
     static const char *const fixed[] = {"v-min", "v-half", "zb-v", "1f1b-v", "v-zb", "dualpipev"};
     pm_status st = PM_OK;
     for (size_t i = 0; i < sizeof fixed / sizeof fixed[0] && !st; i++)
-        st = pm_cand_pool_named(pl, req, PM_FAMILY_V, fixed[i], 0, err);
+        st = pm_cand_pool_named(pl, req, PM_PLACE_V, fixed[i], 0, err);
     if (!st) st = pool_blocks(pl, req, max_limit, err);
     int top = pm_search_levels(max_limit, req->p, 2);
     /* The greedy runs at every level from a quarter of M up: where it fits
@@ -422,7 +424,7 @@ pm_status pm_cand_pool_v(pm_cand_pool *pl, const pm_sched_req *req, double max_l
             st = pm_search_fatal(gs, &e, err);
             continue;
         }
-        pm_cand c = {.rebuild = rebuild_vzb, .fam = PM_FAMILY_V, .kind = "v-zb", .level = lv,
+        pm_cand c = {.rebuild = rebuild_vzb, .fam = PM_PLACE_V, .kind = "v-zb", .level = lv,
                      .bound = lv};
         gs = pm_search_eval(&s, req, &c.pt, &e);
         pm_sched_free(&s);
@@ -471,9 +473,9 @@ pm_status pm_sched_build_auto_v(pm_sched *s, const pm_sched_req *req, pm_err *er
     if (rs) return rs;
     pm_cand_pool pl = {0};
     pm_status st = pm_cand_pool_v(&pl, req, req->mem_limit, err);
-    if (!st) st = pm_cand_pool_polish(&pl, PM_FAMILY_V, req, &req->mem_limit, 1, err);
+    if (!st) st = pm_cand_pool_polish(&pl, PM_PLACE_V, req, &req->mem_limit, 1, err);
     if (st) goto done;
-    int w = pm_cand_pool_best(&pl, PM_FAMILY_V, req->mem_limit);
+    int w = pm_cand_pool_best(&pl, PM_PLACE_V, req->mem_limit);
     if (w < 0) {
         /* The pool was built for this limit; the smallest feasible one may
          * come from the greedy at a level this pool never tried. */

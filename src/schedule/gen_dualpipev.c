@@ -38,7 +38,9 @@
  * B 0, W and BW -1 per chunk activation): phases 1-2 leave 2p chunk
  * activations alive, phase 3 keeps it at 2p, and phase 4's first F0 raises
  * it to 2p+1 on every device, the peak: (2p+1)/(2p) M, above ZB-V's M. */
+#include "gen.h"
 #include "pipemem/pm_sched.h"
+#include "sched.h"
 
 typedef struct {
     pm_sched *s;

@@ -11,7 +11,9 @@
  *
  * Invariant: m % p == 0, so every group holds exactly p microbatches and
  * the index arithmetic above names each (chunk, microbatch) exactly once. */
+#include "gen.h"
 #include "pipemem/pm_sched.h"
+#include "sched.h"
 
 /* Stage and microbatch of the k-th virtual microbatch of rank r, forward
  * (bwd = 0) or backward (bwd = 1) order. */

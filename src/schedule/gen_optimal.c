@@ -27,9 +27,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gen.h"
 #include "milp.h"
 #include "slots.h"
 #include "pipemem/pm_sched.h"
+#include "sched.h"
 
 #define MAX_PASSES 400       /* beyond this the MILP does not solve in useful time */
 #define MAX_SLOT_PASSES 1200 /* and the slot model (slots.c) */

@@ -7,7 +7,9 @@
  * increasing order within each pass kind; GPipe and 1F1B use the fused BW
  * pass, ZB-H1/H2 split it into B and W. The lists are fixed patterns: no
  * costs are consulted, so the same (p, m) always gives the same schedule. */
+#include "gen.h"
 #include "pipemem/pm_sched.h"
+#include "sched.h"
 
 static int min_int(int a, int b) { return a < b ? a : b; }
 

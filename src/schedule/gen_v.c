@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "block_internal.h"
+#include "gen.h"
 
 static pm_status build_named(pm_sched *s, const pm_sched_req *req, const char *name,
                              pm_err *err) {

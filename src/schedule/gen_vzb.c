@@ -35,7 +35,8 @@
 #include <string.h>
 
 #include "pipemem/pm_sched.h"
-#include "search_internal.h"
+#include "gen.h"
+#include "sched.h"
 
 enum { CF = 0, CB = 1, CW = 2 };
 

@@ -29,7 +29,9 @@
 #include <string.h>
 
 #include "pipemem/pm_sched.h"
-#include "search_internal.h"
+#include "gen.h"
+#include "pool.h"
+#include "sched.h"
 
 typedef struct {
     pm_sched *s;

@@ -13,7 +13,9 @@
  * most 2p chunk activations are ever live on a device (2(p-r)-1 + 2r + 1),
  * i.e. M, and at equal costs every device is busy from its first pass to
  * its last once m >= 2p. */
+#include "gen.h"
 #include "pipemem/pm_sched.h"
+#include "sched.h"
 #include "work.h"
 
 typedef struct {

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "milp.h"
+#include "util/alloc.h"
 
 #ifdef PM_HAVE_CBC
 #include <coin/Cbc_C_Interface.h>

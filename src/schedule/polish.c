@@ -33,6 +33,7 @@
 
 #include "polish.h"
 #include "resim.h"
+#include "sched.h"
 
 #define PM_POLISH_WINDOW 4
 #define PM_POLISH_KICK 3         /* random moves per kick */

@@ -13,6 +13,8 @@
 #include "polish.h"
 #include "slots.h"
 #include "pool.h"
+#include "sched.h"
+#include "util/alloc.h"
 
 /* A named kind: the registry again, with its chunks and no limit. */
 static pm_status rebuild_named(pm_sched *s, const pm_cand *c, const pm_sched_req *req,
@@ -70,7 +72,7 @@ pm_status pm_cand_pool_add(pm_cand_pool *pl, const pm_cand *c, pm_err *err) {
     return PM_OK;
 }
 
-pm_status pm_cand_pool_named(pm_cand_pool *pl, const pm_sched_req *req, pm_family fam, const char *kind,
+pm_status pm_cand_pool_named(pm_cand_pool *pl, const pm_sched_req *req, pm_place fam, const char *kind,
                         int v, pm_err *err) {
     pm_sched_req q = *req;
     q.v = v;

@@ -47,7 +47,7 @@ typedef pm_status (*pm_cand_rebuild)(pm_sched *s, const pm_cand *c, const pm_sch
 
 struct pm_cand {
     pm_cand_rebuild rebuild; /* how to rebuild it: set by the generator that made it */
-    pm_family fam;           /* placement family it is listed under */
+    pm_place fam;           /* placement family it is listed under */
     char kind[32];        /* the generator name reported for it */
     int v;                /* chunks (named kinds; 0 = default) */
     double level;         /* limit the greedy ran at (x M) */
@@ -61,7 +61,7 @@ struct pm_cand {
                            * it asks for is under it (pool.c) */
 };
 
-typedef struct {
+typedef struct pm_cand_pool {
     pm_cand *c; /* (cap); owned */
     int n, cap;
     pm_sched *done; /* (n) NULL, or from pm_cand_pool_polish on: each polished
@@ -72,7 +72,7 @@ void pm_cand_pool_free(pm_cand_pool *pl);
 pm_status pm_cand_pool_add(pm_cand_pool *pl, const pm_cand *c, pm_err *err);
 /* Builds the named kind (with v chunks) and adds it with its figures;
  * kinds that do not build for req are skipped. */
-pm_status pm_cand_pool_named(pm_cand_pool *pl, const pm_sched_req *req, pm_family fam, const char *kind,
+pm_status pm_cand_pool_named(pm_cand_pool *pl, const pm_sched_req *req, pm_place fam, const char *kind,
                         int v, pm_err *err);
 /* The smallest limit (x M) that admits c: the larger of its peak (before
  * any polish) and the level it was built for. */

@@ -8,7 +8,9 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "gen.h"
 #include "pipemem/pm_sched.h"
+#include "sched.h"
 
 /* Smallest m each kind builds a complete, valid schedule for. Every fixed
  * pattern here degrades gracefully to m < p (warm-ups are capped at m, ZB-V

@@ -21,6 +21,7 @@
 
 #include "resim.h"
 #include "sim.h"
+#include "sched.h"
 
 enum { WHERE_F, WHERE_B, WHERE_W };
 

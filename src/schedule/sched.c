@@ -9,6 +9,8 @@
 #include <string.h>
 
 #include "pipemem/pm_sched.h"
+#include "sched.h"
+#include "util/alloc.h"
 #include "work.h"
 
 static atomic_llong work; /* pm_sched_work */
@@ -20,7 +22,7 @@ void pm_sched_work_add(int64_t n) {
 int64_t pm_sched_work(void) { return (int64_t)atomic_load(&work); }
 
 const char *const pm_pass_names[PM_PASS_COUNT] = {"F", "B", "W", "BW"};
-const char *const pm_place_names[PM_PLACE_COUNT] = {"single", "loop", "v"};
+const char *const pm_place_names[PM_PLACE_COUNT] = {"single", "v", "loop"};
 
 pm_status pm_sched_init(pm_sched *s, const char *kind, pm_place place, int p, int m, int v,
                         pm_err *err) {

@@ -1,7 +1,7 @@
 /* search.c: the best schedule under a memory limit, over every family
  * (placement), and the bubble-versus-memory curve.
  *
- * Candidates (pool.h, through search_internal.h): per family, the fixed kinds of the
+ * Candidates (pool.h, through gen.h): per family, the fixed kinds of the
  * registry (their peaks do not depend on the limit), and the memory-aware
  * generators run at every memory level up to the limit: the Zero Bubble
  * heuristic (single placement, levels k/p) and, through gen_autov.c, the
@@ -26,10 +26,9 @@
 #include <string.h>
 
 #include "pipemem/pm_sched.h"
-#include "search_internal.h"
-
-const char *const pm_family_names[PM_FAMILY_COUNT] = {"single", "v", "loop"};
-_Static_assert(sizeof(pm_family_names) / sizeof(pm_family_names[0]) == PM_FAMILY_COUNT, "");
+#include "gen.h"
+#include "pool.h"
+#include "sched.h"
 
 /* A Zero Bubble heuristic candidate: the heuristic again at its level. */
 static pm_status rebuild_zb(pm_sched *s, const pm_cand *c, const pm_sched_req *req,
@@ -43,7 +42,7 @@ static pm_status pool_single(pm_cand_pool *pl, const pm_sched_req *req, double m
     static const char *const fixed[] = {"gpipe", "1f1b", "zb-h1", "zb-h2", "zb-1p", "zb-2p"};
     pm_status st = PM_OK;
     for (size_t i = 0; i < sizeof fixed / sizeof fixed[0] && !st; i++)
-        st = pm_cand_pool_named(pl, req, PM_FAMILY_SINGLE, fixed[i], 0, err);
+        st = pm_cand_pool_named(pl, req, PM_PLACE_SINGLE, fixed[i], 0, err);
     /* the levels run the heuristic alone: ZB-H1/H2 are in the pool above */
     int top = pm_search_levels(max_limit, req->p, 1);
     int binding = 1;
@@ -56,7 +55,7 @@ static pm_status pool_single(pm_cand_pool *pl, const pm_sched_req *req, double m
             st = pm_search_fatal(gs, &e, err);
             continue;
         }
-        pm_cand c = {.rebuild = rebuild_zb, .fam = PM_FAMILY_SINGLE, .kind = "zb", .level = lv,
+        pm_cand c = {.rebuild = rebuild_zb, .fam = PM_PLACE_SINGLE, .kind = "zb", .level = lv,
                      .bound = lv};
         gs = pm_search_eval(&s, req, &c.pt, &e);
         pm_sched_free(&s);
@@ -69,7 +68,7 @@ static pm_status pool_single(pm_cand_pool *pl, const pm_sched_req *req, double m
 static pm_status pool_loop(pm_cand_pool *pl, const pm_sched_req *req, pm_err *err) {
     pm_status st = PM_OK;
     for (int v = 2; v <= 4 && !st; v++)
-        st = pm_cand_pool_named(pl, req, PM_FAMILY_LOOP, "interleaved", v, err);
+        st = pm_cand_pool_named(pl, req, PM_PLACE_LOOP, "interleaved", v, err);
     return st;
 }
 
@@ -80,9 +79,9 @@ static pm_status pool_recomputed(pm_cand_pool *pl, const pm_sched_req *req, pm_e
     static const char *const v[] = {"v-min-r", "v-half-r", "1f1b-v-r", "zb-v-r"};
     pm_status st = PM_OK;
     for (size_t i = 0; i < sizeof single / sizeof single[0] && !st; i++)
-        st = pm_cand_pool_named(pl, req, PM_FAMILY_SINGLE, single[i], 0, err);
+        st = pm_cand_pool_named(pl, req, PM_PLACE_SINGLE, single[i], 0, err);
     for (size_t i = 0; i < sizeof v / sizeof v[0] && !st; i++)
-        st = pm_cand_pool_named(pl, req, PM_FAMILY_V, v[i], 0, err);
+        st = pm_cand_pool_named(pl, req, PM_PLACE_V, v[i], 0, err);
     return st;
 }
 
@@ -123,14 +122,14 @@ static void write_reason(char *reason, size_t n, const pm_cand_pool *pl, int w, 
         fit += pl->c[i].pt.ok && pm_cand_admit(&pl->c[i]) <= limit * (1 + PM_PEAK_TOL);
     at = snprintf(reason, n, "%s (%s placement) is the fastest of %d schedules within %.4g M: "
                   "makespan %.6g, bubble %.2f%%, peak %.4g M",
-                  c->pt.kind, pm_family_names[c->fam], fit, limit, c->pt.makespan,
+                  c->pt.kind, pm_place_names[c->fam], fit, limit, c->pt.makespan,
                   100 * c->pt.bubble, c->pt.peak);
-    for (int f = 0; f < PM_FAMILY_COUNT && at > 0 && (size_t)at < n; f++) {
+    for (int f = 0; f < PM_PLACE_COUNT && at > 0 && (size_t)at < n; f++) {
         if (f == (int)c->fam) continue;
         int b = pm_cand_pool_best(pl, f, limit);
-        if (b < 0) at += snprintf(reason + at, n - (size_t)at, "; %s: none fits", pm_family_names[f]);
+        if (b < 0) at += snprintf(reason + at, n - (size_t)at, "; %s: none fits", pm_place_names[f]);
         else
-            at += snprintf(reason + at, n - (size_t)at, "; best %s: %s +%.1f%%", pm_family_names[f],
+            at += snprintf(reason + at, n - (size_t)at, "; best %s: %s +%.1f%%", pm_place_names[f],
                            pl->c[b].pt.kind,
                            100 * (pl->c[b].pt.makespan / c->pt.makespan - 1));
     }
@@ -215,7 +214,7 @@ pm_status pm_sched_curve(const pm_sched_req *req, const double *limits, int n,
         pm_cand_pool_free(&pl);
         return st;
     }
-    for (int f = 0; f < PM_FAMILY_COUNT; f++)
+    for (int f = 0; f < PM_PLACE_COUNT; f++)
         for (int k = 0; k < n; k++) {
             int w = pm_cand_pool_best(&pl, f, limits[k]);
             pts[f * n + k] = w < 0 ? (pm_search_point){0} : pl.c[w].pt;

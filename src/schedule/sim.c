@@ -28,6 +28,7 @@
 
 #include "pipemem/pm_sched.h"
 #include "sim.h"
+#include "sched.h"
 #include "work.h"
 
 void pm_sim_free(pm_sim *sim) {

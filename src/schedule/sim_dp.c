@@ -3,6 +3,7 @@
  * last weight pass ended, and the step it makes. Linear in the passes plus
  * S^2 / p per device for the link's order (S is at most a few thousand). */
 #include "pipemem/pm_sched.h"
+#include "sched.h"
 
 double pm_allreduce_cost(double n, int D, double bw, double a) {
     return D > 1 ? 2.0 * (D - 1) * (a + n / ((double)D * bw)) : 0.0;

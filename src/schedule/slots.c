@@ -42,6 +42,7 @@
 #endif
 
 #include "slots.h"
+#include "sched.h"
 
 #define MAX_SLOT_VARS 3000000 /* window variables of one model (a few seconds to build) */
 

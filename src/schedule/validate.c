@@ -21,6 +21,8 @@
  * Working memory: one table of pass positions indexed by (kind, stage, mb),
  * allocated once, sized 4*S*m, and O(p) worklist state. */
 #include "pipemem/pm_sched.h"
+#include "sched.h"
+#include "util/alloc.h"
 #include "work.h"
 
 typedef struct {

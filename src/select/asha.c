@@ -26,6 +26,7 @@
 #include <string.h>
 
 #include "select/internal.h"
+#include "parts.h"
 
 int pm_select_asha_rungs(int64_t steps, int eta, int64_t min, int64_t *rungs, int cap) {
     if (eta < 2 || steps < 1 || cap < 1) return 0;

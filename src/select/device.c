@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "select/internal.h"
+#include "util/alloc.h"
 
 static void *copier_main(void *arg) {
     sel_dev *dv = arg;

@@ -29,6 +29,8 @@
 #include <unistd.h>
 
 #include "select/internal.h"
+#include "train/optim.h"
+#include "parts.h"
 
 #define MEASURE_MAX ((size_t)64 << 20) /* bytes copied per measurement, at most */
 #define ROUNDS 3                       /* the best of: others' load only slows */

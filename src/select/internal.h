@@ -245,6 +245,7 @@ void sel_asha_report(sel_asha *a, sel_task *t, double val);
 int sel_asha_decide(sel_asha *a, sel_task *t, int *stop);
 /* The run (run.c): its tasks and devices and what they share, guarded by
  * mu; across ranks, ranks.c's link to the other processes too. */
+typedef struct sel_link sel_link; /* below: across ranks */
 typedef struct sel_run {
     const pm_select_opts *o;
     const pm_select_layout *lay;
@@ -269,7 +270,7 @@ typedef struct sel_run {
     double fl_done, sec_done; /* FLOPs and seconds of every pass run (the rate) */
     double t0;
     pm_status st;         /* first infrastructure error (none expected) */
-    struct pm_select_ranks *link; /* across ranks (o->ranks), else NULL */
+    sel_link *link;       /* across ranks (o->ranks, which starts with it), else NULL */
     int live;             /* device threads not yet ended (across ranks: the main
                              thread serves the link until they have) */
 } sel_run;
@@ -285,23 +286,31 @@ double sel_task_bound(const sel_run *r, const sel_task *t);
 /* Across ranks (ranks.c; r->link set): every process runs pm_select_run on
  * the same sweep, each task away until rank 0 hands it to this process;
  * the main thread serves the link while the devices run.
- *   sel_link_start   before the devices start: every task away, the
- *                    coordinator's state on rank 0 (its ASHA's first say)
- *   sel_link_pump    the main thread, under the lock: messages both ways
- *   sel_link_open    more tasks may still come here (the run goes on)
- *   sel_link_done    the main thread may stop serving (its devices ended;
- *                    rank 0: every other rank said goodbye)
- *   sel_link_event   an event, forwarded to rank 0, which reports it
- *   sel_link_rung    t reported val at its ASHA rung: rank 0 decides
- *   sel_link_finish  after the run: each rank's results to rank 0, whose
- *                    res and stats then cover the sweep */
-pm_status sel_link_start(sel_run *r, pm_err *err);
-void sel_link_pump(sel_run *r);
-int sel_link_open(const sel_run *r);
-int sel_link_done(const sel_run *r);
-void sel_link_event(sel_run *r, const pm_select_event *ev);
-void sel_link_rung(sel_run *r, const sel_task *t, double val);
-pm_status sel_link_finish(sel_run *r, pm_select_result *res, pm_err *err);
+ *   start   before the devices start: every task away, the coordinator's
+ *           state on rank 0 (its ASHA's first say)
+ *   pump    the main thread, under the lock: messages both ways
+ *   open    more tasks may still come here (the run goes on)
+ *   done    the main thread may stop serving (its devices ended; rank 0:
+ *           every other rank said goodbye)
+ *   event   an event, forwarded to rank 0, which reports it
+ *   rung    t reported val at its ASHA rung: rank 0 decides
+ *   finish  after the run: each rank's results to rank 0, whose res and
+ *           stats then cover the sweep */
+typedef struct sel_link_ops {
+    pm_status (*start)(sel_run *r, pm_err *err);
+    void (*pump)(sel_run *r);
+    int (*open)(const sel_run *r);
+    int (*done)(const sel_run *r);
+    void (*event)(sel_run *r, const pm_select_event *ev);
+    void (*rung)(sel_run *r, const sel_task *t, double val);
+    pm_status (*finish)(sel_run *r, pm_select_result *res, pm_err *err);
+} sel_link_ops;
+/* The link's calls come through the table its object starts with, so the
+ * run does not depend on ranks.c, which depends on the run (it stops tasks
+ * and reads their time left): one arrow, downward. */
+struct sel_link {
+    const sel_link_ops *ops;
+};
 
 /* A task's time left as the executor's Sharded-LRTF estimates it
  * (simulate.c, sel_est_left): each pass of a step at the mean of its own

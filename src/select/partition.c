@@ -19,6 +19,8 @@
 #include <unistd.h> /* close: a task's spill file */
 
 #include "pipemem/pm_select.h"
+#include "model/passes.h"
+#include "parts.h"
 
 #define ALIGN 64
 

@@ -27,6 +27,8 @@
 #include <string.h>
 
 #include "select/internal.h"
+#include "model/passes.h"
+#include "train/optim.h"
 
 static size_t up(size_t x) { return (x + 63) / 64 * 64; }
 

@@ -4,6 +4,7 @@
 #include <math.h>
 
 #include "pipemem/pm_select.h"
+#include "parts.h"
 
 pm_status pm_select_ram_need(const pm_select_task *t, int n, const pm_select_layout *lay,
                              int devices, int spilled, pm_select_ram *out, pm_err *err) {

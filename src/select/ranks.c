@@ -36,7 +36,9 @@
 
 #include "pipemem/pm_runtime.h"
 #include "pipemem/pm_select_ranks.h"
+#include "runtime/transport.h"
 #include "select/internal.h"
+#include "train/config.h"
 
 enum { TAG_UP = 1, TAG_DOWN = 2 };
 enum { M_HELLO, M_ASK, M_EVENT, M_RUNG, M_END, M_RESULT, M_BYE, M_GIVE, M_NONE, M_PROMOTE,
@@ -54,6 +56,7 @@ typedef struct {
 #define LINE 4096   /* the running tasks' line */
 
 struct pm_select_ranks {
+    sel_link head;        /* first: the run calls the link through it */
     pm_tp_mpi *w;
     pm_tp *tp;
     int rank, size;
@@ -123,6 +126,8 @@ static pm_status same_everywhere(const char *what, uint64_t x, pm_err *err) {
                    "spill_dir may differ", first);
 }
 
+static const sel_link_ops link_ops; /* the end of the file */
+
 pm_status pm_select_ranks_create(pm_select_ranks **out, const pm_select_session *s,
                                  uint64_t data_identity, pm_err *err) {
     *out = NULL;
@@ -136,6 +141,7 @@ pm_status pm_select_ranks_create(pm_select_ranks **out, const pm_select_session 
         pm_free(k);
         return pm_errf(err, PM_ERR_NOMEM, "select across ranks: out of memory");
     }
+    k->head.ops = &link_ops;
     k->rank = rank, k->size = size;
     if (gethostname(k->host, sizeof k->host - 1)) snprintf(k->host, sizeof k->host, "?");
     /* every rank's messages to rank 0 may be in flight at once */
@@ -195,6 +201,9 @@ static void post(pm_select_ranks *k, int peer, int tag, const sel_msg *m) {
     if (!k->st) broken(k, pm_tp_isend(k->tp, peer, tag, m, sizeof *m, &r));
 }
 
+/* The run's link is this object (its head is the first member). */
+static pm_select_ranks *K(const sel_run *r) { return (pm_select_ranks *)r->link; }
+
 /* ---- this rank's side ---------------------------------------------------------- */
 
 static void flush(pm_select_ranks *k) {
@@ -206,7 +215,7 @@ static void flush(pm_select_ranks *k) {
  * thread finding the outbox full waits for the main thread's pump; the
  * main thread sends it all at once. */
 static void to_root(sel_run *r, const sel_msg *m) {
-    pm_select_ranks *k = r->link;
+    pm_select_ranks *k = K(r);
     while (k->out_n == OUTBOX) {
         if (pthread_equal(pthread_self(), k->main)) flush(k);
         else pthread_cond_wait(&r->cv, &r->mu);
@@ -214,18 +223,18 @@ static void to_root(sel_run *r, const sel_msg *m) {
     k->out[(k->out_head + k->out_n++) % OUTBOX] = *m;
 }
 
-void sel_link_event(sel_run *r, const pm_select_event *ev) {
+static void link_event(sel_run *r, const pm_select_event *ev) {
     sel_msg m = {.kind = M_EVENT, .task = ev->task, .ev = ev->kind, .step = ev->step,
                  .loss = ev->loss, .val = ev->val_loss};
     if (ev->why) snprintf(m.res.why, sizeof m.res.why, "%s", ev->why);
     to_root(r, &m);
 }
 
-void sel_link_rung(sel_run *r, const sel_task *t, double val) {
+static void link_rung(sel_run *r, const sel_task *t, double val) {
     to_root(r, &(sel_msg){.kind = M_RUNG, .task = t->index, .rung = t->rung, .val = val});
 }
 
-int sel_link_open(const sel_run *r) { return !r->link->closed; }
+static int link_open(const sel_run *r) { return !K(r)->closed; }
 
 /* Tasks here that a device could run now or soon: not finished, not
  * waiting at a rung. */
@@ -238,7 +247,7 @@ static int ready_here(const sel_run *r) {
 
 /* What rank 0 sent this rank. */
 static void from_root(sel_run *r, const sel_msg *m) {
-    pm_select_ranks *k = r->link;
+    pm_select_ranks *k = K(r);
     sel_task *t = m->task >= 0 && m->task < r->n ? &r->t[m->task] : NULL;
     if (m->kind == M_NONE) k->closed = 1, k->asking = 0;
     else if (m->kind == M_GIVE && t) t->away = 0, k->asking = 0;
@@ -251,7 +260,7 @@ static void from_root(sel_run *r, const sel_msg *m) {
 }
 
 static void serve_self(sel_run *r) {
-    pm_select_ranks *k = r->link;
+    pm_select_ranks *k = K(r);
     if (!k->hello) {
         sel_msg m = {.kind = M_HELLO, .devices = r->o->devices};
         snprintf(m.host, sizeof m.host, "%s", k->host);
@@ -279,7 +288,7 @@ static void serve_self(sel_run *r) {
 
 /* The running line: every task given to a rank and not finished, by rank. */
 static void running_line(sel_run *r) {
-    pm_select_ranks *k = r->link;
+    pm_select_ranks *k = K(r);
     char *s = k->line[atomic_load(&k->running) == k->line[0]];
     size_t n = 0;
     s[0] = 0;
@@ -299,7 +308,7 @@ static void running_line(sel_run *r) {
 }
 
 static void give(sel_run *r, int g, int kind, int task, int rung) {
-    post(r->link, g, TAG_DOWN, &(sel_msg){.kind = kind, .task = task, .rung = rung});
+    post(K(r), g, TAG_DOWN, &(sel_msg){.kind = kind, .task = task, .rung = rung});
 }
 
 /* Rank g asks for a task: the unstarted one with the most time left (ties:
@@ -307,7 +316,7 @@ static void give(sel_run *r, int g, int kind, int task, int rung) {
  * rank or finished), else the ask waits (a task waiting at a rung that no
  * rank holds may yet go on). */
 static void answer(sel_run *r, int g) {
-    pm_select_ranks *k = r->link;
+    pm_select_ranks *k = K(r);
     int best = -1, open = 0;
     for (int i = 0; i < r->n; i++) {
         const sel_task *t = &r->t[i];
@@ -325,7 +334,7 @@ static void answer(sel_run *r, int g) {
 
 /* ASHA's decisions over the whole sweep (asha.c), sent to the owners. */
 static void decide(sel_run *r) {
-    pm_select_ranks *k = r->link;
+    pm_select_ranks *k = K(r);
     for (int i = 0; i < r->n; i++) k->was[i] = r->t[i].rung;
     int nstop = sel_asha_decide(&r->asha, r->t, r->rank);
     for (int j = 0; j < nstop; j++) {
@@ -343,7 +352,7 @@ static void decide(sel_run *r) {
 /* What rank g sent rank 0. Another rank's events keep the mirror of its
  * tasks (their state, ASHA's reports); every event is reported here. */
 static void from_rank(sel_run *r, int g, const sel_msg *m) {
-    pm_select_ranks *k = r->link;
+    pm_select_ranks *k = K(r);
     sel_task *t = m->task >= 0 && m->task < r->n ? &r->t[m->task] : NULL;
     static const int state_of[] = {PM_SELECT_RUNNING, PM_SELECT_RUNNING, PM_SELECT_DONE,
                                    PM_SELECT_FAILED, PM_SELECT_STOPPED};
@@ -382,7 +391,7 @@ static void from_rank(sel_run *r, int g, const sel_msg *m) {
 }
 
 static void serve_ranks(sel_run *r) {
-    pm_select_ranks *k = r->link;
+    pm_select_ranks *k = K(r);
     int heard = 0;
     for (int g = 0; g < k->size && !k->st; g++)
         for (int done = 1; done && !k->st;) {
@@ -409,8 +418,8 @@ static double cpu_now(void) {
            (double)u.ru_stime.tv_sec + 1e-6 * (double)u.ru_stime.tv_usec;
 }
 
-pm_status sel_link_start(sel_run *r, pm_err *err) {
-    pm_select_ranks *k = r->link;
+static pm_status link_start(sel_run *r, pm_err *err) {
+    pm_select_ranks *k = K(r);
     int n = r->n, z = k->size;
     coord_free(k);
     k->main = pthread_self();
@@ -443,16 +452,16 @@ pm_status sel_link_start(sel_run *r, pm_err *err) {
     return PM_OK;
 }
 
-void sel_link_pump(sel_run *r) {
+static void link_pump(sel_run *r) {
     serve_self(r);
-    if (!r->link->rank) serve_ranks(r);
+    if (!K(r)->rank) serve_ranks(r);
 }
 
 /* This rank's devices ended and all it queued is sent; rank 0 also heard
  * its own END (so every event of its own went through) and every other
  * rank's BYE. A broken link is done at once. */
-int sel_link_done(const sel_run *r) {
-    const pm_select_ranks *k = r->link;
+static int link_done(const sel_run *r) {
+    const pm_select_ranks *k = K(r);
     if (r->live || (!k->st && (!k->ended || k->out_n))) return 0;
     return k->rank || k->st || (k->end0 && k->byes == k->size - 1);
 }
@@ -461,8 +470,8 @@ int sel_link_done(const sel_run *r) {
  * rank 0 its tasks' results and its work; rank 0 puts them in res (each
  * with the rank that ran it) and bounds the sweep over every rank's
  * devices: max(all work / all devices, the longest task's bound). */
-pm_status sel_link_finish(sel_run *r, pm_select_result *res, pm_err *err) {
-    pm_select_ranks *k = r->link;
+static pm_status link_finish(sel_run *r, pm_select_result *res, pm_err *err) {
+    pm_select_ranks *k = K(r);
     double work = 0, bound = 0, cpu = cpu_now() - k->cpu0;
     int ran = 0;
     for (int i = 0; i < r->n; i++) {
@@ -484,3 +493,6 @@ pm_status sel_link_finish(sel_run *r, pm_select_result *res, pm_err *err) {
     r->stats->lower_bound_s = fmax((work + k->work) / (all > 0 ? all : 1), fmax(bound, k->bound));
     return PM_OK;
 }
+
+static const sel_link_ops link_ops = {link_start, link_pump,  link_open,  link_done,
+                                      link_event, link_rung, link_finish};

@@ -13,6 +13,9 @@
 #include <unistd.h>
 
 #include "select/internal.h"
+#include "train/trainer.h"
+#include "train/ckpt.h"
+#include "parts.h"
 
 /* The record's line: its fields, then " sum " and the FNV-1a of every
  * byte before it (pm_select.h). *len gets its length. */

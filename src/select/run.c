@@ -38,6 +38,9 @@
 #include <unistd.h>
 
 #include "select/internal.h"
+#include "data/loader.h"
+#include "train/optim.h"
+#include "parts.h"
 
 #define RATE 50e9 /* FLOP/s a device is assumed to do before any pass is measured */
 
@@ -169,7 +172,7 @@ static int pick_sequential(sel_run *r, int d) {
 static int all_finished(const sel_run *r) {
     for (int i = 0; i < r->n; i++)
         if (!finished(&r->t[i]) && !r->t[i].away) return 0;
-    return !r->link || !sel_link_open(r);
+    return !r->link || !r->link->ops->open(r);
 }
 
 static void emit(sel_run *r, int task, int kind, double loss, double val) {
@@ -182,7 +185,7 @@ static void emit(sel_run *r, int task, int kind, double loss, double val) {
     pm_select_event ev = {.task = task, .step = t->host->step, .loss = loss, .val_loss = val,
                           .elapsed = pm_now() - r->t0, .busy = r->stats->busy, .kind = kind,
                           .why = kind >= PM_SELECT_EV_FAILED ? why : NULL};
-    if (r->link) sel_link_event(r, &ev); /* rank 0 reports every rank's */
+    if (r->link) r->link->ops->event(r, &ev); /* rank 0 reports every rank's */
     else r->o->report(r->o->report_ctx, &ev);
 }
 
@@ -322,7 +325,7 @@ static void asha_settle(sel_run *r) {
 static void asha_step(sel_run *r, sel_task *t, int kind, double val) {
     int due = kind == PM_SELECT_EV_EVAL && sel_asha_due(&r->asha, t);
     if (due) sel_asha_report(&r->asha, t, val);
-    if (r->link && due) sel_link_rung(r, t, val); /* rank 0 decides for every rank */
+    if (r->link && due) r->link->ops->rung(r, t, val); /* rank 0 decides for every rank */
     else if (!r->link) asha_settle(r);
 }
 
@@ -665,9 +668,9 @@ static void *device_main(void *arg) {
 static void serve_link(sel_run *r) {
     long ns = 0;
     pthread_mutex_lock(&r->mu);
-    while (!sel_link_done(r)) {
+    while (!r->link->ops->done(r)) {
         int before = r->live;
-        sel_link_pump(r);
+        r->link->ops->pump(r);
         pthread_mutex_unlock(&r->mu);
         /* polled: 20 us growing to 1 ms while nothing happens */
         ns = ns ? (ns * 2 > 1000000 ? 1000000 : ns * 2) : 20000;
@@ -916,7 +919,7 @@ pm_status pm_select_run(pm_select_task *tasks, pm_trainer *hosts, int n,
     if (o->ranks && o->halving > 1)
         return pm_errf(err, PM_ERR_ARG, "select across ranks: halving waits for every task at "
                        "each round; use asha, which rank 0 decides for the whole sweep");
-    sel_run r = {.o = o, .lay = layout, .n = n, .stats = stats, .link = o->ranks,
+    sel_run r = {.o = o, .lay = layout, .n = n, .stats = stats, .link = (sel_link *)o->ranks,
                  .cores = (int)sysconf(_SC_NPROCESSORS_ONLN)};
     stats->peak = pm_calloc((size_t)o->devices, sizeof(size_t));
     stats->busy = pm_calloc((size_t)o->devices, sizeof(double));
@@ -939,7 +942,7 @@ pm_status pm_select_run(pm_select_task *tasks, pm_trainer *hosts, int n,
     stats->devices = o->devices;
     if (!st) st = sel_asha_init(&r.asha, o, r.t, n, err);
     if (!st) st = devices_init(&r, err);
-    if (!st && r.link) st = sel_link_start(&r, err);
+    if (!st && r.link) st = r.link->ops->start(&r, err);
     if (!st) st = run_threads(&r, err);
     for (int i = 0; r.t && i < n; i++) /* its state whole, and a spilled one written out */
         if ((st ? sel_store_close(&r.t[i]) : finish_task(&r.t[i])) &&
@@ -957,7 +960,7 @@ pm_status pm_select_run(pm_select_task *tasks, pm_trainer *hosts, int n,
         sum += t->work, longest = fmax(longest, sel_task_bound(&r, t));
     }
     stats->lower_bound_s = fmax(sum / o->devices, longest);
-    if (!st && r.link) st = sel_link_finish(&r, res, err); /* rank 0: every rank's */
+    if (!st && r.link) st = r.link->ops->finish(&r, res, err); /* rank 0: every rank's */
     if (!st) account(stats);
     for (int d = 0; r.dev && d < o->devices; d++)
         stats->peak[d] = r.dev[d].peak, stats->wait[d] = r.dev[d].wait_s,

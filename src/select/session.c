@@ -23,6 +23,8 @@
 #include <sys/stat.h>
 
 #include "select/internal.h"
+#include "train/ckpt.h"
+#include "parts.h"
 
 /* State slots per device: the running shard's and the next one's, which
  * the copy thread fills while the device computes (prefetch). */

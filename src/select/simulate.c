@@ -22,6 +22,8 @@
 #include <string.h>
 
 #include "select/internal.h"
+#include "model/passes.h"
+#include "parts.h"
 
 const char *const pm_select_policy_names[PM_POLICY_COUNT] = {"shard", "task", "sequential"};
 

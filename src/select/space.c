@@ -17,6 +17,8 @@
 #include <string.h>
 
 #include "pipemem/pm_select.h"
+#include "train/config.h"
+#include "parts.h"
 
 const char *const pm_sweep_key_names[PM_SWEEP_KEYS] = {
     "lr", "layers", "dim", "heads", "ctx", "batch", "microbatches", "warmup", "seed", "steps",

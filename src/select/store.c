@@ -19,6 +19,8 @@
 #include "pipemem/pm_gpt.h"
 #include "pipemem/pm_select.h"
 #include "select/internal.h"
+#include "parts.h"
+#include "util/file.h"
 
 /* Reads or writes n bytes at off, whole (both may return short). */
 static int io_all(int fd, void *buf, size_t n, off_t off, int wr) {

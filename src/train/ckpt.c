@@ -20,6 +20,10 @@
  * Assumes a little-endian host for the float slabs (x86-64, arm64). */
 #define _XOPEN_SOURCE 700 /* pread, pwrite, fsync, fileno */
 #include "pipemem/pm_train.h"
+#include "util/file.h"
+#include "model/passes.h"
+#include "config.h"
+#include "ckpt.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -10,6 +10,8 @@
  * one of each table of words (its name, its rule), so adding a field to
  * pm_train_cfg is adding those rows. */
 #include "pipemem/pm_train.h"
+#include "model/passes.h"
+#include "config.h"
 
 #include <float.h>
 #include <math.h>

@@ -7,6 +7,11 @@
  * more than before, whatever the driver keeps itself. The model's state
  * stays with the driver: evaluation and saving are the driver's calls. */
 #include "pipemem/pm_train.h"
+#include "data/loader.h"
+#include "optim.h"
+#include "config.h"
+#include "trainer.h"
+#include "ckpt.h"
 
 #include <math.h>
 #include <string.h>
@@ -48,8 +53,13 @@ static void report(const pm_train_driver *drv, const pm_loop_event *ev) {
     if (drv->report) drv->report(drv->report_ctx, ev);
 }
 
-pm_status pm_train_eval(pm_train_state *st, const pm_train_driver *drv, const pm_tokens *val,
-                        int batches, double *loss, pm_err *err) {
+/* Mean loss over `batches` microbatches of B/K windows of `val`, drawn from
+ * a loader seeded with cfg.seed ^ PM_VAL_SEED and restarted every call (so
+ * each evaluation sees the same text), K at a time through drv->eval,
+ * summed in double in microbatch order (so any driver gives the same bits
+ * as pm_trainer_eval). */
+static pm_status eval(pm_train_state *st, const pm_train_driver *drv, const pm_tokens *val,
+                      int batches, double *loss, pm_err *err) {
     const pm_train_cfg *c = &st->cfg;
     pm_loader ld;
     pm_status s = pm_loader_init(&ld, val, c->model.ctx, c->seed ^ PM_VAL_SEED, "val.bin", err);
@@ -73,7 +83,7 @@ pm_status pm_train_eval(pm_train_state *st, const pm_train_driver *drv, const pm
  * saved: the previous checkpoint is the one to go back to. */
 static pm_status eval_save(pm_train_state *st, const pm_train_driver *drv, const pm_loop_opts *o,
                            pm_loop_event *ev, pm_err *err) {
-    pm_status s = pm_train_eval(st, drv, o->val, o->eval_batches, &ev->val_loss, err);
+    pm_status s = eval(st, drv, o->val, o->eval_batches, &ev->val_loss, err);
     if (s) return s;
     char hint[200];
     if (!isfinite(ev->val_loss))

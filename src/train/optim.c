@@ -5,6 +5,8 @@
  * same whatever range of a slab a device updates. */
 #include "pipemem/pm_train.h"
 #include "pipemem/pm_gpt.h"
+#include "model/passes.h"
+#include "optim.h"
 
 #include <math.h>
 #include <string.h>

@@ -4,12 +4,16 @@
  * a step allocates nothing and its result depends only on (params, m, v,
  * loader position, step), which is what a checkpoint stores. */
 #include "pipemem/pm_train.h"
+#include "util/alloc.h"
+#include "model/passes.h"
+#include "data/loader.h"
+#include "optim.h"
+#include "config.h"
+#include "trainer.h"
 
 #include <math.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 static int micro_size(const pm_train_cfg *c) { return c->batch / c->micro; }
 
@@ -26,40 +30,6 @@ size_t pm_train_mem_bytes(const pm_train_cfg *cfg, pm_err *err) {
         return 0;
     }
     return total;
-}
-
-size_t pm_mem_physical(void) {
-    long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
-    if (pages <= 0 || psize <= 0) return 0;
-    return (size_t)pages * (size_t)psize;
-}
-
-/* The number after `key` in a /proc/meminfo-like file (kB there), or -1. */
-static long long file_number(const char *path, const char *key) {
-    FILE *f = fopen(path, "r");
-    char line[256];
-    long long x = -1;
-    size_t kl = strlen(key);
-    while (f && fgets(line, sizeof line, f))
-        if (!strncmp(line, key, kl)) {
-            char *end;
-            x = strtoll(line + kl, &end, 10);
-            if (end == line + kl) x = -1;
-            break;
-        }
-    if (f) fclose(f);
-    return x;
-}
-
-size_t pm_mem_available(void) {
-    long long kb = file_number("/proc/meminfo", "MemAvailable:");
-    double have = kb >= 0 ? (double)kb * 1024 : (double)pm_mem_physical();
-    /* a cgroup (v2) limit below it, as in a container */
-    long long max = file_number("/sys/fs/cgroup/memory.max", "");
-    long long cur = file_number("/sys/fs/cgroup/memory.current", "");
-    if (max > 0 && cur >= 0 && (double)(max - cur) < have)
-        have = max > cur ? (double)(max - cur) : 0;
-    return (size_t)have;
 }
 
 /* The model's need against a device's budget or this machine's memory:

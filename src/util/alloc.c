@@ -4,6 +4,7 @@
  * The counters are atomics, so device threads may allocate concurrently;
  * with the hook off each call costs one relaxed increment. */
 #include "pipemem/pm_util.h"
+#include "alloc.h"
 
 #include <stdatomic.h>
 #include <stdint.h>

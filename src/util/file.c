@@ -5,6 +5,8 @@
  * before the rename is reported done. */
 #define _XOPEN_SOURCE 700 /* fileno, fsync */
 #include "pipemem/pm_util.h"
+#include "alloc.h"
+#include "file.h"
 
 #include <dirent.h>
 #include <errno.h>

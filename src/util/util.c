@@ -1,6 +1,7 @@
 /* util.c: status names, error formatting, checked size arithmetic, the
  * clock, the checksum and JSON strings shared by every module. */
 #include "pipemem/pm_util.h"
+#include "alloc.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -57,20 +58,6 @@ double pm_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-size_t pm_mem_peak_rss(void) {
-    FILE *f = fopen("/proc/self/status", "r");
-    if (!f) return 0;
-    char line[256];
-    size_t kb = 0;
-    while (fgets(line, sizeof line, f))
-        if (!strncmp(line, "VmHWM:", 6)) {
-            kb = (size_t)strtoull(line + 6, NULL, 10);
-            break;
-        }
-    fclose(f);
-    return kb * 1024;
 }
 
 uint64_t pm_fnv1a64(uint64_t h, const void *p, size_t n) {

@@ -11,7 +11,7 @@
  * caller's process); the pipemem binary's main does the exec
  * (src/cli/reexec.c). A user who sets OPENBLAS_CORETYPE (to anything) keeps
  * their choice; a CPU OpenBLAS recognises is left alone. */
-#include "pipemem/pm_train.h"
+#include "pipemem/pm_gpt.h"
 
 #include <cblas.h>
 #include <stdlib.h>

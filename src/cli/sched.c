@@ -1,4 +1,4 @@
-/* plan.c: what the schedule commands share: their options, and the
+/* sched.c: what the schedule commands share: their options, and the
  * generate -> validate -> simulate -> write pipeline. */
 #include <stddef.h>
 #include <stdio.h>
@@ -64,7 +64,7 @@ int pm_cli_sched_parse(int argc, char **argv, pm_cli_sched_opts *o, const char *
     return 0;
 }
 
-pm_status pm_cli_plan_dp(pm_cli_plan *pl, const pm_cli_sched_opts *o, pm_err *err) {
+pm_status pm_cli_sched_dp(pm_cli_sched *pl, const pm_cli_sched_opts *o, pm_err *err) {
     if (o->dp <= 1 && o->ar > 0)
         return pm_errf(err, PM_ERR_ARG, "--allreduce-cost needs --dp D > 1 (one replica sums "
                        "nothing)");
@@ -95,32 +95,32 @@ int pm_cli_no_dp(const pm_cli_sched_opts *o, const char *cmd) {
     return 0;
 }
 
-pm_status pm_cli_plan_overlap(pm_cli_plan *pl, const pm_cli_sched_opts *o, pm_err *err) {
+pm_status pm_cli_sched_overlap(pm_cli_sched *pl, const pm_cli_sched_opts *o, pm_err *err) {
     if (!o->have_overlap_fb) return PM_OK;
     pl->c.fb_overlap = 1;
     pl->c.fb_frac = o->overlap_fb;
     return pm_sim_replay(&pl->sim, &pl->s, &pl->c, err);
 }
 
-void pm_cli_plan_free(pm_cli_plan *pl) {
+void pm_cli_sched_free(pm_cli_sched *pl) {
     pm_sim_free(&pl->sim);
     pm_cost_free(&pl->c);
     pm_sched_free(&pl->s);
 }
 
-pm_status pm_cli_plan_adopt(pm_cli_plan *pl, const pm_sched_req *req, pm_err *err) {
+pm_status pm_cli_sched_adopt(pm_cli_sched *pl, const pm_sched_req *req, pm_err *err) {
     pm_status st = pm_cost_init_uniform(&pl->c, &pl->s, req->t, req->mem, err);
     if (!st) st = pm_sched_validate(&pl->s, &pl->c, req->mem_limit, err);
     if (!st) st = pm_sim_run(&pl->sim, &pl->s, &pl->c, err);
     return st;
 }
 
-pm_status pm_cli_plan_make(pm_cli_plan *pl, const char *kind, const pm_sched_req *req,
+pm_status pm_cli_sched_make(pm_cli_sched *pl, const char *kind, const pm_sched_req *req,
                            pm_err *err) {
-    *pl = (pm_cli_plan){0};
+    *pl = (pm_cli_sched){0};
     pm_status st = pm_sched_generate(&pl->s, kind, req, err);
-    if (!st) st = pm_cli_plan_adopt(pl, req, err);
-    if (st) pm_cli_plan_free(pl);
+    if (!st) st = pm_cli_sched_adopt(pl, req, err);
+    if (st) pm_cli_sched_free(pl);
     return st;
 }
 
@@ -156,7 +156,7 @@ int pm_cli_out_close(pm_wfile *w, int bad, const char *path) {
     return 0;
 }
 
-void pm_cli_plan_summary(FILE *f, const pm_cli_plan *pl) {
+void pm_cli_sched_summary(FILE *f, const pm_cli_sched *pl) {
     fprintf(f, "# %s: p=%d m=%d placement=%s stages=%d\n", pl->s.kind, pl->s.p, pl->s.m,
             pm_place_names[pl->s.place], pl->s.S);
     fprintf(f, "# makespan %.6g  bubble %.4f  peak %.4f M (per device:", pl->sim.makespan,
@@ -171,14 +171,14 @@ void pm_cli_plan_summary(FILE *f, const pm_cli_plan *pl) {
                 "device's sums after its passes\n", pl->sim.dp_step, pl->sim.dp_step_serial);
 }
 
-int pm_cli_plan_write(const pm_cli_plan *pl, const char *format, const char *path, int summary) {
+int pm_cli_sched_write(const pm_cli_sched *pl, const char *format, const char *path, int summary) {
     if (pm_cli_sched_format_ok(format)) return 1;
     pm_wfile w;
     FILE *f = pm_cli_out_open(&w, path);
     if (!f) return 1;
     pm_status st = PM_OK;
     if (!strcmp(format, "text")) {
-        if (summary) pm_cli_plan_summary(f, pl);
+        if (summary) pm_cli_sched_summary(f, pl);
         st = pm_sched_write_text(f, &pl->s);
     }
     else if (!strcmp(format, "csv")) {
