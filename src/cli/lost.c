@@ -18,7 +18,10 @@
  * handler ran (seen in 1 run in 10 on a loaded machine). The first rank of
  * a host whose handler runs speaks: it binds an abstract Unix socket named
  * after the job (one per network namespace, that is per host), which the
- * others then cannot bind. The others wait for the SIGKILL (at most 2 s,
+ * others then cannot bind; but a rank other than the host's first (local
+ * rank 0) speaks only while that one lives, listening at a name of its
+ * own: once it ended (its own line said, or itself the one lost) the
+ * others stay silent. The others wait for the SIGKILL (at most 2 s,
  * for a SIGTERM not from mpirun), the speaker 0.3 s (mpirun forwards the
  * line only while the rank lives); each then ends by SIGTERM as it would
  * have.
@@ -33,8 +36,9 @@
  * wait for the SIGKILL.
  *
  * Everything the handler calls is async-signal-safe (atomic exchange,
- * bind, pm_ckpt_peek_step: open, pread, close; write, nanosleep, signal,
- * raise); the rest was prepared when the run started. */
+ * socket, connect, bind, close, pm_ckpt_peek_step: open, pread, close;
+ * write, nanosleep, signal, raise); the rest was prepared when the run
+ * started. */
 #include <errno.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -56,9 +60,11 @@ static char g_save[2048];      /* --save's path, or "" */
 static char g_resume[2048];    /* --resume's path, or "" */
 static char g_line[6144];      /* built in the handler */
 static char g_ckpt[4224];      /* pm_cli_lost_ckpt's */
-static struct sockaddr_un g_turn; /* the host's turn to speak: "\0pipemem-lost-JOB" */
-static socklen_t g_turn_len;
-static int g_sock = -1;
+static struct sockaddr_un g_turn, g_alive; /* "\0pipemem-said-JOB", "\0pipemem-first-JOB" */
+static socklen_t g_turn_len, g_alive_len;
+static int g_sock = -1;        /* binds g_turn: this rank's turn to speak */
+static int g_beacon = -1;      /* the host's first rank: listens at g_alive while it lives */
+static int g_first;            /* this is the host's first rank (local rank 0) */
 static atomic_int g_said;      /* this process said its line (or leaves it to rank 0) */
 static const pm_select_ranks *g_sweep; /* a sweep's, or NULL */
 
@@ -108,13 +114,25 @@ static size_t put_sweep(char *buf, size_t cap, size_t n) {
     return n;
 }
 
+/* Whether the host's first rank lives (it is this one, or listens): once
+ * it ended, having said a line of its own (then SIGCONT woke a rank it
+ * had waited for) or lost itself, the others stay silent. */
+static int first_alive(void) {
+    if (g_first) return 1;
+    int s = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (s < 0) return 1;
+    int up = !connect(s, (const struct sockaddr *)&g_alive, g_alive_len) || errno == EAGAIN;
+    close(s);
+    return up;
+}
+
 /* This process's turn to say the line: the first to ask in the process,
  * and (host) the first on this host (a socket it cannot bind is another
  * rank's; none made: every rank speaks rather than none). */
 static int my_turn(int host) {
     if (atomic_exchange(&g_said, 1)) return 0;
-    return !host || g_sock < 0 ||
-           bind(g_sock, (const struct sockaddr *)&g_turn, g_turn_len) == 0;
+    return !host || (first_alive() && (g_sock < 0 || bind(g_sock, (const struct sockaddr *)
+                                                          &g_turn, g_turn_len) == 0));
 }
 
 static void on_term(int sig) {
@@ -145,6 +163,17 @@ const char *pm_cli_lost_ckpt(void) {
     return g_ckpt;
 }
 
+/* The abstract socket address "\0pipemem-WHAT-JOB" at a; its length. */
+static socklen_t name(struct sockaddr_un *a, const char *what, const char *job) {
+    memset(a, 0, sizeof *a);
+    a->sun_family = AF_UNIX;
+    int n = job ? snprintf(a->sun_path + 1, sizeof a->sun_path - 1, "pipemem-%s-%s", what, job)
+                : snprintf(a->sun_path + 1, sizeof a->sun_path - 1, "pipemem-%s-%ld", what,
+                           (long)getppid());
+    if (n >= (int)sizeof a->sun_path - 1) n = (int)sizeof a->sun_path - 2;
+    return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
+}
+
 /* SIGTERM's handler, who this rank is, and the host's turn to speak
  * (speaks 0: this rank never does). */
 static void arm(int rank, int speaks) {
@@ -155,14 +184,16 @@ static void arm(int rank, int speaks) {
      * host's daemon, every rank's parent */
     const char *job = getenv("PMIX_NAMESPACE");
     if (!job) job = getenv("OMPI_MCA_ess_base_jobid");
-    memset(&g_turn, 0, sizeof g_turn);
-    g_turn.sun_family = AF_UNIX;
-    int n = job ? snprintf(g_turn.sun_path + 1, sizeof g_turn.sun_path - 1, "pipemem-lost-%s", job)
-                : snprintf(g_turn.sun_path + 1, sizeof g_turn.sun_path - 1, "pipemem-lost-%ld",
-                           (long)getppid());
-    if (n >= (int)sizeof g_turn.sun_path - 1) n = (int)sizeof g_turn.sun_path - 2;
-    g_turn_len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
+    g_turn_len = name(&g_turn, "said", job);
+    g_alive_len = name(&g_alive, "first", job);
     if (g_sock < 0) g_sock = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    const char *local = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+    g_first = !local || atoi(local) == 0;
+    if (g_beacon < 0 && g_first &&
+        (g_beacon = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)) >= 0 &&
+        (bind(g_beacon, (const struct sockaddr *)&g_alive, g_alive_len) ||
+         listen(g_beacon, 64)))
+        close(g_beacon), g_beacon = -1;
     atomic_store(&g_said, !speaks);
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
