@@ -49,9 +49,10 @@ int pm_cli_agree(int failed);
 
 /* Under mpirun, around the training loop (lost.c): arm makes SIGTERM, which
  * mpirun sends every rank once it lost one, print one line a host (the
- * first rank there whose handler runs) naming that rank and host and the
- * last complete checkpoint (at save, else at resume; either may be NULL);
- * every rank then waits for mpirun's SIGKILL. disarm restores SIGTERM. */
+ * first rank there whose handler runs, while the host's local rank 0
+ * lives) naming that rank and host and the last complete checkpoint (at
+ * save, else at resume; either may be NULL); the other ranks wait for
+ * mpirun's SIGKILL. disarm restores SIGTERM. */
 void pm_cli_lost_arm(int rank, const char *save, const char *resume);
 void pm_cli_lost_disarm(void);
 /* "the last complete checkpoint is PATH (step N): ..." (or that there is
