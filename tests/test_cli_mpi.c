@@ -496,6 +496,40 @@ static void test_stopped_rank(void **state) {
         fail_msg("rank 1 stopped: %s", out);
 }
 
+/* mpirun stopped (SIGTERM, as at a lost rank or host, or Ctrl-C) with 4
+ * ranks on this host: it sends each SIGCONT, SIGTERM and a second later
+ * SIGKILL, and the host says so in exactly one line from pipemem, naming
+ * the checkpoint saved (every 20 steps; when only the host's first rank
+ * handled SIGTERM, another ending at once had the daemon SIGKILL the rest,
+ * the speaker too: 4 of 20 runs). */
+static void test_interrupted(void **state) {
+    (void)state;
+    static char out[65536];
+    char log[300], ck[300], cmd[4096], path[300];
+    snprintf(log, sizeof log, "%s/interrupted.out", dir);
+    snprintf(ck, sizeof ck, "%s/interrupted.ckpt", dir);
+    remove(log), remove(ck);
+    snprintf(cmd, sizeof cmd, "(" MPIRUN " 4 %s train --data %s/d " MODEL " --eval-every 20 "
+             "--microbatches 4 --steps 1000000 --pp 4 --save %s > %s 2>&1 & echo $! > %s.pid; "
+             "wait $!; echo \"exit $?\" >> %s) &", bin, dir, ck, log, log, log);
+    assert_int_equal(chk_sh(NULL, "%s", cmd), 0);
+    if (!wait_for(ck, "", 1500)) fail_msg("no checkpoint saved");
+    /* mpirun, the child of timeout */
+    assert_int_equal(chk_sh(NULL, "pkill -TERM -P $(cat %s.pid)", log), 0);
+    if (!wait_for(log, "exit ", 300)) fail_msg("mpirun did not end");
+    FILE *f = fopen(log, "r");
+    assert_non_null(f);
+    out[fread(out, 1, sizeof out - 1, f)] = 0;
+    fclose(f);
+    const char *at = strstr(out, "mpirun stopped this rank");
+    long long step = -1;
+    at = at ? strstr(at, "the last complete checkpoint is ") : NULL;
+    if (chk_count(out, "pipemem: ") != 1 || !at ||
+        sscanf(at, "the last complete checkpoint is %299s (step %lld)", path, &step) != 2 ||
+        strcmp(path, ck) || step < 20 || step % 20)
+        fail_msg("not one line from pipemem naming %s:\n%s", ck, out);
+}
+
 /* Ranks that cannot share one run are refused at once, in one line: one
  * device on each of 2 ranks (issue 31, 4: two trainings writing one file);
  * ranks running different commands (5: train waited on plan, ended without
@@ -623,7 +657,7 @@ int main(void) {
         cmocka_unit_test(test_bad_input),          cmocka_unit_test(test_zero1),
         cmocka_unit_test(test_resharding),         cmocka_unit_test(test_failed_write),
         cmocka_unit_test(test_failure_paths),      cmocka_unit_test(test_stopped_rank),
-        cmocka_unit_test(test_ranks_share_one_run),
+        cmocka_unit_test(test_ranks_share_one_run), cmocka_unit_test(test_interrupted),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -48,16 +48,23 @@ void pm_cli_print_held(void);
 int pm_cli_agree(int failed);
 
 /* Under mpirun, around the training loop (lost.c): arm makes SIGTERM, which
- * mpirun sends every rank once it lost one, print one line (on the first
- * rank of each host) naming this rank and host and the last complete
- * checkpoint (at save, else at resume; either may be NULL); disarm before
- * the rank prints a line of its own. */
+ * mpirun sends every rank once it lost one, print one line a host (the
+ * first rank there whose handler runs, while the host's local rank 0
+ * lives) naming that rank and host and the last complete checkpoint (at
+ * save, else at resume; either may be NULL); the other ranks wait for
+ * mpirun's SIGKILL. disarm restores SIGTERM. */
 void pm_cli_lost_arm(int rank, const char *save, const char *resume);
 void pm_cli_lost_disarm(void);
 /* "the last complete checkpoint is PATH (step N): ..." (or that there is
- * none), for a line of the rank's own; valid until the next call. */
+ * none); valid until the next call. */
 const char *pm_cli_lost_ckpt(void);
-/* select under mpirun: arm on rank 0 alone (it speaks for the sweep), the
+/* A rank ending on an MPI error of its own while armed: "msg; " and the
+ * last complete checkpoint through pm_cli_fail (speak: this rank prints
+ * for every rank, else its line is held back and its handler silent),
+ * unless SIGTERM's line was said here already: one line either way.
+ * Returns 1, pm_cli_fail's value. */
+int pm_cli_lost_fail(int speak, const char *msg);
+/* select under mpirun: rank 0 alone speaks for the sweep (the others wait), the
  * line naming the sweep's tasks then running on each rank (lost since
  * their last checkpoint) and how to resume them (resume: --resume's DIR,
  * or NULL). pm_cli_lost_disarm disarms it too. */

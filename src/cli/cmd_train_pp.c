@@ -402,9 +402,9 @@ static int pp_train(const pm_cli_train_opts *o, pm_pipe *pp, pm_train_state *st,
                        .eval_batches = o->eval_batches, .val = val, .save = o->save};
     pm_err err = {{0}};
     pm_status s = pm_train_loop(st, &drv, &lo, &err);
-    pm_cli_lost_disarm(); /* from here this rank speaks for itself */
     if (s == PM_ERR_TRANSPORT && pm_pipe_plan(pp)->transport == PM_TRANSPORT_MPI)
-        return pm_cli_fail("%s; %s", err.msg, pm_cli_lost_ckpt()); /* a rank lost, or silent */
+        return pm_cli_lost_fail(root, err.msg); /* a rank lost, or silent: still armed */
+    pm_cli_lost_disarm();
     return s ? pm_cli_fail("%s", err.msg) : 0;
 }
 

@@ -1,30 +1,53 @@
 /* lost.c: the line a rank prints when mpirun stops it.
  *
  * When mpirun loses a rank (killed, crashed) or a host (its daemon gone,
- * or silent past OpenMPI's TCP keepalive), it ends every other rank: its
- * daemons send SIGCONT, then SIGTERM, then SIGKILL a second later. MPI
- * tells the ranks left nothing before that (a receive from a dead peer
- * just never completes), so SIGTERM is their news. The handler prints one
- * line, on the first rank of each host (OMPI_COMM_WORLD_LOCAL_RANK 0, so a
- * host says it once), naming the rank and its host and the last complete
- * checkpoint: of --save's and --resume's, the one holding more steps, as
- * its header says at that moment (a checkpoint is replaced whole, so the
- * file is complete whatever step it holds). Then, after 0.3 s for mpirun
- * to take the line in, the rank ends by SIGTERM as it would have.
+ * or silent past OpenMPI's TCP keepalive), it ends every other rank: each
+ * host's daemon sends its ranks SIGCONT, then SIGTERM, then SIGKILL, with
+ * a second's sleep before each of the last two. MPI tells the ranks left
+ * nothing before that (a receive from a dead peer just never completes),
+ * so SIGTERM is their news. The handler prints one line a host, naming the
+ * rank and host and the last complete checkpoint: of --save's and
+ * --resume's, the one holding more steps, as its header says at that
+ * moment (a checkpoint is replaced whole, so the file is complete whatever
+ * step it holds).
  *
- * Everything the handler calls is async-signal-safe (pm_ckpt_peek_step:
- * open, pread, close; write, nanosleep, signal, raise); the rest was
- * prepared when the run started. The handler is armed only around the
- * training loop, and disarmed before the rank prints a line of its own, so
- * a run says one thing.
+ * Every rank handles SIGTERM, and none ends before the line is out:
+ * OpenMPI 4.1 sleeps with sleep(), which a child's end interrupts and which
+ * then returns 0 (whole seconds left), so a rank ended at once by SIGTERM
+ * made the daemon SIGKILL the others within a millisecond, before their
+ * handler ran (seen in 1 run in 10 on a loaded machine). The first rank of
+ * a host whose handler runs speaks: it binds an abstract Unix socket named
+ * after the job (one per network namespace, that is per host), which the
+ * others then cannot bind; but a rank other than the host's first (local
+ * rank 0) speaks only while that one lives, listening at a name of its
+ * own: once it ended (its own line said, or itself the one lost) the
+ * others stay silent. The others wait for the SIGKILL (at most 2 s,
+ * for a SIGTERM not from mpirun), the speaker 0.3 s (mpirun forwards the
+ * line only while the rank lives); each then ends by SIGTERM as it would
+ * have.
  *
- * A sweep (select under mpirun) arms it on rank 0 alone, which speaks for
- * the sweep: its line names the tasks then running on each rank, lost since
- * their last checkpoint (pm_select_ranks_running: one atomic read). */
+ * A rank ending on an error of its own (pm_cli_lost_fail) says it once
+ * too: SIGTERM blocked on its thread, it takes the same turn, so either
+ * its line or the handler's is written, never both, never neither.
+ *
+ * A sweep (select under mpirun) has rank 0 alone speak for it: its line
+ * names the tasks then running on each rank, lost since their last
+ * checkpoint (pm_select_ranks_running: one atomic read); the other ranks
+ * wait for the SIGKILL.
+ *
+ * Everything the handler calls is async-signal-safe (atomic exchange,
+ * socket, connect, bind, close, pm_ckpt_peek_step: open, pread, close;
+ * write, nanosleep, signal, raise); the rest was prepared when the run
+ * started. */
+#include <errno.h>
 #include <signal.h>
+#include <stdatomic.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -36,84 +59,142 @@ static char g_who[160];        /* "pipemem: rank 0 on node1: " */
 static char g_save[2048];      /* --save's path, or "" */
 static char g_resume[2048];    /* --resume's path, or "" */
 static char g_line[6144];      /* built in the handler */
-static volatile sig_atomic_t g_armed;
+static char g_ckpt[4224];      /* pm_cli_lost_ckpt's */
+static struct sockaddr_un g_turn, g_alive; /* "\0pipemem-said-JOB", "\0pipemem-first-JOB" */
+static socklen_t g_turn_len, g_alive_len;
+static int g_sock = -1;        /* binds g_turn: this rank's turn to speak */
+static int g_beacon = -1;      /* the host's first rank: listens at g_alive while it lives */
+static int g_first;            /* this is the host's first rank (local rank 0) */
+static atomic_int g_said;      /* this process said its line (or leaves it to rank 0) */
 static const pm_select_ranks *g_sweep; /* a sweep's, or NULL */
 
-/* Appends s to g_line at *n (cut to fit). */
-static void put(size_t *n, const char *s) {
-    while (*s && *n + 2 < sizeof g_line) g_line[(*n)++] = *s++;
+/* Appends s to buf (cap bytes) at *n (cut to fit). */
+static void put(char *buf, size_t cap, size_t *n, const char *s) {
+    while (*s && *n + 2 < cap) buf[(*n)++] = *s++;
 }
 
-static void put_u64(size_t *n, unsigned long long v) {
+static void put_u64(char *buf, size_t cap, size_t *n, unsigned long long v) {
     char d[24];
     int k = 0;
     do d[k++] = (char)('0' + v % 10), v /= 10;
     while (v);
-    while (k && *n + 2 < sizeof g_line) g_line[(*n)++] = d[--k];
+    while (k && *n + 2 < cap) buf[(*n)++] = d[--k];
 }
 
-/* Appends the last complete checkpoint to g_line at n: the one of --save
- * and --resume that holds more steps. */
-static size_t put_ckpt(size_t n) {
+/* Appends the last complete checkpoint to buf at n: the one of --save and
+ * --resume that holds more steps. */
+static size_t put_ckpt(char *buf, size_t cap, size_t n) {
     int64_t ss = g_save[0] ? pm_ckpt_peek_step(g_save) : -1;
     int64_t rs = g_resume[0] ? pm_ckpt_peek_step(g_resume) : -1;
     if (ss < 0 && rs < 0) {
-        put(&n, g_save[0] ? "no checkpoint was saved yet" : "no checkpoint (no --save)");
+        put(buf, cap, &n, g_save[0] ? "no checkpoint was saved yet" : "no checkpoint (no --save)");
         return n;
     }
-    put(&n, "the last complete checkpoint is ");
-    put(&n, ss >= rs ? g_save : g_resume);
-    put(&n, " (step ");
-    put_u64(&n, (unsigned long long)(ss >= rs ? ss : rs));
-    put(&n, "): resume from it with --resume, on any hosts and ranks");
+    put(buf, cap, &n, "the last complete checkpoint is ");
+    put(buf, cap, &n, ss >= rs ? g_save : g_resume);
+    put(buf, cap, &n, " (step ");
+    put_u64(buf, cap, &n, (unsigned long long)(ss >= rs ? ss : rs));
+    put(buf, cap, &n, "): resume from it with --resume, on any hosts and ranks");
     return n;
 }
 
 /* Appends the sweep's tasks then running and how to resume them. */
-static size_t put_sweep(size_t n) {
+static size_t put_sweep(char *buf, size_t cap, size_t n) {
     const char *running = pm_select_ranks_running(g_sweep);
-    if (!running[0]) put(&n, "no task of the sweep was running");
-    else put(&n, "the sweep's tasks then running are lost since their last checkpoint: "),
-        put(&n, running);
+    if (!running[0]) put(buf, cap, &n, "no task of the sweep was running");
+    else put(buf, cap, &n, "the sweep's tasks then running are lost since their last "
+             "checkpoint: "), put(buf, cap, &n, running);
     if (!g_resume[0]) {
-        put(&n, " (no --resume: every task starts over)");
+        put(buf, cap, &n, " (no --resume: every task starts over)");
         return n;
     }
-    put(&n, "; resume with --resume ");
-    put(&n, g_resume);
-    put(&n, " on any hosts and ranks");
+    put(buf, cap, &n, "; resume with --resume ");
+    put(buf, cap, &n, g_resume);
+    put(buf, cap, &n, " on any hosts and ranks");
     return n;
 }
 
+/* Whether the host's first rank lives (it is this one, or listens): once
+ * it ended, having said a line of its own (then SIGCONT woke a rank it
+ * had waited for) or lost itself, the others stay silent. */
+static int first_alive(void) {
+    if (g_first) return 1;
+    int s = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (s < 0) return 1;
+    int up = !connect(s, (const struct sockaddr *)&g_alive, g_alive_len) || errno == EAGAIN;
+    close(s);
+    return up;
+}
+
+/* This process's turn to say the line: the first to ask in the process,
+ * and (host) the first on this host (a socket it cannot bind is another
+ * rank's; none made: every rank speaks rather than none). */
+static int my_turn(int host) {
+    if (atomic_exchange(&g_said, 1)) return 0;
+    return !host || (first_alive() && (g_sock < 0 || bind(g_sock, (const struct sockaddr *)
+                                                          &g_turn, g_turn_len) == 0));
+}
+
 static void on_term(int sig) {
-    size_t n = 0;
-    put(&n, g_who);
-    put(&n, "mpirun stopped this rank, as it stops every rank once one of them or its host is "
-            "lost (its own message says which) or the run is interrupted; ");
-    n = g_sweep ? put_sweep(n) : put_ckpt(n);
-    g_line[n++] = '\n';
-    if (g_armed) {
+    int saved = errno; /* bind's refusal sets it */
+    struct timespec left = {2, 0};
+    if (my_turn(1)) {
+        size_t n = 0;
+        put(g_line, sizeof g_line, &n, g_who);
+        put(g_line, sizeof g_line, &n, "mpirun stopped this rank, as it stops every rank once "
+            "one of them or its host is lost (its own message says which) or the run is "
+            "interrupted; ");
+        n = g_sweep ? put_sweep(g_line, sizeof g_line, n) : put_ckpt(g_line, sizeof g_line, n);
+        g_line[n++] = '\n';
         ssize_t w = write(2, g_line, n);
         (void)w;
-        /* mpirun forwards the line only while the rank lives (with --quiet
-         * it lost it in 3 of 3 runs); SIGKILL comes a second after anyway */
-        nanosleep(&(struct timespec){0, 300000000}, NULL);
+        left = (struct timespec){0, 300000000}; /* for mpirun to take the line in */
     }
+    /* the others until the daemon's SIGKILL (a second after SIGTERM):
+     * ending sooner would cut its sleep short before the line is out */
+    while (nanosleep(&left, &left)) continue;
+    errno = saved;
     signal(sig, SIG_DFL);
     raise(sig);
 }
 
 const char *pm_cli_lost_ckpt(void) {
-    g_line[put_ckpt(0)] = 0;
-    return g_line;
+    g_ckpt[put_ckpt(g_ckpt, sizeof g_ckpt, 0)] = 0;
+    return g_ckpt;
 }
 
-/* SIGTERM's handler, and who this rank is. */
-static void arm(int rank) {
+/* The abstract socket address "\0pipemem-WHAT-JOB" at a; its length. */
+static socklen_t name(struct sockaddr_un *a, const char *what, const char *job) {
+    memset(a, 0, sizeof *a);
+    a->sun_family = AF_UNIX;
+    int n = job ? snprintf(a->sun_path + 1, sizeof a->sun_path - 1, "pipemem-%s-%s", what, job)
+                : snprintf(a->sun_path + 1, sizeof a->sun_path - 1, "pipemem-%s-%ld", what,
+                           (long)getppid());
+    if (n >= (int)sizeof a->sun_path - 1) n = (int)sizeof a->sun_path - 2;
+    return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
+}
+
+/* SIGTERM's handler, who this rank is, and the host's turn to speak
+ * (speaks 0: this rank never does). */
+static void arm(int rank, int speaks) {
     char host[64] = "?";
     if (gethostname(host, sizeof host - 1)) snprintf(host, sizeof host, "?");
     snprintf(g_who, sizeof g_who, "pipemem: rank %d on %s: ", rank, host);
-    g_armed = 1;
+    /* the job: PMIx's namespace (OpenMPI 5), ORTE's job id (4), else the
+     * host's daemon, every rank's parent */
+    const char *job = getenv("PMIX_NAMESPACE");
+    if (!job) job = getenv("OMPI_MCA_ess_base_jobid");
+    g_turn_len = name(&g_turn, "said", job);
+    g_alive_len = name(&g_alive, "first", job);
+    if (g_sock < 0) g_sock = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    const char *local = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+    g_first = !local || atoi(local) == 0;
+    if (g_beacon < 0 && g_first &&
+        (g_beacon = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)) >= 0 &&
+        (bind(g_beacon, (const struct sockaddr *)&g_alive, g_alive_len) ||
+         listen(g_beacon, 64)))
+        close(g_beacon), g_beacon = -1;
+    atomic_store(&g_said, !speaks);
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_term;
@@ -124,19 +205,29 @@ static void arm(int rank) {
 void pm_cli_lost_arm(int rank, const char *save, const char *resume) {
     snprintf(g_save, sizeof g_save, "%s", save ? save : "");
     snprintf(g_resume, sizeof g_resume, "%s", resume ? resume : "");
-    const char *local = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
-    if (local && atoi(local) != 0) return; /* the host's first rank speaks for it */
-    arm(rank);
+    arm(rank, 1);
 }
 
 void pm_cli_lost_arm_sweep(const struct pm_select_ranks *k, const char *resume) {
     g_sweep = k;
     snprintf(g_resume, sizeof g_resume, "%s", resume ? resume : "");
-    if (pm_select_ranks_rank(k) == 0) arm(0);
+    arm(pm_select_ranks_rank(k), pm_select_ranks_rank(k) == 0);
 }
 
 void pm_cli_lost_disarm(void) {
-    g_armed = 0;
     signal(SIGTERM, SIG_DFL);
     g_sweep = NULL; /* after: no handler reads it now */
+}
+
+int pm_cli_lost_fail(int speak, const char *msg) {
+    pm_cli_lost_ckpt(); /* before the turn: it reads a file */
+    sigset_t term, old;
+    sigemptyset(&term);
+    sigaddset(&term, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &term, &old);
+    /* rank 0 speaks for every rank; the others' lines are held back (and
+     * their handler stays silent) */
+    if (my_turn(speak)) pm_cli_fail("%s; %s", msg, g_ckpt);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    return 1;
 }
