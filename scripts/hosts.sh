@@ -249,7 +249,9 @@ mpirun)
     # TCP only, on the hosts' subnet; mpirun's link to each host's daemon
     # probed after 2 s idle, every second, given up after 3 missed probes:
     # a host gone silent (its interface down) ends the run in seconds
-    # (HOSTS_KEEPALIVE=0: OpenMPI's own, TCP's minutes)
+    # (HOSTS_KEEPALIVE=0: OpenMPI's own, TCP's minutes). No binding: the
+    # hosts share this machine's cores, and each host's daemon would bind
+    # its first rank to the same core 0 (two hosts ran on one core)
     [ $# -ge 1 ] || die "usage: hosts.sh mpirun DIR ARGS..."
     d=$(cd "$1" && pwd) || exit 1; shift
     keep=(--mca oob_tcp_keepalive_time 2 --mca oob_tcp_keepalive_intvl 1
@@ -257,7 +259,7 @@ mpirun)
     [ "${HOSTS_KEEPALIVE:-1}" = 0 ] && keep=()
     exec "$0" run "$d" node1 mpirun --hostfile "$d/hostfile" --mca plm_rsh_agent "$d/agent" \
         --mca btl tcp,self --mca btl_tcp_if_include "$SUBNET" \
-        --mca oob_tcp_if_include "$SUBNET" "${keep[@]}" "$@" ;;
+        --mca oob_tcp_if_include "$SUBNET" --bind-to none "${keep[@]}" "$@" ;;
 kill) [ $# -ge 2 ] || die "usage: hosts.sh kill DIR HOST [NAME]"; kill_host "$@" ;;
 pids) [ $# -ge 2 ] || die "usage: hosts.sh pids DIR HOST [NAME]"; pids "$@" ;;
 link)
