@@ -50,6 +50,7 @@
 #include <cmocka.h>
 
 #include "checks.h"
+#include "cli.h"
 #include "pipemem/pm_runtime.h"
 #include "pipemem/pm_util.h"
 
@@ -97,12 +98,6 @@ static int sh(char *out, size_t cap, const char *fmt, ...) {
     out[n] = 0;
     int st = pclose(f);
     return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-}
-
-static int count(const char *hay, const char *needle) {
-    int n = 0;
-    for (const char *p = strstr(hay, needle); p; p = strstr(p + 1, needle)) n++;
-    return n;
 }
 
 static int same_file(const char *a, const char *b) {
@@ -219,9 +214,9 @@ static void test_harness(void **state) {
         /* its address on the subnet, the only route: nothing leaves */
         assert_int_equal(sh(out, sizeof out, HOSTS_SH " run %s node%d ip -4 -o addr", hosts, k), 0);
         snprintf(want, sizeof want, "198.18.0.%d/24", k);
-        if (!strstr(out, want) || count(out, "inet ") != 2) fail_msg("node%d: %s", k, out);
+        if (!strstr(out, want) || chk_count(out, "inet ") != 2) fail_msg("node%d: %s", k, out);
         assert_int_equal(sh(out, sizeof out, HOSTS_SH " run %s node%d ip route", hosts, k), 0);
-        if (count(out, "\n") != 1 || !strstr(out, "198.18.0.0/24 dev eth0"))
+        if (chk_count(out, "\n") != 1 || !strstr(out, "198.18.0.0/24 dev eth0"))
             fail_msg("node%d's routes: %s", k, out);
     }
     assert_int_equal(sh(out, sizeof out, ACROSS " -np 2 --npernode 1 sh -c 'echo rank "
@@ -375,9 +370,9 @@ static void lose_node2(const char *inject, int keep, const char *says) {
     const char *tail = out + (n > 900 ? n - 900 : 0); /* cmocka cuts a long message */
     if (rc == 0 || strstr(out, TIMED_OUT)) fail_msg("%s: exit %d, ending:\n%s", inject, rc, tail);
     const char *at = strstr(out, "the last complete checkpoint is ");
-    if (count(out, "pipemem: ") != 1 || !strstr(out, says) || !at)
+    if (chk_count(out, "pipemem: ") != 1 || !strstr(out, says) || !at)
         fail_msg("%s: not one line from pipemem naming the checkpoint (%d lines), ending:\n%s",
-                 inject, count(out, "pipemem: "), tail);
+                 inject, chk_count(out, "pipemem: "), tail);
     char path[300];
     long long step = -1;
     if (sscanf(at, "the last complete checkpoint is %299s (step %lld)", path, &step) != 2 ||
@@ -434,7 +429,7 @@ static void disagree(const char *env, const char *data, const char *opts, const 
     int rc = sh(out, sizeof out, ACROSS " -np 1 -host node1 %s train --data %s/d %s : -np 1 "
                 "-host node2 env %s %s train --data %s/%s %s %s", hosts, bin, dir, m, env, bin,
                 dir, data, m, opts);
-    if (rc == 0 || strstr(out, TIMED_OUT) || count(out, "pipemem: ") != 1 || !strstr(out, expect))
+    if (rc == 0 || strstr(out, TIMED_OUT) || chk_count(out, "pipemem: ") != 1 || !strstr(out, expect))
         fail_msg("exit %d, not one line '%s':\n%s", rc, expect, out);
 }
 
@@ -509,7 +504,7 @@ static void test_select_across_hosts(void **state) {
            "--devices 1 --device-mem 3M --resume %s --json", hosts, bin, dir, sw, two, bin, dir,
            sw, two))
         fail_msg("across hosts: %s", out);
-    if (count(out, "{\"task\": ") != 8 || count(out, "makespan ") != 1 ||
+    if (chk_count(out, "{\"task\": ") != 8 || chk_count(out, "makespan ") != 1 ||
         !strstr(out, "\"rank\": 0") || !strstr(out, "\"rank\": 1"))
         fail_msg("across hosts: not one table of 8 tasks run on both ranks:\n%s", out);
     same_records(one, two, 8, "select across hosts");
@@ -517,7 +512,7 @@ static void test_select_across_hosts(void **state) {
     snprintf(one, sizeof one, "%s/asha1", dir);
     snprintf(two, sizeof two, "%s/asha2", dir);
     sweep(out, sizeof out, NULL, asha, one);
-    if (count(out, "stopped: by ASHA after step 3 (") != 2)
+    if (chk_count(out, "stopped: by ASHA after step 3 (") != 2)
         fail_msg("asha: not 2 stopped:\n%s", out);
     sweep(out, sizeof out, "-np 2 --npernode 1", asha, two);
     same_records(one, two, 4, "asha across hosts");
@@ -538,7 +533,7 @@ static void test_select_disagree(void **state) {
         int rc = sh(out, sizeof out, ACROSS " -np 1 -host node1 %s select --data %s/d %s : -np 1 "
                     "-host node2 %s select --data %s/%s %s %s", hosts, bin, dir, sw, bin, dir,
                     what[k][0], sw, what[k][1]);
-        if (rc == 0 || strstr(out, TIMED_OUT) || count(out, "pipemem: ") != 1 ||
+        if (rc == 0 || strstr(out, TIMED_OUT) || chk_count(out, "pipemem: ") != 1 ||
             !strstr(out, says[k]))
             fail_msg("exit %d, not one line '%s':\n%s", rc, says[k], out);
     }
@@ -572,7 +567,7 @@ static void test_select_lost_rank(void **state) {
     int st = pclose(f), rc = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
     if (rc == 0 || strstr(out, TIMED_OUT)) fail_msg("exit %d:\n%s", rc, out);
     snprintf(line, sizeof line, "; resume with --resume %s on any hosts and ranks", lost);
-    if (count(out, "pipemem: ") != 1 || !strstr(out, "pipemem: rank 0 on node1: mpirun stopped") ||
+    if (chk_count(out, "pipemem: ") != 1 || !strstr(out, "pipemem: rank 0 on node1: mpirun stopped") ||
         !strstr(out, "tasks then running are lost since their last checkpoint: ") ||
         !strstr(out, " (rank 1 on node2)") || !strstr(out, line))
         fail_msg("not one line from pipemem naming the lost tasks:\n%s", out);
