@@ -145,12 +145,14 @@ void pm_gpt_work_probs_row(const pm_gpt_config *cfg, int B, int T, const float *
 void pm_blas_threads(int n);
 
 /* OpenBLAS picks its kernels from the CPU model when it loads; on a CPU it
- * does not know it falls back to slow generic (Prescott) kernels. The
- * OPENBLAS_CORETYPE this CPU should use ("SkylakeX", "Haswell") if OpenBLAS
- * fell back to Prescott on a CPU with AVX-512 or AVX2 and the user did not
- * set OPENBLAS_CORETYPE; else NULL. (A program's main sets
- * OPENBLAS_CORETYPE to this and re-executes itself: the pipemem binary
- * does, in src/cli/reexec.c; the library never execs.) */
+ * does not know it falls back to slower kernels: generic SSE3 (Prescott),
+ * or AVX2 (Haswell) on a CPU that runs AVX-512 at full width (AMD Zen 5).
+ * The OPENBLAS_CORETYPE this CPU should use ("SkylakeX" on a CPU with
+ * AVX-512 F, CD, BW, DQ and VL that OpenBLAS did not give an AVX-512 core;
+ * "Haswell" on a CPU with AVX2 that got Prescott) if the user did not set
+ * OPENBLAS_CORETYPE; else NULL. (A program's main sets OPENBLAS_CORETYPE to
+ * this and re-executes itself: the pipemem binary does, in
+ * src/cli/reexec.c; the library never execs.) */
 const char *pm_blas_better_coretype(void);
 
 #endif
