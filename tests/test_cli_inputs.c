@@ -137,6 +137,8 @@ static void prepare_data(void) {
 
 #define TRAIN "train --layers 4 --dim 32 --heads 2 --ctx 16 --batch 8 --microbatches 4 " \
               "--steps 2 --data "
+#define TRAIN6 "train --layers 6 --dim 32 --heads 2 --ctx 16 --batch 8 --microbatches 4 " \
+               "--steps 2 --data "
 
 static void test_pipeline_refusals(void **state) {
     (void)state;
@@ -157,13 +159,15 @@ static void test_pipeline_refusals(void **state) {
              least * 0.99);
     expect_error(args, "the smallest limit it meets is ");
     /* auto re-searches when the real (unequal) stages overshoot, and says
-     * so when nothing fits; at 0.6 M only recomputation fits */
-    snprintf(args, sizeof args, TRAIN "%s/d --pp 2 --schedule auto --mem-limit 0.4", dir);
+     * so when nothing fits; at 0.6 M only recomputation fits. (6 layers:
+     * with 4, the V placement's real stages peak below the equal stages'
+     * M, so whatever the search finds fits.) */
+    snprintf(args, sizeof args, TRAIN6 "%s/d --pp 2 --schedule auto --mem-limit 0.4", dir);
     expect_error(args, "no schedule meets --mem-limit 0.4 M on this model");
-    snprintf(args, sizeof args, TRAIN "%s/d --pp 2 --schedule auto --mem-limit 0.6", dir);
+    snprintf(args, sizeof args, TRAIN6 "%s/d --pp 2 --schedule auto --mem-limit 0.6", dir);
     run_result r = run(args);
     assert_int_equal(r.status, 0);
-    assert_non_null(strstr(r.err, "-r ("));
+    assert_true(strstr(r.err, "-r (") || strstr(r.err, "-r+polish (")); /* a recomputing kind */
     /* a schedule file for 4 devices with --pp 2 */
     snprintf(args, sizeof args, "schedule --kind 1f1b -p 4 -m 4 -o %s/s4.txt", dir);
     assert_int_equal(run(args).status, 0);

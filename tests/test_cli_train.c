@@ -31,6 +31,7 @@
 
 #include "checks.h"
 #include "cli.h"
+#include "pipemem/pm_plan.h"
 #include "pipemem/pm_train.h"
 
 static char dir[256];
@@ -352,15 +353,21 @@ static void test_cli_train_pp(void **state) {
     if (chk_train_alloc(b, 1, c1, sizeof c1)) fail_msg("v-half, 2 devices: %s", c1);
     cli_train_p4(bin, rdir);
     /* the measured trace and timeline of the last step: one event and one
-     * box per pass of v-half p=2 m=8, in each device's order, no overlap */
-    pm_sched vh;
-    pm_sched_req vq = {.p = 2, .m = 8, .t = PM_COSTS_DEFAULT, .mem = PM_MEM_DEFAULT};
-    assert_int_equal(pm_sched_generate(&vh, "v-half", &vq, NULL), PM_OK);
+     * box per pass of v-half p=2 m=8, in each device's order, no overlap.
+     * The order is the one train planned: v-half from the layers' FLOPs
+     * (the default placement's costs, the same on every machine), which the
+     * library's planner gives for the same model (a byte vocabulary) */
+    pm_train_cfg tc = {.model = {256, 8, 16, 2, 2}, .batch = 8, .micro = 8, .seed = 3};
+    pm_optim_defaults(&tc.opt, 4);
+    pm_plan_req rq = {.p = 2, .kind = "v-half"};
+    pm_plan pl;
+    pm_err err = {{0}};
+    if (pm_plan_make(&pl, &tc, &rq, &err)) fail_msg("%s", err.msg);
     snprintf(cmd, sizeof cmd, "%s/b.svg", rdir);
-    if (chk_svg_file(cmd, &vh, NULL, c1, sizeof c1)) fail_msg("%s", c1);
+    if (chk_svg_file(cmd, &pl.sched, NULL, c1, sizeof c1)) fail_msg("%s", c1);
     snprintf(cmd, sizeof cmd, "%s/b.trace", rdir);
-    if (chk_trace_file(cmd, &vh, NULL, c1, sizeof c1)) fail_msg("%s", c1);
-    pm_sched_free(&vh);
+    if (chk_trace_file(cmd, &pl.sched, NULL, c1, sizeof c1)) fail_msg("%s", c1);
+    pm_plan_free(&pl);
     /* resuming a run that already finished: nothing to run, a clean exit
      * (it once crashed printing the last step's figures, which no step made) */
     snprintf(cmd, sizeof cmd, "%s train --data %s/d %s --pp 2 --schedule v-half --resume "

@@ -87,12 +87,21 @@ static void test_head_tiles_extremes(void **s) {
     };
     int32_t tgt[N] = {1, 6, 3};
     float m[N] = {-INFINITY, -INFINITY, -INFINITY}, sm[N] = {0}, tl[N] = {0};
-    float t[N * 4];
+    float m2[N] = {-INFINITY, -INFINITY, -INFINITY}, sm2[N] = {0}, tl2[N] = {0};
+    float t[N * 4], t2[N * 4];
     for (int c0 = 0; c0 < V; c0 += 3 + !!c0) { /* tiles [0, 3) and [3, 7) */
         int n = c0 ? 4 : 3;
         for (int r = 0; r < N; r++) memcpy(t + r * n, lg + r * V + c0, (size_t)n * sizeof(float));
-        pm_k_head_tile_stats(t, N, (size_t)n, c0, tgt, m, sm, tl);
+        memcpy(t2, t, sizeof t);
+        pm_k_head_tile_stats(t, N, (size_t)n, c0, tgt, m, sm, tl, 0);
+        /* keep: the same figures, the logits left as they were */
+        pm_k_head_tile_stats(t2, N, (size_t)n, c0, tgt, m2, sm2, tl2, 1);
+        for (int r = 0; r < N; r++)
+            assert_memory_equal(t2 + r * n, lg + r * V + c0, (size_t)n * sizeof(float));
     }
+    assert_memory_equal(m, m2, sizeof m);
+    assert_memory_equal(sm, sm2, sizeof sm);
+    assert_memory_equal(tl, tl2, sizeof tl);
     double loss = 0;
     for (int r = 0; r < N; r++) loss += (double)m[r] + log((double)sm[r]) - tl[r];
     double want = 1000.0 /* -log softmax = 1000 + log(1 + 6 e^-1000) */

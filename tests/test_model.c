@@ -262,7 +262,7 @@ static float lt_f(lt *t) {
 static void lt_b(lt *t) {
     pm_layer_kind k = lt_kind(t);
     pm_gpt_layer_b(&CFG, t->layer, BB, TT, t->lp, k == PM_LAYER_HEAD ? NULL : t->dout,
-                   k == PM_LAYER_EMBED ? NULL : t->din, HEAD_SCALE, t->saved, t->scratch);
+                   k == PM_LAYER_EMBED ? NULL : t->din, HEAD_SCALE, NULL, t->saved, t->scratch);
 }
 static void lt_w(lt *t) {
     pm_gpt_layer_w(&CFG, t->layer, BB, TT, t->lp, t->lg, t->saved, t->scratch);
@@ -270,7 +270,7 @@ static void lt_w(lt *t) {
 static void lt_bw(lt *t) {
     pm_layer_kind k = lt_kind(t);
     pm_gpt_layer_bw(&CFG, t->layer, BB, TT, t->lp, t->lg, k == PM_LAYER_HEAD ? NULL : t->dout,
-                    k == PM_LAYER_EMBED ? NULL : t->din, HEAD_SCALE, t->saved, t->scratch);
+                    k == PM_LAYER_EMBED ? NULL : t->din, HEAD_SCALE, NULL, t->saved, t->scratch);
 }
 
 /* The scalar the gradients are of: sum(out * dout) for embed/block, scale *
@@ -853,7 +853,8 @@ static void test_whole_model(void **s) {
     assert_true(loss == l2);
     for (int l = n - 1; l >= 0; l--) {
         size_t o = pm_gpt_layer_offset(c, l);
-        pm_gpt_layer_b(c, l, BB, TT, p + o, l == n - 1 ? NULL : d, l ? e : NULL, 0.25f, saved[l], scratch);
+        pm_gpt_layer_b(c, l, BB, TT, p + o, l == n - 1 ? NULL : d, l ? e : NULL, 0.25f, NULL,
+                       saved[l], scratch);
         pm_gpt_layer_w(c, l, BB, TT, p + o, g2 + o, saved[l], scratch);
         float *t = d; d = e; e = t;
     }

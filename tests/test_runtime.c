@@ -1134,10 +1134,11 @@ static void test_faults(void **state) {
     assert_non_null(strstr(err.msg, "device 2, stage 2, microbatch"));
     assert_non_null(strstr(err.msg, "injected"));
     /* NaN in stage 0's first output reaches the head: the loss check fires
-     * on the last stage's device (device 0 under the V placement) */
+     * on the last stage's device (device 0 under the V placement), in B,
+     * where a one-part head makes its logits and the loss */
     o = (pm_pipe_opts){.fault_kind = PM_FAULT_NAN, .fault_dev = 0, .fault_pass = 0, .wait_timeout_s = 20};
     assert_int_equal(faulty("v-half", 2, &o, &err), PM_ERR_NUMERIC);
-    assert_non_null(strstr(err.msg, "device 0, stage 3, microbatch 0, pass F"));
+    assert_non_null(strstr(err.msg, "device 0, stage 3, microbatch 0, pass B"));
     assert_non_null(strstr(err.msg, "loss"));
     /* bad input: a token outside the vocabulary in microbatch 3 */
     {

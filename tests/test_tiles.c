@@ -280,16 +280,23 @@ static void ref_head(head_ref *h) {
 }
 
 /* The head's parts chained as a pipeline chains them: F part by part (each
- * the message of the one before), B from the last down, W of each; the
- * loss, dx and every weight gradient against the reference. */
-static void check_head(int B, int T, int V, int parts, const head_ref *ref) {
+ * the message of the one before), B from the last down, W of each. Three
+ * ways: F given the loss pointer, then B and W (an evaluation's F, as
+ * sampling runs it); F as a trainer runs it (no loss pointer: a one-part
+ * head leaves its logits to B) and B giving the loss, then W; the same
+ * with BW. The loss, dx and every weight gradient against the reference;
+ * the caller compares ways and part counts bitwise. res: loss, dx (N C),
+ * gradients (np). */
+enum { HEAD_EVAL_F, HEAD_TRAIN_B_W, HEAD_TRAIN_BW };
+
+static void check_head(int B, int T, int V, int parts, int way, const head_ref *ref, float *res) {
     pm_gpt_config c = {.vocab = V, .ctx = T, .dim = (int)ref->C, .heads = 1, .layers = 1,
                        .head_parts = parts};
     size_t N = (size_t)B * T, C = ref->C, np = 2 * C + (size_t)V * C;
     int first = c.layers + 1;
-    float *msg[4], *g = calloc(np, 4), loss = -1;
+    float *msg[4], *g = res + 1 + N * C, loss = -1, loss_b = -2;
     void *saved[3], *scratch[3];
-    assert_non_null(g);
+    memset(g, 0, np * 4);
     msg[0] = (float *)ref->x;
     for (int k = 0; k < parts; k++) {
         pm_gpt_sizes z;
@@ -299,35 +306,40 @@ static void check_head(int B, int T, int V, int parts, const head_ref *ref) {
         msg[k + 1] = xmalloc(N * (C + 3) * 4);
         size_t off = pm_gpt_layer_offset(&c, first + k) - pm_gpt_layer_offset(&c, first);
         pm_gpt_layer_f(&c, first + k, B, T, ref->lp + off, msg[k], ref->tgt,
-                       k + 1 < parts ? msg[k + 1] : NULL, &loss, saved[k], scratch[k]);
+                       k + 1 < parts ? msg[k + 1] : NULL, way == HEAD_EVAL_F ? &loss : NULL,
+                       saved[k], scratch[k]);
     }
     char what[96];
-    snprintf(what, sizeof what, "B=%d T=%d V=%d parts=%d", B, T, V, parts);
-    if (!(fabs(loss - ref->loss) <= TOL * fabs(ref->loss)))
-        fail_msg("%s: loss %.8g, want %.8g", what, (double)loss, ref->loss);
+    snprintf(what, sizeof what, "B=%d T=%d V=%d parts=%d way %d", B, T, V, parts, way);
     const float *dout = NULL;
     for (int k = parts - 1; k >= 0; k--) {
         size_t off = pm_gpt_layer_offset(&c, first + k) - pm_gpt_layer_offset(&c, first);
         float *din = msg[k + 1 == parts ? parts : k + 1]; /* reuse a spent message buffer */
-        if (k == 0) din = xmalloc(N * C * 4);
-        pm_gpt_layer_b(&c, first + k, B, T, ref->lp + off, dout, din, (float)ref->scale,
-                       saved[k], scratch[k]);
-        pm_gpt_layer_w(&c, first + k, B, T, ref->lp + off, g + off, saved[k], scratch[k]);
-        dout = din;
-        if (k == 0) {
-            char w2[128];
-            snprintf(w2, sizeof w2, "%s: dx", what);
-            close_to(w2, din, ref->dx, N * C);
-            free(din);
+        if (k == 0) din = res + 1;
+        if (way == HEAD_TRAIN_BW) {
+            pm_gpt_layer_bw(&c, first + k, B, T, ref->lp + off, g + off, dout, din,
+                            (float)ref->scale, &loss_b, saved[k], scratch[k]);
+        } else {
+            pm_gpt_layer_b(&c, first + k, B, T, ref->lp + off, dout, din, (float)ref->scale,
+                           &loss_b, saved[k], scratch[k]);
+            pm_gpt_layer_w(&c, first + k, B, T, ref->lp + off, g + off, saved[k], scratch[k]);
         }
+        dout = din;
     }
-    char w3[128];
-    snprintf(w3, sizeof w3, "%s: ln_f gradients", what);
-    close_to(w3, g, ref->dlp, 2 * C);
-    snprintf(w3, sizeof w3, "%s: lm_head gradient", what);
-    close_to(w3, g + 2 * C, ref->dlp + 2 * C, (size_t)V * C);
+    /* B's loss is F's, bitwise, whichever pass made the logits */
+    if (way == HEAD_EVAL_F && memcmp(&loss, &loss_b, 4))
+        fail_msg("%s: F's loss %.9g, B's %.9g", what, (double)loss, (double)loss_b);
+    if (!(fabs(loss_b - ref->loss) <= TOL * fabs(ref->loss)))
+        fail_msg("%s: loss %.8g, want %.8g", what, (double)loss_b, ref->loss);
+    res[0] = loss_b;
+    char w2[128];
+    snprintf(w2, sizeof w2, "%s: dx", what);
+    close_to(w2, res + 1, ref->dx, N * C);
+    snprintf(w2, sizeof w2, "%s: ln_f gradients", what);
+    close_to(w2, g, ref->dlp, 2 * C);
+    snprintf(w2, sizeof w2, "%s: lm_head gradient", what);
+    close_to(w2, g + 2 * C, ref->dlp + 2 * C, (size_t)V * C);
     for (int k = 0; k < parts; k++) free(saved[k]), free(scratch[k]), free(msg[k + 1]);
-    free(g);
 }
 
 static void test_head_against_reference(void **s) {
@@ -348,8 +360,19 @@ static void test_head_against_reference(void **s) {
             head_ref ref = {N, (size_t)C, (size_t)V, x, lp, tgt, 0.5, 0,
                             xmalloc(N * C * 8), xmalloc(np * 8)};
             ref_head(&ref);
+            /* every way and part count bitwise the first (one part, F's loss) */
+            size_t nres = 1 + N * C + np;
+            float *res[2] = {xmalloc(nres * 4), xmalloc(nres * 4)};
+            check_head(B, T, V, 1, HEAD_EVAL_F, &ref, res[0]);
             for (int parts = 1; parts <= (V > 8192 ? 3 : 1); parts++)
-                check_head(B, T, V, parts, &ref);
+                for (int way = HEAD_EVAL_F; way <= HEAD_TRAIN_BW; way++) {
+                    if (parts == 1 && way == HEAD_EVAL_F) continue;
+                    check_head(B, T, V, parts, way, &ref, res[1]);
+                    if (memcmp(res[0], res[1], nres * 4))
+                        fail_msg("B=%d T=%d V=%d: %d parts, way %d differ from one part's F", B,
+                                 T, V, parts, way);
+                }
+            free(res[0]), free(res[1]);
             free(x), free(lp), free(tgt), free(ref.dx), free(ref.dlp);
         }
 }

@@ -101,15 +101,15 @@ void pm_gpt_layer_f(const pm_gpt_config *cfg, int layer, int B, int T, const flo
         break;
     default: {
         PM_ASSERT(!out == (layer + 1 == pm_gpt_num_layers(cfg)) && scratch);
-        float l = pm_head_f(cfg, layer, B, T, lp, in, targets, out, saved, scratch);
-        if (loss) *loss = l;
+        pm_head_f(cfg, layer, B, T, lp, in, targets, out, loss, saved, scratch);
         break;
     }
     }
 }
 
 void pm_gpt_layer_b(const pm_gpt_config *cfg, int layer, int B, int T, const float *lp,
-                    const float *dout, float *din, float scale, void *saved, void *scratch) {
+                    const float *dout, float *din, float scale, float *loss, void *saved,
+                    void *scratch) {
     check_pass(cfg, layer, B, T);
     PM_ASSERT(lp && saved);
     switch (pm_gpt_layer_kind(cfg, layer)) {
@@ -123,7 +123,7 @@ void pm_gpt_layer_b(const pm_gpt_config *cfg, int layer, int B, int T, const flo
         break;
     default:
         PM_ASSERT(!dout == (layer + 1 == pm_gpt_num_layers(cfg)) && din && scratch);
-        pm_head_b(cfg, layer, B, T, lp, dout, din, scale, saved, scratch);
+        pm_head_b(cfg, layer, B, T, lp, dout, din, scale, loss, saved, scratch);
         break;
     }
 }
@@ -146,15 +146,16 @@ void pm_gpt_layer_w(const pm_gpt_config *cfg, int layer, int B, int T, const flo
  * the head fuses them (each tile of logits made once, not twice), elsewhere
  * fusing would only save the pass boundary, not arithmetic. */
 void pm_gpt_layer_bw(const pm_gpt_config *cfg, int layer, int B, int T, const float *lp, float *lg,
-                     const float *dout, float *din, float scale, void *saved, void *scratch) {
+                     const float *dout, float *din, float scale, float *loss, void *saved,
+                     void *scratch) {
     if (pm_gpt_layer_kind(cfg, layer) == PM_LAYER_HEAD) {
         check_pass(cfg, layer, B, T);
         PM_ASSERT(lp && lg && saved && scratch && din);
         PM_ASSERT(!dout == (layer + 1 == pm_gpt_num_layers(cfg)));
-        pm_head_bw(cfg, layer, B, T, lp, lg, dout, din, scale, saved, scratch);
+        pm_head_bw(cfg, layer, B, T, lp, lg, dout, din, scale, loss, saved, scratch);
         return;
     }
-    pm_gpt_layer_b(cfg, layer, B, T, lp, dout, din, scale, saved, scratch);
+    pm_gpt_layer_b(cfg, layer, B, T, lp, dout, din, scale, loss, saved, scratch);
     pm_gpt_layer_w(cfg, layer, B, T, lp, lg, saved, scratch);
 }
 
@@ -213,10 +214,11 @@ size_t pm_gpt_work_bytes(const pm_gpt_config *cfg, int B, int T) {
 }
 
 /* Runs F of every layer, each writing straight into the next layer's input
- * slot so no message is copied. */
+ * slot so no message is copied; returns the loss, or in training (whose
+ * head's B computes it) 0. */
 static float forward_all(const pm_gpt_config *cfg, int B, int T, const float *params,
                          const int32_t *tokens, const int32_t *targets, char *w,
-                         const work_layout *wl) {
+                         const work_layout *wl, int train) {
     int n = pm_gpt_num_layers(cfg);
     float loss = 0;
     for (int i = 0; i < n; i++) {
@@ -227,8 +229,8 @@ static float forward_all(const pm_gpt_config *cfg, int B, int T, const float *pa
             i + 1 < n ? pm_gpt_layer_input_slot(cfg, i + 1, B, T, work_saved(cfg, B, T, wl, w, i + 1))
                       : NULL;
         int head = pm_gpt_layer_kind(cfg, i) == PM_LAYER_HEAD;
-        pm_gpt_layer_f(cfg, i, B, T, lp, in, head ? targets : NULL, out, &loss, saved,
-                       w + wl->scratch);
+        pm_gpt_layer_f(cfg, i, B, T, lp, in, head ? targets : NULL, out, train ? NULL : &loss,
+                       saved, w + wl->scratch);
     }
     return loss;
 }
@@ -237,7 +239,7 @@ float pm_gpt_forward(const pm_gpt_config *cfg, int B, int T, const float *params
                      const int32_t *tokens, const int32_t *targets, void *work) {
     work_layout wl;
     PM_ASSERT(work_get(cfg, B, T, &wl));
-    return forward_all(cfg, B, T, params, tokens, targets, work, &wl);
+    return forward_all(cfg, B, T, params, tokens, targets, work, &wl, 0);
 }
 
 void pm_gpt_head_probs_row(const pm_gpt_config *cfg, int B, int T, const float *lp,
@@ -262,12 +264,13 @@ float pm_gpt_forward_backward(const pm_gpt_config *cfg, int B, int T, const floa
     work_layout wl;
     PM_ASSERT(targets && work_get(cfg, B, T, &wl));
     char *w = work;
-    float loss = forward_all(cfg, B, T, params, tokens, targets, w, &wl);
+    float loss = 0; /* the head's B computes it */
+    forward_all(cfg, B, T, params, tokens, targets, w, &wl, 1);
     float *dout = NULL, *din = (float *)(w + wl.a), *spare = (float *)(w + wl.b);
     for (int i = pm_gpt_num_layers(cfg) - 1; i >= 0; i--) {
         size_t po = pm_gpt_layer_offset(cfg, i);
         pm_gpt_layer_bw(cfg, i, B, T, params + po, grads + po, dout, i == 0 ? NULL : din, scale,
-                        work_saved(cfg, B, T, &wl, w, i), w + wl.scratch);
+                        &loss, work_saved(cfg, B, T, &wl, w, i), w + wl.scratch);
         /* this layer's din is the next lower layer's dout */
         float *t = dout ? dout : spare;
         dout = din;

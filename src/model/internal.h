@@ -21,8 +21,9 @@
 #define PM_ATT_BQ 64
 #define PM_ATT_BK 256
 _Static_assert(PM_ATT_BK % PM_ATT_BQ == 0, "key blocks start on query block boundaries");
-/* The head's tiles (head.c): vocabulary rows per tile (of every token). */
+/* The head's tiles (head.c): vocabulary rows (a chunk) by token rows. */
 #define PM_HEAD_CHUNK 512
+#define PM_HEAD_ROWS 256
 
 /* Byte offsets into a layer's saved buffer and scratch for (B, T).
  * Block (N = B*T rows):
@@ -38,8 +39,8 @@ _Static_assert(PM_ATT_BK % PM_ATT_BQ == 0, "key blocks start on query block boun
  * Head part k with lm_head rows [r0, r1):
  *   W prefix: lno (N,C), on a later part (N,C+3): its input message
  *             | nrm (2,N) each row's max and sum of exponentials
- *             | tgt (N) int32 | fscale (1) B's
- *               scale / N | lnst (2C) first part only
+ *             | tgt (N) int32 | fscale (2) B's scale / N, the loss
+ *             | lnst (2C) first part only
  *   released by B: xin (N,C) | stats (2,N) first part only
  *             | run (3,N) running max, sum, target logit
  * Embedding (nothing released by B):
@@ -48,8 +49,10 @@ _Static_assert(PM_ATT_BK % PM_ATT_BQ == 0, "key blocks start on query block boun
  * as the job has tasks up to PM_MAX_THREADS whatever the thread count, so
  * sizes stay independent of it (pm_par_run's slots). Block F: the slots of attention F. Block B: an (N,4C) MLP
  * gradient at 0, later reused for each (N,C) gradient; from s_slots (after
- * the first (N,C)) attention B's slots. Head: in every pass an (N, chunk)
- * tile of logits at 0; B on the first part an (N,C) gradient after it. */
+ * the first (N,C)) attention B's slots. Head: at 0 a (rows, chunk) tile of
+ * logits, in a one-part head's B a row tile's logits over the whole
+ * vocabulary (PM_HEAD_ROWS, V); B on the first part an (N,C) gradient
+ * after it. */
 typedef struct {
     size_t ln1o, atty, ln2o, gelu, qkv, x1, fc, xin, lnst; /* block W prefix */
     size_t lse, stats;                                     /* block and head */
@@ -159,12 +162,12 @@ void pm_k_matmul(int ta, int tb, size_t M, size_t N, size_t K, float alpha, cons
                  size_t lda, const float *Bm, size_t ldb, float beta, float *C, size_t ldc,
                  const float *bias, const float *res, pm_rows_fn post, const void *post_ctx);
 size_t pm_k_matmul_rows(size_t M); /* block size for a dimension of M */
-/* The head's tile t (nr, n) of logits for vocabulary rows c0..c0+n-1:
- * each row's max and sum of exponentials merged into the running max m and
- * sum s, the target's logit into tl when it lies in the tile (t is left
- * holding exp(l - max)). */
+/* The head's tile t (nr, n <= PM_HEAD_CHUNK) of logits for vocabulary rows
+ * c0..c0+n-1: each row's max and sum of exponentials merged into the
+ * running max m and sum s, the target's logit into tl when it lies in the
+ * tile. t is left holding exp(l - max), or, if keep, the logits. */
 void pm_k_head_tile_stats(float *t, size_t nr, size_t n, int64_t c0, const int32_t *tgt,
-                          float *m, float *s, float *tl);
+                          float *m, float *s, float *tl, int keep);
 /* t (logits) becomes d logits = (exp(t - m) / s - onehot(tgt)) * f, with
  * each row's max m and sum of exponentials s. */
 void pm_k_head_tile_grad(float *t, size_t nr, size_t n, int64_t c0, const int32_t *tgt,
@@ -209,15 +212,17 @@ void pm_gpt_block_b(const pm_gpt_config *c, int B, int T, const float *lp, const
                     float *din, void *saved, void *scratch);
 void pm_gpt_block_w(const pm_gpt_config *c, int B, int T, float *lg, const void *saved);
 
-float pm_head_f(const pm_gpt_config *c, int layer, int B, int T, const float *lp,
-                const float *in, const int32_t *tgt, float *out, void *saved, void *scratch);
+void pm_head_f(const pm_gpt_config *c, int layer, int B, int T, const float *lp, const float *in,
+               const int32_t *tgt, float *out, float *loss, void *saved, void *scratch);
 void pm_head_b(const pm_gpt_config *c, int layer, int B, int T, const float *lp,
-               const float *dout, float *din, float scale, void *saved, void *scratch);
+               const float *dout, float *din, float scale, float *loss, void *saved,
+               void *scratch);
 void pm_head_w(const pm_gpt_config *c, int layer, int B, int T, const float *lp, float *lg,
-               const void *saved, void *scratch);
+               void *saved, void *scratch);
 /* B and W in one sweep, each tile made once: bitwise B then W. */
 void pm_head_bw(const pm_gpt_config *c, int layer, int B, int T, const float *lp, float *lg,
-                const float *dout, float *din, float scale, void *saved, void *scratch);
+                const float *dout, float *din, float scale, float *loss, void *saved,
+                void *scratch);
 /* Probabilities of token row `row` (V floats into out) after a one-part
  * head's F: its logits again, from the kept ln_f output and normaliser. */
 void pm_head_probs_row(const pm_gpt_config *c, int B, int T, const float *lp, const void *saved,

@@ -513,11 +513,14 @@ void pm_k_att_tile_b(float *p, float *dp, size_t nq, size_t nk, size_t diag, con
 /* ---- the head's tiles (head.c) -------------------------------------------------- */
 
 void pm_k_head_tile_stats(float *t, size_t nr, size_t n, int64_t c0, const int32_t *tgt,
-                          float *m, float *s, float *tl) {
+                          float *m, float *s, float *tl, int keep) {
+    float copy[PM_HEAD_CHUNK];
+    PM_ASSERT(n <= PM_HEAD_CHUNK);
     for (size_t r = 0; r < nr; r++) {
         float *row = t + r * n, mx = vmax(row, n);
         int64_t k = tgt[r] >= 0 ? (int64_t)tgt[r] - c0 : -1;
         if (k >= 0 && k < (int64_t)n) tl[r] = row[k];
+        if (keep) row = memcpy(copy, row, n * sizeof *row);
         exp_sub(row, n, mx);
         float sum = vsum(row, n), mo = m[r], mn = mo > mx ? mo : mx;
         /* the running sum, rescaled to the new max (exp(-inf) = 0 at the start) */

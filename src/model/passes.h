@@ -35,9 +35,9 @@
  * Activation memory is linear in T: attention runs over tiles with an
  * online softmax and keeps one log-sum-exp per (sequence, head, row) beside
  * q, k, v and its output, its B recomputing each tile's scores; the head
- * keeps ln_f's output and a normaliser (max, sum) per token, its B and W
- * recomputing each tile of logits. No buffer of T x T or (B,T,V) floats
- * exists, not even in scratch.
+ * keeps ln_f's output and a normaliser (max, sum) per token, making its
+ * logits a row tile of PM_HEAD_ROWS tokens at a time (head.c). No buffer of
+ * T x T or (B,T,V) floats exists, not even in scratch.
  *
  * Head parts: the vocabulary projection is computed in fixed tiles of lm_head
  * rows, always the same whatever the parts: per tile the logits, their row
@@ -59,10 +59,14 @@
  *   head F:      in = (B,T,C) (first part) or (B,T,C+3), targets int32 (B,T)
  *                or NULL (every part), out = (B,T,C+3) or NULL on the last
  *                part, whose *loss = mean cross-entropy over the B*T tokens
- *                (0 if no targets)
- *   head B:      dout = NULL on the last part, else (B,T,C+3); din = (B,T,C)
+ *                (0 if no targets). A trainer passes loss = NULL: a one-part
+ *                head's F then only keeps ln_f's output, and its B makes the
+ *                logits once for the loss, d lno and (BW) d W.
+ *   head B, BW:  dout = NULL on the last part, else (B,T,C+3); din = (B,T,C)
  *                on the first part, else (B,T,C+3); scale multiplies d(loss)
- *                (pass 1/K when K microbatches make a step's mean loss)
+ *                (pass 1/K when K microbatches make a step's mean loss); the
+ *                last part sets *loss (if not NULL) to the mean cross-entropy,
+ *                bitwise F's. Other layers ignore loss.
  *   block B:     dout = (B,T,C) (read only), din = (B,T,C)
  *   embedding B: dout = (B,T,C) (copied into saved), din = NULL
  * F copies its input into `saved`; `in` may be freed after F. If `in` equals
@@ -165,11 +169,13 @@ void pm_gpt_layer_f(const pm_gpt_config *cfg, int layer, int B, int T, const flo
                     const void *in, const int32_t *targets, float *out, float *loss, void *saved,
                     void *scratch);
 void pm_gpt_layer_b(const pm_gpt_config *cfg, int layer, int B, int T, const float *lp,
-                    const float *dout, float *din, float scale, void *saved, void *scratch);
+                    const float *dout, float *din, float scale, float *loss, void *saved,
+                    void *scratch);
 void pm_gpt_layer_w(const pm_gpt_config *cfg, int layer, int B, int T, const float *lp,
                     float *lg, void *saved, void *scratch);
 void pm_gpt_layer_bw(const pm_gpt_config *cfg, int layer, int B, int T, const float *lp, float *lg,
-                     const float *dout, float *din, float scale, void *saved, void *scratch);
+                     const float *dout, float *din, float scale, float *loss, void *saved,
+                     void *scratch);
 
 /* Times one layer's F, B and W (t[0..2], seconds) on one microbatch of its
  * own buffers, on the calling thread with one compute thread (as a device

@@ -249,17 +249,20 @@ static int head_layout(const pm_gpt_config *cfg, int layer, size_t N, pm_layout 
     int ok = pm_layout_region(&cur, &lay->lno, N * (first ? C : C + 3), f) &&
              pm_layout_region(&cur, &lay->nrm, 2 * N, f) &&
              pm_layout_region(&cur, &lay->tgt, N, sizeof(int32_t)) &&
-             pm_layout_region(&cur, &lay->fscale, 1, f) &&
+             pm_layout_region(&cur, &lay->fscale, 2, f) &&
              pm_layout_region(&cur, &lay->lnst, first ? 2 * C : 0, f);
     lay->w_end = cur;
     ok = ok && pm_layout_region(&cur, &lay->xin, first ? N * C : 0, f) &&
          pm_layout_region(&cur, &lay->stats, first ? 2 * N : 0, f) &&
          pm_layout_region(&cur, &lay->run, 3 * N, f);
     lay->end = cur;
-    /* the (N, chunk) tile at 0 in every pass; B's d lno after it (first part) */
-    size_t R = r1 - r0, tile = N * (R < PM_HEAD_CHUNK ? R : PM_HEAD_CHUNK);
-    ok = ok && pm_layout_region(&lay->scratch_f, NULL, tile, f);
-    lay->scratch_w = lay->s_acc = lay->scratch_f;
+    /* a (rows, chunk) tile at 0; a one-part head's B keeps a row tile's
+     * logits over every chunk (head.c); B's d lno after them (first part) */
+    size_t R = r1 - r0, rows = N < PM_HEAD_ROWS ? N : PM_HEAD_ROWS;
+    int one = first && pm_gpt_head_parts(cfg) == 1;
+    ok = ok && pm_layout_region(&lay->scratch_f, NULL, rows * (R < PM_HEAD_CHUNK ? R : PM_HEAD_CHUNK), f);
+    lay->scratch_w = lay->scratch_f;
+    ok = ok && pm_layout_region(&lay->s_acc, NULL, one ? rows * R : lay->scratch_f / f, f);
     lay->scratch_b = lay->s_acc;
     ok = ok && pm_layout_region(&lay->scratch_b, NULL, first ? N * C : 0, f);
     return ok;
@@ -330,8 +333,9 @@ pm_status pm_gpt_layer_sizes(const pm_gpt_config *cfg, int layer, int B, int T, 
         double one = 2 * N * C * (double)(r1 - r0); /* one product by the part's rows */
         if (part) out->in = (size_t)(N * (C + 3) * f);
         out->out = part + 1 < pm_gpt_head_parts(cfg) ? (size_t)(N * (C + 3) * f) : 0;
-        /* B and W each make the logits again: one product each is recomputation */
-        out->flops_f = one;
+        /* a one-part head makes its logits in B (F keeps ln_f's output), a
+         * head in parts in F; B and W each make them again (head.c) */
+        out->flops_f = pm_gpt_head_parts(cfg) == 1 ? 0 : one;
         out->flops_b = out->flops_w = 2 * one;
         out->flops_model = 3 * one;
     }

@@ -388,15 +388,18 @@ pm_status pm_place_table(const pm_gpt_config *cfg, int B, int T, const pm_layer_
         if ((st = pm_gpt_layer_sizes(cfg, i, B, T, &z, err))) return st;
         pm_layer_kind kind = pm_gpt_layer_kind(cfg, i);
         const pm_pass_times *t = &lc->k[kind];
-        double share = 1; /* a head part: its rows' share of the whole head */
+        double share = 1, tf = t->f; /* a head part: its rows' share of the whole head */
         if (kind == PM_LAYER_HEAD) {
             size_t r0, r1;
             pm_gpt_head_rows(cfg, i, &r0, &r1);
             share = (double)(r1 - r0) / cfg->vocab;
+            /* the costs are a one-part head's, which makes its logits in B;
+             * a head in parts makes them in F too: one of B's two products */
+            if (pm_gpt_head_parts(cfg) > 1) tf = t->f + t->b / 2;
         }
         double params = (double)pm_gpt_layer_params(cfg, i);
-        l[i] = (pm_place_layer){.weight = (t->f + t->b + t->w) * share,
-                                .tf = t->f * share, .tb = t->b * share, .tw = t->w * share,
+        l[i] = (pm_place_layer){.weight = (tf + t->b + t->w) * share,
+                                .tf = tf * share, .tb = t->b * share, .tw = t->w * share,
                                 .act = (double)z.saved, .act_w = (double)z.saved_w,
                                 .in = i ? (double)z.in : 0, .params = params,
                                 /* parameters, gradients and the two AdamW moments */

@@ -6,16 +6,20 @@
  *       allocate every layer's `saved` in the arena, run the layers' F (each
  *       writing straight into the next layer's input slot, the last into a
  *       send buffer), send the output to stage s+1's device (itself at a V
- *       turn: same path). On the head, check the loss is finite.
+ *       turn: same path). An evaluation's head gives the loss here.
  *   B   take the output gradient (none on the last stage: the loss, scaled
  *       1/m), run the layers' B from b-1 down to a, shrink each saved to its
- *       W prefix, send the input gradient to stage s-1's device.
+ *       W prefix, send the input gradient to stage s-1's device. In
+ *       training the head's B gives the loss (a one-part head makes its
+ *       logits there, not in F): check it is finite.
  *   W   add each layer's weight gradient into the device's gradient slab and
  *       release its saved. Weight passes of a stage come in microbatch order
  *       (checked at init), so accumulation order is the single-device one.
- *   BW  the B part then the W part (bitwise B;W = BW per the model); the
- *       input gradient leaves at the end of the fused pass, which is when
- *       the schedule (and the simulator) says it is ready.
+ *   BW  the B part then the W part (bitwise B;W = BW per the model; a head
+ *       layer's B and W run as one call in the B part, making each tile of
+ *       logits once); the input gradient leaves at the end of the fused
+ *       pass, which is when the schedule (and the simulator) says it is
+ *       ready.
  * Receives are posted ahead: the current pass's and the next one's, into two
  * receive slots. Sends use two alternating buffers, each waited for before
  * reuse (the threads transport copies at once; MPI need not).
@@ -168,7 +172,8 @@ static pm_status check_tokens(pass_ctx *x, const int32_t *t, size_t n, const cha
 
 /* Runs stage s's layers forward for microbatch j from `in` (tokens on
  * stage 0): every layer writes its saved (allocated) and the next layer's
- * input slot, the last one `out` (NULL on the head, which computes *loss). */
+ * input slot, the last one `out` (NULL on the head, which computes *loss
+ * if loss is not NULL: an evaluation's). */
 static void stage_forward(pm_pipe_dev *dv, int s, int j, const void *in, float *out,
                           float *loss) {
     pm_pipe *pp = dv->pp;
@@ -205,6 +210,13 @@ static pm_status arena_full(pass_ctx *x, int bad) {
     return pass_fail(x, PM_ERR_MEMLIMIT, why);
 }
 
+static pm_status bad_loss(pass_ctx *x, float loss) {
+    char why[256], hint[200];
+    snprintf(why, sizeof why, "the loss is %g; %s", (double)loss,
+             pm_optim_diverged_hint(&x->dv->pp->cfg.opt, "", hint, sizeof hint));
+    return pass_fail(x, PM_ERR_NUMERIC, why);
+}
+
 static pm_status run_f(pass_ctx *x) {
     pm_pipe_dev *dv = x->dv;
     pm_pipe *pp = dv->pp;
@@ -214,6 +226,7 @@ static pm_status run_f(pass_ctx *x) {
     size_t mtok = (size_t)pp->mbsz * (size_t)pp->T, keep = pm_plan_keep_bytes(pp->pl, s);
     const void *in = dv->inp + (size_t)j * mtok;
     float *rx = NULL, *out = NULL, loss = 0;
+    int eval = pp->run == PM_RUN_EVAL;
     pm_status st = PM_OK;
     if (s > 0 && (st = take_msg(dv, x->i, &rx))) return st;
     if (rx) in = rx;
@@ -223,12 +236,11 @@ static pm_status run_f(pass_ctx *x) {
         return st; /* the stage holds (a part of) the head */
     if (b - 1 != head && (st = tx_buf(dv, &out))) return st;
     x->t_start = pm_now();
-    int eval = pp->run == PM_RUN_EVAL;
     if (eval) pm_devmem_forward_layout(&dv->mem, s, j); /* nothing outlives the pass */
     else if (pm_devmem_pass(&dv->mem, x->ps, PM_MEM_PRE, &bad)) return arena_full(x, bad);
     if (keep && !eval)
         memcpy(pm_arena_ptr(&dv->mem.arena, dv->mem.koff[(size_t)s * pp->m + j]), in, keep);
-    stage_forward(dv, s, j, in, out, &loss);
+    stage_forward(dv, s, j, in, out, eval ? &loss : NULL);
     if (!eval) pm_devmem_pass(&dv->mem, x->ps, PM_MEM_POST, &bad);
     done_msg(dv, x->i);
     if (x->fault == PM_FAULT_NAN) {
@@ -241,13 +253,10 @@ static pm_status run_f(pass_ctx *x) {
                               saved_ptr(dv, head, j), (size_t)pp->T - 1, pp->probs);
     }
     if (b - 1 == head) {
-        pp->loss_mb[(size_t)dv->rep * pp->m + j] = loss;
-        if (!isfinite(loss) && !eval) { /* an evaluation reports it; the caller decides */
-            char why[256], hint[200];
-            snprintf(why, sizeof why, "the loss is %g; %s", (double)loss,
-                     pm_optim_diverged_hint(&pp->cfg.opt, "", hint, sizeof hint));
-            return pass_fail(x, PM_ERR_NUMERIC, why);
-        }
+        /* an evaluation reports a bad loss (the caller decides); training
+         * has it from B, unless a NaN was injected here */
+        if (eval) pp->loss_mb[(size_t)dv->rep * pp->m + j] = loss;
+        if (!eval && x->fault == PM_FAULT_NAN) return bad_loss(x, NAN);
         return PM_OK;
     }
     return tx_send(dv, pm_dev_peer(dv, s + 1), pm_tag_f(pp, s + 1, j));
@@ -266,10 +275,15 @@ static pm_status redo_forward(pass_ctx *x) {
     if (pm_devmem_pass(&dv->mem, x->ps, PM_MEM_PRE, &bad)) return arena_full(x, bad);
     const void *in = keep ? pm_arena_ptr(&dv->mem.arena, dv->mem.koff[(size_t)s * pp->m + j])
                           : (const void *)(dv->inp + (size_t)j * mtok);
-    float loss = 0;
-    stage_forward(dv, s, j, in, dv->bb[0], &loss);
+    stage_forward(dv, s, j, in, dv->bb[0], NULL);
     pm_devmem_pass(&dv->mem, x->ps, PM_MEM_REDONE, &bad);
     return PM_OK;
+}
+
+/* A fused BW pass does a head layer's B and W in one call (the model's BW:
+ * bitwise B;W), in its B part; its W part skips the layer. */
+static int fused_head(const pass_ctx *x, const pm_gpt_config *c, int l) {
+    return x->ps->kind == PM_PASS_BW && pm_gpt_layer_kind(c, l) == PM_LAYER_HEAD;
 }
 
 static pm_status run_b(pass_ctx *x) {
@@ -277,21 +291,30 @@ static pm_status run_b(pass_ctx *x) {
     pm_pipe *pp = dv->pp;
     const pm_gpt_config *c = &pp->cfg.model;
     int s = x->ps->stage, j = x->ps->mb, a = pp->first[s], b = pp->first[s + 1], bad = 0;
-    float *dout = NULL, *last = NULL;
+    float *dout = NULL, *last = NULL, loss = 0;
     pm_status st;
     if (s < pp->S - 1 && (st = take_msg(dv, x->i, &dout))) return st;
     if (a > 0 && (st = tx_buf(dv, &last))) return st;
     x->t_start = pm_now();
     if (pp->sched.recompute && (st = redo_forward(x))) return st;
+    float scale = 1.0f / (float)(pp->m * pp->dp);
     for (int l = b - 1, k = 0; l >= a; l--, k ^= 1) {
         float *din = l == 0 ? NULL : l == a ? last : dv->bb[k];
-        const float *lp = dv->sp[s] + (pm_gpt_layer_offset(c, l) - pm_gpt_layer_offset(c, a));
-        pm_gpt_layer_b(c, l, pp->mbsz, pp->T, lp, dout, din, 1.0f / (float)(pp->m * pp->dp),
-                       saved_ptr(dv, l, j), dv->scratch);
+        size_t o = pm_gpt_layer_offset(c, l) - pm_gpt_layer_offset(c, a);
+        if (fused_head(x, c, l)) /* each tile of logits made once, not twice */
+            pm_gpt_layer_bw(c, l, pp->mbsz, pp->T, dv->sp[s] + o, dv->sg[s] + o, dout, din,
+                            scale, &loss, saved_ptr(dv, l, j), dv->scratch);
+        else
+            pm_gpt_layer_b(c, l, pp->mbsz, pp->T, dv->sp[s] + o, dout, din, scale, &loss,
+                           saved_ptr(dv, l, j), dv->scratch);
         dout = din;
     }
     done_msg(dv, x->i);
     pm_devmem_pass(&dv->mem, x->ps, PM_MEM_POST, &bad);
+    if (b == pm_gpt_num_layers(c)) { /* the head's last part: the loss */
+        pp->loss_mb[(size_t)dv->rep * pp->m + j] = loss;
+        if (!isfinite(loss)) return bad_loss(x, loss);
+    }
     if (x->fault == PM_FAULT_NAN && last) last[0] = NAN;
     /* a fused BW sends when the whole pass is done (run_pass) */
     if (a == 0 || x->ps->kind == PM_PASS_BW) return PM_OK;
@@ -305,6 +328,7 @@ static pm_status run_w(pass_ctx *x) {
     int s = x->ps->stage, j = x->ps->mb, a = pp->first[s], b = pp->first[s + 1];
     if (x->ps->kind == PM_PASS_W) x->t_start = pm_now();
     for (int l = a; l < b; l++) {
+        if (fused_head(x, c, l)) continue; /* done in the B part */
         size_t o = pm_gpt_layer_offset(c, l) - pm_gpt_layer_offset(c, a);
         pm_gpt_layer_w(c, l, pp->mbsz, pp->T, dv->sp[s] + o, dv->sg[s] + o, saved_ptr(dv, l, j),
                        dv->scratch);

@@ -9,8 +9,8 @@
  * Per microbatch j (the step's K in order, as `train` does):
  *   F      input (tokens on shard 0, else the previous shard's output kept
  *          on the host), the layers' F, the output back to the host;
- *   FUSED  the last shard: F with the loss, then B down its layers, the
- *          input gradient to the host, then W;
+ *   FUSED  the last shard: F, then B down its layers (the head's B makes
+ *          the loss), the input gradient to the host, then W;
  *   B      F again from the kept input (recomputation), then B with the
  *          output gradient from the host, the input gradient to the host,
  *          then W;
@@ -66,7 +66,8 @@ static void *saved_of(const act_area *a, int l) {
 }
 
 /* Runs the shard's layers forward from a->in; the last layer's output goes
- * to a->buf[0] (none on the head, which adds its loss to *loss). */
+ * to a->buf[0] (none on the head, which adds its loss to *loss if loss is
+ * not NULL: an evaluation's). */
 static void forward(const pm_train_cfg *c, const pm_shard *sh, const float *P, act_area *a,
                     const int32_t *tgt, double *loss) {
     const pm_gpt_config *m = &c->model;
@@ -82,23 +83,27 @@ static void forward(const pm_train_cfg *c, const pm_shard *sh, const float *P, a
                           : a->buf[0];
         float ls = 0;
         pm_gpt_layer_f(m, l, mb, T, P + (pm_gpt_layer_offset(m, l) - base), lin,
-                       l == head ? tgt : NULL, lout, l == head ? &ls : NULL, sv, a->scratch);
+                       l == head ? tgt : NULL, lout, l == head && loss ? &ls : NULL, sv,
+                       a->scratch);
         if (l == head && loss) *loss += ls;
     }
 }
 
-/* B down the shard's layers from dout (NULL on the head); the first
- * layer's input gradient is left in the returned buffer (NULL on shard 0). */
+/* B down the shard's layers from dout (NULL on the head, whose B adds its
+ * loss to *loss); the first layer's input gradient is left in the returned
+ * buffer (NULL on shard 0). */
 static float *backward_b(const pm_train_cfg *c, const pm_shard *sh, const float *P, act_area *a,
-                         float *dout) {
+                         float *dout, double *loss) {
     const pm_gpt_config *m = &c->model;
     int mb = c->batch / c->micro, T = m->ctx;
     size_t base = pm_gpt_layer_offset(m, sh->first);
     float *din = NULL;
     for (int l = sh->last - 1, k = 1; l >= sh->first; l--, k = 3 - k) {
         din = l == 0 ? NULL : a->buf[k];
+        float ls = 0;
         pm_gpt_layer_b(m, l, mb, T, P + (pm_gpt_layer_offset(m, l) - base), dout, din,
-                       1.0f / (float)c->micro, saved_of(a, l), a->scratch);
+                       1.0f / (float)c->micro, &ls, saved_of(a, l), a->scratch);
+        if (!dout) *loss += ls; /* the head's last part */
         dout = din;
     }
     return din;
@@ -245,7 +250,7 @@ static int step_micro(sel_task *t, int k, int j, int s, const float *P, float *G
     if (flow_wait(t, s - 1, j, waited)) return -1;
     if (keep) memcpy(a->in, keep, t->nc * sizeof(float));
     else memcpy(a->in, h->inp + (size_t)j * mtok, mtok * sizeof(int32_t));
-    forward(c, sh, P, a, h->tgt + (size_t)j * mtok, &t->loss_sum);
+    forward(c, sh, P, a, h->tgt + (size_t)j * mtok, NULL); /* the head's B gives the loss */
     if (kind == SEL_F) {
         memcpy(t->act + ((size_t)s * t->K + j) * t->nc, a->buf[0], t->nc * sizeof(float));
         flow_done(t, k, j);
@@ -257,7 +262,7 @@ static int step_micro(sel_task *t, int k, int j, int s, const float *P, float *G
         dout = a->buf[0];
         memcpy(dout, t->grad + ((size_t)s * t->K + j) * t->nc, t->nc * sizeof(float));
     }
-    float *din = backward_b(c, sh, P, a, dout);
+    float *din = backward_b(c, sh, P, a, dout, &t->loss_sum);
     if (din) memcpy(t->grad + ((size_t)(s - 1) * t->K + j) * t->nc, din, t->nc * sizeof(float));
     flow_done(t, k, j);
     backward_w(c, sh, P, G, a);
