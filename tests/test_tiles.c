@@ -344,7 +344,7 @@ static void check_head(int B, int T, int V, int parts, int way, const head_ref *
 
 static void test_head_against_reference(void **s) {
     (void)s;
-    const int VS[] = {300, 9000}; /* 256-word tiles divide neither; 9000: three groups */
+    const int VS[] = {300, 9000}; /* 512-word chunks divide neither; 9000: three groups */
     const int BS[] = {1, 3, 3, 1, 3};
     for (size_t iv = 0; iv < 2; iv++)
         for (size_t i = 0; i < sizeof TS / sizeof TS[0]; i++) {

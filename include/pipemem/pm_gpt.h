@@ -108,11 +108,14 @@ typedef struct {
                        * floats on a head part after the first) */
     size_t out;       /* bytes of F's output message (0 for the head's last part, (B,T,C+3)
                        * floats for its earlier parts) */
-    double flops_f;   /* floating-point operations of F: matmuls only, 2*M*N*K each, as
-                       * computed (causal attention skips tiles past the diagonal) */
-    double flops_b;   /* ... of B (with what it recomputes: attention's scores, the
-                       * head's logits) */
-    double flops_w;   /* ... of W (the head's logits again) */
+    double flops_f;   /* floating-point operations of a trainer's F: matmuls only,
+                       * 2*M*N*K each, as computed (causal attention skips tiles past
+                       * the diagonal; a one-part head makes its logits in B, so 0
+                       * there; an evaluation's F makes them: one product of N*C*V) */
+    double flops_b;   /* ... of B (with what it recomputes: attention's scores; the
+                       * head's logits, made there once for its loss and gradient) */
+    double flops_w;   /* ... of W after a separate B (the head's logits again; BW makes
+                       * them once: one product fewer) */
     double flops_model; /* the model's FLOPs of F + B + W: each product once, attention
                          * over exactly the T (T + 1) / 2 causal pairs (no recomputation,
                          * no masked entries); what a FLOP rate is counted in */
@@ -145,14 +148,12 @@ void pm_gpt_work_probs_row(const pm_gpt_config *cfg, int B, int T, const float *
 void pm_blas_threads(int n);
 
 /* OpenBLAS picks its kernels from the CPU model when it loads; on a CPU it
- * does not know it falls back to slower kernels: generic SSE3 (Prescott),
- * or AVX2 (Haswell) on a CPU that runs AVX-512 at full width (AMD Zen 5).
- * The OPENBLAS_CORETYPE this CPU should use ("SkylakeX" on a CPU with
- * AVX-512 F, CD, BW, DQ and VL that OpenBLAS did not give an AVX-512 core;
- * "Haswell" on a CPU with AVX2 that got Prescott) if the user did not set
- * OPENBLAS_CORETYPE; else NULL. (A program's main sets OPENBLAS_CORETYPE to
- * this and re-executes itself: the pipemem binary does, in
- * src/cli/reexec.c; the library never execs.) */
+ * does not know it falls back to slow generic (Prescott) kernels. The
+ * OPENBLAS_CORETYPE this CPU should use ("SkylakeX", "Haswell") if OpenBLAS
+ * fell back to Prescott on a CPU with AVX-512 or AVX2 and the user did not
+ * set OPENBLAS_CORETYPE; else NULL. (A program's main sets
+ * OPENBLAS_CORETYPE to this and re-executes itself: the pipemem binary
+ * does, in src/cli/reexec.c; the library never execs.) */
 const char *pm_blas_better_coretype(void);
 
 #endif

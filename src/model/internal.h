@@ -61,7 +61,7 @@ typedef struct {
     size_t w_end; /* end of the W prefix = sizes.saved_w */
     size_t end;   /* whole buffer = sizes.saved */
     size_t s_slots; /* block B: offset of attention's per-thread slots */
-    size_t s_acc;   /* head B: offset of d lno (first part), after the tile */
+    size_t s_acc;   /* head B: offset of d lno (first part), after the tiles */
     size_t scratch_f, scratch_b, scratch_w; /* bytes */
 } pm_layout;
 

@@ -37,7 +37,8 @@
  * q, k, v and its output, its B recomputing each tile's scores; the head
  * keeps ln_f's output and a normaliser (max, sum) per token, making its
  * logits a row tile of PM_HEAD_ROWS tokens at a time (head.c). No buffer of
- * T x T or (B,T,V) floats exists, not even in scratch.
+ * T x T or (B,T,V) floats exists, not even in scratch: the head's largest is
+ * min(B T, PM_HEAD_ROWS) x V, whatever the context.
  *
  * Head parts: the vocabulary projection is computed in fixed tiles of lm_head
  * rows, always the same whatever the parts: per tile the logits, their row
@@ -72,14 +73,15 @@
  * F copies its input into `saved`; `in` may be freed after F. If `in` equals
  * pm_gpt_layer_input_slot(), the copy is skipped (a stage can let the
  * previous layer's F write straight into the next layer's slot). din must
- * not overlap dout or saved. After a one-part head's F,
- * pm_gpt_head_probs_row() gives one row's softmax probabilities (sampling).
+ * not overlap dout or saved. After a one-part head's F given a loss pointer
+ * (or after its B), pm_gpt_head_probs_row() gives one row's softmax
+ * probabilities (sampling).
  *
  * Usage for one microbatch through one layer:
  *   pm_gpt_sizes s;  pm_gpt_layer_sizes(&cfg, i, B, T, &s, &err);
  *   void *saved = malloc(s.saved), *scratch = malloc(max of s.scratch_*);
  *   pm_gpt_layer_f(&cfg, i, B, T, P + off, x, NULL, y, NULL, saved, scratch);
- *   pm_gpt_layer_b(&cfg, i, B, T, P + off, dy, dx, 1.0f, saved, scratch);
+ *   pm_gpt_layer_b(&cfg, i, B, T, P + off, dy, dx, 1.0f, NULL, saved, scratch);
  *   pm_gpt_layer_w(&cfg, i, B, T, P + off, G + off, saved, scratch);
  * (off = pm_gpt_layer_offset(&cfg, i); after B, bytes from s.saved_w on are free.)
  * Whole model, one device: pm_gpt_work_bytes() then pm_gpt_forward_backward().

@@ -67,6 +67,8 @@ void pm_pipe_measure_costs(pm_pipe *pp) {
                 if (ps[i].stage != s) continue;
                 int64_t k = (int64_t)d * pp->sched.cap + i;
                 double t0 = pp->t0[k], t1 = pp->t1[k], tm = pp->tmid[k];
+                /* a BW pass's head layer does its B and W in one call, in the
+                 * B part: on the head's stage its W time counts as B's */
                 if (ps[i].kind == PM_PASS_BW) {
                     sum[1] += tm - t0, sum[2] += t1 - tm, n[1]++, n[2]++;
                 } else {
