@@ -114,6 +114,18 @@ int chk_output(char *out, size_t cap, const char *fmt, ...) {
     return st;
 }
 
+int chk_stdout(char *out, size_t cap, const char *fmt, ...) {
+    chk_cmd c = {0};
+    va_list ap;
+    va_start(ap, fmt);
+    pid_t pid = spawn(&c, 1, 0, fmt, ap);
+    va_end(ap);
+    int st = chk_wait(&c, pid);
+    snprintf(out, cap, "%s%s", c.out, st ? c.err : "");
+    chk_cmd_free(&c);
+    return st;
+}
+
 pid_t chk_start(chk_cmd *c, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
@@ -125,6 +137,20 @@ pid_t chk_start(chk_cmd *c, const char *fmt, ...) {
 int chk_prepare(const char *bin, const char *dir, int n, const char *line) {
     return chk_sh(NULL, "mkdir -p %s && for i in $(seq 0 %d); do echo \"%s\"; done > %s/t.txt && "
                   "%s prepare %s/t.txt -o %s/d", dir, n - 1, line, dir, bin, dir, dir) ? -1 : 0;
+}
+
+int chk_same_file(const char *a, const char *b) {
+    FILE *f = fopen(a, "rb"), *g = fopen(b, "rb");
+    int same = f && g;
+    char x[65536], y[65536];
+    while (same) {
+        size_t n = fread(x, 1, sizeof x, f), m = fread(y, 1, sizeof y, g);
+        same = n == m && !memcmp(x, y, n) && !ferror(f) && !ferror(g);
+        if (n < sizeof x) break; /* the end of a (b's too, if same) */
+    }
+    if (f) fclose(f);
+    if (g) fclose(g);
+    return same;
 }
 
 int chk_lines(const char *text) {

@@ -48,6 +48,11 @@ int chk_sh(chk_cmd *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)
  * bytes go into out (NUL-terminated); its status. */
 int chk_output(char *out, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
+/* The same with CMD's standard output alone into out (a JSON summary then
+ * cannot be cut by a line of standard error, which mpirun forwards beside
+ * it), its standard error after it only if it failed; its status. */
+int chk_stdout(char *out, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
 /* Starts `sh -c CMD` with no time limit (the caller stops it: signals) and
  * returns its pid, which is the command's own when CMD begins with `exec`;
  * -1 if it could not start. chk_wait waits for it, takes its outputs into
@@ -62,6 +67,9 @@ void chk_cmd_free(chk_cmd *c);
  * $i and $((...))), and `bin prepare` of it into dir/d: 0 if all of it
  * went, else -1 (the suites that train make their data so). */
 int chk_prepare(const char *bin, const char *dir, int n, const char *line);
+
+/* Whether files a and b both exist and hold the same bytes. */
+int chk_same_file(const char *a, const char *b);
 
 /* The lines of text (a last line without '\n' counts). */
 int chk_lines(const char *text);

@@ -36,7 +36,6 @@
 #include <dirent.h>
 #include <setjmp.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -80,30 +79,6 @@ static void too_long(int sig) {
 static void limit(unsigned secs) {
     signal(SIGALRM, too_long);
     alarm(secs);
-}
-
-/* Runs a shell command (stderr into stdout), its output into out; returns
- * its exit status (128 + signal if killed). */
-static int sh(char *out, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int sh(char *out, size_t cap, const char *fmt, ...) {
-    char cmd[4096], full[4200];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    snprintf(full, sizeof full, "(%s) 2>&1", cmd);
-    FILE *f = popen(full, "r");
-    assert_non_null(f);
-    size_t n = fread(out, 1, cap - 1, f);
-    out[n] = 0;
-    int st = pclose(f);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-}
-
-static int same_file(const char *a, const char *b) {
-    char cmd[700];
-    snprintf(cmd, sizeof cmd, "cmp -s '%s' '%s'", a, b);
-    return system(cmd) == 0;
 }
 
 /* The number after "key": in a run's JSON summary. */
@@ -155,7 +130,7 @@ static int namespaces_alive(const char *path) {
 static void host_gone(const char *h, const char *name) {
     static char out[1024];
     for (;;) {
-        assert_int_equal(sh(out, sizeof out, HOSTS_SH " pids %s %s %s", hosts, h,
+        assert_int_equal(chk_output(out, sizeof out, HOSTS_SH " pids %s %s %s", hosts, h,
                             name ? name : ""), 0);
         if (!out[0]) return;
         nap_ms(50);
@@ -198,7 +173,7 @@ static void stop_harness(int sig) {
     /* SIGKILL's directory stays until the next harness, which removes it */
     assert_int_equal(access(got, F_OK), 0);
     static char out[1024];
-    assert_int_equal(sh(out, sizeof out, "env -u PM_HOSTS_PIDNS " HOSTS_SH " with 2 true"), 0);
+    assert_int_equal(chk_output(out, sizeof out, "env -u PM_HOSTS_PIDNS " HOSTS_SH " with 2 true"), 0);
     if (!access(got, F_OK)) fail_msg("the next harness left %s", got);
 }
 
@@ -207,19 +182,19 @@ static void test_harness(void **state) {
     static char out[8192];
     limit(120);
     for (int k = 1; k <= 2; k++) {
-        assert_int_equal(sh(out, sizeof out, HOSTS_SH " run %s node%d hostname", hosts, k), 0);
+        assert_int_equal(chk_output(out, sizeof out, HOSTS_SH " run %s node%d hostname", hosts, k), 0);
         char want[32];
         snprintf(want, sizeof want, "node%d\n", k);
         assert_string_equal(out, want);
         /* its address on the subnet, the only route: nothing leaves */
-        assert_int_equal(sh(out, sizeof out, HOSTS_SH " run %s node%d ip -4 -o addr", hosts, k), 0);
+        assert_int_equal(chk_output(out, sizeof out, HOSTS_SH " run %s node%d ip -4 -o addr", hosts, k), 0);
         snprintf(want, sizeof want, "198.18.0.%d/24", k);
         if (!strstr(out, want) || chk_count(out, "inet ") != 2) fail_msg("node%d: %s", k, out);
-        assert_int_equal(sh(out, sizeof out, HOSTS_SH " run %s node%d ip route", hosts, k), 0);
+        assert_int_equal(chk_output(out, sizeof out, HOSTS_SH " run %s node%d ip route", hosts, k), 0);
         if (chk_count(out, "\n") != 1 || !strstr(out, "198.18.0.0/24 dev eth0"))
             fail_msg("node%d's routes: %s", k, out);
     }
-    assert_int_equal(sh(out, sizeof out, ACROSS " -np 2 --npernode 1 sh -c 'echo rank "
+    assert_int_equal(chk_output(out, sizeof out, ACROSS " -np 2 --npernode 1 sh -c 'echo rank "
                         "$OMPI_COMM_WORLD_RANK on $(hostname)'", hosts), 0);
     if (!strstr(out, "rank 0 on node1") || !strstr(out, "rank 1 on node2")) fail_msg("%s", out);
     /* up then down, twice: nothing left, and the second is a no-op */
@@ -227,10 +202,10 @@ static void test_harness(void **state) {
     snprintf(h3, sizeof h3, "%s/three", dir);
     snprintf(list, sizeof list, "%s/hosts", h3);
     snprintf(kept, sizeof kept, "%s/three.hosts", dir);
-    assert_int_equal(sh(out, sizeof out, HOSTS_SH " up %s 3 && cp %s %s", h3, list, kept), 0);
-    assert_int_equal(sh(out, sizeof out, HOSTS_SH " run %s node3 hostname", h3), 0);
+    assert_int_equal(chk_output(out, sizeof out, HOSTS_SH " up %s 3 && cp %s %s", h3, list, kept), 0);
+    assert_int_equal(chk_output(out, sizeof out, HOSTS_SH " run %s node3 hostname", h3), 0);
     assert_string_equal(out, "node3\n");
-    assert_int_equal(sh(out, sizeof out, HOSTS_SH " down %s && " HOSTS_SH " down %s", h3, h3), 0);
+    assert_int_equal(chk_output(out, sizeof out, HOSTS_SH " down %s && " HOSTS_SH " down %s", h3, h3), 0);
     assert_false(namespaces_alive(kept));
     stop_harness(SIGTERM);
     stop_harness(SIGKILL);
@@ -251,10 +226,10 @@ static void same_across(const char *kind, int p, int dp, int per_host, const cha
     snprintf(b, sizeof b, "%s/h.ckpt", dir);
     remove(a), remove(b);
     const char *m = MODEL " --microbatches 4 --steps 3 --json";
-    if (sh(tout, sizeof tout, "%s train --data %s/d %s --pp %d --dp %d --schedule %s %s "
+    if (chk_stdout(tout, sizeof tout, "%s train --data %s/d %s --pp %d --dp %d --schedule %s %s "
            "--save %s", bin, dir, m, p, dp, kind, opts, a))
         fail_msg("%s, threads: %s", what, tout);
-    if (sh(across, cap, ACROSS " -np %d --npernode %d %s train --data %s/d %s --pp %d --dp %d "
+    if (chk_stdout(across, cap, ACROSS " -np %d --npernode %d %s train --data %s/d %s --pp %d --dp %d "
            "--schedule %s %s --save %s", hosts, p * dp, per_host, bin, dir, m, p, dp, kind, opts,
            b))
         fail_msg("%s, across hosts: %s", what, across);
@@ -262,7 +237,7 @@ static void same_across(const char *kind, int p, int dp, int per_host, const cha
         snprintf(want + strlen(want), sizeof want - strlen(want), "%s\"node%d\"", g ? ", " : "",
                  g / per_host + 1);
     if (!strstr(across, want)) fail_msg("%s: not placed as %s]:\n%s", what, want, across);
-    if (!same_file(a, b)) fail_msg("%s: the checkpoint across hosts differs from threads'", what);
+    if (!chk_same_file(a, b)) fail_msg("%s: the checkpoint across hosts differs from threads'", what);
     same_losses(across, tout, what);
 }
 
@@ -276,7 +251,7 @@ static void memory_as_one_host(const char *across, const char *opts, int np) {
     /* against the plan (the tiny model's state is smaller than its buffers,
      * so no bound against the whole model's) */
     if (chk_train_alloc(across, 100, msg, sizeof msg)) fail_msg("across hosts: %s", msg);
-    if (sh(one, sizeof one, "ASAN_OPTIONS=detect_leaks=0 timeout -k 5 120 mpirun --oversubscribe "
+    if (chk_stdout(one, sizeof one, "ASAN_OPTIONS=detect_leaks=0 timeout -k 5 120 mpirun --oversubscribe "
            "--quiet -np %d %s train --data %s/d " MODEL " --microbatches 4 --steps 3 --json %s",
            np, bin, dir, opts))
         fail_msg("one host: %s", one);
@@ -305,10 +280,10 @@ static void test_across_hosts(void **state) {
     snprintf(ref, sizeof ref, "%s/rs_whole.ckpt", dir);
     snprintf(part, sizeof part, "%s/rs_part.ckpt", dir);
     snprintf(res, sizeof res, "%s/rs_res.ckpt", dir);
-    if (sh(whole, sizeof whole, "%s train --data %s/d %s --threads 1 --save %s --json", bin, dir, m,
+    if (chk_stdout(whole, sizeof whole, "%s train --data %s/d %s --threads 1 --save %s --json", bin, dir, m,
            ref))
         fail_msg("%s", whole);
-    if (sh(out, sizeof out, ACROSS " -np 4 --npernode 2 %s train --data %s/d %s --pp 4 --schedule "
+    if (chk_output(out, sizeof out, ACROSS " -np 4 --npernode 2 %s train --data %s/d %s --pp 4 --schedule "
            "zb-v --stop-after 2 --save %s", hosts, bin, dir, m, part))
         fail_msg("%s", out);
     const char *on[2] = {ACROSS " -np 2 --host node1:2 %s train --data %s/d %s --pp 2 "
@@ -316,9 +291,9 @@ static void test_across_hosts(void **state) {
                          "%.0s%s train --data %s/d %s --threads 1 --resume %s --save %s --json"};
     for (int k = 0; k < 2; k++) {
         remove(res);
-        if (sh(out, sizeof out, on[k], hosts, bin, dir, m, part, res))
+        if (chk_stdout(out, sizeof out, on[k], hosts, bin, dir, m, part, res))
             fail_msg("resumed on node1 (%d): %s", k, out);
-        if (!same_file(ref, res)) fail_msg("saved across hosts, resumed on one (%d): differs", k);
+        if (!chk_same_file(ref, res)) fail_msg("saved across hosts, resumed on one (%d): differs", k);
         same_losses(out, whole, "saved across hosts, resumed on one");
     }
 }
@@ -338,21 +313,21 @@ static void test_across_hosts(void **state) {
  * default: a rank on node2 timing out first would leave its daemon sending
  * to mpirun, and TCP's keepalive waits while data is unsent.) */
 static void lose_node2(const char *inject, int keep, const char *says) {
-    static char out[65536], ref[16384], res[16384];
+    static char ref[16384], res[16384];
     const char *m = MODEL " --eval-every 20 --microbatches 4 --steps 100000";
-    char ck[300], cmd[2048], got[300], rf[300];
+    char ck[300], got[300], rf[300];
     snprintf(ck, sizeof ck, "%s/lost.ckpt", dir);
     snprintf(got, sizeof got, "%s/resumed.ckpt", dir);
     snprintf(rf, sizeof rf, "%s/ref.ckpt", dir);
     remove(ck);
-    snprintf(cmd, sizeof cmd, "exec 2>&1; (ASAN_OPTIONS=detect_leaks=0 HOSTS_KEEPALIVE=%d "
-             "timeout -v -k 5 60 " HOSTS_SH " mpirun %s -np 4 --npernode 2 %s train --data %s/d "
-             "%s --pp 4 --save %s %s) 2>&1", keep, hosts, bin, dir, m, ck,
-             keep ? "" : "--comm-timeout 3");
-    FILE *f = popen(cmd, "r");
-    assert_non_null(f);
+    chk_cmd c = {0}; /* its pid is timeout's, which leads a process group of its own */
+    pid_t pid = chk_start(&c, "exec 2>&1; exec env ASAN_OPTIONS=detect_leaks=0 HOSTS_KEEPALIVE=%d "
+                          "timeout -v -k 5 60 " HOSTS_SH " mpirun %s -np 4 --npernode 2 %s train "
+                          "--data %s/d %s --pp 4 --save %s %s", keep, hosts, bin, dir, m, ck,
+                          keep ? "" : "--comm-timeout 3");
+    assert_true(pid > 0);
     while (access(ck, F_OK)) nap_ms(10);
-    assert_int_equal(sh(res, sizeof res, HOSTS_SH " %s", inject), 0);
+    assert_int_equal(chk_output(res, sizeof res, HOSTS_SH " %s", inject), 0);
     if (!keep) { /* every rank ends by itself; then mpirun is ended here */
         for (int k = 1; k <= 2; k++) {
             char h[16];
@@ -360,14 +335,13 @@ static void lose_node2(const char *inject, int keep, const char *says) {
             host_gone(h, "pipemem");
         }
         /* OpenMPI's daemon on node2 is left too, until TCP's keepalive (300 s) */
-        assert_int_equal(sh(res, sizeof res, HOSTS_SH " kill %s node1 mpirun && " HOSTS_SH
+        assert_int_equal(chk_output(res, sizeof res, HOSTS_SH " kill %s node1 mpirun && " HOSTS_SH
                             " kill %s node2 && " HOSTS_SH " link %s node2 up", hosts, hosts,
                             hosts), 0);
     }
-    size_t n = fread(out, 1, sizeof out - 1, f);
-    out[n] = 0;
-    int st = pclose(f), rc = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-    const char *tail = out + (n > 900 ? n - 900 : 0); /* cmocka cuts a long message */
+    int rc = chk_wait(&c, pid);
+    const char *out = c.out;
+    const char *tail = out + (c.out_len > 900 ? c.out_len - 900 : 0); /* cmocka cuts a long one */
     if (rc == 0 || strstr(out, TIMED_OUT)) fail_msg("%s: exit %d, ending:\n%s", inject, rc, tail);
     const char *at = strstr(out, "the last complete checkpoint is ");
     if (chk_count(out, "pipemem: ") != 1 || !strstr(out, says) || !at)
@@ -378,12 +352,13 @@ static void lose_node2(const char *inject, int keep, const char *says) {
     if (sscanf(at, "the last complete checkpoint is %299s (step %lld)", path, &step) != 2 ||
         strcmp(path, ck) || step < 20 || step % 20)
         fail_msg("%s: %s", inject, at);
+    chk_cmd_free(&c);
     host_gone("node1", NULL);
     host_gone("node2", NULL);
     /* the uninterrupted run to 10 steps past the checkpoint, and the resumes */
     long long stop = step + 10;
     remove(rf);
-    if (sh(ref, sizeof ref, "%s train --data %s/d %s --threads 1 --stop-after %lld --save %s "
+    if (chk_stdout(ref, sizeof ref, "%s train --data %s/d %s --threads 1 --stop-after %lld --save %s "
            "--json", bin, dir, m, stop, rf))
         fail_msg("%s", ref);
     const char *on[2] = {ACROSS " -np 2 --host node1:2 %s train --data %s/d %s --pp 2 --resume %s "
@@ -392,9 +367,9 @@ static void lose_node2(const char *inject, int keep, const char *says) {
                          "--save %s --json"};
     for (int k = 0; k < 2; k++) {
         remove(got);
-        if (sh(res, sizeof res, on[k], hosts, bin, dir, m, ck, stop, got))
+        if (chk_stdout(res, sizeof res, on[k], hosts, bin, dir, m, ck, stop, got))
             fail_msg("%s: resumed on node1 (%d): %s", inject, k, res);
-        if (!same_file(rf, got)) fail_msg("%s: resumed on node1 (%d): differs", inject, k);
+        if (!chk_same_file(rf, got)) fail_msg("%s: resumed on node1 (%d): differs", inject, k);
         same_losses(res, ref, inject);
     }
 }
@@ -412,7 +387,7 @@ static void test_lost_host(void **state) {
     lose_node2(what, 1, stopped);
     snprintf(what, sizeof what, "link %s node2 down", hosts);
     lose_node2(what, 1, stopped);
-    assert_int_equal(sh(out, sizeof out, HOSTS_SH " link %s node2 up", hosts), 0);
+    assert_int_equal(chk_output(out, sizeof out, HOSTS_SH " link %s node2 up", hosts), 0);
     /* node1's ranks wait for node2's: the one that waits out the 3 s says so,
      * naming the rank it waited for, or at the step's start (a barrier) the
      * ranks that never came (2 of 11 runs here) */
@@ -426,7 +401,7 @@ static void test_lost_host(void **state) {
 static void disagree(const char *env, const char *data, const char *opts, const char *expect) {
     static char out[16384];
     const char *m = MODEL " --microbatches 4 --steps 2 --pp 2";
-    int rc = sh(out, sizeof out, ACROSS " -np 1 -host node1 %s train --data %s/d %s : -np 1 "
+    int rc = chk_output(out, sizeof out, ACROSS " -np 1 -host node1 %s train --data %s/d %s : -np 1 "
                 "-host node2 env %s %s train --data %s/%s %s %s", hosts, bin, dir, m, env, bin,
                 dir, data, m, opts);
     if (rc == 0 || strstr(out, TIMED_OUT) || chk_count(out, "pipemem: ") != 1 || !strstr(out, expect))
@@ -466,7 +441,7 @@ static void same_records(const char *a, const char *b, int n, const char *what) 
             if (hx != hy || (e < 2 && !hx)) fail_msg("%s: t%d.%s %s on one machine, %s across "
                                                    "hosts", what, i, ext[e], hx ? "is" : "is not",
                                                    hy ? "is" : "is not");
-            if (hx && !same_file(x, y)) fail_msg("%s: t%d.%s differs", what, i, ext[e]);
+            if (hx && !chk_same_file(x, y)) fail_msg("%s: t%d.%s differs", what, i, ext[e]);
         }
 }
 
@@ -475,9 +450,9 @@ static void same_records(const char *a, const char *b, int n, const char *what) 
  * a rank. Fails the test if it fails; its output in out. */
 static void sweep(char *out, size_t cap, const char *mpi, const char *sw, const char *save) {
     const char *opts = "--devices 1 --device-mem 16M";
-    int rc = mpi ? sh(out, cap, ACROSS " %s %s select --data %s/d %s %s --resume %s", hosts, mpi,
+    int rc = mpi ? chk_output(out, cap, ACROSS " %s %s select --data %s/d %s %s --resume %s", hosts, mpi,
                       bin, dir, sw, opts, save)
-                 : sh(out, cap, "%s select --data %s/d %s %s --resume %s", bin, dir, sw, opts,
+                 : chk_output(out, cap, "%s select --data %s/d %s %s --resume %s", bin, dir, sw, opts,
                       save);
     if (rc) fail_msg("%s (%s): %s", save, mpi ? mpi : "one machine", out);
 }
@@ -499,7 +474,7 @@ static void test_select_across_hosts(void **state) {
     snprintf(one, sizeof one, "%s/sel1", dir);
     snprintf(two, sizeof two, "%s/sel2", dir);
     sweep(out, sizeof out, NULL, sw, one);
-    if (sh(out, sizeof out, ACROSS " -np 1 -host node1 %s select --data %s/d %s --devices 2 "
+    if (chk_output(out, sizeof out, ACROSS " -np 1 -host node1 %s select --data %s/d %s --devices 2 "
            "--device-mem 16M --resume %s --json : -np 1 -host node2 %s select --data %s/d %s "
            "--devices 1 --device-mem 3M --resume %s --json", hosts, bin, dir, sw, two, bin, dir,
            sw, two))
@@ -530,7 +505,7 @@ static void test_select_disagree(void **state) {
     const char *says[2] = {"rank 1 has another sweep than rank 0", "rank 1 reads other data"};
     limit(120);
     for (int k = 0; k < 2; k++) {
-        int rc = sh(out, sizeof out, ACROSS " -np 1 -host node1 %s select --data %s/d %s : -np 1 "
+        int rc = chk_output(out, sizeof out, ACROSS " -np 1 -host node1 %s select --data %s/d %s : -np 1 "
                     "-host node2 %s select --data %s/%s %s %s", hosts, bin, dir, sw, bin, dir,
                     what[k][0], sw, what[k][1]);
         if (rc == 0 || strstr(out, TIMED_OUT) || chk_count(out, "pipemem: ") != 1 ||
@@ -545,32 +520,33 @@ static void test_select_disagree(void **state) {
  * task ends bitwise as the sweep run on one machine uninterrupted. */
 static void test_select_lost_rank(void **state) {
     (void)state;
-    static char out[65536], res[16384];
-    char lost[300], ref[300], cmd[2048], line[400];
+    static char res[16384];
+    char lost[300], ref[300], line[400];
     const char *sw = SWEEP " --lr 1e-3,2e-3,3e-3,4e-3 --steps 300 --eval-every 20";
     limit(300);
     snprintf(lost, sizeof lost, "%s/lost", dir);
     snprintf(ref, sizeof ref, "%s/ref", dir);
-    snprintf(cmd, sizeof cmd, "exec 2>&1; " ACROSS " -np 2 --npernode 1 %s select --data %s/d "
-             "%s --devices 1 --device-mem 16M --resume %s", hosts, bin, dir, sw, lost);
-    FILE *f = popen(cmd, "r");
-    assert_non_null(f);
+    chk_cmd c = {0};
+    pid_t pid = chk_start(&c, "exec 2>&1; exec env " ACROSS " -np 2 --npernode 1 %s select --data "
+                          "%s/d %s --devices 1 --device-mem 16M --resume %s", hosts, bin, dir, sw,
+                          lost);
+    assert_true(pid > 0);
     for (int saved = 0; !saved; nap_ms(10))
         for (int i = 0; i < 4 && !saved; i++) {
             char p[320];
             snprintf(p, sizeof p, "%s/t%d.loss", lost, i);
             saved = !access(p, F_OK);
         }
-    assert_int_equal(sh(res, sizeof res, HOSTS_SH " kill %s node2 pipemem", hosts), 0);
-    size_t n = fread(out, 1, sizeof out - 1, f);
-    out[n] = 0;
-    int st = pclose(f), rc = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    assert_int_equal(chk_output(res, sizeof res, HOSTS_SH " kill %s node2 pipemem", hosts), 0);
+    int rc = chk_wait(&c, pid);
+    const char *out = c.out;
     if (rc == 0 || strstr(out, TIMED_OUT)) fail_msg("exit %d:\n%s", rc, out);
     snprintf(line, sizeof line, "; resume with --resume %s on any hosts and ranks", lost);
     if (chk_count(out, "pipemem: ") != 1 || !strstr(out, "pipemem: rank 0 on node1: mpirun stopped") ||
         !strstr(out, "tasks then running are lost since their last checkpoint: ") ||
         !strstr(out, " (rank 1 on node2)") || !strstr(out, line))
         fail_msg("not one line from pipemem naming the lost tasks:\n%s", out);
+    chk_cmd_free(&c);
     host_gone("node1", NULL);
     host_gone("node2", NULL);
     sweep(res, sizeof res, NULL, sw, ref);
@@ -584,7 +560,7 @@ static int setup(void **state) {
     (void)state;
     static char out[4096];
     snprintf(dir, sizeof dir, "%.150s/test", hosts); /* goes with the hosts, whatever happens */
-    if (sh(out, sizeof out, "mkdir -p %s && for i in $(seq 1 400); do echo \"line $i of a small "
+    if (chk_output(out, sizeof out, "mkdir -p %s && for i in $(seq 1 400); do echo \"line $i of a small "
            "corpus for the tests across hosts\"; done > %s/a.txt && for i in $(seq 1 300); do "
            "echo \"other $i\"; done > %s/b.txt && %s prepare %s/a.txt -o %s/d && %s prepare "
            "%s/b.txt -o %s/e", dir, dir, dir, bin, dir, dir, bin, dir, dir))
@@ -614,7 +590,7 @@ int main(int argc, char **argv) {
     }
     if (!hosts) { /* into the harness, unless this machine cannot make hosts */
         static char why[1024];
-        if (sh(why, sizeof why, HOSTS_SH " can")) {
+        if (chk_output(why, sizeof why, HOSTS_SH " can")) {
             printf("test_cli_hosts: skipped: %s", why);
             return 0;
         }

@@ -291,12 +291,6 @@ static int expect_ranked(const char *path, csv_row *rows, int cap) {
     return n;
 }
 
-static int same_files(const char *a, const char *b) {
-    char cmd[2100];
-    snprintf(cmd, sizeof cmd, "cmp -s %s %s", a, b);
-    return system(cmd) == 0;
-}
-
 /* --resume after some tasks finished: those keep their losses (they showed
  * nan and ranked last), --save-best takes the best by them, and a finished
  * sweep resumed again shows the same table. */
@@ -320,7 +314,7 @@ static void test_select_resume_keeps_losses(void **state) {
     int t0 = strcmp(rb[0].name, "t0") ? 1 : 0;
     assert_string_equal(rb[t0].val_text, ra[0].val_text); /* what it ended with */
     snprintf(ck, sizeof ck, "%s/sv/%s.ckpt", dir, rb[0].name);
-    if (!same_files(best, ck)) fail_msg("--save-best is not the best task's (%s)", rb[0].name);
+    if (!chk_same_file(best, ck)) fail_msg("--save-best is not the best task's (%s)", rb[0].name);
     /* the finished sweep again: nothing runs, the same table */
     snprintf(args, sizeof args, SELECT "%s/d --lr 1e-2,1e-3 --resume %s/sv --csv %s "
              "--save-best %s", dir, dir, c, best);
@@ -330,7 +324,7 @@ static void test_select_resume_keeps_losses(void **state) {
         assert_string_equal(rc[i].name, rb[i].name);
         assert_string_equal(rc[i].val_text, rb[i].val_text);
     }
-    if (!same_files(best, ck)) fail_msg("--save-best of the finished sweep changed");
+    if (!chk_same_file(best, ck)) fail_msg("--save-best of the finished sweep changed");
 }
 
 /* A failure that comes out of the run (after progress lines): exit 1 and
@@ -404,7 +398,7 @@ static void test_stdout_full(void **state) {
 }
 
 /* 1 if the file at path has exactly the bytes of the file at copy. */
-static int unchanged(const char *path, const char *copy) { return same_files(path, copy); }
+static int unchanged(const char *path, const char *copy) { return chk_same_file(path, copy); }
 
 /* Outputs onto inputs or onto each other are refused before anything runs
  * (train --data d --save d/train.bin overwrote the data; --save X --trace X
@@ -503,7 +497,7 @@ static void test_no_output_is_an_input(void **state) {
         char a[400], b[400];
         snprintf(a, sizeof a, "%s/%s.%s", dir, kept[k], ext[k]);
         snprintf(b, sizeof b, "%s/%s.copy", dir, kept[k]);
-        if (!same_files(a, b)) fail_msg("%s was changed", a);
+        if (!chk_same_file(a, b)) fail_msg("%s was changed", a);
     }
     snprintf(args, sizeof args, "%s/e", dir);
     assert_int_not_equal(access(args, F_OK), 0);

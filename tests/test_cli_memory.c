@@ -95,12 +95,6 @@ static double json_num(const char *out, const char *key) {
     return strtod(p + strlen(pat), NULL);
 }
 
-static int same_file(const char *a, const char *b) {
-    char cmd[700];
-    snprintf(cmd, sizeof cmd, "cmp -s '%s' '%s'", a, b);
-    return system(cmd) == 0;
-}
-
 /* One device's peak resident memory (bytes), measured once; at least the
  * state, 16 bytes per parameter (so the ratios below are to a real
  * measurement of the whole model). */
@@ -139,7 +133,7 @@ static void test_threads(void **state) {
                  peak / one, one);
     char a[300];
     snprintf(a, sizeof a, "%s/one.ckpt", dir);
-    if (!same_file(a, ck)) fail_msg("4 device threads: the checkpoint differs from one device's");
+    if (!chk_same_file(a, ck)) fail_msg("4 device threads: the checkpoint differs from one device's");
     remove(ck);
 }
 
@@ -176,7 +170,7 @@ static void test_ranks(void **state) {
     if (chk_train_alloc(out, 0.35, msg, sizeof msg)) fail_msg("4 ranks: %s", msg);
     char a[300];
     snprintf(a, sizeof a, "%s/one.ckpt", dir);
-    if (!same_file(a, ck)) fail_msg("4 ranks: the checkpoint differs from one device's");
+    if (!chk_same_file(a, ck)) fail_msg("4 ranks: the checkpoint differs from one device's");
     remove(ck);
 }
 

@@ -52,12 +52,6 @@ static const char *bin;
 #define MPIRUN MPIENV " --quiet -np"
 #define MODEL "--layers 2 --dim 32 --heads 2 --ctx 16 --batch 8 --eval-every 2 --eval-batches 1"
 
-static int same_file(const char *a, const char *b) {
-    char cmd[700];
-    snprintf(cmd, sizeof cmd, "cmp -s '%s' '%s'", a, b);
-    return system(cmd) == 0;
-}
-
 static double json_num(const char *out, const char *key) {
     const char *p = strstr(out, key);
     if (!p) fail_msg("no %s in:\n%s", key, out);
@@ -104,7 +98,7 @@ static const one_run *one_device(const char *model) {
  * order of the gradient sums differs from one device: docs/mpi.md). */
 static void same_as_threads(const char *kind, int p, int dp, const char *model,
                             const char *opts) {
-    static char out[16384], tout[16384];
+    static char tout[16384];
     char a[300], b[300], what[200];
     snprintf(what, sizeof what, "%s p=%d dp=%d %s %s", kind, p, dp, model, opts);
     snprintf(a, sizeof a, "%s/t_%s_%d_%d%s.ckpt", dir, kind, p, dp, opts[0] ? "_o" : "");
@@ -113,16 +107,20 @@ static void same_as_threads(const char *kind, int p, int dp, const char *model,
                  "--steps 3 --pp %d --dp %d --schedule %s %s --save %s --json", bin, dir, model,
                  p, dp, kind, opts, a);
     if (rc) fail_msg("%s, threads: exit %d: %s", what, rc, tout);
-    rc = chk_output(out, sizeof out, MPIRUN " %d %s train --data %s/d " MODEL " %s --microbatches "
-             "4 --steps 3 --pp %d --dp %d --schedule %s %s --save %s --json", p * dp, bin, dir,
-             model, p, dp, kind, opts, b);
-    if (rc) fail_msg("%s, MPI: exit %d: %s", what, rc, out);
-    assert_int_equal(chk_count(out, "saved "), 1); /* rank 0 alone writes and prints */
-    if (!same_file(a, b)) fail_msg("%s: MPI checkpoint differs from threads", what);
-    same_losses(out, tout, what);
+    /* the summary from standard output alone: mpirun forwards the ranks'
+     * standard error beside it, and a line of it may land inside */
+    chk_cmd c = {0};
+    rc = chk_sh(&c, MPIRUN " %d %s train --data %s/d " MODEL " %s --microbatches 4 --steps 3 "
+                "--pp %d --dp %d --schedule %s %s --save %s --json", p * dp, bin, dir, model, p,
+                dp, kind, opts, b);
+    if (rc) fail_msg("%s, MPI: exit %d: %s%s", what, rc, c.out, c.err);
+    assert_int_equal(chk_count(c.err, "saved "), 1); /* rank 0 alone writes and prints */
+    if (!chk_same_file(a, b)) fail_msg("%s: MPI checkpoint differs from threads", what);
+    same_losses(c.out, tout, what);
+    chk_cmd_free(&c);
     if (dp > 1) return;
     const one_run *one = one_device(model);
-    if (!same_file(a, one->ckpt)) fail_msg("%s: checkpoint differs from one device's", what);
+    if (!chk_same_file(a, one->ckpt)) fail_msg("%s: checkpoint differs from one device's", what);
     same_losses(tout, one->out, what);
 }
 
@@ -154,7 +152,7 @@ static void test_data_parallel(void **state) {
                  "--pp 2 --dp 2 --schedule v-half --save %s/t_vh.ckpt", bin, dir, dir);
     assert_int_equal(rc, 0);
     snprintf(b, sizeof b, "%s/t_vh.ckpt", dir);
-    assert_true(same_file(a, b));
+    assert_true(chk_same_file(a, b));
     /* against one replica: the same global batch, only the summation order
      * differs, so the losses agree closely (docs/mpi.md: how close) */
     rc = chk_output(out, sizeof out, "%s train --data %s/d " MODEL " --microbatches 4 --steps 6 "
@@ -202,7 +200,7 @@ static void test_zero1(void **state) {
     for (int k = 0; k < 2; k++) {
         same_as_threads(kinds[k], 2, 2, "", "--zero 1"); /* MPI and threads */
         snprintf(a, sizeof a, "%s/t_%s_2_2_o.ckpt", dir, kinds[k]);
-        if (!same_file(a, ref)) fail_msg("%s --zero 1: checkpoint differs from --zero 0", kinds[k]);
+        if (!chk_same_file(a, ref)) fail_msg("%s --zero 1: checkpoint differs from --zero 0", kinds[k]);
     }
     /* saved under one, resumed under the other (and the other transport) */
     for (int way = 0; way < 2; way++) {
@@ -211,12 +209,14 @@ static void test_zero1(void **state) {
         if (chk_output(out, sizeof out, "%s%s train --data %s/d %s --zero %d --stop-after 2 "
                 "--save %s", first, bin, dir, m, 1 - way, part))
             fail_msg("%s", out);
-        if (chk_output(out, sizeof out, "%s%s train --data %s/d %s --zero %d --resume %s --save %s "
-                "--json", second, bin, dir, m, way, part, part))
-            fail_msg("%s", out);
-        if (!same_file(part, ref)) fail_msg("saved with --zero %d, resumed with --zero %d: differs",
+        chk_cmd c = {0}; /* the summary from standard output alone, as above */
+        if (chk_sh(&c, "%s%s train --data %s/d %s --zero %d --resume %s --save %s --json", second,
+                   bin, dir, m, way, part, part))
+            fail_msg("%s%s", c.out, c.err);
+        if (!chk_same_file(part, ref)) fail_msg("saved with --zero %d, resumed with --zero %d: differs",
                                             1 - way, way);
-        same_losses(out, zero0, way ? "--zero 0 -> 1" : "--zero 1 -> 0");
+        same_losses(c.out, zero0, way ? "--zero 0 -> 1" : "--zero 1 -> 0");
+        chk_cmd_free(&c);
     }
 }
 
@@ -271,7 +271,7 @@ static void test_checkpoints_move(void **state) {
                              "--stop-after 2 --save %s", first, bin, dir, m, part), 0);
         assert_int_equal(chk_output(out, sizeof out, "%s%s train --data %s/d " MODEL " %s "
                              "--resume %s --save %s", second, bin, dir, m, part, part), 0);
-        if (!same_file(whole, part)) fail_msg("resumed %s differs", way ? "threads->mpi" : "mpi->threads");
+        if (!chk_same_file(whole, part)) fail_msg("resumed %s differs", way ? "threads->mpi" : "mpi->threads");
     }
 }
 
@@ -305,7 +305,7 @@ static void test_resharding(void **state) {
         if (chk_output(out, sizeof out, "%s train --data %s/d %s %s --resume %s --save %s --json",
                 bin, dir, m, on[k], part, res))
             fail_msg("resumed with %s: %s", on[k], out);
-        if (!same_file(ref, res)) fail_msg("saved by 4 ranks, resumed with %s: differs", on[k]);
+        if (!chk_same_file(ref, res)) fail_msg("saved by 4 ranks, resumed with %s: differs", on[k]);
         same_losses(out, whole, on[k]);
     }
     remove(part);
@@ -319,7 +319,7 @@ static void test_resharding(void **state) {
     if (chk_sh(&c, MPIRUN " 4 %s train --data %s/d %s --pp 4 --schedule 1f1b --resume %s "
             "--save %s --json", bin, dir, m, part, res))
         fail_msg("%s%s", c.out, c.err);
-    if (!same_file(ref, res)) fail_msg("saved by one device, resumed by 4 ranks: differs");
+    if (!chk_same_file(ref, res)) fail_msg("saved by one device, resumed by 4 ranks: differs");
     same_losses(c.out, whole, "saved by one device, resumed by 4 ranks");
     if (chk_train_alloc(c.out, 1, msg, sizeof msg)) fail_msg("1f1b, 4 ranks: %s", msg);
     chk_cmd_free(&c);
@@ -364,12 +364,12 @@ static void test_failed_write(void **state) {
             !strstr(out, bad ? "write failed at offset" : "cannot make a") ||
             !strstr(out, "File too large"))
             fail_msg("rank %d could not write: not one line saying so:\n%s", bad, out);
-        if (!same_file(ck, before)) fail_msg("rank %d could not write: the checkpoint changed", bad);
+        if (!chk_same_file(ck, before)) fail_msg("rank %d could not write: the checkpoint changed", bad);
         assert_int_equal(chk_tmp_count(ck), 0);
         if (chk_output(out, sizeof out, "%s train --data %s/d %s --resume %s --save %s --json", bin,
                 dir, m, ck, ck))
             fail_msg("%s", out);
-        if (!same_file(ref, ck)) fail_msg("rank %d could not write: resumed, differs", bad);
+        if (!chk_same_file(ref, ck)) fail_msg("rank %d could not write: resumed, differs", bad);
         same_losses(out, whole, "resumed after a failed write");
     }
 }

@@ -36,12 +36,6 @@ static int run(const char *args, char *out, size_t cap, char *err, size_t ecap) 
     return st;
 }
 
-static int same_file(const char *a, const char *b) {
-    char cmd[700];
-    snprintf(cmd, sizeof cmd, "cmp -s %s %s", a, b);
-    return system(cmd) == 0;
-}
-
 #define MODEL "--layers 6 --dim 32 --heads 2 --ctx 16 --batch 8 --microbatches 4 --steps 3"
 
 static void test_end_to_end(void **state) {
@@ -64,7 +58,7 @@ static void test_end_to_end(void **state) {
         if (run(a, NULL, 0, err, sizeof err)) fail_msg("%s: %s", a, err);
         char p[300];
         snprintf(p, sizeof p, "%s/r%d.ckpt", dir, k);
-        if (!same_file(first, p)) fail_msg("'%s' differs from one device", runs[k]);
+        if (!chk_same_file(first, p)) fail_msg("'%s' differs from one device", runs[k]);
     }
     /* the checkpoint holds the data's model, byte for byte */
     void *m;
@@ -169,7 +163,7 @@ static void test_train_inputs(void **state) {
     assert_int_equal(run(a, NULL, 0, err, sizeof err), 0);
     snprintf(p1, sizeof p1, "%s/comma.model", dir);
     snprintf(p2, sizeof p2, "%s/plain.model", dir);
-    assert_true(same_file(p1, p2));
+    assert_true(chk_same_file(p1, p2));
     char empty[300];
     snprintf(empty, sizeof empty, "%s/empty.txt", dir);
     FILE *f = fopen(empty, "w");
@@ -229,7 +223,7 @@ static void test_llmc_gpt2_vocab(void **state) {
         if (run(a, NULL, 0, err, sizeof err)) fail_msg("%s: %s", a, err);
         char p[300];
         snprintf(p, sizeof p, "%s/g%d.ckpt", dir, k);
-        if (!same_file(first, p)) fail_msg("'%s' differs from one device", runs[k]);
+        if (!chk_same_file(first, p)) fail_msg("'%s' differs from one device", runs[k]);
         if (k >= 4) assert_non_null(strstr(err, k == 4 ? "head in 5 parts" : "head in 13 parts"));
     }
     snprintf(a, sizeof a, "train --train %s --val %s --pad-vocab 64 " MODEL " --pp 2 "

@@ -47,12 +47,13 @@ void pm_cli_print_held(void);
  * (the job is then aborted at pm_mpi_finalize). */
 int pm_cli_agree(int failed);
 
-/* Under mpirun, around the training loop (lost.c): arm makes SIGTERM, which
- * mpirun sends every rank once it lost one, print one line a host (the
- * first rank there whose handler runs, while the host's local rank 0
- * lives) naming that rank and host and the last complete checkpoint (at
- * save, else at resume; either may be NULL); the other ranks wait for
- * mpirun's SIGKILL. disarm restores SIGTERM. */
+/* Under mpirun, around the training loop (lost.c): arm makes the daemon's
+ * SIGCONT or SIGTERM, which it sends every rank once mpirun lost one (in
+ * that order, a second apart), print one line a host (the first rank
+ * there whose handler runs, while the host's local rank 0 lives) naming
+ * that rank and host and the last complete checkpoint (at save, else at
+ * resume; either may be NULL); the other ranks wait for mpirun's SIGKILL.
+ * disarm restores both signals. */
 void pm_cli_lost_arm(int rank, const char *save, const char *resume);
 void pm_cli_lost_disarm(void);
 /* "the last complete checkpoint is PATH (step N): ..." (or that there is
