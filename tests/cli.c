@@ -102,27 +102,30 @@ int chk_sh(chk_cmd *c, const char *fmt, ...) {
     return st;
 }
 
-int chk_output(char *out, size_t cap, const char *fmt, ...) {
+/* A command's standard output into out: with its standard error merged in
+ * (merged), or else after it only if the command failed. */
+static int output_of(char *out, size_t cap, int merged, const char *fmt, va_list ap) {
     chk_cmd c = {0};
-    va_list ap;
-    va_start(ap, fmt);
-    pid_t pid = spawn(&c, 1, 1, fmt, ap);
-    va_end(ap);
+    pid_t pid = spawn(&c, 1, merged, fmt, ap);
     int st = chk_wait(&c, pid);
-    snprintf(out, cap, "%s", c.out);
+    snprintf(out, cap, "%s%s", c.out, !merged && st ? c.err : "");
     chk_cmd_free(&c);
     return st;
 }
 
-int chk_stdout(char *out, size_t cap, const char *fmt, ...) {
-    chk_cmd c = {0};
+int chk_output(char *out, size_t cap, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    pid_t pid = spawn(&c, 1, 0, fmt, ap);
+    int st = output_of(out, cap, 1, fmt, ap);
     va_end(ap);
-    int st = chk_wait(&c, pid);
-    snprintf(out, cap, "%s%s", c.out, st ? c.err : "");
-    chk_cmd_free(&c);
+    return st;
+}
+
+int chk_stdout(char *out, size_t cap, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int st = output_of(out, cap, 0, fmt, ap);
+    va_end(ap);
     return st;
 }
 

@@ -256,7 +256,7 @@ static pm_status run_f(pass_ctx *x) {
         /* an evaluation reports a bad loss (the caller decides); training
          * has it from B, unless a NaN was injected here */
         if (eval) pp->loss_mb[(size_t)dv->rep * pp->m + j] = loss;
-        if (!eval && x->fault == PM_FAULT_NAN) return bad_loss(x, NAN);
+        if (!eval && x->fault == PM_FAULT_NAN) return bad_loss(x, loss);
         return PM_OK;
     }
     return tx_send(dv, pm_dev_peer(dv, s + 1), pm_tag_f(pp, s + 1, j));
