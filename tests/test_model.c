@@ -575,12 +575,17 @@ static void test_sizes_independent_count(void **s) {
     assert_int_equal(h.scratch_f, N * V * f);
     assert_int_equal(h.scratch_w, h.scratch_f);
     assert_int_equal(h.scratch_b, N * C * f + h.scratch_f);
-    (void)V;
     assert_int_equal(e.in, N * 4);
     assert_int_equal(b.in, N * C * f);
     assert_int_equal(h.out, 0);
     /* block matmul flops: 12 C^2 weights, 2 flops per multiply-add, 3 passes */
     assert_true(b.flops_w == 2.0 * N * 12 * C * C);
+    assert_true(b.flops_bw == b.flops_b + b.flops_w && b.flops_eval == b.flops_f);
+    /* a one-part head: the trainer's F none; an evaluation's the logits; B and W the
+     * logits and one product each, BW the logits once */
+    assert_true(h.flops_f == 0 && h.flops_eval == 2.0 * N * C * V);
+    assert_true(h.flops_b == 4.0 * N * C * V && h.flops_w == 4.0 * N * C * V);
+    assert_true(h.flops_bw == 6.0 * N * C * V);
     pm_gpt_config c2 = {.vocab = 8200, .ctx = 16, .dim = 16, .heads = 4, .layers = 3,
                         .head_parts = 2};
     pm_gpt_sizes h0, h1;
@@ -600,6 +605,7 @@ static void test_sizes_independent_count(void **s) {
     assert_true(h0.flops_f == 2.0 * N * C * 4096 && h1.flops_f == 2.0 * N * C * 4104);
     assert_true(h1.flops_b == 2 * h1.flops_f && h1.flops_w == 2 * h1.flops_f);
     assert_true(h1.flops_model == 3 * h1.flops_f);
+    assert_true(h1.flops_bw == 3 * h1.flops_f && h1.flops_eval == h1.flops_f);
     assert_int_equal(pm_gpt_layer_params(&c2, 4), 2 * C + 4096 * C);
     assert_int_equal(pm_gpt_layer_params(&c2, 5), 4104 * C);
     assert_int_equal(pm_gpt_layer_offset(&c2, 5), pm_gpt_layer_offset(&c2, 4) + 2 * C + 4096 * C);

@@ -437,7 +437,10 @@ static void forecast_extrapolated(void **state) {
             for (int q = 0; q < S; q++) {
                 const pm_shard *h = &t->shard[q];
                 fl += q < S - 1 ? 3 * h->flops_f + h->flops_bw : h->flops_f + h->flops_bw;
-                ev += 2 * h->flops_f; /* eval_batches 2 */
+                /* eval_batches 2; an evaluation's head makes its logits, which a
+                 * trainer's F leaves to B: one product of (2 x 16 tokens) x 32 x V */
+                int head = h->last == pm_gpt_num_layers(&t->cfg.model);
+                ev += 2 * (h->flops_f + (head ? 2.0 * 32 * 32 * t->cfg.model.vocab : 0));
             }
             double want = (n * K * fl + n / 10 * ev) / r.flops;
             if (fabs(f[k].compute[i] - want) > 1e-9 * want)

@@ -114,8 +114,11 @@ typedef struct {
                        * there; an evaluation's F makes them: one product of N*C*V) */
     double flops_b;   /* ... of B (with what it recomputes: attention's scores; the
                        * head's logits, made there once for its loss and gradient) */
-    double flops_w;   /* ... of W after a separate B (the head's logits again; BW makes
-                       * them once: one product fewer) */
+    double flops_w;   /* ... of W after a separate B (the head's logits again) */
+    double flops_bw;  /* ... of B and W in one call (BW): flops_b + flops_w, but the
+                       * head's logits made once, one product fewer */
+    double flops_eval; /* ... of an F given a loss pointer (an evaluation): flops_f,
+                        * but a one-part head makes its logits */
     double flops_model; /* the model's FLOPs of F + B + W: each product once, attention
                          * over exactly the T (T + 1) / 2 causal pairs (no recomputation,
                          * no masked entries); what a FLOP rate is counted in */

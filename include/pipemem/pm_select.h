@@ -58,9 +58,12 @@ typedef struct {
     int first, last; /* layers first .. last-1 (0 embedding, 1..L blocks, L+1 head) */
     size_t state;    /* bytes of parameters, gradients, m and v */
     size_t act;      /* bytes of the activation area one of its passes needs */
-    double flops_f;  /* one microbatch's forward through it */
+    double flops_f;  /* one microbatch's forward through it, a trainer's */
     double flops_bw; /* one microbatch's B and W (the backward pass adds a forward) */
-    double flops_w;  /* of which W */
+    double flops_w;  /* of which W after the input gradient is out (the head's is
+                        not: its B and W run as one, making its logits once) */
+    double flops_eval; /* one microbatch's forward in an evaluation (the head makes
+                          its logits) */
 } pm_shard;
 
 typedef struct {

@@ -324,6 +324,8 @@ pm_status pm_gpt_layer_sizes(const pm_gpt_config *cfg, int layer, int B, int T, 
         out->flops_f = 24 * N * C * C + 4 * B * P * C;
         out->flops_b = 24 * N * C * C + 10 * B * P * C;
         out->flops_w = 24 * N * C * C;
+        out->flops_bw = out->flops_b + out->flops_w;
+        out->flops_eval = out->flops_f;
         /* the model's: each of the three linear passes once, attention's 6
          * products over the T (T + 1) / 2 pairs causality needs */
         out->flops_model = 72 * N * C * C + 12 * B * C * ((double)T * (T + 1) / 2);
@@ -337,6 +339,8 @@ pm_status pm_gpt_layer_sizes(const pm_gpt_config *cfg, int layer, int B, int T, 
          * head in parts in F; B and W each make them again (head.c) */
         out->flops_f = pm_gpt_head_parts(cfg) == 1 ? 0 : one;
         out->flops_b = out->flops_w = 2 * one;
+        out->flops_bw = 3 * one; /* logits, d lno, d W */
+        out->flops_eval = one;
         out->flops_model = 3 * one;
     }
     return PM_OK;

@@ -196,7 +196,8 @@ static int costs_build(const pm_select_task *t, int64_t steps, int eval_every, i
         for (int ch = 0; ch < chunks; ch++)
             for (int q = 0; q < S; q++, i++) {
                 int m = E - ch * ke < ke ? E - ch * ke : ke;
-                put_pass(c, i, t, r, q, ch * S + q, m, t->shard[q].flops_f, 0, 0, pending[q], 0);
+                put_pass(c, i, t, r, q, ch * S + q, m, t->shard[q].flops_eval, 0, 0, pending[q],
+                         0);
                 pending[q] = 0;
             }
     }

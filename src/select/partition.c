@@ -27,10 +27,11 @@
 static size_t up(size_t x) { return (x + ALIGN - 1) / ALIGN * ALIGN; }
 
 /* One layer's pieces: state, saved, input bytes, scratch (the largest of
- * its three passes), FLOPs. */
+ * its three passes), FLOPs: F, B and W, W after the input gradient is out
+ * (a head part runs B and W as one, pass.c), an evaluation's F. */
 typedef struct {
     size_t state, saved, in, scratch;
-    double ff, fbw, fw;
+    double ff, fbw, fw, fe;
 } layer_info;
 
 static pm_status layer_info_get(const pm_train_cfg *cfg, int l, layer_info *li, pm_err *err) {
@@ -40,8 +41,10 @@ static pm_status layer_info_get(const pm_train_cfg *cfg, int l, layer_info *li, 
     if (st) return st;
     size_t sc = z.scratch_f > z.scratch_b ? z.scratch_f : z.scratch_b;
     sc = z.scratch_w > sc ? z.scratch_w : sc;
+    int head = pm_gpt_layer_kind(&cfg->model, l) == PM_LAYER_HEAD;
     *li = (layer_info){up(4 * pm_gpt_layer_params(&cfg->model, l) * sizeof(float)), up(z.saved),
-                       up(z.in), up(sc), z.flops_f, z.flops_b + z.flops_w, z.flops_w};
+                       up(z.in), up(sc), z.flops_f, head ? z.flops_bw : z.flops_b + z.flops_w,
+                       head ? 0 : z.flops_w, z.flops_eval};
     return PM_OK;
 }
 
@@ -208,7 +211,7 @@ static pm_status fill_shards(const layer_table *lt, pm_select_task *t, size_t K,
             for (int l = x->first; l < x->last; l++) {
                 const layer_info *li = &lt->info[lt->off[i] + l];
                 x->state += li->state, x->flops_f += li->ff, x->flops_bw += li->fbw;
-                x->flops_w += li->fw;
+                x->flops_w += li->fw, x->flops_eval += li->fe;
             }
         }
         pm_free(t[i].shard);

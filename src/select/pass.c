@@ -89,11 +89,16 @@ static void forward(const pm_train_cfg *c, const pm_shard *sh, const float *P, a
     }
 }
 
+static int is_head(const pm_gpt_config *m, int l) {
+    return pm_gpt_layer_kind(m, l) == PM_LAYER_HEAD;
+}
+
 /* B down the shard's layers from dout (NULL on the head, whose B adds its
  * loss to *loss); the first layer's input gradient is left in the returned
- * buffer (NULL on shard 0). */
-static float *backward_b(const pm_train_cfg *c, const pm_shard *sh, const float *P, act_area *a,
-                         float *dout, double *loss) {
+ * buffer (NULL on shard 0). A head part runs B and W as one (BW), which
+ * makes its logits once rather than twice. */
+static float *backward_b(const pm_train_cfg *c, const pm_shard *sh, const float *P, float *G,
+                         act_area *a, float *dout, double *loss) {
     const pm_gpt_config *m = &c->model;
     int mb = c->batch / c->micro, T = m->ctx;
     size_t base = pm_gpt_layer_offset(m, sh->first);
@@ -101,21 +106,27 @@ static float *backward_b(const pm_train_cfg *c, const pm_shard *sh, const float 
     for (int l = sh->last - 1, k = 1; l >= sh->first; l--, k = 3 - k) {
         din = l == 0 ? NULL : a->buf[k];
         float ls = 0;
-        pm_gpt_layer_b(m, l, mb, T, P + (pm_gpt_layer_offset(m, l) - base), dout, din,
-                       1.0f / (float)c->micro, &ls, saved_of(a, l), a->scratch);
+        size_t o = pm_gpt_layer_offset(m, l) - base;
+        if (is_head(m, l))
+            pm_gpt_layer_bw(m, l, mb, T, P + o, G + o, dout, din, 1.0f / (float)c->micro, &ls,
+                            saved_of(a, l), a->scratch);
+        else
+            pm_gpt_layer_b(m, l, mb, T, P + o, dout, din, 1.0f / (float)c->micro, &ls,
+                           saved_of(a, l), a->scratch);
         if (!dout) *loss += ls; /* the head's last part */
         dout = din;
     }
     return din;
 }
 
-/* W of the shard's layers, after its B (what B saved for it; the head
- * makes its logits again from P). */
+/* W of the shard's layers but the head's (done with its B), after their B
+ * (what B saved for it). */
 static void backward_w(const pm_train_cfg *c, const pm_shard *sh, const float *P, float *G,
                        act_area *a) {
     const pm_gpt_config *m = &c->model;
     size_t base = pm_gpt_layer_offset(m, sh->first);
     for (int l = sh->first; l < sh->last; l++) {
+        if (is_head(m, l)) continue;
         size_t o = pm_gpt_layer_offset(m, l) - base;
         pm_gpt_layer_w(m, l, c->batch / c->micro, m->ctx, P + o, G + o, saved_of(a, l),
                        a->scratch);
@@ -262,7 +273,7 @@ static int step_micro(sel_task *t, int k, int j, int s, const float *P, float *G
         dout = a->buf[0];
         memcpy(dout, t->grad + ((size_t)s * t->K + j) * t->nc, t->nc * sizeof(float));
     }
-    float *din = backward_b(c, sh, P, a, dout, &t->loss_sum);
+    float *din = backward_b(c, sh, P, G, a, dout, &t->loss_sum);
     if (din) memcpy(t->grad + ((size_t)(s - 1) * t->K + j) * t->nc, din, t->nc * sizeof(float));
     flow_done(t, k, j);
     backward_w(c, sh, P, G, a);

@@ -57,7 +57,8 @@ static int finished(const sel_task *t) { return t->state != PM_SELECT_RUNNING; }
 static double pass_flops(const sel_task *t, int k) {
     const pm_shard *sh = &t->task->shard[sel_round_shard(t, k)];
     sel_kind kind = sel_round_kind(t, k);
-    double fl = kind == SEL_F || kind == SEL_EVAL ? sh->flops_f
+    double fl = kind == SEL_EVAL                  ? sh->flops_eval
+                : kind == SEL_F                   ? sh->flops_f
                 : kind == SEL_FUSED               ? sh->flops_f + sh->flops_bw
                                                   : 2 * sh->flops_f + sh->flops_bw;
     return fl * sel_round_micro(t, k);
@@ -800,7 +801,7 @@ static pm_status tasks_init(sel_run *r, pm_select_task *tasks, pm_trainer *hosts
                            tasks[i].name);
         for (int k = 0; k < 2 * S - 1; k++) t->fl[k] = pass_flops(t, k);
         for (int s = 0; s < S; s++) /* an evaluation: eval_batches forwards */
-            t->fl_eval += (double)r->o->eval_batches * tasks[i].shard[s].flops_f;
+            t->fl_eval += (double)r->o->eval_batches * tasks[i].shard[s].flops_eval;
         for (int s = 0; s < S; s++) t->updated[s] = hosts[i].step, t->zeroed[s] = hosts[i].step;
         pm_status st = sel_store_open(t, r->o->spill_dir, err);
         if (st) return st;
