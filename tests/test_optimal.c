@@ -132,6 +132,18 @@ static double best_heuristic(const pm_sched_req *q, int v) {
     return best;
 }
 
+/* Under AddressSanitizer the MILP's library, which is not instrumented,
+ * takes every allocation through the sanitizer's allocator (fresh pages,
+ * 5x the plain build's time): there the sweep checks every shape at one
+ * cost and the loosest and tightest limits, the same assertions per case,
+ * for memory errors; the counts that make it a sweep hold for the whole of
+ * it, which the plain build runs. */
+#ifdef __SANITIZE_ADDRESS__
+enum { SWEEP_WHOLE = 0 };
+#else
+enum { SWEEP_WHOLE = 1 };
+#endif
+
 static void slots_agree_with_the_milp(void **state) {
     (void)state;
     if (!pm_slots_available()) skip(); /* built with NO_SAT=1 */
@@ -141,8 +153,8 @@ static void slots_agree_with_the_milp(void **state) {
                                     {1, 2, 2}, {1, 3, 2}};
     int agreed = 0, beat = 0;
     for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++)
-        for (int ci = 0; ci < 3; ci++)
-            for (int li = 0; li < 3; li++) {
+        for (int ci = 0; ci < (SWEEP_WHOLE ? 3 : 1); ci++)
+            for (int li = 0; li < 3; li += SWEEP_WHOLE ? 1 : 2) {
                 const char *kind = shapes[k][0] ? "optimal-v" : "optimal";
                 pm_sched_req q = {.p = shapes[k][1], .m = shapes[k][2], .t = costs[ci],
                                   .mem = PM_MEM_DEFAULT, .mem_limit = limits[li],
@@ -162,8 +174,8 @@ static void slots_agree_with_the_milp(void **state) {
                 agreed++;
                 beat += a.makespan < best_heuristic(&q, shapes[k][0]) - 1e-9;
             }
-    assert_true(agreed >= 40);
-    assert_true(beat >= 3); /* cases where the optimum beats every heuristic */
+    assert_true(agreed >= (SWEEP_WHOLE ? 40 : 10));
+    if (SWEEP_WHOLE) assert_true(beat >= 3); /* cases where the optimum beats every heuristic */
 }
 
 static void slots_prove_a_point_of_the_v_curve(void **state) {
