@@ -5,7 +5,8 @@
  * cross-entropy on extreme logits, and the causal softmax's mask. Then the
  * compute threads (pool.c): every task of every job runs exactly once,
  * nested jobs run inline, and split products and GELU ranges give the same
- * bits whatever the thread count or where a range starts. */
+ * bits whatever the thread count or where a range starts; column sums are
+ * the plain row-order loop's, bit for bit. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdatomic.h>
@@ -300,6 +301,55 @@ static void test_gelu_ranges_bitwise(void **s) {
     assert_memory_equal(gw, gp, sizeof gw);
 }
 
+/* Column sums (bias gradients) and LayerNorm's weight and bias gradients
+ * against the plain loop: each column's sum starts from the gradient
+ * already there and adds the rows in order, in float, so the bits must be
+ * the same whatever the kernels keep in registers, at widths with and
+ * without a tail of columns and at 1 and 2 threads. */
+static void test_column_sums_in_row_order(void **s) {
+    (void)s;
+    static const int widths[] = {1, 16, 31, 32, 33, 100, 519};
+    static const size_t rows[] = {1, 7, 300};
+    for (int th = 1; th <= 2; th++) {
+        pm_blas_threads(th);
+        for (size_t wi = 0; wi < sizeof widths / sizeof *widths; wi++)
+            for (size_t ri = 0; ri < sizeof rows / sizeof *rows; ri++) {
+                int n = widths[wi];
+                size_t N = rows[ri], nz = (size_t)n;
+                float *d = malloc(N * nz * sizeof *d), *x = malloc(N * nz * sizeof *x);
+                float *dx = malloc(N * nz * sizeof *dx), *mean = malloc(N * sizeof *mean);
+                float *rstd = malloc(N * sizeof *rstd), *w = malloc(nz * sizeof *w);
+                float *g[3], *want[3];
+                for (int k = 0; k < 3; k++) g[k] = malloc(nz * sizeof(float)),
+                                            want[k] = malloc(nz * sizeof(float));
+                assert_non_null(d && x && dx && mean && rstd && w && g[2] && want[2]);
+                for (size_t i = 0; i < N * nz; i++)
+                    d[i] = sinf(0.37f * (float)i) * 3.0f, x[i] = cosf(0.11f * (float)i) + 0.5f;
+                for (size_t r = 0; r < N; r++) mean[r] = 0.01f * (float)r, rstd[r] = 1.3f;
+                for (size_t c = 0; c < nz; c++) {
+                    w[c] = 1.0f;
+                    for (int k = 0; k < 3; k++) g[k][c] = want[k][c] = 0.25f * (float)c;
+                }
+                pm_k_colsum_add(g[0], d, N, n);
+                pm_k_layernorm_b(dx, NULL, d, x, mean, rstd, w, g[1], g[2], N, n);
+                for (size_t r = 0; r < N; r++)
+                    for (size_t c = 0; c < nz; c++) {
+                        float dy = d[r * nz + c], xh = (x[r * nz + c] - mean[r]) * rstd[r];
+                        want[0][c] += dy;
+                        want[1][c] += dy * xh;
+                        want[2][c] += dy;
+                    }
+                for (int k = 0; k < 3; k++)
+                    if (memcmp(g[k], want[k], nz * sizeof(float)))
+                        fail_msg("sum %d, %zu rows x %d columns, %d threads: not the plain "
+                                 "loop's bits", k, N, n, th);
+                for (int k = 0; k < 3; k++) free(g[k]), free(want[k]);
+                free(d), free(x), free(dx), free(mean), free(rstd), free(w);
+            }
+    }
+    pm_blas_threads(1);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gelu),
@@ -310,6 +360,7 @@ int main(void) {
         cmocka_unit_test(test_par_for_pieces),
         cmocka_unit_test(test_matmul_threads_bitwise),
         cmocka_unit_test(test_gelu_ranges_bitwise),
+        cmocka_unit_test(test_column_sums_in_row_order),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -183,6 +183,13 @@ static inline f4 ld4(const float *p) {
     return v;
 }
 static inline void st4(float *p, f4 v) { memcpy(p, &v, sizeof v); }
+/* 32 floats as one value: eight SSE registers, for sums kept over many rows */
+typedef float f32 __attribute__((vector_size(128)));
+static inline f32 ld32(const float *p) {
+    f32 v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
 
 /* Row reductions in 8 fixed lanes (two 4-float accumulators over i mod 8),
  * lanes then added in a fixed order, then the scalar tail: the order
@@ -299,7 +306,19 @@ void pm_k_layernorm_f_rows(float *out, float *mean, float *rstd, const float *x,
 static void ln_b_cols(const void *arg, size_t lo, size_t hi) {
     const ln_args *a = arg;
     size_t C = (size_t)a->C;
-    for (size_t r = 0; r < a->N; r++) {
+    /* 32 columns at a time with both sums in registers down the rows (the
+     * same operations per element, in the same order) */
+    for (; lo + 32 <= hi; lo += 32) {
+        f32 dw = ld32(a->dw + lo), db = ld32(a->db + lo);
+        for (size_t r = 0; r < a->N; r++) {
+            f32 d = ld32(a->dout + r * C + lo);
+            dw += d * ((ld32(a->x + r * C + lo) - a->cmean[r]) * a->crstd[r]);
+            db += d;
+        }
+        memcpy(a->dw + lo, &dw, sizeof dw);
+        memcpy(a->db + lo, &db, sizeof db);
+    }
+    for (size_t r = 0; r < a->N && lo < hi; r++) {
         const float *xr = a->x + r * C, *dy = a->dout + r * C;
         float m = a->cmean[r], rs = a->crstd[r];
         size_t i = lo;
@@ -372,15 +391,23 @@ typedef struct {
     int n;
 } rows_args;
 
-/* columns lo..hi of g += sum over rows (in order) of d */
+/* columns lo..hi of g += sum over rows (in order) of d. 32 columns at a
+ * time keep their sums in registers down all the rows (each still g + d_0
+ * + d_1 + ..., so the same bits) instead of loading and storing g per row;
+ * the last few columns go row by row. */
 static void colsum_range(const void *arg, size_t lo, size_t hi) {
     const rows_args *a = arg;
-    size_t n = (size_t)a->n;
-    for (size_t r = 0; r < a->N; r++) {
+    size_t n = (size_t)a->n, i = lo;
+    for (; i + 32 <= hi; i += 32) {
+        f32 s = ld32(a->y + i);
+        for (size_t r = 0; r < a->N; r++) s += ld32(a->x + r * n + i);
+        memcpy(a->y + i, &s, sizeof s);
+    }
+    for (size_t r = 0; r < a->N && i < hi; r++) {
         const float *dr = a->x + r * n;
-        size_t i = lo;
-        for (; i + 4 <= hi; i += 4) st4(a->y + i, ld4(a->y + i) + ld4(dr + i));
-        for (; i < hi; i++) a->y[i] += dr[i];
+        size_t j = i;
+        for (; j + 4 <= hi; j += 4) st4(a->y + j, ld4(a->y + j) + ld4(dr + j));
+        for (; j < hi; j++) a->y[j] += dr[j];
     }
 }
 

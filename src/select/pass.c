@@ -247,7 +247,8 @@ static int eval_micro(sel_task *t, int k, int j, int s, const float *P, act_area
  * s - 1's output, pass s - 1's) before the forward, so a backward pass
  * recomputes its forward while the passes after it still run; the output
  * gradient (pass k - 1's) before B. The input gradient goes out after B,
- * before W, so the next backward starts while this one does W. The
+ * before W (but the head's, done with its B), so the next backward starts
+ * while this one does W. The
  * computation and its order are the same either way. -1 if a pass it
  * waited for failed. */
 static int step_micro(sel_task *t, int k, int j, int s, const float *P, float *G, act_area *a,
