@@ -12,7 +12,8 @@
  *     heuristic's makespan for the same shape and limit, at least the lower
  *     bound, and within the limit;
  *   - on a case too hard for a 1-second limit it still returns a valid
- *     schedule, says the time ran out and gives a bound below its makespan;
+ *     schedule within the limit, no worse than its seed, with a bound below
+ *     its makespan unless it was proven in the time;
  *   - a case too big for the MILP is refused in one line. */
 #include <math.h>
 #include <setjmp.h>
@@ -138,7 +139,14 @@ static double best_heuristic(const pm_sched_req *q, int v) {
  * cost and the loosest and tightest limits, the same assertions per case,
  * for memory errors; the counts that make it a sweep hold for the whole of
  * it, which the plain build runs. */
-#ifdef __SANITIZE_ADDRESS__
+#if defined(__SANITIZE_ADDRESS__) /* gcc */
+#define SWEEP_LIGHT 1
+#elif defined(__has_feature) /* clang before 22 */
+#if __has_feature(address_sanitizer)
+#define SWEEP_LIGHT 1
+#endif
+#endif
+#ifdef SWEEP_LIGHT
 enum { SWEEP_WHOLE = 0 };
 #else
 enum { SWEEP_WHOLE = 1 };

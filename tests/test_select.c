@@ -519,7 +519,13 @@ static void partition_refuses_a_layer_too_big(void **state) {
     pm_select_layout lay;
     assert_int_equal(pm_select_partition(t, 2, 4 * mx, 2, &lay, &e), PM_OK);
     assert_true(lay.slots * lay.state_slot + lay.act_slot <= 4 * mx);
-    pm_select_task_free(&t[0]), pm_select_task_free(&t[1]);
+    /* a head cut in parts: shards hold whole layers and pass (B, T, C) */
+    pm_select_task h = {.cfg = small_cfg(2, 16), .name = "parts"};
+    h.cfg.model.vocab = 8200, h.cfg.model.head_parts = 2;
+    assert_int_equal(pm_gpt_config_check(&h.cfg.model, NULL), PM_OK);
+    assert_int_equal(pm_select_partition(&h, 1, 4 * mx, 2, &lay, &e), PM_ERR_ARG);
+    assert_non_null(strstr(e.msg, "task parts: a head cut into 2 parts"));
+    pm_select_task_free(&t[0]), pm_select_task_free(&t[1]), pm_select_task_free(&h);
 }
 
 /* ---- training: bitwise the single-device trainer ------------------------ */

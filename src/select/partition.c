@@ -224,6 +224,11 @@ pm_status pm_select_partition(pm_select_task *tasks, int n, size_t device_mem, i
                               pm_select_layout *out, pm_err *err) {
     if (n < 1 || !tasks) return pm_errf(err, PM_ERR_ARG, "no tasks to partition");
     if (slots < 1 || slots > 2) return pm_errf(err, PM_ERR_ARG, "state slots must be 1 or 2");
+    for (int i = 0; i < n; i++) /* pass.c's boundaries are (B, T, C) and its targets the head's */
+        if (pm_gpt_head_parts(&tasks[i].cfg.model) > 1)
+            return pm_errf(err, PM_ERR_ARG, "task %s: a head cut into %d parts; select cuts "
+                           "models into shards by whole layers, the head in one part",
+                           tasks[i].name, pm_gpt_head_parts(&tasks[i].cfg.model));
     layer_table lt;
     size_t *k = NULL, nk = 0;
     int *cuts = NULL;

@@ -10,7 +10,8 @@
  *   F      input (tokens on shard 0, else the previous shard's output kept
  *          on the host), the layers' F, the output back to the host;
  *   FUSED  the last shard: F, then B down its layers (the head's B makes
- *          the loss), the input gradient to the host, then W;
+ *          the loss, with its W in the same call), the input gradient to
+ *          the host, then W;
  *   B      F again from the kept input (recomputation), then B with the
  *          output gradient from the host, the input gradient to the host,
  *          then W;
