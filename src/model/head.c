@@ -37,7 +37,7 @@
 
 #define AT(base, off) ((float *)((char *)(base) + (off)))
 #define CAT(base, off) ((const float *)((const char *)(base) + (off)))
-#define GRAD_ROWS 16 /* rows per task of a standalone d logits */
+#define GRAD_ROWS 16 /* rows per piece of a standalone d logits (row-wise: any cut) */
 
 _Static_assert(PM_HEAD_GROUP % PM_HEAD_CHUNK == 0, "part boundaries fall on chunk boundaries");
 
@@ -95,13 +95,6 @@ static void grad_post(const void *p, size_t lo, size_t hi) {
     size_t r = h->r + lo;
     pm_k_head_tile_grad(h->t + lo * h->n, hi - lo, h->n, (int64_t)(h->r0 + h->c0), h->tgt + r,
                         h->nrm + r, h->nrm + h->N + r, h->f);
-}
-
-static void grad_task(const void *p, size_t i, int slot) {
-    (void)slot;
-    const head_job *h = p;
-    size_t lo = i * GRAD_ROWS, hi = lo + GRAD_ROWS < h->nr ? lo + GRAD_ROWS : h->nr;
-    grad_post(p, lo, hi);
 }
 
 /* Tile (row tile, chunk q)'s logits into h->t, then `post` on each row
@@ -220,7 +213,7 @@ static void one_part_tile(head_job *h, float *acc, float *gw, float *scratch, fl
     for (size_t q = h->nch; q-- > 0;) {
         at_chunk(h, q);
         h->t = scratch + q * h->RT * PM_HEAD_CHUNK;
-        pm_par_run((h->nr + GRAD_ROWS - 1) / GRAD_ROWS, grad_task, h);
+        pm_gpt_par_for(h->nr, GRAD_ROWS, grad_post, h);
         dlno(h, acc, q + 1 == h->nch ? 0.0f : 1.0f);
         if (gw) dw(h, gw);
     }
