@@ -386,6 +386,53 @@ static void test_aligned_alloc_overflow(void **state) {
     pm_free(p);
 }
 
+/* The VmFlags line of /proc/self/smaps for the mapping that holds p, or ""
+ * (no such file: not Linux). */
+static void vm_flags(const void *p, char *out, size_t cap) {
+    out[0] = 0;
+    FILE *f = fopen("/proc/self/smaps", "r");
+    if (!f) return;
+    char line[512];
+    int in = 0;
+    while (fgets(line, sizeof line, f)) {
+        unsigned long lo, hi;
+        if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, '-') < strchr(line, ' '))
+            in = (uintptr_t)p >= lo && (uintptr_t)p < hi;
+        else if (in && strncmp(line, "VmFlags:", 8) == 0)
+            snprintf(out, cap, "%s", line);
+    }
+    fclose(f);
+}
+
+/* pm_alloc_big: small blocks 64-byte aligned, big ones on 2 MiB marks and
+ * advised as huge pages (the kernel's "hg" flag, wherever the kernel has
+ * transparent huge pages), failed and counted by the hooks like the rest. */
+static void test_alloc_big(void **state) {
+    (void)state;
+    void *s = pm_alloc_big(1000);
+    assert_non_null(s);
+    assert_int_equal((uintptr_t)s % 64, 0);
+    pm_free(s);
+    size_t n = ((size_t)9 << 20) + 12345;
+    int64_t b0 = pm_alloc_bytes();
+    char *p = pm_alloc_big(n);
+    assert_non_null(p);
+    assert_int_equal(pm_alloc_bytes() - b0, (int64_t)n); /* what was asked, not the rounding */
+    assert_int_equal((uintptr_t)p % ((size_t)2 << 20), 0);
+    memset(p, 1, n);
+    char flags[512];
+    vm_flags(p, flags, sizeof flags);
+    struct stat st;
+    if (stat("/sys/kernel/mm/transparent_hugepage", &st) == 0 && flags[0])
+        if (!strstr(flags, " hg")) fail_msg("no huge-page advice on the block: %s", flags);
+    pm_free(p);
+    assert_null(pm_alloc_big(SIZE_MAX - 10));
+    pm_alloc_fail_at(1, 0);
+    assert_null(pm_alloc_big(n));
+    assert_true(pm_alloc_failed());
+    pm_alloc_fail_at(0, 0);
+}
+
 /* pm_double_text (every JSON number, issue 31): what it prints reads back
  * through strtod as the same double, bit for bit, for 200000 doubles drawn
  * from every exponent (subnormals, huge, negative); it is short where the
@@ -433,6 +480,7 @@ int main(void) {
         cmocka_unit_test(test_fifo_refused),
         cmocka_unit_test(test_same_file),
         cmocka_unit_test(test_aligned_alloc_overflow),
+        cmocka_unit_test(test_alloc_big),
         cmocka_unit_test(test_fnv_known_values),
         cmocka_unit_test(test_json_str_reads_back),
         cmocka_unit_test(test_float_text),

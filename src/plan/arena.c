@@ -28,6 +28,8 @@
 #include "util/alloc.h"
 #include "arena.h"
 
+_Static_assert(PM_ARENA_ALIGN <= 64, "pm_alloc_big aligns to 64 bytes");
+
 static size_t round_up(size_t n) { return (n + PM_ARENA_ALIGN - 1) / PM_ARENA_ALIGN * PM_ARENA_ALIGN; }
 
 static pm_status arena_blocks(pm_arena *a, size_t max_blocks, pm_err *err) {
@@ -44,7 +46,7 @@ pm_status pm_arena_init(pm_arena *a, size_t cap, size_t max_blocks, pm_err *err)
     if (st) return st;
     a->cap = round_up(cap);
     if (a->cap) {
-        a->base = pm_aligned_alloc(PM_ARENA_ALIGN, a->cap);
+        a->base = pm_alloc_big(a->cap); /* 64-byte aligned at least */
         if (!a->base) {
             pm_arena_free(a);
             return pm_errf(err, PM_ERR_NOMEM, "out of memory allocating a %.1f MiB activation arena",

@@ -116,8 +116,9 @@ static pm_status dev_slab(pm_pipe *pp, pm_pipe_dev *dv, pm_err *err) {
     }
     dv->n = n;
     size_t total = fwd ? n : 2 * n + 2 * nm;
-    dv->slab = pm_calloc(total ? total : 1, sizeof(float));
+    dv->slab = pm_alloc_big((total ? total : 1) * sizeof(float));
     if (!dv->slab) return nomem(err, "a device's parameters");
+    memset(dv->slab, 0, (total ? total : 1) * sizeof(float));
     size_t at = 0, mat = 0;
     for (int s = 0; s < pp->S; s++) {
         if (pm_sched_stage_device(&pp->sched, s) != dv->d) continue;
@@ -152,7 +153,7 @@ static pm_status dev_work(pm_pipe *pp, pm_pipe_dev *dv, pm_err *err) {
     size_t scr = pm_plan_scratch_bytes(pp->pl, dv->d), act = pp->pl->msg_bytes;
     scr = (scr + 63) / 64 * 64;
     act = (act + 63) / 64 * 64;
-    dv->work = pm_aligned_alloc(64, scr + 6 * act);
+    dv->work = pm_alloc_big(scr + 6 * act);
     dv->nbuf = pm_calloc((size_t)pp->S + 1, sizeof(double));
     dv->ubase = pm_calloc((size_t)pp->S + 1, sizeof(int));
     if (!dv->ubase) return nomem(err, "the norm's tables");

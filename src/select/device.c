@@ -54,7 +54,7 @@ void sel_copy_wait(sel_dev *dv, double *copy0, double *copy1) {
 
 pm_status sel_dev_init(sel_dev *dv, const pm_select_layout *L, int d, pm_err *err) {
     size_t bytes = pm_select_slab_bytes(L); /* the need, not the whole budget */
-    dv->slab = pm_aligned_alloc(64, bytes);
+    dv->slab = pm_alloc_big(bytes);
     if (!dv->slab)
         return pm_errf(err, PM_ERR_NOMEM, "out of memory for device %d's %zu bytes", d, bytes);
     memset(dv->slab, 0, bytes); /* the slab is real: every page touched at the start */

@@ -65,8 +65,8 @@ pm_status pm_trainer_init(pm_trainer *t, const pm_train_cfg *cfg, const pm_token
     t->cfg = *cfg;
     t->n_params = pm_gpt_num_params(&cfg->model);
     size_t mb = (size_t)micro_size(cfg), T = (size_t)cfg->model.ctx, B = (size_t)cfg->batch;
-    t->params = pm_malloc(t->n_params * 4 * sizeof(float));
-    t->work = pm_malloc(pm_gpt_work_bytes(&cfg->model, (int)mb, (int)T));
+    t->params = pm_alloc_big(t->n_params * 4 * sizeof(float));
+    t->work = pm_alloc_big(pm_gpt_work_bytes(&cfg->model, (int)mb, (int)T));
     t->inp = pm_malloc(B * T * sizeof(int32_t));
     t->tgt = pm_malloc(B * T * sizeof(int32_t));
     if (!t->params || !t->work || !t->inp || !t->tgt) {

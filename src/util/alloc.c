@@ -3,12 +3,14 @@
  * checks that the failure path is clean (SQLite's OOM tests).
  * The counters are atomics, so device threads may allocate concurrently;
  * with the hook off each call costs one relaxed increment. */
+#define _DEFAULT_SOURCE /* madvise and MADV_HUGEPAGE, beyond POSIX */
 #include "pipemem/pm_util.h"
 #include "alloc.h"
 
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 
 static atomic_llong calls;     /* allocation calls so far */
 static atomic_llong bytes;     /* bytes those calls asked for (successful or not) */
@@ -46,6 +48,25 @@ void *pm_aligned_alloc(size_t align, size_t n) {
     if (!align || n > SIZE_MAX - align) return NULL; /* rounding up would wrap */
     size_t r = n ? (n + align - 1) / align * align : align; /* C11: a multiple of align */
     return aligned_alloc(align, r);
+}
+
+/* Transparent huge pages are only given to memory that asks (the usual
+ * setting, "madvise"): 2 MiB pages make a gigabyte's first touch 512 times
+ * fewer page faults (a GPT-2 small trainer's 3 GiB: 812 thousand faults,
+ * seconds of start-up on a VM where each costs microseconds) and the
+ * strided reads of matrix packing cheaper in the TLB. */
+#define HUGE_PAGE ((size_t)2 << 20)
+
+void *pm_alloc_big(size_t n) {
+    if (n < 2 * HUGE_PAGE) return pm_aligned_alloc(64, n);
+    if (should_fail(n)) return NULL;
+    if (n > SIZE_MAX - HUGE_PAGE) return NULL;
+    size_t r = (n + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE;
+    void *p = aligned_alloc(HUGE_PAGE, r);
+#ifdef MADV_HUGEPAGE
+    if (p) (void)madvise(p, r, MADV_HUGEPAGE); /* advice: refused, 4 KiB pages serve */
+#endif
+    return p;
 }
 
 void pm_free(void *p) { free(p); }
