@@ -174,7 +174,8 @@ static int section_b(const ctx *x) {
 static int section_c(const ctx *x) {
     const int ctxs[4] = {64, 256, 1024, 4096}, steps[4] = {8, 6, 4, 3};
     double tok[4][3] = {{0}};
-    printf("(c) tokens/s, one device, 2 threads, batch 1 (median step, best of the rounds):\n");
+    printf("(c) tokens/s, one device, 2 threads, batch 1, OpenBLAS %s (median step, best of the "
+           "rounds):\n", openblas_get_corename());
     for (int c = 0; c < 4; c++) {
         int rounds = ctxs[c] <= 1024 ? 2 : 1, peers = ctxs[c] <= 1024 ? 3 : 2;
         double loss[2] = {0};
