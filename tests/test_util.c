@@ -423,9 +423,17 @@ static void test_alloc_big(void **state) {
     char flags[512];
     vm_flags(p, flags, sizeof flags);
     struct stat st;
-    if (stat("/sys/kernel/mm/transparent_hugepage", &st) == 0 && flags[0])
+    if (stat("/sys/kernel/mm/transparent_hugepage", &st) == 0 && flags[0]) {
         if (!strstr(flags, " hg")) fail_msg("no huge-page advice on the block: %s", flags);
+    } else {
+        print_message("no transparent huge pages here: their advice is not checked\n");
+    }
     pm_free(p);
+    void *edge[2] = {pm_alloc_big(((size_t)4 << 20) - 1), pm_alloc_big((size_t)4 << 20)};
+    assert_true(edge[0] && edge[1]);
+    assert_int_equal((uintptr_t)edge[0] % 64, 0);
+    assert_int_equal((uintptr_t)edge[1] % ((size_t)2 << 20), 0); /* from 4 MiB on */
+    pm_free(edge[0]), pm_free(edge[1]);
     assert_null(pm_alloc_big(SIZE_MAX - 10));
     pm_alloc_fail_at(1, 0);
     assert_null(pm_alloc_big(n));

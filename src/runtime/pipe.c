@@ -115,10 +115,10 @@ static pm_status dev_slab(pm_pipe *pp, pm_pipe_dev *dv, pm_err *err) {
         n += pm_stage_floats(pp, s), nm += count;
     }
     dv->n = n;
-    size_t total = fwd ? n : 2 * n + 2 * nm;
-    dv->slab = pm_alloc_big((total ? total : 1) * sizeof(float));
-    if (!dv->slab) return nomem(err, "a device's parameters");
-    memset(dv->slab, 0, (total ? total : 1) * sizeof(float));
+    size_t total = fwd ? n : 2 * n + 2 * nm, bytes;
+    if (!pm_size_mul(total ? total : 1, sizeof(float), &bytes) || !(dv->slab = pm_alloc_big(bytes)))
+        return nomem(err, "a device's parameters");
+    memset(dv->slab, 0, bytes);
     size_t at = 0, mat = 0;
     for (int s = 0; s < pp->S; s++) {
         if (pm_sched_stage_device(&pp->sched, s) != dv->d) continue;
