@@ -58,13 +58,11 @@ void *pm_aligned_alloc(size_t align, size_t n) {
 #define HUGE_PAGE ((size_t)2 << 20)
 
 void *pm_alloc_big(size_t n) {
-    if (n < 2 * HUGE_PAGE) return pm_aligned_alloc(64, n);
-    if (should_fail(n)) return NULL;
-    if (n > SIZE_MAX - HUGE_PAGE) return NULL;
-    size_t r = (n + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE;
-    void *p = aligned_alloc(HUGE_PAGE, r);
+    int huge = n >= 2 * HUGE_PAGE;
+    void *p = pm_aligned_alloc(huge ? HUGE_PAGE : 64, n); /* whole huge pages, or NULL */
 #ifdef MADV_HUGEPAGE
-    if (p) (void)madvise(p, r, MADV_HUGEPAGE); /* advice: refused, 4 KiB pages serve */
+    if (p && huge) /* advice: refused, 4 KiB pages serve */
+        (void)madvise(p, (n + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE, MADV_HUGEPAGE);
 #endif
     return p;
 }
