@@ -274,7 +274,7 @@ static void matmuls_at(size_t M) {
     free(a), free(b), free(bias), free(res), free(o[0]), free(o[1]), free(o[2]);
 }
 
-/* 300 rows: blocks of 128 rows / 288 columns, ragged ends; 100 rows, one
+/* 300 rows: blocks of 160 rows / 560 columns, ragged ends; 100 rows, one
  * block: the fused product by columns, res + bias set per column block and
  * post after it, in blocks of 16 rows (the last ragged). */
 static void test_matmul_threads_bitwise(void **s) {

@@ -85,18 +85,19 @@ void pm_k_gemm(int ta, int tb, size_t M, size_t N, size_t K, float alpha, const 
                 (int)M, (int)N, (int)K, alpha, A, (int)lda, Bm, (int)ldb, beta, C, (int)ldc);
 }
 
-/* Block size of pm_k_matmul's split: about half a dimension, a multiple of
- * 16, between 128 and 1024. Every task packs the whole other operand
- * again, so fewer, bigger blocks pay less packing: at the bench shape
- * (2048 tokens, 2 threads) two blocks of 1024 tokens beat four of 512 by
- * 4% a step (six interleaved pairs, each won by the two), and OpenBLAS's
- * packing fell from 10% of the time to 8.5%; GPT-2 small at ctx 1024 and
- * 4096 moved by less than the noise. Below 128 rows single-threaded sgemm
- * loses ~10%. The size depends on the dimension alone, never on the
- * thread count, so the bits do not either. */
+/* Block size of pm_k_matmul's split: an even number of blocks of at most
+ * 1024 (a multiple of 16, at least 128), so 2 threads get equal shares:
+ * 2048 -> 2 x 1024, 2304 -> 4 x 576, 3072 -> 4 x 768. Every block packs the
+ * whole other operand again, so fewer, bigger blocks pay less packing: at
+ * the bench shape (2048 tokens, 2 threads) two blocks of 1024 tokens beat
+ * four of 512 by 4% a step (six interleaved pairs, each won by the two),
+ * and OpenBLAS's packing fell from 10% of the time to 8.5%. Single-threaded
+ * sgemm loses ~10% at 128 rows and ~25% at 64. The size depends on the
+ * dimension alone, never on the thread count, so the bits do not either;
+ * a third thread or more finds only two blocks below 2048 rows. */
 size_t pm_k_matmul_rows(size_t M) {
-    size_t r = (M / 2 + 15) / 16 * 16;
-    return r < 128 ? 128 : r > 1024 ? 1024 : r;
+    size_t nb = 2 * ((M + 2047) / 2048), r = ((M + nb - 1) / nb + 15) / 16 * 16;
+    return r < 128 ? 128 : r;
 }
 
 typedef struct {

@@ -11,6 +11,13 @@
 #include <math.h>
 #include <string.h>
 
+/* No a * b + c contraction into FMA (GCC has it off at -std=c11, clang
+ * needs the pragma): the norm's vector loop and its one-at-a-time readers
+ * must round alike. */
+#ifdef __clang__
+#pragma STDC FP_CONTRACT OFF
+#endif
+
 #define PM_PI 3.14159265358979323846
 
 void pm_optim_defaults(pm_optim_cfg *c, int steps) {
