@@ -706,6 +706,38 @@ static void test_deterministic(void **s) {
     }
 }
 
+/* Tensors of more than 2^18 floats are drawn in pieces on the compute
+ * threads, each piece's stream jumped ahead to it: on 1, 2 and 3 threads
+ * the model is bitwise the same, and wte (layer 0's tensor 0, stream 0) is
+ * exactly its stream drawn one normal after another from the start. */
+static void test_init_pieces(void **s) {
+    (void)s;
+    pm_gpt_config c = {.vocab = 9000, .ctx = 16, .dim = 64, .heads = 4, .layers = 1};
+    size_t np = pm_gpt_num_params(&c), nw = (size_t)c.vocab * (size_t)c.dim;
+    assert_true(nw > 2 * ((size_t)1 << 18)); /* three pieces, the last ragged */
+    float *p[3];
+    for (int t = 0; t < 3; t++) {
+        p[t] = xmalloc(np * 4);
+        pm_blas_threads(t + 1);
+        pm_gpt_init(&c, 5, p[t]);
+    }
+    pm_blas_threads(1);
+    assert_memory_equal(p[0], p[1], np * 4);
+    assert_memory_equal(p[0], p[2], np * 4);
+    pm_gpt_tensor t[PM_GPT_MAX_TENSORS];
+    pm_gpt_layer_tensors(&c, 0, t);
+    assert_int_equal(t[0].numel, nw);
+    pm_gpt_rng r;
+    pm_gpt_rng_seed(&r, 5, 0);
+    for (size_t j = 0; j < nw; j++) {
+        float want = (float)(t[0].init_std * pm_gpt_rng_normal(&r));
+        if (memcmp(&want, p[0] + pm_gpt_layer_offset(&c, 0) + t[0].offset + j, 4))
+            fail_msg("wte[%zu]: %.9g, drawn in order %.9g", j,
+                     (double)p[0][pm_gpt_layer_offset(&c, 0) + t[0].offset + j], (double)want);
+    }
+    for (int k = 0; k < 3; k++) free(p[k]);
+}
+
 static void test_init(void **s) {
     (void)s;
     pm_gpt_config c = {.vocab = 64, .ctx = 32, .dim = 64, .heads = 4, .layers = 8};
@@ -954,6 +986,7 @@ int main(void) {
         cmocka_unit_test(test_config_errors),
         cmocka_unit_test(test_param_layout),
         cmocka_unit_test(test_init),
+        cmocka_unit_test(test_init_pieces),
         cmocka_unit_test(test_forward_matches_reference),
         cmocka_unit_test(test_gradcheck_embed),
         cmocka_unit_test(test_gradcheck_block),

@@ -50,6 +50,23 @@ static void rng_skip(pm_gpt_rng *r, uint64_t n) {
     r->state = r->state * mul + add;
 }
 
+/* A tensor's normal draws [lo, hi): the stream jumped to draw 2 (first + lo)
+ * (two uniforms a normal), so any cut of the tensor gives the same values
+ * as one pass from its start. */
+typedef struct {
+    float *p;
+    double std;
+    uint64_t seed, stream, first;
+} init_job;
+
+static void init_range(const void *arg, size_t lo, size_t hi) {
+    const init_job *j = arg;
+    pm_gpt_rng r;
+    pm_gpt_rng_seed(&r, j->seed, j->stream);
+    rng_skip(&r, 2 * (j->first + (uint64_t)lo));
+    for (size_t k = lo; k < hi; k++) j->p[k] = (float)(j->std * pm_gpt_rng_normal(&r));
+}
+
 void pm_gpt_init_layer(const pm_gpt_config *cfg, int layer, uint64_t seed, float *lp) {
     pm_gpt_tensor t[PM_GPT_MAX_TENSORS];
     int n = pm_gpt_layer_tensors(cfg, layer, t), head = pm_gpt_layer_kind(cfg, layer) == PM_LAYER_HEAD;
@@ -61,14 +78,14 @@ void pm_gpt_init_layer(const pm_gpt_config *cfg, int layer, uint64_t seed, float
             for (size_t j = 0; j < t[i].numel; j++) p[j] = t[i].init_value;
             continue;
         }
-        pm_gpt_rng r;
         /* lm_head: the one-part head's stream (tensor 2 of layer L+1), from
-         * this part's first row on; two draws per normal */
-        uint64_t stream = head ? (uint64_t)(cfg->layers + 1) * 64 + 2 : (uint64_t)layer * 64 + (uint64_t)i;
-        pm_gpt_rng_seed(&r, seed, stream);
-        if (head) rng_skip(&r, 2 * (uint64_t)r0 * (uint64_t)cfg->dim);
-        for (size_t j = 0; j < t[i].numel; j++)
-            p[j] = (float)(t[i].init_std * pm_gpt_rng_normal(&r));
+         * this part's first row on. Box-Muller's log and cos make this most
+         * of a big model's start-up: pieces of 2^18 on the compute threads */
+        init_job j = {.p = p, .std = t[i].init_std, .seed = seed,
+                      .stream = head ? (uint64_t)(cfg->layers + 1) * 64 + 2
+                                     : (uint64_t)layer * 64 + (uint64_t)i,
+                      .first = head ? (uint64_t)r0 * (uint64_t)cfg->dim : 0};
+        pm_gpt_par_for(t[i].numel, (size_t)1 << 18, init_range, &j);
     }
 }
 
