@@ -707,8 +707,8 @@ static void test_deterministic(void **s) {
 }
 
 /* Tensors of more than 2^18 floats are drawn in pieces on the compute
- * threads, each piece's stream jumped ahead to it: on 1, 2 and 3 threads
- * the model is bitwise the same, and wte (layer 0's tensor 0, stream 0) is
+ * threads, each piece's stream jumped ahead to it: on 1, 2 and 3 threads,
+ * and with the head in 2 parts, the model is bitwise the same, and wte (layer 0's tensor 0, stream 0) is
  * exactly its stream drawn one normal after another from the start. */
 static void test_init_pieces(void **s) {
     (void)s;
@@ -724,6 +724,17 @@ static void test_init_pieces(void **s) {
     pm_blas_threads(1);
     assert_memory_equal(p[0], p[1], np * 4);
     assert_memory_equal(p[0], p[2], np * 4);
+    /* the head in 2 parts: the second's lm_head rows 4096..8999 (4904 x 64
+     * floats) start their stream past the first's and come in 2 pieces */
+    pm_gpt_config c2 = c;
+    c2.head_parts = 2;
+    size_t hr0, hr1;
+    pm_gpt_head_rows(&c2, c2.layers + 2, &hr0, &hr1);
+    assert_true(hr0 > 0 && (hr1 - hr0) * (size_t)c.dim > ((size_t)1 << 18));
+    pm_blas_threads(2);
+    pm_gpt_init(&c2, 5, p[1]);
+    pm_blas_threads(1);
+    assert_memory_equal(p[0], p[1], np * 4);
     pm_gpt_tensor t[PM_GPT_MAX_TENSORS];
     pm_gpt_layer_tensors(&c, 0, t);
     assert_int_equal(t[0].numel, nw);
