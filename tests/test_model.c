@@ -708,8 +708,9 @@ static void test_deterministic(void **s) {
 
 /* Tensors of more than 2^18 floats are drawn in pieces on the compute
  * threads, each piece's stream jumped ahead to it: on 1, 2 and 3 threads,
- * and with the head in 2 parts, the model is bitwise the same, and wte (layer 0's tensor 0, stream 0) is
- * exactly its stream drawn one normal after another from the start. */
+ * and with the head in 2 parts, the model is bitwise the same, and wte
+ * (layer 0's tensor 0, stream 0) is exactly its stream drawn one normal
+ * after another from the start. */
 static void test_init_pieces(void **s) {
     (void)s;
     pm_gpt_config c = {.vocab = 9000, .ctx = 16, .dim = 64, .heads = 4, .layers = 1};
@@ -738,13 +739,13 @@ static void test_init_pieces(void **s) {
     pm_gpt_tensor t[PM_GPT_MAX_TENSORS];
     pm_gpt_layer_tensors(&c, 0, t);
     assert_int_equal(t[0].numel, nw);
+    const float *wte = p[0] + pm_gpt_layer_offset(&c, 0) + t[0].offset;
     pm_gpt_rng r;
     pm_gpt_rng_seed(&r, 5, 0);
     for (size_t j = 0; j < nw; j++) {
         float want = (float)(t[0].init_std * pm_gpt_rng_normal(&r));
-        if (memcmp(&want, p[0] + pm_gpt_layer_offset(&c, 0) + t[0].offset + j, 4))
-            fail_msg("wte[%zu]: %.9g, drawn in order %.9g", j,
-                     (double)p[0][pm_gpt_layer_offset(&c, 0) + t[0].offset + j], (double)want);
+        if (memcmp(&want, wte + j, 4))
+            fail_msg("wte[%zu]: %.9g, drawn in order %.9g", j, (double)wte[j], (double)want);
     }
     for (int k = 0; k < 3; k++) free(p[k]);
 }

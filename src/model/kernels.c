@@ -92,9 +92,10 @@ void pm_k_gemm(int ta, int tb, size_t M, size_t N, size_t K, float alpha, const 
  * the bench shape (2048 tokens, 2 threads) two blocks of 1024 tokens beat
  * four of 512 by 4% a step (six interleaved pairs, each won by the two),
  * and OpenBLAS's packing fell from 10% of the time to 8.5%. Single-threaded
- * sgemm loses ~10% at 128 rows and more below (an earlier measurement). The size depends on the
- * dimension alone, never on the thread count, so the bits do not either;
- * a third thread or more finds only two blocks below 2048 rows. */
+ * sgemm loses ~10% at 128 rows and more below (an earlier measurement).
+ * The size depends on the dimension alone, never on the thread count, so
+ * the bits do not either; a third thread or more finds only two blocks
+ * below 2048 rows. */
 size_t pm_k_matmul_rows(size_t M) {
     size_t nb = M > 2048 ? 2 * ((M + 2047) / 2048) : 2, r = ((M + nb - 1) / nb + 15) / 16 * 16;
     return r < 128 ? 128 : r;

@@ -47,9 +47,8 @@ double pm_optim_lr_at(const pm_optim_cfg *c, int64_t step) {
 /* One block (n <= PM_NORM_BLOCK floats): element i into lane i % 8, the
  * lanes added in a fixed tree. The eight lanes are four 2-double vectors
  * held in registers (an array of eight, GCC kept in memory, so every add
- * waited on a store: 13 GB/s for both threads where memory gives more);
- * each lane does exactly the scalar arithmetic, so the bits are those of
- * pm_norm_stream_add's one-at-a-time loop. */
+ * waited on a store); each lane does exactly the scalar arithmetic, so the
+ * bits are those of pm_norm_stream_add's one-at-a-time loop. */
 typedef float f2 __attribute__((vector_size(8)));
 typedef double d2 __attribute__((vector_size(16)));
 
