@@ -2,7 +2,8 @@
  * formulas: GELU and its derivative over a wide range (the vectorised exp
  * behind them included), LayerNorm on rows with a large common offset
  * (where E[x^2] - E[x]^2 would lose every digit), the fused softmax +
- * cross-entropy on extreme logits, and the causal softmax's mask. Then the
+ * cross-entropy on extreme logits, the causal softmax's mask, and the
+ * attention tiles' products (tilemm.c, and their OpenBLAS path). Then the
  * compute threads (pool.c): every task of every job runs exactly once,
  * nested jobs run inline, and split products and GELU ranges give the same
  * bits whatever the thread count or where a range starts; column sums are
@@ -174,6 +175,55 @@ static void nesting_task(const void *arg, size_t i, int slot) {
     if (pm_par_threads() != 1) atomic_fetch_add(&nested_threads_bad, 1);
     pm_par_run(3, count_task, NULL);
     atomic_fetch_add(&hits[32 + i], 1);
+}
+
+/* pm_k_tile_mm against the sum in double, at shapes that leave every kind
+ * of edge (rows past a multiple of 6, columns past 16 and past a panel of
+ * 64), A read as given and transposed, B row-major and in panels, with and
+ * without adding to C; and the same through OpenBLAS (a CPU without
+ * AVX-512). Columns of C past n keep what they held. */
+static void tile_mm_case(size_t m, size_t n, size_t k, int ta, int panels, int acc) {
+    size_t lda = ta ? m + 3 : k + 2, ldc = n + 5, np = (n + 63) / 64;
+    size_t ldb = panels ? 64 : n + 7, bps = panels ? 64 * k : 64;
+    size_t asz = ta ? (k ? (k - 1) * lda + m : 1) : (m ? (m - 1) * lda + k : 1);
+    size_t bsz = panels ? np * 64 * k + 1 : k * ldb + 1;
+    float *A = malloc(asz * sizeof(float)), *B = malloc(bsz * sizeof(float));
+    float *C = malloc(m * ldc * sizeof(float) + 1), *C0 = malloc(m * ldc * sizeof(float) + 1);
+    for (size_t i = 0; i < asz; i++) A[i] = (float)((i * 37) % 23) / 11.0f - 1.0f;
+    for (size_t i = 0; i < bsz; i++) B[i] = (float)((i * 53) % 29) / 14.0f - 1.0f;
+    for (size_t i = 0; i < m * ldc; i++) C0[i] = (float)((i * 17) % 13) / 6.0f - 1.0f;
+    for (int blas = 0; blas < 2; blas++) {
+        memcpy(C, C0, m * ldc * sizeof(float));
+        pm_k_tile_mm_blas(blas);
+        pm_k_tile_mm(m, n, k, 0.75f, A, ta ? 1 : lda, ta ? lda : 1, B, ldb, bps, acc, C, ldc);
+        pm_k_tile_mm_blas(0);
+        for (size_t i = 0; i < m; i++)
+            for (size_t j = 0; j < ldc; j++) {
+                double want = acc || j >= n ? C0[i * ldc + j] : 0, mag = fabs(want);
+                for (size_t p = 0; j < n && p < k; p++) {
+                    double a = A[ta ? p * lda + i : i * lda + p];
+                    double b = B[panels ? j / 64 * bps + p * 64 + j % 64 : p * ldb + j];
+                    want += 0.75 * a * b, mag += fabs(0.75 * a * b);
+                }
+                double got = C[i * ldc + j];
+                if (j >= n ? got != want : !(fabs(got - want) <= 1e-6 * mag + 1e-30))
+                    fail_msg("%s m %zu n %zu k %zu ta %d panels %d acc %d: C[%zu][%zu] = %.9g, "
+                             "want %.9g", blas ? "OpenBLAS" : "tile", m, n, k, ta, panels, acc, i,
+                             j, got, want);
+            }
+    }
+    free(A), free(B), free(C), free(C0);
+}
+
+static void test_tile_mm(void **s) {
+    (void)s;
+    static const size_t ms[] = {1, 5, 6, 7, 13}, ns[] = {1, 15, 16, 17, 64, 65, 130};
+    static const size_t ks[] = {1, 3, 64};
+    for (size_t a = 0; a < sizeof ms / sizeof *ms; a++)
+        for (size_t b = 0; b < sizeof ns / sizeof *ns; b++)
+            for (size_t c = 0; c < sizeof ks / sizeof *ks; c++)
+                for (int f = 0; f < 8; f++)
+                    tile_mm_case(ms[a], ns[b], ks[c], f & 1, f >> 1 & 1, f >> 2 & 1);
 }
 
 static void test_pool_each_task_once(void **s) {
@@ -357,6 +407,7 @@ int main(void) {
         cmocka_unit_test(test_layernorm_offset),
         cmocka_unit_test(test_head_tiles_extremes),
         cmocka_unit_test(test_att_tile_mask),
+        cmocka_unit_test(test_tile_mm),
         cmocka_unit_test(test_pool_each_task_once),
         cmocka_unit_test(test_par_for_pieces),
         cmocka_unit_test(test_matmul_threads_bitwise),

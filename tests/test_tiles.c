@@ -184,6 +184,11 @@ static void test_attention_against_reference(void **s) {
         for (int H = 1; H <= 12; H += 11)
             for (int B = 1; B <= 3; B += 2) check_attention(B, TS[i], H, 8);
     check_attention(1, 257, 12, 64); /* GPT-2's head size */
+    /* the tiles' products through OpenBLAS, as on a CPU without AVX-512 */
+    pm_k_tile_mm_blas(1);
+    check_attention(3, 257, 12, 8);
+    check_attention(1, 257, 12, 64);
+    pm_k_tile_mm_blas(0);
 }
 
 /* The same bits on 1 and 3 compute threads (each (sequence, head) is one

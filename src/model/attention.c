@@ -58,14 +58,43 @@ size_t pm_att_pairs(int T) {
 static size_t max_q(size_t T) { return T < PM_ATT_BQ ? T : PM_ATT_BQ; }
 static size_t max_k(size_t T) { return T < PM_ATT_BK ? T : PM_ATT_BK; }
 
-size_t pm_att_slot_floats_f(int T) {
+/* Floats of K^T (or V^T) for T keys in panels of 64 columns (tilemm.c). */
+static size_t panels(size_t T, size_t hs) { return (T + 63) / 64 * 64 * hs; }
+
+size_t pm_att_slot_floats_f(int T, int hs) {
     size_t Tz = (size_t)T;
-    return max_q(Tz) * max_k(Tz) + 3 * max_q(Tz);
+    return max_q(Tz) * max_k(Tz) + 3 * max_q(Tz) + panels(Tz, (size_t)hs);
 }
 
 size_t pm_att_slot_floats_b(int T, int hs) {
     size_t Tz = (size_t)T, h = (size_t)hs;
-    return 2 * max_q(Tz) * max_k(Tz) + 2 * max_k(Tz) * h + Tz * h + Tz;
+    return 2 * max_q(Tz) * max_k(Tz) + 2 * max_k(Tz) * h + Tz * h + Tz + 2 * panels(Tz, h);
+}
+
+/* x^T for the T rows of x (ld apart, hs columns) into panels of 64 of
+ * them, as pm_k_tile_mm reads its B: panel c holds rows 64 c .. as (hs,
+ * 64), row-major. (Gathering 16 rows at a time with AVX-512 was only 15%
+ * faster: the strided reads bound both.) */
+static void to_panels(float *dst, const float *x, size_t ld, size_t T, size_t hs) {
+    for (size_t j = 0; j < T; j++) {
+        float *col = dst + j / 64 * 64 * hs + j % 64;
+        const float *row = x + j * ld;
+        for (size_t p = 0; p < hs; p++) col[p * 64] = row[p];
+    }
+}
+
+/* The products of a tile: C = alpha op(A) B (+ C when acc), A (lda) read
+ * transposed when ta, B row-major (ldb). */
+static void prod(int ta, size_t m, size_t n, size_t k, float alpha, const float *A, size_t lda,
+                 const float *B, size_t ldb, int acc, float *C, size_t ldc) {
+    pm_k_tile_mm(m, n, k, alpha, A, ta ? 1 : lda, ta ? lda : 1, B, ldb, 64, acc, C, ldc);
+}
+
+/* s (nq, nk) = scale X_i Y_j^T for rows x of X (ld) and keys j0.. of Y,
+ * given as the panels yt of Y^T. */
+static void scores(size_t nq, size_t nk, size_t hs, float scale, const float *x, size_t ld,
+                   const float *yt, size_t j0, float *s) {
+    pm_k_tile_mm(nq, nk, hs, scale, x, ld, 1, yt + j0 / 64 * 64 * hs, 64, 64 * hs, 0, s, nk);
 }
 
 static void att_f_task(const void *arg, size_t bh, int slot) {
@@ -75,17 +104,17 @@ static void att_f_task(const void *arg, size_t bh, int slot) {
     const float *q = a->qkv + b * T * ld + h * hs, *k = q + C, *v = q + 2 * C;
     float *o = a->atty + b * T * C + h * hs, *lse = a->lse + bh * T;
     float *s = a->work + (size_t)slot * a->slot_floats, *m = s + max_q(T) * max_k(T);
-    float *l = m + max_q(T), *alpha = l + max_q(T);
+    float *l = m + max_q(T), *alpha = l + max_q(T), *kt = alpha + max_q(T);
+    to_panels(kt, k, ld, T, hs);
     for (size_t i0 = 0; i0 < T; i0 += PM_ATT_BQ) {
         size_t i1 = i0 + PM_ATT_BQ < T ? i0 + PM_ATT_BQ : T, nq = i1 - i0;
         for (size_t j0 = 0; j0 < i1; j0 += PM_ATT_BK) {
             size_t j1 = j0 + PM_ATT_BK < i1 ? j0 + PM_ATT_BK : i1, nk = j1 - j0;
-            pm_k_gemm(0, 1, nq, nk, hs, scale, q + i0 * ld, ld, k + j0 * ld, ld, 0, s, nk);
+            scores(nq, nk, hs, scale, q + i0 * ld, ld, kt, j0, s);
             pm_k_att_tile_f(s, nq, nk, i0 - j0, m, l, alpha, j0 == 0);
             if (j0) /* earlier tiles' sums, rescaled to the new row maxima */
                 for (size_t r = 0; r < nq; r++) pm_k_scale(o + (i0 + r) * C, alpha[r], hs);
-            pm_k_gemm(0, 0, nq, hs, nk, 1, s, nk, v + j0 * ld, ld, j0 ? 1.0f : 0.0f,
-                      o + i0 * C, C);
+            prod(0, nq, hs, nk, 1, s, nk, v + j0 * ld, ld, j0 != 0, o + i0 * C, C);
         }
         for (size_t r = 0; r < nq; r++) {
             pm_k_scale(o + (i0 + r) * C, 1.0f / l[r], hs);
@@ -98,7 +127,8 @@ void pm_att_f(const pm_gpt_config *c, int B, int T, float *qkv, float *atty, flo
               void *scratch) {
     att_job a = {.T = (size_t)T, .C = (size_t)c->dim, .H = (size_t)c->heads,
                  .hs = (size_t)(c->dim / c->heads), .qkv = qkv, .atty = atty, .lse = lse,
-                 .work = scratch, .slot_floats = pm_slot_stride(pm_att_slot_floats_f(T))};
+                 .work = scratch,
+                 .slot_floats = pm_slot_stride(pm_att_slot_floats_f(T, c->dim / c->heads))};
     pm_par_run((size_t)B * a.H, att_f_task, &a);
 }
 
@@ -110,7 +140,7 @@ static void put_rows(float *dst, size_t ld, const float *src, size_t n, size_t h
 /* B's slot (pm_att_slot_floats_b): two tiles, dK_j and dV_j of a key
  * block, dQ and D of the whole sequence. */
 typedef struct {
-    float *p, *dp, *dk, *dv, *dq, *d;
+    float *p, *dp, *dk, *dv, *dq, *d, *kt, *vt;
 } b_slot;
 
 static b_slot b_slot_of(const att_job *a, int slot) {
@@ -118,13 +148,13 @@ static b_slot b_slot_of(const att_job *a, int slot) {
     b_slot w = {.p = a->work + (size_t)slot * a->slot_floats};
     w.dp = w.p + max_q(T) * max_k(T), w.dk = w.dp + max_q(T) * max_k(T);
     w.dv = w.dk + max_k(T) * hs, w.dq = w.dv + max_k(T) * hs, w.d = w.dq + T * hs;
+    w.kt = w.d + T, w.vt = w.kt + panels(T, hs);
     return w;
 }
 
 /* Key block [j0, j1) against every query block that sees it. */
-static void att_b_keys(const att_job *a, const float *q, const float *k, const float *v,
-                       const float *dy, const float *lse, const b_slot *w, size_t j0,
-                       size_t j1) {
+static void att_b_keys(const att_job *a, const float *q, const float *k, const float *dy,
+                       const float *lse, const b_slot *w, size_t j0, size_t j1) {
     size_t T = a->T, C = a->C, hs = a->hs, ld = 3 * C;
     float scale = 1.0f / sqrtf((float)hs);
     float *p = w->p, *dp = w->dp, *dk = w->dk, *dv = w->dv, *dq = w->dq, *d = w->d;
@@ -133,13 +163,12 @@ static void att_b_keys(const att_job *a, const float *q, const float *k, const f
     for (size_t i0 = j0 / PM_ATT_BQ * PM_ATT_BQ; i0 < T; i0 += PM_ATT_BQ) {
         size_t i1 = i0 + PM_ATT_BQ < T ? i0 + PM_ATT_BQ : T, nq = i1 - i0;
         size_t nk = (j1 < i1 ? j1 : i1) - j0; /* keys past i1 are masked for every row */
-        pm_k_gemm(0, 1, nq, nk, hs, scale, q + i0 * ld, ld, k + j0 * ld, ld, 0, p, nk);
-        pm_k_gemm(0, 1, nq, nk, hs, 1, dy + i0 * C, C, v + j0 * ld, ld, 0, dp, nk);
+        scores(nq, nk, hs, scale, q + i0 * ld, ld, w->kt, j0, p);
+        scores(nq, nk, hs, 1, dy + i0 * C, C, w->vt, j0, dp);
         pm_k_att_tile_b(p, dp, nq, nk, i0 - j0, lse + i0, d + i0);
-        pm_k_gemm(1, 0, nk, hs, nq, 1, p, nk, dy + i0 * C, C, 1, dv, hs);
-        pm_k_gemm(0, 0, nq, hs, nk, scale, dp, nk, k + j0 * ld, ld, j0 ? 1.0f : 0.0f,
-                  dq + i0 * hs, hs);
-        pm_k_gemm(1, 0, nk, hs, nq, scale, dp, nk, q + i0 * ld, ld, 1, dk, hs);
+        prod(1, nk, hs, nq, 1, p, nk, dy + i0 * C, C, 1, dv, hs);
+        prod(0, nq, hs, nk, scale, dp, nk, k + j0 * ld, ld, j0 != 0, dq + i0 * hs, hs);
+        prod(1, nk, hs, nq, scale, dp, nk, q + i0 * ld, ld, 1, dk, hs);
     }
 }
 
@@ -151,9 +180,11 @@ static void att_b_task(const void *arg, size_t bh, int slot) {
     const float *lse = a->lse + bh * T;
     b_slot w = b_slot_of(a, slot);
     for (size_t t = 0; t < T; t++) w.d[t] = pm_k_dot(dy + t * C, o + t * C, hs);
+    to_panels(w.kt, k, ld, T, hs);
+    to_panels(w.vt, v, ld, T, hs);
     for (size_t j0 = 0; j0 < T; j0 += PM_ATT_BK) {
         size_t j1 = j0 + PM_ATT_BK < T ? j0 + PM_ATT_BK : T;
-        att_b_keys(a, q, k, v, dy, lse, &w, j0, j1);
+        att_b_keys(a, q, k, dy, lse, &w, j0, j1);
         /* K_j and V_j are read by no later tile: their gradients take their place */
         put_rows(k + j0 * ld, ld, w.dk, j1 - j0, hs);
         put_rows(v + j0 * ld, ld, w.dv, j1 - j0, hs);

@@ -130,6 +130,17 @@ void pm_k_mul_range(float *out, const float *a, const float *b, size_t lo, size_
 void pm_k_scale(float *x, float f, size_t n);
 float pm_k_dot(const float *x, const float *y, size_t n);
 void pm_k_exp_sub(float *p, size_t n, float mx);
+/* Whether this CPU runs the 16-float (AVX-512) code. */
+int pm_k_v16(void);
+/* C (m, n) = alpha A B, plus C when acc, for attention's tiles (tilemm.c):
+ * A(i, p) = A[i ars + p aks], B(p, j) = B[(j / 64) bps + p ldb + j % 64]
+ * (bps 64: B row-major; else B in panels of 64 columns). The bits depend
+ * on the operands only. pm_k_tile_mm_blas(1) makes it use OpenBLAS, as on
+ * a CPU without AVX-512 (tests compare the two). */
+void pm_k_tile_mm(size_t m, size_t n, size_t k, float alpha, const float *A, size_t ars,
+                  size_t aks, const float *B, size_t ldb, size_t bps, int acc, float *C,
+                  size_t ldc);
+void pm_k_tile_mm_blas(int on);
 /* Attention F's tile s (nq, nk) of scaled scores, keys j0.. for queries
  * i0.. with diag = i0 - j0 (row r sees its first diag + r + 1 keys; the
  * rest become 0): s becomes exp(s - m') with m' the running row max, m and
@@ -190,7 +201,7 @@ static inline size_t pm_slot_stride(size_t n) { return (n + 15) / 16 * 16; }
 /* Score entries attention computes per (sequence, head) for length T. */
 size_t pm_att_pairs(int T);
 /* Floats of one thread's slot: attention F, attention B, the head. */
-size_t pm_att_slot_floats_f(int T);
+size_t pm_att_slot_floats_f(int T, int hs);
 size_t pm_att_slot_floats_b(int T, int hs);
 
 /* Attention of a block: F from q, k, v in qkv (B,T,3C) into atty (B,T,C)

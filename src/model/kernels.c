@@ -468,6 +468,14 @@ static int use_v16(void) {
 }
 #endif
 
+int pm_k_v16(void) {
+#ifdef PM_HAVE_V16
+    return use_v16();
+#else
+    return 0;
+#endif
+}
+
 /* p[j] = exp(p[j] - mx) for j < n */
 static void exp_sub(float *p, size_t n, float mx) {
 #ifdef PM_HAVE_V16

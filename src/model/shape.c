@@ -237,7 +237,7 @@ static int block_layout(size_t N, size_t C, size_t H, int T, pm_layout *lay) {
          (lay->scratch_b = lay->s_slots,
           slots(&lay->scratch_b, pm_att_slot_floats_b(T, (int)(C / H)), heads)) &&
          pm_layout_region(&mlp, NULL, N * 4 * C, f) &&
-         slots(&lay->scratch_f, pm_att_slot_floats_f(T), heads);
+         slots(&lay->scratch_f, pm_att_slot_floats_f(T, (int)(C / H)), heads);
     if (mlp > lay->scratch_b) lay->scratch_b = mlp;
     return ok;
 }

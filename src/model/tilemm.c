@@ -1,0 +1,127 @@
+/* tilemm.c: the small matrix products of attention's tiles, without
+ * OpenBLAS's packing. A tile's products are 64 x 256 x 64 or so: a
+ * cblas_sgemm call that small spends a fifth of its time copying its
+ * operands into panels and more on its own bookkeeping (perf, GPT-2 small
+ * at ctx 1024: packing 16% of attention's samples, the kernel 50%). Here
+ * B's rows are read where they lie, 64 columns at a time (one panel: 16 KB
+ * at 64 rows, which stays in L1 while every row of C passes over it), and
+ * A's entries are broadcast from where they lie, at any row and column
+ * stride, so a transposed A costs nothing either.
+ *
+ * C (m, n) = alpha A B (+ C), with A(i, p) = A[i ars + p aks] and B(p, j) =
+ * B[(j / 64) bps + p ldb + j % 64]: bps = 64 for a row-major B, or the
+ * size of a panel for B stored as panels of 64 columns (attention keeps
+ * K^T and V^T so, where a row-major K^T of T columns would put every row
+ * of a panel in the same cache sets). Each element is one sum over p in
+ * order, in fused multiply-adds, then scaled by alpha and added to C: the
+ * bits depend on the operands alone, not on how the caller splits work.
+ *
+ * AVX-512 only (registers hold a 6 x 64 tile of C); elsewhere, or when a
+ * test asks (pm_k_tile_mm_blas), each panel is one cblas_sgemm. */
+#include <stdatomic.h>
+
+#include "model/internal.h"
+
+static atomic_int g_blas; /* a test's request for the OpenBLAS path */
+
+void pm_k_tile_mm_blas(int on) { atomic_store(&g_blas, on); }
+
+/* One panel's product by OpenBLAS: A's strides as a transpose flag. */
+static void blas_panel(size_t m, size_t w, size_t k, float alpha, const float *A, size_t ars,
+                       size_t aks, const float *B, size_t ldb, int acc, float *C, size_t ldc) {
+    int ta = aks != 1 || ars < k; /* (ars 1, aks 1: one row or a column of A) */
+    pm_k_gemm(ta, 0, m, w, k, alpha, A, ta ? aks : ars, B, ldb, acc ? 1.0f : 0.0f, C, ldc);
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+
+#define MR 6 /* rows of C a register tile holds */
+#define NV 4 /* its 16-float vectors per row: one panel's 64 columns */
+
+typedef struct {
+    size_t k, ars, aks, ldb, ldc;
+    float alpha;
+    int acc;
+} mm_args;
+
+/* C's R x 16 U tile at c from A's R rows at a and B's panel at b; the last
+ * vector of each row holds the columns in `last`. R and U are constants
+ * at every call, so the loops unroll and the tile stays in registers. */
+__attribute__((target("avx512f"), always_inline)) static inline void
+tile(const float *a, const float *b, float *c, const mm_args *x, int R, int U, __mmask16 last) {
+    __m512 acc[MR][NV];
+#pragma GCC unroll 6
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int u = 0; u < U; u++) acc[r][u] = _mm512_setzero_ps();
+    for (size_t p = 0; p < x->k; p++) {
+        const float *bp = b + p * x->ldb, *ap = a + p * x->aks;
+        __m512 bv[NV];
+#pragma GCC unroll 4
+        for (int u = 0; u < U; u++)
+            bv[u] = _mm512_maskz_loadu_ps(u + 1 == U ? last : 0xFFFF, bp + 16 * u);
+#pragma GCC unroll 6
+        for (int r = 0; r < R; r++) {
+            __m512 av = _mm512_set1_ps(ap[(size_t)r * x->ars]);
+#pragma GCC unroll 4
+            for (int u = 0; u < U; u++) acc[r][u] = _mm512_fmadd_ps(av, bv[u], acc[r][u]);
+        }
+    }
+    __m512 al = _mm512_set1_ps(x->alpha);
+#pragma GCC unroll 6
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int u = 0; u < U; u++) {
+            __mmask16 mk = u + 1 == U ? last : 0xFFFF;
+            float *cp = c + (size_t)r * x->ldc + 16 * u;
+            __m512 v = _mm512_mul_ps(acc[r][u], al);
+            if (x->acc) v = _mm512_add_ps(_mm512_maskz_loadu_ps(mk, cp), v);
+            _mm512_mask_storeu_ps(cp, mk, v);
+        }
+}
+
+#define TILE(R, U) \
+    case (R) * 8 + (U): tile(a, b, c, x, R, U, last); break;
+
+/* The R x U tile, by its shape. */
+__attribute__((target("avx512f"))) static void
+tile_any(const float *a, const float *b, float *c, const mm_args *x, int R, int U,
+         __mmask16 last) {
+    switch (R * 8 + U) {
+        TILE(6, 4) TILE(5, 4) TILE(4, 4) TILE(3, 4) TILE(2, 4) TILE(1, 4)
+        TILE(6, 3) TILE(5, 3) TILE(4, 3) TILE(3, 3) TILE(2, 3) TILE(1, 3)
+        TILE(6, 2) TILE(5, 2) TILE(4, 2) TILE(3, 2) TILE(2, 2) TILE(1, 2)
+        TILE(6, 1) TILE(5, 1) TILE(4, 1) TILE(3, 1) TILE(2, 1) TILE(1, 1)
+    default: PM_ASSERT(0);
+    }
+}
+
+__attribute__((target("avx512f"))) static void
+mm16(size_t m, size_t n, const float *A, const float *B, size_t bps, float *C, const mm_args *x) {
+    for (size_t j = 0; j < n; j += 16 * NV) {
+        size_t w = n - j < 16 * NV ? n - j : 16 * NV;
+        int U = (int)((w + 15) / 16);
+        __mmask16 last = (__mmask16)(w % 16 ? (1u << (w % 16)) - 1 : 0xFFFF);
+        for (size_t i = 0; i < m; i += MR) {
+            int R = (int)(m - i < MR ? m - i : MR);
+            tile_any(A + i * x->ars, B + j / (16 * NV) * bps, C + i * x->ldc + j, x, R, U, last);
+        }
+    }
+}
+#endif
+
+void pm_k_tile_mm(size_t m, size_t n, size_t k, float alpha, const float *A, size_t ars,
+                  size_t aks, const float *B, size_t ldb, size_t bps, int acc, float *C,
+                  size_t ldc) {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    if (pm_k_v16() && !atomic_load(&g_blas)) {
+        mm_args x = {k, ars, aks, ldb, ldc, alpha, acc};
+        mm16(m, n, A, B, bps, C, &x);
+        return;
+    }
+#endif
+    for (size_t j = 0; j < n; j += 64)
+        blas_panel(m, n - j < 64 ? n - j : 64, k, alpha, A, ars, aks, B + j / 64 * bps, ldb, acc,
+                   C + j, ldc);
+}
