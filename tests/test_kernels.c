@@ -90,14 +90,16 @@ static void test_head_tiles_extremes(void **s) {
     int32_t tgt[N] = {1, 6, 3};
     float m[N] = {-INFINITY, -INFINITY, -INFINITY}, sm[N] = {0}, tl[N] = {0};
     float m2[N] = {-INFINITY, -INFINITY, -INFINITY}, sm2[N] = {0}, tl2[N] = {0};
-    float t[N * 4], t2[N * 4];
+    float t[N * 4], t2[N * 4], cm[N], cs[N], cm2[N], cs2[N];
     for (int c0 = 0; c0 < V; c0 += 3 + !!c0) { /* tiles [0, 3) and [3, 7) */
         int n = c0 ? 4 : 3;
         for (int r = 0; r < N; r++) memcpy(t + r * n, lg + r * V + c0, (size_t)n * sizeof(float));
         memcpy(t2, t, sizeof t);
-        pm_k_head_tile_stats(t, N, (size_t)n, c0, tgt, m, sm, tl, 0);
+        pm_k_head_tile_stats(t, N, (size_t)n, c0, tgt, cm, cs, tl, 0);
+        pm_k_head_merge(m, sm, cm, cs, N);
         /* keep: the same figures, the logits left as they were */
-        pm_k_head_tile_stats(t2, N, (size_t)n, c0, tgt, m2, sm2, tl2, 1);
+        pm_k_head_tile_stats(t2, N, (size_t)n, c0, tgt, cm2, cs2, tl2, 1);
+        pm_k_head_merge(m2, sm2, cm2, cs2, N);
         for (int r = 0; r < N; r++)
             assert_memory_equal(t2 + r * n, lg + r * V + c0, (size_t)n * sizeof(float));
     }

@@ -572,8 +572,9 @@ static void test_sizes_independent_count(void **s) {
     assert_int_equal(b.scratch_w, 0);
     assert_int_equal(h.saved_w, (N * C + 2 * N + 2 * C) * f + 64 + N * 4); /* the scale: a line */
     assert_int_equal(h.saved, h.saved_w + (N * C + 2 * N + 3 * N) * f);
-    /* the tile: every token row by min(V, 512) words */
-    assert_int_equal(h.scratch_f, N * V * f);
+    /* one chunk's row figures (max, sum: 2 N), then its tile: every token
+     * row by min(V, 512) words (one slot: one chunk); B's d lno after it */
+    assert_int_equal(h.scratch_f, (2 * N + N * V) * f);
     assert_int_equal(h.scratch_w, h.scratch_f);
     assert_int_equal(h.scratch_b, N * C * f + h.scratch_f);
     assert_int_equal(e.in, N * 4);
@@ -599,8 +600,11 @@ static void test_sizes_independent_count(void **s) {
     assert_int_equal(h1.out, 0);
     assert_int_equal(h1.saved_w, (N * (C + 3) + 2 * N) * f + 64 + N * 4);
     assert_int_equal(h1.saved, h1.saved_w + 3 * N * f);
-    assert_int_equal(h1.scratch_f, N * 512 * f);
-    assert_int_equal(h1.scratch_b, h1.scratch_f); /* a later part's d lno is its din */
+    /* rows 4096..8199: 9 chunks (8 of 512, one of 8), 2 N figures each; F
+     * and W a 512-word tile per chunk's slot (9 tasks, 9 slots), B the
+     * part's 4104 words of the row tile (a later part's d lno is its din) */
+    assert_int_equal(h1.scratch_f, (9 * 2 * N + 9 * N * 512) * f);
+    assert_int_equal(h1.scratch_b, (9 * 2 * N + N * 4104) * f);
     assert_int_equal(h1.scratch_w, h1.scratch_f);
     /* F one product by the part's rows; B and W two each (the logits again) */
     assert_true(h0.flops_f == 2.0 * N * C * 4096 && h1.flops_f == 2.0 * N * C * 4104);

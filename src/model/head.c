@@ -1,17 +1,18 @@
 /* head.c: the vocabulary head (ln_f on the first part, lm_head rows
  * [r0, r1) of each part, the cross-entropy loss) without any (N, V)
- * matrix. Logits exist one tile at a time: a row tile of PM_HEAD_ROWS
- * tokens by a chunk of PM_HEAD_CHUNK words; a one-part head's B holds one
- * row tile's logits over the whole vocabulary (PM_HEAD_ROWS x V floats of
- * scratch, whatever the context).
+ * matrix. Logits exist a row tile at a time: PM_HEAD_ROWS tokens by the
+ * part's vocabulary in chunks of PM_HEAD_CHUNK words. B holds one row
+ * tile's logits over the part (PM_HEAD_ROWS x R floats of scratch, whatever
+ * the context); F and W hold one chunk's tile per compute slot.
  *
  * A head in one part (the common case) makes each tile once in training:
  *   F  ln_f only (given no loss pointer: a trainer's F, whose B follows);
- *   B  per row tile: every chunk's logits, kept, their max and sum of
- *      exponentials merged per row in vocabulary order (the normaliser and
- *      the loss); then per chunk from the vocabulary's last to its first,
- *      d logits = (exp(l - max) / sum - onehot) f with f = scale / N, and
- *      d lno += d logits W_chunk; BW also d W_chunk += d logits^T lno;
+ *   B  per row tile: every chunk's logits, kept, and each row's max and sum
+ *      of exponentials in the chunk, merged per row in vocabulary order
+ *      (the normaliser and the loss); then per chunk d logits = (exp(l -
+ *      max) / sum - onehot) f with f = scale / N, BW also d W_chunk +=
+ *      d logits^T lno; then d lno = sum of d logits W_chunk from the
+ *      vocabulary's last chunk to its first;
  *   W  (after a separate B) per tile: the logits again, d logits, d W.
  * So BW makes 3 products of N x C x V, B;W 4. An F given a loss pointer (an
  * evaluation, sampling) makes the logits and the loss.
@@ -19,12 +20,16 @@
  * after part in F, so there F makes every tile, the last part computes the
  * loss, and B and W make them again (B;W 5 products, BW 4).
  *
- * Every path makes tile (row tile, chunk) with the same pm_k_matmul call and
- * a row-wise post, and d lno and d W with the same calls: per row, the
- * normaliser merges the chunks in vocabulary order and d lno sums them from
- * the last; d W_chunk sums the row tiles in order. Chunks and row tiles
- * depend on the vocabulary and N only, and part boundaries (multiples of
- * PM_HEAD_GROUP) are chunk boundaries, so one part and any number of parts
+ * The chunks of a row tile are parallel tasks: each makes its logits with
+ * one single-threaded product (a whole row tile by one chunk: OpenBLAS
+ * packs each chunk of W once a row tile) and works on them while they are
+ * in cache; d W_chunk belongs to its chunk. d lno's tasks are its column
+ * blocks, each summing the chunks in order. Every path makes tile (row
+ * tile, chunk) with the same call, merges the normaliser in vocabulary
+ * order, sums d lno from the last chunk and d W_chunk over the row tiles
+ * in order. Chunks, row tiles and column blocks depend on the vocabulary,
+ * N and C only, and part boundaries (multiples of PM_HEAD_GROUP) are chunk
+ * boundaries, so any thread count, one part and any number of parts
  * compute bitwise the same, in F, B, W or BW. Kept per token beyond the
  * input: the target, the normaliser (max and sum, not max + log(sum): a
  * float log-sum-exp near 1000 is off by 3e-5, and so would every
@@ -37,26 +42,29 @@
 
 #define AT(base, off) ((float *)((char *)(base) + (off)))
 #define CAT(base, off) ((const float *)((const char *)(base) + (off)))
-#define GRAD_ROWS 16 /* rows per piece of a standalone d logits (row-wise: any cut) */
 
 _Static_assert(PM_HEAD_GROUP % PM_HEAD_CHUNK == 0, "part boundaries fall on chunk boundaries");
 
 typedef struct {
     size_t N, C, R, r0, nch, RT; /* rows, width, part rows, first row, chunks, tile rows */
-    int first, last, keep;       /* keep: the stats leave the logits (one-part B) */
+    int first, last;
+    int kept;           /* the tiles are the row tile's over the part (B), not a slot's */
+    int make;           /* grad_task makes the logits first */
     const float *lno;   /* (N, C): ln_f's output */
     const float *W;     /* (R, C): the part's lm_head rows */
     const int32_t *tgt; /* (N) */
     float *run;         /* (3, N) running max, sum, target logit */
     const float *nrm;   /* (2, N) each row's max and sum of exponentials */
     float f;            /* B, W: scale / N */
-    float *t;           /* the current tile (nr, n) */
+    float *tiles;       /* chunk q's tile at q (kept) or the slot's */
+    float *cs;          /* (nch, 2, RT): each chunk's row maxima, then sums */
+    float *gw;          /* d W (BW, W), else NULL */
+    float *acc;         /* B: d lno */
     size_t r, nr;       /* the current row tile: its first row and rows */
-    size_t c0, n;       /* the current chunk: its first part row and width */
 } head_job;
 
 static head_job head_job_of(const pm_gpt_config *c, int layer, int B, int T, const float *lp,
-                            void *saved, const pm_layout *L) {
+                            void *saved, void *scratch, const pm_layout *L) {
     size_t r1;
     head_job h = {.N = (size_t)B * (size_t)T, .C = (size_t)c->dim};
     int k = pm_gpt_head_rows(c, layer, &h.r0, &r1);
@@ -68,6 +76,8 @@ static head_job head_job_of(const pm_gpt_config *c, int layer, int B, int T, con
     h.tgt = (const int32_t *)((const char *)saved + L->tgt);
     h.run = AT(saved, L->run);
     h.nrm = CAT(saved, L->nrm);
+    h.cs = scratch;
+    h.tiles = AT(scratch, L->s_tiles);
     return h;
 }
 
@@ -78,43 +88,86 @@ static void at_rows(head_job *h, size_t i) {
     h->nr = h->N - h->r < h->RT ? h->N - h->r : h->RT;
 }
 
-static void at_chunk(head_job *h, size_t q) {
-    h->c0 = q * PM_HEAD_CHUNK;
-    h->n = h->R - h->c0 < PM_HEAD_CHUNK ? h->R - h->c0 : PM_HEAD_CHUNK;
+/* Chunk q: its first part row *c0 and width. */
+static size_t chunk(const head_job *h, size_t q, size_t *c0) {
+    *c0 = q * PM_HEAD_CHUNK;
+    return h->R - *c0 < PM_HEAD_CHUNK ? h->R - *c0 : PM_HEAD_CHUNK;
 }
 
-static void stats_post(const void *p, size_t lo, size_t hi) {
+static float *tile_of(const head_job *h, size_t q, int slot) {
+    size_t w = h->R < PM_HEAD_CHUNK ? h->R : PM_HEAD_CHUNK; /* (kept: q > 0 only if R > chunk) */
+    return h->tiles + (h->kept ? q : (size_t)slot) * pm_slot_stride(h->RT * w);
+}
+
+/* Tile (row tile, chunk q)'s logits: one single-threaded product whose
+ * shape depends on the chunk alone, the one call every path makes. */
+static void make_logits(const head_job *h, size_t q, float *t) {
+    size_t c0, n = chunk(h, q, &c0);
+    pm_k_gemm(0, 1, h->nr, n, h->C, 1, h->lno + h->r * h->C, h->C, h->W + c0 * h->C, h->C, 0,
+              t, n);
+}
+
+/* Chunk q's logits and their figures: each row's max and sum (merged in
+ * vocabulary order afterwards) and the target's logit. */
+static void stats_task(const void *p, size_t q, int slot) {
+    const head_job *h = p;
+    size_t c0, n = chunk(h, q, &c0), N = h->N;
+    float *t = tile_of(h, q, slot), *cs = h->cs + q * 2 * h->RT;
+    make_logits(h, q, t);
+    pm_k_head_tile_stats(t, h->nr, n, (int64_t)(h->r0 + c0), h->tgt + h->r, cs, cs + h->RT,
+                         h->run + 2 * N + h->r, h->kept);
+}
+
+/* Chunk q's d logits (its logits made first when h->make), then d W_q +=
+ * d logits^T lno over the row tile: each chunk owns its rows of d W, and
+ * the row tiles come in order. */
+static void grad_task(const void *p, size_t q, int slot) {
+    const head_job *h = p;
+    size_t c0, n = chunk(h, q, &c0), r = h->r;
+    float *t = tile_of(h, q, slot);
+    if (h->make) make_logits(h, q, t);
+    pm_k_head_tile_grad(t, h->nr, n, (int64_t)(h->r0 + c0), h->tgt + r, h->nrm + r,
+                        h->nrm + h->N + r, h->f);
+    if (h->gw)
+        pm_k_gemm(1, 0, n, h->C, h->nr, 1, t, n, h->lno + r * h->C, h->C, 1, h->gw + c0 * h->C,
+                  h->C);
+}
+
+/* Columns [i b, (i + 1) b) of d lno's rows += d logits W over the chunks,
+ * from the vocabulary's last (the last part's last chunk starts the sum). */
+static void dlno_task(const void *p, size_t i, int slot) {
+    (void)slot;
+    const head_job *h = p;
+    size_t b = pm_k_matmul_rows(h->C), j0 = i * b, w = h->C - j0 < b ? h->C - j0 : b;
+    for (size_t q = h->nch; q-- > 0;) {
+        size_t c0, n = chunk(h, q, &c0);
+        float beta = h->last && q + 1 == h->nch ? 0.0f : 1.0f;
+        pm_k_gemm(0, 0, h->nr, w, n, 1, tile_of(h, q, 0), n, h->W + c0 * h->C + j0, h->C, beta,
+                  h->acc + h->r * h->C + j0, h->C);
+    }
+}
+
+static void merge_rows(const void *p, size_t lo, size_t hi) {
     const head_job *h = p;
     size_t N = h->N, r = h->r + lo;
-    pm_k_head_tile_stats(h->t + lo * h->n, hi - lo, h->n, (int64_t)(h->r0 + h->c0), h->tgt + r,
-                         h->run + r, h->run + N + r, h->run + 2 * N + r, h->keep);
+    for (size_t q = 0; q < h->nch; q++) {
+        const float *cs = h->cs + q * 2 * h->RT + lo;
+        pm_k_head_merge(h->run + r, h->run + N + r, cs, cs + h->RT, hi - lo);
+    }
 }
 
-static void grad_post(const void *p, size_t lo, size_t hi) {
-    const head_job *h = p;
-    size_t r = h->r + lo;
-    pm_k_head_tile_grad(h->t + lo * h->n, hi - lo, h->n, (int64_t)(h->r0 + h->c0), h->tgt + r,
-                        h->nrm + r, h->nrm + h->N + r, h->f);
+/* The row tile's normaliser: every chunk's figures (in parallel), merged
+ * into the running ones in vocabulary order. */
+static void tile_stats(head_job *h) {
+    pm_par_run(h->nch, stats_task, h);
+    pm_gpt_par_for(h->nr, 16, merge_rows, h);
 }
 
-/* Tile (row tile, chunk q)'s logits into h->t, then `post` on each row
- * block while it is warm. The one call every path makes for this tile. */
-static void logits(head_job *h, size_t q, pm_rows_fn post) {
-    at_chunk(h, q);
-    pm_k_matmul(0, 1, h->nr, h->n, h->C, 1, h->lno + h->r * h->C, h->C, h->W + h->c0 * h->C,
-                h->C, 0, h->t, h->n, NULL, NULL, post, h);
-}
+static void tile_grads(head_job *h) { pm_par_run(h->nch, grad_task, h); }
 
-/* d lno's rows of the tile += d logits W_chunk (beta 0 starts the sum). */
-static void dlno(const head_job *h, float *acc, float beta) {
-    pm_k_matmul(0, 0, h->nr, h->C, h->n, 1, h->t, h->n, h->W + h->c0 * h->C, h->C, beta,
-                acc + h->r * h->C, h->C, NULL, NULL, NULL, NULL);
-}
-
-/* d W_chunk += d logits^T lno over the tile's rows. */
-static void dw(const head_job *h, float *gw) {
-    pm_k_matmul(1, 0, h->n, h->C, h->nr, 1, h->t, h->n, h->lno + h->r * h->C, h->C, 1,
-                gw + h->c0 * h->C, h->C, NULL, NULL, NULL, NULL);
+static void tile_dlno(head_job *h) {
+    size_t b = pm_k_matmul_rows(h->C);
+    pm_par_run((h->C + b - 1) / b, dlno_task, h);
 }
 
 static void run_init(float *run, size_t N, size_t r, size_t nr) {
@@ -133,7 +186,7 @@ void pm_head_f(const pm_gpt_config *c, int layer, int B, int T, const float *lp,
                const int32_t *tgt, float *out, float *loss, void *saved, void *scratch) {
     pm_layout L;
     PM_ASSERT(pm_layout_get(c, layer, B, T, &L));
-    head_job h = head_job_of(c, layer, B, T, lp, saved, &L);
+    head_job h = head_job_of(c, layer, B, T, lp, saved, scratch, &L);
     size_t N = h.N, C = h.C;
     float *lno = AT(saved, L.lno), *run = h.run;
     int32_t *kt = (int32_t *)((char *)saved + L.tgt);
@@ -151,10 +204,9 @@ void pm_head_f(const pm_gpt_config *c, int layer, int B, int T, const float *lp,
         memcpy(run, lno + N * C, 3 * N * sizeof(float));
     }
     if (h.first && h.last && !loss) return; /* a trainer's: B makes the logits once */
-    h.t = scratch;
     for (size_t i = 0; i < row_tiles(&h); i++) {
         at_rows(&h, i);
-        for (size_t q = 0; q < h.nch; q++) logits(&h, q, stats_post);
+        tile_stats(&h);
     }
     if (!h.last) {
         memcpy(out, lno, N * C * sizeof(float));
@@ -169,16 +221,15 @@ void pm_head_f(const pm_gpt_config *c, int layer, int B, int T, const float *lp,
 
 /* B's start: the scale for W, the running d lno (acc) set up, the
  * message's tail for the part before. */
-static float *b_begin(head_job *h, const pm_layout *L, const float *dout, float *din, float scale,
-                      void *saved, void *scratch) {
+static void b_begin(head_job *h, const pm_layout *L, const float *dout, float *din, float scale,
+                    void *saved, void *scratch) {
     size_t N = h->N, C = h->C;
     float *nrm = AT(saved, L->nrm);
     h->f = (float)((double)scale / (double)N);
     *AT(saved, L->fscale) = h->f; /* for W */
     if (!h->last) memcpy(nrm, dout + N * C, 2 * N * sizeof(float)); /* the last part's, for W */
-    float *acc = h->first ? AT(scratch, L->s_acc) : din;
-    if (!h->last) memcpy(acc, dout, N * C * sizeof(float));
-    return acc;
+    h->acc = h->first ? AT(scratch, L->s_acc) : din;
+    if (!h->last) memcpy(h->acc, dout, N * C * sizeof(float));
 }
 
 /* B's end: the normaliser on to the part before, or on the first part
@@ -196,27 +247,20 @@ static void b_end(head_job *h, const pm_layout *L, const float *lp, const float 
     pm_k_layernorm_b(din, NULL, acc, xin, st, st + N, lp, lnst, lnst + C, N, (int)C);
 }
 
-/* A one-part head's row tile: every chunk's logits kept in the scratch
- * (chunk q at q RT PM_HEAD_CHUNK), the normaliser, then per chunk from the
- * last d logits, d lno and (gw) d W. */
-static void one_part_tile(head_job *h, float *acc, float *gw, float *scratch, float *nrm) {
+/* B's row tile, every chunk's tile kept (chunk q at q): a one-part head
+ * makes the logits and the normaliser first (a later part got it from F);
+ * then d logits and (BW) d W by chunk, then d lno. */
+static void b_tile(head_job *h, float *nrm) {
     size_t N = h->N;
-    run_init(h->run, N, h->r, h->nr);
-    h->keep = 1;
-    for (size_t q = 0; q < h->nch; q++) {
-        h->t = scratch + q * h->RT * PM_HEAD_CHUNK;
-        logits(h, q, stats_post);
+    if (h->first && h->last) {
+        run_init(h->run, N, h->r, h->nr);
+        tile_stats(h);
+        memcpy(nrm + h->r, h->run + h->r, h->nr * sizeof(float));
+        memcpy(nrm + N + h->r, h->run + N + h->r, h->nr * sizeof(float));
     }
-    h->keep = 0;
-    memcpy(nrm + h->r, h->run + h->r, h->nr * sizeof(float));
-    memcpy(nrm + N + h->r, h->run + N + h->r, h->nr * sizeof(float));
-    for (size_t q = h->nch; q-- > 0;) {
-        at_chunk(h, q);
-        h->t = scratch + q * h->RT * PM_HEAD_CHUNK;
-        pm_gpt_par_for(h->nr, GRAD_ROWS, grad_post, h);
-        dlno(h, acc, q + 1 == h->nch ? 0.0f : 1.0f);
-        if (gw) dw(h, gw);
-    }
+    h->make = !(h->first && h->last);
+    tile_grads(h);
+    tile_dlno(h);
 }
 
 /* W's last step on the first part: ln_f's gradients that B kept. */
@@ -234,26 +278,17 @@ static void head_b(const pm_gpt_config *c, int layer, int B, int T, const float 
                    void *scratch) {
     pm_layout L;
     PM_ASSERT(pm_layout_get(c, layer, B, T, &L));
-    head_job h = head_job_of(c, layer, B, T, lp, saved, &L);
-    float *acc = b_begin(&h, &L, dout, din, scale, saved, scratch);
-    float *gw = lg ? lg + (h.first ? 2 * h.C : 0) : NULL;
-    int one = h.first && h.last;
+    head_job h = head_job_of(c, layer, B, T, lp, saved, scratch, &L);
+    b_begin(&h, &L, dout, din, scale, saved, scratch);
+    h.gw = lg ? lg + (h.first ? 2 * h.C : 0) : NULL;
+    h.kept = 1;
     for (size_t i = 0; i < row_tiles(&h); i++) {
         at_rows(&h, i);
-        if (one) {
-            one_part_tile(&h, acc, gw, scratch, AT(saved, L.nrm));
-            continue;
-        }
-        h.t = scratch;
-        for (size_t q = h.nch; q-- > 0;) {
-            logits(&h, q, grad_post);
-            dlno(&h, acc, h.last && q + 1 == h.nch ? 0.0f : 1.0f);
-            if (gw) dw(&h, gw);
-        }
+        b_tile(&h, AT(saved, L.nrm));
     }
-    if (one) AT(saved, L.fscale)[1] = mean_loss(h.run, h.N);
+    if (h.first && h.last) AT(saved, L.fscale)[1] = mean_loss(h.run, h.N);
     if (h.last && loss) *loss = AT(saved, L.fscale)[1];
-    b_end(&h, &L, lp, acc, din, saved);
+    b_end(&h, &L, lp, h.acc, din, saved);
     if (lg) w_end(&h, &L, lg, saved);
 }
 
@@ -267,15 +302,12 @@ void pm_head_w(const pm_gpt_config *c, int layer, int B, int T, const float *lp,
                void *saved, void *scratch) {
     pm_layout L;
     PM_ASSERT(pm_layout_get(c, layer, B, T, &L));
-    head_job h = head_job_of(c, layer, B, T, lp, saved, &L);
-    h.f = *CAT(saved, L.fscale), h.t = scratch;
-    float *gw = lg + (h.first ? 2 * h.C : 0);
+    head_job h = head_job_of(c, layer, B, T, lp, saved, scratch, &L);
+    h.f = *CAT(saved, L.fscale), h.make = 1;
+    h.gw = lg + (h.first ? 2 * h.C : 0);
     for (size_t i = 0; i < row_tiles(&h); i++) {
         at_rows(&h, i);
-        for (size_t q = 0; q < h.nch; q++) {
-            logits(&h, q, grad_post);
-            dw(&h, gw);
-        }
+        tile_grads(&h);
     }
     w_end(&h, &L, lg, saved);
 }

@@ -49,10 +49,10 @@ _Static_assert(PM_ATT_BK % PM_ATT_BQ == 0, "key blocks start on query block boun
  * as the job has tasks up to PM_MAX_THREADS whatever the thread count, so
  * sizes stay independent of it (pm_par_run's slots). Block F: the slots of attention F. Block B: an (N,4C) MLP
  * gradient at 0, later reused for each (N,C) gradient; from s_slots (after
- * the first (N,C)) attention B's slots. Head: at 0 a (rows, chunk) tile of
- * logits, in a one-part head's B a row tile's logits over the whole
- * vocabulary (PM_HEAD_ROWS, V); B on the first part an (N,C) gradient
- * after it. */
+ * the first (N,C)) attention B's slots. Head: at 0 each chunk's row
+ * figures (max, sum), from s_tiles the (rows, chunk) tiles of logits, one
+ * per slot in F and W, in B the row tile's over the part's vocabulary
+ * (PM_HEAD_ROWS, R); B on the first part an (N,C) gradient after them. */
 typedef struct {
     size_t ln1o, atty, ln2o, gelu, qkv, x1, fc, xin, lnst; /* block W prefix */
     size_t lse, stats;                                     /* block and head */
@@ -61,6 +61,7 @@ typedef struct {
     size_t w_end; /* end of the W prefix = sizes.saved_w */
     size_t end;   /* whole buffer = sizes.saved */
     size_t s_slots; /* block B: offset of attention's per-thread slots */
+    size_t s_tiles; /* head: offset of the logits tiles, after each chunk's row figures */
     size_t s_acc;   /* head B: offset of d lno (first part), after the tiles */
     size_t scratch_f, scratch_b, scratch_w; /* bytes */
 } pm_layout;
@@ -174,11 +175,13 @@ void pm_k_matmul(int ta, int tb, size_t M, size_t N, size_t K, float alpha, cons
                  const float *bias, const float *res, pm_rows_fn post, const void *post_ctx);
 size_t pm_k_matmul_rows(size_t M); /* block size for a dimension of M */
 /* The head's tile t (nr, n <= PM_HEAD_CHUNK) of logits for vocabulary rows
- * c0..c0+n-1: each row's max and sum of exponentials merged into the
- * running max m and sum s, the target's logit into tl when it lies in the
- * tile. t is left holding exp(l - max), or, if keep, the logits. */
+ * c0..c0+n-1: each row's max cm and sum of exponentials cs (of l - cm),
+ * the target's logit into tl when it lies in the tile. t is left holding
+ * exp(l - cm), or, if keep, the logits. */
 void pm_k_head_tile_stats(float *t, size_t nr, size_t n, int64_t c0, const int32_t *tgt,
-                          float *m, float *s, float *tl, int keep);
+                          float *cm, float *cs, float *tl, int keep);
+/* A tile's figures (cm, cs) merged into the running max m and sum s. */
+void pm_k_head_merge(float *m, float *s, const float *cm, const float *cs, size_t nr);
 /* t (logits) becomes d logits = (exp(t - m) / s - onehot(tgt)) * f, with
  * each row's max m and sum of exponentials s. */
 void pm_k_head_tile_grad(float *t, size_t nr, size_t n, int64_t c0, const int32_t *tgt,

@@ -552,7 +552,7 @@ void pm_k_att_tile_b(float *p, float *dp, size_t nq, size_t nk, size_t diag, con
 /* ---- the head's tiles (head.c) -------------------------------------------------- */
 
 void pm_k_head_tile_stats(float *t, size_t nr, size_t n, int64_t c0, const int32_t *tgt,
-                          float *m, float *s, float *tl, int keep) {
+                          float *cm, float *cs, float *tl, int keep) {
     float copy[PM_HEAD_CHUNK];
     PM_ASSERT(n <= PM_HEAD_CHUNK);
     for (size_t r = 0; r < nr; r++) {
@@ -561,9 +561,15 @@ void pm_k_head_tile_stats(float *t, size_t nr, size_t n, int64_t c0, const int32
         if (k >= 0 && k < (int64_t)n) tl[r] = row[k];
         if (keep) row = memcpy(copy, row, n * sizeof *row);
         exp_sub(row, n, mx);
-        float sum = vsum(row, n), mo = m[r], mn = mo > mx ? mo : mx;
+        cm[r] = mx, cs[r] = vsum(row, n);
+    }
+}
+
+void pm_k_head_merge(float *m, float *s, const float *cm, const float *cs, size_t nr) {
+    for (size_t r = 0; r < nr; r++) {
+        float mo = m[r], mn = mo > cm[r] ? mo : cm[r];
         /* the running sum, rescaled to the new max (exp(-inf) = 0 at the start) */
-        s[r] = s[r] * expf(mo - mn) + sum * expf(mx - mn);
+        s[r] = s[r] * expf(mo - mn) + cs[r] * expf(cm[r] - mn);
         m[r] = mn;
     }
 }

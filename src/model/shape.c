@@ -256,13 +256,16 @@ static int head_layout(const pm_gpt_config *cfg, int layer, size_t N, pm_layout 
          pm_layout_region(&cur, &lay->stats, first ? 2 * N : 0, f) &&
          pm_layout_region(&cur, &lay->run, 3 * N, f);
     lay->end = cur;
-    /* a (rows, chunk) tile at 0; a one-part head's B keeps a row tile's
-     * logits over every chunk (head.c); B's d lno after them (first part) */
-    size_t R = r1 - r0, rows = N < PM_HEAD_ROWS ? N : PM_HEAD_ROWS;
-    int one = first && pm_gpt_head_parts(cfg) == 1;
-    ok = ok && pm_layout_region(&lay->scratch_f, NULL, rows * (R < PM_HEAD_CHUNK ? R : PM_HEAD_CHUNK), f);
-    lay->scratch_w = lay->scratch_f;
-    ok = ok && pm_layout_region(&lay->s_acc, NULL, one ? rows * R : lay->scratch_f / f, f);
+    /* each chunk's row figures (max, sum) at 0, then the tiles of rows x
+     * chunk: one per compute slot in F and W, in B the row tile's over the
+     * part (head.c); B's d lno after them (first part) */
+    size_t R = r1 - r0, rows = N < PM_HEAD_ROWS ? N : PM_HEAD_ROWS, w = R < PM_HEAD_CHUNK ? R : PM_HEAD_CHUNK;
+    size_t nch = (R + PM_HEAD_CHUNK - 1) / PM_HEAD_CHUNK, tiles = 0;
+    ok = ok && pm_layout_region(&lay->s_tiles, NULL, nch * 2 * rows, f);
+    ok = ok && slots(&tiles, rows * w, nch);
+    lay->scratch_f = lay->scratch_w = lay->s_tiles + tiles;
+    lay->s_acc = lay->s_tiles;
+    ok = ok && pm_layout_region(&lay->s_acc, NULL, rows * R, f);
     lay->scratch_b = lay->s_acc;
     ok = ok && pm_layout_region(&lay->scratch_b, NULL, first ? N * C : 0, f);
     return ok;
