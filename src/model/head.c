@@ -23,7 +23,9 @@
  * The chunks of a row tile are parallel tasks: each makes its logits with
  * one single-threaded product (a whole row tile by one chunk: OpenBLAS
  * packs each chunk of W once a row tile) and works on them while they are
- * in cache; d W_chunk belongs to its chunk. d lno's tasks are its column
+ * in cache; d W_chunk belongs to its chunk. (A vocabulary of one chunk
+ * would make one task: its tasks are the two halves of the row tile, and
+ * d W one product after them.) d lno's tasks are its column
  * blocks, each summing the chunks in order. Every path makes tile (row
  * tile, chunk) with the same call, merges the normaliser in vocabulary
  * order, sums d lno from the last chunk and d W_chunk over the row tiles
@@ -50,6 +52,7 @@ typedef struct {
     int first, last;
     int kept;           /* the tiles are the row tile's over the part (B), not a slot's */
     int make;           /* grad_task makes the logits first */
+    int halves;         /* row blocks a chunk's task takes: 2 when the vocabulary is one chunk */
     const float *lno;   /* (N, C): ln_f's output */
     const float *W;     /* (R, C): the part's lm_head rows */
     const int32_t *tgt; /* (N) */
@@ -70,6 +73,7 @@ static head_job head_job_of(const pm_gpt_config *c, int layer, int B, int T, con
     int k = pm_gpt_head_rows(c, layer, &h.r0, &r1);
     h.R = r1 - h.r0, h.first = k == 0, h.last = k + 1 == pm_gpt_head_parts(c);
     h.nch = (h.R + PM_HEAD_CHUNK - 1) / PM_HEAD_CHUNK;
+    h.halves = c->vocab <= PM_HEAD_CHUNK ? 2 : 1; /* the vocabulary's: the same for any parts */
     h.RT = h.N < PM_HEAD_ROWS ? h.N : PM_HEAD_ROWS;
     h.lno = CAT(saved, L->lno);
     h.W = lp + (h.first ? 2 * h.C : 0); /* after ln_f's weight and bias */
@@ -94,43 +98,60 @@ static size_t chunk(const head_job *h, size_t q, size_t *c0) {
     return h->R - *c0 < PM_HEAD_CHUNK ? h->R - *c0 : PM_HEAD_CHUNK;
 }
 
+/* Chunk q's tile: the row tile's over the part (kept), or its task's. */
 static float *tile_of(const head_job *h, size_t q, int slot) {
     size_t w = h->R < PM_HEAD_CHUNK ? h->R : PM_HEAD_CHUNK; /* (kept: q > 0 only if R > chunk) */
-    return h->tiles + (h->kept ? q : (size_t)slot) * pm_slot_stride(h->RT * w);
+    size_t k = h->kept || h->halves > 1 ? q : (size_t)slot; /* (halves: one chunk, one tile) */
+    return h->tiles + k * pm_slot_stride(h->RT * w);
 }
 
-/* Tile (row tile, chunk q)'s logits: one single-threaded product whose
- * shape depends on the chunk alone, the one call every path makes. */
-static void make_logits(const head_job *h, size_t q, float *t) {
+/* Task i's chunk *q and rows [*lo, *hi) of the row tile: a vocabulary of
+ * one chunk would leave one task, so it takes the rows in two halves. */
+static size_t task_of(const head_job *h, size_t i, size_t *lo, size_t *hi) {
+    size_t half = i % (size_t)h->halves, cut = h->nr / 2;
+    *lo = h->halves > 1 && half ? cut : 0;
+    *hi = h->halves > 1 && !half ? cut : h->nr;
+    return i / (size_t)h->halves;
+}
+
+/* Rows [lo, hi) of tile (row tile, chunk q)'s logits: one single-threaded
+ * product whose shape depends on the vocabulary and N alone, the one call
+ * every path makes. */
+static void make_logits(const head_job *h, size_t q, size_t lo, size_t hi, float *t) {
     size_t c0, n = chunk(h, q, &c0);
-    pm_k_gemm(0, 1, h->nr, n, h->C, 1, h->lno + h->r * h->C, h->C, h->W + c0 * h->C, h->C, 0,
-              t, n);
+    pm_k_gemm(0, 1, hi - lo, n, h->C, 1, h->lno + (h->r + lo) * h->C, h->C, h->W + c0 * h->C,
+              h->C, 0, t + lo * n, n);
 }
 
-/* Chunk q's logits and their figures: each row's max and sum (merged in
+/* A chunk's logits and their figures: each row's max and sum (merged in
  * vocabulary order afterwards) and the target's logit. */
-static void stats_task(const void *p, size_t q, int slot) {
+static void stats_task(const void *p, size_t i, int slot) {
     const head_job *h = p;
-    size_t c0, n = chunk(h, q, &c0), N = h->N;
-    float *t = tile_of(h, q, slot), *cs = h->cs + q * 2 * h->RT;
-    make_logits(h, q, t);
-    pm_k_head_tile_stats(t, h->nr, n, (int64_t)(h->r0 + c0), h->tgt + h->r, cs, cs + h->RT,
-                         h->run + 2 * N + h->r, h->kept);
+    size_t lo, hi, q = task_of(h, i, &lo, &hi), c0, n = chunk(h, q, &c0), r = h->r + lo;
+    float *t = tile_of(h, q, slot), *cs = h->cs + q * 2 * h->RT + lo;
+    make_logits(h, q, lo, hi, t);
+    pm_k_head_tile_stats(t + lo * n, hi - lo, n, (int64_t)(h->r0 + c0), h->tgt + r, cs,
+                         cs + h->RT, h->run + 2 * h->N + r, h->kept);
 }
 
-/* Chunk q's d logits (its logits made first when h->make), then d W_q +=
- * d logits^T lno over the row tile: each chunk owns its rows of d W, and
- * the row tiles come in order. */
-static void grad_task(const void *p, size_t q, int slot) {
+/* d W_q += d logits^T lno over the row tile: each chunk owns its rows of
+ * d W, and the row tiles come in order. */
+static void chunk_dw(const head_job *h, size_t q, const float *t) {
+    size_t c0, n = chunk(h, q, &c0);
+    pm_k_gemm(1, 0, n, h->C, h->nr, 1, t, n, h->lno + h->r * h->C, h->C, 1, h->gw + c0 * h->C,
+              h->C);
+}
+
+/* A chunk's d logits (its logits made first when h->make), then d W_q
+ * (halves: after every task, tile_grads). */
+static void grad_task(const void *p, size_t i, int slot) {
     const head_job *h = p;
-    size_t c0, n = chunk(h, q, &c0), r = h->r;
+    size_t lo, hi, q = task_of(h, i, &lo, &hi), c0, n = chunk(h, q, &c0), r = h->r + lo;
     float *t = tile_of(h, q, slot);
-    if (h->make) make_logits(h, q, t);
-    pm_k_head_tile_grad(t, h->nr, n, (int64_t)(h->r0 + c0), h->tgt + r, h->nrm + r,
+    if (h->make) make_logits(h, q, lo, hi, t);
+    pm_k_head_tile_grad(t + lo * n, hi - lo, n, (int64_t)(h->r0 + c0), h->tgt + r, h->nrm + r,
                         h->nrm + h->N + r, h->f);
-    if (h->gw)
-        pm_k_gemm(1, 0, n, h->C, h->nr, 1, t, n, h->lno + r * h->C, h->C, 1, h->gw + c0 * h->C,
-                  h->C);
+    if (h->gw && h->halves == 1) chunk_dw(h, q, t);
 }
 
 /* Columns [i b, (i + 1) b) of d lno's rows += d logits W over the chunks,
@@ -159,11 +180,16 @@ static void merge_rows(const void *p, size_t lo, size_t hi) {
 /* The row tile's normaliser: every chunk's figures (in parallel), merged
  * into the running ones in vocabulary order. */
 static void tile_stats(head_job *h) {
-    pm_par_run(h->nch, stats_task, h);
+    pm_par_run(h->nch * (size_t)h->halves, stats_task, h);
     pm_gpt_par_for(h->nr, 16, merge_rows, h);
 }
 
-static void tile_grads(head_job *h) { pm_par_run(h->nch, grad_task, h); }
+static void tile_grads(head_job *h) {
+    pm_par_run(h->nch * (size_t)h->halves, grad_task, h);
+    if (h->gw && h->halves > 1) /* the one chunk's d W by both halves' rows: one product */
+        pm_k_matmul(1, 0, h->R, h->C, h->nr, 1, tile_of(h, 0, 0), h->R, h->lno + h->r * h->C,
+                    h->C, 1, h->gw, h->C, NULL, NULL, NULL, NULL);
+}
 
 static void tile_dlno(head_job *h) {
     size_t b = pm_k_matmul_rows(h->C);
