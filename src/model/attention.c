@@ -23,12 +23,13 @@
  *      dK_j, dV_j go to k, v's place in qkv once key block j is done (no
  *      later tile reads K_j or V_j); dQ, accumulated over every key block,
  *      goes to q's place at the end.
- * Every product is one single-threaded cblas_sgemm whose shape depends only
- * on (T, head size); each (sequence, head) is one task with its own outputs,
- * and the order of every sum is fixed, so the bits do not depend on the
- * thread count. Scratch is per compute thread (slot): F one score tile and
- * three row vectors, B two tiles, dK_j and dV_j, dQ (T, hs) and D (T):
- * linear in T. */
+ * Every product is one pm_k_tile_mm on the task's thread (tilemm.c: no
+ * packing; each element's sum in a fixed order); each (sequence, head) is
+ * one task with its own outputs, so the bits do not depend on the thread
+ * count. The products with K^T and V^T (S and dP) read them from panels of
+ * 64 keys the task makes first. Scratch is per compute thread (slot): F
+ * one score tile, three row vectors and K^T, B two tiles, dK_j and dV_j, dQ
+ * (T, hs), D (T), K^T and V^T: linear in T. */
 #include <math.h>
 #include <string.h>
 
