@@ -347,9 +347,11 @@ static void lose_node2(const char *inject, int keep, const char *says) {
     const char *tail = out + (c.out_len > 900 ? c.out_len - 900 : 0); /* cmocka cuts a long one */
     if (rc == 0 || strstr(out, TIMED_OUT)) fail_msg("%s: exit %d, ending:\n%s", inject, rc, tail);
     const char *at = strstr(out, "the last complete checkpoint is ");
+    const char *first = strstr(out, "pipemem: ");
     if (chk_count(out, "pipemem: ") != 1 || !strstr(out, says) || !at)
-        fail_msg("%s: not one line from pipemem naming the checkpoint (%d lines), ending:\n%s",
-                 inject, chk_count(out, "pipemem: "), tail);
+        fail_msg("%s: not one line from pipemem naming the checkpoint (%d lines, the first: "
+                 "%.*s), ending:\n%s", inject, chk_count(out, "pipemem: "),
+                 first ? (int)strcspn(first, "\n") : 0, first ? first : "", tail);
     char path[300];
     long long step = -1;
     if (sscanf(at, "the last complete checkpoint is %299s (step %lld)", path, &step) != 2 ||

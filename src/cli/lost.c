@@ -43,23 +43,24 @@
  * The line names the step the file holds, and no later save replaces that
  * file: rank 0 (which alone commits a save, pm_pipe_save) may be renaming
  * the next checkpoint over --save's path as its host's line is said, the
- * lost ranks having sent their parts of it (once in CI the line said step
- * N and the file then held N + 20, which a resume to N + 10 re-saved
- * silently). So rank 0 renames inside a guard (pm_ckpt_set_guard): it
- * listens at "\0pipemem-commit-JOB", then renames only if no line was said
- * on its host (the speaker's turn socket listens once taken) and mpirun's
- * stop has not reached it (a flag of its own, which outlives a speaker
- * ended since: its socket closed), else abandons the save; the speaker
- * listens at its turn, then waits while rank 0 listens at its commit (at
- * most 0.5 s) before it reads the header. Each publishes before it looks
- * and one kernel orders the socket calls, so either rank 0 sees the line
- * and keeps the file, or the speaker sees the rename and reads after it.
- * SIGCONT and SIGTERM wait on the renaming thread meanwhile (another of
- * rank 0's threads takes them: a handler on it would wait for a window its
- * own thread holds). Known limits: a host other than rank 0's sees the
- * file through a shared file system and cannot take part (its line may
- * name the step before); a rename slower than the speaker's 0.5 s, or a
- * rank whose sockets could not be made, goes unguarded.
+ * lost ranks having sent their parts of it (once in CI: the line said step
+ * N, the file then held N + 20, and a resume to step N + 10 saved N + 20
+ * again without a word). So rank 0 renames inside a guard
+ * (pm_ckpt_set_guard): it listens at "\0pipemem-commit-JOB", then renames
+ * only if no line was said on its host (the speaker's turn socket listens
+ * once taken) and mpirun's stop has not reached it (a flag of its own,
+ * which outlives a speaker ended since: its socket closed), else abandons
+ * the save; the speaker listens at its turn, then waits while rank 0
+ * listens at its commit (at most 0.5 s) before it reads the header. Each
+ * publishes before it looks and one kernel orders the socket calls, so
+ * either rank 0 sees the line and keeps the file, or the speaker sees the
+ * rename and reads after it. SIGCONT and SIGTERM wait on the renaming
+ * thread meanwhile (another of rank 0's threads takes them: a handler on
+ * it would wait for a window its own thread holds). Known limits: a host
+ * other than rank 0's sees the file through a shared file system and
+ * cannot take part (its line may name the step before); a rename slower
+ * than the speaker's 0.5 s, or a rank whose sockets could not be made,
+ * goes unguarded.
  *
  * A rank ending on an error of its own (pm_cli_lost_fail) says it once
  * too: SIGTERM blocked on its thread, it takes the same turn, so either
@@ -212,6 +213,11 @@ static void say(void) {
     atomic_store(&g_spoke, 1);
 }
 
+/* mpirun's stop reached this process: no rename after this (commit_enter).
+ * Marked after the turn was taken, so that a rename refused for it finds
+ * the turn taken (pm_cli_lost_fail then says nothing of its own). */
+static void stopping(void) { atomic_store(&g_stopping, 1); }
+
 /* SIGCONT from this rank's daemon (its parent) opens mpirun's stop: the
  * line goes out now, a second before SIGTERM. Another's SIGCONT (a shell's
  * kill -CONT, a debugger) says nothing. */
@@ -219,8 +225,9 @@ static void on_cont(int sig, siginfo_t *info, void *ctx) {
     (void)sig, (void)ctx;
     int saved = errno; /* bind's refusal sets it */
     if (info && info->si_pid == getppid()) {
-        atomic_store(&g_stopping, 1);
-        if (my_turn(1)) say();
+        int mine = my_turn(1);
+        stopping();
+        if (mine) say();
     }
     errno = saved;
 }
@@ -228,8 +235,9 @@ static void on_cont(int sig, siginfo_t *info, void *ctx) {
 static void on_term(int sig) {
     int saved = errno;
     struct timespec left = {2, 0};
-    atomic_store(&g_stopping, 1);
-    if (atomic_load(&g_spoke) || my_turn(1)) {
+    int mine = atomic_load(&g_spoke) || my_turn(1);
+    stopping();
+    if (mine) {
         if (!atomic_load(&g_spoke)) say();
         left = (struct timespec){0, 300000000}; /* for mpirun to take the line in */
     }
