@@ -20,9 +20,9 @@
  *     only pipemem's there, or node2's interface taken down, each mid-run:
  *     every rank ends (the test's time limit, not a wall-clock assertion),
  *     one line from pipemem naming the rank and host left and the last
- *     complete checkpoint, which then resumes on node1 alone with fewer
- *     ranks (2, and one device) bitwise as the uninterrupted run; no process
- *     is left on either host;
+ *     complete checkpoint and the step it holds, which then resumes on
+ *     node1 alone with fewer ranks (2, and one device) bitwise as the
+ *     uninterrupted run; no process is left on either host;
  *   - hosts that disagree (data, pipemem's version, options): one line
  *     saying which, naming both hosts;
  *   - select across the hosts: every task's records bitwise one machine's,
@@ -51,6 +51,7 @@
 #include "checks.h"
 #include "cli.h"
 #include "pipemem/pm_runtime.h"
+#include "pipemem/pm_train.h"
 #include "pipemem/pm_util.h"
 
 #define HOSTS_SH "scripts/hosts.sh"
@@ -303,9 +304,11 @@ static void test_across_hosts(void **state) {
 /* Trains --pp 4 over both hosts (2 ranks each), saving every 20 steps; once
  * the first checkpoint exists, `inject` (a hosts.sh command) strikes node2.
  * Every rank must end (the command's own time limit is 60 s: timeout says
- * when it struck), with one line from pipemem naming the last complete
- * checkpoint, `says`; then no process is left, and the checkpoint resumed
- * on node1 alone (2 ranks, and one device) ends as the uninterrupted run.
+ * when it struck), with one line from pipemem, `says`, naming the last
+ * complete checkpoint and the step the file holds (a save committed after
+ * the line would resume past the step asked); then no process is left,
+ * and the checkpoint resumed on node1 alone (2 ranks, and one device) ends
+ * as the uninterrupted run.
  * Without OpenMPI's keepalive (keep 0) nothing tells mpirun that node2 went
  * silent: pipemem's wait timeout (3 s) must end every rank on both hosts,
  * and the test then ends mpirun and node2's OpenMPI daemon, which would
@@ -344,14 +347,20 @@ static void lose_node2(const char *inject, int keep, const char *says) {
     const char *tail = out + (c.out_len > 900 ? c.out_len - 900 : 0); /* cmocka cuts a long one */
     if (rc == 0 || strstr(out, TIMED_OUT)) fail_msg("%s: exit %d, ending:\n%s", inject, rc, tail);
     const char *at = strstr(out, "the last complete checkpoint is ");
+    const char *first = strstr(out, "pipemem: ");
     if (chk_count(out, "pipemem: ") != 1 || !strstr(out, says) || !at)
-        fail_msg("%s: not one line from pipemem naming the checkpoint (%d lines), ending:\n%s",
-                 inject, chk_count(out, "pipemem: "), tail);
+        fail_msg("%s: not one line from pipemem naming the checkpoint (%d lines, the first: "
+                 "%.*s), ending:\n%s", inject, chk_count(out, "pipemem: "),
+                 first ? (int)strcspn(first, "\n") : 0, first ? first : "", tail);
     char path[300];
     long long step = -1;
     if (sscanf(at, "the last complete checkpoint is %299s (step %lld)", path, &step) != 2 ||
         strcmp(path, ck) || step < 20 || step % 20)
         fail_msg("%s: %s", inject, at);
+    /* rank 0 renamed no checkpoint over it after the line (lost.c's guard) */
+    if (pm_ckpt_peek_step(ck) != step)
+        fail_msg("%s: the line says step %lld, %s holds step %lld", inject, step, ck,
+                 (long long)pm_ckpt_peek_step(ck));
     chk_cmd_free(&c);
     host_gone("node1", NULL);
     host_gone("node2", NULL);

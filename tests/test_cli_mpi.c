@@ -21,10 +21,13 @@
  *   - a rank stopped mid-training (kill -STOP): the job ends, one line
  *     naming it; ranks that cannot share one run (one device each, other
  *     commands) and --transport mpi without mpirun: one line each;
+ *   - mpirun stopped, or a rank lost while rank 0 renames the next
+ *     checkpoint: one line naming the checkpoint and the step it holds;
  *   - failure paths between collectives, each ending in one line.
  * mpirun runs as root here only with OMPI_ALLOW_RUN_AS_ROOT(_CONFIRM), which
  * the suite sets; --oversubscribe lets 4 ranks share 2 cores. */
 #define _XOPEN_SOURCE 700 /* realpath */
+#include <dirent.h>
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -41,6 +44,7 @@
 #include "checks.h"
 #include "cli.h"
 #include "pipemem/pm_runtime.h"
+#include "pipemem/pm_train.h"
 
 static char dir[256];
 static const char *bin;
@@ -507,7 +511,7 @@ static void test_stopped_rank(void **state) {
  * SIGKILL, and the host says so in exactly one line from pipemem, naming
  * the checkpoint saved (every 20 steps; when only the host's first rank
  * handled SIGTERM, another ending at once had the daemon SIGKILL the rest,
- * the speaker too: 4 of 20 runs). */
+ * the speaker too: 4 of 20 runs) and the step the file holds. */
 static void test_interrupted(void **state) {
     (void)state;
     static char out[65536];
@@ -534,6 +538,86 @@ static void test_interrupted(void **state) {
         sscanf(at, "the last complete checkpoint is %299s (step %lld)", path, &step) != 2 ||
         strcmp(path, ck) || step < 20 || step % 20)
         fail_msg("not one line from pipemem naming %s:\n%s", ck, out);
+    if (step != pm_ckpt_peek_step(ck)) /* renamed over after the line */
+        fail_msg("the line says step %lld, %s holds step %lld", step, ck,
+                 (long long)pm_ckpt_peek_step(ck));
+}
+
+/* The step in the header of a temporary of path (path.tmp.*, in dir), -1
+ * while none has one: a commit writes the header last, then renames. */
+static int64_t tmp_step(const char *path) {
+    const char *base = strrchr(path, '/') + 1;
+    char tmp[600];
+    int64_t step = -1;
+    DIR *d = opendir(dir);
+    assert_non_null(d);
+    for (struct dirent *e; (e = readdir(d));) {
+        if (strncmp(e->d_name, base, strlen(base)) || strncmp(e->d_name + strlen(base), ".tmp.", 5))
+            continue;
+        snprintf(tmp, sizeof tmp, "%s/%s", dir, e->d_name);
+        int64_t k = pm_ckpt_peek_step(tmp);
+        if (k > step) step = k;
+    }
+    closedir(d);
+    return step;
+}
+
+/* A rank lost while rank 0 renames the next checkpoint over the last (the
+ * lost rank had sent its part; once in CI the line said step N and the
+ * file then held N + 20): the line names the step the file holds, which
+ * is returned. PM_TEST_COMMIT_HOLD=WHERE,2 holds rank 0's second rename
+ * (step 40), before its guard looks or inside the guard's window, until
+ * mpirun's stop reaches it, and 0.1 s more; rank 1 is killed once that
+ * checkpoint's temporary is whole. Rank 0, alone on the host then, speaks,
+ * its handler on a thread of its own or (before) on the renaming one. */
+static long long lost_in_commit(const char *where) {
+    static char out[65536];
+    char log[300], ck[300], cmd[4096], path[300];
+    snprintf(log, sizeof log, "%s/commit.out", dir);
+    snprintf(ck, sizeof ck, "%s/commit.ckpt", dir);
+    remove(log), remove(ck);
+    snprintf(cmd, sizeof cmd, "(PM_TEST_COMMIT_HOLD=%s,2 " MPIRUN " 2 %s train --data %s/d " MODEL
+             " --eval-every 20 --microbatches 4 --steps 1000000 --pp 2 --save %s > %s 2>&1 & "
+             "echo $! > %s.pid; wait $!; echo \"exit $?\" >> %s) &", where, bin, dir, ck, log, log,
+             log);
+    assert_int_equal(chk_sh(NULL, "%s", cmd), 0);
+    int k = 0;
+    for (; k < 3000 && tmp_step(ck) != 40; k++) nanosleep(&(struct timespec){0, 20000000}, NULL);
+    if (k == 3000) {
+        chk_sh(NULL, "pkill -KILL -P $(cat %s.pid)", log);
+        fail_msg("%s: no checkpoint of step 40 was being committed", where);
+    }
+    /* rank 1: the pipemem whose environment says so, started on our data */
+    assert_int_equal(chk_sh(NULL, "for p in $(pgrep -f '%s train --data %s/d'); do tr '\\0' "
+                            "'\\n' < /proc/$p/environ | grep -qx OMPI_COMM_WORLD_RANK=1 && "
+                            "kill -KILL $p; done; true", bin, dir), 0);
+    if (!wait_for(log, "exit ", 300)) fail_msg("%s: mpirun did not end", where);
+    FILE *f = fopen(log, "r");
+    assert_non_null(f);
+    out[fread(out, 1, sizeof out - 1, f)] = 0;
+    fclose(f);
+    const char *at = strstr(out, "the last complete checkpoint is ");
+    long long step = -1;
+    if (file_has(log, "exit 0") || file_has(log, "exit 124") || chk_count(out, "pipemem: ") != 1 ||
+        !at || sscanf(at, "the last complete checkpoint is %299s (step %lld)", path, &step) != 2 ||
+        strcmp(path, ck))
+        fail_msg("%s: not one line from pipemem naming %s:\n%s", where, ck, out);
+    if (step != pm_ckpt_peek_step(ck))
+        fail_msg("%s: the line says step %lld, %s holds step %lld:\n%s", where, step, ck,
+                 (long long)pm_ckpt_peek_step(ck), out);
+    return step;
+}
+
+/* Held before the guard looks, the stop reaches rank 0 first: the rename
+ * is abandoned (a guard that did not look would rename step 40 after the
+ * line said 20). Held inside, the line waits for the rename (step 40), or
+ * the stop came before the guard looked (20); a speaker that did not wait
+ * would say 20 of a file holding 40. */
+static void test_lost_in_commit(void **state) {
+    (void)state;
+    assert_int_equal(lost_in_commit("before"), 20);
+    long long step = lost_in_commit("inside");
+    assert_true(step == 20 || step == 40);
 }
 
 /* Ranks that cannot share one run are refused at once, in one line: one
@@ -664,6 +748,7 @@ int main(void) {
         cmocka_unit_test(test_resharding),         cmocka_unit_test(test_failed_write),
         cmocka_unit_test(test_failure_paths),      cmocka_unit_test(test_stopped_rank),
         cmocka_unit_test(test_ranks_share_one_run), cmocka_unit_test(test_interrupted),
+        cmocka_unit_test(test_lost_in_commit),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

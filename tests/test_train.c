@@ -982,6 +982,63 @@ static void test_ckpt_parts_fail_keep_old(void **state) {
     pm_trainer_free(&t);
 }
 
+/* What a guard (pm_ckpt_set_guard) saw: its calls and the step the
+ * checkpoint held at each; the status enter returns. */
+typedef struct {
+    const char *path;           /* the checkpoint */
+    int enters, leaves;
+    int64_t at_enter, at_leave; /* pm_ckpt_peek_step at each */
+    pm_status answer;
+} guard_log;
+
+static pm_status guard_enter(void *ctx, const char *path, pm_err *err) {
+    guard_log *g = ctx;
+    g->enters++, g->at_enter = pm_ckpt_peek_step(g->path);
+    assert_string_equal(path, g->path);
+    return g->answer ? pm_errf(err, g->answer, "%s: not replaced: refused", path) : PM_OK;
+}
+
+static void guard_leave(void *ctx) {
+    guard_log *g = ctx;
+    g->leaves++, g->at_leave = pm_ckpt_peek_step(g->path);
+}
+
+/* The guard runs around the rename alone: enter sees the old checkpoint
+ * (its temporary already whole), leave the new one; a refusal leaves the
+ * old file byte for byte and no temporary, with enter's status and message
+ * (leave still runs); with the guard removed nothing calls it. */
+static void test_ckpt_guard(void **state) {
+    (void)state;
+    char p[300];
+    snprintf(p, sizeof p, "%s/guarded.ckpt", dir);
+    make_ckpt(p); /* step 1 */
+    size_t n0;
+    uint8_t *old = slurp(p, &n0);
+    pm_trainer t;
+    trained(&t, 3);
+    pm_err err = {{0}};
+    guard_log g = {.path = p, .answer = PM_ERR_TRANSPORT};
+    pm_ckpt_guard guard = {guard_enter, guard_leave, &g};
+    pm_ckpt_set_guard(&guard);
+    assert_int_equal(pm_ckpt_save(&t, p, &err), PM_ERR_TRANSPORT);
+    assert_non_null(strstr(err.msg, "not replaced: refused"));
+    assert_int_equal(g.enters, 1);
+    assert_int_equal(g.leaves, 1);
+    assert_int_equal(chk_tmp_count(p), 0);
+    assert_unchanged(p, old, n0);
+    g.answer = PM_OK;
+    assert_int_equal(pm_ckpt_save(&t, p, &err), PM_OK);
+    assert_int_equal(g.enters, 2);
+    assert_int_equal(g.leaves, 2);
+    assert_int_equal(g.at_enter, 1);
+    assert_int_equal(g.at_leave, 3);
+    pm_ckpt_set_guard(NULL);
+    assert_int_equal(pm_ckpt_save(&t, p, &err), PM_OK);
+    assert_int_equal(g.enters, 2);
+    pm_free(old);
+    pm_trainer_free(&t);
+}
+
 /* The one training configuration (config.c): the defaults are train's
  * documented ones (its --help: L 4, C 128, H 4, T 64, B 8, K 1, N 100, lr
  * 1e-3, warm-up N/10, weight decay 0.1, seed 1), settings land on their
@@ -1201,6 +1258,7 @@ int main(void) {
         cmocka_unit_test(test_ckpt_old_versions_load),
         cmocka_unit_test(test_ckpt_path_not_regular),
         cmocka_unit_test(test_ckpt_parts_fail_keep_old),
+        cmocka_unit_test(test_ckpt_guard),
         cmocka_unit_test(test_sigkill_between_create_and_commit),
         cmocka_unit_test(test_cfg_make),
         cmocka_unit_test(test_cfg_diff),

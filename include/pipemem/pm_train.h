@@ -329,6 +329,24 @@ pm_status pm_ckpt_info_read(const char *path, pm_ckpt_info *info, pm_err *err);
  * signal handler prints. */
 int64_t pm_ckpt_peek_step(const char *path);
 
+/* A guard around the rename that replaces a checkpoint, for a program whose
+ * signal handler names the checkpoint (pipemem under mpirun, through
+ * pm_ckpt_peek_step) and must not see it replaced after it spoke. While one
+ * is set, every commit (pm_pipe_save, pm_train_loop's saves) calls
+ * enter(ctx, path, err) once the temporary is whole and synced, right
+ * before the rename, and leave(ctx) right after it, or after a refusal,
+ * on the committing thread. enter returns PM_OK to let the rename go
+ * ahead; any other status refuses it: the temporary is removed, path stays
+ * as it was, and the save fails with that status and enter's message. */
+typedef struct {
+    pm_status (*enter)(void *ctx, const char *path, pm_err *err);
+    void (*leave)(void *ctx);
+    void *ctx; /* theirs */
+} pm_ckpt_guard;
+/* Sets the guard (g borrowed until the next call; NULL removes it), while
+ * no checkpoint is being committed. */
+void pm_ckpt_set_guard(const pm_ckpt_guard *g);
+
 /* A checkpoint checked whole before anything uses it: its header, this
  * run (the model, batch, microbatches, seed, lr, weight decay and the train
  * data's identity must be cfg's and data_id's, 0 on either side not

@@ -53,7 +53,9 @@ int pm_cli_agree(int failed);
  * there whose handler runs, while the host's local rank 0 lives) naming
  * that rank and host and the last complete checkpoint (at save, else at
  * resume; either may be NULL); the other ranks wait for mpirun's SIGKILL.
- * disarm restores both signals. */
+ * Rank 0's renames of the checkpoint go through a guard meanwhile
+ * (pm_ckpt_set_guard): none replaces the file after its host's line named
+ * it. disarm restores both signals and removes the guard. */
 void pm_cli_lost_arm(int rank, const char *save, const char *resume);
 void pm_cli_lost_disarm(void);
 /* "the last complete checkpoint is PATH (step N): ..." (or that there is

@@ -575,7 +575,8 @@ out:
 
 /* Test hooks: PM_FAULT=KIND,DEVICE,STEP,PASS injects a fault into one pass
  * (KIND fail, nan or kill), so the tests can check how every rank stops;
- * PM_TEST_VERSION=V makes this rank state version V at the handshake. */
+ * PM_TEST_VERSION=V makes this rank state version V at the handshake.
+ * (PM_TEST_COMMIT_HOLD holds a checkpoint's rename: lost.c.) */
 static int fault_hook(pm_pipe_opts *po) {
     po->version = getenv("PM_TEST_VERSION");
     const char *f = getenv("PM_FAULT");

@@ -24,7 +24,8 @@
  * killed; not reproduced here since, so which of these it was is not
  * known). (With OpenMPI's
  * orte_forward_job_control set, mpirun also forwards a resume after
- * Ctrl-Z as SIGCONT: the line then says so wrongly; it is off by default.)
+ * Ctrl-Z as SIGCONT: the line then says the run stopped, and rank 0 keeps
+ * to it: its next save fails, ending the run; it is off by default.)
  *
  * Every rank handles both, and none ends before the line is out: a rank
  * ended at once by SIGTERM cut the daemon's sleep short as above, and the
@@ -39,6 +40,28 @@
  * speaker 0.3 s (mpirun forwards the line only while the rank lives); each
  * then ends by SIGTERM as it would have.
  *
+ * The line names the step the file holds, and no later save replaces that
+ * file: rank 0 (which alone commits a save, pm_pipe_save) may be renaming
+ * the next checkpoint over --save's path as its host's line is said, the
+ * lost ranks having sent their parts of it (once in CI: the line said step
+ * N, the file then held N + 20, and a resume to step N + 10 saved N + 20
+ * again without a word). So rank 0 renames inside a guard
+ * (pm_ckpt_set_guard): it listens at "\0pipemem-commit-JOB", then renames
+ * only if no line was said on its host (the speaker's turn socket listens
+ * once taken) and mpirun's stop has not reached it (a flag of its own,
+ * which outlives a speaker ended since: its socket closed), else abandons
+ * the save; the speaker listens at its turn, then waits while rank 0
+ * listens at its commit (at most 0.5 s) before it reads the header. Each
+ * publishes before it looks and one kernel orders the socket calls, so
+ * either rank 0 sees the line and keeps the file, or the speaker sees the
+ * rename and reads after it. SIGCONT and SIGTERM wait on the renaming
+ * thread meanwhile (another of rank 0's threads takes them: a handler on
+ * it would wait for a window its own thread holds). Known limits: a host
+ * other than rank 0's sees the file through a shared file system and
+ * cannot take part (its line may name the step before); a rename slower
+ * than the speaker's 0.5 s, or a rank whose sockets could not be made,
+ * goes unguarded.
+ *
  * A rank ending on an error of its own (pm_cli_lost_fail) says it once
  * too: SIGTERM blocked on its thread, it takes the same turn, so either
  * its line or a handler's is written, never both, never neither.
@@ -48,10 +71,11 @@
  * checkpoint (pm_select_ranks_running: one atomic read); the other ranks
  * wait for the SIGKILL.
  *
- * Everything the handlers call is async-signal-safe (atomic exchange,
- * getppid, socket, connect, bind, close, pm_ckpt_peek_step: open, pread,
- * close; write, nanosleep, signal, raise); the rest was prepared when the
- * run started. */
+ * Everything the handlers call is async-signal-safe (atomic exchange and
+ * store, getppid, socket, connect, bind, listen, close, pm_ckpt_peek_step:
+ * open, pread, close; write, nanosleep, signal, raise); the rest was
+ * prepared when the run started. The guard runs on the committing thread,
+ * outside any handler. */
 #include <errno.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -74,8 +98,14 @@ static char g_resume[2048];    /* --resume's path, or "" */
 static char g_line[6144];      /* built in the handler */
 static char g_ckpt[4224];      /* pm_cli_lost_ckpt's */
 static struct sockaddr_un g_turn, g_alive; /* "\0pipemem-said-JOB", "\0pipemem-first-JOB" */
-static socklen_t g_turn_len, g_alive_len;
-static int g_sock = -1;        /* binds g_turn: this rank's turn to speak */
+static struct sockaddr_un g_commit_at;     /* "\0pipemem-commit-JOB" */
+static socklen_t g_turn_len, g_alive_len, g_commit_len;
+static int g_sock = -1;        /* binds g_turn: this rank's turn to speak; listens once taken */
+static int g_commit = -1;      /* listens at g_commit_at while this rank renames a checkpoint */
+static sigset_t g_commit_mask; /* the renaming thread's signal mask before */
+static atomic_int g_stopping;  /* mpirun's stop reached this process: no rename after it */
+static int g_hold, g_inside;   /* PM_TEST_COMMIT_HOLD's K, and 1 for inside the window */
+static int g_commits;          /* renames begun (the guard entered) */
 static int g_beacon = -1;      /* the host's first rank: listens at g_alive while it lives */
 static int g_first;            /* this is the host's first rank (local rank 0) */
 static atomic_int g_said;      /* this process took its turn (or leaves it to rank 0) */
@@ -128,29 +158,49 @@ static size_t put_sweep(char *buf, size_t cap, size_t n) {
     return n;
 }
 
-/* Whether the host's first rank lives (it is this one, or listens): once
- * it ended, having said a line of its own (then SIGCONT woke a rank it
- * had waited for) or lost itself, the others stay silent. */
-static int first_alive(void) {
-    if (g_first) return 1;
+/* Whether a process of this host listens at a (the connection is taken,
+ * or its backlog is full): 1 or 0, -1 if no socket could be made. */
+static int listening(const struct sockaddr_un *a, socklen_t len) {
     int s = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (s < 0) return 1;
-    int up = !connect(s, (const struct sockaddr *)&g_alive, g_alive_len) || errno == EAGAIN;
+    if (s < 0) return -1;
+    int up = !connect(s, (const struct sockaddr *)a, len) || errno == EAGAIN;
     close(s);
     return up;
 }
 
+/* Whether the host's first rank lives (it is this one, or listens): once
+ * it ended, having said a line of its own (then SIGCONT woke a rank it
+ * had waited for) or lost itself, the others stay silent. */
+static int first_alive(void) {
+    return g_first || listening(&g_alive, g_alive_len) != 0;
+}
+
 /* This process's turn to say the line: the first to ask in the process,
  * and (host) the first on this host (a socket it cannot bind is another
- * rank's; none made: every rank speaks rather than none). */
+ * rank's; none made: every rank speaks rather than none). A turn taken
+ * listens, so rank 0's guard sees that the host's line is said. */
 static int my_turn(int host) {
     if (atomic_exchange(&g_said, 1)) return 0;
-    return !host || (first_alive() && (g_sock < 0 || bind(g_sock, (const struct sockaddr *)
-                                                          &g_turn, g_turn_len) == 0));
+    if (!host) return 1;
+    if (!first_alive()) return 0;
+    if (g_sock < 0) return 1;
+    if (bind(g_sock, (const struct sockaddr *)&g_turn, g_turn_len)) return 0;
+    listen(g_sock, 64);
+    return 1;
+}
+
+/* Waits while rank 0 renames a checkpoint on this host (it listens at
+ * g_commit_at meanwhile), at most 0.5 s: the line then reads the file
+ * after the rename. */
+static void await_commit(void) {
+    struct timespec ms = {0, 1000000};
+    for (int k = 0; k < 500 && listening(&g_commit_at, g_commit_len) > 0; k++)
+        nanosleep(&ms, NULL);
 }
 
 /* Builds and writes the line (this process's turn). */
 static void say(void) {
+    await_commit();
     size_t n = 0;
     put(g_line, sizeof g_line, &n, g_who);
     put(g_line, sizeof g_line, &n, "mpirun stopped this rank, as it stops every rank once "
@@ -163,20 +213,31 @@ static void say(void) {
     atomic_store(&g_spoke, 1);
 }
 
+/* mpirun's stop reached this process: no rename after this (commit_enter).
+ * Marked after the turn was taken, so that a rename refused for it finds
+ * the turn taken (pm_cli_lost_fail then says nothing of its own). */
+static void stopping(void) { atomic_store(&g_stopping, 1); }
+
 /* SIGCONT from this rank's daemon (its parent) opens mpirun's stop: the
  * line goes out now, a second before SIGTERM. Another's SIGCONT (a shell's
  * kill -CONT, a debugger) says nothing. */
 static void on_cont(int sig, siginfo_t *info, void *ctx) {
     (void)sig, (void)ctx;
     int saved = errno; /* bind's refusal sets it */
-    if (info && info->si_pid == getppid() && my_turn(1)) say();
+    if (info && info->si_pid == getppid()) {
+        int mine = my_turn(1);
+        stopping();
+        if (mine) say();
+    }
     errno = saved;
 }
 
 static void on_term(int sig) {
     int saved = errno;
     struct timespec left = {2, 0};
-    if (atomic_load(&g_spoke) || my_turn(1)) {
+    int mine = atomic_load(&g_spoke) || my_turn(1);
+    stopping();
+    if (mine) {
         if (!atomic_load(&g_spoke)) say();
         left = (struct timespec){0, 300000000}; /* for mpirun to take the line in */
     }
@@ -187,6 +248,52 @@ static void on_term(int sig) {
     signal(sig, SIG_DFL);
     raise(sig);
 }
+
+/* PM_TEST_COMMIT_HOLD=before,K or inside,K (tests/test_cli_mpi.c): the
+ * K-th rename waits, before the guard looks (as after a slow fsync) or
+ * inside its window (as a slow rename), until mpirun's stop reached this
+ * process (at most 5 s) and 0.1 s more: a guard that did not look would
+ * rename after the line, a speaker that did not wait for the window would
+ * name the step before. */
+static void test_hold(int inside) {
+    struct timespec tick = {0, 10000000}, more = {0, 100000000};
+    if (g_commits != g_hold || g_inside != inside) return;
+    for (int k = 0; k < 500 && !atomic_load(&g_stopping); k++) nanosleep(&tick, NULL);
+    nanosleep(&more, NULL);
+}
+
+/* The guard around rank 0's rename (pm_ckpt_set_guard), on its thread:
+ * SIGCONT and SIGTERM wait there, the window is announced, then the
+ * rename goes ahead unless the host's line was said or mpirun's stop
+ * reached this process (no socket made: unannounced, as every rank speaks
+ * when its own cannot be made). */
+static pm_status commit_enter(void *ctx, const char *path, pm_err *err) {
+    (void)ctx;
+    g_commits++;
+    test_hold(0);
+    sigset_t stop;
+    sigemptyset(&stop);
+    sigaddset(&stop, SIGCONT);
+    sigaddset(&stop, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &stop, &g_commit_mask);
+    g_commit = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (g_commit >= 0 && (bind(g_commit, (const struct sockaddr *)&g_commit_at, g_commit_len) ||
+                          listen(g_commit, 64)))
+        close(g_commit), g_commit = -1;
+    if (atomic_load(&g_stopping) || listening(&g_turn, g_turn_len) > 0)
+        return pm_errf(err, PM_ERR_TRANSPORT, "%s: not replaced: mpirun is stopping this rank "
+                       "and the line naming the checkpoint was said", path);
+    test_hold(1);
+    return PM_OK;
+}
+
+static void commit_leave(void *ctx) {
+    (void)ctx;
+    if (g_commit >= 0) close(g_commit), g_commit = -1;
+    pthread_sigmask(SIG_SETMASK, &g_commit_mask, NULL);
+}
+
+static const pm_ckpt_guard g_guard = {commit_enter, commit_leave, NULL};
 
 const char *pm_cli_lost_ckpt(void) {
     g_ckpt[put_ckpt(g_ckpt, sizeof g_ckpt, 0)] = 0;
@@ -216,6 +323,13 @@ static void arm(int rank, int speaks) {
     if (!job) job = getenv("OMPI_MCA_ess_base_jobid");
     g_turn_len = name(&g_turn, "said", job);
     g_alive_len = name(&g_alive, "first", job);
+    g_commit_len = name(&g_commit_at, "commit", job);
+    const char *hold = getenv("PM_TEST_COMMIT_HOLD");
+    char where[8] = "";
+    g_hold = g_commits = 0;
+    if (hold && sscanf(hold, "%7[a-z],%d", where, &g_hold) == 2)
+        g_inside = !strcmp(where, "inside");
+    atomic_store(&g_stopping, 0);
     if (g_sock < 0) g_sock = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     const char *local = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
     g_first = !local || atoi(local) == 0;
@@ -241,6 +355,7 @@ void pm_cli_lost_arm(int rank, const char *save, const char *resume) {
     snprintf(g_save, sizeof g_save, "%s", save ? save : "");
     snprintf(g_resume, sizeof g_resume, "%s", resume ? resume : "");
     arm(rank, 1);
+    pm_ckpt_set_guard(&g_guard); /* rank 0 alone commits */
 }
 
 void pm_cli_lost_arm_sweep(const struct pm_select_ranks *k, const char *resume) {
@@ -250,6 +365,7 @@ void pm_cli_lost_arm_sweep(const struct pm_select_ranks *k, const char *resume) 
 }
 
 void pm_cli_lost_disarm(void) {
+    pm_ckpt_set_guard(NULL);
     signal(SIGTERM, SIG_DFL);
     signal(SIGCONT, SIG_DFL);
     g_sweep = NULL; /* after: no handler reads it now */

@@ -6,6 +6,8 @@
  * slab checksums, pm_ckpt_commit writes the bytes outside the slabs last,
  * fsyncs, renames over PATH and fsyncs the directory. Until the rename PATH
  * is untouched, so a failure or a kill anywhere leaves the old checkpoint.
+ * The rename alone runs inside the guard, if one is set (pm_ckpt_set_guard),
+ * which may refuse it.
  *
  * Reading verifies before it interprets: magic and version, the size a
  * header needs, then the FNV (version 4: of the bytes outside the slabs;
@@ -27,6 +29,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -333,6 +336,27 @@ static int write_rest(int fd, const pm_ckpt_meta *m, uint64_t n, uint64_t end, u
            pwrite_all(fd, h, sizeof h, 0);
 }
 
+/* The guard (pm_ckpt_set_guard), or NULL: set by the caller's thread, read
+ * by the committing one. */
+static _Atomic(const pm_ckpt_guard *) guard;
+
+void pm_ckpt_set_guard(const pm_ckpt_guard *g) { atomic_store(&guard, g); }
+
+/* Renames tmp over path inside the guard: PM_OK, else tmp is removed and
+ * path unchanged (the guard's refusal, or the rename's error). */
+static pm_status replace(const char *path, const char *tmp, pm_err *err) {
+    const pm_ckpt_guard *g = atomic_load(&guard);
+    pm_status st = g ? g->enter(g->ctx, path, err) : PM_OK;
+    int e = 0;
+    if (!st && rename(tmp, path) != 0) e = errno;
+    if (g) g->leave(g->ctx);
+    if (!st && !e) return PM_OK;
+    unlink(tmp);
+    if (st) return st;
+    return pm_errf(err, PM_ERR_IO, "%s: rename failed: %s; the previous file is unchanged", path,
+                   strerror(e));
+}
+
 pm_status pm_ckpt_commit(const char *path, const char *tmp, const pm_ckpt_meta *meta,
                          const uint64_t sums[PM_CKPT_SLABS], pm_err *err) {
     uint64_t n, end, size;
@@ -347,12 +371,12 @@ pm_status pm_ckpt_commit(const char *path, const char *tmp, const pm_ckpt_meta *
     if (write_rest(fd, meta, n, end, size, sums)) why = "write failed", e = errno;
     else if (fsync(fd) != 0) why = "fsync failed", e = errno;
     if (close(fd) != 0 && !why) why = "close failed", e = errno;
-    if (!why && rename(tmp, path) != 0) why = "rename failed", e = errno;
     if (why) {
         unlink(tmp);
         return pm_errf(err, PM_ERR_IO, "%s: %s: %s; the previous file is unchanged", path, why,
                        strerror(e));
     }
+    if ((st = replace(path, tmp, err))) return st;
     if (sync_dir(path))
         return pm_errf(err, PM_ERR_IO, "%s: written, but its directory could not be synced: %s",
                        path, strerror(errno));

@@ -53,8 +53,9 @@ pm_status pm_ckpt_write_part(const char *tmp, size_t n_params, int slab, size_t 
 /* Finishes the checkpoint once every range of every slab was written:
  * meta must be the one given to create, sums[s] the sum of slab s's parts.
  * Writes the header, tokenizer and checksums, fsyncs, renames tmp over path
- * and fsyncs the directory. On error tmp is removed and path is unchanged
- * (unless only the directory's fsync failed: the message says so). */
+ * (inside the guard, pm_ckpt_set_guard, which may refuse it) and fsyncs the
+ * directory. On error tmp is removed and path is unchanged (unless only the
+ * directory's fsync failed: the message says so). */
 pm_status pm_ckpt_commit(const char *path, const char *tmp, const pm_ckpt_meta *meta,
                          const uint64_t sums[PM_CKPT_SLABS], pm_err *err);
 
