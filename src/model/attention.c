@@ -92,7 +92,8 @@ static void prod(int ta, size_t m, size_t n, size_t k, float alpha, const float 
 }
 
 /* s (nq, nk) = scale X_i Y_j^T for rows x of X (ld) and keys j0.. of Y,
- * given as the panels yt of Y^T. */
+ * given as the panels yt of Y^T (j0 starts a panel). */
+_Static_assert(PM_ATT_BK % 64 == 0, "key blocks start on panel boundaries");
 static void scores(size_t nq, size_t nk, size_t hs, float scale, const float *x, size_t ld,
                    const float *yt, size_t j0, float *s) {
     pm_k_tile_mm(nq, nk, hs, scale, x, ld, 1, yt + j0 / 64 * 64 * hs, 64, 64 * hs, 0, s, nk);
@@ -139,7 +140,7 @@ static void put_rows(float *dst, size_t ld, const float *src, size_t n, size_t h
 }
 
 /* B's slot (pm_att_slot_floats_b): two tiles, dK_j and dV_j of a key
- * block, dQ and D of the whole sequence. */
+ * block, dQ and D of the whole sequence, K^T and V^T in panels. */
 typedef struct {
     float *p, *dp, *dk, *dv, *dq, *d, *kt, *vt;
 } b_slot;

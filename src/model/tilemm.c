@@ -29,7 +29,8 @@ void pm_k_tile_mm_blas(int on) { atomic_store(&g_blas, on); }
 /* One panel's product by OpenBLAS: A's strides as a transpose flag. */
 static void blas_panel(size_t m, size_t w, size_t k, float alpha, const float *A, size_t ars,
                        size_t aks, const float *B, size_t ldb, int acc, float *C, size_t ldc) {
-    int ta = aks != 1 || ars < k; /* (ars 1, aks 1: one row or a column of A) */
+    PM_ASSERT(ars == 1 || aks == 1); /* A as given or transposed */
+    int ta = aks != 1 || ars < k;    /* (ars 1, aks 1: one row or a column of A) */
     pm_k_gemm(ta, 0, m, w, k, alpha, A, ta ? aks : ars, B, ldb, acc ? 1.0f : 0.0f, C, ldc);
 }
 
