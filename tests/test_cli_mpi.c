@@ -458,6 +458,15 @@ static int file_has(const char *path, const char *needle) {
     return strstr(buf, needle) != NULL;
 }
 
+/* The log at path into out (cap bytes, NUL-terminated); the test fails if
+ * it cannot be opened. */
+static void read_log(const char *path, char *out, size_t cap) {
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    out[fread(out, 1, cap - 1, f)] = 0;
+    fclose(f);
+}
+
 /* Polls path (every 0.2 s, at most `tries` times) until it holds needle. */
 static int wait_for(const char *path, const char *needle, int tries) {
     for (int k = 0; k < tries; k++) {
@@ -496,10 +505,7 @@ static void test_stopped_rank(void **state) {
     snprintf(cmd, sizeof cmd, "kill -KILL $(cat %s) 2>/dev/null; true", pids); /* if left */
     assert_int_equal(system(cmd), 0);
     if (!ended) fail_msg("the job did not end after its rank 1 stopped");
-    FILE *f = fopen(log, "r");
-    assert_non_null(f);
-    out[fread(out, 1, sizeof out - 1, f)] = 0;
-    fclose(f);
+    read_log(log, out, sizeof out);
     if (file_has(log, "exit 0") || file_has(log, "exit 124") || chk_count(out, "pipemem: ") != 1 ||
         !(strstr(out, "from rank 1 that never came") || strstr(out, "rank 1 to receive") ||
           strstr(out, "rank 1 did not answer") || strstr(out, "for ranks that never came")))
@@ -527,10 +533,7 @@ static void test_interrupted(void **state) {
     /* mpirun, the child of timeout */
     assert_int_equal(chk_sh(NULL, "pkill -TERM -P $(cat %s.pid)", log), 0);
     if (!wait_for(log, "exit ", 300)) fail_msg("mpirun did not end");
-    FILE *f = fopen(log, "r");
-    assert_non_null(f);
-    out[fread(out, 1, sizeof out - 1, f)] = 0;
-    fclose(f);
+    read_log(log, out, sizeof out);
     const char *at = strstr(out, "mpirun stopped this rank");
     long long step = -1;
     at = at ? strstr(at, "the last complete checkpoint is ") : NULL;
@@ -592,10 +595,7 @@ static long long lost_in_commit(const char *where) {
                             "'\\n' < /proc/$p/environ | grep -qx OMPI_COMM_WORLD_RANK=1 && "
                             "kill -KILL $p; done; true", bin, dir), 0);
     if (!wait_for(log, "exit ", 300)) fail_msg("%s: mpirun did not end", where);
-    FILE *f = fopen(log, "r");
-    assert_non_null(f);
-    out[fread(out, 1, sizeof out - 1, f)] = 0;
-    fclose(f);
+    read_log(log, out, sizeof out);
     const char *at = strstr(out, "the last complete checkpoint is ");
     long long step = -1;
     if (file_has(log, "exit 0") || file_has(log, "exit 124") || chk_count(out, "pipemem: ") != 1 ||
