@@ -160,6 +160,26 @@ static void test_att_tile_mask(void **s) {
     }
 }
 
+/* Rows wider than a vector: the running max is exact wherever the largest
+ * score lies (the first element, inside a vector, the tail past the last
+ * whole vector), and pm_k_scale multiplies each element alone. */
+static void test_att_tile_wide_rows(void **s) {
+    (void)s;
+    enum { NK = 37 };
+    const int at[] = {0, 5, 16, 21, 33, 36};
+    for (size_t a = 0; a < sizeof at / sizeof at[0]; a++) {
+        float row[NK], x[NK], m, l, alpha;
+        for (int j = 0; j < NK; j++) row[j] = (float)((j * 29) % 17) * 0.25f - 3.0f;
+        row[at[a]] = 9.5f;
+        pm_k_att_tile_f(row, 1, NK, NK, &m, &l, &alpha, 1);
+        assert_true(m == 9.5f);
+        assert_true(row[at[a]] == 1.0f); /* exp(0) */
+        for (int j = 0; j < NK; j++) x[j] = (float)j - 7.25f;
+        pm_k_scale(x, 0.375f, NK);
+        for (int j = 0; j < NK; j++) assert_true(x[j] == ((float)j - 7.25f) * 0.375f);
+    }
+}
+
 /* ---- compute threads ------------------------------------------------------------ */
 
 static atomic_int hits[64];
@@ -409,6 +429,7 @@ int main(void) {
         cmocka_unit_test(test_layernorm_offset),
         cmocka_unit_test(test_head_tiles_extremes),
         cmocka_unit_test(test_att_tile_mask),
+        cmocka_unit_test(test_att_tile_wide_rows),
         cmocka_unit_test(test_tile_mm),
         cmocka_unit_test(test_pool_each_task_once),
         cmocka_unit_test(test_par_for_pieces),

@@ -235,34 +235,6 @@ static float vdot(const float *x, const float *y, size_t n) {
     return lanes_total(a, b, t);
 }
 
-/* max is exact in any order */
-static float vmax(const float *x, size_t n) {
-    float mx = x[0];
-    size_t i = 1;
-    if (n >= 8) {
-        f4 a = ld4(x), b = ld4(x + 4);
-        for (i = 8; i + 8 <= n; i += 8) {
-            f4 u = ld4(x + i), w = ld4(x + i + 4);
-            i4 ma = u > a, mb = w > b;
-            a = (f4)((ma & (i4)u) | (~ma & (i4)a));
-            b = (f4)((mb & (i4)w) | (~mb & (i4)b));
-        }
-        for (int k = 0; k < 4; k++) {
-            mx = a[k] > mx ? a[k] : mx;
-            mx = b[k] > mx ? b[k] : mx;
-        }
-    }
-    for (; i < n; i++) mx = x[i] > mx ? x[i] : mx;
-    return mx;
-}
-
-/* x[i] *= f */
-static void vscale(float *x, float f, size_t n) {
-    size_t i = 0;
-    for (; i + 4 <= n; i += 4) st4(x + i, ld4(x + i) * f);
-    for (; i < n; i++) x[i] *= f;
-}
-
 /* ---- LayerNorm --------------------------------------------------------------- */
 
 typedef struct {
@@ -474,6 +446,25 @@ int pm_k_v16(void) {
 #else
     return 0;
 #endif
+}
+
+/* The largest of x[0..n), n >= 1 (exact in any order, so every width
+ * gives the same value), and x[i] *= f: attention's and the head's rows. */
+static float vmax(const float *x, size_t n) {
+#ifdef PM_HAVE_V16
+    if (use_v16()) return v16_max(x, n);
+#endif
+    return v4_max(x, n);
+}
+
+static void vscale(float *x, float f, size_t n) {
+#ifdef PM_HAVE_V16
+    if (use_v16()) {
+        v16_scale(x, f, n);
+        return;
+    }
+#endif
+    v4_scale(x, f, n);
 }
 
 /* p[j] = exp(p[j] - mx) for j < n */

@@ -2,11 +2,12 @@
  * per vector width. Before including, define VM(name) (prefixes the
  * function names), VM_W (floats per vector), VM_ATTR (function attributes,
  * e.g. a target ISA). Defines VM(vf), VM(vi) typedefs, VM(gelu_fg) (the
- * value and its derivative) over element ranges, VM(exp_sub). Every element gets the same
- * IEEE single operations in the same order at every width, so widths give
- * identical bits. That needs no contraction of a * b + c into FMA, which
- * the Makefile's -std=c11 guarantees with GCC (-ffp-contract=off in ISO
- * mode); build with GCC or pass -ffp-contract=off to keep it.
+ * value and its derivative) over element ranges, VM(exp_sub), VM(max) and
+ * VM(scale). Every element gets the same IEEE single operations in the
+ * same order at every width, so widths give identical bits. That needs no
+ * contraction of a * b + c into FMA, which the Makefile's -std=c11
+ * guarantees with GCC (-ffp-contract=off in ISO mode); build with GCC or
+ * pass -ffp-contract=off to keep it.
  *
  * Cephes' expf: x = n ln2 + r, |r| <= ln2/2, exp(r) by a degree-6
  * polynomial (relative error ~1e-7), times 2^n built in the exponent bits.
@@ -98,4 +99,27 @@ VM_ATTR static void VM(exp_sub)(float *p, size_t n, float mx) {
     size_t i = 0;
     for (; i + VM_W <= n; i += VM_W) VM(store)(p + i, VM(vexp)(VM(load)(p + i) - mx));
     if (i < n) VM(store_tail)(p + i, VM(vexp)(VM(load_tail)(p + i, n - i) - mx), n - i);
+}
+
+/* The largest of x[0..n), n >= 1; a NaN lane never wins a comparison. */
+VM_ATTR static float VM(max)(const float *x, size_t n) {
+    float mx = x[0];
+    size_t i = 1;
+    if (n >= VM_W) {
+        VM(vf) a = VM(load)(x);
+        for (i = VM_W; i + VM_W <= n; i += VM_W) {
+            VM(vf) u = VM(load)(x + i);
+            a = VM(sel)(u > a, u, a);
+        }
+        for (int k = 0; k < VM_W; k++) mx = a[k] > mx ? a[k] : mx;
+    }
+    for (; i < n; i++) mx = x[i] > mx ? x[i] : mx;
+    return mx;
+}
+
+/* x[i] *= f for i < n */
+VM_ATTR static void VM(scale)(float *x, float f, size_t n) {
+    size_t i = 0;
+    for (; i + VM_W <= n; i += VM_W) VM(store)(x + i, VM(load)(x + i) * f);
+    for (; i < n; i++) x[i] *= f;
 }
