@@ -248,6 +248,37 @@ static void test_tile_mm(void **s) {
                     tile_mm_case(ms[a], ns[b], ks[c], f & 1, f >> 1 & 1, f >> 2 & 1);
 }
 
+/* K^T into panels of 64 keys: every entry lands at the index the layout
+ * formula gives (by hand: panel j / 64, row p, column j % 64), with and
+ * without whole 16 x 16 blocks, and nothing past the last key is written,
+ * on the AVX-512 path and the plain one. */
+static void test_panels(void **s) {
+    (void)s;
+    static const size_t Ts[] = {1, 15, 16, 17, 64, 100, 257}, hss[] = {8, 16, 24, 64};
+    for (int blas = 0; blas < 2; blas++) {
+        pm_k_tile_mm_blas(blas);
+        for (size_t a = 0; a < sizeof Ts / sizeof *Ts; a++)
+            for (size_t b = 0; b < sizeof hss / sizeof *hss; b++) {
+                size_t T = Ts[a], hs = hss[b], ld = hs + 5, np = (T + 63) / 64;
+                float *x = malloc(T * ld * sizeof(float)), *d = malloc(np * 64 * hs * sizeof(float));
+                assert_non_null(x), assert_non_null(d);
+                for (size_t i = 0; i < T * ld; i++) x[i] = (float)i + 0.5f;
+                for (size_t i = 0; i < np * 64 * hs; i++) d[i] = -1.0f;
+                pm_k_panels(d, x, ld, T, hs);
+                for (size_t j = 0; j < np * 64; j++)
+                    for (size_t p = 0; p < hs; p++) {
+                        float got = d[j / 64 * 64 * hs + p * 64 + j % 64];
+                        float want = j < T ? (float)(j * ld + p) + 0.5f : -1.0f;
+                        if (got != want)
+                            fail_msg("blas %d T %zu hs %zu: key %zu dim %zu = %g, want %g", blas,
+                                     T, hs, j, p, (double)got, (double)want);
+                    }
+                free(x), free(d);
+            }
+    }
+    pm_k_tile_mm_blas(0);
+}
+
 static void test_pool_each_task_once(void **s) {
     (void)s;
     for (int threads = 1; threads <= 4; threads++) {
@@ -431,6 +462,7 @@ int main(void) {
         cmocka_unit_test(test_att_tile_mask),
         cmocka_unit_test(test_att_tile_wide_rows),
         cmocka_unit_test(test_tile_mm),
+        cmocka_unit_test(test_panels),
         cmocka_unit_test(test_pool_each_task_once),
         cmocka_unit_test(test_par_for_pieces),
         cmocka_unit_test(test_matmul_threads_bitwise),

@@ -72,18 +72,6 @@ size_t pm_att_slot_floats_b(int T, int hs) {
     return 2 * max_q(Tz) * max_k(Tz) + 2 * max_k(Tz) * h + Tz * h + Tz + 2 * panels(Tz, h);
 }
 
-/* x^T for the T rows of x (ld apart, hs columns) into panels of 64 of
- * them, as pm_k_tile_mm reads its B: panel c holds rows 64 c .. as (hs,
- * 64), row-major. (Gathering 16 rows at a time with AVX-512 was only 15%
- * faster: the strided reads bound both.) */
-static void to_panels(float *dst, const float *x, size_t ld, size_t T, size_t hs) {
-    for (size_t j = 0; j < T; j++) {
-        float *col = dst + j / 64 * 64 * hs + j % 64;
-        const float *row = x + j * ld;
-        for (size_t p = 0; p < hs; p++) col[p * 64] = row[p];
-    }
-}
-
 /* The products of a tile: C = alpha op(A) B (+ C when acc), A (lda) read
  * transposed when ta, B row-major (ldb). */
 static void prod(int ta, size_t m, size_t n, size_t k, float alpha, const float *A, size_t lda,
@@ -107,7 +95,7 @@ static void att_f_task(const void *arg, size_t bh, int slot) {
     float *o = a->atty + b * T * C + h * hs, *lse = a->lse + bh * T;
     float *s = a->work + (size_t)slot * a->slot_floats, *m = s + max_q(T) * max_k(T);
     float *l = m + max_q(T), *alpha = l + max_q(T), *kt = alpha + max_q(T);
-    to_panels(kt, k, ld, T, hs);
+    pm_k_panels(kt, k, ld, T, hs);
     for (size_t i0 = 0; i0 < T; i0 += PM_ATT_BQ) {
         size_t i1 = i0 + PM_ATT_BQ < T ? i0 + PM_ATT_BQ : T, nq = i1 - i0;
         for (size_t j0 = 0; j0 < i1; j0 += PM_ATT_BK) {
@@ -182,8 +170,8 @@ static void att_b_task(const void *arg, size_t bh, int slot) {
     const float *lse = a->lse + bh * T;
     b_slot w = b_slot_of(a, slot);
     for (size_t t = 0; t < T; t++) w.d[t] = pm_k_dot(dy + t * C, o + t * C, hs);
-    to_panels(w.kt, k, ld, T, hs);
-    to_panels(w.vt, v, ld, T, hs);
+    pm_k_panels(w.kt, k, ld, T, hs);
+    pm_k_panels(w.vt, v, ld, T, hs);
     for (size_t j0 = 0; j0 < T; j0 += PM_ATT_BK) {
         size_t j1 = j0 + PM_ATT_BK < T ? j0 + PM_ATT_BK : T;
         att_b_keys(a, q, k, dy, lse, &w, j0, j1);

@@ -142,6 +142,10 @@ void pm_k_tile_mm(size_t m, size_t n, size_t k, float alpha, const float *A, siz
                   size_t aks, const float *B, size_t ldb, size_t bps, int acc, float *C,
                   size_t ldc);
 void pm_k_tile_mm_blas(int on);
+/* x^T for the T rows of x (ld apart, hs columns) into panels of 64 rows,
+ * as pm_k_tile_mm reads a B in panels: dst[(j / 64) 64 hs + p 64 + j % 64]
+ * = x[j ld + p]; the last panel's columns past T are left as they were. */
+void pm_k_panels(float *dst, const float *x, size_t ld, size_t T, size_t hs);
 /* Attention F's tile s (nq, nk) of scaled scores, keys j0.. for queries
  * i0.. with diag = i0 - j0 (row r sees its first diag + r + 1 keys; the
  * rest become 0): s becomes exp(s - m') with m' the running row max, m and

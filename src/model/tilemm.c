@@ -34,6 +34,16 @@ static void blas_panel(size_t m, size_t w, size_t k, float alpha, const float *A
     pm_k_gemm(ta, 0, m, w, k, alpha, A, ta ? aks : ars, B, ldb, acc ? 1.0f : 0.0f, C, ldc);
 }
 
+/* Rows [j0, j1) of x, columns [p0, hs), into their panels' columns. */
+static void panels_by_row(float *dst, const float *x, size_t ld, size_t j0, size_t j1, size_t p0,
+                          size_t hs) {
+    for (size_t j = j0; j < j1; j++) {
+        float *col = dst + j / 64 * 64 * hs + j % 64;
+        const float *row = x + j * ld;
+        for (size_t p = p0; p < hs; p++) col[p * 64] = row[p];
+    }
+}
+
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
 
@@ -110,7 +120,60 @@ mm16(size_t m, size_t n, const float *A, const float *B, size_t bps, float *C, c
         }
     }
 }
+
+/* r[c] becomes column c of the 16 x 16 block whose rows were r[0..15]:
+ * pairs of rows interleaved by floats, then by float pairs, leave lane L
+ * of t[4 i + k] holding column 4 L + k of rows 4 i .. 4 i + 3; two rounds
+ * of moving whole lanes gather each column's four lanes in row order. */
+__attribute__((target("avx512f"))) static inline void transpose16(__m512 r[16]) {
+    __m512 a[16], t[16];
+    for (int i = 0; i < 16; i += 2) {
+        a[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+        a[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 16; i += 4)
+        for (int h = 0; h < 2; h++) {
+            __m512d lo = _mm512_castps_pd(a[i + h]), hi = _mm512_castps_pd(a[i + h + 2]);
+            t[i + 2 * h] = _mm512_castpd_ps(_mm512_unpacklo_pd(lo, hi));
+            t[i + 2 * h + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(lo, hi));
+        }
+    for (int k = 0; k < 4; k++) {
+        __m512 u0 = _mm512_shuffle_f32x4(t[k], t[4 + k], 0x88);
+        __m512 u1 = _mm512_shuffle_f32x4(t[k], t[4 + k], 0xdd);
+        __m512 v0 = _mm512_shuffle_f32x4(t[8 + k], t[12 + k], 0x88);
+        __m512 v1 = _mm512_shuffle_f32x4(t[8 + k], t[12 + k], 0xdd);
+        r[k] = _mm512_shuffle_f32x4(u0, v0, 0x88);
+        r[k + 4] = _mm512_shuffle_f32x4(u1, v1, 0x88);
+        r[k + 8] = _mm512_shuffle_f32x4(u0, v0, 0xdd);
+        r[k + 12] = _mm512_shuffle_f32x4(u1, v1, 0xdd);
+    }
+}
+
+/* Whole 16 x 16 blocks through registers; returns the rows done. */
+__attribute__((target("avx512f"))) static size_t
+panels16(float *dst, const float *x, size_t ld, size_t T, size_t hs) {
+    size_t J = T / 16 * 16, P = hs / 16 * 16;
+    for (size_t j = 0; j < J; j += 16) {
+        float *pd = dst + j / 64 * 64 * hs + j % 64;
+        for (size_t p = 0; p < P; p += 16) {
+            __m512 r[16];
+            for (int i = 0; i < 16; i++) r[i] = _mm512_loadu_ps(x + (j + (size_t)i) * ld + p);
+            transpose16(r);
+            for (int c = 0; c < 16; c++) _mm512_storeu_ps(pd + (p + (size_t)c) * 64, r[c]);
+        }
+    }
+    panels_by_row(dst, x, ld, 0, J, P, hs);
+    return J;
+}
 #endif
+
+void pm_k_panels(float *dst, const float *x, size_t ld, size_t T, size_t hs) {
+    size_t done = 0;
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    if (pm_k_v16() && !atomic_load(&g_blas)) done = panels16(dst, x, ld, T, hs);
+#endif
+    panels_by_row(dst, x, ld, done, T, 0, hs);
+}
 
 void pm_k_tile_mm(size_t m, size_t n, size_t k, float alpha, const float *A, size_t ars,
                   size_t aks, const float *B, size_t ldb, size_t bps, int acc, float *C,
