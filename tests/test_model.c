@@ -561,12 +561,14 @@ static void test_sizes_independent_count(void **s) {
     assert_int_equal(e.saved, N * C * f + N * 4);
     assert_int_equal(e.saved_w, e.saved);
     /* T = 16: tiles of 16 x 16; K^T (and in B V^T) in one panel of 64
-     * columns (tilemm.c), 16 of them used */
-    size_t hs = C / H, kt = 64 * hs, slot_b = 2 * T * T + 2 * T * hs + T * hs + T + 2 * kt;
+     * columns (tilemm.c), 16 of them used; F's V (T hs) and B's Q_i, dO_i
+     * and K_j (3 T hs) packed */
+    size_t hs = C / H, kt = 64 * hs;
+    size_t slot_b = 2 * T * T + 2 * T * hs + T * hs + T + 2 * kt + 3 * T * hs;
     assert_int_equal(b.saved, (16 * N * C + 4 * C + B * H * T + 4 * N) * f);
     assert_int_equal(b.saved_w, (16 * N * C + 4 * C) * f);
     /* a slot per task, up to 16: B H = 8 attention tasks */
-    assert_int_equal(b.scratch_f, 8 * (T * T + 3 * T + kt) * f);
+    assert_int_equal(b.scratch_f, 8 * (T * T + 3 * T + kt + T * hs) * f);
     assert_int_equal(b.scratch_b, N * C * f + 8 * slot_b * f); /* above the MLP's 4 N C */
     assert_true(N * C * f + 8 * slot_b * f > 4 * N * C * f);
     assert_int_equal(b.scratch_w, 0);

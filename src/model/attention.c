@@ -27,9 +27,13 @@
  * packing; each element's sum in a fixed order); each (sequence, head) is
  * one task with its own outputs, so the bits do not depend on the thread
  * count. The products with K^T and V^T (S and dP) read them from panels of
- * 64 keys the task makes first. Scratch is per compute thread (slot): F
- * one score tile, three row vectors and K^T, B two tiles, dK_j and dV_j, dQ
- * (T, hs), D (T), K^T and V^T: linear in T. */
+ * 64 keys the task makes first. The other products' B operands (V in F;
+ * Q_i, dO_i and K_j in B) are first copied into packed (rows, hs) blocks:
+ * in qkv a head's rows lie 3C floats apart, which at GPT-2 small's widths
+ * maps a block's rows to a few of L1's sets, and B ran 7% faster packed
+ * (ctx 1024). Scratch is per compute thread (slot): F one score tile,
+ * three row vectors, K^T and V; B two tiles, dK_j and dV_j, dQ (T, hs), D
+ * (T), K^T, V^T, Q_i, dO_i and K_j: linear in T. */
 #include <math.h>
 #include <string.h>
 
@@ -64,12 +68,13 @@ static size_t panels(size_t T, size_t hs) { return (T + 63) / 64 * 64 * hs; }
 
 size_t pm_att_slot_floats_f(int T, int hs) {
     size_t Tz = (size_t)T;
-    return max_q(Tz) * max_k(Tz) + 3 * max_q(Tz) + panels(Tz, (size_t)hs);
+    return max_q(Tz) * max_k(Tz) + 3 * max_q(Tz) + panels(Tz, (size_t)hs) + Tz * (size_t)hs;
 }
 
 size_t pm_att_slot_floats_b(int T, int hs) {
     size_t Tz = (size_t)T, h = (size_t)hs;
-    return 2 * max_q(Tz) * max_k(Tz) + 2 * max_k(Tz) * h + Tz * h + Tz + 2 * panels(Tz, h);
+    return 2 * max_q(Tz) * max_k(Tz) + 2 * max_k(Tz) * h + Tz * h + Tz + 2 * panels(Tz, h) +
+           (2 * max_q(Tz) + max_k(Tz)) * h;
 }
 
 /* The products of a tile: C = alpha op(A) B (+ C when acc), A (lda) read
@@ -87,6 +92,11 @@ static void scores(size_t nq, size_t nk, size_t hs, float scale, const float *x,
     pm_k_tile_mm(nq, nk, hs, scale, x, ld, 1, yt + j0 / 64 * 64 * hs, 64, 64 * hs, 0, s, nk);
 }
 
+/* n rows of a column slice of qkv (ld) into a packed (n, hs) block. */
+static void get_rows(float *dst, const float *src, size_t ld, size_t n, size_t hs) {
+    for (size_t r = 0; r < n; r++) memcpy(dst + r * hs, src + r * ld, hs * sizeof(float));
+}
+
 static void att_f_task(const void *arg, size_t bh, int slot) {
     const att_job *a = arg;
     size_t T = a->T, C = a->C, hs = a->hs, b = bh / a->H, h = bh % a->H, ld = 3 * C;
@@ -95,7 +105,9 @@ static void att_f_task(const void *arg, size_t bh, int slot) {
     float *o = a->atty + b * T * C + h * hs, *lse = a->lse + bh * T;
     float *s = a->work + (size_t)slot * a->slot_floats, *m = s + max_q(T) * max_k(T);
     float *l = m + max_q(T), *alpha = l + max_q(T), *kt = alpha + max_q(T);
+    float *vc = kt + panels(T, hs);
     pm_k_panels(kt, k, ld, T, hs);
+    get_rows(vc, v, ld, T, hs);
     for (size_t i0 = 0; i0 < T; i0 += PM_ATT_BQ) {
         size_t i1 = i0 + PM_ATT_BQ < T ? i0 + PM_ATT_BQ : T, nq = i1 - i0;
         for (size_t j0 = 0; j0 < i1; j0 += PM_ATT_BK) {
@@ -104,7 +116,7 @@ static void att_f_task(const void *arg, size_t bh, int slot) {
             pm_k_att_tile_f(s, nq, nk, i0 - j0, m, l, alpha, j0 == 0);
             if (j0) /* earlier tiles' sums, rescaled to the new row maxima */
                 for (size_t r = 0; r < nq; r++) pm_k_scale(o + (i0 + r) * C, alpha[r], hs);
-            prod(0, nq, hs, nk, 1, s, nk, v + j0 * ld, ld, j0 != 0, o + i0 * C, C);
+            prod(0, nq, hs, nk, 1, s, nk, vc + j0 * hs, hs, j0 != 0, o + i0 * C, C);
         }
         for (size_t r = 0; r < nq; r++) {
             pm_k_scale(o + (i0 + r) * C, 1.0f / l[r], hs);
@@ -128,9 +140,10 @@ static void put_rows(float *dst, size_t ld, const float *src, size_t n, size_t h
 }
 
 /* B's slot (pm_att_slot_floats_b): two tiles, dK_j and dV_j of a key
- * block, dQ and D of the whole sequence, K^T and V^T in panels. */
+ * block, dQ and D of the whole sequence, K^T and V^T in panels, and the
+ * packed Q_i, dO_i (a query block) and K_j (a key block). */
 typedef struct {
-    float *p, *dp, *dk, *dv, *dq, *d, *kt, *vt;
+    float *p, *dp, *dk, *dv, *dq, *d, *kt, *vt, *qi, *oi, *kj;
 } b_slot;
 
 static b_slot b_slot_of(const att_job *a, int slot) {
@@ -139,6 +152,7 @@ static b_slot b_slot_of(const att_job *a, int slot) {
     w.dp = w.p + max_q(T) * max_k(T), w.dk = w.dp + max_q(T) * max_k(T);
     w.dv = w.dk + max_k(T) * hs, w.dq = w.dv + max_k(T) * hs, w.d = w.dq + T * hs;
     w.kt = w.d + T, w.vt = w.kt + panels(T, hs);
+    w.qi = w.vt + panels(T, hs), w.oi = w.qi + max_q(T) * hs, w.kj = w.oi + max_q(T) * hs;
     return w;
 }
 
@@ -150,15 +164,18 @@ static void att_b_keys(const att_job *a, const float *q, const float *k, const f
     float *p = w->p, *dp = w->dp, *dk = w->dk, *dv = w->dv, *dq = w->dq, *d = w->d;
     memset(dk, 0, max_k(T) * hs * sizeof(float));
     memset(dv, 0, max_k(T) * hs * sizeof(float));
+    get_rows(w->kj, k + j0 * ld, ld, j1 - j0, hs);
     for (size_t i0 = j0 / PM_ATT_BQ * PM_ATT_BQ; i0 < T; i0 += PM_ATT_BQ) {
         size_t i1 = i0 + PM_ATT_BQ < T ? i0 + PM_ATT_BQ : T, nq = i1 - i0;
         size_t nk = (j1 < i1 ? j1 : i1) - j0; /* keys past i1 are masked for every row */
-        scores(nq, nk, hs, scale, q + i0 * ld, ld, w->kt, j0, p);
-        scores(nq, nk, hs, 1, dy + i0 * C, C, w->vt, j0, dp);
+        get_rows(w->qi, q + i0 * ld, ld, nq, hs);
+        get_rows(w->oi, dy + i0 * C, C, nq, hs);
+        scores(nq, nk, hs, scale, w->qi, hs, w->kt, j0, p);
+        scores(nq, nk, hs, 1, w->oi, hs, w->vt, j0, dp);
         pm_k_att_tile_b(p, dp, nq, nk, i0 - j0, lse + i0, d + i0);
-        prod(1, nk, hs, nq, 1, p, nk, dy + i0 * C, C, 1, dv, hs);
-        prod(0, nq, hs, nk, scale, dp, nk, k + j0 * ld, ld, j0 != 0, dq + i0 * hs, hs);
-        prod(1, nk, hs, nq, scale, dp, nk, q + i0 * ld, ld, 1, dk, hs);
+        prod(1, nk, hs, nq, 1, p, nk, w->oi, hs, 1, dv, hs);
+        prod(0, nq, hs, nk, scale, dp, nk, w->kj, hs, j0 != 0, dq + i0 * hs, hs);
+        prod(1, nk, hs, nq, scale, dp, nk, w->qi, hs, 1, dk, hs);
     }
 }
 
