@@ -168,16 +168,17 @@ static void test_att_tile_wide_rows(void **s) {
     enum { NK = 37 };
     const int at[] = {0, 5, 16, 21, 33, 36};
     for (size_t a = 0; a < sizeof at / sizeof at[0]; a++) {
-        float row[NK], x[NK], m, l, alpha;
+        float row[NK], m, l, alpha;
         for (int j = 0; j < NK; j++) row[j] = (float)((j * 29) % 17) * 0.25f - 3.0f;
         row[at[a]] = 9.5f;
         pm_k_att_tile_f(row, 1, NK, NK, &m, &l, &alpha, 1);
         assert_true(m == 9.5f);
         assert_true(row[at[a]] == 1.0f); /* exp(0) */
-        for (int j = 0; j < NK; j++) x[j] = (float)j - 7.25f;
-        pm_k_scale(x, 0.375f, NK);
-        for (int j = 0; j < NK; j++) assert_true(x[j] == ((float)j - 7.25f) * 0.375f);
     }
+    float x[NK];
+    for (int j = 0; j < NK; j++) x[j] = (float)j - 7.25f;
+    pm_k_scale(x, 0.375f, NK);
+    for (int j = 0; j < NK; j++) assert_true(x[j] == ((float)j - 7.25f) * 0.375f);
 }
 
 /* ---- compute threads ------------------------------------------------------------ */

@@ -550,6 +550,24 @@ static void test_head_parts_bitwise(void **s) {
     for (int h = 0; h < 3; h++) free(p[h]), free(g[h]);
 }
 
+/* A block's attention scratch past one tile and one panel (T = 300, hs =
+ * 64: query tiles of 64, key blocks of 256, 5 panels of 64 keys), by
+ * memory.md's formulas, each slot rounded to 64 bytes, one per (sequence,
+ * head) task: F a q x k tile, 3 rows, K^T's panels and V packed; B, above
+ * the (N, C) gradient, two q x k tiles, dK_j and dV_j, dQ, D, K^T's
+ * and V^T's panels, and Q_i, dO_i, K_j packed. */
+static void test_sizes_attention_slots(void **s) {
+    (void)s;
+    pm_gpt_config c = {.vocab = 32, .ctx = 300, .dim = 128, .heads = 2, .layers = 1};
+    size_t T = 300, C = 128, hs = 64, q = 64, k = 256, kt = 5 * 64 * hs, f = 4;
+    pm_gpt_sizes b;
+    assert_int_equal(pm_gpt_layer_sizes(&c, 1, 1, (int)T, &b, NULL), PM_OK);
+    size_t slot_f = q * k + 3 * q + kt + T * hs;
+    size_t slot_b = 2 * q * k + 2 * k * hs + T * hs + T + 2 * kt + (2 * q + k) * hs;
+    assert_int_equal(b.scratch_f, 2 * ((slot_f * f + 63) / 64 * 64));
+    assert_int_equal(b.scratch_b, T * C * f + 2 * ((slot_b * f + 63) / 64 * 64));
+}
+
 static void test_sizes_independent_count(void **s) {
     (void)s;
     pm_gpt_config c = {.vocab = 32, .ctx = 16, .dim = 16, .heads = 4, .layers = 3};
@@ -1016,6 +1034,7 @@ int main(void) {
         cmocka_unit_test(test_w_accumulates),
         cmocka_unit_test(test_sizes_accounting),
         cmocka_unit_test(test_sizes_independent_count),
+        cmocka_unit_test(test_sizes_attention_slots),
         cmocka_unit_test(test_head_parts_bitwise),
         cmocka_unit_test(test_guards_and_release),
         cmocka_unit_test(test_input_slot_alias),

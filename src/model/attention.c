@@ -29,9 +29,9 @@
  * count. The products with K^T and V^T (S and dP) read them from panels of
  * 64 keys the task makes first. The other products' B operands (V in F;
  * Q_i, dO_i and K_j in B) are first copied into packed (rows, hs) blocks:
- * in qkv a head's rows lie 3C floats apart, which at GPT-2 small's widths
- * maps a block's rows to a few of L1's sets, and B ran 7% faster packed
- * (ctx 1024). Scratch is per compute thread (slot): F one score tile,
+ * a head's rows lie 3C floats apart in qkv (C in dO), which at GPT-2
+ * small's widths maps a block's rows to a few of L1's sets, and B ran 7%
+ * faster packed (ctx 1024). Scratch is per compute thread (slot): F one score tile,
  * three row vectors, K^T and V; B two tiles, dK_j and dV_j, dQ (T, hs), D
  * (T), K^T, V^T, Q_i, dO_i and K_j: linear in T. */
 #include <math.h>
@@ -92,7 +92,7 @@ static void scores(size_t nq, size_t nk, size_t hs, float scale, const float *x,
     pm_k_tile_mm(nq, nk, hs, scale, x, ld, 1, yt + j0 / 64 * 64 * hs, 64, 64 * hs, 0, s, nk);
 }
 
-/* n rows of a column slice of qkv (ld) into a packed (n, hs) block. */
+/* n rows of a column slice (rows ld apart) into a packed (n, hs) block. */
 static void get_rows(float *dst, const float *src, size_t ld, size_t n, size_t hs) {
     for (size_t r = 0; r < n; r++) memcpy(dst + r * hs, src + r * ld, hs * sizeof(float));
 }

@@ -137,7 +137,8 @@ int pm_k_v16(void);
  * A(i, p) = A[i ars + p aks], B(p, j) = B[(j / 64) bps + p ldb + j % 64]
  * (bps 64: B row-major; else B in panels of 64 columns). The bits depend
  * on the operands only. pm_k_tile_mm_blas(1) makes it use OpenBLAS, as on
- * a CPU without AVX-512 (tests compare the two). */
+ * a CPU without AVX-512 (tests compare the two), and pm_k_panels copy
+ * element by element. */
 void pm_k_tile_mm(size_t m, size_t n, size_t k, float alpha, const float *A, size_t ars,
                   size_t aks, const float *B, size_t ldb, size_t bps, int acc, float *C,
                   size_t ldc);

@@ -180,7 +180,6 @@ void pm_k_matmul(int ta, int tb, size_t M, size_t N, size_t K, float alpha, cons
 /* 4-float vectors (SSE2, the x86-64 baseline) for elementwise loops GCC -O2
  * leaves scalar; lanes do exactly the scalar arithmetic. */
 typedef float f4 __attribute__((vector_size(16)));
-typedef int32_t i4 __attribute__((vector_size(16)));
 static inline f4 ld4(const float *p) {
     f4 v;
     memcpy(&v, p, sizeof v);

@@ -17,7 +17,11 @@
  * bits depend on the operands alone, not on how the caller splits work.
  *
  * AVX-512 only (registers hold a 6 x 64 tile of C); elsewhere, or when a
- * test asks (pm_k_tile_mm_blas), each panel is one cblas_sgemm. */
+ * test asks (pm_k_tile_mm_blas), each panel is one cblas_sgemm.
+ *
+ * pm_k_panels makes such panels (K^T, V^T) 16 x 16 blocks at a time
+ * through AVX-512 registers, element by element elsewhere or when a test
+ * asks (the same switch). */
 #include <stdatomic.h>
 
 #include "model/internal.h"

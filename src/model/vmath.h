@@ -101,7 +101,10 @@ VM_ATTR static void VM(exp_sub)(float *p, size_t n, float mx) {
     if (i < n) VM(store_tail)(p + i, VM(vexp)(VM(load_tail)(p + i, n - i) - mx), n - i);
 }
 
-/* The largest of x[0..n), n >= 1; a NaN lane never wins a comparison. */
+/* The largest of x[0..n), n >= 1. Widths agree because a max is exact in
+ * any order, not by doing the same operations: with a NaN in the row they
+ * may not (a NaN in the first vector keeps its lane; x[0] NaN is returned),
+ * and then the softmax is NaN at every width anyway. */
 VM_ATTR static float VM(max)(const float *x, size_t n) {
     float mx = x[0];
     size_t i = 1;
