@@ -17,11 +17,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/internal.h"
+
 const char *pm_blas_better_coretype(void) {
     if (getenv("OPENBLAS_CORETYPE")) return NULL;
     const char *core = openblas_get_corename();
     if (!core || strcmp(core, "Prescott") != 0) return NULL;
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#ifdef PM_X86_GNU
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx512f")) return "SkylakeX";
     if (__builtin_cpu_supports("avx2")) return "Haswell";

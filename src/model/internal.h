@@ -17,6 +17,13 @@
 #define PM_ALIGN 64
 #define PM_LN_EPS 1e-5f
 
+/* x86-64 built by GCC or clang: target attributes, AVX-512 intrinsics and
+ * __builtin_cpu_supports are there, so code for a wider ISA is compiled
+ * beside the baseline and picked at run time by the CPU. */
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define PM_X86_GNU 1
+#endif
+
 /* Attention's tiles (attention.c): query rows and key columns per tile. */
 #define PM_ATT_BQ 64
 #define PM_ATT_BK 256

@@ -417,7 +417,7 @@ void pm_k_colsum_add(float *g, const float *d, size_t N, int n) {
 #undef VM_W
 #undef VM_ATTR
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#ifdef PM_X86_GNU
 #define PM_HAVE_V16 1
 #define VM(name) v16_##name
 #define VM_W 16

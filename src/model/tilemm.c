@@ -48,7 +48,7 @@ static void panels_by_row(float *dst, const float *x, size_t ld, size_t j0, size
     }
 }
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#ifdef PM_X86_GNU
 #include <immintrin.h>
 
 #define MR 6 /* rows of C a register tile holds */
@@ -173,7 +173,7 @@ panels16(float *dst, const float *x, size_t ld, size_t T, size_t hs) {
 
 void pm_k_panels(float *dst, const float *x, size_t ld, size_t T, size_t hs) {
     size_t done = 0;
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#ifdef PM_X86_GNU
     if (pm_k_v16() && !atomic_load(&g_blas)) done = panels16(dst, x, ld, T, hs);
 #endif
     panels_by_row(dst, x, ld, done, T, 0, hs);
@@ -182,7 +182,7 @@ void pm_k_panels(float *dst, const float *x, size_t ld, size_t T, size_t hs) {
 void pm_k_tile_mm(size_t m, size_t n, size_t k, float alpha, const float *A, size_t ars,
                   size_t aks, const float *B, size_t ldb, size_t bps, int acc, float *C,
                   size_t ldc) {
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#ifdef PM_X86_GNU
     if (pm_k_v16() && !atomic_load(&g_blas)) {
         mm_args x = {k, ars, aks, ldb, ldc, alpha, acc};
         mm16(m, n, A, B, bps, C, &x);
