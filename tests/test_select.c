@@ -494,6 +494,47 @@ static void partition_fits_and_is_minimal(void **state) {
     assert_true(checked > 40);
 }
 
+/* A budget that holds one layer at a time puts the embedding, which makes
+ * no FLOPs, in a shard of its own. Its passes still cost: the fractions of
+ * a pass before and after its wait are 0 (not 0 / 0), every pass's are in
+ * [0, 1] and sum to at most 1, and the simulator takes them. */
+static void costs_of_a_pass_without_flops(void **state) {
+    (void)state;
+    pm_select_task t = {.cfg = small_cfg(2, 64), .name = "alone"};
+    size_t mx = 0;
+    for (int l = 0; l < 4; l++) {
+        size_t s, a;
+        assert_int_equal(pm_select_layer_bytes(&t.cfg, l, &s, &a, NULL), PM_OK);
+        mx = 2 * s + a > mx ? 2 * s + a : mx;
+    }
+    pm_select_layout lay;
+    pm_err e;
+    if (pm_select_partition(&t, 1, mx, 2, &lay, &e)) fail_msg("%s", e.msg);
+    assert_int_equal(t.nshard, 4); /* the embedding, two blocks, the head */
+    assert_true(t.shard[0].flops_f == 0 && t.shard[0].flops_bw == 0);
+    pm_select_rates r = {.flops = 1e9, .read_bps = 1e9, .write_bps = 1e9, .adamw_s = 1e-9};
+    pm_select_costs c;
+    assert_int_equal(pm_select_task_costs(&t, 2, 0, 1, &r, &c, &e), PM_OK);
+    int zero = 0;
+    for (int64_t i = 0; i < c.n; i++) {
+        if (!(c.lead[i] >= 0 && c.trail[i] >= 0 && c.lead[i] + c.trail[i] <= 1))
+            fail_msg("pass %lld: lead %g, trail %g", (long long)i, c.lead[i], c.trail[i]);
+        zero += c.shard[i] == 0 && c.compute[i] == 0;
+    }
+    assert_true(zero >= 4); /* F and B of the embedding's shard, two steps */
+    int64_t n = c.n;
+    const double *cost = c.compute;
+    const int *shard = c.shard;
+    pm_select_work w = {.ntask = 1, .npass = &n, .cost = &cost, .shard = &shard,
+                        .lead = (const double *const *)&c.lead,
+                        .trail = (const double *const *)&c.trail};
+    pm_select_sim out;
+    assert_int_equal(pm_select_simulate(&w, 1, PM_POLICY_SHARD, 0, &out, &e), PM_OK);
+    pm_select_sim_free(&out);
+    pm_select_costs_free(&c);
+    pm_select_task_free(&t);
+}
+
 static void partition_refuses_a_layer_too_big(void **state) {
     (void)state;
     pm_train_cfg c = small_cfg(2, 64);
@@ -1374,6 +1415,7 @@ int main(void) {
         cmocka_unit_test(join_random),
         cmocka_unit_test(partition_fits_and_is_minimal),
         cmocka_unit_test(partition_refuses_a_layer_too_big),
+        cmocka_unit_test(costs_of_a_pass_without_flops),
         cmocka_unit_test(train_exact),
         cmocka_unit_test(join_one_task),
         cmocka_unit_test(eval_through_shards),

@@ -133,6 +133,10 @@ static int evaluates(int64_t s, int64_t steps, int eval_every, int64_t evals) {
     return s == steps || (eval_every > 0 && s % eval_every == 0);
 }
 
+/* a's share of total; a pass that makes no FLOPs (the embedding alone in
+ * its shard) has none before or after its wait */
+static double share(double a, double total) { return total > 0 ? a / total : 0; }
+
 /* Costs pass i of c: shard s, place pos in its round, m microbatches of f
  * FLOPs each, of which fractions lead and trail; first: the shard's first
  * pass since a step ended (AdamW's update, all of its state back), grads:
@@ -184,11 +188,11 @@ static int costs_build(const pm_select_task *t, int64_t steps, int eval_every, i
             if (k < S - 1) put_pass(c, i, t, r, q, k, K, h->flops_f, 0, 0, pending[q], 0);
             else if (k == S - 1)
                 put_pass(c, i, t, r, q, k, K, h->flops_f + h->flops_bw, 0,
-                         w / (h->flops_f + h->flops_bw), pending[q], 1);
+                         share(w, h->flops_f + h->flops_bw), pending[q], 1);
             else
                 put_pass(c, i, t, r, q, k, K, 2 * h->flops_f + h->flops_bw,
-                         h->flops_f / (2 * h->flops_f + h->flops_bw),
-                         w / (2 * h->flops_f + h->flops_bw), 0, 1);
+                         share(h->flops_f, 2 * h->flops_f + h->flops_bw),
+                         share(w, 2 * h->flops_f + h->flops_bw), 0, 1);
             pending[q] = 0;
         }
         memset(pending, 1, (size_t)S); /* the step ended: every shard's update is due */
