@@ -92,9 +92,11 @@ static void scores(size_t nq, size_t nk, size_t hs, float scale, const float *x,
     pm_k_tile_mm(nq, nk, hs, scale, x, ld, 1, yt + j0 / 64 * 64 * hs, 64, 64 * hs, 0, s, nk);
 }
 
-/* n rows of a column slice (rows ld apart) into a packed (n, hs) block. */
-static void get_rows(float *dst, const float *src, size_t ld, size_t n, size_t hs) {
-    for (size_t r = 0; r < n; r++) memcpy(dst + r * hs, src + r * ld, hs * sizeof(float));
+/* n rows of hs floats from src (rows lds apart) to dst (ldd apart): a
+ * column slice of qkv or dO to a packed block (ld hs), or back. */
+static void copy_rows(float *dst, size_t ldd, const float *src, size_t lds, size_t n,
+                      size_t hs) {
+    for (size_t r = 0; r < n; r++) memcpy(dst + r * ldd, src + r * lds, hs * sizeof(float));
 }
 
 static void att_f_task(const void *arg, size_t bh, int slot) {
@@ -107,7 +109,7 @@ static void att_f_task(const void *arg, size_t bh, int slot) {
     float *l = m + max_q(T), *alpha = l + max_q(T), *kt = alpha + max_q(T);
     float *vc = kt + panels(T, hs);
     pm_k_panels(kt, k, ld, T, hs);
-    get_rows(vc, v, ld, T, hs);
+    copy_rows(vc, hs, v, ld, T, hs);
     for (size_t i0 = 0; i0 < T; i0 += PM_ATT_BQ) {
         size_t i1 = i0 + PM_ATT_BQ < T ? i0 + PM_ATT_BQ : T, nq = i1 - i0;
         for (size_t j0 = 0; j0 < i1; j0 += PM_ATT_BK) {
@@ -132,11 +134,6 @@ void pm_att_f(const pm_gpt_config *c, int B, int T, float *qkv, float *atty, flo
                  .work = scratch,
                  .slot_floats = pm_slot_stride(pm_att_slot_floats_f(T, c->dim / c->heads))};
     pm_par_run((size_t)B * a.H, att_f_task, &a);
-}
-
-/* Writes n rows of a packed (n, hs) block into a column slice of qkv (ld). */
-static void put_rows(float *dst, size_t ld, const float *src, size_t n, size_t hs) {
-    for (size_t r = 0; r < n; r++) memcpy(dst + r * ld, src + r * hs, hs * sizeof(float));
 }
 
 /* B's slot (pm_att_slot_floats_b): two tiles, dK_j and dV_j of a key
@@ -164,12 +161,12 @@ static void att_b_keys(const att_job *a, const float *q, const float *k, const f
     float *p = w->p, *dp = w->dp, *dk = w->dk, *dv = w->dv, *dq = w->dq, *d = w->d;
     memset(dk, 0, max_k(T) * hs * sizeof(float));
     memset(dv, 0, max_k(T) * hs * sizeof(float));
-    get_rows(w->kj, k + j0 * ld, ld, j1 - j0, hs);
+    copy_rows(w->kj, hs, k + j0 * ld, ld, j1 - j0, hs);
     for (size_t i0 = j0 / PM_ATT_BQ * PM_ATT_BQ; i0 < T; i0 += PM_ATT_BQ) {
         size_t i1 = i0 + PM_ATT_BQ < T ? i0 + PM_ATT_BQ : T, nq = i1 - i0;
         size_t nk = (j1 < i1 ? j1 : i1) - j0; /* keys past i1 are masked for every row */
-        get_rows(w->qi, q + i0 * ld, ld, nq, hs);
-        get_rows(w->oi, dy + i0 * C, C, nq, hs);
+        copy_rows(w->qi, hs, q + i0 * ld, ld, nq, hs);
+        copy_rows(w->oi, hs, dy + i0 * C, C, nq, hs);
         scores(nq, nk, hs, scale, w->qi, hs, w->kt, j0, p);
         scores(nq, nk, hs, 1, w->oi, hs, w->vt, j0, dp);
         pm_k_att_tile_b(p, dp, nq, nk, i0 - j0, lse + i0, d + i0);
@@ -193,10 +190,10 @@ static void att_b_task(const void *arg, size_t bh, int slot) {
         size_t j1 = j0 + PM_ATT_BK < T ? j0 + PM_ATT_BK : T;
         att_b_keys(a, q, k, dy, lse, &w, j0, j1);
         /* K_j and V_j are read by no later tile: their gradients take their place */
-        put_rows(k + j0 * ld, ld, w.dk, j1 - j0, hs);
-        put_rows(v + j0 * ld, ld, w.dv, j1 - j0, hs);
+        copy_rows(k + j0 * ld, ld, w.dk, hs, j1 - j0, hs);
+        copy_rows(v + j0 * ld, ld, w.dv, hs, j1 - j0, hs);
     }
-    put_rows(q, ld, w.dq, T, hs);
+    copy_rows(q, ld, w.dq, hs, T, hs);
 }
 
 void pm_att_b(const pm_gpt_config *c, int B, int T, float *qkv, const float *atty,

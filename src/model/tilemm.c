@@ -30,6 +30,10 @@ static atomic_int g_blas; /* a test's request for the OpenBLAS path */
 
 void pm_k_tile_mm_blas(int on) { atomic_store(&g_blas, on); }
 
+/* Whether the AVX-512 code runs: the CPU has it and no test asked for the
+ * other path. */
+static int use_tiles16(void) { return pm_k_v16() && !atomic_load(&g_blas); }
+
 /* One panel's product by OpenBLAS: A's strides as a transpose flag. */
 static void blas_panel(size_t m, size_t w, size_t k, float alpha, const float *A, size_t ars,
                        size_t aks, const float *B, size_t ldb, int acc, float *C, size_t ldc) {
@@ -174,7 +178,7 @@ panels16(float *dst, const float *x, size_t ld, size_t T, size_t hs) {
 void pm_k_panels(float *dst, const float *x, size_t ld, size_t T, size_t hs) {
     size_t done = 0;
 #ifdef PM_X86_GNU
-    if (pm_k_v16() && !atomic_load(&g_blas)) done = panels16(dst, x, ld, T, hs);
+    if (use_tiles16()) done = panels16(dst, x, ld, T, hs);
 #endif
     panels_by_row(dst, x, ld, done, T, 0, hs);
 }
@@ -183,7 +187,7 @@ void pm_k_tile_mm(size_t m, size_t n, size_t k, float alpha, const float *A, siz
                   size_t aks, const float *B, size_t ldb, size_t bps, int acc, float *C,
                   size_t ldc) {
 #ifdef PM_X86_GNU
-    if (pm_k_v16() && !atomic_load(&g_blas)) {
+    if (use_tiles16()) {
         mm_args x = {k, ars, aks, ldb, ldc, alpha, acc};
         mm16(m, n, A, B, bps, C, &x);
         return;
