@@ -447,44 +447,24 @@ int pm_k_v16(void) {
 #endif
 }
 
+/* vmath.h's function `name` at the widest width this CPU runs; both
+ * copies do the same arithmetic per element. */
+#ifdef PM_HAVE_V16
+#define BY_WIDTH(name, ...) (use_v16() ? v16_##name(__VA_ARGS__) : v4_##name(__VA_ARGS__))
+#else
+#define BY_WIDTH(name, ...) v4_##name(__VA_ARGS__)
+#endif
+
 /* The largest of x[0..n), n >= 1 (exact in any order, so every width
  * gives the same value), and x[i] *= f: attention's and the head's rows. */
-static float vmax(const float *x, size_t n) {
-#ifdef PM_HAVE_V16
-    if (use_v16()) return v16_max(x, n);
-#endif
-    return v4_max(x, n);
-}
-
-static void vscale(float *x, float f, size_t n) {
-#ifdef PM_HAVE_V16
-    if (use_v16()) {
-        v16_scale(x, f, n);
-        return;
-    }
-#endif
-    v4_scale(x, f, n);
-}
+static float vmax(const float *x, size_t n) { return BY_WIDTH(max, x, n); }
+static void vscale(float *x, float f, size_t n) { BY_WIDTH(scale, x, f, n); }
 
 /* p[j] = exp(p[j] - mx) for j < n */
-static void exp_sub(float *p, size_t n, float mx) {
-#ifdef PM_HAVE_V16
-    if (use_v16()) {
-        v16_exp_sub(p, n, mx);
-        return;
-    }
-#endif
-    v4_exp_sub(p, n, mx);
-}
+static void exp_sub(float *p, size_t n, float mx) { BY_WIDTH(exp_sub, p, n, mx); }
 
 void pm_k_gelu_fg_range(float *out, float *g, const float *x, size_t lo, size_t hi) {
-#ifdef PM_HAVE_V16
-    if (use_v16()) {
-        v16_gelu_fg(out, g, x, lo, hi);
-        return;
-    }
-#endif
-    v4_gelu_fg(out, g, x, lo, hi);
+    BY_WIDTH(gelu_fg, out, g, x, lo, hi);
 }
 
 void pm_k_mul_range(float *out, const float *a, const float *b, size_t lo, size_t hi) {
