@@ -89,23 +89,15 @@ static void test_head_tiles_extremes(void **s) {
     };
     int32_t tgt[N] = {1, 6, 3};
     float m[N] = {-INFINITY, -INFINITY, -INFINITY}, sm[N] = {0}, tl[N] = {0};
-    float m2[N] = {-INFINITY, -INFINITY, -INFINITY}, sm2[N] = {0}, tl2[N] = {0};
-    float t[N * 4], t2[N * 4], cm[N], cs[N], cm2[N], cs2[N];
+    float t[N * 4], cm[N], cs[N];
     for (int c0 = 0; c0 < V; c0 += 3 + !!c0) { /* tiles [0, 3) and [3, 7) */
         int n = c0 ? 4 : 3;
         for (int r = 0; r < N; r++) memcpy(t + r * n, lg + r * V + c0, (size_t)n * sizeof(float));
-        memcpy(t2, t, sizeof t);
-        pm_k_head_tile_stats(t, N, (size_t)n, c0, tgt, cm, cs, tl, 0);
+        pm_k_head_tile_stats(t, N, (size_t)n, c0, tgt, cm, cs, tl);
         pm_k_head_merge(m, sm, cm, cs, N);
-        /* keep: the same figures, the logits left as they were */
-        pm_k_head_tile_stats(t2, N, (size_t)n, c0, tgt, cm2, cs2, tl2, 1);
-        pm_k_head_merge(m2, sm2, cm2, cs2, N);
-        for (int r = 0; r < N; r++)
-            assert_memory_equal(t2 + r * n, lg + r * V + c0, (size_t)n * sizeof(float));
+        for (int r = 0; r < N; r++) /* the logits are left as they were (B keeps them) */
+            assert_memory_equal(t + r * n, lg + r * V + c0, (size_t)n * sizeof(float));
     }
-    assert_memory_equal(m, m2, sizeof m);
-    assert_memory_equal(sm, sm2, sizeof sm);
-    assert_memory_equal(tl, tl2, sizeof tl);
     double loss = 0;
     for (int r = 0; r < N; r++) loss += (double)m[r] + log((double)sm[r]) - tl[r];
     double want = 1000.0 /* -log softmax = 1000 + log(1 + 6 e^-1000) */
@@ -181,6 +173,69 @@ static void test_att_tile_wide_rows(void **s) {
     for (int j = 0; j < NK; j++) assert_true(x[j] == ((float)j - 7.25f) * 0.375f);
 }
 
+/* F's row sum in the order the kernels document (vmath.h, total16): lane L
+ * of 16 sums x[L], x[L + 16], ... in float, then lanes L and L + 8, L and
+ * L + 4, and (0 + 2) + (1 + 3). Written here from that description. */
+static float sum16(const float *x, int n) {
+    float lane[16] = {0}, t[8];
+    for (int j = 0; j < n; j++) lane[j % 16] += x[j];
+    for (int k = 0; k < 8; k++) t[k] = lane[k] + lane[k + 8];
+    for (int k = 0; k < 4; k++) t[k] = t[k] + t[k + 4];
+    return (t[0] + t[2]) + (t[1] + t[3]);
+}
+
+/* Ragged rows wider than a vector (F: every row's valid length, 16 and 64
+ * wide tiles and one not a multiple of a vector): the exponentials within
+ * 1e-6 of libm's, every masked entry exactly 0, and each row's sum the
+ * bits of sum16 over the row the kernel wrote, so any width gives them. */
+static void test_att_tile_ragged_rows(void **s) {
+    (void)s;
+    enum { NQ = 20, MAXK = 70 };
+    const size_t nks[] = {16, 37, 64, 70};
+    float t[NQ * MAXK], o[NQ * MAXK], m[NQ], l[NQ], alpha[NQ];
+    for (size_t c = 0; c < sizeof nks / sizeof nks[0]; c++) {
+        size_t nk = nks[c], diag = nk > NQ ? nk - NQ : 0;
+        for (size_t i = 0; i < NQ * nk; i++) o[i] = t[i] = (float)((i * 41) % 23) * 0.3f - 3.0f;
+        pm_k_att_tile_f(t, NQ, nk, diag, m, l, alpha, 1);
+        for (size_t r = 0; r < NQ; r++) {
+            size_t n = diag + r + 1 < nk ? diag + r + 1 : nk;
+            double mx = -1e30;
+            for (size_t j = 0; j < n; j++) mx = fmax(mx, o[r * nk + j]);
+            assert_true(m[r] == (float)mx);
+            for (size_t j = 0; j < nk; j++) {
+                double want = j < n ? exp(o[r * nk + j] - mx) : 0, got = t[r * nk + j];
+                if (!(j < n ? fabs(got - want) < 1e-6 * want : got == 0.0))
+                    fail_msg("nk %zu row %zu key %zu: %.9g want %.9g", nk, r, j, got, want);
+            }
+            assert_true(l[r] == sum16(t + r * nk, (int)n));
+        }
+    }
+}
+
+/* B's tile: P = exp(s - lse) and dS = P (dp - d) on the valid keys, 0 on
+ * the masked ones, by hand in double, rows ragged across vector ends. */
+static void test_att_tile_b_ragged(void **s) {
+    (void)s;
+    enum { NQ = 19, NK = 53, DIAG = 30 };
+    float p[NQ * NK], dp[NQ * NK], op[NQ * NK], odp[NQ * NK], lse[NQ], d[NQ];
+    for (int i = 0; i < NQ * NK; i++) {
+        op[i] = p[i] = (float)((i * 31) % 19) * 0.25f - 2.0f;
+        odp[i] = dp[i] = (float)((i * 7) % 13) * 0.1f - 0.6f;
+    }
+    for (int r = 0; r < NQ; r++) lse[r] = 1.5f + 0.125f * (float)r, d[r] = 0.05f * (float)r - 0.3f;
+    pm_k_att_tile_b(p, dp, NQ, NK, DIAG, lse, d);
+    for (int r = 0; r < NQ; r++)
+        for (int j = 0; j < NK; j++) {
+            int in = j < DIAG + r + 1;
+            double e = in ? exp((double)op[r * NK + j] - lse[r]) : 0;
+            double g = in ? e * ((double)odp[r * NK + j] - d[r]) : 0;
+            if (!(in ? fabs(p[r * NK + j] - e) < 1e-6 * e : p[r * NK + j] == 0.0f))
+                fail_msg("P row %d key %d: %.9g want %.9g", r, j, (double)p[r * NK + j], e);
+            if (!(in ? fabs(dp[r * NK + j] - g) < 1e-6 * fabs(e) + 1e-7 : dp[r * NK + j] == 0.0f))
+                fail_msg("dS row %d key %d: %.9g want %.9g", r, j, (double)dp[r * NK + j], g);
+        }
+}
+
 /* ---- compute threads ------------------------------------------------------------ */
 
 static atomic_int hits[64];
@@ -218,7 +273,8 @@ static void tile_mm_case(size_t m, size_t n, size_t k, int ta, int panels, int a
     for (int blas = 0; blas < 2; blas++) {
         memcpy(C, C0, m * ldc * sizeof(float));
         pm_k_tile_mm_blas(blas);
-        pm_k_tile_mm(m, n, k, 0.75f, A, ta ? 1 : lda, ta ? lda : 1, B, ldb, bps, acc, C, ldc);
+        pm_k_tile_mm(m, n, k, 0.75f, A, ta ? 1 : lda, ta ? lda : 1, B, ldb, bps, acc, C, ldc,
+                     (pm_band){PM_BAND_ALL, 0});
         pm_k_tile_mm_blas(0);
         for (size_t i = 0; i < m; i++)
             for (size_t j = 0; j < ldc; j++) {
@@ -247,6 +303,65 @@ static void test_tile_mm(void **s) {
             for (size_t c = 0; c < sizeof ks / sizeof *ks; c++)
                 for (int f = 0; f < 8; f++)
                     tile_mm_case(ms[a], ns[b], ks[c], f & 1, f >> 1 & 1, f >> 2 & 1);
+}
+
+/* A causal band (attention's diagonal tiles) against the sum in double:
+ * for the K bands A's terms outside the band are zero, as P and dS are
+ * there, and every entry of C must be the full sum, whichever terms the
+ * kernel skipped (to the bit: skipped terms are exact zeros, so C equals
+ * the dense product's bits); for PM_BAND_COLS every entry with j <= i +
+ * diag. Bands that start before, at and past the tile, rows past a
+ * multiple of 6 and columns past a panel, on the tile path and OpenBLAS's. */
+static void band_case(int kind, size_t m, size_t n, size_t k, long diag) {
+    int ta = kind == PM_BAND_K_FROM; /* dV, dK: P^T and dS^T */
+    size_t lda = ta ? m : k, bps = 64 * k, np = (n + 63) / 64;
+    float *A = malloc(m * k * sizeof(float)), *B = malloc(np * bps * sizeof(float));
+    float *C[3] = {malloc(m * n * sizeof(float)), malloc(m * n * sizeof(float)),
+                   malloc(m * n * sizeof(float))};
+    assert_true(A && B && C[0] && C[1] && C[2]);
+    for (size_t i = 0; i < m; i++)
+        for (size_t p = 0; p < k; p++) {
+            long lp = (long)p, li = (long)i;
+            int out = kind == PM_BAND_K_TO ? lp > li + diag : kind == PM_BAND_K_FROM && lp < li - diag;
+            A[ta ? p * lda + i : i * lda + p] = out ? 0.0f : (float)((i * 7 + p * 3) % 19) / 9.0f - 1.0f;
+        }
+    for (size_t i = 0; i < np * bps; i++) B[i] = (float)((i * 53) % 29) / 14.0f - 1.0f;
+    for (int c = 0; c < 3; c++) { /* the band on the tiles, on OpenBLAS; no band on the tiles */
+        for (size_t i = 0; i < m * n; i++) C[c][i] = 0.5f;
+        pm_k_tile_mm_blas(c == 1);
+        pm_k_tile_mm(m, n, k, 0.75f, A, ta ? 1 : lda, ta ? lda : 1, B, 64, bps, 1, C[c], n,
+                     (pm_band){c == 2 ? PM_BAND_ALL : kind, diag});
+        pm_k_tile_mm_blas(0);
+    }
+    for (size_t i = 0; i < m; i++)
+        for (size_t j = 0; j < n; j++) {
+            if (kind == PM_BAND_COLS && (long)j > (long)i + diag) continue;
+            double want = 0.5, mag = 0.5;
+            for (size_t p = 0; p < k; p++) {
+                double t = 0.75 * A[ta ? p * lda + i : i * lda + p] * B[j / 64 * bps + p * 64 + j % 64];
+                want += t, mag += fabs(t);
+            }
+            for (int c = 0; c < 2; c++)
+                if (!(fabs(C[c][i * n + j] - want) <= 1e-6 * mag))
+                    fail_msg("%s band %d m %zu n %zu k %zu diag %ld: C[%zu][%zu] = %.9g, want %.9g",
+                             c ? "OpenBLAS" : "tile", kind, m, n, k, diag, i, j,
+                             (double)C[c][i * n + j], want);
+            if (C[0][i * n + j] != C[2][i * n + j])
+                fail_msg("band %d diag %ld: C[%zu][%zu] differs from the dense tile product's bits",
+                         kind, diag, i, j);
+        }
+    free(A), free(B), free(C[0]), free(C[1]), free(C[2]);
+}
+
+static void test_tile_band(void **s) {
+    (void)s;
+    static const long diags[] = {-70, -3, 0, 1, 5, 63, 64, 200};
+    for (int kind = PM_BAND_COLS; kind <= PM_BAND_K_FROM; kind++)
+        for (size_t d = 0; d < sizeof diags / sizeof *diags; d++) {
+            band_case(kind, 64, 64, 64, diags[d]);
+            band_case(kind, 13, 130, 70, diags[d]);
+            band_case(kind, 70, 64, 13, diags[d]);
+        }
 }
 
 /* K^T into panels of 64 keys: every entry lands at the index the layout
@@ -470,6 +585,9 @@ int main(void) {
         cmocka_unit_test(test_head_tiles_extremes),
         cmocka_unit_test(test_att_tile_mask),
         cmocka_unit_test(test_att_tile_wide_rows),
+        cmocka_unit_test(test_tile_band),
+        cmocka_unit_test(test_att_tile_ragged_rows),
+        cmocka_unit_test(test_att_tile_b_ragged),
         cmocka_unit_test(test_tile_mm),
         cmocka_unit_test_teardown(test_panels, blas_path_off),
         cmocka_unit_test(test_pool_each_task_once),

@@ -24,7 +24,9 @@
  *      later tile reads K_j or V_j); dQ, accumulated over every key block,
  *      goes to q's place at the end.
  * Every product is one pm_k_tile_mm on the task's thread (tilemm.c: no
- * packing; each element's sum in a fixed order); each (sequence, head) is
+ * packing; each element's sum in a fixed order), told the tile's causal
+ * band so that a diagonal tile skips what the mask makes zero (S and dP
+ * past the diagonal, P's and dS's zero terms); each (sequence, head) is
  * one task with its own outputs, so the bits do not depend on the thread
  * count. The products with K^T and V^T (S and dP) read them from panels of
  * 64 keys the task makes first. The other products' B operands (V in F;
@@ -78,18 +80,25 @@ size_t pm_att_slot_floats_b(int T, int hs) {
 }
 
 /* The products of a tile: C = alpha op(A) B (+ C when acc), A (lda) read
- * transposed when ta, B row-major (ldb). */
+ * transposed when ta, B row-major (ldb). A is a tile of P or dS, zero
+ * past the causal diagonal (diag = i0 - j0), and the kernel skips those
+ * terms six rows at a time: most of the triangle above a diagonal block,
+ * which at ctx 256 is a fifth of the pairs a query block's tiles hold. */
 static void prod(int ta, size_t m, size_t n, size_t k, float alpha, const float *A, size_t lda,
-                 const float *B, size_t ldb, int acc, float *C, size_t ldc) {
-    pm_k_tile_mm(m, n, k, alpha, A, ta ? 1 : lda, ta ? lda : 1, B, ldb, 64, acc, C, ldc);
+                 const float *B, size_t ldb, int acc, float *C, size_t ldc, size_t diag) {
+    pm_band band = {ta ? PM_BAND_K_FROM : PM_BAND_K_TO, (long)diag};
+    pm_k_tile_mm(m, n, k, alpha, A, ta ? 1 : lda, ta ? lda : 1, B, ldb, 64, acc, C, ldc, band);
 }
 
 /* s (nq, nk) = scale X_i Y_j^T for rows x of X (ld) and keys j0.. of Y,
- * given as the panels yt of Y^T (j0 starts a panel). */
+ * given as the panels yt of Y^T (j0 starts a panel); entries past the
+ * causal diagonal (diag = i0 - j0) are left unspecified. */
 _Static_assert(PM_ATT_BK % 64 == 0, "key blocks start on panel boundaries");
 static void scores(size_t nq, size_t nk, size_t hs, float scale, const float *x, size_t ld,
-                   const float *yt, size_t j0, float *s) {
-    pm_k_tile_mm(nq, nk, hs, scale, x, ld, 1, yt + j0 / 64 * 64 * hs, 64, 64 * hs, 0, s, nk);
+                   const float *yt, size_t j0, size_t diag, float *s) {
+    pm_band band = {PM_BAND_COLS, (long)diag};
+    pm_k_tile_mm(nq, nk, hs, scale, x, ld, 1, yt + j0 / 64 * 64 * hs, 64, 64 * hs, 0, s, nk,
+                 band);
 }
 
 /* n rows of hs floats from src (rows lds apart) to dst (ldd apart): a
@@ -114,11 +123,11 @@ static void att_f_task(const void *arg, size_t bh, int slot) {
         size_t i1 = i0 + PM_ATT_BQ < T ? i0 + PM_ATT_BQ : T, nq = i1 - i0;
         for (size_t j0 = 0; j0 < i1; j0 += PM_ATT_BK) {
             size_t j1 = j0 + PM_ATT_BK < i1 ? j0 + PM_ATT_BK : i1, nk = j1 - j0;
-            scores(nq, nk, hs, scale, q + i0 * ld, ld, kt, j0, s);
+            scores(nq, nk, hs, scale, q + i0 * ld, ld, kt, j0, i0 - j0, s);
             pm_k_att_tile_f(s, nq, nk, i0 - j0, m, l, alpha, j0 == 0);
             if (j0) /* earlier tiles' sums, rescaled to the new row maxima */
                 for (size_t r = 0; r < nq; r++) pm_k_scale(o + (i0 + r) * C, alpha[r], hs);
-            prod(0, nq, hs, nk, 1, s, nk, vc + j0 * hs, hs, j0 != 0, o + i0 * C, C);
+            prod(0, nq, hs, nk, 1, s, nk, vc + j0 * hs, hs, j0 != 0, o + i0 * C, C, i0 - j0);
         }
         for (size_t r = 0; r < nq; r++) {
             pm_k_scale(o + (i0 + r) * C, 1.0f / l[r], hs);
@@ -167,12 +176,12 @@ static void att_b_keys(const att_job *a, const float *q, const float *k, const f
         size_t nk = (j1 < i1 ? j1 : i1) - j0; /* keys past i1 are masked for every row */
         copy_rows(w->qi, hs, q + i0 * ld, ld, nq, hs);
         copy_rows(w->oi, hs, dy + i0 * C, C, nq, hs);
-        scores(nq, nk, hs, scale, w->qi, hs, w->kt, j0, p);
-        scores(nq, nk, hs, 1, w->oi, hs, w->vt, j0, dp);
+        scores(nq, nk, hs, scale, w->qi, hs, w->kt, j0, i0 - j0, p);
+        scores(nq, nk, hs, 1, w->oi, hs, w->vt, j0, i0 - j0, dp);
         pm_k_att_tile_b(p, dp, nq, nk, i0 - j0, lse + i0, d + i0);
-        prod(1, nk, hs, nq, 1, p, nk, w->oi, hs, 1, dv, hs);
-        prod(0, nq, hs, nk, scale, dp, nk, w->kj, hs, j0 != 0, dq + i0 * hs, hs);
-        prod(1, nk, hs, nq, scale, dp, nk, w->qi, hs, 1, dk, hs);
+        prod(1, nk, hs, nq, 1, p, nk, w->oi, hs, 1, dv, hs, i0 - j0);
+        prod(0, nq, hs, nk, scale, dp, nk, w->kj, hs, j0 != 0, dq + i0 * hs, hs, i0 - j0);
+        prod(1, nk, hs, nq, scale, dp, nk, w->qi, hs, 1, dk, hs, i0 - j0);
     }
 }
 

@@ -131,7 +131,7 @@ static void stats_task(const void *p, size_t i, int slot) {
     float *t = tile_of(h, q, slot), *cs = h->cs + q * 2 * h->RT + lo;
     make_logits(h, q, lo, hi, t);
     pm_k_head_tile_stats(t + lo * n, hi - lo, n, (int64_t)(h->r0 + c0), h->tgt + r, cs,
-                         cs + h->RT, h->run + 2 * h->N + r, h->kept);
+                         cs + h->RT, h->run + 2 * h->N + r);
 }
 
 /* d W_q += d logits^T lno over the row tile: each chunk owns its rows of

@@ -140,15 +140,27 @@ float pm_k_dot(const float *x, const float *y, size_t n);
 void pm_k_exp_sub(float *p, size_t n, float mx);
 /* Whether this CPU runs the 16-float (AVX-512) code. */
 int pm_k_v16(void);
+/* The causal band of a tile product (attention's diagonal tiles), which
+ * lets the kernel skip work: PM_BAND_ALL none; PM_BAND_COLS C(i, j) is
+ * wanted for j <= i + diag only (the rest of C is left unspecified);
+ * PM_BAND_K_TO and PM_BAND_K_FROM the terms A(i, p) B(p, j) with p > i +
+ * diag, or p < i - diag, are zero in the operands (the sum may leave them
+ * out, which changes no bit of a finite sum). */
+enum { PM_BAND_ALL, PM_BAND_COLS, PM_BAND_K_TO, PM_BAND_K_FROM };
+typedef struct {
+    int kind;
+    long diag;
+} pm_band;
+
 /* C (m, n) = alpha A B, plus C when acc, for attention's tiles (tilemm.c):
  * A(i, p) = A[i ars + p aks], B(p, j) = B[(j / 64) bps + p ldb + j % 64]
- * (bps 64: B row-major; else B in panels of 64 columns). The bits depend
- * on the operands only. pm_k_tile_mm_blas(1) makes it use OpenBLAS, as on
- * a CPU without AVX-512 (tests compare the two), and pm_k_panels copy
- * element by element. */
+ * (bps 64: B row-major; else B in panels of 64 columns), within band. The
+ * bits depend on the operands only. pm_k_tile_mm_blas(1) makes it use
+ * OpenBLAS, as on a CPU without AVX-512 (tests compare the two; it
+ * computes every entry and term), and pm_k_panels copy element by element. */
 void pm_k_tile_mm(size_t m, size_t n, size_t k, float alpha, const float *A, size_t ars,
                   size_t aks, const float *B, size_t ldb, size_t bps, int acc, float *C,
-                  size_t ldc);
+                  size_t ldc, pm_band band);
 void pm_k_tile_mm_blas(int on);
 /* x^T for the T rows of x (ld apart, hs columns) into panels of 64 rows,
  * as pm_k_tile_mm reads a B in panels: dst[(j / 64) 64 hs + p 64 + j % 64]
@@ -187,11 +199,11 @@ void pm_k_matmul(int ta, int tb, size_t M, size_t N, size_t K, float alpha, cons
                  const float *bias, const float *res, pm_rows_fn post, const void *post_ctx);
 size_t pm_k_matmul_rows(size_t M); /* block size for a dimension of M */
 /* The head's tile t (nr, n <= PM_HEAD_CHUNK) of logits for vocabulary rows
- * c0..c0+n-1: each row's max cm and sum of exponentials cs (of l - cm),
- * the target's logit into tl when it lies in the tile. t is left holding
- * exp(l - cm), or, if keep, the logits. */
-void pm_k_head_tile_stats(float *t, size_t nr, size_t n, int64_t c0, const int32_t *tgt,
-                          float *cm, float *cs, float *tl, int keep);
+ * c0..c0+n-1, left as it is: each row's max cm and sum of exponentials cs
+ * (of l - cm, in vmath.h's total16 order), the target's logit into tl when
+ * it lies in the tile. */
+void pm_k_head_tile_stats(const float *t, size_t nr, size_t n, int64_t c0, const int32_t *tgt,
+                          float *cm, float *cs, float *tl);
 /* A tile's figures (cm, cs) merged into the running max m and sum s. */
 void pm_k_head_merge(float *m, float *s, const float *cm, const float *cs, size_t nr);
 /* t (logits) becomes d logits = (exp(t - m) / s - onehot(tgt)) * f, with

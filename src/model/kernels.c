@@ -422,10 +422,14 @@ void pm_k_colsum_add(float *g, const float *d, size_t N, int n) {
 #define VM(name) v16_##name
 #define VM_W 16
 #define VM_ATTR __attribute__((target("avx512f")))
+#define VM_MASKED 1
+#include <immintrin.h>
+
 #include "model/vmath.h"
 #undef VM
 #undef VM_W
 #undef VM_ATTR
+#undef VM_MASKED
 
 static int use_v16(void) {
     static atomic_int have = -1; /* -1: not asked yet */
@@ -491,9 +495,7 @@ void pm_k_att_tile_f(float *s, size_t nq, size_t nk, size_t diag, float *m, floa
         float *row = s + r * nk;
         size_t n = tile_valid(nk, diag, r);
         float mx = vmax(row, n), mn = first || mx > m[r] ? mx : m[r];
-        exp_sub(row, n, mn);
-        memset(row + n, 0, (nk - n) * sizeof(float));
-        float sum = vsum(row, n);
+        float sum = BY_WIDTH(exp_sum, row, n, nk, mn);
         if (first) {
             l[r] = sum;
         } else {
@@ -509,29 +511,20 @@ void pm_k_att_tile_f(float *s, size_t nq, size_t nk, size_t diag, float *m, floa
 void pm_k_att_tile_b(float *p, float *dp, size_t nq, size_t nk, size_t diag, const float *lse,
                      const float *d) {
     for (size_t r = 0; r < nq; r++) {
-        float *pr = p + r * nk, *dr = dp + r * nk;
-        size_t n = tile_valid(nk, diag, r), j = 0;
-        exp_sub(pr, n, lse[r]);
-        for (; j + 4 <= n; j += 4) st4(dr + j, ld4(pr + j) * (ld4(dr + j) - d[r]));
-        for (; j < n; j++) dr[j] = pr[j] * (dr[j] - d[r]);
-        memset(pr + n, 0, (nk - n) * sizeof(float));
-        memset(dr + n, 0, (nk - n) * sizeof(float));
+        BY_WIDTH(exp_ds, p + r * nk, dp + r * nk, tile_valid(nk, diag, r), nk, lse[r], d[r]);
     }
 }
 
 /* ---- the head's tiles (head.c) -------------------------------------------------- */
 
-void pm_k_head_tile_stats(float *t, size_t nr, size_t n, int64_t c0, const int32_t *tgt,
-                          float *cm, float *cs, float *tl, int keep) {
-    float copy[PM_HEAD_CHUNK];
-    PM_ASSERT(n <= PM_HEAD_CHUNK);
+void pm_k_head_tile_stats(const float *t, size_t nr, size_t n, int64_t c0, const int32_t *tgt,
+                          float *cm, float *cs, float *tl) {
     for (size_t r = 0; r < nr; r++) {
-        float *row = t + r * n, mx = vmax(row, n);
+        const float *row = t + r * n;
+        float mx = vmax(row, n);
         int64_t k = tgt[r] >= 0 ? (int64_t)tgt[r] - c0 : -1;
         if (k >= 0 && k < (int64_t)n) tl[r] = row[k];
-        if (keep) row = memcpy(copy, row, n * sizeof *row);
-        exp_sub(row, n, mx);
-        cm[r] = mx, cs[r] = vsum(row, n);
+        cm[r] = mx, cs[r] = BY_WIDTH(exp_total, row, n, mx);
     }
 }
 
@@ -550,8 +543,7 @@ void pm_k_head_tile_grad(float *t, size_t nr, size_t n, int64_t c0, const int32_
         PM_ASSERT(tgt[r] >= 0); /* F ran without targets */
         float *row = t + r * n;
         int64_t k = (int64_t)tgt[r] - c0;
-        exp_sub(row, n, m[r]);
-        vscale(row, f / s[r], n);
+        BY_WIDTH(exp_scale, row, n, m[r], f / s[r]);
         if (k >= 0 && k < (int64_t)n) row[k] -= f;
     }
 }

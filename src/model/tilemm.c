@@ -59,22 +59,24 @@ static void panels_by_row(float *dst, const float *x, size_t ld, size_t j0, size
 #define NV 4 /* its 16-float vectors per row: one panel's 64 columns */
 
 typedef struct {
-    size_t k, ars, aks, ldb, ldc;
+    size_t ars, aks, ldb, ldc;
     float alpha;
     int acc;
 } mm_args;
 
-/* C's R x 16 U tile at c from A's R rows at a and B's panel at b; the last
- * vector of each row holds the columns in `last`. R and U are constants
- * at every call, so the loops unroll and the tile stays in registers. */
+/* C's R x 16 U tile at c from A's R rows at a and B's panel at b over k
+ * terms; the last vector of each row holds the columns in `last`. R and U
+ * are constants at every call, so the loops unroll and the tile stays in
+ * registers. */
 __attribute__((target("avx512f"), always_inline)) static inline void
-tile(const float *a, const float *b, float *c, const mm_args *x, int R, int U, __mmask16 last) {
+tile(const float *a, const float *b, float *c, size_t k, const mm_args *x, int R, int U,
+     __mmask16 last) {
     __m512 acc[MR][NV];
 #pragma GCC unroll 6
     for (int r = 0; r < R; r++)
 #pragma GCC unroll 4
         for (int u = 0; u < U; u++) acc[r][u] = _mm512_setzero_ps();
-    for (size_t p = 0; p < x->k; p++) {
+    for (size_t p = 0; p < k; p++) {
         const float *bp = b + p * x->ldb, *ap = a + p * x->aks;
         __m512 bv[NV];
 #pragma GCC unroll 4
@@ -101,11 +103,11 @@ tile(const float *a, const float *b, float *c, const mm_args *x, int R, int U, _
 }
 
 #define TILE(R, U) \
-    case (R) * 8 + (U): tile(a, b, c, x, R, U, last); break;
+    case (R) * 8 + (U): tile(a, b, c, k, x, R, U, last); break;
 
 /* The R x U tile, by its shape. */
 __attribute__((target("avx512f"))) static void
-tile_any(const float *a, const float *b, float *c, const mm_args *x, int R, int U,
+tile_any(const float *a, const float *b, float *c, size_t k, const mm_args *x, int R, int U,
          __mmask16 last) {
     switch (R * 8 + U) {
         TILE(6, 4) TILE(5, 4) TILE(4, 4) TILE(3, 4) TILE(2, 4) TILE(1, 4)
@@ -116,15 +118,40 @@ tile_any(const float *a, const float *b, float *c, const mm_args *x, int R, int 
     }
 }
 
+/* The register tile's share of the band: its columns (*U vectors, the
+ * last holding *last) and terms [*p0, *p1); 0 when it has none to make. */
+static int band_cut(pm_band band, size_t i, int R, size_t j, size_t w, int *U, __mmask16 *last,
+                    size_t *p0, size_t *p1) {
+    long lo = (long)i - band.diag, hi = (long)i + R + band.diag; /* rows i..i+R-1's reach */
+    switch (band.kind) {
+    case PM_BAND_COLS: /* columns below hi - j of this panel */
+        if (hi <= (long)j) return 0;
+        if (hi - (long)j < (long)w) *U = (int)((hi - (long)j + 15) / 16), *last = 0xFFFF;
+        break;
+    case PM_BAND_K_TO:
+        if (hi < (long)*p1) *p1 = hi > 0 ? (size_t)hi : 0;
+        break;
+    case PM_BAND_K_FROM:
+        if (lo > 0) *p0 = (size_t)lo < *p1 ? (size_t)lo : *p1;
+        break;
+    }
+    return 1;
+}
+
 __attribute__((target("avx512f"))) static void
-mm16(size_t m, size_t n, const float *A, const float *B, size_t bps, float *C, const mm_args *x) {
+mm16(size_t m, size_t n, size_t k, const float *A, const float *B, size_t bps, float *C,
+     const mm_args *x, pm_band band) {
     for (size_t j = 0; j < n; j += 16 * NV) {
         size_t w = n - j < 16 * NV ? n - j : 16 * NV;
         int U = (int)((w + 15) / 16);
         __mmask16 last = (__mmask16)(w % 16 ? (1u << (w % 16)) - 1 : 0xFFFF);
         for (size_t i = 0; i < m; i += MR) {
-            int R = (int)(m - i < MR ? m - i : MR);
-            tile_any(A + i * x->ars, B + j / (16 * NV) * bps, C + i * x->ldc + j, x, R, U, last);
+            int R = (int)(m - i < MR ? m - i : MR), u = U;
+            __mmask16 lm = last;
+            size_t p0 = 0, p1 = k;
+            if (!band_cut(band, i, R, j, w, &u, &lm, &p0, &p1)) continue;
+            tile_any(A + i * x->ars + p0 * x->aks, B + j / (16 * NV) * bps + p0 * x->ldb,
+                     C + i * x->ldc + j, p1 - p0, x, R, u, lm);
         }
     }
 }
@@ -185,14 +212,15 @@ void pm_k_panels(float *dst, const float *x, size_t ld, size_t T, size_t hs) {
 
 void pm_k_tile_mm(size_t m, size_t n, size_t k, float alpha, const float *A, size_t ars,
                   size_t aks, const float *B, size_t ldb, size_t bps, int acc, float *C,
-                  size_t ldc) {
+                  size_t ldc, pm_band band) {
 #ifdef PM_X86_GNU
     if (use_tiles16()) {
-        mm_args x = {k, ars, aks, ldb, ldc, alpha, acc};
-        mm16(m, n, A, B, bps, C, &x);
+        mm_args x = {ars, aks, ldb, ldc, alpha, acc};
+        mm16(m, n, k, A, B, bps, C, &x, band);
         return;
     }
 #endif
+    (void)band;
     for (size_t j = 0; j < n; j += 64)
         blas_panel(m, n - j < 64 ? n - j : 64, k, alpha, A, ars, aks, B + j / 64 * bps, ldb, acc,
                    C + j, ldc);

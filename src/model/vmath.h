@@ -2,8 +2,10 @@
  * per vector width. Before including, define VM(name) (prefixes the
  * function names), VM_W (floats per vector), VM_ATTR (function attributes,
  * e.g. a target ISA). Defines VM(vf), VM(vi) typedefs, VM(gelu_fg) (the
- * value and its derivative) over element ranges, VM(exp_sub), VM(max) and
- * VM(scale). Every element gets the same IEEE single operations in the
+ * value and its derivative) over element ranges, VM(exp_sub), VM(max),
+ * VM(scale), and the softmax rows of attention's tiles (VM(exp_sum),
+ * VM(exp_ds)) and of the head's (VM(exp_total), VM(exp_scale)), each in
+ * one pass. Every element gets the same IEEE single operations in the
  * same order at every width, so widths give identical bits. That needs no
  * contraction of a * b + c into FMA, which the Makefile's -std=c11
  * guarantees with GCC (-ffp-contract=off in ISO mode); build with GCC or
@@ -12,12 +14,22 @@
  * Cephes' expf: x = n ln2 + r, |r| <= ln2/2, exp(r) by a degree-6
  * polynomial (relative error ~1e-7), times 2^n built in the exponent bits.
  * Inputs are clamped to [-87, 88] so 2^n stays a normal float. Tails shorter
- * than a vector go through the same code on a zero-padded copy. */
+ * than a vector go through the same code on a padded vector: masked loads
+ * and stores when VM_MASKED is defined (the AVX-512 copy: immintrin.h
+ * included), else a copy through the stack (a variable-length memcpy,
+ * which attention's ragged diagonal rows paid once or twice a row). */
 typedef float VM(vf) __attribute__((vector_size(VM_W * 4)));
 typedef int32_t VM(vi) __attribute__((vector_size(VM_W * 4)));
 
 VM_ATTR static inline VM(vf) VM(sel)(VM(vi) m, VM(vf) a, VM(vf) b) {
     return (VM(vf))((m & (VM(vi))a) | (~m & (VM(vi))b));
+}
+
+/* -1 in the first n lanes, 0 in the rest */
+VM_ATTR static inline VM(vi) VM(lanes)(size_t n) {
+    VM(vi) k;
+    for (int j = 0; j < VM_W; j++) k[j] = j;
+    return k < (int32_t)n;
 }
 
 VM_ATTR static inline VM(vf) VM(vexp)(VM(vf) x) {
@@ -67,9 +79,19 @@ VM_ATTR static inline VM(vf) VM(load)(const float *p) {
 }
 VM_ATTR static inline void VM(store)(float *p, VM(vf) v) { memcpy(p, &v, sizeof v); }
 
-/* n < VM_W elements through a zero-padded vector */
-VM_ATTR static inline VM(vf) VM(load_tail)(const float *p, size_t n) {
-    float t[VM_W] = {0};
+/* n < VM_W elements, the lanes past them `fill`; and the first n lanes
+ * stored */
+#ifdef VM_MASKED
+VM_ATTR static inline VM(vf) VM(load_fill)(const float *p, size_t n, float fill) {
+    return (VM(vf))_mm512_mask_loadu_ps(_mm512_set1_ps(fill), (__mmask16)((1u << n) - 1), p);
+}
+VM_ATTR static inline void VM(store_tail)(float *p, VM(vf) v, size_t n) {
+    _mm512_mask_storeu_ps(p, (__mmask16)((1u << n) - 1), (__m512)v);
+}
+#else
+VM_ATTR static inline VM(vf) VM(load_fill)(const float *p, size_t n, float fill) {
+    float t[VM_W];
+    for (int k = 0; k < VM_W; k++) t[k] = fill;
     memcpy(t, p, n * sizeof(float));
     return VM(load)(t);
 }
@@ -77,6 +99,24 @@ VM_ATTR static inline void VM(store_tail)(float *p, VM(vf) v, size_t n) {
     float t[VM_W];
     VM(store)(t, v);
     memcpy(p, t, n * sizeof(float));
+}
+#endif
+/* The first w <= VM_W lanes stored: a whole vector when it fits */
+VM_ATTR static inline void VM(store_part)(float *p, VM(vf) v, size_t w) {
+    if (w == VM_W)
+        VM(store)(p, v);
+    else
+        VM(store_tail)(p, v, w);
+}
+
+VM_ATTR static inline VM(vf) VM(load_tail)(const float *p, size_t n) {
+    return VM(load_fill)(p, n, 0.0f);
+}
+
+/* n <= VM_W floats wanted, w >= n readable: a whole vector when it fits,
+ * the lanes past n then holding whatever follows */
+VM_ATTR static inline VM(vf) VM(load_part)(const float *p, size_t n, size_t w) {
+    return w == VM_W ? VM(load)(p) : VM(load_tail)(p, n);
 }
 
 /* out[i] = gelu(x[i]) and g[i] = gelu'(x[i]) for i in [lo, hi); g may
@@ -101,23 +141,114 @@ VM_ATTR static void VM(exp_sub)(float *p, size_t n, float mx) {
     if (i < n) VM(store_tail)(p + i, VM(vexp)(VM(load_tail)(p + i, n - i) - mx), n - i);
 }
 
-/* The largest of x[0..n), n >= 1. Widths agree because a max is exact in
- * any order, not by doing the same operations: with a NaN in the row they
- * may not (a NaN in the first vector keeps its lane; x[0] NaN is returned),
- * and then the softmax is NaN at every width anyway. */
+/* The largest of x[0..n), n >= 1, in four independent chains (one would
+ * wait on each comparison); the tail's missing lanes hold x[0]. Widths
+ * agree because a max is exact in any order, not by doing the same
+ * operations: with a NaN in the row they may not (a comparison with a NaN
+ * keeps the lane's earlier value), and then the softmax is NaN at every
+ * width anyway. */
+VM_ATTR static inline VM(vf) VM(vmax2)(VM(vf) a, VM(vf) b) { return VM(sel)(b > a, b, a); }
+
 VM_ATTR static float VM(max)(const float *x, size_t n) {
-    float mx = x[0];
-    size_t i = 1;
-    if (n >= VM_W) {
-        VM(vf) a = VM(load)(x);
-        for (i = VM_W; i + VM_W <= n; i += VM_W) {
-            VM(vf) u = VM(load)(x + i);
-            a = VM(sel)(u > a, u, a);
-        }
-        for (int k = 0; k < VM_W; k++) mx = a[k] > mx ? a[k] : mx;
+    const VM(vf) zero = {0};
+    VM(vf) a0 = zero + x[0], a1 = a0, a2 = a0, a3 = a0;
+    size_t i = 0;
+    for (; i + 4 * VM_W <= n; i += 4 * VM_W) {
+        a0 = VM(vmax2)(a0, VM(load)(x + i)), a1 = VM(vmax2)(a1, VM(load)(x + i + VM_W));
+        a2 = VM(vmax2)(a2, VM(load)(x + i + 2 * VM_W));
+        a3 = VM(vmax2)(a3, VM(load)(x + i + 3 * VM_W));
     }
-    for (; i < n; i++) mx = x[i] > mx ? x[i] : mx;
+    for (; i + VM_W <= n; i += VM_W) a0 = VM(vmax2)(a0, VM(load)(x + i));
+    if (i < n) a1 = VM(vmax2)(a1, VM(load_fill)(x + i, n - i, x[0]));
+    a0 = VM(vmax2)(VM(vmax2)(a0, a1), VM(vmax2)(a2, a3));
+#ifdef VM_MASKED
+    return _mm512_reduce_max_ps((__m512)a0);
+#else
+    float mx = a0[0];
+    for (int k = 1; k < VM_W; k++) mx = a0[k] > mx ? a0[k] : mx;
     return mx;
+#endif
+}
+
+/* Attention's row sums: 16 lanes, lane L summing x[L], x[L + 16], ... in
+ * order (zeros past n), then lanes L and L + 8, L and L + 4, L and L + 2,
+ * and the last two added: every width does exactly these additions (a
+ * 4-float copy keeps four vectors of lanes), so the bits agree. */
+#define VM_G (16 / VM_W) /* vectors per 16 lanes */
+VM_ATTR static inline float VM(total16)(const VM(vf) *acc) {
+    float L[16], t[8];
+    for (int q = 0; q < VM_G; q++) VM(store)(L + q * VM_W, acc[q]);
+    for (int k = 0; k < 8; k++) t[k] = L[k] + L[k + 8];
+    for (int k = 0; k < 4; k++) t[k] = t[k] + t[k + 4];
+    return (t[0] + t[2]) + (t[1] + t[3]);
+}
+
+/* p[j] = exp(p[j] - mx) for j < n and 0 for n <= j < nk; returns the sum
+ * of p[0..n) in total16's order: F's tile rows in one pass. */
+VM_ATTR static float VM(exp_sum)(float *p, size_t n, size_t nk, float mx) {
+    const VM(vf) zero = {0};
+    VM(vf) acc[VM_G];
+    for (int q = 0; q < VM_G; q++) acc[q] = zero;
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        for (int q = 0; q < VM_G; q++) {
+            VM(vf) e = VM(vexp)(VM(load)(p + i + q * VM_W) - mx);
+            VM(store)(p + i + q * VM_W, e);
+            acc[q] += e;
+        }
+    for (; i < nk; i += VM_W) { /* the last 16 lanes (ragged), then zeros */
+        size_t v = i < n ? n - i : 0, w = nk - i < VM_W ? nk - i : VM_W;
+        VM(vf) e = zero;
+        if (v) e = VM(vexp)(VM(load_part)(p + i, v < VM_W ? v : VM_W, w) - mx);
+        if (v < VM_W) e = VM(sel)(VM(lanes)(v), e, zero);
+        VM(store_part)(p + i, e, w);
+        acc[i / VM_W % VM_G] += e;
+    }
+    return VM(total16)(acc);
+}
+
+/* The sum of exp(x[j] - mx) over j < n in total16's order, x unchanged:
+ * the head's chunk rows, whose logits B keeps. */
+VM_ATTR static float VM(exp_total)(const float *x, size_t n, float mx) {
+    const VM(vf) zero = {0};
+    VM(vf) acc[VM_G];
+    for (int q = 0; q < VM_G; q++) acc[q] = zero;
+    size_t i = 0;
+    for (; i + VM_W <= n; i += VM_W) acc[i / VM_W % VM_G] += VM(vexp)(VM(load)(x + i) - mx);
+    if (i < n)
+        acc[i / VM_W % VM_G] +=
+            VM(sel)(VM(lanes)(n - i), VM(vexp)(VM(load_tail)(x + i, n - i) - mx), zero);
+    return VM(total16)(acc);
+}
+
+/* p[j] = exp(p[j] - mx) f for j < n: the head's probabilities, scaled */
+VM_ATTR static void VM(exp_scale)(float *p, size_t n, float mx, float f) {
+    size_t i = 0;
+    for (; i + VM_W <= n; i += VM_W) VM(store)(p + i, VM(vexp)(VM(load)(p + i) - mx) * f);
+    if (i < n) VM(store_tail)(p + i, VM(vexp)(VM(load_tail)(p + i, n - i) - mx) * f, n - i);
+}
+
+/* B's tile rows in one pass: p[j] = exp(p[j] - lse) and dp[j] = p[j]
+ * (dp[j] - d) for j < n, both 0 for n <= j < nk. */
+VM_ATTR static void VM(exp_ds)(float *p, float *dp, size_t n, size_t nk, float lse, float d) {
+    const VM(vf) zero = {0};
+    size_t i = 0;
+    for (; i + VM_W <= n; i += VM_W) {
+        VM(vf) e = VM(vexp)(VM(load)(p + i) - lse);
+        VM(store)(p + i, e);
+        VM(store)(dp + i, e * (VM(load)(dp + i) - d));
+    }
+    for (; i < nk; i += VM_W) {
+        size_t v = i < n ? n - i : 0, w = nk - i < VM_W ? nk - i : VM_W;
+        VM(vf) e = zero, g = zero;
+        if (v) {
+            VM(vi) in = VM(lanes)(v);
+            e = VM(sel)(in, VM(vexp)(VM(load_part)(p + i, v, w) - lse), zero);
+            g = VM(sel)(in, e * (VM(load_part)(dp + i, v, w) - d), zero);
+        }
+        VM(store_part)(p + i, e, w);
+        VM(store_part)(dp + i, g, w);
+    }
 }
 
 /* x[i] *= f for i < n */
