@@ -236,6 +236,80 @@ static void test_att_tile_b_ragged(void **s) {
         }
 }
 
+/* vmath.h's two copies give the same bits (the AVX-512 one clamps with
+ * max and min, rounds with roundscale and scales with scalef, the 4-float
+ * one with selects, 1.5 2^23 and exponent bits): exp over a sweep of
+ * inputs and the cases at the edges (the clamps, exact ties of the
+ * rounding, results below the smallest normal, +-0, +-inf, NaN), GELU, and
+ * the softmax rows of attention and the head with their sums. Skipped
+ * where the CPU has no AVX-512: there is one copy. */
+static int same_bits(float a, float b) { return memcmp(&a, &b, sizeof a) == 0 || (a != a && b != b); }
+
+/* Kernel `what` on a copy of in (out holds 2 n floats); returns how many
+ * floats of out it made. */
+static size_t run_widths(float *out, const float *in, size_t n, int what) {
+    float m[64], l[64], al[64], lse[64], d[64], cm[64], cs[64], tl[64];
+    int32_t tgt[64];
+    memcpy(out, in, 2 * n * sizeof(float));
+    switch (what) {
+    case 0: pm_k_exp_sub(out, n, 0.0f); return n;
+    case 1: pm_k_gelu_fg_range(out, out + n, in, 0, n); return 2 * n;
+    case 2: /* a 64 x 64 diagonal tile: rows of 21 to 64 keys; their sums */
+        pm_k_att_tile_f(out, 64, 64, 20, m, l, al, 1);
+        memcpy(out + 64 * 64, l, sizeof l);
+        return 64 * 64 + 64;
+    case 3:
+        for (int r = 0; r < 64; r++) lse[r] = 0.5f * (float)r - 9.0f, d[r] = 0.01f * (float)r;
+        pm_k_att_tile_b(out, out + 64 * 64, 64, 64, 5, lse, d);
+        return 2 * 64 * 64;
+    default: /* the head: 64 rows of 61 words, their sums, then 63 rows' gradients */
+        for (int r = 0; r < 64; r++) tgt[r] = r;
+        pm_k_head_tile_stats(out, 64, 61, 3, tgt, cm, cs, tl);
+        pm_k_head_tile_grad(out + 61, 63, 61, 3, tgt + 1, cm + 1, cs + 1, 0.25f);
+        memcpy(out, cs, sizeof cs);
+        return 64 * 61;
+    }
+}
+
+static int vmath_v16_back(void **s) {
+    (void)s;
+    pm_k_vmath_v4(0);
+    return 0;
+}
+
+static void test_vmath_widths(void **s) {
+    (void)s;
+    if (!pm_k_v16()) skip();
+    enum { N = 5 * 64 * 64 };
+    float *in = malloc(N * sizeof(float)), *a = malloc(N * sizeof(float));
+    float *b = malloc(N * sizeof(float));
+    assert_true(in && a && b);
+    const float edge[] = {0.0f, -0.0f, -87.0f, 88.0f, -87.5f, 88.5f, -86.99f, 87.99f, -100.0f,
+                          200.0f, INFINITY, -INFINITY, NAN, -87.34f, -87.2f, -87.33654f,
+                          0.3465736f, 0.3465736f * 3, 1e-8f, -1e-8f, 88.72f, -103.0f};
+    size_t ne = sizeof edge / sizeof *edge;
+    for (size_t i = 0; i < N; i++)
+        in[i] = i < ne ? edge[i] : (float)((i * 2654435761u) % 400001) / 1000.0f - 200.0f;
+    for (size_t i = ne; i < ne + 512; i++) /* t = x log2 e at and around k + 1/2 */
+        in[i] = ((float)((long)i - 256 - (long)ne) * 0.25f + 0.125f) / 1.44269504088896341f;
+    for (int what = 0; what < 5; what++) {
+        size_t n = 64 * 64;
+        float *x = in;
+        if (what >= 2) /* scores of a realistic size */
+            for (size_t i = 0; i < 2 * n; i++) in[N - 2 * n + i] = in[i] * 0.05f, x = in + N - 2 * n;
+        pm_k_vmath_v4(0);
+        size_t made = run_widths(a, x, n, what);
+        pm_k_vmath_v4(1);
+        run_widths(b, x, n, what);
+        pm_k_vmath_v4(0);
+        for (size_t i = 0; i < made; i++)
+            if (!same_bits(a[i], b[i]))
+                fail_msg("kernel %d element %zu: 16-float %.9g, 4-float %.9g", what, i,
+                         (double)a[i], (double)b[i]);
+    }
+    free(in), free(a), free(b);
+}
+
 /* ---- compute threads ------------------------------------------------------------ */
 
 static atomic_int hits[64];
@@ -586,6 +660,7 @@ int main(void) {
         cmocka_unit_test(test_att_tile_mask),
         cmocka_unit_test(test_att_tile_wide_rows),
         cmocka_unit_test(test_tile_band),
+        cmocka_unit_test_teardown(test_vmath_widths, vmath_v16_back),
         cmocka_unit_test(test_att_tile_ragged_rows),
         cmocka_unit_test(test_att_tile_b_ragged),
         cmocka_unit_test(test_tile_mm),

@@ -140,6 +140,9 @@ float pm_k_dot(const float *x, const float *y, size_t n);
 void pm_k_exp_sub(float *p, size_t n, float mx);
 /* Whether this CPU runs the 16-float (AVX-512) code. */
 int pm_k_v16(void);
+/* on: exp, GELU and the softmax rows use vmath.h's 4-float copy on any CPU,
+ * so tests can compare the two copies' bits. */
+void pm_k_vmath_v4(int on);
 /* The causal band of a tile product (attention's diagonal tiles), which
  * lets the kernel skip work: PM_BAND_ALL none; PM_BAND_COLS C(i, j) is
  * wanted for j <= i + diag only (the rest of C is left unspecified);

@@ -451,10 +451,17 @@ int pm_k_v16(void) {
 #endif
 }
 
-/* vmath.h's function `name` at the widest width this CPU runs; both
- * copies do the same arithmetic per element. */
+static atomic_int g_v4; /* a test's request for the 4-float copy */
+
+void pm_k_vmath_v4(int on) { atomic_store(&g_v4, on); }
+
+/* vmath.h's function `name` at the widest width this CPU runs (unless a
+ * test asks for the 4-float copy); both copies give the same bits. */
 #ifdef PM_HAVE_V16
-#define BY_WIDTH(name, ...) (use_v16() ? v16_##name(__VA_ARGS__) : v4_##name(__VA_ARGS__))
+#define BY_WIDTH(name, ...)                                                  \
+    (use_v16() && !atomic_load_explicit(&g_v4, memory_order_relaxed)        \
+         ? v16_##name(__VA_ARGS__)                                           \
+         : v4_##name(__VA_ARGS__))
 #else
 #define BY_WIDTH(name, ...) v4_##name(__VA_ARGS__)
 #endif

@@ -32,13 +32,41 @@ VM_ATTR static inline VM(vi) VM(lanes)(size_t n) {
     return k < (int32_t)n;
 }
 
+/* exp's three steps that AVX-512 does in one instruction each, with the
+ * same result for every input: x clamped to [lo, hi] (max and min keep a
+ * NaN x as the selects do); t rounded to the nearest integer, ties to
+ * even, as adding and subtracting 1.5 2^23 does for |t| < 2^22 (the clamp
+ * keeps |t| below 128); p 2^n, n an integer in [-126, 127], by scalef
+ * (exact, or rounded once if subnormal, as the product is). */
+#ifdef VM_MASKED
+VM_ATTR static inline VM(vf) VM(clamp)(VM(vf) x, VM(vf) lo, VM(vf) hi) {
+    return (VM(vf))_mm512_min_ps((__m512)hi, _mm512_max_ps((__m512)lo, (__m512)x));
+}
+VM_ATTR static inline VM(vf) VM(rint)(VM(vf) t) {
+    return (VM(vf))_mm512_roundscale_ps((__m512)t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+}
+VM_ATTR static inline VM(vf) VM(pow2mul)(VM(vf) p, VM(vf) n) {
+    return (VM(vf))_mm512_scalef_ps((__m512)p, (__m512)n);
+}
+#else
+VM_ATTR static inline VM(vf) VM(clamp)(VM(vf) x, VM(vf) lo, VM(vf) hi) {
+    x = VM(sel)(x < lo, lo, x);
+    return VM(sel)(x > hi, hi, x);
+}
+VM_ATTR static inline VM(vf) VM(rint)(VM(vf) t) {
+    t = t + 12582912.0f;
+    return t - 12582912.0f;
+}
+VM_ATTR static inline VM(vf) VM(pow2mul)(VM(vf) p, VM(vf) n) {
+    VM(vi) bits = (__builtin_convertvector(n, VM(vi)) + 127) << 23;
+    return p * (VM(vf))bits;
+}
+#endif
+
 VM_ATTR static inline VM(vf) VM(vexp)(VM(vf) x) {
     const VM(vf) zero = {0};
-    VM(vf) lo = zero - 87.0f, hi = zero + 88.0f;
-    x = VM(sel)(x < lo, lo, x);
-    x = VM(sel)(x > hi, hi, x);
-    VM(vf) n = x * 1.44269504088896341f + 12582912.0f; /* round to nearest */
-    n = n - 12582912.0f;
+    x = VM(clamp)(x, zero - 87.0f, zero + 88.0f);
+    VM(vf) n = VM(rint)(x * 1.44269504088896341f);
     VM(vf) r = x - n * 0.693359375f + n * 2.12194440e-4f;
     VM(vf) z = r * r;
     VM(vf) p = zero + 1.9875691500e-4f;
@@ -48,8 +76,7 @@ VM_ATTR static inline VM(vf) VM(vexp)(VM(vf) x) {
     p = p * r + 1.6666665459e-1f;
     p = p * r + 5.0000001201e-1f;
     p = p * z + r + 1.0f;
-    VM(vi) bits = (__builtin_convertvector(n, VM(vi)) + 127) << 23;
-    return p * (VM(vf))bits;
+    return VM(pow2mul)(p, n);
 }
 
 /* tanh u = 1 - 2 / (exp(2u) + 1): absolute error ~1e-7, which is all GELU
