@@ -86,6 +86,39 @@ static void test_adamw_hand_step(void **state) {
     assert_true(q == 2.0f);
 }
 
+/* A slab's update is, element by element, the bits of the formula
+ * pm_train.h gives (PyTorch's arrangement), computed here one float at a
+ * time: whatever vector width the library runs (AVX-512 where the CPU has
+ * it), over lengths that leave tails and with every kind of moment. */
+static void test_adamw_slab_bits(void **state) {
+    (void)state;
+    enum { N = 1000 };
+    static float p[N], g[N], m[N], v[N], p2[N], m2[N], v2[N];
+    for (int i = 0; i < N; i++) {
+        p[i] = p2[i] = (float)((i * 37) % 101) / 50.0f - 1.0f;
+        g[i] = (float)((i * 53) % 97) / 40.0f - 1.2f;
+        m[i] = m2[i] = i % 3 ? (float)((i * 7) % 13) / 100.0f - 0.06f : 0.0f;
+        v[i] = v2[i] = i % 5 ? (float)((i * 11) % 17) / 1000.0f : 0.0f;
+    }
+    pm_optim_adamw_args a = {3e-4f, 0.1f, 0.9f, 0.95f, 1e-8f, 7, 0.75f};
+    const size_t lens[] = {N, 1, 15, 17, 33, 999};
+    for (size_t c = 0; c < sizeof lens / sizeof *lens; c++) {
+        size_t n = lens[c];
+        pm_optim_adamw_update(p, g, m, v, n, &a);
+        float b1 = a.beta1, b2 = a.beta2, bc1 = 1.0f - powf(b1, 7.0f), bc2 = 1.0f - powf(b2, 7.0f);
+        float step = a.lr / bc1, rs2 = 1.0f / sqrtf(bc2), decay = 1.0f - a.lr * a.wd;
+        for (size_t i = 0; i < n; i++) {
+            float gi = g[i] * a.gscale;
+            m2[i] = b1 * m2[i] + (1.0f - b1) * gi;
+            v2[i] = b2 * v2[i] + (1.0f - b2) * gi * gi;
+            p2[i] = p2[i] * decay - step * m2[i] / (sqrtf(v2[i]) * rs2 + a.eps);
+        }
+        assert_memory_equal(m, m2, sizeof m);
+        assert_memory_equal(v, v2, sizeof v);
+        assert_memory_equal(p, p2, sizeof p);
+    }
+}
+
 static void test_lr_schedule_shape(void **state) {
     (void)state;
     pm_optim_cfg c;
@@ -1239,6 +1272,7 @@ static void test_sigkill_between_create_and_commit(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_adamw_hand_step),
+        cmocka_unit_test(test_adamw_slab_bits),
         cmocka_unit_test(test_lr_schedule_shape),
         cmocka_unit_test(test_clipping),
         cmocka_unit_test(test_norm_definition),

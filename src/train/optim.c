@@ -20,6 +20,16 @@
 
 #define PM_PI 3.14159265358979323846
 
+/* x86-64 built by GCC or clang: the norm and AdamW's loops also come
+ * compiled for AVX-512, run where the CPU has it (the same bits). */
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define PM_OPTIM_X86 1
+static int wide(void) {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f");
+}
+#endif
+
 void pm_optim_defaults(pm_optim_cfg *c, int steps) {
     *c = (pm_optim_cfg){
         .lr = 1e-3f,
@@ -59,7 +69,7 @@ static inline d2 sq2(const float *g) {
     return x * x;
 }
 
-static double block_sumsq(const float *g, size_t n) {
+static double block_sumsq_plain(const float *g, size_t n) {
     d2 v0 = {0, 0}, v1 = {0, 0}, v2 = {0, 0}, v3 = {0, 0};
     size_t i = 0;
     for (; i + 8 <= n; i += 8)
@@ -67,6 +77,35 @@ static double block_sumsq(const float *g, size_t n) {
     double l[8] = {v0[0], v0[1], v1[0], v1[1], v2[0], v2[1], v3[0], v3[1]};
     for (int k = 0; i < n; i++, k++) l[k] += (double)g[i] * (double)g[i];
     return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7])); /* lanes_total */
+}
+
+/* AVX-512, where the CPU has it: lane k of one vector of 8 doubles sums
+ * g[i + k] as lane k of the four pairs does, in the same order, so the
+ * bits agree; one instruction where the pairs take four (GPT-2 small's
+ * 124M gradients on 2 threads of a Zen 5: 16 ms with the pairs, which
+ * bounded it, 8.5 ms so). */
+#ifdef PM_OPTIM_X86
+#include <immintrin.h>
+
+__attribute__((target("avx512f"))) static double block_sumsq_wide(const float *g, size_t n) {
+    __m512d acc = _mm512_setzero_pd();
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m512d x = _mm512_cvtps_pd(_mm256_loadu_ps(g + i));
+        acc = _mm512_add_pd(acc, _mm512_mul_pd(x, x));
+    }
+    double l[8];
+    _mm512_storeu_pd(l, acc);
+    for (int k = 0; i < n; i++, k++) l[k] += (double)g[i] * (double)g[i];
+    return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7])); /* lanes_total */
+}
+#endif
+
+static double block_sumsq(const float *g, size_t n) {
+#ifdef PM_OPTIM_X86
+    if (wide()) return block_sumsq_wide(g, n);
+#endif
+    return block_sumsq_plain(g, n);
 }
 
 typedef struct {
@@ -211,9 +250,9 @@ typedef struct {
 /* Vectorised (the Makefile builds this file with -fno-math-errno: sqrtf's
  * errno for v < 0, which never happens here, kept the loop scalar at 2.25
  * ns a parameter); vector square roots and divisions round exactly as the
- * scalar ones, so the bits do not change. */
-static void adamw_range(const void *arg, size_t lo, size_t hi) {
-    const adamw_job *j = arg;
+ * scalar ones, so the bits do not change, at any vector width. */
+static inline __attribute__((always_inline)) void adamw_loop(const adamw_job *j, size_t lo,
+                                                             size_t hi) {
     float *restrict p = j->p, *restrict m = j->m, *restrict v = j->v;
     const float *restrict g = j->g;
     float b1 = j->b1, b2 = j->b2, c1 = j->c1, c2 = j->c2, step = j->step, rs2 = j->rs2;
@@ -226,6 +265,28 @@ static void adamw_range(const void *arg, size_t lo, size_t hi) {
         v[i] = vi;
         p[i] = p[i] * decay - step * mi / (sqrtf(vi) * rs2 + eps);
     }
+}
+
+/* The same loop compiled for AVX-512, where the CPU has it: with 4-float
+ * vectors the square roots and divisions, not memory, bounded the update
+ * (GPT-2 small's 124M parameters on 2 threads of a Zen 5: 43 ms, 81 GB/s;
+ * 31 ms with 16-float vectors). */
+#ifdef PM_OPTIM_X86
+__attribute__((target("avx512f"))) static void adamw_wide(const adamw_job *j, size_t lo,
+                                                         size_t hi) {
+    adamw_loop(j, lo, hi);
+}
+#endif
+
+static void adamw_range(const void *arg, size_t lo, size_t hi) {
+    const adamw_job *j = arg;
+#ifdef PM_OPTIM_X86
+    if (wide()) {
+        adamw_wide(j, lo, hi);
+        return;
+    }
+#endif
+    adamw_loop(j, lo, hi);
 }
 
 void pm_optim_adamw_update(float *restrict p, const float *restrict g, float *restrict m,
