@@ -188,8 +188,18 @@ static float sum16(const float *x, int n) {
  * wide tiles and one not a multiple of a vector): the exponentials within
  * 1e-6 of libm's, every masked entry exactly 0, and each row's sum the
  * bits of sum16 over the row the kernel wrote, so any width gives them. */
+static void att_tile_ragged_rows(void);
+
 static void test_att_tile_ragged_rows(void **s) {
     (void)s;
+    for (int v4 = 0; v4 < 2; v4++) { /* each of vmath.h's copies */
+        pm_k_vmath_v4(v4);
+        att_tile_ragged_rows();
+    }
+    pm_k_vmath_v4(0);
+}
+
+static void att_tile_ragged_rows(void) {
     enum { NQ = 20, MAXK = 70 };
     const size_t nks[] = {16, 37, 64, 70};
     float t[NQ * MAXK], o[NQ * MAXK], m[NQ], l[NQ], alpha[NQ];
@@ -214,8 +224,18 @@ static void test_att_tile_ragged_rows(void **s) {
 
 /* B's tile: P = exp(s - lse) and dS = P (dp - d) on the valid keys, 0 on
  * the masked ones, by hand in double, rows ragged across vector ends. */
+static void att_tile_b_ragged(void);
+
 static void test_att_tile_b_ragged(void **s) {
     (void)s;
+    for (int v4 = 0; v4 < 2; v4++) {
+        pm_k_vmath_v4(v4);
+        att_tile_b_ragged();
+    }
+    pm_k_vmath_v4(0);
+}
+
+static void att_tile_b_ragged(void) {
     enum { NQ = 19, NK = 53, DIAG = 30 };
     float p[NQ * NK], dp[NQ * NK], op[NQ * NK], odp[NQ * NK], lse[NQ], d[NQ];
     for (int i = 0; i < NQ * NK; i++) {
@@ -239,11 +259,13 @@ static void test_att_tile_b_ragged(void **s) {
 /* vmath.h's two copies give the same bits (the AVX-512 one clamps with
  * max and min, rounds with roundscale and scales with scalef, the 4-float
  * one with selects, 1.5 2^23 and exponent bits): exp over a sweep of
- * inputs and the cases at the edges (the clamps, exact ties of the
- * rounding, results below the smallest normal, +-0, +-inf, NaN), GELU, and
- * the softmax rows of attention and the head with their sums. Skipped
- * where the CPU has no AVX-512: there is one copy. */
-static int same_bits(float a, float b) { return memcmp(&a, &b, sizeof a) == 0 || (a != a && b != b); }
+ * inputs and the cases at the edges (the clamps and just inside them,
+ * x log2 e exactly +-0.5 and 1.5, the ties of the rounding, +-0, +-inf,
+ * NaN), GELU, and the softmax rows of attention and the head with their
+ * sums. Skipped where the CPU has no AVX-512: there is one copy. */
+static int same_bits(float a, float b) {
+    return memcmp(&a, &b, sizeof a) == 0 || (a != a && b != b);
+}
 
 /* Kernel `what` on a copy of in (out holds 2 n floats); returns how many
  * floats of out it made. */
@@ -286,17 +308,20 @@ static void test_vmath_widths(void **s) {
     assert_true(in && a && b);
     const float edge[] = {0.0f, -0.0f, -87.0f, 88.0f, -87.5f, 88.5f, -86.99f, 87.99f, -100.0f,
                           200.0f, INFINITY, -INFINITY, NAN, -87.34f, -87.2f, -87.33654f,
-                          0.3465736f, 0.3465736f * 3, 1e-8f, -1e-8f, 88.72f, -103.0f};
+                          0.3465736f, 0.3465736f * 3, -0.3465736f, 1e-8f, -1e-8f, 88.72f,
+                          -103.0f};
     size_t ne = sizeof edge / sizeof *edge;
     for (size_t i = 0; i < N; i++)
         in[i] = i < ne ? edge[i] : (float)((i * 2654435761u) % 400001) / 1000.0f - 200.0f;
-    for (size_t i = ne; i < ne + 512; i++) /* t = x log2 e at and around k + 1/2 */
+    for (size_t i = ne; i < ne + 512; i++) /* t = x log2 e near k / 4 + 1 / 8 */
         in[i] = ((float)((long)i - 256 - (long)ne) * 0.25f + 0.125f) / 1.44269504088896341f;
     for (int what = 0; what < 5; what++) {
         size_t n = 64 * 64;
         float *x = in;
-        if (what >= 2) /* scores of a realistic size */
-            for (size_t i = 0; i < 2 * n; i++) in[N - 2 * n + i] = in[i] * 0.05f, x = in + N - 2 * n;
+        if (what >= 2) { /* scores of a realistic size */
+            x = in + N - 2 * n;
+            for (size_t i = 0; i < 2 * n; i++) x[i] = in[i] * 0.05f;
+        }
         pm_k_vmath_v4(0);
         size_t made = run_widths(a, x, n, what);
         pm_k_vmath_v4(1);
@@ -386,7 +411,7 @@ static void test_tile_mm(void **s) {
  * the dense product's bits); for PM_BAND_COLS every entry with j <= i +
  * diag. Bands that start before, at and past the tile, rows past a
  * multiple of 6 and columns past a panel, on the tile path and OpenBLAS's. */
-static void band_case(int kind, size_t m, size_t n, size_t k, long diag) {
+static void band_case(pm_band_kind kind, size_t m, size_t n, size_t k, int64_t diag) {
     int ta = kind == PM_BAND_K_FROM; /* dV, dK: P^T and dS^T */
     size_t lda = ta ? m : k, bps = 64 * k, np = (n + 63) / 64;
     float *A = malloc(m * k * sizeof(float)), *B = malloc(np * bps * sizeof(float));
@@ -395,9 +420,11 @@ static void band_case(int kind, size_t m, size_t n, size_t k, long diag) {
     assert_true(A && B && C[0] && C[1] && C[2]);
     for (size_t i = 0; i < m; i++)
         for (size_t p = 0; p < k; p++) {
-            long lp = (long)p, li = (long)i;
-            int out = kind == PM_BAND_K_TO ? lp > li + diag : kind == PM_BAND_K_FROM && lp < li - diag;
-            A[ta ? p * lda + i : i * lda + p] = out ? 0.0f : (float)((i * 7 + p * 3) % 19) / 9.0f - 1.0f;
+            int64_t lp = (int64_t)p, li = (int64_t)i;
+            int out = kind == PM_BAND_K_TO ? lp > li + diag
+                                           : kind == PM_BAND_K_FROM && lp < li - diag;
+            A[ta ? p * lda + i : i * lda + p] =
+                out ? 0.0f : (float)((i * 7 + p * 3) % 19) / 9.0f - 1.0f;
         }
     for (size_t i = 0; i < np * bps; i++) B[i] = (float)((i * 53) % 29) / 14.0f - 1.0f;
     for (int c = 0; c < 3; c++) { /* the band on the tiles, on OpenBLAS; no band on the tiles */
@@ -409,33 +436,39 @@ static void band_case(int kind, size_t m, size_t n, size_t k, long diag) {
     }
     for (size_t i = 0; i < m; i++)
         for (size_t j = 0; j < n; j++) {
-            if (kind == PM_BAND_COLS && (long)j > (long)i + diag) continue;
+            if (kind == PM_BAND_COLS && (int64_t)j > (int64_t)i + diag) continue;
             double want = 0.5, mag = 0.5;
             for (size_t p = 0; p < k; p++) {
-                double t = 0.75 * A[ta ? p * lda + i : i * lda + p] * B[j / 64 * bps + p * 64 + j % 64];
+                double a = A[ta ? p * lda + i : i * lda + p];
+                double t = 0.75 * a * B[j / 64 * bps + p * 64 + j % 64];
                 want += t, mag += fabs(t);
             }
             for (int c = 0; c < 2; c++)
                 if (!(fabs(C[c][i * n + j] - want) <= 1e-6 * mag))
-                    fail_msg("%s band %d m %zu n %zu k %zu diag %ld: C[%zu][%zu] = %.9g, want %.9g",
-                             c ? "OpenBLAS" : "tile", kind, m, n, k, diag, i, j,
-                             (double)C[c][i * n + j], want);
+                    fail_msg("%s band %d m %zu n %zu k %zu diag %lld: C[%zu][%zu] = %.9g, "
+                             "want %.9g", c ? "OpenBLAS" : "tile", (int)kind, m, n, k,
+                             (long long)diag, i, j, (double)C[c][i * n + j], want);
             if (C[0][i * n + j] != C[2][i * n + j])
-                fail_msg("band %d diag %ld: C[%zu][%zu] differs from the dense tile product's bits",
-                         kind, diag, i, j);
+                fail_msg("band %d diag %lld: C[%zu][%zu] differs from the dense product's bits",
+                         (int)kind, (long long)diag, i, j);
         }
     free(A), free(B), free(C[0]), free(C[1]), free(C[2]);
 }
 
 static void test_tile_band(void **s) {
     (void)s;
-    static const long diags[] = {-70, -3, 0, 1, 5, 63, 64, 200};
-    for (int kind = PM_BAND_COLS; kind <= PM_BAND_K_FROM; kind++)
+    static const int64_t diags[] = {-70, -3, 0, 1, 5, 63, 64, 116, 200};
+    for (pm_band_kind kind = PM_BAND_COLS; kind <= PM_BAND_K_FROM; kind++) {
         for (size_t d = 0; d < sizeof diags / sizeof *diags; d++) {
             band_case(kind, 64, 64, 64, diags[d]);
-            band_case(kind, 13, 130, 70, diags[d]);
+            band_case(kind, 13, 130, 70, diags[d]); /* diag 116: cut in the 2-column panel */
             band_case(kind, 70, 64, 13, diags[d]);
         }
+        /* attention's ragged last panels (T = 75, 1000): 11 and 40 keys, cut
+         * by rows whose reach ends inside the panel's last vector */
+        band_case(kind, 11, 75, 16, 64);
+        band_case(kind, 40, 232, 16, 192);
+    }
 }
 
 /* K^T into panels of 64 keys: every entry lands at the index the layout
@@ -661,8 +694,8 @@ int main(void) {
         cmocka_unit_test(test_att_tile_wide_rows),
         cmocka_unit_test(test_tile_band),
         cmocka_unit_test_teardown(test_vmath_widths, vmath_v16_back),
-        cmocka_unit_test(test_att_tile_ragged_rows),
-        cmocka_unit_test(test_att_tile_b_ragged),
+        cmocka_unit_test_teardown(test_att_tile_ragged_rows, vmath_v16_back),
+        cmocka_unit_test_teardown(test_att_tile_b_ragged, vmath_v16_back),
         cmocka_unit_test(test_tile_mm),
         cmocka_unit_test_teardown(test_panels, blas_path_off),
         cmocka_unit_test(test_pool_each_task_once),

@@ -192,6 +192,11 @@ static void test_attention_against_reference(void **s) {
         for (int H = 1; H <= 12; H += 11)
             for (int B = 1; B <= 3; B += 2) check_attention(B, TS[i], H, 8);
     check_attention(1, 257, 12, 64); /* GPT-2's head size */
+    /* diagonal tiles whose last 64-key panel is ragged (T = 75: 11 keys,
+     * T = 1000: 40) with the causal cut inside it: the cut must not store
+     * past the panel's keys into the next query's row */
+    check_attention(1, 75, 2, 8);
+    check_attention(1, 1000, 1, 8);
     /* the tiles' products through OpenBLAS, as on a CPU without AVX-512 */
     pm_k_tile_mm_blas(1);
     check_attention(3, 257, 12, 8);

@@ -26,7 +26,8 @@
  * Every product is one pm_k_tile_mm on the task's thread (tilemm.c: no
  * packing; each element's sum in a fixed order), told the tile's causal
  * band so that a diagonal tile skips what the mask makes zero (S and dP
- * past the diagonal, P's and dS's zero terms); each (sequence, head) is
+ * past the diagonal, P's and dS's zero terms; on AVX-512, where the tile
+ * kernel runs); each (sequence, head) is
  * one task with its own outputs, so the bits do not depend on the thread
  * count. The products with K^T and V^T (S and dP) read them from panels of
  * 64 keys the task makes first. The other products' B operands (V in F;
@@ -81,12 +82,13 @@ size_t pm_att_slot_floats_b(int T, int hs) {
 
 /* The products of a tile: C = alpha op(A) B (+ C when acc), A (lda) read
  * transposed when ta, B row-major (ldb). A is a tile of P or dS, zero
- * past the causal diagonal (diag = i0 - j0), and the kernel skips those
- * terms six rows at a time: most of the triangle above a diagonal block,
- * which at ctx 256 is a fifth of the pairs a query block's tiles hold. */
+ * past the causal diagonal (diag = i0 - j0), and the AVX-512 kernel skips
+ * those terms a register tile (6 rows of C) at a time: most of the
+ * triangle above each diagonal block, at ctx 256 a fifth of the pairs all
+ * the tiles hold (8064 of 40960 a head). */
 static void prod(int ta, size_t m, size_t n, size_t k, float alpha, const float *A, size_t lda,
                  const float *B, size_t ldb, int acc, float *C, size_t ldc, size_t diag) {
-    pm_band band = {ta ? PM_BAND_K_FROM : PM_BAND_K_TO, (long)diag};
+    pm_band band = {ta ? PM_BAND_K_FROM : PM_BAND_K_TO, (int64_t)diag};
     pm_k_tile_mm(m, n, k, alpha, A, ta ? 1 : lda, ta ? lda : 1, B, ldb, 64, acc, C, ldc, band);
 }
 
@@ -96,7 +98,7 @@ static void prod(int ta, size_t m, size_t n, size_t k, float alpha, const float 
 _Static_assert(PM_ATT_BK % 64 == 0, "key blocks start on panel boundaries");
 static void scores(size_t nq, size_t nk, size_t hs, float scale, const float *x, size_t ld,
                    const float *yt, size_t j0, size_t diag, float *s) {
-    pm_band band = {PM_BAND_COLS, (long)diag};
+    pm_band band = {PM_BAND_COLS, (int64_t)diag};
     pm_k_tile_mm(nq, nk, hs, scale, x, ld, 1, yt + j0 / 64 * 64 * hs, 64, 64 * hs, 0, s, nk,
                  band);
 }

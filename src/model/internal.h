@@ -12,17 +12,11 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "model/passes.h"
 #include "pipemem/pm_gpt.h"
 
 #define PM_ALIGN 64
 #define PM_LN_EPS 1e-5f
-
-/* x86-64 built by GCC or clang: target attributes, AVX-512 intrinsics and
- * __builtin_cpu_supports are there, so code for a wider ISA is compiled
- * beside the baseline and picked at run time by the CPU. */
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define PM_X86_GNU 1
-#endif
 
 /* Attention's tiles (attention.c): query rows and key columns per tile. */
 #define PM_ATT_BQ 64
@@ -138,8 +132,6 @@ void pm_k_mul_range(float *out, const float *a, const float *b, size_t lo, size_
 void pm_k_scale(float *x, float f, size_t n);
 float pm_k_dot(const float *x, const float *y, size_t n);
 void pm_k_exp_sub(float *p, size_t n, float mx);
-/* Whether this CPU runs the 16-float (AVX-512) code. */
-int pm_k_v16(void);
 /* on: exp, GELU and the softmax rows use vmath.h's 4-float copy on any CPU,
  * so tests can compare the two copies' bits. */
 void pm_k_vmath_v4(int on);
@@ -148,11 +140,12 @@ void pm_k_vmath_v4(int on);
  * wanted for j <= i + diag only (the rest of C is left unspecified);
  * PM_BAND_K_TO and PM_BAND_K_FROM the terms A(i, p) B(p, j) with p > i +
  * diag, or p < i - diag, are zero in the operands (the sum may leave them
- * out, which changes no bit of a finite sum). */
-enum { PM_BAND_ALL, PM_BAND_COLS, PM_BAND_K_TO, PM_BAND_K_FROM };
+ * out, which changes no bit of a finite sum but, after an underflow, the
+ * sign of a zero). Only the AVX-512 path skips; OpenBLAS's computes all. */
+typedef enum { PM_BAND_ALL, PM_BAND_COLS, PM_BAND_K_TO, PM_BAND_K_FROM } pm_band_kind;
 typedef struct {
-    int kind;
-    long diag;
+    pm_band_kind kind;
+    int64_t diag;
 } pm_band;
 
 /* C (m, n) = alpha A B, plus C when acc, for attention's tiles (tilemm.c):

@@ -403,9 +403,9 @@ void pm_k_colsum_add(float *g, const float *d, size_t N, int n) {
  * libm's tanhf is a call per element and dominated whole training steps, so
  * exp is straight-line arithmetic on float vectors (GCC/clang vector
  * extensions; vmath.h). The 4-float version is SSE2, the x86-64 baseline;
- * on CPUs with AVX-512 the GELU kernels run a 16-float copy of the same
- * code compiled for that ISA (chosen at run time; the arithmetic per
- * element is identical, so the bits are too). */
+ * on CPUs with AVX-512, exp, GELU and the softmax rows of attention and the
+ * head run a 16-float copy of the same code compiled for that ISA (chosen
+ * at run time; the bits are the same: test_vmath_widths). */
 #define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
 #define GELU_A 0.044715f
 
@@ -416,6 +416,7 @@ void pm_k_colsum_add(float *g, const float *d, size_t N, int n) {
 #undef VM
 #undef VM_W
 #undef VM_ATTR
+#undef VM_G
 
 #ifdef PM_X86_GNU
 #define PM_HAVE_V16 1
@@ -429,6 +430,7 @@ void pm_k_colsum_add(float *g, const float *d, size_t N, int n) {
 #undef VM
 #undef VM_W
 #undef VM_ATTR
+#undef VM_G
 #undef VM_MASKED
 
 static int use_v16(void) {

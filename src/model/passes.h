@@ -97,6 +97,13 @@
 
 #include "pipemem/pm_gpt.h"
 
+/* x86-64 built by GCC or clang: target attributes, AVX-512 intrinsics and
+ * __builtin_cpu_supports are there, so code for a wider ISA is compiled
+ * beside the baseline and picked at run time by the CPU. */
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define PM_X86_GNU 1
+#endif
+
 /* Checks every field; one line naming the bad field and the fix. */
 pm_status pm_gpt_config_check(const pm_gpt_config *cfg, pm_err *err);
 
@@ -202,6 +209,9 @@ double pm_gpt_flops(const pm_gpt_config *cfg, int B, int T);
 /* ---- the compute threads (pm_blas_threads) ------------------------------------ */
 
 int pm_blas_threads_get(void); /* the calling thread's compute threads */
+/* Whether this CPU runs the 16-float (AVX-512) kernels: the model's and the
+ * optimizer's (their other copies give the same bits). */
+int pm_k_v16(void);
 
 /* Runs fn(arg, lo, hi) over [0, n) cut into pieces of `chunk` items (the
  * last shorter) on the calling thread's compute threads, returning when all

@@ -119,17 +119,27 @@ tile_any(const float *a, const float *b, float *c, size_t k, const mm_args *x, i
 }
 
 /* The register tile's share of the band: its columns (*U vectors, the
- * last holding *last) and terms [*p0, *p1); 0 when it has none to make. */
-static int band_cut(pm_band band, size_t i, int R, size_t j, size_t w, int *U, __mmask16 *last,
+ * last holding *last) and terms [*p0, *p1); 0 when it has none to make.
+ * A cut keeps the panel's own last mask unless it drops whole vectors: a
+ * ragged panel's last vector must not store past the panel's w columns
+ * (that is the next row of C). */
+static int band_cut(pm_band band, size_t i, int R, size_t j, int *U, __mmask16 *last,
                     size_t *p0, size_t *p1) {
-    long lo = (long)i - band.diag, hi = (long)i + R + band.diag; /* rows i..i+R-1's reach */
+    int64_t lo = (int64_t)i - band.diag, hi = (int64_t)i + R + band.diag; /* rows' reach */
     switch (band.kind) {
-    case PM_BAND_COLS: /* columns below hi - j of this panel */
-        if (hi <= (long)j) return 0;
-        if (hi - (long)j < (long)w) *U = (int)((hi - (long)j + 15) / 16), *last = 0xFFFF;
+    case PM_BAND_ALL:
         break;
+    case PM_BAND_COLS: { /* columns below hi - j of this panel */
+        int64_t c = hi - (int64_t)j;
+        if (c <= 0) return 0;
+        if (c < 16 * (int64_t)*U) {
+            int u = (int)((c + 15) / 16);
+            if (u < *U) *U = u, *last = 0xFFFF;
+        }
+        break;
+    }
     case PM_BAND_K_TO:
-        if (hi < (long)*p1) *p1 = hi > 0 ? (size_t)hi : 0;
+        if (hi < (int64_t)*p1) *p1 = hi > 0 ? (size_t)hi : 0;
         break;
     case PM_BAND_K_FROM:
         if (lo > 0) *p0 = (size_t)lo < *p1 ? (size_t)lo : *p1;
@@ -149,7 +159,7 @@ mm16(size_t m, size_t n, size_t k, const float *A, const float *B, size_t bps, f
             int R = (int)(m - i < MR ? m - i : MR), u = U;
             __mmask16 lm = last;
             size_t p0 = 0, p1 = k;
-            if (!band_cut(band, i, R, j, w, &u, &lm, &p0, &p1)) continue;
+            if (!band_cut(band, i, R, j, &u, &lm, &p0, &p1)) continue;
             tile_any(A + i * x->ars + p0 * x->aks, B + j / (16 * NV) * bps + p0 * x->ldb,
                      C + i * x->ldc + j, p1 - p0, x, R, u, lm);
         }

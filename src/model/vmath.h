@@ -12,7 +12,8 @@
  * pass -ffp-contract=off to keep it.
  *
  * Cephes' expf: x = n ln2 + r, |r| <= ln2/2, exp(r) by a degree-6
- * polynomial (relative error ~1e-7), times 2^n built in the exponent bits.
+ * polynomial (relative error ~1e-7), times 2^n (built in the exponent
+ * bits, or by scalef on AVX-512).
  * Inputs are clamped to [-87, 88] so 2^n stays a normal float. Tails shorter
  * than a vector go through the same code on a padded vector: masked loads
  * and stores when VM_MASKED is defined (the AVX-512 copy: immintrin.h
@@ -171,9 +172,9 @@ VM_ATTR static void VM(exp_sub)(float *p, size_t n, float mx) {
 /* The largest of x[0..n), n >= 1, in four independent chains (one would
  * wait on each comparison); the tail's missing lanes hold x[0]. Widths
  * agree because a max is exact in any order, not by doing the same
- * operations: with a NaN in the row they may not (a comparison with a NaN
- * keeps the lane's earlier value), and then the softmax is NaN at every
- * width anyway. */
+ * operations: only the sign of a zero maximum may differ (+0 and -0 tie),
+ * which changes no exp(x - max). A NaN is dropped by the comparisons
+ * unless it is x[0]. */
 VM_ATTR static inline VM(vf) VM(vmax2)(VM(vf) a, VM(vf) b) { return VM(sel)(b > a, b, a); }
 
 VM_ATTR static float VM(max)(const float *x, size_t n) {

@@ -20,16 +20,6 @@
 
 #define PM_PI 3.14159265358979323846
 
-/* x86-64 built by GCC or clang: the norm and AdamW's loops also come
- * compiled for AVX-512, run where the CPU has it (the same bits). */
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define PM_OPTIM_X86 1
-static int wide(void) {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f");
-}
-#endif
-
 void pm_optim_defaults(pm_optim_cfg *c, int steps) {
     *c = (pm_optim_cfg){
         .lr = 1e-3f,
@@ -84,7 +74,7 @@ static double block_sumsq_plain(const float *g, size_t n) {
  * bits agree; one instruction where the pairs take four (GPT-2 small's
  * 124M gradients on 2 threads of a Zen 5: 16 ms with the pairs, which
  * bounded it, 8.5 ms so). */
-#ifdef PM_OPTIM_X86
+#ifdef PM_X86_GNU
 #include <immintrin.h>
 
 __attribute__((target("avx512f"))) static double block_sumsq_wide(const float *g, size_t n) {
@@ -102,8 +92,8 @@ __attribute__((target("avx512f"))) static double block_sumsq_wide(const float *g
 #endif
 
 static double block_sumsq(const float *g, size_t n) {
-#ifdef PM_OPTIM_X86
-    if (wide()) return block_sumsq_wide(g, n);
+#ifdef PM_X86_GNU
+    if (pm_k_v16()) return block_sumsq_wide(g, n);
 #endif
     return block_sumsq_plain(g, n);
 }
@@ -271,7 +261,7 @@ static inline __attribute__((always_inline)) void adamw_loop(const adamw_job *j,
  * vectors the square roots and divisions, not memory, bounded the update
  * (GPT-2 small's 124M parameters on 2 threads of a Zen 5: 43 ms, 81 GB/s;
  * 31 ms with 16-float vectors). */
-#ifdef PM_OPTIM_X86
+#ifdef PM_X86_GNU
 __attribute__((target("avx512f"))) static void adamw_wide(const adamw_job *j, size_t lo,
                                                          size_t hi) {
     adamw_loop(j, lo, hi);
@@ -280,8 +270,8 @@ __attribute__((target("avx512f"))) static void adamw_wide(const adamw_job *j, si
 
 static void adamw_range(const void *arg, size_t lo, size_t hi) {
     const adamw_job *j = arg;
-#ifdef PM_OPTIM_X86
-    if (wide()) {
+#ifdef PM_X86_GNU
+    if (pm_k_v16()) {
         adamw_wide(j, lo, hi);
         return;
     }
