@@ -2,8 +2,8 @@
  * per vector width. Before including, define VM(name) (prefixes the
  * function names), VM_W (floats per vector), VM_ATTR (function attributes,
  * e.g. a target ISA). Defines VM(vf), VM(vi) typedefs, VM(gelu_fg) (the
- * value and its derivative) over element ranges, VM(exp_sub), VM(max),
- * VM(scale), and the softmax rows of attention's tiles (VM(exp_sum),
+ * value and its derivative) over element ranges, VM(max), VM(scale), and
+ * the softmax rows of attention's tiles (VM(exp_sum),
  * VM(exp_ds)) and of the head's (VM(exp_total), VM(exp_scale)), each in
  * one pass. Every element gets the same IEEE single operations in the
  * same order at every width, so widths give identical bits. That needs no
@@ -160,13 +160,6 @@ VM_ATTR static void VM(gelu_fg)(float *out, float *g, const float *x, size_t lo,
         VM(store_tail)(out + i, VM(vgelu_and_grad)(VM(load_tail)(x + i, hi - i), &d), hi - i);
         VM(store_tail)(g + i, d, hi - i);
     }
-}
-
-/* p[j] = exp(p[j] - mx) for j < n */
-VM_ATTR static void VM(exp_sub)(float *p, size_t n, float mx) {
-    size_t i = 0;
-    for (; i + VM_W <= n; i += VM_W) VM(store)(p + i, VM(vexp)(VM(load)(p + i) - mx));
-    if (i < n) VM(store_tail)(p + i, VM(vexp)(VM(load_tail)(p + i, n - i) - mx), n - i);
 }
 
 /* The largest of x[0..n), n >= 1, in four independent chains (one would
