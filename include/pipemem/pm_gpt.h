@@ -39,10 +39,11 @@
  * only its own layers; a head part draws lm_head's stream from its first
  * row on, so the parts hold exactly the one-part head's numbers.
  *
- * Numerics: every matrix product is an OpenBLAS cblas_sgemm (attention's
- * tiles per (sequence, head) and the head's tiles included); softmax and
- * cross-entropy are fused into the tiles; no -ffast-math. Same inputs ->
- * bitwise same outputs, for any thread count.
+ * Numerics: every matrix product is an OpenBLAS cblas_sgemm (the head's
+ * tiles included) except attention's small tile products, which on CPUs
+ * with AVX-512 run on pipemem's own register-tile kernel (OpenBLAS
+ * elsewhere); softmax and cross-entropy are fused into the tiles; no
+ * -ffast-math. Same inputs -> bitwise same outputs, for any thread count.
  *
  * Threads: pm_blas_threads(n) gives the CALLING thread n compute threads:
  * itself plus a pool of n - 1 persistent workers owned by that thread

@@ -1,5 +1,6 @@
 /* kernels.c: the arithmetic the layers are built from: the sgemm wrappers
- * (every matrix product goes through OpenBLAS cblas_sgemm; pm_k_matmul
+ * (every matrix product but attention's tiles, tilemm.c, goes through
+ * OpenBLAS cblas_sgemm; pm_k_matmul
  * splits big ones into row or column blocks run as parallel tasks, with
  * optional fused per-block work), LayerNorm forward/backward, tanh-GELU,
  * causal softmax and its backward, the fused softmax + cross-entropy, bias
