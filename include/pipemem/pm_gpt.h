@@ -50,9 +50,9 @@
  * (created on its first parallel kernel, joined when it changes n or
  * exits). Every pass this thread runs splits its work into tasks on that
  * pool: big products by blocks of output rows (or columns), attention by
- * (sequence, head), elementwise kernels by rows; each task calls a
- * single-threaded sgemm, since OpenBLAS itself is kept at one thread
- * process-wide. Pools are per thread, so several device threads in one
+ * (sequence, head), elementwise kernels by rows; each product task calls a
+ * single-threaded sgemm (attention's tiles: pipemem's own kernel on
+ * AVX-512), since OpenBLAS itself is kept at one thread process-wide. Pools are per thread, so several device threads in one
  * process (the pipeline runtime) each drive their own workers with no
  * shared lock between them. Task boundaries depend only on the shapes,
  * never on n, which is why results do not depend on n. A thread that never

@@ -18,7 +18,7 @@
  *     B, of output features in W) with the cheap per-row work fused into
  *     each block while it is in cache (bias and residual before, LayerNorm,
  *     GELU or bias-gradient column sums after); attention is one task per
- *     (sequence, head) over tiles, with single-threaded sgemms. */
+ *     (sequence, head) over tiles, with pm_k_tile_mm's products (tilemm.c). */
 #include <math.h>
 #include <string.h>
 
