@@ -150,6 +150,37 @@ static void test_clipping(void **state) {
     assert_true(pm_optim_clip_scale(norm, 0.0f) == 1.0f); /* disabled */
 }
 
+/* One block's sum of squares, to the bit, as optim.h defines it and written
+ * here from that text: lane k of 8 sums g[k], g[k + 8], ... in double, in
+ * order (the tail's floats in lanes 0, 1, ...), then ((0 + 1) + (2 + 3)) +
+ * ((4 + 5) + (6 + 7)). The floats span 2^-30 to 2^30, so most changes of
+ * that order (a different pairing of the lanes, the tail in other lanes)
+ * change some of the 4000 sums' last bits; a norm over realistic gradients
+ * (test_norm_definition) may not show them. */
+static void test_sumsq_block_order(void **state) {
+    (void)state;
+    pm_gpt_rng r;
+    pm_gpt_rng_seed(&r, 11, 3);
+    float g[23];
+    int differ = 0;
+    for (int trial = 0; trial < 4000; trial++) {
+        size_t n = 8 + pm_gpt_rng_u32(&r) % 16;
+        for (size_t i = 0; i < n; i++)
+            g[i] = ldexpf(1.0f + (float)pm_gpt_rng_uniform(&r), (int)(pm_gpt_rng_u32(&r) % 61) - 30);
+        double lane[8] = {0};
+        for (size_t i = 0; i < n; i++) lane[i % 8] += (double)g[i] * (double)g[i];
+        double want = ((lane[0] + lane[1]) + (lane[2] + lane[3])) +
+                      ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+        double other = ((lane[0] + lane[2]) + (lane[1] + lane[3])) +
+                       ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+        differ += want != other;
+        double got = pm_optim_sumsq(g, n);
+        if (memcmp(&want, &got, sizeof want))
+            fail_msg("trial %d, %zu floats: %.17g, by the definition %.17g", trial, n, got, want);
+    }
+    assert_true(differ > 0); /* the data tells one pairing of the lanes from another */
+}
+
 /* The gradient norm's definition (pm_train.h), written again from the text:
  * units (embedding, blocks, lm_head groups of 4096 rows with ln_f in the
  * first), blocks of 65536 floats from each unit's start, 8 lanes, units in
@@ -1275,6 +1306,7 @@ int main(void) {
         cmocka_unit_test(test_adamw_slab_bits),
         cmocka_unit_test(test_lr_schedule_shape),
         cmocka_unit_test(test_clipping),
+        cmocka_unit_test(test_sumsq_block_order),
         cmocka_unit_test(test_norm_definition),
         cmocka_unit_test(test_resume_is_bitwise),
         cmocka_unit_test(test_accumulation_matches_one_batch),

@@ -474,8 +474,6 @@ void pm_k_vmath_v4(int on) { atomic_store(&g_v4, on); }
 static float vmax(const float *x, size_t n) { return BY_WIDTH(max, x, n); }
 static void vscale(float *x, float f, size_t n) { BY_WIDTH(scale, x, f, n); }
 
-/* p[j] = exp(p[j] - mx) for j < n (times 1, exact: the scaled rows' code) */
-static void exp_sub(float *p, size_t n, float mx) { BY_WIDTH(exp_scale, p, n, mx, 1.0f); }
 
 void pm_k_gelu_fg_range(float *out, float *g, const float *x, size_t lo, size_t hi) {
     BY_WIDTH(gelu_fg, out, g, x, lo, hi);
@@ -491,7 +489,8 @@ void pm_k_mul_range(float *out, const float *a, const float *b, size_t lo, size_
 
 void pm_k_scale(float *x, float f, size_t n) { vscale(x, f, n); }
 float pm_k_dot(const float *x, const float *y, size_t n) { return vdot(x, y, n); }
-void pm_k_exp_sub(float *p, size_t n, float mx) { exp_sub(p, n, mx); }
+/* p[j] = exp(p[j] - mx): the scaled rows' code times 1, which is exact */
+void pm_k_exp_sub(float *p, size_t n, float mx) { BY_WIDTH(exp_scale, p, n, mx, 1.0f); }
 
 /* Valid keys of tile row r: diag = i0 - j0, key j0 + c is seen by query
  * i0 + r when c <= diag + r. */

@@ -191,10 +191,11 @@ VM_ATTR static float VM(max)(const float *x, size_t n) {
 #endif
 }
 
-/* Attention's row sums: 16 lanes, lane L summing x[L], x[L + 16], ... in
- * order (zeros past n), then lanes L and L + 8, L and L + 4, L and L + 2,
- * and the last two added: every width does exactly these additions (a
- * 4-float copy keeps four vectors of lanes), so the bits agree. */
+/* Row sums (attention's F tiles, the head's chunks): 16 lanes, lane L
+ * summing x[L], x[L + 16], ... in order (zeros past n), then lanes L and
+ * L + 8, L and L + 4, L and L + 2, and the last two added: every width
+ * does exactly these additions (a 4-float copy keeps four vectors of
+ * lanes), so the bits agree. */
 #define VM_G (16 / VM_W) /* vectors per 16 lanes */
 VM_ATTR static inline float VM(total16)(const VM(vf) *acc) {
     float L[16], t[8];

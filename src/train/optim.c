@@ -59,14 +59,20 @@ static inline d2 sq2(const float *g) {
     return x * x;
 }
 
+/* A block's end: the tail g[i..n) (fewer than 8) into lanes 0.., then the
+ * lanes added in the documented order (lanes_total). */
+static double lanes_finish(double l[8], const float *g, size_t i, size_t n) {
+    for (int k = 0; i < n; i++, k++) l[k] += (double)g[i] * (double)g[i];
+    return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
+}
+
 static double block_sumsq_plain(const float *g, size_t n) {
     d2 v0 = {0, 0}, v1 = {0, 0}, v2 = {0, 0}, v3 = {0, 0};
     size_t i = 0;
     for (; i + 8 <= n; i += 8)
         v0 += sq2(g + i), v1 += sq2(g + i + 2), v2 += sq2(g + i + 4), v3 += sq2(g + i + 6);
     double l[8] = {v0[0], v0[1], v1[0], v1[1], v2[0], v2[1], v3[0], v3[1]};
-    for (int k = 0; i < n; i++, k++) l[k] += (double)g[i] * (double)g[i];
-    return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7])); /* lanes_total */
+    return lanes_finish(l, g, i, n);
 }
 
 /* AVX-512, where the CPU has it: lane k of one vector of 8 doubles sums
@@ -86,8 +92,7 @@ __attribute__((target("avx512f"))) static double block_sumsq_wide(const float *g
     }
     double l[8];
     _mm512_storeu_pd(l, acc);
-    for (int k = 0; i < n; i++, k++) l[k] += (double)g[i] * (double)g[i];
-    return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7])); /* lanes_total */
+    return lanes_finish(l, g, i, n);
 }
 #endif
 
