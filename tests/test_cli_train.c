@@ -138,6 +138,14 @@ static void test_cli_end_to_end(void **state) {
     } bad[] = {
         {"prepare %s/empty.txt -o %s/e", "no bytes"},
         {"train --data %s/d --ctx 5000 --dim 16 --heads 2 --layers 1 --steps 1", "fewer than context"},
+        /* a split too short for the context is named as the user named it
+         * (4000 bytes: 3600 train, 400 val), in both modes */
+        {"train --train %s/d/train.bin --val %s/d/val.bin --ctx 5000 --dim 16 --heads 2 "
+         "--layers 1 --steps 1", "/d/train.bin holds 3600 tokens, fewer than context+1 = 5001"},
+        {"train --train %s/d/train.bin --val %s/d/val.bin --ctx 1000 --dim 16 --heads 2 "
+         "--layers 1 --steps 1", "/d/val.bin holds 400 tokens"},
+        {"train --train %s/d/train.bin --val %s/d/val.bin --ctx 1000 --dim 16 --heads 2 "
+         "--layers 2 --steps 1 --pp 2", "/d/val.bin holds 400 tokens"},
         {"train --data %s/d --ctx 8 --dim 16 --heads 3 --layers 1 --steps 1", "heads"},
         {"train --data %s/d --ctx 8 --dim 16384 --heads 16 --layers 48 --steps 1", "needs"},
         {"train --data %s/v2 --ctx 8 --dim 16 --heads 2 --layers 1 --steps 1", "version 3"},

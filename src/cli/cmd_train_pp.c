@@ -453,15 +453,12 @@ static int load(const pm_cli_train_opts *o, const pp_world *w, pp_job *j) {
      * know whether rank 0 failed as well (then its line says it) */
     if (mpi) pm_cli_set_rank(w->rank, w->rank != 0);
     int failed = pm_cli_train_data(o, &j->tr, &j->va);
-    pm_loader vcheck;
-    pm_err err = {{0}};
     if (!failed) {
         pm_cli_train_cfg(o, &j->tr, &j->cfg);
         if (j->tr.tokenizer)
             failed = pm_cli_read_tokenizer(o->data ? o->data : o->train_file, &j->tr, &j->tok,
                                            &j->tok_len);
-        if (!failed && pm_loader_init(&vcheck, &j->va, j->cfg.model.ctx, 0, "val.bin", &err))
-            failed = pm_cli_fail("%s/%s", o->data ? o->data : o->val_file, err.msg);
+        if (!failed) failed = pm_cli_train_check_ctx(o, j->cfg.model.ctx, &j->tr, &j->va);
         if (!failed) failed = pm_cli_train_check_resume(o, &j->tr); /* before any line */
         if (failed) pm_tokens_free(&j->tr), pm_tokens_free(&j->va);
     }

@@ -273,13 +273,15 @@ static int load_split(const char *dir, const char *name, pm_tokens *t) {
     return 0;
 }
 
-static int check_pair(const char *dir, pm_tokens *tr, pm_tokens *va, int bad);
+static int check_pair(const char *tn, const char *vn, pm_tokens *tr, pm_tokens *va, int bad);
 
 int pm_cli_train_load(const char *dir, pm_tokens *tr, pm_tokens *va) {
     *tr = (pm_tokens){0};
     *va = (pm_tokens){0};
-    return check_pair(dir, tr, va, load_split(dir, "train.bin", tr) ||
-                                       load_split(dir, "val.bin", va));
+    char tn[4096], vn[4096];
+    snprintf(tn, sizeof tn, "%s/train.bin", dir), snprintf(vn, sizeof vn, "%s/val.bin", dir);
+    return check_pair(tn, vn, tr, va, load_split(dir, "train.bin", tr) ||
+                                          load_split(dir, "val.bin", va));
 }
 
 int pm_cli_train_data(const pm_cli_train_opts *o, pm_tokens *tr, pm_tokens *va) {
@@ -289,15 +291,35 @@ int pm_cli_train_data(const pm_cli_train_opts *o, pm_tokens *tr, pm_tokens *va) 
     pm_err err = {{0}};
     int bad = pm_tokens_read(tr, o->train_file, &err) || pm_tokens_read(va, o->val_file, &err);
     if (bad) pm_cli_fail("%s", err.msg);
-    return check_pair(o->train_file, tr, va, bad);
+    return check_pair(o->train_file, o->val_file, tr, va, bad);
+}
+
+/* The file a split was read from, as the user named it (val: the
+ * validation split); buf holds it when --data names a directory. */
+static const char *split_name(const pm_cli_train_opts *o, int val, char *buf, size_t n) {
+    if (!o->data) return val ? o->val_file : o->train_file;
+    snprintf(buf, n, "%s/%s", o->data, val ? "val.bin" : "train.bin");
+    return buf;
+}
+
+int pm_cli_train_check_ctx(const pm_cli_train_opts *o, int ctx, const pm_tokens *tr,
+                           const pm_tokens *va) {
+    const pm_tokens *t[2] = {tr, va};
+    for (int i = 0; i < 2; i++) {
+        char buf[4096];
+        pm_loader ld;
+        pm_err err = {{0}};
+        if (pm_loader_init(&ld, t[i], ctx, 0, split_name(o, i, buf, sizeof buf), &err))
+            return pm_cli_fail("%s", err.msg);
+    }
+    return 0;
 }
 
 /* Train and validation tokens from one tokenizer; frees both on error. */
-static int check_pair(const char *dir, pm_tokens *tr, pm_tokens *va, int bad) {
+static int check_pair(const char *tn, const char *vn, pm_tokens *tr, pm_tokens *va, int bad) {
     if (!bad && (tr->vocab != va->vocab || tr->tokenizer != va->tokenizer))
-        bad = pm_cli_fail("%s: train.bin (vocabulary %u) and val.bin (vocabulary %u) were made "
-                          "with different tokenizers; prepare them together", dir, tr->vocab,
-                          va->vocab);
+        bad = pm_cli_fail("%s (vocabulary %u) and %s (vocabulary %u) were made with different "
+                          "tokenizers; prepare them together", tn, tr->vocab, vn, va->vocab);
     if (bad) {
         pm_tokens_free(tr);
         pm_tokens_free(va);
@@ -335,10 +357,8 @@ void pm_cli_train_json_head(const pm_cli_train_opts *o, const pm_train_cfg *c, i
 int pm_cli_train_start(const pm_cli_train_opts *o, const pm_train_cfg *cfg, const pm_tokens *tr,
                        const pm_tokens *va, pm_trainer *t) {
     pm_err err = {{0}};
-    pm_loader vcheck;
     *t = (pm_trainer){0};
-    if (pm_loader_init(&vcheck, va, cfg->model.ctx, 0, "val.bin", &err))
-        return pm_cli_fail("%s/%s", o->data, err.msg);
+    if (pm_cli_train_check_ctx(o, cfg->model.ctx, tr, va)) return 1;
     if (pm_trainer_init(t, cfg, tr, o->device_mem, &err)) return pm_cli_fail("%s", err.msg);
     if ((tr->tokenizer && pm_cli_data_tokenizer(o->data ? o->data : o->train_file, tr, t)) ||
         (o->resume && pm_ckpt_load(t, o->resume, &err))) {

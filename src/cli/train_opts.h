@@ -72,7 +72,12 @@ int pm_cli_train_load(const char *dir, pm_tokens *tr, pm_tokens *va);
  * (token files of any format, llm.c's among them). */
 int pm_cli_train_data(const pm_cli_train_opts *o, pm_tokens *tr, pm_tokens *va);
 
-/* Checks the validation split fits the context, initialises the trainer and,
+/* Checks both splits hold a window of ctx + 1 tokens; else prints one line
+ * naming the file as the user gave it and returns 1. */
+int pm_cli_train_check_ctx(const pm_cli_train_opts *o, int ctx, const pm_tokens *tr,
+                           const pm_tokens *va);
+
+/* Checks both splits fit the context, initialises the trainer and,
  * with --resume, loads the checkpoint into it. On error prints one line,
  * leaves *t freed and returns 1. */
 int pm_cli_train_start(const pm_cli_train_opts *o, const pm_train_cfg *cfg, const pm_tokens *tr,
