@@ -147,7 +147,14 @@ static void test_cli_end_to_end(void **state) {
         {"train --train %s/d/train.bin --val %s/d/val.bin --ctx 1000 --dim 16 --heads 2 "
          "--layers 2 --steps 1 --pp 2", "/d/val.bin holds 400 tokens"},
         {"train --data %s/d --ctx 8 --dim 16 --heads 3 --layers 1 --steps 1", "heads"},
-        {"train --data %s/d --ctx 8 --dim 16384 --heads 16 --layers 48 --steps 1", "needs"},
+        /* a model over this machine's memory: the advice follows where the
+         * bytes go (the state here: more microbatches would not help) */
+        {"train --data %s/d --ctx 8 --dim 16384 --heads 16 --layers 48 --steps 1",
+         "use fewer --layers or a smaller --dim"},
+        {"train --data %s/d --ctx 8 --dim 512 --heads 8 --layers 4 --batch 16777216 --steps 1",
+         "use a shorter --ctx, a smaller batch or more --microbatches"},
+        {"train --data %s/d --ctx 8 --dim 16384 --heads 16 --layers 48 --batch 8 "
+         "--microbatches 8 --pp 2 --steps 1", "a shorter --ctx, more devices"},
         {"train --data %s/v2 --ctx 8 --dim 16 --heads 2 --layers 1 --steps 1", "version 3"},
         {"train --data %s/d --ctx 8 --dim 16 --heads 2 --layers 2 --steps 8 --batch 2 "
          "--microbatches 2 --resume %s/m.ckpt", "made with --layers 1, this run has 2"},

@@ -42,6 +42,8 @@ typedef struct {
  * holds its device, and the ranks mpirun put on this machine share its
  * memory (counted as if each held the busiest device). */
 static pm_status check_fits(const pm_plan *pl, pm_err *err) {
+    const pm_train_cfg *c = &pl->cfg;
+    int split = c->batch / c->micro > 1; /* more microbatches shrink each */
     double need = 0, G = 1 << 30;
     int mpi = pl->transport == PM_TRANSPORT_MPI;
     const char *ls = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
@@ -51,10 +53,10 @@ static pm_status check_fits(const pm_plan *pl, pm_err *err) {
     double have = (double)pm_mem_physical();
     if (have > 0 && need > have)
         return pm_errf(err, PM_ERR_MEMLIMIT, "train: the pipeline needs %.2f GiB%s (the "
-                       "devices' plan) but this machine has %.2f GiB; use a smaller model, more "
-                       "--microbatches, more devices or a schedule with less memory "
+                       "devices' plan) but this machine has %.2f GiB; use a smaller model, a "
+                       "shorter --ctx, %smore devices or a schedule with less memory "
                        "(--mem-limit)", need / G, mpi ? " for the ranks on this machine" : "",
-                       have / G);
+                       have / G, split ? "more --microbatches, " : "");
     return PM_OK;
 }
 

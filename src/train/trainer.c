@@ -32,13 +32,24 @@ size_t pm_train_mem_bytes(const pm_train_cfg *cfg, pm_err *err) {
     return total;
 }
 
+/* What shrinks the need, by where most of it goes: a microbatch's
+ * activations shrink with the context, the batch, and more microbatches
+ * while one holds more than a sequence; the state (16 bytes a parameter)
+ * only with a smaller model. */
+static const char *memory_advice(const pm_train_cfg *cfg, size_t need, size_t state) {
+    if (need - state <= state) return "use fewer model.layers or a smaller model.dim";
+    return micro_size(cfg) > 1 ? "use a shorter model.ctx, a smaller batch or more micro"
+                               : "use a shorter model.ctx or a smaller batch";
+}
+
 /* The model's need against a device's budget or this machine's memory:
  * PM_ERR_MEMLIMIT naming both figures, and what to change. */
 static pm_status over_memory(const pm_train_cfg *cfg, size_t need, size_t have, int device,
                              pm_err *err) {
     char a[32], b[32], c[32];
+    size_t state = 16 * pm_gpt_num_params(&cfg->model);
     pm_bytes_str(need, a, sizeof a);
-    pm_bytes_str(16 * pm_gpt_num_params(&cfg->model), b, sizeof b);
+    pm_bytes_str(state, b, sizeof b);
     pm_bytes_str(have, c, sizeof c);
     if (device)
         return pm_errf(err, PM_ERR_MEMLIMIT, "one device needs %s (%s of parameters, gradients "
@@ -47,8 +58,7 @@ static pm_status over_memory(const pm_train_cfg *cfg, size_t need, size_t have, 
                        "its stages, with pp=4 or more", a, b, c);
     return pm_errf(err, PM_ERR_MEMLIMIT, "the model needs %s (%s of parameters, gradients and "
                    "AdamW moments, the rest one microbatch's activations and workspace) but this "
-                   "machine has %s; use fewer model.layers, a smaller model.dim or more micro",
-                   a, b, c);
+                   "machine has %s; %s", a, b, c, memory_advice(cfg, need, state));
 }
 
 pm_status pm_trainer_init(pm_trainer *t, const pm_train_cfg *cfg, const pm_tokens *train,
