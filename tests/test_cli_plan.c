@@ -163,6 +163,20 @@ static void test_cli_plan(void **state) {
     assert_int_equal(points, nplans);
     assert_int_equal(fronts, 1);
     free(svg);
+    /* --pipemem-gpt times a context over PM_PLACE_MEASURE_CTX at that
+     * length and says so in the title; a shorter one whole, saying nothing */
+    const char *tiny = "--pipemem-gpt --layers 1 --hidden 16 --heads 2 --vocab 64 --pp 2 --mbs 1 "
+                       "--microbatches 2 --kind 1f1b";
+    char *lg = run_out("%s plan %s --seq %d", bin, tiny, 2 * PM_PLACE_MEASURE_CTX);
+    char *sh = run_out("%s plan %s --seq 32", bin, tiny), want[80];
+    snprintf(want, sizeof want, "seq %d, vocab 64 (passes timed at seq %d, scaled by FLOPs) on 2",
+             2 * PM_PLACE_MEASURE_CTX, PM_PLACE_MEASURE_CTX);
+    assert_non_null(lg);
+    assert_non_null(sh);
+    if (!strstr(lg, want)) fail_msg("no '%s' in:\n%s", want, lg);
+    assert_non_null(strstr(sh, "seq 32, vocab 64 on 2 devices"));
+    free(lg);
+    free(sh);
     char *err = run_out("%s plan --layers 30 --hidden 5120 --heads 7 --seq 1024 --vocab 51200 "
                         "--devices 16 --device-mem 80G --device-tflops 312 --microbatches 8 "
                         "2>&1 >/dev/null; true", bin);

@@ -460,13 +460,45 @@ static void test_measure_threads(void **state) {
     assert_string_equal(lc.unit, "s");
     for (int k = 0; k < PM_LAYER_KIND_COUNT; k++)
         assert_true(lc.k[k].f > 0 && lc.k[k].f < 10 && lc.k[k].b >= 0 && lc.k[k].w >= 0);
+    assert_int_equal(lc.timed_ctx, 0);
     assert_int_equal(pm_place_measure_threads(&c, 1, 8, 0, &lc, &err), PM_ERR_ARG);
     assert_non_null(strstr(err.msg, "threads=0"));
+    /* a context over the cap: timed at the cap, every pass still a time */
+    c.ctx = 2 * PM_PLACE_MEASURE_CTX;
+    assert_int_equal(pm_place_measure_threads(&c, 1, c.ctx, 2, &lc, &err), PM_OK);
+    assert_int_equal(lc.timed_ctx, PM_PLACE_MEASURE_CTX);
+    for (int k = 0; k < PM_LAYER_KIND_COUNT; k++)
+        assert_true(lc.k[k].f > 0 && lc.k[k].b >= 0 && lc.k[k].w >= 0);
+}
+
+/* Costs carried from T = 64 to 128 (one-part head, B = 3): passes without
+ * products (the embedding's, the head's F, which leaves its logits to B)
+ * scale by the tokens, 2; the head's B and W are products over the tokens,
+ * 2 again; a block's passes, linear products plus causal attention, by
+ * their FLOPs: F by hand, 24 N C^2 + 4 C pairs(T) with pairs(T) the score
+ * entries of 64-query tiles, 64 * 64 at T = 64 and 64 * 64 + 64 * 128 at
+ * 128, so (24 * 128 * 256 + 4 * 16 * 12288) / (24 * 64 * 256 + 4 * 16 *
+ * 4096) = 2.4 for C = 16 a sequence. */
+static void test_scale_costs(void **state) {
+    (void)state;
+    pm_gpt_config c = {.vocab = 64, .ctx = 128, .dim = 16, .heads = 2, .layers = 2};
+    pm_layer_costs lc = {.unit = "s"};
+    for (int k = 0; k < PM_LAYER_KIND_COUNT; k++) lc.k[k] = (pm_pass_times){1, 1, 1};
+    pm_err err;
+    assert_int_equal(pm_place_scale_costs(&c, 3, 64, 128, &lc, &err), PM_OK);
+    const pm_pass_times *e = &lc.k[PM_LAYER_EMBED], *b = &lc.k[PM_LAYER_BLOCK];
+    const pm_pass_times *h = &lc.k[PM_LAYER_HEAD];
+    assert_true(e->f == 2 && e->b == 2 && e->w == 2);
+    assert_true(h->f == 2 && h->b == 2 && h->w == 2);
+    assert_true(fabs(b->f - 2.4) < 1e-12);
+    assert_true(b->b > 2 && b->b < 4 && b->w == 2); /* W: the weight products alone */
+    assert_int_equal(pm_place_scale_costs(&c, 3, 64, 256, &lc, &err), PM_ERR_ARG);
 }
 
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_formulas),
+        cmocka_unit_test(test_scale_costs),
         cmocka_unit_test(test_plan_hand),
         cmocka_unit_test(test_search_fits_first),
         cmocka_unit_test(test_refused_before_any_schedule),

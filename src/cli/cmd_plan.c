@@ -49,8 +49,9 @@ static const char usage[] =
     "  --format F        table (default), json, csv (a row per device of each plan) or svg\n"
     "                    (MFU against activation memory, the Pareto front of those that fit)\n"
     "  --pipemem-gpt     pipemem's own fp32 GPT (its exact bytes) on this machine's device\n"
-    "                    threads, pass times measured here by P threads at once: compare\n"
-    "                    with train --pp --json\n"
+    "                    threads, pass times measured here by P threads at once (at\n"
+    "                    most seq 2048, longer scaled by FLOPs): compare with train --pp\n"
+    "                    --json\n"
     "\n"
     "Plans are listed those that fit first, each group fastest first. GB is 10^9 bytes.\n";
 
@@ -183,8 +184,16 @@ static int run_pipemem(const plan_opts *o, plan_report *r) {
     pm_cluster_plan pl;
     pm_err err;
     /* as many measuring threads as the run has device threads */
+    if (isatty(2))
+        fprintf(stderr, "pipemem: plan: timing each layer kind's passes on %d threads...\r",
+                o->pp);
     pm_status st = pm_place_measure_threads(&cfg.model, o->mbs, cfg.model.ctx, o->pp, &lc, &err);
+    if (isatty(2)) fprintf(stderr, "%60s\r", "");
     if (st) return pm_cli_fail("plan: %s", err.msg);
+    size_t at = strlen(r->model);
+    if (lc.timed_ctx)
+        snprintf(r->model + at, sizeof r->model - at, " (passes timed at seq %d, scaled by FLOPs)",
+                 lc.timed_ctx);
     if ((st = pm_plan_model_pipemem(&m, &cfg, &rq, &lc, &err)))
         return pm_cli_fail("plan: %s", err.msg);
     st = pm_cluster_plan_make(&pl, &m, &rq, &err);

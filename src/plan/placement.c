@@ -69,7 +69,28 @@ static pm_status kind_costs(const pm_gpt_config *cfg, int B, int T, int timed,
             lc->k[k] = (pm_pass_times){z.flops_f, z.flops_b, z.flops_w};
     }
     lc->unit = timed ? "s" : "flop";
+    lc->timed_ctx = 0;
     return st;
+}
+
+static double pass_ratio(double to, double from, double tokens) {
+    return from > 0 ? to / from : tokens;
+}
+
+pm_status pm_place_scale_costs(const pm_gpt_config *cfg, int B, int from_T, int to_T,
+                               pm_layer_costs *lc, pm_err *err) {
+    pm_layer_costs a, b;
+    pm_status st = kind_costs(cfg, B, from_T, 0, &a, err);
+    if (!st) st = kind_costs(cfg, B, to_T, 0, &b, err);
+    if (st) return st;
+    double tok = (double)to_T / (double)from_T;
+    for (int k = 0; k < PM_LAYER_KIND_COUNT; k++) {
+        pm_pass_times *t = &lc->k[k];
+        t->f *= pass_ratio(b.k[k].f, a.k[k].f, tok);
+        t->b *= pass_ratio(b.k[k].b, a.k[k].b, tok);
+        t->w *= pass_ratio(b.k[k].w, a.k[k].w, tok);
+    }
+    return PM_OK;
 }
 
 pm_status pm_place_flops(const pm_gpt_config *cfg, int B, int T, pm_layer_costs *lc,
@@ -105,7 +126,8 @@ pm_status pm_place_measure_threads(const pm_gpt_config *cfg, int B, int T, int t
     pthread_t *th = pm_calloc((size_t)threads, sizeof *th);
     int started = 0;
     pm_status st = job && th ? PM_OK : pm_errf(err, PM_ERR_NOMEM, "placement: out of memory");
-    for (int i = 0; !st && i < threads; i++) job[i] = (measure_job){.cfg = cfg, .B = B, .T = T};
+    int Tm = T < PM_PLACE_MEASURE_CTX ? T : PM_PLACE_MEASURE_CTX;
+    for (int i = 0; !st && i < threads; i++) job[i] = (measure_job){.cfg = cfg, .B = B, .T = Tm};
     /* the others start first, so the caller's measurement overlaps theirs */
     for (; !st && started < threads - 1; started++)
         if (pthread_create(&th[started], NULL, measure_run, &job[started + 1]))
@@ -122,6 +144,10 @@ pm_status pm_place_measure_threads(const pm_gpt_config *cfg, int B, int T, int t
                 lc->k[k].f += t->f / threads, lc->k[k].b += t->b / threads;
                 lc->k[k].w += t->w / threads;
             }
+    }
+    if (!st && Tm < T) {
+        st = pm_place_scale_costs(cfg, B, Tm, T, lc, err);
+        lc->timed_ctx = Tm;
     }
     pm_free(job);
     pm_free(th);
