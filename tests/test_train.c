@@ -1246,6 +1246,18 @@ static void test_config_and_memory_errors(void **state) {
     size_t need = pm_train_mem_bytes(&c, &err);
     assert_true(need > (size_t)2000 << 30);
     assert_int_equal(pm_trainer_init(&t, &c, &toks, 0, &err), PM_ERR_MEMLIMIT);
+    assert_non_null(strstr(err.msg, "use fewer model.layers or a smaller model.dim"));
+    /* One sequence a microbatch, its activations over any machine's RAM
+     * (2^20 tokens of 16 layers of width 4096: 16 C floats a token a layer
+     * alone make 4.4 TB; the state, wpe's 2^20 rows among it, 120 GB): only
+     * a shorter context or fewer layers help, not a smaller batch or more
+     * microbatches. */
+    c.model = (pm_gpt_config){.vocab = 256, .ctx = 1 << 20, .dim = 4096, .heads = 16,
+                              .layers = 16};
+    c.batch = c.micro = 4;
+    assert_int_equal(pm_trainer_init(&t, &c, &toks, 0, &err), PM_ERR_MEMLIMIT);
+    assert_non_null(strstr(err.msg, "use a shorter model.ctx or fewer model.layers"));
+    c = tiny(4, 1, 4);
     /* Context larger than the data. */
     c = tiny(4, 1, 4);
     pm_tokens small = PM_TOKENS_BYTES(text, 8);

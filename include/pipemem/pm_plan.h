@@ -86,8 +86,8 @@ pm_status pm_place_measure(const pm_gpt_config *cfg, int B, int T, pm_layer_cost
  * each pass's mean over them: what each of a pipeline's device threads
  * sees while the others compute on the same cores. A T over
  * PM_PLACE_MEASURE_CTX is timed at that length (lc->timed_ctx) and scaled
- * (pm_place_scale_costs): timed whole, GPT-2 small at T = 65536 on 4
- * threads held 17.5 GB and ran over ten minutes. */
+ * by FLOPs (pm_place_scale_costs), so a long context's costs take seconds
+ * and little memory to measure (docs/plan.md). */
 pm_status pm_place_measure_threads(const pm_gpt_config *cfg, int B, int T, int threads,
                                    pm_layer_costs *lc, pm_err *err);
 /* Costs of each kind's passes at B x from_T carried to B x to_T: each

@@ -184,11 +184,10 @@ static int run_pipemem(const plan_opts *o, plan_report *r) {
     pm_cluster_plan pl;
     pm_err err;
     /* as many measuring threads as the run has device threads */
-    if (isatty(2))
-        fprintf(stderr, "pipemem: plan: timing each layer kind's passes on %d threads...\r",
-                o->pp);
+    int shown = isatty(2) ? fprintf(stderr, "pipemem: plan: timing each layer kind's passes "
+                                            "on %d threads...\r", o->pp) : 0;
     pm_status st = pm_place_measure_threads(&cfg.model, o->mbs, cfg.model.ctx, o->pp, &lc, &err);
-    if (isatty(2)) fprintf(stderr, "%60s\r", "");
+    if (shown > 0) fprintf(stderr, "%*s\r", shown, "");
     if (st) return pm_cli_fail("plan: %s", err.msg);
     size_t at = strlen(r->model);
     if (lc.timed_ctx)

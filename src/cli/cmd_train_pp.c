@@ -37,13 +37,31 @@ typedef struct {
     int rank;             /* 0 with threads */
 } pp_world;
 
+/* What shrinks the pipeline's need, by where most of the plan's bytes go:
+ * the state (parameters, gradients, moments) only with a smaller model or
+ * more devices; the rest (activations, workspace, messages) with a shorter
+ * context, a schedule with less memory, and more microbatches while one
+ * holds more than a sequence. */
+static const char *pp_advice(const pm_plan *pl) {
+    double state = 0, all = 0;
+    for (int g = 0; g < pl->nd; g++) {
+        const size_t *b = pl->dev[g].bytes;
+        state += (double)b[PM_BYTES_PARAMS] + (double)b[PM_BYTES_GRADS] +
+                 (double)b[PM_BYTES_MOMENTS];
+        all += (double)pl->dev[g].total;
+    }
+    if (state >= all / 2) return "use a smaller model or more devices";
+    return pl->cfg.batch / pl->cfg.micro > 1
+               ? "use a shorter --ctx, more --microbatches or a schedule with less memory "
+                 "(--mem-limit)"
+               : "use a shorter --ctx or a schedule with less memory (--mem-limit)";
+}
+
 /* Refuses, before anything big is allocated, a run this machine cannot
  * hold: with threads every device is in this process; under MPI each rank
  * holds its device, and the ranks mpirun put on this machine share its
  * memory (counted as if each held the busiest device). */
 static pm_status check_fits(const pm_plan *pl, pm_err *err) {
-    const pm_train_cfg *c = &pl->cfg;
-    int split = c->batch / c->micro > 1; /* more microbatches shrink each */
     double need = 0, G = 1 << 30;
     int mpi = pl->transport == PM_TRANSPORT_MPI;
     const char *ls = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
@@ -53,10 +71,8 @@ static pm_status check_fits(const pm_plan *pl, pm_err *err) {
     double have = (double)pm_mem_physical();
     if (have > 0 && need > have)
         return pm_errf(err, PM_ERR_MEMLIMIT, "train: the pipeline needs %.2f GiB%s (the "
-                       "devices' plan) but this machine has %.2f GiB; use a smaller model, a "
-                       "shorter --ctx, %smore devices or a schedule with less memory "
-                       "(--mem-limit)", need / G, mpi ? " for the ranks on this machine" : "",
-                       have / G, split ? "more --microbatches, " : "");
+                       "devices' plan) but this machine has %.2f GiB; %s", need / G,
+                       mpi ? " for the ranks on this machine" : "", have / G, pp_advice(pl));
     return PM_OK;
 }
 
@@ -68,8 +84,8 @@ static pm_status place_costs(pp_world *w, const pm_cli_train_opts *o, const pm_t
     if (!o->placement || strcmp(o->placement, "measured")) return PM_OK;
     pm_layer_costs *lc = &w->place;
     pm_status st = w->rank ? PM_OK
-                           : pm_place_measure(&cfg->model, cfg->batch / cfg->micro,
-                                              cfg->model.ctx, lc, err);
+                           : pm_place_measure_threads(&cfg->model, cfg->batch / cfg->micro,
+                                                      cfg->model.ctx, 1, lc, err);
     if (w->transport != PM_TRANSPORT_MPI) return st;
     int bad = pm_mpi_agree(!st, err);
     if (bad == -2) return PM_ERR_TRANSPORT; /* a silent rank, named in err */

@@ -119,8 +119,9 @@ static void usage(FILE *f) {
             "  its stages) has the least time per microbatch, then the least memory; a\n"
             "  layer's time is its FLOPs (default: the same plan on every machine), or\n"
             "  measured first on one microbatch of an embedding, a block and the head\n"
-            "  (--placement measured: faster where FLOPs mislead, but it depends on the\n"
-            "  machine and its load). --placement memory cuts for the least memory on\n"
+            "  (--placement measured, at most 2048 tokens a sequence, scaled by FLOPs\n"
+            "  beyond: faster where FLOPs mislead, but it depends on the machine and\n"
+            "  its load). --placement memory cuts for the least memory on\n"
             "  the fullest device first (parameters, gradients, moments and the\n"
             "  activations of the microbatches it holds at once), then the least time\n"
             "  (FLOPs). Each device's layers, share and planned bytes are printed;\n"
@@ -279,7 +280,8 @@ int pm_cli_train_load(const char *dir, pm_tokens *tr, pm_tokens *va) {
     *tr = (pm_tokens){0};
     *va = (pm_tokens){0};
     char tn[4096], vn[4096];
-    snprintf(tn, sizeof tn, "%s/train.bin", dir), snprintf(vn, sizeof vn, "%s/val.bin", dir);
+    snprintf(tn, sizeof tn, "%s/train.bin", dir);
+    snprintf(vn, sizeof vn, "%s/val.bin", dir);
     return check_pair(tn, vn, tr, va, load_split(dir, "train.bin", tr) ||
                                           load_split(dir, "val.bin", va));
 }

@@ -73,6 +73,8 @@ static pm_status kind_costs(const pm_gpt_config *cfg, int B, int T, int timed,
     return st;
 }
 
+/* A pass's cost ratio: its FLOPs' where it has products, else the tokens'
+ * (its work is per token: a lookup, a copy, a norm). */
 static double pass_ratio(double to, double from, double tokens) {
     return from > 0 ? to / from : tokens;
 }

@@ -32,14 +32,14 @@ size_t pm_train_mem_bytes(const pm_train_cfg *cfg, pm_err *err) {
     return total;
 }
 
-/* What shrinks the need, by where most of it goes: a microbatch's
- * activations shrink with the context, the batch, and more microbatches
- * while one holds more than a sequence; the state (16 bytes a parameter)
- * only with a smaller model. */
+/* What shrinks the need, by where most of it goes: one microbatch's
+ * activations shrink with the context and the layers, and with a smaller
+ * batch or more microbatches while a microbatch holds more than one
+ * sequence; the state (16 bytes a parameter) only with a smaller model. */
 static const char *memory_advice(const pm_train_cfg *cfg, size_t need, size_t state) {
-    if (need - state <= state) return "use fewer model.layers or a smaller model.dim";
+    if (need / 2 <= state) return "use fewer model.layers or a smaller model.dim";
     return micro_size(cfg) > 1 ? "use a shorter model.ctx, a smaller batch or more micro"
-                               : "use a shorter model.ctx or a smaller batch";
+                               : "use a shorter model.ctx or fewer model.layers";
 }
 
 /* The model's need against a device's budget or this machine's memory:
