@@ -177,6 +177,16 @@ static void test_cli_plan(void **state) {
     assert_non_null(strstr(sh, "seq 32, vocab 64 on 2 devices"));
     free(lg);
     free(sh);
+    int want_seq[2] = {PM_PLACE_MEASURE_CTX, 0}, seqs[2] = {2 * PM_PLACE_MEASURE_CTX, 32};
+    for (int i = 0; i < 2; i++) { /* JSON's field; its model line is the model alone */
+        char *o = run_out("%s plan %s --seq %d --format json", bin, tiny, seqs[i]);
+        json_t *jo = o ? json_loads(o, 0, NULL) : NULL;
+        assert_non_null(jo);
+        assert_int_equal(json_integer_value(json_object_get(jo, "timed_seq")), want_seq[i]);
+        assert_null(strstr(json_string_value(json_object_get(jo, "model")), "timed"));
+        json_decref(jo);
+        free(o);
+    }
     char *err = run_out("%s plan --layers 30 --hidden 5120 --heads 7 --seq 1024 --vocab 51200 "
                         "--devices 16 --device-mem 80G --device-tflops 312 --microbatches 8 "
                         "2>&1 >/dev/null; true", bin);

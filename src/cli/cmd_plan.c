@@ -189,10 +189,7 @@ static int run_pipemem(const plan_opts *o, plan_report *r) {
     pm_status st = pm_place_measure_threads(&cfg.model, o->mbs, cfg.model.ctx, o->pp, &lc, &err);
     if (shown > 0) fprintf(stderr, "%*s\r", shown, "");
     if (st) return pm_cli_fail("plan: %s", err.msg);
-    size_t at = strlen(r->model);
-    if (lc.timed_ctx)
-        snprintf(r->model + at, sizeof r->model - at, " (passes timed at seq %d, scaled by FLOPs)",
-                 lc.timed_ctx);
+    r->timed_seq = lc.timed_ctx;
     if ((st = pm_plan_model_pipemem(&m, &cfg, &rq, &lc, &err)))
         return pm_cli_fail("plan: %s", err.msg);
     st = pm_cluster_plan_make(&pl, &m, &rq, &err);

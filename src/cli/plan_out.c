@@ -63,8 +63,15 @@ static void table_devices(FILE *f, const plan_report *r, const pm_cluster_plan *
     }
 }
 
+/* The report's scaling, after the model in titles: what its times rest on. */
+static void timed_note(FILE *f, const plan_report *r) {
+    if (r->timed_seq) fprintf(f, " (passes timed at seq %d, scaled by FLOPs)", r->timed_seq);
+}
+
 int plan_write_table(FILE *f, const plan_report *r) {
-    fprintf(f, "%s on %d devices", r->model, r->devices);
+    fputs(r->model, f);
+    timed_note(f, r);
+    fprintf(f, " on %d devices", r->devices);
     if (r->device_mem > 0) fprintf(f, " of %.2f GB", gb(r->device_mem));
     fprintf(f, ": %d plan%s, those that fit first, fastest first; the busiest device's GB\n",
             r->n, r->n == 1 ? "" : "s");
@@ -139,7 +146,7 @@ int plan_write_json(FILE *f, const plan_report *r) {
     fprintf(f, ", \"devices\": %d, \"device_mem_gb\": %s, \"time_unit\": ", r->devices,
             PM_JSON_NUM(gb(r->device_mem)));
     pm_json_str(f, r->time_unit);
-    fputs(", \"plans\": [", f);
+    fprintf(f, ", \"timed_seq\": %d, \"plans\": [", r->timed_seq);
     for (int i = 0; i < r->n; i++) {
         fputs(i ? ",\n  " : "\n  ", f);
         json_plan(f, r, &r->plan[i]);
@@ -320,6 +327,7 @@ int plan_write_svg(FILE *f, const plan_report *r) {
             "<text class=\"title\" x=\"12\" y=\"22\" font-size=\"14\" font-weight=\"bold\">",
             SVG_W, SVG_H, SVG_W, SVG_H);
     xml_str(f, r->model);
+    timed_note(f, r);
     fprintf(f, ", %d devices</text>\n<text x=\"12\" y=\"40\" font-size=\"11\">%s against "
             "activation memory; filled: fits%s; dashed: the Pareto front of those that fit"
             "</text>\n", r->devices, r->mfu ? "MFU" : "throughput",

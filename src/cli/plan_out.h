@@ -18,6 +18,8 @@ typedef struct {
     int kinds;                   /* the kinds of bytes shown (pm_bytes_kind): 5, or 6 with
                                   * the transport's (pipemem's GPT counts them) */
     int top;                     /* table: at most this many rows (0: all) */
+    int timed_seq;               /* pass times measured at this length, scaled by FLOPs to
+                                  * the model's (pm_layer_costs.timed_ctx); 0: not scaled */
 } plan_report;
 
 /* Each writes the whole report to f; 0, or 1 if a write failed. */
