@@ -146,6 +146,8 @@ static void test_cli_end_to_end(void **state) {
          "--layers 1 --steps 1", "/d/val.bin holds 400 tokens"},
         {"train --train %s/d/train.bin --val %s/d/val.bin --ctx 1000 --dim 16 --heads 2 "
          "--layers 2 --steps 1 --pp 2", "/d/val.bin holds 400 tokens"},
+        {"train --data %s/d/ --ctx 1000 --dim 16 --heads 2 --layers 1 --steps 1",
+         "/d/val.bin holds 400 tokens"}, /* one slash, however the directory ends */
         {"train --data %s/d --ctx 8 --dim 16 --heads 3 --layers 1 --steps 1", "heads"},
         /* a model over this machine's memory: the advice follows where the
          * bytes go (the state here: more microbatches would not help) */
