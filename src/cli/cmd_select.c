@@ -323,12 +323,31 @@ static int curves_start(sel_opts *o, const pm_select_session *s) {
     return rc;
 }
 
+/* Every task's context against both splits before any trainer exists: a
+ * window that does not fit failed its task mid-sweep, at its first step or
+ * its first evaluation. */
+static int data_fits(const sel_opts *o, const pm_select_session *s, const pm_tokens *tr,
+                     const pm_tokens *va) {
+    const pm_tokens *t[2] = {tr, va};
+    for (int i = 0; i < s->n; i++)
+        for (int k = 0; k < 2; k++) {
+            int ctx = s->tasks[i].cfg.model.ctx;
+            char path[4096];
+            if (t[k]->n >= (size_t)ctx + 1) continue;
+            pm_cli_in_dir(path, sizeof path, o->data, k ? "val.bin" : "train.bin");
+            return pm_cli_fail("select: task %s has ctx %d, but %s holds %zu tokens, fewer than "
+                               "context+1 = %d; use shorter contexts or more text",
+                               s->tasks[i].name, ctx, path, t[k]->n, ctx + 1);
+        }
+    return 0;
+}
+
 /* The data and its tokenizer, every task's trainer (resumed). */
 static int start(sel_opts *o, pm_select_session *s, pm_tokens *tr, pm_tokens *va) {
     char *tok = NULL;
     size_t tok_len = 0;
     pm_err e;
-    if (pm_cli_train_load(o->data, tr, va) ||
+    if (pm_cli_train_load(o->data, tr, va) || data_fits(o, s, tr, va) ||
         (tr->tokenizer && pm_cli_read_tokenizer(o->data, tr, &tok, &tok_len)))
         return 1;
     int rc = 0;

@@ -266,8 +266,7 @@ void pm_cli_train_cfg(const pm_cli_train_opts *o, const pm_tokens *tr, pm_train_
     cfg->model.vocab = (int32_t)((tr->vocab + (uint32_t)pad - 1) / (uint32_t)pad * (uint32_t)pad);
 }
 
-/* DIR/NAME into buf, one slash between them however DIR ends ("d/"). */
-static const char *in_dir(char *buf, size_t n, const char *dir, const char *name) {
+const char *pm_cli_in_dir(char *buf, size_t n, const char *dir, const char *name) {
     size_t len = strlen(dir);
     while (len > 0 && dir[len - 1] == '/') len--;
     snprintf(buf, n, "%.*s/%s", (int)len, dir, name);
@@ -276,7 +275,7 @@ static const char *in_dir(char *buf, size_t n, const char *dir, const char *name
 
 static int load_split(const char *dir, const char *name, pm_tokens *t) {
     char path[4096];
-    in_dir(path, sizeof path, dir, name);
+    pm_cli_in_dir(path, sizeof path, dir, name);
     pm_err err = {{0}};
     if (pm_tokens_read(t, path, &err)) return pm_cli_fail("%s", err.msg);
     return 0;
@@ -288,8 +287,8 @@ int pm_cli_train_load(const char *dir, pm_tokens *tr, pm_tokens *va) {
     *tr = (pm_tokens){0};
     *va = (pm_tokens){0};
     char tn[4096], vn[4096];
-    in_dir(tn, sizeof tn, dir, "train.bin");
-    in_dir(vn, sizeof vn, dir, "val.bin");
+    pm_cli_in_dir(tn, sizeof tn, dir, "train.bin");
+    pm_cli_in_dir(vn, sizeof vn, dir, "val.bin");
     return check_pair(tn, vn, tr, va, load_split(dir, "train.bin", tr) ||
                                           load_split(dir, "val.bin", va));
 }
@@ -308,7 +307,7 @@ int pm_cli_train_data(const pm_cli_train_opts *o, pm_tokens *tr, pm_tokens *va) 
  * validation split); buf holds it when --data names a directory. */
 static const char *split_name(const pm_cli_train_opts *o, int val, char *buf, size_t n) {
     if (!o->data) return val ? o->val_file : o->train_file;
-    return in_dir(buf, n, o->data, val ? "val.bin" : "train.bin");
+    return pm_cli_in_dir(buf, n, o->data, val ? "val.bin" : "train.bin");
 }
 
 int pm_cli_train_check_ctx(const pm_cli_train_opts *o, int ctx, const pm_tokens *tr,

@@ -66,6 +66,10 @@ int64_t pm_cli_train_stop_at(const pm_cli_train_opts *o, const pm_train_cfg *cfg
  * vocabulary of the train tokens. */
 void pm_cli_train_cfg(const pm_cli_train_opts *o, const pm_tokens *tr, pm_train_cfg *cfg);
 
+/* DIR/NAME into buf (n bytes), one slash between them however DIR ends
+ * ("d/"); returns buf. */
+const char *pm_cli_in_dir(char *buf, size_t n, const char *dir, const char *name);
+
 /* Reads DIR/train.bin and DIR/val.bin; on error prints, frees both, returns 1. */
 int pm_cli_train_load(const char *dir, pm_tokens *tr, pm_tokens *va);
 /* The same for train's options: --data DIR, or --train FILE --val FILE
