@@ -73,8 +73,10 @@ typedef struct {
     int timed_ctx; /* measured at this sequence length and scaled by FLOPs (0: as asked) */
 } pm_layer_costs;
 
-/* Longest sequence pm_place_measure_threads times; a longer one is timed at
- * this length and each pass scaled by its FLOPs. */
+/* Longest sequence the measurements below time; a longer one is timed at
+ * this length and each pass scaled by its FLOPs (tokens for a pass without
+ * products), lc->timed_ctx saying so, so that a long context's costs take
+ * seconds and little memory to measure (docs/plan.md). */
 #define PM_PLACE_MEASURE_CTX 2048
 
 /* Measures each kind's F, B and W on one microbatch of B x T on the calling
@@ -84,19 +86,9 @@ pm_status pm_place_measure(const pm_gpt_config *cfg, int B, int T, pm_layer_cost
                            pm_err *err);
 /* The same on `threads` threads at once (the caller and threads - 1 more),
  * each pass's mean over them: what each of a pipeline's device threads
- * sees while the others compute on the same cores. A T over
- * PM_PLACE_MEASURE_CTX is timed at that length (lc->timed_ctx) and scaled
- * by FLOPs (pm_place_scale_costs), so a long context's costs take seconds
- * and little memory to measure (docs/plan.md). */
+ * sees while the others compute on the same cores. */
 pm_status pm_place_measure_threads(const pm_gpt_config *cfg, int B, int T, int threads,
                                    pm_layer_costs *lc, pm_err *err);
-/* Costs of each kind's passes at B x from_T carried to B x to_T: each
- * pass times its FLOPs at to_T over those at from_T, or times to_T /
- * from_T for a pass without products (the embedding's; a one-part
- * head's F). Exact for FLOPs; for times it assumes each pass keeps its
- * FLOP rate, which attention's share (quadratic in T) bends. */
-pm_status pm_place_scale_costs(const pm_gpt_config *cfg, int B, int from_T, int to_T,
-                               pm_layer_costs *lc, pm_err *err);
 /* Each device's share under a placement: time[d] (lc's unit, NULL: FLOPs)
  * and mem[d] (bytes), as the rule above counts them; arrays of s->p. */
 pm_status pm_place_shares(const pm_gpt_config *cfg, int B, int T, const pm_sched *s,

@@ -84,8 +84,8 @@ static pm_status place_costs(pp_world *w, const pm_cli_train_opts *o, const pm_t
     if (!o->placement || strcmp(o->placement, "measured")) return PM_OK;
     pm_layer_costs *lc = &w->place;
     pm_status st = w->rank ? PM_OK
-                           : pm_place_measure_threads(&cfg->model, cfg->batch / cfg->micro,
-                                                      cfg->model.ctx, 1, lc, err);
+                           : pm_place_measure(&cfg->model, cfg->batch / cfg->micro,
+                                              cfg->model.ctx, lc, err);
     if (w->transport != PM_TRANSPORT_MPI) return st;
     int bad = pm_mpi_agree(!st, err);
     if (bad == -2) return PM_ERR_TRANSPORT; /* a silent rank, named in err */

@@ -100,9 +100,22 @@ pm_status pm_place_flops(const pm_gpt_config *cfg, int B, int T, pm_layer_costs 
     return kind_costs(cfg, B, T, 0, lc, err);
 }
 
+/* The length a measurement times: T, or the cap. */
+static int timed_len(int T) { return T < PM_PLACE_MEASURE_CTX ? T : PM_PLACE_MEASURE_CTX; }
+
+/* lc, timed at timed_len(T), carried to T. */
+static pm_status scale_to(const pm_gpt_config *cfg, int B, int T, pm_layer_costs *lc,
+                          pm_err *err) {
+    int Tm = timed_len(T);
+    if (Tm == T) return PM_OK;
+    lc->timed_ctx = Tm;
+    return pm_place_scale_costs(cfg, B, Tm, T, lc, err);
+}
+
 pm_status pm_place_measure(const pm_gpt_config *cfg, int B, int T, pm_layer_costs *lc,
                            pm_err *err) {
-    return kind_costs(cfg, B, T, 1, lc, err);
+    pm_status st = kind_costs(cfg, B, timed_len(T), 1, lc, err);
+    return st ? st : scale_to(cfg, B, T, lc, err);
 }
 
 /* One measuring thread of pm_place_measure_threads. */
@@ -116,7 +129,7 @@ typedef struct {
 
 static void *measure_run(void *arg) {
     measure_job *j = arg;
-    j->st = pm_place_measure(j->cfg, j->B, j->T, &j->lc, &j->err);
+    j->st = kind_costs(j->cfg, j->B, j->T, 1, &j->lc, &j->err);
     return NULL;
 }
 
@@ -128,8 +141,8 @@ pm_status pm_place_measure_threads(const pm_gpt_config *cfg, int B, int T, int t
     pthread_t *th = pm_calloc((size_t)threads, sizeof *th);
     int started = 0;
     pm_status st = job && th ? PM_OK : pm_errf(err, PM_ERR_NOMEM, "placement: out of memory");
-    int Tm = T < PM_PLACE_MEASURE_CTX ? T : PM_PLACE_MEASURE_CTX;
-    for (int i = 0; !st && i < threads; i++) job[i] = (measure_job){.cfg = cfg, .B = B, .T = Tm};
+    for (int i = 0; !st && i < threads; i++)
+        job[i] = (measure_job){.cfg = cfg, .B = B, .T = timed_len(T)};
     /* the others start first, so the caller's measurement overlaps theirs */
     for (; !st && started < threads - 1; started++)
         if (pthread_create(&th[started], NULL, measure_run, &job[started + 1]))
@@ -147,10 +160,7 @@ pm_status pm_place_measure_threads(const pm_gpt_config *cfg, int B, int T, int t
                 lc->k[k].w += t->w / threads;
             }
     }
-    if (!st && Tm < T) {
-        st = pm_place_scale_costs(cfg, B, Tm, T, lc, err);
-        lc->timed_ctx = Tm;
-    }
+    if (!st) st = scale_to(cfg, B, T, lc, err);
     pm_free(job);
     pm_free(th);
     return st;

@@ -13,6 +13,13 @@
 /* FLOPs of each kind's passes (pm_gpt_layer_sizes). */
 pm_status pm_place_flops(const pm_gpt_config *cfg, int B, int T, pm_layer_costs *lc,
                          pm_err *err);
+/* Costs of each kind's passes at B x from_T carried to B x to_T: each
+ * pass times its FLOPs at to_T over those at from_T, or times to_T /
+ * from_T for a pass without products (the embedding's; a one-part head's
+ * F). Exact for FLOPs; for times it assumes each pass keeps its FLOP rate,
+ * which attention's share (quadratic in T) bends. */
+pm_status pm_place_scale_costs(const pm_gpt_config *cfg, int B, int from_T, int to_T,
+                               pm_layer_costs *lc, pm_err *err);
 /* The rule (o NULL: time first, no cap) on cfg's layers; errors as
  * pm_place_cut. */
 pm_status pm_place_layers(const pm_gpt_config *cfg, int B, int T, const pm_sched *s,
