@@ -104,6 +104,25 @@ static void test_cli_end_to_end(void **state) {
     /* sample: the prompt, then exactly the 40 bytes the model draws, then '\n' */
     snprintf(cmd, sizeof cmd, "%s/m.ckpt", dir);
     if (chk_sample(bin, cmd, "the", 40, 7, line, sizeof line)) fail_msg("%s", line);
+    /* --ids draws the same tokens from the same ids ("the" is 116 104 101)
+     * and prints them as numbers: each the byte the text run printed */
+    char ids[4096], tcmd[4096];
+    snprintf(ids, sizeof ids, "%s sample --ckpt %s/m.ckpt --ids --prompt '116 104 101' -n 20 "
+             "--seed 3", bin, dir);
+    snprintf(tcmd, sizeof tcmd, "%s sample --ckpt %s/m.ckpt --prompt the -n 20 --seed 3", bin, dir);
+    chk_cmd ci = {0}, ct = {0};
+    assert_int_equal(chk_sh(&ci, "%s", ids), 0);
+    assert_int_equal(chk_sh(&ct, "%s", tcmd), 0);
+    const char *p = ci.out;
+    size_t k = 0;
+    for (char *end; k < 24; k++, p = end) {
+        long v = strtol(p, &end, 10);
+        if (end == p) break;
+        if (v != (unsigned char)ct.out[k])
+            fail_msg("--ids token %zu: %ld, the text's %d", k, v, ct.out[k]);
+    }
+    if (k != 23 || ct.out[23] != '\n') fail_msg("--ids printed %zu ids: %s", k, ci.out);
+    chk_cmd_free(&ci), chk_cmd_free(&ct);
     /* Interrupted after step 2 and resumed: the same final checkpoint, byte
      * for byte, and the same JSON losses as the straight run. */
     const char *common = "--layers 1 --dim 16 --heads 2 --ctx 8 --batch 2 --microbatches 2 "

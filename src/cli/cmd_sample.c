@@ -31,6 +31,10 @@ static void sample_usage(FILE *f) {
                "  sequence's work fit --device-mem SIZE (default: this machine's memory),\n"
                "  else through P device threads (--pp P, or the fewest that fit), each\n"
                "  reading only its own layers from the checkpoint: the same text either way.\n"
+               "  --ids: tokens as ids, for a model trained on token files without a\n"
+               "  tokenizer (llm.c's GPT-2 files): --prompt is ids separated by spaces\n"
+               "  (default: the vocabulary's last, those files' end of text), and the\n"
+               "  prompt and the drawn tokens are printed as ids.\n"
                "  example: pipemem sample --ckpt model.ckpt --prompt 'The ' -n 100\n");
 }
 
@@ -44,6 +48,31 @@ static int draw(const float *probs, int V, double temp, pm_gpt_rng *rng) {
         if (u < acc) return i;
     }
     return V - 1;
+}
+
+/* --ids' prompt ("50256 464"), for a model whose tokens are not bytes and
+ * that carries no tokenizer (trained on llm.c's GPT-2 files, say): with no
+ * --prompt, the vocabulary's last id (those files' end of text). */
+static int prompt_ids(const char *prompt, int given, int32_t V, uint32_t **ids, size_t *n) {
+    size_t cap = strlen(prompt) / 2 + 1;
+    *n = 0;
+    if (!(*ids = pm_malloc(cap * sizeof **ids))) return pm_cli_fail("out of memory");
+    if (!given) {
+        (*ids)[(*n)++] = (uint32_t)(V - 1);
+        return 0;
+    }
+    for (const char *p = prompt; *p;) {
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p || v < 0 || v >= V || (*end && *end != ' ')) {
+            pm_free(*ids), *ids = NULL;
+            return pm_cli_fail("sample: --ids: --prompt '%s' is not token ids 0..%d "
+                               "separated by spaces", prompt, V - 1);
+        }
+        (*ids)[(*n)++] = (uint32_t)v;
+        for (p = end; *p == ' '; p++) {}
+    }
+    return *n ? 0 : pm_cli_fail("sample: --prompt holds no token ids");
 }
 
 /* The checkpoint's tokenizer (NULL: bytes) and the prompt's ids under it. */
@@ -90,17 +119,19 @@ static const float *next_probs(sampler *sm, const int32_t *tok, int T) {
     return sm->probs;
 }
 
-/* Prints the prompt and n drawn tokens after it: bytes one at a time, or
- * with a tokenizer the decoded text at the end (a piece alone may be part
- * of a character). */
+/* Prints the prompt and n drawn tokens after it: bytes one at a time, ids
+ * (ptok without a tokenizer), or with a tokenizer the decoded text at the
+ * end (a piece alone may be part of a character). */
 static int generate(sampler *sm, const pm_tokenizer *tk, const uint32_t *ptok, size_t plen,
                     const char *prompt, size_t n, double temp, int seed) {
     const pm_gpt_config *c = sm->c;
     size_t total = plen + n;
+    int ids = !tk && ptok;
     int32_t *tok = malloc((total ? total : 1) * sizeof *tok);
     if (!tok) return pm_cli_fail("out of memory");
-    for (size_t i = 0; i < plen; i++) tok[i] = tk ? (int32_t)ptok[i] : (uint8_t)prompt[i];
-    if (!tk) fwrite(prompt, 1, plen, stdout);
+    for (size_t i = 0; i < plen; i++) tok[i] = ptok ? (int32_t)ptok[i] : (uint8_t)prompt[i];
+    if (!ptok) fwrite(prompt, 1, plen, stdout);
+    for (size_t i = 0; ids && i < plen; i++) printf("%s%d", i ? " " : "", tok[i]);
     pm_gpt_rng rng;
     pm_gpt_rng_seed(&rng, (uint64_t)seed, 0x73616d706c65ull);
     int rc = 0;
@@ -109,7 +140,8 @@ static int generate(sampler *sm, const pm_tokenizer *tk, const uint32_t *ptok, s
         const float *probs = next_probs(sm, tok + start, (int)(k - start));
         if (!probs) rc = 1;
         else tok[k] = draw(probs, c->vocab, temp, &rng);
-        if (!rc && !tk) putchar(tok[k]), fflush(stdout);
+        if (!rc && ids) printf(" %d", tok[k]), fflush(stdout);
+        else if (!rc && !tk) putchar(tok[k]), fflush(stdout);
     }
     if (!rc && tk) {
         char *text;
@@ -184,7 +216,7 @@ static int open_pipeline(sampler *sm, const char *ckpt, int pp_opt, size_t budge
 
 typedef struct {
     const char *ckpt, *prompt;
-    int n, threads, seed, pp;
+    int n, threads, seed, pp, ids;
     size_t budget; /* --device-mem; 0: this machine's memory */
     double temp;
 } sample_opts;
@@ -199,12 +231,14 @@ static const pm_cli_opt OPTS[] = {
     {"--pp", 'i', 1, 1024, F(pp), NULL, NULL, 0},
     {"--seed", 'i', 0, 0, F(seed), NULL, NULL, 0},
     {"--temperature", 'p', 0, 0, F(temp), NULL, NULL, 0},
+    {"--ids", 'f', 1, 0, F(ids), NULL, NULL, 0},
 };
 #undef F
 
 int pm_cmd_sample(int argc, char **argv) {
     sample_opts o = {.prompt = "\n", .n = 200, .threads = 1, .seed = 1, .temp = 1.0};
-    pm_cli_opts set = {OPTS, sizeof OPTS / sizeof OPTS[0], &o, NULL};
+    int at[sizeof OPTS / sizeof OPTS[0]] = {0}; /* where each was given: --prompt's matters */
+    pm_cli_opts set = {OPTS, sizeof OPTS / sizeof OPTS[0], &o, at};
     int rc = pm_cli_parse("sample", argc, argv, 1, &set, 1, NULL, NULL);
     if (rc == 2) sample_usage(stdout);
     if (rc) return rc == 2 ? 0 : 1;
@@ -237,7 +271,13 @@ int pm_cmd_sample(int argc, char **argv) {
     pm_tokenizer *tk = NULL;
     uint32_t *ptok = NULL;
     size_t plen = strlen(prompt);
-    if (open_tokenizer(ckpt, prompt, &tk, &ptok, &plen)) goto out;
+    if (o.ids ? prompt_ids(prompt, pm_cli_given(&set, "--prompt"), sm.c->vocab, &ptok, &plen)
+              : open_tokenizer(ckpt, prompt, &tk, &ptok, &plen))
+        goto out;
+    if (!o.ids && !tk && sm.c->vocab > 256) /* padded bytes, or ids that print as noise */
+        fprintf(stderr, "pipemem: sample: %s carries no tokenizer and its vocabulary is %d, "
+                "so its tokens are printed as bytes; if they are not bytes (llm.c's GPT-2 "
+                "files), give --ids\n", ckpt, (int)sm.c->vocab);
     rc = generate(&sm, tk, ptok, plen, prompt, (size_t)o.n, o.temp, o.seed);
     pm_free(ptok);
     pm_tokenizer_free(tk);
