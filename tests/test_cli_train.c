@@ -168,6 +168,9 @@ static void test_cli_end_to_end(void **state) {
         {"train --data %s/d/ --ctx 1000 --dim 16 --heads 2 --layers 1 --steps 1",
          "/d/val.bin holds 400 tokens"}, /* one slash, however the directory ends */
         {"train --data %s/d --ctx 8 --dim 16 --heads 3 --layers 1 --steps 1", "heads"},
+        {"sample --ckpt %s/m.ckpt --ids -n 2", "--ids needs --prompt"},
+        {"sample --ckpt %s/m.ckpt --ids --prompt '1 x' -n 2", "is not token ids 0..255"},
+        {"sample --ckpt %s/m.ckpt --ids --prompt '256' -n 2", "is not token ids 0..255"},
         /* a model over this machine's memory: the advice follows where the
          * bytes go (the state here: more microbatches would not help) */
         {"train --data %s/d --ctx 8 --dim 16384 --heads 16 --layers 48 --steps 1",
@@ -175,7 +178,8 @@ static void test_cli_end_to_end(void **state) {
         {"train --data %s/d --ctx 8 --dim 512 --heads 8 --layers 4 --batch 16777216 --steps 1",
          "use a shorter --ctx, a smaller batch or more --microbatches"},
         {"train --data %s/d --ctx 8 --dim 16384 --heads 16 --layers 48 --batch 8 "
-         "--microbatches 8 --pp 2 --steps 1", "use a smaller model or more devices"},
+         "--microbatches 8 --pp 2 --steps 1",
+         "use a smaller model (the device threads share this machine's memory)"},
         {"train --data %s/d --ctx 8 --dim 512 --heads 8 --layers 4 --batch 16777216 "
          "--microbatches 2 --pp 2 --steps 1",
          "use a shorter --ctx, more --microbatches or a schedule with less memory"},

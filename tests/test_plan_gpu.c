@@ -463,8 +463,13 @@ static void test_measure_threads(void **state) {
     assert_int_equal(lc.timed_ctx, 0);
     assert_int_equal(pm_place_measure_threads(&c, 1, 8, 0, &lc, &err), PM_ERR_ARG);
     assert_non_null(strstr(err.msg, "threads=0"));
-    /* a context over the cap: timed at the cap, every pass still a time */
+    /* a context over the cap: timed at the cap, every pass still a time, on
+     * one thread (train --placement measured) as on several */
     c.ctx = 2 * PM_PLACE_MEASURE_CTX;
+    assert_int_equal(pm_place_measure(&c, 1, c.ctx, &lc, &err), PM_OK);
+    assert_int_equal(lc.timed_ctx, PM_PLACE_MEASURE_CTX);
+    assert_int_equal(pm_place_measure(&c, 1, 8, &lc, &err), PM_OK);
+    assert_int_equal(lc.timed_ctx, 0);
     assert_int_equal(pm_place_measure_threads(&c, 1, c.ctx, 2, &lc, &err), PM_OK);
     assert_int_equal(lc.timed_ctx, PM_PLACE_MEASURE_CTX);
     for (int k = 0; k < PM_LAYER_KIND_COUNT; k++)

@@ -1257,6 +1257,13 @@ static void test_config_and_memory_errors(void **state) {
     c.batch = c.micro = 4;
     assert_int_equal(pm_trainer_init(&t, &c, &toks, 0, &err), PM_ERR_MEMLIMIT);
     assert_non_null(strstr(err.msg, "use a shorter model.ctx or fewer model.layers"));
+    /* The batch's token buffers the largest part (2 x 2^24 sequences x 2^16
+     * int32: 8.8 PB, against one sequence's activations and a 1M-parameter
+     * state): a smaller batch. */
+    c.model = (pm_gpt_config){.vocab = 256, .ctx = 1 << 16, .dim = 16, .heads = 2, .layers = 1};
+    c.batch = c.micro = 1 << 24;
+    assert_int_equal(pm_trainer_init(&t, &c, &toks, 0, &err), PM_ERR_MEMLIMIT);
+    assert_non_null(strstr(err.msg, "; use a smaller batch"));
     c = tiny(4, 1, 4);
     /* Context larger than the data. */
     c = tiny(4, 1, 4);

@@ -9,6 +9,7 @@
  * way. The threads share this process, so together they must fit the
  * machine: the pipeline serves per-device budgets, not a model larger than
  * the machine. */
+#include <ctype.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -23,7 +24,7 @@
 
 static void sample_usage(FILE *f) {
     fprintf(f, "usage: pipemem sample --ckpt FILE [--prompt TEXT] [-n N] [--temperature X]\n"
-               "         [--seed S] [--threads N] [--device-mem SIZE] [--pp P]\n"
+               "         [--seed S] [--threads N] [--device-mem SIZE] [--pp P] [--ids]\n"
                "  Prints TEXT and N tokens the model generates after it, decoded with the\n"
                "  tokenizer the checkpoint carries (bytes without one). Defaults: prompt\n"
                "  \"\\n\", N 200, temperature 1, seed 1; below 1, the temperature keeps to\n"
@@ -32,9 +33,8 @@ static void sample_usage(FILE *f) {
                "  else through P device threads (--pp P, or the fewest that fit), each\n"
                "  reading only its own layers from the checkpoint: the same text either way.\n"
                "  --ids: tokens as ids, for a model trained on token files without a\n"
-               "  tokenizer (llm.c's GPT-2 files): --prompt is ids separated by spaces\n"
-               "  (default: the vocabulary's last, those files' end of text), and the\n"
-               "  prompt and the drawn tokens are printed as ids.\n"
+               "  tokenizer (llm.c's GPT-2 files): --prompt, required, is ids separated\n"
+               "  by spaces, and the prompt and the drawn tokens are printed as ids.\n"
                "  example: pipemem sample --ckpt model.ckpt --prompt 'The ' -n 100\n");
 }
 
@@ -51,28 +51,26 @@ static int draw(const float *probs, int V, double temp, pm_gpt_rng *rng) {
 }
 
 /* --ids' prompt ("50256 464"), for a model whose tokens are not bytes and
- * that carries no tokenizer (trained on llm.c's GPT-2 files, say): with no
- * --prompt, the vocabulary's last id (those files' end of text). */
+ * that carries no tokenizer (trained on llm.c's GPT-2 files, say): ids
+ * 0..V-1 separated by white space. There is no default: a padded
+ * vocabulary's last id is padding, not those files' end of text. */
 static int prompt_ids(const char *prompt, int given, int32_t V, uint32_t **ids, size_t *n) {
-    size_t cap = strlen(prompt) / 2 + 1;
-    *n = 0;
-    if (!(*ids = pm_malloc(cap * sizeof **ids))) return pm_cli_fail("out of memory");
-    if (!given) {
-        (*ids)[(*n)++] = (uint32_t)(V - 1);
-        return 0;
-    }
+    *n = 0, *ids = NULL;
+    if (!given) return pm_cli_fail("sample: --ids needs --prompt: the token ids to start from");
+    if (!(*ids = pm_malloc((strlen(prompt) / 2 + 1) * sizeof **ids))) /* ids need a gap */
+        return pm_cli_fail("out of memory");
     for (const char *p = prompt; *p;) {
-        char *end;
-        long v = strtol(p, &end, 10);
-        if (end == p || v < 0 || v >= V || (*end && *end != ' ')) {
+        char *end = (char *)p;
+        long v = isdigit((unsigned char)*p) ? strtol(p, &end, 10) : -1;
+        if (v < 0 || v >= V || (*end && !isspace((unsigned char)*end))) {
             pm_free(*ids), *ids = NULL;
-            return pm_cli_fail("sample: --ids: --prompt '%s' is not token ids 0..%d "
-                               "separated by spaces", prompt, V - 1);
+            return pm_cli_fail("sample: --ids: --prompt is not token ids 0..%d separated by "
+                               "spaces", V - 1);
         }
         (*ids)[(*n)++] = (uint32_t)v;
-        for (p = end; *p == ' '; p++) {}
+        for (p = end; isspace((unsigned char)*p); p++) {}
     }
-    return *n ? 0 : pm_cli_fail("sample: --prompt holds no token ids");
+    return 0;
 }
 
 /* The checkpoint's tokenizer (NULL: bytes) and the prompt's ids under it. */
@@ -246,6 +244,7 @@ int pm_cmd_sample(int argc, char **argv) {
         sample_usage(stderr);
         return pm_cli_fail("sample: --ckpt FILE is required");
     }
+    if (o.ids && !*o.prompt) return pm_cli_fail("sample: --ids: --prompt holds no token ids");
     const char *ckpt = o.ckpt, *prompt = *o.prompt ? o.prompt : "\n";
     pm_blas_threads(o.threads);
     pm_err err = {{0}};

@@ -252,7 +252,7 @@ static void warn_repeats(const pm_select_session *s) {
  * the partitioner sizes embedding and head right. */
 static int data_vocab(const char *dir, int32_t *vocab) {
     char path[4096];
-    snprintf(path, sizeof path, "%s/train.bin", dir);
+    pm_cli_in_dir(path, sizeof path, dir, "train.bin");
     pm_tokens tr;
     pm_err e = {{0}};
     if (pm_tokens_read(&tr, path, &e)) return pm_cli_fail("%s", e.msg);
@@ -406,7 +406,7 @@ static int outputs_distinct(const sel_opts *o, const pm_select_task *t, int n) {
     f[5] = (pm_cli_file){"the task list (--tasks)", o->sweep.tasks_file, 0, 0};
     for (int k = 0; k < 3 && o->data; k++) {
         snprintf(names[2 * k], sizeof names[0], "%s (--data %s)", role[k], o->data);
-        snprintf(names[2 * k + 1], sizeof names[0], "%s/%s", o->data, split[k]);
+        pm_cli_in_dir(names[2 * k + 1], sizeof names[0], o->data, split[k]);
         f[6 + k] = (pm_cli_file){names[2 * k], names[2 * k + 1], 0, 0};
     }
     for (int i = 0; i < nres; i++) {

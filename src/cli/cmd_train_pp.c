@@ -38,8 +38,8 @@ typedef struct {
 } pp_world;
 
 /* What shrinks the pipeline's need, by where most of the plan's bytes go:
- * the state (parameters, gradients, moments) only with a smaller model or
- * more devices; the rest (activations, workspace, messages) with a shorter
+ * the state (parameters, gradients, moments) only with a smaller model or,
+ * under MPI, ranks on other machines; the rest (activations, workspace, messages) with a shorter
  * context, a schedule with less memory, and more microbatches while one
  * holds more than a sequence. */
 static const char *pp_advice(const pm_plan *pl) {
@@ -50,7 +50,10 @@ static const char *pp_advice(const pm_plan *pl) {
                  (double)b[PM_BYTES_MOMENTS];
         all += (double)pl->dev[g].total;
     }
-    if (state >= all / 2) return "use a smaller model or more devices";
+    if (state >= all / 2) /* each layer's state lives on one device: more threads do not help */
+        return pl->transport == PM_TRANSPORT_MPI
+                   ? "use a smaller model or more ranks on other machines"
+                   : "use a smaller model (the device threads share this machine's memory)";
     return pl->cfg.batch / pl->cfg.micro > 1
                ? "use a shorter --ctx, more --microbatches or a schedule with less memory "
                  "(--mem-limit)"

@@ -410,7 +410,7 @@ int pm_cli_read_tokenizer(const char *dir, const pm_tokens *tr, char **model, si
         snprintf(path, sizeof path, "%.*s/tokenizer.model", slash ? (int)(slash - dir) : 1,
                  slash ? dir : ".");
     } else {
-        snprintf(path, sizeof path, "%s/tokenizer.model", dir);
+        pm_cli_in_dir(path, sizeof path, dir, "tokenizer.model");
     }
     pm_err err = {{0}};
     *model = NULL, *len = 0;

@@ -32,12 +32,16 @@ size_t pm_train_mem_bytes(const pm_train_cfg *cfg, pm_err *err) {
     return total;
 }
 
-/* What shrinks the need, by where most of it goes: one microbatch's
- * activations shrink with the context and the layers, and with a smaller
- * batch or more microbatches while a microbatch holds more than one
- * sequence; the state (16 bytes a parameter) only with a smaller model. */
+/* What shrinks the need, by where most of it goes: the state (16 bytes a
+ * parameter) only with a smaller model; the batch's token buffers with a
+ * smaller batch; one microbatch's activations with the context and the
+ * layers, and with a smaller batch or more microbatches while a microbatch
+ * holds more than one sequence. */
 static const char *memory_advice(const pm_train_cfg *cfg, size_t need, size_t state) {
-    if (need / 2 <= state) return "use fewer model.layers or a smaller model.dim";
+    double tok = 8.0 * cfg->batch * cfg->model.ctx, act = (double)need - (double)state - tok;
+    if ((double)state >= act && (double)state >= tok)
+        return "use fewer model.layers or a smaller model.dim";
+    if (tok >= act) return "use a smaller batch";
     return micro_size(cfg) > 1 ? "use a shorter model.ctx, a smaller batch or more micro"
                                : "use a shorter model.ctx or fewer model.layers";
 }
