@@ -59,7 +59,7 @@ static void test_placement(void **state) {
     (void)state;
     pm_gpt_config c = {.vocab = 64, .ctx = 8, .dim = 16, .heads = 2, .layers = 7};
     int n = pm_gpt_num_layers(&c);
-    pm_layer_costs lc = {{{0.5, 0.25, 0.25}, {1, 1, 1}, {6, 4, 4}}, "s"};
+    pm_layer_costs lc = {{{0.5, 0.25, 0.25}, {1, 1, 1}, {6, 4, 4}}, "s", 0};
     double cost[16];
     for (int l = 0; l < n; l++) {
         const pm_pass_times *t = &lc.k[pm_gpt_layer_kind(&c, l)];
