@@ -328,17 +328,13 @@ static int curves_start(sel_opts *o, const pm_select_session *s) {
  * its first evaluation. */
 static int data_fits(const sel_opts *o, const pm_select_session *s, const pm_tokens *tr,
                      const pm_tokens *va) {
-    const pm_tokens *t[2] = {tr, va};
-    for (int i = 0; i < s->n; i++)
-        for (int k = 0; k < 2; k++) {
-            int ctx = s->tasks[i].cfg.model.ctx;
-            char path[4096];
-            if (t[k]->n >= (size_t)ctx + 1) continue;
-            pm_cli_in_dir(path, sizeof path, o->data, k ? "val.bin" : "train.bin");
-            return pm_cli_fail("select: task %s has ctx %d, but %s holds %zu tokens, fewer than "
-                               "context+1 = %d; use shorter contexts or more text",
-                               s->tasks[i].name, ctx, path, t[k]->n, ctx + 1);
-        }
+    char tn[4096], vn[4096], who[200];
+    pm_cli_in_dir(tn, sizeof tn, o->data, "train.bin");
+    pm_cli_in_dir(vn, sizeof vn, o->data, "val.bin");
+    for (int i = 0; i < s->n; i++) {
+        snprintf(who, sizeof who, "select: task %s: ", s->tasks[i].name);
+        if (pm_cli_splits_fit(who, tn, vn, s->tasks[i].cfg.model.ctx, tr, va)) return 1;
+    }
     return 0;
 }
 

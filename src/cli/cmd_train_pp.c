@@ -39,9 +39,9 @@ typedef struct {
 
 /* What shrinks the pipeline's need, by where most of the plan's bytes go:
  * the state (parameters, gradients, moments) only with a smaller model or,
- * under MPI, ranks on other machines; the rest (activations, workspace, messages) with a shorter
- * context, a schedule with less memory, and more microbatches while one
- * holds more than a sequence. */
+ * under MPI, ranks on other machines; the rest (activations, workspace,
+ * messages) with a shorter context, a schedule with less memory, and more
+ * microbatches while one holds more than a sequence. */
 static const char *pp_advice(const pm_plan *pl) {
     double state = 0, all = 0;
     for (int g = 0; g < pl->nd; g++) {

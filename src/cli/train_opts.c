@@ -273,9 +273,7 @@ const char *pm_cli_in_dir(char *buf, size_t n, const char *dir, const char *name
     return buf;
 }
 
-static int load_split(const char *dir, const char *name, pm_tokens *t) {
-    char path[4096];
-    pm_cli_in_dir(path, sizeof path, dir, name);
+static int load_split(const char *path, pm_tokens *t) {
     pm_err err = {{0}};
     if (pm_tokens_read(t, path, &err)) return pm_cli_fail("%s", err.msg);
     return 0;
@@ -289,8 +287,7 @@ int pm_cli_train_load(const char *dir, pm_tokens *tr, pm_tokens *va) {
     char tn[4096], vn[4096];
     pm_cli_in_dir(tn, sizeof tn, dir, "train.bin");
     pm_cli_in_dir(vn, sizeof vn, dir, "val.bin");
-    return check_pair(tn, vn, tr, va, load_split(dir, "train.bin", tr) ||
-                                          load_split(dir, "val.bin", va));
+    return check_pair(tn, vn, tr, va, load_split(tn, tr) || load_split(vn, va));
 }
 
 int pm_cli_train_data(const pm_cli_train_opts *o, pm_tokens *tr, pm_tokens *va) {
@@ -310,17 +307,25 @@ static const char *split_name(const pm_cli_train_opts *o, int val, char *buf, si
     return pm_cli_in_dir(buf, n, o->data, val ? "val.bin" : "train.bin");
 }
 
-int pm_cli_train_check_ctx(const pm_cli_train_opts *o, int ctx, const pm_tokens *tr,
-                           const pm_tokens *va) {
+int pm_cli_splits_fit(const char *who, const char *tn, const char *vn, int ctx,
+                      const pm_tokens *tr, const pm_tokens *va) {
     const pm_tokens *t[2] = {tr, va};
+    const char *name[2] = {tn, vn};
     for (int i = 0; i < 2; i++) {
-        char buf[4096];
+        char what[4200];
         pm_loader ld;
         pm_err err = {{0}};
-        if (pm_loader_init(&ld, t[i], ctx, 0, split_name(o, i, buf, sizeof buf), &err))
-            return pm_cli_fail("%s", err.msg);
+        snprintf(what, sizeof what, "%s%s", who, name[i]);
+        if (pm_loader_init(&ld, t[i], ctx, 0, what, &err)) return pm_cli_fail("%s", err.msg);
     }
     return 0;
+}
+
+int pm_cli_train_check_ctx(const pm_cli_train_opts *o, int ctx, const pm_tokens *tr,
+                           const pm_tokens *va) {
+    char tb[4096], vb[4096];
+    return pm_cli_splits_fit("", split_name(o, 0, tb, sizeof tb), split_name(o, 1, vb, sizeof vb),
+                             ctx, tr, va);
 }
 
 /* Train and validation tokens from one tokenizer; frees both on error. */

@@ -76,8 +76,11 @@ int pm_cli_train_load(const char *dir, pm_tokens *tr, pm_tokens *va);
  * (token files of any format, llm.c's among them). */
 int pm_cli_train_data(const pm_cli_train_opts *o, pm_tokens *tr, pm_tokens *va);
 
-/* Checks both splits hold a window of ctx + 1 tokens; else prints one line
- * naming the file as the user gave it and returns 1. */
+/* Checks both splits (read from files tn and vn) hold a window of ctx + 1
+ * tokens; else prints one line, who (a prefix) and the file, and returns 1. */
+int pm_cli_splits_fit(const char *who, const char *tn, const char *vn, int ctx,
+                      const pm_tokens *tr, const pm_tokens *va);
+/* The same for train's splits, named as the user gave them. */
 int pm_cli_train_check_ctx(const pm_cli_train_opts *o, int ctx, const pm_tokens *tr,
                            const pm_tokens *va);
 

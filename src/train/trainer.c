@@ -17,31 +17,40 @@
 
 static int micro_size(const pm_train_cfg *c) { return c->batch / c->micro; }
 
+/* The trainer's bytes by part: the slabs (parameters, gradients, two
+ * AdamW moments), one microbatch's workspace and the batch's input and
+ * target tokens; 0 on overflow. */
+typedef struct {
+    size_t state, work, tok, total;
+} mem_parts;
+
+static int mem_parts_of(const pm_train_cfg *cfg, mem_parts *m) {
+    size_t n = pm_gpt_num_params(&cfg->model);
+    m->work = pm_gpt_work_bytes(&cfg->model, micro_size(cfg), cfg->model.ctx);
+    return m->work && pm_size_mul(n, 4 * sizeof(float), &m->state) &&
+           pm_size_mul((size_t)cfg->batch * 2, (size_t)cfg->model.ctx * sizeof(int32_t),
+                       &m->tok) &&
+           pm_size_add(m->state, m->work, &m->total) && pm_size_add(m->total, m->tok, &m->total);
+}
+
 size_t pm_train_mem_bytes(const pm_train_cfg *cfg, pm_err *err) {
     if (pm_train_cfg_check(cfg, err)) return 0;
-    size_t n = pm_gpt_num_params(&cfg->model), slabs, work, tok, total;
-    work = pm_gpt_work_bytes(&cfg->model, micro_size(cfg), cfg->model.ctx);
-    int ok = work && pm_size_mul(n, 4 * sizeof(float), &slabs) &&
-             pm_size_mul((size_t)cfg->batch * 2, (size_t)cfg->model.ctx * sizeof(int32_t),
-                         &tok) &&
-             pm_size_add(slabs, work, &total) && pm_size_add(total, tok, &total);
-    if (!ok) {
+    mem_parts m;
+    if (!mem_parts_of(cfg, &m)) {
         pm_errf(err, PM_ERR_MEMLIMIT, "model size overflows size_t; use a smaller model");
         return 0;
     }
-    return total;
+    return m.total;
 }
 
-/* What shrinks the need, by where most of it goes: the state (16 bytes a
- * parameter) only with a smaller model; the batch's token buffers with a
- * smaller batch; one microbatch's activations with the context and the
- * layers, and with a smaller batch or more microbatches while a microbatch
- * holds more than one sequence. */
-static const char *memory_advice(const pm_train_cfg *cfg, size_t need, size_t state) {
-    double tok = 8.0 * cfg->batch * cfg->model.ctx, act = (double)need - (double)state - tok;
-    if ((double)state >= act && (double)state >= tok)
+/* What shrinks the need, by its largest part: the state only with a
+ * smaller model; the batch's tokens with a smaller batch; one microbatch's
+ * activations with the context and the layers, and with a smaller batch or
+ * more microbatches while a microbatch holds more than one sequence. */
+static const char *memory_advice(const pm_train_cfg *cfg, const mem_parts *m) {
+    if (m->state >= m->work && m->state >= m->tok)
         return "use fewer model.layers or a smaller model.dim";
-    if (tok >= act) return "use a smaller batch";
+    if (m->tok >= m->work) return "use a smaller batch";
     return micro_size(cfg) > 1 ? "use a shorter model.ctx, a smaller batch or more micro"
                                : "use a shorter model.ctx or fewer model.layers";
 }
@@ -51,9 +60,10 @@ static const char *memory_advice(const pm_train_cfg *cfg, size_t need, size_t st
 static pm_status over_memory(const pm_train_cfg *cfg, size_t need, size_t have, int device,
                              pm_err *err) {
     char a[32], b[32], c[32];
-    size_t state = 16 * pm_gpt_num_params(&cfg->model);
+    mem_parts m;
+    (void)mem_parts_of(cfg, &m); /* need was counted: no overflow */
     pm_bytes_str(need, a, sizeof a);
-    pm_bytes_str(state, b, sizeof b);
+    pm_bytes_str(m.state, b, sizeof b);
     pm_bytes_str(have, c, sizeof c);
     if (device)
         return pm_errf(err, PM_ERR_MEMLIMIT, "one device needs %s (%s of parameters, gradients "
@@ -62,7 +72,7 @@ static pm_status over_memory(const pm_train_cfg *cfg, size_t need, size_t have, 
                        "its stages, with pp=4 or more", a, b, c);
     return pm_errf(err, PM_ERR_MEMLIMIT, "the model needs %s (%s of parameters, gradients and "
                    "AdamW moments, the rest one microbatch's activations and workspace) but this "
-                   "machine has %s; %s", a, b, c, memory_advice(cfg, need, state));
+                   "machine has %s; %s", a, b, c, memory_advice(cfg, &m));
 }
 
 pm_status pm_trainer_init(pm_trainer *t, const pm_train_cfg *cfg, const pm_tokens *train,
