@@ -204,6 +204,13 @@ static void test_cli_end_to_end(void **state) {
         if (rc == 0 || n != 1 || !strstr(line, bad[i].needle))
             fail_msg("'%s': exit %d, %d stderr lines, first: %s", args, rc, n, line);
     }
+    /* A file the user named as a library parameter is (micro: the field
+     * behind --microbatches) is named as typed, not turned into the flag. */
+    snprintf(cmd, sizeof cmd, "b=$(readlink -f %s) && cd %s/d && cp val.bin micro && \"$b\" train "
+             "--train train.bin --val micro --ctx 1000 --dim 16 --heads 2 --layers 1 --steps 1",
+             bin, dir);
+    assert_int_not_equal(sh(cmd, line, sizeof line, &n), 0);
+    assert_non_null(strstr(line, "pipemem: micro holds 400 tokens"));
 }
 
 /* Before the first step and before any line is printed (issue 31,

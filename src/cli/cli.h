@@ -33,6 +33,9 @@ int pm_cli_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
  * bare only where it cannot be a word of prose (mem_limit, micro,
  * model.dim, opt.lr), else as name=VALUE (batch=8, v=3, seed=1). */
 void pm_cli_flags(const char *msg, char *out, size_t cap);
+/* The command line whose words pm_cli_flags copies as typed (a file the
+ * user named "micro" stays "micro"); main sets it once. */
+void pm_cli_set_args(int argc, char **argv);
 /* Under MPI: rank >= 0 prefixes every error line with it (a rank's own
  * failure); quiet holds them back (errors every rank shares, which rank 0
  * prints): pm_cli_print_held prints the last one held, for a failure that

@@ -86,6 +86,7 @@ static int ranks_agree(const char *cmd) {
 
 int main(int argc, char **argv) {
     pm_cli_blas_reexec(argv); /* OpenBLAS on a CPU it does not know: see reexec.c */
+    pm_cli_set_args(argc, argv);
     if (ranks_agree(argc >= 2 ? argv[1] : "")) return 1;
     int rc = dispatch(argc, argv);
     pm_mpi_finalize(); /* if the handshake's MPI is still up (train --help) */

@@ -2,6 +2,7 @@
  * rows: name, type, range, field; pm_cli_parse), the value parsers it
  * calls, each failure one line naming the option and what it accepts; and
  * the library's parameter names turned into the flags that set them. */
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
@@ -14,6 +15,8 @@
 #include "pipemem/pm_runtime.h"
 
 static int g_rank = -1, g_quiet;
+static int g_argc; /* the command line, whose words are the user's own */
+static char **g_argv;
 static char g_held[1024]; /* the last line a quiet rank did not print */
 
 /* What the library calls a parameter (its field in the caller's struct, or
@@ -64,10 +67,32 @@ static size_t flag_at(int k, const char *s, char prev, int *valued) {
     return !next || strchr(" ,;:)", next) ? len : 0;
 }
 
+void pm_cli_set_args(int argc, char **argv) { g_argc = argc, g_argv = argv; }
+
+/* Length of the longest argument of the command line, not a flag, that
+ * stands at s as a whole word, 0 if none: the user's own text (a file
+ * named "micro") is copied as typed, never read as a parameter's name. */
+static size_t user_word_at(const char *s) {
+    size_t best = 0;
+    for (int i = 1; i < g_argc; i++) {
+        const char *a = g_argv[i];
+        size_t n = strlen(a);
+        if (a[0] == '-' || n <= best || strncmp(s, a, n)) continue;
+        if (!isalnum((unsigned char)s[n]) && s[n] != '_') best = n;
+    }
+    return best;
+}
+
 void pm_cli_flags(const char *msg, char *out, size_t cap) {
     size_t o = 0;
     for (const char *s = msg; *s && o + 1 < cap;) {
-        size_t len = 0;
+        size_t len = user_word_at(s);
+        if (len) {
+            o += (size_t)snprintf(out + o, cap - o, "%.*s", (int)len, s);
+            if (o >= cap) o = cap - 1;
+            s += len;
+            continue;
+        }
         int k = 0, valued = 0;
         for (; k < (int)(sizeof lib_flags / sizeof lib_flags[0]); k++)
             if ((len = flag_at(k, s, s == msg ? 0 : s[-1], &valued))) break;
