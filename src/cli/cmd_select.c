@@ -454,7 +454,9 @@ int pm_cmd_select(int argc, char **argv) {
     if (!rc && o.data) rc = data_vocab(o.data, &vocab);
     if (!rc && pm_select_session_partition(&s, vocab, &e)) rc = pm_cli_fail("%s", e.msg);
     if (!rc && o.dry_run) {
-        rc = dry_run(&o, &s);
+        if (o.data && (pm_cli_train_load(o.data, &tr, &va) || data_fits(&o, &s, &tr, &va)))
+            rc = 1;
+        if (!rc) rc = dry_run(&o, &s);
     } else if (!rc) {
         if (rank <= 0) rc = outputs_ok(&o, &s); /* rank 0 writes them */
         /* before anything is allocated: the devices' slabs and the tasks'
