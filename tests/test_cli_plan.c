@@ -186,6 +186,14 @@ static void test_cli_plan(void **state) {
         assert_null(strstr(json_string_value(json_object_get(jo, "model")), "timed"));
         json_decref(jo);
         free(o);
+        /* CSV's last column, in every row */
+        o = run_out("%s plan %s --seq %d --format csv | tail -n +2 | awk -F, '{print $NF}' | "
+                    "sort -u", bin, tiny, seqs[i]);
+        char line[32];
+        snprintf(line, sizeof line, "%d\n", want_seq[i]);
+        assert_non_null(o);
+        assert_string_equal(o, line);
+        free(o);
     }
     char *err = run_out("%s plan --layers 30 --hidden 5120 --heads 7 --seq 1024 --vocab 51200 "
                         "--devices 16 --device-mem 80G --device-tflops 312 --microbatches 8 "

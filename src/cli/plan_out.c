@@ -92,7 +92,7 @@ int plan_write_table(FILE *f, const plan_report *r) {
 int plan_write_csv(FILE *f, const plan_report *r) {
     fprintf(f, "plan,kind,pp,dp,mbs,microbatches,device");
     for (int k = 0; k < r->kinds; k++) fprintf(f, ",%s_gb", kind_key[k]);
-    fprintf(f, ",total_gb,fits,bubble,step_s,samples_per_s,mfu\n");
+    fprintf(f, ",total_gb,fits,bubble,step_s,samples_per_s,mfu,timed_seq\n");
     for (int i = 0; i < r->n; i++) {
         const pm_cluster_plan *p = &r->plan[i];
         for (int d = 0; d < p->pp; d++) {
@@ -101,7 +101,7 @@ int plan_write_csv(FILE *f, const plan_report *r) {
             fprintf(f, ",%.6f,%d,%.6f,%.9g,%.9g,", gb(dev_bytes(p, d, -1)), p->fits, p->bubble,
                     p->step, p->samples);
             if (r->mfu) fprintf(f, "%.6f", p->mfu);
-            fputc('\n', f);
+            fprintf(f, ",%d\n", r->timed_seq); /* 0: the passes were timed whole */
         }
     }
     return ferror(f) != 0;
