@@ -119,9 +119,11 @@ static const float *next_probs(sampler *sm, const int32_t *tok, int T) {
 
 /* Prints the prompt and n drawn tokens after it: bytes one at a time, ids
  * (ptok without a tokenizer), or with a tokenizer the decoded text at the
- * end (a piece alone may be part of a character). */
+ * end (a piece alone may be part of a character). Tokens are drawn from
+ * ids 0..live-1: a vocabulary padded past the data's (--pad-vocab) ends
+ * in ids nothing decodes. */
 static int generate(sampler *sm, const pm_tokenizer *tk, const uint32_t *ptok, size_t plen,
-                    const char *prompt, size_t n, double temp, int seed) {
+                    const char *prompt, size_t n, double temp, int seed, int live) {
     const pm_gpt_config *c = sm->c;
     size_t total = plen + n;
     int ids = !tk && ptok;
@@ -137,7 +139,7 @@ static int generate(sampler *sm, const pm_tokenizer *tk, const uint32_t *ptok, s
         size_t start = k > (size_t)c->ctx ? k - (size_t)c->ctx : 0;
         const float *probs = next_probs(sm, tok + start, (int)(k - start));
         if (!probs) rc = 1;
-        else tok[k] = draw(probs, c->vocab, temp, &rng);
+        else tok[k] = draw(probs, live, temp, &rng);
         if (!rc && ids) printf(" %d", tok[k]), fflush(stdout);
         else if (!rc && !tk) putchar(tok[k]), fflush(stdout);
     }
@@ -275,9 +277,12 @@ int pm_cmd_sample(int argc, char **argv) {
         goto out;
     if (!o.ids && !tk && sm.c->vocab > 256) /* padded bytes, or ids that print as noise */
         fprintf(stderr, "pipemem: sample: %s carries no tokenizer and its vocabulary is %d, "
-                "so its tokens are printed as bytes; if they are not bytes (llm.c's GPT-2 "
+                "so it draws bytes (ids 0..255); if its tokens are not bytes (llm.c's GPT-2 "
                 "files), give --ids\n", ckpt, (int)sm.c->vocab);
-    rc = generate(&sm, tk, ptok, plen, prompt, (size_t)o.n, o.temp, o.seed);
+    int live = sm.c->vocab; /* what the data can hold: a tokenizer's pieces, or bytes */
+    if (tk && (int)pm_tokenizer_vocab(tk) < live) live = (int)pm_tokenizer_vocab(tk);
+    if (!tk && !o.ids && live > 256) live = 256;
+    rc = generate(&sm, tk, ptok, plen, prompt, (size_t)o.n, o.temp, o.seed, live);
     pm_free(ptok);
     pm_tokenizer_free(tk);
 out:
