@@ -186,6 +186,13 @@ static void test_cli_end_to_end(void **state) {
         {"train --data %s/v2 --ctx 8 --dim 16 --heads 2 --layers 1 --steps 1", "version 3"},
         {"train --data %s/d --ctx 8 --dim 16 --heads 2 --layers 2 --steps 8 --batch 2 "
          "--microbatches 2 --resume %s/m.ckpt", "made with --layers 1, this run has 2"},
+        /* the same data, padded otherwise: the padding is named, not the data */
+        {"train --data %s/d --ctx 8 --dim 16 --heads 2 --layers 1 --steps 4 --batch 2 "
+         "--microbatches 2 --pad-vocab 384 --resume %s/m.ckpt",
+         "the checkpoint's vocabulary is the data's 256, unpadded; this run's is 384: resume "
+         "without --pad-vocab"},
+        {"train --data %s/d --ctx 8 --dim 16 --heads 2 --layers 1 --steps 4 --batch 2 "
+         "--microbatches 2 --pad-vocab 384 --pp 2 --resume %s/m.ckpt", "resume without --pad-vocab"},
         /* one parser for both modes: mode-only options are refused in the other */
         {"train --data %s/d --pp 2 --schedule 1f1b --threads 2", "--threads is for single-device"},
         {"train --data %s/d --steps 1 --timeline %s/t.svg", "--timeline is for pipeline runs"},

@@ -223,6 +223,27 @@ int pm_cli_train_check_outputs(const pm_cli_train_opts *o) {
     return 0;
 }
 
+/* A checkpoint of this data whose vocabulary was padded otherwise: the
+ * library's refusal would send the user to other data. 1 if said. */
+static int pad_differs(const pm_cli_train_opts *o, const pm_tokens *tr, const pm_train_cfg *cfg) {
+    pm_ckpt_info info;
+    pm_err err;
+    if (pm_ckpt_info_read(o->resume, &info, &err)) return 0;
+    int32_t was = info.cfg.model.vocab, data = (int32_t)tr->vocab;
+    pm_train_cfg as = *cfg;
+    as.model.vocab = was;
+    if (was == cfg->model.vocab || was < data ||
+        pm_ckpt_verify(o->resume, &as, pm_tokens_identity(tr), &info, &err))
+        return 0;
+    if (was == data)
+        return pm_cli_fail("train: %s: the checkpoint's vocabulary is the data's %d, unpadded; "
+                           "this run's is %d: resume without --pad-vocab", o->resume, data,
+                           cfg->model.vocab);
+    return pm_cli_fail("train: %s: the checkpoint's vocabulary is the data's %d padded to %d, "
+                       "this run's is %d: resume with the --pad-vocab it was made with "
+                       "(--pad-vocab %d does)", o->resume, data, was, cfg->model.vocab, was);
+}
+
 int pm_cli_train_check_resume(const pm_cli_train_opts *o, const pm_tokens *tr) {
     if (!o->resume) return 0;
     pm_train_cfg cfg;
@@ -230,7 +251,7 @@ int pm_cli_train_check_resume(const pm_cli_train_opts *o, const pm_tokens *tr) {
     pm_err err;
     pm_cli_train_cfg(o, tr, &cfg);
     if (pm_ckpt_verify(o->resume, &cfg, pm_tokens_identity(tr), &info, &err))
-        return pm_cli_fail("%s", err.msg);
+        return pad_differs(o, tr, &cfg) ? 1 : pm_cli_fail("%s", err.msg);
     return 0;
 }
 
