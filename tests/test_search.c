@@ -245,6 +245,43 @@ static void search_within_limit_and_best(void **state) {
     }
 }
 
+/* A model cut into at most p + 2 pieces: the search answers with a
+ * schedule of at most that many stages, the fastest single-placement one
+ * (as a search on that family alone, the curve's, finds), and says why the
+ * V and loop families are out; where V would win without the cap. */
+static void search_within_max_stages(void **state) {
+    (void)state;
+    for (double lim = 1.0; lim <= 2.0; lim += 0.5) {
+        pm_sched_req q = req_of(4, 8, UNIT, lim);
+        pm_sched s;
+        pm_search_point pt, single;
+        pm_err e;
+        char why[512];
+        assert_int_equal(pm_sched_search(&s, &q, &pt, why, sizeof why, &e), PM_OK);
+        assert_int_equal(s.place, PM_PLACE_V); /* uncapped, V wins here */
+        pm_sched_free(&s);
+        q.max_stages = 6;
+        assert_int_equal(pm_sched_search(&s, &q, &pt, why, sizeof why, &e), PM_OK);
+        assert_true(s.S <= 6);
+        assert_non_null(strstr(why, "v: 8 stages, more than the 6 the model can be cut into"));
+        assert_non_null(strstr(why, "loop: 8 stages"));
+        pm_sched_free(&s);
+        pm_search_point pts[PM_PLACE_COUNT];
+        pm_sched_req c = q;
+        c.max_stages = 0;
+        assert_int_equal(pm_sched_curve(&c, &lim, 1, pts, &e), PM_OK);
+        single = pts[PM_PLACE_SINGLE];
+        assert_true(single.ok);
+        assert_float_equal(pt.makespan, single.makespan, 1e-9 * single.makespan);
+    }
+    pm_sched_req q = req_of(4, 8, UNIT, 1.0);
+    pm_sched s;
+    pm_err e;
+    q.max_stages = 3; /* fewer than the devices */
+    assert_int_equal(pm_sched_search(&s, &q, NULL, NULL, 0, &e), PM_ERR_ARG);
+    assert_non_null(strstr(e.msg, "max_stages=3 is fewer than the 4 devices"));
+}
+
 static void infeasible_limits_name_the_minimum(void **state) {
     (void)state;
     for (int p = 3; p <= 9; p += 3) {
@@ -419,6 +456,7 @@ int main(void) {
         cmocka_unit_test(autov_steep_between_half_and_1f1b),
         cmocka_unit_test(limit_respected_everywhere),
         cmocka_unit_test(search_within_limit_and_best),
+        cmocka_unit_test(search_within_max_stages),
         cmocka_unit_test(infeasible_limits_name_the_minimum),
         cmocka_unit_test(curve_per_family_monotone),
         cmocka_unit_test(search_sees_vzb_below_vmin),

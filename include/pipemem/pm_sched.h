@@ -273,6 +273,8 @@ typedef struct {
     double mem_limit; /* multiple of M; 0 = kind default or none */
     int recompute;    /* 1: build the kind with recomputation (any kind) */
     double time_limit; /* seconds the `optimal` kinds may search (0: 60) */
+    int max_stages;   /* a search's candidates have at most this many stages (a model
+                       * cut into no more pieces than it has layers); 0 = any */
 } pm_sched_req;
 
 /* Supported range. Every request outside it is refused at once, before any

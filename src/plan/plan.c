@@ -189,6 +189,15 @@ static pm_status slow_devices(const pm_plan_model *m, const pm_sched_req *req, p
                    tflops * pass / (most > 0 ? most : 1e-300));
 }
 
+/* The most stages (of the p to 4p a search's families have) the model can
+ * be cut into, a layer each at least: the search weighs only those. */
+static int most_stages(const pm_plan_model *m, int p) {
+    int S = 4 * p;
+    for (pm_err e; S > p; S--)
+        if (!(m->room ? m->room(m, S, &e) : pm_place_fill(m->n, S, &e))) break;
+    return S;
+}
+
 /* pl->sched from the request: a copy, a kind, or the search under limit. */
 static pm_status make_sched(pm_plan *pl, const pm_plan_model *m, const pm_plan_req *rq,
                             double limit, pm_err *err) {
@@ -204,6 +213,7 @@ static pm_status make_sched(pm_plan *pl, const pm_plan_model *m, const pm_plan_r
     pm_status st = slow_devices(m, &req, err);
     if (st) return st;
     if (strcmp(kind, "auto")) return pm_sched_generate(&pl->sched, kind, &req, err);
+    req.max_stages = most_stages(m, pl->p);
     pm_search_point pt;
     return pm_sched_search(&pl->sched, &req, &pt, pl->why, sizeof pl->why, err);
 }

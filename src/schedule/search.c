@@ -64,10 +64,15 @@ static pm_status pool_single(pm_cand_pool *pl, const pm_sched_req *req, double m
     return st;
 }
 
+/* Whether p x v stages are within req->max_stages. */
+static int stages_fit(const pm_sched_req *req, int v) {
+    return !req->max_stages || (int64_t)req->p * v <= req->max_stages;
+}
+
 /* The loop placement: interleaved 1F1B with 2, 3 and 4 chunks. */
 static pm_status pool_loop(pm_cand_pool *pl, const pm_sched_req *req, pm_err *err) {
     pm_status st = PM_OK;
-    for (int v = 2; v <= 4 && !st; v++)
+    for (int v = 2; v <= 4 && stages_fit(req, v) && !st; v++)
         st = pm_cand_pool_named(pl, req, PM_PLACE_LOOP, "interleaved", v, err);
     return st;
 }
@@ -80,18 +85,19 @@ static pm_status pool_recomputed(pm_cand_pool *pl, const pm_sched_req *req, pm_e
     pm_status st = PM_OK;
     for (size_t i = 0; i < sizeof single / sizeof single[0] && !st; i++)
         st = pm_cand_pool_named(pl, req, PM_PLACE_SINGLE, single[i], 0, err);
-    for (size_t i = 0; i < sizeof v / sizeof v[0] && !st; i++)
+    for (size_t i = 0; i < sizeof v / sizeof v[0] && stages_fit(req, 2) && !st; i++)
         st = pm_cand_pool_named(pl, req, PM_PLACE_V, v[i], 0, err);
     return st;
 }
 
-/* Every candidate; with req->recompute only the recomputed ones. */
+/* Every candidate of at most req->max_stages stages; with req->recompute
+ * only the recomputed ones. */
 static pm_status pool_all(pm_cand_pool *pl, const pm_sched_req *req, double max_limit, pm_err *err) {
     *pl = (pm_cand_pool){0};
     pm_status st = pool_recomputed(pl, req, err);
     if (!st && !req->recompute) st = pool_single(pl, req, max_limit, err);
     if (!st && !req->recompute) st = pool_loop(pl, req, err);
-    if (!st && !req->recompute) st = pm_cand_pool_v(pl, req, max_limit, err);
+    if (!st && !req->recompute && stages_fit(req, 2)) st = pm_cand_pool_v(pl, req, max_limit, err);
     if (st) pm_cand_pool_free(pl);
     return st;
 }
@@ -103,6 +109,9 @@ static pm_status check_req(const pm_sched_req *req, const char *what, pm_err *er
                        req->m);
     if (!(req->mem.f > 0))
         return pm_errf(err, PM_ERR_ARG, "%s needs a positive forward memory delta", what);
+    if (req->max_stages && req->max_stages < req->p)
+        return pm_errf(err, PM_ERR_ARG, "%s: max_stages=%d is fewer than the %d devices", what,
+                       req->max_stages, req->p);
     pm_status st = pm_sched_check_range(PM_TIER_SEARCH, what, req->p, req->m, 4, err);
     return st ? st : pm_sched_check_req(req, err);
 }
@@ -114,7 +123,8 @@ static double min_peak(const pm_cand_pool *pl) {
     return mn;
 }
 
-static void write_reason(char *reason, size_t n, const pm_cand_pool *pl, int w, double limit) {
+static void write_reason(char *reason, size_t n, const pm_cand_pool *pl, int w, double limit,
+                         const pm_sched_req *req) {
     if (!reason || !n) return;
     const pm_cand *c = &pl->c[w];
     int fit = 0, at = 0;
@@ -126,8 +136,13 @@ static void write_reason(char *reason, size_t n, const pm_cand_pool *pl, int w, 
                   100 * c->pt.bubble, c->pt.peak);
     for (int f = 0; f < PM_PLACE_COUNT && at > 0 && (size_t)at < n; f++) {
         if (f == (int)c->fam) continue;
-        int b = pm_cand_pool_best(pl, f, limit);
-        if (b < 0) at += snprintf(reason + at, n - (size_t)at, "; %s: none fits", pm_place_names[f]);
+        int b = pm_cand_pool_best(pl, f, limit), least = f == PM_PLACE_SINGLE ? 1 : 2;
+        if (!stages_fit(req, least))
+            at += snprintf(reason + at, n - (size_t)at, "; %s: %d stages, more than the %d the "
+                           "model can be cut into", pm_place_names[f], least * req->p,
+                           req->max_stages);
+        else if (b < 0)
+            at += snprintf(reason + at, n - (size_t)at, "; %s: none fits", pm_place_names[f]);
         else
             at += snprintf(reason + at, n - (size_t)at, "; best %s: %s +%.1f%%", pm_place_names[f],
                            pl->c[b].pt.kind,
@@ -189,7 +204,7 @@ pm_status pm_sched_search(pm_sched *best, const pm_sched_req *req, pm_search_poi
         }
         snprintf(best->kind, sizeof best->kind, "%s", pl.c[w].pt.kind);
         if (pt) *pt = pl.c[w].pt;
-        write_reason(reason, reason_len, &pl, w, limit);
+        write_reason(reason, reason_len, &pl, w, limit, req);
         break;
     }
     pm_cand_pool_free(&pl);
