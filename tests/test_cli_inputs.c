@@ -172,7 +172,7 @@ static void test_pipeline_refusals(void **state) {
     snprintf(args, sizeof args, "schedule --kind 1f1b -p 4 -m 4 -o %s/s4.txt", dir);
     assert_int_equal(run(args).status, 0);
     snprintf(args, sizeof args, TRAIN "%s/d --pp 2 --schedule-file %s/s4.txt", dir, dir);
-    expect_error(args, "--pp 2 but");
+    expect_error(args, "pipemem: train: --pp 2 but"); /* one prefix */
     /* a model no machine holds (5 TB of state) is refused at once, with
      * what it needs */
     snprintf(args, sizeof args, "train --layers 400 --dim 8192 --heads 8 --ctx 16 --batch 8 "
@@ -196,6 +196,11 @@ static void test_pipeline_refusals(void **state) {
     snprintf(args, sizeof args, TRAIN "%s/d --schedule-file %s/s4.txt --mem-limit 0.2",
              dir, dir);
     expect_error(args, "over --mem-limit 0.2 M");
+    /* a file for other microbatches names the option that agrees with it */
+    snprintf(args, sizeof args, "schedule --kind 1f1b -p 2 -m 8 -o %s/s28.txt", dir);
+    assert_int_equal(run(args).status, 0);
+    snprintf(args, sizeof args, TRAIN "%s/d --schedule-file %s/s28.txt", dir, dir);
+    expect_error(args, "per replica; set --microbatches to 8 or make the schedule for the plan");
 }
 
 /* Output paths are checked before the first step, not after the run. */

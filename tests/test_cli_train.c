@@ -195,7 +195,8 @@ static void test_cli_end_to_end(void **state) {
          "--microbatches 2 --pad-vocab 384 --pp 2 --resume %s/m.ckpt", "resume without --pad-vocab"},
         /* one parser for both modes: mode-only options are refused in the other */
         {"train --data %s/d --pp 2 --schedule 1f1b --threads 2", "--threads is for single-device"},
-        {"train --data %s/d --steps 1 --timeline %s/t.svg", "--timeline is for pipeline runs"},
+        {"train --data %s/d --steps 1 --timeline %s/t.svg", "--timeline is for pipeline runs; "
+         "add --pp P (and --schedule KIND for another schedule than 1F1B)"},
         {"train --data %s/d --schedule auto", "--schedule auto needs --mem-limit"},
         {"train --data %s/d --pp 2 --bogus", "unknown option '--bogus'"},
     };

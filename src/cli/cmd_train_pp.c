@@ -163,7 +163,7 @@ static pm_status make_plan(const pp_world *w, const pm_cli_train_opts *o,
     pm_status st = o->sched_file ? pm_sched_load(&file, o->sched_file, err) : PM_OK;
     if (st) return st;
     if (o->sched_file && o->have_pp && file.p != o->pp) {
-        st = pm_errf(err, PM_ERR_ARG, "train: --pp %d but %s is a schedule for %d devices; "
+        st = pm_errf(err, PM_ERR_ARG, "--pp %d but %s is a schedule for %d devices; "
                      "pass --pp %d or drop --pp", o->pp, o->sched_file, file.p, file.p);
         pm_sched_free(&file);
         return st;

@@ -35,7 +35,7 @@ static const struct {
     {"model.ctx", "--ctx", 0},         {"model.heads", "--heads", 0},
     {"batch", "--batch", 1},           {"seed", "--seed", 1},
     {"v", "--chunks", 1},              {"t", "--costs", 1},
-    {"mem", "--mem", 1},
+    {"mem", "--mem", 1},               {"head_parts", "--head-parts", 1},
     {"vocab", "--vocab", 1},           {"the MPI transport", "--transport mpi", 0},
     /* pm_select.h (pipemem select) */
     {"save_dir", "--resume", 0},       {"sample", "--sample", 1},

@@ -173,8 +173,8 @@ static int check(pm_cli_train_opts *o, const char *pipe_only, const char *single
         return pm_cli_fail("train: %s is for single-device runs; drop it (a pipeline run "
                            "uses 1 BLAS thread per device)", single_only);
     if (!o->pipeline && pipe_only)
-        return pm_cli_fail("train: %s is for pipeline runs; add --pp P and --schedule KIND",
-                           pipe_only);
+        return pm_cli_fail("train: %s is for pipeline runs; add --pp P (and --schedule KIND "
+                           "for another schedule than 1F1B)", pipe_only);
     if (o->pipeline && !o->sched_file && !strcmp(o->kind, "auto") && !(o->mem_limit > 0) &&
         !o->device_mem)
         return pm_cli_fail("--schedule auto needs --mem-limit X (a multiple of M, e.g. 0.5) or "

@@ -57,8 +57,8 @@ pm_status pm_gpt_config_check(const pm_gpt_config *cfg, pm_err *err) {
                        n, n * 4 / 1073741824.0);
     if (cfg->head_parts < 0 || cfg->head_parts > pm_gpt_head_groups(cfg))
         return pm_errf(err, PM_ERR_ARG,
-                       "model config: head_parts is %d; a vocabulary of %d has %d group(s) of "
-                       "%d rows, so 1..%d parts", (int)cfg->head_parts, (int)cfg->vocab,
+                       "model config: head_parts=%d, but a vocabulary of %d has %d group(s) "
+                       "of %d rows, so 1..%d parts", (int)cfg->head_parts, (int)cfg->vocab,
                        pm_gpt_head_groups(cfg), PM_HEAD_GROUP, pm_gpt_head_groups(cfg));
     return PM_OK;
 }

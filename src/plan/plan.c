@@ -383,8 +383,9 @@ static pm_status plan_schedule(pm_plan *pl, pm_plan_model *m, const pm_plan_req 
     pl->S = pl->sched.S;
     if (pl->sched.p != pl->p || pl->sched.m != pl->m)
         return pm_errf(err, PM_ERR_ARG, "schedule %s is for %d devices and %d microbatches, "
-                       "but the plan has %d devices and %d microbatches per replica",
-                       pl->sched.kind, pl->sched.p, pl->sched.m, pl->p, pl->m);
+                       "but the plan has %d devices and %d microbatches per replica; set micro "
+                       "to %d or make the schedule for the plan", pl->sched.kind, pl->sched.p,
+                       pl->sched.m, pl->p, pl->m, pl->sched.m * pl->dp);
     pl->cut = (pm_cut_opts){.rule = rq->cut};
     if ((m->shape && (st = m->shape(m, pl, err))) || (st = lay_out(pl, m, rq->device_mem, err)))
         return st;
