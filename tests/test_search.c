@@ -25,7 +25,8 @@
 #include <cmocka.h>
 
 #include "pipemem/pm_sched.h"
-#include "schedule/gen.h" /* the V pool, to see what it holds */
+#include "schedule/gen.h"   /* the V pool, to see what it holds */
+#include "schedule/sched.h" /* pm_sched_search_each */
 #include "schedule/pool.h"
 
 static const pm_costs UNIT = {1, 1, 1, 0};
@@ -282,6 +283,60 @@ static void search_within_max_stages(void **state) {
     assert_non_null(strstr(e.msg, "max_stages=3 is fewer than the 4 devices"));
 }
 
+/* What search_each offers, as the visitor saw it. */
+typedef struct {
+    int n, stop_at;
+    double last, limit;
+    char first[32];
+    pm_sched_req q;
+    int bad;
+} offered;
+
+static pm_status see(void *ctx, const pm_sched *s, const pm_search_point *pt, int *stop,
+                     pm_err *err) {
+    offered *o = ctx;
+    pm_cost c;
+    pm_sim sim;
+    if (!o->n) snprintf(o->first, sizeof o->first, "%s", s->kind);
+    /* fastest first, each within the limit, its figures its own */
+    o->bad += pt->makespan < o->last * (1 - 1e-12) || pt->peak > o->limit * (1 + 1e-9);
+    assert_int_equal(pm_cost_init_uniform(&c, s, o->q.t, o->q.mem, err), PM_OK);
+    assert_int_equal(pm_sched_validate(s, &c, o->limit, err), PM_OK);
+    assert_int_equal(pm_sim_run(&sim, s, &c, err), PM_OK);
+    o->bad += fabs(sim.makespan - pt->makespan) > 1e-9 * pt->makespan;
+    pm_sim_free(&sim);
+    pm_cost_free(&c);
+    o->last = pt->makespan;
+    *stop = ++o->n == o->stop_at;
+    return PM_OK;
+}
+
+/* search_each offers every candidate within the limit, fastest first,
+ * the search's own answer first, each valid under the limit with its own
+ * figures; the visitor can stop it; below the floor it names the floor. */
+static void search_each_offers_all_fastest_first(void **state) {
+    (void)state;
+    pm_sched_req q = req_of(4, 8, REAL, 1.5);
+    pm_sched best;
+    pm_search_point pt;
+    pm_err e;
+    assert_int_equal(pm_sched_search(&best, &q, &pt, NULL, 0, &e), PM_OK);
+    offered o = {.limit = 1.5, .q = q};
+    assert_int_equal(pm_sched_search_each(&q, see, &o, &e), PM_OK);
+    assert_int_equal(o.bad, 0);
+    assert_true(o.n > 10);
+    assert_string_equal(o.first, best.kind);
+    pm_sched_free(&best);
+    offered two = {.limit = 1.5, .q = q, .stop_at = 2};
+    assert_int_equal(pm_sched_search_each(&q, see, &two, &e), PM_OK);
+    assert_int_equal(two.n, 2);
+    q.mem_limit = 0.01;
+    offered none = {.limit = 0.01, .q = q};
+    assert_int_equal(pm_sched_search_each(&q, see, &none, &e), PM_ERR_MEMLIMIT);
+    assert_int_equal(none.n, 0);
+    assert_non_null(strstr(e.msg, "the smallest feasible limit is"));
+}
+
 static void infeasible_limits_name_the_minimum(void **state) {
     (void)state;
     for (int p = 3; p <= 9; p += 3) {
@@ -457,6 +512,7 @@ int main(void) {
         cmocka_unit_test(limit_respected_everywhere),
         cmocka_unit_test(search_within_limit_and_best),
         cmocka_unit_test(search_within_max_stages),
+        cmocka_unit_test(search_each_offers_all_fastest_first),
         cmocka_unit_test(infeasible_limits_name_the_minimum),
         cmocka_unit_test(curve_per_family_monotone),
         cmocka_unit_test(search_sees_vzb_below_vmin),

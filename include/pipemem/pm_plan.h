@@ -265,10 +265,12 @@ typedef struct pm_plan {
  * placement of least memory leaves the busiest device
  * over device_mem (PM_ERR_MEMLIMIT, naming the device and its bytes by
  * kind; with rq->mark_over the plan is kept and marked instead). A search
- * ("auto", "auto-v") assumes equal stages and knows nothing of the state,
- * so when the real peak or the busiest device's bytes overshoot, it
- * searches again under a limit scaled by the overshoot (a few times at
- * most); "auto-v" starts from the room an even split of the state leaves.
+ * assumes equal stages and knows nothing of the state: "auto" plans every
+ * schedule its search weighs (of as many stages as the layers can fill)
+ * and keeps the fastest whose plan meets mem_limit and fits device_mem, or
+ * names the one of least memory; "auto-v" starts from the room an even
+ * split of the state leaves and moves its limit by the overshoot, down
+ * until a plan fits, then back up by halving (a dozen plans at most).
  * Allocates only small tables (the schedule, offsets, sizes): never a
  * slab. m's table is left as the plan's (its hooks may reshape it). On
  * error *pl is zeroed. */

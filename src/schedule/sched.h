@@ -85,4 +85,18 @@ double pm_sched_lower_bound(const pm_sched *s, const pm_cost *c);
  * per time unit: 2 (D - 1) (a + n / (D bw)); 0 for D = 1. */
 double pm_allreduce_cost(double n, int D, double bw, double a);
 
+/* Called on each schedule a search offers, with its figures (on equal
+ * stages); set *stop to end the search; a status other than PM_OK ends it
+ * with that status (err filled). */
+typedef pm_status (*pm_sched_visit_fn)(void *ctx, const pm_sched *s, const pm_search_point *pt,
+                                       int *stop, pm_err *err);
+/* Every candidate pm_sched_search weighs within req->mem_limit, built,
+ * validated and offered to visit fastest first (its answer first), then
+ * those of the lowest memory levels below them: for a planner that places
+ * each on a real model (unequal stages, the state, its buffers) and keeps
+ * the fastest that fits the devices. PM_ERR_MEMLIMIT, naming the smallest
+ * feasible limit, when none is within it. */
+pm_status pm_sched_search_each(const pm_sched_req *req, pm_sched_visit_fn visit, void *ctx,
+                               pm_err *err);
+
 #endif

@@ -77,16 +77,20 @@ static pm_status pool_loop(pm_cand_pool *pl, const pm_sched_req *req, pm_err *er
     return st;
 }
 
-/* Recomputation: the kinds whose recomputed peaks go lowest (each keeps
- * only stage inputs, plus one stage's activation while it is rebuilt). */
+/* Recomputation: each family's kinds recomputed (each keeps only stage
+ * inputs, plus one stage's activation while it is rebuilt), those that go
+ * lowest and the fastest: on a real model the state and buffers, not the
+ * peak in M alone, decide which of them a device holds. */
 static pm_status pool_recomputed(pm_cand_pool *pl, const pm_sched_req *req, pm_err *err) {
     static const char *const single[] = {"1f1b-r", "zb-h1-r"};
-    static const char *const v[] = {"v-min-r", "v-half-r", "1f1b-v-r", "zb-v-r"};
+    static const char *const v[] = {"v-min-r", "v-half-r", "1f1b-v-r", "zb-v-r", "dualpipev-r"};
     pm_status st = PM_OK;
     for (size_t i = 0; i < sizeof single / sizeof single[0] && !st; i++)
         st = pm_cand_pool_named(pl, req, PM_PLACE_SINGLE, single[i], 0, err);
     for (size_t i = 0; i < sizeof v / sizeof v[0] && stages_fit(req, 2) && !st; i++)
         st = pm_cand_pool_named(pl, req, PM_PLACE_V, v[i], 0, err);
+    for (int c = 2; c <= 4 && stages_fit(req, c) && !st; c++)
+        st = pm_cand_pool_named(pl, req, PM_PLACE_LOOP, "interleaved-r", c, err);
     return st;
 }
 
@@ -150,63 +154,118 @@ static void write_reason(char *reason, size_t n, const pm_cand_pool *pl, int w, 
     }
 }
 
+/* The fastest candidate of pl within limit that validates, built into
+ * best: its index, or -1 (*st PM_OK when none is left, else why it
+ * stopped). Invalid ones (should not happen) are dropped from pl. */
+static int next_valid(pm_cand_pool *pl, const pm_sched_req *req, double limit, pm_sched *best,
+                      pm_status *st, pm_err *err) {
+    *st = PM_OK;
+    for (int w; (w = pm_cand_pool_best(pl, -1, limit)) >= 0;) {
+        pm_cost c;
+        *st = pm_cand_pool_build(best, pl, w, req, err);
+        if (!*st) *st = pm_cost_init_uniform(&c, best, req->t, req->mem, err);
+        if (!*st) {
+            *st = pm_sched_validate(best, &c, limit, err);
+            pm_cost_free(&c);
+        }
+        if (!*st) {
+            snprintf(best->kind, sizeof best->kind, "%s", pl->c[w].pt.kind);
+            return w;
+        }
+        pm_sched_free(best);
+        if (*st == PM_ERR_NOMEM) return -1;
+        *st = PM_OK;
+        pl->c[w].pt.ok = 0;
+    }
+    return -1;
+}
+
+/* The pool built for the lowest levels (NULL pool: it could not be built,
+ * for a reason that is not fatal) and the smallest feasible limit. */
+static pm_status low_pool(const pm_sched_req *req, const pm_cand_pool *pl, pm_cand_pool *low,
+                          int *built, double *least, pm_err *err) {
+    pm_err e;
+    pm_status st = pool_all(low, req, 1.0, &e);
+    *built = !st;
+    *least = min_peak(pl);
+    if (st) return pm_search_fatal(st, &e, err);
+    double x = min_peak(low);
+    *least = x < *least ? x : *least;
+    return PM_OK;
+}
+
+static pm_status none_fits(const pm_sched_req *req, double limit, double least, pm_err *err) {
+    return pm_errf(err, PM_ERR_MEMLIMIT, "no schedule fits mem_limit=%.4g M for p=%d m=%d; the "
+                   "smallest feasible limit is %.4g M", limit, req->p, req->m, least);
+}
+
 pm_status pm_sched_search(pm_sched *best, const pm_sched_req *req, pm_search_point *pt,
                           char *reason, size_t reason_len, pm_err *err) {
     *best = (pm_sched){0};
     if (pt) *pt = (pm_search_point){0};
     pm_status st = check_req(req, "search", err);
     if (st) return st;
-    double limit = req->mem_limit;
+    double limit = req->mem_limit, least = INFINITY;
     if (!(limit > 0))
         return pm_errf(err, PM_ERR_ARG, "search needs mem_limit=X (a multiple of M, > 0)");
-    pm_cand_pool pl;
+    pm_cand_pool pl, low;
     if ((st = pool_all(&pl, req, limit, err))) return st;
     if ((st = pm_cand_pool_polish(&pl, -1, req, &limit, 1, err))) {
         pm_cand_pool_free(&pl);
         return st;
     }
-    for (;;) {
-        int w = pm_cand_pool_best(&pl, -1, limit);
-        if (w < 0) {
-            /* the lowest memory levels are only in a pool built for them */
-            pm_cand_pool low;
-            pm_err e;
-            double mn = min_peak(&pl);
-            pm_status ls = pool_all(&low, req, 1.0, &e);
-            if (!ls) {
-                double x = min_peak(&low);
-                mn = x < mn ? x : mn;
-                pm_cand_pool_free(&low);
-            } else if ((st = pm_search_fatal(ls, &e, err))) {
-                break;
-            }
-            st = pm_errf(err, PM_ERR_MEMLIMIT,
-                         "no schedule fits mem_limit=%.4g M for p=%d m=%d; the smallest "
-                         "feasible limit is %.4g M",
-                         limit, req->p, req->m, mn);
-            break;
-        }
-        pm_cost c;
-        st = pm_cand_pool_build(best, &pl, w, req, err);
-        if (!st) st = pm_cost_init_uniform(&c, best, req->t, req->mem, err);
-        if (!st) {
-            st = pm_sched_validate(best, &c, limit, err);
-            pm_cost_free(&c);
-        }
-        if (st == PM_ERR_NOMEM) {
-            pm_sched_free(best);
-            break;
-        }
-        if (st) { /* should not happen: drop the candidate and look again */
-            pm_sched_free(best);
-            pl.c[w].pt.ok = 0;
-            continue;
-        }
-        snprintf(best->kind, sizeof best->kind, "%s", pl.c[w].pt.kind);
+    int built, w = next_valid(&pl, req, limit, best, &st, err);
+    if (w >= 0) {
         if (pt) *pt = pl.c[w].pt;
         write_reason(reason, reason_len, &pl, w, limit, req);
-        break;
+    } else if (!st && !(st = low_pool(req, &pl, &low, &built, &least, err))) {
+        if (built) pm_cand_pool_free(&low); /* the lowest levels: only for the message */
+        st = none_fits(req, limit, least, err);
     }
+    pm_cand_pool_free(&pl);
+    return st;
+}
+
+/* Offers pl's candidates within limit to visit, fastest first, each
+ * dropped once offered; only those below floor (the main pool's lowest,
+ * for the pool of the lowest levels). *n counts them. */
+static pm_status offer(pm_cand_pool *pl, const pm_sched_req *req, double limit, double floor,
+                       pm_sched_visit_fn visit, void *ctx, int *n, int *stop, pm_err *err) {
+    pm_status st = PM_OK;
+    pm_sched s;
+    for (int w; !*stop && (w = next_valid(pl, req, limit, &s, &st, err)) >= 0;) {
+        if (pm_cand_admit(&pl->c[w]) < floor) {
+            st = visit(ctx, &s, &pl->c[w].pt, stop, err);
+            (*n)++;
+        }
+        pm_sched_free(&s);
+        pl->c[w].pt.ok = 0;
+        if (st) break;
+    }
+    return st;
+}
+
+pm_status pm_sched_search_each(const pm_sched_req *req, pm_sched_visit_fn visit, void *ctx,
+                               pm_err *err) {
+    pm_status st = check_req(req, "search", err);
+    if (st) return st;
+    double limit = req->mem_limit, least = INFINITY;
+    if (!(limit > 0))
+        return pm_errf(err, PM_ERR_ARG, "search needs mem_limit=X (a multiple of M, > 0)");
+    pm_cand_pool pl, low;
+    if ((st = pool_all(&pl, req, limit, err))) return st;
+    if ((st = pm_cand_pool_polish(&pl, -1, req, &limit, 1, err))) {
+        pm_cand_pool_free(&pl);
+        return st;
+    }
+    int n = 0, stop = 0, built = 0;
+    double floor = min_peak(&pl);
+    st = offer(&pl, req, limit, INFINITY, visit, ctx, &n, &stop, err);
+    if (!st && !stop && !(st = low_pool(req, &pl, &low, &built, &least, err)) && built) {
+        st = offer(&low, req, limit, floor, visit, ctx, &n, &stop, err);
+        pm_cand_pool_free(&low);
+    }
+    if (!st && !n) st = none_fits(req, limit, least, err);
     pm_cand_pool_free(&pl);
     return st;
 }
