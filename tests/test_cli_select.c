@@ -67,6 +67,22 @@ static void cli_dry_run(void **state) {
              "2>&1 >/dev/null", bin);
     assert_int_not_equal(sh_out(cmd, out, sizeof out), 0);
     assert_non_null(strstr(out, "--data DIR is required"));
+    /* options that would do nothing are refused, each naming itself: an
+     * output of a run under --dry-run, halving with no evaluation before
+     * the end, empty paths */
+    const struct {
+        const char *args, *want;
+    } idle[] = {{"--dry-run --csv /tmp/x.csv", "--csv is written by a sweep that runs"},
+                {"--dry-run --curves /tmp/x.svg", "--curves is written by a sweep that runs"},
+                {"--data /tmp --halving 2 --eval-every 0", "give --eval-every N or drop --halving"},
+                {"--dry-run --spill ''", "--spill needs ram or a directory"},
+                {"--data /tmp --csv ''", "--csv: the path is empty"}};
+    for (size_t i = 0; i < sizeof idle / sizeof idle[0]; i++) {
+        snprintf(cmd, sizeof cmd, "%s select --devices 2 --device-mem 6M --dim 64 --heads 2 %s "
+                 "2>&1 >/dev/null", bin, idle[i].args);
+        assert_int_not_equal(sh_out(cmd, out, sizeof out), 0);
+        if (!strstr(out, idle[i].want)) fail_msg("'%s': %s", idle[i].args, out);
+    }
     /* a tasks file names its tasks; a taken or unsafe name is refused */
     char tf[128];
     snprintf(tf, sizeof tf, "/tmp/pm_test_select_tasks_%d", (int)getpid());

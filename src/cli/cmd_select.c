@@ -227,6 +227,18 @@ static int parse_args(int argc, char **argv, sel_opts *o) {
         return pm_cli_fail("select: --asha and --halving are two ways to stop tasks early; "
                            "give one");
     if (o->set.asha_min && !r->asha) return pm_cli_fail("select: --asha-min N needs --asha ETA");
+    if (r->halving && r->eval_every == 0)
+        return pm_cli_fail("select: --halving ETA stops tasks at evaluation rounds and "
+                           "--eval-every 0 leaves none before the end; give --eval-every N or "
+                           "drop --halving");
+    if (o->spill && !*o->spill) return pm_cli_fail("select: --spill needs ram or a directory");
+    const char *out[] = {o->csv ? "--csv" : NULL, o->svg ? "--timeline" : NULL,
+                         o->trace ? "--trace" : NULL, o->curves ? "--curves" : NULL,
+                         o->save_best ? "--save-best" : NULL};
+    for (size_t i = 0; o->dry_run && i < sizeof out / sizeof out[0]; i++)
+        if (out[i])
+            return pm_cli_fail("select: %s is written by a sweep that runs; --dry-run only "
+                               "prints the plan (drop %s)", out[i], out[i]);
     o->sweep.sample_seed = o->sample_seed >= 0 ? (uint64_t)o->sample_seed : 1;
     o->set.run.stop_after = o->stop_after;
     o->set.run.spill_dir = o->spill && strcmp(o->spill, "ram") ? o->spill : NULL;

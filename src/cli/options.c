@@ -242,6 +242,8 @@ static int apply(const pm_cli_opt *d, const char *v, void *dst) {
         *(int *)dst = d->lo;
         return 0;
     case 'r': case 'w': case 'R': case 'W':
+        if (v && !*v) return pm_cli_fail("%s: the path is empty", d->name);
+        /* fallthrough */
     case 's':
         if (!v) return pm_cli_fail("%s needs %s", d->name, d->need ? d->need : "a value");
         *(const char **)dst = v;
