@@ -201,6 +201,22 @@ static void test_cli_plan(void **state) {
     assert_non_null(err);
     assert_non_null(strstr(err, "pipemem: plan: --heads 7 must divide --hidden 5120"));
     free(err);
+    /* --pipemem-gpt refuses what it would ignore, by name, and what it lacks */
+    const struct {
+        const char *args, *want;
+    } bad[] = {{"--microbatches 2 --kind 1f1b --link-gbps 1", "--link-gbps is for GPU plans"},
+               {"--microbatches 2 --kind 1f1b --precision fp32", "--precision is for GPU plans"},
+               {"--global-batch 4 --kind 1f1b", "--global-batch is for GPU plans"},
+               {"--kind 1f1b", "give --pp, --mbs, --microbatches and --kind"},
+               {"--microbatches 2 --kind auto", "--kind auto searches under the devices' "
+                                                "memory: give --device-mem SIZE"}};
+    const char *one = "--pipemem-gpt --layers 1 --hidden 16 --heads 2 --vocab 64 --pp 2 --mbs 1";
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        err = run_out("%s plan %s --seq 32 %s 2>&1 >/dev/null; true", bin, one, bad[i].args);
+        assert_non_null(err);
+        if (!strstr(err, bad[i].want)) fail_msg("'%s': %s", bad[i].args, err);
+        free(err);
+    }
 }
 
 static int setup(void **state) {

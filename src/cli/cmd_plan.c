@@ -109,6 +109,29 @@ static const pm_cli_opt OPTS[] = {
 #undef F
 enum { N_OPTS = sizeof OPTS / sizeof OPTS[0] };
 
+/* --pipemem-gpt: one run of pipemem's own fp32 GPT on this machine's
+ * device threads, whose pass times are measured: the GPU options, which
+ * would be silently ignored, are refused by name. */
+static int check_pipemem(const plan_opts *o, const pm_cli_opts *set) {
+    static const char *const gpu_only[] = {
+        "--dp", "--zero", "--flash-attention", "--ffn", "--precision", "--device-tflops",
+        "--link-gbps", "--pass-efficiency", "--max-mbs", "--global-batch", "--kinds"};
+    for (size_t i = 0; i < sizeof gpu_only / sizeof gpu_only[0]; i++)
+        if (pm_cli_given(set, gpu_only[i]))
+            return pm_cli_fail("plan: --pipemem-gpt is pipemem's own fp32 GPT on this "
+                               "machine's device threads, its passes timed here: %s is for GPU "
+                               "plans", gpu_only[i]);
+    if (!o->pp || !o->mbs || !o->m || !o->kind)
+        return pm_cli_fail("plan: --pipemem-gpt plans one run: give --pp, --mbs, "
+                           "--microbatches and --kind");
+    if (o->devices && o->devices != o->pp)
+        return pm_cli_fail("plan: --pipemem-gpt: --devices %d is not --pp %d", o->devices, o->pp);
+    if (!o->device_mem && (!strcmp(o->kind, "auto") || !strcmp(o->kind, "auto-v")))
+        return pm_cli_fail("plan: --kind %s searches under the devices' memory: give "
+                           "--device-mem SIZE", o->kind);
+    return 0;
+}
+
 /* Required options, refused combinations; 0 or 1 (printed). */
 static int check(plan_opts *o, const pm_cli_opts *set) {
     static const char *const shape[] = {"--layers", "--hidden", "--heads", "--seq", "--vocab"};
@@ -123,25 +146,15 @@ static int check(plan_opts *o, const pm_cli_opts *set) {
     if (o->kind && o->kinds) return pm_cli_fail("plan: --kind K or --kinds all, not both");
     if (o->kinds && strcmp(o->kinds, "all"))
         return pm_cli_fail("plan: --kinds %s: only 'all' (one kind: --kind K)", o->kinds);
+    if (strcmp(o->format, "table") && strcmp(o->format, "json") && strcmp(o->format, "csv") &&
+        strcmp(o->format, "svg"))
+        return pm_cli_fail("plan: --format %s: table, json, csv or svg", o->format);
+    if (o->pipemem) return check_pipemem(o, set);
     if (o->m && o->global_batch)
         return pm_cli_fail("plan: --microbatches M or --global-batch G, not both");
     if (!o->m && !o->global_batch)
         return pm_cli_fail("plan: needs --microbatches M (per pipeline and step) or "
                            "--global-batch G (sequences per step)");
-    if (strcmp(o->format, "table") && strcmp(o->format, "json") && strcmp(o->format, "csv") &&
-        strcmp(o->format, "svg"))
-        return pm_cli_fail("plan: --format %s: table, json, csv or svg", o->format);
-    if (!o->pipemem) return 0;
-    if (!o->pp || !o->mbs || !o->m || !o->kind)
-        return pm_cli_fail("plan: --pipemem-gpt plans one run: give --pp, --mbs, "
-                           "--microbatches and --kind");
-    if ((o->dp && o->dp != 1) || o->zero || o->g.flash || o->g.ffn ||
-        o->g.precision != PM_PREC_BF16 || pm_cli_given(set, "--device-tflops"))
-        return pm_cli_fail("plan: --pipemem-gpt is pipemem's own fp32 GPT on device threads: "
-                           "--dp, --zero, --flash-attention, --ffn, --precision and "
-                           "--device-tflops do not apply");
-    if (o->devices && o->devices != o->pp)
-        return pm_cli_fail("plan: --pipemem-gpt: --devices %d is not --pp %d", o->devices, o->pp);
     return 0;
 }
 
