@@ -183,6 +183,10 @@ static void test_cli_end_to_end(void **state) {
         {"train --data %s/d --ctx 8 --dim 512 --heads 8 --layers 4 --batch 16777216 "
          "--microbatches 2 --pp 2 --steps 1",
          "use a shorter --ctx, more --microbatches or a schedule with less memory"},
+        {"train --data %s/d --ctx 8 --dim 16 --heads 2 --layers 1 --steps 1 --device-mem 1K",
+         "but --device-mem is 1.00 KiB; split it across devices with --pp P (each holds only its "
+         "stages; a P too few is refused with what its busiest device needs) or use a smaller "
+         "model"},
         {"train --data %s/v2 --ctx 8 --dim 16 --heads 2 --layers 1 --steps 1", "version 3"},
         {"train --data %s/d --ctx 8 --dim 16 --heads 2 --layers 2 --steps 8 --batch 2 "
          "--microbatches 2 --resume %s/m.ckpt", "made with --layers 1, this run has 2"},

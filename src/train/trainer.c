@@ -68,8 +68,9 @@ static pm_status over_memory(const pm_train_cfg *cfg, size_t need, size_t have, 
     if (device)
         return pm_errf(err, PM_ERR_MEMLIMIT, "one device needs %s (%s of parameters, gradients "
                        "and AdamW moments, the rest one microbatch's activations and workspace) "
-                       "but device_mem is %s; train it on several devices, each holding only "
-                       "its stages, with pp=4 or more", a, b, c);
+                       "but device_mem is %s; split it across devices with pp=P (each holds "
+                       "only its stages; a P too few is refused with what its busiest device "
+                       "needs) or use a smaller model", a, b, c);
     return pm_errf(err, PM_ERR_MEMLIMIT, "the model needs %s (%s of parameters, gradients and "
                    "AdamW moments, the rest one microbatch's activations and workspace) but this "
                    "machine has %s; %s", a, b, c, memory_advice(cfg, &m));
