@@ -238,8 +238,8 @@ static void test_llmc_gpt2_vocab(void **state) {
     snprintf(a, sizeof a, "train --train %s --val %s --pad-vocab 64 " MODEL " --pp 2 "
              "--head-parts 14", tr, va);
     assert_int_equal(run(a, NULL, 0, err, sizeof err), 1);
-    assert_non_null(strstr(err, "--head-parts 14, but a vocabulary of 50304 has 13 group(s) of 4096 "
-                               "rows, so 1..13 parts"));
+    assert_non_null(strstr(err, "--head-parts 14, but a vocabulary of 50304 has 13 group(s) "
+                               "of 4096 rows, so 1..13 parts"));
     pm_ckpt_info info;
     pm_err e = {{0}};
     assert_int_equal(pm_ckpt_info_read(first, &info, &e), PM_OK);

@@ -196,7 +196,8 @@ static void test_cli_end_to_end(void **state) {
          "the checkpoint's vocabulary is the data's 256, unpadded; this run's is 384: resume "
          "without --pad-vocab"},
         {"train --data %s/d --ctx 8 --dim 16 --heads 2 --layers 1 --steps 4 --batch 2 "
-         "--microbatches 2 --pad-vocab 384 --pp 2 --resume %s/m.ckpt", "resume without --pad-vocab"},
+         "--microbatches 2 --pad-vocab 384 --pp 2 --resume %s/m.ckpt",
+         "resume without --pad-vocab"},
         /* one parser for both modes: mode-only options are refused in the other */
         {"train --data %s/d --pp 2 --schedule 1f1b --threads 2", "--threads is for single-device"},
         {"train --data %s/d --steps 1 --timeline %s/t.svg", "--timeline is for pipeline runs; "

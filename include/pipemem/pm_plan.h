@@ -62,6 +62,9 @@ extern const char *const pm_cut_rule_names[PM_CUT_RULES]; /* "time", "memory" */
 typedef struct {
     pm_cut_rule rule; /* what ranks first */
     double cap;       /* bytes each device may hold as the rule counts them; 0: no cap */
+    const double *extra; /* (p) bytes device d holds beyond the count (its workspace and
+                          * buffers), counted with it against the cap and in the memory
+                          * rule's ranking; NULL: none. Read during the cut only */
 } pm_cut_opts;
 
 typedef struct {

@@ -108,8 +108,8 @@ static void print_placed(const pm_cli_train_opts *o, const pm_plan *pl) {
     int asked = o->placement && !strcmp(o->placement, "memory");
     if (pl->cut.cap > 0)
         fprintf(stderr, "placement: the fastest cut put a device over --device-mem %s; this is "
-                "the fastest whose every device counts at most %s (state and the activations "
-                "it holds at once)\n", bud, cap);
+                "the fastest whose every device holds at most %s (its state, the activations "
+                "it holds at once and its buffers)\n", bud, cap);
     else if (pl->cut.rule == PM_CUT_MEMORY && !asked)
         fprintf(stderr, "placement: no fast cut fits --device-mem %s; this is the cut of least "
                 "memory\n", bud);

@@ -187,6 +187,8 @@ typedef struct {
     int rec;        /* the schedule recomputes: a stage in flight keeps its input */
     pm_cut_rule rule; /* what ranks first: the busiest time or the largest memory */
     double cap;     /* bytes a device may hold, as stage_mem counts them; 0: no cap */
+    const double *extra; /* (p) what each device holds besides (its count starts there);
+                          * NULL: none */
     int *dev;       /* (S) stage -> device */
     int *hold;      /* (S) microbatches a stage holds at most */
     double *pre;    /* (n+1) prefix sums of layer weight (what the cut balances) */
@@ -268,9 +270,14 @@ static void search_free(place_search *q) {
     pm_free(q->ints);
 }
 
+/* No stage yet: each device's time 0, its memory what it holds besides. */
+static void search_clear(place_search *q) {
+    for (int d = 0; d < q->p; d++) q->load[d] = 0, q->mem[d] = q->extra ? q->extra[d] : 0;
+}
+
 /* Each device's time and memory under the cut first[]. */
 static void search_eval(place_search *q, const int *first) {
-    for (int d = 0; d < q->p; d++) q->load[d] = q->mem[d] = 0;
+    search_clear(q);
     for (int k = 0; k < q->S; k++) {
         q->load[q->dev[k]] += q->pre[first[k + 1]] - q->pre[first[k]];
         q->mem[q->dev[k]] += stage_mem(q, k, first[k], first[k + 1]);
@@ -407,7 +414,7 @@ static int search_run(place_search *q) {
         search_eval(q, q->seed);
         consider(q, q->seed);
     }
-    for (int d = 0; d < q->p; d++) q->load[d] = q->mem[d] = 0;
+    search_clear(q);
     q->cut[0] = 0;
     dfs(q, 0, 0);
     return q->best_m < INFINITY;
@@ -472,7 +479,7 @@ pm_status pm_place_cut(const pm_place_layer *l, int n, const pm_sched *s,
                        (int)o->rule, o->cap);
     place_search q;
     st = search_init(&q, l, n, s, err);
-    q.best = first, q.rule = o->rule, q.cap = o->cap;
+    q.best = first, q.rule = o->rule, q.cap = o->cap, q.extra = o->extra;
     int found = st ? 0 : search_run(&q);
     if (!st && !found) { /* the least any cut needs: the memory rule's best, no cap */
         q.rule = PM_CUT_MEMORY, q.cap = 0;

@@ -331,60 +331,68 @@ static pm_status check_limits(const pm_plan *pl, const pm_plan_req *rq, pm_err *
     return PM_OK;
 }
 
-/* The cut's count of the plan's devices (state and activations in flight,
- * pm_place_cut_shares): the largest in *most, and in *extra the most any
- * device holds beyond its count (workspace and transport buffers; its
- * arena against the activations in flight; ZeRO's share of the moments). */
-static pm_status count_devices(const pm_plan *pl, const pm_plan_model *m, double *most,
-                               double *extra, pm_err *err) {
-    *most = 0, *extra = -INFINITY;
+/* What each device of the plan holds beyond the cut's count (state and
+ * activations in flight, pm_place_cut_shares): its workspace and transport
+ * buffers, its arena against the activations in flight, ZeRO's share of
+ * the moments; the most of any replica's, into extra (p), which only
+ * grows, since that excess moves with the cut. */
+static pm_status grow_extra(const pm_plan *pl, const pm_plan_model *m, double *extra,
+                            pm_err *err) {
     double *t = pm_malloc(2 * (size_t)pl->p * sizeof *t);
     if (!t) return nomem(err, "fitting the placement");
     pm_status st = pm_place_cut_shares(m->layer, m->n, &pl->sched, pl->first, t, t + pl->p, err);
     for (int g = 0; g < pl->nd && !st; g++) {
-        double c = t[pl->p + g % pl->p], x = (double)pl->dev[g].total - c;
-        *most = c > *most ? c : *most, *extra = x > *extra ? x : *extra;
+        int d = g % pl->p;
+        double x = (double)pl->dev[g].total - t[pl->p + d];
+        extra[d] = x > extra[d] ? x : extra[d];
     }
     pm_free(t);
     return st;
 }
 
 /* The busiest device is over device_mem: the fastest placement that fits.
- * The cut runs under a cap on its count: first the budget less what a
- * device holds beyond its count, lowered by the overshoot while the plan
- * still overshoots (that excess moves with the cut), a few times at most;
- * then, between the highest cap known to fit and the lowest known not to,
- * halving, so the cut is as fast as the budget allows (within 0.1% of it
- * in cap). When no cut fits, the cut of least memory (the memory rule, the
- * model shaped again for it) is planned: it stands if it fits, else
- * check_limits refuses it. */
+ * The cut runs under a cap on what each device holds, its count and its
+ * excess beyond the count (grow_extra) together: first the budget, lowered
+ * by the overshoot while the plan still overshoots (the excess, grown from
+ * the new plan), a few times at most; then, between the highest cap known
+ * to fit and the lowest known not to, halving, so the cut is as fast as the
+ * budget allows (within 0.1% of it in cap). When no cut fits, the cut of
+ * least memory (the memory rule, with the same excess, the model shaped
+ * again for it) is planned: it stands if it fits, else check_limits
+ * refuses it. */
 static pm_status fit_placement(pm_plan *pl, pm_plan_model *m, size_t budget, pm_err *err) {
     if (!budget || pl->cut.rule == PM_CUT_MEMORY || pl->fits) return PM_OK;
-    double hi, extra, lo = 0; /* caps whose plan overshoots, and fits (0: none yet) */
-    pm_status st = count_devices(pl, m, &hi, &extra, err);
-    double cap = (double)budget - extra;
+    double *extra = pm_calloc((size_t)pl->p, sizeof *extra);
+    double hi = INFINITY, lo = 0, cap = (double)budget; /* caps that overshoot, fit (0: none) */
+    pm_status st = extra ? grow_extra(pl, m, extra, err) : nomem(err, "fitting the placement");
     for (int tries = 0; tries < FIT_TRIES && !st && !lo; tries++) {
         cap = floor(cap < hi ? cap : hi - 1);
         if (!(cap >= 1)) break;
-        pl->cut.cap = cap;
+        pl->cut = (pm_cut_opts){.rule = PM_CUT_TIME, .cap = cap, .extra = extra};
         if ((st = lay_out(pl, m, budget, err))) break;
         if (pl->fits) lo = cap;
         else hi = cap, cap -= (double)(pl->dev[pl->busiest].total - budget);
+        if (!lo) st = grow_extra(pl, m, extra, err);
     }
-    if (st && st != PM_ERR_MEMLIMIT) return st;
-    if (!lo) { /* no cut fits the cap */
-        pl->cut = (pm_cut_opts){.rule = PM_CUT_MEMORY};
-        if (m->shape && (st = m->shape(m, pl, err))) return st;
-        return lay_out(pl, m, budget, err);
+    if (!st || st == PM_ERR_MEMLIMIT) {
+        if (!lo) { /* no cut fits the cap */
+            pl->cut = (pm_cut_opts){.rule = PM_CUT_MEMORY, .extra = extra};
+            if (!(st = m->shape ? m->shape(m, pl, err) : PM_OK))
+                st = lay_out(pl, m, budget, err);
+        }
+        int halve = lo && hi < INFINITY; /* a lowered cap fit: raise it again */
+        for (int h = 0; halve && h < FIT_HALVINGS && hi - lo > 1e-3 * (double)budget && !st;
+             h++) {
+            pl->cut.cap = floor((lo + hi) / 2);
+            if (!(st = lay_out(pl, m, budget, err))) *(pl->fits ? &lo : &hi) = pl->cut.cap;
+        }
+        if (lo && !st && pl->cut.cap != lo) {
+            pl->cut.cap = lo;
+            st = lay_out(pl, m, budget, err);
+        }
     }
-    for (int h = 0; h < FIT_HALVINGS && hi - lo > 1e-3 * (double)budget && !st; h++) {
-        pl->cut.cap = floor((lo + hi) / 2);
-        if (!(st = lay_out(pl, m, budget, err))) *(pl->fits ? &lo : &hi) = pl->cut.cap;
-    }
-    if (!st && pl->cut.cap != lo) {
-        pl->cut.cap = lo;
-        st = lay_out(pl, m, budget, err);
-    }
+    pl->cut.extra = NULL; /* freed below: the plan keeps the rule and the cap */
+    pm_free(extra);
     return st;
 }
 
