@@ -96,14 +96,20 @@ static void cli_dry_run(void **state) {
     assert_int_equal(sh_out(cmd, out, sizeof out), 0);
     assert_non_null(strstr(out, "\nsmall "));
     assert_non_null(strstr(out, "\ndeep "));
-    const char *bad[] = {"name=a lr=1e-3\nname=a lr=2e-3\n", "name=../x lr=1e-3\n"};
-    for (int k = 0; k < 2; k++) {
+    /* a taken name, an unsafe one, a key given twice on a line (the first
+     * value was dropped without a word) */
+    const char *bad[] = {"name=a lr=1e-3\nname=a lr=2e-3\n", "name=../x lr=1e-3\n",
+                         "name=a lr=1e-3 layers=2 lr=2e-3\n"};
+    const char *why[] = {"is taken by the task of line 1", "is not a name",
+                         ":1: 'lr=2e-3' gives a key this line has given already"};
+    for (int k = 0; k < 3; k++) {
         w = fopen(tf, "w");
         fputs(bad[k], w);
         fclose(w);
         snprintf(cmd, sizeof cmd, "%s select --devices 2 --device-mem 6M --tasks %s --dry-run "
-                 ">/dev/null 2>&1", bin, tf);
-        assert_int_not_equal(sh(cmd), 0);
+                 "2>&1 >/dev/null", bin, tf);
+        assert_int_not_equal(sh_out(cmd, out, sizeof out), 0);
+        if (!strstr(out, why[k])) fail_msg("'%s': %s", bad[k], out);
     }
     unlink(tf);
 }

@@ -99,6 +99,10 @@ static void test_bad_requests(void **state) {
     snprintf(a, sizeof a, "tokenizer train %s/corpus.txt --vocab 10 -o %s/x.model", dir, dir);
     assert_int_equal(run(a, NULL, 0, err, sizeof err), 1);
     assert_non_null(strstr(err, "--vocab: 10 is outside the supported range 260.."));
+    /* more pieces than the text holds: written, and said so */
+    snprintf(a, sizeof a, "tokenizer train %s/corpus.txt --vocab 60000 -o %s/x.model", dir, dir);
+    assert_int_equal(run(a, NULL, 0, err, sizeof err), 0);
+    assert_non_null(strstr(err, "pieces, not the 60000 asked: the text holds no more"));
     snprintf(a, sizeof a, "prepare %s/corpus.txt -o %s/y --tokenizer %s/none.model", dir, dir, dir);
     assert_int_equal(run(a, NULL, 0, err, sizeof err), 1);
     assert_non_null(strstr(err, "none.model"));

@@ -168,6 +168,8 @@ static void test_cli_end_to_end(void **state) {
         {"train --data %s/d/ --ctx 1000 --dim 16 --heads 2 --layers 1 --steps 1",
          "/d/val.bin holds 400 tokens"}, /* one slash, however the directory ends */
         {"train --data %s/d --ctx 8 --dim 16 --heads 3 --layers 1 --steps 1", "heads"},
+        /* one split alone: one line naming the other, not the usage */
+        {"train --train %s/d/train.bin --steps 1", "--train FILE needs --val FILE beside it"},
         {"sample --ckpt %s/m.ckpt --ids -n 2", "--ids needs --prompt"},
         {"sample --ckpt %s/m.ckpt --ids --prompt '1 x' -n 2", "is not token ids 0..255"},
         {"sample --ckpt %s/m.ckpt --ids --prompt '256' -n 2", "is not token ids 0..255"},

@@ -58,7 +58,11 @@ int pm_cmd_tokenizer(int argc, char **argv) {
     if (bad) return 1;
     pm_tokenizer *t;
     if (pm_tokenizer_load_file(&t, out, &err)) return pm_cli_fail("%s", err.msg);
-    fprintf(stderr, "tokenizer: wrote %s (%u pieces)\n", out, pm_tokenizer_vocab(t));
+    unsigned got = pm_tokenizer_vocab(t);
+    fprintf(stderr, "tokenizer: wrote %s (%u pieces", out, got);
+    if (got < (unsigned)vocab) /* the trainer stops where the text has no more pieces */
+        fprintf(stderr, ", not the %d asked: the text holds no more; more text gives more", vocab);
+    fprintf(stderr, ")\n");
     pm_tokenizer_free(t);
     return 0;
 }

@@ -162,6 +162,10 @@ static void defaults(pm_cli_train_opts *o) {
 /* Cross-option checks once all are read; the first mode-only option seen
  * of each kind is passed in (NULL: none). */
 static int check(pm_cli_train_opts *o, const char *pipe_only, const char *single_only) {
+    if (!o->data && (o->train_file || o->val_file) && !(o->train_file && o->val_file))
+        return pm_cli_fail("train: %s FILE needs %s FILE beside it (the %s split)",
+                           o->train_file ? "--train" : "--val", o->train_file ? "--val" : "--train",
+                           o->train_file ? "validation" : "training");
     if (!o->data && !(o->train_file && o->val_file)) {
         usage(stderr);
         return pm_cli_fail("train: --data DIR (made by 'pipemem prepare') or --train FILE --val "

@@ -247,7 +247,7 @@ static int key_of(const char *name) {
  * number of pairs read. */
 static int parse_task_line(const char *file, int line, const char *b, const char *e, double *x,
                            char name[32], pm_err *err) {
-    int any = 0;
+    int any = 0, seen[PM_SWEEP_KEYS] = {0};
     name[0] = 0;
     for (const char *p = b; p < e;) {
         while (p < e && isspace((unsigned char)*p)) p++;
@@ -261,6 +261,8 @@ static int parse_task_line(const char *file, int line, const char *b, const char
         int k = key_of(key), named = !strcmp(key, "name");
         const char *bad = NULL; /* what is wrong with the pair */
         if (!eq) bad = "is not key=value";
+        else if ((named && name[0]) || (k >= 0 && seen[k]++))
+            bad = "gives a key this line has given already";
         else if (named && !good_name(eq + 1, vl))
             bad = "is not a name (1 to 31 of letters, digits, _ . -, not starting with .)";
         else if (named) memcpy(name, eq + 1, vl), name[vl] = 0;
