@@ -201,6 +201,16 @@ static void test_cli_plan(void **state) {
     assert_non_null(err);
     assert_non_null(strstr(err, "pipemem: plan: --heads 7 must divide --hidden 5120"));
     free(err);
+    /* kinds the shape cannot take (V and loops need 8 stages of 6 layers)
+     * are skipped, and the line says why */
+    err = run_out("%s plan --layers 4 --hidden 512 --heads 8 --seq 256 --vocab 5120 --devices 4 "
+                  "--pp 4 --mbs 1 --microbatches 8 --device-mem 8G --device-tflops 100 "
+                  "2>&1 >/dev/null", bin);
+    assert_non_null(err);
+    if (!strstr(err, "could not be planned; the last: --layers is 4: with the embedding and the "
+                     "head 6 layers, fewer than the 8 stages"))
+        fail_msg("%s", err);
+    free(err);
     /* --pipemem-gpt refuses what it would ignore, by name, and what it lacks */
     const struct {
         const char *args, *want;

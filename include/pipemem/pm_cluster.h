@@ -130,7 +130,8 @@ typedef struct {
  * free with pm_cluster_plans_free): those that fit first, each group by
  * samples per second, fastest first (ties: the smaller total). Shapes or
  * kinds that cannot be built are skipped (*skipped counts them; may be
- * NULL). PM_ERR_ARG when nothing can be built, naming the last reason. */
+ * NULL; *err then says why the last one was). PM_ERR_ARG when nothing can
+ * be built, naming the last reason. */
 pm_status pm_cluster_search(const pm_gpt_shape *shape, const pm_cluster *hw,
                             const pm_cluster_search_req *rq, pm_cluster_plan **plans, int *n,
                             int *skipped, pm_err *err);

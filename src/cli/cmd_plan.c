@@ -254,10 +254,12 @@ static int run_gpu(const plan_opts *o, plan_report *r) {
     r->plan = plans, r->n = n, r->devices = o->devices, r->time_unit = "s", r->mfu = 1;
     r->kinds = PM_BYTES_TRANSPORT; /* a GPU's transport buffers are not modelled */
     int rc = write_report(o, r);
-    if (!rc && skipped)
-        fprintf(stderr, "pipemem: plan: %d kind%s or shape%s could not be planned (the "
-                "kinds' own limits: p, m, memory)\n", skipped, skipped == 1 ? "" : "s",
-                skipped == 1 ? "" : "s");
+    if (!rc && skipped) { /* the reason in the options' names */
+        char last[sizeof err.msg];
+        pm_cli_flags(err.msg, last, sizeof last);
+        fprintf(stderr, "pipemem: plan: %d kind%s or shape%s could not be planned; the last: "
+                "%s\n", skipped, skipped == 1 ? "" : "s", skipped == 1 ? "" : "s", last);
+    }
     pm_cluster_plans_free(plans, n);
     return rc;
 }

@@ -264,6 +264,7 @@ pm_status pm_cluster_search(const pm_gpt_shape *g, const pm_cluster *hw,
     qsort(l.p, (size_t)l.n, sizeof *l.p, by_speed);
     *plans = l.p, *n = l.n;
     if (skipped) *skipped = skip;
+    if (skip) *err = why; /* the last one skipped: why */
     return PM_OK;
 }
 
