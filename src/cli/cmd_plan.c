@@ -43,7 +43,7 @@ static const char usage[] =
     "  --flash-attention no s^2 attention activation is kept\n"
     "  --zero 1          ZeRO-1: the optimizer state sharded across the D replicas\n"
     "  --link-gbps X     point-to-point and all-reduce bandwidth (default 200, one HDR\n"
-    "                    InfiniBand port per GPU as in a DGX A100)\n"
+    "                    InfiniBand port per GPU as in a DGX A100; 0: communication free)\n"
     "  --pass-efficiency E  fraction of the peak one pass reaches (default 0.65)\n"
     "  --top K           the table shows the first K plans (default all)\n"
     "  --format F        table (default), json, csv (a row per device of each plan) or svg\n"
@@ -66,7 +66,9 @@ typedef struct {
 static int parse_link(const pm_cli_opt *d, const char *val, void *dst) {
     double *x = dst;
     if (pm_cli_double(d->name, val, x)) return 1;
-    if (!(*x >= 0 && *x < 1e9)) return pm_cli_fail("--link-gbps %s: must be >= 0 (0: free)", val);
+    if (!(*x >= 0 && *x < 1e9))
+        return pm_cli_fail("--link-gbps %s: from 0 (messages and gradient sums cost nothing) to "
+                           "below 1e9", val);
     return 0;
 }
 
