@@ -211,6 +211,13 @@ static void test_cli_plan(void **state) {
                      "head 6 layers, fewer than the 8 stages"))
         fail_msg("%s", err);
     free(err);
+    /* a rate beyond the model's range names the option, not the field */
+    err = run_out("%s plan --layers 4 --hidden 512 --heads 8 --seq 256 --vocab 5120 --devices 4 "
+                  "--pp 4 --mbs 1 --microbatches 8 --device-mem 8G --device-tflops 1e30 "
+                  "2>&1 >/dev/null; true", bin);
+    assert_non_null(err);
+    if (!strstr(err, "pipemem: plan: --device-tflops is 1e+30")) fail_msg("%s", err);
+    free(err);
     /* --pipemem-gpt refuses what it would ignore, by name, and what it lacks */
     const struct {
         const char *args, *want;

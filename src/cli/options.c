@@ -45,7 +45,7 @@ static const struct {
     {"shape.heads", "--heads", 0},     {"shape.seq", "--seq", 0},
     {"shape.vocab", "--vocab", 0},     {"shape.ffn", "--ffn", 0},
     {"shape.precision", "--precision", 0}, {"hw.mem", "--device-mem", 0},
-    {"hw.tflops", "--device-tflops", 1}, {"hw.efficiency", "--pass-efficiency", 0},
+    {"hw.tflops", "--device-tflops", 0}, {"hw.efficiency", "--pass-efficiency", 0},
     {"hw.link_gbps", "--link-gbps", 0},
     {"hw.devices", "--devices", 0},    {"global_batch", "--global-batch", 0},
     {"pp", "--pp", 1},                 {"dp", "--dp", 1},
