@@ -226,6 +226,11 @@ static void test_cli_end_to_end(void **state) {
              bin, dir);
     assert_int_not_equal(sh(cmd, line, sizeof line, &n), 0);
     assert_non_null(strstr(line, "pipemem: micro holds 400 tokens"));
+    /* but a word that only begins a longer name (a file "opt", the field
+     * opt.lr) leaves the name to be turned into its flag */
+    snprintf(cmd, sizeof cmd, "%s train --data %s/d --lr -1 --save opt --steps 1", bin, dir);
+    assert_int_not_equal(sh(cmd, line, sizeof line, &n), 0);
+    if (!strstr(line, "--lr -1")) fail_msg("%s", line);
 }
 
 /* Before the first step and before any line is printed (issue 31,

@@ -91,7 +91,8 @@ typedef struct {
     int busiest;        /* the device (of dev) with total_max */
     int fits;           /* 1: total_max <= the request's device_mem (or none) */
     double M;           /* bytes of one microbatch's activation through the model */
-    double limit;       /* a search (auto-v): the limit it was built under (x M); else 0 */
+    double limit;       /* a search: auto-v's limit it was built under, auto's answer's
+                         * own peak on equal stages (x M); else 0 */
     double bubble;      /* the simulator's: 1 - model work / (pp x makespan) */
     double step;        /* one step (time unit of the model): the replica's makespan,
                          * with the gradient sums across replicas (pm_sim_dp) */

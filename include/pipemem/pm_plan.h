@@ -248,7 +248,8 @@ typedef struct pm_plan {
     pm_plan_dev *dev;       /* (nd) owned: what each device holds */
     int busiest;            /* the device with the largest total */
     int fits;               /* 1: the busiest device within device_mem (or none given) */
-    double limit;           /* a search: the last limit (x M) it searched under; else 0 */
+    double limit;           /* a search: auto-v's last limit, auto's answer's own peak on
+                             * equal stages (x M); else 0 */
     char why[256];          /* "auto": why this schedule won; else empty */
     /* pipemem's GPT only (empty for other models): */
     pm_train_cfg cfg;       /* the run, with the head's parts decided */

@@ -86,16 +86,16 @@ static size_t user_word_at(const char *s) {
 void pm_cli_flags(const char *msg, char *out, size_t cap) {
     size_t o = 0;
     for (const char *s = msg; *s && o + 1 < cap;) {
-        size_t len = user_word_at(s);
-        if (len) {
-            o += (size_t)snprintf(out + o, cap - o, "%.*s", (int)len, s);
-            if (o >= cap) o = cap - 1;
-            s += len;
-            continue;
-        }
+        size_t len = 0, mine = user_word_at(s);
         int k = 0, valued = 0;
         for (; k < (int)(sizeof lib_flags / sizeof lib_flags[0]); k++)
             if ((len = flag_at(k, s, s == msg ? 0 : s[-1], &valued))) break;
+        if (mine && mine >= len) { /* as typed, unless a longer name starts with it */
+            o += (size_t)snprintf(out + o, cap - o, "%.*s", (int)mine, s);
+            if (o >= cap) o = cap - 1;
+            s += mine;
+            continue;
+        }
         if (!len) {
             out[o++] = *s++;
             continue;

@@ -417,12 +417,14 @@ static pm_status plan_schedule(pm_plan *pl, pm_plan_model *m, const pm_plan_req 
 /* ---- the searches ---------------------------------------------------------------- */
 
 /* The first limit (x M) a search runs under: the request's; else "auto"
- * takes any (it finds the fastest, then narrows); "auto-v" needs one: the
- * room the state leaves a device when split evenly, as a fraction of the
- * model's activation. */
+ * takes any schedule, whose device holds at most every microbatch's
+ * activations through the model, m M, and with recomputation one more
+ * (a higher limit only sizes the generators' tables of levels); "auto-v"
+ * needs one: the room the state leaves a device when split evenly, as a
+ * fraction of the model's activation. */
 static pm_status first_limit(const pm_plan *pl, const pm_plan_model *m, const pm_plan_req *rq,
                              double *limit, pm_err *err) {
-    *limit = rq->mem_limit > 0 ? rq->mem_limit : 1e6;
+    *limit = rq->mem_limit > 0 ? rq->mem_limit : pl->m + 1.0;
     if (rq->mem_limit > 0 || strcmp(rq->kind, "auto-v")) return PM_OK;
     double shards = pl->zero ? pl->dp : 1, state = 0, act = 0;
     double per = m->bytes_param + (pl->forward_only ? 0 : m->bytes_grad + m->bytes_opt / shards);
@@ -469,9 +471,13 @@ typedef struct {
     pm_plan *pl;
     pm_plan_model *m;
     const pm_plan_req *rq;
-    int planned, tried;  /* pl holds the last candidate's whole plan; how many were */
+    int tried, met;      /* candidates planned; of them, those that met mem_limit */
+    int prune;           /* the search weighs the plan's own times (not FLOPs for times) */
     pm_sched best;       /* the fastest that fit (kind empty: none yet) */
     double best_time;    /* its makespan on the real stages */
+    double best_peak;    /* its peak on equal stages (x M) */
+    double low_peak;     /* the lowest real peak planned (x M), */
+    char low_kind[40];   /* its schedule */
     pm_status first_st;  /* the first candidate that could not be planned: why */
     pm_err first;
     size_t least;        /* the least busiest device of those over the budget, */
@@ -504,20 +510,22 @@ static pm_status plan_fits(void *v, const pm_sched *s, const pm_search_point *pt
                            pm_err *err) {
     fit_ctx *f = v;
     pm_err why;
-    if (pt->makespan >= f->best_time) return *stop = 1, PM_OK;
+    if (f->prune && pt->makespan >= f->best_time) return *stop = 1, PM_OK;
     pm_sched_free(&f->pl->sched);
     pm_status st = pm_sched_copy(&f->pl->sched, s, err);
     if (st) return st;
     st = plan_schedule(f->pl, f->m, f->rq, &why);
-    f->planned = !st;
     if (st == PM_ERR_NOMEM) return pm_errf(err, st, "%s", why.msg);
     if (st && !f->first_st) f->first_st = st, f->first = why;
     if (st) return PM_OK;
     f->tried++;
+    double real = pm_plan_peak_x(f->pl, NULL);
+    if (real < f->low_peak) f->low_peak = real, snprintf(f->low_kind, 40, "%s", s->kind);
+    f->met += !(f->rq->mem_limit > 0) || real <= f->rq->mem_limit * (1 + PM_PEAK_TOL);
     if ((st = note_least(f, s, err))) return st;
     if (overshoot(f->pl, f->rq) < 1 || f->pl->sim.makespan >= f->best_time) return PM_OK;
     pm_sched_free(&f->best);
-    f->best_time = f->pl->sim.makespan;
+    f->best_time = f->pl->sim.makespan, f->best_peak = pt->peak;
     return pm_sched_copy(&f->best, s, err);
 }
 
@@ -530,15 +538,18 @@ static pm_status none_fit(fit_ctx *f, pm_status st, pm_err *err) {
         f->pl->sched = f->low, f->low = (pm_sched){0};
         return plan_schedule(f->pl, f->m, rq, err);
     }
+    if (f->tried && !f->met)
+        return pm_errf(err, PM_ERR_MEMLIMIT, "no schedule meets mem_limit=%.4g M on this model "
+                       "(its stages are unequal; the lowest real peak of %d schedule%s the "
+                       "search planned, %s's, is %.4g M)", rq->mem_limit, f->tried,
+                       f->tried == 1 ? "" : "s", f->low_kind, f->low_peak);
     if (f->least) {
         char bud[32];
         pm_bytes_str(rq->device_mem, bud, sizeof bud);
-        return pm_errf(err, PM_ERR_MEMLIMIT, "no schedule fits device_mem %s: of the %d the "
-                       "search planned, the one of least memory, %s", bud, f->tried,
-                       f->least_why);
+        return pm_errf(err, PM_ERR_MEMLIMIT, "no schedule fits device_mem %s: of %d schedule%s "
+                       "the search planned, the one of least memory, %s", bud, f->tried,
+                       f->tried == 1 ? "" : "s", f->least_why);
     }
-    if (f->planned)
-        return research_failed(f->pl, rq, PM_ERR_MEMLIMIT, pm_plan_peak_x(f->pl, NULL), err);
     return f->first_st ? pm_errf(err, f->first_st, "%s", f->first.msg) : st;
 }
 
@@ -548,7 +559,8 @@ static pm_status none_fit(fit_ctx *f, pm_status st, pm_err *err) {
 static pm_status plan_fastest_fit(pm_plan *pl, pm_plan_model *m, const pm_plan_req *rq,
                                   pm_err *err) {
     double limit;
-    fit_ctx f = {.pl = pl, .m = m, .rq = rq, .best_time = INFINITY};
+    fit_ctx f = {.pl = pl, .m = m, .rq = rq, .prune = !(m->gen[0] > 0), .best_time = INFINITY,
+                 .low_peak = INFINITY};
     pm_status st = first_limit(pl, m, rq, &limit, err);
     pm_sched_req req = search_req(pl, m, rq, limit);
     if (!st) st = slow_devices(m, &req, err);
@@ -557,11 +569,11 @@ static pm_status plan_fastest_fit(pm_plan *pl, pm_plan_model *m, const pm_plan_r
     else if (!st) {
         pm_sched_free(&pl->sched);
         pl->sched = f.best, f.best = (pm_sched){0};
-        int at = snprintf(pl->why, sizeof pl->why, "the fastest on the real stages of the %d "
-                          "schedules the search planned", f.tried);
+        int at = snprintf(pl->why, sizeof pl->why, "the fastest on the real stages of %d "
+                          "schedule%s the search planned", f.tried, f.tried == 1 ? "" : "s");
         if (rq->mem_limit > 0 && at > 0 && (size_t)at < sizeof pl->why)
             snprintf(pl->why + at, sizeof pl->why - (size_t)at, " within %.4g M", limit);
-        if (!(st = plan_schedule(pl, m, rq, err))) pl->limit = limit;
+        if (!(st = plan_schedule(pl, m, rq, err))) pl->limit = f.best_peak;
         if (!st) st = check_limits(pl, rq, err);
     } else if (st == PM_ERR_MEMLIMIT && !f.tried) {
         st = none_fit(&f, st, err);
@@ -591,7 +603,11 @@ static pm_status plan_searched_v(pm_plan *pl, pm_plan_model *m, const pm_plan_re
             break;
         }
         pl->limit = limit;
-        if ((st = plan_schedule(pl, m, rq, err))) return st;
+        if ((st = plan_schedule(pl, m, rq, err))) {
+            if (!lo || st == PM_ERR_NOMEM) return st;
+            st = PM_OK, is_best = 0, hi = limit, limit = (lo + hi) / 2; /* a miss */
+            continue;
+        }
         real = pm_plan_peak_x(pl, NULL);
         double shrink = overshoot(pl, rq);
         is_best = shrink >= 1 && pl->sim.makespan < best;
