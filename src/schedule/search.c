@@ -199,21 +199,27 @@ static pm_status none_fits(const pm_sched_req *req, double limit, double least, 
                    "smallest feasible limit is %.4g M", limit, req->p, req->m, least);
 }
 
+/* The search's pool for req->mem_limit (its candidates polished), after
+ * the request's checks. */
+static pm_status search_pool(const pm_sched_req *req, pm_cand_pool *pl, pm_err *err) {
+    pm_status st = check_req(req, "search", err);
+    if (st) return st;
+    double limit = req->mem_limit;
+    if (!(limit > 0))
+        return pm_errf(err, PM_ERR_ARG, "search needs mem_limit=X (a multiple of M, > 0)");
+    if ((st = pool_all(pl, req, limit, err))) return st;
+    if ((st = pm_cand_pool_polish(pl, -1, req, &limit, 1, err))) pm_cand_pool_free(pl);
+    return st;
+}
+
 pm_status pm_sched_search(pm_sched *best, const pm_sched_req *req, pm_search_point *pt,
                           char *reason, size_t reason_len, pm_err *err) {
     *best = (pm_sched){0};
     if (pt) *pt = (pm_search_point){0};
-    pm_status st = check_req(req, "search", err);
-    if (st) return st;
-    double limit = req->mem_limit, least = INFINITY;
-    if (!(limit > 0))
-        return pm_errf(err, PM_ERR_ARG, "search needs mem_limit=X (a multiple of M, > 0)");
+    double limit = req ? req->mem_limit : 0, least = INFINITY;
     pm_cand_pool pl, low;
-    if ((st = pool_all(&pl, req, limit, err))) return st;
-    if ((st = pm_cand_pool_polish(&pl, -1, req, &limit, 1, err))) {
-        pm_cand_pool_free(&pl);
-        return st;
-    }
+    pm_status st = search_pool(req, &pl, err);
+    if (st) return st;
     int built, w = next_valid(&pl, req, limit, best, &st, err);
     if (w >= 0) {
         if (pt) *pt = pl.c[w].pt;
@@ -247,17 +253,10 @@ static pm_status offer(pm_cand_pool *pl, const pm_sched_req *req, double limit, 
 
 pm_status pm_sched_search_each(const pm_sched_req *req, pm_sched_visit_fn visit, void *ctx,
                                pm_err *err) {
-    pm_status st = check_req(req, "search", err);
-    if (st) return st;
-    double limit = req->mem_limit, least = INFINITY;
-    if (!(limit > 0))
-        return pm_errf(err, PM_ERR_ARG, "search needs mem_limit=X (a multiple of M, > 0)");
+    double limit = req ? req->mem_limit : 0, least = INFINITY;
     pm_cand_pool pl, low;
-    if ((st = pool_all(&pl, req, limit, err))) return st;
-    if ((st = pm_cand_pool_polish(&pl, -1, req, &limit, 1, err))) {
-        pm_cand_pool_free(&pl);
-        return st;
-    }
+    pm_status st = search_pool(req, &pl, err);
+    if (st) return st;
     int n = 0, stop = 0, built = 0;
     double floor = min_peak(&pl);
     st = offer(&pl, req, limit, INFINITY, visit, ctx, &n, &stop, err);
