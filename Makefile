@@ -247,13 +247,14 @@ asan:
 # lock, through the CLI (test_cli_sweep), and the pass times
 # measured on several threads at once (test_plan_gpu's one threaded test:
 # its others are single-threaded and would take minutes here).
-# scripts/tsan.supp says why OpenBLAS is exempt.
+# scripts/tsan.supp says why OpenBLAS is exempt (named whole: a test may run
+# the binary from another directory).
 TSAN_TESTS = test_runtime test_kernels test_model test_train test_cli_train test_select \
              test_cli_select test_session test_cli_sweep test_plan_gpu
 tsan:
 	@$(MAKE) --no-print-directory BUILD=build/tsan CFLAGS="-O1 -g $(filter -Werror,$(CFLAGS))" \
 	  SAN="-fsanitize=thread" all $(TSAN_TESTS:%=build/tsan/tests/%)
-	@TSAN_OPTIONS="suppressions=scripts/tsan.supp halt_on_error=1 second_deadlock_stack=1" \
+	@TSAN_OPTIONS="suppressions=$(CURDIR)/scripts/tsan.supp halt_on_error=1 second_deadlock_stack=1" \
 	  PM_PLAN_GPU_ONLY=test_measure_threads PM_BIN=build/tsan/pipemem scripts/run_tests.sh $(TSAN_TESTS:%=build/tsan/tests/%)
 
 # test builds on every core unless told otherwise (make -jN test); the
