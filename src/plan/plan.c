@@ -504,8 +504,9 @@ static pm_status note_least(fit_ctx *f, const pm_sched *s, pm_err *err) {
  * the budget and meets mem_limit on the real stages faster than the best so
  * far. One that cannot be planned (no placement fits, or its weight passes
  * cannot run in microbatch order) is passed over. The search offers them
- * fastest first on equal stages, which real stages only slow: once that
- * figure reaches the best real makespan, no later one can win. */
+ * fastest first on equal stages, and unequal stages are taken to only slow
+ * a schedule (not proven; it held in every case measured, docs/weak.md):
+ * once that figure reaches the best real makespan, no later one can win. */
 static pm_status plan_fits(void *v, const pm_sched *s, const pm_search_point *pt, int *stop,
                            pm_err *err) {
     fit_ctx *f = v;
