@@ -350,12 +350,18 @@ static int data_fits(const sel_opts *o, const pm_select_session *s, const pm_tok
     return 0;
 }
 
+/* The data's splits, each task's context checked against them. */
+static int load_data(const sel_opts *o, const pm_select_session *s, pm_tokens *tr,
+                     pm_tokens *va) {
+    return pm_cli_train_load(o->data, tr, va) || data_fits(o, s, tr, va);
+}
+
 /* The data and its tokenizer, every task's trainer (resumed). */
 static int start(sel_opts *o, pm_select_session *s, pm_tokens *tr, pm_tokens *va) {
     char *tok = NULL;
     size_t tok_len = 0;
     pm_err e;
-    if (pm_cli_train_load(o->data, tr, va) || data_fits(o, s, tr, va) ||
+    if (load_data(o, s, tr, va) ||
         (tr->tokenizer && pm_cli_read_tokenizer(o->data, tr, &tok, &tok_len)))
         return 1;
     int rc = 0;
@@ -466,8 +472,7 @@ int pm_cmd_select(int argc, char **argv) {
     if (!rc && o.data) rc = data_vocab(o.data, &vocab);
     if (!rc && pm_select_session_partition(&s, vocab, &e)) rc = pm_cli_fail("%s", e.msg);
     if (!rc && o.dry_run) {
-        if (o.data && (pm_cli_train_load(o.data, &tr, &va) || data_fits(&o, &s, &tr, &va)))
-            rc = 1;
+        rc = o.data && load_data(&o, &s, &tr, &va);
         if (!rc) rc = dry_run(&o, &s);
     } else if (!rc) {
         if (rank <= 0) rc = outputs_ok(&o, &s); /* rank 0 writes them */

@@ -180,13 +180,13 @@ static int next_valid(pm_cand_pool *pl, const pm_sched_req *req, double limit, p
     return -1;
 }
 
-/* The pool built for the lowest levels (NULL pool: it could not be built,
- * for a reason that is not fatal) and the smallest feasible limit. */
+/* The pool built for the lowest levels (empty when it could not be, for a
+ * reason that is not fatal; the caller frees it either way) and the
+ * smallest feasible limit, pl's or its. */
 static pm_status low_pool(const pm_sched_req *req, const pm_cand_pool *pl, pm_cand_pool *low,
-                          int *built, double *least, pm_err *err) {
+                          double *least, pm_err *err) {
     pm_err e;
-    pm_status st = pool_all(low, req, 1.0, &e);
-    *built = !st;
+    pm_status st = pool_all(low, req, 1.0, &e); /* on failure freed, so empty */
     *least = min_peak(pl);
     if (st) return pm_search_fatal(st, &e, err);
     double x = min_peak(low);
@@ -220,13 +220,13 @@ pm_status pm_sched_search(pm_sched *best, const pm_sched_req *req, pm_search_poi
     pm_cand_pool pl, low;
     pm_status st = search_pool(req, &pl, err);
     if (st) return st;
-    int built, w = next_valid(&pl, req, limit, best, &st, err);
+    int w = next_valid(&pl, req, limit, best, &st, err);
     if (w >= 0) {
         if (pt) *pt = pl.c[w].pt;
         write_reason(reason, reason_len, &pl, w, limit, req);
-    } else if (!st && !(st = low_pool(req, &pl, &low, &built, &least, err))) {
-        if (built) pm_cand_pool_free(&low); /* the lowest levels: only for the message */
-        st = none_fits(req, limit, least, err);
+    } else if (!st) { /* the lowest levels: only for the message */
+        if (!(st = low_pool(req, &pl, &low, &least, err))) st = none_fits(req, limit, least, err);
+        pm_cand_pool_free(&low);
     }
     pm_cand_pool_free(&pl);
     return st;
@@ -257,11 +257,12 @@ pm_status pm_sched_search_each(const pm_sched_req *req, pm_sched_visit_fn visit,
     pm_cand_pool pl, low;
     pm_status st = search_pool(req, &pl, err);
     if (st) return st;
-    int n = 0, stop = 0, built = 0;
-    double floor = min_peak(&pl);
+    int n = 0, stop = 0;
+    double floor = min_peak(&pl); /* before offer() drops what it offers */
     st = offer(&pl, req, limit, INFINITY, visit, ctx, &n, &stop, err);
-    if (!st && !stop && !(st = low_pool(req, &pl, &low, &built, &least, err)) && built) {
-        st = offer(&low, req, limit, floor, visit, ctx, &n, &stop, err);
+    if (!st && !stop) {
+        if (!(st = low_pool(req, &pl, &low, &least, err)))
+            st = offer(&low, req, limit, floor, visit, ctx, &n, &stop, err);
         pm_cand_pool_free(&low);
     }
     if (!st && !n) st = none_fits(req, limit, least, err);
