@@ -512,6 +512,23 @@ static void test_stopped_rank(void **state) {
         fail_msg("rank 1 stopped: %s", out);
 }
 
+/* Rank 0 stalls in a pass past the wait timeout (PM_FAULT=stall: 2 s more
+ * than --comm-timeout 2) while rank 1 waits for it: rank 1 times out first,
+ * and the one line is rank 0's, taken from rank 1's abort line, naming the
+ * rank waited for. When rank 1 aborted the job at once, mpirun stopped
+ * rank 0 in its pass and the only line said that mpirun stopped it. */
+static void test_stalled_root(void **state) {
+    (void)state;
+    static char out[16384];
+    int rc = chk_output(out, sizeof out, "PM_FAULT=stall,0,1,1 " MPIENV " -np 2 %s train "
+                        "--data %s/d " MODEL " --microbatches 4 --steps 3 --pp 2 --schedule "
+                        "1f1b --comm-timeout 2", bin, dir);
+    if (rc == 0 || rc == 124 || chk_count(out, "pipemem: ") != 1 ||
+        !strstr(out, "rank 1 waited 2 s") || !strstr(out, "rank 0") ||
+        strstr(out, "mpirun stopped this rank"))
+        fail_msg("exit %d, not one line saying rank 1 waited for rank 0:\n%s", rc, out);
+}
+
 /* mpirun stopped (SIGTERM, as at a lost rank or host, or Ctrl-C) with 4
  * ranks on this host: it sends each SIGCONT, SIGTERM and a second later
  * SIGKILL, and the host says so in exactly one line from pipemem, naming
@@ -747,6 +764,7 @@ int main(void) {
         cmocka_unit_test(test_bad_input),          cmocka_unit_test(test_zero1),
         cmocka_unit_test(test_resharding),         cmocka_unit_test(test_failed_write),
         cmocka_unit_test(test_failure_paths),      cmocka_unit_test(test_stopped_rank),
+        cmocka_unit_test(test_stalled_root),
         cmocka_unit_test(test_ranks_share_one_run), cmocka_unit_test(test_interrupted),
         cmocka_unit_test(test_lost_in_commit),
     };

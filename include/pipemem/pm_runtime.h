@@ -72,8 +72,12 @@ pm_status pm_mpi_bcast(void *buf, size_t bytes, pm_err *err);
 /* ---- the pipeline trainer ---------------------------------------------------- */
 
 /* FAIL errors out, NAN poisons the pass's output, KILL ends the process
- * with SIGKILL (a lost MPI rank). */
-typedef enum { PM_FAULT_NONE, PM_FAULT_FAIL, PM_FAULT_NAN, PM_FAULT_KILL, PM_FAULT_COUNT } pm_fault_kind;
+ * with SIGKILL (a lost MPI rank), STALL starts the pass after the wait
+ * timeout and 2 s more (a rank that hangs a while: its peers time out
+ * while it sleeps). */
+typedef enum {
+    PM_FAULT_NONE, PM_FAULT_FAIL, PM_FAULT_NAN, PM_FAULT_KILL, PM_FAULT_STALL, PM_FAULT_COUNT
+} pm_fault_kind;
 
 typedef struct {
     double wait_timeout_s;  /* transport wait limit (0: PM_COMM_TIMEOUT) */

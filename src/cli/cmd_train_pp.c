@@ -592,7 +592,7 @@ out:
 }
 
 /* Test hooks: PM_FAULT=KIND,DEVICE,STEP,PASS injects a fault into one pass
- * (KIND fail, nan or kill), so the tests can check how every rank stops;
+ * (KIND fail, nan, kill or stall), so the tests can check how every rank stops;
  * PM_TEST_VERSION=V makes this rank state version V at the handshake.
  * (PM_TEST_COMMIT_HOLD holds a checkpoint's rename: lost.c.) */
 static int fault_hook(pm_pipe_opts *po) {
@@ -605,7 +605,8 @@ static int fault_hook(pm_pipe_opts *po) {
     if (sscanf(f, "%7[a-z],%d,%d,%lld", kind, &dev, &step, &pass) != 4)
         return pm_cli_fail("PM_FAULT=%s: expected KIND,DEVICE,STEP,PASS", f);
     po->fault_kind = !strcmp(kind, "fail") ? PM_FAULT_FAIL : !strcmp(kind, "nan") ? PM_FAULT_NAN
-                     : !strcmp(kind, "kill") ? PM_FAULT_KILL : PM_FAULT_NONE;
+                     : !strcmp(kind, "kill") ? PM_FAULT_KILL
+                     : !strcmp(kind, "stall") ? PM_FAULT_STALL : PM_FAULT_NONE;
     if (po->fault_kind == PM_FAULT_NONE) return pm_cli_fail("PM_FAULT: unknown kind '%s'", kind);
     po->fault_dev = dev, po->fault_step = step, po->fault_pass = pass;
     return 0;

@@ -54,6 +54,7 @@
 #include <math.h>
 #include <signal.h>
 #include <string.h>
+#include <time.h>
 
 #include "runtime/internal.h"
 #include "model/passes.h"
@@ -338,11 +339,20 @@ static pm_status run_w(pass_ctx *x) {
     return PM_OK;
 }
 
+/* PM_FAULT_STALL's sleep: through any handler that runs meanwhile
+ * (lost.c's SIGCONT; its SIGTERM ends the process). */
+static void stall(double timeout_s) {
+    double s = (timeout_s > 0 ? timeout_s : PM_COMM_TIMEOUT) + 2;
+    struct timespec left = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+    while (nanosleep(&left, &left)) continue;
+}
+
 static pm_status run_pass(pass_ctx *x) {
     pm_pipe_dev *dv = x->dv;
     pm_status st = post_ahead(dv);
     if (st) return st;
     if (x->fault == PM_FAULT_KILL) raise(SIGKILL);
+    if (x->fault == PM_FAULT_STALL) stall(dv->pp->opts.wait_timeout_s);
     if (x->fault == PM_FAULT_FAIL) {
         x->t_start = pm_now();
         return pass_fail(x, PM_ERR_ARG, "injected failure (test hook)");

@@ -168,8 +168,25 @@ pm_status pm_mpi_init(int *rank, int *size, pm_err *err) {
     return PM_OK;
 }
 
+/* A rank other than 0 that waited out a silent one ends the job only after
+ * rank 0 had the time to: rank 0 says the line for every rank, having
+ * taken ours from the abort line at its next transport call (or waited out
+ * a silent peer of its own within the timeout), then aborts the job, and
+ * mpirun's stop ends this wait. Aborting at once had mpirun stop rank 0
+ * before it spoke, while it computed a pass: its line then said only that
+ * mpirun stopped it (once in a clean clone's CI, test_cli_hosts; every
+ * time in test_cli_mpi's test_stalled_root). The wait is the timeout (a
+ * rank 0 that does not call the transport within it hangs, by the user's
+ * measure) and 5 s for a loaded machine; a rank cut off from mpirun with
+ * its host waits it out, then aborts as before. */
+static void let_root_speak(void) {
+    struct timespec left = {(time_t)g_timeout + 5, 0};
+    while (nanosleep(&left, &left)) continue; /* a handler ran (SIGCONT): on */
+}
+
 void pm_mpi_finalize(void) {
     if (!g_inited) return;
+    if (g_silent && g_rank) let_root_speak();
     if (g_silent) MPI_Abort(MPI_COMM_WORLD, 1); /* ends every rank, the silent one too */
     if (g_comm != MPI_COMM_NULL) MPI_Comm_free(&g_comm);
     MPI_Finalize();
