@@ -466,6 +466,33 @@ static void sweep(char *out, size_t cap, const char *mpi, const char *sw, const 
     if (rc) fail_msg("%s (%s): %s", save, mpi ? mpi : "one machine", out);
 }
 
+/* The CSV rank 0 wrote (dir/sel.csv) names for each of its n tasks the rank
+ * the JSON in out names (in the task's object: its "rank" before the next). */
+static void csv_ranks_as_json(const char *out, int n) {
+    char path[300], line[2048];
+    snprintf(path, sizeof path, "%s/sel.csv", dir);
+    FILE *f = fopen(path, "r");
+    if (!f) fail_msg("%s: not written", path);
+    int rows = 0;
+    if (!fgets(line, sizeof line, f) || !strstr(line, ",state,rank,why"))
+        fail_msg("%s: the header has no rank column: %s", path, line);
+    while (fgets(line, sizeof line, f)) {
+        char *col[21], *save = NULL, key[200];
+        int k = 0;
+        for (char *c = strtok_r(line, ",", &save); c && k < 21; c = strtok_r(NULL, ",", &save))
+            col[k++] = c;
+        if (k < 21) fail_msg("%s: a short row", path);
+        snprintf(key, sizeof key, "{\"task\": \"%s\"", col[0]);
+        const char *at = strstr(out, key), *r = at ? strstr(at, "\"rank\": ") : NULL;
+        const char *next = at ? strstr(at + 1, "{\"task\": ") : NULL;
+        if (!r || (next && r > next) || !strchr("01", col[20][0]) || atoi(r + 8) != atoi(col[20]))
+            fail_msg("task %s: rank %s in the CSV, not the JSON's:\n%s", col[0], col[20], out);
+        rows++;
+    }
+    fclose(f);
+    if (rows != n) fail_msg("%s: %d rows, not %d", path, rows, n);
+}
+
 /* 8 tasks on one machine (one device), then over both hosts, each rank
  * with devices and memory of its own (node2's 3 MiB cuts every task into
  * 4 shards, node1's 16 MiB leaves one): every task's records bitwise the
@@ -484,13 +511,14 @@ static void test_select_across_hosts(void **state) {
     snprintf(two, sizeof two, "%s/sel2", dir);
     sweep(out, sizeof out, NULL, sw, one);
     if (chk_output(out, sizeof out, ACROSS " -np 1 -host node1 %s select --data %s/d %s --devices 2 "
-           "--device-mem 16M --resume %s --json : -np 1 -host node2 %s select --data %s/d %s "
-           "--devices 1 --device-mem 3M --resume %s --json", hosts, bin, dir, sw, two, bin, dir,
-           sw, two))
+           "--device-mem 16M --resume %s --json --csv %s/sel.csv : -np 1 -host node2 %s select "
+           "--data %s/d %s --devices 1 --device-mem 3M --resume %s --json --csv %s/sel.csv", hosts,
+           bin, dir, sw, two, dir, bin, dir, sw, two, dir))
         fail_msg("across hosts: %s", out);
     if (chk_count(out, "{\"task\": ") != 8 || chk_count(out, "makespan ") != 1 ||
         !strstr(out, "\"rank\": 0") || !strstr(out, "\"rank\": 1"))
         fail_msg("across hosts: not one table of 8 tasks run on both ranks:\n%s", out);
+    csv_ranks_as_json(out, 8);
     same_records(one, two, 8, "select across hosts");
     const char *asha = SWEEP " --lr 1e-3,2e-3,5e-3,1e-2 --steps 9 --asha 3 --asha-min 3";
     snprintf(one, sizeof one, "%s/asha1", dir);

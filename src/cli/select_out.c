@@ -279,20 +279,20 @@ int sel_write_csv(const char *path, const pm_select_session *s) {
     if (pm_wfile_open(&w, path, &e)) return pm_cli_fail("%s", e.msg);
     fprintf(w.f, "task,lr,layers,dim,heads,ctx,batch,microbatches,warmup,seed,steps_run,"
                  "final_loss,val_loss,val_step,steps,weight_decay,wall_s,busy_s,shards,state,"
-                 "why\n");
+                 "rank,why\n");
     for (int k = 0; k < s->n; k++) {
         int i = s->order[k];
         const pm_train_cfg *c = &t[i].cfg;
         char lr[PM_FLOAT_TEXT], wd[PM_FLOAT_TEXT], at[24] = "";
         char fl[PM_DOUBLE_TEXT], vl[PM_DOUBLE_TEXT]; /* losses that read back exactly */
         if (r[i].val_step >= 0) snprintf(at, sizeof at, "%lld", (long long)r[i].val_step);
-        fprintf(w.f, "%s,%s,%d,%d,%d,%d,%d,%d,%d,%llu,%lld,%s,%s,%s,%d,%s,%.6f,%.6f,%d,%s,\"",
+        fprintf(w.f, "%s,%s,%d,%d,%d,%d,%d,%d,%d,%llu,%lld,%s,%s,%s,%d,%s,%.6f,%.6f,%d,%s,%d,\"",
                 t[i].name, pm_float_text(lr, c->opt.lr), c->model.layers, c->model.dim,
                 c->model.heads, c->model.ctx, c->batch, c->micro, c->opt.warmup,
                 (unsigned long long)c->seed, (long long)r[i].steps,
                 pm_double_text(fl, r[i].final_loss), pm_double_text(vl, r[i].val_loss), at,
                 c->opt.steps, pm_float_text(wd, c->opt.weight_decay), r[i].wall_s, r[i].busy_s,
-                t[i].nshard, state_names[r[i].state]);
+                t[i].nshard, state_names[r[i].state], r[i].rank);
         why_text why = why_flags(r[i].why);
         for (const char *q = why.s; *q; q++) { /* CSV quoting: a quote doubled */
             if (*q == '"') fputc('"', w.f);
