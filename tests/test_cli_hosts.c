@@ -531,17 +531,23 @@ static void test_select_across_hosts(void **state) {
 }
 
 /* Ranks that differ in their sweep or data (rank 1 on node2 with other
- * steps, or another data directory) stop at the start: one line, rank 0's,
- * naming rank 1 and what differs; ranks that differ only in their devices
- * and memory ran above. */
+ * steps, more tasks, other evaluations, another data directory) stop at
+ * the start: one line, rank 0's, naming rank 1 and the first part that
+ * differs as the options that set it; ranks that differ only in their
+ * devices and memory ran above. */
 static void test_select_disagree(void **state) {
     (void)state;
     static char out[16384];
     const char *sw = SWEEP " --lr 1e-3,2e-3 --steps 4 --devices 1 --device-mem 16M";
-    const char *what[2][2] = {{"d", "--steps 5"}, {"e", ""}};
-    const char *says[2] = {"rank 1 has another sweep than rank 0", "rank 1 reads other data"};
+    const char *what[4][2] = {{"d", "--steps 5"}, {"d", "--lr 1e-3,2e-3,3e-3"},
+                              {"d", "--eval-every 1"}, {"e", ""}};
+    const char *says[4] = {"rank 1 gives its tasks another --steps than rank 0",
+                           "rank 1 has other tasks than rank 0 (their number or names)",
+                           "rank 1 evaluates differently from rank 0 (--eval-every or "
+                           "--eval-batches)",
+                           "rank 1 reads other data"};
     limit(120);
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; k < 4; k++) {
         int rc = chk_output(out, sizeof out, ACROSS " -np 1 -host node1 %s select --data %s/d %s : -np 1 "
                     "-host node2 %s select --data %s/%s %s %s", hosts, bin, dir, sw, bin, dir,
                     what[k][0], sw, what[k][1]);

@@ -40,6 +40,7 @@ static const struct {
     /* pm_select.h (pipemem select) */
     {"save_dir", "--resume", 0},       {"sample", "--sample", 1},
     {"asha_min", "--asha-min", 0},     {"asha", "--asha", 0},
+    {"eval_every", "--eval-every", 0}, {"eval_batches", "--eval-batches", 0},
     /* pm_cluster.h (pipemem plan) */
     {"shape.layers", "--layers", 0},   {"shape.hidden", "--hidden", 0},
     {"shape.heads", "--heads", 0},     {"shape.seq", "--seq", 0},

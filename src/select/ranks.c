@@ -91,39 +91,70 @@ struct pm_select_ranks {
 
 /* ---- the link ---------------------------------------------------------------- */
 
-/* The sweep as every rank must have it, and the data, as two words. */
-static uint64_t sweep_hash(const pm_select_session *s) {
+/* Whether every rank has x alike: *first, the lowest rank (> 0) whose x
+ * differs from rank 0's, or -1. */
+static pm_status alike(uint64_t x, int *first, pm_err *err) {
+    char word[PM_MPI_WORD], theirs[PM_MPI_WORD];
+    snprintf(word, sizeof word, "%016llx", (unsigned long long)x);
+    return pm_mpi_same_word(word, first, theirs, err);
+}
+
+static pm_status other_sweep(int rank, const char *what, pm_err *err) {
+    return pm_errf(err, PM_ERR_ARG, "select across ranks: rank %d %s: every rank "
+                   "needs the same sweep; only the devices, device_mem, policy, prefetch and "
+                   "spill_dir may differ", rank, what);
+}
+
+/* The parts of the sweep every rank must have alike, compared one by one
+ * so that a refusal names the first that differs: the tasks' names, each
+ * field of their configurations, evaluation, ASHA, stop_after, save_dir. */
+static pm_status sweep_alike(const pm_select_session *s, pm_err *err) {
     const pm_select_opts *o = &s->set.run;
+    int first = -1;
     uint64_t h = pm_fnv1a64(14695981039346656037ULL, &s->n, sizeof s->n);
-    char v[64];
-    for (int i = 0; i < s->n; i++) {
-        h = pm_fnv1a64(h, s->tasks[i].name, strlen(s->tasks[i].name) + 1);
-        for (int f = 0; f < PM_CFG_FIELDS; f++) {
+    for (int i = 0; i < s->n; i++) h = pm_fnv1a64(h, s->tasks[i].name, strlen(s->tasks[i].name) + 1);
+    pm_status st = alike(h, &first, err);
+    if (st || first > 0) return st ? st : other_sweep(first, "has other tasks than rank 0 (their "
+                                                      "number or names)", err);
+    for (int f = 0; f < PM_CFG_FIELDS; f++) {
+        char v[64], what[96];
+        h = 14695981039346656037ULL;
+        for (int i = 0; i < s->n; i++) {
             pm_train_cfg_value(&s->tasks[i].cfg, (pm_train_field)f, v, sizeof v);
             h = pm_fnv1a64(h, v, strlen(v) + 1);
         }
+        if ((st = alike(h, &first, err))) return st;
+        snprintf(what, sizeof what, "gives its tasks another %s than rank 0", pm_train_field_names[f]);
+        if (first > 0) return other_sweep(first, what, err);
     }
-    int32_t k[6] = {o->eval_every, o->eval_batches, o->asha, o->nrung, o->halving,
-                    s->set.asha_min};
-    h = pm_fnv1a64(h, k, sizeof k);
-    h = pm_fnv1a64(h, s->rungs, (size_t)o->nrung * sizeof *s->rungs);
-    h = pm_fnv1a64(h, &o->stop_after, sizeof o->stop_after);
-    return o->save_dir ? pm_fnv1a64(h, o->save_dir, strlen(o->save_dir) + 1) : h;
+    int32_t ev[2] = {o->eval_every, o->eval_batches}, as[4] = {o->asha, o->nrung, o->halving,
+                                                               s->set.asha_min};
+    h = pm_fnv1a64(pm_fnv1a64(14695981039346656037ULL, as, sizeof as), s->rungs,
+                   (size_t)o->nrung * sizeof *s->rungs);
+    const struct {
+        uint64_t x;
+        const char *what;
+    } part[4] = {
+        {pm_fnv1a64(14695981039346656037ULL, ev, sizeof ev), "evaluates differently from rank "
+                                                             "0 (eval_every or eval_batches)"},
+        {h, "stops tasks differently from rank 0 (asha, asha_min or successive halving)"},
+        {pm_fnv1a64(14695981039346656037ULL, &o->stop_after, sizeof o->stop_after),
+         "has another stop_after than rank 0"},
+        {o->save_dir ? pm_fnv1a64(1, o->save_dir, strlen(o->save_dir) + 1) : 0,
+         "saves the tasks elsewhere than rank 0 (save_dir)"}};
+    for (int k = 0; k < 4; k++)
+        if ((st = alike(part[k].x, &first, err)) || first > 0)
+            return st ? st : other_sweep(first, part[k].what, err);
+    return PM_OK;
 }
 
-static pm_status same_everywhere(const char *what, uint64_t x, pm_err *err) {
-    char word[PM_MPI_WORD], theirs[PM_MPI_WORD];
-    int first;
-    snprintf(word, sizeof word, "%s %016llx", what, (unsigned long long)x);
-    pm_status st = pm_mpi_same_word(word, &first, theirs, err);
+/* The data every rank reads: one directory's. */
+static pm_status same_data(uint64_t data_identity, pm_err *err) {
+    int first = -1;
+    pm_status st = alike(data_identity, &first, err);
     if (st || first < 0) return st;
-    if (!strcmp(what, "data"))
-        return pm_errf(err, PM_ERR_ARG, "select across ranks: rank %d reads other data than "
-                       "rank 0: every rank needs the same data directory", first);
-    return pm_errf(err, PM_ERR_ARG, "select across ranks: rank %d has another sweep than rank 0 "
-                   "(its tasks, evaluation, asha, save_dir or stop_after differ): every rank "
-                   "needs the same sweep; only the devices, device_mem, policy, prefetch and "
-                   "spill_dir may differ", first);
+    return pm_errf(err, PM_ERR_ARG, "select across ranks: rank %d reads other data than rank 0: "
+                   "every rank needs the same data directory", first);
 }
 
 static const sel_link_ops link_ops; /* the end of the file */
@@ -133,8 +164,7 @@ pm_status pm_select_ranks_create(pm_select_ranks **out, const pm_select_session 
     *out = NULL;
     int rank, size;
     pm_status st = pm_mpi_init(&rank, &size, err);
-    if (st || (st = same_everywhere("sweep", sweep_hash(s), err)) ||
-        (st = same_everywhere("data", data_identity, err)))
+    if (st || (st = sweep_alike(s, err)) || (st = same_data(data_identity, err)))
         return st;
     pm_select_ranks *k = pm_calloc(1, sizeof *k);
     if (!k || !(k->out = pm_malloc(OUTBOX * sizeof *k->out))) {
