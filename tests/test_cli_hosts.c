@@ -477,10 +477,12 @@ static void csv_ranks_as_json(const char *out, int n) {
     if (!fgets(line, sizeof line, f) || !strstr(line, ",state,rank,why"))
         fail_msg("%s: the header has no rank column: %s", path, line);
     while (fgets(line, sizeof line, f)) {
-        char *col[21], *save = NULL, key[200];
+        char *col[21], key[200];
         int k = 0;
-        for (char *c = strtok_r(line, ",", &save); c && k < 21; c = strtok_r(NULL, ",", &save))
-            col[k++] = c;
+        for (char *c = line; c && k < 21; k++) { /* empty fields kept (val_step may be) */
+            col[k] = c;
+            if ((c = strchr(c, ','))) *c++ = 0;
+        }
         if (k < 21) fail_msg("%s: a short row", path);
         snprintf(key, sizeof key, "{\"task\": \"%s\"", col[0]);
         const char *at = strstr(out, key), *r = at ? strstr(at, "\"rank\": ") : NULL;

@@ -512,11 +512,12 @@ static void test_stopped_rank(void **state) {
         fail_msg("rank 1 stopped: %s", out);
 }
 
-/* Rank 0 stalls in a pass past the wait timeout (PM_FAULT=stall: 2 s more
- * than --comm-timeout 2) while rank 1 waits for it: rank 1 times out first,
- * and the one line is rank 0's, taken from rank 1's abort line, naming the
- * rank waited for. When rank 1 aborted the job at once, mpirun stopped
- * rank 0 in its pass and the only line said that mpirun stopped it. */
+/* Rank 0 stalls in a pass (PM_FAULT=stall: until rank 1's error reaches
+ * it, then 2 s more) while rank 1 waits for it: rank 1 times out
+ * (--comm-timeout 2), and the one line is rank 0's, taken from rank 1's
+ * abort line, naming the rank waited for. When rank 1 aborted the job at
+ * once, mpirun stopped rank 0 in those 2 s and the only line said that
+ * mpirun stopped it; rank 1 now waits 7 s for rank 0 to end the job. */
 static void test_stalled_root(void **state) {
     (void)state;
     static char out[16384];
@@ -524,7 +525,7 @@ static void test_stalled_root(void **state) {
                         "--data %s/d " MODEL " --microbatches 4 --steps 3 --pp 2 --schedule "
                         "1f1b --comm-timeout 2", bin, dir);
     if (rc == 0 || rc == 124 || chk_count(out, "pipemem: ") != 1 ||
-        !strstr(out, "rank 1 waited 2 s") || !strstr(out, "rank 0") ||
+        !strstr(out, "rank 1 waited 2 s") || !strstr(out, "from rank 0") ||
         strstr(out, "mpirun stopped this rank"))
         fail_msg("exit %d, not one line saying rank 1 waited for rank 0:\n%s", rc, out);
 }

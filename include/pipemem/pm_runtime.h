@@ -53,6 +53,13 @@ pm_status pm_mpi_init(int *rank, int *size, pm_err *err);
  * once a wait of this process for another rank ran out (here or in an MPI
  * transport): finalizing would wait for that silent rank for ever. */
 void pm_mpi_finalize(void);
+/* On a rank other than 0 whose wait for a silent rank ran out, or that
+ * took such a rank's abort line, the line having gone to rank 0: waits
+ * for rank 0 to say it and end the job (mpirun then stops this process),
+ * at most the timeout and 5 s; 1 if the wait ran out (this rank should
+ * then say its line itself), else 0 at once. pm_mpi_finalize waits so too
+ * unless this ran. */
+int pm_mpi_await_root(void);
 /* The collectives below go point to point through rank 0, each wait
  * bounded by the timeout: a rank that does not answer (stopped, dead,
  * running another program) is named in err (PM_ERR_TRANSPORT). */
@@ -72,9 +79,10 @@ pm_status pm_mpi_bcast(void *buf, size_t bytes, pm_err *err);
 /* ---- the pipeline trainer ---------------------------------------------------- */
 
 /* FAIL errors out, NAN poisons the pass's output, KILL ends the process
- * with SIGKILL (a lost MPI rank), STALL starts the pass after the wait
- * timeout and 2 s more (a rank that hangs a while: its peers time out
- * while it sleeps). */
+ * with SIGKILL (a lost MPI rank), STALL holds the pass until another
+ * device's error reaches it (at most the wait timeout and a minute), then
+ * 2 s more (a rank that hangs while its peers time out waiting for it, and
+ * still computes when their error comes). */
 typedef enum {
     PM_FAULT_NONE, PM_FAULT_FAIL, PM_FAULT_NAN, PM_FAULT_KILL, PM_FAULT_STALL, PM_FAULT_COUNT
 } pm_fault_kind;

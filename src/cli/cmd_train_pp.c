@@ -632,6 +632,7 @@ int pm_cli_train_pp(const pm_cli_train_opts *o) {
     pm_cli_train_opts oo = *o;
     oo.transport = "mpi";
     int rc = run(&oo, &w);
+    if (pm_mpi_await_root()) pm_cli_print_held(); /* rank 0 did not say it */
     pm_mpi_finalize();
     return rc;
 }

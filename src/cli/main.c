@@ -89,6 +89,7 @@ int main(int argc, char **argv) {
     pm_cli_set_args(argc, argv);
     if (ranks_agree(argc >= 2 ? argv[1] : "")) return 1;
     int rc = dispatch(argc, argv);
+    if (pm_mpi_await_root()) pm_cli_print_held(); /* select: rank 0 did not say it */
     pm_mpi_finalize(); /* if the handshake's MPI is still up (train --help) */
     return stdout_written(rc);
 }

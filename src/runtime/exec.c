@@ -51,6 +51,7 @@
  * is posted only then; the last replica's totals stay unchanged until
  * reduce_finish saw their sends done); the device writes only its own gradient slab, arena, message buffers and its
  * row of the pipe's timing tables (loss_mb: only the head's device). */
+#include <errno.h>
 #include <math.h>
 #include <signal.h>
 #include <string.h>
@@ -339,12 +340,15 @@ static pm_status run_w(pass_ctx *x) {
     return PM_OK;
 }
 
-/* PM_FAULT_STALL's sleep: through any handler that runs meanwhile
- * (lost.c's SIGCONT; its SIGTERM ends the process). */
-static void stall(double timeout_s) {
-    double s = (timeout_s > 0 ? timeout_s : PM_COMM_TIMEOUT) + 2;
-    struct timespec left = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
-    while (nanosleep(&left, &left)) continue;
+/* PM_FAULT_STALL: the pass waits until another device's error reaches
+ * this one (its wait for this one ran out meanwhile), at most the timeout
+ * and a minute, then 2 s more, as a pass still computing when the error
+ * came; a handler that runs meanwhile (lost.c's SIGCONT) does not end it. */
+static void stall(const pm_tp *tp, double timeout_s) {
+    double cap = (timeout_s > 0 ? timeout_s : PM_COMM_TIMEOUT) + 60, t0 = pm_now();
+    struct timespec tick = {0, 10000000}, more = {2, 0};
+    while (!pm_tp_status(tp, NULL) && pm_now() - t0 < cap) nanosleep(&tick, NULL);
+    while (nanosleep(&more, &more) && errno == EINTR) continue;
 }
 
 static pm_status run_pass(pass_ctx *x) {
@@ -352,7 +356,7 @@ static pm_status run_pass(pass_ctx *x) {
     pm_status st = post_ahead(dv);
     if (st) return st;
     if (x->fault == PM_FAULT_KILL) raise(SIGKILL);
-    if (x->fault == PM_FAULT_STALL) stall(dv->pp->opts.wait_timeout_s);
+    if (x->fault == PM_FAULT_STALL) stall(dv->tp, dv->pp->opts.wait_timeout_s);
     if (x->fault == PM_FAULT_FAIL) {
         x->t_start = pm_now();
         return pass_fail(x, PM_ERR_ARG, "injected failure (test hook)");

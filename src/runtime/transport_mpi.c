@@ -26,6 +26,7 @@
  * request is MPI_REQUEST_NULL; a slot is MPI_REQUEST_NULL exactly when free;
  * the sticky error is set once, by the first local failure or the first
  * abort line received. */
+#include <errno.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,6 +49,7 @@ pm_status pm_mpi_init(int *rank, int *size, pm_err *err) {
     return no_mpi(err);
 }
 void pm_mpi_finalize(void) {}
+int pm_mpi_await_root(void) { return 0; }
 int pm_mpi_agree(int ok, pm_err *err) {
     (void)err;
     return ok ? -1 : 0;
@@ -125,6 +127,7 @@ struct pm_tp_mpi {
  * then pm_mpi_finalize aborts the job instead of finalizing, which would
  * wait for the silent rank for ever. */
 static int g_inited, g_silent, g_rank, g_size = 1;
+static int g_told_root, g_awaited; /* a silent rank's abort line went to rank 0; waited */
 static MPI_Comm g_comm = MPI_COMM_NULL;
 static double g_timeout = PM_COMM_TIMEOUT;
 
@@ -168,25 +171,29 @@ pm_status pm_mpi_init(int *rank, int *size, pm_err *err) {
     return PM_OK;
 }
 
-/* A rank other than 0 that waited out a silent one ends the job only after
- * rank 0 had the time to: rank 0 says the line for every rank, having
- * taken ours from the abort line at its next transport call (or waited out
- * a silent peer of its own within the timeout), then aborts the job, and
- * mpirun's stop ends this wait. Aborting at once had mpirun stop rank 0
- * before it spoke, while it computed a pass: its line then said only that
- * mpirun stopped it (once in a clean clone's CI, test_cli_hosts; every
- * time in test_cli_mpi's test_stalled_root). The wait is the timeout (a
- * rank 0 that does not call the transport within it hangs, by the user's
- * measure) and 5 s for a loaded machine; a rank cut off from mpirun with
- * its host waits it out, then aborts as before. */
-static void let_root_speak(void) {
-    struct timespec left = {(time_t)g_timeout + 5, 0};
-    while (nanosleep(&left, &left)) continue; /* a handler ran (SIGCONT): on */
+/* A rank other than 0 whose wait for a silent rank ran out, or that took
+ * such a rank's abort line, ends the job only after rank 0 had the time
+ * to: rank 0 says the line for every rank, having taken the abort line at
+ * its next transport call (or waited out a silent peer of its own), then
+ * aborts the job, and mpirun's stop ends this wait. Aborting at once had
+ * mpirun stop rank 0 before it spoke, while it computed a pass: its line
+ * then said only that mpirun stopped it (once in a clean clone's CI,
+ * test_cli_hosts; every time in test_cli_mpi's test_stalled_root). The
+ * wait is the timeout (a rank 0 that does not call the transport within
+ * it hangs, by the user's measure) and 5 s for a loaded machine. Only
+ * where the line went to rank 0: an agreement's silence sends none. */
+int pm_mpi_await_root(void) {
+    if (!g_inited || !g_silent || !g_rank || !g_told_root || g_awaited) return 0;
+    g_awaited = 1;
+    double s = g_timeout + 5 < 86400 ? g_timeout + 5 : 86400;
+    struct timespec left = {(time_t)s, 0};
+    while (nanosleep(&left, &left) && errno == EINTR) continue; /* a handler ran: on */
+    return 1;
 }
 
 void pm_mpi_finalize(void) {
     if (!g_inited) return;
-    if (g_silent && g_rank) let_root_speak();
+    pm_mpi_await_root();
     if (g_silent) MPI_Abort(MPI_COMM_WORLD, 1); /* ends every rank, the silent one too */
     if (g_comm != MPI_COMM_NULL) MPI_Comm_free(&g_comm);
     MPI_Finalize();
@@ -307,6 +314,7 @@ static void set_error(pm_tp_mpi *w, pm_status st, const char *msg, int tell) {
             MPI_Isend(&w->out, (int)sizeof w->out, MPI_BYTE, r, 0, w->ctl, &w->out_req[r]) !=
                 MPI_SUCCESS)
             w->out_req[r] = MPI_REQUEST_NULL;
+    if (g_silent && w->rank && w->out_req[0] != MPI_REQUEST_NULL) g_told_root = 1;
 }
 
 /* Polls the abort receive: another rank's error becomes ours. */
@@ -317,7 +325,7 @@ static void poll_abort(pm_tp_mpi *w) {
     w->in.msg[sizeof w->in.msg - 1] = 0;
     /* a rank that timed out aborts the job; finalizing here instead would
      * wait for the silent rank for ever (a host whose link went down) */
-    if (w->in.silent) g_silent = 1;
+    if (w->in.silent) g_silent = 1, g_told_root = 1; /* its sender told rank 0 too */
     set_error(w, (pm_status)w->in.st, w->in.msg, 0);
 }
 

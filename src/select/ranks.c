@@ -111,38 +111,42 @@ static pm_status other_sweep(int rank, const char *what, pm_err *err) {
 static pm_status sweep_alike(const pm_select_session *s, pm_err *err) {
     const pm_select_opts *o = &s->set.run;
     int first = -1;
-    uint64_t h = pm_fnv1a64(14695981039346656037ULL, &s->n, sizeof s->n);
-    for (int i = 0; i < s->n; i++) h = pm_fnv1a64(h, s->tasks[i].name, strlen(s->tasks[i].name) + 1);
+    uint64_t h = pm_fnv1a64(PM_FNV_OFFSET, &s->n, sizeof s->n);
+    for (int i = 0; i < s->n; i++)
+        h = pm_fnv1a64(h, s->tasks[i].name, strlen(s->tasks[i].name) + 1);
     pm_status st = alike(h, &first, err);
-    if (st || first > 0) return st ? st : other_sweep(first, "has other tasks than rank 0 (their "
-                                                      "number or names)", err);
+    if (st || first > 0)
+        return st ? st : other_sweep(first, "has other tasks than rank 0 (their number or "
+                                     "names)", err);
     for (int f = 0; f < PM_CFG_FIELDS; f++) {
         char v[64], what[96];
-        h = 14695981039346656037ULL;
+        h = PM_FNV_OFFSET;
         for (int i = 0; i < s->n; i++) {
             pm_train_cfg_value(&s->tasks[i].cfg, (pm_train_field)f, v, sizeof v);
             h = pm_fnv1a64(h, v, strlen(v) + 1);
         }
         if ((st = alike(h, &first, err))) return st;
-        snprintf(what, sizeof what, "gives its tasks another %s than rank 0", pm_train_field_names[f]);
+        snprintf(what, sizeof what, "gives its tasks another %s than rank 0",
+                 pm_train_field_names[f]);
         if (first > 0) return other_sweep(first, what, err);
     }
-    int32_t ev[2] = {o->eval_every, o->eval_batches}, as[4] = {o->asha, o->nrung, o->halving,
-                                                               s->set.asha_min};
-    h = pm_fnv1a64(pm_fnv1a64(14695981039346656037ULL, as, sizeof as), s->rungs,
-                   (size_t)o->nrung * sizeof *s->rungs);
+    int32_t ev[2] = {o->eval_every, o->eval_batches};
+    int32_t as[4] = {o->asha, o->nrung, o->halving, s->set.asha_min};
+    const char *dir = o->save_dir ? o->save_dir : "";
     const struct {
         uint64_t x;
         const char *what;
-    } part[4] = {
-        {pm_fnv1a64(14695981039346656037ULL, ev, sizeof ev), "evaluates differently from rank "
-                                                             "0 (eval_every or eval_batches)"},
-        {h, "stops tasks differently from rank 0 (asha, asha_min or successive halving)"},
-        {pm_fnv1a64(14695981039346656037ULL, &o->stop_after, sizeof o->stop_after),
+    } part[] = {
+        {pm_fnv1a64(PM_FNV_OFFSET, ev, sizeof ev),
+         "evaluates differently from rank 0 (eval_every or eval_batches)"},
+        {pm_fnv1a64(pm_fnv1a64(PM_FNV_OFFSET, as, sizeof as), s->rungs,
+                    (size_t)o->nrung * sizeof *s->rungs),
+         "stops tasks differently from rank 0 (asha, asha_min or successive halving)"},
+        {pm_fnv1a64(PM_FNV_OFFSET, &o->stop_after, sizeof o->stop_after),
          "has another stop_after than rank 0"},
-        {o->save_dir ? pm_fnv1a64(1, o->save_dir, strlen(o->save_dir) + 1) : 0,
+        {pm_fnv1a64(PM_FNV_OFFSET, dir, strlen(dir) + 1),
          "saves the tasks elsewhere than rank 0 (save_dir)"}};
-    for (int k = 0; k < 4; k++)
+    for (size_t k = 0; k < sizeof part / sizeof *part; k++)
         if ((st = alike(part[k].x, &first, err)) || first > 0)
             return st ? st : other_sweep(first, part[k].what, err);
     return PM_OK;
@@ -164,7 +168,8 @@ pm_status pm_select_ranks_create(pm_select_ranks **out, const pm_select_session 
     *out = NULL;
     int rank, size;
     pm_status st = pm_mpi_init(&rank, &size, err);
-    if (st || (st = sweep_alike(s, err)) || (st = same_data(data_identity, err)))
+    /* the data first: the tasks' vocabulary is the data's */
+    if (st || (st = same_data(data_identity, err)) || (st = sweep_alike(s, err)))
         return st;
     pm_select_ranks *k = pm_calloc(1, sizeof *k);
     if (!k || !(k->out = pm_malloc(OUTBOX * sizeof *k->out))) {
