@@ -99,57 +99,57 @@ static pm_status alike(uint64_t x, int *first, pm_err *err) {
     return pm_mpi_same_word(word, first, theirs, err);
 }
 
-static pm_status other_sweep(int rank, const char *what, pm_err *err) {
-    return pm_errf(err, PM_ERR_ARG, "select across ranks: rank %d %s: every rank "
-                   "needs the same sweep; only the devices, device_mem, policy, prefetch and "
-                   "spill_dir may differ", rank, what);
+/* A part of the sweep every rank must have alike (x its hash), refused
+ * naming the first rank that has another: it `what`. */
+static pm_status part_alike(uint64_t x, const char *what, pm_err *err) {
+    int first = -1;
+    pm_status st = alike(x, &first, err);
+    if (st || first < 0) return st;
+    return pm_errf(err, PM_ERR_ARG, "select across ranks: rank %d %s: every rank needs the "
+                   "same sweep; only the devices, device_mem, policy, prefetch and spill_dir "
+                   "may differ", first, what);
 }
 
-/* The parts of the sweep every rank must have alike, compared one by one
- * so that a refusal names the first that differs: the tasks' names, each
- * field of their configurations, evaluation, ASHA, stop_after, save_dir. */
-static pm_status sweep_alike(const pm_select_session *s, pm_err *err) {
-    const pm_select_opts *o = &s->set.run;
-    int first = -1;
+/* The tasks' number and names, then each field of their configurations. */
+static pm_status tasks_alike(const pm_select_session *s, pm_err *err) {
     uint64_t h = pm_fnv1a64(PM_FNV_OFFSET, &s->n, sizeof s->n);
     for (int i = 0; i < s->n; i++)
         h = pm_fnv1a64(h, s->tasks[i].name, strlen(s->tasks[i].name) + 1);
-    pm_status st = alike(h, &first, err);
-    if (st || first > 0)
-        return st ? st : other_sweep(first, "has other tasks than rank 0 (their number or "
-                                     "names)", err);
-    for (int f = 0; f < PM_CFG_FIELDS; f++) {
+    pm_status st = part_alike(h, "has other tasks than rank 0 (their number or names)", err);
+    for (int f = 0; !st && f < PM_CFG_FIELDS; f++) {
         char v[64], what[96];
         h = PM_FNV_OFFSET;
         for (int i = 0; i < s->n; i++) {
             pm_train_cfg_value(&s->tasks[i].cfg, (pm_train_field)f, v, sizeof v);
             h = pm_fnv1a64(h, v, strlen(v) + 1);
         }
-        if ((st = alike(h, &first, err))) return st;
         snprintf(what, sizeof what, "gives its tasks another %s than rank 0",
                  pm_train_field_names[f]);
-        if (first > 0) return other_sweep(first, what, err);
+        st = part_alike(h, what, err);
     }
+    return st;
+}
+
+/* The parts of the sweep every rank must have alike, compared one by one
+ * so that a refusal names the first that differs: the tasks, evaluation,
+ * ASHA, stop_after, save_dir. */
+static pm_status sweep_alike(const pm_select_session *s, pm_err *err) {
+    const pm_select_opts *o = &s->set.run;
     int32_t ev[2] = {o->eval_every, o->eval_batches};
     int32_t as[4] = {o->asha, o->nrung, o->halving, s->set.asha_min};
     const char *dir = o->save_dir ? o->save_dir : "";
-    const struct {
-        uint64_t x;
-        const char *what;
-    } part[] = {
-        {pm_fnv1a64(PM_FNV_OFFSET, ev, sizeof ev),
-         "evaluates differently from rank 0 (eval_every or eval_batches)"},
-        {pm_fnv1a64(pm_fnv1a64(PM_FNV_OFFSET, as, sizeof as), s->rungs,
-                    (size_t)o->nrung * sizeof *s->rungs),
-         "stops tasks differently from rank 0 (asha, asha_min or successive halving)"},
-        {pm_fnv1a64(PM_FNV_OFFSET, &o->stop_after, sizeof o->stop_after),
-         "has another stop_after than rank 0"},
-        {pm_fnv1a64(PM_FNV_OFFSET, dir, strlen(dir) + 1),
-         "saves the tasks elsewhere than rank 0 (save_dir)"}};
-    for (size_t k = 0; k < sizeof part / sizeof *part; k++)
-        if ((st = alike(part[k].x, &first, err)) || first > 0)
-            return st ? st : other_sweep(first, part[k].what, err);
-    return PM_OK;
+    uint64_t rungs = pm_fnv1a64(pm_fnv1a64(PM_FNV_OFFSET, as, sizeof as), s->rungs,
+                                (size_t)o->nrung * sizeof *s->rungs);
+    pm_status st = tasks_alike(s, err);
+    if (!st) st = part_alike(pm_fnv1a64(PM_FNV_OFFSET, ev, sizeof ev), "evaluates differently "
+                             "from rank 0 (eval_every or eval_batches)", err);
+    if (!st) st = part_alike(rungs, "stops tasks differently from rank 0 (asha, asha_min or "
+                             "successive halving)", err);
+    if (!st) st = part_alike(pm_fnv1a64(PM_FNV_OFFSET, &o->stop_after, sizeof o->stop_after),
+                             "has another stop_after than rank 0", err);
+    if (!st) st = part_alike(pm_fnv1a64(PM_FNV_OFFSET, dir, strlen(dir) + 1), "saves the tasks "
+                             "elsewhere than rank 0 (save_dir)", err);
+    return st;
 }
 
 /* The data every rank reads: one directory's. */
